@@ -1,0 +1,42 @@
+{
+  "variables": {
+    # CUDA toolkit root when nvcc is usable, "" otherwise (scripts/detect-cuda.mjs; DELIBERATE_NO_CUDA=1 forces "").
+    "cuda_home%": "<!(node scripts/detect-cuda.mjs)",
+  },
+  "targets": [
+    {
+      "target_name": "deliberate",
+      "sources": ["<!@(node -e \"console.log(require('fs').readdirSync('cpp').filter(f=>f.endsWith('.cc')).map(f=>'cpp/'+f).join(' '))\")"],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "cpp"],
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "cflags!": ["-fno-exceptions", "-O2"],
+      "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-O2"],
+      # x86-64-v3 baseline (AVX2/FMA/F16C); AVX-512 paths are compiled per function and chosen at run time.
+      "cflags_cc": ["-std=c++17", "-O3", "-march=x86-64-v3", "-fexceptions", "-frtti", "-fno-math-errno", "-pthread"],
+      "ldflags": ["-pthread"],
+      "conditions": [
+        ["cuda_home!=''", {
+          "defines": ["DELIBERATE_CUDA=1"],
+          "include_dirs": ["<(cuda_home)/include"],
+          "sources": ["<!@(node -e \"console.log(require('fs').readdirSync('cuda').filter(f=>f.endsWith('.cu')).map(f=>'cuda/'+f).join(' '))\")"],
+          "libraries": ["-L<(cuda_home)/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"],
+          "rules": [{
+            "rule_name": "nvcc",
+            "extension": "cu",
+            "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -e \"console.log(require('fs').readdirSync('cuda').filter(f=>f.endsWith('.cuh')||f.endsWith('.h')).map(f=>'cuda/'+f).join(' '))\")", "cpp/kernels.h", "cpp/common.h"],
+            "outputs": ["<(INTERMEDIATE_DIR)/cuda/<(RULE_INPUT_ROOT).o"],
+            "action": ["<(cuda_home)/bin/nvcc", "-c", "<(RULE_INPUT_PATH)", "-o", "<(INTERMEDIATE_DIR)/cuda/<(RULE_INPUT_ROOT).o",
+                       "-std=c++17", "-O3", "-Icpp", "-Icuda", "-DDELIBERATE_CUDA=1", "--expt-relaxed-constexpr",
+                       "-Xcompiler", "-fPIC", "-Xcompiler", "-fexceptions",
+                       "-gencode", "arch=compute_80,code=sm_80",
+                       "-gencode", "arch=compute_89,code=sm_89",
+                       "-gencode", "arch=compute_90,code=sm_90",
+                       "-gencode", "arch=compute_90,code=compute_90"],
+            "message": "nvcc <(RULE_INPUT_PATH)",
+            "process_outputs_as_sources": 1
+          }]
+        }]
+      ]
+    }
+  ]
+}

@@ -1,0 +1,92 @@
+// Module entry: Tensor, ops, devices, threads, live bytes. The whole surface is typed in ts/native/addonTypes.ts.
+#include <napi.h>
+#include <thread>
+
+#include "cpu_features.h"
+#include "gpu_runtime.h"
+#include "napi_ops.h"
+#include "napi_tensor.h"
+#include "storage.h"
+#include "threadpool.h"
+
+namespace dl {
+namespace {
+
+Napi::Value NewTensor(const Napi::CallbackInfo& info) {
+  std::vector<napi_value> args;
+  for (size_t i = 0; i < info.Length(); i++) args.push_back(info[i]);
+  return Tensor::constructor->New(args);
+}
+
+Napi::Value ListDevices(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  Napi::Object cpuInfo = Napi::Object::New(env);
+  cpuInfo.Set("threads", numThreads());
+  cpuInfo.Set("hardwareThreads", double(std::thread::hardware_concurrency()));
+  cpuInfo.Set("simd", simdName(simdLevel()));
+  out.Set("cpu", cpuInfo);
+  Napi::Object cuda = Napi::Object::New(env);
+  cuda.Set("compiled", gpu::compiled());
+  std::string reason;
+  bool ok = false;
+  try {
+    ok = gpu::available(&reason);
+  } catch (const std::exception& e) {
+    reason = e.what();
+  }
+  cuda.Set("available", ok);
+  if (!ok) cuda.Set("reason", reason);
+  cuda.Set("runtimeVersion", gpu::runtimeVersion());
+  Napi::Array list = Napi::Array::New(env);
+  if (ok) {
+    try {
+      auto devs = gpu::devices();
+      for (size_t i = 0; i < devs.size(); i++) {
+        Napi::Object d = Napi::Object::New(env);
+        d.Set("index", devs[i].index);
+        d.Set("name", devs[i].name);
+        d.Set("computeCapability", std::to_string(devs[i].major) + "." + std::to_string(devs[i].minor));
+        d.Set("totalMemoryBytes", double(devs[i].totalMemoryBytes));
+        d.Set("freeMemoryBytes", double(devs[i].freeMemoryBytes));
+        d.Set("multiprocessors", devs[i].multiprocessors);
+        list[uint32_t(i)] = d;
+      }
+    } catch (const std::exception& e) {
+      cuda.Set("available", false);
+      cuda.Set("reason", e.what());
+    }
+  }
+  cuda.Set("devices", list);
+  out.Set("cuda", cuda);
+  return out;
+}
+
+Napi::Value SetThreads(const Napi::CallbackInfo& info) {
+  int n = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 0;
+  setNumThreads(n);
+  return Napi::Number::New(info.Env(), numThreads());
+}
+
+Napi::Value LiveBytes(const Napi::CallbackInfo& info) {
+  Device d = parseDevice(info.Env(), info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "");
+  return Napi::Number::New(info.Env(), double(liveBytes(d)));
+}
+
+}  // namespace
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("Tensor", Tensor::Init(env));
+  exports.Set("tensor", Napi::Function::New(env, NewTensor, "tensor"));
+  exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
+  exports.Set("setThreads", Napi::Function::New(env, SetThreads, "setThreads"));
+  exports.Set("liveBytes", Napi::Function::New(env, LiveBytes, "liveBytes"));
+  exports.Set("cudaCompiled", Napi::Boolean::New(env, gpu::compiled()));
+  registerOps(env, exports);
+  return exports;
+}
+
+}  // namespace dl
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return dl::Init(env, exports); }
+NODE_API_MODULE(deliberate, InitModule)

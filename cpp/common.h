@@ -1,0 +1,65 @@
+// Shared native types: dtypes, devices, tensor views and the one error type. No N-API here (kernels include it).
+#pragma once
+#include <cstdint>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace dl {
+
+enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3 };
+enum class Device : int32_t { cpu = 0, cuda = 1 };
+
+inline size_t dtypeSize(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : 4; }
+inline const char* dtypeName(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+inline const char* deviceName(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+// Every native failure is one of these; the N-API layer turns it into a JS Error with the same message.
+struct Error : std::runtime_error {
+  explicit Error(const std::string& m) : std::runtime_error(m) {}
+};
+
+// A non-owning view of a tensor's memory: what kernels receive. Row-major, contiguous.
+struct View {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  int ndim = 0;
+  int64_t shape[4] = {1, 1, 1, 1};
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+  }
+  int64_t dim(int i) const { return i < 0 ? shape[ndim + i] : shape[i]; }
+  template <typename T> T* as() const { return static_cast<T*>(data); }
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// bf16/f16 <-> f32 on the host (round-to-nearest-even; NaN kept quiet).
+inline float bf16ToF32(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f32ToBf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float f16ToF32(uint16_t h);
+uint16_t f32ToF16(float f);
+
+}  // namespace dl

@@ -1,0 +1,39 @@
+// CPU-only builds: the GPU backend exists but reports itself unavailable with the reason.
+#ifndef DELIBERATE_CUDA
+#include "gpu_runtime.h"
+#include "kernels.h"
+
+namespace dl::gpu {
+namespace {
+[[noreturn]] void unavailable() {
+  throw Error("CUDA backend unavailable: this addon was built without CUDA (nvcc was not found at install time); "
+              "install the CUDA toolkit and run `npm run build:addon`, or use device \"cpu\"");
+}
+}  // namespace
+bool compiled() { return false; }
+bool available(std::string* reason) {
+  if (reason) *reason = "built without CUDA (nvcc not found at install time)";
+  return false;
+}
+std::vector<DeviceInfo> devices() { return {}; }
+std::string runtimeVersion() { return ""; }
+void* malloc(size_t) { unavailable(); }
+void free(void*) noexcept {}
+void copyHostToDevice(void*, const void*, size_t) { unavailable(); }
+void copyDeviceToHost(void*, const void*, size_t) { unavailable(); }
+void copyDeviceToDevice(void*, const void*, size_t) { unavailable(); }
+void synchronize() { unavailable(); }
+
+void gemm(const View&, const View&, const View&, const View&, int) { unavailable(); }
+void rmsnorm(const View&, const View&, const View&, const View&, float) { unavailable(); }
+void rope(const View&, const View&, const View&, const View&) { unavailable(); }
+void siluMul(const View&, const View&) { unavailable(); }
+void embedding(const View&, const View&, const View&) { unavailable(); }
+void add(const View&, const View&, const View&) { unavailable(); }
+void kvWrite(const View&, const View&, const View&, const View&, const View&) { unavailable(); }
+void pageCopy(const View&, const View&, const View&, const View&) { unavailable(); }
+void attentionDecode(const View&, const PagedKV&, const View&, float, int) { unavailable(); }
+void attentionPrefill(const View&, const View&, const PagedKV&, const View&, float) { unavailable(); }
+void sample(const SampleArgs&) { unavailable(); }
+}  // namespace dl::gpu
+#endif

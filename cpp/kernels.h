@@ -1,0 +1,91 @@
+// The op set every backend implements with one signature: dl::cpu (cpp/*.cc) and dl::gpu (cuda/*.cu).
+// Shapes in comments; every reducing op takes its reduction schedule as an argument (DESIGN.md "Native contract").
+// GPU ops enqueue on the backend's stream (gpu::stream()); the N-API layer synchronizes before resolving.
+#pragma once
+#include "common.h"
+
+namespace dl {
+
+// Paged KV cache of one layer in flashinfer's CSR form.
+//   kCache, vCache: [numPages, pageSize, Hk, D]
+//   indptr[B+1], indices[nnz] (page ids, sequence b owns indices[indptr[b] .. indptr[b+1])), lastPageLen[B] in
+//   [1, pageSize]: sequence b holds (numPages_b - 1) * pageSize + lastPageLen[b] tokens.
+struct PagedKV {
+  View kCache, vCache, indptr, indices, lastPageLen;
+  int pageSize = 16;
+};
+
+// Per-row sampling parameters, each a View of B entries.
+//   temperature f32 (0 = greedy: first index of the max), topK i32 (0 = off), topP f32 (1 = off),
+//   seeds i32 [B,2] (low, high 32 bits of a u64 seed), positions i32 (position of the token being sampled).
+struct SampleArgs {
+  View logits;  // [B, V] f32
+  View temperature, topK, topP, seeds, positions;
+  View tokens;       // out [B] i32
+  View logprobs;     // out [B] f32: log-softmax of the raw logits at the chosen token
+  View topIds;       // optional out [B, numTop] i32: highest raw logprobs, descending, ties by lower id
+  View topLogprobs;  // optional out [B, numTop] f32
+  int numTop = 0;
+};
+
+// Counter-based noise for Gumbel-max sampling: a token's noise depends only on (seed, position, token id), never
+// on its batch slot, the step, or other rows. Both backends use exactly this function.
+#if defined(__CUDACC__)
+#define DL_HD __host__ __device__ __forceinline__
+#else
+#define DL_HD inline
+#endif
+DL_HD uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+// Uniform in (0, 1), exactly representable as a double.
+DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
+  uint64_t u = mix64(seed ^ mix64((uint64_t(uint32_t(position)) << 32) | uint64_t(uint32_t(token))));
+  return (double(u >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+#define DL_DECLARE_KERNELS                                                                                   \
+  /* Y[M,N] = X[M,K] . W[N,K]^T (+ bias[N]). f32 accumulation. K is cut into splitK contiguous partitions,    \
+     each summed in a fixed order, partials added in partition order: the bits of a row depend on splitK and \
+     K only, never on M or the row's place in the batch. X: f32 (cpu) / f32|bf16 (cuda); W: f32|bf16|f16;    \
+     bias optional, f32 or W's dtype; Y: f32 or X's dtype. */                                                \
+  void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK);                     \
+  /* If residual is given: residual[M,C] += x (in place), then out = rmsnorm(residual) * weight;            \
+     else out = rmsnorm(x) * weight. weight[C]. The row reduction is one fixed order per C. */               \
+  void rmsnorm(const View& x, const View& residual, const View& weight, const View& out, float eps);       \
+  /* In place, HF rotate-half layout. q[T,Hq,D], k[T,Hk,D], positions[T] i32, invFreq[D/2] f32 (rope_theta  \
+     and llama3 scaling folded in by the host). angle = position * invFreq[i] computed in f32. */            \
+  void rope(const View& q, const View& k, const View& positions, const View& invFreq);                     \
+  /* out[M,I] = silu(gateUp[M, 0:I]) * gateUp[M, I:2I]. */                                                  \
+  void siluMul(const View& gateUp, const View& out);                                                       \
+  /* out[T,C] = table[ids[T], :]; ids i32 checked against V. */                                             \
+  void embedding(const View& ids, const View& table, const View& out);                                     \
+  /* out = a + b, same shape and dtype. */                                                                  \
+  void add(const View& a, const View& b, const View& out);                                                 \
+  /* kCache[slot] = k[t], vCache[slot] = v[t] for slot = slots[t] = page * pageSize + offset.                \
+     k, v: [T, Hk, D]; caches [numPages, pageSize, Hk, D]. */                                               \
+  void kvWrite(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots);   \
+  /* Copies whole pages src[i] -> dst[i] in both caches (copy-on-write of a shared page). */                \
+  void pageCopy(const View& kCache, const View& vCache, const View& src, const View& dst);                 \
+  /* Decode: q[B,Hq,D], one query per sequence at its last position, attends to all its tokens. GQA: head h \
+     reads KV head h / (Hq / Hk). The sequence's tokens are cut into kvSplits contiguous partitions (by      \
+     pages), each reduced in a fixed order, merged by log-sum-exp in partition order. out[B,Hq,D]. */        \
+  void attentionDecode(const View& q, const PagedKV& kv, const View& out, float scale, int kvSplits);      \
+  /* Prefill / verify: q[Ttot,Hq,D]; sequence b's queries q[qIndptr[b] .. qIndptr[b+1]) are its last        \
+     (qIndptr[b+1]-qIndptr[b]) positions (their KV already written); causal. The reduction order over keys   \
+     is fixed (ascending position), independent of B and Ttot. out[Ttot,Hq,D]. */                            \
+  void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale); \
+  /* Greedy / Gumbel-max sampling with temperature, top-k, top-p; logprobs (see SampleArgs). */             \
+  void sample(const SampleArgs& a);
+
+namespace cpu {
+DL_DECLARE_KERNELS
+}
+namespace gpu {
+DL_DECLARE_KERNELS
+}
+
+}  // namespace dl

@@ -1,0 +1,260 @@
+// The op entry points: validate shapes and dtypes at the boundary, then run the CPU or CUDA kernel off the JS
+// thread. Every op takes one options object and returns a Promise<void>; bad input rejects with a named Error.
+#include "napi_ops.h"
+
+#include "kernels.h"
+#include "napi_op.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dl {
+namespace {
+
+using Body = std::function<Napi::Value(OpArgs&)>;
+
+Napi::Value guard(const Napi::CallbackInfo& info, const char* op, const Body& body) {
+  Napi::Env env = info.Env();
+  try {
+    OpArgs a(info, op);
+    return body(a);
+  } catch (const Error& e) {
+    auto d = Napi::Promise::Deferred::New(env);
+    std::string m = e.what();
+    d.Reject(Napi::Error::New(env, m.rfind(op, 0) == 0 ? m : std::string(op) + ": " + m).Value());
+    return d.Promise();
+  }
+}
+
+[[noreturn]] void fail(const char* op, const std::string& m) { throw Error(std::string(op) + ": " + m); }
+
+void requireFloat(const char* op, const char* name, const View& v) {
+  if (v.dtype == DType::i32) fail(op, std::string("'") + name + "' must be f32, bf16 or f16, got i32");
+}
+
+void sameShape(const char* op, const char* na, const View& a, const char* nb, const View& b) {
+  bool ok = a.ndim == b.ndim;
+  for (int i = 0; ok && i < a.ndim; i++) ok = a.shape[i] == b.shape[i];
+  if (!ok) fail(op, std::string("'") + na + "' is " + shapeString(a) + " but '" + nb + "' is " + shapeString(b));
+}
+
+#define DISPATCH(dev, call) \
+  do {                      \
+    if ((dev) == Device::cuda) gpu::call; \
+    else cpu::call;         \
+  } while (0)
+
+Napi::Value Gemm(const Napi::CallbackInfo& info) {
+  return guard(info, "gemm", [&](OpArgs& a) {
+    View x = a.tensor("x"), w = a.tensor("w"), bias = a.optTensor("bias"), y = a.tensor("y");
+    int splitK = int(a.integer("splitK", 1, 1, 4096));
+    requireRank(a.op, "x", x, 2), requireRank(a.op, "w", w, 2), requireRank(a.op, "y", y, 2);
+    requireFloat(a.op, "x", x), requireFloat(a.op, "w", w), requireFloat(a.op, "y", y);
+    int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+    if (w.shape[1] != K) fail(a.op, "x is " + shapeString(x) + " but w is " + shapeString(w) + "; w must be [N, K]");
+    if (y.shape[0] != M || y.shape[1] != N) fail(a.op, "y must be [" + std::to_string(M) + "," + std::to_string(N) + "], got " + shapeString(y));
+    if (bias && (bias.ndim != 1 || bias.shape[0] != N)) fail(a.op, "bias must be [" + std::to_string(N) + "], got " + shapeString(bias));
+    if (splitK > K) fail(a.op, "splitK " + std::to_string(splitK) + " exceeds K = " + std::to_string(K));
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, gemm(x, w, bias, y, splitK)); });
+  });
+}
+
+Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
+  return guard(info, "rmsnorm", [&](OpArgs& a) {
+    View x = a.tensor("x"), residual = a.optTensor("residual"), weight = a.tensor("weight"), out = a.tensor("out");
+    float eps = float(a.number("eps", 1e-6));
+    requireRank(a.op, "x", x, 2), requireRank(a.op, "weight", weight, 1);
+    requireFloat(a.op, "x", x), requireFloat(a.op, "weight", weight);
+    sameShape(a.op, "x", x, "out", out);
+    if (residual) sameShape(a.op, "x", x, "residual", residual);
+    if (weight.shape[0] != x.shape[1]) fail(a.op, "weight must be [" + std::to_string(x.shape[1]) + "], got " + shapeString(weight));
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, rmsnorm(x, residual, weight, out, eps)); });
+  });
+}
+
+Napi::Value Rope(const Napi::CallbackInfo& info) {
+  return guard(info, "rope", [&](OpArgs& a) {
+    View q = a.tensor("q"), k = a.tensor("k"), positions = a.tensor("positions"), invFreq = a.tensor("invFreq");
+    requireRank(a.op, "q", q, 3), requireRank(a.op, "k", k, 3), requireRank(a.op, "positions", positions, 1);
+    requireDType(a.op, "positions", positions, DType::i32), requireDType(a.op, "invFreq", invFreq, DType::f32);
+    requireFloat(a.op, "q", q), requireFloat(a.op, "k", k);
+    if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || positions.shape[0] != q.shape[0])
+      fail(a.op, "q " + shapeString(q) + ", k " + shapeString(k) + " and positions " + shapeString(positions) + " disagree");
+    if (q.shape[2] % 2 || invFreq.numel() != q.shape[2] / 2)
+      fail(a.op, "invFreq must hold head_dim/2 = " + std::to_string(q.shape[2] / 2) + " values, got " + shapeString(invFreq));
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, rope(q, k, positions, invFreq)); });
+  });
+}
+
+Napi::Value SiluMul(const Napi::CallbackInfo& info) {
+  return guard(info, "siluMul", [&](OpArgs& a) {
+    View gu = a.tensor("gateUp"), out = a.tensor("out");
+    requireRank(a.op, "gateUp", gu, 2), requireRank(a.op, "out", out, 2);
+    requireFloat(a.op, "gateUp", gu), requireFloat(a.op, "out", out);
+    if (out.shape[0] != gu.shape[0] || gu.shape[1] != 2 * out.shape[1])
+      fail(a.op, "gateUp must be [M, 2I] for out [M, I]; got gateUp " + shapeString(gu) + ", out " + shapeString(out));
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, siluMul(gu, out)); });
+  });
+}
+
+Napi::Value Embedding(const Napi::CallbackInfo& info) {
+  return guard(info, "embedding", [&](OpArgs& a) {
+    View ids = a.tensor("ids"), table = a.tensor("table"), out = a.tensor("out");
+    requireRank(a.op, "ids", ids, 1), requireRank(a.op, "table", table, 2), requireRank(a.op, "out", out, 2);
+    requireDType(a.op, "ids", ids, DType::i32), requireFloat(a.op, "table", table), requireFloat(a.op, "out", out);
+    if (out.shape[0] != ids.shape[0] || out.shape[1] != table.shape[1])
+      fail(a.op, "out must be [" + std::to_string(ids.shape[0]) + "," + std::to_string(table.shape[1]) + "], got " + shapeString(out));
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, embedding(ids, table, out)); });
+  });
+}
+
+Napi::Value Add(const Napi::CallbackInfo& info) {
+  return guard(info, "add", [&](OpArgs& a) {
+    View x = a.tensor("a"), y = a.tensor("b"), out = a.tensor("out");
+    requireFloat(a.op, "a", x);
+    sameShape(a.op, "a", x, "b", y), sameShape(a.op, "a", x, "out", out);
+    if (x.dtype != y.dtype || x.dtype != out.dtype) fail(a.op, "a, b and out must share one dtype");
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, add(x, y, out)); });
+  });
+}
+
+void checkCache(const char* op, const View& kCache, const View& vCache) {
+  requireRank(op, "kCache", kCache, 4);
+  sameShape(op, "kCache", kCache, "vCache", vCache);
+  requireFloat(op, "kCache", kCache);
+  if (kCache.dtype != vCache.dtype) fail(op, "kCache and vCache must share one dtype");
+}
+
+Napi::Value KvWrite(const Napi::CallbackInfo& info) {
+  return guard(info, "kvWrite", [&](OpArgs& a) {
+    View k = a.tensor("k"), v = a.tensor("v"), kc = a.tensor("kCache"), vc = a.tensor("vCache"), slots = a.tensor("slots");
+    checkCache(a.op, kc, vc);
+    requireRank(a.op, "k", k, 3), sameShape(a.op, "k", k, "v", v);
+    requireRank(a.op, "slots", slots, 1), requireDType(a.op, "slots", slots, DType::i32);
+    if (slots.shape[0] != k.shape[0]) fail(a.op, "slots must hold one entry per token (" + std::to_string(k.shape[0]) + ")");
+    if (k.shape[1] != kc.shape[2] || k.shape[2] != kc.shape[3])
+      fail(a.op, "k " + shapeString(k) + " does not match the cache's [Hk, D] of " + shapeString(kc));
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, kvWrite(k, v, kc, vc, slots)); });
+  });
+}
+
+Napi::Value PageCopy(const Napi::CallbackInfo& info) {
+  return guard(info, "pageCopy", [&](OpArgs& a) {
+    View kc = a.tensor("kCache"), vc = a.tensor("vCache"), src = a.tensor("src"), dst = a.tensor("dst");
+    checkCache(a.op, kc, vc);
+    requireDType(a.op, "src", src, DType::i32), requireDType(a.op, "dst", dst, DType::i32);
+    sameShape(a.op, "src", src, "dst", dst);
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, pageCopy(kc, vc, src, dst)); });
+  });
+}
+
+PagedKV pagedKV(OpArgs& a) {
+  PagedKV kv;
+  kv.kCache = a.tensor("kCache");
+  kv.vCache = a.tensor("vCache");
+  kv.indptr = a.tensor("indptr");
+  kv.indices = a.tensor("indices");
+  kv.lastPageLen = a.tensor("lastPageLen");
+  checkCache(a.op, kv.kCache, kv.vCache);
+  kv.pageSize = int(kv.kCache.shape[1]);
+  requireDType(a.op, "indptr", kv.indptr, DType::i32), requireDType(a.op, "indices", kv.indices, DType::i32);
+  requireDType(a.op, "lastPageLen", kv.lastPageLen, DType::i32);
+  if (kv.indptr.shape[0] != kv.lastPageLen.shape[0] + 1) fail(a.op, "indptr must be [B+1] for lastPageLen [B]");
+  return kv;
+}
+
+void checkAttention(const char* op, const View& q, const PagedKV& kv, const View& out, int64_t rows) {
+  requireRank(op, "q", q, 3), requireFloat(op, "q", q);
+  sameShape(op, "q", q, "out", out);
+  if (q.shape[0] != rows) fail(op, "q has " + std::to_string(q.shape[0]) + " rows, expected " + std::to_string(rows));
+  int64_t hq = q.shape[1], hk = kv.kCache.shape[2];
+  if (q.shape[2] != kv.kCache.shape[3]) fail(op, "q head dim " + std::to_string(q.shape[2]) + " != cache head dim " + std::to_string(kv.kCache.shape[3]));
+  if (hq % hk) fail(op, "query heads (" + std::to_string(hq) + ") must be a multiple of KV heads (" + std::to_string(hk) + ")");
+}
+
+Napi::Value AttentionDecode(const Napi::CallbackInfo& info) {
+  return guard(info, "attentionDecode", [&](OpArgs& a) {
+    View q = a.tensor("q"), out = a.tensor("out");
+    PagedKV kv = pagedKV(a);
+    float scale = float(a.number("scale", 1.0 / std::sqrt(double(q.shape[q.ndim - 1]))));
+    int kvSplits = int(a.integer("kvSplits", 1, 1, 1024));
+    checkAttention(a.op, q, kv, out, kv.lastPageLen.shape[0]);
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, attentionDecode(q, kv, out, scale, kvSplits)); });
+  });
+}
+
+Napi::Value AttentionPrefill(const Napi::CallbackInfo& info) {
+  return guard(info, "attentionPrefill", [&](OpArgs& a) {
+    View q = a.tensor("q"), qIndptr = a.tensor("qIndptr"), out = a.tensor("out");
+    PagedKV kv = pagedKV(a);
+    float scale = float(a.number("scale", 1.0 / std::sqrt(double(q.shape[q.ndim - 1]))));
+    requireDType(a.op, "qIndptr", qIndptr, DType::i32);
+    sameShape(a.op, "qIndptr", qIndptr, "indptr", kv.indptr);
+    checkAttention(a.op, q, kv, out, q.shape[0]);
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, attentionPrefill(q, qIndptr, kv, out, scale)); });
+  });
+}
+
+Napi::Value Sample(const Napi::CallbackInfo& info) {
+  return guard(info, "sample", [&](OpArgs& a) {
+    SampleArgs s;
+    s.logits = a.tensor("logits");
+    s.temperature = a.tensor("temperature");
+    s.topK = a.tensor("topK");
+    s.topP = a.tensor("topP");
+    s.seeds = a.tensor("seeds");
+    s.positions = a.tensor("positions");
+    s.tokens = a.tensor("tokens");
+    s.logprobs = a.tensor("logprobs");
+    s.topIds = a.optTensor("topIds");
+    s.topLogprobs = a.optTensor("topLogprobs");
+    requireRank(a.op, "logits", s.logits, 2), requireDType(a.op, "logits", s.logits, DType::f32);
+    int64_t B = s.logits.shape[0], V = s.logits.shape[1];
+    auto rows = [&](const char* n, const View& v, DType t, int64_t per) {
+      requireDType(a.op, n, v, t);
+      if (v.numel() != B * per) fail(a.op, std::string("'") + n + "' must hold " + std::to_string(B * per) + " values, got " + shapeString(v));
+    };
+    rows("temperature", s.temperature, DType::f32, 1), rows("topK", s.topK, DType::i32, 1);
+    rows("topP", s.topP, DType::f32, 1), rows("seeds", s.seeds, DType::i32, 2);
+    rows("positions", s.positions, DType::i32, 1), rows("tokens", s.tokens, DType::i32, 1);
+    rows("logprobs", s.logprobs, DType::f32, 1);
+    if (bool(s.topIds) != bool(s.topLogprobs)) fail(a.op, "give both topIds and topLogprobs, or neither");
+    if (s.topIds) {
+      s.numTop = int(s.topIds.numel() / std::max<int64_t>(1, B));
+      if (s.numTop < 1 || s.numTop > V || s.numTop > 64) fail(a.op, "top logprobs per row must be in [1, min(64, V)]");
+      rows("topIds", s.topIds, DType::i32, s.numTop), rows("topLogprobs", s.topLogprobs, DType::f32, s.numTop);
+    }
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, sample(s)); });
+  });
+}
+
+}  // namespace
+
+void registerOps(Napi::Env env, Napi::Object exports) {
+  Napi::Object ops = Napi::Object::New(env);
+  ops.Set("gemm", Napi::Function::New(env, Gemm, "gemm"));
+  ops.Set("rmsnorm", Napi::Function::New(env, RmsNorm, "rmsnorm"));
+  ops.Set("rope", Napi::Function::New(env, Rope, "rope"));
+  ops.Set("siluMul", Napi::Function::New(env, SiluMul, "siluMul"));
+  ops.Set("embedding", Napi::Function::New(env, Embedding, "embedding"));
+  ops.Set("add", Napi::Function::New(env, Add, "add"));
+  ops.Set("kvWrite", Napi::Function::New(env, KvWrite, "kvWrite"));
+  ops.Set("pageCopy", Napi::Function::New(env, PageCopy, "pageCopy"));
+  ops.Set("attentionDecode", Napi::Function::New(env, AttentionDecode, "attentionDecode"));
+  ops.Set("attentionPrefill", Napi::Function::New(env, AttentionPrefill, "attentionPrefill"));
+  ops.Set("sample", Napi::Function::New(env, Sample, "sample"));
+  exports.Set("ops", ops);
+}
+
+}  // namespace dl

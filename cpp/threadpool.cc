@@ -1,0 +1,130 @@
+#include "threadpool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dl {
+namespace {
+
+class Pool {
+ public:
+  explicit Pool(int n) { resize(n); }
+  ~Pool() { stop(); }
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> call(callMu_);  // never while a parallel region runs
+    stop();
+    stopping_ = false;
+    for (int i = 0; i < n - 1; i++) workers_.emplace_back([this, i] { loop(i + 1); });
+  }
+
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    int threads = size();
+    int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(1, grain)));
+    if (chunks == 1 || threads == 1) {
+      fn(0, n);
+      return;
+    }
+    std::unique_lock<std::mutex> call(callMu_);  // one parallel region at a time (calls come from AsyncWorkers)
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fn_ = &fn;
+      n_ = n;
+      chunks_ = chunks;
+      next_.store(0);
+      pending_ = chunks;
+      error_ = nullptr;
+      generation_++;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lk(mu_);
+    done_.wait(lk, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      int64_t c = next_.fetch_add(1);
+      if (c >= chunks_) return;
+      int64_t b = n_ * c / chunks_, e = n_ * (c + 1) / chunks_;
+      try {
+        (*fn_)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  void loop(int) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stopping_ || (generation_ != seen && fn_ != nullptr); });
+        if (stopping_) return;
+        seen = generation_;
+      }
+      work();
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_, callMu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, chunks_ = 0, pending_ = 0;
+  std::atomic<int64_t> next_{0};
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+};
+
+int defaultThreads() {
+  unsigned h = std::thread::hardware_concurrency();
+  return h == 0 ? 1 : int(h);
+}
+
+Pool& pool() {
+  static Pool p(defaultThreads());
+  return p;
+}
+std::mutex resizeMu;
+
+}  // namespace
+
+int numThreads() { return pool().size(); }
+
+void setNumThreads(int n) {
+  std::lock_guard<std::mutex> lk(resizeMu);
+  pool().resize(n <= 0 ? defaultThreads() : n);
+}
+
+void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  pool().run(n, grain, fn);
+}
+
+}  // namespace dl

@@ -1,0 +1,106 @@
+// CUDA runtime glue: device discovery, memory, the backend stream. cudart is linked statically; with no driver or
+// no device every entry point reports why instead of failing the import.
+#include "check.cuh"
+#include "gpu_runtime.h"
+
+#include <mutex>
+
+namespace dl::gpu {
+namespace {
+std::once_flag initOnce;
+cudaStream_t theStream = nullptr;
+std::string initError;
+
+void init() {
+  std::call_once(initOnce, [] {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      initError = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+      (void)cudaGetLastError();
+      return;
+    }
+    if (n == 0) {
+      initError = "no CUDA device found";
+      return;
+    }
+    e = cudaStreamCreateWithFlags(&theStream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      initError = std::string("cudaStreamCreate failed: ") + cudaGetErrorString(e);
+      (void)cudaGetLastError();
+    }
+  });
+}
+
+void require() {
+  init();
+  if (!initError.empty()) throw Error("CUDA backend unavailable: " + initError + "; use device \"cpu\"");
+}
+}  // namespace
+
+cudaStream_t stream() {
+  require();
+  return theStream;
+}
+
+bool compiled() { return true; }
+
+bool available(std::string* reason) {
+  init();
+  if (!initError.empty() && reason) *reason = initError;
+  return initError.empty();
+}
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  if (!available(nullptr)) return out;
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  for (int i = 0; i < n; i++) {
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, i));
+    size_t freeB = 0, totalB = p.totalGlobalMem;
+    int cur = 0;
+    CUDA_CHECK(cudaGetDevice(&cur));
+    if (cur == i) CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
+    out.push_back({i, p.name, p.major, p.minor, totalB, freeB, p.multiProcessorCount});
+  }
+  return out;
+}
+
+std::string runtimeVersion() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) return "";
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+void* malloc(size_t bytes) {
+  require();
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error("CUDA out of memory: cudaMalloc of " + std::to_string(bytes) + " bytes failed (" +
+                cudaGetErrorString(e) + "); free tensors or lower kvMemory");
+  }
+  return p;
+}
+
+void free(void* p) noexcept {
+  if (p) (void)cudaFree(p);
+}
+
+void copyHostToDevice(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+void copyDeviceToHost(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+void copyDeviceToDevice(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+}
+void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+}  // namespace dl::gpu

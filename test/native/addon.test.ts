@@ -1,0 +1,58 @@
+import { describe, expect, it } from "vitest";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+
+const addon = loadAddon();
+
+describe("tensor API", () => {
+  it("round-trips f32, bf16, f16 and i32 through native memory", () => {
+    const values = new Float32Array([1.5, -2.25, 3.0078125, 1e-3, 65504, -0.5]);
+    for (const dtype of ["f32", "bf16", "f16"] as const) {
+      const t = addon.tensor("cpu", dtype, [2, 3]);
+      t.writeF32(values);
+      const back = t.readF32();
+      for (let i = 0; i < values.length; i++) {
+        const tol = dtype === "f32" ? 0 : dtype === "bf16" ? Math.abs(values[i]) / 128 : Math.abs(values[i]) / 1024;
+        expect(Math.abs(back[i] - values[i])).toBeLessThanOrEqual(tol);
+      }
+      expect(t.byteLength).toBe(dtype === "f32" ? 24 : 12);
+      t.dispose();
+    }
+    const ids = addon.tensor("cpu", "i32", [4]);
+    ids.write(new Int32Array([7, -1, 2 ** 30, 0]));
+    expect(Array.from(new Int32Array(ids.read()))).toEqual([7, -1, 2 ** 30, 0]);
+    ids.dispose();
+  });
+
+  it("accounts live bytes and disposes idempotently", () => {
+    const before = addon.liveBytes("cpu");
+    const t = addon.tensor("cpu", "f32", [1000]);
+    expect(addon.liveBytes("cpu") - before).toBe(4000);
+    t.dispose();
+    t.dispose();
+    expect(t.disposed).toBe(true);
+    expect(addon.liveBytes("cpu")).toBe(before);
+    expect(() => t.readF32()).toThrow(/disposed/);
+  });
+
+  it("rejects bad shapes, dtypes and devices with a clear Error", async () => {
+    expect(() => addon.tensor("cpu", "f64" as never, [2])).toThrow(/unknown dtype 'f64'/);
+    expect(() => addon.tensor("cpu", "f32", [0])).toThrow(/positive integer/);
+    expect(() => addon.tensor("tpu" as never, "f32", [2])).toThrow(/unknown device/);
+    const a = addon.tensor("cpu", "f32", [2, 3]);
+    const b = addon.tensor("cpu", "f32", [3, 2]);
+    await expect(addon.ops.add({ a, b, out: a })).rejects.toThrow(/add: 'a' is \[2,3\] f32 but 'b' is \[3,2\] f32/);
+    b.dispose();
+    await expect(addon.ops.add({ a, b, out: a })).rejects.toThrow(/add: tensor 'b' is disposed/);
+    expect(() => a.writeF32(new Float32Array(5))).toThrow(/got 5 values for a tensor of 6/);
+  });
+});
+
+describe("devices", () => {
+  it("reports the CPU and either CUDA devices or why CUDA is unavailable", () => {
+    const d = addon.listDevices();
+    expect(d.cpu.threads).toBeGreaterThanOrEqual(1);
+    expect(["avx2", "avx512"]).toContain(d.cpu.simd);
+    if (d.cuda.available) expect(d.cuda.devices.length).toBeGreaterThan(0);
+    else expect(d.cuda.reason).toMatch(/\w/);
+  });
+});

@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+// The `deliberate` CLI. One file per command in ts/cli/commands/; each registers itself here.
+import { Command } from "commander";
+import { registerDevices } from "./commands/devices.js";
+
+const program = new Command();
+program.name("deliberate").description("serve LLM reasoning programs from Node.js").version("0.1.0");
+registerDevices(program);
+
+program.parseAsync(process.argv).catch((e: unknown) => {
+  console.error(`deliberate: ${e instanceof Error ? e.message : String(e)}`);
+  process.exit(1);
+});

@@ -1,0 +1,24 @@
+// listDevices(): what this process can run on — the CPU (threads, SIMD level) and every CUDA device, or why CUDA
+// is unavailable.
+import type { DeviceReport } from "../native/addonTypes.js";
+import { loadAddon } from "../native/loadAddon.js";
+
+export type { DeviceReport } from "../native/addonTypes.js";
+
+export function listDevices(): DeviceReport {
+  return loadAddon().listDevices();
+}
+
+/** Human-readable lines for the CLI. */
+export function formatDevices(d: DeviceReport): string {
+  const lines = [`cpu   ${d.cpu.threads} threads (${d.cpu.hardwareThreads} hardware), SIMD ${d.cpu.simd}`];
+  if (d.cuda.available) {
+    for (const g of d.cuda.devices) {
+      const gib = (g.totalMemoryBytes / 2 ** 30).toFixed(1);
+      lines.push(`cuda:${g.index} ${g.name}, compute capability ${g.computeCapability}, ${gib} GiB, ${g.multiprocessors} SMs`);
+    }
+  } else {
+    lines.push(`cuda  unavailable: ${d.cuda.reason ?? "unknown reason"}${d.cuda.compiled ? "" : " (CPU-only build)"}`);
+  }
+  return lines.join("\n");
+}
