@@ -1,0 +1,53 @@
+import { describe, expect, it } from "vitest";
+import { calibrate, evaluatePolicy, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import { curveLimit, decide, validatePolicy } from "../../ts/certaindex/policies.js";
+
+describe("policies", () => {
+  const snap = { certaindex: 0.9, used: 2, max: 8, tokensUsed: 100 };
+  it("threshold stops certain programs only from the detection step on", () => {
+    expect(decide({ kind: "threshold", threshold: 0.8, detectAt: 2 }, snap).grant).toBe(false);
+    expect(decide({ kind: "threshold", threshold: 0.8, detectAt: 3 }, snap).grant).toBe(true);
+    expect(decide({ kind: "threshold", threshold: 0.95, detectAt: 2 }, snap).grant).toBe(true);
+  });
+  it("every policy respects the cap; baseline-even runs to it", () => {
+    const capped = { ...snap, used: 8 };
+    for (const p of [{ kind: "baseline-even" }, { kind: "threshold", threshold: 1, detectAt: 1 }] as const) expect(decide(p, capped)).toEqual({ grant: false, reason: "cap" });
+    expect(decide({ kind: "baseline-even" }, { ...snap, certaindex: 1 }).grant).toBe(true);
+  });
+  it("curve interpolates certaindex → max knob", () => {
+    const points = [[0, 8], [1, 2]] as const;
+    expect(curveLimit(points, 0.5)).toBe(5);
+    expect(decide({ kind: "curve", points }, { ...snap, certaindex: 1, used: 2 }).grant).toBe(false);
+    expect(decide({ kind: "curve", points }, { ...snap, certaindex: 0, used: 7 }).grant).toBe(true);
+  });
+  it("baseline-length uses the token-count signal", () => {
+    expect(decide({ kind: "baseline-length", threshold: 0.5, detectAt: 1 }, { ...snap, lengthSignal: 0.7 }).grant).toBe(false);
+    expect(decide({ kind: "baseline-length", threshold: 0.5, detectAt: 1 }, { ...snap, lengthSignal: 0.2 }).grant).toBe(true);
+  });
+  it("rejects bad parameters with the field named", () => {
+    expect(() => validatePolicy({ kind: "threshold", threshold: 2, detectAt: 1 })).toThrow(/threshold must be in \[0, 1\]/);
+    expect(() => validatePolicy({ kind: "threshold", threshold: 0.5, detectAt: 0 })).toThrow(/detectAt/);
+  });
+});
+
+describe("calibration", () => {
+  // Easy programs converge on the right answer early; hard ones keep changing their mind and get it right late.
+  const easy: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: 1, answer: "A", tokensUsed: 100 * k })) };
+  const hard: ProgramTrace = { steps: [0.1, 0.3, 0.5, 0.6].map((c, k) => ({ certaindex: c, answer: k === 3 ? "B" : "X", tokensUsed: 100 * (k + 1) })) };
+  const traces = [easy, easy, hard];
+  const labels = ["A", "A", "B"];
+
+  it("finds thresholds that lose no accuracy and reports the savings", () => {
+    const r = calibrate(traces, labels);
+    expect(r.baseline.accuracy).toBe(1);
+    expect(r.outcome.accuracy).toBe(1);
+    expect(r.tokenSavings).toBeCloseTo(1 - (100 + 100 + 400) / 1200, 9);
+    expect(evaluatePolicy(r.policy, traces, labels).meanTokens).toBeCloseTo(200);
+  });
+  it("never trades accuracy unless allowed", () => {
+    const r = calibrate([hard], ["B"]);
+    expect(r.outcome.accuracy).toBe(1);
+    expect(r.tokenSavings).toBe(0);
+    expect(() => calibrate([hard], [])).toThrow(/1 traces but 0 labels/);
+  });
+});

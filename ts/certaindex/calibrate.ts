@@ -1,0 +1,77 @@
+// Calibration: find per-workload policy parameters that lose no accuracy on a labelled calibration set, and report
+// the token savings against running every program to its cap.
+import { exactMatch, type AnswerEquivalence } from "./signals.js";
+import { decide, type PolicySpec } from "./policies.js";
+
+/** One program's run to its cap, recorded after every knob step. steps[k] is the state after k+1 units. */
+export interface ProgramTrace {
+  steps: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; lengthSignal?: number }>;
+}
+
+export interface PolicyOutcome {
+  accuracy: number;
+  meanTokens: number;
+}
+
+/** Replays a trace under a policy: the program stops at the first step the policy denies. */
+export function replay(policy: PolicySpec, trace: ProgramTrace): { stepIndex: number; answer: string | null; tokensUsed: number } {
+  const max = trace.steps.length;
+  for (let k = 0; k < max; k++) {
+    const s = trace.steps[k];
+    const d = decide(policy, { certaindex: s.certaindex, used: k + 1, max, tokensUsed: s.tokensUsed, lengthSignal: s.lengthSignal });
+    if (!d.grant) return { stepIndex: k, answer: s.answer, tokensUsed: s.tokensUsed };
+  }
+  const last = trace.steps[max - 1];
+  return { stepIndex: max - 1, answer: last.answer, tokensUsed: last.tokensUsed };
+}
+
+export function evaluatePolicy(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], equivalent: AnswerEquivalence = exactMatch): PolicyOutcome {
+  if (traces.length !== labels.length) throw new RangeError(`got ${traces.length} traces but ${labels.length} labels`);
+  let correct = 0;
+  let tokens = 0;
+  traces.forEach((t, i) => {
+    const r = replay(policy, t);
+    if (r.answer != null && equivalent(r.answer, labels[i])) correct++;
+    tokens += r.tokensUsed;
+  });
+  return { accuracy: correct / traces.length, meanTokens: tokens / traces.length };
+}
+
+export interface CalibrationResult {
+  policy: PolicySpec;
+  outcome: PolicyOutcome;
+  baseline: PolicyOutcome;
+  /** 1 − tokens under the policy / tokens at the cap. */
+  tokenSavings: number;
+}
+
+/**
+ * Grid search over thresholds (every distinct signal value seen, plus 1) and detection steps for the threshold
+ * policy (or baseline-length with `kind`): the cheapest setting whose accuracy is at least the cap's accuracy
+ * minus `maxAccuracyLoss` (default 0: lose nothing).
+ */
+export function calibrate(
+  traces: readonly ProgramTrace[],
+  labels: readonly string[],
+  opts: { kind?: "threshold" | "baseline-length"; maxAccuracyLoss?: number; equivalent?: AnswerEquivalence } = {},
+): CalibrationResult {
+  if (traces.length === 0) throw new RangeError("calibrate needs at least one labelled trace");
+  const kind = opts.kind ?? "threshold";
+  const eq = opts.equivalent ?? exactMatch;
+  const baseline = evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
+  const floor = baseline.accuracy - (opts.maxAccuracyLoss ?? 0) - 1e-12;
+  const maxSteps = Math.max(...traces.map((t) => t.steps.length));
+  const values = new Set<number>([1]);
+  for (const t of traces) for (const s of t.steps) values.add(kind === "threshold" ? s.certaindex : (s.lengthSignal ?? 0));
+  let best: CalibrationResult = { policy: { kind: "baseline-even" }, outcome: baseline, baseline, tokenSavings: 0 };
+  for (let detectAt = 1; detectAt <= maxSteps; detectAt++) {
+    for (const threshold of values) {
+      const policy: PolicySpec = { kind, threshold, detectAt };
+      const outcome = evaluatePolicy(policy, traces, labels, eq);
+      if (outcome.accuracy >= floor && outcome.meanTokens < best.outcome.meanTokens) {
+        best = { policy, outcome, baseline, tokenSavings: baseline.meanTokens > 0 ? 1 - outcome.meanTokens / baseline.meanTokens : 0 };
+      }
+    }
+  }
+  return best;
+}

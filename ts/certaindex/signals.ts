@@ -1,0 +1,55 @@
+// Certaindex signals (Dynasor, arXiv 2412.20993): how sure a reasoning program is, in [0, 1].
+
+/** Decides whether two extracted answers are the same answer (default: exact string match after trimming). */
+export type AnswerEquivalence = (a: string, b: string) => boolean;
+
+export const exactMatch: AnswerEquivalence = (a, b) => a.trim() === b.trim();
+
+export interface AnswerCluster {
+  answer: string;
+  count: number;
+}
+
+/** Groups answers into clusters of equivalent answers, largest first (ties: first seen). Empty answers are dropped. */
+export function clusterAnswers(answers: readonly (string | null | undefined)[], equivalent: AnswerEquivalence = exactMatch): AnswerCluster[] {
+  const clusters: AnswerCluster[] = [];
+  for (const a of answers) {
+    if (a == null || a.trim() === "") continue;
+    const c = clusters.find((k) => equivalent(k.answer, a));
+    if (c) c.count++;
+    else clusters.push({ answer: a.trim(), count: 1 });
+  }
+  return clusters.map((c, i) => ({ c, i })).sort((x, y) => y.c.count - x.c.count || x.i - y.i).map((x) => x.c);
+}
+
+/**
+ * Normalised answer entropy H̃ = (log n − H) / log n over the answer clusters of n samples, where H is the entropy
+ * of the cluster distribution. 1 when all n agree, 0 when all differ. Samples without an answer count towards n
+ * (each as its own cluster): a branch that failed to answer is evidence of uncertainty. n < 2 gives 0.
+ */
+export function entropyCertaindex(answers: readonly (string | null | undefined)[], equivalent: AnswerEquivalence = exactMatch): number {
+  const n = answers.length;
+  if (n < 2) return 0;
+  const clusters = clusterAnswers(answers, equivalent);
+  const answered = clusters.reduce((s, c) => s + c.count, 0);
+  const counts = [...clusters.map((c) => c.count), ...Array<number>(n - answered).fill(1)];
+  let h = 0;
+  for (const k of counts) {
+    const p = k / n;
+    h -= p * Math.log(p);
+  }
+  const v = (Math.log(n) - h) / Math.log(n);
+  return Math.min(1, Math.max(0, v));
+}
+
+/** Reward-based certaindex: aggregate of per-branch rewards in [0, 1] (mean for MCTS, max for Rebase). */
+export function rewardCertaindex(rewards: readonly number[], aggregate: "mean" | "max"): number {
+  if (rewards.length === 0) return 0;
+  for (const r of rewards) if (!(r >= 0 && r <= 1)) throw new RangeError(`reward ${r} is outside [0, 1]; normalise rewards first`);
+  return aggregate === "max" ? Math.max(...rewards) : rewards.reduce((s, r) => s + r, 0) / rewards.length;
+}
+
+/** Several signals combined: the program is as certain as its least certain signal (all thresholds must pass). */
+export function combineCertaindex(values: readonly number[]): number {
+  return values.length === 0 ? 0 : Math.min(...values);
+}

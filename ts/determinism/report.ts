@@ -1,0 +1,89 @@
+// Per-prompt agreement across runs and the summary line of the determinism CLI.
+import { firstDivergence, hashTokens } from "./golden.js";
+
+export interface RunRecord {
+  /** Which load the run was under (concurrency; 1 = alone). */
+  load: number;
+  tokens: number[];
+  rollbacks: number;
+  recomputedTokens: number;
+}
+
+export interface PromptReport {
+  index: number;
+  runs: number;
+  agree: boolean;
+  /** Distinct output hashes seen. */
+  distinct: number;
+  /** Earliest position where some run differs from the first run (alone), or null. */
+  firstDivergence: number | null;
+  divergentLoads: number[];
+  rollbacks: number;
+  recomputedTokens: number;
+  generatedTokens: number;
+}
+
+export function comparePromptRuns(index: number, runs: readonly RunRecord[]): PromptReport {
+  if (runs.length === 0) throw new Error(`prompt ${index} has no runs`);
+  const base = runs[0].tokens;
+  let first: number | null = null;
+  const loads = new Set<number>();
+  for (const r of runs.slice(1)) {
+    const d = firstDivergence(base, r.tokens);
+    if (d !== null) {
+      loads.add(r.load);
+      first = first === null ? d : Math.min(first, d);
+    }
+  }
+  return {
+    index,
+    runs: runs.length,
+    agree: first === null,
+    distinct: new Set(runs.map((r) => hashTokens(r.tokens))).size,
+    firstDivergence: first,
+    divergentLoads: [...loads].sort((a, b) => a - b),
+    rollbacks: runs.reduce((s, r) => s + r.rollbacks, 0),
+    recomputedTokens: runs.reduce((s, r) => s + r.recomputedTokens, 0),
+    generatedTokens: runs.reduce((s, r) => s + r.tokens.length, 0),
+  };
+}
+
+export interface DeterminismSummary {
+  prompts: number;
+  runs: number;
+  divergences: number;
+  rollbacks: number;
+  recomputedTokens: number;
+  recomputedFraction: number;
+}
+
+export function summarize(reports: readonly PromptReport[]): DeterminismSummary {
+  const generated = reports.reduce((s, r) => s + r.generatedTokens, 0);
+  const recomputed = reports.reduce((s, r) => s + r.recomputedTokens, 0);
+  return {
+    prompts: reports.length,
+    runs: reports.reduce((s, r) => s + r.runs, 0),
+    divergences: reports.filter((r) => !r.agree).length,
+    rollbacks: reports.reduce((s, r) => s + r.rollbacks, 0),
+    recomputedTokens: recomputed,
+    recomputedFraction: generated > 0 ? recomputed / generated : 0,
+  };
+}
+
+/** Seeded Fisher–Yates shuffle (mulberry32) for choosing background companions reproducibly. */
+export function shuffled<T>(items: readonly T[], seed: number): T[] {
+  let s = seed >>> 0;
+  const rand = () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(rand() * (i + 1));
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
