@@ -1,3 +1,4 @@
+// (Named llamacppOracle so it does not collide with the forward branch's llamacpp.test.ts, which checks the native engine.)
 // Oracle 2: llama.cpp (node-llama-cpp prebuilt CPU binary) runs the same weights exported to GGUF. It shares no
 // code with our float64 reference, so agreement checks the reference, the GGUF export (RoPE row permutation,
 // llama3 rope_freqs, tied embeddings, q/k/v biases) and the fixture layout at once.
