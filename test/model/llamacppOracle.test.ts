@@ -1,7 +1,7 @@
-// (Named llamacppOracle so it does not collide with the forward branch's llamacpp.test.ts, which checks the native engine.)
 // Oracle 2: llama.cpp (node-llama-cpp prebuilt CPU binary) runs the same weights exported to GGUF. It shares no
 // code with our float64 reference, so agreement checks the reference, the GGUF export (RoPE row permutation,
-// llama3 rope_freqs, tied embeddings, q/k/v biases) and the fixture layout at once.
+// llama3 rope_freqs, tied embeddings, q/k/v biases) and the fixture layout at once. The native engine's own
+// llama.cpp comparison lives in llamacpp.test.ts.
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exportGguf, type GgufDType } from "../../scripts/gguf/export-gguf.js";
