@@ -5,7 +5,6 @@ namespace dl::cpu {
 namespace {
 [[noreturn]] void pending(const char* op) { throw Error(std::string("CPU backend: op '") + op + "' is not implemented yet"); }
 }  // namespace
-void gemm(const View&, const View&, const View&, const View&, int) { pending("gemm"); }
 void rmsnorm(const View&, const View&, const View&, const View&, float) { pending("rmsnorm"); }
 void rope(const View&, const View&, const View&, const View&) { pending("rope"); }
 void siluMul(const View&, const View&) { pending("siluMul"); }
