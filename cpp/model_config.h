@@ -17,7 +17,8 @@ struct ModelConfig {
   int intermediate = 0;  // I
   int vocab = 0;         // V
   float rmsEps = 1e-6f;
-  bool attentionBias = false;  // q/k/v projections carry a bias (Qwen2)
+  bool attentionBias = false;  // q/k/v projections carry a bias (Qwen2; Llama with attention_bias)
+  bool oProjBias = false;      // o_proj carries a bias (Llama/Mistral with attention_bias)
   bool tieEmbeddings = false;  // lm_head shares embed_tokens
   std::vector<float> invFreq;  // [D/2], rotary inverse frequencies with any scaling applied
 

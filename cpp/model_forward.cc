@@ -250,7 +250,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
       ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
                             attn_.view({npre, Hq, D}, nd * Q), scale);
     }
-    ops::gemm(d, attn, L.o.matrix(), View{}, o, sk(Q));
+    ops::gemm(d, attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o, sk(Q));
     ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
     ops::gemm(d, h, L.gateUp.matrix(), View{}, gu, sk(C));
     ops::siluMul(d, gu, act);

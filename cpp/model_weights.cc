@@ -70,6 +70,7 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
              {{p + "self_attn.q_proj.bias", Q}, {p + "self_attn.k_proj.bias", KV}, {p + "self_attn.v_proj.bias", KV}},
              true);
     define(L.o, C, Q, {{p + "self_attn.o_proj.weight", C}}, false);
+    if (cfg.oProjBias) define(L.oBias, C, 1, {{p + "self_attn.o_proj.bias", C}}, true);
     define(L.gateUp, 2 * I, C, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, false);
     define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
   }
@@ -132,7 +133,8 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
     }
   }
   throw Error("setWeight: unknown weight '" + name + "' for this architecture (" + std::to_string(cfg_.numLayers) +
-              " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", tieEmbeddings " +
+              " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", oProjBias " +
+              (cfg_.oProjBias ? "true" : "false") + ", tieEmbeddings " +
               (cfg_.tieEmbeddings ? "true" : "false") + ")");
 }
 

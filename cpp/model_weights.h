@@ -36,7 +36,7 @@ struct WeightSlot {
 };
 
 struct LayerWeights {
-  WeightSlot inputNorm, postNorm, qkv, qkvBias, o, gateUp, down;
+  WeightSlot inputNorm, postNorm, qkv, qkvBias, o, oBias, gateUp, down;
 };
 
 class ModelWeights {

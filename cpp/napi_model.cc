@@ -78,6 +78,7 @@ ModelConfig parseConfig(const Napi::Object& o) {
   c.vocab = int(integer(o, "vocab", w, 0, 1, 1 << 30, true));
   c.rmsEps = float(num(o, "rmsEps", w, 1e-6));
   c.attentionBias = boolean(o, "attentionBias", w, false);
+  c.oProjBias = boolean(o, "oProjBias", w, false);
   c.tieEmbeddings = boolean(o, "tieEmbeddings", w, false);
   Napi::Value inv = field(o, "invFreq", w);
   if (!inv.IsTypedArray() || inv.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
