@@ -1,0 +1,133 @@
+// Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
+// the same run, with the same thread count.
+//   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
+//     [--threads N] [--device cpu|cuda] [--no-peer]
+// The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
+// llama.cpp gets it through the GGUF export with the checkpoint dtype kept.
+import { existsSync } from "node:fs";
+import { tmpdir, cpus } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { getLlama, type Token } from "node-llama-cpp";
+import { exportGguf } from "../gguf/export-gguf.js";
+import { makeFixture, PRESETS } from "../make-fixture.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+
+const { values } = parseArgs({
+  options: {
+    json: { type: "boolean" },
+    preset: { type: "string", default: "smollm-135m" },
+    "prompt-tokens": { type: "string", default: "128" },
+    "decode-tokens": { type: "string", default: "64" },
+    threads: { type: "string" },
+    device: { type: "string", default: "cpu" },
+    "no-peer": { type: "boolean" },
+  },
+});
+const promptTokens = Number(values["prompt-tokens"]);
+const decodeTokens = Number(values["decode-tokens"]);
+const threads = values.threads ? Number(values.threads) : cpus().length;
+const device = values.device as "cpu" | "cuda";
+const preset = PRESETS[values.preset!];
+if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
+
+const log = (m: string) => values.json || console.error(m);
+
+async function fixture(): Promise<{ dir: string; gguf: string }> {
+  const dir = join(tmpdir(), `deliberate-bench-${values.preset}`);
+  const gguf = join(dir, "model.gguf");
+  if (!existsSync(join(dir, "model.safetensors")) && !existsSync(join(dir, "model.safetensors.index.json"))) {
+    log(`writing a random ${values.preset} model to ${dir} ...`);
+    await makeFixture({ ...preset, out: dir });
+  }
+  if (!values["no-peer"] && !existsSync(gguf)) {
+    log("exporting GGUF for llama.cpp ...");
+    await exportGguf(dir, gguf, "keep");
+  }
+  return { dir, gguf };
+}
+
+function prompt(vocab: number): number[] {
+  let s = 12345;
+  return Array.from({ length: promptTokens }, () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return 300 + (s % (vocab - 300));
+  });
+}
+
+interface Speed {
+  prefillTokensPerSecond: number;
+  decodeTokensPerSecond: number;
+}
+
+/** Times prefill (prompt -> first token) and decode (the next decodeTokens tokens) of one greedy sequence. */
+async function timeStream(next: () => Promise<boolean>): Promise<Speed> {
+  const t0 = performance.now();
+  await next(); // first token: the whole prompt's prefill
+  const t1 = performance.now();
+  for (let i = 0; i < decodeTokens; i++) await next();
+  const t2 = performance.now();
+  return { prefillTokensPerSecond: (promptTokens * 1000) / (t1 - t0), decodeTokensPerSecond: (decodeTokens * 1000) / (t2 - t1) };
+}
+
+async function ours(model: Model, ids: number[]): Promise<Speed> {
+  // Model.forward directly (no detokenizer): one forward per token, the prompt as a single prefill step.
+  const pages = Int32Array.from({ length: Math.ceil((promptTokens + decodeTokens + 1) / model.kv.pageSize) }, (_, i) => i);
+  let pos = 0;
+  let input = ids;
+  return timeStream(async () => {
+    const [r] = await model.forward({
+      gemmSplitK: 1,
+      kvSplits: 1,
+      sequences: [{ tokens: Int32Array.from(input), startPos: pos, blockTable: pages }],
+    });
+    pos += input.length;
+    input = [r.token];
+    return true;
+  });
+}
+
+async function peer(gguf: string, ids: number[]): Promise<Speed> {
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" as never, maxThreads: threads });
+  const model = await llama.loadModel({ modelPath: gguf });
+  try {
+    const run = async () => {
+      const context = await model.createContext({ contextSize: 1024, batchSize: Math.max(512, promptTokens), threads });
+      const it = context.getSequence().evaluate(ids as Token[], { temperature: 0 })[Symbol.asyncIterator]();
+      const speed = await timeStream(async () => !(await it.next()).done);
+      await it.return?.();
+      await context.dispose();
+      return speed;
+    };
+    await run(); // warm-up
+    return await run();
+  } finally {
+    await model.dispose();
+    await llama.dispose();
+  }
+}
+
+const { dir, gguf } = await fixture();
+loadAddon().setThreads(threads);
+const model = await loadModel(dir, { device, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
+const ids = prompt(model.config.vocabSize);
+await ours(model, ids); // warm-up (scratch allocation, page faults)
+const mine = await ours(model, ids);
+model.dispose();
+const theirs = values["no-peer"] ? null : await peer(gguf, ids);
+
+const result = {
+  model: `${values.preset} (random, ${preset.dtype})`,
+  device,
+  threads,
+  promptTokens,
+  decodeTokens,
+  decodeTokensPerSecond: +mine.decodeTokensPerSecond.toFixed(2),
+  prefillTokensPerSecond: +mine.prefillTokensPerSecond.toFixed(2),
+  peerDecodeTokensPerSecond: theirs ? +theirs.decodeTokensPerSecond.toFixed(2) : null,
+  peerPrefillTokensPerSecond: theirs ? +theirs.prefillTokensPerSecond.toFixed(2) : null,
+  ratio: theirs ? +(mine.decodeTokensPerSecond / theirs.decodeTokensPerSecond).toFixed(3) : null,
+  prefillRatio: theirs ? +(mine.prefillTokensPerSecond / theirs.prefillTokensPerSecond).toFixed(3) : null,
+};
+console.log(values.json ? JSON.stringify(result) : result);
