@@ -1,7 +1,9 @@
 // Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
 // the same run, with the same thread count.
 //   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
-//     [--threads N] [--device cpu|cuda] [--no-peer]
+//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer]
+// Rounds alternate deliberate and llama.cpp and each side reports its best round, so that load from other
+// processes on a shared machine biases neither side.
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
 // llama.cpp gets it through the GGUF export with the checkpoint dtype kept.
 import { existsSync } from "node:fs";
@@ -21,6 +23,7 @@ const { values } = parseArgs({
     "prompt-tokens": { type: "string", default: "128" },
     "decode-tokens": { type: "string", default: "64" },
     threads: { type: "string" },
+    rounds: { type: "string", default: "3" },
     device: { type: "string", default: "cpu" },
     "no-peer": { type: "boolean" },
   },
@@ -28,6 +31,7 @@ const { values } = parseArgs({
 const promptTokens = Number(values["prompt-tokens"]);
 const decodeTokens = Number(values["decode-tokens"]);
 const threads = values.threads ? Number(values.threads) : cpus().length;
+const rounds = Number(values.rounds);
 const device = values.device as "cpu" | "cuda";
 const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
@@ -88,34 +92,53 @@ async function ours(model: Model, ids: number[]): Promise<Speed> {
   });
 }
 
-async function peer(gguf: string, ids: number[]): Promise<Speed> {
+interface Peer {
+  run(): Promise<Speed>;
+  dispose(): Promise<void>;
+}
+
+async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
   const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" as never, maxThreads: threads });
   const model = await llama.loadModel({ modelPath: gguf });
-  try {
-    const run = async () => {
+  return {
+    async run() {
       const context = await model.createContext({ contextSize: 1024, batchSize: Math.max(512, promptTokens), threads });
       const it = context.getSequence().evaluate(ids as Token[], { temperature: 0 })[Symbol.asyncIterator]();
       const speed = await timeStream(async () => !(await it.next()).done);
       await it.return?.();
       await context.dispose();
       return speed;
-    };
-    await run(); // warm-up
-    return await run();
-  } finally {
-    await model.dispose();
-    await llama.dispose();
-  }
+    },
+    async dispose() {
+      await model.dispose();
+      await llama.dispose();
+    },
+  };
 }
+
+const best = (xs: Speed[]): Speed => ({
+  prefillTokensPerSecond: Math.max(...xs.map((x) => x.prefillTokensPerSecond)),
+  decodeTokensPerSecond: Math.max(...xs.map((x) => x.decodeTokensPerSecond)),
+});
 
 const { dir, gguf } = await fixture();
 loadAddon().setThreads(threads);
 const model = await loadModel(dir, { device, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
 const ids = prompt(model.config.vocabSize);
+const peerModel = values["no-peer"] ? null : await openPeer(gguf, ids);
 await ours(model, ids); // warm-up (scratch allocation, page faults)
-const mine = await ours(model, ids);
+await peerModel?.run();
+const mineRuns: Speed[] = [];
+const theirRuns: Speed[] = [];
+for (let r = 0; r < rounds; r++) {
+  mineRuns.push(await ours(model, ids));
+  if (peerModel) theirRuns.push(await peerModel.run());
+  log(`round ${r + 1}: ours ${JSON.stringify(mineRuns[r])}${peerModel ? ` llama.cpp ${JSON.stringify(theirRuns[r])}` : ""}`);
+}
 model.dispose();
-const theirs = values["no-peer"] ? null : await peer(gguf, ids);
+await peerModel?.dispose();
+const mine = best(mineRuns);
+const theirs = peerModel ? best(theirRuns) : null;
 
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
@@ -123,6 +146,7 @@ const result = {
   threads,
   promptTokens,
   decodeTokens,
+  rounds,
   decodeTokensPerSecond: +mine.decodeTokensPerSecond.toFixed(2),
   prefillTokensPerSecond: +mine.prefillTokensPerSecond.toFixed(2),
   peerDecodeTokensPerSecond: theirs ? +theirs.decodeTokensPerSecond.toFixed(2) : null,
