@@ -7,7 +7,7 @@
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
 // llama.cpp gets it through the GGUF export with the checkpoint dtype kept.
 import { existsSync } from "node:fs";
-import { tmpdir, cpus } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { getLlama, type Token } from "node-llama-cpp";
@@ -63,16 +63,32 @@ function prompt(vocab: number): number[] {
 interface Speed {
   prefillTokensPerSecond: number;
   decodeTokensPerSecond: number;
+  /** Tokens per second of this process's CPU time (all threads): robust to other load on a shared machine. */
+  prefillTokensPerCpuSecond: number;
+  decodeTokensPerCpuSecond: number;
 }
+
+const cpuSeconds = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
 
 /** Times prefill (prompt -> first token) and decode (the next decodeTokens tokens) of one greedy sequence. */
 async function timeStream(next: () => Promise<boolean>): Promise<Speed> {
   const t0 = performance.now();
+  const c0 = cpuSeconds();
   await next(); // first token: the whole prompt's prefill
   const t1 = performance.now();
+  const c1 = cpuSeconds();
   for (let i = 0; i < decodeTokens; i++) await next();
   const t2 = performance.now();
-  return { prefillTokensPerSecond: (promptTokens * 1000) / (t1 - t0), decodeTokensPerSecond: (decodeTokens * 1000) / (t2 - t1) };
+  const c2 = cpuSeconds();
+  return {
+    prefillTokensPerSecond: (promptTokens * 1000) / (t1 - t0),
+    decodeTokensPerSecond: (decodeTokens * 1000) / (t2 - t1),
+    prefillTokensPerCpuSecond: promptTokens / (c1 - c0),
+    decodeTokensPerCpuSecond: decodeTokens / (c2 - c1),
+  };
 }
 
 async function ours(model: Model, ids: number[]): Promise<Speed> {
@@ -116,10 +132,16 @@ async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
   };
 }
 
-const best = (xs: Speed[]): Speed => ({
-  prefillTokensPerSecond: Math.max(...xs.map((x) => x.prefillTokensPerSecond)),
-  decodeTokensPerSecond: Math.max(...xs.map((x) => x.decodeTokensPerSecond)),
-});
+const best = (xs: Speed[]): Speed => {
+  const max = (k: keyof Speed) => Math.max(...xs.map((x) => x[k]));
+  return {
+    prefillTokensPerSecond: max("prefillTokensPerSecond"),
+    decodeTokensPerSecond: max("decodeTokensPerSecond"),
+    prefillTokensPerCpuSecond: max("prefillTokensPerCpuSecond"),
+    decodeTokensPerCpuSecond: max("decodeTokensPerCpuSecond"),
+  };
+};
+const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, +v.toFixed(2)]));
 
 const { dir, gguf } = await fixture();
 loadAddon().setThreads(threads);
@@ -133,7 +155,7 @@ const theirRuns: Speed[] = [];
 for (let r = 0; r < rounds; r++) {
   mineRuns.push(await ours(model, ids));
   if (peerModel) theirRuns.push(await peerModel.run());
-  log(`round ${r + 1}: ours ${JSON.stringify(mineRuns[r])}${peerModel ? ` llama.cpp ${JSON.stringify(theirRuns[r])}` : ""}`);
+  log(`round ${r + 1}: ours ${JSON.stringify(fmt(mineRuns[r]))}${peerModel ? ` llama.cpp ${JSON.stringify(fmt(theirRuns[r]))}` : ""}`);
 }
 model.dispose();
 await peerModel?.dispose();
@@ -153,5 +175,9 @@ const result = {
   peerPrefillTokensPerSecond: theirs ? +theirs.prefillTokensPerSecond.toFixed(2) : null,
   ratio: theirs ? +(mine.decodeTokensPerSecond / theirs.decodeTokensPerSecond).toFixed(3) : null,
   prefillRatio: theirs ? +(mine.prefillTokensPerSecond / theirs.prefillTokensPerSecond).toFixed(3) : null,
+  // The same ratios in tokens per CPU-second (each side's best round): the fairer figure on a loaded machine.
+  cpuTimeRatio: theirs ? +(mine.decodeTokensPerCpuSecond / theirs.decodeTokensPerCpuSecond).toFixed(3) : null,
+  cpuTimePrefillRatio: theirs ? +(mine.prefillTokensPerCpuSecond / theirs.prefillTokensPerCpuSecond).toFixed(3) : null,
+  loadAverage: +loadavg()[0].toFixed(2),
 };
 console.log(values.json ? JSON.stringify(result) : result);
