@@ -1,11 +1,13 @@
 // Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
 // the same run, with the same thread count.
 //   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
-//     [--threads N] [--device cpu|cuda] [--no-peer]
+//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer]
+// Rounds alternate deliberate and llama.cpp and each side reports its best round, so that load from other
+// processes on a shared machine biases neither side.
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
 // llama.cpp gets it through the GGUF export with the checkpoint dtype kept.
 import { existsSync } from "node:fs";
-import { tmpdir, cpus } from "node:os";
+import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { getLlama, type Token } from "node-llama-cpp";
@@ -21,6 +23,7 @@ const { values } = parseArgs({
     "prompt-tokens": { type: "string", default: "128" },
     "decode-tokens": { type: "string", default: "64" },
     threads: { type: "string" },
+    rounds: { type: "string", default: "3" },
     device: { type: "string", default: "cpu" },
     "no-peer": { type: "boolean" },
   },
@@ -28,6 +31,7 @@ const { values } = parseArgs({
 const promptTokens = Number(values["prompt-tokens"]);
 const decodeTokens = Number(values["decode-tokens"]);
 const threads = values.threads ? Number(values.threads) : cpus().length;
+const rounds = Number(values.rounds);
 const device = values.device as "cpu" | "cuda";
 const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
@@ -59,16 +63,32 @@ function prompt(vocab: number): number[] {
 interface Speed {
   prefillTokensPerSecond: number;
   decodeTokensPerSecond: number;
+  /** Tokens per second of this process's CPU time (all threads): robust to other load on a shared machine. */
+  prefillTokensPerCpuSecond: number;
+  decodeTokensPerCpuSecond: number;
 }
+
+const cpuSeconds = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
 
 /** Times prefill (prompt -> first token) and decode (the next decodeTokens tokens) of one greedy sequence. */
 async function timeStream(next: () => Promise<boolean>): Promise<Speed> {
   const t0 = performance.now();
+  const c0 = cpuSeconds();
   await next(); // first token: the whole prompt's prefill
   const t1 = performance.now();
+  const c1 = cpuSeconds();
   for (let i = 0; i < decodeTokens; i++) await next();
   const t2 = performance.now();
-  return { prefillTokensPerSecond: (promptTokens * 1000) / (t1 - t0), decodeTokensPerSecond: (decodeTokens * 1000) / (t2 - t1) };
+  const c2 = cpuSeconds();
+  return {
+    prefillTokensPerSecond: (promptTokens * 1000) / (t1 - t0),
+    decodeTokensPerSecond: (decodeTokens * 1000) / (t2 - t1),
+    prefillTokensPerCpuSecond: promptTokens / (c1 - c0),
+    decodeTokensPerCpuSecond: decodeTokens / (c2 - c1),
+  };
 }
 
 async function ours(model: Model, ids: number[]): Promise<Speed> {
@@ -88,34 +108,59 @@ async function ours(model: Model, ids: number[]): Promise<Speed> {
   });
 }
 
-async function peer(gguf: string, ids: number[]): Promise<Speed> {
+interface Peer {
+  run(): Promise<Speed>;
+  dispose(): Promise<void>;
+}
+
+async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
   const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" as never, maxThreads: threads });
   const model = await llama.loadModel({ modelPath: gguf });
-  try {
-    const run = async () => {
+  return {
+    async run() {
       const context = await model.createContext({ contextSize: 1024, batchSize: Math.max(512, promptTokens), threads });
       const it = context.getSequence().evaluate(ids as Token[], { temperature: 0 })[Symbol.asyncIterator]();
       const speed = await timeStream(async () => !(await it.next()).done);
       await it.return?.();
       await context.dispose();
       return speed;
-    };
-    await run(); // warm-up
-    return await run();
-  } finally {
-    await model.dispose();
-    await llama.dispose();
-  }
+    },
+    async dispose() {
+      await model.dispose();
+      await llama.dispose();
+    },
+  };
 }
+
+const best = (xs: Speed[]): Speed => {
+  const max = (k: keyof Speed) => Math.max(...xs.map((x) => x[k]));
+  return {
+    prefillTokensPerSecond: max("prefillTokensPerSecond"),
+    decodeTokensPerSecond: max("decodeTokensPerSecond"),
+    prefillTokensPerCpuSecond: max("prefillTokensPerCpuSecond"),
+    decodeTokensPerCpuSecond: max("decodeTokensPerCpuSecond"),
+  };
+};
+const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, +v.toFixed(2)]));
 
 const { dir, gguf } = await fixture();
 loadAddon().setThreads(threads);
 const model = await loadModel(dir, { device, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
 const ids = prompt(model.config.vocabSize);
+const peerModel = values["no-peer"] ? null : await openPeer(gguf, ids);
 await ours(model, ids); // warm-up (scratch allocation, page faults)
-const mine = await ours(model, ids);
+await peerModel?.run();
+const mineRuns: Speed[] = [];
+const theirRuns: Speed[] = [];
+for (let r = 0; r < rounds; r++) {
+  mineRuns.push(await ours(model, ids));
+  if (peerModel) theirRuns.push(await peerModel.run());
+  log(`round ${r + 1}: ours ${JSON.stringify(fmt(mineRuns[r]))}${peerModel ? ` llama.cpp ${JSON.stringify(fmt(theirRuns[r]))}` : ""}`);
+}
 model.dispose();
-const theirs = values["no-peer"] ? null : await peer(gguf, ids);
+await peerModel?.dispose();
+const mine = best(mineRuns);
+const theirs = peerModel ? best(theirRuns) : null;
 
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
@@ -123,11 +168,16 @@ const result = {
   threads,
   promptTokens,
   decodeTokens,
+  rounds,
   decodeTokensPerSecond: +mine.decodeTokensPerSecond.toFixed(2),
   prefillTokensPerSecond: +mine.prefillTokensPerSecond.toFixed(2),
   peerDecodeTokensPerSecond: theirs ? +theirs.decodeTokensPerSecond.toFixed(2) : null,
   peerPrefillTokensPerSecond: theirs ? +theirs.prefillTokensPerSecond.toFixed(2) : null,
   ratio: theirs ? +(mine.decodeTokensPerSecond / theirs.decodeTokensPerSecond).toFixed(3) : null,
   prefillRatio: theirs ? +(mine.prefillTokensPerSecond / theirs.prefillTokensPerSecond).toFixed(3) : null,
+  // The same ratios in tokens per CPU-second (each side's best round): the fairer figure on a loaded machine.
+  cpuTimeRatio: theirs ? +(mine.decodeTokensPerCpuSecond / theirs.decodeTokensPerCpuSecond).toFixed(3) : null,
+  cpuTimePrefillRatio: theirs ? +(mine.prefillTokensPerCpuSecond / theirs.prefillTokensPerCpuSecond).toFixed(3) : null,
+  loadAverage: +loadavg()[0].toFixed(2),
 };
 console.log(values.json ? JSON.stringify(result) : result);
