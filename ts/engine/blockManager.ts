@@ -96,7 +96,7 @@ export class BlockManager {
 
   /**
    * Admission: starts a sequence with no pages on the longest cached prefix of its tokens (revived pages leave the
-   * free list). Sets numComputedTokens and numCachedTokens; returns the cached token count. At least the last
+   * free list). Sets numComputedTokens (and numCachedTokens on first admission); returns the cached token count. At least the last
    * token is always left to compute, since its logits give the next token.
    */
   allocatePrefix(seq: Sequence): number {
@@ -116,7 +116,8 @@ export class BlockManager {
     this.queriedTokens += seq.numTokens;
     this.hitTokens += cached;
     seq.numComputedTokens = cached;
-    seq.numCachedTokens = cached;
+    // Usage reports the first admission's savings; a recompute after preemption reviving its own pages is not one.
+    if (seq.numPreemptions === 0) seq.numCachedTokens = cached;
     return cached;
   }
 

@@ -27,6 +27,10 @@ export class Sequence {
   status: SequenceStatus = "waiting";
   /** Times this sequence was preempted (its KV dropped, to be recomputed). */
   numPreemptions = 0;
+  /** Most completion tokens it may generate (SJF's fallback estimate of remaining work). */
+  maxCompletionTokens = Number.POSITIVE_INFINITY;
+  /** When set, KV is computed no further than this many tokens (e.g. until n samples fork off the prompt). */
+  computeLimit: number | null = null;
 
   constructor(
     readonly id: number,
