@@ -8,6 +8,8 @@ import type { OrderFn } from "../sched/types.js";
 import { RequestHandle } from "./handle.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { ThroughputMeter, type EngineMetrics } from "./metrics.js";
+import type { Model } from "../model/model.js";
+import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
 import type { EngineModel, ForwardResult, TextCodec } from "./modelTypes.js";
 import { ModelSlot } from "./modelSlot.js";
 import type { ForkOptions, GenerateRequest } from "./request.js";
@@ -20,8 +22,9 @@ import type { Sequence } from "./sequence.js";
 export interface EngineModelSpec {
   /** Name requests use to pick it (request.model); default "default" for the first, then "model<i>". */
   name?: string;
-  model: EngineModel;
-  /** Needed for text prompts, text output and stop strings; omit to work in token ids only. */
+  /** A loaded Model (its tokenizer is used), or anything implementing the engine's model contract. */
+  model: Model | EngineModel;
+  /** For an EngineModel: needed for text prompts, text output and stop strings; omit to work in token ids. */
   tokenizer?: TextCodec | null;
 }
 
@@ -56,6 +59,22 @@ export class Engine implements AsyncDisposable {
   private loop: Promise<void> | null = null;
   private isDisposed = false;
   private steps = 0;
+  /** Models Engine.load loaded, disposed with the engine. */
+  private ownedModels: Model[] = [];
+
+  /** Loads model folders (each with its own KV budget) and starts an engine that owns them. */
+  static async load(options: Omit<EngineOptions, "models"> & { models: EngineModelSource | EngineModelSource[] }): Promise<Engine> {
+    const sources = Array.isArray(options.models) ? options.models : [options.models];
+    const models = await loadModels(sources);
+    try {
+      const engine = new Engine({ ...options, models: models.map((model, i) => ({ name: sources[i].name, model })) });
+      engine.ownedModels = models;
+      return engine;
+    } catch (e) {
+      for (const m of models) m.dispose();
+      throw e;
+    }
+  }
 
   constructor(options: EngineOptions) {
     const specs = Array.isArray(options.models) ? options.models : [options.models];
@@ -69,7 +88,9 @@ export class Engine implements AsyncDisposable {
     const kernelMode = options.kernelMode ?? "fast";
     this.slots = specs.map((spec, i) => {
       const name = spec.name ?? (i === 0 ? "default" : `model${i}`);
-      return new ModelSlot(name, spec.model, spec.tokenizer ?? null, kernelMode, schedulerOptions);
+      const model = isModel(spec.model) ? engineModelOf(spec.model) : spec.model;
+      const codec = isModel(spec.model) ? codecOf(spec.model) : (spec.tokenizer ?? null);
+      return new ModelSlot(name, model, codec, kernelMode, schedulerOptions);
     });
     const names = new Set(this.slots.map((s) => s.name));
     if (names.size !== this.slots.length) throw new Error(`Engine: model names must be unique, got ${this.slots.map((s) => s.name).join(", ")}`);
@@ -130,6 +151,7 @@ export class Engine implements AsyncDisposable {
     this.wake?.();
     await this.loop;
     for (const state of [...this.live]) this.abortRequest(state);
+    for (const m of this.ownedModels) m.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -163,6 +185,7 @@ export class Engine implements AsyncDisposable {
   }
 
   private async run(): Promise<void> {
+    await yieldToEventLoop(); // let a burst of synchronous submits land in the first step together
     while (!this.isDisposed) {
       this.sweepAborted();
       if (!this.slots.some((s) => s.scheduler.hasWork)) {
