@@ -266,7 +266,7 @@ export class Engine implements AsyncDisposable {
     const { state, sample } = this.owners.get(seq.id)!;
     const p = state.params;
     return {
-      sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: p.seed + sample },
+      sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
       numTopLogprobs: p.logprobs ?? 0,
       captureHiddenLayer: p.captureHiddenLayer,
     };

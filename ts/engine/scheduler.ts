@@ -69,6 +69,18 @@ export class Scheduler {
     seq.status = "finished";
   }
 
+  /**
+   * Rolls a sequence back to its first `length` tokens (prompt included): tokens past it are dropped and their
+   * KV released; the last kept token is fed again next step, as if the dropped tokens had never been generated.
+   */
+  truncate(seq: Sequence, length: number): void {
+    if (!Number.isInteger(length) || length < 1 || length > seq.numTokens) {
+      throw new Error(`truncate: length ${length} is outside [1, ${seq.numTokens}] for sequence ${seq.id}`);
+    }
+    seq.tokens.length = length;
+    this.blockManager.truncate(seq, Math.min(seq.numComputedTokens, length - 1));
+  }
+
   schedule(nowMs: number): ScheduledBatch {
     const batch: ScheduledBatch = { seqs: [], pageCopies: [], preempted: [], failed: [] };
     let budget = this.options.maxBatchTokens;
