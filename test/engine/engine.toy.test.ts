@@ -124,6 +124,17 @@ describe("Engine on the paged reference model", () => {
     expect(out.usage.generatedTokens).toBe(12);
   });
 
+  it("n samples also start when the shared prompt is one token or already cached", async () => {
+    await using engine = makeEngine(64).engine;
+    const one = await engine.submit({ prompt: [9], n: 3, maxTokens: 4, temperature: 1, seed: 8, ignoreEos: true }).result;
+    one.samples.forEach((s, i) => expect(s.tokens).toEqual(toyReference([9], 4, { temperature: 1, seed: 8 + i })));
+    const prompt = randomPrompt(3, 9); // 8 shared tokens = 2 full pages
+    await engine.submit({ prompt, maxTokens: 1 }).result;
+    const cached = await engine.submit({ prompt, n: 2, maxTokens: 4, temperature: 1, seed: 1, ignoreEos: true }).result;
+    expect(cached.usage.cachedTokens).toBe(8);
+    cached.samples.forEach((s, i) => expect(s.tokens).toEqual(toyReference(prompt, 4, { temperature: 1, seed: 1 + i })));
+  });
+
   it("abort mid-stream stops the request, frees its pages and leaves others alone", async () => {
     await using engine = makeEngine(64).engine;
     const controller = new AbortController();

@@ -210,11 +210,12 @@ export class Engine implements AsyncDisposable {
     const work: Array<{ slot: ModelSlot; batch: ScheduledBatch }> = [];
     let progressed = false;
     for (const slot of this.slots) {
-      this.expandSamples(slot);
       const batch = slot.scheduler.schedule(now);
       for (const { seq, error } of batch.failed) this.failRequest(this.owners.get(seq.id)!.state, error);
       if (batch.seqs.length > 0) work.push({ slot, batch });
-      progressed ||= batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
+      // A request admitted with its shared prompt already cached forks its samples now, to run next step.
+      const expanded = this.expandSamples(slot);
+      progressed ||= expanded || batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     }
     const results = await Promise.allSettled(work.map(({ slot, batch }) => slot.runner.run(batch, (seq) => this.samplingOf(seq))));
     this.steps++;
@@ -251,15 +252,18 @@ export class Engine implements AsyncDisposable {
   }
 
   /** Forks samples 1..n-1 off sample 0 once its prompt KV (all but the last token) is computed. */
-  private expandSamples(slot: ModelSlot): void {
+  private expandSamples(slot: ModelSlot): boolean {
+    let expanded = false;
     for (const seq of slot.scheduler.running.slice()) {
       if (seq.computeLimit === null || seq.numComputedTokens < seq.computeLimit) continue;
       seq.computeLimit = null;
+      expanded = true;
       const owner = this.owners.get(seq.id)!;
       for (const child of this.builder.expandSamples(owner.state, seq, slot)) {
         this.owners.set(child.id, { state: owner.state, sample: owner.state.seqs.indexOf(child), slot });
       }
     }
+    return expanded;
   }
 
   private samplingOf(seq: Sequence): SequenceSampling {
