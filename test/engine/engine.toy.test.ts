@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { Engine, type EngineOptions } from "../../ts/engine/engine.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { makeRng } from "../helpers/prng.js";
-import { PagedToyModel, TOY_EOS, toyCodec, toyReference, toyText } from "../helpers/pagedToyModel.js";
+import { PagedToyModel, TOY_EOS, toyCodec, toyLogits, toyReference, toyText } from "../helpers/pagedToyModel.js";
 
 function makeEngine(numPages: number, options: Partial<EngineOptions> = {}, pageSize = 4): { engine: Engine; model: PagedToyModel } {
   const model = new PagedToyModel(numPages, pageSize);
@@ -203,6 +203,13 @@ describe("Engine on the paged reference model", () => {
       expect(lp.top[0].token).toBe(lp.token); // greedy picks the top token
     }
     expect(Array.from(out.hidden!)).toEqual([6, 1]); // context length at the last step, layer
+    const scored = await engine.submit({ prompt: [5, 6, 7], maxTokens: 2, tokenLogprobs: [3, 40], ignoreEos: true }).result;
+    const logits = toyLogits([5, 6, 7]);
+    const logZ = Math.log(logits.reduce((sum, l) => sum + Math.exp(l), 0));
+    expect(scored.logprobs![0].top).toEqual([]);
+    expect(scored.logprobs![0].requested!.map((r) => r.token)).toEqual([3, 40]);
+    expect(scored.logprobs![0].requested![0].logprob).toBeCloseTo(logits[3] - logZ, 5);
+    expect(scored.logprobs![0].requested![1].logprob).toBeCloseTo(logits[40] - logZ, 5);
   });
 
   it("validates requests at the boundary", async () => {

@@ -273,6 +273,7 @@ export class Engine implements AsyncDisposable {
       sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
       numTopLogprobs: p.logprobs ?? 0,
       captureHiddenLayer: p.captureHiddenLayer,
+      needsLogits: p.tokenLogprobs !== null,
     };
   }
 
