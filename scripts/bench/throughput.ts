@@ -96,6 +96,8 @@ try {
       seconds: Number(seconds.toFixed(3)),
       // CPU time this process got (a shared machine may give it far less than threads x wall time).
       cpuSeconds: Number(((cpu.user + cpu.system) / 1e6).toFixed(3)),
+      // Generated tokens per CPU-second: comparable across runs on a contended machine.
+      tokensPerCpuSecond: Number((generated / ((cpu.user + cpu.system) / 1e6)).toFixed(2)),
       loadAverage1m: Number(loadavg()[0].toFixed(2)),
     };
     rows.push(row);
