@@ -7,7 +7,7 @@ import { DEFAULT_AGING_TOKENS_PER_SECOND, type SchedulingPolicy } from "../sched
 import type { OrderFn } from "../sched/types.js";
 import { RequestHandle } from "./handle.js";
 import type { KernelMode } from "./kernelSchedule.js";
-import { ThroughputMeter, type EngineMetrics } from "./metrics.js";
+import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
 import type { EngineModel, ForwardResult, TextCodec } from "./modelTypes.js";
@@ -123,25 +123,12 @@ export class Engine implements AsyncDisposable {
   }
 
   metrics(): EngineMetrics {
-    const models = this.slots.map((s) => s.metrics());
-    let queried = 0;
-    let hits = 0;
-    for (const s of this.slots) {
-      const st = s.blockManager.stats();
-      queried += st.queriedTokens;
-      hits += st.hitTokens;
-    }
-    return {
-      running: models.reduce((n, m) => n + m.running, 0),
-      waiting: models.reduce((n, m) => n + m.waiting, 0),
-      models,
-      prefixCacheHitRate: queried === 0 ? 0 : hits / queried,
-      ...this.meter.rates(Date.now()),
-      generatedTokens: this.meter.generatedTotal,
-      promptTokensComputed: this.meter.promptTotal,
-      preemptions: models.reduce((n, m) => n + m.preemptions, 0),
-      steps: this.steps,
-    };
+    return combineMetrics(
+      this.slots.map((s) => s.metrics()),
+      this.meter,
+      this.steps,
+      Date.now(),
+    );
   }
 
   /** Stops the loop after the step in flight; unfinished requests resolve "aborted". Idempotent. */
