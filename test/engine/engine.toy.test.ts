@@ -212,6 +212,21 @@ describe("Engine on the paged reference model", () => {
     expect(scored.logprobs![0].requested![1].logprob).toBeCloseTo(logits[40] - logZ, 5);
   });
 
+  it("admits by the configured policy: priority first, then gang+sjf by the programs' estimates", async () => {
+    const order = async (policy: EngineOptions["schedulingPolicy"]): Promise<string[]> => {
+      await using engine = makeEngine(64, { schedulingPolicy: policy, maxBatchSeqs: 1 }).engine;
+      const done: string[] = [];
+      const submit = (name: string, programId: string, remainingKnob: number, priority = 0): Promise<void> =>
+        engine
+          .submit({ prompt: [1, 2, 3], maxTokens: 2, ignoreEos: true, metadata: { programId, remainingKnob, meanTokensPerRound: 10, priority } })
+          .result.then(() => void done.push(name));
+      await Promise.all([submit("long-1", "long", 8), submit("short-1", "short", 1), submit("long-2", "long", 8), submit("short-2", "short", 1), submit("urgent", "x", 99, 5)]);
+      return done;
+    };
+    expect(await order("fcfs")).toEqual(["urgent", "long-1", "short-1", "long-2", "short-2"]);
+    expect(await order("gang+sjf")).toEqual(["urgent", "short-1", "short-2", "long-1", "long-2"]);
+  });
+
   it("validates requests at the boundary", async () => {
     await using engine = makeEngine(64).engine;
     expect(() => engine.submit({ prompt: [1], temperature: -1 })).toThrow(/request.temperature is -1/);
@@ -220,6 +235,10 @@ describe("Engine on the paged reference model", () => {
     expect(() => engine.submit({ prompt: [1], model: "nope" })).toThrow(/loaded models: default/);
     expect(() => engine.submit({ prompt: [1], n: 0 })).toThrow(/request.n is 0/);
     expect(() => engine.submit({ prompt: [] })).toThrow(/prompt is empty/);
+    const model = new PagedToyModel(8);
+    expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(/kernelMode: unknown mode "exact"/);
+    expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(/unknown policy "lifo"/);
+    expect(() => new Engine({ models: { model }, maxBatchTokens: 0 })).toThrow(/options.maxBatchTokens is 0/);
   });
 
   it("dispose resolves unfinished requests as aborted and refuses new ones; the event loop keeps turning", async () => {

@@ -3,10 +3,10 @@
 // to the event loop between steps, so it never blocks it. Requests enter through submit() / fork() and leave
 // through their RequestHandle (stream of deltas, promise of the output).
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
-import { DEFAULT_AGING_TOKENS_PER_SECOND, type SchedulingPolicy } from "../sched/policy.js";
+import { DEFAULT_AGING_TOKENS_PER_SECOND, parseSchedulingPolicy, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
 import { RequestHandle } from "./handle.js";
-import type { KernelMode } from "./kernelSchedule.js";
+import { parseKernelMode, type KernelMode } from "./kernelSchedule.js";
 import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
@@ -82,10 +82,10 @@ export class Engine implements AsyncDisposable {
     const schedulerOptions = {
       maxBatchTokens: positiveInt("maxBatchTokens", options.maxBatchTokens ?? 2048),
       maxBatchSeqs: positiveInt("maxBatchSeqs", options.maxBatchSeqs ?? 256),
-      policy: options.schedulingPolicy ?? "fcfs",
+      policy: typeof options.schedulingPolicy === "function" ? options.schedulingPolicy : parseSchedulingPolicy(options.schedulingPolicy ?? "fcfs"),
       agingTokensPerSecond: options.agingTokensPerSecond ?? DEFAULT_AGING_TOKENS_PER_SECOND,
     };
-    const kernelMode = options.kernelMode ?? "fast";
+    const kernelMode = parseKernelMode(options.kernelMode ?? "fast");
     this.slots = specs.map((spec, i) => {
       const name = spec.name ?? (i === 0 ? "default" : `model${i}`);
       const model = isModel(spec.model) ? engineModelOf(spec.model) : spec.model;
