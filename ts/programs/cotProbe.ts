@@ -128,7 +128,7 @@ export class CotProbe implements Program {
 
   private startMain(ctx: ProgramContext): void {
     const o = this.o;
-    const prompt = ctx.encode(o.prompt, o.model);
+    const prompt = ctx.encode(o.prompt, { model: o.model });
     this.promptLength = prompt.length;
     const main = ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, seed: o.seed, model: o.model });
     this.main = main;

@@ -27,8 +27,8 @@ export interface ProgramContext {
   submit(request: GenerateRequest, purpose?: TokenPurpose): RequestHandle;
   /** engine.fork likewise (KV shared with the parent while it is alive). */
   fork(parent: RequestHandle, options?: ForkOptions, purpose?: TokenPurpose): RequestHandle;
-  /** A prompt's token ids exactly as submit() would tokenize it (text: with the tokenizer's special tokens). */
-  encode(prompt: string | readonly number[], model?: string): number[];
+  /** A prompt's token ids exactly as submit() tokenizes it (text: special tokens added unless told otherwise). */
+  encode(prompt: string | readonly number[], options?: { model?: string; addSpecialTokens?: boolean }): number[];
   /** Generated tokens of this program's finished requests so far. */
   readonly tokensUsed: number;
 }

@@ -57,11 +57,11 @@ class RunContext implements ProgramContext {
     return m;
   }
 
-  encode(prompt: string | readonly number[], model?: string): number[] {
+  encode(prompt: string | readonly number[], options: { model?: string; addSpecialTokens?: boolean } = {}): number[] {
     if (typeof prompt !== "string") return [...prompt];
-    const codec = this.engine.tokenizer(model);
+    const codec = this.engine.tokenizer(options.model);
     if (!codec) throw new Error(`program ${this.program.name}: the prompt is text but the model has no tokenizer; pass token ids`);
-    return codec.encode(prompt, { addSpecialTokens: true });
+    return codec.encode(prompt, { addSpecialTokens: options.addSpecialTokens ?? true });
   }
 
   submit(request: GenerateRequest, purpose: TokenPurpose = "generate"): RequestHandle {
