@@ -8,7 +8,7 @@ import type { RequestHandle } from "../engine/handle.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
 import { extractAnswer } from "../tasks/arith/answer.js";
-import type { Knob, Program, ProgramContext } from "./program.js";
+import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
 
 /** Default probe suffix for `<think>`-style models: close the thought, open the boxed answer. */
 export function defaultProbeSuffix(thoughtSoFar: string): string {
@@ -65,19 +65,8 @@ export class CotProbe implements Program {
   constructor(options: CotProbeOptions) {
     const interval = options.interval ?? 64;
     if (!Number.isInteger(interval) || interval < 1) throw new RangeError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`);
-    this.o = {
-      maxTokens: 1024,
-      probeMaxTokens: 20,
-      probeSuffix: defaultProbeSuffix,
-      probeStop: ["}"],
-      rule: DEFAULT_PROBE_RULE,
-      temperature: 0,
-      seed: 0,
-      extractAnswer,
-      probe: true,
-      ...options,
-      interval,
-    };
+    const defaults = { maxTokens: 1024, probeMaxTokens: 20, probeSuffix: defaultProbeSuffix, probeStop: ["}"], rule: DEFAULT_PROBE_RULE, temperature: 0, seed: 0, extractAnswer, probe: true };
+    this.o = { ...withDefaults(defaults, options), interval };
     this.knob = { used: 0, max: Math.ceil(this.o.maxTokens / interval) };
     this.tokenBudget = this.o.maxTokens + (this.o.probe ? this.knob.max * this.o.probeMaxTokens : 0);
   }

@@ -84,3 +84,10 @@ export interface ProgramResult {
   policy: PolicySpec;
   elapsedMs: number;
 }
+
+/** `{...defaults, ...options}` where options' undefined fields keep the default (`{maxTokens: undefined}` too). */
+export function withDefaults<D extends object, O extends object>(defaults: D, options: O): D & O {
+  const out: Record<string, unknown> = { ...(defaults as Record<string, unknown>) };
+  for (const [k, v] of Object.entries(options)) if (v !== undefined) out[k] = v;
+  return out as D & O;
+}

@@ -6,7 +6,7 @@
 import { clusterAnswers, entropyCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { answersEquivalent, extractAnswer } from "../tasks/arith/answer.js";
-import type { Knob, Program, ProgramContext } from "./program.js";
+import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
 
 export interface SelfConsistencyOptions {
   /** Text (tokenized with the model's tokenizer, special tokens added) or token ids, e.g. a rendered chat. */
@@ -54,12 +54,7 @@ export class SelfConsistency implements Program {
     const branchesPerRound = Math.min(options.branchesPerRound ?? 4, maxBranches);
     if (!Number.isInteger(branchesPerRound) || branchesPerRound < 1) throw new RangeError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`);
     this.opts = {
-      maxTokens: 256,
-      temperature: 0.8,
-      seed: 0,
-      extractAnswer,
-      equivalent: (a, b) => answersEquivalent(a, b),
-      ...options,
+      ...withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0, extractAnswer, equivalent: (a: string, b: string) => answersEquivalent(a, b) }, options),
       maxBranches,
       branchesPerRound,
     };
