@@ -45,6 +45,8 @@ export class CotProbe implements Program {
     probes: [] as Array<string | null>,
     /** Main-branch tokens at each probe. */
     probeAt: [] as number[],
+    /** Tokens each probe generated. */
+    probeTokens: [] as number[],
     mainText: "",
     mainTokens: 0,
     /** The main branch ended on its own (eos or maxTokens), not by an abort. */
@@ -96,6 +98,7 @@ export class CotProbe implements Program {
     const out = await probe.result;
     this.state.probes.push(out.finishReason === "aborted" ? null : out.text.trim());
     this.state.probeAt.push(target);
+    this.state.probeTokens.push(out.usage.generatedTokens);
   }
 
   /** A probe at `tokens` generated tokens makes sense while the thought is still open there. */
