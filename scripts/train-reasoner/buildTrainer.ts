@@ -19,7 +19,7 @@ export type TrainerVariant =
   | "test-f64";
 
 const flags: Record<TrainerVariant, string[]> = {
-  release: ["-O3", "-march=x86-64-v3"],
+  release: ["-O3", "-march=x86-64-v3", "-fno-math-errno"],
   "test-f32": ["-O1", "-march=x86-64-v3"],
   "test-f64": ["-O1", "-DTR_REAL_DOUBLE"],
 };

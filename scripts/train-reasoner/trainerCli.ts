@@ -11,7 +11,9 @@ export function modelFlags(m: ModelRecipe): string[] {
 /** Runs the trainer binary with inherited stdio (progress goes to the terminal); rejects on a non-zero exit. */
 export function runTrainer(bin: string, args: string[], opts: { quiet?: boolean } = {}): Promise<void> {
   return new Promise((ok, fail) => {
-    const child = spawn(bin, args, { stdio: ["ignore", opts.quiet ? "ignore" : "inherit", "inherit"] });
+    // Passive waiting: on a shared machine a spinning OpenMP barrier steals the core its partner thread needs.
+    const env = { OMP_WAIT_POLICY: "passive", ...process.env };
+    const child = spawn(bin, args, { env, stdio: ["ignore", opts.quiet ? "ignore" : "inherit", "inherit"] });
     child.on("error", fail);
     child.on("exit", (code) => (code === 0 ? ok() : fail(new Error(`${bin} ${args[0]} exited with ${code}`))));
   });
