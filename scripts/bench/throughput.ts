@@ -5,7 +5,7 @@
 // generated tokens / wall time from submit to the last result (prefill included). With --json, one JSON object
 // {model, device, batch, tokensPerSecond, ...} per line; otherwise a table.
 import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../../ts/engine/engine.js";
@@ -65,10 +65,12 @@ try {
   await engine.submit({ prompt: prompt(999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
   for (const batch of batches) {
     const start = performance.now();
+    const cpuStart = process.cpuUsage();
     const outs = await Promise.all(
       Array.from({ length: batch }, (_, i) => engine.submit({ prompt: prompt(i + batch * 1000, vocab), maxTokens, ignoreEos: true }).result),
     );
     const seconds = (performance.now() - start) / 1000;
+    const cpu = process.cpuUsage(cpuStart);
     const generated = outs.reduce((n, o) => n + o.tokens.length, 0);
     const row = {
       model: values.preset,
@@ -79,10 +81,13 @@ try {
       maxTokens,
       kernelMode,
       seconds: Number(seconds.toFixed(3)),
+      // CPU time this process got (a shared machine may give it far less than threads x wall time).
+      cpuSeconds: Number(((cpu.user + cpu.system) / 1e6).toFixed(3)),
+      loadAverage1m: Number(loadavg()[0].toFixed(2)),
     };
     rows.push(row);
     if (values.json) console.log(JSON.stringify(row));
-    else log(`${values.preset} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.seconds}s)`);
+    else log(`${values.preset} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`);
   }
 } finally {
   model.dispose();

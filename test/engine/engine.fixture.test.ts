@@ -94,7 +94,7 @@ describe("Engine on a native fixture model (batch-invariant mode)", () => {
   it("abort mid-stream frees the request's pages and leaves the others exact", async () => {
     const reference = await (async () => {
       await using engine = engineWith();
-      return engine.submit({ prompt: randomTokens(10, V, 2), maxTokens: 24, ignoreEos: true }).result;
+      return await engine.submit({ prompt: randomTokens(10, V, 2), maxTokens: 24, ignoreEos: true }).result; // before the engine is disposed
     })();
     await using engine = engineWith();
     const controller = new AbortController();

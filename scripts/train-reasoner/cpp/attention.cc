@@ -15,7 +15,7 @@ std::vector<size_t> attentionProbOffsets(const Config& c, const std::vector<SeqS
   return off;
 }
 
-static inline real dot(const real* a, const real* b, int n) {
+static inline real dot(const real* __restrict a, const real* __restrict b, int n) {
   real s = 0;
 #pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; i++) s += a[i] * b[i];
@@ -45,11 +45,13 @@ void attentionForward(const Config& c, const std::vector<SeqSpan>& seqs, const s
       const real inv = real(1) / sum;
       for (int j = 0; j <= i; j++) p[j] *= inv;
       for (int j = i + 1; j < L; j++) p[j] = 0;
-      real* oi = out + (size_t)(base + i) * qd + h * hd;
+      real* __restrict oi = out + (size_t)(base + i) * qd + h * hd;
       std::fill(oi, oi + hd, real(0));
       for (int j = 0; j <= i; j++) {
-        const real* vj = v + (size_t)(base + j) * kvd + g * hd;
-        for (int d = 0; d < hd; d++) oi[d] += p[j] * vj[d];
+        const real* __restrict vj = v + (size_t)(base + j) * kvd + g * hd;
+        const real pj = p[j];
+#pragma omp simd
+        for (int d = 0; d < hd; d++) oi[d] += pj * vj[d];
       }
     }
   }
@@ -83,17 +85,18 @@ void attentionBackward(const Config& c, const std::vector<SeqSpan>& seqs, const 
           dS[j] = dot(doi, v + (size_t)(base + j) * kvd + g * hd, hd);
           rowDot += p[j] * dS[j];
         }
-        real* dqi = dq + (size_t)(base + i) * qd + h * hd;
+        real* __restrict dqi = dq + (size_t)(base + i) * qd + h * hd;
         std::fill(dqi, dqi + hd, real(0));
         for (int j = 0; j <= i; j++) {
-          const real ds = p[j] * (dS[j] - rowDot) * scale;
-          const real* kj = k + (size_t)(base + j) * kvd + g * hd;
-          real* dkj = dk + (size_t)(base + j) * kvd + g * hd;
-          real* dvj = dv + (size_t)(base + j) * kvd + g * hd;
+          const real ds = p[j] * (dS[j] - rowDot) * scale, pj = p[j];
+          const real* __restrict kj = k + (size_t)(base + j) * kvd + g * hd;
+          real* __restrict dkj = dk + (size_t)(base + j) * kvd + g * hd;
+          real* __restrict dvj = dv + (size_t)(base + j) * kvd + g * hd;
+#pragma omp simd
           for (int d = 0; d < hd; d++) {
             dqi[d] += ds * kj[d];
             dkj[d] += ds * qi[d];
-            dvj[d] += p[j] * doi[d];
+            dvj[d] += pj * doi[d];
           }
         }
       }

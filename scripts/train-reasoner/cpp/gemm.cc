@@ -17,18 +17,12 @@ namespace tr {
 namespace {
 constexpr int MR = 6, NR = 16;
 
-// Packs B into panels of NR columns: Bp[panel][k][NR], zero-padded past N.
-void packB(int N, int K, const float* B, int ldb, bool transB, float* Bp) {
-  const int panels = (N + NR - 1) / NR;
-#pragma omp parallel for schedule(static)
-  for (int p = 0; p < panels; p++) {
-    float* dst = Bp + (size_t)p * K * NR;
-    const int j0 = p * NR, width = std::min(NR, N - j0);
-    for (int k = 0; k < K; k++) {
-      float* row = dst + (size_t)k * NR;
-      for (int j = 0; j < width; j++) row[j] = transB ? B[(size_t)(j0 + j) * ldb + k] : B[(size_t)k * ldb + j0 + j];
-      for (int j = width; j < NR; j++) row[j] = 0.f;
-    }
+// Packs one panel of B (columns j0..j0+width) as Bp[k][NR], zero-padded past width.
+void packB(int width, int K, const float* B, int ldb, bool transB, int j0, float* dst) {
+  for (int k = 0; k < K; k++) {
+    float* row = dst + (size_t)k * NR;
+    for (int j = 0; j < width; j++) row[j] = transB ? B[(size_t)(j0 + j) * ldb + k] : B[(size_t)k * ldb + j0 + j];
+    for (int j = width; j < NR; j++) row[j] = 0.f;
   }
 }
 
@@ -62,6 +56,8 @@ inline void micro(int K, const float* a, const float* b, float* tile) {
 }
 }  // namespace
 
+// GotoBLAS-style: K in chunks of KC (a packed B chunk stays in L2), rows of C split across threads. Each C element
+// sums its chunks in order, k ascending inside a chunk: the same order for any thread count.
 void gemm(int M, int N, int K, const real* A, int lda, bool transA, const real* B, int ldb, bool transB, real* C,
           int ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
@@ -70,29 +66,38 @@ void gemm(int M, int N, int K, const real* A, int lda, bool transA, const real* 
       for (int i = 0; i < M; i++) std::memset(C + (size_t)i * ldc, 0, sizeof(float) * N);
     return;
   }
+  constexpr int KC = 256;
   const int panels = (N + NR - 1) / NR, blocks = (M + MR - 1) / MR;
-  std::vector<float> Bp((size_t)panels * K * NR);
-  packB(N, K, B, ldb, transB, Bp.data());
+  std::vector<float> Bp((size_t)panels * std::min(K, KC) * NR);
 #pragma omp parallel
   {
-    std::vector<float> Ap((size_t)K * MR);
+    std::vector<float> Ap((size_t)std::min(K, KC) * MR);
     float tile[MR * NR];
+    for (int k0 = 0; k0 < K; k0 += KC) {
+      const int kc = std::min(KC, K - k0);
+      const bool add = accumulate || k0 > 0;
+      // Offsetting the operands by k0 turns the chunk into a plain K=kc product.
+      const float* Bk = transB ? B + k0 : B + (size_t)k0 * ldb;
+      const float* Ak = transA ? A + (size_t)k0 * lda : A + k0;
 #pragma omp for schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-      const int i0 = blk * MR, height = std::min(MR, M - i0);
-      packA(M, K, A, lda, transA, i0, Ap.data());
-      for (int p = 0; p < panels; p++) {
-        micro(K, Ap.data(), Bp.data() + (size_t)p * K * NR, tile);
-        const int j0 = p * NR, width = std::min(NR, N - j0);
-        for (int r = 0; r < height; r++) {
-          float* c = C + (size_t)(i0 + r) * ldc + j0;
-          const float* t = tile + r * NR;
-          if (accumulate)
-            for (int j = 0; j < width; j++) c[j] += t[j];
-          else
-            for (int j = 0; j < width; j++) c[j] = t[j];
+      for (int p = 0; p < panels; p++) packB(std::min(NR, N - p * NR), kc, Bk, ldb, transB, p * NR, Bp.data() + (size_t)p * kc * NR);
+#pragma omp for schedule(static)
+      for (int blk = 0; blk < blocks; blk++) {
+        const int i0 = blk * MR, height = std::min(MR, M - i0);
+        packA(M, kc, Ak, lda, transA, i0, Ap.data());
+        for (int p = 0; p < panels; p++) {
+          micro(kc, Ap.data(), Bp.data() + (size_t)p * kc * NR, tile);
+          const int j0 = p * NR, width = std::min(NR, N - j0);
+          for (int r = 0; r < height; r++) {
+            float* c = C + (size_t)(i0 + r) * ldc + j0;
+            const float* t = tile + r * NR;
+            if (add)
+              for (int j = 0; j < width; j++) c[j] += t[j];
+            else
+              for (int j = 0; j < width; j++) c[j] = t[j];
+          }
         }
-      }
+      }  // implicit barrier: the next chunk repacks Bp
     }
   }
 }

@@ -29,12 +29,14 @@ void rmsnormBackward(int rows, int d, const real* dy, const real* x, const real*
     real* dxi = dx + (size_t)i * d;
     for (int c = 0; c < d; c++) dxi[c] += r * (dyi[c] * w[c] - xi[c] * r * m);
   }
-#pragma omp parallel for schedule(static)
-  for (int c = 0; c < d; c++) {
-    double s = 0;
-    for (int i = 0; i < rows; i++) s += (double)dy[(size_t)i * d + c] * x[(size_t)i * d + c] * rstd[i];
-    dw[c] += (real)s;
+  // dw: rows summed in order on one thread (cheap: rows*d multiply-adds), vectorised across columns.
+  std::vector<double> acc(d, 0.0);
+  for (int i = 0; i < rows; i++) {
+    const real *dyi = dy + (size_t)i * d, *xi = x + (size_t)i * d;
+    const double r = rstd[i];
+    for (int c = 0; c < d; c++) acc[c] += (double)dyi[c] * xi[c] * r;
   }
+  for (int c = 0; c < d; c++) dw[c] += (real)acc[c];
 }
 
 // inv_freq and angles in float32, as HF's LlamaRotaryEmbedding computes them.
@@ -73,12 +75,12 @@ void ropeApply(const Rope& r, int rows, int heads, const int* pos, real* x, bool
 static inline real sigmoid(real z) { return real(1) / (real(1) + std::exp(-z)); }
 
 void swigluForward(size_t n, const real* g, const real* u, real* h) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) h[i] = g[i] * sigmoid(g[i]) * u[i];
 }
 
 void swigluBackward(size_t n, const real* dh, const real* g, const real* u, real* dg, real* du) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     const real s = sigmoid(g[i]);
     du[i] = dh[i] * g[i] * s;
