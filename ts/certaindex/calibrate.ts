@@ -49,7 +49,7 @@ export interface CalibrationResult {
 }
 
 /**
- * Grid search over thresholds (every distinct signal value seen, plus 1) and detection steps for the threshold
+ * Grid search over thresholds (every distinct signal value seen, plus 0 and 1) and detection steps for the threshold
  * policy (or baseline-length with `kind`): the cheapest setting whose accuracy is at least the cap's accuracy
  * minus `maxAccuracyLoss` (default 0: lose nothing).
  */
@@ -64,7 +64,8 @@ export function calibrate(
   const baseline = evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
   const floor = baseline.accuracy - (opts.maxAccuracyLoss ?? 0) - 1e-12;
   const detectAts = new Set<number>();
-  const values = new Set<number>([1]);
+  // 0 = "stop at detectAt whatever the signal" (a smaller fixed cap), 1 = "only when fully certain".
+  const values = new Set<number>([0, 1]);
   for (const t of traces) {
     t.steps.forEach((s, k) => detectAts.add(s.used ?? k + 1));
     for (const s of t.steps) values.add(kind === "threshold" ? s.certaindex : (s.lengthSignal ?? 0));

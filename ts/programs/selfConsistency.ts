@@ -84,6 +84,7 @@ export class SelfConsistency implements Program {
     const out = await handle.result;
     this.promptIds ??= out.promptTokens; // later rounds reuse the ids (and hit the prefix cache)
     for (const s of out.samples) {
+      if (s.finishReason === "aborted") continue; // cut short by the caller's signal: not a vote
       this.state.branches.push({ text: s.text, answer: o.extractAnswer(s.text), tokens: s.tokens.length, finishReason: s.finishReason });
     }
     this.knob.used += n;
