@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { calibrate, evaluatePolicy, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import { calibrate, evaluatePolicy, replay, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
 import { curveLimit, decide, validatePolicy } from "../../ts/certaindex/policies.js";
 
 describe("policies", () => {
@@ -49,5 +49,15 @@ describe("calibration", () => {
     expect(r.outcome.accuracy).toBe(1);
     expect(r.tokenSavings).toBe(0);
     expect(() => calibrate([hard], [])).toThrow(/1 traces but 0 labels/);
+  });
+  it("replays rounds that spend several knob units (steps with `used`)", () => {
+    const wide: ProgramTrace = { steps: [4, 8, 12, 16].map((used, k) => ({ used, certaindex: k === 0 ? 0.5 : 1, answer: "A", tokensUsed: 10 * used })) };
+    expect(replay({ kind: "threshold", threshold: 0.9, detectAt: 8 }, wide).stepIndex).toBe(1);
+    expect(replay({ kind: "threshold", threshold: 0.9, detectAt: 9 }, wide).stepIndex).toBe(2);
+    expect(replay({ kind: "baseline-even" }, wide).tokensUsed).toBe(160);
+    const r = calibrate([wide, wide], ["A", "A"]);
+    expect(r.policy).toMatchObject({ kind: "threshold", detectAt: 4 });
+    expect(replay(r.policy, wide).stepIndex).toBe(0);
+    expect(r.tokenSavings).toBeCloseTo(0.75, 12);
   });
 });

@@ -3,9 +3,10 @@
 import { exactMatch, type AnswerEquivalence } from "./signals.js";
 import { decide, type PolicySpec } from "./policies.js";
 
-/** One program's run to its cap, recorded after every knob step. steps[k] is the state after k+1 units. */
+/** One program's run to its cap, recorded after every round. steps[k] is the state after `used` knob units
+ * (default k + 1: one unit per round); the last step is the cap. */
 export interface ProgramTrace {
-  steps: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; lengthSignal?: number }>;
+  steps: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; lengthSignal?: number; used?: number }>;
 }
 
 export interface PolicyOutcome {
@@ -15,14 +16,16 @@ export interface PolicyOutcome {
 
 /** Replays a trace under a policy: the program stops at the first step the policy denies. */
 export function replay(policy: PolicySpec, trace: ProgramTrace): { stepIndex: number; answer: string | null; tokensUsed: number } {
-  const max = trace.steps.length;
-  for (let k = 0; k < max; k++) {
+  const n = trace.steps.length;
+  if (n === 0) throw new RangeError("replay: a trace needs at least one step");
+  const max = trace.steps[n - 1].used ?? n;
+  for (let k = 0; k < n; k++) {
     const s = trace.steps[k];
-    const d = decide(policy, { certaindex: s.certaindex, used: k + 1, max, tokensUsed: s.tokensUsed, lengthSignal: s.lengthSignal });
+    const d = decide(policy, { certaindex: s.certaindex, used: s.used ?? k + 1, max, tokensUsed: s.tokensUsed, lengthSignal: s.lengthSignal });
     if (!d.grant) return { stepIndex: k, answer: s.answer, tokensUsed: s.tokensUsed };
   }
-  const last = trace.steps[max - 1];
-  return { stepIndex: max - 1, answer: last.answer, tokensUsed: last.tokensUsed };
+  const last = trace.steps[n - 1];
+  return { stepIndex: n - 1, answer: last.answer, tokensUsed: last.tokensUsed };
 }
 
 export function evaluatePolicy(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], equivalent: AnswerEquivalence = exactMatch): PolicyOutcome {
@@ -46,7 +49,7 @@ export interface CalibrationResult {
 }
 
 /**
- * Grid search over thresholds (every distinct signal value seen, plus 1) and detection steps for the threshold
+ * Grid search over thresholds (every distinct signal value seen, plus 0 and 1) and detection steps for the threshold
  * policy (or baseline-length with `kind`): the cheapest setting whose accuracy is at least the cap's accuracy
  * minus `maxAccuracyLoss` (default 0: lose nothing).
  */
@@ -60,11 +63,15 @@ export function calibrate(
   const eq = opts.equivalent ?? exactMatch;
   const baseline = evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
   const floor = baseline.accuracy - (opts.maxAccuracyLoss ?? 0) - 1e-12;
-  const maxSteps = Math.max(...traces.map((t) => t.steps.length));
-  const values = new Set<number>([1]);
-  for (const t of traces) for (const s of t.steps) values.add(kind === "threshold" ? s.certaindex : (s.lengthSignal ?? 0));
+  const detectAts = new Set<number>();
+  // 0 = "stop at detectAt whatever the signal" (a smaller fixed cap), 1 = "only when fully certain".
+  const values = new Set<number>([0, 1]);
+  for (const t of traces) {
+    t.steps.forEach((s, k) => detectAts.add(s.used ?? k + 1));
+    for (const s of t.steps) values.add(kind === "threshold" ? s.certaindex : (s.lengthSignal ?? 0));
+  }
   let best: CalibrationResult = { policy: { kind: "baseline-even" }, outcome: baseline, baseline, tokenSavings: 0 };
-  for (let detectAt = 1; detectAt <= maxSteps; detectAt++) {
+  for (const detectAt of [...detectAts].sort((a, b) => a - b)) {
     for (const threshold of values) {
       const policy: PolicySpec = { kind, threshold, detectAt };
       const outcome = evaluatePolicy(policy, traces, labels, eq);

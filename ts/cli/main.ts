@@ -2,12 +2,16 @@
 // The `deliberate` CLI. One file per command in ts/cli/commands/; each registers itself here.
 import { Command } from "commander";
 import { registerDevices } from "./commands/devices.js";
+import { registerEval } from "./commands/eval.js";
 import { registerGenerate } from "./commands/generate.js";
+import { registerRun } from "./commands/run.js";
 
 const program = new Command();
 program.name("deliberate").description("serve LLM reasoning programs from Node.js").version("0.1.0");
 registerDevices(program);
 registerGenerate(program);
+registerRun(program);
+registerEval(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {
   console.error(`deliberate: ${e instanceof Error ? e.message : String(e)}`);

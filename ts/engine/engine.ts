@@ -122,6 +122,13 @@ export class Engine implements AsyncDisposable {
     return this.start(built.slot, built.state, built.seqs, options.signal);
   }
 
+  /** A loaded model's tokenizer (null if loaded without one), to encode prompts exactly as submit() does. */
+  tokenizer(model?: string): TextCodec | null {
+    const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
+    if (!slot) throw new Error(`Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    return slot.codec;
+  }
+
   metrics(): EngineMetrics {
     return combineMetrics(
       this.slots.map((s) => s.metrics()),

@@ -133,7 +133,7 @@ export function checkMetadata(m: SchedMetadata | undefined): SchedMetadata {
   if (m.priority !== undefined && !Number.isFinite(m.priority)) {
     throw new Error(`request.metadata.priority is ${JSON.stringify(m.priority)}; expected a finite number (higher runs first)`);
   }
-  for (const f of ["remainingKnob", "meanTokensPerRound"] as const) {
+  for (const f of ["remainingKnob", "meanTokensPerRound", "programArrivalMs"] as const) {
     const v = m[f];
     if (v !== undefined && !(Number.isFinite(v) && v >= 0)) {
       throw new Error(`request.metadata.${f} is ${JSON.stringify(v)}; expected a finite number >= 0`);

@@ -199,6 +199,7 @@ export class Scheduler {
       remainingTokens: Math.max(0, seq.maxCompletionTokens - seq.numCompletionTokens),
     };
     if (m.programId !== undefined) r.programId = m.programId;
+    if (m.programArrivalMs !== undefined) r.programArrivalMs = m.programArrivalMs;
     if (m.remainingKnob !== undefined) r.remainingKnob = m.remainingKnob;
     if (m.meanTokensPerRound !== undefined) r.meanTokensPerRound = m.meanTokensPerRound;
     r.prefixMatchTokens = withPrefix ? this.blockManager.matchPrefix(seq.tokens) : seq.numComputedTokens;

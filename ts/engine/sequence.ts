@@ -9,6 +9,8 @@ export type SequenceStatus = "waiting" | "running" | "finished";
 export interface SchedMetadata {
   /** Requests of one reasoning program share this id (gang scheduling, SJF by program). */
   programId?: string;
+  /** When the program started (ms, Date.now() scale): gang and SJF aging order programs by it. */
+  programArrivalMs?: number;
   /** Higher runs first and is preempted last. Default 0. */
   priority?: number;
   /** The program's remaining compute knob (rounds, branches...) for SJF; see ts/sched/sjf.ts. */

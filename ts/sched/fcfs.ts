@@ -5,6 +5,11 @@ export function byArrival(a: SchedRequest, b: SchedRequest): number {
   return a.arrivalMs - b.arrivalMs || a.id - b.id;
 }
 
+/** FCFS over programs: by the program's arrival (a request's own arrival when it has no program). */
+export function byProgramArrival(a: SchedRequest, b: SchedRequest): number {
+  return (a.programArrivalMs ?? a.arrivalMs) - (b.programArrivalMs ?? b.arrivalMs) || byArrival(a, b);
+}
+
 export function fcfs(queue: readonly SchedRequest[]): SchedRequest[] {
   return queue.slice().sort(byArrival);
 }

@@ -1,5 +1,5 @@
 // Inter-program scheduling policies: pure functions over queued requests' metadata.
-export { fcfs, byArrival } from "./fcfs.js";
+export { fcfs, byArrival, byProgramArrival } from "./fcfs.js";
 export { lpm } from "./lpm.js";
 export { gang } from "./gang.js";
 export { sjf, agedEstimate, estimatedRemainingTokens } from "./sjf.js";

@@ -1,5 +1,5 @@
 // The inter-program scheduling policies the engine consults each step, chosen by name.
-import { fcfs } from "./fcfs.js";
+import { byProgramArrival, fcfs } from "./fcfs.js";
 import { gang } from "./gang.js";
 import { lpm } from "./lpm.js";
 import { sjf } from "./sjf.js";
@@ -29,7 +29,7 @@ function orderWithinPriority(policy: SchedulingPolicy, queue: readonly SchedRequ
     case "lpm":
       return lpm(queue);
     case "gang":
-      return gang(fcfs(queue));
+      return gang(queue.slice().sort(byProgramArrival));
     case "sjf":
       return sjf(queue, ctx);
     case "gang+sjf":

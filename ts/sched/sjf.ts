@@ -12,7 +12,7 @@ export function estimatedRemainingTokens(r: SchedRequest): number {
 
 /** Sort key: lower runs first. */
 export function agedEstimate(r: SchedRequest, ctx: SchedContext): number {
-  const waitedSeconds = Math.max(0, ctx.nowMs - r.arrivalMs) / 1000;
+  const waitedSeconds = Math.max(0, ctx.nowMs - (r.programArrivalMs ?? r.arrivalMs)) / 1000;
   return estimatedRemainingTokens(r) - ctx.agingTokensPerSecond * waitedSeconds;
 }
 

@@ -10,6 +10,9 @@ export interface SchedRequest {
   priority: number;
   /** Wall-clock arrival, ms (Date.now() scale). */
   arrivalMs: number;
+  /** When the request's program started (ms): gang orders programs by it and SJF ages their requests from it, so
+   * a program's later rounds are not queued behind programs that arrived after it. Default: arrivalMs. */
+  programArrivalMs?: number;
   /** Tokens the request may still generate (maxTokens - generated): SJF's fallback estimate. */
   remainingTokens: number;
   /** Program's remaining knob (rounds, branches, iterations) as last reported by the program. */

@@ -1,0 +1,208 @@
+// Serving benchmark (Dynasor §5): a Poisson arrival trace of self-consistency programs with difficulty-aware
+// deadlines, replayed against the real engine under fcfs, lpm, gang, gang+sjf (all running every program to its
+// cap) and gang+sjf+certaindex (programs stop once certain, calibrated threshold).
+//   npm run bench:serving -- [--json] [--model DIR] [--programs 40] [--cap 16] [--max-tokens 160] [--scale 3]
+//     [--rates 0.5,1,1.5,2,3,4] (× the measured capacity) [--max-seqs 32] [--cal 30] [--out bench]
+// Deadline of a program = scale × difficulty factor(level) × base, where base × factor(level) is the latency of a
+// program of that level alone on an idle engine (measured first, on validation questions). Attainment = share of
+// programs finished within their deadline; the highest sustainable rate is the highest swept rate with ≥ 90%.
+// Writes bench/serving.{md,json} and bench/serving.svg.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { calibrate, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import type { PolicySpec } from "../../ts/certaindex/policies.js";
+import { clusterAnswers, entropyCertaindex } from "../../ts/certaindex/signals.js";
+import { Engine } from "../../ts/engine/engine.js";
+import { loadModel } from "../../ts/model/model.js";
+import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
+import type { SchedulingPolicy } from "../../ts/sched/policy.js";
+import { answersEquivalent } from "../../ts/tasks/arith/answer.js";
+import type { Level } from "../../ts/tasks/arith/levels.js";
+import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
+import { machine, pool, resolveBenchModel } from "./benchModel.js";
+import { lineChart } from "./svg.js";
+
+const { values } = parseArgs({
+  options: {
+    json: { type: "boolean", default: false },
+    model: { type: "string" },
+    programs: { type: "string", default: "40" },
+    cap: { type: "string", default: "16" },
+    "max-tokens": { type: "string", default: "160" },
+    scale: { type: "string", default: "3" },
+    rates: { type: "string", default: "0.5,1,1.5,2,3,4" },
+    "max-seqs": { type: "string", default: "32" },
+    cal: { type: "string", default: "30" },
+    seed: { type: "string", default: "1" },
+    out: { type: "string", default: "bench" },
+  },
+});
+const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
+const NPROG = Number(values.programs);
+const CAP = Number(values.cap);
+const PER_ROUND = Math.max(1, CAP / 4);
+const MAX_TOKENS = Number(values["max-tokens"]);
+const SCALE = Number(values.scale);
+const MAX_SEQS = Number(values["max-seqs"]);
+const eq = (a: string, b: string): boolean => answersEquivalent(a, b);
+const started = Date.now();
+
+const bm = await resolveBenchModel(values.model, log);
+const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
+const promptOf = (p: ArithProblem): number[] | string =>
+  model.tokenizer.chatTemplate === null ? p.question : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
+const scOf = (p: ArithProblem, seed = 0): SelfConsistency =>
+  new SelfConsistency({ prompt: promptOf(p), maxBranches: CAP, branchesPerRound: PER_ROUND, maxTokens: MAX_TOKENS, temperature: 0.8, seed });
+
+// ---- 1. Calibrate the certaindex threshold (validation split) and measure capacity in the same batch run.
+const validation = problemSet({ split: "validation", n: Number(values.cal), seed: 2 });
+let policy: PolicySpec;
+let capacityProgramsPerSecond: number;
+{
+  await using engine = new Engine({ models: { model }, maxBatchSeqs: MAX_SEQS });
+  const rt = new ProgramRuntime(engine);
+  const t0 = Date.now();
+  const runs = await pool(validation, 16, async (p) => {
+    const sc = scOf(p);
+    await rt.run(sc, { policy: { kind: "baseline-even" } });
+    return sc.state.branches;
+  });
+  capacityProgramsPerSecond = validation.length / ((Date.now() - t0) / 1000);
+  const traces: ProgramTrace[] = runs.map((b) => ({
+    steps: Array.from({ length: 4 }, (_, k) => {
+      const used = (k + 1) * PER_ROUND;
+      const answers = b.slice(0, used).map((x) => x.answer);
+      return { used, certaindex: entropyCertaindex(answers, eq), answer: clusterAnswers(answers, eq)[0]?.answer ?? null, tokensUsed: b.slice(0, used).reduce((s, x) => s + x.tokens, 0) };
+    }),
+  }));
+  const c = calibrate(traces, validation.map((p) => p.answer), { equivalent: eq });
+  policy = c.policy;
+  log(`capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s (cap ${CAP}, to the cap); certaindex policy ${JSON.stringify(policy)} saves ${(c.tokenSavings * 100).toFixed(1)}% on validation`);
+}
+
+// ---- 2. Solo latency per level: the deadline's base × difficulty factor.
+const soloMs = new Map<Level, number>();
+{
+  await using engine = new Engine({ models: { model }, maxBatchSeqs: MAX_SEQS });
+  const rt = new ProgramRuntime(engine);
+  await rt.run(scOf(validation[0]), { policy: { kind: "baseline-even" } }); // warm-up, not timed
+  for (const level of [1, 2, 3, 4, 5] as const) {
+    const qs = problemSet({ split: "validation", n: 2, seed: 3, levels: [level] });
+    let total = 0;
+    for (const p of qs) total += (await rt.run(scOf(p), { policy: { kind: "baseline-even" } })).elapsedMs;
+    soloMs.set(level, total / qs.length);
+  }
+}
+const base = [...soloMs.values()].reduce((a, b) => a + b, 0) / soloMs.size;
+log(`solo latency per level (ms): ${[...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)}`).join(", ")}`);
+
+// ---- 3. Replay the arrival trace per system and rate.
+interface System { name: string; sched: SchedulingPolicy; certaindex: boolean }
+const systems: System[] = [
+  { name: "fcfs", sched: "fcfs", certaindex: false },
+  { name: "lpm", sched: "lpm", certaindex: false },
+  { name: "gang", sched: "gang", certaindex: false },
+  { name: "gang+sjf", sched: "gang+sjf", certaindex: false },
+  { name: "gang+sjf+certaindex", sched: "gang+sjf", certaindex: true },
+];
+const test = problemSet({ split: "test", n: NPROG, seed: Number(values.seed) });
+
+function arrivals(rate: number, seed: number): number[] {
+  let s = seed >>> 0;
+  let t = 0;
+  return test.map(() => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    t += -Math.log(1 - s / 2 ** 32) / rate;
+    return t * 1000;
+  });
+}
+
+interface Row { system: string; rate: number; ratePerSecond: number; attainment: number; p90LatencyOverDeadline: number; meanTokens: number; accuracy: number }
+const rows: Row[] = [];
+const rateMultipliers = values.rates!.split(",").map(Number);
+for (const mult of rateMultipliers) {
+  const rate = mult * capacityProgramsPerSecond;
+  const at = arrivals(rate, Number(values.seed));
+  for (const sys of systems) {
+    await using engine = new Engine({ models: { model }, schedulingPolicy: sys.sched, maxBatchSeqs: MAX_SEQS });
+    const rt = new ProgramRuntime(engine);
+    const t0 = Date.now();
+    const results = await Promise.all(
+      test.map(async (p, i) => {
+        await new Promise((r) => setTimeout(r, Math.max(0, t0 + at[i] - Date.now())));
+        const arrived = Date.now();
+        const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
+        const latency = Date.now() - arrived;
+        const deadline = SCALE * soloMs.get(p.level)!;
+        return { latency, deadline, tokens: r.tokensUsed, correct: r.answer !== null && eq(r.answer, p.answer) };
+      }),
+    );
+    const ratios = results.map((r) => r.latency / r.deadline).sort((a, b) => a - b);
+    const row: Row = {
+      system: sys.name,
+      rate: mult,
+      ratePerSecond: rate,
+      attainment: results.filter((r) => r.latency <= r.deadline).length / results.length,
+      p90LatencyOverDeadline: ratios[Math.min(ratios.length - 1, Math.ceil(0.9 * ratios.length) - 1)],
+      meanTokens: results.reduce((s, r) => s + r.tokens, 0) / results.length,
+      accuracy: results.filter((r) => r.correct).length / results.length,
+    };
+    rows.push(row);
+    log(`${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%`);
+  }
+}
+model.dispose();
+
+const sustainable = Object.fromEntries(
+  systems.map((s) => {
+    const ok = rows.filter((r) => r.system === s.name && r.attainment >= 0.9).map((r) => r.ratePerSecond);
+    return [s.name, ok.length === 0 ? 0 : Math.max(...ok)];
+  }),
+);
+const fcfsRate = sustainable.fcfs;
+const result = {
+  date: new Date().toISOString(),
+  machine: machine(),
+  model: bm.label,
+  programs: NPROG,
+  cap: CAP,
+  branchesPerRound: PER_ROUND,
+  deadlineScale: SCALE,
+  maxBatchSeqs: MAX_SEQS,
+  capacityProgramsPerSecond,
+  soloLatencyMsByLevel: Object.fromEntries(soloMs),
+  baseMs: base,
+  certaindexPolicy: policy,
+  rows,
+  sustainableRate: sustainable,
+  speedupOverFcfs: Object.fromEntries(systems.map((s) => [s.name, fcfsRate > 0 ? sustainable[s.name] / fcfsRate : null])),
+  wallSeconds: (Date.now() - started) / 1000,
+};
+const md = [
+  `# Serving benchmark — ${bm.label}`,
+  "",
+  `${result.date}, ${result.machine} (shared with other jobs: timings are noisy). Command: \`npm run bench:serving -- --json\`: ${NPROG} SC programs (cap ${CAP}, ${PER_ROUND} branches per round, ${MAX_TOKENS} tokens per branch) per run, Poisson arrivals, deadline = ${SCALE} × solo latency of the question's level (${[...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)} ms`).join(", ")}), maxBatchSeqs ${MAX_SEQS}. Capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s. Certaindex policy ${JSON.stringify(policy)} (calibrated on validation). Wall ${result.wallSeconds.toFixed(0)} s.`,
+  "",
+  "| system | rate (×capacity) | programs/s | deadline attainment | p90 latency / deadline | tokens / program | accuracy |",
+  "| --- | --- | --- | --- | --- | --- | --- |",
+  ...rows.map((r) => `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}% | ${r.p90LatencyOverDeadline.toFixed(2)} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% |`),
+  "",
+  "| system | highest rate with ≥ 90% attainment (programs/s) | × fcfs |",
+  "| --- | --- | --- |",
+  ...systems.map((s) => `| ${s.name} | ${sustainable[s.name].toFixed(2)} | ${result.speedupOverFcfs[s.name]?.toFixed(2) ?? "n/a (fcfs sustains none)"} |`),
+  "",
+  "![deadline attainment](serving.svg)",
+  "",
+].join("\n");
+const svg = lineChart(
+  systems.map((s) => ({ name: s.name, points: rows.filter((r) => r.system === s.name).map((r) => [r.ratePerSecond, r.attainment * 100] as const) })),
+  { title: `Deadline attainment vs arrival rate (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"})`, xLabel: "arrival rate (programs/s)", yLabel: "programs within deadline (%)" },
+);
+mkdirSync(values.out!, { recursive: true });
+writeFileSync(join(values.out!, "serving.md"), md);
+writeFileSync(join(values.out!, "serving.json"), `${JSON.stringify(result, null, 2)}\n`);
+writeFileSync(join(values.out!, "serving.svg"), svg);
+if (values.json) console.log(JSON.stringify(result));
+else log(md);

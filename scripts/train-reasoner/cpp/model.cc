@@ -1,0 +1,128 @@
+#include "model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "gemm.h"
+
+namespace tr {
+
+void Batch::add(const uint16_t* ids, int len, int lossFrom) {
+  const int start = rows();
+  seqs.push_back({start, len});
+  for (int j = 0; j < len; j++) {
+    tokens.push_back(ids[j]);
+    pos.push_back(j);
+    const bool hasTarget = j + 1 < len && j + 1 >= lossFrom;
+    targets.push_back(hasTarget ? ids[j + 1] : -1);
+    lossTokens += hasTarget ? 1 : 0;
+  }
+}
+
+Model::Model(const Config& c) : c_(c), rope_(c.maxPos, c.headDim, c.ropeTheta), acts_(c.layers) {
+  if (c.heads % c.kvHeads != 0) throw Error("heads must be a multiple of kvHeads");
+  if (c.headDim % 2 != 0) throw Error("headDim must be even (RoPE rotates halves)");
+}
+
+static void resize(std::vector<real>& v, size_t n) {
+  if (v.size() != n) v.resize(n);
+}
+
+void Model::forward(const Weights& w, const Batch& batch) {
+  const int N = batch.rows(), d = c_.hidden, qd = c_.qDim(), kvd = c_.kvDim(), f = c_.ffn;
+  for (const auto& s : batch.seqs)
+    if (s.len > c_.maxPos) throw Error("sequence of " + std::to_string(s.len) + " tokens exceeds maxPos");
+  size_t probTotal = 0;
+  probOff_ = attentionProbOffsets(c_, batch.seqs, &probTotal);
+  resize(xFinal_, (size_t)N * d);
+  real* x = xFinal_.data();  // the residual stream, updated layer by layer
+  for (int i = 0; i < N; i++) std::memcpy(x + (size_t)i * d, w.embed + (size_t)batch.tokens[i] * d, sizeof(real) * d);
+  std::vector<real> tmp((size_t)N * d);
+  for (int l = 0; l < c_.layers; l++) {
+    const LayerWeights& L = w.layers[l];
+    LayerActivations& A = acts_[l];
+    A.xIn.assign(x, x + (size_t)N * d);
+    resize(A.a, (size_t)N * d), resize(A.rstd1, N), resize(A.q, (size_t)N * qd), resize(A.k, (size_t)N * kvd);
+    resize(A.v, (size_t)N * kvd), resize(A.probs, probTotal), resize(A.o, (size_t)N * qd);
+    rmsnormForward(N, d, x, L.attnNorm, c_.normEps, A.a.data(), A.rstd1.data());
+    linear(N, d, qd, A.a.data(), L.wq, A.q.data());
+    linear(N, d, kvd, A.a.data(), L.wk, A.k.data());
+    linear(N, d, kvd, A.a.data(), L.wv, A.v.data());
+    ropeApply(rope_, N, c_.heads, batch.pos.data(), A.q.data(), false);
+    ropeApply(rope_, N, c_.kvHeads, batch.pos.data(), A.k.data(), false);
+    attentionForward(c_, batch.seqs, probOff_.data(), A.q.data(), A.k.data(), A.v.data(), A.probs.data(), A.o.data());
+    linear(N, qd, d, A.o.data(), L.wo, tmp.data());
+    for (size_t i = 0; i < (size_t)N * d; i++) x[i] += tmp[i];
+    A.xMid.assign(x, x + (size_t)N * d);
+    resize(A.b, (size_t)N * d), resize(A.rstd2, N);
+    resize(A.g, (size_t)N * f), resize(A.u, (size_t)N * f), resize(A.h, (size_t)N * f);
+    rmsnormForward(N, d, x, L.mlpNorm, c_.normEps, A.b.data(), A.rstd2.data());
+    linear(N, d, f, A.b.data(), L.wg, A.g.data());
+    linear(N, d, f, A.b.data(), L.wu, A.u.data());
+    swigluForward((size_t)N * f, A.g.data(), A.u.data(), A.h.data());
+    linear(N, f, d, A.h.data(), L.wd, tmp.data());
+    for (size_t i = 0; i < (size_t)N * d; i++) x[i] += tmp[i];
+  }
+  resize(xNorm_, (size_t)N * d), resize(rstdF_, N), resize(logits_, (size_t)N * c_.vocab);
+  rmsnormForward(N, d, x, w.finalNorm, c_.normEps, xNorm_.data(), rstdF_.data());
+  linear(N, d, c_.vocab, xNorm_.data(), w.lmHead, logits_.data());
+}
+
+double Model::lossAndGrad(const Weights& w, const Batch& batch, Weights* grads) {
+  if (batch.lossTokens == 0) throw Error("batch has no loss tokens");
+  forward(w, batch);
+  const double scale = 1.0 / batch.lossTokens;
+  const double sum = crossEntropy(batch.rows(), c_.vocab, batch.targets.data(), logits_.data(), scale);
+  if (grads) backward(w, batch, *grads);
+  return sum * scale;
+}
+
+// Expects logits_ to hold d(loss)/d(logits) (crossEntropy leaves it there).
+void Model::backward(const Weights& w, const Batch& batch, Weights& g) {
+  const int N = batch.rows(), d = c_.hidden, qd = c_.qDim(), kvd = c_.kvDim(), f = c_.ffn, V = c_.vocab;
+  dx_.assign((size_t)N * d, real(0));
+  resize(dTmp_, (size_t)N * d), resize(dq_, (size_t)N * qd), resize(dk_, (size_t)N * kvd);
+  resize(dv_, (size_t)N * kvd), resize(dAttn_, (size_t)N * qd);
+  resize(dg_, (size_t)N * f), resize(du_, (size_t)N * f), resize(dh_, (size_t)N * f);
+
+  linearBackwardWeight(N, d, V, logits_.data(), xNorm_.data(), g.lmHead);
+  linearBackwardInput(N, d, V, logits_.data(), w.lmHead, dTmp_.data(), false);
+  rmsnormBackward(N, d, dTmp_.data(), xFinal_.data(), w.finalNorm, rstdF_.data(), dx_.data(), g.finalNorm);
+
+  for (int l = c_.layers - 1; l >= 0; l--) {
+    const LayerWeights& L = w.layers[l];
+    LayerWeights& G = g.layers[l];
+    const LayerActivations& A = acts_[l];
+    // x_out = xMid + swiglu(b Wg^T, b Wu^T) Wd^T
+    linearBackwardWeight(N, f, d, dx_.data(), A.h.data(), G.wd);
+    linearBackwardInput(N, f, d, dx_.data(), L.wd, dh_.data(), false);
+    swigluBackward((size_t)N * f, dh_.data(), A.g.data(), A.u.data(), dg_.data(), du_.data());
+    linearBackwardWeight(N, d, f, dg_.data(), A.b.data(), G.wg);
+    linearBackwardWeight(N, d, f, du_.data(), A.b.data(), G.wu);
+    linearBackwardInput(N, d, f, dg_.data(), L.wg, dTmp_.data(), false);
+    linearBackwardInput(N, d, f, du_.data(), L.wu, dTmp_.data(), true);
+    rmsnormBackward(N, d, dTmp_.data(), A.xMid.data(), L.mlpNorm, A.rstd2.data(), dx_.data(), G.mlpNorm);
+    // xMid = xIn + attention(rope(a Wq^T), rope(a Wk^T), a Wv^T) Wo^T
+    linearBackwardWeight(N, qd, d, dx_.data(), A.o.data(), G.wo);
+    linearBackwardInput(N, qd, d, dx_.data(), L.wo, dAttn_.data(), false);
+    attentionBackward(c_, batch.seqs, probOff_.data(), A.q.data(), A.k.data(), A.v.data(), A.probs.data(),
+                      dAttn_.data(), dq_.data(), dk_.data(), dv_.data());
+    ropeApply(rope_, N, c_.heads, batch.pos.data(), dq_.data(), true);
+    ropeApply(rope_, N, c_.kvHeads, batch.pos.data(), dk_.data(), true);
+    linearBackwardWeight(N, d, qd, dq_.data(), A.a.data(), G.wq);
+    linearBackwardWeight(N, d, kvd, dk_.data(), A.a.data(), G.wk);
+    linearBackwardWeight(N, d, kvd, dv_.data(), A.a.data(), G.wv);
+    linearBackwardInput(N, d, qd, dq_.data(), L.wq, dTmp_.data(), false);
+    linearBackwardInput(N, d, kvd, dk_.data(), L.wk, dTmp_.data(), true);
+    linearBackwardInput(N, d, kvd, dv_.data(), L.wv, dTmp_.data(), true);
+    rmsnormBackward(N, d, dTmp_.data(), A.xIn.data(), L.attnNorm, A.rstd1.data(), dx_.data(), G.attnNorm);
+  }
+  // Embedding rows shared by several tokens: summed in token order, single-threaded, so deterministic.
+  for (int i = 0; i < N; i++) {
+    real* ge = g.embed + (size_t)batch.tokens[i] * d;
+    const real* di = dx_.data() + (size_t)i * d;
+    for (int c = 0; c < d; c++) ge[c] += di[c];
+  }
+}
+
+}  // namespace tr

@@ -1,0 +1,45 @@
+// Llama forward and backward over a packed batch of whole sequences (teacher forcing), loss on marked tokens.
+#pragma once
+#include <vector>
+
+#include "attention.h"
+#include "ops.h"
+#include "weights.h"
+
+namespace tr {
+
+struct Batch {
+  std::vector<int> tokens;   // [rows] input ids
+  std::vector<int> targets;  // [rows] next-token id, or -1 where no loss is taken (prompt, last token)
+  std::vector<int> pos;      // [rows] position within its sequence
+  std::vector<SeqSpan> seqs;
+  int lossTokens = 0;  // count of targets >= 0
+  int rows() const { return (int)tokens.size(); }
+  // Appends one sequence; loss on predicting tokens[j] for j >= lossFrom.
+  void add(const uint16_t* ids, int len, int lossFrom);
+};
+
+// Activations saved by the forward pass for the backward pass, per layer.
+struct LayerActivations {
+  std::vector<real> xIn, a, rstd1, q, k, v, probs, o, xMid, b, rstd2, g, u, h;
+};
+
+class Model {
+ public:
+  Model(const Config& c);
+  const Config& config() const { return c_; }
+  // Mean cross-entropy over the batch's loss tokens. With grads != nullptr, adds d(mean loss)/d(params) into it.
+  double lossAndGrad(const Weights& w, const Batch& batch, Weights* grads);
+
+ private:
+  Config c_;
+  Rope rope_;
+  std::vector<LayerActivations> acts_;
+  std::vector<size_t> probOff_;
+  std::vector<real> xFinal_, xNorm_, rstdF_, logits_;
+  std::vector<real> dx_, dTmp_, dq_, dk_, dv_, dAttn_, dg_, du_, dh_;
+  void forward(const Weights& w, const Batch& batch);
+  void backward(const Weights& w, const Batch& batch, Weights& g);
+};
+
+}  // namespace tr

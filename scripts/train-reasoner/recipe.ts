@@ -1,0 +1,44 @@
+// The committed model's recipe: one place for every number that decides the weights.
+export interface ModelRecipe {
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  ffn: number;
+  maxPos: number;
+}
+
+export interface TrainRecipe {
+  seed: number;
+  /** Training problems drawn from the train split (levels 1-5 cycled, so balanced). */
+  trainProblems: number;
+  validationProblems: number;
+  steps: number;
+  /** Sequences per optimizer step. */
+  batch: number;
+  lr: number;
+  warmup: number;
+  minLrFrac: number;
+  weightDecay: number;
+  beta2: number;
+  clip: number;
+  /** Fixed thread count: results do not depend on it, but the wall time does. */
+  threads: number;
+}
+
+export const modelRecipe: ModelRecipe = { hidden: 128, layers: 4, heads: 4, kvHeads: 2, ffn: 512, maxPos: 256 };
+
+export const trainRecipe: TrainRecipe = {
+  seed: 1,
+  trainProblems: 200_000,
+  validationProblems: 1_000,
+  steps: 4000,
+  batch: 48,
+  lr: 3e-3,
+  warmup: 200,
+  minLrFrac: 0.05,
+  weightDecay: 0.1,
+  beta2: 0.98,
+  clip: 1.0,
+  threads: 2,
+};

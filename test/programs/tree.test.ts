@@ -1,0 +1,106 @@
+// Rebase and MCTS on the real engine over tiny generated models, with a programmatic verifier and a model-scored
+// process reward from a second model loaded on the same engine.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Engine } from "../../ts/engine/engine.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { Mcts } from "../../ts/programs/mcts.js";
+import { allotChildren, Rebase } from "../../ts/programs/rebase.js";
+import { arithStepScore, modelProcessReward, verifierReward } from "../../ts/programs/rewards.js";
+import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import type { TreeNode } from "../../ts/programs/stepTree.js";
+import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
+
+let policy: Model;
+let prm: Model;
+let V: number;
+beforeAll(async () => {
+  policy = await loadModel(await fixtureDir("llama", "f32", { layers: 2 }), { kvPages: 256, pageSize: 16 });
+  prm = await loadModel(await fixtureDir("llama", "f32", { layers: 1, seed: 7 }), { kvPages: 128, pageSize: 16 });
+  V = policy.config.vocabSize;
+});
+afterAll(() => {
+  policy?.dispose();
+  prm?.dispose();
+});
+
+const engineOf = (): Engine => new Engine({ models: [{ name: "policy", model: policy }, { name: "prm", model: prm }], kernelMode: "batch-invariant" });
+/** A deterministic stand-in verifier: longer steps score higher, in [0, 1]. */
+const byLength = verifierReward("by-length", ({ step }) => Math.min(1, step.length / 20));
+const firstChar = (text: string): string | null => (text.length === 0 ? null : String(text.codePointAt(0)! % 2));
+
+describe("reward sources", () => {
+  it("the arithmetic verifier checks each step's arithmetic, operands and final answer", () => {
+    const q = "What is 12*(7+5)-9?";
+    expect(arithStepScore({ question: q, previous: [], step: "<think>7+5=12" })).toBe(1);
+    expect(arithStepScore({ question: q, previous: [], step: "7+5=13" })).toBe(0);
+    expect(arithStepScore({ question: q, previous: ["7+5=12"], step: "12*12=144" })).toBe(1);
+    expect(arithStepScore({ question: q, previous: ["7+5=12"], step: "3*4=12" })).toBe(0.5); // 3 came from nowhere
+    expect(arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{135}" })).toBe(1);
+    expect(arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{136}" })).toBe(0);
+    expect(arithStepScore({ question: q, previous: [], step: "\\boxed{135}" })).toBe(1);
+    expect(arithStepScore({ question: q, previous: [], step: "hmm" })).toBe(0.25);
+  });
+
+  it("the model process reward is P(good) / (P(good) + P(bad)) at the step tag, from the second model", async () => {
+    await using engine = engineOf();
+    const reward = modelProcessReward({ model: "prm", goodTokens: ["+"], badTokens: ["-"], stepTag: "\n" });
+    const rb = new Rebase({ prompt: randomTokens(10, V, 1), question: "What is 1+2?", reward, width: 2, maxDepth: 1, stepMaxTokens: 4, model: "policy" });
+    const r = await new ProgramRuntime(engine).run(rb, { policy: { kind: "baseline-even" } });
+    expect(r.tokensByPurpose.reward).toBe(2); // one token per scored step
+    const codec = engine.tokenizer("prm")!;
+    const [plus] = codec.encode("+", { addSpecialTokens: false });
+    const [minus] = codec.encode("-", { addSpecialTokens: false });
+    for (const node of rb.state.finished) {
+      const out = await engine.submit({ model: "prm", prompt: `What is 1+2?\n${node.step}\n`, maxTokens: 1, temperature: 0, logprobs: 64 }).result;
+      const p = (id: number): number => Math.exp(out.logprobs![0].top.find((t) => t.token === id)?.logprob ?? -Infinity);
+      expect(node.reward).toBeCloseTo(p(plus) / (p(plus) + p(minus)), 10);
+    }
+  });
+});
+
+describe("Rebase", () => {
+  it("allots children by softmax of rewards, summing to the remaining width", () => {
+    expect(allotChildren([1, 0, 0], 8, 0.2)).toEqual([8, 0, 0]);
+    expect(allotChildren([0.5, 0.5], 5, 0.2)).toEqual([3, 2]);
+    expect(allotChildren([0.6, 0.5, 0.2], 7, 0.3).reduce((a, b) => a + b)).toBe(7);
+    expect(allotChildren([], 4, 1)).toEqual([]);
+  });
+
+  it("keeps `width` live paths per depth, stops at maxDepth, certaindex = max finished reward", async () => {
+    await using engine = engineOf();
+    const rb = new Rebase({ prompt: randomTokens(12, V, 2), question: "q", reward: byLength, width: 4, maxDepth: 3, stepMaxTokens: 5, seed: 3, extractAnswer: firstChar, model: "policy" });
+    const r = await new ProgramRuntime(engine).run(rb, { policy: { kind: "baseline-even" } });
+    const byDepth = (d: number): TreeNode[] => rb.tree.nodes.filter((n) => n.depth === d);
+    expect(byDepth(1)).toHaveLength(4);
+    let finishedBefore = byDepth(1).filter((n) => n.terminal).length;
+    for (let d = 2; d <= 3; d++) {
+      expect(byDepth(d)).toHaveLength(4 - finishedBefore);
+      finishedBefore += byDepth(d).filter((n) => n.terminal).length;
+    }
+    expect(rb.state.finished).toHaveLength(4); // everything ends by depth 3
+    expect(r.certaindex).toBe(Math.max(...rb.state.finished.map((n) => n.reward)));
+    for (const n of rb.tree.nodes) if (n.parent && n.parent.parent) expect(n.reward).toBeLessThanOrEqual(n.parent.reward);
+    expect(r.answer).not.toBeNull();
+    expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
+  });
+});
+
+describe("MCTS", () => {
+  it("back-propagates every simulation to the root and stops on mean reward", async () => {
+    await using engine = engineOf();
+    const m = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: byLength, maxSimulations: 12, simulationsPerRound: 4, branching: 2, maxDepth: 3, stepMaxTokens: 5, seed: 1, extractAnswer: firstChar, model: "policy" });
+    const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
+    expect(m.tree.root.visits).toBe(r.knob.used);
+    for (const n of m.tree.nodes) {
+      if (n.children.length > 0 && n.parent !== null) expect(n.visits).toBeGreaterThanOrEqual(n.children.reduce((s, c) => s + c.visits, 0));
+    }
+    const rewards = m.state.solutions.map((n) => n.reward);
+    if (rewards.length > 0) expect(r.certaindex).toBeCloseTo(rewards.reduce((a, b) => a + b) / rewards.length, 12);
+    // A threshold the first solutions already pass stops it early.
+    const early = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: verifierReward("one", () => 1), maxSimulations: 40, simulationsPerRound: 4, branching: 2, maxDepth: 2, stepMaxTokens: 4, model: "policy" });
+    const e = await new ProgramRuntime(engine).run(early, { policy: { kind: "threshold", threshold: 0.9, detectAt: 4 } });
+    expect(e.stopReason === "certain" || e.stopReason === "done").toBe(true);
+    expect(e.knob.used).toBeLessThan(40);
+    expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
+  });
+});

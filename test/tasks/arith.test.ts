@@ -1,0 +1,124 @@
+import { describe, expect, it } from "vitest";
+import {
+  answersEquivalent,
+  completionOf,
+  evaluate,
+  extractAnswer,
+  levels,
+  levelSpecs,
+  parse,
+  parenDepth,
+  problemSet,
+  render,
+  sampleExpr,
+  splitOf,
+  steps,
+} from "../../ts/tasks/arith/index.js";
+import { Rng } from "../../ts/tasks/arith/rng.js";
+
+describe("arith expressions", () => {
+  it("evaluates with precedence and left associativity, one step per operation in post-order", () => {
+    const e = parse("12*(7+5)-9");
+    expect(evaluate(e)).toBe(135);
+    expect(steps(e).map((s) => `${s.left}${s.op}${s.right}=${s.result}`)).toEqual(["7+5=12", "12*12=144", "144-9=135"]);
+    expect(evaluate(parse("10-4-3"))).toBe(3);
+    expect(evaluate(parse("10-(4-3)"))).toBe(9);
+    expect(evaluate(parse("2+3*4"))).toBe(14);
+  });
+
+  it("renders canonically: parse(render(e)) renders back to the same text and value", () => {
+    const rng = new Rng(5);
+    for (let i = 0; i < 500; i++) {
+      const e = sampleExpr(rng, levels[i % 5]);
+      const text = render(e);
+      expect(render(parse(text))).toBe(text);
+      expect(evaluate(parse(text))).toBe(evaluate(e));
+    }
+  });
+
+  it("rejects text outside the grammar", () => {
+    expect(() => parse("1+")).toThrow(/cannot parse/);
+    expect(() => parse("(1+2")).toThrow(/expected '\)'/);
+    expect(() => parse("1 + 2")).toThrow(/unexpected character/);
+  });
+
+  it("writes a negative right operand in parentheses", () => {
+    const p = problemSet({ split: "train", n: 2000, seed: 3 }).find((q) => q.steps.some((s) => s.right < 0))!;
+    expect(completionOf(p)).toMatch(/[+*-]\(-\d+\)=/);
+    expect(completionOf(p)).not.toMatch(/--/);
+  });
+});
+
+describe("arith levels", () => {
+  it("meets every level's constraints, with harder levels longer", () => {
+    const meanSteps: number[] = [];
+    for (const level of levels) {
+      const spec = levelSpecs[level];
+      const ps = problemSet({ split: "train", n: 200, seed: 1, levels: [level] });
+      for (const p of ps) {
+        const depth = parenDepth(p.expression);
+        expect(depth).toBeGreaterThanOrEqual(spec.parenDepth[0]);
+        expect(depth).toBeLessThanOrEqual(spec.parenDepth[1]);
+        expect(p.steps.length + 1).toBeGreaterThanOrEqual(spec.numbers[0]);
+        expect(p.steps.length + 1).toBeLessThanOrEqual(spec.numbers[1]);
+        for (const s of p.steps) expect(Math.abs(s.result)).toBeLessThanOrEqual(spec.maxAbsValue);
+        expect(String(evaluate(parse(p.expression)))).toBe(p.answer);
+      }
+      meanSteps.push(ps.reduce((s, p) => s + p.steps.length, 0) / ps.length);
+    }
+    for (let i = 1; i < meanSteps.length; i++) expect(meanSteps[i]).toBeGreaterThan(meanSteps[i - 1]);
+  });
+
+  it("is deterministic per seed and differs across seeds", () => {
+    const a = problemSet({ split: "test", n: 50, seed: 7 }).map((p) => p.expression);
+    expect(problemSet({ split: "test", n: 50, seed: 7 }).map((p) => p.expression)).toEqual(a);
+    expect(problemSet({ split: "test", n: 50, seed: 8 }).map((p) => p.expression)).not.toEqual(a);
+  });
+
+  it("renders the chat completion with thought and boxed answer", () => {
+    const p = problemSet({ split: "test", n: 1, seed: 0 })[0];
+    expect(p.question).toBe(`What is ${p.expression}?`);
+    const c = completionOf(p);
+    expect(c.startsWith("<think>")).toBe(true);
+    expect(c.endsWith(`</think> \\boxed{${p.answer}}`)).toBe(true);
+    expect(c.split("\n").length - 1).toBe(p.steps.length);
+  });
+});
+
+describe("arith splits", () => {
+  it("never puts a test or validation problem in train", () => {
+    const train = new Set(problemSet({ split: "train", n: 20_000, seed: 1 }).map((p) => p.expression));
+    const test = problemSet({ split: "test", n: 1000, seed: 0 });
+    const validation = problemSet({ split: "validation", n: 1000, seed: 0 });
+    for (const p of [...test, ...validation]) expect(train.has(p.expression)).toBe(false);
+    for (const p of test) expect(splitOf(p.expression)).toBe("test");
+    expect(new Set(test.map((p) => p.expression)).size).toBe(test.length);
+    // The hash buckets split roughly 90 / 5 / 5.
+    const counts = { train: 0, validation: 0, test: 0 };
+    for (let i = 0; i < 10_000; i++) counts[splitOf(`${i}+${i % 97}`)]++;
+    expect(counts.train).toBeGreaterThan(8800);
+    expect(counts.test).toBeGreaterThan(400);
+  });
+});
+
+describe("answers", () => {
+  it("extracts the last boxed answer, else the last number", () => {
+    expect(extractAnswer("<think>7+5=12\n</think> \\boxed{135}")).toBe("135");
+    expect(extractAnswer("\\boxed{1} then \\boxed{-42}")).toBe("-42");
+    expect(extractAnswer("\\boxed{{7}}")).toBe("{7}");
+    expect(extractAnswer("\\boxed{12")).toBe("12"); // cut off by the token limit
+    expect(extractAnswer("so 3*4=12, answer 1,234")).toBe("1234");
+    expect(extractAnswer("\\boxed{} and 5")).toBe("5");
+    expect(extractAnswer("no digits here")).toBeNull();
+  });
+
+  it("compares numerically", () => {
+    expect(answersEquivalent("135", "135")).toBe(true);
+    expect(answersEquivalent("135.0", "135")).toBe(true);
+    expect(answersEquivalent("(-16)", "-16")).toBe(true);
+    expect(answersEquivalent("1,234", "1234")).toBe(true);
+    expect(answersEquivalent("134", "135")).toBe(false);
+    expect(answersEquivalent(null, "1")).toBe(false);
+    expect(answersEquivalent("abc", "abc")).toBe(true);
+  });
+});

@@ -1,0 +1,112 @@
+// `deliberate run "What is 12*(7+5)-9?"`: the main job. Runs one reasoning program (default: self-consistency
+// with certaindex on the bundled tiny reasoner), shows progress on a TTY, prints the answer, its certaindex, the
+// rounds and the tokens used against the budget (or one JSON object with --json).
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import type { Command } from "commander";
+import { Engine } from "../../engine/engine.js";
+import { loadModel } from "../../model/model.js";
+import type { PolicySpec } from "../../certaindex/policies.js";
+import { buildProgram, parseProgramKind, PROGRAM_KINDS } from "../../programs/registry.js";
+import { ProgramRuntime } from "../../programs/runtime.js";
+import type { ProgramResult } from "../../programs/program.js";
+
+/** models/tiny-reasoner at the package root (three levels up from ts/cli/commands and dist/cli/commands). */
+export const DEFAULT_MODEL_DIR = fileURLToPath(new URL("../../../models/tiny-reasoner", import.meta.url));
+
+interface RunOptions {
+  program: string;
+  model?: string;
+  json?: boolean;
+  cap?: string;
+  maxTokens?: string;
+  seed?: string;
+  temperature?: string;
+  policy?: string;
+  threshold?: string;
+  device?: string;
+}
+
+function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  if (raw.trim() === "" || !Number.isFinite(v) || (integer && !Number.isInteger(v))) throw new Error(`--${name} must be ${integer ? "an integer" : "a number"}, got '${raw}'`);
+  return v;
+}
+
+function policyOf(opts: RunOptions): PolicySpec | undefined {
+  if (opts.policy === undefined) return undefined;
+  if (opts.policy === "baseline-even") return { kind: "baseline-even" };
+  if (opts.policy === "threshold") return { kind: "threshold", threshold: num("threshold", opts.threshold, false) ?? 0.6, detectAt: 1 };
+  throw new Error(`--policy must be threshold or baseline-even, got '${opts.policy}'`);
+}
+
+function report(r: ProgramResult): string {
+  const saved = r.tokenBudget > 0 ? ` (${Math.round((1 - r.tokensUsed / r.tokenBudget) * 100)}% of the budget unused)` : "";
+  return [
+    `answer:      ${r.answer ?? "(none)"}`,
+    `certaindex:  ${r.certaindex.toFixed(3)}  (stopped: ${r.stopReason})`,
+    `program:     ${r.program}, ${r.rounds} round${r.rounds === 1 ? "" : "s"}, knob ${r.knob.used}/${r.knob.max}`,
+    `tokens:      ${r.tokensUsed} / ${r.tokenBudget} budget${saved}`,
+  ].join("\n");
+}
+
+export function registerRun(program: Command): void {
+  program
+    .command("run")
+    .description("answer a question with a reasoning program (default: self-consistency with certaindex on the bundled tiny reasoner)")
+    .argument("<question>", 'the question, e.g. "What is 12*(7+5)-9?"')
+    .option("--program <name>", `one of ${PROGRAM_KINDS.join(", ")}`, "sc")
+    .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
+    .option("--cap <n>", "the program's knob cap: branches (sc), width (rebase), simulations (mcts)")
+    .option("--max-tokens <n>", "tokens per branch (sc) or for the whole thought (cot-probe)")
+    .option("--seed <s>", "sampling seed", "0")
+    .option("--temperature <t>", "sampling temperature")
+    .option("--policy <name>", "threshold or baseline-even (default: the program's certaindex policy)")
+    .option("--threshold <x>", "certaindex threshold for --policy threshold")
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--json", "print one JSON object with the result")
+    .action(async (question: string, opts: RunOptions) => {
+      const kind = parseProgramKind(opts.program);
+      const dir = opts.model ?? DEFAULT_MODEL_DIR;
+      if (!existsSync(dir)) {
+        throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
+      }
+      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      const model = await loadModel(dir, { device: opts.device });
+      const engine = new Engine({ models: { model } });
+      try {
+        const prompt = model.tokenizer.chatTemplate === null ? question : model.tokenizer.encodeChat([{ role: "user", content: question }]);
+        const prog = buildProgram(kind, {
+          question,
+          prompt,
+          cap: num("cap", opts.cap, true),
+          maxTokens: num("max-tokens", opts.maxTokens, true),
+          seed: num("seed", opts.seed, true),
+          temperature: num("temperature", opts.temperature, false),
+        });
+        const tty = !opts.json && process.stderr.isTTY;
+        const ac = new AbortController();
+        const onSigint = (): void => ac.abort();
+        process.once("SIGINT", onSigint);
+        const result = await new ProgramRuntime(engine).run(prog, {
+          policy: policyOf(opts),
+          signal: ac.signal,
+          onRound: (rec) => {
+            if (tty) process.stderr.write(`\rround ${rec.round}  certaindex ${rec.certaindex.toFixed(2)}  tokens ${rec.tokensUsed}/${prog.tokenBudget}  answer ${rec.answer ?? "-"}   `);
+          },
+        });
+        process.off("SIGINT", onSigint);
+        if (tty) process.stderr.write("\n");
+        if (opts.json) {
+          const { history, ...rest } = result;
+          console.log(JSON.stringify({ question, model: dir, ...rest, history }));
+        } else {
+          console.log(report(result));
+        }
+      } finally {
+        await engine.dispose();
+        model.dispose();
+      }
+    });
+}

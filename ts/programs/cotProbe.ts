@@ -1,0 +1,151 @@
+// Chain-of-thought probing (Dynasor-CoT). One main branch thinks; every `interval` generated tokens a probe forks
+// it at exactly that length (KV shared, nothing copied), appends the probe suffix (`</think> \boxed{`), decodes a
+// short answer greedily (≤ 20 tokens, stopped at `}`) and is discarded: its pages are freed when it finishes and
+// the main branch never sees it. The program exits once the last `window` probe answers agree, are non-empty and
+// free of hesitation words (probeCertaindex reaches 1 exactly then). Because a probe cuts the main branch at a
+// fixed length, its answer does not depend on how far the main branch ran meanwhile.
+import type { RequestHandle } from "../engine/handle.js";
+import type { PolicySpec } from "../certaindex/policies.js";
+import { DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
+import { extractAnswer } from "../tasks/arith/answer.js";
+import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
+
+/** Default probe suffix for `<think>`-style models: close the thought, open the boxed answer. */
+export function defaultProbeSuffix(thoughtSoFar: string): string {
+  return `${thoughtSoFar.endsWith("\n") ? "" : "\n"}</think> \\boxed{`;
+}
+
+export interface CotProbeOptions {
+  prompt: string | readonly number[];
+  /** Generated tokens between probes (default 64). */
+  interval?: number;
+  /** Main-branch generation cap (default 1024). */
+  maxTokens?: number;
+  /** Most tokens a probe decodes (default 20). */
+  probeMaxTokens?: number;
+  /** Text appended to the cut thought (default defaultProbeSuffix). */
+  probeSuffix?: string | ((thoughtSoFar: string) => string);
+  /** Where a probe answer ends (default "}"). */
+  probeStop?: string[];
+  rule?: ProbeRule;
+  temperature?: number;
+  seed?: number;
+  model?: string;
+  /** Reads the final answer of a finished main branch (default: last \boxed{}, else last number). */
+  extractAnswer?: (text: string) => string | null;
+  /** Probing off: the main branch runs to its end (the baseline). */
+  probe?: boolean;
+}
+
+export class CotProbe implements Program {
+  readonly name = "cot-probe";
+  certaindex = 0;
+  readonly knob: Knob;
+  readonly state = {
+    probes: [] as Array<string | null>,
+    /** Main-branch tokens at each probe. */
+    probeAt: [] as number[],
+    /** Tokens each probe generated. */
+    probeTokens: [] as number[],
+    mainText: "",
+    mainTokens: 0,
+    /** The main branch ended on its own (eos or maxTokens), not by an abort. */
+    finished: false,
+  };
+  readonly tokenBudget: number;
+  readonly defaultPolicy: PolicySpec = { kind: "threshold", threshold: 1, detectAt: 1 };
+  private readonly o: Required<Omit<CotProbeOptions, "model">> & { model?: string };
+  private main: RequestHandle | null = null;
+  /** Text after each generated token (textAt[k] = text of the first k tokens). */
+  private readonly textAt: string[] = [""];
+  private progress: (() => void) | null = null;
+  private mainError: unknown = undefined;
+  /** The main branch's stream ended (finished, aborted or failed). */
+  private ended = false;
+  private promptLength = 0;
+
+  constructor(options: CotProbeOptions) {
+    const interval = options.interval ?? 64;
+    if (!Number.isInteger(interval) || interval < 1) throw new RangeError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`);
+    const defaults = { maxTokens: 1024, probeMaxTokens: 20, probeSuffix: defaultProbeSuffix, probeStop: ["}"], rule: DEFAULT_PROBE_RULE, temperature: 0, seed: 0, extractAnswer, probe: true };
+    this.o = { ...withDefaults(defaults, options), interval };
+    this.knob = { used: 0, max: Math.ceil(this.o.maxTokens / interval) };
+    this.tokenBudget = this.o.maxTokens + (this.o.probe ? this.knob.max * this.o.probeMaxTokens : 0);
+  }
+
+  /** The main branch ended on its own and no probe point is left inside it. */
+  get done(): boolean {
+    return this.state.finished && !this.canProbeAt((this.knob.used + 1) * this.o.interval);
+  }
+
+  async execute(ctx: ProgramContext): Promise<void> {
+    if (this.main === null) this.startMain(ctx);
+    const target = (this.knob.used + 1) * this.o.interval;
+    while (this.state.mainTokens < target && !this.ended) {
+      await new Promise<void>((resolve) => (this.progress = resolve));
+    }
+    if (this.mainError !== undefined) throw this.mainError;
+    if (this.state.mainTokens < target) return; // the branch ended before this probe point: done
+    this.knob.used++;
+    if (!this.canProbeAt(target)) return;
+    const thought = this.textAt[target];
+    const suffix = typeof this.o.probeSuffix === "string" ? this.o.probeSuffix : this.o.probeSuffix(thought);
+    const probe = ctx.fork(
+      this.main!,
+      { length: this.promptLength + target, append: suffix, maxTokens: this.o.probeMaxTokens, temperature: 0, stop: this.o.probeStop },
+      "probe",
+    );
+    const out = await probe.result;
+    this.state.probes.push(out.finishReason === "aborted" ? null : out.text.trim());
+    this.state.probeAt.push(target);
+    this.state.probeTokens.push(out.usage.generatedTokens);
+  }
+
+  /** A probe at `tokens` generated tokens makes sense while the thought is still open there. */
+  private canProbeAt(tokens: number): boolean {
+    return this.o.probe && this.state.mainTokens >= tokens && !this.textAt[tokens].includes("</think>");
+  }
+
+  updateCertaindex(): number {
+    this.certaindex = probeCertaindex(this.state.probes, this.o.rule);
+    return this.certaindex;
+  }
+
+  /** The finished branch's answer once done; before that (an early exit), the latest probe's. */
+  answer(): string | null {
+    if (this.done) return this.o.extractAnswer(this.state.mainText);
+    const last = this.state.probes[this.state.probes.length - 1];
+    return last == null || last === "" ? null : last;
+  }
+
+  private startMain(ctx: ProgramContext): void {
+    const o = this.o;
+    const prompt = ctx.encode(o.prompt, { model: o.model });
+    this.promptLength = prompt.length;
+    const main = ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, seed: o.seed, model: o.model });
+    this.main = main;
+    const wake = (): void => {
+      const p = this.progress;
+      this.progress = null;
+      p?.();
+    };
+    void (async () => {
+      try {
+        for await (const d of main) {
+          for (const _ of d.tokens) this.textAt.push(this.textAt[this.textAt.length - 1]);
+          this.state.mainText += d.text;
+          this.textAt[this.textAt.length - 1] = this.state.mainText;
+          this.state.mainTokens += d.tokens.length;
+          wake();
+        }
+        const out = await main.result;
+        this.state.mainText = out.text;
+        this.state.finished = out.finishReason !== "aborted";
+      } catch (e) {
+        this.mainError = e;
+      }
+      this.ended = true;
+      wake();
+    })();
+  }
+}

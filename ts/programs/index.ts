@@ -1,0 +1,27 @@
+// Reasoning programs and certaindex: the public surface (re-exported from ts/index.ts).
+export { ProgramRuntime } from "./runtime.js";
+export type { RunOptions } from "./runtime.js";
+export { withDefaults } from "./program.js";
+export type { Program, ProgramContext, ProgramResult, Knob, RoundRecord, StopReason, TokenPurpose } from "./program.js";
+export { SelfConsistency } from "./selfConsistency.js";
+export type { SelfConsistencyOptions, Branch } from "./selfConsistency.js";
+export { CotProbe, defaultProbeSuffix } from "./cotProbe.js";
+export type { CotProbeOptions } from "./cotProbe.js";
+export { Rebase, allotChildren } from "./rebase.js";
+export type { RebaseOptions } from "./rebase.js";
+export { Mcts, uct } from "./mcts.js";
+export type { MctsOptions } from "./mcts.js";
+export { StepTree, weightedVote } from "./stepTree.js";
+export type { TreeNode, StepTreeOptions } from "./stepTree.js";
+export { arithStepScore, arithVerifier, modelProcessReward, verifierReward } from "./rewards.js";
+export type { RewardSource, StepInput, ModelRewardOptions } from "./rewards.js";
+export { buildProgram, parseProgramKind, PROGRAM_KINDS } from "./registry.js";
+export type { ProgramKind, BuildProgramOptions } from "./registry.js";
+export { clusterAnswers, entropyCertaindex, rewardCertaindex, combineCertaindex, exactMatch } from "../certaindex/signals.js";
+export type { AnswerEquivalence, AnswerCluster } from "../certaindex/signals.js";
+export { hasHesitation, isConfidentProbe, shouldExitOnProbes, probeCertaindex, DEFAULT_PROBE_RULE, DEFAULT_HESITATION_WORDS } from "../certaindex/probe.js";
+export type { ProbeRule } from "../certaindex/probe.js";
+export { decide, curveLimit, validatePolicy } from "../certaindex/policies.js";
+export type { PolicySpec, PolicyKind, ProgramSnapshot, Decision } from "../certaindex/policies.js";
+export { calibrate, evaluatePolicy, replay } from "../certaindex/calibrate.js";
+export type { ProgramTrace, PolicyOutcome, CalibrationResult } from "../certaindex/calibrate.js";

@@ -1,0 +1,94 @@
+// Rebase (Wu et al., "Inference Scaling Laws"): reward-balanced tree search. A budget of `width` solutions; each
+// round expands every frontier step once more, giving node j round(remaining × softmax(reward_j / τ)) children
+// (largest remainders settle the rounding), where remaining = width − finished solutions. Certaindex (Dynasor):
+// the best finished solution's reward (max aggregation), optionally combined with the answer entropy of the
+// finished solutions (both must be high).
+import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
+import type { PolicySpec } from "../certaindex/policies.js";
+import { answersEquivalent } from "../tasks/arith/answer.js";
+import type { Knob, Program, ProgramContext } from "./program.js";
+import { StepTree, weightedVote, type StepTreeOptions, type TreeNode } from "./stepTree.js";
+
+export interface RebaseOptions extends StepTreeOptions {
+  /** Solutions budget (default 8). */
+  width?: number;
+  /** Softmax temperature τ over rewards (default 0.2; lower = greedier). */
+  balanceTemperature?: number;
+  /** Also require answer agreement: certaindex = min(max reward, entropy certaindex). */
+  entropy?: boolean;
+  equivalent?: AnswerEquivalence;
+}
+
+/** Children per node: softmax(scores / τ) × total, rounded by largest remainder so they sum to `total`. */
+export function allotChildren(scores: readonly number[], total: number, temperature: number): number[] {
+  if (scores.length === 0 || total <= 0) return scores.map(() => 0);
+  const m = Math.max(...scores);
+  const w = scores.map((s) => Math.exp((s - m) / temperature));
+  const z = w.reduce((a, b) => a + b, 0);
+  const exact = w.map((x) => (x / z) * total);
+  const out = exact.map(Math.floor);
+  let left = total - out.reduce((a, b) => a + b, 0);
+  const order = exact.map((x, i) => ({ r: x - Math.floor(x), i })).sort((a, b) => b.r - a.r || a.i - b.i);
+  for (const { i } of order) {
+    if (left <= 0) break;
+    out[i]++;
+    left--;
+  }
+  return out;
+}
+
+export class Rebase implements Program {
+  readonly name = "rebase";
+  certaindex = 0;
+  readonly knob: Knob;
+  readonly tokenBudget: number;
+  readonly defaultPolicy: PolicySpec = { kind: "threshold", threshold: 0.99, detectAt: 1 };
+  readonly tree: StepTree;
+  readonly state: { frontier: TreeNode[]; finished: TreeNode[] } = { frontier: [], finished: [] };
+  private readonly width: number;
+  private readonly tau: number;
+  private readonly eq: AnswerEquivalence;
+
+  constructor(private readonly o: RebaseOptions) {
+    this.width = o.width ?? 8;
+    if (!Number.isInteger(this.width) || this.width < 1) throw new RangeError(`rebase.width must be an integer ≥ 1, got ${this.width}`);
+    this.tau = o.balanceTemperature ?? 0.2;
+    if (!(this.tau > 0)) throw new RangeError(`rebase.balanceTemperature must be > 0, got ${this.tau}`);
+    this.eq = o.equivalent ?? ((a, b) => answersEquivalent(a, b));
+    this.tree = new StepTree(o);
+    const depth = o.maxDepth ?? 16;
+    this.knob = { used: 0, max: depth };
+    this.tokenBudget = this.tree.budgetFor(this.width * depth);
+  }
+
+  get done(): boolean {
+    return this.knob.used > 0 && (this.state.frontier.length === 0 || this.state.finished.length >= this.width);
+  }
+
+  async execute(ctx: ProgramContext): Promise<void> {
+    let created: TreeNode[];
+    if (this.knob.used === 0) {
+      created = await this.tree.expand(ctx, this.tree.root, this.width);
+    } else {
+      const frontier = this.state.frontier;
+      const counts = allotChildren(frontier.map((n) => n.reward), this.width - this.state.finished.length, this.tau);
+      created = (await Promise.all(frontier.map((n, i) => this.tree.expand(ctx, n, counts[i])))).flat();
+    }
+    this.state.frontier = created.filter((n) => !n.terminal);
+    this.state.finished.push(...created.filter((n) => n.terminal));
+    this.knob.used++;
+  }
+
+  updateCertaindex(): number {
+    const f = this.state.finished;
+    const reward = rewardCertaindex(f.map((n) => n.reward), "max");
+    this.certaindex = this.o.entropy ? combineCertaindex([reward, entropyCertaindex(f.map((n) => n.answer), this.eq)]) : reward;
+    return this.certaindex;
+  }
+
+  answer(): string | null {
+    const f = this.state.finished;
+    if (f.length > 0) return weightedVote(f.map((n) => ({ answer: n.answer, weight: n.reward })), this.eq);
+    return null;
+  }
+}

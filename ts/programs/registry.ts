@@ -1,0 +1,49 @@
+// The built-in programs by name, built for one question (CLI, benchmarks). Strategies are chosen by a string union
+// checked with `satisfies never`.
+import { CotProbe } from "./cotProbe.js";
+import { Mcts } from "./mcts.js";
+import type { Program } from "./program.js";
+import { Rebase } from "./rebase.js";
+import { arithVerifier, type RewardSource } from "./rewards.js";
+import { SelfConsistency } from "./selfConsistency.js";
+
+export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts";
+export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts"];
+
+export interface BuildProgramOptions {
+  /** The question as asked (what the reward sources see). */
+  question: string;
+  /** The rendered prompt (e.g. the chat template applied to the question), text or ids. */
+  prompt: string | readonly number[];
+  /** The program's cap: branches (sc), probe-interval tokens budget (cot-probe: maxTokens), width (rebase),
+   * simulations (mcts). Default: each program's own. */
+  cap?: number;
+  maxTokens?: number;
+  seed?: number;
+  temperature?: number;
+  reward?: RewardSource;
+  model?: string;
+}
+
+export function parseProgramKind(value: string): ProgramKind {
+  const kind = PROGRAM_KINDS.find((k) => k === value);
+  if (kind === undefined) throw new Error(`program "${value}" is unknown; expected one of ${PROGRAM_KINDS.join(", ")}`);
+  return kind;
+}
+
+export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
+  const common = { prompt: o.prompt, seed: o.seed, model: o.model };
+  const tree = { ...common, question: o.question, reward: o.reward ?? arithVerifier, temperature: o.temperature };
+  switch (kind) {
+    case "sc":
+      return new SelfConsistency({ ...common, maxBranches: o.cap ?? 16, maxTokens: o.maxTokens, temperature: o.temperature });
+    case "cot-probe":
+      return new CotProbe({ ...common, maxTokens: o.maxTokens, temperature: o.temperature });
+    case "rebase":
+      return new Rebase({ ...tree, width: o.cap });
+    case "mcts":
+      return new Mcts({ ...tree, maxSimulations: o.cap });
+    default:
+      return kind satisfies never;
+  }
+}

@@ -1,0 +1,146 @@
+// The search tree shared by Rebase and MCTS: nodes are reasoning steps (one line of the thought, generated with
+// stop "\n"); a child continues its parent's request by engine.fork, so the path's KV is shared while the parent
+// lives and revived from the prefix cache after. Each new step is scored by a RewardSource; a node's reward is the
+// minimum over its path (a solution is as good as its worst step).
+import type { RequestHandle } from "../engine/handle.js";
+import type { GenerationOutput, SampleOutput } from "../engine/outputs.js";
+import { extractAnswer as arithExtract } from "../tasks/arith/answer.js";
+import type { ProgramContext } from "./program.js";
+import type { RewardSource } from "./rewards.js";
+
+export interface TreeNode {
+  id: number;
+  parent: TreeNode | null;
+  children: TreeNode[];
+  /** The request whose sample `sample` generated this step (fork it to continue); null for the root. */
+  handle: RequestHandle | null;
+  sample: number;
+  /** This step's text (without its trailing newline). */
+  step: string;
+  depth: number;
+  /** Path reward in [0, 1]: min of the step scores from the root. */
+  reward: number;
+  terminal: boolean;
+  answer: string | null;
+  /** MCTS statistics. */
+  visits: number;
+  valueSum: number;
+}
+
+export interface StepTreeOptions {
+  /** Rendered prompt (text or ids) the first steps continue. */
+  prompt: string | readonly number[];
+  /** The question as the reward source should see it. */
+  question: string;
+  reward: RewardSource;
+  /** Most tokens per step (default 48). */
+  stepMaxTokens?: number;
+  /** Deepest path: a node at this depth is terminal (default 16). */
+  maxDepth?: number;
+  temperature?: number;
+  seed?: number;
+  model?: string;
+  extractAnswer?: (text: string) => string | null;
+}
+
+export class StepTree {
+  readonly root: TreeNode;
+  readonly nodes: TreeNode[] = [];
+  private nextSeed: number;
+  private readonly stepMaxTokens: number;
+  private readonly maxDepth: number;
+  private readonly extract: (text: string) => string | null;
+
+  constructor(private readonly o: StepTreeOptions) {
+    this.stepMaxTokens = o.stepMaxTokens ?? 48;
+    this.maxDepth = o.maxDepth ?? 16;
+    this.extract = o.extractAnswer ?? arithExtract;
+    this.nextSeed = o.seed ?? 0;
+    this.root = this.node(null, null, 0, "", 1);
+  }
+
+  /** Upper bound on tokens generated for `expansions` steps. */
+  budgetFor(expansions: number): number {
+    return expansions * this.stepMaxTokens;
+  }
+
+  /** The steps from the root to `node`. */
+  path(node: TreeNode): string[] {
+    const steps: string[] = [];
+    for (let n: TreeNode | null = node; n && n.parent; n = n.parent) steps.push(n.step);
+    return steps.reverse();
+  }
+
+  /** Generates `k` children of `node` (the root: one request with n = k samples sharing the prompt) and scores them. */
+  async expand(ctx: ProgramContext, node: TreeNode, k: number): Promise<TreeNode[]> {
+    if (k <= 0 || node.terminal) return [];
+    const params = { maxTokens: this.stepMaxTokens, temperature: this.o.temperature ?? 0.8, stop: ["\n"] };
+    let outs: Array<{ handle: RequestHandle; sample: SampleOutput }>;
+    if (node.handle === null) {
+      const h = ctx.submit({ prompt: this.o.prompt, n: k, seed: this.takeSeeds(k), model: this.o.model, ...params });
+      const out = await h.result;
+      outs = out.samples.map((sample) => ({ handle: h, sample }));
+    } else {
+      const handles = Array.from({ length: k }, () => ctx.fork(node.handle!, { sample: node.sample, seed: this.takeSeeds(1), ...params }));
+      const results: GenerationOutput[] = await Promise.all(handles.map((h) => h.result));
+      outs = results.map((out, i) => ({ handle: handles[i], sample: out.samples[0] }));
+    }
+    const previous = this.path(node);
+    const children = outs.map(({ handle, sample }) => this.childOf(node, handle, sample));
+    const scores = await Promise.all(children.map((c) => this.o.reward.score(ctx, { question: this.o.question, previous, step: c.step })));
+    children.forEach((c, i) => (c.reward = Math.min(node.reward, scores[i])));
+    return children;
+  }
+
+  private childOf(parent: TreeNode, handle: RequestHandle, s: SampleOutput): TreeNode {
+    const c = this.node(parent, handle, s.index, s.text, 0);
+    // A step cut by stepMaxTokens is just a long step; eos (or any stop other than the newline) ends the solution.
+    const endedSolution = s.finishReason === "stop" && s.stoppedBy !== "\n";
+    c.terminal = endedSolution || /\\boxed\{/.test(s.text) || c.depth >= this.maxDepth || s.finishReason === "aborted";
+    if (c.terminal) c.answer = this.extract(this.path(c).join("\n"));
+    parent.children.push(c);
+    return c;
+  }
+
+  private takeSeeds(k: number): number {
+    const s = this.nextSeed;
+    this.nextSeed += k;
+    return s;
+  }
+
+  private node(parent: TreeNode | null, handle: RequestHandle | null, sample: number, step: string, reward: number): TreeNode {
+    const n: TreeNode = {
+      id: this.nodes.length,
+      parent,
+      children: [],
+      handle,
+      sample,
+      step,
+      depth: parent ? parent.depth + 1 : 0,
+      reward,
+      terminal: false,
+      answer: null,
+      visits: 0,
+      valueSum: 0,
+    };
+    this.nodes.push(n);
+    return n;
+  }
+}
+
+/** Reward-weighted vote over finished solutions: the answer with the largest summed weight. */
+export function weightedVote(
+  items: ReadonlyArray<{ answer: string | null; weight: number }>,
+  equivalent: (a: string, b: string) => boolean,
+): string | null {
+  const groups: Array<{ answer: string; weight: number }> = [];
+  for (const { answer, weight } of items) {
+    if (answer == null || answer.trim() === "") continue;
+    const g = groups.find((x) => equivalent(x.answer, answer));
+    if (g) g.weight += weight;
+    else groups.push({ answer: answer.trim(), weight });
+  }
+  let best: { answer: string; weight: number } | null = null;
+  for (const g of groups) if (best === null || g.weight > best.weight) best = g;
+  return best?.answer ?? null;
+}

@@ -1,0 +1,128 @@
+// Integer expression trees over + - *: canonical rendering (only the parentheses the tree needs), exact
+// evaluation, and the chain of thought (one operation per step, post-order: innermost groups first, left to right).
+//
+// Rendering is canonical: parsing the rendered text gives back the same tree, so the text identifies the problem
+// (splits hash it) and fixes its chain of thought.
+
+export type Op = "+" | "-" | "*";
+
+export type Expr = { kind: "num"; value: number } | { kind: "bin"; op: Op; left: Expr; right: Expr };
+
+/** One chain-of-thought step: `left op right = result`. */
+export interface Step {
+  left: number;
+  op: Op;
+  right: number;
+  result: number;
+}
+
+const precedence: Record<Op, number> = { "+": 1, "-": 1, "*": 2 };
+
+export function num(value: number): Expr {
+  return { kind: "num", value };
+}
+
+export function bin(op: Op, left: Expr, right: Expr): Expr {
+  return { kind: "bin", op, left, right };
+}
+
+export function applyOp(op: Op, a: number, b: number): number {
+  return op === "+" ? a + b : op === "-" ? a - b : a * b;
+}
+
+/** The exact value (JS numbers are exact integers below 2^53; generators keep values far smaller). */
+export function evaluate(e: Expr): number {
+  return e.kind === "num" ? e.value : applyOp(e.op, evaluate(e.left), evaluate(e.right));
+}
+
+/** Left-associative precedence rules: a child needs parentheses if it binds looser than its parent, or as loosely
+ * when it is the right operand (a-(b-c), a*(b*c) keep theirs so the text parses back to this tree). */
+function needsParens(child: Expr, parent: Op, side: "left" | "right"): boolean {
+  if (child.kind === "num") return false;
+  const c = precedence[child.op];
+  const p = precedence[parent];
+  return c < p || (side === "right" && c === p);
+}
+
+export function render(e: Expr): string {
+  if (e.kind === "num") return String(e.value);
+  const l = render(e.left);
+  const r = render(e.right);
+  return (
+    (needsParens(e.left, e.op, "left") ? `(${l})` : l) + e.op + (needsParens(e.right, e.op, "right") ? `(${r})` : r)
+  );
+}
+
+/** Post-order evaluation steps: every operation once, operands before the operation that uses them. */
+export function steps(e: Expr): Step[] {
+  const out: Step[] = [];
+  const walk = (x: Expr): number => {
+    if (x.kind === "num") return x.value;
+    const left = walk(x.left);
+    const right = walk(x.right);
+    const result = applyOp(x.op, left, right);
+    out.push({ left, op: x.op, right, result });
+    return result;
+  };
+  walk(e);
+  return out;
+}
+
+/** A step as the model writes it, e.g. `7+5=12`, `14-30=-16`, `3*(-16)=-48` (a negative right operand is
+ * parenthesised so `--` never appears). */
+export function renderStep(s: Step): string {
+  const right = s.right < 0 ? `(${s.right})` : String(s.right);
+  return `${s.left}${s.op}${right}=${s.result}`;
+}
+
+/** Deepest nesting of parentheses in the rendered text. */
+export function parenDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (const ch of text) {
+    if (ch === "(") max = Math.max(max, ++depth);
+    else if (ch === ")") depth--;
+  }
+  return max;
+}
+
+/** Parses the canonical grammar (non-negative integers, + - *, parentheses, no spaces) back into a tree;
+ * throws on anything else. Used by tests to prove rendering is canonical. */
+export function parse(text: string): Expr {
+  let pos = 0;
+  const fail = (why: string): never => {
+    throw new Error(`cannot parse arithmetic expression ${JSON.stringify(text)} at ${pos}: ${why}`);
+  };
+  const atom = (): Expr => {
+    if (text[pos] === "(") {
+      pos++;
+      const inner = sum();
+      if (text[pos] !== ")") fail("expected ')'");
+      pos++;
+      return inner;
+    }
+    const start = pos;
+    while (pos < text.length && text[pos] >= "0" && text[pos] <= "9") pos++;
+    if (pos === start) fail("expected a number or '('");
+    return num(Number(text.slice(start, pos)));
+  };
+  const product = (): Expr => {
+    let e = atom();
+    while (text[pos] === "*") {
+      pos++;
+      e = bin("*", e, atom());
+    }
+    return e;
+  };
+  const sum = (): Expr => {
+    let e = product();
+    while (text[pos] === "+" || text[pos] === "-") {
+      const op = text[pos++] as Op;
+      e = bin(op, e, product());
+    }
+    return e;
+  };
+  const e = sum();
+  if (pos !== text.length) fail("unexpected character");
+  return e;
+}

@@ -1,0 +1,73 @@
+// Arithmetic problems with exact answers and their worked chain of thought, drawn deterministically per split.
+//
+// Splits never overlap: a problem's split is a pure function of its canonical text (hash into 100 buckets:
+// 0-89 train, 90-94 validation, 95-99 test), so a test problem can never be drawn for training, whatever the seed.
+import { evaluate, parse, render, renderStep, steps, type Step } from "./expr.js";
+import { isLevel, levels, sampleExpr, type Level } from "./levels.js";
+import { fnv1a32, Rng } from "./rng.js";
+
+export type Split = "train" | "validation" | "test";
+export const splits: readonly Split[] = ["train", "validation", "test"];
+
+export interface ArithProblem {
+  level: Level;
+  /** Canonical expression text, e.g. `12*(7+5)-9`. */
+  expression: string;
+  /** The user's message, e.g. `What is 12*(7+5)-9?`. */
+  question: string;
+  /** The exact answer as the model should write it, e.g. `135`. */
+  answer: string;
+  steps: Step[];
+}
+
+export function splitOf(expression: string): Split {
+  const bucket = fnv1a32(`arith:${expression}`) % 100;
+  return bucket < 90 ? "train" : bucket < 95 ? "validation" : "test";
+}
+
+/** Builds a problem from canonical expression text (throws if the text is not in the task's grammar). */
+export function problemFromExpression(expression: string, level: Level): ArithProblem {
+  const tree = parse(expression);
+  return { level, expression, question: `What is ${expression}?`, answer: String(evaluate(tree)), steps: steps(tree) };
+}
+
+/** The assistant's whole turn: thought, one step per line, then the boxed answer.
+ * `<think>7+5=12\n12*12=144\n144-9=135\n</think> \boxed{135}` */
+export function completionOf(p: ArithProblem): string {
+  return `<think>${p.steps.map((s) => `${renderStep(s)}\n`).join("")}</think> \\boxed{${p.answer}}`;
+}
+
+export interface ProblemSetOptions {
+  split: Split;
+  n: number;
+  /** Stream seed: the same (split, seed, n, levels) always gives the same list. */
+  seed?: number;
+  /** Levels to cycle through (problem i has levels[i % levels.length]); default 1..5, balanced. */
+  levels?: readonly Level[];
+  /** Reject repeats within the set (default: true except for train, whose level-1 space is small). */
+  unique?: boolean;
+}
+
+/** Draws `n` problems of one split. */
+export function problemSet(opts: ProblemSetOptions): ArithProblem[] {
+  const { split, n, seed = 0 } = opts;
+  const lv = opts.levels ?? levels;
+  const unique = opts.unique ?? split !== "train";
+  if (!Number.isInteger(n) || n < 0) throw new Error(`problemSet: n must be a non-negative integer, got ${n}`);
+  if (lv.length === 0 || !lv.every((l) => isLevel(l))) throw new Error(`problemSet: levels must be in 1..5, got ${JSON.stringify(lv)}`);
+  const rng = new Rng(seed).fork(`arith/${split}`);
+  const seen = new Set<string>();
+  const out: ArithProblem[] = [];
+  for (let i = 0; i < n; i++) {
+    const level = lv[i % lv.length];
+    for (let attempt = 0; ; attempt++) {
+      if (attempt > 1_000_000) throw new Error(`problemSet: level ${level} of split ${split} ran out of distinct problems at ${i} of ${n}`);
+      const expression = render(sampleExpr(rng, level));
+      if (splitOf(expression) !== split || (unique && seen.has(expression))) continue;
+      seen.add(expression);
+      out.push(problemFromExpression(expression, level));
+      break;
+    }
+  }
+  return out;
+}
