@@ -2,6 +2,7 @@
 // outputs, each with one zmm of 16 lane accumulators (schedule in cpu_gemm.h).
 // GCC 12 flags its own _mm512_undefined_* helpers inside the AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
