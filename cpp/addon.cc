@@ -4,6 +4,7 @@
 
 #include "cpu_features.h"
 #include "gpu_runtime.h"
+#include "napi_model.h"
 #include "napi_ops.h"
 #include "napi_tensor.h"
 #include "storage.h"
@@ -83,6 +84,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("liveBytes", Napi::Function::New(env, LiveBytes, "liveBytes"));
   exports.Set("cudaCompiled", Napi::Boolean::New(env, gpu::compiled()));
   registerOps(env, exports);
+  registerModel(env, exports);
   return exports;
 }
 

@@ -69,6 +69,113 @@ export interface NativeOps {
   }): Promise<void>;
 }
 
+/** Architecture numbers and memory layout of a NativeModel (ts/model/config.ts derives them from config.json). */
+export interface NativeModelOptions {
+  numLayers: number;
+  hidden: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  intermediate: number;
+  vocab: number;
+  rmsEps: number;
+  /** q/k/v projections carry a bias (Qwen2). */
+  attentionBias: boolean;
+  /** o_proj carries a bias (Llama/Mistral with attention_bias). */
+  oProjBias?: boolean;
+  tieEmbeddings: boolean;
+  /** [headDim/2] rotary inverse frequencies, rope_theta and llama3 scaling folded in. */
+  invFreq: Float32Array;
+  device?: DeviceKind;
+  /** Activations: f32 on the CPU (required), bf16 (default) or f32 on CUDA. */
+  activationDtype?: "f32" | "bf16";
+  /** KV cache dtype; default = activation dtype. */
+  kvDtype?: "f32" | "bf16" | "f16";
+  /** KV pool: per layer kCache/vCache [numPages, pageSize, numKvHeads, headDim]. */
+  numPages: number;
+  pageSize?: number;
+}
+
+/** Sampling of one sequence's next token: Gumbel-max keyed by (seed, position, token id), see DESIGN.md. */
+export interface NativeSampling {
+  /** 0 = greedy (first index of the max). */
+  temperature?: number;
+  /** 0 = off. */
+  topK?: number;
+  /** 1 = off. */
+  topP?: number;
+  /** u64; a number must be a non-negative safe integer. */
+  seed?: number | bigint;
+}
+
+/** One sequence's share of a forward step. */
+export interface NativeForwardSequence {
+  /** New token ids, at positions startPos .. startPos + tokens.length - 1. One token = decode path. */
+  tokens: Int32Array;
+  /** Tokens of this sequence already in the KV cache (their pages are in blockTable). */
+  startPos: number;
+  /** Page ids covering positions 0 .. startPos + tokens.length - 1 (extra trailing entries are ignored). */
+  blockTable: Int32Array;
+  sampling?: NativeSampling;
+  /** Top logprobs to return (0..64). */
+  numTopLogprobs?: number;
+  /** HF hidden_states index in [0, numLayers]: 0 = embeddings, l = after l layers, numLayers = after the final norm. */
+  captureHiddenLayer?: number;
+  /** False for a prefill chunk that is not the prompt's last: lm_head and sampling are skipped (token = -1). */
+  emitToken?: boolean;
+}
+
+export interface NativeForwardBatch {
+  sequences: NativeForwardSequence[];
+  /** GEMM K partitions (clamped to each GEMM's K). Fixed mode: a constant; fast mode: chosen from the batch. */
+  gemmSplitK: number;
+  /** Decode-attention KV partitions. */
+  kvSplits: number;
+  /** Return each emitting sequence's raw logits [vocab] (tests, verification). */
+  returnLogits?: boolean;
+  /** Whole-page copies (copy-on-write) done before this step writes any KV. */
+  pageCopies?: { src: Int32Array; dst: Int32Array };
+}
+
+export interface NativeForwardResult {
+  /** Sampled token id; -1 when emitToken was false. */
+  token: number;
+  /** log-softmax of the raw logits at token. */
+  logprob: number;
+  /** numTopLogprobs highest: ids descending by logprob (ties by lower id), and their logprobs. */
+  topIds?: Int32Array;
+  topLogprobs?: Float32Array;
+  /** Hidden state [hidden] at the last position, when captureHiddenLayer was given. */
+  hidden?: Float32Array;
+  logits?: Float32Array;
+}
+
+export interface NativeModelInfo {
+  device: DeviceKind;
+  activationDtype: DType;
+  kvDtype: DType;
+  numPages: number;
+  pageSize: number;
+  kvBytes: number;
+  kvBytesPerPage: number;
+}
+
+/** A model in native memory: weights, a paged KV pool and scratch. */
+export interface NativeModel {
+  /** Copies (converting on the CPU where useful) one checkpoint tensor, or a chunk of it at byteOffset. */
+  setWeight(name: string, dtype: "f32" | "bf16" | "f16", shape: number[], bytes: ArrayBufferView, byteOffset?: number): void;
+  /** Checkpoint tensors not set yet. */
+  missingWeights(): string[];
+  /** ONE native call for the whole model and batch (off the JS thread); results in input order. */
+  forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]>;
+  /** Copies whole pages src[i] -> dst[i] in every layer's K and V cache. */
+  copyPages(src: Int32Array, dst: Int32Array): Promise<void>;
+  readonly info: NativeModelInfo;
+  readonly disposed: boolean;
+  /** Idempotent; native memory is released once no call in flight still uses it. */
+  dispose(): void;
+}
+
 export interface CudaDeviceInfo {
   index: number;
   name: string;
@@ -91,4 +198,5 @@ export interface Addon {
   liveBytes(device: DeviceKind): number;
   readonly cudaCompiled: boolean;
   readonly ops: NativeOps;
+  readonly NativeModel: new (options: NativeModelOptions) => NativeModel;
 }

@@ -1,0 +1,113 @@
+// Model construction, boundary validation, page copies. The forward pass itself is in model_forward.cc.
+#include "model.h"
+
+#include <cmath>
+#include "model_ops.h"
+
+namespace dl {
+
+Model::Model(const ModelConfig& c, Device d, DType act, const KvPoolConfig& k)
+    : cfg(c), device(d), actDtype(act), kv(k), weights(cfg, d) {
+  cfg.validate();
+  if (d == Device::cpu && act != DType::f32)
+    throw Error(std::string("NativeModel: activation dtype must be f32 on the CPU (its GEMM reads f32 inputs), got ") +
+                dtypeName(act));
+  if (act != DType::f32 && act != DType::bf16) throw Error("NativeModel: activation dtype must be f32 or bf16");
+  if (k.dtype == DType::i32) throw Error("NativeModel: kvDtype must be f32, bf16 or f16");
+  if (k.numPages < 1 || k.pageSize < 1)
+    throw Error("NativeModel: numPages and pageSize must be positive, got " + std::to_string(k.numPages) + " and " +
+                std::to_string(k.pageSize));
+  int64_t perLayer = int64_t(k.numPages) * k.pageSize * cfg.kvDim();
+  kCache_.resize(cfg.numLayers);
+  vCache_.resize(cfg.numLayers);
+  for (int l = 0; l < cfg.numLayers; l++) {
+    kCache_[l].reset(d, k.dtype, perLayer);
+    vCache_[l].reset(d, k.dtype, perLayer);
+  }
+  invFreq_.reset(d, DType::f32, int64_t(cfg.invFreq.size()));
+  copyToDevice(d, invFreq_.data(), cfg.invFreq.data(), cfg.invFreq.size() * sizeof(float));
+}
+
+size_t Model::kvBytes() const {
+  size_t n = 0;
+  for (auto& b : kCache_) n += b.bytes();
+  for (auto& b : vCache_) n += b.bytes();
+  return n;
+}
+
+void Model::requireWeights() const {
+  auto miss = weights.missing();
+  if (miss.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < miss.size() && i < 5; i++) list += (i ? ", " : "") + miss[i];
+  if (miss.size() > 5) list += ", ... (" + std::to_string(miss.size()) + " in all)";
+  throw Error("NativeModel: weights not set yet: " + list + "; call setWeight for each before forward");
+}
+
+void Model::validate(const BatchInput& b) const {
+  auto fail = [](const std::string& m) { throw Error("forward: " + m); };
+  if (b.seqs.empty()) fail("the batch has no sequences");
+  if (b.gemmSplitK < 1 || b.gemmSplitK > 4096) fail("gemmSplitK must be in [1, 4096], got " + std::to_string(b.gemmSplitK));
+  if (b.kvSplits < 1 || b.kvSplits > 1024) fail("kvSplits must be in [1, 1024], got " + std::to_string(b.kvSplits));
+  for (size_t i = 0; i < b.seqs.size(); i++) {
+    const SeqInput& s = b.seqs[i];
+    std::string who = "sequence " + std::to_string(i) + ": ";
+    if (s.tokens.empty()) fail(who + "tokens is empty; give at least one new token");
+    for (size_t j = 0; j < s.tokens.size(); j++)
+      if (s.tokens[j] < 0 || s.tokens[j] >= cfg.vocab)
+        fail(who + "token id " + std::to_string(s.tokens[j]) + " at index " + std::to_string(j) +
+             " is out of range [0, " + std::to_string(cfg.vocab) + ")");
+    if (s.startPos < 0) fail(who + "startPos must be >= 0, got " + std::to_string(s.startPos));
+    int64_t end = int64_t(s.startPos) + int64_t(s.tokens.size());
+    if (end > INT32_MAX / 2) fail(who + "startPos + tokens = " + std::to_string(end) + " is too large");
+    int64_t pagesNeeded = (end + kv.pageSize - 1) / kv.pageSize;
+    if (int64_t(s.blockTable.size()) < pagesNeeded)
+      fail(who + "blockTable holds " + std::to_string(s.blockTable.size()) + " pages (" +
+           std::to_string(s.blockTable.size() * size_t(kv.pageSize)) + " tokens) but startPos " +
+           std::to_string(s.startPos) + " + " + std::to_string(s.tokens.size()) + " new tokens needs " +
+           std::to_string(pagesNeeded) + " pages of " + std::to_string(kv.pageSize));
+    for (size_t j = 0; j < s.blockTable.size(); j++)
+      if (s.blockTable[j] < 0 || s.blockTable[j] >= kv.numPages)
+        fail(who + "blockTable[" + std::to_string(j) + "] = " + std::to_string(s.blockTable[j]) +
+             " is not a page id in [0, " + std::to_string(kv.numPages) + ")");
+    if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
+      fail(who + "temperature must be a finite number >= 0, got " + std::to_string(s.temperature));
+    if (s.topK < 0) fail(who + "topK must be >= 0 (0 = off), got " + std::to_string(s.topK));
+    if (!(s.topP > 0 && s.topP <= 1)) fail(who + "topP must be in (0, 1], got " + std::to_string(s.topP));
+    if (s.numTop < 0 || s.numTop > 64 || s.numTop > cfg.vocab)
+      fail(who + "numTopLogprobs must be in [0, 64], got " + std::to_string(s.numTop));
+    if (s.captureLayer < -1 || s.captureLayer > cfg.numLayers)
+      fail(who + "captureHiddenLayer must be in [0, " + std::to_string(cfg.numLayers) + "], got " +
+           std::to_string(s.captureLayer));
+  }
+  if (b.copySrc.size() != b.copyDst.size()) fail("pageCopies src and dst must have the same length");
+  for (size_t i = 0; i < b.copySrc.size(); i++)
+    if (b.copySrc[i] < 0 || b.copySrc[i] >= kv.numPages || b.copyDst[i] < 0 || b.copyDst[i] >= kv.numPages)
+      fail("pageCopies[" + std::to_string(i) + "] (" + std::to_string(b.copySrc[i]) + " -> " +
+           std::to_string(b.copyDst[i]) + ") is not a pair of page ids in [0, " + std::to_string(kv.numPages) + ")");
+}
+
+void Model::copyPages(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
+  if (src.empty()) return;
+  size_t n = src.size();
+  metaHost_.assign(src.begin(), src.end());
+  metaHost_.insert(metaHost_.end(), dst.begin(), dst.end());
+  if (device == Device::cuda) {
+    metaDev_.ensure(device, DType::i32, int64_t(metaHost_.size()));
+    copyToDevice(device, metaDev_.data(), metaHost_.data(), metaHost_.size() * 4);
+  }
+  View s = meta(0, int64_t(n)), d = meta(int64_t(n), int64_t(n));
+  for (int l = 0; l < cfg.numLayers; l++) {
+    View kc = kCache_[l].view({kv.numPages, kv.pageSize, cfg.numKvHeads, cfg.headDim});
+    View vc = vCache_[l].view({kv.numPages, kv.pageSize, cfg.numKvHeads, cfg.headDim});
+    ops::pageCopy(device, kc, vc, s, d);
+  }
+}
+
+View Model::meta(int64_t offset, int64_t n, DType t) const {
+  const void* base = device == Device::cuda ? static_cast<const void*>(metaDev_.at(offset))
+                                            : static_cast<const void*>(metaHost_.data() + offset);
+  return makeView(const_cast<void*>(base), t, device, {n});
+}
+
+}  // namespace dl

@@ -1,0 +1,81 @@
+// The native model: config, weights, the paged KV pool and reusable scratch; forward() runs the whole model for a
+// whole batch in one call (DESIGN.md "Native contract"). Shapes: C hidden, Hq/Hk heads, D head dim, I intermediate,
+// V vocab, T packed tokens of the step, B sequences.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <vector>
+#include "model_buffer.h"
+#include "model_config.h"
+#include "model_weights.h"
+
+namespace dl {
+
+// One sequence's share of a step.
+struct SeqInput {
+  std::vector<int32_t> tokens;      // new token ids; positions startPos .. startPos + len - 1
+  int32_t startPos = 0;             // tokens already in the KV cache
+  std::vector<int32_t> blockTable;  // page ids covering positions 0 .. startPos + len - 1 (extra entries ignored)
+  float temperature = 0;            // 0 = greedy
+  int32_t topK = 0;                 // 0 = off
+  float topP = 1;                   // 1 = off
+  uint64_t seed = 0;
+  int numTop = 0;                   // top-k logprobs to return (0..64)
+  int captureLayer = -1;            // HF hidden_states index in [0, numLayers], -1 = none
+  bool emitToken = true;            // false: a non-final prefill chunk; lm_head and sampling skipped
+};
+
+struct BatchInput {
+  std::vector<SeqInput> seqs;
+  int gemmSplitK = 1;  // clamped to each GEMM's K
+  int kvSplits = 1;    // decode attention partitions
+  bool returnLogits = false;
+  std::vector<int32_t> copySrc, copyDst;  // whole-page copies done before anything else (copy-on-write)
+};
+
+struct SeqOutput {
+  int32_t token = -1;  // -1 when !emitToken
+  float logprob = 0;
+  std::vector<int32_t> topIds;
+  std::vector<float> topLogprobs;
+  std::vector<float> hidden;  // [C] when captured
+  std::vector<float> logits;  // [V] when returnLogits and emitToken
+};
+
+class Model {
+ public:
+  Model(const ModelConfig& cfg, Device device, DType actDtype, const KvPoolConfig& kv);
+
+  const ModelConfig cfg;
+  const Device device;
+  const DType actDtype;  // activations: f32 on the CPU (its GEMM reads f32 X); bf16 or f32 on CUDA
+  const KvPoolConfig kv;
+  ModelWeights weights;
+  std::mutex mu;  // one forward / copyPages at a time (scratch is shared)
+
+  // Boundary checks, on the JS thread before any work: throws dl::Error naming the sequence and the field.
+  void validate(const BatchInput& b) const;
+  // Runs on a worker thread; the caller holds mu.
+  std::vector<SeqOutput> forward(const BatchInput& b);
+  void copyPages(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
+  // Throws unless every weight has been set.
+  void requireWeights() const;
+  size_t kvBytes() const;
+
+ private:
+  struct Plan;
+  void ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts);
+  Plan plan(const BatchInput& b);  // packs the step and fills metaHost_
+  View meta(int64_t offset, int64_t n, DType t = DType::i32) const;
+
+  std::vector<Buffer> kCache_, vCache_;  // per layer [numPages, pageSize, Hk, D]
+  Buffer invFreq_;                       // [D/2] f32
+  // Scratch, grown to the largest step: residual/h/o [T,C], qkv [T, Q + 2KV], attn [T,Q], gateUp [T,2I],
+  // act [T,I]; the final rows (F <= B): resLast/oLast/hLast [F,C], logits f32 [F,V], capture [F,C].
+  Buffer residual_, h_, qkv_, attn_, o_, gateUp_, act_, resLast_, oLast_, hLast_, logits_, capture_;
+  Buffer tokens_, logprobs_, topIds_, topLogprobs_;
+  Buffer metaDev_;                 // int32 step metadata on the device (CUDA only)
+  std::vector<int32_t> metaHost_;  // the same on the host
+};
+
+}  // namespace dl

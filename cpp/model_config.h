@@ -1,0 +1,53 @@
+// The numbers a decoder-only Llama/Qwen2/Mistral model is built from, as the native model sees them. The host
+// (ts/model/config.ts) reads config.json, folds rope_theta and llama3 scaling into invFreq, and passes these.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "common.h"
+
+namespace dl {
+
+struct ModelConfig {
+  int numLayers = 0;
+  int hidden = 0;        // C
+  int numHeads = 0;      // Hq
+  int numKvHeads = 0;    // Hk (GQA: Hq % Hk == 0)
+  int headDim = 0;       // D
+  int intermediate = 0;  // I
+  int vocab = 0;         // V
+  float rmsEps = 1e-6f;
+  bool attentionBias = false;  // q/k/v projections carry a bias (Qwen2; Llama with attention_bias)
+  bool oProjBias = false;      // o_proj carries a bias (Llama/Mistral with attention_bias)
+  bool tieEmbeddings = false;  // lm_head shares embed_tokens
+  std::vector<float> invFreq;  // [D/2], rotary inverse frequencies with any scaling applied
+
+  int qDim() const { return numHeads * headDim; }
+  int kvDim() const { return numKvHeads * headDim; }
+  int qkvDim() const { return qDim() + 2 * kvDim(); }
+
+  // Throws dl::Error naming the first inconsistent field.
+  void validate() const {
+    auto need = [](bool ok, const std::string& m) {
+      if (!ok) throw Error("NativeModel: " + m);
+    };
+    need(numLayers >= 1, "numLayers must be >= 1");
+    need(hidden >= 1 && numHeads >= 1 && numKvHeads >= 1 && headDim >= 2 && intermediate >= 1 && vocab >= 1,
+         "hidden, numHeads, numKvHeads, headDim, intermediate and vocab must be positive");
+    need(numHeads % numKvHeads == 0, "numHeads (" + std::to_string(numHeads) + ") must be a multiple of numKvHeads (" +
+                                         std::to_string(numKvHeads) + ")");
+    need(headDim % 2 == 0, "headDim must be even for rotary embeddings, got " + std::to_string(headDim));
+    need(int(invFreq.size()) == headDim / 2, "invFreq must hold headDim/2 = " + std::to_string(headDim / 2) +
+                                                 " values, got " + std::to_string(invFreq.size()));
+    need(rmsEps > 0, "rmsEps must be positive");
+  }
+};
+
+// The paged KV pool: per layer kCache, vCache [numPages, pageSize, Hk, D].
+struct KvPoolConfig {
+  int numPages = 0;
+  int pageSize = 16;
+  DType dtype = DType::f32;
+};
+
+}  // namespace dl

@@ -1,0 +1,320 @@
+// One engine step: the whole model over the whole batch (DESIGN.md "Native contract").
+//   pack: decode sequences (1 new token) first, then prefill chunks; T packed tokens
+//   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope -> kvWrite -> attention -> o_proj ->
+//   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> sample.
+// The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
+#include <cmath>
+#include <cstring>
+#include "model.h"
+#include "model_ops.h"
+
+namespace dl {
+
+struct Model::Plan {
+  int64_t T = 0;
+  int nd = 0;                         // decode sequences: packed rows [0, nd)
+  std::vector<int> order;             // sequence indices in packed order
+  std::vector<int64_t> firstRow;      // per sequence (input index)
+  int64_t ids = 0, positions = 0, slots = 0;           // meta offsets of [T] arrays
+  int64_t dIndptr = 0, dIndices = 0, dLast = 0, dNnz = 0;  // decode CSR
+  int64_t pQIndptr = 0, pIndptr = 0, pIndices = 0, pLast = 0, pNnz = 0;  // prefill CSR
+  std::vector<int> finals;            // sequences needing final rows: E emitting ones first
+  int E = 0;
+  int64_t finalRows = 0;              // meta offset of [F] packed rows
+  int64_t temp = 0, topK = 0, topP = 0, seeds = 0, samplePos = 0;  // meta offsets of [E] (seeds [E,2])
+  int numTop = 0;
+  struct Capture {
+    int layer;
+    std::vector<int> seqs;
+    int64_t rows;  // meta offset
+  };
+  std::vector<Capture> captures;      // layers < numLayers, ascending
+};
+
+namespace {
+int32_t floatBits(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+}  // namespace
+
+Model::Plan Model::plan(const BatchInput& b) {
+  Plan p;
+  std::vector<int32_t>& m = metaHost_;
+  m.clear();
+  auto push = [&](int32_t v) { m.push_back(v); };
+  const int n = int(b.seqs.size());
+  for (int i = 0; i < n; i++)
+    if (b.seqs[i].tokens.size() == 1) p.order.push_back(i);
+  p.nd = int(p.order.size());
+  for (int i = 0; i < n; i++)
+    if (b.seqs[i].tokens.size() != 1) p.order.push_back(i);
+  p.firstRow.assign(n, 0);
+  for (int i : p.order) {
+    p.firstRow[i] = p.T;
+    p.T += int64_t(b.seqs[i].tokens.size());
+  }
+  // Page copies first (their ids live at the front of the metadata).
+  for (int32_t s : b.copySrc) push(s);
+  for (int32_t d : b.copyDst) push(d);
+
+  p.ids = int64_t(m.size());
+  for (int i : p.order) m.insert(m.end(), b.seqs[i].tokens.begin(), b.seqs[i].tokens.end());
+  p.positions = int64_t(m.size());
+  for (int i : p.order)
+    for (size_t j = 0; j < b.seqs[i].tokens.size(); j++) push(b.seqs[i].startPos + int32_t(j));
+  p.slots = int64_t(m.size());
+  for (int i : p.order) {
+    const SeqInput& s = b.seqs[i];
+    for (size_t j = 0; j < s.tokens.size(); j++) {
+      int32_t pos = s.startPos + int32_t(j);
+      push(s.blockTable[pos / kv.pageSize] * kv.pageSize + pos % kv.pageSize);
+    }
+  }
+  // CSR page tables: one for the decode group, one for the prefill group.
+  auto csr = [&](int from, int to, int64_t& indptr, int64_t& indices, int64_t& last, int64_t& nnz) {
+    indptr = int64_t(m.size());
+    int32_t acc = 0;
+    push(0);
+    for (int o = from; o < to; o++) {
+      const SeqInput& s = b.seqs[p.order[o]];
+      acc += int32_t((s.startPos + int64_t(s.tokens.size()) + kv.pageSize - 1) / kv.pageSize);
+      push(acc);
+    }
+    nnz = acc;
+    indices = int64_t(m.size());
+    for (int o = from; o < to; o++) {
+      const SeqInput& s = b.seqs[p.order[o]];
+      int64_t len = s.startPos + int64_t(s.tokens.size()), pages = (len + kv.pageSize - 1) / kv.pageSize;
+      m.insert(m.end(), s.blockTable.begin(), s.blockTable.begin() + pages);
+    }
+    last = int64_t(m.size());
+    for (int o = from; o < to; o++) {
+      const SeqInput& s = b.seqs[p.order[o]];
+      int64_t len = s.startPos + int64_t(s.tokens.size());
+      push(int32_t(len - (len - 1) / kv.pageSize * kv.pageSize));
+    }
+  };
+  csr(0, p.nd, p.dIndptr, p.dIndices, p.dLast, p.dNnz);
+  csr(p.nd, n, p.pIndptr, p.pIndices, p.pLast, p.pNnz);
+  p.pQIndptr = int64_t(m.size());
+  push(0);
+  for (int o = p.nd; o < n; o++) push(int32_t(p.firstRow[p.order[o]] - p.nd + int64_t(b.seqs[p.order[o]].tokens.size())));
+
+  // Final rows: emitting sequences (they get logits and a token), then those capturing the final hidden state.
+  for (int i = 0; i < n; i++)
+    if (b.seqs[i].emitToken) p.finals.push_back(i);
+  p.E = int(p.finals.size());
+  for (int i = 0; i < n; i++)
+    if (!b.seqs[i].emitToken && b.seqs[i].captureLayer == cfg.numLayers) p.finals.push_back(i);
+  auto lastRow = [&](int i) { return int32_t(p.firstRow[i] + int64_t(b.seqs[i].tokens.size()) - 1); };
+  p.finalRows = int64_t(m.size());
+  for (int i : p.finals) push(lastRow(i));
+  p.temp = int64_t(m.size());
+  for (int e = 0; e < p.E; e++) push(floatBits(b.seqs[p.finals[e]].temperature));
+  p.topK = int64_t(m.size());
+  for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e]].topK);
+  p.topP = int64_t(m.size());
+  for (int e = 0; e < p.E; e++) push(floatBits(b.seqs[p.finals[e]].topP));
+  p.seeds = int64_t(m.size());
+  for (int e = 0; e < p.E; e++) {
+    uint64_t s = b.seqs[p.finals[e]].seed;
+    push(int32_t(uint32_t(s))), push(int32_t(uint32_t(s >> 32)));
+  }
+  // The sampled token's own position: it follows the last input token.
+  p.samplePos = int64_t(m.size());
+  for (int e = 0; e < p.E; e++) {
+    const SeqInput& s = b.seqs[p.finals[e]];
+    push(s.startPos + int32_t(s.tokens.size()));
+  }
+  for (int e = 0; e < p.E; e++) p.numTop = std::max(p.numTop, b.seqs[p.finals[e]].numTop);
+
+  for (int layer = 0; layer < cfg.numLayers; layer++) {
+    Plan::Capture c{layer, {}, 0};
+    for (int i = 0; i < n; i++)
+      if (b.seqs[i].captureLayer == layer) c.seqs.push_back(i);
+    if (c.seqs.empty()) continue;
+    c.rows = int64_t(m.size());
+    for (int i : c.seqs) push(lastRow(i));
+    p.captures.push_back(std::move(c));
+  }
+  return p;
+}
+
+void Model::ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts) {
+  const int64_t C = cfg.hidden, I = cfg.intermediate;
+  residual_.ensure(device, actDtype, T * C);
+  h_.ensure(device, actDtype, T * C);
+  o_.ensure(device, actDtype, T * C);
+  qkv_.ensure(device, actDtype, T * cfg.qkvDim());
+  attn_.ensure(device, actDtype, T * cfg.qDim());
+  gateUp_.ensure(device, actDtype, T * 2 * I);
+  act_.ensure(device, actDtype, T * I);
+  F = std::max<int64_t>(F, 1);
+  resLast_.ensure(device, actDtype, F * C);
+  oLast_.ensure(device, actDtype, F * C);
+  hLast_.ensure(device, actDtype, F * C);
+  capture_.ensure(device, actDtype, F * C);
+  logits_.ensure(device, DType::f32, F * cfg.vocab);
+  tokens_.ensure(device, DType::i32, F);
+  logprobs_.ensure(device, DType::f32, F);
+  topIds_.ensure(device, DType::i32, F * std::max(numTop, 1));
+  topLogprobs_.ensure(device, DType::f32, F * std::max(numTop, 1));
+  if (device == Device::cuda) metaDev_.ensure(device, DType::i32, int64_t(metaInts));
+}
+
+namespace {
+// Reads n rows of C activations (f32 or bf16) from the device into f32 host vectors.
+std::vector<std::vector<float>> readRows(Device d, const Buffer& buf, int64_t n, int64_t C) {
+  std::vector<uint8_t> raw(size_t(n * C) * dtypeSize(buf.dtype()));
+  copyToHost(d, raw.data(), buf.data(), raw.size());
+  std::vector<std::vector<float>> out(n, std::vector<float>(C));
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < C; c++) {
+      size_t i = size_t(r * C + c);
+      if (buf.dtype() == DType::f32) std::memcpy(&out[r][c], raw.data() + 4 * i, 4);
+      else {
+        uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        out[r][c] = buf.dtype() == DType::bf16 ? bf16ToF32(h) : f16ToF32(h);
+      }
+    }
+  return out;
+}
+}  // namespace
+
+std::vector<SeqOutput> Model::forward(const BatchInput& b) {
+  requireWeights();
+  Plan p = plan(b);
+  const int64_t T = p.T, F = int64_t(p.finals.size()), E = p.E;
+  ensureScratch(T, F, p.numTop, metaHost_.size());
+  if (device == Device::cuda) copyToDevice(device, metaDev_.data(), metaHost_.data(), metaHost_.size() * 4);
+  const Device d = device;
+  const int64_t C = cfg.hidden, Q = cfg.qDim(), KV = cfg.kvDim(), I = cfg.intermediate, V = cfg.vocab;
+  const int64_t Hq = cfg.numHeads, Hk = cfg.numKvHeads, D = cfg.headDim;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  auto sk = [&](int64_t K) { return int(std::min<int64_t>(b.gemmSplitK, K)); };
+
+  if (!b.copySrc.empty()) {
+    int64_t n = int64_t(b.copySrc.size());
+    for (int l = 0; l < cfg.numLayers; l++)
+      ops::pageCopy(d, kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vCache_[l].view({kv.numPages, kv.pageSize, Hk, D}),
+                    meta(0, n), meta(n, n));
+  }
+
+  View resid = residual_.view({T, C}), h = h_.view({T, C}), o = o_.view({T, C});
+  View q = qkv_.view({T, Hq, D}), k = qkv_.view({T, Hk, D}, T * Q), v = qkv_.view({T, Hk, D}, T * (Q + KV));
+  View attn = attn_.view({T, Q}), gu = gateUp_.view({T, 2 * I}), act = act_.view({T, I});
+  View positions = meta(p.positions, T), slots = meta(p.slots, T);
+  const int64_t nd = p.nd, npre = T - nd;
+  const int64_t nPrefillSeqs = int64_t(b.seqs.size()) - nd;
+  std::vector<std::vector<float>> captured(b.seqs.size());
+  size_t nextCapture = 0;
+
+  ops::embedding(d, meta(p.ids, T), weights.embed.matrix(), resid);
+  for (int l = 0; l < cfg.numLayers; l++) {
+    const LayerWeights& L = weights.layers[l];
+    if (l == 0) ops::rmsnorm(d, resid, View{}, L.inputNorm.vector(), h, cfg.rmsEps);
+    else ops::rmsnorm(d, o, resid, L.inputNorm.vector(), h, cfg.rmsEps);  // resid += o (layer l-1's MLP)
+    // resid now holds the stream after l layers: HF hidden_states[l].
+    if (nextCapture < p.captures.size() && p.captures[nextCapture].layer == l) {
+      const Plan::Capture& c = p.captures[nextCapture++];
+      int64_t n = int64_t(c.seqs.size());
+      ops::embedding(d, meta(c.rows, n), resid, capture_.view({n, C}));
+      auto rows = readRows(d, capture_, n, C);
+      for (int64_t r = 0; r < n; r++) captured[c.seqs[r]] = std::move(rows[r]);
+    }
+
+    View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
+    if (T == 1) {
+      // One row: the fused output [q | k | v] is already the layout q, k, v views expect.
+      ops::gemm(d, h, L.qkv.matrix(), bias, qkv_.view({1, cfg.qkvDim()}), sk(C));
+    } else {
+      auto part = [&](int64_t r0, int64_t n, int64_t off) {
+        View bi = L.qkvBias.buf ? L.qkvBias.vectorRows(r0, n) : View{};
+        ops::gemm(d, h, L.qkv.rowsView(r0, n), bi, qkv_.view({T, n}, off), sk(C));
+      };
+      part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
+    }
+    ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
+    View kc = kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vc = vCache_[l].view({kv.numPages, kv.pageSize, Hk, D});
+    ops::kvWrite(d, k, v, kc, vc, slots);
+    if (nd > 0) {
+      PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize};
+      ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), scale, b.kvSplits);
+    }
+    if (npre > 0) {
+      PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
+                 kv.pageSize};
+      ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
+                            attn_.view({npre, Hq, D}, nd * Q), scale);
+    }
+    ops::gemm(d, attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o, sk(Q));
+    ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
+    ops::gemm(d, h, L.gateUp.matrix(), View{}, gu, sk(C));
+    ops::siluMul(d, gu, act);
+    ops::gemm(d, act, L.down.matrix(), View{}, o, sk(I));
+  }
+
+  std::vector<SeqOutput> out(b.seqs.size());
+  if (F > 0) {
+    // Only the rows that need them: the last position of each emitting (or final-capturing) sequence.
+    View rows = meta(p.finalRows, F), hLast = hLast_.view({F, C});
+    ops::embedding(d, rows, resid, resLast_.view({F, C}));
+    ops::embedding(d, rows, o, oLast_.view({F, C}));
+    ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
+    bool finalCapture = false;
+    for (int i : p.finals) finalCapture |= b.seqs[i].captureLayer == cfg.numLayers;
+    if (finalCapture) {
+      auto rowsF = readRows(d, hLast_, F, C);
+      for (int64_t r = 0; r < F; r++)
+        if (b.seqs[p.finals[r]].captureLayer == cfg.numLayers) captured[p.finals[r]] = std::move(rowsF[r]);
+    }
+  }
+  if (E > 0) {
+    View logits = logits_.view({E, V});
+    ops::gemm(d, hLast_.view({E, C}), weights.head().matrix(), View{}, logits, sk(C));
+    SampleArgs a;
+    a.logits = logits;
+    a.temperature = meta(p.temp, E, DType::f32);
+    a.topK = meta(p.topK, E);
+    a.topP = meta(p.topP, E, DType::f32);
+    a.seeds = meta(p.seeds, 2 * E);
+    a.seeds.ndim = 2, a.seeds.shape[0] = E, a.seeds.shape[1] = 2;
+    a.positions = meta(p.samplePos, E);
+    a.tokens = tokens_.view({E});
+    a.logprobs = logprobs_.view({E});
+    a.numTop = p.numTop;
+    if (p.numTop > 0) {
+      a.topIds = topIds_.view({E, p.numTop});
+      a.topLogprobs = topLogprobs_.view({E, p.numTop});
+    }
+    ops::sample(d, a);
+    std::vector<int32_t> tok(E), ids(size_t(E * p.numTop));
+    std::vector<float> lp(E), tlp(size_t(E * p.numTop));
+    copyToHost(d, tok.data(), tokens_.data(), size_t(E) * 4);
+    copyToHost(d, lp.data(), logprobs_.data(), size_t(E) * 4);
+    if (p.numTop > 0) {
+      copyToHost(d, ids.data(), topIds_.data(), ids.size() * 4);
+      copyToHost(d, tlp.data(), topLogprobs_.data(), tlp.size() * 4);
+    }
+    for (int64_t e = 0; e < E; e++) {
+      SeqOutput& r = out[p.finals[e]];
+      int want = b.seqs[p.finals[e]].numTop;
+      r.token = tok[e];
+      r.logprob = lp[e];
+      r.topIds.assign(ids.begin() + e * p.numTop, ids.begin() + e * p.numTop + want);
+      r.topLogprobs.assign(tlp.begin() + e * p.numTop, tlp.begin() + e * p.numTop + want);
+      if (b.returnLogits) {
+        r.logits.resize(size_t(V));
+        copyToHost(d, r.logits.data(), logits_.at(e * V), size_t(V) * 4);
+      }
+    }
+  }
+  for (size_t i = 0; i < out.size(); i++) out[i].hidden = std::move(captured[i]);
+  if (d == Device::cuda) gpu::synchronize();
+  return out;
+}
+
+}  // namespace dl

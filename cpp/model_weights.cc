@@ -1,0 +1,149 @@
+#include "model_weights.h"
+
+#include <cstring>
+
+namespace dl {
+namespace {
+
+float loadAsF32(DType t, const uint8_t* p, size_t i) {
+  switch (t) {
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return bf16ToF32(h);
+    }
+    case DType::f16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return f16ToF32(h);
+    }
+    default:
+      return 0;
+  }
+}
+
+// n elements from src (dtype s) to dst (dtype d); the same dtype is a plain copy.
+void convert(DType s, const uint8_t* src, DType d, uint8_t* dst, size_t n) {
+  if (s == d) {
+    std::memcpy(dst, src, n * dtypeSize(s));
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float f = loadAsF32(s, src, i);
+    if (d == DType::f32) std::memcpy(dst + 4 * i, &f, 4);
+    else {
+      uint16_t h = d == DType::bf16 ? f32ToBf16(f) : f32ToF16(f);
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+  }
+}
+
+std::string shapeOf(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); i++) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+}  // namespace
+
+ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), device_(device) {
+  const int64_t C = cfg.hidden, V = cfg.vocab, I = cfg.intermediate, Q = cfg.qDim(), KV = cfg.kvDim();
+  define(embed, V, C, {{"model.embed_tokens.weight", V}}, false);
+  define(finalNorm, C, 1, {{"model.norm.weight", C}}, true);
+  if (!cfg.tieEmbeddings) define(lmHead, V, C, {{"lm_head.weight", V}}, false);
+  layers.resize(cfg.numLayers);
+  for (int l = 0; l < cfg.numLayers; l++) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights& L = layers[l];
+    define(L.inputNorm, C, 1, {{p + "input_layernorm.weight", C}}, true);
+    define(L.postNorm, C, 1, {{p + "post_attention_layernorm.weight", C}}, true);
+    define(L.qkv, Q + 2 * KV, C,
+           {{p + "self_attn.q_proj.weight", Q}, {p + "self_attn.k_proj.weight", KV}, {p + "self_attn.v_proj.weight", KV}},
+           false);
+    if (cfg.attentionBias)
+      define(L.qkvBias, Q + 2 * KV, 1,
+             {{p + "self_attn.q_proj.bias", Q}, {p + "self_attn.k_proj.bias", KV}, {p + "self_attn.v_proj.bias", KV}},
+             true);
+    define(L.o, C, Q, {{p + "self_attn.o_proj.weight", C}}, false);
+    if (cfg.oProjBias) define(L.oBias, C, 1, {{p + "self_attn.o_proj.bias", C}}, true);
+    define(L.gateUp, 2 * I, C, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, false);
+    define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
+  }
+}
+
+void ModelWeights::define(WeightSlot& s, int64_t rows, int64_t cols, std::vector<std::pair<std::string, int64_t>> parts,
+                          bool vector) {
+  s.rows = rows;
+  s.cols = cols;
+  int64_t r = 0;
+  for (auto& [name, n] : parts) {
+    WeightSlot::Part p;
+    p.name = name;
+    p.rowOffset = r;
+    p.rows = n;
+    r += n;
+    s.parts.push_back(p);
+  }
+  all_.push_back({&s, vector});
+}
+
+void ModelWeights::set(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const uint8_t* bytes,
+                       size_t length, size_t byteOffset) {
+  if (name == "lm_head.weight" && cfg_.tieEmbeddings) return;  // tied checkpoints sometimes ship a copy
+  if (dtype == DType::i32) throw Error("setWeight: '" + name + "' has dtype i32; weights must be f32, bf16 or f16");
+  for (auto& [slot, isVector] : all_) {
+    for (auto& part : slot->parts) {
+      if (part.name != name) continue;
+      std::vector<int64_t> want = isVector ? std::vector<int64_t>{part.rows} : std::vector<int64_t>{part.rows, slot->cols};
+      if (shape != want)
+        throw Error("setWeight: '" + name + "' has shape " + shapeOf(shape) + " but the config implies " + shapeOf(want));
+      size_t srcSize = dtypeSize(dtype), count = size_t(part.rows * slot->cols);
+      if (byteOffset % srcSize || length % srcSize || byteOffset + length > count * srcSize)
+        throw Error("setWeight: '" + name + "': " + std::to_string(length) + " bytes at offset " +
+                    std::to_string(byteOffset) + " do not fit a " + dtypeName(dtype) + " tensor of " +
+                    std::to_string(count) + " elements");
+      if (!slot->buf) {
+        // Vectors become f32 on the CPU (tiny; keeps norms and biases exact); matrices keep the checkpoint dtype.
+        DType keep = isVector && device_ == Device::cpu ? DType::f32 : dtype;
+        slot->buf.reset(device_, keep, slot->rows * slot->cols);
+      }
+      DType dst = slot->buf.dtype();
+      size_t n = length / srcSize;
+      uint8_t* target = slot->buf.at(part.rowOffset * slot->cols + int64_t(byteOffset / srcSize));
+      if (dst == dtype) {
+        copyToDevice(device_, target, bytes, length);
+      } else {
+        // Convert in bounded chunks so a large tensor never needs a second full-size host copy.
+        const size_t chunk = 1 << 20;
+        std::vector<uint8_t> tmp(std::min(n, chunk) * dtypeSize(dst));
+        for (size_t i = 0; i < n; i += chunk) {
+          size_t m = std::min(chunk, n - i);
+          convert(dtype, bytes + i * srcSize, dst, tmp.data(), m);
+          copyToDevice(device_, target + i * dtypeSize(dst), tmp.data(), m * dtypeSize(dst));
+        }
+      }
+      part.bytesNeeded = count * srcSize;
+      part.bytesSet += length;
+      return;
+    }
+  }
+  throw Error("setWeight: unknown weight '" + name + "' for this architecture (" + std::to_string(cfg_.numLayers) +
+              " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", oProjBias " +
+              (cfg_.oProjBias ? "true" : "false") + ", tieEmbeddings " +
+              (cfg_.tieEmbeddings ? "true" : "false") + ")");
+}
+
+std::vector<std::string> ModelWeights::missing() const {
+  std::vector<std::string> out;
+  for (auto& [slot, isVector] : all_)
+    for (auto& p : slot->parts)
+      if (p.bytesNeeded == 0 || p.bytesSet < p.bytesNeeded) out.push_back(p.name);
+  return out;
+}
+
+}  // namespace dl

@@ -1,0 +1,376 @@
+// The JS NativeModel (typed in ts/native/addonTypes.ts): construction from config numbers, setWeight tensor by
+// tensor, forward(batch) as ONE AsyncWorker per engine step, copyPages, idempotent dispose. Everything a caller
+// can get wrong is checked here, on the JS thread, and rejected with an Error naming the field.
+#include <napi.h>
+
+#include <memory>
+#include "model.h"
+#include "napi_model.h"
+#include "napi_tensor.h"
+
+namespace dl {
+namespace {
+
+[[noreturn]] void fail(const std::string& m) { throw Error(m); }
+
+Napi::Value field(const Napi::Object& o, const char* name, const std::string& where, bool required = true) {
+  Napi::Value v = o.Get(name);
+  if (required && (v.IsUndefined() || v.IsNull())) fail(where + ": missing '" + name + "'");
+  return v;
+}
+
+double num(const Napi::Object& o, const char* name, const std::string& where, double def, bool required = false) {
+  Napi::Value v = field(o, name, where, required);
+  if (v.IsUndefined() || v.IsNull()) return def;
+  if (!v.IsNumber()) fail(where + ": '" + name + "' must be a number, got " + v.ToString().Utf8Value());
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+int64_t integer(const Napi::Object& o, const char* name, const std::string& where, int64_t def, int64_t lo, int64_t hi,
+                bool required = false) {
+  double d = num(o, name, where, double(def), required);
+  if (d != double(int64_t(d)) || d < double(lo) || d > double(hi))
+    fail(where + ": '" + name + "' must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+         std::to_string(d));
+  return int64_t(d);
+}
+
+bool boolean(const Napi::Object& o, const char* name, const std::string& where, bool def) {
+  Napi::Value v = field(o, name, where, false);
+  if (v.IsUndefined() || v.IsNull()) return def;
+  if (!v.IsBoolean()) fail(where + ": '" + name + "' must be a boolean");
+  return v.As<Napi::Boolean>().Value();
+}
+
+std::vector<int32_t> int32s(Napi::Value v, const std::string& what) {
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    fail(what + " must be an Int32Array");
+  auto a = v.As<Napi::Int32Array>();
+  return std::vector<int32_t>(a.Data(), a.Data() + a.ElementLength());
+}
+
+uint64_t seedOf(Napi::Value v, const std::string& where) {
+  if (v.IsUndefined() || v.IsNull()) return 0;
+  if (v.IsBigInt()) {
+    bool lossless = true;
+    uint64_t s = v.As<Napi::BigInt>().Uint64Value(&lossless);
+    if (!lossless) fail(where + ": 'seed' must fit in an unsigned 64-bit integer");
+    return s;
+  }
+  if (v.IsNumber()) {
+    double d = v.As<Napi::Number>().DoubleValue();
+    if (d < 0 || d != double(int64_t(d)) || d > 9007199254740991.0)
+      fail(where + ": 'seed' must be a non-negative safe integer or a bigint, got " + std::to_string(d));
+    return uint64_t(d);
+  }
+  fail(where + ": 'seed' must be a number or a bigint");
+}
+
+ModelConfig parseConfig(const Napi::Object& o) {
+  const std::string w = "NativeModel";
+  ModelConfig c;
+  c.numLayers = int(integer(o, "numLayers", w, 0, 1, 1 << 12, true));
+  c.hidden = int(integer(o, "hidden", w, 0, 1, 1 << 20, true));
+  c.numHeads = int(integer(o, "numHeads", w, 0, 1, 1 << 12, true));
+  c.numKvHeads = int(integer(o, "numKvHeads", w, 0, 1, 1 << 12, true));
+  c.headDim = int(integer(o, "headDim", w, 0, 2, 1 << 12, true));
+  c.intermediate = int(integer(o, "intermediate", w, 0, 1, 1 << 22, true));
+  c.vocab = int(integer(o, "vocab", w, 0, 1, 1 << 30, true));
+  c.rmsEps = float(num(o, "rmsEps", w, 1e-6));
+  c.attentionBias = boolean(o, "attentionBias", w, false);
+  c.oProjBias = boolean(o, "oProjBias", w, false);
+  c.tieEmbeddings = boolean(o, "tieEmbeddings", w, false);
+  Napi::Value inv = field(o, "invFreq", w);
+  if (!inv.IsTypedArray() || inv.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    fail("NativeModel: 'invFreq' must be a Float32Array of headDim/2 values");
+  auto a = inv.As<Napi::Float32Array>();
+  c.invFreq.assign(a.Data(), a.Data() + a.ElementLength());
+  c.validate();
+  return c;
+}
+
+BatchInput parseBatch(const Napi::Value& v) {
+  if (!v.IsObject()) fail("forward: expected a batch object {sequences, gemmSplitK, kvSplits}");
+  Napi::Object o = v.As<Napi::Object>();
+  BatchInput b;
+  b.gemmSplitK = int(integer(o, "gemmSplitK", "forward", 1, 1, 4096));
+  b.kvSplits = int(integer(o, "kvSplits", "forward", 1, 1, 1024));
+  b.returnLogits = boolean(o, "returnLogits", "forward", false);
+  Napi::Value pc = o.Get("pageCopies");
+  if (!pc.IsUndefined() && !pc.IsNull()) {
+    if (!pc.IsObject()) fail("forward: 'pageCopies' must be {src: Int32Array, dst: Int32Array}");
+    b.copySrc = int32s(pc.As<Napi::Object>().Get("src"), "forward: pageCopies.src");
+    b.copyDst = int32s(pc.As<Napi::Object>().Get("dst"), "forward: pageCopies.dst");
+  }
+  Napi::Value seqs = o.Get("sequences");
+  if (!seqs.IsArray()) fail("forward: 'sequences' must be an array");
+  Napi::Array arr = seqs.As<Napi::Array>();
+  for (uint32_t i = 0; i < arr.Length(); i++) {
+    std::string w = "forward: sequence " + std::to_string(i);
+    Napi::Value sv = arr[i];
+    if (!sv.IsObject()) fail(w + " must be an object");
+    Napi::Object so = sv.As<Napi::Object>();
+    SeqInput s;
+    s.tokens = int32s(field(so, "tokens", w), w + ": 'tokens'");
+    s.startPos = int32_t(integer(so, "startPos", w, 0, 0, INT32_MAX / 2, true));
+    s.blockTable = int32s(field(so, "blockTable", w), w + ": 'blockTable'");
+    s.numTop = int(integer(so, "numTopLogprobs", w, 0, 0, 64));
+    s.captureLayer = int(integer(so, "captureHiddenLayer", w, -1, -1, 1 << 12));
+    s.emitToken = boolean(so, "emitToken", w, true);
+    Napi::Value sp = so.Get("sampling");
+    if (!sp.IsUndefined() && !sp.IsNull()) {
+      if (!sp.IsObject()) fail(w + ": 'sampling' must be an object");
+      Napi::Object spo = sp.As<Napi::Object>();
+      s.temperature = float(num(spo, "temperature", w, 0));
+      s.topK = int32_t(integer(spo, "topK", w, 0, 0, INT32_MAX));
+      s.topP = float(num(spo, "topP", w, 1));
+      s.seed = seedOf(spo.Get("seed"), w);
+    }
+    b.seqs.push_back(std::move(s));
+  }
+  return b;
+}
+
+class ForwardWorker : public Napi::AsyncWorker {
+ public:
+  ForwardWorker(Napi::Env env, std::shared_ptr<Model> m, BatchInput&& b)
+      : Napi::AsyncWorker(env, "forward"), deferred_(Napi::Promise::Deferred::New(env)), model_(std::move(m)),
+        batch_(std::move(b)) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      std::lock_guard<std::mutex> lk(model_->mu);
+      out_ = model_->forward(batch_);
+    } catch (const std::exception& e) {
+      std::string m = e.what();
+      SetError(m.rfind("forward", 0) == 0 ? m : "forward: " + m);
+    }
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::Array arr = Napi::Array::New(env, out_.size());
+    for (size_t i = 0; i < out_.size(); i++) {
+      const SeqOutput& r = out_[i];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("token", r.token);
+      o.Set("logprob", double(r.logprob));
+      if (!r.topIds.empty()) {
+        auto ids = Napi::Int32Array::New(env, r.topIds.size());
+        auto lps = Napi::Float32Array::New(env, r.topLogprobs.size());
+        std::copy(r.topIds.begin(), r.topIds.end(), ids.Data());
+        std::copy(r.topLogprobs.begin(), r.topLogprobs.end(), lps.Data());
+        o.Set("topIds", ids);
+        o.Set("topLogprobs", lps);
+      }
+      if (!r.hidden.empty()) {
+        auto h = Napi::Float32Array::New(env, r.hidden.size());
+        std::copy(r.hidden.begin(), r.hidden.end(), h.Data());
+        o.Set("hidden", h);
+      }
+      if (!r.logits.empty()) {
+        auto l = Napi::Float32Array::New(env, r.logits.size());
+        std::copy(r.logits.begin(), r.logits.end(), l.Data());
+        o.Set("logits", l);
+      }
+      arr[uint32_t(i)] = o;
+    }
+    model_.reset();
+    deferred_.Resolve(arr);
+  }
+  void OnError(const Napi::Error& e) override {
+    model_.reset();
+    deferred_.Reject(e.Value());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Model> model_;  // keeps the model alive through a dispose() in flight
+  BatchInput batch_;
+  std::vector<SeqOutput> out_;
+};
+
+class CopyPagesWorker : public Napi::AsyncWorker {
+ public:
+  CopyPagesWorker(Napi::Env env, std::shared_ptr<Model> m, std::vector<int32_t> src, std::vector<int32_t> dst)
+      : Napi::AsyncWorker(env, "copyPages"), deferred_(Napi::Promise::Deferred::New(env)), model_(std::move(m)),
+        src_(std::move(src)), dst_(std::move(dst)) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+  void Execute() override {
+    try {
+      std::lock_guard<std::mutex> lk(model_->mu);
+      model_->copyPages(src_, dst_);
+      if (model_->device == Device::cuda) gpu::synchronize();
+    } catch (const std::exception& e) {
+      SetError(std::string("copyPages: ") + e.what());
+    }
+  }
+  void OnOK() override {
+    model_.reset();
+    deferred_.Resolve(Env().Undefined());
+  }
+  void OnError(const Napi::Error& e) override {
+    model_.reset();
+    deferred_.Reject(e.Value());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Model> model_;
+  std::vector<int32_t> src_, dst_;
+};
+
+Napi::Value rejected(Napi::Env env, const std::string& m) {
+  auto d = Napi::Promise::Deferred::New(env);
+  d.Reject(Napi::Error::New(env, m).Value());
+  return d.Promise();
+}
+
+}  // namespace
+
+Napi::FunctionReference* NativeModel::constructor = nullptr;
+
+Napi::Function NativeModel::Init(Napi::Env env) {
+  Napi::Function f = DefineClass(env, "NativeModel",
+                                 {
+                                     InstanceMethod<&NativeModel::SetWeight>("setWeight"),
+                                     InstanceMethod<&NativeModel::MissingWeights>("missingWeights"),
+                                     InstanceMethod<&NativeModel::Forward>("forward"),
+                                     InstanceMethod<&NativeModel::CopyPages>("copyPages"),
+                                     InstanceMethod<&NativeModel::Dispose>("dispose"),
+                                     InstanceAccessor<&NativeModel::Disposed>("disposed"),
+                                     InstanceAccessor<&NativeModel::Info>("info"),
+                                 });
+  constructor = new Napi::FunctionReference(Napi::Persistent(f));
+  return f;
+}
+
+NativeModel::NativeModel(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeModel>(info) {
+  Napi::Env env = info.Env();
+  try {
+    if (info.Length() < 1 || !info[0].IsObject()) fail("NativeModel: expected one options object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    ModelConfig cfg = parseConfig(o);
+    Napi::Value dev = o.Get("device");
+    Device device = dev.IsString() ? parseDevice(env, dev.As<Napi::String>()) : Device::cpu;
+    Napi::Value act = o.Get("activationDtype");
+    DType actDtype = act.IsString() ? parseDType(env, act.As<Napi::String>())
+                                    : (device == Device::cuda ? DType::bf16 : DType::f32);
+    KvPoolConfig kv;
+    kv.numPages = int(integer(o, "numPages", "NativeModel", 0, 1, INT32_MAX / 4, true));
+    kv.pageSize = int(integer(o, "pageSize", "NativeModel", 16, 1, 4096));
+    Napi::Value kvd = o.Get("kvDtype");
+    kv.dtype = kvd.IsString() ? parseDType(env, kvd.As<Napi::String>()) : actDtype;
+    model_ = std::make_shared<Model>(cfg, device, actDtype, kv);
+  } catch (const Error& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+std::shared_ptr<Model> NativeModel::model(const char* what) const {
+  if (!model_) throw Error(std::string(what) + ": NativeModel is disposed");
+  return model_;
+}
+
+// setWeight(name, dtype, shape, bytes, byteOffset = 0): synchronous copy (and conversion) into device memory.
+Napi::Value NativeModel::SetWeight(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("setWeight");
+    if (info.Length() < 4 || !info[0].IsString() || !info[1].IsString() || !info[2].IsArray() || !info[3].IsTypedArray())
+      fail("setWeight(name, dtype, shape, bytes, byteOffset?): expected (string, string, number[], TypedArray)");
+    std::string name = info[0].As<Napi::String>();
+    DType dtype = parseDType(env, info[1].As<Napi::String>());
+    Napi::Array s = info[2].As<Napi::Array>();
+    std::vector<int64_t> shape;
+    for (uint32_t i = 0; i < s.Length(); i++) shape.push_back(int64_t(s.Get(i).As<Napi::Number>().DoubleValue()));
+    auto t = info[3].As<Napi::TypedArray>();
+    const uint8_t* bytes = static_cast<const uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
+    double off = info.Length() > 4 && info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0;
+    if (off < 0 || off != double(int64_t(off))) fail("setWeight: byteOffset must be a non-negative integer");
+    std::lock_guard<std::mutex> lk(m->mu);
+    m->weights.set(name, dtype, shape, bytes, t.ByteLength(), size_t(off));
+  } catch (const Error& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+  return env.Undefined();
+}
+
+Napi::Value NativeModel::MissingWeights(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("missingWeights");
+    auto miss = m->weights.missing();
+    Napi::Array a = Napi::Array::New(env, miss.size());
+    for (size_t i = 0; i < miss.size(); i++) a[uint32_t(i)] = Napi::String::New(env, miss[i]);
+    return a;
+  } catch (const Error& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+Napi::Value NativeModel::Forward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("forward");
+    BatchInput b = parseBatch(info.Length() > 0 ? info[0] : env.Undefined());
+    m->validate(b);
+    m->requireWeights();
+    auto* w = new ForwardWorker(env, m, std::move(b));
+    Napi::Promise p = w->promise();
+    w->Queue();
+    return p;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    return rejected(env, msg.rfind("forward", 0) == 0 ? msg : "forward: " + msg);
+  }
+}
+
+Napi::Value NativeModel::CopyPages(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("copyPages");
+    if (info.Length() < 2) fail("copyPages(src: Int32Array, dst: Int32Array)");
+    auto src = int32s(info[0], "copyPages: src"), dst = int32s(info[1], "copyPages: dst");
+    if (src.size() != dst.size()) fail("copyPages: src and dst must have the same length");
+    for (size_t i = 0; i < src.size(); i++)
+      if (src[i] < 0 || src[i] >= m->kv.numPages || dst[i] < 0 || dst[i] >= m->kv.numPages)
+        fail("copyPages: pair " + std::to_string(i) + " (" + std::to_string(src[i]) + " -> " + std::to_string(dst[i]) +
+             ") is not a pair of page ids in [0, " + std::to_string(m->kv.numPages) + ")");
+    auto* w = new CopyPagesWorker(env, m, std::move(src), std::move(dst));
+    Napi::Promise p = w->promise();
+    w->Queue();
+    return p;
+  } catch (const Error& e) {
+    return rejected(env, e.what());
+  }
+}
+
+Napi::Value NativeModel::Dispose(const Napi::CallbackInfo& info) {
+  model_.reset();  // device memory goes once no forward in flight still holds the model
+  return info.Env().Undefined();
+}
+
+Napi::Value NativeModel::Disposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !model_); }
+
+Napi::Value NativeModel::Info(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("info");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("device", deviceName(m->device));
+    o.Set("activationDtype", dtypeName(m->actDtype));
+    o.Set("kvDtype", dtypeName(m->kv.dtype));
+    o.Set("numPages", m->kv.numPages);
+    o.Set("pageSize", m->kv.pageSize);
+    o.Set("kvBytes", double(m->kvBytes()));
+    o.Set("kvBytesPerPage", double(m->kvBytes() / size_t(m->kv.numPages)));
+    return o;
+  } catch (const Error& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+void registerModel(Napi::Env env, Napi::Object exports) { exports.Set("NativeModel", NativeModel::Init(env)); }
+
+}  // namespace dl

@@ -1,0 +1,94 @@
+// Engine throughput vs batch size on a random model of a real model's shape (weights random, shapes exact).
+//   npm run bench:throughput -- [--json] [--preset smollm-135m|qwen2.5-1.5b] [--device cpu|cuda]
+//     [--batches 1,4,16,64] [--prompt-tokens 32] [--max-tokens 32] [--kernel-mode fast|batch-invariant]
+// Each row: `batch` concurrent greedy requests (random prompts, eos ignored) submitted at once; tokensPerSecond =
+// generated tokens / wall time from submit to the last result (prefill included). With --json, one JSON object
+// {model, device, batch, tokensPerSecond, ...} per line; otherwise a table.
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { Engine } from "../../ts/engine/engine.js";
+import { parseKernelMode } from "../../ts/engine/kernelSchedule.js";
+import { loadModel } from "../../ts/model/model.js";
+import { makeFixture, PRESETS } from "../make-fixture.js";
+
+const { values } = parseArgs({
+  options: {
+    json: { type: "boolean", default: false },
+    preset: { type: "string", default: "smollm-135m" },
+    device: { type: "string", default: "cpu" },
+    batches: { type: "string", default: "1,4,16,64" },
+    "prompt-tokens": { type: "string", default: "32" },
+    "max-tokens": { type: "string", default: "32" },
+    "kernel-mode": { type: "string", default: "fast" },
+  },
+});
+
+const preset = PRESETS[values.preset!];
+if (!preset) throw new Error(`--preset ${values.preset}: expected one of ${Object.keys(PRESETS).join(", ")}`);
+const device = values.device === "cuda" ? "cuda" : "cpu";
+const batches = values.batches!.split(",").map(Number);
+const promptTokens = Number(values["prompt-tokens"]);
+const maxTokens = Number(values["max-tokens"]);
+const kernelMode = parseKernelMode(values["kernel-mode"]!);
+const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
+
+/** The preset's random checkpoint, written once and cached in the temp dir (135M params take a while). */
+async function presetDir(): Promise<string> {
+  const dir = join(tmpdir(), "deliberate-bench", `${values.preset}-seed1`);
+  if (!existsSync(join(dir, "config.json"))) {
+    log(`writing random ${values.preset} checkpoint to ${dir} ...`);
+    await makeFixture({ ...preset, out: dir, seed: 1 });
+  }
+  return dir;
+}
+
+function prompt(i: number, vocab: number): number[] {
+  let s = (i + 1) * 2654435761;
+  return Array.from({ length: promptTokens }, () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return 256 + (s % (vocab - 256)); // skip byte tokens and specials: any ids work for a random model
+  });
+}
+
+const maxBatch = Math.max(...batches);
+const model = await loadModel(await presetDir(), {
+  device,
+  pageSize: 16,
+  kvPages: Math.ceil((maxBatch * (promptTokens + maxTokens)) / 16) + 64,
+});
+const vocab = model.config.vocabSize;
+const rows = [];
+try {
+  await using engine = new Engine({ models: { name: values.preset, model }, kernelMode });
+  await engine.submit({ prompt: prompt(999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
+  for (const batch of batches) {
+    const start = performance.now();
+    const outs = await Promise.all(
+      Array.from({ length: batch }, (_, i) => engine.submit({ prompt: prompt(i + batch * 1000, vocab), maxTokens, ignoreEos: true }).result),
+    );
+    const seconds = (performance.now() - start) / 1000;
+    const generated = outs.reduce((n, o) => n + o.tokens.length, 0);
+    const row = {
+      model: values.preset,
+      device,
+      batch,
+      tokensPerSecond: Number((generated / seconds).toFixed(2)),
+      promptTokens,
+      maxTokens,
+      kernelMode,
+      seconds: Number(seconds.toFixed(3)),
+    };
+    rows.push(row);
+    if (values.json) console.log(JSON.stringify(row));
+    else log(`${values.preset} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.seconds}s)`);
+  }
+} finally {
+  model.dispose();
+}
+if (!values.json) {
+  const one = rows.find((r) => r.batch === 1);
+  const sixteen = rows.find((r) => r.batch === 16);
+  if (one && sixteen) log(`16-way / single-stream: ${(sixteen.tokensPerSecond / one.tokensPerSecond).toFixed(2)}x`);
+}

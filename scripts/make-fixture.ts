@@ -1,0 +1,273 @@
+// Writes a small (or benchmark-sized) seeded random model in exact Hugging Face layout: config.json,
+// generation_config.json, model.safetensors (or shards + index), a trained byte-level BPE tokenizer.json and a
+// tokenizer_config.json with a chat template.
+//   npx tsx scripts/make-fixture.ts --arch llama|qwen2 --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
+//     [--hidden H] [--heads N] [--kv-heads N] [--intermediate N] [--shards N] [--preset smollm-135m|qwen2.5-1.5b]
+import { mkdir, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import { parseModelConfig, type ModelConfig } from "../ts/model/config.js";
+import { f32ToBf16Bits, f32ToF16Bits, type SafetensorsDType } from "../ts/model/dtype.js";
+import { writeSafetensors, type TensorToWrite } from "../ts/model/safetensorsWriter.js";
+import { expectedTensors } from "../ts/model/weights.js";
+import { buildTokenizerJson, trainByteLevelBpe } from "./fixture/bpe.js";
+import { trainingCorpus } from "./fixture/corpus.js";
+import { hashSeed, mulberry32 } from "./fixture/random.js";
+import { FAMILY_TOKENS } from "./fixture/templates.js";
+
+export type FixtureArch = "llama" | "qwen2";
+export type FixtureDType = "f32" | "bf16" | "f16";
+
+export interface FixtureOptions {
+  arch: FixtureArch;
+  dtype: FixtureDType;
+  out: string;
+  seed?: number;
+  layers?: number;
+  hidden?: number;
+  heads?: number;
+  kvHeads?: number;
+  intermediate?: number;
+  /** Explicit head_dim (written to config.json); default hidden / heads. */
+  headDim?: number;
+  /** Embedding rows; default = the tokenizer's size. Larger values pad the tokenizer with unused tokens. */
+  vocab?: number;
+  /** Target size of the trained BPE vocabulary (bytes + merges), default 512. */
+  bpeVocab?: number;
+  maxPositions?: number;
+  ropeTheta?: number;
+  /** Llama 3 RoPE scaling; default (llama only) factor 8 over an original context of 64, so all three bands occur. */
+  ropeScaling?: { factor: number; lowFreqFactor: number; highFreqFactor: number; originalMaxPositionEmbeddings: number } | null;
+  tieEmbeddings?: boolean;
+  /** Llama `attention_bias` (q/k/v/o biases); Qwen2 always has q/k/v biases. */
+  attentionBias?: boolean;
+  /** Split the weights over this many shards with model.safetensors.index.json (default 1: model.safetensors). */
+  shards?: number;
+  rmsNormEps?: number;
+}
+
+export const PRESETS: Record<string, Omit<FixtureOptions, "out">> = {
+  "smollm-135m": {
+    arch: "llama", dtype: "bf16", layers: 30, hidden: 576, heads: 9, kvHeads: 3, intermediate: 1536, vocab: 49152,
+    maxPositions: 2048, ropeTheta: 10000, ropeScaling: null, tieEmbeddings: true, rmsNormEps: 1e-5,
+  },
+  "qwen2.5-1.5b": {
+    arch: "qwen2", dtype: "bf16", layers: 28, hidden: 1536, heads: 12, kvHeads: 2, intermediate: 8960, vocab: 151936,
+    maxPositions: 32768, ropeTheta: 1_000_000, tieEmbeddings: true, rmsNormEps: 1e-6,
+  },
+};
+
+export interface Fixture {
+  dir: string;
+  config: ModelConfig;
+  /** Token string -> id for the added tokens (<|im_end|>, <|begin_of_text|>, <think>, ...). */
+  specialIds: Map<string, number>;
+}
+
+export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
+  const family = FAMILY_TOKENS[opts.arch];
+  const seed = opts.seed ?? 1;
+  const hidden = opts.hidden ?? 64;
+  const heads = opts.heads ?? 4;
+  const layers = opts.layers ?? 2;
+  await mkdir(opts.out, { recursive: true });
+
+  const bpe = trainByteLevelBpe(trainingCorpus(), opts.bpeVocab ?? 512, family.flavor);
+  const tokenizerSize = bpe.vocab.size + family.added.length;
+  const vocab = opts.vocab ?? tokenizerSize;
+  if (vocab < tokenizerSize) throw new Error(`makeFixture: vocab ${vocab} is smaller than the tokenizer (${tokenizerSize} tokens)`);
+  const { json: tokenizerJson, ids } = buildTokenizerJson(bpe, {
+    flavor: family.flavor,
+    added: family.added,
+    padTo: vocab,
+    bosToken: family.bosToken,
+  });
+  const id = (t: string) => ids.get(t)!;
+
+  const isLlama = opts.arch === "llama";
+  const ropeScaling =
+    opts.ropeScaling === undefined
+      ? isLlama
+        ? { factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 }
+        : null
+      : opts.ropeScaling;
+  const torchDtype = { f32: "float32", bf16: "bfloat16", f16: "float16" }[opts.dtype];
+  const configJson: Record<string, unknown> = {
+    architectures: [isLlama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"],
+    model_type: opts.arch,
+    hidden_act: "silu",
+    hidden_size: hidden,
+    intermediate_size: opts.intermediate ?? 2 * hidden,
+    num_hidden_layers: layers,
+    num_attention_heads: heads,
+    num_key_value_heads: opts.kvHeads ?? Math.max(1, heads / 2),
+    ...(opts.headDim !== undefined ? { head_dim: opts.headDim } : {}),
+    vocab_size: vocab,
+    max_position_embeddings: opts.maxPositions ?? 256,
+    rms_norm_eps: opts.rmsNormEps ?? (isLlama ? 1e-5 : 1e-6),
+    rope_theta: opts.ropeTheta ?? (isLlama ? 500000 : 1000000),
+    rope_scaling: ropeScaling && {
+      rope_type: "llama3",
+      factor: ropeScaling.factor,
+      low_freq_factor: ropeScaling.lowFreqFactor,
+      high_freq_factor: ropeScaling.highFreqFactor,
+      original_max_position_embeddings: ropeScaling.originalMaxPositionEmbeddings,
+    },
+    tie_word_embeddings: opts.tieEmbeddings ?? !isLlama,
+    bos_token_id: id(family.configBos),
+    eos_token_id: family.configEos.length === 1 ? id(family.configEos[0]) : family.configEos.map(id),
+    torch_dtype: torchDtype,
+    initializer_range: 0.02,
+    use_cache: true,
+    transformers_version: "4.46.0",
+    ...(isLlama
+      ? { attention_bias: opts.attentionBias ?? false, attention_dropout: 0, mlp_bias: false, pretraining_tp: 1 }
+      : { use_sliding_window: false, sliding_window: opts.maxPositions ?? 256, max_window_layers: layers, attention_dropout: 0 }),
+  };
+  const configFile = join(opts.out, "config.json");
+  const config = parseModelConfig(configJson, configFile);
+
+  const generationConfig = {
+    bos_token_id: id(family.configBos),
+    do_sample: true,
+    eos_token_id: family.generationEos.map(id),
+    temperature: isLlama ? 0.6 : 0.7,
+    top_p: isLlama ? 0.9 : 0.8,
+    ...(isLlama ? {} : { top_k: 20, repetition_penalty: 1.05, pad_token_id: id("<|endoftext|>") }),
+    transformers_version: "4.46.0",
+  };
+  const addedTokensDecoder: Record<string, object> = {};
+  for (const t of (tokenizerJson as { added_tokens: Array<{ id: number }> }).added_tokens) {
+    const { id: tokenId, ...rest } = t as { id: number };
+    addedTokensDecoder[String(tokenId)] = rest;
+  }
+  const tokenizerConfig = {
+    add_prefix_space: false,
+    added_tokens_decoder: addedTokensDecoder,
+    bos_token: family.bosToken,
+    chat_template: family.chatTemplate,
+    clean_up_tokenization_spaces: family.cleanUpTokenizationSpaces,
+    eos_token: family.eosToken,
+    model_max_length: opts.maxPositions ?? 256,
+    pad_token: isLlama ? null : "<|endoftext|>",
+    tokenizer_class: isLlama ? "PreTrainedTokenizerFast" : "Qwen2Tokenizer",
+  };
+
+  const writeJson = (name: string, v: unknown) => writeFile(join(opts.out, name), JSON.stringify(v, null, 2) + "\n");
+  await writeJson("config.json", configJson);
+  await writeJson("generation_config.json", generationConfig);
+  await writeJson("tokenizer.json", tokenizerJson);
+  await writeJson("tokenizer_config.json", tokenizerConfig);
+  await writeWeights(config, opts.out, opts.dtype, seed, opts.shards ?? 1);
+  return { dir: opts.out, config, specialIds: ids };
+}
+
+const ST_DTYPE: Record<FixtureDType, SafetensorsDType> = { f32: "F32", bf16: "BF16", f16: "F16" };
+
+/** Uniform noise with the given std (and mean) for one tensor, streamed in chunks of raw `dtype` bytes. */
+function* noise(name: string, count: number, mean: number, std: number, dtype: FixtureDType, seed: number): Generator<Uint8Array> {
+  const rand = mulberry32(hashSeed(seed, name));
+  const a = std * Math.sqrt(3); // uniform on [-a, a] has standard deviation std
+  const chunk = 1 << 20;
+  for (let start = 0; start < count; start += chunk) {
+    const n = Math.min(chunk, count - start);
+    if (dtype === "f32") {
+      const out = new Float32Array(n);
+      for (let i = 0; i < n; i++) out[i] = mean + a * (2 * rand() - 1);
+      yield new Uint8Array(out.buffer);
+    } else {
+      const out = new Uint16Array(n);
+      const conv = dtype === "bf16" ? f32ToBf16Bits : f32ToF16Bits;
+      for (let i = 0; i < n; i++) out[i] = conv(mean + a * (2 * rand() - 1));
+      yield new Uint8Array(out.buffer);
+    }
+  }
+}
+
+/**
+ * Init scales keep activations O(1) through many layers and logits informative: projections into attention/MLP
+ * have std 1/sqrt(fan_in) (scores and gates of order 1), projections back into the residual stream are further
+ * divided by sqrt(2 * layers) (GPT-2 style), norms are 1 +- 0.1 (so a forward that ignores them is caught), the
+ * output projection gives logits of std ~2.5.
+ */
+function initFor(name: string, shape: number[], config: ModelConfig): { mean: number; std: number } {
+  const fanIn = shape[shape.length - 1];
+  const residualScale = 1 / Math.sqrt(2 * config.numLayers);
+  if (name.endsWith("norm.weight")) return { mean: 1, std: 0.1 };
+  if (name.endsWith(".bias")) return { mean: 0, std: 0.2 };
+  if (name === "lm_head.weight") return { mean: 0, std: 2.5 / Math.sqrt(config.hiddenSize) };
+  if (name === "model.embed_tokens.weight") return { mean: 0, std: config.tieWordEmbeddings ? 2.5 / Math.sqrt(config.hiddenSize) : 1 };
+  if (name.endsWith("o_proj.weight") || name.endsWith("down_proj.weight")) return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
+  return { mean: 0, std: 1 / Math.sqrt(fanIn) };
+}
+
+async function writeWeights(config: ModelConfig, dir: string, dtype: FixtureDType, seed: number, shards: number): Promise<void> {
+  const tensors = expectedTensors(config).map(({ name, shape }) => {
+    const count = shape.reduce((a, b) => a * b, 1);
+    const { mean, std } = initFor(name, shape, config);
+    const t: TensorToWrite = { dtype: ST_DTYPE[dtype], shape, data: () => noise(name, count, mean, std, dtype, seed) };
+    return { name, t, bytes: count * (dtype === "f32" ? 4 : 2) };
+  });
+  if (shards <= 1) {
+    await writeSafetensors(join(dir, "model.safetensors"), new Map(tensors.map((x) => [x.name, x.t])), { format: "pt" });
+    return;
+  }
+  const total = tensors.reduce((a, x) => a + x.bytes, 0);
+  const groups: (typeof tensors)[] = Array.from({ length: shards }, () => []);
+  let acc = 0;
+  for (const x of tensors) {
+    groups[Math.min(shards - 1, Math.floor((acc * shards) / total))].push(x);
+    acc += x.bytes;
+  }
+  const weightMap: Record<string, string> = {};
+  for (let s = 0; s < shards; s++) {
+    const file = `model-${String(s + 1).padStart(5, "0")}-of-${String(shards).padStart(5, "0")}.safetensors`;
+    for (const x of groups[s]) weightMap[x.name] = file;
+    await writeSafetensors(join(dir, file), new Map(groups[s].map((x) => [x.name, x.t])), { format: "pt" });
+  }
+  const index = { metadata: { total_size: total }, weight_map: weightMap };
+  await writeFile(join(dir, "model.safetensors.index.json"), JSON.stringify(index, null, 2) + "\n");
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      arch: { type: "string" }, dtype: { type: "string" }, out: { type: "string" }, seed: { type: "string" },
+      layers: { type: "string" }, hidden: { type: "string" }, heads: { type: "string" }, "kv-heads": { type: "string" },
+      intermediate: { type: "string" }, vocab: { type: "string" }, shards: { type: "string" }, preset: { type: "string" },
+      "tie-embeddings": { type: "boolean" },
+    },
+  });
+  const int = (v: string | undefined) => (v === undefined ? undefined : Number.parseInt(v, 10));
+  const preset = values.preset === undefined ? undefined : PRESETS[values.preset];
+  if (values.preset !== undefined && !preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
+  if (!values.out) throw new Error("--out DIR is required");
+  const opts: FixtureOptions = {
+    ...preset,
+    arch: (values.arch ?? preset?.arch ?? "llama") as FixtureArch,
+    dtype: (values.dtype ?? preset?.dtype ?? "f32") as FixtureDType,
+    out: resolve(values.out),
+  };
+  const set = <K extends keyof FixtureOptions>(k: K, v: FixtureOptions[K] | undefined) => v !== undefined && (opts[k] = v);
+  set("seed", int(values.seed));
+  set("layers", int(values.layers));
+  set("hidden", int(values.hidden));
+  set("heads", int(values.heads));
+  set("kvHeads", int(values["kv-heads"]));
+  set("intermediate", int(values.intermediate));
+  set("vocab", int(values.vocab));
+  set("shards", int(values.shards));
+  set("tieEmbeddings", values["tie-embeddings"]);
+  if (!["llama", "qwen2"].includes(opts.arch)) throw new Error(`--arch must be llama or qwen2, got ${opts.arch}`);
+  if (!["f32", "bf16", "f16"].includes(opts.dtype)) throw new Error(`--dtype must be f32, bf16 or f16, got ${opts.dtype}`);
+  const f = await makeFixture(opts);
+  console.log(`wrote ${f.config.architecture} fixture to ${f.dir} (${f.config.numLayers} layers, hidden ${f.config.hiddenSize}, vocab ${f.config.vocabSize})`);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  main().catch((e: unknown) => {
+    console.error((e as Error).message);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,34 @@
+// `deliberate generate` end to end: spawns the CLI on a fixture model.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { describe, expect, it } from "vitest";
+import { fixtureDir } from "../model/fixtureCache.js";
+import { ReferenceModel } from "../model/reference.js";
+
+const run = promisify(execFile);
+const cli = (args: string[]) => run("npx", ["tsx", "ts/cli/main.ts", ...args], { cwd: process.cwd(), timeout: 120_000 });
+
+describe("deliberate generate", () => {
+  it("--json prints the generated token ids and text; greedy ids match the reference", async () => {
+    const dir = await fixtureDir("qwen2", "f32");
+    const prompt = [5, 17, 300, 42, 9];
+    const { stdout } = await cli(["generate", "--model", dir, "--prompt-ids", prompt.join(","), "--max-tokens", "6", "--temperature", "0", "--json"]);
+    const out = JSON.parse(stdout) as { tokens: number[]; text: string; finishReason: string };
+    const ref = (await ReferenceModel.load(dir)).greedy(prompt, 6);
+    // Generation may end early at an eos; compare up to there and up to the first near-tie of the reference.
+    expect(out.tokens.length).toBeGreaterThan(0);
+    const tie = ref.margins.findIndex((m) => m < 1e-3);
+    const n = Math.min(out.tokens.length, tie < 0 ? Infinity : tie);
+    expect(out.tokens.slice(0, n)).toEqual(ref.tokens.slice(0, n));
+    expect(typeof out.text).toBe("string");
+  });
+
+  it("streams text for --prompt and fails with a clear message on bad flags", async () => {
+    const dir = await fixtureDir("qwen2", "f32");
+    const { stdout } = await cli(["generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "3", "--seed", "1"]);
+    expect(stdout.endsWith("\n")).toBe(true);
+    await expect(cli(["generate", "--model", dir])).rejects.toThrow(/exactly one of --prompt TEXT or --prompt-ids/);
+    await expect(cli(["generate", "--model", dir, "--prompt-ids", "1,x"])).rejects.toThrow(/--prompt-ids entry 1 is 'x'/);
+    await expect(cli(["generate", "--model", "/nonexistent", "--prompt", "a"])).rejects.toThrow(/config.json: file not found/);
+  });
+});

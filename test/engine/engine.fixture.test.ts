@@ -1,0 +1,138 @@
+// Engine over the real native forward on a tiny generated model (test/model/fixtureCache.ts). Exactness claims
+// are made in batch-invariant mode, where every step runs on fixed reduction schedules, and are arranged so the
+// compared runs compute every position through the same kernel path (prefill chunk vs single-token decode).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Engine } from "../../ts/engine/engine.js";
+import type { GenerationOutput } from "../../ts/engine/outputs.js";
+import type { GenerateRequest } from "../../ts/engine/request.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
+
+const PAGE = 16;
+let model: Model;
+let V: number;
+
+beforeAll(async () => {
+  model = await loadModel(await fixtureDir("llama", "f32", { layers: 2 }), { kvPages: 128, pageSize: PAGE });
+  V = model.config.vocabSize;
+});
+afterAll(() => model?.dispose());
+
+/** An engine on the shared model; each engine starts with an empty block manager (no prefix hits carried over). */
+function engineWith(options: { maxBatchTokens?: number } = {}): Engine {
+  return new Engine({ models: { model }, kernelMode: "batch-invariant", ...options });
+}
+
+const usedPages = (e: Engine): number => e.metrics().models[0].kvPagesUsed;
+
+describe("Engine on a native fixture model (batch-invariant mode)", () => {
+  it("32 concurrent requests give exactly the tokens each gives alone, greedy and seeded", async () => {
+    const reqs: GenerateRequest[] = Array.from({ length: 32 }, (_, i) => ({
+      prompt: randomTokens(2 + ((i * 5) % 37), V, 100 + i),
+      maxTokens: 6 + (i % 7),
+      temperature: i % 3 === 0 ? 0.8 : 0,
+      seed: 7 + i,
+      ignoreEos: true,
+      logprobs: 2,
+    }));
+    const alone: GenerationOutput[] = [];
+    {
+      await using engine = engineWith();
+      for (const r of reqs) alone.push(await engine.submit(r).result);
+    }
+    await using engine = engineWith();
+    const together = await Promise.all(reqs.map((r) => engine.submit(r).result));
+    together.forEach((out, i) => {
+      expect(out.tokens).toEqual(alone[i].tokens);
+      expect(out.logprobs).toEqual(alone[i].logprobs);
+    });
+    expect(engine.metrics().steps).toBeLessThan(reqs.reduce((n, r) => n + r.maxTokens!, 0)); // they really were batched
+  });
+
+  it("counts prefix-cache hits and leaves outputs unchanged", async () => {
+    // A 16-token budget makes the first run compute the prompt in page-sized chunks, so the second run (pages
+    // 0-1 from the cache, position 32 computed) uses the same kernel path for every position.
+    await using engine = engineWith({ maxBatchTokens: PAGE });
+    const prompt = randomTokens(33, V, 5);
+    const first = await engine.submit({ prompt, maxTokens: 8, ignoreEos: true }).result;
+    const second = await engine.submit({ prompt, maxTokens: 8, ignoreEos: true }).result;
+    expect(first.usage.cachedTokens).toBe(0);
+    expect(second.usage.cachedTokens).toBe(32);
+    expect(second.tokens).toEqual(first.tokens);
+    expect(engine.metrics().prefixCacheHitRate).toBeGreaterThan(0);
+  });
+
+  it("fork of a running request shares its pages, and truncating the fork equals never having generated the rest", async () => {
+    await using engine = engineWith();
+    const prompt = randomTokens(20, V, 9);
+    const parent = engine.submit({ prompt, maxTokens: 30, ignoreEos: true });
+    let seen = 0;
+    for await (const d of parent) if ((seen += d.tokens.length) >= 12) break;
+    const before = usedPages(engine);
+    const child = engine.fork(parent, { length: prompt.length + 5, maxTokens: 10 });
+    expect(usedPages(engine)).toBe(before); // shared, nothing copied yet
+    const [p, c] = await Promise.all([parent.result, child.result]);
+    expect(c.usage.cachedTokens).toBe(prompt.length + 4);
+    expect(c.tokens).toEqual(p.tokens.slice(5, 15));
+    expect(usedPages(engine)).toBe(0);
+  });
+
+  it("n samples share the prompt's pages and reproduce their seeds", async () => {
+    await using engine = engineWith();
+    const prompt = randomTokens(40, V, 11); // 39 shared positions: pages 0, 1 full, page 2 partial
+    const handle = engine.submit({ prompt, n: 4, maxTokens: 5, temperature: 1, seed: 3, ignoreEos: true });
+    let pagesWhileRunning = -1;
+    for await (const _ of handle) if (pagesWhileRunning < 0) pagesWhileRunning = usedPages(engine);
+    const out = await handle.result;
+    expect(pagesWhileRunning).toBe(3 + 3); // 3 shared + 3 copies of the partial page (the 4th writes in place)
+    for (let i = 0; i < 4; i++) {
+      const alone = await engine.submit({ prompt, maxTokens: 5, temperature: 1, seed: 3 + i, ignoreEos: true }).result;
+      expect(out.samples[i].tokens).toEqual(alone.tokens);
+    }
+  });
+
+  it("abort mid-stream frees the request's pages and leaves the others exact", async () => {
+    const reference = await (async () => {
+      await using engine = engineWith();
+      return engine.submit({ prompt: randomTokens(10, V, 2), maxTokens: 24, ignoreEos: true }).result;
+    })();
+    await using engine = engineWith();
+    const controller = new AbortController();
+    const victim = engine.submit({ prompt: randomTokens(10, V, 1), maxTokens: 200, ignoreEos: true, signal: controller.signal });
+    const other = engine.submit({ prompt: randomTokens(10, V, 2), maxTokens: 24, ignoreEos: true });
+    let n = 0;
+    for await (const d of victim) if ((n += d.tokens.length) === 4) controller.abort();
+    expect((await victim.result).finishReason).toBe("aborted");
+    expect((await other.result).tokens).toEqual(reference.tokens);
+    expect(usedPages(engine)).toBe(0);
+  });
+
+  it("completes every request under a tiny KV budget by preempting, then frees everything", async () => {
+    const small = await loadModel(await fixtureDir("llama", "f32", { layers: 2 }), { kvPages: 8, pageSize: PAGE });
+    try {
+      await using engine = new Engine({ models: { model: small }, kernelMode: "batch-invariant" });
+      const outs = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => engine.submit({ prompt: randomTokens(12 + i, V, 40 + i), maxTokens: 24, ignoreEos: true }).result),
+      );
+      for (const o of outs) expect(o.tokens).toHaveLength(24);
+      expect(engine.metrics().preemptions).toBeGreaterThan(0);
+      expect(usedPages(engine)).toBe(0);
+    } finally {
+      small.dispose();
+    }
+  });
+
+  it("streams text from the model's tokenizer and stops on a stop string", async () => {
+    await using engine = engineWith();
+    const free = await engine.submit({ prompt: "The answer is", maxTokens: 20, ignoreEos: true }).result;
+    expect(free.text.length).toBeGreaterThanOrEqual(4);
+    const stop = free.text.slice(Math.floor(free.text.length / 2), Math.floor(free.text.length / 2) + 2);
+    const handle = engine.submit({ prompt: "The answer is", maxTokens: 20, ignoreEos: true, stop });
+    let streamed = "";
+    for await (const d of handle) streamed += d.text;
+    const out = await handle.result;
+    expect(out.finishReason).toBe("stop");
+    expect(out.text).toBe(free.text.slice(0, free.text.indexOf(stop)));
+    expect(streamed).toBe(out.text);
+  });
+});

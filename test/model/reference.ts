@@ -1,0 +1,193 @@
+// Float64 reference forward pass of a Llama-family decoder, written from the architecture (transformers'
+// modeling_llama / modeling_qwen2), not from our kernels: it is the oracle the native engine is compared against.
+// Simple and slow on purpose: plain loops, no batching, a dense per-layer KV cache.
+import { computeInvFreq, readModelConfig, type ModelConfig } from "../../ts/model/config.js";
+import { bytesToF32 } from "../../ts/model/dtype.js";
+import { openSafetensors } from "../../ts/model/safetensors.js";
+import { checkWeights, expectedTensors, weightNames, type LayerWeightNames } from "../../ts/model/weights.js";
+
+type Vec = Float64Array;
+
+export class ReferenceModel {
+  private readonly invFreq: Float64Array;
+
+  private constructor(
+    readonly config: ModelConfig,
+    private readonly w: Map<string, Vec>,
+  ) {
+    this.invFreq = Float64Array.from(computeInvFreq(config));
+  }
+
+  /** Loads every weight of the model in `dir` as float64 (values exactly as stored, e.g. bf16-rounded). */
+  static async load(dir: string): Promise<ReferenceModel> {
+    const config = await readModelConfig(dir);
+    const ckpt = await openSafetensors(dir);
+    try {
+      checkWeights(config, ckpt);
+      const w = new Map<string, Vec>();
+      for (const { name } of expectedTensors(config)) {
+        w.set(name, Float64Array.from(bytesToF32(await ckpt.read(name), ckpt.tensors.get(name)!.dtype)));
+      }
+      return new ReferenceModel(config, w);
+    } finally {
+      await ckpt.close();
+    }
+  }
+
+  /** A fresh sequence (empty KV cache). */
+  session(): ReferenceSession {
+    return new ReferenceSession(this);
+  }
+
+  /** Logits (vocab) at every position of `tokens`, starting from position 0. */
+  logits(tokens: number[]): Float64Array[] {
+    return this.session().append(tokens);
+  }
+
+  /** Greedy continuation: `n` tokens after `prompt`, each with the top-2 logit margin at its step. */
+  greedy(prompt: number[], n: number): { tokens: number[]; margins: number[] } {
+    const s = this.session();
+    let last = s.append(prompt).at(-1)!;
+    const tokens: number[] = [];
+    const margins: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const { index, margin } = top2(last);
+      tokens.push(index);
+      margins.push(margin);
+      if (i + 1 < n) last = s.append([index])[0];
+    }
+    return { tokens, margins };
+  }
+
+  /** @internal used by ReferenceSession */
+  weight(name: string): Vec {
+    return this.w.get(name)!;
+  }
+
+  /** @internal */
+  rope(vec: Vec, offset: number, pos: number): void {
+    const half = this.config.headDim / 2;
+    for (let i = 0; i < half; i++) {
+      const angle = pos * this.invFreq[i];
+      const c = Math.cos(angle);
+      const s = Math.sin(angle);
+      const x1 = vec[offset + i];
+      const x2 = vec[offset + i + half];
+      vec[offset + i] = x1 * c - x2 * s; // rotate_half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
+      vec[offset + i + half] = x2 * c + x1 * s;
+    }
+  }
+}
+
+/** First index of the maximum, and the gap to the runner-up. */
+export function top2(logits: ArrayLike<number>): { index: number; margin: number } {
+  let best = 0;
+  for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
+  let second = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (i !== best && logits[i] > second) second = logits[i];
+  return { index: best, margin: logits[best] - second };
+}
+
+export class ReferenceSession {
+  /** Per layer: keys and values of every position so far, each (numKvHeads * headDim). */
+  private readonly keys: Vec[][];
+  private readonly values: Vec[][];
+  private position = 0;
+
+  constructor(private readonly model: ReferenceModel) {
+    this.keys = Array.from({ length: model.config.numLayers }, () => []);
+    this.values = Array.from({ length: model.config.numLayers }, () => []);
+  }
+
+  /** Runs `tokens` at the next positions; returns each position's logits (vocab). */
+  append(tokens: number[]): Float64Array[] {
+    return tokens.map((t) => this.step(t));
+  }
+
+  private step(token: number): Float64Array {
+    const m = this.model;
+    const c = m.config;
+    const names = weightNames(c);
+    if (!Number.isInteger(token) || token < 0 || token >= c.vocabSize) throw new Error(`token ${token} out of range`);
+    const x = m.weight(names.embedTokens).slice(token * c.hiddenSize, (token + 1) * c.hiddenSize);
+    names.layers.forEach((l, i) => this.layer(i, l, x));
+    const h = rmsNorm(x, m.weight(names.finalNorm), c.rmsNormEps);
+    this.position++;
+    return matVec(m.weight(names.lmHead), h, c.vocabSize, c.hiddenSize);
+  }
+
+  /** One decoder layer on the residual stream x (hidden), in place. */
+  private layer(i: number, l: LayerWeightNames, x: Vec): void {
+    const m = this.model;
+    const { hiddenSize: H, numHeads, numKvHeads, headDim: hd, intermediateSize: F, rmsNormEps } = m.config;
+    const pos = this.position;
+    const h = rmsNorm(x, m.weight(l.inputNorm), rmsNormEps);
+    const q = addBias(matVec(m.weight(l.qProj), h, numHeads * hd, H), l.qBias ? m.weight(l.qBias) : null);
+    const k = addBias(matVec(m.weight(l.kProj), h, numKvHeads * hd, H), l.kBias ? m.weight(l.kBias) : null);
+    const v = addBias(matVec(m.weight(l.vProj), h, numKvHeads * hd, H), l.vBias ? m.weight(l.vBias) : null);
+    for (let hh = 0; hh < numHeads; hh++) m.rope(q, hh * hd, pos);
+    for (let hh = 0; hh < numKvHeads; hh++) m.rope(k, hh * hd, pos);
+    this.keys[i].push(k);
+    this.values[i].push(v);
+
+    // Causal attention over positions [first, pos]; query head hh reads kv head hh / (numHeads / numKvHeads).
+    const first = m.config.slidingWindow === null ? 0 : Math.max(0, pos - m.config.slidingWindow + 1);
+    const attn = new Float64Array(numHeads * hd);
+    const scale = 1 / Math.sqrt(hd);
+    for (let hh = 0; hh < numHeads; hh++) {
+      const kvh = Math.floor(hh / (numHeads / numKvHeads));
+      const scores: number[] = [];
+      for (let s = first; s <= pos; s++) {
+        let dot = 0;
+        const ks = this.keys[i][s];
+        for (let d = 0; d < hd; d++) dot += q[hh * hd + d] * ks[kvh * hd + d];
+        scores.push(dot * scale);
+      }
+      const max = Math.max(...scores);
+      const exps = scores.map((sc) => Math.exp(sc - max));
+      const sum = exps.reduce((a, b) => a + b, 0);
+      for (let s = first; s <= pos; s++) {
+        const p = exps[s - first] / sum;
+        const vs = this.values[i][s];
+        for (let d = 0; d < hd; d++) attn[hh * hd + d] += p * vs[kvh * hd + d];
+      }
+    }
+    const o = addBias(matVec(m.weight(l.oProj), attn, H, numHeads * hd), l.oBias ? m.weight(l.oBias) : null);
+    for (let d = 0; d < H; d++) x[d] += o[d];
+
+    // SwiGLU MLP: down(silu(gate(h2)) * up(h2)).
+    const h2 = rmsNorm(x, m.weight(l.postAttentionNorm), rmsNormEps);
+    const g = matVec(m.weight(l.gateProj), h2, F, H);
+    const u = matVec(m.weight(l.upProj), h2, F, H);
+    for (let j = 0; j < F; j++) g[j] = (g[j] / (1 + Math.exp(-g[j]))) * u[j];
+    const down = matVec(m.weight(l.downProj), g, H, F);
+    for (let d = 0; d < H; d++) x[d] += down[d];
+  }
+}
+
+/** y = W x for W (rows, cols) row-major. */
+function matVec(w: Vec, x: Vec, rows: number, cols: number): Float64Array {
+  const y = new Float64Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let acc = 0;
+    const base = r * cols;
+    for (let j = 0; j < cols; j++) acc += w[base + j] * x[j];
+    y[r] = acc;
+  }
+  return y;
+}
+
+function addBias(y: Float64Array, b: Vec | null): Float64Array {
+  if (b) for (let i = 0; i < y.length; i++) y[i] += b[i];
+  return y;
+}
+
+/** RMSNorm: weight * x / sqrt(mean(x^2) + eps). */
+function rmsNorm(x: Vec, weight: Vec, eps: number): Float64Array {
+  let ss = 0;
+  for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
+  const inv = 1 / Math.sqrt(ss / x.length + eps);
+  const out = new Float64Array(x.length);
+  for (let i = 0; i < x.length; i++) out[i] = weight[i] * x[i] * inv;
+  return out;
+}

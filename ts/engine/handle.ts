@@ -1,0 +1,81 @@
+// RequestHandle: what engine.submit / engine.fork return. Iterate it (or .stream()) for StreamDeltas; await
+// .result for the GenerationOutput. Every iterator replays the request's deltas from the start, so a consumer
+// that starts late misses nothing. Deltas and the result are produced by the engine through a DeltaChannel.
+import type { GenerationOutput, StreamDelta } from "./outputs.js";
+import type { SchedMetadata } from "./sequence.js";
+
+export class DeltaChannel {
+  private readonly deltas: StreamDelta[] = [];
+  private closed = false;
+  private error: unknown = undefined;
+  private waiters: Array<() => void> = [];
+
+  push(delta: StreamDelta): void {
+    if (this.closed) return;
+    this.deltas.push(delta);
+    this.wake();
+  }
+
+  close(error?: unknown): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.error = error;
+    this.wake();
+  }
+
+  async *read(): AsyncGenerator<StreamDelta, void, undefined> {
+    for (let i = 0; ; ) {
+      if (i < this.deltas.length) {
+        yield this.deltas[i++];
+      } else if (this.closed) {
+        if (this.error !== undefined) throw this.error;
+        return;
+      } else {
+        await new Promise<void>((resolve) => this.waiters.push(resolve));
+      }
+    }
+  }
+
+  private wake(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w();
+  }
+}
+
+/** What a handle may ask of the engine about its own request. */
+export interface HandleControl {
+  abort(): void;
+  updateMetadata(patch: SchedMetadata): void;
+}
+
+export class RequestHandle implements AsyncIterable<StreamDelta> {
+  constructor(
+    readonly id: number,
+    /** The loaded model's name. */
+    readonly model: string,
+    private readonly channel: DeltaChannel,
+    /** Settles when every sample has finished; rejects only on an engine error (abort resolves). */
+    readonly result: Promise<GenerationOutput>,
+    private readonly control: HandleControl,
+  ) {}
+
+  /** Deltas from the request's first token to its last (replayed for late consumers). */
+  stream(): AsyncGenerator<StreamDelta, void, undefined> {
+    return this.channel.read();
+  }
+
+  [Symbol.asyncIterator](): AsyncGenerator<StreamDelta, void, undefined> {
+    return this.stream();
+  }
+
+  /** Same as aborting the request's signal: stops at the next step, frees pages, resolves "aborted". */
+  abort(): void {
+    this.control.abort();
+  }
+
+  /** Updates what scheduling policies read (e.g. a program's remainingKnob after a round). */
+  updateMetadata(patch: SchedMetadata): void {
+    this.control.updateMetadata(patch);
+  }
+}

@@ -1,0 +1,12 @@
+// The engine's public surface (re-exported from ts/index.ts).
+export { Engine } from "./engine.js";
+export type { EngineOptions, EngineModelSpec } from "./engine.js";
+export type { EngineModelSource } from "./loadedModel.js";
+export { RequestHandle } from "./handle.js";
+export type { GenerateRequest, SamplingParams, ForkOptions } from "./request.js";
+export type { GenerationOutput, SampleOutput, StreamDelta, FinishReason, TokenLogprob, TopLogprob, Usage } from "./outputs.js";
+export type { EngineMetrics, ModelMetrics } from "./metrics.js";
+export type { KernelMode, KernelSchedule } from "./kernelSchedule.js";
+export { FIXED_SCHEDULE, chooseSchedule } from "./kernelSchedule.js";
+export type { SchedMetadata } from "./sequence.js";
+export type { EngineModel, TextCodec, Detokenizer, ForwardBatch, ForwardSequence, ForwardResult } from "./modelTypes.js";

@@ -1,0 +1,58 @@
+// The one place a step's reduction schedule is chosen (DESIGN.md "Reduction schedules are explicit").
+// fast: picked from the batch shape as production kernels do (split the reduction when the batch alone cannot
+// fill the machine), so a sequence's numbers depend on what it is batched with. batch-invariant: fixed constants
+// for every step, so a sequence's numbers never depend on its companions (the baseline deterministic mode).
+
+export type KernelMode = "fast" | "batch-invariant";
+export const KERNEL_MODES: readonly KernelMode[] = ["fast", "batch-invariant"];
+
+export interface KernelSchedule {
+  /** GEMM reduction (K) partitions, summed in a fixed order. */
+  gemmSplitK: number;
+  /** Decode-attention KV partitions, merged by log-sum-exp. */
+  kvSplits: number;
+}
+
+/** What the schedule may depend on in fast mode. */
+export interface BatchShape {
+  /** Tokens in the step (GEMM rows). */
+  numTokens: number;
+  /** Sequences decoding one token this step (decode-attention rows). */
+  numDecodeSeqs: number;
+  /** Longest KV length (tokens, after this step) among decoding sequences. */
+  maxDecodeKvLen: number;
+}
+
+/** The schedule of batch-invariant mode, and of any pass that must not depend on its batch (a verifier's). */
+export const FIXED_SCHEDULE: Readonly<KernelSchedule> = Object.freeze({ gemmSplitK: 1, kvSplits: 1 });
+
+// Fast-mode heuristics (flash-decoding style): aim for about this many independent work items per reduction.
+const TARGET_PARALLELISM = 16;
+const MIN_KV_TOKENS_PER_SPLIT = 64;
+const MIN_ROWS_WITHOUT_SPLIT_K = 16;
+
+export function chooseSchedule(mode: KernelMode, shape: BatchShape): KernelSchedule {
+  switch (mode) {
+    case "batch-invariant":
+      return { ...FIXED_SCHEDULE };
+    case "fast":
+      return fastSchedule(shape);
+    default:
+      return mode satisfies never;
+  }
+}
+
+function fastSchedule(shape: BatchShape): KernelSchedule {
+  // Few GEMM rows: split K so the reduction itself is parallel work (a 1-row decode GEMM otherwise idles cores).
+  const gemmSplitK = shape.numTokens >= MIN_ROWS_WITHOUT_SPLIT_K ? 1 : shape.numTokens >= 4 ? 2 : 4;
+  // Few decode rows and long contexts: split the KV so each sequence's attention spreads over several workers.
+  const byOccupancy = Math.max(1, Math.floor(TARGET_PARALLELISM / Math.max(1, shape.numDecodeSeqs)));
+  const byLength = Math.max(1, Math.floor(shape.maxDecodeKvLen / MIN_KV_TOKENS_PER_SPLIT));
+  return { gemmSplitK, kvSplits: Math.min(byOccupancy, byLength) };
+}
+
+export function parseKernelMode(value: string): KernelMode {
+  const mode = KERNEL_MODES.find((m) => m === value);
+  if (mode === undefined) throw new Error(`kernelMode: unknown mode "${value}"; expected "fast" or "batch-invariant"`);
+  return mode;
+}

@@ -1,0 +1,70 @@
+// The contract between the engine and a loaded model: one forward call per step for the whole batch
+// (DESIGN.md "Native contract"), plus the facts the engine plans with. ts/model's Model satisfies it.
+
+export interface SamplingSpec {
+  /** 0 = greedy (first index of the max). */
+  temperature: number;
+  /** 0 = off. */
+  topK: number;
+  /** 1 = off. */
+  topP: number;
+  /** Gumbel noise is keyed by (seed, position, token id): isolated from other requests and batch slots. */
+  seed: number;
+}
+
+/** One sequence's share of a step: positions startPos .. startPos + tokens.length - 1. */
+export interface ForwardSequence {
+  tokens: Int32Array;
+  startPos: number;
+  /** Pages covering positions [0, startPos + tokens.length). */
+  blockTable: Int32Array;
+  sampling: SamplingSpec;
+  numTopLogprobs: number;
+  /** HF hidden_states index to return at the last position, or omitted. */
+  captureHiddenLayer?: number;
+  /** False for a non-final prefill chunk: no logits, no sample. */
+  emitToken: boolean;
+}
+
+export interface ForwardBatch {
+  sequences: ForwardSequence[];
+  gemmSplitK: number;
+  kvSplits: number;
+  /** Whole-page copies (copy-on-write) done before anything else in the step. */
+  pageCopies?: { src: Int32Array; dst: Int32Array };
+}
+
+export interface ForwardResult {
+  /** Sampled token at position startPos + tokens.length, -1 when !emitToken. */
+  token: number;
+  logprob: number;
+  topIds?: Int32Array;
+  topLogprobs?: Float32Array;
+  /** [hidden] at the last position, when captureHiddenLayer was given. */
+  hidden?: Float32Array;
+}
+
+/** A model as the engine drives it: its KV pool geometry and the batched forward. */
+export interface EngineModel {
+  readonly numPages: number;
+  readonly pageSize: number;
+  readonly numLayers: number;
+  readonly vocabSize: number;
+  /** Longest sequence (prompt + generated) the model supports. */
+  readonly maxContextTokens: number;
+  /** Ids that end generation unless a request sets ignoreEos. */
+  readonly eosTokenIds: readonly number[];
+  forward(batch: ForwardBatch): Promise<ForwardResult[]>;
+}
+
+/** Streaming detokenizer: push ids, get text that never splits a character. */
+export interface Detokenizer {
+  push(id: number): string;
+  flush(): string;
+}
+
+/** Text <-> ids, as the engine needs it (ts/model's ModelTokenizer satisfies it). */
+export interface TextCodec {
+  encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
+  createDetokenizer(): Detokenizer;
+}

@@ -1,0 +1,67 @@
+// What a request yields: streamed deltas while it runs, and the finished output.
+
+/** "stop": eos, a stop token id or a stop string; "length": maxTokens or the context; "aborted": signal/dispose. */
+export type FinishReason = "stop" | "length" | "aborted";
+
+export interface TopLogprob {
+  token: number;
+  logprob: number;
+}
+
+export interface TokenLogprob {
+  token: number;
+  /** Log-softmax of the raw logits (before temperature / top-k / top-p). */
+  logprob: number;
+  /** The `logprobs` most likely tokens, most likely first. */
+  top: TopLogprob[];
+}
+
+/** New tokens of one sample since the previous delta (one engine step). */
+export interface StreamDelta {
+  /** Which of the request's n samples. */
+  sample: number;
+  tokens: number[];
+  /** Text that became final with these tokens (held back while it could still be part of a stop string). */
+  text: string;
+  logprobs?: TokenLogprob[];
+  /** Hidden state [hidden] of the requested layer at the position that produced these tokens. */
+  hidden?: Float32Array;
+  /** Set on the sample's last delta. */
+  finishReason?: FinishReason;
+}
+
+export interface SampleOutput {
+  index: number;
+  /** Generated tokens (a stop token id that ended generation included). */
+  tokens: number[];
+  /** Generated text, up to (not including) a matched stop string. */
+  text: string;
+  finishReason: FinishReason;
+  /** The stop string or token id that ended generation, when finishReason is "stop". */
+  stoppedBy?: string | number;
+  logprobs?: TokenLogprob[];
+  /** The last captured hidden state, when captureHidden was asked. */
+  hidden?: Float32Array;
+}
+
+export interface Usage {
+  promptTokens: number;
+  /** Over all samples. */
+  generatedTokens: number;
+  /** Prompt tokens whose KV came from the prefix cache or a fork instead of being computed. */
+  cachedTokens: number;
+}
+
+/** The finished request; its top-level fields are sample 0's. */
+export interface GenerationOutput extends SampleOutput {
+  requestId: number;
+  model: string;
+  /** Prompt token ids (for a fork: the parent's kept tokens plus the appended ones). */
+  promptTokens: number[];
+  /** The seed used (sample i used seed + i), so a random-seeded run can be replayed. */
+  seed: number;
+  samples: SampleOutput[];
+  usage: Usage;
+  /** Times a sample was preempted and recomputed. */
+  preemptions: number;
+}

@@ -1,0 +1,134 @@
+// What a caller asks the engine for, and its validation at the boundary (every message names the field, the
+// value and the fix). Inside the engine only ResolvedParams travel.
+import type { SchedMetadata } from "./sequence.js";
+
+export interface SamplingParams {
+  /** 0 (default) = greedy. */
+  temperature?: number;
+  /** Keep only the k most likely tokens; 0 (default) = off. */
+  topK?: number;
+  /** Nucleus sampling mass in (0, 1]; 1 (default) = off. */
+  topP?: number;
+  /** Per-request seed (a non-negative safe integer); random when omitted (reported in the output). */
+  seed?: number;
+  /** Most tokens to generate; default: up to the model's context length. */
+  maxTokens?: number;
+  /** Generation stops when the text contains one of these (the stop string itself is not returned). */
+  stop?: string | readonly string[];
+  /** Generation stops at these token ids (in addition to the model's eos unless ignoreEos). */
+  stopTokenIds?: readonly number[];
+  ignoreEos?: boolean;
+  /** Return per-token logprobs with this many top alternatives (0 = only the chosen token's). */
+  logprobs?: number;
+  /** Return the hidden state of this HF hidden_states layer (0 = embeddings .. numLayers) at every step. */
+  captureHidden?: { layer: number };
+  /** Scheduling metadata an inter-program policy reads (ts/sched). */
+  metadata?: SchedMetadata;
+  /** Aborting stops the request at the next step, frees its pages and resolves it with finishReason "aborted". */
+  signal?: AbortSignal;
+}
+
+export interface GenerateRequest extends SamplingParams {
+  /** Text (tokenized with the model's tokenizer) or token ids. */
+  prompt: string | readonly number[];
+  /** Which loaded model; default: the first. */
+  model?: string;
+  /** Parallel samples sharing the prompt's KV; sample i uses seed + i. Default 1. */
+  n?: number;
+  /** Tokenizer special tokens (e.g. bos) for a text prompt; default true. */
+  addSpecialTokens?: boolean;
+}
+
+/** Options of engine.fork(handle): the child continues the parent's tokens, then these override its sampling. */
+export interface ForkOptions extends SamplingParams {
+  /** Keep only the first `length` tokens (prompt + generated) of the parent; default: all. */
+  length?: number;
+  /** Text or ids appended to the child before it generates (e.g. a probe suffix). */
+  append?: string | readonly number[];
+  /** Which sample of a parent with n > 1 to fork; default 0. */
+  sample?: number;
+}
+
+export interface ResolvedParams {
+  temperature: number;
+  topK: number;
+  topP: number;
+  seed: number;
+  maxTokens: number;
+  stop: string[];
+  /** User stop ids; the model's eos ids stop too unless ignoreEos. */
+  stopTokenIds: Set<number>;
+  ignoreEos: boolean;
+  logprobs: number | null;
+  captureHiddenLayer: number | null;
+}
+
+/** The model facts validation needs. */
+export interface ParamLimits {
+  vocabSize: number;
+  numLayers: number;
+  /** Tokens left in the context after the prompt. */
+  maxNewTokens: number;
+}
+
+export const MAX_TOP_LOGPROBS = 64;
+const MAX_SEED = Number.MAX_SAFE_INTEGER;
+
+/** Validates `p` (falling back to `base` for fields it omits, as a fork inherits its parent's params). */
+export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: ResolvedParams): ResolvedParams {
+  const where = "request";
+  const fail = (field: string, value: unknown, fix: string): never => {
+    throw new Error(`${where}.${field} is ${JSON.stringify(value)}; ${fix}`);
+  };
+  const int = (field: string, value: number, lo: number, hi: number): number => {
+    if (!Number.isInteger(value) || value < lo || value > hi) fail(field, value, `expected an integer in [${lo}, ${hi}]`);
+    return value;
+  };
+  const temperature = p.temperature ?? base?.temperature ?? 0;
+  if (!Number.isFinite(temperature) || temperature < 0) fail("temperature", temperature, "expected a finite number >= 0 (0 = greedy)");
+  const topK = int("topK", p.topK ?? base?.topK ?? 0, 0, limits.vocabSize);
+  const topP = p.topP ?? base?.topP ?? 1;
+  if (!(topP > 0 && topP <= 1)) fail("topP", topP, "expected a number in (0, 1] (1 = off)");
+  const seed = int("seed", p.seed ?? base?.seed ?? Math.floor(Math.random() * 2 ** 32), 0, MAX_SEED);
+  if (limits.maxNewTokens < 1) {
+    throw new Error(`request: the prompt leaves no room in the model's context; shorten it by at least ${1 - limits.maxNewTokens} tokens`);
+  }
+  const maxTokens = p.maxTokens ?? Math.min(base?.maxTokens ?? Infinity, limits.maxNewTokens);
+  if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > limits.maxNewTokens) {
+    fail("maxTokens", maxTokens, `expected an integer in [1, ${limits.maxNewTokens}] (the context left after the prompt)`);
+  }
+  const stopList = p.stop === undefined ? (base?.stop ?? []) : typeof p.stop === "string" ? [p.stop] : [...p.stop];
+  for (const s of stopList) if (typeof s !== "string" || s.length === 0) fail("stop", s, "stop strings must be non-empty strings");
+  const stopTokenIds = new Set<number>(p.stopTokenIds ?? (base ? [...base.stopTokenIds] : []));
+  for (const id of stopTokenIds) int("stopTokenIds[]", id, 0, limits.vocabSize - 1);
+  const ignoreEos = p.ignoreEos ?? base?.ignoreEos ?? false;
+  const logprobs = p.logprobs === undefined ? (base?.logprobs ?? null) : int("logprobs", p.logprobs, 0, MAX_TOP_LOGPROBS);
+  const layer = p.captureHidden?.layer;
+  const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
+  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, captureHiddenLayer };
+}
+
+/** Validates prompt token ids against the vocabulary. */
+export function checkTokenIds(field: string, ids: readonly number[], vocabSize: number): number[] {
+  for (let i = 0; i < ids.length; i++) {
+    const id = ids[i];
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
+      throw new Error(`request.${field}[${i}] is ${JSON.stringify(id)}; token ids must be integers in [0, ${vocabSize - 1}]`);
+    }
+  }
+  return [...ids];
+}
+
+export function checkMetadata(m: SchedMetadata | undefined): SchedMetadata {
+  if (m === undefined) return {};
+  if (m.priority !== undefined && !Number.isFinite(m.priority)) {
+    throw new Error(`request.metadata.priority is ${JSON.stringify(m.priority)}; expected a finite number (higher runs first)`);
+  }
+  for (const f of ["remainingKnob", "meanTokensPerRound"] as const) {
+    const v = m[f];
+    if (v !== undefined && !(Number.isFinite(v) && v >= 0)) {
+      throw new Error(`request.metadata.${f} is ${JSON.stringify(v)}; expected a finite number >= 0`);
+    }
+  }
+  return { ...m };
+}

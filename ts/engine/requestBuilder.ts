@@ -1,0 +1,141 @@
+// Turns submit() / fork() calls into RequestStates and Sequences queued on the right model, validating at the
+// boundary; also forks the n samples of a request off its prompt. Holds the handle -> state map (weak, so
+// finished handles the caller dropped are collected).
+import type { RequestHandle } from "./handle.js";
+import type { ModelSlot } from "./modelSlot.js";
+import { hashPage } from "./pageHash.js";
+import { checkMetadata, checkTokenIds, resolveParams, type ForkOptions, type GenerateRequest, type ResolvedParams } from "./request.js";
+import { RequestState } from "./requestState.js";
+import { SampleTracker } from "./sampleTracker.js";
+import { pagesFor, Sequence, type SchedMetadata } from "./sequence.js";
+
+export const MAX_SAMPLES = 1024;
+
+export interface BuiltRequest {
+  slot: ModelSlot;
+  state: RequestState;
+  /** Sequences created now (already queued). */
+  seqs: Sequence[];
+}
+
+export class RequestBuilder {
+  private nextRequestId = 1;
+  private nextSeqId = 1;
+  private readonly states = new WeakMap<RequestHandle, RequestState>();
+  private readonly slotOf = new WeakMap<RequestState, ModelSlot>();
+
+  constructor(private readonly slots: readonly ModelSlot[]) {}
+
+  remember(handle: RequestHandle, state: RequestState): void {
+    this.states.set(handle, state);
+  }
+
+  submit(req: GenerateRequest): BuiltRequest {
+    const slot = this.pickSlot(req.model);
+    const prompt = this.tokensOf(slot, req.prompt, "prompt", req.addSpecialTokens ?? true);
+    if (prompt.length === 0) throw new Error("request.prompt is empty; give at least one token");
+    const n = req.n ?? 1;
+    if (!Number.isInteger(n) || n < 1 || n > MAX_SAMPLES) {
+      throw new Error(`request.n is ${JSON.stringify(n)}; expected an integer in [1, ${MAX_SAMPLES}]`);
+    }
+    const params = this.params(slot, req, prompt.length);
+    const state = this.newState(slot, prompt, params, n);
+    const seq = this.newSequence(slot, prompt, params, checkMetadata(req.metadata));
+    state.seqs[0] = seq;
+    if (n > 1) seq.computeLimit = prompt.length - 1; // samples fork off once the shared prompt KV exists
+    slot.scheduler.addWaiting(seq);
+    return { slot, state, seqs: [seq] };
+  }
+
+  fork(handle: RequestHandle, opts: ForkOptions): BuiltRequest {
+    const parent = this.states.get(handle);
+    const slot = parent && this.slotOf.get(parent);
+    if (!parent || !slot) throw new Error("Engine.fork: the handle was not returned by this engine");
+    const sample = opts.sample ?? 0;
+    if (!Number.isInteger(sample) || sample < 0 || sample >= parent.samples.length) {
+      throw new Error(`fork.sample is ${JSON.stringify(sample)}; the request has samples 0..${parent.samples.length - 1}`);
+    }
+    const src = parent.seqs[sample];
+    if (src === undefined) throw new Error(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`);
+    const length = opts.length ?? src.numTokens;
+    if (!Number.isInteger(length) || length < 1 || length > src.numTokens) {
+      throw new Error(`fork.length is ${JSON.stringify(length)}; expected an integer in [1, ${src.numTokens}] (the parent's tokens so far)`);
+    }
+    const append = opts.append === undefined ? [] : this.tokensOf(slot, opts.append, "append", false);
+    const tokens = src.tokens.slice(0, length).concat(append);
+    // Forks of one parent must not share noise: derive a fresh seed per fork unless the caller pins one.
+    const seed = opts.seed ?? hashPage(parent.params.seed + sample, [++parent.forkCount]) % 2 ** 32;
+    const params = this.params(slot, { ...opts, seed }, tokens.length, parent.params);
+    const state = this.newState(slot, tokens, params, 1);
+    const seq = this.newSequence(slot, tokens, params, checkMetadata({ ...src.metadata, ...opts.metadata }));
+    state.seqs[0] = seq;
+    if (src.status === "running" && src.numPages > 0) {
+      slot.blockManager.fork(src, seq);
+      slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1));
+      seq.numCachedTokens = seq.numComputedTokens;
+      slot.scheduler.addRunning(seq);
+    } else {
+      slot.scheduler.addWaiting(seq); // no live pages: the prefix cache revives what survived
+    }
+    return { slot, state, seqs: [seq] };
+  }
+
+  /** Samples 1..n-1 of `state`, forked off `primary` (sample 0) sharing its pages; queued as running. */
+  expandSamples(state: RequestState, primary: Sequence, slot: ModelSlot): Sequence[] {
+    const children: Sequence[] = [];
+    for (let i = 1; i < state.samples.length; i++) {
+      const child = this.newSequence(slot, primary.tokens.slice(), state.params, { ...primary.metadata });
+      slot.blockManager.fork(primary, child);
+      state.seqs[i] = child;
+      slot.scheduler.addRunning(child);
+      children.push(child);
+    }
+    return children;
+  }
+
+  private pickSlot(name: string | undefined): ModelSlot {
+    if (name === undefined) return this.slots[0];
+    const slot = this.slots.find((s) => s.name === name);
+    if (!slot) throw new Error(`request.model is "${name}"; loaded models: ${this.slots.map((s) => s.name).join(", ")}`);
+    return slot;
+  }
+
+  private tokensOf(slot: ModelSlot, input: string | readonly number[], field: string, addSpecialTokens: boolean): number[] {
+    if (typeof input !== "string") return checkTokenIds(field, input, slot.model.vocabSize);
+    if (!slot.codec) throw new Error(`request.${field} is text but model "${slot.name}" has no tokenizer; pass token ids`);
+    return slot.codec.encode(input, { addSpecialTokens });
+  }
+
+  private params(slot: ModelSlot, p: GenerateRequest | ForkOptions, numTokens: number, base?: ResolvedParams): ResolvedParams {
+    const pool = slot.blockManager;
+    if (pagesFor(numTokens, pool.pageSize) > pool.numPages) {
+      throw new Error(
+        `KV pool exhausted: the prompt (${numTokens} tokens) needs ${pagesFor(numTokens, pool.pageSize)} pages, ` +
+          `model "${slot.name}" has ${pool.numPages} in total; raise kvMemory or shorten the prompt`,
+      );
+    }
+    const model = slot.model;
+    const limits = { vocabSize: model.vocabSize, numLayers: model.numLayers, maxNewTokens: model.maxContextTokens - numTokens };
+    const params = resolveParams(p, limits, base);
+    if (params.stop.length > 0 && !slot.codec) {
+      throw new Error(`request.stop needs a tokenizer, and model "${slot.name}" was loaded without one; use stopTokenIds`);
+    }
+    return params;
+  }
+
+  private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number): RequestState {
+    const trackers = Array.from({ length: n }, (_, i) => {
+      const detokenizer = slot.codec ? slot.codec.createDetokenizer() : null;
+      return new SampleTracker(i, params, slot.eosTokenIds, detokenizer);
+    });
+    const state = new RequestState(this.nextRequestId++, slot.name, prompt, params, trackers);
+    this.slotOf.set(state, slot);
+    return state;
+  }
+
+  private newSequence(slot: ModelSlot, tokens: number[], params: ResolvedParams, metadata: SchedMetadata): Sequence {
+    const seq = new Sequence(this.nextSeqId++, tokens.slice(), tokens.length, slot.pageSize, Date.now(), metadata);
+    seq.maxCompletionTokens = params.maxTokens;
+    return seq;
+  }
+}

@@ -1,0 +1,72 @@
+// The engine's bookkeeping for one submitted request (or fork): its n samples' trackers and sequences, the
+// delta channel, and the promise it settles once every sample has finished.
+import { DeltaChannel } from "./handle.js";
+import type { GenerationOutput } from "./outputs.js";
+import type { ResolvedParams } from "./request.js";
+import type { SampleTracker } from "./sampleTracker.js";
+import type { Sequence } from "./sequence.js";
+
+export class RequestState {
+  readonly channel = new DeltaChannel();
+  readonly result: Promise<GenerationOutput>;
+  /** Sequence of each sample; undefined until sample i > 0 is forked from sample 0 at the end of the prompt. */
+  readonly seqs: Array<Sequence | undefined>;
+  readonly abortController = new AbortController();
+  preemptions = 0;
+  /** Times engine.fork derived a seed from this request's (fork seeds differ from each other). */
+  forkCount = 0;
+  private settle!: { resolve: (o: GenerationOutput) => void; reject: (e: unknown) => void };
+  private settled = false;
+
+  constructor(
+    readonly id: number,
+    readonly modelName: string,
+    readonly promptTokens: number[],
+    readonly params: ResolvedParams,
+    readonly samples: SampleTracker[],
+  ) {
+    this.seqs = new Array<Sequence | undefined>(samples.length).fill(undefined);
+    this.result = new Promise<GenerationOutput>((resolve, reject) => (this.settle = { resolve, reject }));
+    // Callers that only stream must not trip an unhandled rejection; the error still reaches result's awaiters.
+    this.result.catch(() => undefined);
+  }
+
+  get aborted(): boolean {
+    return this.abortController.signal.aborted;
+  }
+  get done(): boolean {
+    return this.settled;
+  }
+  get allSamplesFinished(): boolean {
+    return this.samples.every((s) => s.finished);
+  }
+
+  /** Resolves the result once every sample finished (idempotent). */
+  resolveIfFinished(): void {
+    if (this.settled || !this.allSamplesFinished) return;
+    this.settled = true;
+    this.channel.close();
+    const samples = this.samples.map((s) => s.output());
+    this.settle.resolve({
+      ...samples[0],
+      requestId: this.id,
+      model: this.modelName,
+      promptTokens: this.promptTokens.slice(),
+      seed: this.params.seed,
+      samples,
+      usage: {
+        promptTokens: this.promptTokens.length,
+        generatedTokens: samples.reduce((sum, s) => sum + s.tokens.length, 0),
+        cachedTokens: Math.min(this.seqs[0]?.numCachedTokens ?? 0, this.promptTokens.length),
+      },
+      preemptions: this.preemptions,
+    });
+  }
+
+  fail(error: unknown): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.channel.close(error);
+    this.settle.reject(error);
+  }
+}

@@ -1,0 +1,114 @@
+// One sample's output as it grows: tokens, incremental text, stop conditions (stop ids, eos, stop strings,
+// maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
+// the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
+import type { Detokenizer } from "./modelTypes.js";
+import type { FinishReason, SampleOutput, StreamDelta, TokenLogprob } from "./outputs.js";
+import type { ResolvedParams } from "./request.js";
+
+export interface SampledToken {
+  token: number;
+  logprob: number;
+  topIds?: Int32Array;
+  topLogprobs?: Float32Array;
+  hidden?: Float32Array;
+}
+
+export class SampleTracker {
+  readonly tokens: number[] = [];
+  private text = "";
+  private streamedChars = 0;
+  private readonly logprobs: TokenLogprob[] | undefined;
+  private hidden: Float32Array | undefined;
+  private readonly holdBackChars: number;
+  finishReason: FinishReason | null = null;
+  private stoppedBy: string | number | undefined;
+
+  constructor(
+    readonly index: number,
+    private readonly params: ResolvedParams,
+    private readonly eosTokenIds: ReadonlySet<number>,
+    private readonly detokenizer: Detokenizer | null,
+  ) {
+    this.logprobs = params.logprobs === null ? undefined : [];
+    this.holdBackChars = Math.max(0, ...params.stop.map((s) => s.length - 1));
+  }
+
+  get finished(): boolean {
+    return this.finishReason !== null;
+  }
+
+  /** Adds one sampled token; returns the delta to stream (with finishReason set if this token ended the sample). */
+  add(s: SampledToken): StreamDelta {
+    const textBefore = this.text.length;
+    this.tokens.push(s.token);
+    if (s.hidden) this.hidden = s.hidden;
+    let logprob: TokenLogprob | undefined;
+    if (this.logprobs) {
+      const top = [];
+      for (let i = 0; i < (s.topIds?.length ?? 0); i++) top.push({ token: s.topIds![i], logprob: s.topLogprobs![i] });
+      logprob = { token: s.token, logprob: s.logprob, top };
+      this.logprobs.push(logprob);
+    }
+    if (this.params.stopTokenIds.has(s.token) || (!this.params.ignoreEos && this.eosTokenIds.has(s.token))) {
+      this.finishReason = "stop";
+      this.stoppedBy = s.token;
+      if (this.detokenizer) this.text += this.detokenizer.flush();
+    } else if (this.detokenizer) {
+      this.text += this.detokenizer.push(s.token);
+      this.checkStopStrings(textBefore);
+      if (!this.finished && this.tokens.length >= this.params.maxTokens) {
+        this.text += this.detokenizer.flush();
+        this.checkStopStrings(textBefore);
+      }
+    }
+    if (!this.finished && this.tokens.length >= this.params.maxTokens) this.finishReason = "length";
+    const delta: StreamDelta = { sample: this.index, tokens: [s.token], text: this.takeStreamableText() };
+    if (logprob) delta.logprobs = [logprob];
+    if (s.hidden) delta.hidden = s.hidden;
+    if (this.finishReason !== null) delta.finishReason = this.finishReason;
+    return delta;
+  }
+
+  /** Ends the sample from outside (abort); returns the closing delta. */
+  finish(reason: FinishReason): StreamDelta {
+    if (this.finishReason === null) this.finishReason = reason;
+    return { sample: this.index, tokens: [], text: this.takeStreamableText(), finishReason: this.finishReason };
+  }
+
+  output(): SampleOutput {
+    const out: SampleOutput = {
+      index: this.index,
+      tokens: this.tokens.slice(),
+      text: this.text,
+      finishReason: this.finishReason ?? "aborted",
+    };
+    if (this.stoppedBy !== undefined) out.stoppedBy = this.stoppedBy;
+    if (this.logprobs) out.logprobs = this.logprobs.slice();
+    if (this.hidden) out.hidden = this.hidden;
+    return out;
+  }
+
+  /** A stop string can only end inside text added since `from`, so search from holdBack chars before it. */
+  private checkStopStrings(from: number): void {
+    const searchFrom = Math.max(0, from - this.holdBackChars);
+    let cut = -1;
+    for (const stop of this.params.stop) {
+      const at = this.text.indexOf(stop, searchFrom);
+      if (at >= 0 && (cut < 0 || at < cut)) {
+        cut = at;
+        this.stoppedBy = stop;
+      }
+    }
+    if (cut >= 0) {
+      this.text = this.text.slice(0, cut);
+      this.finishReason = "stop";
+    }
+  }
+
+  private takeStreamableText(): string {
+    const end = this.finished ? this.text.length : Math.max(this.streamedChars, this.text.length - this.holdBackChars);
+    const out = this.text.slice(this.streamedChars, end);
+    this.streamedChars = end;
+    return out;
+  }
+}

@@ -1,0 +1,236 @@
+// config.json -> ModelConfig: the typed, validated architecture description of a Hugging Face Llama-family
+// checkpoint (Llama, Qwen2, Mistral). Every later stage (weights check, forward pass, KV planning) trusts it.
+import { join } from "node:path";
+import { readJsonFile } from "./jsonFile.js";
+
+export const SUPPORTED_ARCHITECTURES = ["LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"] as const;
+export type Architecture = (typeof SUPPORTED_ARCHITECTURES)[number];
+
+/** Llama 3.x frequency-dependent RoPE scaling ("rope_type": "llama3"). */
+export interface Llama3RopeScaling {
+  type: "llama3";
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositionEmbeddings: number;
+}
+
+/** The checkpoint's declared storage dtype (`torch_dtype` / `dtype`), or null when absent. */
+export type TorchDType = "float32" | "float16" | "bfloat16";
+
+export interface ModelConfig {
+  /** The config file this came from (for error messages further down). */
+  file: string;
+  architecture: Architecture;
+  /** `model_type` as written ("llama", "qwen2", "mistral"). */
+  modelType: string;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  /** Key/value heads (GQA); equals numHeads for plain multi-head attention. */
+  numKvHeads: number;
+  /** Per-head dimension; hidden_size / num_attention_heads unless `head_dim` says otherwise (Mistral Nemo). */
+  headDim: number;
+  vocabSize: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  ropeScaling: Llama3RopeScaling | null;
+  /** Longest context the model was trained for (`max_position_embeddings`). */
+  maxPositionEmbeddings: number;
+  /** Sliding-window attention span in tokens, or null for full attention (Mistral v0.1 uses 4096). */
+  slidingWindow: number | null;
+  /** lm_head shares model.embed_tokens.weight. */
+  tieWordEmbeddings: boolean;
+  /** q_proj/k_proj/v_proj carry a bias (Qwen2 always; Llama when `attention_bias`). */
+  qkvBias: boolean;
+  /** o_proj carries a bias (Llama/Mistral with `attention_bias: true`; never Qwen2). */
+  oProjBias: boolean;
+  torchDtype: TorchDType | null;
+  bosTokenId: number | null;
+  /** All end-of-sequence ids declared by config.json (may be several, e.g. Llama 3.1 instruct). */
+  eosTokenIds: number[];
+}
+
+type Json = Record<string, unknown>;
+
+/** Reads and validates `<dir>/config.json`. */
+export async function readModelConfig(dir: string): Promise<ModelConfig> {
+  const file = join(dir, "config.json");
+  return parseModelConfig(await readJsonFile(file, "the model's architecture description"), file);
+}
+
+/** Validates a parsed config.json object; `file` is only used in error messages. */
+export function parseModelConfig(json: unknown, file: string): ModelConfig {
+  if (typeof json !== "object" || json === null || Array.isArray(json)) {
+    throw new Error(`${file}: expected a JSON object, got ${describe(json)}; is this a Hugging Face config.json?`);
+  }
+  const c = json as Json;
+  const fail = (field: string, value: unknown, fix: string): never => {
+    throw new Error(`${file}: field '${field}' is ${describe(value)}; ${fix}`);
+  };
+  const int = (field: string, min = 1): number => {
+    const v = c[field];
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min) fail(field, v, `expected an integer >= ${min}`);
+    return v as number;
+  };
+  const num = (field: string, dflt: number | undefined, positive = true): number => {
+    const v = c[field] ?? dflt;
+    if (typeof v !== "number" || !Number.isFinite(v) || (positive && v <= 0)) {
+      fail(field, c[field], `expected a ${positive ? "positive " : ""}finite number`);
+    }
+    return v as number;
+  };
+  const bool = (field: string, dflt: boolean): boolean => {
+    const v = c[field] ?? dflt;
+    if (typeof v !== "boolean") fail(field, v, "expected true or false");
+    return v as boolean;
+  };
+
+  const archs = c.architectures;
+  if (!Array.isArray(archs) || archs.length === 0) {
+    fail("architectures", archs, `expected a list naming one of ${SUPPORTED_ARCHITECTURES.join(", ")}`);
+  }
+  const architecture = (archs as unknown[]).find((a): a is Architecture => SUPPORTED_ARCHITECTURES.includes(a as Architecture));
+  if (architecture === undefined) {
+    fail("architectures", archs, `unsupported architecture; deliberate runs ${SUPPORTED_ARCHITECTURES.join(", ")}`);
+  }
+  const arch = architecture as Architecture;
+
+  const act = c.hidden_act ?? "silu";
+  if (act !== "silu") fail("hidden_act", act, "only 'silu' (SwiGLU MLP) is supported");
+  if (c.mlp_bias === true) fail("mlp_bias", true, "MLP biases are not supported; expected false");
+
+  const hiddenSize = int("hidden_size");
+  const numHeads = int("num_attention_heads");
+  const numKvHeads = c.num_key_value_heads == null ? numHeads : int("num_key_value_heads");
+  if (numHeads % numKvHeads !== 0) {
+    fail("num_key_value_heads", numKvHeads, `must divide num_attention_heads (${numHeads}) for grouped-query attention`);
+  }
+  let headDim: number;
+  if (c.head_dim == null) {
+    if (hiddenSize % numHeads !== 0) {
+      fail("hidden_size", hiddenSize, `must be divisible by num_attention_heads (${numHeads}) or set head_dim`);
+    }
+    headDim = hiddenSize / numHeads;
+  } else {
+    headDim = int("head_dim");
+  }
+  if (headDim % 2 !== 0) fail("head_dim", headDim, "RoPE rotates pairs of dimensions, so head_dim must be even");
+
+  const attentionBias = bool("attention_bias", false);
+  const qkvBias = arch === "Qwen2ForCausalLM" ? true : attentionBias;
+  const oProjBias = arch === "Qwen2ForCausalLM" ? false : attentionBias;
+
+  const maxPositionEmbeddings = int("max_position_embeddings");
+  let slidingWindow: number | null = null;
+  const usesWindow = arch === "MistralForCausalLM" || (arch === "Qwen2ForCausalLM" && c.use_sliding_window === true);
+  if (usesWindow && c.sliding_window != null) {
+    slidingWindow = int("sliding_window");
+    if (slidingWindow >= maxPositionEmbeddings) slidingWindow = null; // the window never binds
+  }
+
+  const dtypeRaw = c.torch_dtype ?? c.dtype ?? null;
+  if (dtypeRaw !== null && dtypeRaw !== "float32" && dtypeRaw !== "float16" && dtypeRaw !== "bfloat16") {
+    fail(c.torch_dtype !== undefined ? "torch_dtype" : "dtype", dtypeRaw, "expected float32, float16 or bfloat16");
+  }
+
+  const optionalId = (field: string): number | null => (c[field] == null ? null : int(field, 0));
+  const eosRaw = c.eos_token_id;
+  let eosTokenIds: number[] = [];
+  if (Array.isArray(eosRaw)) {
+    eosTokenIds = eosRaw.map((v) => {
+      if (typeof v !== "number" || !Number.isInteger(v) || v < 0) fail("eos_token_id", eosRaw, "expected token ids >= 0");
+      return v as number;
+    });
+  } else if (eosRaw != null) {
+    eosTokenIds = [int("eos_token_id", 0)];
+  }
+
+  return {
+    file,
+    architecture: arch,
+    modelType: typeof c.model_type === "string" ? c.model_type : "",
+    hiddenSize,
+    intermediateSize: int("intermediate_size"),
+    numLayers: int("num_hidden_layers"),
+    numHeads,
+    numKvHeads,
+    headDim,
+    vocabSize: int("vocab_size"),
+    rmsNormEps: num("rms_norm_eps", 1e-6),
+    ropeTheta: num("rope_theta", 10000),
+    ropeScaling: parseRopeScaling(c.rope_scaling, fail),
+    maxPositionEmbeddings,
+    slidingWindow,
+    tieWordEmbeddings: bool("tie_word_embeddings", false),
+    qkvBias,
+    oProjBias,
+    torchDtype: dtypeRaw as TorchDType | null,
+    bosTokenId: optionalId("bos_token_id"),
+    eosTokenIds,
+  };
+}
+
+function parseRopeScaling(
+  raw: unknown,
+  fail: (field: string, value: unknown, fix: string) => never,
+): Llama3RopeScaling | null {
+  if (raw == null) return null;
+  if (typeof raw !== "object" || Array.isArray(raw)) fail("rope_scaling", raw, "expected null or an object");
+  const r = raw as Json;
+  const type = r.rope_type ?? r.type;
+  if (type === "default") return null;
+  if (type !== "llama3") {
+    fail("rope_scaling.rope_type", type, "only 'llama3' RoPE scaling is supported (linear, dynamic, yarn, longrope are not)");
+  }
+  const pos = (key: string): number => {
+    const v = r[key];
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) fail(`rope_scaling.${key}`, v, "expected a positive number");
+    return v as number;
+  };
+  const scaling: Llama3RopeScaling = {
+    type: "llama3",
+    factor: pos("factor"),
+    lowFreqFactor: pos("low_freq_factor"),
+    highFreqFactor: pos("high_freq_factor"),
+    originalMaxPositionEmbeddings: pos("original_max_position_embeddings"),
+  };
+  if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
+    fail("rope_scaling.high_freq_factor", scaling.highFreqFactor, `must exceed low_freq_factor (${scaling.lowFreqFactor})`);
+  }
+  return scaling;
+}
+
+/**
+ * RoPE inverse frequencies, shape (headDim/2): inv_freq[i] = 1 / theta^(2i/headDim), with Llama 3 scaling folded
+ * in exactly as transformers' `_compute_llama3_parameters`: long wavelengths (> original_ctx/low_freq_factor)
+ * are divided by `factor`, short ones (< original_ctx/high_freq_factor) kept, the band between interpolated.
+ * Computed in float64, rounded once to float32 (the dtype transformers keeps inv_freq in).
+ */
+export function computeInvFreq(config: Pick<ModelConfig, "headDim" | "ropeTheta" | "ropeScaling">): Float32Array {
+  const { headDim, ropeTheta, ropeScaling } = config;
+  const half = headDim / 2;
+  const out = new Float32Array(half);
+  for (let i = 0; i < half; i++) {
+    let f = 1 / Math.pow(ropeTheta, (2 * i) / headDim);
+    if (ropeScaling) {
+      const { factor, lowFreqFactor, highFreqFactor, originalMaxPositionEmbeddings: ctx } = ropeScaling;
+      const wavelen = (2 * Math.PI) / f;
+      if (wavelen > ctx / lowFreqFactor) {
+        f = f / factor;
+      } else if (wavelen >= ctx / highFreqFactor) {
+        const smooth = (ctx / wavelen - lowFreqFactor) / (highFreqFactor - lowFreqFactor);
+        f = ((1 - smooth) * f) / factor + smooth * f;
+      }
+    }
+    out[i] = f;
+  }
+  return out;
+}
+
+function describe(v: unknown): string {
+  if (v === undefined) return "missing";
+  const s = JSON.stringify(v);
+  return s === undefined ? String(v) : s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}

@@ -1,0 +1,34 @@
+// Reading the small JSON files of a model folder with errors that name the file and say what to do.
+import { access, readFile } from "node:fs/promises";
+
+/**
+ * Reads and parses a JSON file. `what` says what the file is for, so a missing-file error can explain itself:
+ * "model/config.json: file not found (the model's architecture description); ...".
+ */
+export async function readJsonFile(file: string, what: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await readFile(file, "utf8");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") {
+      throw new Error(`${file}: file not found (${what}); point --model at a Hugging Face model folder that contains it`);
+    }
+    throw new Error(`${file}: cannot read (${what}): ${(e as Error).message}`);
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    throw new Error(`${file}: not valid JSON (${(e as Error).message}); re-download the file`);
+  }
+}
+
+/** Like readJsonFile, but resolves to undefined when the file does not exist (optional files). */
+export async function readOptionalJsonFile(file: string, what: string): Promise<unknown> {
+  try {
+    await access(file);
+  } catch {
+    return undefined;
+  }
+  return readJsonFile(file, what);
+}

@@ -1,0 +1,60 @@
+// Builds the NativeModel for a checked config and streams the checkpoint into it one tensor at a time, so host
+// memory never holds more than one tensor of a multi-GB checkpoint.
+import type { DeviceKind, NativeModel } from "../native/addonTypes.js";
+import { loadAddon } from "../native/loadAddon.js";
+import { computeInvFreq, type ModelConfig } from "./config.js";
+import { nativeDType } from "./dtype.js";
+import type { SafetensorsCheckpoint } from "./safetensors.js";
+import { checkWeights, expectedTensors } from "./weights.js";
+
+export interface KvPlan {
+  numPages: number;
+  pageSize: number;
+}
+
+export interface NativeModelPlan {
+  device: DeviceKind;
+  kv: KvPlan;
+  activationDtype?: "f32" | "bf16";
+  kvDtype?: "f32" | "bf16" | "f16";
+}
+
+/** Bytes one token occupies in the KV pool: K and V, every layer, kvHeads * headDim values each. */
+export function kvBytesPerToken(config: ModelConfig, kvDtypeBytes: number): number {
+  return 2 * config.numLayers * config.numKvHeads * config.headDim * kvDtypeBytes;
+}
+
+export function createNativeModel(config: ModelConfig, plan: NativeModelPlan): NativeModel {
+  const addon = loadAddon();
+  return new addon.NativeModel({
+    numLayers: config.numLayers,
+    hidden: config.hiddenSize,
+    numHeads: config.numHeads,
+    numKvHeads: config.numKvHeads,
+    headDim: config.headDim,
+    intermediate: config.intermediateSize,
+    vocab: config.vocabSize,
+    rmsEps: config.rmsNormEps,
+    attentionBias: config.qkvBias,
+    oProjBias: config.oProjBias,
+    tieEmbeddings: config.tieWordEmbeddings,
+    invFreq: computeInvFreq(config),
+    device: plan.device,
+    activationDtype: plan.activationDtype,
+    kvDtype: plan.kvDtype,
+    numPages: plan.kv.numPages,
+    pageSize: plan.kv.pageSize,
+  });
+}
+
+/** Checks names, shapes and dtypes against the config (one Error listing every problem), then uploads. */
+export async function uploadWeights(native: NativeModel, config: ModelConfig, checkpoint: SafetensorsCheckpoint): Promise<void> {
+  checkWeights(config, checkpoint);
+  for (const { name } of expectedTensors(config)) {
+    const t = checkpoint.tensors.get(name)!;
+    const bytes = await checkpoint.read(name);
+    native.setWeight(name, nativeDType(t.dtype), t.shape, bytes);
+  }
+  const missing = native.missingWeights();
+  if (missing.length > 0) throw new Error(`internal: weights not uploaded: ${missing.slice(0, 5).join(", ")}`);
+}

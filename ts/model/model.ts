@@ -1,0 +1,192 @@
+// A loaded model: config, tokenizer, chat template, generation defaults and the native model with its paged KV
+// pool. `forward` is the engine's entry (one native call per step for a whole batch); `generate` and
+// `generateStream` run one sequence for direct use.
+import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel } from "../native/addonTypes.js";
+import type { ChatMessage } from "./chatTemplate.js";
+import { readModelConfig, type ModelConfig } from "./config.js";
+import { generateSequence, type GenerateParams, type GenerateResult } from "./generate.js";
+import { readGenerationConfig, type GenerationDefaults } from "./generationConfig.js";
+import { createNativeModel, kvBytesPerToken, uploadWeights } from "./loadWeights.js";
+import { PagePool } from "./pagePool.js";
+import { openSafetensors } from "./safetensors.js";
+import { ModelTokenizer } from "./tokenizer.js";
+
+export interface LoadModelOptions {
+  device?: DeviceKind;
+  /** KV pool size in pages; default: kvMemoryBytes' worth, else one full context (at most 8192 tokens). */
+  kvPages?: number;
+  /** KV pool budget in bytes (ignored when kvPages is given). */
+  kvMemoryBytes?: number;
+  /** Tokens per KV page (default 16). */
+  pageSize?: number;
+  /** Longest prefill chunk generate() sends in one step (default 512): bounds scratch memory. */
+  prefillChunkTokens?: number;
+}
+
+/** A prompt: text (tokenized with the tokenizer's special tokens), a chat, or token ids. */
+export type GenerateInput = string | ChatMessage[] | { tokens: readonly number[] };
+
+export interface KvInfo {
+  numPages: number;
+  pageSize: number;
+  bytesPerPage: number;
+}
+
+const DEFAULT_PAGE_SIZE = 16;
+const DEFAULT_KV_TOKENS = 8192;
+
+export class Model implements AsyncDisposable {
+  private nativeModel: NativeModel | null;
+  private readonly pool: PagePool;
+
+  private constructor(
+    readonly dir: string,
+    readonly config: ModelConfig,
+    readonly tokenizer: ModelTokenizer,
+    readonly generationDefaults: GenerationDefaults,
+    readonly device: DeviceKind,
+    native: NativeModel,
+    readonly kv: KvInfo,
+    /** Most tokens (prompt + generated) one sequence may hold: max_position_embeddings, capped by a sliding window. */
+    readonly contextLength: number,
+    private readonly prefillChunkTokens: number,
+  ) {
+    this.nativeModel = native;
+    this.pool = new PagePool(kv.numPages);
+  }
+
+  static async load(dir: string, options: LoadModelOptions = {}): Promise<Model> {
+    const device = options.device ?? "cpu";
+    if (device !== "cpu" && device !== "cuda") throw new Error(`loadModel: device must be "cpu" or "cuda", got ${String(device)}`);
+    const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
+    if (!Number.isInteger(pageSize) || pageSize < 1) throw new Error(`loadModel: pageSize must be an integer >= 1, got ${pageSize}`);
+    const prefillChunkTokens = options.prefillChunkTokens ?? 512;
+    if (!Number.isInteger(prefillChunkTokens) || prefillChunkTokens < 1) {
+      throw new Error(`loadModel: prefillChunkTokens must be an integer >= 1, got ${prefillChunkTokens}`);
+    }
+    const config = await readModelConfig(dir);
+    const generationDefaults = await readGenerationConfig(dir);
+    const tokenizer = await ModelTokenizer.load(dir, { config, generation: generationDefaults });
+    // Sliding-window attention is not implemented: contexts stay within the window, where it never binds.
+    const contextLength = Math.min(config.maxPositionEmbeddings, config.slidingWindow ?? Infinity);
+
+    const bytesPerPage = kvBytesPerToken(config, device === "cuda" ? 2 : 4) * pageSize;
+    let numPages: number;
+    if (options.kvPages !== undefined) {
+      if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new Error(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`);
+      numPages = options.kvPages;
+    } else if (options.kvMemoryBytes !== undefined) {
+      numPages = Math.floor(options.kvMemoryBytes / bytesPerPage);
+      if (!(numPages >= 1)) {
+        throw new Error(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`);
+      }
+    } else {
+      numPages = Math.ceil(Math.min(contextLength, DEFAULT_KV_TOKENS) / pageSize);
+    }
+
+    const checkpoint = await openSafetensors(dir);
+    let native: NativeModel | null = null;
+    try {
+      native = createNativeModel(config, { device, kv: { numPages, pageSize } });
+      await uploadWeights(native, config, checkpoint);
+    } catch (e) {
+      native?.dispose();
+      throw e;
+    } finally {
+      await checkpoint.close();
+    }
+    return new Model(dir, config, tokenizer, generationDefaults, device, native, { numPages, pageSize, bytesPerPage }, contextLength, prefillChunkTokens);
+  }
+
+  get disposed(): boolean {
+    return this.nativeModel === null;
+  }
+
+  /** The native model; throws "Model is disposed" after dispose(). */
+  get native(): NativeModel {
+    if (!this.nativeModel) throw new Error("Model is disposed");
+    return this.nativeModel;
+  }
+
+  /**
+   * One engine step: the whole model over a batch of sequences in ONE native call, off the JS thread. The
+   * caller owns the KV pages named in each block table (see NativeForwardSequence); results come back in input
+   * order. Do not mix with generate() on pages the caller manages: generate() takes pages from its own pool,
+   * which covers every page of the KV pool.
+   */
+  forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
+    return this.native.forward(batch);
+  }
+
+  /** Copies whole KV pages src[i] -> dst[i] in every layer (copy-on-write of a shared partial page). */
+  copyPages(src: Int32Array, dst: Int32Array): Promise<void> {
+    return this.native.copyPages(src, dst);
+  }
+
+  /** Token ids of a prompt: text through the tokenizer (with its special tokens), a chat through the template. */
+  encode(input: GenerateInput): number[] {
+    if (typeof input === "string") return this.tokenizer.encode(input);
+    if (Array.isArray(input)) return this.tokenizer.encodeChat(input);
+    const ids = (input as { tokens?: readonly number[] }).tokens;
+    if (!Array.isArray(ids)) throw new Error("generate: the prompt must be a string, a list of chat messages, or {tokens: number[]}");
+    ids.forEach((id, i) => {
+      if (!Number.isInteger(id) || id < 0 || id >= this.config.vocabSize) {
+        throw new Error(`generate: prompt token ${i} is ${id}; expected an id in [0, ${this.config.vocabSize})`);
+      }
+    });
+    return [...ids];
+  }
+
+  /** Generates one completion. */
+  async generate(input: GenerateInput, params: GenerateParams = {}): Promise<GenerateResult> {
+    const it = this.generateStream(input, params);
+    for (;;) {
+      const r = await it.next();
+      if (r.done) return r.value;
+    }
+  }
+
+  /** Streams text deltas (never splitting a UTF-8 character); the generator's return value is the result. */
+  generateStream(input: GenerateInput, params: GenerateParams = {}): AsyncGenerator<string, GenerateResult> {
+    void this.native; // the disposed guard, before any work
+    const prompt = this.encode(input);
+    return generateSequence(
+      {
+        forward: (b) => this.forward(b),
+        tokenizer: this.tokenizer,
+        pool: this.pool,
+        pageSize: this.kv.pageSize,
+        contextLength: Math.min(this.contextLength, this.kv.numPages * this.kv.pageSize),
+        prefillChunkTokens: this.prefillChunkTokens,
+        defaults: this.samplingDefaults(),
+      },
+      prompt,
+      params,
+    );
+  }
+
+  private samplingDefaults(): { temperature: number; topK: number; topP: number; maxTokens: number } {
+    const g = this.generationDefaults;
+    return {
+      temperature: g.doSample === false ? 0 : (g.temperature ?? 1),
+      topK: g.topK ?? 0,
+      topP: g.topP ?? 1,
+      maxTokens: g.maxNewTokens ?? 256,
+    };
+  }
+
+  /** Idempotent: frees the weights and KV pool once no forward in flight still uses them. */
+  dispose(): void {
+    this.nativeModel?.dispose();
+    this.nativeModel = null;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.dispose();
+  }
+}
+
+/** Loads a Hugging Face model folder (config.json, safetensors, tokenizer files) onto a device. */
+export function loadModel(dir: string, options: LoadModelOptions = {}): Promise<Model> {
+  return Model.load(dir, options);
+}

@@ -1,0 +1,121 @@
+// The tensors a Llama-family checkpoint must contain for a given config, and the check that it does.
+// Names and shapes follow transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM state dicts;
+// linear weights are [out_features, in_features], row-major.
+import { basename } from "node:path";
+import { FLOAT_DTYPES, type SafetensorsDType } from "./dtype.js";
+import type { ModelConfig } from "./config.js";
+
+/** Tensor names of one decoder layer. Bias names are null when the config has no such bias. */
+export interface LayerWeightNames {
+  inputNorm: string; // [hidden]
+  qProj: string; // [heads*headDim, hidden]
+  kProj: string; // [kvHeads*headDim, hidden]
+  vProj: string; // [kvHeads*headDim, hidden]
+  oProj: string; // [hidden, heads*headDim]
+  qBias: string | null; // [heads*headDim]
+  kBias: string | null; // [kvHeads*headDim]
+  vBias: string | null; // [kvHeads*headDim]
+  oBias: string | null; // [hidden]
+  postAttentionNorm: string; // [hidden]
+  gateProj: string; // [intermediate, hidden]
+  upProj: string; // [intermediate, hidden]
+  downProj: string; // [hidden, intermediate]
+}
+
+export interface WeightNames {
+  embedTokens: string; // [vocab, hidden]
+  layers: LayerWeightNames[];
+  finalNorm: string; // [hidden]
+  /** The output projection [vocab, hidden]; the embedding's name when word embeddings are tied. */
+  lmHead: string;
+}
+
+export function weightNames(config: ModelConfig): WeightNames {
+  const layers: LayerWeightNames[] = [];
+  for (let i = 0; i < config.numLayers; i++) {
+    const p = `model.layers.${i}`;
+    const bias = (proj: string, has: boolean): string | null => (has ? `${p}.self_attn.${proj}.bias` : null);
+    layers.push({
+      inputNorm: `${p}.input_layernorm.weight`,
+      qProj: `${p}.self_attn.q_proj.weight`,
+      kProj: `${p}.self_attn.k_proj.weight`,
+      vProj: `${p}.self_attn.v_proj.weight`,
+      oProj: `${p}.self_attn.o_proj.weight`,
+      qBias: bias("q_proj", config.qkvBias),
+      kBias: bias("k_proj", config.qkvBias),
+      vBias: bias("v_proj", config.qkvBias),
+      oBias: bias("o_proj", config.oProjBias),
+      postAttentionNorm: `${p}.post_attention_layernorm.weight`,
+      gateProj: `${p}.mlp.gate_proj.weight`,
+      upProj: `${p}.mlp.up_proj.weight`,
+      downProj: `${p}.mlp.down_proj.weight`,
+    });
+  }
+  return {
+    embedTokens: "model.embed_tokens.weight",
+    layers,
+    finalNorm: "model.norm.weight",
+    lmHead: config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+  };
+}
+
+export interface ExpectedTensor {
+  name: string;
+  shape: number[];
+}
+
+/** Every tensor the config requires, with its shape, in load order (embedding, layers, final norm, lm_head). */
+export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
+  const { hiddenSize: h, intermediateSize: f, numHeads, numKvHeads, headDim, vocabSize } = config;
+  const q = numHeads * headDim;
+  const kv = numKvHeads * headDim;
+  const names = weightNames(config);
+  const out: ExpectedTensor[] = [{ name: names.embedTokens, shape: [vocabSize, h] }];
+  for (const l of names.layers) {
+    out.push({ name: l.inputNorm, shape: [h] });
+    out.push({ name: l.qProj, shape: [q, h] }, { name: l.kProj, shape: [kv, h] }, { name: l.vProj, shape: [kv, h] });
+    if (l.qBias) out.push({ name: l.qBias, shape: [q] });
+    if (l.kBias) out.push({ name: l.kBias, shape: [kv] });
+    if (l.vBias) out.push({ name: l.vBias, shape: [kv] });
+    out.push({ name: l.oProj, shape: [h, q] });
+    if (l.oBias) out.push({ name: l.oBias, shape: [h] });
+    out.push({ name: l.postAttentionNorm, shape: [h] });
+    out.push({ name: l.gateProj, shape: [f, h] }, { name: l.upProj, shape: [f, h] }, { name: l.downProj, shape: [h, f] });
+  }
+  out.push({ name: names.finalNorm, shape: [h] });
+  if (!config.tieWordEmbeddings) out.push({ name: names.lmHead, shape: [vocabSize, h] });
+  return out;
+}
+
+/** What checkWeights needs to know about a checkpoint (a SafetensorsCheckpoint satisfies it). */
+export interface TensorDirectory {
+  tensors: Map<string, { dtype: SafetensorsDType; shape: number[]; file: string }>;
+  /** The file that should have contained a missing tensor (model.safetensors or the shard index). */
+  source: string;
+}
+
+/**
+ * Throws one Error listing every missing tensor, wrong shape and non-float dtype (up to 8, then a count), each
+ * naming the file it concerns. Extra tensors (e.g. rotary_emb.inv_freq in old exports) are ignored.
+ */
+export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): void {
+  const problems: string[] = [];
+  for (const { name, shape } of expectedTensors(config)) {
+    const t = checkpoint.tensors.get(name);
+    if (!t) {
+      const why = name === "lm_head.weight" ? " (config.json has tie_word_embeddings: false)" : "";
+      problems.push(`${checkpoint.source}: tensor '${name}' is missing${why}`);
+    } else if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+      problems.push(`${t.file}: tensor '${name}' has shape [${t.shape.join(", ")}], config.json implies [${shape.join(", ")}]`);
+    } else if (!FLOAT_DTYPES.includes(t.dtype)) {
+      problems.push(`${t.file}: tensor '${name}' has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
+    }
+  }
+  if (problems.length === 0) return;
+  const shown = problems.slice(0, 8).join("\n  ");
+  const more = problems.length > 8 ? `\n  ... and ${problems.length - 8} more` : "";
+  throw new Error(
+    `weights in ${basename(checkpoint.source)} do not match ${config.file}:\n  ${shown}${more}\n` +
+      `check that config.json and the safetensors files come from the same model`,
+  );
+}

@@ -1,0 +1,48 @@
+// The inter-program scheduling policies the engine consults each step, chosen by name.
+import { fcfs } from "./fcfs.js";
+import { gang } from "./gang.js";
+import { lpm } from "./lpm.js";
+import { sjf } from "./sjf.js";
+import type { SchedContext, SchedRequest } from "./types.js";
+
+export type SchedulingPolicy = "fcfs" | "lpm" | "gang" | "sjf" | "gang+sjf";
+export const SCHEDULING_POLICIES: readonly SchedulingPolicy[] = ["fcfs", "lpm", "gang", "sjf", "gang+sjf"];
+
+/** Default SJF aging rate (tokens of estimate forgiven per second waited). */
+export const DEFAULT_AGING_TOKENS_PER_SECOND = 64;
+
+/** Whether the policy reads SchedRequest.prefixMatchTokens (costly to fill: a prefix-cache lookup per request). */
+export function readsPrefixMatch(policy: SchedulingPolicy): boolean {
+  return policy === "lpm";
+}
+
+/** Queue order under `policy`; priority (higher first) always dominates, the policy orders within a priority. */
+export function orderRequests(policy: SchedulingPolicy, queue: readonly SchedRequest[], ctx: SchedContext): SchedRequest[] {
+  const ordered = orderWithinPriority(policy, queue, ctx);
+  return ordered.sort((a, b) => b.priority - a.priority); // stable: keeps the policy's order within a priority
+}
+
+function orderWithinPriority(policy: SchedulingPolicy, queue: readonly SchedRequest[], ctx: SchedContext): SchedRequest[] {
+  switch (policy) {
+    case "fcfs":
+      return fcfs(queue);
+    case "lpm":
+      return lpm(queue);
+    case "gang":
+      return gang(fcfs(queue));
+    case "sjf":
+      return sjf(queue, ctx);
+    case "gang+sjf":
+      return gang(sjf(queue, ctx));
+    default:
+      return policy satisfies never;
+  }
+}
+
+export function parseSchedulingPolicy(value: string): SchedulingPolicy {
+  const policy = SCHEDULING_POLICIES.find((p) => p === value);
+  if (policy === undefined) {
+    throw new Error(`schedulingPolicy: unknown policy "${value}"; expected one of ${SCHEDULING_POLICIES.join(", ")}`);
+  }
+  return policy;
+}
