@@ -1,0 +1,126 @@
+// Shared by the CPU attention kernels: CSR page-table checks and the page-wise online-softmax step
+// (order documented in cpu_attention.h). Caches f32, bf16 or f16.
+#include "cpu_attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <string>
+
+namespace dl::cpu::attention_detail {
+namespace {
+
+// 8 lanes of a cache row starting at i, widened to f32.
+template <DType CT> inline __m256 load8(const void* p, int64_t i) {
+  if constexpr (CT == DType::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (CT == DType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    else return _mm256_cvtph_ps(h);
+  }
+}
+template <DType CT> inline float load1(const void* p, int64_t i) {
+  if constexpr (CT == DType::f32) return static_cast<const float*>(p)[i];
+  else if constexpr (CT == DType::bf16) return bf16ToF32(static_cast<const uint16_t*>(p)[i]);
+  else return f16ToF32(static_cast<const uint16_t*>(p)[i]);
+}
+
+// q . k in the fixed order: lane l sums d % 8 == l ascending, then ((0+4)+(2+6)) + ((1+5)+(3+7)).
+template <DType CT> inline float dot(const float* q, const void* k, int64_t D) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<CT>(k, d), acc);
+  alignas(32) float lane[8];
+  _mm256_store_ps(lane, acc);
+  for (; d < D; d++) lane[d & 7] = std::fma(q[d], load1<CT>(k, d), lane[d & 7]);
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+// acc = acc * c (elementwise; c = 1 skipped, which is exact)
+inline void scale(float* acc, float c, int64_t D) {
+  if (c == 1.f) return;
+  for (int64_t d = 0; d < D; d++) acc[d] *= c;
+}
+
+// acc += p * v (one fused multiply-add per element)
+template <DType CT> inline void axpy(float* acc, float p, const void* v, int64_t D) {
+  const __m256 pv = _mm256_set1_ps(p);
+  int64_t d = 0;
+  for (; d + 8 <= D; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, load8<CT>(v, d), _mm256_loadu_ps(acc + d)));
+  for (; d < D; d++) acc[d] = std::fma(p, load1<CT>(v, d), acc[d]);
+}
+
+template <DType CT>
+void attendTyped(const PagedKV& kv, int64_t b, int64_t hk, int64_t begin, int64_t end, const float* q,
+                 int64_t qStride, float scl, SoftmaxState& st, std::vector<float>& scores) {
+  const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3];
+  const size_t es = dtypeSize(CT);
+  const int32_t* pages = kv.indices.as<int32_t>() + kv.indptr.as<int32_t>()[b];
+  const int G = st.G;
+  for (int64_t t0 = begin; t0 < end;) {
+    const int64_t page = pages[t0 / P], off = t0 % P, n = std::min(end - t0, P - off);
+    const int64_t rowStride = Hk * D;
+    const size_t base = size_t(((page * P + off) * Hk + hk) * D);
+    const char* kRows = static_cast<const char*>(kv.kCache.data) + base * es;
+    const char* vRows = static_cast<const char*>(kv.vCache.data) + base * es;
+    for (int g = 0; g < G; g++) {
+      float* s = scores.data() + g * P;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < n; t++) {
+        s[t] = scl * dot<CT>(q + g * qStride, kRows + size_t(t * rowStride) * es, D);
+        mx = std::max(mx, s[t]);
+      }
+      const float mNew = std::max(st.m[g], mx);
+      const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(st.m[g] - mNew);
+      float* acc = st.acc.data() + g * D;
+      st.l[g] *= c;
+      scale(acc, c, D);
+      for (int64_t t = 0; t < n; t++) {
+        const float p = std::exp(s[t] - mNew);
+        st.l[g] += p;
+        axpy<CT>(acc, p, vRows + size_t(t * rowStride) * es, D);
+      }
+      st.m[g] = mNew;
+    }
+    t0 += n;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> checkPages(const char* op, const PagedKV& kv) {
+  const int64_t B = kv.lastPageLen.shape[0], numPages = kv.kCache.shape[0], P = kv.pageSize;
+  const int32_t* indptr = kv.indptr.as<int32_t>();
+  const int32_t* indices = kv.indices.as<int32_t>();
+  const int32_t* last = kv.lastPageLen.as<int32_t>();
+  const int64_t nnz = kv.indices.numel();
+  auto fail = [&](const std::string& m) { throw Error(std::string(op) + ": " + m); };
+  if (indptr[0] != 0) fail("indptr[0] must be 0, got " + std::to_string(indptr[0]));
+  std::vector<int64_t> tokens(B);
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t lo = indptr[b], hi = indptr[b + 1];
+    if (hi <= lo) fail("sequence " + std::to_string(b) + " has no KV pages (indptr[" + std::to_string(b) + "] = " + std::to_string(lo) + ", indptr[" + std::to_string(b + 1) + "] = " + std::to_string(hi) + ")");
+    if (hi > nnz) fail("indptr[" + std::to_string(b + 1) + "] = " + std::to_string(hi) + " exceeds the " + std::to_string(nnz) + " entries of indices");
+    for (int64_t i = lo; i < hi; i++)
+      if (indices[i] < 0 || indices[i] >= numPages)
+        fail("indices[" + std::to_string(i) + "] = page " + std::to_string(indices[i]) + " (sequence " + std::to_string(b) + ") is outside the cache's " + std::to_string(numPages) + " pages");
+    if (last[b] < 1 || last[b] > P)
+      fail("lastPageLen[" + std::to_string(b) + "] = " + std::to_string(last[b]) + " must be in [1, pageSize = " + std::to_string(P) + "]");
+    tokens[b] = (hi - lo - 1) * P + last[b];
+  }
+  return tokens;
+}
+
+void attendTokens(const PagedKV& kv, int64_t b, int64_t hk, int64_t begin, int64_t end, const float* q,
+                  int64_t qStride, float scale, SoftmaxState& st, std::vector<float>& scores) {
+  scores.resize(size_t(st.G * kv.pageSize));
+  switch (kv.kCache.dtype) {
+    case DType::f32: return attendTyped<DType::f32>(kv, b, hk, begin, end, q, qStride, scale, st, scores);
+    case DType::bf16: return attendTyped<DType::bf16>(kv, b, hk, begin, end, q, qStride, scale, st, scores);
+    case DType::f16: return attendTyped<DType::f16>(kv, b, hk, begin, end, q, qStride, scale, st, scores);
+    default: throw Error("attention: the KV cache must be f32, bf16 or f16");
+  }
+}
+
+}  // namespace dl::cpu::attention_detail

@@ -1,0 +1,51 @@
+// Prefill / verify attention on the CPU: q [Ttot,Hq,D]; sequence b's queries q[qIndptr[b] .. qIndptr[b+1]) are
+// its last T_b positions (their KV already written), causal: query i of a sequence holding L tokens sits at
+// position L - T_b + i and attends to tokens [0, L - T_b + i]. Keys are reduced in ascending position (order of
+// cpu_attention.h) whatever B and Ttot are. Work is split over (sequence, KV head, query), so a query's bits
+// depend only on its own sequence.
+#include <algorithm>
+
+#include "cpu_attention.h"
+#include "cpu_dtype.h"
+#include "threadpool.h"
+
+namespace dl::cpu {
+
+using attention_detail::SoftmaxState;
+
+void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale) {
+  requireF32("attentionPrefill", "q", q), requireF32("attentionPrefill", "out", out);
+  const std::vector<int64_t> tokens = attention_detail::checkPages("attentionPrefill", kv);
+  const int64_t Ttot = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hk = kv.kCache.shape[2], G = Hq / Hk;
+  const int64_t B = int64_t(tokens.size());
+  const int32_t* qi = qIndptr.as<int32_t>();
+  if (qi[0] != 0 || qi[B] != Ttot)
+    throw Error("attentionPrefill: qIndptr must run from 0 to the " + std::to_string(Ttot) + " query rows, got " +
+                std::to_string(qi[0]) + " .. " + std::to_string(qi[B]));
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t T = int64_t(qi[b + 1]) - qi[b];
+    if (T < 0 || T > tokens[b])
+      throw Error("attentionPrefill: sequence " + std::to_string(b) + " has " + std::to_string(T) +
+                  " queries but only " + std::to_string(tokens[b]) + " tokens in the cache (write its KV first)");
+  }
+  // One item per (query row, KV head); row t belongs to the sequence b with qi[b] <= t < qi[b+1].
+  parallelFor(Ttot * Hk, 4, [&](int64_t lo, int64_t hi) {
+    SoftmaxState st;
+    std::vector<float> scores;
+    for (int64_t item = lo; item < hi; item++) {
+      const int64_t t = item / Hk, hk = item % Hk;
+      const int64_t b = std::upper_bound(qi, qi + B + 1, int32_t(t)) - qi - 1;
+      const int64_t pos = tokens[b] - (qi[b + 1] - qi[b]) + (t - qi[b]);
+      st.reset(int(G), D);
+      attention_detail::attendTokens(kv, b, hk, 0, pos + 1, q.as<float>() + (t * Hq + hk * G) * D, D, scale, st,
+                                     scores);
+      float* o = out.as<float>() + (t * Hq + hk * G) * D;
+      for (int64_t g = 0; g < G; g++) {
+        const float inv = 1.f / st.l[g];
+        for (int64_t d = 0; d < D; d++) o[g * D + d] = st.acc[g * D + d] * inv;
+      }
+    }
+  });
+}
+
+}  // namespace dl::cpu

@@ -1,0 +1,113 @@
+// AVX2/FMA GEMM accumulation kernels (the x86-64-v3 baseline): an MR x NR tile of outputs, each with 16 lane
+// accumulators held in two ymm (lanes 0-7, 8-15), so the bits match the AVX-512 path (schedule in cpu_gemm.h).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "cpu_gemm.h"
+
+namespace dl::cpu::gemm_detail {
+namespace {
+
+constexpr int kMR = kAvx2MR, kNR = kAvx2NR;
+
+template <DType WD> inline __m256 load8(const void* w, int64_t i) {
+  if constexpr (WD == DType::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    if constexpr (WD == DType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    else return _mm256_cvtph_ps(h);
+  }
+}
+
+template <DType WD> inline float toF32(const void* w, int64_t i) {
+  if constexpr (WD == DType::f32) return static_cast<const float*>(w)[i];
+  else if constexpr (WD == DType::bf16) return bf16ToF32(static_cast<const uint16_t*>(w)[i]);
+  else return f16ToF32(static_cast<const uint16_t*>(w)[i]);
+}
+
+// The fixed tree of cpu_gemm.h over lanes lo = 0..7, hi = 8..15.
+inline float reduce16(__m256 lo, __m256 hi) {
+  __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
+}
+
+template <int MR, int NR, DType WD>
+void accum(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, int64_t k1, float* accIO, float* sums,
+           int flags) {
+  const size_t wsz = dtypeSize(WD);
+  auto row = [&](int j) { return static_cast<const char*>(w) + size_t(j * ldw) * wsz; };
+  __m256 acc[MR][NR][2];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++)
+      for (int h = 0; h < 2; h++)
+        acc[i][j][h] = (flags & kStartAtZero) ? _mm256_setzero_ps() : _mm256_loadu_ps(accIO + (i * NR + j) * 16 + 8 * h);
+  // Groups of 16 at absolute k; a partition's first and last group go through zero-filled copies.
+  auto group = [&](int64_t g, int64_t from, int64_t to) {
+    alignas(32) float xb[MR][16] = {}, wb[NR][16] = {};
+    for (int64_t t = from; t < to; t++) {
+      for (int i = 0; i < MR; i++) xb[i][t - g] = x[i * ldx + t];
+      for (int j = 0; j < NR; j++) wb[j][t - g] = toF32<WD>(row(j), t);
+    }
+    for (int h = 0; h < 2; h++)
+      for (int j = 0; j < NR; j++) {
+        __m256 wv = _mm256_load_ps(wb[j] + 8 * h);
+        for (int i = 0; i < MR; i++) acc[i][j][h] = _mm256_fmadd_ps(_mm256_load_ps(xb[i] + 8 * h), wv, acc[i][j][h]);
+      }
+  };
+  int64_t g = k & ~int64_t(15);
+  if (g < k) {
+    group(g, k, std::min(k1, g + 16));
+    g += 16;
+  }
+  for (; g + 16 <= k1; g += 16) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+      __m256 xv[MR];
+#pragma GCC unroll 2
+      for (int i = 0; i < MR; i++) xv[i] = _mm256_loadu_ps(x + i * ldx + g + 8 * h);
+#pragma GCC unroll 3
+      for (int j = 0; j < NR; j++) {
+        __m256 wv = load8<WD>(row(j), g + 8 * h);
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; i++) acc[i][j][h] = _mm256_fmadd_ps(xv[i], wv, acc[i][j][h]);
+      }
+    }
+  }
+  if (g < k1) group(g, g, k1);
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) {
+      if (flags & kReduce) {
+        sums[i * NR + j] = reduce16(acc[i][j][0], acc[i][j][1]);
+      } else {
+        _mm256_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j][0]);
+        _mm256_storeu_ps(accIO + (i * NR + j) * 16 + 8, acc[i][j][1]);
+      }
+    }
+}
+
+template <DType WD, int MR, int... NRs> constexpr auto rowOf(std::integer_sequence<int, NRs...>) {
+  return std::array<AccumFn, kNR>{&accum<MR, NRs + 1, WD>...};
+}
+template <DType WD, int... MRs> constexpr auto tableOf(std::integer_sequence<int, MRs...>) {
+  return std::array<std::array<AccumFn, kNR>, kMR>{rowOf<WD, MRs + 1>(std::make_integer_sequence<int, kNR>{})...};
+}
+template <DType WD> constexpr auto kTable = tableOf<WD>(std::make_integer_sequence<int, kMR>{});
+
+}  // namespace
+
+AccumFn accumAvx2(DType w, int mr, int nr) {
+  switch (w) {
+    case DType::f32: return kTable<DType::f32>[mr - 1][nr - 1];
+    case DType::bf16: return kTable<DType::bf16>[mr - 1][nr - 1];
+    case DType::f16: return kTable<DType::f16>[mr - 1][nr - 1];
+    default: throw Error("gemm: w must be f32, bf16 or f16");
+  }
+}
+
+}  // namespace dl::cpu::gemm_detail

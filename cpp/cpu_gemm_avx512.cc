@@ -1,0 +1,108 @@
+// AVX-512 GEMM accumulation kernels (compiled for AVX-512 per function, chosen at run time): an MR x NR tile of
+// outputs, each with one zmm of 16 lane accumulators (schedule in cpu_gemm.h).
+// GCC 12 flags its own _mm512_undefined_* helpers inside the AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <array>
+#include <utility>
+
+#include "cpu_gemm.h"
+
+#define DL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+namespace dl::cpu::gemm_detail {
+namespace {
+
+constexpr int kMR = kAvx512MR, kNR = kAvx512NR;
+
+template <DType WD> DL_AVX512 inline __m512 widen16(__m256i h) {
+  if constexpr (WD == DType::bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  else return _mm512_cvtph_ps(h);
+}
+
+template <DType WD> DL_AVX512 inline __m512 load16(const void* w, int64_t i) {
+  if constexpr (WD == DType::f32) return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  else return widen16<WD>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i)));
+}
+
+// Lanes where mask is set from w[i..], the rest zero.
+template <DType WD> DL_AVX512 inline __m512 load16Masked(const void* w, int64_t i, __mmask16 m) {
+  if constexpr (WD == DType::f32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + i);
+  else return widen16<WD>(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i));
+}
+
+// The fixed tree of cpu_gemm.h: lanes i + i+8, then i + i+4, then i + i+2, then 0 + 1.
+DL_AVX512 inline float reduce16(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
+}
+
+template <int MR, int NR, DType WD>
+DL_AVX512 void accum(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, int64_t k1, float* accIO,
+                     float* sums, int flags) {
+  const size_t wsz = dtypeSize(WD);
+  auto row = [&](int j) { return static_cast<const char*>(w) + size_t(j * ldw) * wsz; };
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++)
+      acc[i][j] = (flags & kStartAtZero) ? _mm512_setzero_ps() : _mm512_loadu_ps(accIO + (i * NR + j) * 16);
+  // Groups of 16 at absolute k (aligned loads when rows are); a partition's first and last group are masked.
+  auto group = [&](int64_t g, __mmask16 mask) DL_AVX512 {
+    __m512 xv[MR];
+    for (int i = 0; i < MR; i++) xv[i] = _mm512_maskz_loadu_ps(mask, x + i * ldx + g);
+    for (int j = 0; j < NR; j++) {
+      __m512 wv = load16Masked<WD>(row(j), g, mask);
+      for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  };
+  int64_t g = k & ~int64_t(15);
+  if (g < k) {
+    __mmask16 mask = __mmask16(0xffffu << (k - g));
+    if (k1 < g + 16) mask &= __mmask16((1u << (k1 - g)) - 1);
+    group(g, mask);
+    g += 16;
+  }
+  for (; g + 16 <= k1; g += 16) {
+    __m512 xv[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++) xv[i] = _mm512_loadu_ps(x + i * ldx + g);
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; j++) {
+      __m512 wv = load16<WD>(row(j), g);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  if (g < k1) group(g, __mmask16((1u << (k1 - g)) - 1));
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) {
+      if (flags & kReduce) sums[i * NR + j] = reduce16(acc[i][j]);
+      else _mm512_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j]);
+    }
+}
+
+template <DType WD, int MR, int... NRs> constexpr auto rowOf(std::integer_sequence<int, NRs...>) {
+  return std::array<AccumFn, kNR>{&accum<MR, NRs + 1, WD>...};
+}
+template <DType WD, int... MRs> constexpr auto tableOf(std::integer_sequence<int, MRs...>) {
+  return std::array<std::array<AccumFn, kNR>, kMR>{rowOf<WD, MRs + 1>(std::make_integer_sequence<int, kNR>{})...};
+}
+template <DType WD> constexpr auto kTable = tableOf<WD>(std::make_integer_sequence<int, kMR>{});
+
+}  // namespace
+
+AccumFn accumAvx512(DType w, int mr, int nr) {
+  switch (w) {
+    case DType::f32: return kTable<DType::f32>[mr - 1][nr - 1];
+    case DType::bf16: return kTable<DType::bf16>[mr - 1][nr - 1];
+    case DType::f16: return kTable<DType::f16>[mr - 1][nr - 1];
+    default: throw Error("gemm: w must be f32, bf16 or f16");
+  }
+}
+
+}  // namespace dl::cpu::gemm_detail
