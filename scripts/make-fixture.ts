@@ -11,7 +11,7 @@ import { parseModelConfig, type ModelConfig } from "../ts/model/config.js";
 import { f32ToBf16Bits, f32ToF16Bits, type SafetensorsDType } from "../ts/model/dtype.js";
 import { writeSafetensors, type TensorToWrite } from "../ts/model/safetensorsWriter.js";
 import { expectedTensors } from "../ts/model/weights.js";
-import { buildTokenizerJson, trainByteLevelBpe } from "./fixture/bpe.js";
+import { buildTokenizerJson, trainByteLevelBpe, type PreTokenizerFlavor, type TrainedBpe } from "./fixture/bpe.js";
 import { trainingCorpus } from "./fixture/corpus.js";
 import { hashSeed, mulberry32 } from "./fixture/random.js";
 import { FAMILY_TOKENS } from "./fixture/templates.js";
@@ -73,7 +73,7 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   const layers = opts.layers ?? 2;
   await mkdir(opts.out, { recursive: true });
 
-  const bpe = trainByteLevelBpe(trainingCorpus(), opts.bpeVocab ?? 512, family.flavor);
+  const bpe = trainedBpe(family.flavor, opts.bpeVocab ?? 512);
   const tokenizerSize = bpe.vocab.size + family.added.length;
   const vocab = opts.vocab ?? tokenizerSize;
   if (vocab < tokenizerSize) throw new Error(`makeFixture: vocab ${vocab} is smaller than the tokenizer (${tokenizerSize} tokens)`);
@@ -161,6 +161,14 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   await writeJson("tokenizer_config.json", tokenizerConfig);
   await writeWeights(config, opts.out, opts.dtype, seed, opts.shards ?? 1);
   return { dir: opts.out, config, specialIds: ids };
+}
+
+// Training takes ~1 s; tests build many fixtures in one process, so keep each trained vocabulary.
+const bpeCache = new Map<string, TrainedBpe>();
+function trainedBpe(flavor: PreTokenizerFlavor, size: number): TrainedBpe {
+  const key = `${flavor}:${size}`;
+  if (!bpeCache.has(key)) bpeCache.set(key, trainByteLevelBpe(trainingCorpus(), size, flavor));
+  return bpeCache.get(key)!;
 }
 
 const ST_DTYPE: Record<FixtureDType, SafetensorsDType> = { f32: "F32", bf16: "BF16", f16: "F16" };
