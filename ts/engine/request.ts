@@ -22,6 +22,12 @@ export interface SamplingParams {
   logprobs?: number;
   /** Return the hidden state of this HF hidden_states layer (0 = embeddings .. numLayers) at every step. */
   captureHidden?: { layer: number };
+  /**
+   * Same prompt, seed and parameters give the same tokens whatever else the engine runs (decode-verify-rollback:
+   * fast decoding, verified every verifyWindow tokens on a fixed schedule; only verified tokens are streamed).
+   * Default false; output.determinism reports its cost. Not combinable with captureHidden yet.
+   */
+  deterministic?: boolean;
   /** Scheduling metadata an inter-program policy reads (ts/sched). */
   metadata?: SchedMetadata;
   /** Aborting stops the request at the next step, frees its pages and resolves it with finishReason "aborted". */
@@ -61,6 +67,7 @@ export interface ResolvedParams {
   ignoreEos: boolean;
   logprobs: number | null;
   captureHiddenLayer: number | null;
+  deterministic: boolean;
 }
 
 /** The model facts validation needs. */
@@ -105,7 +112,12 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const logprobs = p.logprobs === undefined ? (base?.logprobs ?? null) : int("logprobs", p.logprobs, 0, MAX_TOP_LOGPROBS);
   const layer = p.captureHidden?.layer;
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
-  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, captureHiddenLayer };
+  const deterministic = p.deterministic ?? base?.deterministic ?? false;
+  if (typeof deterministic !== "boolean") fail("deterministic", deterministic, "expected true or false");
+  if (deterministic && captureHiddenLayer !== null) {
+    fail("captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
+  }
+  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, captureHiddenLayer, deterministic };
 }
 
 /** Validates prompt token ids against the vocabulary. */
