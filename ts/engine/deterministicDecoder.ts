@@ -202,6 +202,7 @@ export class DeterministicDecoder {
   private async pass(group: Tracked[], samplingOf: (seq: Sequence) => SequenceSampling): Promise<Commit[]> {
     const rows: VerifyRow[] = [];
     const members: Array<{ t: Tracked; candidates: number[] }> = [];
+    let needsLogits = false;
     const src: number[] = [];
     const dst: number[] = [];
     for (const t of group) {
@@ -214,11 +215,13 @@ export class DeterministicDecoder {
       for (const c of this.blockManager.appendSlots(seq, n)) src.push(c.src), dst.push(c.dst);
       seq.tokens.length = start + n;
       const s = samplingOf(seq);
+      needsLogits ||= s.needsLogits;
       rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs });
       members.push({ t, candidates: seq.tokens.slice(start + 1) });
     }
     if (rows.length === 0) return [];
     const batch = buildVerifyBatch(this.geometry, rows, this.scratch!, { src: Int32Array.from(src), dst: Int32Array.from(dst) });
+    if (needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
     const results = await this.runner.model.forward(batch);
     const commits: Commit[] = [];
     members.forEach(({ t, candidates }, r) => {
@@ -246,6 +249,10 @@ export class DeterministicDecoder {
         if (k > 0) {
           tok.topIds = res.topIds!.slice(j * k, (j + 1) * k);
           tok.topLogprobs = res.topLogprobs!.slice(j * k, (j + 1) * k);
+        }
+        if (res.logits) {
+          const V = res.logits.length / this.geometry.window;
+          tok.logits = res.logits.subarray(j * V, (j + 1) * V);
         }
         tokens.push(tok);
       }
