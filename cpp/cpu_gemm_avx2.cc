@@ -37,34 +37,44 @@ inline float reduce16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
 }
 
+// Elements [from, to) of the group of 16 at k = g (the rest zero) added to the accumulators in memory: a
+// partition's partial first or last group, kept out of accum()'s main loop so that its accumulators stay in
+// registers.
 template <int MR, int NR, DType WD>
-void accum(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, int64_t k1, float* accIO, float* sums,
+__attribute__((noinline)) void edge(const float* x, int64_t ldx, const char* w, int64_t ldw, int64_t g, int64_t from,
+                                    int64_t to, float* accIO) {
+  alignas(32) float xb[MR][16] = {}, wb[NR][16] = {};
+  for (int64_t t = from; t < to; t++) {
+    for (int i = 0; i < MR; i++) xb[i][t - g] = x[i * ldx + t];
+    for (int j = 0; j < NR; j++) wb[j][t - g] = toF32<WD>(w + size_t(j * ldw) * dtypeSize(WD), t);
+  }
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++)
+      for (int h = 0; h < 2; h++) {
+        float* a = accIO + (i * NR + j) * 16 + 8 * h;
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_load_ps(xb[i] + 8 * h), _mm256_load_ps(wb[j] + 8 * h), _mm256_loadu_ps(a)));
+      }
+}
+
+template <int MR, int NR, DType WD>
+void accum(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t k, int64_t k1, float* accIO, float* sums,
            int flags) {
+  const char* w = static_cast<const char*>(wv);
   const size_t wsz = dtypeSize(WD);
-  auto row = [&](int j) { return static_cast<const char*>(w) + size_t(j * ldw) * wsz; };
+  constexpr int kLanes = MR * NR * 16;
+  int64_t g = k & ~int64_t(15);
+  bool zero = flags & kStartAtZero;
+  if (g < k) {
+    if (zero) std::fill(accIO, accIO + kLanes, 0.f);
+    zero = false;
+    edge<MR, NR, WD>(x, ldx, w, ldw, g, k, std::min(k1, g + 16), accIO);
+    g += 16;
+  }
   __m256 acc[MR][NR][2];
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < NR; j++)
       for (int h = 0; h < 2; h++)
-        acc[i][j][h] = (flags & kStartAtZero) ? _mm256_setzero_ps() : _mm256_loadu_ps(accIO + (i * NR + j) * 16 + 8 * h);
-  // Groups of 16 at absolute k; a partition's first and last group go through zero-filled copies.
-  auto group = [&](int64_t g, int64_t from, int64_t to) {
-    alignas(32) float xb[MR][16] = {}, wb[NR][16] = {};
-    for (int64_t t = from; t < to; t++) {
-      for (int i = 0; i < MR; i++) xb[i][t - g] = x[i * ldx + t];
-      for (int j = 0; j < NR; j++) wb[j][t - g] = toF32<WD>(row(j), t);
-    }
-    for (int h = 0; h < 2; h++)
-      for (int j = 0; j < NR; j++) {
-        __m256 wv = _mm256_load_ps(wb[j] + 8 * h);
-        for (int i = 0; i < MR; i++) acc[i][j][h] = _mm256_fmadd_ps(_mm256_load_ps(xb[i] + 8 * h), wv, acc[i][j][h]);
-      }
-  };
-  int64_t g = k & ~int64_t(15);
-  if (g < k) {
-    group(g, k, std::min(k1, g + 16));
-    g += 16;
-  }
+        acc[i][j][h] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(accIO + (i * NR + j) * 16 + 8 * h);
   for (; g + 16 <= k1; g += 16) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
@@ -73,22 +83,28 @@ void accum(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, i
       for (int i = 0; i < MR; i++) xv[i] = _mm256_loadu_ps(x + i * ldx + g + 8 * h);
 #pragma GCC unroll 3
       for (int j = 0; j < NR; j++) {
-        __m256 wv = load8<WD>(row(j), g + 8 * h);
+        __m256 wj = load8<WD>(w + size_t(j * ldw) * wsz, g + 8 * h);
+        __asm__("" : "+x"(wj));  // one load per W vector: keeps GCC from re-loading it in every FMA
 #pragma GCC unroll 2
-        for (int i = 0; i < MR; i++) acc[i][j][h] = _mm256_fmadd_ps(xv[i], wv, acc[i][j][h]);
+        for (int i = 0; i < MR; i++) acc[i][j][h] = _mm256_fmadd_ps(xv[i], wj, acc[i][j][h]);
       }
     }
   }
-  if (g < k1) group(g, g, k1);
+  const bool tail = g < k1;
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < NR; j++) {
-      if (flags & kReduce) {
+      if ((flags & kReduce) && !tail) {
         sums[i * NR + j] = reduce16(acc[i][j][0], acc[i][j][1]);
       } else {
         _mm256_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j][0]);
         _mm256_storeu_ps(accIO + (i * NR + j) * 16 + 8, acc[i][j][1]);
       }
     }
+  if (tail) {
+    edge<MR, NR, WD>(x, ldx, w, ldw, g, g, k1, accIO);
+    if (flags & kReduce)
+      for (int o = 0; o < MR * NR; o++) sums[o] = reduce16(_mm256_loadu_ps(accIO + o * 16), _mm256_loadu_ps(accIO + o * 16 + 8));
+  }
 }
 
 template <DType WD, int MR, int... NRs> constexpr auto rowOf(std::integer_sequence<int, NRs...>) {

@@ -2,8 +2,10 @@
 // outputs, each with one zmm of 16 lane accumulators (schedule in cpu_gemm.h).
 // GCC 12 flags its own _mm512_undefined_* helpers inside the AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -42,48 +44,63 @@ DL_AVX512 inline float reduce16(__m512 v) {
   return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
 }
 
+// One masked group of 16 at k = g added to the accumulators in memory: a partition's partial first or last group,
+// kept out of accum()'s main loop so that its accumulators stay in registers.
 template <int MR, int NR, DType WD>
-DL_AVX512 void accum(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, int64_t k1, float* accIO,
-                     float* sums, int flags) {
-  const size_t wsz = dtypeSize(WD);
-  auto row = [&](int j) { return static_cast<const char*>(w) + size_t(j * ldw) * wsz; };
-  __m512 acc[MR][NR];
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR; j++)
-      acc[i][j] = (flags & kStartAtZero) ? _mm512_setzero_ps() : _mm512_loadu_ps(accIO + (i * NR + j) * 16);
-  // Groups of 16 at absolute k (aligned loads when rows are); a partition's first and last group are masked.
-  auto group = [&](int64_t g, __mmask16 mask) DL_AVX512 {
-    __m512 xv[MR];
-    for (int i = 0; i < MR; i++) xv[i] = _mm512_maskz_loadu_ps(mask, x + i * ldx + g);
-    for (int j = 0; j < NR; j++) {
-      __m512 wv = load16Masked<WD>(row(j), g, mask);
-      for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+DL_AVX512 __attribute__((noinline)) void edge(const float* x, int64_t ldx, const char* w, int64_t ldw, int64_t g,
+                                              __mmask16 mask, float* accIO) {
+  for (int j = 0; j < NR; j++) {
+    const __m512 wv = load16Masked<WD>(w + size_t(j * ldw) * dtypeSize(WD), g, mask);
+    for (int i = 0; i < MR; i++) {
+      float* a = accIO + (i * NR + j) * 16;
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i * ldx + g), wv, _mm512_loadu_ps(a)));
     }
-  };
+  }
+}
+
+template <int MR, int NR, DType WD>
+DL_AVX512 void accum(const float* x, int64_t ldx, const void* wv, int64_t ldw, int64_t k, int64_t k1, float* accIO,
+                     float* sums, int flags) {
+  const char* w = static_cast<const char*>(wv);
+  const size_t wsz = dtypeSize(WD);
+  constexpr int kLanes = MR * NR * 16;
+  // Groups of 16 at absolute k (aligned loads when rows are); a partition's partial first and last group masked.
   int64_t g = k & ~int64_t(15);
+  bool zero = flags & kStartAtZero;
   if (g < k) {
+    if (zero) std::fill(accIO, accIO + kLanes, 0.f);
+    zero = false;
     __mmask16 mask = __mmask16(0xffffu << (k - g));
     if (k1 < g + 16) mask &= __mmask16((1u << (k1 - g)) - 1);
-    group(g, mask);
+    edge<MR, NR, WD>(x, ldx, w, ldw, g, mask, accIO);
     g += 16;
   }
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) acc[i][j] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(accIO + (i * NR + j) * 16);
   for (; g + 16 <= k1; g += 16) {
     __m512 xv[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; i++) xv[i] = _mm512_loadu_ps(x + i * ldx + g);
 #pragma GCC unroll 6
     for (int j = 0; j < NR; j++) {
-      __m512 wv = load16<WD>(row(j), g);
+      __m512 wj = load16<WD>(w + size_t(j * ldw) * wsz, g);
+      __asm__("" : "+v"(wj));  // one load per W vector: keeps GCC from re-loading it in every FMA
 #pragma GCC unroll 4
-      for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+      for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wj, acc[i][j]);
     }
   }
-  if (g < k1) group(g, __mmask16((1u << (k1 - g)) - 1));
+  const bool tail = g < k1;
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < NR; j++) {
-      if (flags & kReduce) sums[i * NR + j] = reduce16(acc[i][j]);
+      if ((flags & kReduce) && !tail) sums[i * NR + j] = reduce16(acc[i][j]);
       else _mm512_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j]);
     }
+  if (tail) {
+    edge<MR, NR, WD>(x, ldx, w, ldw, g, __mmask16((1u << (k1 - g)) - 1), accIO);
+    if (flags & kReduce)
+      for (int o = 0; o < MR * NR; o++) sums[o] = reduce16(_mm512_loadu_ps(accIO + o * 16));
+  }
 }
 
 template <DType WD, int MR, int... NRs> constexpr auto rowOf(std::integer_sequence<int, NRs...>) {
