@@ -80,6 +80,24 @@ for (const arch of ["llama", "qwen2"] as const) {
   }
 }
 
+describe("bf16 KV cache", () => {
+  it("stays close to the reference with half the KV memory", async () => {
+    const dir = await fixtureDir("llama", "f32");
+    const model = await loadModel(dir, { device, kvPages: 32, pageSize: PAGE, kvDtype: "bf16" });
+    const f32 = await loadModel(dir, { device, kvPages: 32, pageSize: PAGE });
+    try {
+      expect(model.kv.bytesPerPage * 2).toBe(f32.kv.bytesPerPage);
+      const tokens = randomTokens(20, model.config.vocabSize, 5);
+      const want = (await ReferenceModel.load(dir)).logits(tokens);
+      const got = await runChunks(model, tokens, [17, 1, 1, 1], 0);
+      got.forEach((g, i) => expect(relL2(g, want[16 + i])).toBeLessThan(2e-2));
+    } finally {
+      model.dispose();
+      f32.dispose();
+    }
+  });
+});
+
 describe("batched forward", () => {
   let model: Model;
   beforeAll(async () => {
