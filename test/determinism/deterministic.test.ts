@@ -176,6 +176,15 @@ describe("deterministic: true", () => {
     expect(out.determinism).toEqual({ verifyPasses: 0, rollbacks: 0, recomputedTokens: 0 });
   });
 
+  it("batch-invariant mode (the baseline) gives the same tokens under chunked prefill and load, with no verification", async () => {
+    await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant", maxBatchTokens: 5 });
+    const order = shuffled([...requests.map((r, i) => ({ r, i })), ...companions(8, 13).map((r) => ({ r, i: -1 }))], 5);
+    const outs = await together(engine, order.map((x) => x.r));
+    order.forEach(({ i }, k) => {
+      if (i >= 0) expectSameAsReference(outs[k], i);
+    });
+  });
+
   it("rejects bad flags at the boundary", async () => {
     await using engine = engineWith();
     expect(() => engine.submit({ prompt: [1, 2], deterministic: "yes" as unknown as boolean })).toThrow(/request.deterministic is "yes"/);
