@@ -82,55 +82,81 @@ template <DType CT> inline void accumulatePage(float* acc, float c, const float*
   }
 }
 
-// This KV head's rows of a page are D values every Hk * D: strided, so the hardware prefetcher misses them;
-// fetching the next page while this one is reduced hides the memory latency.
-inline void prefetchPage(const PagedKV& kv, int64_t page, int64_t hk, size_t es) {
+// The rows of KV heads [hk0, hk1) of a page are (hk1 - hk0) * D values every Hk * D: fetching the next page into
+// L2 while this one is reduced hides the memory latency that the strided rows would expose.
+inline void prefetchPage(const PagedKV& kv, int64_t page, int64_t hk0, int64_t hk1, size_t es) {
   const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3];
-  const size_t rowBytes = size_t(D) * es;
+  const size_t rowBytes = size_t((hk1 - hk0) * D) * es;
   for (int64_t t = 0; t < P; t++) {
-    const size_t off = size_t(((page * P + t) * Hk + hk) * D) * es;
+    const size_t off = size_t(((page * P + t) * Hk + hk0) * D) * es;
     for (size_t b = 0; b < rowBytes; b += 64) {
-      _mm_prefetch(static_cast<const char*>(kv.kCache.data) + off + b, _MM_HINT_T0);
-      _mm_prefetch(static_cast<const char*>(kv.vCache.data) + off + b, _MM_HINT_T0);
+      _mm_prefetch(static_cast<const char*>(kv.kCache.data) + off + b, _MM_HINT_T1);
+      _mm_prefetch(static_cast<const char*>(kv.vCache.data) + off + b, _MM_HINT_T1);
     }
   }
 }
 
+// One page's n tokens (rows every `stride` bytes) for the G heads of st.
 template <DType CT>
-void attendTyped(const PagedKV& kv, int64_t b, int64_t hk, int64_t begin, int64_t end, const float* q,
-                 int64_t qStride, float scl, SoftmaxState& st, std::vector<float>& scores) {
-  const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3];
-  const size_t es = dtypeSize(CT);
+void attendPage(const char* kRows, const char* vRows, size_t stride, int64_t n, int64_t D, const float* q,
+                int64_t qStride, float scl, SoftmaxState& st, float* scores, int64_t P) {
+  for (int g = 0; g < st.G; g++) {
+    float* s = scores + g * P;
+    float mx = -std::numeric_limits<float>::infinity();
+    int64_t t = 0;
+    if (D % 8 == 0)
+      for (; t + 4 <= n; t += 4) dot4<CT>(q + g * qStride, kRows + t * stride, stride, D, s + t);
+    for (; t < n; t++) s[t] = dot<CT>(q + g * qStride, kRows + t * stride, D);
+    for (t = 0; t < n; t++) {
+      s[t] *= scl;
+      mx = std::max(mx, s[t]);
+    }
+    const float mNew = std::max(st.m[g], mx);
+    const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(st.m[g] - mNew);
+    st.l[g] *= c;
+    for (t = 0; t < n; t++) {
+      s[t] = std::exp(s[t] - mNew);  // scores become the softmax numerators p_t
+      st.l[g] += s[t];
+    }
+    accumulatePage<CT>(st.acc.data() + g * D, c, s, vRows, stride, n, D);
+    st.m[g] = mNew;
+  }
+}
+
+// n rows of D values every `stride` bytes, widened (exactly) to dense f32 rows.
+template <DType CT> void widenRows(const char* src, size_t stride, int64_t n, int64_t D, float* dst) {
+  for (int64_t t = 0; t < n; t++) {
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) _mm256_storeu_ps(dst + t * D + d, load8<CT>(src + t * stride, d));
+    for (; d < D; d++) dst[t * D + d] = load1<CT>(src + t * stride, d);
+  }
+}
+
+template <DType CT>
+void attendTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t begin, int64_t end, const float* q,
+                 float scl, SoftmaxState* st, std::vector<float>& scores) {
+  const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3], G = st[0].G;
+  const size_t es = dtypeSize(CT), stride = size_t(Hk * D) * es;
   const int32_t* pages = kv.indices.as<int32_t>() + kv.indptr.as<int32_t>()[b];
-  const int G = st.G;
+  // bf16/f16 rows are widened once per page and KV head, not once per query head of the group
+  thread_local std::vector<float> wide;
+  if (CT != DType::f32) wide.resize(size_t(2 * P * D));
   for (int64_t t0 = begin; t0 < end;) {
     const int64_t page = pages[t0 / P], off = t0 % P, n = std::min(end - t0, P - off);
-    const int64_t rowStride = Hk * D;
-    const size_t base = size_t(((page * P + off) * Hk + hk) * D);
-    const char* kRows = static_cast<const char*>(kv.kCache.data) + base * es;
-    const char* vRows = static_cast<const char*>(kv.vCache.data) + base * es;
-    if (t0 + n < end) prefetchPage(kv, pages[(t0 + n) / P], hk, es);
-    for (int g = 0; g < G; g++) {
-      float* s = scores.data() + g * P;
-      float mx = -std::numeric_limits<float>::infinity();
-      int64_t t = 0;
-      if (D % 8 == 0)
-        for (; t + 4 <= n; t += 4) dot4<CT>(q + g * qStride, kRows + size_t(t * rowStride) * es, size_t(rowStride) * es, D, s + t);
-      for (; t < n; t++) s[t] = dot<CT>(q + g * qStride, kRows + size_t(t * rowStride) * es, D);
-      for (t = 0; t < n; t++) {
-        s[t] *= scl;
-        mx = std::max(mx, s[t]);
+    if (t0 + n < end) prefetchPage(kv, pages[(t0 + n) / P], hk0, hk1, es);
+    for (int64_t hk = hk0; hk < hk1; hk++) {
+      const size_t base = size_t(((page * P + off) * Hk + hk) * D) * es;
+      const char* kRows = static_cast<const char*>(kv.kCache.data) + base;
+      const char* vRows = static_cast<const char*>(kv.vCache.data) + base;
+      const float* qh = q + (hk - hk0) * G * D;
+      if constexpr (CT == DType::f32) {
+        attendPage<CT>(kRows, vRows, stride, n, D, qh, D, scl, st[hk - hk0], scores.data(), P);
+      } else {
+        widenRows<CT>(kRows, stride, n, D, wide.data());
+        widenRows<CT>(vRows, stride, n, D, wide.data() + P * D);
+        const char* kw = reinterpret_cast<const char*>(wide.data());
+        attendPage<DType::f32>(kw, kw + size_t(P * D) * 4, size_t(D) * 4, n, D, qh, D, scl, st[hk - hk0], scores.data(), P);
       }
-      const float mNew = std::max(st.m[g], mx);
-      const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(st.m[g] - mNew);
-      float* acc = st.acc.data() + g * D;
-      st.l[g] *= c;
-      for (int64_t t = 0; t < n; t++) {
-        s[t] = std::exp(s[t] - mNew);  // scores become the softmax numerators p_t
-        st.l[g] += s[t];
-      }
-      accumulatePage<CT>(acc, c, s, vRows, size_t(rowStride) * es, n, D);
-      st.m[g] = mNew;
     }
     t0 += n;
   }
@@ -161,13 +187,13 @@ std::vector<int64_t> checkPages(const char* op, const PagedKV& kv) {
   return tokens;
 }
 
-void attendTokens(const PagedKV& kv, int64_t b, int64_t hk, int64_t begin, int64_t end, const float* q,
-                  int64_t qStride, float scale, SoftmaxState& st, std::vector<float>& scores) {
-  scores.resize(size_t(st.G * kv.pageSize));
+void attendTokens(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t begin, int64_t end, const float* q,
+                  float scale, SoftmaxState* states, std::vector<float>& scores) {
+  scores.resize(size_t(states[0].G * kv.pageSize));
   switch (kv.kCache.dtype) {
-    case DType::f32: return attendTyped<DType::f32>(kv, b, hk, begin, end, q, qStride, scale, st, scores);
-    case DType::bf16: return attendTyped<DType::bf16>(kv, b, hk, begin, end, q, qStride, scale, st, scores);
-    case DType::f16: return attendTyped<DType::f16>(kv, b, hk, begin, end, q, qStride, scale, st, scores);
+    case DType::f32: return attendTyped<DType::f32>(kv, b, hk0, hk1, begin, end, q, scale, states, scores);
+    case DType::bf16: return attendTyped<DType::bf16>(kv, b, hk0, hk1, begin, end, q, scale, states, scores);
+    case DType::f16: return attendTyped<DType::f16>(kv, b, hk0, hk1, begin, end, q, scale, states, scores);
     default: throw Error("attention: the KV cache must be f32, bf16 or f16");
   }
 }

@@ -32,9 +32,10 @@ struct SoftmaxState {
   }
 };
 
-// Adds tokens [begin, end) of sequence b, KV head hk, to st (order above). q: G rows of D f32, stride qStride.
-// scores: scratch of at least G * pageSize floats.
-void attendTokens(const PagedKV& kv, int64_t b, int64_t hk, int64_t begin, int64_t end, const float* q,
-                  int64_t qStride, float scale, SoftmaxState& st, std::vector<float>& scores);
+// Adds tokens [begin, end) of sequence b to the states of KV heads [hk0, hk1) (order above; one state per KV
+// head, each for its G query heads). q: the query rows of heads hk0 * G .. hk1 * G, D f32 each, contiguous.
+// A head's bits do not depend on which other heads share the call. scores: scratch.
+void attendTokens(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t begin, int64_t end, const float* q,
+                  float scale, SoftmaxState* states, std::vector<float>& scores);
 
 }  // namespace dl::cpu::attention_detail

@@ -3,7 +3,7 @@
 // Sequence b's pages are cut into kvSplits contiguous partitions (partition s: pages [n*s/S, n*(s+1)/S), empty
 // ones skipped), each reduced in the order of cpu_attention.h, then merged by log-sum-exp in partition order:
 //   M = max_s m_s,  out = (sum_s exp(m_s - M) * acc_s) / (sum_s exp(m_s - M) * l_s)   (sums ascending in s).
-// Work is split over (sequence, KV head): a sequence's bits never depend on the batch or the thread count.
+// Work is split over (sequence, group of KV heads): a sequence's bits never depend on the batch or the threads.
 #include <algorithm>
 
 #include "cpu_attention.h"
@@ -20,37 +20,43 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
   const std::vector<int64_t> tokens = attention_detail::checkPages("attentionDecode", kv);
   const int64_t B = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hk = kv.kCache.shape[2], G = Hq / Hk;
   const int32_t* indptr = kv.indptr.as<int32_t>();
-  parallelFor(B * Hk, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<SoftmaxState> parts(kvSplits);
+  // Items: (sequence, group of KV heads); each page's rows of a group are read together. The grouping only
+  // serves parallelism (a head's bits do not depend on it).
+  const int64_t groups = std::min<int64_t>(Hk, (2 * numThreads() + B - 1) / B);
+  parallelFor(B * groups, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<std::vector<SoftmaxState>> parts(kvSplits);
     std::vector<float> scores;
     for (int64_t item = lo; item < hi; item++) {
-      const int64_t b = item / Hk, hk = item % Hk;
+      const int64_t b = item / groups, grp = item % groups;
+      const int64_t hk0 = Hk * grp / groups, hk1 = Hk * (grp + 1) / groups;
       const int64_t numPages = indptr[b + 1] - indptr[b];
-      const float* qRows = q.as<float>() + (b * Hq + hk * G) * D;
+      const float* qRows = q.as<float>() + (b * Hq + hk0 * G) * D;
       int used = 0;
       for (int s = 0; s < kvSplits; s++) {
         const int64_t p0 = numPages * s / kvSplits, p1 = numPages * (s + 1) / kvSplits;
         if (p1 == p0) continue;
-        SoftmaxState& st = parts[used++];
-        st.reset(int(G), D);
-        attention_detail::attendTokens(kv, b, hk, p0 * kv.pageSize, std::min(p1 * kv.pageSize, tokens[b]), qRows, D,
-                                       scale, st, scores);
+        std::vector<SoftmaxState>& st = parts[used++];
+        st.resize(size_t(hk1 - hk0));
+        for (auto& h : st) h.reset(int(G), D);
+        attention_detail::attendTokens(kv, b, hk0, hk1, p0 * kv.pageSize, std::min(p1 * kv.pageSize, tokens[b]), qRows,
+                                       scale, st.data(), scores);
       }
-      float* o = out.as<float>() + (b * Hq + hk * G) * D;
-      for (int64_t g = 0; g < G; g++) {
-        float M = parts[0].m[g];
-        for (int s = 1; s < used; s++) M = std::max(M, parts[s].m[g]);
-        float L = 0.f;
-        std::fill(o + g * D, o + (g + 1) * D, 0.f);
-        for (int s = 0; s < used; s++) {
-          const float w = std::exp(parts[s].m[g] - M);
-          L += w * parts[s].l[g];
-          const float* acc = parts[s].acc.data() + g * D;
-          for (int64_t d = 0; d < D; d++) o[g * D + d] += w * acc[d];
+      for (int64_t hk = hk0; hk < hk1; hk++)
+        for (int64_t g = 0; g < G; g++) {
+          float* o = out.as<float>() + (b * Hq + hk * G + g) * D;
+          float M = parts[0][hk - hk0].m[g];
+          for (int s = 1; s < used; s++) M = std::max(M, parts[s][hk - hk0].m[g]);
+          float L = 0.f;
+          std::fill(o, o + D, 0.f);
+          for (int s = 0; s < used; s++) {
+            const SoftmaxState& st = parts[s][hk - hk0];
+            const float w = std::exp(st.m[g] - M);
+            L += w * st.l[g];
+            for (int64_t d = 0; d < D; d++) o[d] += w * st.acc[g * D + d];
+          }
+          const float inv = 1.f / L;
+          for (int64_t d = 0; d < D; d++) o[d] *= inv;
         }
-        const float inv = 1.f / L;
-        for (int64_t d = 0; d < D; d++) o[g * D + d] *= inv;
-      }
     }
   });
 }

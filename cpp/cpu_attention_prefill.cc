@@ -1,7 +1,7 @@
 // Prefill / verify attention on the CPU: q [Ttot,Hq,D]; sequence b's queries q[qIndptr[b] .. qIndptr[b+1]) are
 // its last T_b positions (their KV already written), causal: query i of a sequence holding L tokens sits at
 // position L - T_b + i and attends to tokens [0, L - T_b + i]. Keys are reduced in ascending position (order of
-// cpu_attention.h) whatever B and Ttot are. Work is split over (sequence, KV head, query), so a query's bits
+// cpu_attention.h) whatever B and Ttot are. Work is split over (query, group of KV heads), so a query's bits
 // depend only on its own sequence.
 #include <algorithm>
 
@@ -28,22 +28,28 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
       throw Error("attentionPrefill: sequence " + std::to_string(b) + " has " + std::to_string(T) +
                   " queries but only " + std::to_string(tokens[b]) + " tokens in the cache (write its KV first)");
   }
-  // One item per (query row, KV head); row t belongs to the sequence b with qi[b] <= t < qi[b+1].
-  parallelFor(Ttot * Hk, 4, [&](int64_t lo, int64_t hi) {
-    SoftmaxState st;
+  // One item per (query row, group of KV heads); row t belongs to the sequence b with qi[b] <= t < qi[b+1]. The
+  // grouping only serves parallelism (a head's bits do not depend on it).
+  const int64_t groups = std::min<int64_t>(Hk, (2 * numThreads() + Ttot - 1) / std::max<int64_t>(1, Ttot));
+  parallelFor(Ttot * groups, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<SoftmaxState> st;
     std::vector<float> scores;
     for (int64_t item = lo; item < hi; item++) {
-      const int64_t t = item / Hk, hk = item % Hk;
+      const int64_t t = item / groups, grp = item % groups;
+      const int64_t hk0 = Hk * grp / groups, hk1 = Hk * (grp + 1) / groups;
       const int64_t b = std::upper_bound(qi, qi + B + 1, int32_t(t)) - qi - 1;
       const int64_t pos = tokens[b] - (qi[b + 1] - qi[b]) + (t - qi[b]);
-      st.reset(int(G), D);
-      attention_detail::attendTokens(kv, b, hk, 0, pos + 1, q.as<float>() + (t * Hq + hk * G) * D, D, scale, st,
-                                     scores);
-      float* o = out.as<float>() + (t * Hq + hk * G) * D;
-      for (int64_t g = 0; g < G; g++) {
-        const float inv = 1.f / st.l[g];
-        for (int64_t d = 0; d < D; d++) o[g * D + d] = st.acc[g * D + d] * inv;
-      }
+      st.resize(size_t(hk1 - hk0));
+      for (auto& h : st) h.reset(int(G), D);
+      attention_detail::attendTokens(kv, b, hk0, hk1, 0, pos + 1, q.as<float>() + (t * Hq + hk0 * G) * D, scale,
+                                     st.data(), scores);
+      for (int64_t hk = hk0; hk < hk1; hk++)
+        for (int64_t g = 0; g < G; g++) {
+          const SoftmaxState& h = st[hk - hk0];
+          float* o = out.as<float>() + (t * Hq + hk * G + g) * D;
+          const float inv = 1.f / h.l[g];
+          for (int64_t d = 0; d < D; d++) o[d] = h.acc[g * D + d] * inv;
+        }
     }
   });
 }

@@ -1,9 +1,10 @@
-// CPU kernel benchmark: `npm run bench:kernels [-- --json] [-- --quick]`.
+// CPU kernel benchmark: `npm run bench:kernels [-- --json] [-- --quick] [-- --threads N]`.
 //   gemm            GFLOP/s of Y = X . W^T against numpy's matmul (OpenBLAS) on the same shapes in the same run
 //   gemv            decode shapes (M <= 8, bf16 W larger than the L3): W bytes read per second, against a plain
 //                   memory copy (bytes copied per second, 1 and 2 threads, the better one)
 //   attentionDecode GB/s of KV read, bf16 paged cache
-// Every figure is the median of repeated runs (wall clock). With --json: one JSON array on stdout.
+// Every figure is the median of repeated runs (wall clock). --threads N sets both our pool and OpenBLAS's
+// (default: all cores). With --json: one JSON array on stdout.
 import { spawnSync } from "node:child_process";
 import { Worker } from "node:worker_threads";
 import { loadAddon } from "../../ts/native/loadAddon.js";
@@ -13,6 +14,8 @@ const addon = loadAddon();
 const json = process.argv.includes("--json");
 const quick = process.argv.includes("--quick");
 const minSeconds = quick ? 0.2 : 1;
+const threadsArg = process.argv.indexOf("--threads");
+const threads = addon.setThreads(threadsArg > 0 ? Number(process.argv[threadsArg + 1]) : 0);
 
 /** Median seconds per call of fn (after one warm-up), repeating until minSeconds and at least 5 runs. */
 async function medianSeconds(fn: () => Promise<unknown> | unknown): Promise<number> {
@@ -69,6 +72,7 @@ print(json.dumps({"gflops": out, "kernel": f"OpenBLAS {core}, numpy {np.__versio
   const env = { ...process.env };
   delete env.OPENBLAS_CORETYPE;
   delete env.OPENBLAS_L2_SIZE;
+  env.OPENBLAS_NUM_THREADS = String(threads);
   const r = spawnSync("python3", ["-c", script, JSON.stringify(shapes), String(minSeconds)], { env, encoding: "utf8" });
   if (r.status !== 0) throw new Error(`numpy reference failed: ${r.stderr || r.error?.message}`);
   return JSON.parse(r.stdout) as { gflops: number[]; kernel: string };
