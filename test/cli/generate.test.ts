@@ -29,6 +29,6 @@ describe("deliberate generate", () => {
     expect(stdout.endsWith("\n")).toBe(true);
     await expect(cli(["generate", "--model", dir])).rejects.toThrow(/exactly one of --prompt TEXT or --prompt-ids/);
     await expect(cli(["generate", "--model", dir, "--prompt-ids", "1,x"])).rejects.toThrow(/--prompt-ids entry 1 is 'x'/);
-    await expect(cli(["generate", "--model", "/nonexistent", "--prompt", "a"])).rejects.toThrow(/config.json: file not found/);
+    await expect(cli(["generate", "--model", "/nonexistent", "--prompt", "a"])).rejects.toThrow(/nonexistent: model folder not found/);
   });
 });

@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NativeForwardBatch, NativeForwardResult, NativeForwardSequence } from "../../ts/native/addonTypes.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
+import type { FixtureOptions } from "../../scripts/make-fixture.js";
 import { fixtureDir, randomTokens, relL2 } from "./fixtureCache.js";
 import { ReferenceModel } from "./reference.js";
 import { referenceHiddenStates } from "./referenceHidden.js";
@@ -31,53 +32,60 @@ async function runChunks(model: Model, tokens: number[], chunks: number[], first
 // Activations are f32 on the CPU whatever the weight dtype, so bf16 weights agree as closely as f32 ones there.
 const tolerance = (dtype: string) => (device === "cpu" || dtype === "f32" ? 1e-4 : 2e-2);
 
-for (const arch of ["llama", "qwen2"] as const) {
-  for (const dtype of ["f32", "bf16"] as const) {
-    describe(`${arch} ${dtype} forward vs float64 reference`, () => {
-      let model: Model;
-      let ref: ReferenceModel;
-      beforeAll(async () => {
-        const dir = await fixtureDir(arch, dtype);
-        model = await loadModel(dir, { device, kvPages: 256, pageSize: PAGE });
-        ref = await ReferenceModel.load(dir);
-      });
-      afterAll(() => model?.dispose());
+const CASES: Array<{ arch: "llama" | "qwen2"; dtype: "f32" | "bf16" | "f16"; extra?: Partial<FixtureOptions>; what?: string }> = [
+  { arch: "llama", dtype: "f32" },
+  { arch: "llama", dtype: "bf16" },
+  { arch: "qwen2", dtype: "f32" },
+  { arch: "qwen2", dtype: "bf16" },
+  // f16 weights, o_proj bias (Llama attention_bias), plain multi-head attention, tied embeddings.
+  { arch: "llama", dtype: "f16", extra: { attentionBias: true, kvHeads: 4, tieEmbeddings: true }, what: " attention_bias MHA tied" },
+];
 
-      it("gives the reference logits after prefill and at every decode step (KV reused across steps)", async () => {
-        const V = model.config.vocabSize;
-        for (const [len, seed] of [[1, 1], [6, 2], [23, 3]] as const) {
-          const tokens = randomTokens(len + 3, V, seed);
-          const want = ref.logits(tokens);
-          // Prefill the first `len` tokens in one step, then decode three tokens one by one.
-          const got = await runChunks(model, tokens, [len, 1, 1, 1], 0);
-          got.forEach((g, i) => expect(relL2(g, want[len - 1 + i])).toBeLessThan(tolerance(dtype)));
-        }
-      });
-
-      it("gives the same logits for a prompt prefilled in chunks as in one step", async () => {
-        const tokens = randomTokens(29, model.config.vocabSize, 7);
-        const [whole] = await runChunks(model, tokens, [29], 0);
-        const chunked = await runChunks(model, tokens, [10, 12, 7], 16);
-        expect(relL2(chunked[2], whole)).toBeLessThan(1e-5);
-        const want = ref.logits(tokens);
-        expect(relL2(chunked[0], want[9])).toBeLessThan(tolerance(dtype));
-        expect(relL2(chunked[1], want[21])).toBeLessThan(tolerance(dtype));
-      });
-
-      it("captures the reference hidden state of a chosen layer at the last position", async () => {
-        const tokens = randomTokens(9, model.config.vocabSize, 11);
-        const hs = referenceHiddenStates(ref, tokens);
-        for (let layer = 0; layer <= model.config.numLayers; layer++) {
-          const [r] = await model.forward({
-            ...FIXED,
-            sequences: [{ tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([40, 41, 42]), captureHiddenLayer: layer }],
-          });
-          expect(r.hidden!.length).toBe(model.config.hiddenSize);
-          expect(relL2(r.hidden!, hs[layer][8])).toBeLessThan(tolerance(dtype));
-        }
-      });
+for (const { arch, dtype, extra, what } of CASES) {
+  describe(`${arch} ${dtype}${what ?? ""} forward vs float64 reference`, () => {
+    let model: Model;
+    let ref: ReferenceModel;
+    beforeAll(async () => {
+      const dir = await fixtureDir(arch, dtype, extra);
+      model = await loadModel(dir, { device, kvPages: 256, pageSize: PAGE });
+      ref = await ReferenceModel.load(dir);
     });
-  }
+    afterAll(() => model?.dispose());
+
+    it("gives the reference logits after prefill and at every decode step (KV reused across steps)", async () => {
+      const V = model.config.vocabSize;
+      for (const [len, seed] of [[1, 1], [6, 2], [23, 3]] as const) {
+        const tokens = randomTokens(len + 3, V, seed);
+        const want = ref.logits(tokens);
+        // Prefill the first `len` tokens in one step, then decode three tokens one by one.
+        const got = await runChunks(model, tokens, [len, 1, 1, 1], 0);
+        got.forEach((g, i) => expect(relL2(g, want[len - 1 + i])).toBeLessThan(tolerance(dtype)));
+      }
+    });
+
+    it("gives the same logits for a prompt prefilled in chunks as in one step", async () => {
+      const tokens = randomTokens(29, model.config.vocabSize, 7);
+      const [whole] = await runChunks(model, tokens, [29], 0);
+      const chunked = await runChunks(model, tokens, [10, 12, 7], 16);
+      expect(relL2(chunked[2], whole)).toBeLessThan(1e-5);
+      const want = ref.logits(tokens);
+      expect(relL2(chunked[0], want[9])).toBeLessThan(tolerance(dtype));
+      expect(relL2(chunked[1], want[21])).toBeLessThan(tolerance(dtype));
+    });
+
+    it("captures the reference hidden state of a chosen layer at the last position", async () => {
+      const tokens = randomTokens(9, model.config.vocabSize, 11);
+      const hs = referenceHiddenStates(ref, tokens);
+      for (let layer = 0; layer <= model.config.numLayers; layer++) {
+        const [r] = await model.forward({
+          ...FIXED,
+          sequences: [{ tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([40, 41, 42]), captureHiddenLayer: layer }],
+        });
+        expect(r.hidden!.length).toBe(model.config.hiddenSize);
+        expect(relL2(r.hidden!, hs[layer][8])).toBeLessThan(tolerance(dtype));
+      }
+    });
+  });
 }
 
 describe("bf16 KV cache", () => {

@@ -5,7 +5,7 @@ import { loadAddon } from "../native/loadAddon.js";
 import { computeInvFreq, type ModelConfig } from "./config.js";
 import { nativeDType } from "./dtype.js";
 import type { SafetensorsCheckpoint } from "./safetensors.js";
-import { checkWeights, expectedTensors } from "./weights.js";
+import { expectedTensors } from "./weights.js";
 
 export interface KvPlan {
   numPages: number;
@@ -47,9 +47,8 @@ export function createNativeModel(config: ModelConfig, plan: NativeModelPlan): N
   });
 }
 
-/** Checks names, shapes and dtypes against the config (one Error listing every problem), then uploads. */
+/** Uploads every tensor the config requires (the checkpoint was checked against it by openModelFiles). */
 export async function uploadWeights(native: NativeModel, config: ModelConfig, checkpoint: SafetensorsCheckpoint): Promise<void> {
-  checkWeights(config, checkpoint);
   for (const { name } of expectedTensors(config)) {
     const t = checkpoint.tensors.get(name)!;
     const bytes = await checkpoint.read(name);

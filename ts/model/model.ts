@@ -3,13 +3,13 @@
 // `generateStream` run one sequence for direct use.
 import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel } from "../native/addonTypes.js";
 import type { ChatMessage } from "./chatTemplate.js";
-import { readModelConfig, type ModelConfig } from "./config.js";
+import type { ModelConfig } from "./config.js";
 import { generateSequence, type GenerateParams, type GenerateResult } from "./generate.js";
-import { readGenerationConfig, type GenerationDefaults } from "./generationConfig.js";
+import type { GenerationDefaults } from "./generationConfig.js";
 import { createNativeModel, kvBytesPerToken, uploadWeights } from "./loadWeights.js";
 import { PagePool } from "./pagePool.js";
-import { openSafetensors } from "./safetensors.js";
-import { ModelTokenizer } from "./tokenizer.js";
+import { openModelFiles } from "./modelFiles.js";
+import type { ModelTokenizer } from "./tokenizer.js";
 
 export interface LoadModelOptions {
   device?: DeviceKind;
@@ -69,31 +69,18 @@ export class Model implements AsyncDisposable {
     if (!Number.isInteger(prefillChunkTokens) || prefillChunkTokens < 1) {
       throw new Error(`loadModel: prefillChunkTokens must be an integer >= 1, got ${prefillChunkTokens}`);
     }
-    const config = await readModelConfig(dir);
-    const generationDefaults = await readGenerationConfig(dir);
-    const tokenizer = await ModelTokenizer.load(dir, { config, generation: generationDefaults });
+    const kvDtype = options.kvDtype ?? (device === "cuda" ? "bf16" : "f32");
+    if (!["f32", "bf16", "f16"].includes(kvDtype)) throw new Error(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`);
+    // Every file is opened and checked (config, tokenizer, checkpoint headers vs config) before any upload.
+    const files = await openModelFiles(dir);
+    const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
     // Sliding-window attention is not implemented: contexts stay within the window, where it never binds.
     const contextLength = Math.min(config.maxPositionEmbeddings, config.slidingWindow ?? Infinity);
 
-    const kvDtype = options.kvDtype ?? (device === "cuda" ? "bf16" : "f32");
-    if (!["f32", "bf16", "f16"].includes(kvDtype)) throw new Error(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`);
     const bytesPerPage = kvBytesPerToken(config, kvDtype === "f32" ? 4 : 2) * pageSize;
-    let numPages: number;
-    if (options.kvPages !== undefined) {
-      if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new Error(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`);
-      numPages = options.kvPages;
-    } else if (options.kvMemoryBytes !== undefined) {
-      numPages = Math.floor(options.kvMemoryBytes / bytesPerPage);
-      if (!(numPages >= 1)) {
-        throw new Error(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`);
-      }
-    } else {
-      numPages = Math.ceil(Math.min(contextLength, DEFAULT_KV_TOKENS) / pageSize);
-    }
-
-    const checkpoint = await openSafetensors(dir);
     let native: NativeModel | null = null;
     try {
+      const numPages = planPages(options, contextLength, pageSize, bytesPerPage);
       native = createNativeModel(config, { device, kvDtype, kv: { numPages, pageSize } });
       await uploadWeights(native, config, checkpoint);
     } catch (e) {
@@ -102,7 +89,8 @@ export class Model implements AsyncDisposable {
     } finally {
       await checkpoint.close();
     }
-    return new Model(dir, config, tokenizer, generationDefaults, device, native, { numPages, pageSize, bytesPerPage }, contextLength, prefillChunkTokens);
+    const numPages = native.info.numPages;
+    return new Model(files.dir, config, tokenizer, generationDefaults, device, native, { numPages, pageSize, bytesPerPage }, contextLength, prefillChunkTokens);
   }
 
   get disposed(): boolean {
@@ -191,6 +179,20 @@ export class Model implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
   }
+}
+
+/** KV pages: kvPages, else kvMemoryBytes' worth, else one full context (at most DEFAULT_KV_TOKENS). */
+function planPages(options: LoadModelOptions, contextLength: number, pageSize: number, bytesPerPage: number): number {
+  if (options.kvPages !== undefined) {
+    if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new Error(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`);
+    return options.kvPages;
+  }
+  if (options.kvMemoryBytes !== undefined) {
+    const n = Math.floor(options.kvMemoryBytes / bytesPerPage);
+    if (!(n >= 1)) throw new Error(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`);
+    return n;
+  }
+  return Math.ceil(Math.min(contextLength, DEFAULT_KV_TOKENS) / pageSize);
 }
 
 /** Loads a Hugging Face model folder (config.json, safetensors, tokenizer files) onto a device. */
