@@ -76,6 +76,7 @@ void Model::validate(const BatchInput& b) const {
     if (!(s.topP > 0 && s.topP <= 1)) fail(who + "topP must be in (0, 1], got " + std::to_string(s.topP));
     if (s.numTop < 0 || s.numTop > 64 || s.numTop > cfg.vocab)
       fail(who + "numTopLogprobs must be in [0, 64], got " + std::to_string(s.numTop));
+    if (s.emitAll && !s.emitToken) fail(who + "emitAll needs emitToken (a row that samples nothing cannot sample everywhere)");
     if (s.captureLayer < -1 || s.captureLayer > cfg.numLayers)
       fail(who + "captureHiddenLayer must be in [0, " + std::to_string(cfg.numLayers) + "], got " +
            std::to_string(s.captureLayer));

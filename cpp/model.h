@@ -23,6 +23,7 @@ struct SeqInput {
   int numTop = 0;                   // top-k logprobs to return (0..64)
   int captureLayer = -1;            // HF hidden_states index in [0, numLayers], -1 = none
   bool emitToken = true;            // false: a non-final prefill chunk; lm_head and sampling skipped
+  bool emitAll = false;             // sample at every position (a verify row), not only the last; needs emitToken
 };
 
 struct BatchInput {
@@ -34,12 +35,14 @@ struct BatchInput {
 };
 
 struct SeqOutput {
-  int32_t token = -1;  // -1 when !emitToken
+  int32_t token = -1;  // -1 when !emitToken; the last position's token for emitAll
   float logprob = 0;
-  std::vector<int32_t> topIds;
+  std::vector<int32_t> tokens;    // emitAll: [len] the token sampled after each position
+  std::vector<float> logprobs;    // emitAll: [len]
+  std::vector<int32_t> topIds;    // [numTop], or [len, numTop] for emitAll
   std::vector<float> topLogprobs;
   std::vector<float> hidden;  // [C] when captured
-  std::vector<float> logits;  // [V] when returnLogits and emitToken
+  std::vector<float> logits;  // [V] (or [len, V] for emitAll) when returnLogits and emitToken
 };
 
 class Model {

@@ -18,7 +18,14 @@ struct Model::Plan {
   int64_t ids = 0, positions = 0, slots = 0;           // meta offsets of [T] arrays
   int64_t dIndptr = 0, dIndices = 0, dLast = 0, dNnz = 0;  // decode CSR
   int64_t pQIndptr = 0, pIndptr = 0, pIndices = 0, pLast = 0, pNnz = 0;  // prefill CSR
-  std::vector<int> finals;            // sequences needing final rows: E emitting ones first
+  // Final rows (norm + lm_head): E emitting rows first (the last row of each emitting sequence, or every row of
+  // an emitAll one, in sequence order), then the last rows of sequences that only capture the final hidden state.
+  struct FinalRow {
+    int seq;
+    int32_t row;  // packed row
+    int32_t j;    // index within the sequence's new tokens
+  };
+  std::vector<FinalRow> finals;
   int E = 0;
   int64_t finalRows = 0;              // meta offset of [F] packed rows
   int64_t temp = 0, topK = 0, topP = 0, seeds = 0, samplePos = 0;  // meta offsets of [E] (seeds [E,2])
@@ -102,33 +109,35 @@ Model::Plan Model::plan(const BatchInput& b) {
   push(0);
   for (int o = p.nd; o < n; o++) push(int32_t(p.firstRow[p.order[o]] - p.nd + int64_t(b.seqs[p.order[o]].tokens.size())));
 
-  // Final rows: emitting sequences (they get logits and a token), then those capturing the final hidden state.
-  for (int i = 0; i < n; i++)
-    if (b.seqs[i].emitToken) p.finals.push_back(i);
+  // Final rows: emitting rows (they get logits and a token), then those capturing the final hidden state.
+  auto lastRow = [&](int i) { return int32_t(p.firstRow[i] + int64_t(b.seqs[i].tokens.size()) - 1); };
+  for (int i = 0; i < n; i++) {
+    const SeqInput& s = b.seqs[i];
+    if (!s.emitToken) continue;
+    const int32_t len = int32_t(s.tokens.size());
+    for (int32_t j = s.emitAll ? 0 : len - 1; j < len; j++) p.finals.push_back({i, int32_t(p.firstRow[i]) + j, j});
+  }
   p.E = int(p.finals.size());
   for (int i = 0; i < n; i++)
-    if (!b.seqs[i].emitToken && b.seqs[i].captureLayer == cfg.numLayers) p.finals.push_back(i);
-  auto lastRow = [&](int i) { return int32_t(p.firstRow[i] + int64_t(b.seqs[i].tokens.size()) - 1); };
+    if (!b.seqs[i].emitToken && b.seqs[i].captureLayer == cfg.numLayers)
+      p.finals.push_back({i, lastRow(i), int32_t(b.seqs[i].tokens.size()) - 1});
   p.finalRows = int64_t(m.size());
-  for (int i : p.finals) push(lastRow(i));
+  for (const auto& f : p.finals) push(f.row);
   p.temp = int64_t(m.size());
-  for (int e = 0; e < p.E; e++) push(floatBits(b.seqs[p.finals[e]].temperature));
+  for (int e = 0; e < p.E; e++) push(floatBits(b.seqs[p.finals[e].seq].temperature));
   p.topK = int64_t(m.size());
-  for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e]].topK);
+  for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e].seq].topK);
   p.topP = int64_t(m.size());
-  for (int e = 0; e < p.E; e++) push(floatBits(b.seqs[p.finals[e]].topP));
+  for (int e = 0; e < p.E; e++) push(floatBits(b.seqs[p.finals[e].seq].topP));
   p.seeds = int64_t(m.size());
   for (int e = 0; e < p.E; e++) {
-    uint64_t s = b.seqs[p.finals[e]].seed;
+    uint64_t s = b.seqs[p.finals[e].seq].seed;
     push(int32_t(uint32_t(s))), push(int32_t(uint32_t(s >> 32)));
   }
-  // The sampled token's own position: it follows the last input token.
+  // The sampled token's own position: it follows the row's input token.
   p.samplePos = int64_t(m.size());
-  for (int e = 0; e < p.E; e++) {
-    const SeqInput& s = b.seqs[p.finals[e]];
-    push(s.startPos + int32_t(s.tokens.size()));
-  }
-  for (int e = 0; e < p.E; e++) p.numTop = std::max(p.numTop, b.seqs[p.finals[e]].numTop);
+  for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e].seq].startPos + p.finals[e].j + 1);
+  for (int e = 0; e < p.E; e++) p.numTop = std::max(p.numTop, b.seqs[p.finals[e].seq].numTop);
 
   for (int layer = 0; layer < cfg.numLayers; layer++) {
     Plan::Capture c{layer, {}, 0};
@@ -264,12 +273,17 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
     ops::embedding(d, rows, resid, resLast_.view({F, C}));
     ops::embedding(d, rows, o, oLast_.view({F, C}));
     ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
+    // The final hidden state is captured at a sequence's last row only (emitAll rows before it are skipped).
+    auto isCapture = [&](const Plan::FinalRow& f) {
+      const SeqInput& s = b.seqs[f.seq];
+      return s.captureLayer == cfg.numLayers && f.j == int32_t(s.tokens.size()) - 1;
+    };
     bool finalCapture = false;
-    for (int i : p.finals) finalCapture |= b.seqs[i].captureLayer == cfg.numLayers;
+    for (const auto& f : p.finals) finalCapture |= isCapture(f);
     if (finalCapture) {
       auto rowsF = readRows(d, hLast_, F, C);
       for (int64_t r = 0; r < F; r++)
-        if (b.seqs[p.finals[r]].captureLayer == cfg.numLayers) captured[p.finals[r]] = std::move(rowsF[r]);
+        if (isCapture(p.finals[r])) captured[p.finals[r].seq] = std::move(rowsF[r]);
     }
   }
   if (E > 0) {
@@ -299,16 +313,21 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
       copyToHost(d, ids.data(), topIds_.data(), ids.size() * 4);
       copyToHost(d, tlp.data(), topLogprobs_.data(), tlp.size() * 4);
     }
+    // Rows of one sequence are consecutive in finals, in position order: append, so the last row's values end up
+    // in token/logprob and an emitAll sequence's per-row arrays fill in order.
     for (int64_t e = 0; e < E; e++) {
-      SeqOutput& r = out[p.finals[e]];
-      int want = b.seqs[p.finals[e]].numTop;
+      const SeqInput& s = b.seqs[p.finals[e].seq];
+      SeqOutput& r = out[p.finals[e].seq];
+      int want = s.numTop;
       r.token = tok[e];
       r.logprob = lp[e];
-      r.topIds.assign(ids.begin() + e * p.numTop, ids.begin() + e * p.numTop + want);
-      r.topLogprobs.assign(tlp.begin() + e * p.numTop, tlp.begin() + e * p.numTop + want);
+      if (s.emitAll) r.tokens.push_back(tok[e]), r.logprobs.push_back(lp[e]);
+      r.topIds.insert(r.topIds.end(), ids.begin() + e * p.numTop, ids.begin() + e * p.numTop + want);
+      r.topLogprobs.insert(r.topLogprobs.end(), tlp.begin() + e * p.numTop, tlp.begin() + e * p.numTop + want);
       if (b.returnLogits) {
-        r.logits.resize(size_t(V));
-        copyToHost(d, r.logits.data(), logits_.at(e * V), size_t(V) * 4);
+        size_t at = r.logits.size();
+        r.logits.resize(at + size_t(V));
+        copyToHost(d, r.logits.data() + at, logits_.at(e * V), size_t(V) * 4);
       }
     }
   }

@@ -117,6 +117,7 @@ BatchInput parseBatch(const Napi::Value& v) {
     s.numTop = int(integer(so, "numTopLogprobs", w, 0, 0, 64));
     s.captureLayer = int(integer(so, "captureHiddenLayer", w, -1, -1, 1 << 12));
     s.emitToken = boolean(so, "emitToken", w, true);
+    s.emitAll = boolean(so, "emitAll", w, false);
     Napi::Value sp = so.Get("sampling");
     if (!sp.IsUndefined() && !sp.IsNull()) {
       if (!sp.IsObject()) fail(w + ": 'sampling' must be an object");
@@ -155,6 +156,14 @@ class ForwardWorker : public Napi::AsyncWorker {
       Napi::Object o = Napi::Object::New(env);
       o.Set("token", r.token);
       o.Set("logprob", double(r.logprob));
+      if (batch_.seqs[i].emitAll) {
+        auto toks = Napi::Int32Array::New(env, r.tokens.size());
+        auto lps = Napi::Float32Array::New(env, r.logprobs.size());
+        std::copy(r.tokens.begin(), r.tokens.end(), toks.Data());
+        std::copy(r.logprobs.begin(), r.logprobs.end(), lps.Data());
+        o.Set("tokens", toks);
+        o.Set("logprobs", lps);
+      }
       if (!r.topIds.empty()) {
         auto ids = Napi::Int32Array::New(env, r.topIds.size());
         auto lps = Napi::Float32Array::New(env, r.topLogprobs.size());

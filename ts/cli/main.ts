@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The `deliberate` CLI. One file per command in ts/cli/commands/; each registers itself here.
 import { Command } from "commander";
+import { registerDeterminism } from "./commands/determinism.js";
 import { registerDevices } from "./commands/devices.js";
 import { registerEval } from "./commands/eval.js";
 import { registerGenerate } from "./commands/generate.js";
@@ -12,6 +13,7 @@ registerDevices(program);
 registerGenerate(program);
 registerRun(program);
 registerEval(program);
+registerDeterminism(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {
   console.error(`deliberate: ${e instanceof Error ? e.message : String(e)}`);

@@ -81,8 +81,8 @@ export class BlockManager {
   }
 
   /** Tokens of `tokens` an admission would take from the prefix cache now (read-only; for the lpm policy). */
-  matchPrefix(tokens: readonly number[]): number {
-    let parent = ROOT_HASH;
+  matchPrefix(tokens: readonly number[], kvNamespace = 0): number {
+    let parent = namespaceRoot(kvNamespace);
     let matched = 0;
     for (let i = 0; i < this.maxCachedPages(tokens.length); i++) {
       const pageTokens = tokens.slice(i * this.pageSize, (i + 1) * this.pageSize);
@@ -103,7 +103,7 @@ export class BlockManager {
     if (seq.blockTable.length !== 0 || seq.numComputedTokens !== 0) {
       throw new Error(`BlockManager.allocatePrefix: sequence ${seq.id} already holds ${seq.blockTable.length} pages`);
     }
-    let parent = ROOT_HASH;
+    let parent = namespaceRoot(seq.kvNamespace);
     for (let i = 0; i < this.maxCachedPages(seq.numTokens); i++) {
       const page = this.lookup(parent, seq.pageTokens(i));
       if (page === undefined) break;
@@ -182,7 +182,7 @@ export class BlockManager {
     for (let i = firstPage; i < Math.floor(numComputedTokens / this.pageSize); i++) {
       const page = this.pages[seq.blockTable[i]];
       if (page.hash !== null) continue;
-      const parent = i === 0 ? ROOT_HASH : this.pages[seq.blockTable[i - 1]].hash;
+      const parent = i === 0 ? namespaceRoot(seq.kvNamespace) : this.pages[seq.blockTable[i - 1]].hash;
       if (parent === null) return; // chain broken by an uncached page: later pages cannot be keyed
       page.tokens = seq.pageTokens(i);
       page.parentHash = parent;
@@ -265,4 +265,9 @@ export class BlockManager {
     page.hash = null;
     page.tokens = null;
   }
+}
+
+/** Chain root of a prefix-cache namespace (0: ROOT_HASH), so equal tokens in two namespaces never share pages. */
+function namespaceRoot(kvNamespace: number): number {
+  return kvNamespace === 0 ? ROOT_HASH : hashPage(ROOT_HASH, [-1 - kvNamespace]);
 }

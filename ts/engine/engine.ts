@@ -5,6 +5,7 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { DEFAULT_AGING_TOKENS_PER_SECOND, parseSchedulingPolicy, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
+import { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW, type ChunkKind, type Commit } from "./deterministicDecoder.js";
 import { RequestHandle } from "./handle.js";
 import { parseKernelMode, type KernelMode } from "./kernelSchedule.js";
 import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
@@ -12,6 +13,7 @@ import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
 import type { EngineModel, ForwardResult, TextCodec } from "./modelTypes.js";
 import { ModelSlot } from "./modelSlot.js";
+import type { StreamDelta } from "./outputs.js";
 import type { ForkOptions, GenerateRequest } from "./request.js";
 import { RequestBuilder } from "./requestBuilder.js";
 import type { RequestState } from "./requestState.js";
@@ -40,6 +42,10 @@ export interface EngineOptions {
   maxBatchSeqs?: number;
   /** SJF aging rate, tokens of estimate forgiven per second waited. Default 64. */
   agingTokensPerSecond?: number;
+  /** Deterministic requests: tokens per verify row (last committed + candidates). Default 32; at least 2. */
+  verifyWindow?: number;
+  /** Deterministic requests: rows per verify pass, padded with dummies. Default 8. */
+  verifyGroup?: number;
 }
 
 /** Which request (and which of its samples) a live sequence belongs to. */
@@ -86,11 +92,16 @@ export class Engine implements AsyncDisposable {
       agingTokensPerSecond: options.agingTokensPerSecond ?? DEFAULT_AGING_TOKENS_PER_SECOND,
     };
     const kernelMode = parseKernelMode(options.kernelMode ?? "fast");
+    const verifyOptions = {
+      verifyWindow: positiveInt("verifyWindow", options.verifyWindow ?? DEFAULT_VERIFY_WINDOW),
+      verifyGroup: positiveInt("verifyGroup", options.verifyGroup ?? DEFAULT_VERIFY_GROUP),
+    };
+    if (verifyOptions.verifyWindow < 2) throw new Error(`Engine: options.verifyWindow is ${verifyOptions.verifyWindow}; expected an integer >= 2 (the last committed token + candidates)`);
     this.slots = specs.map((spec, i) => {
       const name = spec.name ?? (i === 0 ? "default" : `model${i}`);
       const model = isModel(spec.model) ? engineModelOf(spec.model) : spec.model;
       const codec = isModel(spec.model) ? codecOf(spec.model) : (spec.tokenizer ?? null);
-      return new ModelSlot(name, model, codec, kernelMode, schedulerOptions);
+      return new ModelSlot(name, model, codec, kernelMode, schedulerOptions, verifyOptions);
     });
     const names = new Set(this.slots.map((s) => s.name));
     if (names.size !== this.slots.length) throw new Error(`Engine: model names must be unique, got ${this.slots.map((s) => s.name).join(", ")}`);
@@ -108,6 +119,7 @@ export class Engine implements AsyncDisposable {
   submit(request: GenerateRequest): RequestHandle {
     this.checkAlive("submit");
     const built = this.builder.submit(request);
+    this.trackDeterministic(built.slot, built.state, built.seqs);
     return this.start(built.slot, built.state, built.seqs, request.signal);
   }
 
@@ -119,6 +131,7 @@ export class Engine implements AsyncDisposable {
   fork(handle: RequestHandle, options: ForkOptions = {}): RequestHandle {
     this.checkAlive("fork");
     const built = this.builder.fork(handle, options);
+    this.trackDeterministic(built.slot, built.state, built.seqs);
     return this.start(built.slot, built.state, built.seqs, options.signal);
   }
 
@@ -205,29 +218,43 @@ export class Engine implements AsyncDisposable {
     let progressed = false;
     for (const slot of this.slots) {
       const batch = slot.scheduler.schedule(now);
+      for (const seq of batch.preempted) slot.decoder.preempted(seq);
       for (const { seq, error } of batch.failed) this.failRequest(this.owners.get(seq.id)!.state, error);
       if (batch.seqs.length > 0) work.push({ slot, batch });
       // A request admitted with its shared prompt already cached forks its samples now, to run next step.
       const expanded = this.expandSamples(slot);
       progressed ||= expanded || batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     }
-    const results = await Promise.allSettled(work.map(({ slot, batch }) => slot.runner.run(batch, (seq) => this.samplingOf(seq))));
+    const samplingOf = (seq: Sequence): SequenceSampling => this.samplingOf(seq);
+    const results = await Promise.allSettled(work.map(({ slot, batch }) => slot.decoder.run(batch, samplingOf)));
     this.steps++;
     results.forEach((r, i) => {
       const { slot, batch } = work[i];
-      if (r.status === "fulfilled") this.postprocess(slot, batch, r.value);
+      if (r.status === "fulfilled") this.postprocess(slot, batch, r.value.results, r.value.kinds);
       else for (const { seq } of batch.seqs) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+    });
+    // Deterministic sequences holding enough candidates are verified now (decoder.verify decides which groups run).
+    const verifying = this.slots.filter((s) => s.decoder.hasPendingVerification);
+    const verified = await Promise.allSettled(verifying.map((s) => s.decoder.verify(this.steps, samplingOf)));
+    verified.forEach((r, i) => {
+      if (r.status === "fulfilled") {
+        this.commitVerified(r.value);
+        progressed ||= r.value.length > 0;
+      } else {
+        for (const seq of verifying[i].scheduler.running.filter((s) => s.holdForVerify)) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+      }
     });
     return progressed;
   }
 
-  private postprocess(slot: ModelSlot, batch: ScheduledBatch, results: ForwardResult[]): void {
+  private postprocess(slot: ModelSlot, batch: ScheduledBatch, results: ForwardResult[], kinds: ChunkKind[]): void {
     let generated = 0;
     let prompt = 0;
     batch.seqs.forEach(({ seq, numNewTokens, emitToken }, i) => {
       const owner = this.owners.get(seq.id);
       if (owner === undefined || seq.status !== "running") return; // finished or failed while in flight
-      slot.blockManager.commitComputed(seq, seq.numComputedTokens + numNewTokens);
+      // A deterministic candidate's KV (fast schedule) stays out of the prefix cache: the verifier rewrites it.
+      slot.blockManager.commitComputed(seq, seq.numComputedTokens + numNewTokens, kinds[i] !== "candidate");
       if (!emitToken) {
         prompt += numNewTokens;
         return;
@@ -235,7 +262,12 @@ export class Engine implements AsyncDisposable {
       prompt += numNewTokens - 1;
       if (owner.state.aborted) return;
       const r = results[i];
+      if (kinds[i] === "candidate") {
+        slot.decoder.addCandidate(seq, r.token, this.steps); // streamed once verified
+        return;
+      }
       seq.tokens.push(r.token);
+      if (kinds[i] === "fixedPrefill") slot.decoder.committedByPrefill(seq);
       generated++;
       const tracker = owner.state.samples[owner.sample];
       owner.state.channel.push(tracker.add(r));
@@ -243,6 +275,26 @@ export class Engine implements AsyncDisposable {
     });
     this.meter.record(Date.now(), generated, prompt);
     this.expandSamples(slot);
+  }
+
+  /** Streams what verify passes committed (one delta per sequence); a sample that finishes drops the rest. */
+  private commitVerified(commits: readonly Commit[]): void {
+    let generated = 0;
+    for (const { seq, tokens } of commits) {
+      const owner = this.owners.get(seq.id);
+      if (owner === undefined || seq.status !== "running" || owner.state.aborted) continue;
+      const tracker = owner.state.samples[owner.sample];
+      const deltas: StreamDelta[] = [];
+      let used = 0;
+      while (used < tokens.length && !tracker.finished) deltas.push(tracker.add(tokens[used++]));
+      generated += used;
+      owner.state.channel.push(mergeDeltas(deltas));
+      if (tracker.finished) {
+        seq.tokens.length -= tokens.length - used; // committed past the stop: not part of the output
+        this.finishSequence(seq);
+      }
+    }
+    this.meter.record(Date.now(), generated, 0);
   }
 
   /** Forks samples 1..n-1 off sample 0 once its prompt KV (all but the last token) is computed. */
@@ -255,9 +307,27 @@ export class Engine implements AsyncDisposable {
       const owner = this.owners.get(seq.id)!;
       for (const child of this.builder.expandSamples(owner.state, seq, slot)) {
         this.owners.set(child.id, { state: owner.state, sample: owner.state.seqs.indexOf(child), slot });
+        this.trackDeterministic(slot, owner.state, [child]);
       }
     }
     return expanded;
+  }
+
+  /** Hands a deterministic request's new sequences to its model's verifier; on failure (no scratch pages) undoes them. */
+  private trackDeterministic(slot: ModelSlot, state: RequestState, seqs: readonly Sequence[]): void {
+    const p = state.params;
+    if (!p.deterministic || state.determinism === null) return;
+    const stopIds = new Set(p.stopTokenIds);
+    if (!p.ignoreEos) for (const id of slot.eosTokenIds) stopIds.add(id);
+    try {
+      for (const seq of seqs) slot.decoder.track(seq, { maxTokens: p.maxTokens, stopIds, stats: state.determinism });
+    } catch (e) {
+      for (const seq of seqs) {
+        slot.decoder.forget(seq);
+        slot.scheduler.finish(seq);
+      }
+      throw e;
+    }
   }
 
   private samplingOf(seq: Sequence): SequenceSampling {
@@ -275,6 +345,7 @@ export class Engine implements AsyncDisposable {
     const owner = this.owners.get(seq.id);
     if (owner === undefined) return;
     this.owners.delete(seq.id);
+    owner.slot.decoder.forget(seq);
     owner.slot.scheduler.finish(seq);
     owner.state.preemptions += seq.numPreemptions;
     owner.state.resolveIfFinished();
@@ -305,4 +376,16 @@ export class Engine implements AsyncDisposable {
 function positiveInt(field: string, value: number): number {
   if (!Number.isInteger(value) || value < 1) throw new Error(`Engine: options.${field} is ${JSON.stringify(value)}; expected an integer >= 1`);
   return value;
+}
+
+/** One delta for several tokens of one sample (a verify pass commits up to a window at once). */
+function mergeDeltas(deltas: readonly StreamDelta[]): StreamDelta {
+  const merged: StreamDelta = { sample: deltas[0].sample, tokens: [], text: "" };
+  for (const d of deltas) {
+    merged.tokens.push(...d.tokens);
+    merged.text += d.text;
+    if (d.logprobs) (merged.logprobs ??= []).push(...d.logprobs);
+    if (d.finishReason !== undefined) merged.finishReason = d.finishReason;
+  }
+  return merged;
 }

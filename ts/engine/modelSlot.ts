@@ -1,6 +1,7 @@
 // One loaded model inside the engine: its KV pool's block manager, its scheduler and its runner. Models never
 // share pages, queues or forwards; each step runs one forward per model that has work.
 import { BlockManager } from "./blockManager.js";
+import { DeterministicDecoder, type VerifyOptions } from "./deterministicDecoder.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { ModelRunner } from "./modelRunner.js";
 import type { EngineModel, TextCodec } from "./modelTypes.js";
@@ -11,6 +12,8 @@ export class ModelSlot {
   readonly blockManager: BlockManager;
   readonly scheduler: Scheduler;
   readonly runner: ModelRunner;
+  /** Decode-verify-rollback of this model's deterministic requests. */
+  readonly decoder: DeterministicDecoder;
   readonly eosTokenIds: ReadonlySet<number>;
 
   constructor(
@@ -19,10 +22,12 @@ export class ModelSlot {
     readonly codec: TextCodec | null,
     kernelMode: KernelMode,
     schedulerOptions: SchedulerOptions,
+    verifyOptions: VerifyOptions,
   ) {
     this.blockManager = new BlockManager(model.numPages, model.pageSize);
     this.scheduler = new Scheduler(this.blockManager, schedulerOptions);
     this.runner = new ModelRunner(model, kernelMode);
+    this.decoder = new DeterministicDecoder(this.blockManager, this.runner, kernelMode, verifyOptions);
     this.eosTokenIds = new Set(model.eosTokenIds);
   }
 

@@ -24,6 +24,8 @@ export interface ForwardSequence {
   captureHiddenLayer?: number;
   /** False for a non-final prefill chunk: no logits, no sample. */
   emitToken: boolean;
+  /** Sample after every position (a verify row): the result carries tokens/logprobs [tokens.length]. */
+  emitAll?: boolean;
 }
 
 export interface ForwardBatch {
@@ -40,6 +42,10 @@ export interface ForwardResult {
   /** Sampled token at position startPos + tokens.length, -1 when !emitToken. */
   token: number;
   logprob: number;
+  /** emitAll: the token sampled after each input position, and its logprob. */
+  tokens?: Int32Array;
+  logprobs?: Float32Array;
+  /** Top logprobs ([numTopLogprobs], or [tokens.length, numTopLogprobs] for emitAll). */
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
   /** [hidden] at the last position, when captureHiddenLayer was given. */

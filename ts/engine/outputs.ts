@@ -54,6 +54,16 @@ export interface Usage {
   cachedTokens: number;
 }
 
+/** What determinism cost a `deterministic: true` request (summed over its samples). */
+export interface DeterminismStats {
+  /** Verify passes its sequences took part in. */
+  verifyPasses: number;
+  /** Passes that rejected a candidate (the rest of the window was dropped and decoded again). */
+  rollbacks: number;
+  /** Fast-path tokens dropped by rollbacks (decode work done twice). */
+  recomputedTokens: number;
+}
+
 /** The finished request; its top-level fields are sample 0's. */
 export interface GenerationOutput extends SampleOutput {
   requestId: number;
@@ -66,4 +76,6 @@ export interface GenerationOutput extends SampleOutput {
   usage: Usage;
   /** Times a sample was preempted and recomputed. */
   preemptions: number;
+  /** Present for deterministic requests. */
+  determinism?: DeterminismStats;
 }

@@ -27,6 +27,12 @@ export interface SamplingParams {
   tokenLogprobs?: readonly number[];
   /** Return the hidden state of this HF hidden_states layer (0 = embeddings .. numLayers) at every step. */
   captureHidden?: { layer: number };
+  /**
+   * Same prompt, seed and parameters give the same tokens whatever else the engine runs (decode-verify-rollback:
+   * fast decoding, verified every verifyWindow tokens on a fixed schedule; only verified tokens are streamed).
+   * Default false; output.determinism reports its cost. Not combinable with captureHidden yet.
+   */
+  deterministic?: boolean;
   /** Scheduling metadata an inter-program policy reads (ts/sched). */
   metadata?: SchedMetadata;
   /** Aborting stops the request at the next step, frees its pages and resolves it with finishReason "aborted". */
@@ -67,6 +73,7 @@ export interface ResolvedParams {
   logprobs: number | null;
   tokenLogprobs: number[] | null;
   captureHiddenLayer: number | null;
+  deterministic: boolean;
 }
 
 /** The model facts validation needs. */
@@ -114,7 +121,12 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const tokenLogprobs = wanted !== null && wanted.length > 0 ? wanted : null;
   const layer = p.captureHidden?.layer;
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
-  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer };
+  const deterministic = p.deterministic ?? base?.deterministic ?? false;
+  if (typeof deterministic !== "boolean") fail("deterministic", deterministic, "expected true or false");
+  if (deterministic && captureHiddenLayer !== null) {
+    fail("captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
+  }
+  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, deterministic };
 }
 
 /** Validates prompt token ids against the vocabulary. */

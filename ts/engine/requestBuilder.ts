@@ -57,9 +57,10 @@ export class RequestBuilder {
     }
     const src = parent.seqs[sample];
     if (src === undefined) throw new Error(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`);
-    const length = opts.length ?? src.numTokens;
-    if (!Number.isInteger(length) || length < 1 || length > src.numTokens) {
-      throw new Error(`fork.length is ${JSON.stringify(length)}; expected an integer in [1, ${src.numTokens}] (the parent's tokens so far)`);
+    const visible = slot.decoder.visibleTokens(src); // a deterministic parent's unverified candidates are not forkable
+    const length = opts.length ?? visible;
+    if (!Number.isInteger(length) || length < 1 || length > visible) {
+      throw new Error(`fork.length is ${JSON.stringify(length)}; expected an integer in [1, ${visible}] (the parent's tokens so far)`);
     }
     const append = opts.append === undefined ? [] : this.tokensOf(slot, opts.append, "append", false);
     const tokens = src.tokens.slice(0, length).concat(append);
@@ -71,7 +72,7 @@ export class RequestBuilder {
     state.seqs[0] = seq;
     if (src.status === "running" && src.numPages > 0) {
       slot.blockManager.fork(src, seq);
-      slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1));
+      slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1, slot.decoder.forkableKv(src, params.deterministic)));
       seq.numCachedTokens = seq.numComputedTokens;
       slot.scheduler.addRunning(seq);
     } else {

@@ -1,7 +1,7 @@
 // The engine's bookkeeping for one submitted request (or fork): its n samples' trackers and sequences, the
 // delta channel, and the promise it settles once every sample has finished.
 import { DeltaChannel } from "./handle.js";
-import type { GenerationOutput } from "./outputs.js";
+import type { DeterminismStats, GenerationOutput } from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
 import type { SampleTracker } from "./sampleTracker.js";
 import type { Sequence } from "./sequence.js";
@@ -13,6 +13,8 @@ export class RequestState {
   readonly seqs: Array<Sequence | undefined>;
   readonly abortController = new AbortController();
   preemptions = 0;
+  /** Verification counters of a deterministic request (null otherwise). */
+  readonly determinism: DeterminismStats | null;
   /** Times engine.fork derived a seed from this request's (fork seeds differ from each other). */
   forkCount = 0;
   private settle!: { resolve: (o: GenerationOutput) => void; reject: (e: unknown) => void };
@@ -26,6 +28,7 @@ export class RequestState {
     readonly samples: SampleTracker[],
   ) {
     this.seqs = new Array<Sequence | undefined>(samples.length).fill(undefined);
+    this.determinism = params.deterministic ? { verifyPasses: 0, rollbacks: 0, recomputedTokens: 0 } : null;
     this.result = new Promise<GenerationOutput>((resolve, reject) => (this.settle = { resolve, reject }));
     // Callers that only stream must not trip an unhandled rejection; the error still reaches result's awaiters.
     this.result.catch(() => undefined);
@@ -47,7 +50,7 @@ export class RequestState {
     this.settled = true;
     this.channel.close();
     const samples = this.samples.map((s) => s.output());
-    this.settle.resolve({
+    const output: GenerationOutput = {
       ...samples[0],
       requestId: this.id,
       model: this.modelName,
@@ -60,7 +63,9 @@ export class RequestState {
         cachedTokens: Math.min(this.seqs[0]?.numCachedTokens ?? 0, this.promptTokens.length),
       },
       preemptions: this.preemptions,
-    });
+    };
+    if (this.determinism) output.determinism = { ...this.determinism };
+    this.settle.resolve(output);
   }
 
   fail(error: unknown): void {

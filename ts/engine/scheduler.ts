@@ -113,6 +113,7 @@ export class Scheduler {
 
   /** Tokens the sequence would feed this step, ignoring the pool. */
   private chunkSize(seq: Sequence, budget: number): number {
+    if (seq.holdForVerify) return 0;
     let n = Math.min(seq.numUncomputedTokens, budget);
     if (seq.computeLimit !== null) n = Math.min(n, seq.computeLimit - seq.numComputedTokens);
     return Math.max(0, n);
@@ -202,7 +203,7 @@ export class Scheduler {
     if (m.programArrivalMs !== undefined) r.programArrivalMs = m.programArrivalMs;
     if (m.remainingKnob !== undefined) r.remainingKnob = m.remainingKnob;
     if (m.meanTokensPerRound !== undefined) r.meanTokensPerRound = m.meanTokensPerRound;
-    r.prefixMatchTokens = withPrefix ? this.blockManager.matchPrefix(seq.tokens) : seq.numComputedTokens;
+    r.prefixMatchTokens = withPrefix ? this.blockManager.matchPrefix(seq.tokens, seq.kvNamespace) : seq.numComputedTokens;
     return r;
   }
 }

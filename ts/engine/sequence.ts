@@ -33,6 +33,13 @@ export class Sequence {
   maxCompletionTokens = Number.POSITIVE_INFINITY;
   /** When set, KV is computed no further than this many tokens (e.g. until n samples fork off the prompt). */
   computeLimit: number | null = null;
+  /**
+   * Prefix-cache namespace: pages are shared only between sequences of one namespace (0 = the default; a
+   * deterministic request's pages hold fixed-schedule KV only and live in their own, see deterministicDecoder.ts).
+   */
+  kvNamespace = 0;
+  /** Set while a deterministic sequence's candidate tokens await verification: the scheduler gives it no tokens. */
+  holdForVerify = false;
 
   constructor(
     readonly id: number,

@@ -123,6 +123,11 @@ export interface NativeForwardSequence {
   captureHiddenLayer?: number;
   /** False for a prefill chunk that is not the prompt's last: lm_head and sampling are skipped (token = -1). */
   emitToken?: boolean;
+  /**
+   * Sample after EVERY position, not only the last (a verify row replaying candidates): the result then carries
+   * `tokens`/`logprobs` [tokens.length] and topIds/topLogprobs [tokens.length, numTopLogprobs]. Needs emitToken.
+   */
+  emitAll?: boolean;
 }
 
 export interface NativeForwardBatch {
@@ -142,11 +147,16 @@ export interface NativeForwardResult {
   token: number;
   /** log-softmax of the raw logits at token. */
   logprob: number;
-  /** numTopLogprobs highest: ids descending by logprob (ties by lower id), and their logprobs. */
+  /** emitAll: tokens[j] is sampled after input position startPos + j (so the last equals `token`). */
+  tokens?: Int32Array;
+  /** emitAll: logprob of tokens[j]. */
+  logprobs?: Float32Array;
+  /** numTopLogprobs highest (per row for emitAll): ids descending by logprob (ties by lower id), and their logprobs. */
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
   /** Hidden state [hidden] at the last position, when captureHiddenLayer was given. */
   hidden?: Float32Array;
+  /** [vocab], or [tokens.length, vocab] for emitAll. */
   logits?: Float32Array;
 }
 

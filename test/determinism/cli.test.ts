@@ -1,0 +1,83 @@
+// `deliberate determinism` end to end on a 30-layer (SmolLM-135M depth) near-tie model: deterministic decoding
+// gives identical outputs alone and under load (exit 0, golden record/check round trip), while plain decoding
+// under load diverges and the command says so with exit status 1.
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { GoldenFile } from "../../ts/determinism/golden.js";
+import type { DeterminismSummary } from "../../ts/determinism/report.js";
+import { randomTokens } from "../model/fixtureCache.js";
+import { nearTieModelDir } from "./nearTieModel.js";
+
+const exec = promisify(execFile);
+interface CliRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+async function cli(args: string[]): Promise<CliRun> {
+  try {
+    const { stdout, stderr } = await exec("npx", ["tsx", "ts/cli/main.ts", "determinism", ...args], { cwd: process.cwd(), timeout: 120_000 });
+    return { code: 0, stdout, stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    if (typeof err.code !== "number") throw e;
+    return { code: err.code, stdout: err.stdout ?? "", stderr: err.stderr ?? "" };
+  }
+}
+const lastLine = (s: string): DeterminismSummary => JSON.parse(s.trim().split("\n").at(-1)!) as DeterminismSummary;
+
+let dir: string;
+let model: string;
+let prompts: string;
+let common: string[];
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "deliberate-determinism-cli-"));
+  model = await nearTieModelDir(30);
+  prompts = join(dir, "prompts.jsonl");
+  const lines = Array.from({ length: 6 }, (_, i) => JSON.stringify({ promptIds: randomTokens(4 + 3 * i, 512, 20 + i) }));
+  await writeFile(prompts, lines.join("\n") + "\n");
+  common = ["--model", model, "--prompts", prompts, "--load", "1,6", "--max-tokens", "24", "--verify-window", "8", "--verify-group", "4"];
+}, 60_000);
+afterAll(() => rm(dir, { recursive: true, force: true }));
+
+describe("deliberate determinism", () => {
+  it("deterministic: no divergence alone vs under load (exit 0); --record then --check round-trips", async () => {
+    const golden = join(dir, "golden.json");
+    const recorded = await cli([...common, "--json", "--record", golden]);
+    expect(recorded.code, recorded.stderr).toBe(0);
+    const summary = lastLine(recorded.stdout);
+    expect(summary).toMatchObject({ prompts: 6, runs: 12, divergences: 0 });
+    expect(summary.rollbacks).toBeGreaterThan(0); // the fast path did flip; the verifier hid it
+    const g = JSON.parse(await readFile(golden, "utf8")) as GoldenFile;
+    expect(g.outputs).toHaveLength(6);
+
+    const checked = await cli([...common, "--load", "1,3", "--check", golden]);
+    expect(checked.code, checked.stderr).toBe(0);
+    expect(checked.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
+
+    g.outputs[2].hash = "0".repeat(64); // a golden file from some other build
+    await writeFile(golden, JSON.stringify(g));
+    const mismatch = await cli([...common, "--load", "1", "--check", golden]);
+    expect(mismatch.code).toBe(1);
+    expect(mismatch.stdout).toMatch(/prompt 2: DIVERGES/);
+  }, 120_000);
+
+  it("--no-deterministic: the fast path diverges under load on a model of realistic depth (exit 1)", async () => {
+    const plain = await cli([...common, "--no-deterministic", "--json"]);
+    expect(plain.code).toBe(1);
+    const summary = lastLine(plain.stdout);
+    expect(summary.divergences).toBeGreaterThan(0);
+    expect(summary.rollbacks).toBe(0);
+  }, 120_000);
+
+  it("rejects bad flags with a clear message", async () => {
+    const r = await cli([...common, "--load", "1,x"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/--load entry 1 is 'x'/);
+  }, 60_000);
+});

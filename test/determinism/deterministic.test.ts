@@ -1,0 +1,194 @@
+// `deterministic: true` (decode-verify-rollback) on a near-tie model where fast-path drift flips greedy tokens
+// within a few steps: every deterministic output must be bitwise the batch-invariant output of the same request,
+// whatever the batch, the prefill chunking, the prefix cache, preemption or the thread count, while the fast path
+// alone really does diverge (rollbacks happen; plain requests differ).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Engine, type EngineOptions } from "../../ts/engine/engine.js";
+import type { GenerationOutput } from "../../ts/engine/outputs.js";
+import type { GenerateRequest } from "../../ts/engine/request.js";
+import { shuffled } from "../../ts/determinism/report.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import { randomTokens } from "../model/fixtureCache.js";
+import { nearTieModelDir } from "./nearTieModel.js";
+
+const PAGE = 4;
+let model: Model;
+/** A second copy for batch-invariant reference engines: engines sharing one model would share (and clobber) its KV pool. */
+let refModel: Model;
+let V: number;
+let requests: GenerateRequest[];
+let reference: GenerationOutput[];
+
+const DVR = { verifyWindow: 8, verifyGroup: 4 };
+const det = (r: GenerateRequest): GenerateRequest => ({ ...r, deterministic: true });
+const engineWith = (options: Partial<EngineOptions> = {}): Engine => new Engine({ models: { model }, ...DVR, ...options });
+
+/** Runs requests concurrently on `engine`; returns their outputs in input order. */
+const together = (engine: Engine, reqs: GenerateRequest[]): Promise<GenerationOutput[]> => Promise.all(reqs.map((r) => engine.submit(r).result));
+
+function expectSameAsReference(out: GenerationOutput, i: number): void {
+  expect(out.tokens, `request ${i}`).toEqual(reference[i].tokens);
+  expect(out.logprobs, `request ${i} logprobs`).toEqual(reference[i].logprobs);
+}
+
+/** Plain fast-path companions with their own prompts. */
+const companions = (n: number, seed: number): GenerateRequest[] =>
+  Array.from({ length: n }, (_, i) => ({ prompt: randomTokens(3 + ((i * 7) % 13), V, seed + i), maxTokens: 8 + (i % 9), ignoreEos: true, temperature: i % 2 ? 0.7 : 0, seed: i }));
+
+beforeAll(async () => {
+  model = await loadModel(await nearTieModelDir(4), { kvPages: 256, pageSize: PAGE });
+  refModel = await loadModel(await nearTieModelDir(4), { kvPages: 256, pageSize: PAGE });
+  V = model.config.vocabSize;
+  requests = Array.from({ length: 6 }, (_, i) => ({
+    prompt: randomTokens(5 + 4 * i, V, 10 + i),
+    maxTokens: 24,
+    ignoreEos: true,
+    temperature: i % 3 === 2 ? 0.8 : 0,
+    seed: 3 + i,
+    logprobs: i % 2,
+  }));
+  // The definition of the right answer: batch-invariant mode, each request alone.
+  await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
+  reference = [];
+  for (const r of requests) reference.push(await bi.submit(r).result);
+});
+afterAll(() => {
+  model?.dispose();
+  refModel?.dispose();
+});
+
+describe("deterministic: true", () => {
+  it("commits exactly the batch-invariant tokens alone, rolling back the fast path's flips", async () => {
+    await using engine = engineWith();
+    let rollbacks = 0;
+    let plainDiffers = 0;
+    for (const [i, r] of requests.entries()) {
+      const out = await engine.submit(det(r)).result;
+      expectSameAsReference(out, i);
+      expect(out.determinism!.verifyPasses).toBeGreaterThanOrEqual(Math.ceil((24 - 1) / DVR.verifyWindow));
+      rollbacks += out.determinism!.rollbacks;
+      expect(out.determinism!.recomputedTokens).toBeGreaterThanOrEqual(out.determinism!.rollbacks);
+      const plain = await engine.submit(r).result;
+      if (JSON.stringify(plain.tokens) !== JSON.stringify(reference[i].tokens)) plainDiffers++;
+      expect(plain.determinism).toBeUndefined();
+    }
+    expect(rollbacks).toBeGreaterThan(0); // the verifier really caught fast-path flips
+    expect(plainDiffers).toBeGreaterThan(0); // and without it they reach the output
+  });
+
+  it("holds across batch size, composition and position in the batch", async () => {
+    await using engine = engineWith();
+    for (const [load, seed] of [[3, 1], [12, 2], [30, 3]] as const) {
+      const tagged = [...requests.map((r, i) => ({ r: det(r), i })), ...companions(load, 100 * seed).map((r) => ({ r, i: -1 }))];
+      const order = shuffled(tagged, seed);
+      const outs = await together(engine, order.map((x) => x.r));
+      order.forEach(({ i }, k) => {
+        if (i >= 0) expectSameAsReference(outs[k], i);
+      });
+    }
+  });
+
+  it("holds with the default window and group, and for n samples (each sample streamed only as committed)", async () => {
+    await using engine = new Engine({ models: { model } });
+    await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
+    const req: GenerateRequest = { ...requests[1], n: 3, temperature: 0, maxTokens: 40 }; // greedy: near ties flip
+    const want = await bi.submit(req).result;
+    const handle = engine.submit(det(req));
+    const streamed: number[][] = [[], [], []];
+    for await (const d of handle) streamed[d.sample].push(...d.tokens);
+    const out = await handle.result;
+    expect(out.samples.map((s) => s.tokens)).toEqual(want.samples.map((s) => s.tokens));
+    expect(streamed).toEqual(want.samples.map((s) => s.tokens));
+    expect(out.determinism!.verifyPasses).toBeGreaterThanOrEqual(3);
+  });
+
+  it("holds for chunked vs whole prefill", async () => {
+    await using chunked = engineWith({ maxBatchTokens: 5 });
+    const outs = await together(chunked, [...requests.map(det), ...companions(4, 7)]);
+    requests.forEach((_, i) => expectSameAsReference(outs[i], i));
+  });
+
+  it("holds for prefix-cache hits, and never reuses fast-path KV", async () => {
+    await using engine = engineWith();
+    const r = requests[4]; // greedy, a 21-token prompt: 5 full pages
+    const plain = await engine.submit(r).result; // fills the default namespace with fast-schedule KV
+    expect(plain.usage.cachedTokens).toBe(0);
+    const miss = await engine.submit(det(r)).result;
+    expect(miss.usage.cachedTokens).toBe(0);
+    const hit = await engine.submit(det(r)).result;
+    expect(hit.usage.cachedTokens).toBe(20);
+    expectSameAsReference(miss, 4);
+    expectSameAsReference(hit, 4);
+    // A prompt extending a deterministic output: its verified pages are hits too.
+    const extended = { ...r, prompt: [...(r.prompt as number[]), ...miss.tokens.slice(0, 12)], maxTokens: 10 };
+    await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
+    const want = await bi.submit(extended).result;
+    const got = await engine.submit(det(extended)).result;
+    expect(got.usage.cachedTokens).toBeGreaterThan(20);
+    expect(got.tokens).toEqual(want.tokens);
+  });
+
+  it("holds through preemption and recompute under a tiny KV pool", async () => {
+    const small = await loadModel(await nearTieModelDir(4), { kvPages: 40, pageSize: PAGE });
+    try {
+      await using engine = new Engine({ models: { model: small }, ...DVR });
+      const outs = await together(engine, [...requests.map(det), ...companions(4, 9)]);
+      expect(engine.metrics().preemptions).toBeGreaterThan(0);
+      requests.forEach((_, i) => expectSameAsReference(outs[i], i));
+    } finally {
+      small.dispose();
+    }
+  });
+
+  it("holds whatever the CPU thread count", async () => {
+    const addon = loadAddon();
+    const before = addon.setThreads(0);
+    try {
+      addon.setThreads(1);
+      await using engine = engineWith();
+      const outs = await together(engine, [...requests.map(det), ...companions(5, 11)]);
+      requests.forEach((_, i) => expectSameAsReference(outs[i], i));
+    } finally {
+      addon.setThreads(before);
+    }
+  });
+
+  it("forks from committed tokens only, and a deterministic fork continues deterministically", async () => {
+    await using engine = engineWith();
+    await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
+    const parentReq: GenerateRequest = { ...requests[2], temperature: 0, maxTokens: 20 };
+    const parent = engine.submit(det(parentReq));
+    const biParent = bi.submit(parentReq);
+    await Promise.all([parent.result, biParent.result]);
+    const fork = { append: [7, 8, 9], maxTokens: 12 };
+    const child = await engine.fork(parent, fork).result;
+    const want = await bi.fork(biParent, fork).result;
+    expect(child.promptTokens).toEqual(want.promptTokens);
+    expect(child.tokens).toEqual(want.tokens);
+    expect(child.determinism).toBeDefined();
+  });
+
+  it("costs nothing in batch-invariant mode, where every request is already deterministic", async () => {
+    await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });
+    const out = await engine.submit(det(requests[0])).result;
+    expectSameAsReference(out, 0);
+    expect(out.determinism).toEqual({ verifyPasses: 0, rollbacks: 0, recomputedTokens: 0 });
+  });
+
+  it("batch-invariant mode (the baseline) gives the same tokens under chunked prefill and load, with no verification", async () => {
+    await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant", maxBatchTokens: 5 });
+    const order = shuffled([...requests.map((r, i) => ({ r, i })), ...companions(8, 13).map((r) => ({ r, i: -1 }))], 5);
+    const outs = await together(engine, order.map((x) => x.r));
+    order.forEach(({ i }, k) => {
+      if (i >= 0) expectSameAsReference(outs[k], i);
+    });
+  });
+
+  it("rejects bad flags at the boundary", async () => {
+    await using engine = engineWith();
+    expect(() => engine.submit({ prompt: [1, 2], deterministic: "yes" as unknown as boolean })).toThrow(/request.deterministic is "yes"/);
+    expect(() => engine.submit({ prompt: [1, 2], deterministic: true, captureHidden: { layer: 1 } })).toThrow(/not supported with deterministic/);
+    expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/verifyWindow is 1/);
+  });
+});

@@ -1,0 +1,129 @@
+// `deliberate determinism`: a regression check that the same prompt, seed and parameters give the same bytes
+// whatever else the engine runs. Runs every prompt alone and under background loads, hashes each output,
+// reports per prompt whether all runs agree, the first divergent position and the rollback/recompute cost;
+// --record writes golden hashes, --check compares against them. Exit status 1 on any divergence (CI gate).
+import { readFile, writeFile } from "node:fs/promises";
+import { basename, resolve } from "node:path";
+import type { Command } from "commander";
+import { checkGolden, makeGolden, parseGolden } from "../../determinism/golden.js";
+import { parsePromptsFile } from "../../determinism/prompts.js";
+import { summarize, type PromptReport } from "../../determinism/report.js";
+import { runDeterminismCheck, type CheckParams } from "../../determinism/runner.js";
+import { Engine } from "../../engine/engine.js";
+import { loadModel } from "../../model/model.js";
+
+interface DeterminismOptions {
+  model: string;
+  prompts: string;
+  load: string;
+  runs: string;
+  maxTokens: string;
+  temperature: string;
+  seed: string;
+  deterministic: boolean;
+  record?: string;
+  check?: string;
+  json?: boolean;
+  device: string;
+  verifyWindow?: string;
+  verifyGroup?: string;
+}
+
+function int(flag: string, raw: string, min: number): number {
+  const v = Number(raw);
+  if (raw.trim() === "" || !Number.isInteger(v) || v < min) throw new Error(`--${flag} must be an integer >= ${min}, got '${raw}'`);
+  return v;
+}
+
+function parseLoads(raw: string): number[] {
+  const loads = raw.split(",").map((s, i) => {
+    const v = Number(s.trim());
+    if (s.trim() === "" || !Number.isInteger(v) || v < 1) throw new Error(`--load entry ${i} is '${s}'; expected comma-separated concurrencies >= 1, e.g. 1,8,32`);
+    return v;
+  });
+  return [...new Set(loads)];
+}
+
+function describe(r: PromptReport): string {
+  const cost = `rollbacks ${r.rollbacks}, recomputed ${r.recomputedTokens} of ${r.generatedTokens} tokens`;
+  if (r.agree) return `prompt ${r.index}: agree over ${r.runs} runs (${cost})`;
+  return `prompt ${r.index}: DIVERGES at token ${r.firstDivergence} under load ${r.divergentLoads.join(",")} (${r.distinct} distinct outputs in ${r.runs} runs; ${cost})`;
+}
+
+export function registerDeterminism(program: Command): void {
+  program
+    .command("determinism")
+    .description("check that outputs are identical alone and under load (exit 1 on any divergence)")
+    .requiredOption("--model <dir>", "model folder (config.json, *.safetensors, tokenizer.json)")
+    .requiredOption("--prompts <file>", "one prompt per line, or JSONL with \"prompt\" or \"promptIds\"")
+    .option("--load <list>", "background concurrencies to run under (1 = alone)", "1,8,32")
+    .option("--runs <n>", "repetitions of the whole sweep", "1")
+    .option("--max-tokens <n>", "tokens to generate per prompt", "32")
+    .option("--temperature <t>", "0 = greedy; > 0 samples with --seed", "0")
+    .option("--seed <s>", "sampling seed of prompt 0 (prompt i uses seed + i)", "0")
+    .option("--no-deterministic", "plain fast decoding (shows the divergence the flag removes)")
+    .option("--record <file>", "write the outputs' golden hashes to FILE")
+    .option("--check <file>", "compare the outputs with golden hashes in FILE")
+    .option("--json", "one JSON report per prompt, then a last line {prompts, runs, divergences, rollbacks, recomputedTokens, recomputedFraction}")
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--verify-window <n>", "tokens per verify row (engine verifyWindow)")
+    .option("--verify-group <n>", "rows per verify pass (engine verifyGroup)")
+    .action(async (opts: DeterminismOptions) => {
+      if (opts.record !== undefined && opts.check !== undefined) throw new Error("give at most one of --record FILE and --check FILE");
+      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      const temperature = Number(opts.temperature);
+      if (opts.temperature.trim() === "" || !Number.isFinite(temperature) || temperature < 0) {
+        throw new Error(`--temperature must be a number >= 0, got '${opts.temperature}'`);
+      }
+      const params: CheckParams = {
+        maxTokens: int("max-tokens", opts.maxTokens, 1),
+        temperature,
+        seed: int("seed", opts.seed, 0),
+        deterministic: opts.deterministic,
+      };
+      const loads = parseLoads(opts.load);
+      const runs = int("runs", opts.runs, 1);
+      const prompts = parsePromptsFile(await readFile(opts.prompts, "utf8"), opts.prompts);
+      const golden = opts.check === undefined ? null : parseGolden(await readFile(opts.check, "utf8"), opts.check);
+
+      const model = await loadModel(opts.model, { device: opts.device });
+      const engine = new Engine({
+        models: { model },
+        verifyWindow: opts.verifyWindow === undefined ? undefined : int("verify-window", opts.verifyWindow, 2),
+        verifyGroup: opts.verifyGroup === undefined ? undefined : int("verify-group", opts.verifyGroup, 1),
+      });
+      let result;
+      try {
+        const progress = opts.json ? undefined : (m: string) => console.error(`[determinism] ${m}`);
+        result = await runDeterminismCheck(engine, prompts, { ...params, loads, runs }, progress);
+      } finally {
+        await engine.dispose();
+        model.dispose();
+      }
+
+      const goldenParams = { ...params };
+      const modelName = basename(resolve(opts.model));
+      if (golden) {
+        for (const bad of checkGolden(golden, goldenParams, result.baseOutputs, opts.check!)) {
+          const r = result.reports[bad.index];
+          r.agree = false;
+          r.firstDivergence = r.firstDivergence === null ? bad.firstDivergence : Math.min(r.firstDivergence, bad.firstDivergence ?? Infinity);
+          if (!r.divergentLoads.includes(0)) r.divergentLoads.unshift(0); // 0 = the golden file
+        }
+      }
+      if (opts.record !== undefined) await writeFile(opts.record, JSON.stringify(makeGolden(modelName, goldenParams, result.baseOutputs), null, 1) + "\n");
+
+      const summary = summarize(result.reports);
+      for (const r of result.reports) console.log(opts.json ? JSON.stringify(r) : describe(r));
+      if (opts.json) console.log(JSON.stringify(summary));
+      else {
+        console.log(
+          `${summary.prompts} prompts, ${summary.runs} runs: ${summary.divergences} diverge; rollbacks ${summary.rollbacks}, ` +
+            `recomputed ${summary.recomputedTokens} tokens (${(100 * summary.recomputedFraction).toFixed(2)}% of generated)` +
+            (opts.check ? `; checked against ${opts.check} (load 0 = the golden file)` : "") +
+            (opts.record ? `; golden hashes written to ${opts.record}` : ""),
+        );
+      }
+      if (summary.divergences > 0) process.exitCode = 1;
+    });
+}

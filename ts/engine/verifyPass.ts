@@ -1,0 +1,94 @@
+// The shape of one decode-verify-rollback verify pass (DESIGN.md "Determinism"), as pure functions: `group` rows
+// of exactly `window` tokens on the fixed schedule, whatever is being verified. A real row replays
+// [last committed token, candidates…] from the last committed position, padded with PAD_TOKEN to `window`;
+// missing rows are dummies (PAD_TOKEN × window from position 0). Pads and dummies write their KV only into
+// scratch pages no real row reads, and every kernel of the fixed schedule computes a row from its own sequence
+// alone, so a real row's verdict is bitwise the same whatever shares the pass.
+import { FIXED_SCHEDULE } from "./kernelSchedule.js";
+import type { ForwardBatch, ForwardSequence, SamplingSpec } from "./modelTypes.js";
+import { pagesFor } from "./sequence.js";
+
+export const PAD_TOKEN = 0;
+
+export interface VerifyGeometry {
+  window: number;
+  group: number;
+  pageSize: number;
+}
+
+/** Scratch pages one row slot may need beyond its sequence's own pages (pads), or a dummy's whole table. */
+export function scratchPagesPerRow(g: VerifyGeometry): number {
+  return Math.ceil((g.window - 1) / g.pageSize) + 1;
+}
+
+export interface VerifyRow {
+  /** [last committed token, candidates…]; 1..window tokens. */
+  tokens: number[];
+  /** Position of the last committed token (its KV is rewritten by the pass). */
+  startPos: number;
+  /** The sequence's pages, covering positions [0, startPos + tokens.length). */
+  blockTable: readonly number[];
+  sampling: SamplingSpec;
+  numTopLogprobs: number;
+}
+
+/**
+ * The forward batch of a pass: rows (at most group) first, then dummies; scratch[r] are row slot r's scratch
+ * pages (scratchPagesPerRow of them). pageCopies (copy-on-write of the rows' pages) run first.
+ */
+export function buildVerifyBatch(
+  g: VerifyGeometry,
+  rows: readonly VerifyRow[],
+  scratch: readonly (readonly number[])[],
+  pageCopies?: { src: Int32Array; dst: Int32Array },
+): ForwardBatch {
+  if (rows.length === 0 || rows.length > g.group) throw new Error(`verify pass: ${rows.length} rows for a group of ${g.group}`);
+  const sequences: ForwardSequence[] = [];
+  for (let r = 0; r < g.group; r++) {
+    const row = rows[r];
+    if (row === undefined) {
+      sequences.push({
+        tokens: new Int32Array(g.window).fill(PAD_TOKEN),
+        startPos: 0,
+        blockTable: Int32Array.from(scratch[r]),
+        sampling: { temperature: 0, topK: 0, topP: 1, seed: 0 },
+        numTopLogprobs: 0,
+        emitToken: true,
+        emitAll: true,
+      });
+      continue;
+    }
+    if (row.tokens.length < 1 || row.tokens.length > g.window) {
+      throw new Error(`verify pass: row ${r} has ${row.tokens.length} tokens; expected 1..${g.window}`);
+    }
+    const tokens = new Int32Array(g.window).fill(PAD_TOKEN);
+    tokens.set(row.tokens);
+    // Pads past the sequence's own pages land in the slot's scratch pages.
+    const own = pagesFor(row.startPos + row.tokens.length, g.pageSize);
+    const needed = pagesFor(row.startPos + g.window, g.pageSize);
+    const table = row.blockTable.slice(0, own).concat(scratch[r].slice(0, needed - own));
+    sequences.push({
+      tokens,
+      startPos: row.startPos,
+      blockTable: Int32Array.from(table),
+      sampling: row.sampling,
+      numTopLogprobs: row.numTopLogprobs,
+      emitToken: true,
+      emitAll: true,
+    });
+  }
+  const batch: ForwardBatch = { sequences, ...FIXED_SCHEDULE };
+  if (pageCopies && pageCopies.src.length > 0) batch.pageCopies = pageCopies;
+  return batch;
+}
+
+/**
+ * How many candidates the verifier accepts: candidates[i] is kept while it equals verified[i] (the verifier's token
+ * after the row's position i). The pass then commits verified[0 .. accepted] (the accepted candidates plus the
+ * verifier's own next token).
+ */
+export function acceptedCandidates(candidates: readonly number[], verified: ArrayLike<number>): number {
+  let j = 0;
+  while (j < candidates.length && candidates[j] === verified[j]) j++;
+  return j;
+}
