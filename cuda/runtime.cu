@@ -1,6 +1,7 @@
 // CUDA runtime glue: device discovery, memory, the backend stream. cudart is linked statically; with no driver or
 // no device every entry point reports why instead of failing the import.
 #include "check.cuh"
+#include "device_error.cuh"
 #include "gpu_runtime.h"
 
 #include <mutex>
@@ -101,6 +102,9 @@ void copyDeviceToHost(void* dst, const void* src, size_t bytes) {
 void copyDeviceToDevice(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
-void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+void synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  throwIfDeviceError();  // bad indices a kernel skipped (cuda/device_error.cuh)
+}
 
 }  // namespace dl::gpu

@@ -1,0 +1,332 @@
+// Paged decode attention on the GPU, FlashDecoding-style: split-KV partials merged by log-sum-exp in split order.
+//
+// Schedule: sequence b's P pages are cut into kvSplits contiguous parts (pages [s*P/S, (s+1)*P/S)); each part is
+// reduced by one CTA in ascending token order, in chunks of kChunk tokens (online softmax, rescale per chunk);
+// parts are merged in order 0..S-1. GQA: one CTA serves up to kMaxGroup query heads of one KV head, so K/V are
+// read once per 4 query heads (once per KV head for Llama-style groups of 4).
+#include <cstdlib>
+
+#include "common.cuh"
+#include "gemm_mma.cuh"
+#include "paged_kv.cuh"
+#include "workspace.cuh"
+
+namespace dl::gpu {
+namespace {
+
+constexpr int kThreads = 128, kMaxGroup = 4;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct DecodeArgs {
+  const void* q;  // (B, Hq, D)
+  void* out;      // (B, Hq, D)
+  DType qt, ot;
+  PagedKVDev kv;
+  int B, Hq, G, headGroups, splits;
+  float scaleLog2;      // scale * log2(e): scores live in the exp2 domain
+  float* partialO;      // (B, Hq, splits, D) unnormalized, when splits > 1
+  float* partialML;     // (B, Hq, splits, 2): running max (log2 domain) and sum
+  DeviceErrorSlot* err;
+};
+
+// Token range [t0, t1) of split s of sequence b.
+__device__ __forceinline__ void splitRange(const DecodeArgs& a, int b, int s, int& t0, int& t1) {
+  int pages = a.kv.indptr[b + 1] - a.kv.indptr[b], n = seqTokens(a.kv, b);
+  t0 = min(int(int64_t(s) * pages / a.splits) * a.kv.pageSize, n);
+  t1 = min(int(int64_t(s + 1) * pages / a.splits) * a.kv.pageSize, n);
+}
+
+__device__ __noinline__ void writeResult(const DecodeArgs& a, int b, int h, int s, int d, float o, float m, float l,
+                                            bool writeML) {
+  if (a.splits == 1) {
+    storeF(a.out, (int64_t(b) * a.Hq + h) * a.kv.D + d, a.ot, l > 0.f ? o / l : 0.f);
+    return;
+  }
+  int64_t row = (int64_t(b) * a.Hq + h) * a.splits + s;
+  a.partialO[row * a.kv.D + d] = o;
+  if (writeML) a.partialML[row * 2] = m, a.partialML[row * 2 + 1] = l;
+}
+
+__device__ __forceinline__ float2 load2(const uint16_t* p, bool f16) {
+  unsigned u = *reinterpret_cast<const unsigned*>(p);
+  if (f16) return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+}
+
+// ---- kernels ----
+
+// 16-bit caches, head dim D in {64, 128}, GP >= the query heads this CTA serves (GP <= kMaxGroup); kChunk tokens
+// per pipeline stage (32 or 64), kStages stages. grid = (B * Hk * headGroups, splits); 128 threads. Per chunk: cp.async K/V rows -> scores (8 lanes per token,
+// each lane D/8 dims, 3-step butterfly) -> per-head online softmax (warp h) -> P.V (a thread owns 2 dims).
+template <int D, int GP, int kChunk, int kStages>
+__global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
+  constexpr int kRowChunks = D / 8;  // 16-byte chunks per K/V row
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* sK = smem;                             // kStages x kChunk x D
+  uint16_t* sV = sK + kStages * kChunk * D;        // kStages x kChunk x D
+  float* sS = reinterpret_cast<float*>(sV + kStages * kChunk * D);  // GP x kChunk scores, then probabilities
+  float* sAlpha = sS + GP * kChunk;                                 // GP rescale factors of this chunk
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hg = blockIdx.x % a.headGroups, kvh = (blockIdx.x / a.headGroups) % a.kv.Hk;
+  const int b = blockIdx.x / (a.headGroups * a.kv.Hk), split = blockIdx.y;
+  const int h0 = kvh * a.G + hg * kMaxGroup, nh = min(GP, a.G - hg * kMaxGroup);
+  const bool f16 = a.kv.t == DType::f16;
+  int t0, t1;
+  splitRange(a, b, split, t0, t1);
+  const int nChunks = (t1 - t0 + kChunk - 1) / kChunk;
+  const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
+  const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
+
+  auto loadChunk = [&](int stage, int c) {
+    for (int e = tid; e < kChunk * kRowChunks; e += kThreads) {
+      int r = e / kRowChunks, ch = e % kRowChunks, t = t0 + c * kChunk + r;
+      int64_t row = t < t1 ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage) : -1;
+      int bytes = row >= 0 ? 16 : 0;
+      int64_t off = row >= 0 ? row + ch * 8 : 0;
+      mma::cpAsync16(sK + (stage * kChunk + r) * D + ch * 8, K + off, bytes);
+      mma::cpAsync16(sV + (stage * kChunk + r) * D + ch * 8, V + off, bytes);
+    }
+  };
+
+  // This lane's slice of every query head, pre-scaled: dims [j*8, j*8+8) (+ 64 for D = 128), j = lane % 8.
+  constexpr int QE = D / 8;
+  float q[GP][QE];
+  const int j = lane & 7, grp = lane >> 3;
+#pragma unroll
+  for (int h = 0; h < GP; h++)
+#pragma unroll
+    for (int e = 0; e < QE; e++) {
+      int d = (e < 8 ? j * 8 + e : 64 + j * 8 + (e - 8));
+      q[h][e] = h < nh ? loadF(a.q, (int64_t(b) * a.Hq + h0 + h) * D + d, a.qt) * a.scaleLog2 : 0.f;
+    }
+
+  // P.V ownership: dims (2*dp, 2*dp+1) of heads hs, hs + HS, ...
+  constexpr int HS = kThreads / (D / 2), HPT = (GP + HS - 1) / HS;
+  const int dp = tid % (D / 2), hs = tid / (D / 2);
+  float acc[HPT][2] = {};
+  float m = -INFINITY, l = 0.f;  // warp h < nh keeps head h's running max and sum
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; s++) {
+    if (s < nChunks) loadChunk(s, s);
+    mma::cpAsyncCommit();
+  }
+  for (int c = 0; c < nChunks; c++) {
+    mma::cpAsyncWait<kStages - 2>();
+    __syncthreads();
+    if (c + kStages - 1 < nChunks) loadChunk((c + kStages - 1) % kStages, c + kStages - 1);
+    mma::cpAsyncCommit();
+    const uint16_t* tK = sK + (c % kStages) * kChunk * D;
+    const uint16_t* tV = sV + (c % kStages) * kChunk * D;
+    const int valid = min(kChunk, t1 - t0 - c * kChunk);
+
+    // Scores: warp w covers tokens [w * kChunk / 4, (w + 1) * kChunk / 4), four at a time (one per 8-lane group).
+#pragma unroll
+    for (int step = 0; step < kChunk / 16; step++) {
+      int r = warp * (kChunk / 4) + step * 4 + grp;
+      float dot[GP];
+#pragma unroll
+      for (int h = 0; h < GP; h++) dot[h] = 0.f;
+#pragma unroll
+      for (int half = 0; half < QE / 8; half++) {
+        uint4 raw = *reinterpret_cast<const uint4*>(tK + r * D + half * 64 + j * 8);
+        const uint16_t* kv8 = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          float2 kf = load2(kv8 + e, f16);
+#pragma unroll
+          for (int h = 0; h < GP; h++) {
+            dot[h] = fmaf(q[h][half * 8 + e], kf.x, dot[h]);
+            dot[h] = fmaf(q[h][half * 8 + e + 1], kf.y, dot[h]);
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < GP; h++) {
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) dot[h] += __shfl_xor_sync(0xffffffffu, dot[h], o);
+        if (j == h) sS[h * kChunk + r] = r < valid ? dot[h] : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // Online softmax: warp h updates head h over this chunk.
+    if (warp < nh) {
+      float* s = sS + warp * kChunk;
+      float x0 = s[lane], x1 = kChunk == 64 ? s[lane + 32] : -INFINITY;
+      float mNew = fmaxf(m, warpMax(fmaxf(x0, x1)));
+      float p0 = exp2f(x0 - mNew), p1 = exp2f(x1 - mNew);
+      s[lane] = p0;
+      if (kChunk == 64) s[lane + 32] = p1;
+      float alpha = exp2f(m - mNew);
+      l = l * alpha + warpSum(p0 + p1);
+      m = mNew;
+      if (lane == 0) sAlpha[warp] = alpha;
+    }
+    __syncthreads();
+
+    // P.V over the chunk's tokens in ascending order.
+#pragma unroll
+    for (int i = 0; i < HPT; i++) {
+      int h = hs + i * HS;
+      if (h < nh) {
+        float al = sAlpha[h];
+        acc[i][0] *= al, acc[i][1] *= al;
+      }
+    }
+    for (int r = 0; r < valid; r++) {
+      float2 vf = load2(tV + r * D + dp * 2, f16);
+#pragma unroll
+      for (int i = 0; i < HPT; i++) {
+        int h = hs + i * HS;
+        if (h < GP) {
+          float p = sS[h * kChunk + r];
+          acc[i][0] = fmaf(p, vf.x, acc[i][0]);
+          acc[i][1] = fmaf(p, vf.y, acc[i][1]);
+        }
+      }
+    }
+  }
+  mma::cpAsyncWait<0>();
+
+  // Heads' (m, l) live in warp h; share them through shared memory.
+  __syncthreads();
+  if (warp < nh && lane == 0) sS[warp * 2] = m, sS[warp * 2 + 1] = l;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < HPT; i++) {
+    int h = hs + i * HS;
+    if (h < nh) {
+      float hm = sS[h * 2], hl = sS[h * 2 + 1];
+      writeResult(a, b, h0 + h, split, dp * 2, acc[i][0], hm, hl, dp == 0);
+      writeResult(a, b, h0 + h, split, dp * 2 + 1, acc[i][1], hm, hl, false);
+    }
+  }
+}
+
+// Any cache dtype and head dim <= 256: one warp per (b, query head, split), token by token (lanes own dims
+// lane + 32i). Same split ranges and merge as the fast kernel; slower, for f32 caches and unusual shapes.
+__global__ void decodeGenericKernel(DecodeArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  if (wid >= int64_t(a.B) * a.Hq * a.splits) return;
+  const int split = int(wid % a.splits), h = int((wid / a.splits) % a.Hq), b = int(wid / (int64_t(a.splits) * a.Hq));
+  const int kvh = h / a.G, D = a.kv.D;
+  int t0, t1;
+  splitRange(a, b, split, t0, t1);
+  float q[8], acc[8];
+  for (int i = 0; i < 8; i++) {
+    int d = lane + 32 * i;
+    q[i] = d < D ? loadF(a.q, (int64_t(b) * a.Hq + h) * D + d, a.qt) * a.scaleLog2 : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int t = t0; t < t1; t++) {
+    int64_t row = tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage);
+    if (row < 0) continue;
+    float dot = 0.f;
+    for (int i = 0; i < 8; i++)
+      if (lane + 32 * i < D) dot = fmaf(q[i], loadF(a.kv.k, row + lane + 32 * i, a.kv.t), dot);
+    dot = warpSum(dot);
+    float mNew = fmaxf(m, dot), alpha = exp2f(m - mNew), p = exp2f(dot - mNew);
+    l = l * alpha + p;
+    for (int i = 0; i < 8; i++)
+      if (lane + 32 * i < D) acc[i] = fmaf(p, loadF(a.kv.v, row + lane + 32 * i, a.kv.t), acc[i] * alpha);
+    m = mNew;
+  }
+  for (int i = 0; i < 8; i++)
+    if (lane + 32 * i < D) writeResult(a, b, h, split, lane + 32 * i, acc[i], m, l, i == 0 && lane == 0);
+}
+
+// out[b, h, :] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s, splits in order. One block per (b, h).
+__global__ void decodeMergeKernel(DecodeArgs a) {
+  const int64_t bh = blockIdx.x;
+  const float* ml = a.partialML + bh * a.splits * 2;
+  float mx = -INFINITY;
+  for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, ml[s * 2]);
+  for (int d = threadIdx.x; d < a.kv.D; d += blockDim.x) {
+    float num = 0.f, den = 0.f;
+    for (int s = 0; s < a.splits; s++) {
+      float w = ml[s * 2] == -INFINITY ? 0.f : exp2f(ml[s * 2] - mx);
+      num = fmaf(w, a.partialO[(bh * a.splits + s) * a.kv.D + d], num);
+      den = fmaf(w, ml[s * 2 + 1], den);
+    }
+    storeF(a.out, bh * a.kv.D + d, a.ot, den > 0.f ? num / den : 0.f);
+  }
+}
+
+// ---- launchers ----
+
+template <int D, int GP, int kChunk, int kStages>
+void launchDecode(const DecodeArgs& a) {
+  constexpr int smemBytes = 2 * kStages * kChunk * D * 2 + (GP * kChunk + GP) * 4;
+  auto kernel = decodeKernel<D, GP, kChunk, kStages>;
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
+    configured = true;
+  }
+  dim3 grid(unsigned(int64_t(a.B) * a.kv.Hk * a.headGroups), unsigned(a.splits));
+  kernel<<<grid, kThreads, smemBytes, stream()>>>(a);
+  CUDA_CHECK_LAUNCH("decodeKernel");
+}
+
+// Pipeline shape: 32 tokens x 4 stages (64 KB for D = 128: three CTAs per SM), or 64 x 3 when DL_DECODE_PIPE=64
+// (a tuning knob for the benchmark; the reduction order differs between the two, so keep one per deployment).
+template <int D>
+void launchDecodeD(const DecodeArgs& a) {
+  static const bool wide = [] {
+    const char* e = std::getenv("DL_DECODE_PIPE");
+    return e && std::string(e) == "64";
+  }();
+  int gp = std::min(a.G, kMaxGroup);
+  if (wide) {
+    if (gp == 1) launchDecode<D, 1, 64, 3>(a);
+    else if (gp == 2) launchDecode<D, 2, 64, 3>(a);
+    else launchDecode<D, 4, 64, 3>(a);
+  } else {
+    if (gp == 1) launchDecode<D, 1, 32, 4>(a);
+    else if (gp == 2) launchDecode<D, 2, 32, 4>(a);
+    else launchDecode<D, 4, 32, 4>(a);
+  }
+}
+
+}  // namespace
+
+void attentionDecode(const View& q, const PagedKV& kv, const View& out, float scale, int kvSplits) {
+  const char* op = "attentionDecode";
+  requireCuda(op, "q", q), requireCuda(op, "out", out), requireFloatT(op, "q", q), requireFloatT(op, "out", out);
+  checkPagedKV(op, kv);
+  const int64_t B = kv.lastPageLen.numel(), Hq = q.shape[1], D = q.shape[2], Hk = kv.kCache.shape[2];
+  if (q.ndim != 3 || q.shape[0] != B || out.numel() != q.numel()) fail(op, "q and out must be (B, Hq, D) with B = lastPageLen's length");
+  if (D != kv.kCache.shape[3] || Hq % Hk) fail(op, "q's head dim must match the cache and Hq be a multiple of Hk");
+  if (D > 256) fail(op, "head dim " + std::to_string(D) + " > 256 is not supported");
+  if (kvSplits < 1 || kvSplits > 1024) fail(op, "kvSplits must be in [1, 1024], got " + std::to_string(kvSplits));
+  if (B == 0) return;
+  DecodeArgs a{q.data, out.data, q.dtype, out.dtype, pagedKVDev(kv), int(B), int(Hq), int(Hq / Hk), 1, kvSplits,
+               scale * kLog2e, nullptr, nullptr, deviceErrorSlot()};
+  a.headGroups = int(ceilDiv(a.G, kMaxGroup));
+  Workspace ws{};
+  if (kvSplits > 1) {
+    size_t rows = size_t(B) * size_t(Hq) * size_t(kvSplits);
+    ws = workspace(rows * size_t(D + 2) * sizeof(float));
+    a.partialO = static_cast<float*>(ws.data);
+    a.partialML = a.partialO + rows * size_t(D);
+  }
+  const bool fast = kv.kCache.dtype != DType::f32 && (D == 64 || D == 128) && aligned16(kv.kCache.data) &&
+                    aligned16(kv.vCache.data);
+  if (fast && D == 128) launchDecodeD<128>(a);
+  else if (fast) launchDecodeD<64>(a);
+  else {
+    int64_t warps = B * Hq * kvSplits;
+    decodeGenericKernel<<<unsigned(ceilDiv(warps * 32, 128)), 128, 0, stream()>>>(a);
+    CUDA_CHECK_LAUNCH("decodeGenericKernel");
+  }
+  if (kvSplits > 1) {
+    decodeMergeKernel<<<unsigned(B * Hq), 128, 0, stream()>>>(a);
+    CUDA_CHECK_LAUNCH("decodeMergeKernel");
+  }
+}
+
+}  // namespace dl::gpu

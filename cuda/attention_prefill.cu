@@ -1,0 +1,184 @@
+// Prefill / verify attention over the paged cache on the GPU: T queries per sequence, causal, tiled.
+//
+// Schedule (depends on nothing but the head dim): a CTA takes up to 64 (query token, query head) rows of one
+// sequence and one KV head (all query heads of the group, so K/V are read once per tile), walks the keys from
+// position 0 up in chunks of kKeys = 32 with an online softmax, and each row's chunk reduction is a fixed
+// butterfly. A row's bits depend only on its query, its keys and its position: not on B, Ttot or its tile.
+#include "common.cuh"
+#include "paged_kv.cuh"
+
+namespace dl::gpu {
+namespace {
+
+constexpr int kRows = 64, kKeys = 32, kThreads = 128, kRowsPerWarp = kRows / (kThreads / 32);
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct PrefillArgs {
+  const void* q;  // (Ttot, Hq, D)
+  void* out;      // (Ttot, Hq, D)
+  const int32_t* qIndptr;  // (B + 1)
+  DType qt, ot;
+  PagedKVDev kv;
+  int Hq, G, tokensPerTile, tilesPerSeq;
+  float scaleLog2;
+  DeviceErrorSlot* err;
+};
+
+// ---- kernels ----
+
+// grid = (tilesPerSeq, Hk, B); 128 threads; warp w owns rows [16w, 16w + 16), row r = (token r / G, head r % G).
+// Scores: lane = key of the chunk, a 16-row column of dot products; P.V: lane owns D/32 consecutive dims.
+template <int D>
+__global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
+  constexpr int DL = D / 32;  // dims per lane in P.V
+  extern __shared__ __align__(16) float sm[];
+  float* sQ = sm;                      // kRows x D, pre-scaled queries
+  float* sK = sQ + kRows * D;          // kKeys x (D + 1): the pad makes lane-per-key reads conflict-free
+  float* sV = sK + kKeys * (D + 1);    // kKeys x D
+  float* sP = sV + kKeys * D;          // warps x kKeys x kRowsPerWarp probabilities
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tile = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int qBegin = a.qIndptr[b], qLen = a.qIndptr[b + 1] - qBegin, kvLen = seqTokens(a.kv, b);
+  const int tok0 = tile * a.tokensPerTile;
+  if (tok0 >= qLen) return;
+  if (qLen > kvLen) {
+    if (tid == 0 && tile == 0 && kvh == 0) reportDeviceError(a.err, DeviceErrorCode::seqLength, kvLen, qLen);
+    return;
+  }
+  const int tokEnd = min(qLen, tok0 + a.tokensPerTile), rows = (tokEnd - tok0) * a.G;
+  const int maxPos = kvLen - qLen + tokEnd - 1;
+
+  for (int e = tid; e < kRows * D; e += kThreads) {
+    int r = e / D, d = e % D;
+    float v = 0.f;
+    if (r < rows) {
+      int64_t qRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
+      v = loadF(a.q, qRow * D + d, a.qt) * a.scaleLog2;
+    }
+    sQ[e] = v;
+  }
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][DL];
+  int pos[kRowsPerWarp];  // query position of each of this warp's rows; -1 for padding rows
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; i++) {
+    int r = warp * kRowsPerWarp + i;
+    pos[i] = r < rows ? kvLen - qLen + tok0 + r / a.G : -1;
+    m[i] = -INFINITY, l[i] = 0.f;
+#pragma unroll
+    for (int e = 0; e < DL; e++) acc[i][e] = 0.f;
+  }
+  float* P = sP + warp * kKeys * kRowsPerWarp;
+
+  for (int k0 = 0; k0 <= maxPos; k0 += kKeys) {
+    __syncthreads();  // previous chunk's readers are done (and sQ is written, first time round)
+    for (int e = tid; e < kKeys * D; e += kThreads) {
+      int kk = e / D, d = e % D, t = k0 + kk;
+      float kvK = 0.f, kvV = 0.f;
+      if (t < kvLen) {
+        int64_t row = tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::prefillPage);
+        if (row >= 0) kvK = loadF(a.kv.k, row + d, a.kv.t), kvV = loadF(a.kv.v, row + d, a.kv.t);
+      }
+      sK[kk * (D + 1) + d] = kvK;
+      sV[kk * D + d] = kvV;
+    }
+    __syncthreads();
+
+    float s[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; i++) s[i] = 0.f;
+    const float* qw = sQ + warp * kRowsPerWarp * D;
+    for (int d = 0; d < D; d += 4) {
+      float k4[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) k4[e] = sK[lane * (D + 1) + d + e];
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; i++) {
+        float4 q4 = *reinterpret_cast<const float4*>(qw + i * D + d);
+        s[i] = fmaf(q4.x, k4[0], s[i]);
+        s[i] = fmaf(q4.y, k4[1], s[i]);
+        s[i] = fmaf(q4.z, k4[2], s[i]);
+        s[i] = fmaf(q4.w, k4[3], s[i]);
+      }
+    }
+    const int key = k0 + lane;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; i++) {
+      float x = key <= pos[i] ? s[i] : -INFINITY;
+      float mNew = fmaxf(m[i], warpMax(x));
+      float p = 0.f, alpha = 1.f;
+      if (mNew != -INFINITY) p = exp2f(x - mNew), alpha = exp2f(m[i] - mNew);
+      l[i] = l[i] * alpha + warpSum(p);
+      m[i] = mNew;
+      P[lane * kRowsPerWarp + i] = p;
+#pragma unroll
+      for (int e = 0; e < DL; e++) acc[i][e] *= alpha;
+    }
+    __syncwarp();
+    for (int kk = 0; kk < kKeys; kk++) {
+      float v[DL];
+#pragma unroll
+      for (int e = 0; e < DL; e++) v[e] = sV[kk * D + lane * DL + e];
+#pragma unroll
+      for (int i4 = 0; i4 < kRowsPerWarp; i4 += 4) {
+        float4 p4 = *reinterpret_cast<const float4*>(P + kk * kRowsPerWarp + i4);
+        float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int e = 0; e < DL; e++) acc[i4 + i][e] = fmaf(pv[i], v[e], acc[i4 + i][e]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; i++) {
+    int r = warp * kRowsPerWarp + i;
+    if (r >= rows) continue;
+    int64_t oRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
+#pragma unroll
+    for (int e = 0; e < DL; e++) storeF(a.out, oRow * D + lane * DL + e, a.ot, l[i] > 0.f ? acc[i][e] / l[i] : 0.f);
+  }
+}
+
+// ---- launchers ----
+
+template <int D>
+void launchPrefill(const PrefillArgs& a, int B) {
+  constexpr int smemBytes = (kRows * D + kKeys * (D + 1) + kKeys * D + kRows * kKeys) * 4;
+  auto kernel = prefillKernel<D>;
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
+    configured = true;
+  }
+  dim3 grid(unsigned(a.tilesPerSeq), unsigned(a.kv.Hk), unsigned(B));
+  kernel<<<grid, kThreads, smemBytes, stream()>>>(a);
+  CUDA_CHECK_LAUNCH("prefillKernel");
+}
+
+}  // namespace
+
+void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale) {
+  const char* op = "attentionPrefill";
+  requireCuda(op, "q", q), requireCuda(op, "out", out), requireCuda(op, "qIndptr", qIndptr);
+  requireFloatT(op, "q", q), requireFloatT(op, "out", out), requireI32(op, "qIndptr", qIndptr);
+  checkPagedKV(op, kv);
+  const int64_t B = kv.lastPageLen.numel(), T = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hk = kv.kCache.shape[2];
+  if (q.ndim != 3 || out.numel() != q.numel()) fail(op, "q and out must be (Ttot, Hq, D)");
+  if (qIndptr.numel() != B + 1) fail(op, "qIndptr must be (B + 1) like indptr");
+  if (D != kv.kCache.shape[3] || Hq % Hk) fail(op, "q's head dim must match the cache and Hq be a multiple of Hk");
+  if (D != 64 && D != 128) fail(op, "head dim must be 64 or 128, got " + std::to_string(D));
+  const int G = int(Hq / Hk);
+  if (G > kRows) fail(op, "query heads per KV head must be <= 64, got " + std::to_string(G));
+  if (B == 0 || T == 0) return;
+  if (B > 65535 || Hk > 65535) fail(op, "at most 65535 sequences and KV heads");
+  PrefillArgs a{q.data, out.data, qIndptr.as<int32_t>(), q.dtype, out.dtype, pagedKVDev(kv), int(Hq), G,
+                kRows / G, 0, scale * kLog2e, deviceErrorSlot()};
+  a.tilesPerSeq = int(ceilDiv(T, a.tokensPerTile));  // a sequence has at most Ttot queries; extra tiles exit
+  if (D == 128) launchPrefill<128>(a, int(B));
+  else launchPrefill<64>(a, int(B));
+}
+
+}  // namespace dl::gpu

@@ -1,0 +1,256 @@
+// Split-K GEMM on the GPU, Y[M,N] = X[M,K] . W[N,K]^T (+ bias): tensor cores for bf16 x bf16, SIMT otherwise.
+//
+// Reduction schedule (the contract of kernels.h): K is cut into splitK partitions on multiples of kPartK = 64,
+// partition s = k-tiles [s*T/splitK, (s+1)*T/splitK) of the T = ceil(K/64) tiles. Inside a partition every
+// output is accumulated by one chain of mma.sync m16n8k16 (or FMAs on the SIMT path) in ascending k; partitions
+// are added in order 0..splitK-1 by a second kernel (never atomics), then the bias. The tile shape (chosen from M)
+// changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK) only.
+#include <algorithm>
+#include <cstdlib>
+
+#include "common.cuh"
+#include "gemm_mma.cuh"
+#include "workspace.cuh"
+
+namespace dl::gpu {
+namespace {
+
+constexpr int kPartK = 64;  // partition granularity in K, and the k-depth of one pipeline stage
+
+struct GemmArgs {
+  const void* x;  // (M, K)
+  const void* w;  // (N, K)
+  const void* bias;
+  void* y;         // (M, N)
+  float* partial;  // (splitK, M, N) when splitK > 1
+  int M, N, K, splitK, kTiles;
+  DType xt, wt, bt, yt;
+};
+
+__device__ __forceinline__ void partitionRange(const GemmArgs& a, int split, int& k0, int& k1) {
+  k0 = int(int64_t(split) * a.kTiles / a.splitK) * kPartK;
+  k1 = min(int(int64_t(split + 1) * a.kTiles / a.splitK) * kPartK, a.K);
+}
+
+// Writes a pair of outputs (row, col), (row, col + 1): the final value when splitK == 1, else an f32 partial.
+// Not inlined: inlining the dtype switch into every unrolled epilogue site makes cicc take many minutes.
+__device__ __noinline__ void storePair(const GemmArgs& a, int split, int row, int col, float v0, float v1) {
+  if (row >= a.M) return;
+  if (a.splitK > 1) {
+    float* p = a.partial + (int64_t(split) * a.M + row) * a.N + col;
+    if (col + 1 < a.N && (a.N % 2 == 0)) {
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else {
+      if (col < a.N) p[0] = v0;
+      if (col + 1 < a.N) p[1] = v1;
+    }
+    return;
+  }
+  int64_t o = int64_t(row) * a.N + col;
+  if (col < a.N) storeF(a.y, o, a.yt, a.bias ? v0 + loadF(a.bias, col, a.bt) : v0);
+  if (col + 1 < a.N) storeF(a.y, o + 1, a.yt, a.bias ? v1 + loadF(a.bias, col + 1, a.bt) : v1);
+}
+
+// ---- kernels ----
+
+// bf16 x bf16 on tensor cores. CTA tile BM x BN, WM x WN warps, STAGES-deep cp.async pipeline of 64-wide k tiles.
+// grid = (ceil(M/BM), ceil(N/BN), splitK): M tiles fastest, so the CTAs sharing a W tile run together (W once
+// through DRAM). Needs K % 8 == 0 and 16-byte aligned X and W (16-byte cp.async chunks).
+template <int BM, int BN, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
+  constexpr int kThreads = WM * WN * 32, WTM = BM / WM, WTN = BN / WN, MT = WTM / 16, NT = WTN / 8;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+  extern __shared__ __align__(128) uint16_t smem[];
+  uint16_t* sA = smem;                      // STAGES x BM x 64
+  uint16_t* sB = smem + STAGES * BM * 64;   // STAGES x BN x 64
+  const uint16_t* X = static_cast<const uint16_t*>(a.x);
+  const uint16_t* W = static_cast<const uint16_t*>(a.w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp / WN, wn = warp % WN;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, split = blockIdx.z;
+  int kBegin, kEnd;
+  partitionRange(a, split, kBegin, kEnd);
+  const int nk = kEnd > kBegin ? (kEnd - kBegin + kPartK - 1) / kPartK : 0;
+
+  auto loadTile = [&](int stage, int kt) {
+    const int k = kBegin + kt * kPartK;
+    for (int c = tid; c < BM * 8; c += kThreads) {
+      int r = c >> 3, ch = c & 7, gm = m0 + r, gk = k + ch * 8;
+      bool ok = gm < a.M && gk < kEnd;
+      mma::cpAsync16(sA + stage * BM * 64 + mma::swz(r, ch), ok ? X + int64_t(gm) * a.K + gk : X, ok ? 16 : 0);
+    }
+    for (int c = tid; c < BN * 8; c += kThreads) {
+      int r = c >> 3, ch = c & 7, gn = n0 + r, gk = k + ch * 8;
+      bool ok = gn < a.N && gk < kEnd;
+      mma::cpAsync16(sB + stage * BN * 64 + mma::swz(r, ch), ok ? W + int64_t(gn) * a.K + gk : W, ok ? 16 : 0);
+    }
+  };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int i = 0; i < MT; i++)
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < nk) loadTile(s, s);
+    mma::cpAsyncCommit();
+  }
+  for (int kt = 0; kt < nk; kt++) {
+    mma::cpAsyncWait<STAGES - 2>();
+    __syncthreads();  // tile kt landed for everyone; everyone is done with the stage we refill next
+    if (kt + STAGES - 1 < nk) loadTile((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    mma::cpAsyncCommit();
+    const uint16_t* tA = sA + (kt % STAGES) * BM * 64;
+    const uint16_t* tB = sB + (kt % STAGES) * BN * 64;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      unsigned af[MT][4], bfr[NT / 2][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+        mma::ldmatrixX4(af[mt], tA + mma::swz(wm * WTM + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < NT / 2; np++)
+        mma::ldmatrixX4(bfr[np], tB + mma::swz(wn * WTN + np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                               kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+          mma::mmaBf16(acc[mt][nt], af[mt], bfr[nt / 2][(nt & 1) * 2], bfr[nt / 2][(nt & 1) * 2 + 1]);
+    }
+  }
+  mma::cpAsyncWait<0>();
+
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      int row = m0 + wm * WTM + mt * 16 + (lane >> 2), col = n0 + wn * WTN + nt * 8 + (lane & 3) * 2;
+      storePair(a, split, row, col, acc[mt][nt][0], acc[mt][nt][1]);
+      storePair(a, split, row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
+    }
+}
+
+// Any dtypes (f32/bf16/f16 X and W) on CUDA cores: 64 x 64 tile, 256 threads with 4 x 4 outputs each, one FMA
+// chain per output in ascending k. grid = (ceil(M/64), ceil(N/64), splitK).
+__global__ void __launch_bounds__(256) gemmSimtKernel(GemmArgs a) {
+  __shared__ float sX[16][64 + 1], sW[16][64 + 1];
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  const int m0 = blockIdx.x * 64, n0 = blockIdx.y * 64, split = blockIdx.z;
+  int kBegin, kEnd;
+  partitionRange(a, split, kBegin, kEnd);
+  float acc[4][4] = {};
+  for (int k = kBegin; k < kEnd; k += 16) {
+    for (int e = threadIdx.x; e < 64 * 16; e += 256) {
+      int r = e >> 4, kk = e & 15, gk = k + kk;
+      sX[kk][r] = (m0 + r < a.M && gk < kEnd) ? loadF(a.x, int64_t(m0 + r) * a.K + gk, a.xt) : 0.f;
+      sW[kk][r] = (n0 + r < a.N && gk < kEnd) ? loadF(a.w, int64_t(n0 + r) * a.K + gk, a.wt) : 0.f;
+    }
+    __syncthreads();
+    int steps = min(16, kEnd - k);  // padding k adds nothing, but skipping it keeps the chain K-exact
+    for (int kk = 0; kk < steps; kk++) {
+      float xv[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) xv[i] = sX[kk][ty * 4 + i], wv[i] = sW[kk][tx * 4 + i];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    storePair(a, split, m0 + ty * 4 + i, n0 + tx * 4, acc[i][0], acc[i][1]);
+    storePair(a, split, m0 + ty * 4 + i, n0 + tx * 4 + 2, acc[i][2], acc[i][3]);
+  }
+}
+
+// Second pass of split-K: y = ((p_0 + p_1) + ... + p_{S-1}) + bias, partitions in order. One thread per output.
+__global__ void gemmReduceKernel(GemmArgs a) {
+  const int64_t total = int64_t(a.M) * a.N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = a.partial[i];
+    for (int p = 1; p < a.splitK; p++) s += a.partial[int64_t(p) * total + i];
+    if (a.bias) s += loadF(a.bias, i % a.N, a.bt);
+    storeF(a.y, i, a.yt, s);
+  }
+}
+
+// ---- launchers ----
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+void launchBf16(const GemmArgs& a) {
+  constexpr int smemBytes = STAGES * (BM + BN) * 64 * 2;
+  auto kernel = gemmBf16Kernel<BM, BN, WM, WN, STAGES>;
+  static bool configured = false;  // benign race: the attribute call is idempotent
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
+    configured = true;
+  }
+  dim3 grid(unsigned(ceilDiv(a.M, BM)), unsigned(ceilDiv(a.N, BN)), unsigned(a.splitK));
+  kernel<<<grid, WM * WN * 32, smemBytes, stream()>>>(a);
+  CUDA_CHECK_LAUNCH("gemmBf16Kernel");
+}
+
+// Tile config for the tensor-core path (any config gives the same bits: see the header). DL_GEMM_TILE=<0..5>
+// forces one, for the benchmark's sweep.
+int tileConfig(int64_t M, int64_t N) {
+  static const int forced = [] {
+    const char* e = std::getenv("DL_GEMM_TILE");
+    return e ? std::atoi(e) : -1;
+  }();
+  if (forced >= 0) return forced;
+  // Measured on H100 (bench/CUDA_NOTES.md): 128 x 256 tiles win for large M and for the LM head at M = 128.
+  return M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
+}
+
+}  // namespace
+
+void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
+  const char* op = "gemm";
+  requireCuda(op, "x", x), requireCuda(op, "w", w), requireCuda(op, "y", y);
+  requireFloatT(op, "x", x), requireFloatT(op, "w", w), requireFloatT(op, "y", y);
+  if (x.ndim != 2 || w.ndim != 2 || y.ndim != 2) fail(op, "x, w and y must be 2-D");
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  if (w.shape[1] != K || y.shape[0] != M || y.shape[1] != N) fail(op, "shapes must be x (M, K), w (N, K), y (M, N)");
+  if (bias) {
+    requireCuda(op, "bias", bias), requireFloatT(op, "bias", bias);
+    if (bias.numel() != N) fail(op, "bias must be (N) = (" + std::to_string(N) + ")");
+  }
+  if (M > 0x7fffffff / 2 || N > 0x7fffffff / 2 || K > 0x7fffffff / 2) fail(op, "dimensions must be below 2^30");
+  if (splitK < 1 || splitK > K) fail(op, "splitK must be in [1, K = " + std::to_string(K) + "], got " + std::to_string(splitK));
+  if (M == 0 || N == 0) return;
+  GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, int(M), int(N), int(K), splitK,
+             int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype};
+  Workspace ws{};
+  if (splitK > 1) {
+    ws = workspace(size_t(splitK) * size_t(M) * size_t(N) * sizeof(float));
+    a.partial = static_cast<float*>(ws.data);
+  }
+  const bool tensorCores = x.dtype == DType::bf16 && w.dtype == DType::bf16 && K % 8 == 0 && aligned16(x.data) &&
+                           aligned16(w.data);
+  if (!tensorCores) {
+    dim3 grid(unsigned(ceilDiv(M, 64)), unsigned(ceilDiv(N, 64)), unsigned(splitK));
+    gemmSimtKernel<<<grid, 256, 0, stream()>>>(a);
+    CUDA_CHECK_LAUNCH("gemmSimtKernel");
+  } else {
+    switch (tileConfig(M, N)) {
+      case 0: launchBf16<16, 64, 1, 4, 6>(a); break;   // decode: bandwidth-bound, narrow N tiles, deep pipeline
+      case 1: launchBf16<32, 64, 1, 4, 6>(a); break;
+      case 2: launchBf16<64, 64, 2, 2, 5>(a); break;
+      case 3: launchBf16<64, 128, 2, 2, 4>(a); break;
+      case 4: launchBf16<128, 128, 2, 4, 4>(a); break;
+      default: launchBf16<128, 256, 2, 4, 3>(a); break;  // large M: 64 x 64 warp tiles
+    }
+  }
+  if (splitK > 1) {
+    int64_t total = M * N;
+    int blocks = int(std::min<int64_t>(ceilDiv(total, 256), 8192));
+    gemmReduceKernel<<<blocks, 256, 0, stream()>>>(a);
+    CUDA_CHECK_LAUNCH("gemmReduceKernel");
+  }
+}
+
+}  // namespace dl::gpu

@@ -1,0 +1,36 @@
+// Tensor-core building blocks for the bf16 GEMM: cp.async with zero fill, swizzled tiles, ldmatrix, mma m16n8k16.
+#pragma once
+#include <cstdint>
+
+namespace dl::gpu::mma {
+
+// 16-byte global -> shared copy; bytes beyond srcBytes (0 or 16) are zero-filled, so padding rows/columns add 0.
+__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem, int srcBytes) {
+  unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(srcBytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Tiles are rows of 64 bf16 (128 bytes = 8 chunks of 16 bytes); chunk c of row r lives at c ^ (r & 7), so the 8
+// rows an ldmatrix phase reads hit 8 different bank groups.
+__device__ __forceinline__ int swz(int row, int chunk) { return row * 64 + ((chunk ^ (row & 7)) << 3); }
+
+__device__ __forceinline__ void ldmatrixX4(unsigned (&r)[4], const void* smem) {
+  unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// d = a(16x16, row) * b(16x8, col) + d, bf16 inputs, f32 accumulators.
+__device__ __forceinline__ void mmaBf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace dl::gpu::mma

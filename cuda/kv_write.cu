@@ -1,0 +1,79 @@
+// Paged KV cache writes on the GPU: scatter new tokens' K/V into their slots, and copy whole pages (copy-on-write).
+#include "common.cuh"
+
+namespace dl::gpu {
+
+// ---- kernels ----
+// k, v: (T, Hk, D); caches: (numPages, pageSize, Hk, D); slots: (T). One block per token writes its Hk*D row.
+__global__ void kvWriteKernel(const void* k, const void* v, DType st, void* kCache, void* vCache, DType ct,
+                              const int32_t* slots, int64_t rowElems, int64_t numSlots, DeviceErrorSlot* err) {
+  int64_t t = blockIdx.x, slot = slots[t];
+  if (slot < 0 || slot >= numSlots) {
+    if (threadIdx.x == 0) reportDeviceError(err, DeviceErrorCode::kvWriteSlot, slot, numSlots);
+    return;
+  }
+  for (int64_t e = threadIdx.x; e < rowElems; e += blockDim.x) {
+    storeF(kCache, slot * rowElems + e, ct, loadF(k, t * rowElems + e, st));
+    storeF(vCache, slot * rowElems + e, ct, loadF(v, t * rowElems + e, st));
+  }
+}
+
+// Copies page src[i] -> dst[i] in both caches, 16-byte words; blockIdx.y picks the cache. pageWords: page size in
+// 16-byte words (the launcher checks divisibility, else falls back to 4-byte words via the same kernel on uint32).
+template <typename Word>
+__global__ void pageCopyKernel(void* kCache, void* vCache, const int32_t* src, const int32_t* dst, int64_t pageWords,
+                               int64_t numPages, DeviceErrorSlot* err) {
+  int64_t i = blockIdx.x;
+  int64_t s = src[i], d = dst[i];
+  if (s < 0 || s >= numPages || d < 0 || d >= numPages) {
+    if (threadIdx.x == 0 && blockIdx.y == 0)
+      reportDeviceError(err, DeviceErrorCode::pageCopyPage, (s < 0 || s >= numPages) ? s : d, numPages);
+    return;
+  }
+  Word* cache = static_cast<Word*>(blockIdx.y == 0 ? kCache : vCache);
+  for (int64_t w = threadIdx.x; w < pageWords; w += blockDim.x) cache[d * pageWords + w] = cache[s * pageWords + w];
+}
+
+// ---- launchers ----
+void kvWrite(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots) {
+  const char* op = "kvWrite";
+  requireCuda(op, "k", k), requireCuda(op, "v", v), requireCuda(op, "kCache", kCache);
+  requireCuda(op, "vCache", vCache), requireCuda(op, "slots", slots), requireI32(op, "slots", slots);
+  requireFloatT(op, "k", k), requireFloatT(op, "kCache", kCache);
+  if (k.dtype != v.dtype || kCache.dtype != vCache.dtype) fail(op, "k/v and kCache/vCache must share dtypes");
+  if (k.ndim != 3 || kCache.ndim != 4 || k.shape[1] != kCache.shape[2] || k.shape[2] != kCache.shape[3] ||
+      slots.numel() != k.shape[0] || v.numel() != k.numel() || vCache.numel() != kCache.numel())
+    fail(op, "k, v (T, Hk, D), caches (numPages, pageSize, Hk, D) and slots (T) disagree");
+  int64_t T = k.shape[0];
+  if (T == 0) return;
+  int64_t rowElems = k.shape[1] * k.shape[2];
+  kvWriteKernel<<<unsigned(T), 256, 0, stream()>>>(k.data, v.data, k.dtype, kCache.data, vCache.data, kCache.dtype,
+                                                   slots.as<int32_t>(), rowElems, kCache.shape[0] * kCache.shape[1],
+                                                   deviceErrorSlot());
+  CUDA_CHECK_LAUNCH("kvWriteKernel");
+}
+
+void pageCopy(const View& kCache, const View& vCache, const View& src, const View& dst) {
+  const char* op = "pageCopy";
+  requireCuda(op, "kCache", kCache), requireCuda(op, "vCache", vCache), requireCuda(op, "src", src);
+  requireCuda(op, "dst", dst), requireI32(op, "src", src), requireI32(op, "dst", dst);
+  if (kCache.ndim != 4 || vCache.numel() != kCache.numel() || kCache.dtype != vCache.dtype)
+    fail(op, "kCache and vCache must be (numPages, pageSize, Hk, D) of one dtype");
+  if (src.numel() != dst.numel()) fail(op, "src and dst must hold the same number of pages");
+  int64_t n = src.numel();
+  if (n == 0) return;
+  if (n > 0x7fffffff) fail(op, "too many pages");
+  int64_t pageBytes = kCache.numel() / kCache.shape[0] * int64_t(dtypeSize(kCache.dtype));
+  dim3 grid(unsigned(n), 2);
+  if (pageBytes % 16 == 0 && aligned16(kCache.data) && aligned16(vCache.data)) {
+    pageCopyKernel<uint4><<<grid, 256, 0, stream()>>>(kCache.data, vCache.data, src.as<int32_t>(), dst.as<int32_t>(),
+                                                      pageBytes / 16, kCache.shape[0], deviceErrorSlot());
+  } else {
+    pageCopyKernel<uint16_t><<<grid, 256, 0, stream()>>>(kCache.data, vCache.data, src.as<int32_t>(),
+                                                         dst.as<int32_t>(), pageBytes / 2, kCache.shape[0],
+                                                         deviceErrorSlot());
+  }
+  CUDA_CHECK_LAUNCH("pageCopyKernel");
+}
+
+}  // namespace dl::gpu

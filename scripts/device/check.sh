@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One command on the GPU machine: set up Node, use the carried addon build, run the CUDA tests, run bench:cuda,
+# print a short table last (npm is not there: vitest and tsx run through node). The GPU image has CUDA + PyTorch but no Node.js, so Node and a pruned node_modules
+# travel in .device/ (both git-ignored):
+#   here:   bash ../shared/device/pack-node.sh                  -> .device/node.xz (~24 MB)
+#           tar -cf - --exclude=node_modules/{typescript,@types,node-gyp,prebuildify,@huggingface,tar} node_modules \
+#             | xz -T2 -3 > .device/node_modules.tar.xz        (vitest + tsx and their deps, ~20 MB)
+#           npm run build:addon && bash scripts/device/build-bench.sh
+#   run:    carry [".device", "build/Release/deliberate.node", "build/bench_kernels"]  (the 64 MiB limit rules out
+#           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
+# Without a carried build it builds both on the machine (needs node-gyp in the carried node_modules).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/check-out}
+mkdir -p "$out"
+if ! command -v node >/dev/null; then
+  xz -dc .device/node.xz > /tmp/node && chmod +x /tmp/node && export PATH=/tmp:$PATH
+fi
+[ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+if [ ! -f build/Release/deliberate.node ]; then node scripts/build-addon.mjs --force || exit 1; fi
+[ -x build/bench_kernels ] || bash scripts/device/build-bench.sh || exit 1
+node -e "const a=require('node-gyp-build')('.');console.log(JSON.stringify(a.listDevices().cuda))"
+
+status=0
+node node_modules/vitest/vitest.mjs run cuda.test --reporter=verbose 2>&1 | tee "$out/tests.log" | grep -E "✓|✗|×|FAIL|Tests|Test Files|Error|expected|DL_TEST_SEED" | head -120
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# Every tensor-core tile config must compute the same function: rerun the GEMM tests with each config forced.
+for t in 2 3 5; do
+  DL_GEMM_TILE=$t node node_modules/vitest/vitest.mjs run gemm.cuda.test > "$out/tests-tile$t.log" 2>&1 || { status=1; echo "gemm tests FAILED with DL_GEMM_TILE=$t"; tail -20 "$out/tests-tile$t.log"; }
+done
+# TUNE=1: sweep the tile/pipeline knobs (every config gives the same GEMM bits; decode pipelines differ in bits).
+if [ "${TUNE:-0}" = 1 ]; then
+  summary='const r=JSON.parse(require("fs").readFileSync(0,"utf8"));for(const x of r)console.log(process.env.TAG,x.op,x.shape,x.variant,x.ms.toFixed(4),(x.flops/x.ms/1e9).toFixed(1)+"TF",(x.bytes/x.ms/1e6).toFixed(0)+"GB/s")'
+  for t in ${TILES:-3 4 5}; do DL_GEMM_TILE=$t build/bench_kernels --quick --only gemm | TAG=tile$t node -e "$summary" | grep -E "M=(128|2048) "; done
+  for p in 32 64; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  node node_modules/tsx/dist/cli.mjs scripts/bench/cuda.ts --json ${BENCH_ARGS:-} > "$out/bench.txt" 2> "$out/bench.err" || status=1
+  tail -3 "$out/bench.err"
+  sed -n '/^# CUDA kernels/,$p' "$out/bench.txt"
+fi
+echo "check.sh: tests $( [ $status -eq 0 ] && echo passed || echo FAILED)"
+exit $status
