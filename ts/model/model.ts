@@ -13,7 +13,7 @@ import type { ModelTokenizer } from "./tokenizer.js";
 
 export interface LoadModelOptions {
   device?: DeviceKind;
-  /** KV pool size in pages; default: kvMemoryBytes' worth, else one full context (at most 8192 tokens). */
+  /** KV pool size in pages; default: kvMemoryBytes' worth, else 8192 tokens' worth (room for several contexts of a small model). */
   kvPages?: number;
   /** KV pool budget in bytes (ignored when kvPages is given). */
   kvMemoryBytes?: number;
@@ -80,7 +80,7 @@ export class Model implements AsyncDisposable {
     const bytesPerPage = kvBytesPerToken(config, kvDtype === "f32" ? 4 : 2) * pageSize;
     let native: NativeModel | null = null;
     try {
-      const numPages = planPages(options, contextLength, pageSize, bytesPerPage);
+      const numPages = planPages(options, pageSize, bytesPerPage);
       native = createNativeModel(config, { device, kvDtype, kv: { numPages, pageSize } });
       await uploadWeights(native, config, checkpoint);
     } catch (e) {
@@ -181,8 +181,11 @@ export class Model implements AsyncDisposable {
   }
 }
 
-/** KV pages: kvPages, else kvMemoryBytes' worth, else one full context (at most DEFAULT_KV_TOKENS). */
-function planPages(options: LoadModelOptions, contextLength: number, pageSize: number, bytesPerPage: number): number {
+/**
+ * KV pages: kvPages, else kvMemoryBytes' worth, else DEFAULT_KV_TOKENS' worth whatever the context length, so that a
+ * small-context model still serves concurrent requests, n samples, forks and deterministic verify rows by default.
+ */
+function planPages(options: LoadModelOptions, pageSize: number, bytesPerPage: number): number {
   if (options.kvPages !== undefined) {
     if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new Error(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`);
     return options.kvPages;
@@ -192,7 +195,7 @@ function planPages(options: LoadModelOptions, contextLength: number, pageSize: n
     if (!(n >= 1)) throw new Error(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`);
     return n;
   }
-  return Math.ceil(Math.min(contextLength, DEFAULT_KV_TOKENS) / pageSize);
+  return Math.ceil(DEFAULT_KV_TOKENS / pageSize);
 }
 
 /** Loads a Hugging Face model folder (config.json, safetensors, tokenizer files) onto a device. */
