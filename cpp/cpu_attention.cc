@@ -31,24 +31,69 @@ template <DType CT> inline float dot(const float* q, const void* k, int64_t D) {
   __m256 acc = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8<CT>(k, d), acc);
+  if (d == D) {  // the same tree in registers: (l0+l4, l1+l5, l2+l6, l3+l7), then (.0+.2, .1+.3), then .0+.1
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
+  }
   alignas(32) float lane[8];
   _mm256_store_ps(lane, acc);
   for (; d < D; d++) lane[d & 7] = std::fma(q[d], load1<CT>(k, d), lane[d & 7]);
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
-// acc = acc * c (elementwise; c = 1 skipped, which is exact)
-inline void scale(float* acc, float c, int64_t D) {
-  if (c == 1.f) return;
-  for (int64_t d = 0; d < D; d++) acc[d] *= c;
+// Four tokens' dot products at once (four independent FMA chains; each in dot()'s order, D % 8 == 0).
+template <DType CT> inline void dot4(const float* q, const char* k, size_t kStride, int64_t D, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int j = 0; j < 4; j++) acc[j] = _mm256_fmadd_ps(qv, load8<CT>(k + j * kStride, d), acc[j]);
+  }
+  for (int j = 0; j < 4; j++) {
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    out[j] = _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
+  }
 }
 
-// acc += p * v (one fused multiply-add per element)
-template <DType CT> inline void axpy(float* acc, float p, const void* v, int64_t D) {
-  const __m256 pv = _mm256_set1_ps(p);
+// acc[d] = acc[d] * c (skipped when c == 1: exact), then acc[d] += p[t] * v_t[d] (one fused multiply-add each) for
+// t = 0..n-1 in order. Chunks of 64 floats stay in registers across the page's tokens.
+template <DType CT> inline void accumulatePage(float* acc, float c, const float* p, const char* v, size_t vStride, int64_t n, int64_t D) {
+  const __m256 cv = _mm256_set1_ps(c);
   int64_t d = 0;
-  for (; d + 8 <= D; d += 8) _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, load8<CT>(v, d), _mm256_loadu_ps(acc + d)));
-  for (; d < D; d++) acc[d] = std::fma(p, load1<CT>(v, d), acc[d]);
+  for (; d + 64 <= D; d += 64) {
+    __m256 a[8];
+    for (int j = 0; j < 8; j++) a[j] = c == 1.f ? _mm256_loadu_ps(acc + d + 8 * j) : _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * j), cv);
+    for (int64_t t = 0; t < n; t++) {
+      const __m256 pv = _mm256_set1_ps(p[t]);
+      for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(pv, load8<CT>(v + t * vStride, d + 8 * j), a[j]);
+    }
+    for (int j = 0; j < 8; j++) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+  }
+  for (; d + 8 <= D; d += 8) {
+    __m256 a = c == 1.f ? _mm256_loadu_ps(acc + d) : _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv);
+    for (int64_t t = 0; t < n; t++) a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), load8<CT>(v + t * vStride, d), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+  for (; d < D; d++) {
+    float a = c == 1.f ? acc[d] : acc[d] * c;
+    for (int64_t t = 0; t < n; t++) a = std::fma(p[t], load1<CT>(v + t * vStride, d), a);
+    acc[d] = a;
+  }
+}
+
+// This KV head's rows of a page are D values every Hk * D: strided, so the hardware prefetcher misses them;
+// fetching the next page while this one is reduced hides the memory latency.
+inline void prefetchPage(const PagedKV& kv, int64_t page, int64_t hk, size_t es) {
+  const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3];
+  const size_t rowBytes = size_t(D) * es;
+  for (int64_t t = 0; t < P; t++) {
+    const size_t off = size_t(((page * P + t) * Hk + hk) * D) * es;
+    for (size_t b = 0; b < rowBytes; b += 64) {
+      _mm_prefetch(static_cast<const char*>(kv.kCache.data) + off + b, _MM_HINT_T0);
+      _mm_prefetch(static_cast<const char*>(kv.vCache.data) + off + b, _MM_HINT_T0);
+    }
+  }
 }
 
 template <DType CT>
@@ -64,23 +109,27 @@ void attendTyped(const PagedKV& kv, int64_t b, int64_t hk, int64_t begin, int64_
     const size_t base = size_t(((page * P + off) * Hk + hk) * D);
     const char* kRows = static_cast<const char*>(kv.kCache.data) + base * es;
     const char* vRows = static_cast<const char*>(kv.vCache.data) + base * es;
+    if (t0 + n < end) prefetchPage(kv, pages[(t0 + n) / P], hk, es);
     for (int g = 0; g < G; g++) {
       float* s = scores.data() + g * P;
       float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < n; t++) {
-        s[t] = scl * dot<CT>(q + g * qStride, kRows + size_t(t * rowStride) * es, D);
+      int64_t t = 0;
+      if (D % 8 == 0)
+        for (; t + 4 <= n; t += 4) dot4<CT>(q + g * qStride, kRows + size_t(t * rowStride) * es, size_t(rowStride) * es, D, s + t);
+      for (; t < n; t++) s[t] = dot<CT>(q + g * qStride, kRows + size_t(t * rowStride) * es, D);
+      for (t = 0; t < n; t++) {
+        s[t] *= scl;
         mx = std::max(mx, s[t]);
       }
       const float mNew = std::max(st.m[g], mx);
       const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(st.m[g] - mNew);
       float* acc = st.acc.data() + g * D;
       st.l[g] *= c;
-      scale(acc, c, D);
       for (int64_t t = 0; t < n; t++) {
-        const float p = std::exp(s[t] - mNew);
-        st.l[g] += p;
-        axpy<CT>(acc, p, vRows + size_t(t * rowStride) * es, D);
+        s[t] = std::exp(s[t] - mNew);  // scores become the softmax numerators p_t
+        st.l[g] += s[t];
       }
+      accumulatePage<CT>(acc, c, s, vRows, size_t(rowStride) * es, n, D);
       st.m[g] = mNew;
     }
     t0 += n;

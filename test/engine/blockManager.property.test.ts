@@ -37,7 +37,7 @@ class Harness {
 
   admit(): void {
     const seq = new Sequence(this.nextId++, this.randomTokens(), 0, PAGE, 0);
-    this.bm.allocatePrefix(seq);
+    this.bm.recordLookup(seq.numTokens, this.bm.allocatePrefix(seq));
     this.live.push(seq);
     if (!this.compute(seq, seq.numUncomputedTokens)) this.freeSeq(seq);
   }

@@ -122,6 +122,18 @@ describe("Engine on a native fixture model (batch-invariant mode)", () => {
     }
   });
 
+  it("reports logprobs of asked-for token ids consistent with the sampler's top logprobs", async () => {
+    await using engine = engineWith();
+    const prompt = randomTokens(8, V, 77);
+    const ranked = await engine.submit({ prompt, maxTokens: 1, logprobs: 2 }).result;
+    const top = ranked.logprobs![0].top;
+    const asked = await engine.submit({ prompt, maxTokens: 1, tokenLogprobs: [top[1].token, top[0].token] }).result;
+    const requested = asked.logprobs![0].requested!;
+    expect(requested.map((r) => r.token)).toEqual([top[1].token, top[0].token]);
+    expect(requested[0].logprob).toBeCloseTo(top[1].logprob, 4);
+    expect(requested[1].logprob).toBeCloseTo(top[0].logprob, 4);
+  });
+
   it("streams text from the model's tokenizer and stops on a stop string", async () => {
     await using engine = engineWith();
     const free = await engine.submit({ prompt: "The answer is", maxTokens: 20, ignoreEos: true }).result;

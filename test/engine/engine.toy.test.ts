@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { Engine, type EngineOptions } from "../../ts/engine/engine.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { makeRng } from "../helpers/prng.js";
-import { PagedToyModel, TOY_EOS, toyCodec, toyReference, toyText } from "../helpers/pagedToyModel.js";
+import { PagedToyModel, TOY_EOS, toyCodec, toyLogits, toyReference, toyText } from "../helpers/pagedToyModel.js";
 
 function makeEngine(numPages: number, options: Partial<EngineOptions> = {}, pageSize = 4): { engine: Engine; model: PagedToyModel } {
   const model = new PagedToyModel(numPages, pageSize);
@@ -203,6 +203,28 @@ describe("Engine on the paged reference model", () => {
       expect(lp.top[0].token).toBe(lp.token); // greedy picks the top token
     }
     expect(Array.from(out.hidden!)).toEqual([6, 1]); // context length at the last step, layer
+    const scored = await engine.submit({ prompt: [5, 6, 7], maxTokens: 2, tokenLogprobs: [3, 40], ignoreEos: true }).result;
+    const logits = toyLogits([5, 6, 7]);
+    const logZ = Math.log(logits.reduce((sum, l) => sum + Math.exp(l), 0));
+    expect(scored.logprobs![0].top).toEqual([]);
+    expect(scored.logprobs![0].requested!.map((r) => r.token)).toEqual([3, 40]);
+    expect(scored.logprobs![0].requested![0].logprob).toBeCloseTo(logits[3] - logZ, 5);
+    expect(scored.logprobs![0].requested![1].logprob).toBeCloseTo(logits[40] - logZ, 5);
+  });
+
+  it("admits by the configured policy: priority first, then gang+sjf by the programs' estimates", async () => {
+    const order = async (policy: EngineOptions["schedulingPolicy"]): Promise<string[]> => {
+      await using engine = makeEngine(64, { schedulingPolicy: policy, maxBatchSeqs: 1 }).engine;
+      const done: string[] = [];
+      const submit = (name: string, programId: string, remainingKnob: number, priority = 0): Promise<void> =>
+        engine
+          .submit({ prompt: [1, 2, 3], maxTokens: 2, ignoreEos: true, metadata: { programId, remainingKnob, meanTokensPerRound: 10, priority } })
+          .result.then(() => void done.push(name));
+      await Promise.all([submit("long-1", "long", 8), submit("short-1", "short", 1), submit("long-2", "long", 8), submit("short-2", "short", 1), submit("urgent", "x", 99, 5)]);
+      return done;
+    };
+    expect(await order("fcfs")).toEqual(["urgent", "long-1", "short-1", "long-2", "short-2"]);
+    expect(await order("gang+sjf")).toEqual(["urgent", "short-1", "short-2", "long-1", "long-2"]);
   });
 
   it("validates requests at the boundary", async () => {
@@ -213,6 +235,10 @@ describe("Engine on the paged reference model", () => {
     expect(() => engine.submit({ prompt: [1], model: "nope" })).toThrow(/loaded models: default/);
     expect(() => engine.submit({ prompt: [1], n: 0 })).toThrow(/request.n is 0/);
     expect(() => engine.submit({ prompt: [] })).toThrow(/prompt is empty/);
+    const model = new PagedToyModel(8);
+    expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(/kernelMode: unknown mode "exact"/);
+    expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(/unknown policy "lifo"/);
+    expect(() => new Engine({ models: { model }, maxBatchTokens: 0 })).toThrow(/options.maxBatchTokens is 0/);
   });
 
   it("dispose resolves unfinished requests as aborted and refuses new ones; the event loop keeps turning", async () => {

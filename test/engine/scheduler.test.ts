@@ -72,6 +72,18 @@ describe("Scheduler", () => {
     expect(batch.failed[0].error.message).toMatch(/KV pool exhausted: sequence \d+ needs 3 pages of 4 tokens for 9 tokens, the pool has 2 in total/);
   });
 
+  it("counts a prefix lookup once per admission, not once per blocked attempt", () => {
+    const s = new Scheduler(new BlockManager(3, PAGE), options());
+    const a = seqOf(9);
+    const b = seqOf(5);
+    s.addWaiting(a);
+    s.addWaiting(b);
+    step(s);
+    step(s); // b cannot get a page either time
+    expect(s.waiting).toEqual([b]);
+    expect(s.blockManager.stats().queriedTokens).toBe(9);
+  });
+
   it("truncate drops tokens and KV so the last kept token is fed again", () => {
     const s = new Scheduler(new BlockManager(16, PAGE), options());
     const seq = seqOf(10);

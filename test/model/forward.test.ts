@@ -1,7 +1,7 @@
 // Model.forward (one native call per step) against the float64 reference: logits, chunked prefill, KV reuse,
 // batch invariance, hidden-state capture, and boundary errors.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { NativeForwardBatch, NativeForwardSequence } from "../../ts/native/addonTypes.js";
+import type { NativeForwardBatch, NativeForwardResult, NativeForwardSequence } from "../../ts/native/addonTypes.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { fixtureDir, randomTokens, relL2 } from "./fixtureCache.js";
 import { ReferenceModel } from "./reference.js";
@@ -108,7 +108,7 @@ describe("batched forward", () => {
       captureHiddenLayer: 1,
     });
     await setup();
-    const alone = [];
+    const alone: NativeForwardResult[] = [];
     for (let i = 0; i < 4; i++) alone.push((await model.forward({ ...schedule, returnLogits: true, sequences: [seq(i)] }))[0]);
     await setup();
     const batch: NativeForwardBatch = { ...schedule, returnLogits: true, sequences: [seq(3), seq(0), seq(2), seq(1)] };

@@ -113,12 +113,16 @@ export class BlockManager {
       parent = page.hash!;
     }
     const cached = seq.blockTable.length * this.pageSize;
-    this.queriedTokens += seq.numTokens;
-    this.hitTokens += cached;
     seq.numComputedTokens = cached;
     // Usage reports the first admission's savings; a recompute after preemption reviving its own pages is not one.
     if (seq.numPreemptions === 0) seq.numCachedTokens = cached;
     return cached;
+  }
+
+  /** Counts an admission's prefix lookup in the hit-rate stats (once per admission, not per attempt). */
+  recordLookup(queriedTokens: number, hitTokens: number): void {
+    this.queriedTokens += queriedTokens;
+    this.hitTokens += hitTokens;
   }
 
   /** Fresh pages (growth plus copy-on-write copies) that writing the next `numNewTokens` tokens needs. */

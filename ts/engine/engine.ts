@@ -3,11 +3,11 @@
 // to the event loop between steps, so it never blocks it. Requests enter through submit() / fork() and leave
 // through their RequestHandle (stream of deltas, promise of the output).
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
-import { DEFAULT_AGING_TOKENS_PER_SECOND, type SchedulingPolicy } from "../sched/policy.js";
+import { DEFAULT_AGING_TOKENS_PER_SECOND, parseSchedulingPolicy, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
 import { RequestHandle } from "./handle.js";
-import type { KernelMode } from "./kernelSchedule.js";
-import { ThroughputMeter, type EngineMetrics } from "./metrics.js";
+import { parseKernelMode, type KernelMode } from "./kernelSchedule.js";
+import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
 import type { EngineModel, ForwardResult, TextCodec } from "./modelTypes.js";
@@ -82,10 +82,10 @@ export class Engine implements AsyncDisposable {
     const schedulerOptions = {
       maxBatchTokens: positiveInt("maxBatchTokens", options.maxBatchTokens ?? 2048),
       maxBatchSeqs: positiveInt("maxBatchSeqs", options.maxBatchSeqs ?? 256),
-      policy: options.schedulingPolicy ?? "fcfs",
+      policy: typeof options.schedulingPolicy === "function" ? options.schedulingPolicy : parseSchedulingPolicy(options.schedulingPolicy ?? "fcfs"),
       agingTokensPerSecond: options.agingTokensPerSecond ?? DEFAULT_AGING_TOKENS_PER_SECOND,
     };
-    const kernelMode = options.kernelMode ?? "fast";
+    const kernelMode = parseKernelMode(options.kernelMode ?? "fast");
     this.slots = specs.map((spec, i) => {
       const name = spec.name ?? (i === 0 ? "default" : `model${i}`);
       const model = isModel(spec.model) ? engineModelOf(spec.model) : spec.model;
@@ -123,25 +123,12 @@ export class Engine implements AsyncDisposable {
   }
 
   metrics(): EngineMetrics {
-    const models = this.slots.map((s) => s.metrics());
-    let queried = 0;
-    let hits = 0;
-    for (const s of this.slots) {
-      const st = s.blockManager.stats();
-      queried += st.queriedTokens;
-      hits += st.hitTokens;
-    }
-    return {
-      running: models.reduce((n, m) => n + m.running, 0),
-      waiting: models.reduce((n, m) => n + m.waiting, 0),
-      models,
-      prefixCacheHitRate: queried === 0 ? 0 : hits / queried,
-      ...this.meter.rates(Date.now()),
-      generatedTokens: this.meter.generatedTotal,
-      promptTokensComputed: this.meter.promptTotal,
-      preemptions: models.reduce((n, m) => n + m.preemptions, 0),
-      steps: this.steps,
-    };
+    return combineMetrics(
+      this.slots.map((s) => s.metrics()),
+      this.meter,
+      this.steps,
+      Date.now(),
+    );
   }
 
   /** Stops the loop after the step in flight; unfinished requests resolve "aborted". Idempotent. */
@@ -273,6 +260,7 @@ export class Engine implements AsyncDisposable {
       sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
       numTopLogprobs: p.logprobs ?? 0,
       captureHiddenLayer: p.captureHiddenLayer,
+      needsLogits: p.tokenLogprobs !== null,
     };
   }
 

@@ -11,6 +11,8 @@ export interface ModelMetrics {
   kvPagesCached: number;
   /** Prompt tokens found in the prefix cache / prompt tokens looked up, since start (0 when none looked up). */
   prefixCacheHitRate: number;
+  prefixQueriedTokens: number;
+  prefixHitTokens: number;
   preemptions: number;
 }
 
@@ -28,6 +30,23 @@ export interface EngineMetrics {
   promptTokensComputed: number;
   preemptions: number;
   steps: number;
+}
+
+/** Engine-wide metrics from the per-model ones and the throughput meter. */
+export function combineMetrics(models: ModelMetrics[], meter: ThroughputMeter, steps: number, nowMs: number): EngineMetrics {
+  const sum = (f: (m: ModelMetrics) => number): number => models.reduce((n, m) => n + f(m), 0);
+  const queried = sum((m) => m.prefixQueriedTokens);
+  return {
+    running: sum((m) => m.running),
+    waiting: sum((m) => m.waiting),
+    models,
+    prefixCacheHitRate: queried === 0 ? 0 : sum((m) => m.prefixHitTokens) / queried,
+    ...meter.rates(nowMs),
+    generatedTokens: meter.generatedTotal,
+    promptTokensComputed: meter.promptTotal,
+    preemptions: sum((m) => m.preemptions),
+    steps,
+  };
 }
 
 /** Sliding-window token rates: per-step counts bucketed by time. */

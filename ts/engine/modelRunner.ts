@@ -11,6 +11,8 @@ export interface SequenceSampling {
   sampling: SamplingSpec;
   numTopLogprobs: number;
   captureHiddenLayer: number | null;
+  /** Needs the raw logits (for logprobs of chosen token ids). */
+  needsLogits: boolean;
 }
 
 export class ModelRunner {
@@ -38,8 +40,10 @@ export class ModelRunner {
   /** One forward for the whole step; results align with batch.seqs. */
   run(batch: ScheduledBatch, samplingOf: (seq: Sequence) => SequenceSampling, override?: KernelSchedule): Promise<ForwardResult[]> {
     const schedule = this.scheduleFor(batch, override);
+    let returnLogits = false;
     const sequences: ForwardSequence[] = batch.seqs.map(({ seq, numNewTokens, emitToken }) => {
       const s = samplingOf(seq);
+      returnLogits ||= emitToken && s.needsLogits;
       const start = seq.numComputedTokens;
       const input: ForwardSequence = {
         tokens: Int32Array.from(seq.tokens.slice(start, start + numNewTokens)),
@@ -53,6 +57,7 @@ export class ModelRunner {
       return input;
     });
     const forward: ForwardBatch = { sequences, gemmSplitK: schedule.gemmSplitK, kvSplits: schedule.kvSplits };
+    if (returnLogits) forward.returnLogits = true;
     if (batch.pageCopies.length > 0) {
       forward.pageCopies = {
         src: Int32Array.from(batch.pageCopies, (c) => c.src),

@@ -41,6 +41,8 @@ export class ModelSlot {
       kvPagesTotal: s.numPages,
       kvPagesCached: s.cachedFreePages,
       prefixCacheHitRate: s.queriedTokens === 0 ? 0 : s.hitTokens / s.queriedTokens,
+      prefixQueriedTokens: s.queriedTokens,
+      prefixHitTokens: s.hitTokens,
       preemptions: this.scheduler.numPreemptions,
     };
   }

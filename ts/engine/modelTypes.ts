@@ -32,6 +32,8 @@ export interface ForwardBatch {
   kvSplits: number;
   /** Whole-page copies (copy-on-write) done before anything else in the step. */
   pageCopies?: { src: Int32Array; dst: Int32Array };
+  /** Return every emitting sequence's raw logits [vocab]. */
+  returnLogits?: boolean;
 }
 
 export interface ForwardResult {
@@ -42,6 +44,8 @@ export interface ForwardResult {
   topLogprobs?: Float32Array;
   /** [hidden] at the last position, when captureHiddenLayer was given. */
   hidden?: Float32Array;
+  /** Raw logits [vocab], when the batch asked for them. */
+  logits?: Float32Array;
 }
 
 /** A model as the engine drives it: its KV pool geometry and the batched forward. */

@@ -14,6 +14,8 @@ export interface TokenLogprob {
   logprob: number;
   /** The `logprobs` most likely tokens, most likely first. */
   top: TopLogprob[];
+  /** The request's `tokenLogprobs` ids, in the order asked. */
+  requested?: TopLogprob[];
 }
 
 /** New tokens of one sample since the previous delta (one engine step). */

@@ -20,6 +20,11 @@ export interface SamplingParams {
   ignoreEos?: boolean;
   /** Return per-token logprobs with this many top alternatives (0 = only the chosen token's). */
   logprobs?: number;
+  /**
+   * Also return, at every step, the logprobs of these token ids whatever their rank (e.g. a process reward
+   * model's "good" / "bad" tokens). Costs a full logits transfer per step for this request.
+   */
+  tokenLogprobs?: readonly number[];
   /** Return the hidden state of this HF hidden_states layer (0 = embeddings .. numLayers) at every step. */
   captureHidden?: { layer: number };
   /** Scheduling metadata an inter-program policy reads (ts/sched). */
@@ -60,6 +65,7 @@ export interface ResolvedParams {
   stopTokenIds: Set<number>;
   ignoreEos: boolean;
   logprobs: number | null;
+  tokenLogprobs: number[] | null;
   captureHiddenLayer: number | null;
 }
 
@@ -103,9 +109,12 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   for (const id of stopTokenIds) int("stopTokenIds[]", id, 0, limits.vocabSize - 1);
   const ignoreEos = p.ignoreEos ?? base?.ignoreEos ?? false;
   const logprobs = p.logprobs === undefined ? (base?.logprobs ?? null) : int("logprobs", p.logprobs, 0, MAX_TOP_LOGPROBS);
+  const wanted = p.tokenLogprobs === undefined ? (base?.tokenLogprobs ?? null) : [...p.tokenLogprobs];
+  for (const id of wanted ?? []) int("tokenLogprobs[]", id, 0, limits.vocabSize - 1);
+  const tokenLogprobs = wanted !== null && wanted.length > 0 ? wanted : null;
   const layer = p.captureHidden?.layer;
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
-  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, captureHiddenLayer };
+  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer };
 }
 
 /** Validates prompt token ids against the vocabulary. */

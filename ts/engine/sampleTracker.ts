@@ -2,7 +2,7 @@
 // maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
 // the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
 import type { Detokenizer } from "./modelTypes.js";
-import type { FinishReason, SampleOutput, StreamDelta, TokenLogprob } from "./outputs.js";
+import type { FinishReason, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
 
 export interface SampledToken {
@@ -11,6 +11,7 @@ export interface SampledToken {
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
   hidden?: Float32Array;
+  logits?: Float32Array;
 }
 
 export class SampleTracker {
@@ -29,7 +30,7 @@ export class SampleTracker {
     private readonly eosTokenIds: ReadonlySet<number>,
     private readonly detokenizer: Detokenizer | null,
   ) {
-    this.logprobs = params.logprobs === null ? undefined : [];
+    this.logprobs = params.logprobs === null && params.tokenLogprobs === null ? undefined : [];
     this.holdBackChars = Math.max(0, ...params.stop.map((s) => s.length - 1));
   }
 
@@ -47,6 +48,7 @@ export class SampleTracker {
       const top = [];
       for (let i = 0; i < (s.topIds?.length ?? 0); i++) top.push({ token: s.topIds![i], logprob: s.topLogprobs![i] });
       logprob = { token: s.token, logprob: s.logprob, top };
+      if (this.params.tokenLogprobs !== null && s.logits) logprob.requested = logprobsOf(s.logits, this.params.tokenLogprobs);
       this.logprobs.push(logprob);
     }
     if (this.params.stopTokenIds.has(s.token) || (!this.params.ignoreEos && this.eosTokenIds.has(s.token))) {
@@ -111,4 +113,14 @@ export class SampleTracker {
     this.streamedChars = end;
     return out;
   }
+}
+
+/** Log-softmax of `logits` at `ids` (the same raw-logit logprobs the native sampler reports). */
+function logprobsOf(logits: Float32Array, ids: readonly number[]): TopLogprob[] {
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
+  const logZ = max + Math.log(sum);
+  return ids.map((token) => ({ token, logprob: logits[token] - logZ }));
 }

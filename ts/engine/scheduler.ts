@@ -96,13 +96,14 @@ export class Scheduler {
     if (batch.preempted.length > 0) return batch; // the pool is full: admitting more would only thrash
     for (const seq of this.order(this.waiting, nowMs, true)) {
       if (batch.seqs.length >= this.options.maxBatchSeqs || budget <= 0) break;
-      this.blockManager.allocatePrefix(seq);
+      const cached = this.blockManager.allocatePrefix(seq);
       let n = this.chunkSize(seq, budget);
       if (n > 0 && !this.blockManager.canAppend(seq, n)) n = this.tokensThatFit(seq, n);
       if (n === 0 && seq.computeLimit !== seq.numComputedTokens) {
         this.blockManager.free(seq); // no room: keep FCFS-like order, try again next step
         break;
       }
+      this.blockManager.recordLookup(seq.numTokens, cached);
       removeFrom(this.waiting, seq);
       this.addRunning(seq);
       if (n > 0) budget -= this.take(seq, n, batch);

@@ -1,0 +1,183 @@
+// Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
+// the same run, with the same thread count.
+//   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
+//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer]
+// Rounds alternate deliberate and llama.cpp and each side reports its best round, so that load from other
+// processes on a shared machine biases neither side.
+// The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
+// llama.cpp gets it through the GGUF export with the checkpoint dtype kept.
+import { existsSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { getLlama, type Token } from "node-llama-cpp";
+import { exportGguf } from "../gguf/export-gguf.js";
+import { makeFixture, PRESETS } from "../make-fixture.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+
+const { values } = parseArgs({
+  options: {
+    json: { type: "boolean" },
+    preset: { type: "string", default: "smollm-135m" },
+    "prompt-tokens": { type: "string", default: "128" },
+    "decode-tokens": { type: "string", default: "64" },
+    threads: { type: "string" },
+    rounds: { type: "string", default: "3" },
+    device: { type: "string", default: "cpu" },
+    "no-peer": { type: "boolean" },
+  },
+});
+const promptTokens = Number(values["prompt-tokens"]);
+const decodeTokens = Number(values["decode-tokens"]);
+const threads = values.threads ? Number(values.threads) : cpus().length;
+const rounds = Number(values.rounds);
+const device = values.device as "cpu" | "cuda";
+const preset = PRESETS[values.preset!];
+if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
+
+const log = (m: string) => values.json || console.error(m);
+
+async function fixture(): Promise<{ dir: string; gguf: string }> {
+  const dir = join(tmpdir(), `deliberate-bench-${values.preset}`);
+  const gguf = join(dir, "model.gguf");
+  if (!existsSync(join(dir, "model.safetensors")) && !existsSync(join(dir, "model.safetensors.index.json"))) {
+    log(`writing a random ${values.preset} model to ${dir} ...`);
+    await makeFixture({ ...preset, out: dir });
+  }
+  if (!values["no-peer"] && !existsSync(gguf)) {
+    log("exporting GGUF for llama.cpp ...");
+    await exportGguf(dir, gguf, "keep");
+  }
+  return { dir, gguf };
+}
+
+function prompt(vocab: number): number[] {
+  let s = 12345;
+  return Array.from({ length: promptTokens }, () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return 300 + (s % (vocab - 300));
+  });
+}
+
+interface Speed {
+  prefillTokensPerSecond: number;
+  decodeTokensPerSecond: number;
+  /** Tokens per second of this process's CPU time (all threads): robust to other load on a shared machine. */
+  prefillTokensPerCpuSecond: number;
+  decodeTokensPerCpuSecond: number;
+}
+
+const cpuSeconds = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
+
+/** Times prefill (prompt -> first token) and decode (the next decodeTokens tokens) of one greedy sequence. */
+async function timeStream(next: () => Promise<boolean>): Promise<Speed> {
+  const t0 = performance.now();
+  const c0 = cpuSeconds();
+  await next(); // first token: the whole prompt's prefill
+  const t1 = performance.now();
+  const c1 = cpuSeconds();
+  for (let i = 0; i < decodeTokens; i++) await next();
+  const t2 = performance.now();
+  const c2 = cpuSeconds();
+  return {
+    prefillTokensPerSecond: (promptTokens * 1000) / (t1 - t0),
+    decodeTokensPerSecond: (decodeTokens * 1000) / (t2 - t1),
+    prefillTokensPerCpuSecond: promptTokens / (c1 - c0),
+    decodeTokensPerCpuSecond: decodeTokens / (c2 - c1),
+  };
+}
+
+async function ours(model: Model, ids: number[]): Promise<Speed> {
+  // Model.forward directly (no detokenizer): one forward per token, the prompt as a single prefill step.
+  const pages = Int32Array.from({ length: Math.ceil((promptTokens + decodeTokens + 1) / model.kv.pageSize) }, (_, i) => i);
+  let pos = 0;
+  let input = ids;
+  return timeStream(async () => {
+    const [r] = await model.forward({
+      gemmSplitK: 1,
+      kvSplits: 1,
+      sequences: [{ tokens: Int32Array.from(input), startPos: pos, blockTable: pages }],
+    });
+    pos += input.length;
+    input = [r.token];
+    return true;
+  });
+}
+
+interface Peer {
+  run(): Promise<Speed>;
+  dispose(): Promise<void>;
+}
+
+async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" as never, maxThreads: threads });
+  const model = await llama.loadModel({ modelPath: gguf });
+  return {
+    async run() {
+      const context = await model.createContext({ contextSize: 1024, batchSize: Math.max(512, promptTokens), threads });
+      const it = context.getSequence().evaluate(ids as Token[], { temperature: 0 })[Symbol.asyncIterator]();
+      const speed = await timeStream(async () => !(await it.next()).done);
+      await it.return?.();
+      await context.dispose();
+      return speed;
+    },
+    async dispose() {
+      await model.dispose();
+      await llama.dispose();
+    },
+  };
+}
+
+const best = (xs: Speed[]): Speed => {
+  const max = (k: keyof Speed) => Math.max(...xs.map((x) => x[k]));
+  return {
+    prefillTokensPerSecond: max("prefillTokensPerSecond"),
+    decodeTokensPerSecond: max("decodeTokensPerSecond"),
+    prefillTokensPerCpuSecond: max("prefillTokensPerCpuSecond"),
+    decodeTokensPerCpuSecond: max("decodeTokensPerCpuSecond"),
+  };
+};
+const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, +v.toFixed(2)]));
+
+const { dir, gguf } = await fixture();
+loadAddon().setThreads(threads);
+const model = await loadModel(dir, { device, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
+const ids = prompt(model.config.vocabSize);
+const peerModel = values["no-peer"] ? null : await openPeer(gguf, ids);
+await ours(model, ids); // warm-up (scratch allocation, page faults)
+await peerModel?.run();
+const mineRuns: Speed[] = [];
+const theirRuns: Speed[] = [];
+for (let r = 0; r < rounds; r++) {
+  mineRuns.push(await ours(model, ids));
+  if (peerModel) theirRuns.push(await peerModel.run());
+  log(`round ${r + 1}: ours ${JSON.stringify(fmt(mineRuns[r]))}${peerModel ? ` llama.cpp ${JSON.stringify(fmt(theirRuns[r]))}` : ""}`);
+}
+model.dispose();
+await peerModel?.dispose();
+const mine = best(mineRuns);
+const theirs = peerModel ? best(theirRuns) : null;
+
+const result = {
+  model: `${values.preset} (random, ${preset.dtype})`,
+  device,
+  threads,
+  promptTokens,
+  decodeTokens,
+  rounds,
+  decodeTokensPerSecond: +mine.decodeTokensPerSecond.toFixed(2),
+  prefillTokensPerSecond: +mine.prefillTokensPerSecond.toFixed(2),
+  peerDecodeTokensPerSecond: theirs ? +theirs.decodeTokensPerSecond.toFixed(2) : null,
+  peerPrefillTokensPerSecond: theirs ? +theirs.prefillTokensPerSecond.toFixed(2) : null,
+  ratio: theirs ? +(mine.decodeTokensPerSecond / theirs.decodeTokensPerSecond).toFixed(3) : null,
+  prefillRatio: theirs ? +(mine.prefillTokensPerSecond / theirs.prefillTokensPerSecond).toFixed(3) : null,
+  // The same ratios in tokens per CPU-second (each side's best round): the fairer figure on a loaded machine.
+  cpuTimeRatio: theirs ? +(mine.decodeTokensPerCpuSecond / theirs.decodeTokensPerCpuSecond).toFixed(3) : null,
+  cpuTimePrefillRatio: theirs ? +(mine.prefillTokensPerCpuSecond / theirs.prefillTokensPerCpuSecond).toFixed(3) : null,
+  loadAverage: +loadavg()[0].toFixed(2),
+};
+console.log(values.json ? JSON.stringify(result) : result);

@@ -1,0 +1,132 @@
+// CPU GEMM: float64 reference on random shapes (odd sizes, every W dtype, bias), bitwise batch invariance across
+// M, row position, thread count and the decode / large-M paths, distinct bits for distinct splitK, AVX2 == AVX-512,
+// boundary errors, and the event loop staying live during a long GEMM.
+import { spawnSync } from "node:child_process";
+import { afterAll, describe, expect, it } from "vitest";
+import { loadAddon, packageRoot } from "../../ts/native/loadAddon.js";
+import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
+import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
+import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+
+const addon = loadAddon();
+afterAll(() => addon.setThreads(0));
+
+async function gemm(x: NativeTensor, w: NativeTensor, bias: NativeTensor | undefined, splitK: number): Promise<Float32Array> {
+  const y = addon.tensor("cpu", "f32", [x.shape[0], w.shape[0]]);
+  await addon.ops.gemm({ x, w, bias, y, splitK });
+  const out = y.readF32();
+  y.dispose();
+  return out;
+}
+
+describe("gemm (cpu)", () => {
+  it("matches the float64 reference on odd shapes, every W dtype, with and without bias", async () => {
+    const rng = makeRng(1);
+    const shapes: [number, number, number][] = [[1, 1, 1], [1, 7, 33], [3, 13, 100], [5, 64, 257], [17, 30, 130], [40, 50, 64], [70, 9, 515]];
+    for (const [M, N, K] of shapes)
+      for (const wType of ["f32", "bf16", "f16"] as DType[])
+        for (const splitK of [1, Math.min(K, 3)]) {
+          const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+          const w = tensorOf(addon, "cpu", wType, [N, K], randomF32(rng, N * K));
+          const bias = N % 2 ? tensorOf(addon, "cpu", wType === "f16" ? "f16" : "f32", [N], randomF32(rng, N)) : undefined;
+          const got = await gemm(x, w, bias, splitK);
+          const ref = refGemm(stored(x), stored(w), bias && stored(bias), M, N, K);
+          // f32 accumulation over K terms of size <= 1: error grows ~ sqrt(K) * 2^-24 per term
+          const bad = worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5);
+          expect(bad, `M=${M} N=${N} K=${K} w=${wType} splitK=${splitK}`).toBeUndefined();
+          disposeAll(x, w, bias);
+        }
+  });
+
+  it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
+    const rng = makeRng(2);
+    const K = 300, N = 37, M = 41; // M > 16: the batch takes the large-M path, single rows the decode path
+    const xs = randomF32(rng, M * K);
+    for (const wType of ["f32", "bf16"] as DType[]) {
+      const w = tensorOf(addon, "cpu", wType, [N, K], randomF32(rng, N * K));
+      const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
+      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
+      for (const splitK of [1, 2, 5]) {
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const batch = await gemm(x, w, bias, splitK);
+          for (const [row, rows] of [[0, 1], [M - 1, 1], [13, 1], [20, 8], [3, 16]]) {
+            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
+            const alone = await gemm(sub, w, bias, splitK);
+            expect(bitsOf(alone), `w=${wType} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(bitsOf(batch, row * N, rows * N));
+            sub.dispose();
+          }
+        }
+      }
+      disposeAll(w, bias, x);
+    }
+  });
+
+  it("gives different bits for different splitK on some inputs", async () => {
+    const rng = makeRng(3);
+    const M = 4, N = 64, K = 1000;
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const w = tensorOf(addon, "cpu", "f32", [N, K], randomF32(rng, N * K));
+    const a = bitsOf(await gemm(x, w, undefined, 1));
+    for (const splitK of [2, 3, 8]) expect(bitsOf(await gemm(x, w, undefined, splitK))).not.toEqual(a);
+    disposeAll(x, w);
+  });
+
+  it("gives the same bits on the AVX2 path as on the AVX-512 path", () => {
+    // A child process forced to AVX2 (DELIBERATE_SIMD=avx2) computes the same GEMMs; on a CPU without AVX-512 both
+    // runs take the AVX2 path and the test still checks determinism across processes.
+    const script = `
+      const addon = require("node-gyp-build")(${JSON.stringify(packageRoot())});
+      let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
+      (async () => {
+        const out = [];
+        for (const [M, N, K, wt, sk] of [[3, 20, 77, "f32", 1], [24, 13, 161, "bf16", 3], [5, 11, 64, "f16", 2]]) {
+          const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
+          const w = addon.tensor("cpu", wt, [N, K]); w.writeF32(Float32Array.from({ length: N * K }, r));
+          const y = addon.tensor("cpu", "f32", [M, N]);
+          await addon.ops.gemm({ x, w, y, splitK: sk });
+          out.push(Buffer.from(y.read()).toString("base64"));
+        }
+        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
+      })();`;
+    const run = (env: Record<string, string>) => {
+      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
+      expect(r.status, r.stderr).toBe(0);
+      return JSON.parse(r.stdout) as { simd: string; out: string[] };
+    };
+    const forced = run({ DELIBERATE_SIMD: "avx2" });
+    const native = run({ DELIBERATE_SIMD: "" });
+    expect(forced.simd).toBe("avx2");
+    expect(native.out).toEqual(forced.out);
+  });
+
+  it("rejects bad input with a clear Error", async () => {
+    const x = addon.tensor("cpu", "f32", [2, 8]);
+    const w = addon.tensor("cpu", "bf16", [3, 8]);
+    const y = addon.tensor("cpu", "f32", [2, 3]);
+    await expect(addon.ops.gemm({ x, w: addon.tensor("cpu", "f32", [3, 7]), y })).rejects.toThrow(/gemm: x is \[2,8\] f32 but w is \[3,7\] f32/);
+    await expect(addon.ops.gemm({ x, w, y: addon.tensor("cpu", "f32", [3, 3]) })).rejects.toThrow(/y must be \[2,3\]/);
+    await expect(addon.ops.gemm({ x, w, y, splitK: 9 })).rejects.toThrow(/splitK 9 exceeds K = 8/);
+    await expect(addon.ops.gemm({ x, w, y, bias: addon.tensor("cpu", "f16", [3]) })).rejects.toThrow(/bias must be f32 or w's dtype \(bf16\), got f16/);
+    await expect(addon.ops.gemm({ x: addon.tensor("cpu", "bf16", [2, 8]), w, y })).rejects.toThrow(/CPU backend takes x as f32/);
+    await expect(addon.ops.gemm({ x, w: addon.tensor("cpu", "i32", [3, 8]), y })).rejects.toThrow(/'w' must be f32, bf16 or f16/);
+    w.dispose();
+    await expect(addon.ops.gemm({ x, w, y })).rejects.toThrow(/tensor 'w' is disposed/);
+    disposeAll(x, y);
+  });
+
+  it("keeps the event loop running while a large GEMM runs", async () => {
+    addon.setThreads(0);
+    const M = 512, N = 2048, K = 2048; // ~4 GFLOP: tens of milliseconds at least on two cores
+    const x = tensorOf(addon, "cpu", "f32", [M, K], new Float32Array(M * K).fill(0.5));
+    const w = addon.tensor("cpu", "f32", [N, K]);
+    const y = addon.tensor("cpu", "f32", [M, N]);
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 1);
+    // A GEMM that blocked the JS thread would settle before any timer callback could run.
+    const ticksAtResolve = await addon.ops.gemm({ x, w, y }).then(() => ticks);
+    clearInterval(timer);
+    expect(ticksAtResolve).toBeGreaterThanOrEqual(2);
+    disposeAll(x, w, y);
+  });
+});
