@@ -30,9 +30,9 @@ export const modelRecipe: ModelRecipe = { hidden: 128, layers: 4, heads: 4, kvHe
 
 export const trainRecipe: TrainRecipe = {
   seed: 1,
-  trainProblems: 120_000,
+  trainProblems: 150_000,
   validationProblems: 1_000,
-  steps: 3600,
+  steps: 4500,
   batch: 32,
   lr: 3e-3,
   warmup: 150,
