@@ -9,7 +9,8 @@ import { promisify } from "node:util";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 export const cppDir = resolve(here, "cpp");
-export const buildDir = resolve(here, "../../build/train-reasoner");
+// Not under build/: node-gyp rebuilds of the addon delete that folder.
+export const buildDir = resolve(here, "../../.cache/train-reasoner");
 
 export type TrainerVariant =
   /** float, -O3 AVX2/FMA: training and generation. */

@@ -2,6 +2,7 @@
 // generator's train and validation splits through the model's own chat template and tokenizer.
 import { writeFileSync } from "node:fs";
 import { completionOf, problemSet, type Split } from "../../ts/tasks/arith/index.js";
+import { Rng } from "../../ts/tasks/arith/rng.js";
 import type { ChatTokenizer } from "./chatTokenizer.js";
 
 export interface PreparedSet {
@@ -15,6 +16,8 @@ export interface PreparedSet {
 export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: number, maxPos: number, path: string): PreparedSet {
   const assistant = tok.tokenId("<|assistant|>");
   const problems = problemSet({ split, n, seed });
+  // Each thought in a random valid order (see completionOf): the model learns many paths to one answer.
+  const order = new Rng(seed).fork(`cot/${split}`);
   const chunks: Buffer[] = [];
   const header = Buffer.alloc(8);
   header.write("TRD1", 0, "ascii");
@@ -26,7 +29,7 @@ export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: nu
     const ids = tok.encodeChat(
       [
         { role: "user", content: p.question },
-        { role: "assistant", content: completionOf(p) },
+        { role: "assistant", content: completionOf(p, order) },
       ],
       false,
     );

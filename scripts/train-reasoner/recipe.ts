@@ -30,12 +30,12 @@ export const modelRecipe: ModelRecipe = { hidden: 128, layers: 4, heads: 4, kvHe
 
 export const trainRecipe: TrainRecipe = {
   seed: 1,
-  trainProblems: 200_000,
+  trainProblems: 150_000,
   validationProblems: 1_000,
-  steps: 4000,
-  batch: 48,
+  steps: 4500,
+  batch: 32,
   lr: 3e-3,
-  warmup: 200,
+  warmup: 150,
   minLrFrac: 0.05,
   weightDecay: 0.1,
   beta2: 0.98,

@@ -3,11 +3,12 @@
 //                                          [--threads N] [--seed S]
 // Compiles the C++ trainer, writes the HF files, tokenises the train/validation splits, trains, and writes
 // model.safetensors and training-curve.csv next to them. Defaults are the committed recipe (recipe.ts).
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { buildDir, buildTrainer } from "./buildTrainer.js";
 import { loadChatTokenizer } from "./chatTokenizer.js";
+import { curveSvg } from "./plotCurve.js";
 import { prepareSet } from "./prepare.js";
 import { modelRecipe, trainRecipe, type ModelRecipe, type TrainRecipe } from "./recipe.js";
 import { modelFlags, runTrainer } from "./trainerCli.js";
@@ -59,9 +60,10 @@ async function main(): Promise<void> {
     "--steps", String(t.steps), "--batch", String(t.batch), "--lr", String(t.lr), "--warmup", String(t.warmup),
     "--min-lr-frac", String(t.minLrFrac), "--wd", String(t.weightDecay), "--beta2", String(t.beta2),
     "--clip", String(t.clip), "--seed", String(t.seed), "--threads", String(t.threads),
-    "--eval-every", String(Math.max(1, Math.round(t.steps / 20))), "--log-every", String(Math.max(1, Math.round(t.steps / 160))),
+    "--eval-every", String(Math.max(1, Math.round(t.steps / 20))), "--save-every", String(Math.max(1, Math.round(t.steps / 10))), "--log-every", String(Math.max(1, Math.round(t.steps / 160))),
   ]);
   const wallSeconds = Math.round((Date.now() - started) / 1000);
+  writeFileSync(join(out, "training-curve.svg"), curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-reasoner: cross-entropy on the assistant turn"));
   writeFileSync(join(out, "recipe.json"), JSON.stringify({ model: m, train: t, wallSeconds }, null, 2) + "\n");
   console.log(`done in ${wallSeconds} s: ${out}`);
 }

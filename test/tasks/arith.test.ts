@@ -6,9 +6,15 @@ import {
   extractAnswer,
   levels,
   levelSpecs,
+  checkStep,
   parse,
   parenDepth,
+  problemFromExpression,
   problemSet,
+  randomSteps,
+  renderStep,
+  verifyStepLine,
+  verifyThought,
   render,
   sampleExpr,
   splitOf,
@@ -75,13 +81,32 @@ describe("arith levels", () => {
     expect(problemSet({ split: "test", n: 50, seed: 8 }).map((p) => p.expression)).not.toEqual(a);
   });
 
-  it("renders the chat completion with thought and boxed answer", () => {
-    const p = problemSet({ split: "test", n: 1, seed: 0 })[0];
-    expect(p.question).toBe(`What is ${p.expression}?`);
-    const c = completionOf(p);
-    expect(c.startsWith("<think>")).toBe(true);
-    expect(c.endsWith(`</think> \\boxed{${p.answer}}`)).toBe(true);
-    expect(c.split("\n").length - 1).toBe(p.steps.length);
+  it("renders the chat completion: steps, a check of the last step, the boxed answer", () => {
+    const p = problemFromExpression("12*(7+5)-9", 3);
+    expect(p.question).toBe("What is 12*(7+5)-9?");
+    expect(completionOf(p)).toBe("<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\n</think> \\boxed{135}");
+    for (const q of problemSet({ split: "test", n: 50, seed: 0 })) {
+      const c = completionOf(q, new Rng(1));
+      expect(c.endsWith(`</think> \\boxed{${q.answer}}`)).toBe(true);
+      expect(c.split("\n").length - 1).toBe(q.steps.length + 1);
+      expect(verifyThought(c.slice(0, c.indexOf("</think>"))).every((v) => v === true)).toBe(true);
+    }
+  });
+
+  it("draws thoughts in random valid orders that all reach the answer", () => {
+    const e = parse("(3+4)*(5+6)-(7*8)");
+    const rng = new Rng(2);
+    const orders = new Set<string>();
+    for (let i = 0; i < 200; i++) {
+      const ss = randomSteps(e, rng);
+      expect(ss.length).toBe(5);
+      expect(ss[ss.length - 1].result).toBe(evaluate(e));
+      orders.add(ss.map(renderStep).join(" "));
+    }
+    // Independent groups in any order, products after their sums, and swapped + and * operands.
+    expect(orders.size).toBeGreaterThan(20);
+    expect(checkStep({ left: 144, op: "-", right: 9, result: 135 })).toEqual({ left: 135, op: "+", right: 9, result: 144 });
+    expect(checkStep({ left: 7, op: "*", right: 3, result: 21 })).toEqual({ left: 3, op: "*", right: 7, result: 21 });
   });
 });
 
@@ -98,6 +123,18 @@ describe("arith splits", () => {
     for (let i = 0; i < 10_000; i++) counts[splitOf(`${i}+${i % 97}`)]++;
     expect(counts.train).toBeGreaterThan(8800);
     expect(counts.test).toBeGreaterThan(400);
+  });
+});
+
+describe("step verifier", () => {
+  it("checks step lines exactly and ignores other text", () => {
+    expect(verifyStepLine("7+5=12")).toBe(true);
+    expect(verifyStepLine("7+5=13")).toBe(false);
+    expect(verifyStepLine("check: 135+9=144")).toBe(true);
+    expect(verifyStepLine("-16*3=-48")).toBe(true);
+    expect(verifyStepLine("5-(-16)=21")).toBe(true);
+    expect(verifyStepLine("hmm")).toBeNull();
+    expect(verifyThought("<think>7+5=12\n12*12=145\n144-")).toEqual([true, false]);
   });
 });
 

@@ -21,9 +21,10 @@ describe("tiny-reasoner trainer", () => {
     expect(stdout.match(/ ok$/gm)?.length).toBe(21);
   });
 
-  it("GEMM matches a double reference for every transpose, ragged shapes and K chunks", async () => {
-    const { stdout } = await run(f32, ["gemmcheck", "--threads", "2"]);
+  it("GEMM and SwiGLU match double references (all transposes, ragged shapes, K chunks, saturated sigmoids)", async () => {
+    const { stdout } = await run(f32, ["kernelcheck", "--threads", "2"]);
     expect(stdout).toContain("gemmcheck: PASS");
+    expect(stdout).toMatch(/swiglucheck: .* PASS/);
   });
 
   it("reports a bad invocation as an error, not a crash", async () => {

@@ -2,7 +2,7 @@
 //   trainer train     --data F --val F --out model.safetensors [--log F] <model flags> <train flags>
 //   trainer generate  --model model.safetensors --prompts F --out F <model flags> [--samples K --temperature T
 //                     --seed S --max-new M --eos ID]      (prompts/out: one line of space-separated ids each)
-//   trainer gradcheck (double build) | gemmcheck (float build)
+//   trainer gradcheck (double build) | kernelcheck (float build)
 // Model flags: --vocab --hidden --layers --heads --kv-heads --head-dim --ffn --max-pos --rope-theta --norm-eps
 #include <omp.h>
 
@@ -57,7 +57,7 @@ std::vector<std::vector<int>> readIdLines(const std::string& path) {
 }
 
 int run(int argc, char** argv) {
-  if (argc < 2) throw Error("usage: trainer train|generate|gradcheck|gemmcheck [--flag value ...]");
+  if (argc < 2) throw Error("usage: trainer train|generate|gradcheck|kernelcheck [--flag value ...]");
   const std::string mode = argv[1];
   Args a;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -67,7 +67,7 @@ int run(int argc, char** argv) {
   }
   if (a.kv.count("threads")) omp_set_num_threads(std::stoi(a.kv["threads"]));
   if (mode == "gradcheck") return gradcheck();
-  if (mode == "gemmcheck") return gemmcheck();
+  if (mode == "kernelcheck") return kernelcheck();
   const Config c = modelConfig(a);
   if (mode == "train") {
     TrainOptions o;

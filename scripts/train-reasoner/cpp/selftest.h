@@ -3,5 +3,5 @@
 
 namespace tr {
 int gradcheck();
-int gemmcheck();
+int kernelcheck();
 }  // namespace tr

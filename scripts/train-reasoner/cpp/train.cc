@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -49,7 +50,7 @@ double train(const Config& c, const TrainOptions& o) {
   std::printf("model: %zu parameters; data: %zu train / %zu validation sequences\n", n, data.size(), val.size());
 
   FILE* log = o.logPath.empty() ? nullptr : std::fopen(o.logPath.c_str(), "w");
-  if (log) std::fprintf(log, "step,train_loss,val_loss,lr,tokens,elapsed_s\n");
+  if (log) std::fprintf(log, "step,train_loss,val_loss,lr,tokens,elapsed_s,cpu_s\n");
   std::vector<size_t> order(data.size());
   std::iota(order.begin(), order.end(), 0);
   Rng shuffle(o.seed ^ 0x5eedull);
@@ -92,13 +93,15 @@ double train(const Config& c, const TrainOptions& o) {
     if (evalNow) valLoss = validationLoss(model, w, val, valSeqs, o.batchSeqs);
     if (last || evalNow || (step + 1) % o.logEvery == 0) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("step %5d  loss %.4f  %s  lr %.2e  |g| %.2f  %.0f tok/s  %.0fs\n", step + 1, lossAvg,
+      // CPU seconds of all threads: on a shared machine, what the run would take alone is about cpu / threads.
+      const double cpu = (double)std::clock() / CLOCKS_PER_SEC;
+      std::printf("step %5d  loss %.4f  %s  lr %.2e  |g| %.2f  %.0f tok/s  %.0fs  cpu %.0fs\n", step + 1, lossAvg,
                   evalNow ? ("val " + std::to_string(valLoss).substr(0, 6)).c_str() : "          ", lr,
-                  std::sqrt(norm2), tokensSeen / secs, secs);
+                  std::sqrt(norm2), tokensSeen / secs, secs, cpu);
       std::fflush(stdout);
       if (log) {
-        std::fprintf(log, "%d,%.5f,%s,%.3e,%ld,%.1f\n", step + 1, lossAvg,
-                     evalNow ? std::to_string(valLoss).c_str() : "", lr, tokensSeen, secs);
+        std::fprintf(log, "%d,%.5f,%s,%.3e,%ld,%.1f,%.1f\n", step + 1, lossAvg,
+                     evalNow ? std::to_string(valLoss).c_str() : "", lr, tokensSeen, secs, cpu);
         std::fflush(log);
       }
     }

@@ -68,6 +68,46 @@ export function steps(e: Expr): Step[] {
   return out;
 }
 
+/** Evaluation steps in a random valid order: at each step one of the operations whose operands are known is
+ * chosen uniformly, and + and * operands are swapped with probability 1/2. Many orders reach the same answer,
+ * so sampled chains of thought differ and their mistakes are less correlated (what self-consistency needs). */
+export function randomSteps(e: Expr, rng: { next(): number }): Step[] {
+  interface Node {
+    op: Op;
+    left: Node | number;
+    right: Node | number;
+    value: number | null;
+  }
+  const ops: Node[] = [];
+  const build = (x: Expr): Node | number => {
+    if (x.kind === "num") return x.value;
+    const n: Node = { op: x.op, left: build(x.left), right: build(x.right), value: null };
+    ops.push(n);
+    return n;
+  };
+  build(e);
+  const valueOf = (v: Node | number): number | null => (typeof v === "number" ? v : v.value);
+  const out: Step[] = [];
+  while (out.length < ops.length) {
+    const ready = ops.filter((n) => n.value === null && valueOf(n.left) !== null && valueOf(n.right) !== null);
+    const n = ready[Math.floor(rng.next() * ready.length)];
+    let left = valueOf(n.left)!;
+    let right = valueOf(n.right)!;
+    if (n.op !== "-" && rng.next() < 0.5) [left, right] = [right, left];
+    n.value = applyOp(n.op, left, right);
+    out.push({ left, op: n.op, right, result: n.value });
+  }
+  return out;
+}
+
+/** The verification of a final step that closes every thought: undo it (r-b=a for a+b=r, r+b=a for a-b=r) or
+ * recompute a product with its operands swapped. */
+export function checkStep(last: Step): Step {
+  if (last.op === "+") return { left: last.result, op: "-", right: last.right, result: last.left };
+  if (last.op === "-") return { left: last.result, op: "+", right: last.right, result: last.left };
+  return { left: last.right, op: "*", right: last.left, result: last.result };
+}
+
 /** A step as the model writes it, e.g. `7+5=12`, `14-30=-16`, `3*(-16)=-48` (a negative right operand is
  * parenthesised so `--` never appears). */
 export function renderStep(s: Step): string {

@@ -1,8 +1,9 @@
 // The arithmetic reasoning task: seeded problems with exact answers and worked thoughts, split-safe.
 export { answersEquivalent, extractAnswer, parseNumber } from "./answer.js";
-export { evaluate, parenDepth, parse, render, renderStep, steps } from "./expr.js";
+export { applyOp, checkStep, evaluate, parenDepth, parse, randomSteps, render, renderStep, steps } from "./expr.js";
 export type { Expr, Op, Step } from "./expr.js";
 export { isLevel, levels, levelSpecs, sampleExpr } from "./levels.js";
 export type { Level, LevelSpec } from "./levels.js";
 export { completionOf, problemFromExpression, problemSet, splitOf, splits } from "./problems.js";
 export type { ArithProblem, ProblemSetOptions, Split } from "./problems.js";
+export { verifyStepLine, verifyThought } from "./verify.js";

@@ -2,7 +2,7 @@
 //
 // Splits never overlap: a problem's split is a pure function of its canonical text (hash into 100 buckets:
 // 0-89 train, 90-94 validation, 95-99 test), so a test problem can never be drawn for training, whatever the seed.
-import { evaluate, parse, render, renderStep, steps, type Step } from "./expr.js";
+import { checkStep, evaluate, parse, randomSteps, render, renderStep, steps, type Step } from "./expr.js";
 import { isLevel, levels, sampleExpr, type Level } from "./levels.js";
 import { fnv1a32, Rng } from "./rng.js";
 
@@ -31,10 +31,15 @@ export function problemFromExpression(expression: string, level: Level): ArithPr
   return { level, expression, question: `What is ${expression}?`, answer: String(evaluate(tree)), steps: steps(tree) };
 }
 
-/** The assistant's whole turn: thought, one step per line, then the boxed answer.
- * `<think>7+5=12\n12*12=144\n144-9=135\n</think> \boxed{135}` */
-export function completionOf(p: ArithProblem): string {
-  return `<think>${p.steps.map((s) => `${renderStep(s)}\n`).join("")}</think> \\boxed{${p.answer}}`;
+/** The assistant's whole turn: one operation per line, a check of the last one, then the boxed answer.
+ * `<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\n</think> \boxed{135}`
+ * With `rng`, the steps come in a random valid order with random operand order for + and * (training data);
+ * without, in the canonical post-order of `p.steps`. The answer first appears before the check line, so a probe
+ * there (`</think> \boxed{`) can already be right: the thought has a tail an early exit can save. */
+export function completionOf(p: ArithProblem, rng?: { next(): number }): string {
+  const ss = rng ? randomSteps(parse(p.expression), rng) : p.steps;
+  const lines = [...ss.map(renderStep), `check: ${renderStep(checkStep(ss[ss.length - 1]))}`];
+  return `<think>${lines.map((l) => `${l}\n`).join("")}</think> \\boxed{${p.answer}}`;
 }
 
 export interface ProblemSetOptions {
