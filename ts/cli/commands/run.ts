@@ -51,6 +51,11 @@ function report(r: ProgramResult): string {
   ].join("\n");
 }
 
+/** Tokens a program generates per branch / thought unless --max-tokens says otherwise. */
+const DEFAULT_MAX_TOKENS = 256;
+/** Room kept after a thought for the CoT probe suffix and its short answer (≤ 20 tokens). */
+const PROBE_RESERVE_TOKENS = 24;
+
 export function registerRun(program: Command): void {
   program
     .command("run")
@@ -77,11 +82,15 @@ export function registerRun(program: Command): void {
       const engine = new Engine({ models: { model } });
       try {
         const prompt = model.tokenizer.chatTemplate === null ? question : model.tokenizer.encodeChat([{ role: "user", content: question }]);
+        // Default generation length: the programs' 256, or what the context leaves after the prompt if less.
+        const promptTokens = typeof prompt === "string" ? model.tokenizer.encode(prompt).length : prompt.length;
+        const contextLeft = model.contextLength - promptTokens - PROBE_RESERVE_TOKENS;
+        if (contextLeft < 1) throw new Error(`the question takes ${promptTokens} tokens, leaving no room in the model's ${model.contextLength}-token context`);
         const prog = buildProgram(kind, {
           question,
           prompt,
           cap: num("cap", opts.cap, true),
-          maxTokens: num("max-tokens", opts.maxTokens, true),
+          maxTokens: num("max-tokens", opts.maxTokens, true) ?? Math.min(DEFAULT_MAX_TOKENS, contextLeft),
           seed: num("seed", opts.seed, true),
           temperature: num("temperature", opts.temperature, false),
         });
