@@ -1,5 +1,6 @@
-// Loads the native addon once: a prebuild (prebuilds/<platform>-<arch>) first, then a local build (build/Release),
-// else an Error that says how to build it.
+// Loads the native addon once: a prebuild (prebuilds/<platform>-<arch>/*.node, made by `npm run prebuild`) first,
+// then a local build (build/Release, via node-gyp-build), else an Error that says how to build it.
+import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,17 +14,25 @@ export function packageRoot(): string {
   return path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 }
 
+/** The prebuild for this platform, if one was made (prebuildify names it after the package, N-API tagged). */
+export function prebuildPath(root = packageRoot()): string | undefined {
+  const dir = path.join(root, "prebuilds", `${process.platform}-${process.arch}`);
+  if (!existsSync(dir)) return undefined;
+  const file = readdirSync(dir).filter((f) => f.endsWith(".node")).sort()[0];
+  return file === undefined ? undefined : path.join(dir, file);
+}
+
 export function loadAddon(): Addon {
   if (cached) return cached;
   const root = packageRoot();
-  const nodeGypBuild = require("node-gyp-build") as (dir: string) => unknown;
+  const prebuild = process.env.DELIBERATE_IGNORE_PREBUILD === "1" ? undefined : prebuildPath(root);
   try {
-    cached = nodeGypBuild(root) as Addon;
+    cached = (prebuild ? require(prebuild) : (require("node-gyp-build") as (dir: string) => unknown)(root)) as Addon;
   } catch (e) {
     throw new Error(
-      `deliberate: the native addon could not be loaded from ${root} (${(e as Error).message.split("\n")[0]}). ` +
+      `deliberate: the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ` +
         "Build it with `npm run build:addon` (needs python3, make, a C++17 compiler; CUDA is optional), " +
-        "or install a prebuild with `npm run prebuild`.",
+        "or make a prebuild with `npm run prebuild`.",
     );
   }
   return cached;
