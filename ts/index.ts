@@ -18,4 +18,4 @@ export { runEval } from "./eval/runEval.js";
 export type { ProblemResult, RunEvalOptions } from "./eval/runEval.js";
 export { buildReport, formatReport } from "./eval/report.js";
 export type { EvalReport, LevelReport } from "./eval/report.js";
-export { bundledModelDir } from "./cli/commands/eval.js";
+export { bundledModelDir } from "./eval/bundledModel.js";
