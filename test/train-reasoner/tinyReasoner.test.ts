@@ -3,7 +3,7 @@
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundledModelDir } from "../../ts/cli/commands/eval.js";
+import { bundledModelDir } from "../../ts/eval/bundledModel.js";
 import { engineGenerator, type EvalGenerator } from "../../ts/eval/generator.js";
 import { parseProgram } from "../../ts/eval/program.js";
 import { runEval } from "../../ts/eval/runEval.js";
@@ -26,7 +26,8 @@ describe("models/tiny-reasoner", () => {
     const prompt = generator.encodeChat([{ role: "user", content: "What is 12+7?" }]);
     const c = await generator.complete({ prompt, n: 1, temperature: 0, seed: 0, maxTokens: 64 });
     // The engine's text skips special tokens (<think>, </think>); \boxed{ is an ordinary token.
-    expect(c.texts[0].replace(/<\/?think>/g, "")).toBe("12+7=19\n \\boxed{19}");
+    // Operands of + may come in either order (the model was trained on both).
+    expect(c.texts[0].replace(/<\/?think>/g, "")).toMatch(/^(12\+7|7\+12)=19\ncheck: 19-(7|12)=(12|7)\n \\boxed\{19\}$/);
   });
 
   it("solves most level-1 test problems greedily", async () => {

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { fileURLToPath } from "node:url";
+import { bundledModelDir } from "../../eval/bundledModel.js";
 import { engineGenerator } from "../../eval/generator.js";
 import { parseProgram, programName } from "../../eval/program.js";
 import { buildReport, formatReport } from "../../eval/report.js";
@@ -7,8 +7,6 @@ import { runEval } from "../../eval/runEval.js";
 import { getTask } from "../../eval/task.js";
 import { progressBar } from "../progress.js";
 
-/** The bundled tiny reasoner (models/tiny-reasoner at the package root). */
-export const bundledModelDir = fileURLToPath(new URL("../../../models/tiny-reasoner", import.meta.url));
 
 interface EvalOptions {
   model: string;
