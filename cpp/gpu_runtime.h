@@ -2,6 +2,8 @@
 // stubs (cpp/gpu_stub.cc) otherwise; either way every call reports failure by throwing dl::Error.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,5 +28,23 @@ void copyHostToDevice(void* dst, const void* src, size_t bytes);
 void copyDeviceToHost(void* dst, const void* src, size_t bytes);
 void copyDeviceToDevice(void* dst, const void* src, size_t bytes);
 void synchronize();  // waits for the backend stream; throws on any asynchronous error
+
+// CUDA graphs of whole forward steps, keyed by everything a step's launches bake in (shapes, metadata offsets, buffer
+// addresses). A key's first step runs eagerly (it grows scratch and workspace and configures kernels); the second is
+// captured and replayed on the backend stream, as are later ones: one launch instead of ~15 per layer.
+class StepGraphs {
+ public:
+  StepGraphs();
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  // Runs `enqueue` (which must only enqueue work on gpu stream(): no host copies or syncs) through the graph of
+  // `key` and returns true, or returns false without running anything: the caller then runs it eagerly.
+  bool run(std::vector<int64_t> key, const std::function<void()>& enqueue);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
 
 }  // namespace dl::gpu

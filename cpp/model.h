@@ -78,6 +78,7 @@ class Model {
   Buffer residual_, h_, qkv_, attn_, o_, gateUp_, act_, resLast_, oLast_, hLast_, logits_, capture_;
   Buffer tokens_, logprobs_, topIds_, topLogprobs_;
   Buffer metaDev_;                 // int32 step metadata on the device (CUDA only)
+  gpu::StepGraphs graphs_;         // CUDA graphs of repeated step layouts (decode steps; see forward())
   std::vector<int32_t> metaHost_;  // the same on the host
 };
 

@@ -4,7 +4,9 @@
 //   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> sample.
 // The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include "model.h"
 #include "model_ops.h"
 
@@ -220,91 +222,114 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   const int64_t nPrefillSeqs = int64_t(b.seqs.size()) - nd;
   std::vector<std::vector<float>> captured(b.seqs.size());
   size_t nextCapture = 0;
+  // The final hidden state is captured at a sequence's last row only (emitAll rows before it are skipped).
+  auto isCapture = [&](const Plan::FinalRow& f) {
+    const SeqInput& s = b.seqs[f.seq];
+    return s.captureLayer == cfg.numLayers && f.j == int32_t(s.tokens.size()) - 1;
+  };
+  bool finalCapture = false;
+  for (const auto& f : p.finals) finalCapture |= isCapture(f);
 
-  ops::embedding(d, meta(p.ids, T), weights.embed.matrix(), resid);
-  for (int l = 0; l < cfg.numLayers; l++) {
-    const LayerWeights& L = weights.layers[l];
-    if (l == 0) ops::rmsnorm(d, resid, View{}, L.inputNorm.vector(), h, cfg.rmsEps);
-    else ops::rmsnorm(d, o, resid, L.inputNorm.vector(), h, cfg.rmsEps);  // resid += o (layer l-1's MLP)
-    // resid now holds the stream after l layers: HF hidden_states[l].
-    if (nextCapture < p.captures.size() && p.captures[nextCapture].layer == l) {
-      const Plan::Capture& c = p.captures[nextCapture++];
-      int64_t n = int64_t(c.seqs.size());
-      ops::embedding(d, meta(c.rows, n), resid, capture_.view({n, C}));
-      auto rows = readRows(d, capture_, n, C);
-      for (int64_t r = 0; r < n; r++) captured[c.seqs[r]] = std::move(rows[r]);
+  // Everything from the embedding to sampling only enqueues kernels (host reads happen only for hidden-state
+  // captures), so on CUDA a step without hidden-state captures can run as one replayed graph (page copies above
+  // stay eager: they are ordered before it on the same stream).
+  auto enqueue = [&] {
+    ops::embedding(d, meta(p.ids, T), weights.embed.matrix(), resid);
+    for (int l = 0; l < cfg.numLayers; l++) {
+      const LayerWeights& L = weights.layers[l];
+      if (l == 0) ops::rmsnorm(d, resid, View{}, L.inputNorm.vector(), h, cfg.rmsEps);
+      else ops::rmsnorm(d, o, resid, L.inputNorm.vector(), h, cfg.rmsEps);  // resid += o (layer l-1's MLP)
+      // resid now holds the stream after l layers: HF hidden_states[l].
+      if (nextCapture < p.captures.size() && p.captures[nextCapture].layer == l) {
+        const Plan::Capture& c = p.captures[nextCapture++];
+        int64_t n = int64_t(c.seqs.size());
+        ops::embedding(d, meta(c.rows, n), resid, capture_.view({n, C}));
+        auto rows = readRows(d, capture_, n, C);
+        for (int64_t r = 0; r < n; r++) captured[c.seqs[r]] = std::move(rows[r]);
+      }
+
+      View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
+      if (T == 1) {
+        // One row: the fused output [q | k | v] is already the layout q, k, v views expect.
+        ops::gemm(d, h, L.qkv.matrix(), bias, qkv_.view({1, cfg.qkvDim()}), sk(C));
+      } else {
+        auto part = [&](int64_t r0, int64_t n, int64_t off) {
+          View bi = L.qkvBias.buf ? L.qkvBias.vectorRows(r0, n) : View{};
+          ops::gemm(d, h, L.qkv.rowsView(r0, n), bi, qkv_.view({T, n}, off), sk(C));
+        };
+        part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
+      }
+      ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
+      View kc = kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vc = vCache_[l].view({kv.numPages, kv.pageSize, Hk, D});
+      ops::kvWrite(d, k, v, kc, vc, slots);
+      if (nd > 0) {
+        PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize};
+        ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), scale, b.kvSplits);
+      }
+      if (npre > 0) {
+        PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
+                   kv.pageSize};
+        ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
+                              attn_.view({npre, Hq, D}, nd * Q), scale);
+      }
+      ops::gemm(d, attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o, sk(Q));
+      ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
+      ops::gemm(d, h, L.gateUp.matrix(), View{}, gu, sk(C));
+      ops::siluMul(d, gu, act);
+      ops::gemm(d, act, L.down.matrix(), View{}, o, sk(I));
     }
 
-    View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
-    if (T == 1) {
-      // One row: the fused output [q | k | v] is already the layout q, k, v views expect.
-      ops::gemm(d, h, L.qkv.matrix(), bias, qkv_.view({1, cfg.qkvDim()}), sk(C));
-    } else {
-      auto part = [&](int64_t r0, int64_t n, int64_t off) {
-        View bi = L.qkvBias.buf ? L.qkvBias.vectorRows(r0, n) : View{};
-        ops::gemm(d, h, L.qkv.rowsView(r0, n), bi, qkv_.view({T, n}, off), sk(C));
-      };
-      part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
+    if (F > 0) {
+      // Only the rows that need them: the last position of each emitting (or final-capturing) sequence.
+      View rows = meta(p.finalRows, F), hLast = hLast_.view({F, C});
+      ops::embedding(d, rows, resid, resLast_.view({F, C}));
+      ops::embedding(d, rows, o, oLast_.view({F, C}));
+      ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
     }
-    ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
-    View kc = kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vc = vCache_[l].view({kv.numPages, kv.pageSize, Hk, D});
-    ops::kvWrite(d, k, v, kc, vc, slots);
-    if (nd > 0) {
-      PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize};
-      ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), scale, b.kvSplits);
+    if (E > 0) {
+      View logits = logits_.view({E, V});
+      ops::gemm(d, hLast_.view({E, C}), weights.head().matrix(), View{}, logits, sk(C));
+      SampleArgs a;
+      a.logits = logits;
+      a.temperature = meta(p.temp, E, DType::f32);
+      a.topK = meta(p.topK, E);
+      a.topP = meta(p.topP, E, DType::f32);
+      a.seeds = meta(p.seeds, 2 * E);
+      a.seeds.ndim = 2, a.seeds.shape[0] = E, a.seeds.shape[1] = 2;
+      a.positions = meta(p.samplePos, E);
+      a.tokens = tokens_.view({E});
+      a.logprobs = logprobs_.view({E});
+      a.numTop = p.numTop;
+      if (p.numTop > 0) {
+        a.topIds = topIds_.view({E, p.numTop});
+        a.topLogprobs = topLogprobs_.view({E, p.numTop});
+      }
+      ops::sample(d, a);
     }
-    if (npre > 0) {
-      PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
-                 kv.pageSize};
-      ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
-                            attn_.view({npre, Hq, D}, nd * Q), scale);
-    }
-    ops::gemm(d, attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o, sk(Q));
-    ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
-    ops::gemm(d, h, L.gateUp.matrix(), View{}, gu, sk(C));
-    ops::siluMul(d, gu, act);
-    ops::gemm(d, act, L.down.matrix(), View{}, o, sk(I));
+  };  // enqueue
+
+  // Graph key: every size and metadata offset the launches bake in, the schedule, and each buffer's address.
+  const char* graphsEnv = std::getenv("DL_CUDA_GRAPHS");
+  const bool graphsOff = graphsEnv && std::string(graphsEnv) == "0";
+  const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff;
+  auto graphKey = [&] {
+    std::vector<int64_t> k = {T, p.nd, E, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK, b.kvSplits,
+                              int64_t(metaHost_.size()), p.ids, p.positions, p.slots, p.dIndptr, p.dIndices, p.dLast,
+                              p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,
+                              p.samplePos};
+    for (const Buffer* buf : {&metaDev_, &residual_, &h_, &o_, &qkv_, &attn_, &gateUp_, &act_, &resLast_, &oLast_,
+                              &hLast_, &logits_, &tokens_, &logprobs_, &topIds_, &topLogprobs_})
+      k.push_back(int64_t(reinterpret_cast<uintptr_t>(buf->data())));
+    return k;
+  };
+  if (!graphable || !graphs_.run(graphKey(), enqueue)) enqueue();
+  if (finalCapture) {
+    auto rowsF = readRows(d, hLast_, F, C);
+    for (int64_t r = 0; r < F; r++)
+      if (isCapture(p.finals[r])) captured[p.finals[r].seq] = std::move(rowsF[r]);
   }
-
   std::vector<SeqOutput> out(b.seqs.size());
-  if (F > 0) {
-    // Only the rows that need them: the last position of each emitting (or final-capturing) sequence.
-    View rows = meta(p.finalRows, F), hLast = hLast_.view({F, C});
-    ops::embedding(d, rows, resid, resLast_.view({F, C}));
-    ops::embedding(d, rows, o, oLast_.view({F, C}));
-    ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
-    // The final hidden state is captured at a sequence's last row only (emitAll rows before it are skipped).
-    auto isCapture = [&](const Plan::FinalRow& f) {
-      const SeqInput& s = b.seqs[f.seq];
-      return s.captureLayer == cfg.numLayers && f.j == int32_t(s.tokens.size()) - 1;
-    };
-    bool finalCapture = false;
-    for (const auto& f : p.finals) finalCapture |= isCapture(f);
-    if (finalCapture) {
-      auto rowsF = readRows(d, hLast_, F, C);
-      for (int64_t r = 0; r < F; r++)
-        if (isCapture(p.finals[r])) captured[p.finals[r].seq] = std::move(rowsF[r]);
-    }
-  }
   if (E > 0) {
-    View logits = logits_.view({E, V});
-    ops::gemm(d, hLast_.view({E, C}), weights.head().matrix(), View{}, logits, sk(C));
-    SampleArgs a;
-    a.logits = logits;
-    a.temperature = meta(p.temp, E, DType::f32);
-    a.topK = meta(p.topK, E);
-    a.topP = meta(p.topP, E, DType::f32);
-    a.seeds = meta(p.seeds, 2 * E);
-    a.seeds.ndim = 2, a.seeds.shape[0] = E, a.seeds.shape[1] = 2;
-    a.positions = meta(p.samplePos, E);
-    a.tokens = tokens_.view({E});
-    a.logprobs = logprobs_.view({E});
-    a.numTop = p.numTop;
-    if (p.numTop > 0) {
-      a.topIds = topIds_.view({E, p.numTop});
-      a.topLogprobs = topLogprobs_.view({E, p.numTop});
-    }
-    ops::sample(d, a);
     std::vector<int32_t> tok(E), ids(size_t(E * p.numTop));
     std::vector<float> lp(E), tlp(size_t(E * p.numTop));
     copyToHost(d, tok.data(), tokens_.data(), size_t(E) * 4);

@@ -1,5 +1,7 @@
 // Prefill / verify attention over the paged cache on the GPU: T queries per sequence, causal, tiled.
 //
+// Any head dim D <= 256: the kernel is instantiated for a padded width DP (32, 64, 96, 128, 256) with the dims
+// D..DP-1 zero in shared memory; they add exact zeros to the scores, so a row's bits are those of width D.
 // Schedule (depends on nothing but the head dim): a CTA takes up to 64 (query token, query head) rows of one
 // sequence and one KV head (all query heads of the group, so K/V are read once per tile), walks the keys from
 // position 0 up in chunks of kKeys = 32 with an online softmax, and each row's chunk reduction is a fixed
@@ -19,7 +21,7 @@ struct PrefillArgs {
   const int32_t* qIndptr;  // (B + 1)
   DType qt, ot;
   PagedKVDev kv;
-  int Hq, G, tokensPerTile, tilesPerSeq;
+  int D, Hq, G, tokensPerTile, tilesPerSeq;  // D: the real head dim (<= the kernel's DP)
   float scaleLog2;
   DeviceErrorSlot* err;
 };
@@ -27,10 +29,12 @@ struct PrefillArgs {
 // ---- kernels ----
 
 // grid = (tilesPerSeq, Hk, B); 128 threads; warp w owns rows [16w, 16w + 16), row r = (token r / G, head r % G).
-// Scores: lane = key of the chunk, a 16-row column of dot products; P.V: lane owns D/32 consecutive dims.
+// Scores: lane = key of the chunk, a 16-row column of dot products; P.V: lane owns DP/32 consecutive dims.
+// Shared memory is laid out with the padded width DP (named D below); global rows have a.D elements.
 template <int D>
 __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
   constexpr int DL = D / 32;  // dims per lane in P.V
+  const int Dg = a.D;         // real head dim: global row stride, dims >= Dg are zero
   extern __shared__ __align__(16) float sm[];
   float* sQ = sm;                      // kRows x D, pre-scaled queries
   float* sK = sQ + kRows * D;          // kKeys x (D + 1): the pad makes lane-per-key reads conflict-free
@@ -52,9 +56,9 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
   for (int e = tid; e < kRows * D; e += kThreads) {
     int r = e / D, d = e % D;
     float v = 0.f;
-    if (r < rows) {
+    if (r < rows && d < Dg) {
       int64_t qRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
-      v = loadF(a.q, qRow * D + d, a.qt) * a.scaleLog2;
+      v = loadF(a.q, qRow * Dg + d, a.qt) * a.scaleLog2;
     }
     sQ[e] = v;
   }
@@ -76,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
     for (int e = tid; e < kKeys * D; e += kThreads) {
       int kk = e / D, d = e % D, t = k0 + kk;
       float kvK = 0.f, kvV = 0.f;
-      if (t < kvLen) {
+      if (t < kvLen && d < Dg) {
         int64_t row = tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::prefillPage);
         if (row >= 0) kvK = loadF(a.kv.k, row + d, a.kv.t), kvV = loadF(a.kv.v, row + d, a.kv.t);
       }
@@ -138,7 +142,8 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
     if (r >= rows) continue;
     int64_t oRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
 #pragma unroll
-    for (int e = 0; e < DL; e++) storeF(a.out, oRow * D + lane * DL + e, a.ot, l[i] > 0.f ? acc[i][e] / l[i] : 0.f);
+    for (int e = 0; e < DL; e++)
+      if (lane * DL + e < Dg) storeF(a.out, oRow * Dg + lane * DL + e, a.ot, l[i] > 0.f ? acc[i][e] / l[i] : 0.f);
   }
 }
 
@@ -169,16 +174,19 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
   if (q.ndim != 3 || out.numel() != q.numel()) fail(op, "q and out must be (Ttot, Hq, D)");
   if (qIndptr.numel() != B + 1) fail(op, "qIndptr must be (B + 1) like indptr");
   if (D != kv.kCache.shape[3] || Hq % Hk) fail(op, "q's head dim must match the cache and Hq be a multiple of Hk");
-  if (D != 64 && D != 128) fail(op, "head dim must be 64 or 128, got " + std::to_string(D));
+  if (D < 1 || D > 256) fail(op, "head dim must be in [1, 256], got " + std::to_string(D));
   const int G = int(Hq / Hk);
   if (G > kRows) fail(op, "query heads per KV head must be <= 64, got " + std::to_string(G));
   if (B == 0 || T == 0) return;
   if (B > 65535 || Hk > 65535) fail(op, "at most 65535 sequences and KV heads");
-  PrefillArgs a{q.data, out.data, qIndptr.as<int32_t>(), q.dtype, out.dtype, pagedKVDev(kv), int(Hq), G,
+  PrefillArgs a{q.data, out.data, qIndptr.as<int32_t>(), q.dtype, out.dtype, pagedKVDev(kv), int(D), int(Hq), G,
                 kRows / G, 0, scale * kLog2e, deviceErrorSlot()};
   a.tilesPerSeq = int(ceilDiv(T, a.tokensPerTile));  // a sequence has at most Ttot queries; extra tiles exit
-  if (D == 128) launchPrefill<128>(a, int(B));
-  else launchPrefill<64>(a, int(B));
+  if (D <= 32) launchPrefill<32>(a, int(B));
+  else if (D <= 64) launchPrefill<64>(a, int(B));
+  else if (D <= 96) launchPrefill<96>(a, int(B));
+  else if (D <= 128) launchPrefill<128>(a, int(B));
+  else launchPrefill<256>(a, int(B));
 }
 
 }  // namespace dl::gpu

@@ -39,10 +39,17 @@ void require() {
 }
 }  // namespace
 
+// A thread capturing a CUDA graph (cuda/step_graph.cu) redirects its own launches to its capture stream; every
+// other thread keeps enqueuing on the backend stream, so nobody else's work lands in the graph.
+thread_local cudaStream_t captureStream = nullptr;
+
 cudaStream_t stream() {
+  if (captureStream) return captureStream;
   require();
   return theStream;
 }
+
+void setCaptureStream(cudaStream_t s) { captureStream = s; }
 
 bool compiled() { return true; }
 

@@ -9,6 +9,11 @@ void* buffer = nullptr;
 size_t capacity = 0;
 }  // namespace
 
+const void* workspaceBuffer() {
+  std::lock_guard<std::mutex> lock(mu);
+  return buffer;
+}
+
 Workspace workspace(size_t bytes) {
   std::unique_lock<std::mutex> lock(mu);
   if (bytes > capacity) {

@@ -3,11 +3,15 @@
 # print a short table last (npm is not there: vitest and tsx run through node). The GPU image has CUDA + PyTorch but no Node.js, so Node and a pruned node_modules
 # travel in .device/ (both git-ignored):
 #   here:   bash ../shared/device/pack-node.sh                  -> .device/node.xz (~24 MB)
-#           tar -cf - --exclude=node_modules/{typescript,@types,node-gyp,prebuildify,@huggingface,tar} node_modules \
-#             | xz -T2 -3 > .device/node_modules.tar.xz        (vitest + tsx and their deps, ~20 MB)
+#           tar -cf - --exclude=node_modules/{typescript,@types,node-gyp,prebuildify,tar,@node-llama-cpp,node-llama-cpp} \
+#             node_modules | xz -T2 -3 > .device/node_modules.tar.xz   (vitest + tsx + tokenizers and their deps, ~18 MB)
 #           npm run build:addon && bash scripts/device/build-bench.sh
 #   run:    carry [".device", "build/Release/deliberate.node", "build/bench_kernels"]  (the 64 MiB limit rules out
 #           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
+# Knobs: SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
+# model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
+# torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
+# and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
 # Without a carried build it builds both on the machine (needs node-gyp in the carried node_modules).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +23,7 @@ fi
 [ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 if [ ! -f build/Release/deliberate.node ]; then node scripts/build-addon.mjs --force || exit 1; fi
-[ -x build/bench_kernels ] || bash scripts/device/build-bench.sh || exit 1
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ ! -x build/bench_kernels ]; then bash scripts/device/build-bench.sh || exit 1; fi
 node -e "const a=require('node-gyp-build')('.');console.log(JSON.stringify(a.listDevices().cuda))"
 
 status=0
@@ -39,6 +43,24 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   node node_modules/tsx/dist/cli.mjs scripts/bench/cuda.ts --json ${BENCH_ARGS:-} > "$out/bench.txt" 2> "$out/bench.err" || status=1
   tail -3 "$out/bench.err"
   sed -n '/^# CUDA kernels/,$p' "$out/bench.txt"
+fi
+if [ "${MODEL_BENCH:-0}" = 1 ]; then
+  # Bytes read + written per second by a 1 GiB device-to-device copy (the ceiling bench/CUDA_NOTES.md uses).
+  copy=$(python3 -c '
+import torch
+a = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ts = []
+for _ in range(10):
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"$out/copy.err") || copy=""
+  echo "device-to-device copy: ${copy:-?} GB/s" | tee "$out/copy.txt"
+  node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
+  sed -n '/^# Single stream/,$p' "$out/gpu-bench.txt"
+  node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda --max-tokens ${TP_MAX_TOKENS:-64} \
+    ${TP_ARGS:-} > "$out/throughput.txt" 2>&1 || status=1
+  tail -8 "$out/throughput.txt"
 fi
 echo "check.sh: tests $( [ $status -eq 0 ] && echo passed || echo FAILED)"
 exit $status

@@ -68,10 +68,10 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
     }
   });
 
-  it("prefill/verify matches float64 and the CPU (causal over a cached prefix), for D 64/128 and groups", async () => {
+  it("prefill/verify matches float64 and the CPU (causal over a cached prefix), for head dims 16..256 and groups", async () => {
     const small = randomKV([2], 16, 1, 64, "f32");
     const cpuPrefill = await cpuHas(async () => void (await prefill("cpu", small, "f32", randn(2 * 64), [0, 2], 1)));
-    for (const [D, Hk, G, dtype] of [[128, 2, 4, "bf16"], [64, 1, 8, "f16"], [128, 1, 5, "f32"]] as [number, number, number, DType][]) {
+    for (const [D, Hk, G, dtype] of [[128, 2, 4, "bf16"], [64, 1, 8, "f16"], [128, 1, 5, "f32"], [16, 2, 2, "bf16"], [80, 1, 4, "bf16"], [256, 1, 2, "bf16"]] as [number, number, number, DType][]) {
       const qLens = [5, 70, 1, 32], prefix = [30, 0, 200, 17];
       const lens = qLens.map((n, b) => n + prefix[b]);
       const kv = randomKV(lens, 16, Hk, D, dtype), Hq = Hk * G;

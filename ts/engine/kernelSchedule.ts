@@ -21,6 +21,8 @@ export interface BatchShape {
   numDecodeSeqs: number;
   /** Longest KV length (tokens, after this step) among decoding sequences. */
   maxDecodeKvLen: number;
+  /** The device the step runs on (default cpu). */
+  device?: "cpu" | "cuda";
 }
 
 /** The schedule of batch-invariant mode, and of any pass that must not depend on its batch (a verifier's). */
@@ -30,6 +32,10 @@ export const FIXED_SCHEDULE: Readonly<KernelSchedule> = Object.freeze({ gemmSpli
 const TARGET_PARALLELISM = 16;
 const MIN_KV_TOKENS_PER_SPLIT = 64;
 const MIN_ROWS_WITHOUT_SPLIT_K = 16;
+// CUDA: a GEMM's CTAs tile N only, so at up to 64 rows splitK 4 is what fills an H100's 132 SMs (measured on a
+// Qwen2.5-1.5B-shaped model, bench/RESULTS-gpu.md: batch 64 decode step 12.0 ms at splitK 1, 8.3 at 2, 7.1 at 4,
+// 7.3 at 8; batch 1: 5.8 / 4.7 / 4.1 / 4.0).
+const CUDA_MAX_ROWS_SPLIT_K_4 = 64;
 
 export function chooseSchedule(mode: KernelMode, shape: BatchShape): KernelSchedule {
   switch (mode) {
@@ -44,7 +50,10 @@ export function chooseSchedule(mode: KernelMode, shape: BatchShape): KernelSched
 
 function fastSchedule(shape: BatchShape): KernelSchedule {
   // Few GEMM rows: split K so the reduction itself is parallel work (a 1-row decode GEMM otherwise idles cores).
-  const gemmSplitK = shape.numTokens >= MIN_ROWS_WITHOUT_SPLIT_K ? 1 : shape.numTokens >= 4 ? 2 : 4;
+  const gemmSplitK =
+    shape.device === "cuda"
+      ? shape.numTokens <= CUDA_MAX_ROWS_SPLIT_K_4 ? 4 : 1
+      : shape.numTokens >= MIN_ROWS_WITHOUT_SPLIT_K ? 1 : shape.numTokens >= 4 ? 2 : 4;
   // Few decode rows and long contexts: split the KV so each sequence's attention spreads over several workers.
   const byOccupancy = Math.max(1, Math.floor(TARGET_PARALLELISM / Math.max(1, shape.numDecodeSeqs)));
   const byLength = Math.max(1, Math.floor(shape.maxDecodeKvLen / MIN_KV_TOKENS_PER_SPLIT));

@@ -18,6 +18,7 @@ export function engineModelOf(model: Model): EngineModel {
     vocabSize: model.config.vocabSize,
     maxContextTokens: model.contextLength,
     eosTokenIds: model.tokenizer.eosTokenIds,
+    device: model.device,
     forward: (batch) => model.forward(batch),
   };
 }

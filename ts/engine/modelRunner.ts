@@ -34,7 +34,7 @@ export class ModelRunner {
         maxDecodeKvLen = Math.max(maxDecodeKvLen, seq.numComputedTokens + 1);
       }
     }
-    return chooseSchedule(this.kernelMode, { numTokens, numDecodeSeqs, maxDecodeKvLen });
+    return chooseSchedule(this.kernelMode, { numTokens, numDecodeSeqs, maxDecodeKvLen, device: this.model.device });
   }
 
   /** One forward for the whole step; results align with batch.seqs. */

@@ -64,6 +64,8 @@ export interface EngineModel {
   readonly maxContextTokens: number;
   /** Ids that end generation unless a request sets ignoreEos. */
   readonly eosTokenIds: readonly number[];
+  /** Where the forward runs: picks fast mode's schedule (GPU GEMMs want split K at larger batches). Default cpu. */
+  readonly device?: "cpu" | "cuda";
   forward(batch: ForwardBatch): Promise<ForwardResult[]>;
 }
 
