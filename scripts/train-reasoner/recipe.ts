@@ -32,7 +32,7 @@ export const trainRecipe: TrainRecipe = {
   seed: 1,
   trainProblems: 150_000,
   validationProblems: 1_000,
-  steps: 4500,
+  steps: 5400,
   batch: 32,
   lr: 3e-3,
   warmup: 150,

@@ -11,6 +11,7 @@ import {
   parenDepth,
   problemFromExpression,
   problemSet,
+  partialProducts,
   randomSteps,
   renderStep,
   verifyStepLine,
@@ -88,8 +89,16 @@ describe("arith levels", () => {
     for (const q of problemSet({ split: "test", n: 50, seed: 0 })) {
       const c = completionOf(q, new Rng(1));
       expect(c.endsWith(`</think> \\boxed{${q.answer}}`)).toBe(true);
-      expect(c.split("\n").length - 1).toBe(q.steps.length + 1);
+      // Every operation once, plus two lines per product written as partial products, plus the check line.
+      const products = q.steps.filter((s) => s.op === "*").length;
+      const lines = c.split("\n").length - 1;
+      expect(lines).toBeGreaterThanOrEqual(q.steps.length + 1);
+      expect(lines).toBeLessThanOrEqual(q.steps.length + 1 + 2 * products);
+      expect(completionOf(q, new Rng(1), { splitProducts: 0 }).split("\n").length - 1).toBe(q.steps.length + 1);
       expect(verifyThought(c.slice(0, c.indexOf("</think>"))).every((v) => v === true)).toBe(true);
+      // The last step before the check line yields the answer.
+      const body = c.slice("<think>".length, c.indexOf("</think>")).trim().split("\n");
+      expect(body[body.length - 2].endsWith(`=${q.answer}`)).toBe(true);
     }
   });
 
@@ -105,6 +114,13 @@ describe("arith levels", () => {
     }
     // Independent groups in any order, products after their sums, and swapped + and * operands.
     expect(orders.size).toBeGreaterThan(20);
+    // Products with a multi-digit right operand may be split over its leading place.
+    const split = new Set<string>();
+    for (let i = 0; i < 200; i++) split.add(randomSteps(parse("68*23"), rng, { splitProducts: 0.5 }).map(renderStep).join(" "));
+    expect([...split].sort()).toEqual(["23*60=1380 23*8=184 1380+184=1564", "23*68=1564", "68*20=1360 68*3=204 1360+204=1564", "68*23=1564"]);
+    expect(partialProducts({ left: 7, op: "*", right: 345, result: 2415 }).map(renderStep)).toEqual(["7*300=2100", "7*45=315", "2100+315=2415"]);
+    expect(partialProducts({ left: 7, op: "*", right: 300, result: 2100 }).map(renderStep)).toEqual(["7*300=2100"]);
+    expect(partialProducts({ left: -7, op: "*", right: 12, result: -84 }).map(renderStep)).toEqual(["-7*10=-70", "-7*2=-14", "-70+(-14)=-84"]);
     expect(checkStep({ left: 144, op: "-", right: 9, result: 135 })).toEqual({ left: 135, op: "+", right: 9, result: 144 });
     expect(checkStep({ left: 7, op: "*", right: 3, result: 21 })).toEqual({ left: 3, op: "*", right: 7, result: 21 });
   });

@@ -68,10 +68,38 @@ export function steps(e: Expr): Step[] {
   return out;
 }
 
+/** A product `a*b` with a right operand of two or more digits, written as partial products over b's leading
+ * place: `68*23` becomes `68*20=1360`, `68*3=204`, `1360+204=1564`; `345*7`, swapped to `7*345`, becomes
+ * `7*300=2100`, `7*45=315`, `2100+315=2415`. A right operand that is a round number (20, 300) or has one digit
+ * is not split: the product is one step. */
+export function partialProducts(s: Step): Step[] {
+  const { left: a, right: b } = s;
+  if (s.op !== "*" || b < 10) return [s];
+  const place = 10 ** (String(b).length - 1);
+  const hi = Math.floor(b / place) * place;
+  const lo = b - hi;
+  if (lo === 0) return [s];
+  const x = a * hi;
+  const y = a * lo;
+  return [
+    { left: a, op: "*", right: hi, result: x },
+    { left: a, op: "*", right: lo, result: y },
+    { left: x, op: "+", right: y, result: x + y },
+  ];
+}
+
+export interface RandomStepsOptions {
+  /** Probability that a product with a multi-digit right operand is written as partial products (default 0). */
+  splitProducts?: number;
+}
+
 /** Evaluation steps in a random valid order: at each step one of the operations whose operands are known is
- * chosen uniformly, and + and * operands are swapped with probability 1/2. Many orders reach the same answer,
- * so sampled chains of thought differ and their mistakes are less correlated (what self-consistency needs). */
-export function randomSteps(e: Expr, rng: { next(): number }): Step[] {
+ * chosen uniformly, and + and * operands are swapped with probability 1/2; with `splitProducts`, a product may
+ * be written as partial products (see partialProducts). Many paths reach the same answer through different
+ * intermediate computations, so sampled chains of thought differ and their mistakes are less correlated (what
+ * self-consistency needs). */
+export function randomSteps(e: Expr, rng: { next(): number }, opts: RandomStepsOptions = {}): Step[] {
+  const split = opts.splitProducts ?? 0;
   interface Node {
     op: Op;
     left: Node | number;
@@ -88,14 +116,17 @@ export function randomSteps(e: Expr, rng: { next(): number }): Step[] {
   build(e);
   const valueOf = (v: Node | number): number | null => (typeof v === "number" ? v : v.value);
   const out: Step[] = [];
-  while (out.length < ops.length) {
+  for (let done = 0; done < ops.length; done++) {
     const ready = ops.filter((n) => n.value === null && valueOf(n.left) !== null && valueOf(n.right) !== null);
     const n = ready[Math.floor(rng.next() * ready.length)];
     let left = valueOf(n.left)!;
     let right = valueOf(n.right)!;
     if (n.op !== "-" && rng.next() < 0.5) [left, right] = [right, left];
     n.value = applyOp(n.op, left, right);
-    out.push({ left, op: n.op, right, result: n.value });
+    const step: Step = { left, op: n.op, right, result: n.value };
+    // The draw happens for every product, split or not, so one rng stream gives one path whatever the operands.
+    const splitThis = n.op === "*" && rng.next() < split;
+    out.push(...(splitThis ? partialProducts(step) : [step]));
   }
   return out;
 }

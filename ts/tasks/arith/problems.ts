@@ -2,7 +2,7 @@
 //
 // Splits never overlap: a problem's split is a pure function of its canonical text (hash into 100 buckets:
 // 0-89 train, 90-94 validation, 95-99 test), so a test problem can never be drawn for training, whatever the seed.
-import { checkStep, evaluate, parse, randomSteps, render, renderStep, steps, type Step } from "./expr.js";
+import { checkStep, evaluate, parse, randomSteps, render, renderStep, steps, type RandomStepsOptions, type Step } from "./expr.js";
 import { isLevel, levels, sampleExpr, type Level } from "./levels.js";
 import { fnv1a32, Rng } from "./rng.js";
 
@@ -33,11 +33,12 @@ export function problemFromExpression(expression: string, level: Level): ArithPr
 
 /** The assistant's whole turn: one operation per line, a check of the last one, then the boxed answer.
  * `<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\n</think> \boxed{135}`
- * With `rng`, the steps come in a random valid order with random operand order for + and * (training data);
+ * With `rng`, the steps come in a random valid order with random operand order for + and *, and half the
+ * products written as partial products (training data: `opts` sets that share);
  * without, in the canonical post-order of `p.steps`. The answer first appears before the check line, so a probe
  * there (`</think> \boxed{`) can already be right: the thought has a tail an early exit can save. */
-export function completionOf(p: ArithProblem, rng?: { next(): number }): string {
-  const ss = rng ? randomSteps(parse(p.expression), rng) : p.steps;
+export function completionOf(p: ArithProblem, rng?: { next(): number }, opts: RandomStepsOptions = { splitProducts: 0.5 }): string {
+  const ss = rng ? randomSteps(parse(p.expression), rng, opts) : p.steps;
   const lines = [...ss.map(renderStep), `check: ${renderStep(checkStep(ss[ss.length - 1]))}`];
   return `<think>${lines.map((l) => `${l}\n`).join("")}</think> \\boxed{${p.answer}}`;
 }
