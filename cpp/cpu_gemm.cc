@@ -24,8 +24,10 @@ using gemm_detail::AccumFn;
 constexpr int64_t kSmallM = 64, kSmallMAvx2 = 32;
 // Decode panels feed K to the kernels in equal chunks (multiples of 16) of at most this many: each chunk costs
 // an accumulator spill and reload, so a short last chunk is waste (K = 576 in chunks of 512 + 64 ran M = 16 at
-// 61 GFLOP/s, in one chunk at 68: SmolLM-135M layer stack from DRAM, Zen 4, 1 thread).
-constexpr int64_t kPanelK = 1024;
+// 61 GFLOP/s, in one chunk at 68: SmolLM-135M layer stack from DRAM, Zen 4, 1 thread). With one m-tile per panel
+// the chunks are what spreads the W prefetch (below) over the panel: there 512 (M = 1: 13.9 GB/s at 1024, 18.5
+// at 512; M = 4: 44 and 53 GFLOP/s; M = 8, two m-tiles: 70 and 68).
+constexpr int64_t kPanelK = 1024, kPanelKOneTile = 512;
 constexpr int64_t kBlockCols = 48;  // large M: a block of W rows kept in L2 ...
 constexpr int64_t kBlockRows = 64;  // ... while blocks of X rows pass
 constexpr int64_t kKeepFloats = 1 << 20;  // a larger X copy buffer is freed after the call
@@ -185,7 +187,8 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     auto panelLines = [&](int64_t from, int64_t to) {  // W rows of panels [from, to)
       return Prefetch{wRow(from * P.NR), wRow(std::min(N, to * P.NR)), 0};
     };
-    const int64_t nChunks = (K + kPanelK - 1) / kPanelK, chunk = ((K + nChunks - 1) / nChunks + 15) / 16 * 16;
+    const int64_t maxChunk = M <= P.MR ? kPanelKOneTile : kPanelK;
+    const int64_t nChunks = (K + maxChunk - 1) / maxChunk, chunk = ((K + nChunks - 1) / nChunks + 15) / 16 * 16;
     // kernel calls per panel (at most): m-tiles x (partition, chunk) pieces
     const int64_t calls = (M + P.MR - 1) / P.MR * (splitK + nChunks - 1);
     parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
