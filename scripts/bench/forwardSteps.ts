@@ -1,6 +1,7 @@
 // Where a batch's CPU time goes, step by step: one prefill forward of B prompts, then decode forwards at batch B,
 // each timed in wall and process CPU time (the random SmolLM-135M-shaped checkpoint of bench:throughput).
-//   npx tsx scripts/bench/forwardSteps.ts [--batch 16] [--prompt-tokens 32] [--steps 16] [--split-k N] [--threads N]
+//   npx tsx scripts/bench/forwardSteps.ts [--batch 16] [--prompt-tokens 32] [--steps 16] [--threads N (0 = all cores)]
+// The GEMM split and KV splits are those of the engine's fast mode for the step's shape.
 import { existsSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
