@@ -1,11 +1,14 @@
 // Sampling on the CPU, one row of logits [B,V] per sequence, all arithmetic in double:
-//   logprobs: log-softmax of the raw logits (lse = max + log(sum exp(l - max)), sum ascending in token id).
+//   logprobs: log-softmax of the raw logits (lse = max + log(sum exp(l - max)), sum ascending in token id; the
+//   exp of that sum is expNonPositive below, 4 ids at a time, within 1 ulp of the correctly rounded value).
 //   temperature 0: greedy, the first index of the max.
 //   else: candidates = the topK highest logits (0 = all; ties by lower id); then, by descending logit, the
 //   shortest prefix whose softmax(l / T) mass (over the candidates) reaches topP (the token that crosses it is
 //   kept); the token is argmax over kept ids of l / T + g, g = -log(-log(u)), u = sampleUniform(seed, position,
 //   id) (ties by lower id). The noise depends on (seed, position, id) only: never on the batch slot.
 //   top logprobs: the numTop highest raw logprobs, descending, ties by lower id.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,6 +23,60 @@ namespace {
 
 // NaN logits rank below everything (a NaN is never sampled unless the whole row is NaN).
 inline double logitAt(const float* l, int64_t i) { return std::isnan(l[i]) ? -std::numeric_limits<double>::infinity() : double(l[i]); }
+
+// exp(x) of 4 doubles x <= 0 (the build's baseline is x86-64-v3: AVX2 and FMA): x = n ln2 + r, |r| <= ln2 / 2
+// (Cody-Waite, ln2 in two parts), e^r by its degree-13 Taylor polynomial (remainder < 5e-18), times 2^n built in
+// the exponent bits. x < -708 gives 0: such a term (< 2.3e-308) cannot change the sum, which reaches 1 at the max.
+inline __m256d expNonPositive(__m256d x) {
+  const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);
+  r = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), r);
+  static constexpr double kInvFact[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
+                                          1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800};
+  __m256d p = _mm256_set1_pd(kInvFact[13]);
+  for (int i = 12; i >= 0; i--) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kInvFact[i]));
+  const __m256d live = _mm256_cmp_pd(x, _mm256_set1_pd(-708.0), _CMP_GE_OQ);  // false for -inf too
+  const __m256d nc = _mm256_max_pd(n, _mm256_set1_pd(-1021.0));
+  const __m128i ni = _mm256_cvtpd_epi32(nc);
+  const __m256i bits = _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(ni), _mm256_set1_epi64x(1023)), 52);
+  return _mm256_and_pd(_mm256_mul_pd(p, _mm256_castsi256_pd(bits)), live);
+}
+
+// Max over a row (NaN counts as -inf), exact: the float maximum widened.
+double rowMax(const float* l, int64_t V) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) {
+    const __m256 v = _mm256_loadu_ps(l + i);
+    m = _mm256_max_ps(m, _mm256_blendv_ps(v, m, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));  // NaN lanes keep m
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  double best = -std::numeric_limits<double>::infinity();
+  for (float f : lanes) best = std::max(best, double(f));
+  for (; i < V; i++) best = std::max(best, logitAt(l, i));
+  return best;
+}
+
+// sum over i ascending of exp(logit_i - lmax), for a finite lmax.
+double sumExp(const float* l, int64_t V, double lmax) {
+  const __m256d mx = _mm256_set1_pd(lmax), ninf = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
+  double sum = 0;
+  int64_t i = 0;
+  alignas(32) double e[4];
+  for (; i + 4 <= V; i += 4) {
+    const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(l + i));
+    const __m256d x = _mm256_sub_pd(_mm256_blendv_pd(v, ninf, _mm256_cmp_pd(v, v, _CMP_UNORD_Q)), mx);
+    _mm256_store_pd(e, expNonPositive(x));
+    sum += e[0], sum += e[1], sum += e[2], sum += e[3];
+  }
+  for (; i < V; i++) {
+    alignas(32) double one[4] = {logitAt(l, i) - lmax, -INFINITY, -INFINITY, -INFINITY};
+    _mm256_store_pd(e, expNonPositive(_mm256_load_pd(one)));
+    sum += e[0];
+  }
+  return sum;
+}
 
 void checkParams(const SampleArgs& a, int64_t B) {
   for (int64_t b = 0; b < B; b++) {
@@ -36,11 +93,10 @@ int32_t sampleRow(const SampleArgs& a, int64_t b, const float* l, int64_t V, dou
   const double T = a.temperature.as<float>()[b];
   const int64_t topK = a.topK.as<int32_t>()[b];
   const double topP = a.topP.as<float>()[b];
-  if (T == 0.0) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; i++)
-      if (logitAt(l, i) > logitAt(l, best)) best = i;
-    return int32_t(best);
+  if (T == 0.0) {  // the first index of the max (0 when every logit is NaN or -inf)
+    for (int64_t i = 0; i < V; i++)
+      if (logitAt(l, i) == lmax) return int32_t(i);
+    return 0;
   }
   auto higher = [&](int32_t x, int32_t y) {
     const double lx = logitAt(l, x), ly = logitAt(l, y);
@@ -87,10 +143,11 @@ void sample(const SampleArgs& a) {
     std::vector<int32_t> ids;
     for (int64_t b = lo; b < hi; b++) {
       const float* l = a.logits.as<float>() + b * V;
-      double lmax = -std::numeric_limits<double>::infinity();
-      for (int64_t i = 0; i < V; i++) lmax = std::max(lmax, logitAt(l, i));
+      const double lmax = rowMax(l, V);
       double sum = 0;
-      for (int64_t i = 0; i < V; i++) sum += std::exp(logitAt(l, i) - lmax);
+      if (std::isfinite(lmax)) sum = sumExp(l, V, lmax);
+      else  // every logit NaN or -inf (or one +inf): the plain loop, whose NaN / inf results the callers see
+        for (int64_t i = 0; i < V; i++) sum += std::exp(logitAt(l, i) - lmax);
       const double lse = lmax + std::log(sum);
       const int32_t token = sampleRow(a, b, l, V, lmax, ids);
       a.tokens.as<int32_t>()[b] = token;

@@ -8,8 +8,16 @@
 #include <thread>
 #include <vector>
 
+#include <immintrin.h>
+
 namespace dl {
 namespace {
+
+// A model step is hundreds of parallel regions microseconds apart: a thread that finds nothing to do first spins
+// this many pause iterations (~25 us on the Zen 4 measured here) before it sleeps on the condition variable, so that
+// consecutive regions neither pay a futex wake-up nor a context switch each (measured: those cost ~7% of the CPU
+// time of a batch-16 SmolLM-135M decode step on 2 threads).
+constexpr int kSpins = 1 << 10;
 
 class Pool {
  public:
@@ -39,14 +47,15 @@ class Pool {
       n_ = n;
       chunks_ = chunks;
       next_.store(0);
-      pending_ = chunks;
+      pending_.store(chunks);
       error_ = nullptr;
-      generation_++;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     work();
+    for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) != 0; i++) _mm_pause();
     std::unique_lock<std::mutex> lk(mu_);
-    done_.wait(lk, [this] { return pending_ == 0; });
+    done_.wait(lk, [this] { return pending_.load() == 0; });
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -63,14 +72,17 @@ class Pool {
         std::lock_guard<std::mutex> lk(mu_);
         if (!error_) error_ = std::current_exception();
       }
-      std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) done_.notify_all();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lk(mu_);  // the caller checks pending_ under mu_ before it sleeps
+        done_.notify_all();
+      }
     }
   }
 
   void loop(int) {
     uint64_t seen = 0;
     for (;;) {
+      for (int i = 0; i < kSpins && generation_.load(std::memory_order_acquire) == seen; i++) _mm_pause();
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stopping_ || (generation_ != seen && fn_ != nullptr); });
@@ -95,9 +107,9 @@ class Pool {
   std::mutex mu_, callMu_;
   std::condition_variable cv_, done_;
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0, pending_ = 0;
-  std::atomic<int64_t> next_{0};
-  uint64_t generation_ = 0;
+  int64_t n_ = 0, chunks_ = 0;
+  std::atomic<int64_t> next_{0}, pending_{0};
+  std::atomic<uint64_t> generation_{0};
   bool stopping_ = false;
   std::exception_ptr error_;
 };

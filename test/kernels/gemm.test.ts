@@ -40,7 +40,9 @@ describe("gemm (cpu)", () => {
 
   it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
     const rng = makeRng(2);
-    const K = 300, N = 37, M = 41; // M > 16: the batch takes the large-M path, single rows the decode path
+    // M > 64: the batch takes the large-M path; sub-batches of up to 64 rows (32 on AVX2) the decode panels, which
+    // feed K = 2100 to the kernels in chunks (edges at 704 and 1408) that the splitK partitions cross.
+    const K = 2100, N = 37, M = 70;
     const xs = randomF32(rng, M * K);
     for (const wType of ["f32", "bf16"] as DType[]) {
       const w = tensorOf(addon, "cpu", wType, [N, K], randomF32(rng, N * K));
@@ -50,7 +52,7 @@ describe("gemm (cpu)", () => {
         for (const threads of [1, 2]) {
           addon.setThreads(threads);
           const batch = await gemm(x, w, bias, splitK);
-          for (const [row, rows] of [[0, 1], [M - 1, 1], [13, 1], [20, 8], [3, 16]]) {
+          for (const [row, rows] of [[0, 1], [M - 1, 1], [13, 1], [20, 8], [3, 16], [29, 40], [5, 64]]) {
             const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
             const alone = await gemm(sub, w, bias, splitK);
             expect(bitsOf(alone), `w=${wType} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(bitsOf(batch, row * N, rows * N));
@@ -80,7 +82,7 @@ describe("gemm (cpu)", () => {
       let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
       (async () => {
         const out = [];
-        for (const [M, N, K, wt, sk] of [[3, 20, 77, "f32", 1], [24, 13, 161, "bf16", 3], [5, 11, 64, "f16", 2]]) {
+        for (const [M, N, K, wt, sk] of [[3, 20, 77, "f32", 1], [24, 13, 161, "bf16", 3], [5, 11, 64, "f16", 2], [40, 9, 1100, "bf16", 2]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
           const w = addon.tensor("cpu", wt, [N, K]); w.writeF32(Float32Array.from({ length: N * K }, r));
           const y = addon.tensor("cpu", "f32", [M, N]);

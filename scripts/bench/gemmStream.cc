@@ -1,0 +1,71 @@
+// Single-thread CPU GEMM on a SmolLM-135M-shaped stack of 30 layers (bf16 W, 212 MB, far larger than the L3) so
+// that W streams from DRAM as in a real decode step, then the 49152 x 576 head; per M, the best of 5 passes in
+// thread CPU time (stable on a shared machine). Build and run from the repository root:
+//   g++ -std=c++17 -O3 -march=x86-64-v3 -fno-math-errno -pthread -Icpp scripts/bench/gemmStream.cc cpp/cpu_gemm.cc
+//       cpp/cpu_gemm_avx512.cc cpp/cpu_gemm_avx2.cc cpp/threadpool.cc cpp/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
+//   /tmp/gemmStream 1 1 4 16 64        # threads, then the row counts M
+//   DELIBERATE_SIMD=avx2 /tmp/gemmStream 1 16   # the AVX2 path
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "common.h"
+#include "threadpool.h"
+
+namespace dl::cpu {
+void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK);
+}
+using namespace dl;
+
+static double cpuNow() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+static View mk(void* p, DType t, int64_t a, int64_t b) {
+  View v;
+  v.data = p, v.dtype = t, v.ndim = 2, v.shape[0] = a, v.shape[1] = b;
+  return v;
+}
+
+int main(int argc, char** argv) {
+  setNumThreads(argc > 1 ? atoi(argv[1]) : 1);
+  const int L = 30, C = 576, I = 1536, V = 49152;
+  struct Shape { int N, K; };
+  const std::vector<Shape> shapes = {{576, 576}, {192, 576}, {192, 576}, {576, 576}, {3072, 576}, {576, 1536}};  // q k v o gate|up down
+  auto filled = [](size_t n) {
+    std::vector<uint16_t> w(n);
+    for (size_t i = 0; i < n; i++) w[i] = f32ToBf16(float((i * 2654435761u) % 1000) * 1e-4f - 0.05f);
+    return w;
+  };
+  std::vector<std::vector<uint16_t>> ws;
+  for (int l = 0; l < L; l++)
+    for (const Shape& s : shapes) ws.push_back(filled(size_t(s.N) * s.K));
+  const std::vector<uint16_t> head = filled(size_t(V) * C);
+  std::vector<int> rowsList;
+  for (int i = 2; i < argc; i++) rowsList.push_back(atoi(argv[i]));
+  if (rowsList.empty()) rowsList = {1, 16, 64};
+  double layerMacs = 0;
+  for (const Shape& s : shapes) layerMacs += double(s.N) * s.K;
+  for (int M : rowsList) {
+    std::vector<float> x(size_t(M) * I, 0.01f), y(size_t(M) * V);
+    double best = 1e9, bestHead = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+      const double t0 = cpuNow();
+      size_t wi = 0;
+      for (int l = 0; l < L; l++)
+        for (const Shape& s : shapes)
+          cpu::gemm(mk(x.data(), DType::f32, M, s.K), mk(ws[wi++].data(), DType::bf16, s.N, s.K), View{}, mk(y.data(), DType::f32, M, s.N), 1);
+      const double t1 = cpuNow();
+      cpu::gemm(mk(x.data(), DType::f32, M, C), mk(const_cast<uint16_t*>(head.data()), DType::bf16, V, C), View{}, mk(y.data(), DType::f32, M, V), 1);
+      const double t2 = cpuNow();
+      best = std::min(best, t1 - t0), bestHead = std::min(bestHead, t2 - t1);
+    }
+    const double fl = 2.0 * M * L * layerMacs, by = L * layerMacs * 2, flh = 2.0 * M * V * C, byh = double(V) * C * 2;
+    printf("M=%3d layers %.2f ms %.1f GFLOP/s %.1f GB/s | head %.2f ms %.1f GFLOP/s %.1f GB/s\n", M, best * 1e3, fl / best / 1e9,
+           by / best / 1e9, bestHead * 1e3, flh / bestHead / 1e9, byh / bestHead / 1e9);
+  }
+}
