@@ -12,6 +12,7 @@ import {
   problemFromExpression,
   problemSet,
   partialProducts,
+  partialSums,
   randomSteps,
   renderStep,
   verifyStepLine,
@@ -89,12 +90,13 @@ describe("arith levels", () => {
     for (const q of problemSet({ split: "test", n: 50, seed: 0 })) {
       const c = completionOf(q, new Rng(1));
       expect(c.endsWith(`</think> \\boxed{${q.answer}}`)).toBe(true);
-      // Every operation once, plus two lines per product written as partial products, plus the check line.
+      // Every operation once, plus two lines per product written as partial products and one per sum or
+      // difference done in two parts, plus the check line.
       const products = q.steps.filter((s) => s.op === "*").length;
       const lines = c.split("\n").length - 1;
       expect(lines).toBeGreaterThanOrEqual(q.steps.length + 1);
-      expect(lines).toBeLessThanOrEqual(q.steps.length + 1 + 2 * products);
-      expect(completionOf(q, new Rng(1), { splitProducts: 0 }).split("\n").length - 1).toBe(q.steps.length + 1);
+      expect(lines).toBeLessThanOrEqual(2 * q.steps.length + 1 + products);
+      expect(completionOf(q, new Rng(1), { splitProducts: 0, splitSums: 0 }).split("\n").length - 1).toBe(q.steps.length + 1);
       expect(verifyThought(c.slice(0, c.indexOf("</think>"))).every((v) => v === true)).toBe(true);
       // The last step before the check line yields the answer.
       const body = c.slice("<think>".length, c.indexOf("</think>")).trim().split("\n");
@@ -120,6 +122,13 @@ describe("arith levels", () => {
     expect([...split].sort()).toEqual(["23*60=1380 23*8=184 1380+184=1564", "23*68=1564", "68*20=1360 68*3=204 1360+204=1564", "68*23=1564"]);
     expect(partialProducts({ left: 7, op: "*", right: 345, result: 2415 }).map(renderStep)).toEqual(["7*300=2100", "7*45=315", "2100+315=2415"]);
     expect(partialProducts({ left: 7, op: "*", right: 300, result: 2100 }).map(renderStep)).toEqual(["7*300=2100"]);
+    expect(partialSums({ left: 17043, op: "-", right: 509, result: 16534 }).map(renderStep)).toEqual(["17043-500=16543", "16543-9=16534"]);
+    expect(partialSums({ left: -93, op: "+", right: 25, result: -68 }).map(renderStep)).toEqual(["-93+20=-73", "-73+5=-68"]);
+    expect(partialSums({ left: 82, op: "+", right: -1054, result: -972 }).map(renderStep)).toEqual(["82+(-1054)=-972"]);
+    expect(partialSums({ left: 8, op: "-", right: 40, result: -32 }).map(renderStep)).toEqual(["8-40=-32"]);
+    const sums = new Set<string>();
+    for (let i = 0; i < 200; i++) sums.add(randomSteps(parse("755+34"), rng, { splitSums: 1 }).map(renderStep).join(" "));
+    expect([...sums].sort()).toEqual(["34+700=734 734+55=789", "755+30=785 785+4=789"]);
     expect(partialProducts({ left: -7, op: "*", right: 12, result: -84 }).map(renderStep)).toEqual(["-7*10=-70", "-7*2=-14", "-70+(-14)=-84"]);
     expect(checkStep({ left: 144, op: "-", right: 9, result: 135 })).toEqual({ left: 135, op: "+", right: 9, result: 144 });
     expect(checkStep({ left: 7, op: "*", right: 3, result: 21 })).toEqual({ left: 3, op: "*", right: 7, result: 21 });

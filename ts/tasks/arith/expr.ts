@@ -88,18 +88,38 @@ export function partialProducts(s: Step): Step[] {
   ];
 }
 
+/** A sum or difference with a right operand of two or more digits, added or subtracted in two parts over b's
+ * leading place: `17043-509` becomes `17043-500=16543`, `16543-9=16534`; `755+34` becomes `755+30=785`,
+ * `785+4=789`. A round or one-digit right operand is not split (nor a negative one: `82+(-1054)` is one step). */
+export function partialSums(s: Step): Step[] {
+  const { left: a, right: b } = s;
+  if (s.op === "*" || b < 10) return [s];
+  const place = 10 ** (String(b).length - 1);
+  const hi = Math.floor(b / place) * place;
+  const lo = b - hi;
+  if (lo === 0) return [s];
+  const x = applyOp(s.op, a, hi);
+  return [
+    { left: a, op: s.op, right: hi, result: x },
+    { left: x, op: s.op, right: lo, result: s.result },
+  ];
+}
+
 export interface RandomStepsOptions {
   /** Probability that a product with a multi-digit right operand is written as partial products (default 0). */
   splitProducts?: number;
+  /** Probability that a sum or difference with a multi-digit right operand is done in two parts (default 0). */
+  splitSums?: number;
 }
 
 /** Evaluation steps in a random valid order: at each step one of the operations whose operands are known is
- * chosen uniformly, and + and * operands are swapped with probability 1/2; with `splitProducts`, a product may
- * be written as partial products (see partialProducts). Many paths reach the same answer through different
+ * chosen uniformly, and + and * operands are swapped with probability 1/2; with `splitProducts` / `splitSums`, an
+ * operation may be written in parts (see partialProducts, partialSums). Many paths reach the same answer through different
  * intermediate computations, so sampled chains of thought differ and their mistakes are less correlated (what
  * self-consistency needs). */
 export function randomSteps(e: Expr, rng: { next(): number }, opts: RandomStepsOptions = {}): Step[] {
-  const split = opts.splitProducts ?? 0;
+  const splitProducts = opts.splitProducts ?? 0;
+  const splitSums = opts.splitSums ?? 0;
   interface Node {
     op: Op;
     left: Node | number;
@@ -124,9 +144,10 @@ export function randomSteps(e: Expr, rng: { next(): number }, opts: RandomStepsO
     if (n.op !== "-" && rng.next() < 0.5) [left, right] = [right, left];
     n.value = applyOp(n.op, left, right);
     const step: Step = { left, op: n.op, right, result: n.value };
-    // The draw happens for every product, split or not, so one rng stream gives one path whatever the operands.
-    const splitThis = n.op === "*" && rng.next() < split;
-    out.push(...(splitThis ? partialProducts(step) : [step]));
+    // One draw per operation, split or not, so one rng stream gives one path whatever the operands.
+    const product = n.op === "*";
+    const splitThis = rng.next() < (product ? splitProducts : splitSums);
+    out.push(...(!splitThis ? [step] : product ? partialProducts(step) : partialSums(step)));
   }
   return out;
 }

@@ -1,6 +1,6 @@
 // The arithmetic reasoning task: seeded problems with exact answers and worked thoughts, split-safe.
 export { answersEquivalent, extractAnswer, parseNumber } from "./answer.js";
-export { applyOp, checkStep, evaluate, parenDepth, parse, partialProducts, randomSteps, render, renderStep, steps } from "./expr.js";
+export { applyOp, checkStep, evaluate, parenDepth, parse, partialProducts, partialSums, randomSteps, render, renderStep, steps } from "./expr.js";
 export type { Expr, Op, Step } from "./expr.js";
 export { isLevel, levels, levelSpecs, sampleExpr } from "./levels.js";
 export type { Level, LevelSpec } from "./levels.js";

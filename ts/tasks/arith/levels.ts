@@ -25,7 +25,7 @@ export const levelSpecs: Record<Level, LevelSpec> = {
   2: { numbers: [3, 3], digits: [1, 2], ops: ["+", "-", "*"], parenDepth: [0, 0], maxMulDigits: 3, maxAbsValue: 9999 },
   3: { numbers: [3, 4], digits: [1, 2], ops: ["+", "-", "*"], parenDepth: [1, 1], maxMulDigits: 3, maxAbsValue: 9999 },
   4: { numbers: [4, 5], digits: [1, 3], ops: ["+", "-", "*"], parenDepth: [1, 2], maxMulDigits: 4, maxAbsValue: 99999 },
-  5: { numbers: [5, 6], digits: [2, 3], ops: ["+", "-", "*"], parenDepth: [2, 3], maxMulDigits: 5, maxAbsValue: 99999 },
+  5: { numbers: [5, 6], digits: [2, 3], ops: ["+", "-", "*"], parenDepth: [2, 3], maxMulDigits: 4, maxAbsValue: 99999 },
 };
 
 export function isLevel(x: number): x is Level {
