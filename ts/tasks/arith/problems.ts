@@ -31,15 +31,17 @@ export function problemFromExpression(expression: string, level: Level): ArithPr
   return { level, expression, question: `What is ${expression}?`, answer: String(evaluate(tree)), steps: steps(tree) };
 }
 
-/** The assistant's whole turn: one operation per line, a check of the last one, then the boxed answer.
- * `<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\n</think> \boxed{135}`
+/** The assistant's whole turn: one operation per line, checks of the last two, then the boxed answer.
+ * `<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\n</think> \boxed{135}`
  * With `rng`, the steps come in a random valid order with random operand order for + and *, and half the
  * products and multi-digit sums and differences written in parts (training data: `opts` sets those shares);
- * without, in the canonical post-order of `p.steps`. The answer first appears before the check line, so a probe
+ * without, in the canonical post-order of `p.steps`. The answer first appears before the check lines, so a probe
  * there (`</think> \boxed{`) can already be right: the thought has a tail an early exit can save. */
 export function completionOf(p: ArithProblem, rng?: { next(): number }, opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 }): string {
   const ss = rng ? randomSteps(parse(p.expression), rng, opts) : p.steps;
-  const lines = [...ss.map(renderStep), `check: ${renderStep(checkStep(ss[ss.length - 1]))}`];
+  // Checks of the last two steps, last first: the tail after the answer that a probe-based early exit saves.
+  const checks = ss.slice(-2).reverse().map((s) => `check: ${renderStep(checkStep(s))}`);
+  const lines = [...ss.map(renderStep), ...checks];
   return `<think>${lines.map((l) => `${l}\n`).join("")}</think> \\boxed{${p.answer}}`;
 }
 
