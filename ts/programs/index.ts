@@ -10,7 +10,7 @@ export type { CotProbeOptions } from "./cotProbe.js";
 export { Rebase, allotChildren } from "./rebase.js";
 export type { RebaseOptions } from "./rebase.js";
 export { Mcts, uct } from "./mcts.js";
-export type { MctsOptions } from "./mcts.js";
+export type { MctsOptions, MctsSolution } from "./mcts.js";
 export { StepTree, weightedVote } from "./stepTree.js";
 export type { TreeNode, StepTreeOptions } from "./stepTree.js";
 export { arithStepScore, arithVerifier, modelProcessReward, verifierReward } from "./rewards.js";

@@ -33,7 +33,7 @@ export function parseProgramKind(value: string): ProgramKind {
 
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
   const common = { prompt: o.prompt, seed: o.seed, model: o.model };
-  const tree = { ...common, question: o.question, reward: o.reward ?? arithVerifier, temperature: o.temperature };
+  const tree = { ...common, question: o.question, reward: o.reward ?? arithVerifier, temperature: o.temperature, maxTokens: o.maxTokens };
   switch (kind) {
     case "sc":
       return new SelfConsistency({ ...common, maxBranches: o.cap ?? 16, maxTokens: o.maxTokens, temperature: o.temperature });
