@@ -98,6 +98,16 @@ export function arithStepScore({ question, previous, step }: StepInput): number 
 
 export const arithVerifier: RewardSource = verifierReward("arith-verifier", arithStepScore);
 
+/** The programmatic verifiers by name (CLI `--verifier`). */
+export const VERIFIERS: Readonly<Record<string, RewardSource>> = { arith: arithVerifier };
+export const VERIFIER_NAMES: readonly string[] = Object.keys(VERIFIERS);
+
+export function parseVerifier(name: string): RewardSource {
+  const v = VERIFIERS[name];
+  if (v === undefined) throw new Error(`verifier "${name}" is unknown; expected one of ${VERIFIER_NAMES.join(", ")} (or --prm DIR for a process reward model)`);
+  return v;
+}
+
 export interface ModelRewardOptions {
   /** The reward model's name on the engine (Engine models[i].name). */
   model: string;
