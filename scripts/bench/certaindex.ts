@@ -1,10 +1,12 @@
 // Certaindex benchmark (Dynasor) on the arithmetic task: policies calibrated on the VALIDATION split, results on
 // the TEST split (no test-set tuning).
-//   npm run bench:certaindex -- [--calibrate] [--json] [--model DIR] [--n 500] [--cal 300] [--tree-n 100]
+//   npm run bench:certaindex -- [--calibrate] [--json] [--model DIR] [--n 500] [--cal 1000] [--tree-n 100]
 //     [--max-tokens 160] [--cot-max-tokens 180] [--concurrency 8] [--calibration FILE] [--calibration-out FILE]
 //     [--no-live] [--out bench]
 // --calibrate: runs every built-in program to its cap on `--cal` validation questions, picks with calibrate() the
-// cheapest policy that loses no accuracy there (per SC cap; per probe interval for CoT) and writes the calibration
+// cheapest policy that loses no accuracy there and no question the cap answered right (maxRegressions 0: an
+// accuracy-only criterion lets lucky early answers pay for lost ones, which does not carry over to the test
+// split) (per SC cap; per probe interval for CoT) and writes the calibration
 // JSON the CLI reads (calibration/tiny-reasoner.json for the bundled model, else <model>/certaindex.json), then
 // benchmarks. Without it the benchmark reads that file (or --calibration FILE) and fails if there is none.
 // SC: every test question runs once with 32 branches (branch i uses seed i, so the first C branches ARE a cap-C
@@ -55,7 +57,7 @@ const { values } = parseArgs({
     "calibration-out": { type: "string" },
     model: { type: "string" },
     n: { type: "string", default: "500" },
-    cal: { type: "string", default: "300" },
+    cal: { type: "string", default: "1000" },
     "tree-n": { type: "string", default: "100" },
     "max-tokens": { type: "string", default: "160" },
     "cot-max-tokens": { type: "string", default: "180" },
@@ -86,6 +88,8 @@ const REBASE_WIDTH = 8;
 const MCTS_SIMS = 32;
 const MCTS_PER_ROUND = 4;
 const eq = (a: string, b: string): boolean => answersEquivalent(a, b);
+/** calibrate() options for every program: lose no accuracy and no question the cap answered right. */
+const CRITERION = { equivalent: eq, maxRegressions: 0 };
 const started = Date.now();
 const loads: number[] = [];
 const sampleLoad = (): number => {
@@ -184,8 +188,8 @@ if (values.calibrate) {
   const calBranches = await pool(validation, CONC, branchesOf);
   for (const cap of CAPS) {
     const traces = calBranches.map((b) => scTrace(b, cap));
-    const c = calibrate(traces, labels, { equivalent: eq });
-    const length = calibrate(traces, labels, { kind: "baseline-length", equivalent: eq });
+    const c = calibrate(traces, labels, CRITERION);
+    const length = calibrate(traces, labels, { ...CRITERION, kind: "baseline-length" });
     scByCap[String(cap)] = {
       policy: c.policy,
       settings: { maxBranches: cap, branchesPerRound: Math.max(1, cap / 4), maxTokens: MAX_TOKENS, temperature: 0.8 },
@@ -206,7 +210,7 @@ if (values.calibrate) {
       accuracy: built.filter((b, i) => ok(b.plainAnswer, validation[i])).length / built.length,
       meanTokens: built.reduce((s, b) => s + b.plainTokens, 0) / built.length,
     };
-    const c = calibrate(traces, labels, { equivalent: eq });
+    const c = calibrate(traces, labels, CRITERION);
     const o = outcome(c.policy, traces, labels, plain);
     if (o.accuracy >= plain.accuracy - 1e-12 && (cot === null || o.meanTokens < cot.validation.meanTokens)) {
       cot = { policy: c.policy, settings: { interval, probeWindow: DEFAULT_PROBE_RULE.window, maxTokens: COT_MAX }, validation: o };
@@ -220,7 +224,7 @@ if (values.calibrate) {
     const t2 = Date.now();
     const tv = validation.slice(0, Math.min(CAL, TREE_N * 2));
     const traces = await treeTraces(kind, tv);
-    const c = calibrate(traces, tv.map((p) => p.answer), { equivalent: eq });
+    const c = calibrate(traces, tv.map((p) => p.answer), CRITERION);
     trees[kind] = {
       policy: c.policy,
       settings: kind === "rebase" ? { width: REBASE_WIDTH, maxTokens: MAX_TOKENS } : { maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS },
@@ -325,6 +329,19 @@ if (!values["no-live"]) {
   cotLive = { accuracy, meanTokens, tokenSavings: 1 - meanTokens / cotPoints[0].meanTokens, accuracyDelta: (accuracy - cotPoints[0].accuracy) * 100 };
 }
 
+// Upper bound for any probing exit rule (diagnostic): probes free, exit at the first probe point (every
+// PROBE_GRID tokens) after which every probe already says the final answer.
+const grid = await pool(test, CONC, (p) => cotRun(p, PROBE_GRID));
+let oracleTokens = 0;
+for (const c of grid) {
+  const s = c.state;
+  const final = c.answer();
+  let k = s.probes.length;
+  while (k > 0 && final !== null && s.probes[k - 1] !== null && eq(s.probes[k - 1]!, final) && s.probeAt[k - 1] < s.mainTokens) k--;
+  oracleTokens += k < s.probes.length ? s.probeAt[k] : s.mainTokens;
+}
+const cotOracle = { probeEvery: PROBE_GRID, meanTokens: oracleTokens / N, tokenSavings: 1 - oracleTokens / Math.max(1, grid.reduce((a, c) => a + c.state.mainTokens, 0)) };
+
 // ---- 4. Rebase and MCTS (arith verifier) on the first --tree-n test questions, replayed under their policies.
 const treeTest = test.slice(0, Math.min(N, TREE_N));
 const treeRows: Array<{ program: string; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }> = [];
@@ -367,6 +384,7 @@ const result = {
   points: [...points.map(({ spec: _s, ...p }) => p), ...cotPoints],
   tree: { n: treeTest.length, rows: treeRows.map(({ spec: _s, ...r }) => r) },
   live: { sc: scLive, cot: cotLive },
+  cotOracle,
   summary: [scSummary, cotSummary, ...treeSummary],
   targets,
   wallSeconds: (Date.now() - started) / 1000,
@@ -379,7 +397,7 @@ const md = [
   "",
   `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (token counts do not depend on load). Command: \`${command}\`. Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
-  `Policies: calibrated with \`calibrate()\` on the validation split (no accuracy loss allowed there), file \`${relative(process.cwd(), calFile)}\` (${cal.createdAt}${calStale ? ", **STALE: other weights**" : ""}); every figure below is on ${N} test questions (100 per level when n = 500), ${MAX_TOKENS} tokens per SC branch.`,
+  `Policies: calibrated with \`calibrate()\` on the validation split (no accuracy loss and no question the cap answered right lost there), file \`${relative(process.cwd(), calFile)}\` (${cal.createdAt}${calStale ? ", **STALE: other weights**" : ""}); every figure below is on ${N} test questions (100 per level when n = 500), ${MAX_TOKENS} tokens per SC branch.`,
   "",
   "## Self-consistency (replayed from one 32-branch run per question)",
   "",
@@ -395,6 +413,8 @@ const md = [
   "| --- | --- | --- |",
   ...cotPoints.map((p) => `| ${p.policy} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
   ...(cotLive ? [`| probe, live CotProbe | ${pct(cotLive.accuracy)} | ${cotLive.meanTokens.toFixed(1)} (includes the main branch's overshoot while probes decode) |`] : []),
+  "",
+  `Ceiling for any probe exit rule (probes free of cost, exit at the first point — every ${PROBE_GRID} tokens — after which every probe already gives the final answer): ${cotOracle.meanTokens.toFixed(1)} tokens, ${pct(cotOracle.tokenSavings)} fewer than the whole thought.`,
   "",
   `## Rebase (width ${REBASE_WIDTH}) and MCTS (${MCTS_SIMS} simulations) with the arith verifier, ${treeTest.length} test questions`,
   "",

@@ -3,8 +3,8 @@
 // cap) and gang+sjf+certaindex (programs stop once certain: the SC policy of the model's certaindex calibration
 // for this cap, written by `npm run bench:certaindex -- --calibrate`; without one it is calibrated here on `--cal`
 // validation questions).
-//   npm run bench:serving -- [--json] [--model DIR] [--programs 30] [--cap 16] [--max-tokens 160] [--scale 3]
-//     [--rates 0.5,0.75,1,1.5,2,3] (× the measured capacity) [--max-seqs 32] [--cal 30] [--calibration FILE]
+//   npm run bench:serving -- [--json] [--model DIR] [--programs 40] [--cap 16] [--max-tokens 160] [--scale 3]
+//     [--rates 0.1,0.2,0.3,0.5,0.75,1,1.5] (× the measured capacity) [--max-seqs 32] [--cal 30] [--calibration FILE]
 //     [--out bench]
 // A wall-clock benchmark: every row records the 1-minute load average when it ran (the machine may be shared).
 // Deadline of a program = scale × difficulty factor(level) × base, where base × factor(level) is the latency of a
@@ -34,11 +34,11 @@ const { values } = parseArgs({
   options: {
     json: { type: "boolean", default: false },
     model: { type: "string" },
-    programs: { type: "string", default: "30" },
+    programs: { type: "string", default: "40" },
     cap: { type: "string", default: "16" },
     "max-tokens": { type: "string", default: "160" },
     scale: { type: "string", default: "3" },
-    rates: { type: "string", default: "0.5,0.75,1,1.5,2,3" },
+    rates: { type: "string", default: "0.1,0.2,0.3,0.5,0.75,1,1.5" },
     "max-seqs": { type: "string", default: "32" },
     cal: { type: "string", default: "30" },
     calibration: { type: "string" },
@@ -93,7 +93,7 @@ let capacityProgramsPerSecond: number;
     policy = entry.policy;
     policySource = `${relative(process.cwd(), stored!.file)}${stored!.stale ? " (STALE: other weights)" : ""}, calibrated on ${entry.validation.n} validation questions`;
   } else {
-    const c = calibrate(traces, validation.map((p) => p.answer), { equivalent: eq });
+    const c = calibrate(traces, validation.map((p) => p.answer), { equivalent: eq, maxRegressions: 0 });
     policy = c.policy;
     policySource = `calibrated here on ${validation.length} validation questions (no matching entry in a calibration file; \`${RECALIBRATE_COMMAND}\` writes one)`;
   }
