@@ -25,7 +25,8 @@ export interface CotProbeOptions {
   probeMaxTokens?: number;
   /** Text appended to the cut thought (default defaultProbeSuffix). */
   probeSuffix?: string | ((thoughtSoFar: string) => string);
-  /** Where a probe answer ends (default "}"). */
+  /** Where a probe answer ends (default "}" and a newline: an answer is one line; a probe that starts another
+   * thought line instead of answering stops there rather than spending probeMaxTokens). */
   probeStop?: string[];
   rule?: ProbeRule;
   temperature?: number;
@@ -74,7 +75,7 @@ export class CotProbe implements Program {
       maxTokens: 1024,
       probeMaxTokens: 20,
       probeSuffix: defaultProbeSuffix,
-      probeStop: ["}"],
+      probeStop: ["}", "\n"],
       rule: DEFAULT_PROBE_RULE,
       temperature: 0,
       seed: 0,
