@@ -1,55 +1,103 @@
-// Certaindex benchmark (Dynasor, measured on the arithmetic task's test split).
-//   npm run bench:certaindex -- [--json] [--model DIR] [--n 100] [--cal 60] [--max-tokens 160] [--interval 16]
-//     [--cot-max-tokens 256] [--concurrency 8] [--no-live] [--out bench]
-// SC: every question runs once with 32 branches (branch i uses seed i, so the first C branches ARE a cap-C run);
-// per cap C ∈ {4, 8, 16, 32} (rounds of C/4 branches) the traces are replayed under baseline-even (run to the cap),
-// certaindex (threshold on H̃) and baseline-length (threshold on the length signal). Thresholds are calibrated on
-// the validation split (no accuracy loss allowed there) and evaluated on the test split. At the cap where
-// baseline-even accuracy peaks, the calibrated certaindex policy is also run live on the engine.
-// CoT: every question thinks greedily to the end with a probe every `interval` tokens; without probing it costs
-// the whole thought, with probing it stops at the first probe where the exit rule holds (probe tokens counted).
-// The live CotProbe program is run too. Writes bench/certaindex.{md,json} and bench/certaindex-sc.svg.
+// Certaindex benchmark (Dynasor) on the arithmetic task: policies calibrated on the VALIDATION split, results on
+// the TEST split (no test-set tuning).
+//   npm run bench:certaindex -- [--calibrate] [--json] [--model DIR] [--n 500] [--cal 1000] [--tree-n 100]
+//     [--max-tokens 160] [--cot-max-tokens 180] [--concurrency 8] [--calibration FILE] [--calibration-out FILE]
+//     [--no-live] [--out bench]
+// --calibrate: runs every built-in program to its cap on `--cal` validation questions, picks with calibrate() the
+// cheapest policy that loses no accuracy there and no question the cap answered right (maxRegressions 0: an
+// accuracy-only criterion lets lucky early answers pay for lost ones, which does not carry over to the test
+// split) (per SC cap; per probe interval for CoT) and writes the calibration
+// JSON the CLI reads (calibration/tiny-reasoner.json for the bundled model, else <model>/certaindex.json), then
+// benchmarks. Without it the benchmark reads that file (or --calibration FILE) and fails if there is none.
+// SC: every test question runs once with 32 branches (branch i uses seed i, so the first C branches ARE a cap-C
+// run); per cap C ∈ {4, 8, 16, 32} (rounds of C/4 branches) the traces are replayed under baseline-even,
+// certaindex and baseline-length. At the cap where baseline-even accuracy peaks, the certaindex policy also runs
+// live on the engine. CoT: the greedy thought with a probe every `interval` tokens (the calibrated interval);
+// without probing it costs the whole thought, with probing it stops where the calibrated policy says (probe tokens
+// counted); the live CotProbe program is run too (its main branch keeps decoding while a probe decodes: overshoot).
+// Rebase and MCTS: run to their caps on `--tree-n` test questions, replayed under their calibrated policies.
+// Writes bench/certaindex.{md,json} and bench/certaindex-sc.svg.
 import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { loadavg } from "node:os";
+import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
-import { calibrate, evaluatePolicy, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import { calibrate, evaluatePolicy, replay, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import {
+  CALIBRATION_FORMAT,
+  defaultCalibrationOut,
+  loadCalibration,
+  modelFingerprint,
+  RECALIBRATE_COMMAND,
+  type CalibrationFile,
+  type CalibrationOutcome,
+  type ProgramCalibration,
+} from "../../ts/certaindex/calibrationFile.js";
 import type { PolicySpec } from "../../ts/certaindex/policies.js";
-import { shouldExitOnProbes } from "../../ts/certaindex/probe.js";
+import { DEFAULT_PROBE_RULE, probeCertaindex } from "../../ts/certaindex/probe.js";
 import { clusterAnswers, entropyCertaindex } from "../../ts/certaindex/signals.js";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel } from "../../ts/model/model.js";
 import { CotProbe } from "../../ts/programs/cotProbe.js";
+import { Mcts } from "../../ts/programs/mcts.js";
+import type { Program } from "../../ts/programs/program.js";
+import { Rebase } from "../../ts/programs/rebase.js";
+import { arithVerifier } from "../../ts/programs/rewards.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { SelfConsistency, type Branch } from "../../ts/programs/selfConsistency.js";
 import { answersEquivalent } from "../../ts/tasks/arith/answer.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
-import { machine, pool, resolveBenchModel } from "./benchModel.js";
+import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
 import { lineChart } from "./svg.js";
 
 const { values } = parseArgs({
   options: {
     json: { type: "boolean", default: false },
+    calibrate: { type: "boolean", default: false },
+    calibration: { type: "string" },
+    "calibration-out": { type: "string" },
     model: { type: "string" },
-    n: { type: "string", default: "100" },
-    cal: { type: "string", default: "60" },
+    n: { type: "string", default: "500" },
+    cal: { type: "string", default: "1000" },
+    "tree-n": { type: "string", default: "100" },
     "max-tokens": { type: "string", default: "160" },
-    interval: { type: "string", default: "16" },
-    "cot-max-tokens": { type: "string", default: "256" },
+    "cot-max-tokens": { type: "string", default: "180" },
     concurrency: { type: "string", default: "8" },
     "no-live": { type: "boolean", default: false },
     out: { type: "string", default: "bench" },
   },
 });
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
-const N = Number(values.n);
-const CAL = Number(values.cal);
-const MAX_TOKENS = Number(values["max-tokens"]);
-const INTERVAL = Number(values.interval);
-const COT_MAX = Number(values["cot-max-tokens"]);
-const CONC = Number(values.concurrency);
+const intArg = (name: string): number => {
+  const v = Number(values[name as keyof typeof values]);
+  if (!Number.isInteger(v) || v < 1) throw new Error(`--${name} must be an integer ≥ 1, got ${String(values[name as keyof typeof values])}`);
+  return v;
+};
+const N = intArg("n");
+const CAL = intArg("cal");
+const TREE_N = intArg("tree-n");
+const MAX_TOKENS = intArg("max-tokens");
+const COT_MAX = intArg("cot-max-tokens");
+const CONC = intArg("concurrency");
 const CAPS = [4, 8, 16, 32];
+/** The cap `deliberate run --program sc` uses by default (its calibration is the file's programs.sc). */
+const SC_DEFAULT_CAP = 16;
+/** CoT calibration probes every PROBE_GRID tokens; candidate intervals are its multiples. */
+const PROBE_GRID = 4;
+const COT_INTERVALS = [4, 8, 12, 16, 24, 32, 64];
+const REBASE_WIDTH = 8;
+const MCTS_SIMS = 32;
+const MCTS_PER_ROUND = 4;
 const eq = (a: string, b: string): boolean => answersEquivalent(a, b);
+/** calibrate() options for every program: lose no accuracy and no question the cap answered right. */
+const CRITERION = { equivalent: eq, maxRegressions: 0 };
 const started = Date.now();
+const loads: number[] = [];
+const sampleLoad = (): number => {
+  const l = Number(loadavg()[0].toFixed(2));
+  loads.push(l);
+  return l;
+};
+sampleLoad();
 
 const bm = await resolveBenchModel(values.model, log);
 const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
@@ -57,17 +105,17 @@ const engine = new Engine({ models: { model } });
 const runtime = new ProgramRuntime(engine);
 const promptOf = (p: ArithProblem): number[] | string =>
   model.tokenizer.chatTemplate === null ? p.question : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
-const test = problemSet({ split: "test", n: N, seed: 1 });
-const validation = problemSet({ split: "validation", n: CAL, seed: 1 });
+const ok = (a: string | null, p: ArithProblem): boolean => a !== null && eq(a, p.answer);
 
-// ---- SC: one 32-branch run per question, replayed per cap and policy.
+// ---- Traces: one run to the cap per question, recorded so every policy (and every smaller cap) can be replayed.
+
 async function branchesOf(p: ArithProblem): Promise<Branch[]> {
   const sc = new SelfConsistency({ prompt: promptOf(p), maxBranches: 32, branchesPerRound: 8, maxTokens: MAX_TOKENS, temperature: 0.8, seed: 0 });
   await runtime.run(sc, { policy: { kind: "baseline-even" } });
   return sc.state.branches;
 }
 
-function traceOf(branches: readonly Branch[], cap: number): ProgramTrace {
+function scTrace(branches: readonly Branch[], cap: number): ProgramTrace {
   const per = Math.max(1, cap / 4);
   const steps = [];
   for (let used = per; used <= cap; used += per) {
@@ -79,26 +127,153 @@ function traceOf(branches: readonly Branch[], cap: number): ProgramTrace {
   return { steps };
 }
 
-log(`SC: ${validation.length} validation + ${test.length} test questions × 32 branches on ${bm.label}`);
-const calBranches = await pool(validation, CONC, branchesOf);
-const testBranches = await pool(test, CONC, branchesOf);
-const testLabels = test.map((p) => p.answer);
-const calLabels = validation.map((p) => p.answer);
+/** The greedy thought with a probe every `interval` tokens, run to its end. */
+async function cotRun(p: ArithProblem, interval: number): Promise<CotProbe> {
+  const c = new CotProbe({ prompt: promptOf(p), interval, maxTokens: COT_MAX });
+  await runtime.run(c, { policy: { kind: "baseline-even" } });
+  return c;
+}
 
-interface Point { program: string; cap: number; policy: string; accuracy: number; meanTokens: number; calibrated?: PolicySpec }
-const points: Point[] = [];
-const calibrated = new Map<number, PolicySpec>();
-for (const cap of CAPS) {
-  const tr = testBranches.map((b) => traceOf(b, cap));
-  const cr = calBranches.map((b) => traceOf(b, cap));
-  const even = evaluatePolicy({ kind: "baseline-even" }, tr, testLabels, eq);
-  points.push({ program: "sc", cap, policy: "baseline-even", ...even });
-  for (const kind of ["threshold", "baseline-length"] as const) {
-    const c = calibrate(cr, calLabels, { kind, equivalent: eq });
-    const o = evaluatePolicy(c.policy, tr, testLabels, eq);
-    points.push({ program: "sc", cap, policy: kind === "threshold" ? "certaindex" : "baseline-length", ...o, calibrated: c.policy });
-    if (kind === "threshold") calibrated.set(cap, c.policy);
+/** A probed thought as a trace for probes every `interval` tokens (a multiple of the run's own interval): step k =
+ * after the k-th probe (tokens: the thought up to it + every probe so far); the last step is the finished thought. */
+function cotTrace(c: CotProbe, runInterval: number, interval: number, window: number): { trace: ProgramTrace; plainTokens: number; plainAnswer: string | null } {
+  const s = c.state;
+  const plainAnswer = c.answer();
+  const every = interval / runInterval;
+  const probes: Array<string | null> = [];
+  const steps: ProgramTrace["steps"][number][] = [];
+  let probeTokens = 0;
+  const rule = { ...DEFAULT_PROBE_RULE, window };
+  for (let k = every - 1; k < s.probes.length; k += every) {
+    if (s.probeAt[k] >= s.mainTokens) break; // the thought ended there: no saving left
+    probes.push(s.probes[k]);
+    probeTokens += s.probeTokens[k];
+    steps.push({ used: steps.length + 1, certaindex: probeCertaindex(probes, rule), answer: s.probes[k], tokensUsed: s.probeAt[k] + probeTokens });
   }
+  steps.push({ used: steps.length + 1, certaindex: 0, answer: plainAnswer, tokensUsed: s.mainTokens + probeTokens });
+  return { trace: { steps }, plainTokens: s.mainTokens, plainAnswer };
+}
+
+function treeTrace(history: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; knobUsed: number }>): ProgramTrace {
+  return { steps: history.map((h) => ({ used: h.knobUsed, certaindex: h.certaindex, answer: h.answer, tokensUsed: h.tokensUsed })) };
+}
+
+async function treeTraces(kind: "rebase" | "mcts", problems: readonly ArithProblem[]): Promise<ProgramTrace[]> {
+  return pool(problems, CONC, async (p) => {
+    const prog: Program =
+      kind === "rebase"
+        ? new Rebase({ prompt: promptOf(p), question: p.question, reward: arithVerifier, width: REBASE_WIDTH, maxTokens: MAX_TOKENS, seed: 0 })
+        : new Mcts({ prompt: promptOf(p), question: p.question, reward: arithVerifier, maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS, seed: 0 });
+    const r = await runtime.run(prog, { policy: { kind: "baseline-even" } });
+    return treeTrace(r.history);
+  });
+}
+
+function outcome(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], baseline?: { accuracy: number; meanTokens: number }): CalibrationOutcome {
+  const o = evaluatePolicy(policy, traces, labels, eq);
+  const b = baseline ?? evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
+  return { n: traces.length, accuracy: o.accuracy, meanTokens: o.meanTokens, baselineAccuracy: b.accuracy, baselineMeanTokens: b.meanTokens, tokenSavings: 1 - o.meanTokens / b.meanTokens };
+}
+
+// ---- 1. Calibration on the validation split (--calibrate), or the stored calibration.
+let cal: CalibrationFile;
+let calFile: string;
+let calStale = false;
+if (values.calibrate) {
+  const validation = problemSet({ split: "validation", n: CAL, seed: 1 });
+  const labels = validation.map((p) => p.answer);
+  log(`calibrating on ${CAL} validation questions (${bm.label}), load ${sampleLoad()}`);
+  const t0 = Date.now();
+  const scByCap: NonNullable<CalibrationFile["scByCap"]> = {};
+  const calBranches = await pool(validation, CONC, branchesOf);
+  for (const cap of CAPS) {
+    const traces = calBranches.map((b) => scTrace(b, cap));
+    const c = calibrate(traces, labels, CRITERION);
+    const length = calibrate(traces, labels, { ...CRITERION, kind: "baseline-length" });
+    scByCap[String(cap)] = {
+      policy: c.policy,
+      settings: { maxBranches: cap, branchesPerRound: Math.max(1, cap / 4), maxTokens: MAX_TOKENS, temperature: 0.8 },
+      validation: outcome(c.policy, traces, labels),
+      baselineLength: length.policy,
+    };
+  }
+  log(`  sc: ${((Date.now() - t0) / 1000).toFixed(0)} s; cap 16 ${JSON.stringify(scByCap["16"].policy)}, saves ${(scByCap["16"].validation.tokenSavings * 100).toFixed(1)}% on validation`);
+
+  // CoT: one run probing every PROBE_GRID tokens serves every interval that is a multiple of it.
+  const t1 = Date.now();
+  const cotRuns = await pool(validation, CONC, (p) => cotRun(p, PROBE_GRID));
+  let cot: ProgramCalibration | null = null;
+  for (const interval of COT_INTERVALS) {
+    const built = cotRuns.map((c) => cotTrace(c, PROBE_GRID, interval, DEFAULT_PROBE_RULE.window));
+    const traces = built.map((b) => b.trace);
+    const plain = {
+      accuracy: built.filter((b, i) => ok(b.plainAnswer, validation[i])).length / built.length,
+      meanTokens: built.reduce((s, b) => s + b.plainTokens, 0) / built.length,
+    };
+    const c = calibrate(traces, labels, CRITERION);
+    const o = outcome(c.policy, traces, labels, plain);
+    if (o.accuracy >= plain.accuracy - 1e-12 && (cot === null || o.meanTokens < cot.validation.meanTokens)) {
+      cot = { policy: c.policy, settings: { interval, probeWindow: DEFAULT_PROBE_RULE.window, maxTokens: COT_MAX }, validation: o };
+    }
+  }
+  if (cot === null) throw new Error("CoT calibration found no setting; this cannot happen (running to the end always qualifies)");
+  log(`  cot-probe: ${((Date.now() - t1) / 1000).toFixed(0)} s; interval ${cot.settings.interval} ${JSON.stringify(cot.policy)}, saves ${(cot.validation.tokenSavings * 100).toFixed(1)}% vs no probing on validation`);
+
+  const trees: Partial<Record<"rebase" | "mcts", ProgramCalibration>> = {};
+  for (const kind of ["rebase", "mcts"] as const) {
+    const t2 = Date.now();
+    const tv = validation.slice(0, Math.min(CAL, TREE_N * 2));
+    const traces = await treeTraces(kind, tv);
+    const c = calibrate(traces, tv.map((p) => p.answer), CRITERION);
+    trees[kind] = {
+      policy: c.policy,
+      settings: kind === "rebase" ? { width: REBASE_WIDTH, maxTokens: MAX_TOKENS } : { maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS },
+      validation: outcome(c.policy, traces, tv.map((p) => p.answer)),
+    };
+    log(`  ${kind}: ${((Date.now() - t2) / 1000).toFixed(0)} s on ${tv.length} questions; ${JSON.stringify(c.policy)}, saves ${(trees[kind]!.validation.tokenSavings * 100).toFixed(1)}%`);
+  }
+  calFile = values["calibration-out"] ?? defaultCalibrationOut(bm.dir, TINY_REASONER_DIR);
+  cal = {
+    format: CALIBRATION_FORMAT,
+    version: 1,
+    createdAt: new Date().toISOString(),
+    command: `${RECALIBRATE_COMMAND}${values.model ? ` --model ${values.model}` : ""} (cal ${CAL}, max-tokens ${MAX_TOKENS}, cot-max-tokens ${COT_MAX})`,
+    model: { path: relative(process.cwd(), bm.dir) || ".", sha256: modelFingerprint(bm.dir) },
+    split: "validation",
+    programs: { sc: scByCap[String(SC_DEFAULT_CAP)], "cot-probe": cot, rebase: trees.rebase, mcts: trees.mcts },
+    scByCap,
+  };
+  mkdirSync(dirname(calFile), { recursive: true });
+  writeFileSync(calFile, `${JSON.stringify(cal, null, 2)}\n`);
+  log(`wrote ${calFile}`);
+} else {
+  const loaded = loadCalibration(bm.dir, { file: values.calibration, bundledDir: TINY_REASONER_DIR });
+  if (loaded === null) throw new Error(`no certaindex calibration for ${bm.dir}; run \`${RECALIBRATE_COMMAND}\` first (or pass --calibration FILE)`);
+  cal = loaded.calibration;
+  calFile = loaded.file;
+  calStale = loaded.stale;
+  if (calStale) log(`WARNING: ${calFile} was calibrated on other weights; the figures below use stale policies. Rerun with --calibrate.`);
+}
+const scPolicy = (cap: number): ProgramCalibration & { baselineLength?: PolicySpec } => {
+  const e = cal.scByCap?.[String(cap)];
+  if (e === undefined) throw new Error(`${calFile} has no SC calibration for cap ${cap}; rerun with --calibrate`);
+  return e;
+};
+
+// ---- 2. SC on the test split.
+const test = problemSet({ split: "test", n: N, seed: 1 });
+const testLabels = test.map((p) => p.answer);
+log(`SC: ${test.length} test questions × 32 branches, load ${sampleLoad()}`);
+const testBranches = await pool(test, CONC, branchesOf);
+
+interface Point { program: string; cap: number; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }
+const points: Point[] = [];
+for (const cap of CAPS) {
+  const tr = testBranches.map((b) => scTrace(b, cap));
+  const entry = scPolicy(cap);
+  points.push({ program: "sc", cap, policy: "baseline-even", ...evaluatePolicy({ kind: "baseline-even" }, tr, testLabels, eq) });
+  points.push({ program: "sc", cap, policy: "certaindex", ...evaluatePolicy(entry.policy, tr, testLabels, eq), spec: entry.policy });
+  if (entry.baselineLength) points.push({ program: "sc", cap, policy: "baseline-length", ...evaluatePolicy(entry.baselineLength, tr, testLabels, eq), spec: entry.baselineLength });
 }
 const evens = points.filter((p) => p.policy === "baseline-even");
 const peak = evens.reduce((a, b) => (b.accuracy > a.accuracy ? b : a));
@@ -108,92 +283,158 @@ const scSummary = {
   cap: peak.cap,
   tokenSavings: 1 - at("certaindex", peak.cap).meanTokens / peak.meanTokens,
   accuracyDelta: (at("certaindex", peak.cap).accuracy - peak.accuracy) * 100,
-  policy: calibrated.get(peak.cap),
+  policy: scPolicy(peak.cap).policy,
 };
 
-// Live check: the calibrated policy on the engine, at the summary cap.
-let scLive: { accuracy: number; meanTokens: number } | null = null;
+let scLive: { cap: number; accuracy: number; meanTokens: number; tokenSavings: number; accuracyDelta: number } | null = null;
 if (!values["no-live"]) {
-  log(`SC live at cap ${peak.cap} with ${JSON.stringify(calibrated.get(peak.cap))}`);
+  const entry = scPolicy(peak.cap);
+  log(`SC live at cap ${peak.cap} with ${JSON.stringify(entry.policy)}, load ${sampleLoad()}`);
   const live = await pool(test, CONC, async (p) => {
-    const sc = new SelfConsistency({ prompt: promptOf(p), maxBranches: peak.cap, branchesPerRound: Math.max(1, peak.cap / 4), maxTokens: MAX_TOKENS, temperature: 0.8, seed: 0 });
-    return runtime.run(sc, { policy: calibrated.get(peak.cap) });
+    const sc = new SelfConsistency({ prompt: promptOf(p), maxBranches: peak.cap, branchesPerRound: entry.settings.branchesPerRound, maxTokens: MAX_TOKENS, temperature: 0.8, seed: 0 });
+    return runtime.run(sc, { policy: entry.policy });
   });
-  scLive = { accuracy: live.filter((r, i) => r.answer !== null && eq(r.answer, test[i].answer)).length / N, meanTokens: live.reduce((s, r) => s + r.tokensUsed, 0) / N };
+  const accuracy = live.filter((r, i) => ok(r.answer, test[i])).length / N;
+  const meanTokens = live.reduce((s, r) => s + r.tokensUsed, 0) / N;
+  scLive = { cap: peak.cap, accuracy, meanTokens, tokenSavings: 1 - meanTokens / peak.meanTokens, accuracyDelta: (accuracy - peak.accuracy) * 100 };
 }
 
-// ---- CoT with and without probing.
-log(`CoT: ${test.length} questions, greedy, probe every ${INTERVAL} tokens`);
-const cot = await pool(test, CONC, async (p) => {
-  const c = new CotProbe({ prompt: promptOf(p), interval: INTERVAL, maxTokens: COT_MAX });
-  await runtime.run(c, { policy: { kind: "baseline-even" } });
-  return c;
-});
+// ---- 3. CoT with and without probing at the calibrated interval.
+const cotCal = cal.programs["cot-probe"];
+if (cotCal === undefined) throw new Error(`${calFile} has no cot-probe calibration; rerun with --calibrate`);
+const INTERVAL = cotCal.settings.interval;
+const WINDOW = cotCal.settings.probeWindow ?? DEFAULT_PROBE_RULE.window;
+log(`CoT: ${test.length} questions, greedy, probe every ${INTERVAL} tokens, ${JSON.stringify(cotCal.policy)}, load ${sampleLoad()}`);
+const cot = await pool(test, CONC, (p) => cotRun(p, INTERVAL));
+const cotBuilt = cot.map((c) => cotTrace(c, INTERVAL, INTERVAL, WINDOW));
 let plainCorrect = 0, plainTokens = 0, probedCorrect = 0, probedTokens = 0;
-cot.forEach((c, i) => {
-  const s = c.state;
-  const mainAnswer = c.answer();
-  const ok = (a: string | null): boolean => a !== null && eq(a, test[i].answer);
-  plainCorrect += ok(mainAnswer) ? 1 : 0;
-  plainTokens += s.mainTokens;
-  const exit = s.probes.findIndex((_, k) => shouldExitOnProbes(s.probes.slice(0, k + 1)));
-  const probeCost = (k: number): number => s.probeTokens.slice(0, k + 1).reduce((a, b) => a + b, 0);
-  if (exit >= 0 && s.probeAt[exit] < s.mainTokens) {
-    probedCorrect += ok(s.probes[exit]) ? 1 : 0;
-    probedTokens += s.probeAt[exit] + probeCost(exit);
-  } else {
-    probedCorrect += ok(mainAnswer) ? 1 : 0;
-    probedTokens += s.mainTokens + probeCost(s.probes.length - 1);
-  }
+cotBuilt.forEach((b, i) => {
+  plainCorrect += ok(b.plainAnswer, test[i]) ? 1 : 0;
+  plainTokens += b.plainTokens;
+  const r = replay(cotCal.policy, b.trace);
+  probedCorrect += ok(r.answer, test[i]) ? 1 : 0;
+  probedTokens += r.tokensUsed;
 });
 const cotPoints = [
   { program: "cot", policy: "no-probe", accuracy: plainCorrect / N, meanTokens: plainTokens / N },
   { program: "cot", policy: "probe", accuracy: probedCorrect / N, meanTokens: probedTokens / N },
 ];
-let cotLive: { accuracy: number; meanTokens: number } | null = null;
+const cotSummary = { program: "cot", interval: INTERVAL, tokenSavings: 1 - cotPoints[1].meanTokens / cotPoints[0].meanTokens, accuracyDelta: (cotPoints[1].accuracy - cotPoints[0].accuracy) * 100, policy: cotCal.policy };
+let cotLive: { accuracy: number; meanTokens: number; tokenSavings: number; accuracyDelta: number } | null = null;
 if (!values["no-live"]) {
-  const live = await pool(test, CONC, (p) => runtime.run(new CotProbe({ prompt: promptOf(p), interval: INTERVAL, maxTokens: COT_MAX })));
-  cotLive = { accuracy: live.filter((r, i) => r.answer !== null && eq(r.answer, test[i].answer)).length / N, meanTokens: live.reduce((s, r) => s + r.tokensUsed, 0) / N };
+  const rule = { ...DEFAULT_PROBE_RULE, window: WINDOW };
+  const live = await pool(test, CONC, (p) => runtime.run(new CotProbe({ prompt: promptOf(p), interval: INTERVAL, maxTokens: COT_MAX, rule }), { policy: cotCal.policy }));
+  const accuracy = live.filter((r, i) => ok(r.answer, test[i])).length / N;
+  const meanTokens = live.reduce((s, r) => s + r.tokensUsed, 0) / N;
+  cotLive = { accuracy, meanTokens, tokenSavings: 1 - meanTokens / cotPoints[0].meanTokens, accuracyDelta: (accuracy - cotPoints[0].accuracy) * 100 };
 }
-const cotSummary = { program: "cot", tokenSavings: 1 - cotPoints[1].meanTokens / cotPoints[0].meanTokens, accuracyDelta: (cotPoints[1].accuracy - cotPoints[0].accuracy) * 100 };
+
+// Upper bound for any probing exit rule (diagnostic): probes free, exit at the first probe point (every
+// PROBE_GRID tokens) after which every probe already says the final answer.
+const grid = await pool(test, CONC, (p) => cotRun(p, PROBE_GRID));
+let oracleTokens = 0;
+for (const c of grid) {
+  const s = c.state;
+  const final = c.answer();
+  let k = s.probes.length;
+  while (k > 0 && final !== null && s.probes[k - 1] !== null && eq(s.probes[k - 1]!, final) && s.probeAt[k - 1] < s.mainTokens) k--;
+  oracleTokens += k < s.probes.length ? s.probeAt[k] : s.mainTokens;
+}
+const cotOracle = { probeEvery: PROBE_GRID, meanTokens: oracleTokens / N, tokenSavings: 1 - oracleTokens / Math.max(1, grid.reduce((a, c) => a + c.state.mainTokens, 0)) };
+
+// ---- 4. Rebase and MCTS (arith verifier) on the first --tree-n test questions, replayed under their policies.
+const treeTest = test.slice(0, Math.min(N, TREE_N));
+const treeRows: Array<{ program: string; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }> = [];
+const treeSummary: Array<{ program: string; tokenSavings: number; accuracyDelta: number; policy: PolicySpec }> = [];
+for (const kind of ["rebase", "mcts"] as const) {
+  const pc = cal.programs[kind];
+  if (pc === undefined) continue;
+  log(`${kind}: ${treeTest.length} test questions to the cap, load ${sampleLoad()}`);
+  const traces = await treeTraces(kind, treeTest);
+  const labels = treeTest.map((p) => p.answer);
+  const even = evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
+  const cx = evaluatePolicy(pc.policy, traces, labels, eq);
+  treeRows.push({ program: kind, policy: "baseline-even", ...even }, { program: kind, policy: "certaindex", ...cx, spec: pc.policy });
+  treeSummary.push({ program: kind, tokenSavings: 1 - cx.meanTokens / even.meanTokens, accuracyDelta: (cx.accuracy - even.accuracy) * 100, policy: pc.policy });
+}
 
 await engine.dispose();
 model.dispose();
+sampleLoad();
 
 // ---- Report.
+const targets = {
+  sc: { target: "≥ 25% fewer tokens than baseline-even, accuracy within 0.5 points, at the cap where baseline-even peaks", met: scSummary.tokenSavings >= 0.25 && scSummary.accuracyDelta >= -0.5 },
+  scLive: scLive && { met: scLive.tokenSavings >= 0.25 && scLive.accuracyDelta >= -0.5 },
+  cot: { target: "probing saves ≥ 15% tokens at equal accuracy", met: cotSummary.tokenSavings >= 0.15 && cotSummary.accuracyDelta >= 0 },
+  cotLive: cotLive && { met: cotLive.tokenSavings >= 0.15 && cotLive.accuracyDelta >= 0 },
+};
+const command = `npm run bench:certaindex --${values.calibrate ? " --calibrate" : ""} --json${values.model ? ` --model ${values.model}` : ""} --n ${N} --cal ${CAL} --tree-n ${TREE_N}`;
 const result = {
   date: new Date().toISOString(),
   machine: machine(),
+  loadAverage1m: { min: Math.min(...loads), max: Math.max(...loads), samples: loads },
+  command,
   model: bm.label,
   split: "test",
   n: N,
-  calibration: { split: "validation", n: CAL },
+  calibration: { file: calFile, stale: calStale, createdAt: cal.createdAt, split: cal.split, programs: cal.programs },
   maxTokensPerBranch: MAX_TOKENS,
-  cotInterval: INTERVAL,
-  points: [...points.map(({ calibrated: _c, ...p }) => p), ...cotPoints],
-  calibratedPolicies: Object.fromEntries(calibrated),
-  live: { sc: scLive && { cap: peak.cap, ...scLive }, cot: cotLive },
-  summary: [scSummary, cotSummary],
+  cot: { interval: INTERVAL, window: WINDOW, maxTokens: COT_MAX },
+  points: [...points.map(({ spec: _s, ...p }) => p), ...cotPoints],
+  tree: { n: treeTest.length, rows: treeRows.map(({ spec: _s, ...r }) => r) },
+  live: { sc: scLive, cot: cotLive },
+  cotOracle,
+  summary: [scSummary, cotSummary, ...treeSummary],
+  targets,
   wallSeconds: (Date.now() - started) / 1000,
 };
 const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
+const specText = (s?: PolicySpec): string => (s && (s.kind === "threshold" || s.kind === "baseline-length") ? ` (≥${s.threshold.toFixed(3)} from ${s.detectAt})` : "");
+const yes = (m: boolean | undefined): string => (m ? "**met**" : "**not met**");
 const md = [
   `# Certaindex benchmark — ${bm.label}`,
   "",
-  `${result.date}, ${result.machine}. Command: \`npm run bench:certaindex -- --json\` (${N} test questions, thresholds calibrated on ${CAL} validation questions, ${MAX_TOKENS} tokens per branch, CoT probe every ${INTERVAL} tokens). Wall ${result.wallSeconds.toFixed(0)} s.`,
+  `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (token counts do not depend on load). Command: \`${command}\`. Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
-  "| program | cap | policy | accuracy | mean tokens |",
-  "| --- | --- | --- | --- | --- |",
-  ...points.map((p) => `| sc | ${p.cap} | ${p.policy}${p.calibrated && p.calibrated.kind !== "baseline-even" ? ` (${"threshold" in p.calibrated ? `≥${p.calibrated.threshold.toFixed(3)} from ${p.calibrated.detectAt}` : ""})` : ""} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
-  ...cotPoints.map((p) => `| cot | – | ${p.policy} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
+  `Policies: calibrated with \`calibrate()\` on the validation split (no accuracy loss and no question the cap answered right lost there), file \`${relative(process.cwd(), calFile)}\` (${cal.createdAt}${calStale ? ", **STALE: other weights**" : ""}); every figure below is on ${N} test questions (100 per level when n = 500), ${MAX_TOKENS} tokens per SC branch.`,
   "",
-  `Live runs: SC cap ${peak.cap} certaindex ${scLive ? `${pct(scLive.accuracy)}, ${scLive.meanTokens.toFixed(1)} tokens` : "skipped"}; CoT probing ${cotLive ? `${pct(cotLive.accuracy)}, ${cotLive.meanTokens.toFixed(1)} tokens (includes the main branch's overshoot while probes decode)` : "skipped"}.`,
+  "## Self-consistency (replayed from one 32-branch run per question)",
   "",
-  "| program | token savings | accuracy delta (points) |",
+  "| cap | policy | accuracy | mean tokens |",
+  "| --- | --- | --- | --- |",
+  ...points.map((p) => `| ${p.cap} | ${p.policy}${specText(p.spec)} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
+  "",
+  `Live (the calibrated policy on the engine, cap ${peak.cap}): ${scLive ? `${pct(scLive.accuracy)}, ${scLive.meanTokens.toFixed(1)} tokens (${pct(scLive.tokenSavings)} fewer than baseline-even, accuracy ${scLive.accuracyDelta >= 0 ? "+" : ""}${scLive.accuracyDelta.toFixed(2)} points)` : "skipped"}.`,
+  "",
+  `## Chain of thought, greedy, probe every ${INTERVAL} tokens (window ${WINDOW}, policy ${JSON.stringify(cotCal.policy)})`,
+  "",
+  "| policy | accuracy | mean tokens (probe tokens included) |",
   "| --- | --- | --- |",
-  ...result.summary.map((s) => `| ${s.program}${"cap" in s ? ` (cap ${s.cap})` : ""} | ${pct(s.tokenSavings)} | ${s.accuracyDelta.toFixed(2)} |`),
+  ...cotPoints.map((p) => `| ${p.policy} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
+  ...(cotLive ? [`| probe, live CotProbe | ${pct(cotLive.accuracy)} | ${cotLive.meanTokens.toFixed(1)} (includes the main branch's overshoot while probes decode) |`] : []),
+  "",
+  `Ceiling for any probe exit rule (probes free of cost, exit at the first point — every ${PROBE_GRID} tokens — after which every probe already gives the final answer): ${cotOracle.meanTokens.toFixed(1)} tokens, ${pct(cotOracle.tokenSavings)} fewer than the whole thought.`,
+  "",
+  `## Rebase (width ${REBASE_WIDTH}) and MCTS (${MCTS_SIMS} simulations) with the arith verifier, ${treeTest.length} test questions`,
+  "",
+  "| program | policy | accuracy | mean tokens |",
+  "| --- | --- | --- | --- |",
+  ...treeRows.map((r) => `| ${r.program} | ${r.policy}${specText(r.spec)} | ${pct(r.accuracy)} | ${r.meanTokens.toFixed(1)} |`),
+  "",
+  "## Summary",
+  "",
+  "| program | token savings | accuracy delta (points) | target |",
+  "| --- | --- | --- | --- |",
+  `| sc (cap ${scSummary.cap}, replay) | ${pct(scSummary.tokenSavings)} | ${scSummary.accuracyDelta.toFixed(2)} | ≥ 25%, ≥ −0.5: ${yes(targets.sc.met)} |`,
+  ...(scLive ? [`| sc (cap ${scLive.cap}, live) | ${pct(scLive.tokenSavings)} | ${scLive.accuracyDelta.toFixed(2)} | ≥ 25%, ≥ −0.5: ${yes(targets.scLive?.met)} |`] : []),
+  `| cot probing (replay) | ${pct(cotSummary.tokenSavings)} | ${cotSummary.accuracyDelta.toFixed(2)} | ≥ 15%, ≥ 0: ${yes(targets.cot.met)} |`,
+  ...(cotLive ? [`| cot probing (live) | ${pct(cotLive.tokenSavings)} | ${cotLive.accuracyDelta.toFixed(2)} | ≥ 15%, ≥ 0: ${yes(targets.cotLive?.met)} |`] : []),
+  ...treeSummary.map((s) => `| ${s.program} (replay) | ${pct(s.tokenSavings)} | ${s.accuracyDelta.toFixed(2)} | – |`),
   "",
   "![SC tokens to accuracy](certaindex-sc.svg)",
+  "",
+  `Rerun on a new model: \`${RECALIBRATE_COMMAND}\` (calibrates on validation, writes the calibration file \`deliberate run\` reads, then benchmarks on test); \`npm run bench:certaindex\` alone re-benchmarks with the stored calibration.`,
   "",
 ].join("\n");
 const svg = lineChart(
@@ -201,7 +442,7 @@ const svg = lineChart(
     name: policy,
     points: points.filter((p) => p.policy === policy).map((p) => [p.meanTokens, p.accuracy * 100] as const),
   })),
-  { title: `SC tokens → accuracy (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"})`, xLabel: "mean generated tokens per question", yLabel: "accuracy (%)" },
+  { title: `SC tokens → accuracy (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"}, test split)`, xLabel: "mean generated tokens per question", yLabel: "accuracy (%)" },
 );
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "certaindex.md"), md);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { calibrate, evaluatePolicy, replay, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import { calibrate, countRegressions, evaluatePolicy, replay, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
 import { curveLimit, decide, validatePolicy } from "../../ts/certaindex/policies.js";
 
 describe("policies", () => {
@@ -49,6 +49,21 @@ describe("calibration", () => {
     expect(r.outcome.accuracy).toBe(1);
     expect(r.tokenSavings).toBe(0);
     expect(() => calibrate([hard], [])).toThrow(/1 traces but 0 labels/);
+  });
+  it("with maxRegressions, an early lucky answer cannot pay for a question the cap answered right", () => {
+    // lucky: certain and right at step 1, the cap drifts to a wrong answer; unlucky: certain and wrong at step 1,
+    // the cap gets it right. Stopping at step 1 keeps accuracy (1 of 2) but loses the unlucky question.
+    const lucky: ProgramTrace = { steps: [1, 2, 3].map((k) => ({ certaindex: 1, answer: k === 3 ? "Y" : "C", tokensUsed: 10 * k })) };
+    const unlucky: ProgramTrace = { steps: [1, 2, 3].map((k) => ({ certaindex: k === 1 ? 1 : 0.2, answer: k === 3 ? "D" : "Z", tokensUsed: 10 * k })) };
+    const loose = calibrate([lucky, unlucky], ["C", "D"]);
+    expect(loose.outcome.accuracy).toBe(0.5);
+    expect(loose.regressions).toBe(1);
+    expect(replay(loose.policy, unlucky).stepIndex).toBe(0);
+    const strict = calibrate([lucky, unlucky], ["C", "D"], { maxRegressions: 0 });
+    expect(strict.regressions).toBe(0);
+    expect(replay(strict.policy, unlucky).answer).toBe("D");
+    expect(countRegressions(strict.policy, [lucky, unlucky], ["C", "D"])).toBe(0);
+    expect(() => calibrate([lucky], ["C"], { maxRegressions: -1 })).toThrow(/maxRegressions must be ≥ 0/);
   });
   it("replays rounds that spend several knob units (steps with `used`)", () => {
     const wide: ProgramTrace = { steps: [4, 8, 12, 16].map((used, k) => ({ used, certaindex: k === 0 ? 0.5 : 1, answer: "A", tokensUsed: 10 * used })) };

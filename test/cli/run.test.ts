@@ -1,8 +1,11 @@
 // `deliberate run` end to end: spawns the CLI on a fixture model (and on the bundled tiny reasoner when present).
 import { execFile } from "node:child_process";
-import { existsSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
+import { CALIBRATION_FORMAT, modelFingerprint } from "../../ts/certaindex/calibrationFile.js";
 import { DEFAULT_MODEL_DIR } from "../../ts/cli/commands/run.js";
 import { fixtureDir } from "../model/fixtureCache.js";
 
@@ -42,5 +45,68 @@ describe("deliberate run", () => {
     expect(r.model).toBe(DEFAULT_MODEL_DIR);
     expect(r.answer).toMatch(/^-?\d+$/);
     expect(r.tokensUsed).toBeLessThanOrEqual(r.tokenBudget);
+  });
+
+  it("mcts on the bundled reasoner answers (it printed \"(none)\"), scored by the arith verifier by default", async () => {
+    const { stdout } = await cli(["run", "What is 12*(7+5)-9?", "--program", "mcts", "--cap", "8", "--json"]);
+    const r = JSON.parse(stdout) as { answer: string | null; reward: string; tokensUsed: number; tokenBudget: number; knob: { used: number } };
+    expect(r.reward).toBe("arith-verifier");
+    expect(r.answer).toMatch(/^-?\d+$/);
+    expect(r.tokensUsed).toBeLessThanOrEqual(r.tokenBudget);
+    const v = JSON.parse((await cli(["run", "What is 7+5?", "--program", "rebase", "--verifier", "arith", "--cap", "2", "--json"])).stdout) as { reward: string; answer: string | null };
+    expect(v.reward).toBe("arith-verifier");
+    expect(v.answer).toMatch(/^-?\d+$/);
+  });
+
+  it("--prm DIR scores rebase steps with a second model on the same engine", async () => {
+    const dir = await fixtureDir("llama", "f32");
+    const prm = await fixtureDir("llama", "f32", { layers: 1, seed: 7 });
+    const { stdout } = await cli(["run", "What is 1+2?", "--model", dir, "--program", "rebase", "--prm", prm, "--cap", "2", "--max-tokens", "8", "--json"]);
+    const r = JSON.parse(stdout) as { reward: string; tokensByPurpose: Record<string, number>; tokensUsed: number };
+    expect(r.reward).toBe("prm:prm");
+    expect(r.tokensByPurpose.reward).toBeGreaterThan(0); // one token per scored step
+    expect(r.tokensUsed).toBe(r.tokensByPurpose.generate + r.tokensByPurpose.reward);
+  });
+
+  it("rejects reward flags that do not apply or conflict", async () => {
+    const dir = await fixtureDir("llama", "f32");
+    await expect(cli(["run", "q", "--model", dir, "--prm", dir])).rejects.toThrow(/--prm scores the steps of rebase and mcts; --program sc uses no reward source/);
+    await expect(cli(["run", "q", "--model", dir, "--program", "mcts", "--prm", dir, "--verifier", "arith"])).rejects.toThrow(/--prm and --verifier both choose the reward source/);
+    await expect(cli(["run", "q", "--model", dir, "--program", "mcts", "--verifier", "regex"])).rejects.toThrow(/verifier "regex" is unknown; expected one of arith/);
+    await expect(cli(["run", "q", "--model", dir, "--program", "rebase", "--prm", join(dir, "nope")])).rejects.toThrow(/--prm .*nope: folder not found/);
+    await expect(cli(["run", "q", "--model", dir, "--interval", "8"])).rejects.toThrow(/--interval sets the probe interval of cot-probe/);
+  });
+
+  it("applies the model's calibration (policy and settings), reports stale ones, and --no-calibration ignores it", async () => {
+    const src = await fixtureDir("llama", "f32");
+    const dir = mkdtempSync(join(tmpdir(), "deliberate-run-cal-"));
+    for (const f of ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]) if (existsSync(join(src, f))) copyFileSync(join(src, f), join(dir, f));
+    const outcome = { n: 1, accuracy: 1, meanTokens: 1, baselineAccuracy: 1, baselineMeanTokens: 2, tokenSavings: 0.5 };
+    const cal = (sha256: string): string =>
+      JSON.stringify({
+        format: CALIBRATION_FORMAT,
+        version: 1,
+        createdAt: "2026-11-23T00:00:00.000Z",
+        command: "test",
+        model: { path: dir, sha256 },
+        split: "validation",
+        programs: { sc: { policy: { kind: "threshold", threshold: 0, detectAt: 2 }, settings: { maxBranches: 6, branchesPerRound: 2 }, validation: outcome } },
+      });
+    writeFileSync(join(dir, "certaindex.json"), cal(modelFingerprint(dir)));
+    const base = ["run", "What is 1+2?", "--model", dir, "--max-tokens", "6", "--json"];
+    const r = JSON.parse((await cli(base)).stdout) as { policy: unknown; knob: { used: number; max: number }; stopReason: string; calibration: { stale: boolean; applied: boolean } };
+    expect(r.calibration).toMatchObject({ stale: false, applied: true });
+    expect(r.policy).toEqual({ kind: "threshold", threshold: 0, detectAt: 2 });
+    expect(r.knob).toEqual({ used: 2, max: 6 }); // calibrated cap 6, rounds of 2, stopped at the detection step
+    expect(r.stopReason).toBe("certain");
+    const off = JSON.parse((await cli([...base, "--no-calibration"])).stdout) as { calibration: unknown; knob: { max: number } };
+    expect(off.calibration).toBeNull();
+    expect(off.knob.max).toBe(16);
+    writeFileSync(join(dir, "other.json"), cal("0".repeat(64)));
+    const stale = await cli([...base, "--calibration", join(dir, "other.json")]);
+    expect((JSON.parse(stale.stdout) as { calibration: { stale: boolean } }).calibration.stale).toBe(true);
+    expect(stale.stderr).toMatch(/calibrated on other weights .*npm run bench:certaindex -- --calibrate/);
+    writeFileSync(join(dir, "bad.json"), "{}");
+    await expect(cli([...base, "--calibration", join(dir, "bad.json")])).rejects.toThrow(/bad\.json: not a certaindex calibration/);
   });
 });

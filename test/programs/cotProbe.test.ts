@@ -6,6 +6,7 @@ import { loadModel, type Model } from "../../ts/model/model.js";
 import { shouldExitOnProbes } from "../../ts/certaindex/probe.js";
 import { CotProbe } from "../../ts/programs/cotProbe.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import { bundledModelDir } from "../../ts/eval/bundledModel.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
 
 let model: Model;
@@ -83,5 +84,24 @@ describe("CotProbe", () => {
     }
     expect(exits).toBeGreaterThan(0); // the exit path ran
     expect(usedPages(engine)).toBe(0);
+  });
+
+  it("makes no probe once the main branch is writing its answer (the bundled reasoner's `\\boxed{` tail)", async () => {
+    const reasoner = await loadModel(bundledModelDir);
+    try {
+      await using engine = new Engine({ models: { model: reasoner } });
+      const prompt = reasoner.tokenizer.encodeChat([{ role: "user", content: "What is 96-81+7?" }]);
+      const c = new CotProbe({ prompt, interval: 2, maxTokens: 120 });
+      await new ProgramRuntime(engine).run(c, { policy: { kind: "baseline-even" } });
+      expect(c.state.mainText).toContain("\\boxed{");
+      expect(c.state.probes.length).toBeGreaterThan(2);
+      for (const at of c.state.probeAt) expect(c.thoughtAt(at)).not.toContain("\\boxed{");
+      // The last probe point before the answer: the next one would have been inside it.
+      const last = c.state.probeAt[c.state.probeAt.length - 1];
+      expect(c.thoughtAt(Math.min(last + 2, c.state.mainTokens))).toContain("\\boxed{");
+      expect(() => c.thoughtAt(c.state.mainTokens + 1)).toThrow(RangeError);
+    } finally {
+      reasoner.dispose();
+    }
   });
 });

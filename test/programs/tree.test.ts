@@ -5,7 +5,8 @@ import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { Mcts } from "../../ts/programs/mcts.js";
 import { allotChildren, Rebase } from "../../ts/programs/rebase.js";
-import { arithStepScore, modelProcessReward, verifierReward } from "../../ts/programs/rewards.js";
+import { bundledModelDir } from "../../ts/eval/bundledModel.js";
+import { arithStepScore, arithVerifier, modelProcessReward, verifierReward } from "../../ts/programs/rewards.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import type { TreeNode } from "../../ts/programs/stepTree.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
@@ -39,6 +40,25 @@ describe("reward sources", () => {
     expect(arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{136}" })).toBe(0);
     expect(arithStepScore({ question: q, previous: [], step: "\\boxed{135}" })).toBe(1);
     expect(arithStepScore({ question: q, previous: [], step: "hmm" })).toBe(0.25);
+  });
+
+  it("the arithmetic verifier reads the task's check line and partial products", () => {
+    const q = "What is 12*(7+5)-9?";
+    const path = ["<think>7+5=12", "12*12=144", "144-9=135"];
+    // The check verifies the last step; it is not a result, so the boxed answer is still the last step's.
+    expect(arithStepScore({ question: q, previous: path, step: "check: 135+9=144" })).toBe(1);
+    expect(arithStepScore({ question: q, previous: path, step: "check: 135+9=145" })).toBe(0);
+    expect(arithStepScore({ question: q, previous: [...path, "check: 135+9=144"], step: "</think> \\boxed{135}" })).toBe(1);
+    expect(arithStepScore({ question: q, previous: [...path, "check: 135+9=144"], step: "</think> \\boxed{144}" })).toBe(0);
+    // 68*23 as partial products: 20 and 3 are place-value parts of 23.
+    const p = "What is 68*23+5?";
+    expect(arithStepScore({ question: p, previous: [], step: "68*20=1360" })).toBe(1);
+    expect(arithStepScore({ question: p, previous: ["68*20=1360"], step: "68*3=204" })).toBe(1);
+    expect(arithStepScore({ question: p, previous: ["68*20=1360", "68*3=204"], step: "1360+204=1564" })).toBe(1);
+    expect(arithStepScore({ question: p, previous: ["68*20=1360", "68*3=204"], step: "1360+204=1574" })).toBe(0);
+    expect(arithStepScore({ question: p, previous: [], step: "68*7=476" })).toBe(0.5); // 7 is no part of 68 or 23
+    // Negative intermediate results as operands.
+    expect(arithStepScore({ question: "What is 3*(14-30)?", previous: ["14-30=-16"], step: "3*(-16)=-48" })).toBe(1);
   });
 
   it("the model process reward is P(good) / (P(good) + P(bad)) at the step tag, from the second model", async () => {
@@ -88,19 +108,43 @@ describe("Rebase", () => {
 describe("MCTS", () => {
   it("back-propagates every simulation to the root and stops on mean reward", async () => {
     await using engine = engineOf();
-    const m = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: byLength, maxSimulations: 12, simulationsPerRound: 4, branching: 2, maxDepth: 3, stepMaxTokens: 5, seed: 1, extractAnswer: firstChar, model: "policy" });
+    const m = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: byLength, maxSimulations: 12, simulationsPerRound: 4, branching: 2, maxDepth: 3, stepMaxTokens: 5, maxTokens: 24, seed: 1, extractAnswer: firstChar, model: "policy" });
     const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
     expect(m.tree.root.visits).toBe(r.knob.used);
     for (const n of m.tree.nodes) {
       if (n.children.length > 0 && n.parent !== null) expect(n.visits).toBeGreaterThanOrEqual(n.children.reduce((s, c) => s + c.visits, 0));
     }
+    // Every simulation that grew a step ends in a solution (the rollout completes it), so there is an answer.
     const rewards = m.state.solutions.map((n) => n.reward);
-    if (rewards.length > 0) expect(r.certaindex).toBeCloseTo(rewards.reduce((a, b) => a + b) / rewards.length, 12);
+    expect(rewards.length).toBeGreaterThan(0);
+    expect(rewards.length).toBeLessThanOrEqual(r.knob.used);
+    expect(r.certaindex).toBeCloseTo(rewards.reduce((a, b) => a + b) / rewards.length, 12);
+    expect(r.answer).not.toBeNull();
+    for (const s of m.state.solutions) expect(s.reward).toBeLessThanOrEqual(s.node.reward);
+    expect(r.tokensUsed).toBeLessThanOrEqual(r.tokenBudget);
     // A threshold the first solutions already pass stops it early.
-    const early = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: verifierReward("one", () => 1), maxSimulations: 40, simulationsPerRound: 4, branching: 2, maxDepth: 2, stepMaxTokens: 4, model: "policy" });
+    const early = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: verifierReward("one", () => 1), maxSimulations: 40, simulationsPerRound: 4, branching: 2, maxDepth: 2, stepMaxTokens: 4, maxTokens: 16, model: "policy" });
     const e = await new ProgramRuntime(engine).run(early, { policy: { kind: "threshold", threshold: 0.9, detectAt: 4 } });
     expect(e.stopReason === "certain" || e.stopReason === "done").toBe(true);
     expect(e.knob.used).toBeLessThan(40);
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
+  });
+
+  it("answers on the bundled tiny reasoner after one round (it printed \"(none)\" when no path reached an answer)", async () => {
+    const model = await loadModel(bundledModelDir);
+    try {
+      await using engine = new Engine({ models: { model } });
+      const question = "What is 12*(7+5)-9?";
+      const prompt = model.tokenizer.encodeChat([{ role: "user", content: question }]);
+      const m = new Mcts({ prompt, question, reward: arithVerifier, maxSimulations: 4, simulationsPerRound: 4, maxTokens: 200 });
+      const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
+      expect(r.rounds).toBe(1);
+      expect(m.state.solutions).toHaveLength(4);
+      expect(r.answer).toMatch(/^-?\d+$/);
+      // Each solution is a whole thought: the rollout reached the boxed answer.
+      for (const s of m.state.solutions) expect(s.answer).toMatch(/^-?\d+$/);
+    } finally {
+      model.dispose();
+    }
   });
 });

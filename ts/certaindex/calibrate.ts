@@ -46,17 +46,33 @@ export interface CalibrationResult {
   baseline: PolicyOutcome;
   /** 1 − tokens under the policy / tokens at the cap. */
   tokenSavings: number;
+  /** Questions the cap answered right and the policy wrong. */
+  regressions: number;
+}
+
+/** Questions the trace's last step (the cap) answers right and `policy` answers wrong. */
+export function countRegressions(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], equivalent: AnswerEquivalence = exactMatch): number {
+  let lost = 0;
+  traces.forEach((t, i) => {
+    const full = t.steps[t.steps.length - 1]?.answer ?? null;
+    if (full === null || !equivalent(full, labels[i])) return;
+    const r = replay(policy, t);
+    if (r.answer === null || !equivalent(r.answer, labels[i])) lost++;
+  });
+  return lost;
 }
 
 /**
  * Grid search over thresholds (every distinct signal value seen, plus 0 and 1) and detection steps for the threshold
  * policy (or baseline-length with `kind`): the cheapest setting whose accuracy is at least the cap's accuracy
- * minus `maxAccuracyLoss` (default 0: lose nothing).
+ * minus `maxAccuracyLoss` (default 0: lose nothing). With `maxRegressions` the setting must also lose at most that
+ * many questions the cap answered right (0: keep every one; a stricter "lose nothing" that does not let early
+ * lucky answers pay for lost ones, so it carries over to unseen questions better).
  */
 export function calibrate(
   traces: readonly ProgramTrace[],
   labels: readonly string[],
-  opts: { kind?: "threshold" | "baseline-length"; maxAccuracyLoss?: number; equivalent?: AnswerEquivalence } = {},
+  opts: { kind?: "threshold" | "baseline-length"; maxAccuracyLoss?: number; maxRegressions?: number; equivalent?: AnswerEquivalence } = {},
 ): CalibrationResult {
   if (traces.length === 0) throw new RangeError("calibrate needs at least one labelled trace");
   const kind = opts.kind ?? "threshold";
@@ -70,15 +86,19 @@ export function calibrate(
     t.steps.forEach((s, k) => detectAts.add(s.used ?? k + 1));
     for (const s of t.steps) values.add(kind === "threshold" ? s.certaindex : (s.lengthSignal ?? 0));
   }
-  let best: CalibrationResult = { policy: { kind: "baseline-even" }, outcome: baseline, baseline, tokenSavings: 0 };
+  const maxRegressions = opts.maxRegressions ?? Infinity;
+  if (!(maxRegressions >= 0)) throw new RangeError(`calibrate: maxRegressions must be ≥ 0, got ${opts.maxRegressions}`);
+  let best: CalibrationResult = { policy: { kind: "baseline-even" }, outcome: baseline, baseline, tokenSavings: 0, regressions: 0 };
   for (const detectAt of [...detectAts].sort((a, b) => a - b)) {
-    for (const threshold of values) {
+    for (const threshold of [...values].sort((a, b) => a - b)) {
       const policy: PolicySpec = { kind, threshold, detectAt };
       const outcome = evaluatePolicy(policy, traces, labels, eq);
-      if (outcome.accuracy >= floor && outcome.meanTokens < best.outcome.meanTokens) {
-        best = { policy, outcome, baseline, tokenSavings: baseline.meanTokens > 0 ? 1 - outcome.meanTokens / baseline.meanTokens : 0 };
-      }
+      if (outcome.accuracy < floor || outcome.meanTokens >= best.outcome.meanTokens) continue;
+      const regressions = Number.isFinite(maxRegressions) ? countRegressions(policy, traces, labels, eq) : 0;
+      if (regressions > maxRegressions) continue;
+      best = { policy, outcome, baseline, tokenSavings: baseline.meanTokens > 0 ? 1 - outcome.meanTokens / baseline.meanTokens : 0, regressions };
     }
   }
+  if (!Number.isFinite(maxRegressions)) best.regressions = countRegressions(best.policy, traces, labels, eq);
   return best;
 }

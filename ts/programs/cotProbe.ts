@@ -25,7 +25,8 @@ export interface CotProbeOptions {
   probeMaxTokens?: number;
   /** Text appended to the cut thought (default defaultProbeSuffix). */
   probeSuffix?: string | ((thoughtSoFar: string) => string);
-  /** Where a probe answer ends (default "}"). */
+  /** Where a probe answer ends (default "}" and a newline: an answer is one line; a probe that starts another
+   * thought line instead of answering stops there rather than spending probeMaxTokens). */
   probeStop?: string[];
   rule?: ProbeRule;
   temperature?: number;
@@ -35,6 +36,9 @@ export interface CotProbeOptions {
   extractAnswer?: (text: string) => string | null;
   /** Probing off: the main branch runs to its end (the baseline). */
   probe?: boolean;
+  /** Text that shows the main branch has stopped thinking and is writing its answer: no probe is made from there
+   * on (default `</think>` and `\boxed{`; a tokenizer may drop `</think>` from decoded text, `\boxed{` remains). */
+  answerMarkers?: readonly string[];
 }
 
 export class CotProbe implements Program {
@@ -67,7 +71,18 @@ export class CotProbe implements Program {
   constructor(options: CotProbeOptions) {
     const interval = options.interval ?? 64;
     if (!Number.isInteger(interval) || interval < 1) throw new RangeError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`);
-    const defaults = { maxTokens: 1024, probeMaxTokens: 20, probeSuffix: defaultProbeSuffix, probeStop: ["}"], rule: DEFAULT_PROBE_RULE, temperature: 0, seed: 0, extractAnswer, probe: true };
+    const defaults = {
+      maxTokens: 1024,
+      probeMaxTokens: 20,
+      probeSuffix: defaultProbeSuffix,
+      probeStop: ["}", "\n"],
+      rule: DEFAULT_PROBE_RULE,
+      temperature: 0,
+      seed: 0,
+      extractAnswer,
+      probe: true,
+      answerMarkers: ["</think>", "\\boxed{"] as readonly string[],
+    };
     this.o = { ...withDefaults(defaults, options), interval };
     this.knob = { used: 0, max: Math.ceil(this.o.maxTokens / interval) };
     this.tokenBudget = this.o.maxTokens + (this.o.probe ? this.knob.max * this.o.probeMaxTokens : 0);
@@ -103,7 +118,15 @@ export class CotProbe implements Program {
 
   /** A probe at `tokens` generated tokens makes sense while the thought is still open there. */
   private canProbeAt(tokens: number): boolean {
-    return this.o.probe && this.state.mainTokens >= tokens && !this.textAt[tokens].includes("</think>");
+    if (!this.o.probe || this.state.mainTokens < tokens) return false;
+    const text = this.textAt[tokens];
+    return !this.o.answerMarkers.some((m) => text.includes(m));
+  }
+
+  /** The main branch's text after its first `tokens` generated tokens (as far as it has run). */
+  thoughtAt(tokens: number): string {
+    if (!Number.isInteger(tokens) || tokens < 0 || tokens >= this.textAt.length) throw new RangeError(`thoughtAt(${tokens}): the main branch has ${this.textAt.length - 1} tokens`);
+    return this.textAt[tokens];
   }
 
   updateCertaindex(): number {

@@ -10,10 +10,10 @@ export type { CotProbeOptions } from "./cotProbe.js";
 export { Rebase, allotChildren } from "./rebase.js";
 export type { RebaseOptions } from "./rebase.js";
 export { Mcts, uct } from "./mcts.js";
-export type { MctsOptions } from "./mcts.js";
+export type { MctsOptions, MctsSolution } from "./mcts.js";
 export { StepTree, weightedVote } from "./stepTree.js";
 export type { TreeNode, StepTreeOptions } from "./stepTree.js";
-export { arithStepScore, arithVerifier, modelProcessReward, verifierReward } from "./rewards.js";
+export { arithStepScore, arithVerifier, modelProcessReward, parseVerifier, verifierReward, VERIFIERS, VERIFIER_NAMES } from "./rewards.js";
 export type { RewardSource, StepInput, ModelRewardOptions } from "./rewards.js";
 export { buildProgram, parseProgramKind, PROGRAM_KINDS } from "./registry.js";
 export type { ProgramKind, BuildProgramOptions } from "./registry.js";
@@ -23,5 +23,16 @@ export { hasHesitation, isConfidentProbe, shouldExitOnProbes, probeCertaindex, D
 export type { ProbeRule } from "../certaindex/probe.js";
 export { decide, curveLimit, validatePolicy } from "../certaindex/policies.js";
 export type { PolicySpec, PolicyKind, ProgramSnapshot, Decision } from "../certaindex/policies.js";
-export { calibrate, evaluatePolicy, replay } from "../certaindex/calibrate.js";
+export { calibrate, countRegressions, evaluatePolicy, replay } from "../certaindex/calibrate.js";
 export type { ProgramTrace, PolicyOutcome, CalibrationResult } from "../certaindex/calibrate.js";
+export {
+  loadCalibration,
+  parseCalibration,
+  findCalibrationFile,
+  defaultCalibrationOut,
+  programCalibration,
+  modelFingerprint,
+  CALIBRATION_FORMAT,
+  RECALIBRATE_COMMAND,
+} from "../certaindex/calibrationFile.js";
+export type { CalibrationFile, ProgramCalibration, CalibrationOutcome, LoadedCalibration } from "../certaindex/calibrationFile.js";

@@ -1,8 +1,11 @@
 // Monte Carlo tree search over reasoning steps: UCT selection (Q + c·sqrt(ln N_parent / N_child)), expansion by
-// one sampled step, evaluation by the step's path reward, back-propagation of that value to the root. A round runs
-// `simulationsPerRound` simulations whose selections use virtual visits (so they spread out) and whose
-// expansions run concurrently on the engine. Certaindex (Dynasor): the mean reward of the solutions found
-// (mean aggregation), optionally combined with their answer entropy.
+// one sampled step, simulation (a rollout completes the solution from the new step; every line of it is scored),
+// back-propagation of the solution's path reward to the root. A round runs `simulationsPerRound` simulations whose
+// selections use virtual visits and pending expansions (so they spread out) and whose requests run concurrently on
+// the engine. Every simulation ends in a solution, so the search has an answer after its first round; without the
+// rollout a tree `branching` wide needs ~branching^depth simulations before any path reaches an answer (the
+// interim tiny reasoner's 32 simulations never did: "(none)"). Certaindex (Dynasor): the mean reward of the
+// solutions found (mean aggregation), optionally combined with their answer entropy.
 import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { answersEquivalent } from "../tasks/arith/answer.js";
@@ -22,6 +25,16 @@ export interface MctsOptions extends StepTreeOptions {
   equivalent?: AnswerEquivalence;
 }
 
+/** One simulation's complete solution: the tree node it grew from (a terminal node, or the step its rollout
+ * continued), the answer and the path reward (minimum over every step, rollout lines included). */
+export interface MctsSolution {
+  node: TreeNode;
+  answer: string | null;
+  reward: number;
+  /** Tokens the rollout generated (0 when the step itself ended the solution). */
+  rolloutTokens: number;
+}
+
 export function uct(child: TreeNode, parentVisits: number, c: number): number {
   if (child.visits === 0) return Infinity;
   return child.valueSum / child.visits + c * Math.sqrt(Math.log(Math.max(1, parentVisits)) / child.visits);
@@ -34,7 +47,7 @@ export class Mcts implements Program {
   readonly tokenBudget: number;
   readonly defaultPolicy: PolicySpec;
   readonly tree: StepTree;
-  readonly state: { solutions: TreeNode[] } = { solutions: [] };
+  readonly state: { solutions: MctsSolution[] } = { solutions: [] };
   private readonly perRound: number;
   private readonly branching: number;
   private readonly c: number;
@@ -50,7 +63,8 @@ export class Mcts implements Program {
     this.eq = o.equivalent ?? ((a, b) => answersEquivalent(a, b));
     this.tree = new StepTree(o);
     this.knob = { used: 0, max };
-    this.tokenBudget = this.tree.budgetFor(max);
+    // A simulation generates one step and the rollout after it: at most the solution's token cap.
+    this.tokenBudget = max * this.tree.maxTokens;
     this.defaultPolicy = { kind: "threshold", threshold: 0.9, detectAt: this.perRound * 2 };
   }
 
@@ -62,9 +76,12 @@ export class Mcts implements Program {
   async execute(ctx: ProgramContext): Promise<void> {
     const n = Math.min(this.perRound, this.knob.max - this.knob.used);
     const paths: TreeNode[][] = [];
+    const pending = new Map<TreeNode, number>();
     for (let i = 0; i < n; i++) {
-      const path = this.select();
+      const path = this.select(pending);
       for (const node of path) node.visits++; // virtual visit until the value arrives
+      const leaf = path[path.length - 1];
+      if (!leaf.terminal) pending.set(leaf, (pending.get(leaf) ?? 0) + 1);
       paths.push(path);
     }
     const values = await Promise.all(
@@ -73,10 +90,17 @@ export class Mcts implements Program {
         if (leaf.terminal) return leaf.reward;
         const [child] = await this.tree.expand(ctx, leaf, 1);
         if (child === undefined) return 0;
-        if (child.terminal) this.state.solutions.push(child);
+        let solution: MctsSolution;
+        if (child.terminal) {
+          solution = { node: child, answer: child.answer, reward: child.reward, rolloutTokens: 0 };
+        } else {
+          const r = await this.tree.rollout(ctx, child);
+          solution = { node: child, answer: r.answer, reward: r.reward, rolloutTokens: r.tokens };
+        }
+        this.state.solutions.push(solution);
         child.visits = 1;
-        child.valueSum = child.reward;
-        return child.reward;
+        child.valueSum = solution.reward;
+        return solution.reward;
       }),
     );
     paths.forEach((path, i) => {
@@ -86,12 +110,14 @@ export class Mcts implements Program {
     this.knob.used += n;
   }
 
-  /** Root → leaf by UCT; stops at a node that may still grow a child, or at a solution. */
-  private select(): TreeNode[] {
+  /** Root → leaf by UCT; stops at a node that may still grow a child (counting this round's pending expansions),
+   * or at a solution. */
+  private select(pending: ReadonlyMap<TreeNode, number>): TreeNode[] {
     const path = [this.tree.root];
     let node = this.tree.root;
     for (;;) {
-      if (node.terminal || node.children.length < this.branching) return path;
+      if (node.terminal || node.children.length + (pending.get(node) ?? 0) < this.branching) return path;
+      if (node.children.length === 0) return path; // all its expansions are pending: grow it once more
       let best = node.children[0];
       for (const ch of node.children) if (uct(ch, node.visits, this.c) > uct(best, node.visits, this.c)) best = ch;
       node = best;
@@ -106,8 +132,8 @@ export class Mcts implements Program {
     return this.certaindex;
   }
 
-  /** Solutions vote, each weighted by its reward times its visits. */
+  /** Solutions vote, each weighted by its path reward (a solution of reward 0 still beats having no answer). */
   answer(): string | null {
-    return weightedVote(this.state.solutions.map((n) => ({ answer: n.answer, weight: n.reward * n.visits })), this.eq);
+    return weightedVote(this.state.solutions.map((n) => ({ answer: n.answer, weight: n.reward })), this.eq);
   }
 }

@@ -1,5 +1,6 @@
 // The built-in programs by name, built for one question (CLI, benchmarks). Strategies are chosen by a string union
 // checked with `satisfies never`.
+import { DEFAULT_PROBE_RULE } from "../certaindex/probe.js";
 import { CotProbe } from "./cotProbe.js";
 import { Mcts } from "./mcts.js";
 import type { Program } from "./program.js";
@@ -23,6 +24,14 @@ export interface BuildProgramOptions {
   temperature?: number;
   reward?: RewardSource;
   model?: string;
+  /** sc: branches sampled per round (default 4). */
+  branchesPerRound?: number;
+  /** mcts: simulations per round (default 4). */
+  simulationsPerRound?: number;
+  /** cot-probe: generated tokens between probes (default 64). */
+  interval?: number;
+  /** cot-probe: probe answers that must agree (the exit rule's window, default 3). */
+  probeWindow?: number;
 }
 
 export function parseProgramKind(value: string): ProgramKind {
@@ -33,16 +42,18 @@ export function parseProgramKind(value: string): ProgramKind {
 
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
   const common = { prompt: o.prompt, seed: o.seed, model: o.model };
-  const tree = { ...common, question: o.question, reward: o.reward ?? arithVerifier, temperature: o.temperature };
+  const tree = { ...common, question: o.question, reward: o.reward ?? arithVerifier, temperature: o.temperature, maxTokens: o.maxTokens };
   switch (kind) {
     case "sc":
-      return new SelfConsistency({ ...common, maxBranches: o.cap ?? 16, maxTokens: o.maxTokens, temperature: o.temperature });
-    case "cot-probe":
-      return new CotProbe({ ...common, maxTokens: o.maxTokens, temperature: o.temperature });
+      return new SelfConsistency({ ...common, maxBranches: o.cap ?? 16, branchesPerRound: o.branchesPerRound, maxTokens: o.maxTokens, temperature: o.temperature });
+    case "cot-probe": {
+      const rule = o.probeWindow === undefined ? undefined : { ...DEFAULT_PROBE_RULE, window: o.probeWindow };
+      return new CotProbe({ ...common, maxTokens: o.maxTokens, temperature: o.temperature, interval: o.interval, rule });
+    }
     case "rebase":
       return new Rebase({ ...tree, width: o.cap });
     case "mcts":
-      return new Mcts({ ...tree, maxSimulations: o.cap });
+      return new Mcts({ ...tree, maxSimulations: o.cap, simulationsPerRound: o.simulationsPerRound });
     default:
       return kind satisfies never;
   }

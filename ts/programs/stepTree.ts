@@ -18,6 +18,8 @@ export interface TreeNode {
   /** This step's text (without its trailing newline). */
   step: string;
   depth: number;
+  /** Tokens generated from the root to this node (this step included). */
+  pathTokens: number;
   /** Path reward in [0, 1]: min of the step scores from the root. */
   reward: number;
   terminal: boolean;
@@ -37,6 +39,8 @@ export interface StepTreeOptions {
   stepMaxTokens?: number;
   /** Deepest path: a node at this depth is terminal (default 16). */
   maxDepth?: number;
+  /** Most tokens one solution (root to end) may generate (default 256; keep it within the model's context). */
+  maxTokens?: number;
   temperature?: number;
   seed?: number;
   model?: string;
@@ -49,11 +53,14 @@ export class StepTree {
   private nextSeed: number;
   private readonly stepMaxTokens: number;
   private readonly maxDepth: number;
+  readonly maxTokens: number;
   private readonly extract: (text: string) => string | null;
 
   constructor(private readonly o: StepTreeOptions) {
     this.stepMaxTokens = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
+    this.maxTokens = o.maxTokens ?? 256;
+    if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1) throw new RangeError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`);
     this.extract = o.extractAnswer ?? arithExtract;
     this.nextSeed = o.seed ?? 0;
     this.root = this.node(null, null, 0, "", 1);
@@ -61,7 +68,7 @@ export class StepTree {
 
   /** Upper bound on tokens generated for `expansions` steps. */
   budgetFor(expansions: number): number {
-    return expansions * this.stepMaxTokens;
+    return expansions * Math.min(this.stepMaxTokens, this.maxTokens);
   }
 
   /** The steps from the root to `node`. */
@@ -74,7 +81,9 @@ export class StepTree {
   /** Generates `k` children of `node` (the root: one request with n = k samples sharing the prompt) and scores them. */
   async expand(ctx: ProgramContext, node: TreeNode, k: number): Promise<TreeNode[]> {
     if (k <= 0 || node.terminal) return [];
-    const params = { maxTokens: this.stepMaxTokens, temperature: this.o.temperature ?? 0.8, stop: ["\n"] };
+    const left = this.maxTokens - node.pathTokens;
+    if (left <= 0) return [];
+    const params = { maxTokens: Math.min(this.stepMaxTokens, left), temperature: this.o.temperature ?? 0.8, stop: ["\n"] };
     let outs: Array<{ handle: RequestHandle; sample: SampleOutput }>;
     if (node.handle === null) {
       const h = ctx.submit({ prompt: this.o.prompt, n: k, seed: this.takeSeeds(k), model: this.o.model, ...params });
@@ -92,11 +101,35 @@ export class StepTree {
     return children;
   }
 
+  /**
+   * Completes the solution from `node` in one request (no step stop: up to eos or the solution's token cap), the
+   * MCTS simulation. Every line of the completion is scored in order, so its reward is the minimum over the whole
+   * path, as for tree steps. The rollout is not added to the tree.
+   */
+  async rollout(ctx: ProgramContext, node: TreeNode): Promise<{ text: string; answer: string | null; reward: number; tokens: number }> {
+    if (node.handle === null) throw new Error("rollout: expand the root first (a rollout continues a step)");
+    const left = this.maxTokens - node.pathTokens;
+    const prefix = this.path(node);
+    if (node.terminal || left <= 0) return { text: "", answer: node.answer ?? this.extract(prefix.join("\n")), reward: node.reward, tokens: 0 };
+    const h = ctx.fork(node.handle, { sample: node.sample, seed: this.takeSeeds(1), maxTokens: left, temperature: this.o.temperature ?? 0.8, stop: [] });
+    const out = await h.result;
+    const text = out.samples[0]?.text ?? "";
+    const lines = text.split("\n").filter((l) => l.trim() !== "");
+    let reward = node.reward;
+    const previous = [...prefix];
+    for (const step of lines) {
+      reward = Math.min(reward, await this.o.reward.score(ctx, { question: this.o.question, previous, step }));
+      previous.push(step);
+    }
+    return { text, answer: this.extract([...prefix, text].join("\n")), reward, tokens: out.usage.generatedTokens };
+  }
+
   private childOf(parent: TreeNode, handle: RequestHandle, s: SampleOutput): TreeNode {
     const c = this.node(parent, handle, s.index, s.text, 0);
+    c.pathTokens = parent.pathTokens + s.tokens.length;
     // A step cut by stepMaxTokens is just a long step; eos (or any stop other than the newline) ends the solution.
     const endedSolution = s.finishReason === "stop" && s.stoppedBy !== "\n";
-    c.terminal = endedSolution || /\\boxed\{/.test(s.text) || c.depth >= this.maxDepth || s.finishReason === "aborted";
+    c.terminal = endedSolution || /\\boxed\{/.test(s.text) || c.depth >= this.maxDepth || c.pathTokens >= this.maxTokens || s.finishReason === "aborted";
     if (c.terminal) c.answer = this.extract(this.path(c).join("\n"));
     parent.children.push(c);
     return c;
@@ -117,6 +150,7 @@ export class StepTree {
       sample,
       step,
       depth: parent ? parent.depth + 1 : 0,
+      pathTokens: parent ? parent.pathTokens : 0,
       reward,
       terminal: false,
       answer: null,

@@ -1,13 +1,17 @@
 // `deliberate run "What is 12*(7+5)-9?"`: the main job. Runs one reasoning program (default: self-consistency
 // with certaindex on the bundled tiny reasoner), shows progress on a TTY, prints the answer, its certaindex, the
-// rounds and the tokens used against the budget (or one JSON object with --json).
+// rounds and the tokens used against the budget (or one JSON object with --json). The program's policy and
+// settings come from the model's certaindex calibration (ts/certaindex/calibrationFile.ts) when there is one;
+// rebase and mcts score steps with a reward source: the arithmetic verifier (default) or a process reward model.
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import { Engine } from "../../engine/engine.js";
 import { loadModel } from "../../model/model.js";
 import type { PolicySpec } from "../../certaindex/policies.js";
-import { buildProgram, parseProgramKind, PROGRAM_KINDS } from "../../programs/registry.js";
+import { loadCalibration, programCalibration, RECALIBRATE_COMMAND, type LoadedCalibration } from "../../certaindex/calibrationFile.js";
+import { buildProgram, parseProgramKind, PROGRAM_KINDS, type BuildProgramOptions } from "../../programs/registry.js";
+import { modelProcessReward, parseVerifier, VERIFIER_NAMES, type RewardSource } from "../../programs/rewards.js";
 import { ProgramRuntime } from "../../programs/runtime.js";
 import type { ProgramResult } from "../../programs/program.js";
 
@@ -25,6 +29,13 @@ interface RunOptions {
   policy?: string;
   threshold?: string;
   device?: string;
+  interval?: string;
+  verifier?: string;
+  prm?: string;
+  prmGood?: string;
+  prmBad?: string;
+  prmTag?: string;
+  calibration?: string | false;
 }
 
 function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
@@ -39,6 +50,26 @@ function policyOf(opts: RunOptions): PolicySpec | undefined {
   if (opts.policy === "baseline-even") return { kind: "baseline-even" };
   if (opts.policy === "threshold") return { kind: "threshold", threshold: num("threshold", opts.threshold, false) ?? 0.6, detectAt: 1 };
   throw new Error(`--policy must be threshold or baseline-even, got '${opts.policy}'`);
+}
+
+/** The reward source of rebase / mcts: --prm DIR (a second model on the same engine) or --verifier NAME (default
+ * arith); null for programs that score no steps (giving either flag to them is an error). */
+function rewardOf(kind: string, opts: RunOptions): { reward: RewardSource | null; prmDir?: string } {
+  const tree = kind === "rebase" || kind === "mcts";
+  if (opts.prm !== undefined && opts.verifier !== undefined) throw new Error("--prm and --verifier both choose the reward source; give one");
+  if (!tree) {
+    if (opts.prm !== undefined || opts.verifier !== undefined) throw new Error(`--${opts.prm !== undefined ? "prm" : "verifier"} scores the steps of rebase and mcts; --program ${kind} uses no reward source`);
+    return { reward: null };
+  }
+  if (opts.prm !== undefined) {
+    if (!existsSync(opts.prm)) throw new Error(`--prm ${opts.prm}: folder not found`);
+    const list = (raw: string): string[] => raw.split(",").filter((t) => t !== "");
+    const goodTokens = list(opts.prmGood ?? "+");
+    if (goodTokens.length === 0) throw new Error("--prm-good needs at least one token");
+    const badTokens = opts.prmBad === undefined ? ["-"] : list(opts.prmBad);
+    return { reward: modelProcessReward({ model: "prm", goodTokens, badTokens, stepTag: (opts.prmTag ?? "\\n").replace(/\\n/g, "\n") }), prmDir: opts.prm };
+  }
+  return { reward: parseVerifier(opts.verifier ?? "arith") };
 }
 
 function report(r: ProgramResult): string {
@@ -70,6 +101,14 @@ export function registerRun(program: Command): void {
     .option("--policy <name>", "threshold or baseline-even (default: the program's certaindex policy)")
     .option("--threshold <x>", "certaindex threshold for --policy threshold")
     .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
+    .option("--verifier <name>", `rebase/mcts reward source: a programmatic step checker (${VERIFIER_NAMES.join(", ")}; default arith)`)
+    .option("--prm <dir>", "rebase/mcts reward source: a process reward model (a second model on the same engine)")
+    .option("--prm-good <tokens>", "with --prm: comma-separated tokens meaning a good step", "+")
+    .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good))", "-")
+    .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline)", "\\n")
+    .option("--calibration <file>", `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`)
+    .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
     .option("--json", "print one JSON object with the result")
     .action(async (question: string, opts: RunOptions) => {
       const kind = parseProgramKind(opts.program);
@@ -78,28 +117,46 @@ export function registerRun(program: Command): void {
         throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
       }
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      const { reward, prmDir } = rewardOf(kind, opts);
+      const cal: LoadedCalibration | null = opts.calibration === false ? null : loadCalibration(dir, { file: opts.calibration, bundledDir: DEFAULT_MODEL_DIR });
+      if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
+      const cap = num("cap", opts.cap, true);
+      const interval = num("interval", opts.interval, true);
+      if (interval !== undefined && kind !== "cot-probe") throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
+      // The calibrated entry for this program at this cap (SC: per cap), if the calibration has one.
+      const pc = cal === null ? undefined : programCalibration(cal.calibration, kind, cap);
       const model = await loadModel(dir, { device: opts.device });
-      const engine = new Engine({ models: { model } });
+      const prm = prmDir === undefined ? null : await loadModel(prmDir, { device: opts.device });
+      const engine = new Engine({ models: prm === null ? { model } : [{ name: "policy", model }, { name: "prm", model: prm }] });
       try {
         const prompt = model.tokenizer.chatTemplate === null ? question : model.tokenizer.encodeChat([{ role: "user", content: question }]);
         // Default generation length: the programs' 256, or what the context leaves after the prompt if less.
         const promptTokens = typeof prompt === "string" ? model.tokenizer.encode(prompt).length : prompt.length;
         const contextLeft = model.contextLength - promptTokens - PROBE_RESERVE_TOKENS;
         if (contextLeft < 1) throw new Error(`the question takes ${promptTokens} tokens, leaving no room in the model's ${model.contextLength}-token context`);
-        const prog = buildProgram(kind, {
+        const s = pc?.settings ?? {};
+        const build: BuildProgramOptions = {
           question,
           prompt,
-          cap: num("cap", opts.cap, true),
+          cap: cap ?? s.maxBranches ?? s.width ?? s.maxSimulations,
           maxTokens: num("max-tokens", opts.maxTokens, true) ?? Math.min(DEFAULT_MAX_TOKENS, contextLeft),
           seed: num("seed", opts.seed, true),
           temperature: num("temperature", opts.temperature, false),
-        });
+          branchesPerRound: s.branchesPerRound,
+          simulationsPerRound: s.simulationsPerRound,
+          interval: interval ?? s.interval,
+          probeWindow: s.probeWindow,
+          model: prm === null ? undefined : "policy",
+        };
+        if (reward !== null) build.reward = reward;
+        const prog = buildProgram(kind, build);
+        const policy = policyOf(opts) ?? pc?.policy;
         const tty = !opts.json && process.stderr.isTTY;
         const ac = new AbortController();
         const onSigint = (): void => ac.abort();
         process.once("SIGINT", onSigint);
         const result = await new ProgramRuntime(engine).run(prog, {
-          policy: policyOf(opts),
+          policy,
           signal: ac.signal,
           onRound: (rec) => {
             if (tty) process.stderr.write(`\rround ${rec.round}  certaindex ${rec.certaindex.toFixed(2)}  tokens ${rec.tokensUsed}/${prog.tokenBudget}  answer ${rec.answer ?? "-"}   `);
@@ -109,13 +166,17 @@ export function registerRun(program: Command): void {
         if (tty) process.stderr.write("\n");
         if (opts.json) {
           const { history, ...rest } = result;
-          console.log(JSON.stringify({ question, model: dir, ...rest, history }));
+          const calibration = cal === null ? null : { file: cal.file, stale: cal.stale, applied: pc !== undefined };
+          console.log(JSON.stringify({ question, model: dir, ...rest, reward: reward?.name ?? null, calibration, history }));
         } else {
           console.log(report(result));
+          if (reward !== null) console.log(`reward:      ${reward.name}`);
+          console.log(`policy:      ${JSON.stringify(result.policy)}${pc !== undefined && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`);
         }
       } finally {
         await engine.dispose();
         model.dispose();
+        prm?.dispose();
       }
     });
 }
