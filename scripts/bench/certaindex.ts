@@ -84,6 +84,8 @@ const SC_DEFAULT_CAP = 16;
 /** CoT calibration probes every PROBE_GRID tokens; candidate intervals are its multiples. */
 const PROBE_GRID = 4;
 const COT_INTERVALS = [4, 8, 12, 16, 24, 32, 64];
+/** Probe windows tried with each interval (the paper's 3, and 2 for thoughts whose tail is only a few lines). */
+const COT_WINDOWS = [2, 3];
 const REBASE_WIDTH = 8;
 const MCTS_SIMS = 32;
 const MCTS_PER_ROUND = 4;
@@ -203,8 +205,8 @@ if (values.calibrate) {
   const t1 = Date.now();
   const cotRuns = await pool(validation, CONC, (p) => cotRun(p, PROBE_GRID));
   let cot: ProgramCalibration | null = null;
-  for (const interval of COT_INTERVALS) {
-    const built = cotRuns.map((c) => cotTrace(c, PROBE_GRID, interval, DEFAULT_PROBE_RULE.window));
+  for (const interval of COT_INTERVALS) for (const window of COT_WINDOWS) {
+    const built = cotRuns.map((c) => cotTrace(c, PROBE_GRID, interval, window));
     const traces = built.map((b) => b.trace);
     const plain = {
       accuracy: built.filter((b, i) => ok(b.plainAnswer, validation[i])).length / built.length,
@@ -213,11 +215,11 @@ if (values.calibrate) {
     const c = calibrate(traces, labels, CRITERION);
     const o = outcome(c.policy, traces, labels, plain);
     if (o.accuracy >= plain.accuracy - 1e-12 && (cot === null || o.meanTokens < cot.validation.meanTokens)) {
-      cot = { policy: c.policy, settings: { interval, probeWindow: DEFAULT_PROBE_RULE.window, maxTokens: COT_MAX }, validation: o };
+      cot = { policy: c.policy, settings: { interval, probeWindow: window, maxTokens: COT_MAX }, validation: o };
     }
   }
   if (cot === null) throw new Error("CoT calibration found no setting; this cannot happen (running to the end always qualifies)");
-  log(`  cot-probe: ${((Date.now() - t1) / 1000).toFixed(0)} s; interval ${cot.settings.interval} ${JSON.stringify(cot.policy)}, saves ${(cot.validation.tokenSavings * 100).toFixed(1)}% vs no probing on validation`);
+  log(`  cot-probe: ${((Date.now() - t1) / 1000).toFixed(0)} s; interval ${cot.settings.interval} window ${cot.settings.probeWindow} ${JSON.stringify(cot.policy)}, saves ${(cot.validation.tokenSavings * 100).toFixed(1)}% vs no probing on validation`);
 
   const trees: Partial<Record<"rebase" | "mcts", ProgramCalibration>> = {};
   for (const kind of ["rebase", "mcts"] as const) {
