@@ -8,6 +8,7 @@ import { engineGenerator, type EvalGenerator } from "../../ts/eval/generator.js"
 import { parseProgram } from "../../ts/eval/program.js";
 import { runEval } from "../../ts/eval/runEval.js";
 import { arithTask } from "../../ts/eval/task.js";
+import { verifyThought } from "../../ts/tasks/arith/index.js";
 
 let generator: EvalGenerator;
 beforeAll(async () => {
@@ -26,9 +27,11 @@ describe("models/tiny-reasoner", () => {
     const prompt = generator.encodeChat([{ role: "user", content: "What is 12+7?" }]);
     const c = await generator.complete({ prompt, n: 1, temperature: 0, seed: 0, maxTokens: 64 });
     // The engine's text skips special tokens (<think>, </think>); \boxed{ is an ordinary token.
-    // Operands of + may come in either order (the model was trained on both).
-    // The check line after the last step comes with the recipe that trains on it (models/tiny-reasoner/recipe.json).
-    expect(c.texts[0].replace(/<\/?think>/g, "")).toMatch(/^(12\+7|7\+12)=19\n(check: 19-(7|12)=(12|7)\n)? \\boxed\{19\}$/);
+    // Operands of + may come in either order and a multi-digit addend may be added in two parts (the model was
+    // trained on all of these paths), then a check line; every line is correct arithmetic ending in 19.
+    const text = c.texts[0].replace(/<\/?think>/g, "");
+    expect(text).toMatch(/^(12\+7=19|7\+12=19|7\+10=17\n17\+2=19)\ncheck: [^\n]+\n \\boxed\{19\}$/);
+    expect(verifyThought(text.slice(0, text.indexOf(" \\boxed"))).every((v) => v === true)).toBe(true);
   });
 
   it("solves most level-1 test problems greedily", async () => {
