@@ -43,12 +43,18 @@ class Pool {
     std::unique_lock<std::mutex> call(callMu_);  // one parallel region at a time (calls come from AsyncWorkers)
     {
       std::lock_guard<std::mutex> lk(mu_);
+      // A worker may still be in work() from the previous region (it decremented the last pending chunk and is
+      // about to fetch_add next_ once more). next_ stays closed (kClosed) until the region is fully described, and
+      // opening it (next_ = 0) is the last store: a chunk can only be claimed once pending_, fn_, n_ and chunks_
+      // belong to this region. (Resetting next_ before pending_ let such a worker run this region's chunks and
+      // decrement the previous region's pending_ of 0; the store of `chunks` then left pending_ > 0 for ever and
+      // the caller slept on done_ with every chunk done: the serving bench's hang at 0% CPU.)
       fn_ = &fn;
       n_ = n;
-      chunks_ = chunks;
-      next_.store(0);
+      chunks_.store(chunks, std::memory_order_relaxed);
       pending_.store(chunks);
       error_ = nullptr;
+      next_.store(0);
       generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
@@ -56,6 +62,7 @@ class Pool {
     for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) != 0; i++) _mm_pause();
     std::unique_lock<std::mutex> lk(mu_);
     done_.wait(lk, [this] { return pending_.load() == 0; });
+    next_.store(kClosed);  // late claims (a worker still looping in work()) fail until the next region opens
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -64,8 +71,9 @@ class Pool {
   void work() {
     for (;;) {
       int64_t c = next_.fetch_add(1);
-      if (c >= chunks_) return;
-      int64_t b = n_ * c / chunks_, e = n_ * (c + 1) / chunks_;
+      if (c >= chunks_.load(std::memory_order_relaxed)) return;
+      const int64_t k = chunks_.load(std::memory_order_relaxed);
+      int64_t b = n_ * c / k, e = n_ * (c + 1) / k;
       try {
         (*fn_)(b, e);
       } catch (...) {
@@ -107,8 +115,11 @@ class Pool {
   std::mutex mu_, callMu_;
   std::condition_variable cv_, done_;
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0;
-  std::atomic<int64_t> next_{0}, pending_{0};
+  int64_t n_ = 0;
+  std::atomic<int64_t> chunks_{0};
+  // Next chunk to claim; kClosed between regions, so no claim succeeds while a region is being set up.
+  static constexpr int64_t kClosed = int64_t(1) << 62;
+  std::atomic<int64_t> next_{kClosed}, pending_{0};
   std::atomic<uint64_t> generation_{0};
   bool stopping_ = false;
   std::exception_ptr error_;
