@@ -71,8 +71,8 @@ class Pool {
   void work() {
     for (;;) {
       int64_t c = next_.fetch_add(1);
-      if (c >= chunks_.load(std::memory_order_relaxed)) return;
       const int64_t k = chunks_.load(std::memory_order_relaxed);
+      if (c >= k) return;
       int64_t b = n_ * c / k, e = n_ * (c + 1) / k;
       try {
         (*fn_)(b, e);

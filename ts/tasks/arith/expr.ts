@@ -68,17 +68,24 @@ export function steps(e: Expr): Step[] {
   return out;
 }
 
+/** b = hi + lo split over b's leading place (23 -> 20 + 3, 345 -> 300 + 45); null when there is nothing to split
+ * (one digit, negative, or a round number like 20 or 300). */
+function leadingPlaceParts(b: number): [number, number] | null {
+  if (b < 10) return null;
+  const place = 10 ** (String(b).length - 1);
+  const hi = Math.floor(b / place) * place;
+  return b === hi ? null : [hi, b - hi];
+}
+
 /** A product `a*b` with a right operand of two or more digits, written as partial products over b's leading
  * place: `68*23` becomes `68*20=1360`, `68*3=204`, `1360+204=1564`; `345*7`, swapped to `7*345`, becomes
  * `7*300=2100`, `7*45=315`, `2100+315=2415`. A right operand that is a round number (20, 300) or has one digit
  * is not split: the product is one step. */
 export function partialProducts(s: Step): Step[] {
-  const { left: a, right: b } = s;
-  if (s.op !== "*" || b < 10) return [s];
-  const place = 10 ** (String(b).length - 1);
-  const hi = Math.floor(b / place) * place;
-  const lo = b - hi;
-  if (lo === 0) return [s];
+  const parts = s.op === "*" ? leadingPlaceParts(s.right) : null;
+  if (!parts) return [s];
+  const [hi, lo] = parts;
+  const a = s.left;
   const x = a * hi;
   const y = a * lo;
   return [
@@ -92,12 +99,10 @@ export function partialProducts(s: Step): Step[] {
  * leading place: `17043-509` becomes `17043-500=16543`, `16543-9=16534`; `755+34` becomes `755+30=785`,
  * `785+4=789`. A round or one-digit right operand is not split (nor a negative one: `82+(-1054)` is one step). */
 export function partialSums(s: Step): Step[] {
-  const { left: a, right: b } = s;
-  if (s.op === "*" || b < 10) return [s];
-  const place = 10 ** (String(b).length - 1);
-  const hi = Math.floor(b / place) * place;
-  const lo = b - hi;
-  if (lo === 0) return [s];
+  const parts = s.op !== "*" ? leadingPlaceParts(s.right) : null;
+  if (!parts) return [s];
+  const [hi, lo] = parts;
+  const a = s.left;
   const x = applyOp(s.op, a, hi);
   return [
     { left: a, op: s.op, right: hi, result: x },
