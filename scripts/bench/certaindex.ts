@@ -1,7 +1,7 @@
 // Certaindex benchmark (Dynasor) on the arithmetic task: policies calibrated on the VALIDATION split, results on
 // the TEST split (no test-set tuning).
 //   npm run bench:certaindex -- [--calibrate] [--json] [--model DIR] [--n 500] [--cal 1000] [--tree-n 100]
-//     [--max-tokens 160] [--cot-max-tokens 180] [--concurrency 8] [--calibration FILE] [--calibration-out FILE]
+//     [--max-tokens 448] [--cot-max-tokens 448] [--concurrency 8] [--calibration FILE] [--calibration-out FILE]
 //     [--no-live] [--out bench]
 // --calibrate: runs every built-in program to its cap on `--cal` validation questions, picks with calibrate() the
 // cheapest policy that loses no accuracy there and no question the cap answered right (maxRegressions 0: an
@@ -59,8 +59,8 @@ const { values } = parseArgs({
     n: { type: "string", default: "500" },
     cal: { type: "string", default: "1000" },
     "tree-n": { type: "string", default: "100" },
-    "max-tokens": { type: "string", default: "160" },
-    "cot-max-tokens": { type: "string", default: "180" },
+    "max-tokens": { type: "string", default: "448" },
+    "cot-max-tokens": { type: "string", default: "448" },
     concurrency: { type: "string", default: "8" },
     "no-live": { type: "boolean", default: false },
     out: { type: "string", default: "bench" },

@@ -48,7 +48,7 @@ async function main(): Promise<void> {
   const endThink = tok.tokenId("</think>");
   const problems = arithTask.problems({ split: "test", n, seed: 0 });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
-  const gen = (ps: number[][], k: number, t: number, maxNew = 200) => generateWithTrainer(bin, dir, m, ps, { samples: k, temperature: t, seed, maxNew, eos });
+  const gen = (ps: number[][], k: number, t: number, maxNew = 448) => generateWithTrainer(bin, dir, m, ps, { samples: k, temperature: t, seed, maxNew, eos });
   const answerOf = (ids: number[]) => arithTask.extractAnswer(tok.decode(ids));
   const boxed = (ids: number[]) => tok.decode(ids).includes("\\boxed{");
 

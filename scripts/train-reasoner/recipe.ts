@@ -13,6 +13,8 @@ export interface TrainRecipe {
   /** Training problems drawn from the train split (levels 1-5 cycled, so balanced). */
   trainProblems: number;
   validationProblems: number;
+  /** Share of training problems that also give a probe example (thought cut inside its checks, loss on the answer). */
+  probeShare: number;
   steps: number;
   /** Sequences per optimizer step. */
   batch: number;
@@ -26,12 +28,13 @@ export interface TrainRecipe {
   threads: number;
 }
 
-export const modelRecipe: ModelRecipe = { hidden: 128, layers: 4, heads: 4, kvHeads: 2, ffn: 512, maxPos: 256 };
+export const modelRecipe: ModelRecipe = { hidden: 128, layers: 4, heads: 4, kvHeads: 2, ffn: 512, maxPos: 512 };
 
 export const trainRecipe: TrainRecipe = {
   seed: 1,
   trainProblems: 150_000,
   validationProblems: 1_000,
+  probeShare: 0.15,
   steps: 5400,
   batch: 32,
   lr: 3e-3,

@@ -50,9 +50,9 @@ async function main(): Promise<void> {
   writeModelFiles(out, m);
   const tok = loadChatTokenizer(out);
   console.log(`tokenising ${t.trainProblems} train + ${t.validationProblems} validation problems ...`);
-  const train = prepareSet(tok, "train", t.trainProblems, t.seed, m.maxPos, join(work, "train.bin"));
+  const train = prepareSet(tok, "train", t.trainProblems, t.seed, m.maxPos, join(work, "train.bin"), t.probeShare);
   const val = prepareSet(tok, "validation", t.validationProblems, t.seed, m.maxPos, join(work, "val.bin"));
-  console.log(`train: ${train.sequences} sequences, ${train.tokens} tokens (max ${train.maxLength}); validation: ${val.sequences}`);
+  console.log(`train: ${train.sequences} sequences (${train.probes} probe examples), ${train.tokens} tokens (max ${train.maxLength}); validation: ${val.sequences}`);
 
   await runTrainer(bin, [
     "train", "--data", train.path, "--val", val.path, "--out", join(out, "model.safetensors"),

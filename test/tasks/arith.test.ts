@@ -83,24 +83,24 @@ describe("arith levels", () => {
     expect(problemSet({ split: "test", n: 50, seed: 8 }).map((p) => p.expression)).not.toEqual(a);
   });
 
-  it("renders the chat completion: steps, checks of the last two steps, the boxed answer", () => {
+  it("renders the chat completion: steps, a re-check of every step, the boxed answer", () => {
     const p = problemFromExpression("12*(7+5)-9", 3);
     expect(p.question).toBe("What is 12*(7+5)-9?");
-    expect(completionOf(p)).toBe("<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\n</think> \\boxed{135}");
+    expect(completionOf(p)).toBe("<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\ncheck: 12-5=7\n</think> \\boxed{135}");
     for (const q of problemSet({ split: "test", n: 50, seed: 0 })) {
       const c = completionOf(q, new Rng(1));
       expect(c.endsWith(`</think> \\boxed{${q.answer}}`)).toBe(true);
       // Every operation once, plus two lines per product written as partial products and one per sum or
-      // difference done in two parts, plus the check line.
+      // difference done in two parts, then one check line per step line.
       const products = q.steps.filter((s) => s.op === "*").length;
       const lines = c.split("\n").length - 1;
       const checks = (c.match(/\ncheck: /g) ?? []).length;
-      expect(checks).toBe(Math.min(2, lines - 1));
-      expect(lines).toBeGreaterThanOrEqual(q.steps.length + Math.min(2, q.steps.length));
-      expect(lines).toBeLessThanOrEqual(2 * q.steps.length + products + 2);
-      expect(completionOf(q, new Rng(1), { splitProducts: 0, splitSums: 0 }).split("\n").length - 1).toBe(q.steps.length + Math.min(2, q.steps.length));
+      expect(checks * 2).toBe(lines);
+      expect(checks).toBeGreaterThanOrEqual(q.steps.length);
+      expect(checks).toBeLessThanOrEqual(2 * q.steps.length + products);
+      expect(completionOf(q, new Rng(1), { splitProducts: 0, splitSums: 0 }).split("\n").length - 1).toBe(2 * q.steps.length);
       expect(verifyThought(c.slice(0, c.indexOf("</think>"))).every((v) => v === true)).toBe(true);
-      // The last step before the check line yields the answer.
+      // The last step before the check lines yields the answer.
       const body = c.slice("<think>".length, c.indexOf("</think>")).trim().split("\n");
       expect(body[body.length - 1 - checks].endsWith(`=${q.answer}`)).toBe(true);
     }

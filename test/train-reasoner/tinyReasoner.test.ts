@@ -25,18 +25,18 @@ describe("models/tiny-reasoner", () => {
 
   it("thinks step by step and boxes the answer", async () => {
     const prompt = generator.encodeChat([{ role: "user", content: "What is 12+7?" }]);
-    const c = await generator.complete({ prompt, n: 1, temperature: 0, seed: 0, maxTokens: 64 });
+    const c = await generator.complete({ prompt, n: 1, temperature: 0, seed: 0, maxTokens: 96 });
     // The engine's text skips special tokens (<think>, </think>); \boxed{ is an ordinary token.
     // Operands of + may come in either order and a multi-digit addend may be added in two parts (the model was
-    // trained on all of these paths), then a check line; every line is correct arithmetic ending in 19.
+    // trained on all of these paths), then a re-check of each line; every line is correct arithmetic.
     const text = c.texts[0].replace(/<\/?think>/g, "");
-    expect(text).toMatch(/^(12\+7=19|7\+12=19|7\+10=17\n17\+2=19)\ncheck: [^\n]+\n \\boxed\{19\}$/);
+    expect(text).toMatch(/^(12\+7=19|7\+12=19|7\+10=17\n17\+2=19)\n(check: [^\n]+\n)+ \\boxed\{19\}$/);
     expect(verifyThought(text.slice(0, text.indexOf(" \\boxed"))).every((v) => v === true)).toBe(true);
   });
 
   it("solves most level-1 test problems greedily", async () => {
     const problems = arithTask.problems({ split: "test", n: 20, seed: 0 }).filter((p) => p.level === 1);
-    const results = await runEval({ generator, task: arithTask, problems, program: parseProgram("greedy"), seed: 0, maxTokens: 64, concurrency: 4 });
+    const results = await runEval({ generator, task: arithTask, problems, program: parseProgram("greedy"), seed: 0, maxTokens: 96, concurrency: 4 });
     expect(results.filter((r) => r.correct).length).toBeGreaterThanOrEqual(3);
     expect(results.every((r) => r.extracted === 1)).toBe(true);
   });

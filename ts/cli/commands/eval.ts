@@ -41,7 +41,7 @@ export function registerEval(program: Command): void {
     .option("--seed <s>", "sampling seed", "0")
     .option("--problem-seed <s>", "which problems are drawn from the split", "0")
     .option("--temperature <t>", "sampling temperature for sc:K", "0.8")
-    .option("--max-tokens <n>", "most generated tokens per sample", "256")
+    .option("--max-tokens <n>", "most generated tokens per sample", "448")
     .option("--concurrency <n>", "problems in flight (default: enough for about 256 sequences)")
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--json", "print the report as one JSON object on the last line")

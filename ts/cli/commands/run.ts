@@ -83,7 +83,7 @@ function report(r: ProgramResult): string {
 }
 
 /** Tokens a program generates per branch / thought unless --max-tokens says otherwise. */
-const DEFAULT_MAX_TOKENS = 256;
+const DEFAULT_MAX_TOKENS = 448;
 /** Room kept after a thought for the CoT probe suffix and its short answer (≤ 20 tokens). */
 const PROBE_RESERVE_TOKENS = 24;
 

@@ -157,7 +157,7 @@ export function randomSteps(e: Expr, rng: { next(): number }, opts: RandomStepsO
   return out;
 }
 
-/** The verification of a final step that closes every thought: undo it (r-b=a for a+b=r, r+b=a for a-b=r) or
+/** The re-check of a step that follows the answer in every thought: undo it (r-b=a for a+b=r, r+b=a for a-b=r) or
  * recompute a product with its operands swapped. */
 export function checkStep(last: Step): Step {
   if (last.op === "+") return { left: last.result, op: "-", right: last.right, result: last.left };

@@ -31,18 +31,26 @@ export function problemFromExpression(expression: string, level: Level): ArithPr
   return { level, expression, question: `What is ${expression}?`, answer: String(evaluate(tree)), steps: steps(tree) };
 }
 
-/** The assistant's whole turn: one operation per line, checks of the last two, then the boxed answer.
- * `<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\n</think> \boxed{135}`
+/** The assistant's whole turn: one operation per line, then a re-check of every line (last first), then the boxed
+ * answer. `<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\ncheck: 12-5=7\n</think> \boxed{135}`
  * With `rng`, the steps come in a random valid order with random operand order for + and *, and half the
  * products and multi-digit sums and differences written in parts (training data: `opts` sets those shares);
- * without, in the canonical post-order of `p.steps`. The answer first appears before the check lines, so a probe
- * there (`</think> \boxed{`) can already be right: the thought has a tail an early exit can save. */
+ * without, in the canonical post-order of `p.steps`. The answer first appears at the end of the steps, about
+ * halfway through the thought; the re-checks after it are the "overthinking" of a reasoning model that has its
+ * answer and keeps verifying: the tail a probe-based early exit (`</think> \boxed{`) can save. */
 export function completionOf(p: ArithProblem, rng?: { next(): number }, opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 }): string {
+  return renderCompletion(thoughtLines(p, rng, opts), p.answer);
+}
+
+/** The assistant's turn for given thought lines (see thoughtLines). */
+export function renderCompletion(lines: { steps: string[]; checks: string[] }, answer: string): string {
+  return `<think>${[...lines.steps, ...lines.checks].map((l) => `${l}\n`).join("")}</think> \\boxed{${answer}}`;
+}
+
+/** The lines of a thought (see completionOf): the steps, and the check lines that follow the answer. */
+export function thoughtLines(p: ArithProblem, rng?: { next(): number }, opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 }): { steps: string[]; checks: string[] } {
   const ss = rng ? randomSteps(parse(p.expression), rng, opts) : p.steps;
-  // Checks of the last two steps, last first: the tail after the answer that a probe-based early exit saves.
-  const checks = ss.slice(-2).reverse().map((s) => `check: ${renderStep(checkStep(s))}`);
-  const lines = [...ss.map(renderStep), ...checks];
-  return `<think>${lines.map((l) => `${l}\n`).join("")}</think> \\boxed{${p.answer}}`;
+  return { steps: ss.map(renderStep), checks: ss.slice().reverse().map((s) => `check: ${renderStep(checkStep(s))}`) };
 }
 
 export interface ProblemSetOptions {
