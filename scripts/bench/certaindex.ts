@@ -92,6 +92,8 @@ const MCTS_PER_ROUND = 4;
 const eq = (a: string, b: string): boolean => answersEquivalent(a, b);
 /** calibrate() options for every program: lose no accuracy and no question the cap answered right. */
 const CRITERION = { equivalent: eq, maxRegressions: 0 };
+/** Certaindex policies: a threshold per detection step (calibrateStaircase), never worse than one threshold. */
+const CERTAINDEX = { ...CRITERION, kind: "curve" as const };
 const started = Date.now();
 const loads: number[] = [];
 const sampleLoad = (): number => {
@@ -190,7 +192,7 @@ if (values.calibrate) {
   const calBranches = await pool(validation, CONC, branchesOf);
   for (const cap of CAPS) {
     const traces = calBranches.map((b) => scTrace(b, cap));
-    const c = calibrate(traces, labels, CRITERION);
+    const c = calibrate(traces, labels, CERTAINDEX);
     const length = calibrate(traces, labels, { ...CRITERION, kind: "baseline-length" });
     scByCap[String(cap)] = {
       policy: c.policy,
@@ -212,7 +214,7 @@ if (values.calibrate) {
       accuracy: built.filter((b, i) => ok(b.plainAnswer, validation[i])).length / built.length,
       meanTokens: built.reduce((s, b) => s + b.plainTokens, 0) / built.length,
     };
-    const c = calibrate(traces, labels, CRITERION);
+    const c = calibrate(traces, labels, CERTAINDEX);
     const o = outcome(c.policy, traces, labels, plain);
     if (o.accuracy >= plain.accuracy - 1e-12 && (cot === null || o.meanTokens < cot.validation.meanTokens)) {
       cot = { policy: c.policy, settings: { interval, probeWindow: window, maxTokens: COT_MAX }, validation: o };
@@ -226,7 +228,7 @@ if (values.calibrate) {
     const t2 = Date.now();
     const tv = validation.slice(0, Math.min(CAL, TREE_N * 2));
     const traces = await treeTraces(kind, tv);
-    const c = calibrate(traces, tv.map((p) => p.answer), CRITERION);
+    const c = calibrate(traces, tv.map((p) => p.answer), CERTAINDEX);
     trees[kind] = {
       policy: c.policy,
       settings: kind === "rebase" ? { width: REBASE_WIDTH, maxTokens: MAX_TOKENS } : { maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS },
@@ -392,14 +394,19 @@ const result = {
   wallSeconds: (Date.now() - started) / 1000,
 };
 const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
-const specText = (s?: PolicySpec): string => (s && (s.kind === "threshold" || s.kind === "baseline-length") ? ` (≥${s.threshold.toFixed(3)} from ${s.detectAt})` : "");
+const specText = (s?: PolicySpec): string => {
+  if (s && (s.kind === "threshold" || s.kind === "baseline-length")) return ` (≥${s.threshold.toFixed(3)} from ${s.detectAt})`;
+  // A staircase (staircaseCurve): every other point is (threshold, the knob step it applies from).
+  if (s?.kind === "curve") return ` (${s.points.filter((_, i) => i % 2 === 1).map(([t, u]) => `≥${t.toFixed(3)} from ${u}`).join(", ") || "never stops early"})`;
+  return "";
+};
 const yes = (m: boolean | undefined): string => (m ? "**met**" : "**not met**");
 const md = [
   `# Certaindex benchmark — ${bm.label}`,
   "",
   `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (token counts do not depend on load). Command: \`${command}\`. Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
-  `Policies: calibrated with \`calibrate()\` on the validation split (no accuracy loss and no question the cap answered right lost there), file \`${relative(process.cwd(), calFile)}\` (${cal.createdAt}${calStale ? ", **STALE: other weights**" : ""}); every figure below is on ${N} test questions (100 per level when n = 500), ${MAX_TOKENS} tokens per SC branch.`,
+  `Policies: calibrated with \`calibrate()\` on the validation split (a certaindex threshold per detection step; no accuracy loss and no question the cap answered right lost there), file \`${relative(process.cwd(), calFile)}\` (${cal.createdAt}${calStale ? ", **STALE: other weights**" : ""}); every figure below is on ${N} test questions (100 per level when n = 500), ${MAX_TOKENS} tokens per SC branch.`,
   "",
   "## Self-consistency (replayed from one 32-branch run per question)",
   "",

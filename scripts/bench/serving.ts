@@ -98,7 +98,7 @@ let capacityProgramsPerSecond: number;
     policy = entry.policy;
     policySource = `${relative(process.cwd(), stored!.file)}${stored!.stale ? " (STALE: other weights)" : ""}, calibrated on ${entry.validation.n} validation questions`;
   } else {
-    const c = calibrate(traces, validation.map((p) => p.answer), { equivalent: eq, maxRegressions: 0 });
+    const c = calibrate(traces, validation.map((p) => p.answer), { equivalent: eq, maxRegressions: 0, kind: "curve" });
     policy = c.policy;
     policySource = `calibrated here on ${validation.length} validation questions (no matching entry in a calibration file; \`${RECALIBRATE_COMMAND}\` writes one)`;
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { calibrate, countRegressions, evaluatePolicy, replay, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import { calibrate, countRegressions, evaluatePolicy, replay, staircaseCurve, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
 import { curveLimit, decide, validatePolicy } from "../../ts/certaindex/policies.js";
 
 describe("policies", () => {
@@ -74,5 +74,41 @@ describe("calibration", () => {
     expect(r.policy).toMatchObject({ kind: "threshold", detectAt: 4 });
     expect(replay(r.policy, wide).stepIndex).toBe(0);
     expect(r.tokenSavings).toBeCloseTo(0.75, 12);
+  });
+
+  it("a staircase (a bar per detection step) stops where one threshold cannot, and replays as a curve", () => {
+    // a: certain (0.9) and right from step 1. b: 0.9 at step 1 but wrong then, right and 0.6 from step 2.
+    // One threshold must be > 0.9 at step 1 (b) or exclude step 1; per step, 0.9 is unsafe at 1 but 0.6 is safe at 2.
+    const a: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: 0.95, answer: "A", tokensUsed: 10 * k })) };
+    const b: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: k === 1 ? 0.9 : 0.6, answer: k === 1 ? "X" : "B", tokensUsed: 10 * k })) };
+    const c: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: 0.3, answer: k === 4 ? "C" : "Y", tokensUsed: 10 * k })) };
+    const traces = [a, b, c];
+    const labels = ["A", "B", "C"];
+    const single = calibrate(traces, labels, { maxRegressions: 0 });
+    const stairs = calibrate(traces, labels, { kind: "curve", maxRegressions: 0 });
+    expect(single.outcome.accuracy).toBe(1);
+    expect(stairs.outcome.accuracy).toBe(1);
+    expect(stairs.regressions).toBe(0);
+    expect(stairs.policy.kind).toBe("curve");
+    // a stops at 1 (0.95), b at 2 (0.6), c runs to the cap: 10 + 20 + 40.
+    expect(stairs.outcome.meanTokens).toBeCloseTo(70 / 3, 9);
+    expect(stairs.outcome.meanTokens).toBeLessThan(single.outcome.meanTokens);
+    expect(replay(stairs.policy, a).stepIndex).toBe(0);
+    expect(replay(stairs.policy, b).stepIndex).toBe(1);
+    expect(replay(stairs.policy, c).stepIndex).toBe(3);
+  });
+
+  it("staircaseCurve: thresholds apply from their step on, the running minimum wins, Infinity never stops", () => {
+    const p = staircaseCurve([{ used: 1, threshold: 0.9 }, { used: 2, threshold: Infinity }, { used: 3, threshold: 0.5 }], 4);
+    const stopAt = (certaindex: number): number => {
+      for (let used = 1; used < 4; used++) if (replay(p, { steps: [{ used, certaindex, answer: "a", tokensUsed: used }, { used: 4, certaindex, answer: "a", tokensUsed: 4 }] }).stepIndex === 0) return used;
+      return 4;
+    };
+    expect(stopAt(0.95)).toBe(1);
+    expect(stopAt(0.9)).toBe(1);
+    expect(stopAt(0.89)).toBe(3);
+    expect(stopAt(0.5)).toBe(3);
+    expect(stopAt(0.49)).toBe(4);
+    expect(staircaseCurve([{ used: 1, threshold: Infinity }], 4)).toEqual({ kind: "curve", points: [[1, 4]] });
   });
 });
