@@ -35,7 +35,7 @@ export const trainRecipe: TrainRecipe = {
   trainProblems: 150_000,
   validationProblems: 1_000,
   probeShare: 0.15,
-  steps: 5400,
+  steps: 6500,
   batch: 32,
   lr: 3e-3,
   warmup: 150,
