@@ -21,7 +21,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
-import { calibrate, evaluatePolicy, replay, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import { calibrate, evaluatePolicy, replay, type CalibrationResult, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
 import {
   CALIBRATION_FORMAT,
   defaultCalibrationOut,
@@ -119,8 +119,13 @@ async function branchesOf(p: ArithProblem): Promise<Branch[]> {
   return sc.state.branches;
 }
 
-function scTrace(branches: readonly Branch[], cap: number): ProgramTrace {
-  const per = Math.max(1, cap / 4);
+/** Branches per round the SC calibration tries at a cap (the finer, the earlier a sure program can stop; the
+ * coarser, the fewer sequential rounds). */
+function perRoundChoices(cap: number): number[] {
+  return [...new Set([cap / 4, cap / 8].filter((x) => Number.isInteger(x) && x >= 1))];
+}
+
+function scTrace(branches: readonly Branch[], cap: number, per = Math.max(1, cap / 4)): ProgramTrace {
   const steps = [];
   for (let used = per; used <= cap; used += per) {
     const b = branches.slice(0, used);
@@ -191,12 +196,17 @@ if (values.calibrate) {
   const scByCap: NonNullable<CalibrationFile["scByCap"]> = {};
   const calBranches = await pool(validation, CONC, branchesOf);
   for (const cap of CAPS) {
-    const traces = calBranches.map((b) => scTrace(b, cap));
-    const c = calibrate(traces, labels, CERTAINDEX);
+    let best: { per: number; c: CalibrationResult; traces: ProgramTrace[] } | null = null;
+    for (const per of perRoundChoices(cap)) {
+      const traces = calBranches.map((b) => scTrace(b, cap, per));
+      const c = calibrate(traces, labels, CERTAINDEX);
+      if (best === null || c.outcome.meanTokens < best.c.outcome.meanTokens) best = { per, c, traces };
+    }
+    const { per, c, traces } = best!;
     const length = calibrate(traces, labels, { ...CRITERION, kind: "baseline-length" });
     scByCap[String(cap)] = {
       policy: c.policy,
-      settings: { maxBranches: cap, branchesPerRound: Math.max(1, cap / 4), maxTokens: MAX_TOKENS, temperature: 0.8 },
+      settings: { maxBranches: cap, branchesPerRound: per, maxTokens: MAX_TOKENS, temperature: 0.8 },
       validation: outcome(c.policy, traces, labels),
       baselineLength: length.policy,
     };
@@ -273,8 +283,8 @@ const testBranches = await pool(test, CONC, branchesOf);
 interface Point { program: string; cap: number; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }
 const points: Point[] = [];
 for (const cap of CAPS) {
-  const tr = testBranches.map((b) => scTrace(b, cap));
   const entry = scPolicy(cap);
+  const tr = testBranches.map((b) => scTrace(b, cap, entry.settings.branchesPerRound as number | undefined));
   points.push({ program: "sc", cap, policy: "baseline-even", ...evaluatePolicy({ kind: "baseline-even" }, tr, testLabels, eq) });
   points.push({ program: "sc", cap, policy: "certaindex", ...evaluatePolicy(entry.policy, tr, testLabels, eq), spec: entry.policy });
   if (entry.baselineLength) points.push({ program: "sc", cap, policy: "baseline-length", ...evaluatePolicy(entry.baselineLength, tr, testLabels, eq), spec: entry.baselineLength });
@@ -413,6 +423,8 @@ const md = [
   "| cap | policy | accuracy | mean tokens |",
   "| --- | --- | --- | --- |",
   ...points.map((p) => `| ${p.cap} | ${p.policy}${specText(p.spec)} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
+  "",
+  `Certaindex and baseline-length rows stop only at round ends; branches per round, chosen by the calibration per cap: ${CAPS.map((c) => `cap ${c}: ${scPolicy(c).settings.branchesPerRound}`).join(", ")}.`,
   "",
   `Live (the calibrated policy on the engine, cap ${peak.cap}): ${scLive ? `${pct(scLive.accuracy)}, ${scLive.meanTokens.toFixed(1)} tokens (${pct(scLive.tokenSavings)} fewer than baseline-even, accuracy ${scLive.accuracyDelta >= 0 ? "+" : ""}${scLive.accuracyDelta.toFixed(2)} points)` : "skipped"}.`,
   "",
