@@ -1,7 +1,7 @@
 // Tokenised training and validation sets for the trainer (TRD1 format, see cpp/data.h), built from the task
 // generator's train and validation splits through the model's own chat template and tokenizer.
 import { writeFileSync } from "node:fs";
-import { problemSet, renderCompletion, thoughtLines, type ArithProblem, type Split } from "../../ts/tasks/arith/index.js";
+import { problemSet, renderCompletion, renderThought, thoughtLines, type ArithProblem, type Split } from "../../ts/tasks/arith/index.js";
 import { Rng } from "../../ts/tasks/arith/rng.js";
 import type { ChatTokenizer } from "./chatTokenizer.js";
 
@@ -19,9 +19,9 @@ export interface PreparedSet {
  * the answer. Trained with the loss on the answer only, it teaches the model what a probe asks: the final answer
  * the thought has reached so far, not the value on the line being checked. */
 export function probeCompletion(p: ArithProblem, lines: { steps: string[]; checks: string[] }, rng: Rng): string {
-  const head = `<think>${lines.steps.map((l) => `${l}\n`).join("")}`;
-  const tail = lines.checks.map((l) => `${l}\n`).join("");
-  const cut = head + tail.slice(0, rng.int(0, tail.length));
+  const head = renderThought({ steps: lines.steps, checks: [] }).length;
+  const full = renderThought(lines);
+  const cut = full.slice(0, rng.int(head, full.length));
   return `${cut}${cut.endsWith("\n") ? "" : "\n"}</think> \\boxed{${p.answer}}`;
 }
 

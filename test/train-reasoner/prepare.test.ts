@@ -9,7 +9,7 @@ import { prepareSet, probeCompletion } from "../../scripts/train-reasoner/prepar
 import { modelRecipe } from "../../scripts/train-reasoner/recipe.js";
 import { writeModelFiles } from "../../scripts/train-reasoner/writeModelFiles.js";
 import { defaultProbeSuffix } from "../../ts/programs/cotProbe.js";
-import { problemFromExpression, problemSet, thoughtLines } from "../../ts/tasks/arith/index.js";
+import { problemFromExpression, problemSet, renderThought, thoughtLines } from "../../ts/tasks/arith/index.js";
 import { Rng } from "../../ts/tasks/arith/rng.js";
 
 const dir = mkdtempSync(join(tmpdir(), "tiny-reasoner-prep-"));
@@ -22,8 +22,8 @@ describe("probe examples", () => {
     let midLine = 0;
     for (const p of [problemFromExpression("12*(7+5)-9", 3), ...problemSet({ split: "train", n: 200, seed: 5 })]) {
       const lines = thoughtLines(p, rng);
-      const head = `<think>${lines.steps.map((l) => `${l}\n`).join("")}`;
-      const full = `${head}${lines.checks.map((l) => `${l}\n`).join("")}`;
+      const head = renderThought({ steps: lines.steps, checks: [] });
+      const full = renderThought(lines);
       const c = probeCompletion(p, lines, rng);
       const pre = c.slice(0, c.indexOf("</think>"));
       // The cut is `pre`, or `pre` less the newline the suffix adds to a cut inside a line.

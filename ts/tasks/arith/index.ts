@@ -4,6 +4,6 @@ export { applyOp, checkStep, evaluate, parenDepth, parse, partialProducts, parti
 export type { Expr, Op, Step } from "./expr.js";
 export { isLevel, levels, levelSpecs, sampleExpr } from "./levels.js";
 export type { Level, LevelSpec } from "./levels.js";
-export { completionOf, problemFromExpression, problemSet, splitOf, splits, renderCompletion, thoughtLines } from "./problems.js";
+export { completionOf, problemFromExpression, problemSet, splitOf, splits, renderCompletion, renderThought, thoughtLines } from "./problems.js";
 export type { ArithProblem, ProblemSetOptions, Split } from "./problems.js";
 export { verifyStepLine, verifyThought } from "./verify.js";

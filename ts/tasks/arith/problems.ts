@@ -44,7 +44,12 @@ export function completionOf(p: ArithProblem, rng?: { next(): number }, opts: Ra
 
 /** The assistant's turn for given thought lines (see thoughtLines). */
 export function renderCompletion(lines: { steps: string[]; checks: string[] }, answer: string): string {
-  return `<think>${[...lines.steps, ...lines.checks].map((l) => `${l}\n`).join("")}</think> \\boxed{${answer}}`;
+  return `${renderThought(lines)}</think> \\boxed{${answer}}`;
+}
+
+/** The open thought: `<think>` and every line with its newline (no `</think>`). */
+export function renderThought(lines: { steps: string[]; checks: string[] }): string {
+  return `<think>${[...lines.steps, ...lines.checks].map((l) => `${l}\n`).join("")}`;
 }
 
 /** The lines of a thought (see completionOf): the steps, and the check lines that follow the answer. */
