@@ -1,11 +1,12 @@
-// CPU GEMM: float64 reference on random shapes (odd sizes, every W dtype, bias), bitwise batch invariance across
-// M, row position, thread count and the decode / large-M paths, distinct bits for distinct splitK, AVX2 == AVX-512,
-// boundary errors, and the event loop staying live during a long GEMM.
+// CPU GEMM: float64 reference on random shapes (odd sizes, every W dtype, bias; bf16 W takes X rounded to bf16),
+// bitwise batch invariance across M, row position, thread count and the decode / large-M paths, distinct bits for
+// distinct splitK, AVX2 == AVX-512 == AVX512-BF16, boundary errors, and the event loop staying live during a long
+// GEMM.
 import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon, packageRoot } from "../../ts/native/loadAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
-import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
+import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
 import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
@@ -30,7 +31,9 @@ describe("gemm (cpu)", () => {
           const w = tensorOf(addon, "cpu", wType, [N, K], randomF32(rng, N * K));
           const bias = N % 2 ? tensorOf(addon, "cpu", wType === "f16" ? "f16" : "f32", [N], randomF32(rng, N)) : undefined;
           const got = await gemm(x, w, bias, splitK);
-          const ref = refGemm(stored(x), stored(w), bias && stored(bias), M, N, K);
+          // bf16 W: the kernels multiply X rounded to bf16 (cpu_gemm.h), so the reference does too
+          const xRef = wType === "bf16" ? roundBf16(stored(x)) : stored(x);
+          const ref = refGemm(xRef, stored(w), bias && stored(bias), M, N, K);
           // f32 accumulation over K terms of size <= 1: error grows ~ sqrt(K) * 2^-24 per term
           const bad = worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5);
           expect(bad, `M=${M} N=${N} K=${K} w=${wType} splitK=${splitK}`).toBeUndefined();
@@ -74,15 +77,16 @@ describe("gemm (cpu)", () => {
     disposeAll(x, w);
   });
 
-  it("gives the same bits on the AVX2 path as on the AVX-512 path", () => {
-    // A child process forced to AVX2 (DELIBERATE_SIMD=avx2) computes the same GEMMs; on a CPU without AVX-512 both
-    // runs take the AVX2 path and the test still checks determinism across processes.
+  it("gives the same bits on the AVX2, AVX-512 and AVX512-BF16 paths", () => {
+    // Child processes capped at AVX2 and at AVX-512 without the BF16 dot product (DELIBERATE_SIMD=avx2 / avx512)
+    // compute the same GEMMs as the native one; on a CPU without AVX-512 (or without BF16) some of the runs take
+    // the same path and the test still checks determinism across processes.
     const script = `
       const addon = require("node-gyp-build")(${JSON.stringify(packageRoot())});
       let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
       (async () => {
         const out = [];
-        for (const [M, N, K, wt, sk] of [[3, 20, 77, "f32", 1], [24, 13, 161, "bf16", 3], [5, 11, 64, "f16", 2], [40, 9, 1100, "bf16", 2]]) {
+        for (const [M, N, K, wt, sk] of [[3, 20, 77, "f32", 1], [24, 13, 161, "bf16", 3], [5, 11, 64, "f16", 2], [40, 9, 1100, "bf16", 2], [1, 37, 576, "bf16", 1], [70, 50, 300, "bf16", 3], [130, 49, 64, "bf16", 1]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
           const w = addon.tensor("cpu", wt, [N, K]); w.writeF32(Float32Array.from({ length: N * K }, r));
           const y = addon.tensor("cpu", "f32", [M, N]);
@@ -97,8 +101,11 @@ describe("gemm (cpu)", () => {
       return JSON.parse(r.stdout) as { simd: string; out: string[] };
     };
     const forced = run({ DELIBERATE_SIMD: "avx2" });
+    const avx512 = run({ DELIBERATE_SIMD: "avx512" });
     const native = run({ DELIBERATE_SIMD: "" });
     expect(forced.simd).toBe("avx2");
+    console.log(`[gemm] SIMD paths compared: avx2, ${avx512.simd}, ${native.simd}`);
+    expect(avx512.out).toEqual(forced.out);
     expect(native.out).toEqual(forced.out);
   });
 

@@ -1,6 +1,8 @@
 // Float64 reference forward pass of a Llama-family decoder, written from the architecture (transformers'
 // modeling_llama / modeling_qwen2), not from our kernels: it is the oracle the native engine is compared against.
-// Simple and slow on purpose: plain loops, no batching, a dense per-layer KV cache.
+// Simple and slow on purpose: plain loops, no batching, a dense per-layer KV cache. A projection whose weight is
+// stored as bf16 multiplies its input rounded to bf16 (round to nearest even), as transformers does for a bf16
+// model and as our kernels define it (cpp/cpu_gemm.h); everything else stays float64.
 import { computeInvFreq, readModelConfig, type ModelConfig } from "../../ts/model/config.js";
 import { bytesToF32 } from "../../ts/model/dtype.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
@@ -14,6 +16,7 @@ export class ReferenceModel {
   private constructor(
     readonly config: ModelConfig,
     private readonly w: Map<string, Vec>,
+    private readonly bf16: Set<string>,
   ) {
     this.invFreq = Float64Array.from(computeInvFreq(config));
   }
@@ -25,10 +28,13 @@ export class ReferenceModel {
     try {
       checkWeights(config, ckpt);
       const w = new Map<string, Vec>();
+      const bf16 = new Set<string>();
       for (const { name } of expectedTensors(config)) {
-        w.set(name, Float64Array.from(bytesToF32(await ckpt.read(name), ckpt.tensors.get(name)!.dtype)));
+        const dtype = ckpt.tensors.get(name)!.dtype;
+        w.set(name, Float64Array.from(bytesToF32(await ckpt.read(name), dtype)));
+        if (dtype === "BF16") bf16.add(name);
       }
-      return new ReferenceModel(config, w);
+      return new ReferenceModel(config, w, bf16);
     } finally {
       await ckpt.close();
     }
@@ -62,6 +68,11 @@ export class ReferenceModel {
   /** @internal used by ReferenceSession */
   weight(name: string): Vec {
     return this.w.get(name)!;
+  }
+
+  /** @internal y = W x for the projection `name` (rows, cols), x rounded to bf16 when W is stored as bf16. */
+  project(name: string, x: Vec, rows: number, cols: number): Float64Array {
+    return matVec(this.w.get(name)!, this.bf16.has(name) ? roundToBf16(x) : x, rows, cols);
   }
 
   /** @internal */
@@ -113,7 +124,7 @@ export class ReferenceSession {
     names.layers.forEach((l, i) => this.layer(i, l, x));
     const h = rmsNorm(x, m.weight(names.finalNorm), c.rmsNormEps);
     this.position++;
-    return matVec(m.weight(names.lmHead), h, c.vocabSize, c.hiddenSize);
+    return m.project(names.lmHead, h, c.vocabSize, c.hiddenSize);
   }
 
   /** One decoder layer on the residual stream x (hidden), in place. */
@@ -122,9 +133,9 @@ export class ReferenceSession {
     const { hiddenSize: H, numHeads, numKvHeads, headDim: hd, intermediateSize: F, rmsNormEps } = m.config;
     const pos = this.position;
     const h = rmsNorm(x, m.weight(l.inputNorm), rmsNormEps);
-    const q = addBias(matVec(m.weight(l.qProj), h, numHeads * hd, H), l.qBias ? m.weight(l.qBias) : null);
-    const k = addBias(matVec(m.weight(l.kProj), h, numKvHeads * hd, H), l.kBias ? m.weight(l.kBias) : null);
-    const v = addBias(matVec(m.weight(l.vProj), h, numKvHeads * hd, H), l.vBias ? m.weight(l.vBias) : null);
+    const q = addBias(m.project(l.qProj, h, numHeads * hd, H), l.qBias ? m.weight(l.qBias) : null);
+    const k = addBias(m.project(l.kProj, h, numKvHeads * hd, H), l.kBias ? m.weight(l.kBias) : null);
+    const v = addBias(m.project(l.vProj, h, numKvHeads * hd, H), l.vBias ? m.weight(l.vBias) : null);
     for (let hh = 0; hh < numHeads; hh++) m.rope(q, hh * hd, pos);
     for (let hh = 0; hh < numKvHeads; hh++) m.rope(k, hh * hd, pos);
     this.keys[i].push(k);
@@ -152,17 +163,25 @@ export class ReferenceSession {
         for (let d = 0; d < hd; d++) attn[hh * hd + d] += p * vs[kvh * hd + d];
       }
     }
-    const o = addBias(matVec(m.weight(l.oProj), attn, H, numHeads * hd), l.oBias ? m.weight(l.oBias) : null);
+    const o = addBias(m.project(l.oProj, attn, H, numHeads * hd), l.oBias ? m.weight(l.oBias) : null);
     for (let d = 0; d < H; d++) x[d] += o[d];
 
     // SwiGLU MLP: down(silu(gate(h2)) * up(h2)).
     const h2 = rmsNorm(x, m.weight(l.postAttentionNorm), rmsNormEps);
-    const g = matVec(m.weight(l.gateProj), h2, F, H);
-    const u = matVec(m.weight(l.upProj), h2, F, H);
+    const g = m.project(l.gateProj, h2, F, H);
+    const u = m.project(l.upProj, h2, F, H);
     for (let j = 0; j < F; j++) g[j] = (g[j] / (1 + Math.exp(-g[j]))) * u[j];
-    const down = matVec(m.weight(l.downProj), g, H, F);
+    const down = m.project(l.downProj, g, H, F);
     for (let d = 0; d < H; d++) x[d] += down[d];
   }
+}
+
+/** x rounded to the nearest bf16 (ties to even), as float64. */
+function roundToBf16(x: Vec): Float64Array {
+  const f = Float32Array.from(x);
+  const u = new Uint32Array(f.buffer);
+  for (let i = 0; i < u.length; i++) u[i] = ((u[i] + 0x7fff + ((u[i] >>> 16) & 1)) >>> 16) << 16;
+  return Float64Array.from(f);
 }
 
 /** y = W x for W (rows, cols) row-major. */

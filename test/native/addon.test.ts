@@ -51,7 +51,7 @@ describe("devices", () => {
   it("reports the CPU and either CUDA devices or why CUDA is unavailable", () => {
     const d = addon.listDevices();
     expect(d.cpu.threads).toBeGreaterThanOrEqual(1);
-    expect(["avx2", "avx512"]).toContain(d.cpu.simd);
+    expect(["avx2", "avx512", "avx512-bf16"]).toContain(d.cpu.simd);
     if (d.cuda.available) expect(d.cuda.devices.length).toBeGreaterThan(0);
     else expect(d.cuda.reason).toMatch(/\w/);
   });

@@ -196,7 +196,7 @@ export interface CudaDeviceInfo {
 }
 
 export interface DeviceReport {
-  cpu: { threads: number; hardwareThreads: number; simd: "avx2" | "avx512" };
+  cpu: { threads: number; hardwareThreads: number; simd: "avx2" | "avx512" | "avx512-bf16" };
   cuda: { compiled: boolean; available: boolean; reason?: string; runtimeVersion: string; devices: CudaDeviceInfo[] };
 }
 
