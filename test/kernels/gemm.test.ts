@@ -41,6 +41,29 @@ describe("gemm (cpu)", () => {
         }
   });
 
+  it("rounds X to bf16 for bf16 W: ties to even, subnormals to zero (vector and scalar paths alike)", async () => {
+    // W = identity (bf16): y[m][n] = bf16(x[m][n]) exactly. K = 37: each row is converted 8 at a time, then 5 singly.
+    const K = 37, M = 3;
+    const ties = [1 + 2 ** -8, 1 + 3 * 2 ** -8, -(2 + 2 ** -7), 3 + 2 ** -7, 0.5 + 2 ** -10, 1 + 2 ** -8 + 2 ** -20];
+    const specials = [1e-39, -1e-39, 2 ** -127, 1e-38, 2 ** -126, -0, 0, 65504.5, -3.0000002];
+    const xs = new Float32Array(M * K);
+    const rng = makeRng(9);
+    for (let m = 0; m < M; m++)
+      for (let k = 0; k < K; k++) {
+        const pool = [...ties, ...specials];
+        xs[m * K + k] = (k + m * 7) % 3 === 0 ? pool[(k + m) % pool.length] : (rng() * 2 - 1) * 10 ** Math.floor(rng() * 6 - 3);
+      }
+    const eye = new Float32Array(K * K);
+    for (let k = 0; k < K; k++) eye[k * K + k] = 1;
+    const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
+    const w = tensorOf(addon, "cpu", "bf16", [K, K], eye);
+    const got = await gemm(x, w, undefined, 1);
+    const want = roundBf16(xs).map((v) => (Math.abs(v) < 2 ** -126 ? 0 : v));
+    for (let i = 0; i < M * K; i++) expect(got[i], `x = ${xs[i]}`).toBe(want[i] === 0 ? 0 : want[i]);
+    expect(Array.from(roundBf16(Float32Array.of(1 + 2 ** -8, 1 + 3 * 2 ** -8)))).toEqual([1, 1 + 2 ** -6]);
+    disposeAll(x, w);
+  });
+
   it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
     const rng = makeRng(2);
     // M > 64: the batch takes the large-M path; sub-batches of up to 64 rows (32 on AVX2) the decode panels, which
