@@ -52,7 +52,6 @@ const { values } = parseArgs({
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
 const NPROG = Number(values.programs);
 const CAP = Number(values.cap);
-const PER_ROUND = Math.max(1, CAP / 4);
 const MAX_TOKENS = Number(values["max-tokens"]);
 const SCALE = Number(values.scale);
 const SOLO_RUNS = Number(values.solo);
@@ -65,6 +64,13 @@ const loads: number[] = [load1m()];
 
 const bm = await resolveBenchModel(values.model, log);
 const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
+// The calibration file's SC entry for this cap (if its max tokens match) also says how many branches a round
+// samples (bench:certaindex chooses that per cap); without one, cap / 4 and a calibration here.
+const stored = loadCalibration(bm.dir, { file: values.calibration, bundledDir: TINY_REASONER_DIR });
+const storedEntry = stored === null ? undefined : programCalibration(stored.calibration, "sc", CAP);
+const entry = storedEntry?.settings.maxTokens === MAX_TOKENS ? storedEntry : undefined;
+const PER_ROUND = entry?.settings.branchesPerRound ?? Math.max(1, CAP / 4);
+const ROUNDS = Math.ceil(CAP / PER_ROUND);
 const promptOf = (p: ArithProblem): number[] | string =>
   model.tokenizer.chatTemplate === null ? p.question : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
 const scOf = (p: ArithProblem, seed = 0): SelfConsistency =>
@@ -86,15 +92,13 @@ let capacityProgramsPerSecond: number;
   });
   capacityProgramsPerSecond = validation.length / ((Date.now() - t0) / 1000);
   const traces: ProgramTrace[] = runs.map((b) => ({
-    steps: Array.from({ length: 4 }, (_, k) => {
-      const used = (k + 1) * PER_ROUND;
+    steps: Array.from({ length: ROUNDS }, (_, k) => {
+      const used = Math.min(CAP, (k + 1) * PER_ROUND);
       const answers = b.slice(0, used).map((x) => x.answer);
       return { used, certaindex: entropyCertaindex(answers, eq), answer: clusterAnswers(answers, eq)[0]?.answer ?? null, tokensUsed: b.slice(0, used).reduce((s, x) => s + x.tokens, 0) };
     }),
   }));
-  const stored = loadCalibration(bm.dir, { file: values.calibration, bundledDir: TINY_REASONER_DIR });
-  const entry = stored === null ? undefined : programCalibration(stored.calibration, "sc", CAP);
-  if (entry !== undefined && entry.settings.branchesPerRound === PER_ROUND && entry.settings.maxTokens === MAX_TOKENS) {
+  if (entry !== undefined) {
     policy = entry.policy;
     policySource = `${relative(process.cwd(), stored!.file)}${stored!.stale ? " (STALE: other weights)" : ""}, calibrated on ${entry.validation.n} validation questions`;
   } else {
