@@ -20,8 +20,10 @@ namespace avx2 {
 #define DL_TARGET
 struct V {
   static constexpr int kHalves = 2;
+  static constexpr bool kMasked = false;  // no 16-bit masked loads: edges go through a zero-padded copy
   using Vec = __m256;
   using In = __m256i;
+  static In loadMasked(const uint16_t*, uint32_t) { return _mm256_setzero_si256(); }  // not used
   struct Prep {
     __m256 odd, even;
   };
@@ -53,12 +55,14 @@ constexpr auto kTable = tableOf<kAvx2Bf16NR>(std::make_integer_sequence<int, kAv
 #define DL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 struct V512Base {
   static constexpr int kHalves = 1;
+  static constexpr bool kMasked = true;
   using Vec = __m512;
   using In = __m512i;
   DL_TARGET static Vec zero() { return _mm512_setzero_ps(); }
   DL_TARGET static Vec loadAcc(const float* p) { return _mm512_loadu_ps(p); }
   DL_TARGET static void storeAcc(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   DL_TARGET static In load(const uint16_t* p) { return _mm512_loadu_si512(p); }
+  DL_TARGET static In loadMasked(const uint16_t* p, uint32_t m) { return _mm512_maskz_loadu_epi16(__mmask32(m), p); }
   DL_TARGET static float reduce(const Vec (&a)[1]) {  // the fixed tree: i + i+8, i + i+4, i + i+2, 0 + 1
     __m256 lo = _mm512_castps512_ps256(a[0]);
     __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1));

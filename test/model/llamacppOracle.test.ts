@@ -48,7 +48,9 @@ describe.each(CASES)("llama.cpp oracle: $name", (c) => {
     const f = await tempFixture(c.fixture);
     const gguf = join(await tempDir(), "model.gguf");
     await exportGguf(f.dir, gguf, c.gguf);
-    ref = await ReferenceModel.load(f.dir);
+    // Projection inputs unrounded: on the bf16 export llama.cpp's own noise (f16 KV cache) is ~0.03 per logit with
+    // or without bf16-rounded inputs in the reference (measured 0.0295 / 0.0301), and the f32 export widens weights.
+    ref = await ReferenceModel.load(f.dir, { bf16Inputs: false });
     tokenizer = await ModelTokenizer.load(f.dir, { config: f.config });
     cpp = await loadLlamaCpp(gguf, f.config.vocabSize);
   });

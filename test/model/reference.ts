@@ -21,8 +21,10 @@ export class ReferenceModel {
     this.invFreq = Float64Array.from(computeInvFreq(config));
   }
 
-  /** Loads every weight of the model in `dir` as float64 (values exactly as stored, e.g. bf16-rounded). */
-  static async load(dir: string): Promise<ReferenceModel> {
+  /** Loads every weight of the model in `dir` as float64 (values exactly as stored, e.g. bf16-rounded). With
+   * `bf16Inputs: false`, bf16 projections take their input unrounded (a runtime that widens bf16 weights to f32,
+   * e.g. llama.cpp on an f32 export). */
+  static async load(dir: string, opts: { bf16Inputs?: boolean } = {}): Promise<ReferenceModel> {
     const config = await readModelConfig(dir);
     const ckpt = await openSafetensors(dir);
     try {
@@ -32,7 +34,7 @@ export class ReferenceModel {
       for (const { name } of expectedTensors(config)) {
         const dtype = ckpt.tensors.get(name)!.dtype;
         w.set(name, Float64Array.from(bytesToF32(await ckpt.read(name), dtype)));
-        if (dtype === "BF16") bf16.add(name);
+        if (dtype === "BF16" && opts.bf16Inputs !== false) bf16.add(name);
       }
       return new ReferenceModel(config, w, bf16);
     } finally {
