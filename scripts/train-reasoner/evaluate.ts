@@ -1,6 +1,6 @@
 // Reference evaluation of a tiny-reasoner folder with the trainer's own C++ forward (independent of the engine):
 //   npx tsx scripts/train-reasoner/evaluate.ts [--model DIR] [--n 500] [--samples 16] [--temperature 0.8]
-//                                             [--seed 0] [--out FILE.json]
+//                                             [--top-p 1] [--seed 0] [--out FILE.json]
 // Measures on the test split: greedy accuracy per level, self-consistency (majority of `samples` samples at
 // `temperature`), how often an answer can be extracted, and CoT probing: the greedy thought cut at fractions of
 // its length, followed by the probe suffix `</think> \boxed{`, decoded greedily for at most 20 tokens.
@@ -31,6 +31,7 @@ async function main(): Promise<void> {
       n: { type: "string", default: "500" },
       samples: { type: "string", default: "16" },
       temperature: { type: "string", default: "0.8" },
+      "top-p": { type: "string", default: "1" },
       seed: { type: "string", default: "0" },
       out: { type: "string" },
     },
@@ -39,6 +40,7 @@ async function main(): Promise<void> {
   const n = Number(values.n);
   const samples = Number(values.samples);
   const temperature = Number(values.temperature);
+  const topP = Number(values["top-p"]);
   const seed = Number(values.seed);
   const m = recipeOfConfig(dir);
   const bin = buildTrainer("release");
@@ -48,7 +50,7 @@ async function main(): Promise<void> {
   const endThink = tok.tokenId("</think>");
   const problems = arithTask.problems({ split: "test", n, seed: 0 });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
-  const gen = (ps: number[][], k: number, t: number, maxNew = 448) => generateWithTrainer(bin, dir, m, ps, { samples: k, temperature: t, seed, maxNew, eos });
+  const gen = (ps: number[][], k: number, t: number, maxNew = 448) => generateWithTrainer(bin, dir, m, ps, { samples: k, temperature: t, topP, seed, maxNew, eos });
   const answerOf = (ids: number[]) => arithTask.extractAnswer(tok.decode(ids));
   const boxed = (ids: number[]) => tok.decode(ids).includes("\\boxed{");
 

@@ -25,6 +25,8 @@ export function runTrainer(bin: string, args: string[], opts: { quiet?: boolean 
 export interface TrainerGenerateOptions {
   samples: number;
   temperature: number;
+  /** Nucleus sampling (default 1: off). */
+  topP?: number;
   seed: number;
   maxNew: number;
   eos: number;
@@ -38,7 +40,7 @@ export async function generateWithTrainer(bin: string, modelDir: string, m: Mode
     writeFileSync(join(dir, "prompts.txt"), prompts.map((p) => p.join(" ")).join("\n") + "\n");
     await runTrainer(bin, [
       "generate", "--model", join(modelDir, "model.safetensors"), "--prompts", join(dir, "prompts.txt"), "--out", join(dir, "out.txt"),
-      ...modelFlags(m), "--samples", String(o.samples), "--temperature", String(o.temperature), "--seed", String(o.seed),
+      ...modelFlags(m), "--samples", String(o.samples), "--temperature", String(o.temperature), "--top-p", String(o.topP ?? 1), "--seed", String(o.seed),
       "--max-new", String(o.maxNew), "--eos", String(o.eos), "--threads", String(o.threads ?? 2),
     ]);
     const lines = readFileSync(join(dir, "out.txt"), "utf8").split("\n").slice(0, prompts.length * o.samples);

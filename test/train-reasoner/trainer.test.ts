@@ -4,6 +4,9 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { beforeAll, describe, expect, it } from "vitest";
 import { buildTrainerAsync } from "../../scripts/train-reasoner/buildTrainer.js";
+import { loadChatTokenizer } from "../../scripts/train-reasoner/chatTokenizer.js";
+import { generateWithTrainer, recipeOfConfig } from "../../scripts/train-reasoner/trainerCli.js";
+import { bundledModelDir } from "../../ts/eval/bundledModel.js";
 
 const run = promisify(execFile);
 let f64 = "";
@@ -25,6 +28,18 @@ describe("tiny-reasoner trainer", () => {
     const { stdout } = await run(f32, ["kernelcheck", "--threads", "2"]);
     expect(stdout).toContain("gemmcheck: PASS");
     expect(stdout).toMatch(/swiglucheck: .* PASS/);
+  });
+
+  it("samples within the nucleus: a tiny top-p is greedy, top-p 1 is plain temperature sampling", async () => {
+    const tok = loadChatTokenizer(bundledModelDir);
+    const m = recipeOfConfig(bundledModelDir);
+    const prompts = ["What is 37*(4+15)-8?", "What is 906-(52+7)*3?"].map((q) => tok.encodeChat([{ role: "user", content: q }] as never, true));
+    const o = { samples: 8, seed: 3, maxNew: 96, eos: tok.tokenId("<|eos|>") };
+    const greedy = await generateWithTrainer(f32, bundledModelDir, m, prompts, { ...o, samples: 1, temperature: 0 });
+    const nucleus = await generateWithTrainer(f32, bundledModelDir, m, prompts, { ...o, temperature: 2, topP: 1e-6 });
+    nucleus.forEach((ids, i) => expect(ids).toEqual(greedy[Math.floor(i / o.samples)]));
+    const plain = await generateWithTrainer(f32, bundledModelDir, m, prompts, { ...o, temperature: 2 });
+    expect(plain.some((ids, i) => ids.join() !== greedy[Math.floor(i / o.samples)].join())).toBe(true);
   });
 
   it("reports a bad invocation as an error, not a crash", async () => {

@@ -18,12 +18,22 @@ struct Slot {
   std::vector<real> k, v;  // [layers][maxPos][kvDim]
 };
 
-int pick(const real* logits, int vocab, double temperature, double u) {
+int pick(const real* logits, int vocab, double temperature, double topP, double u) {
   if (temperature <= 0) return (int)(std::max_element(logits, logits + vocab) - logits);
   const real mx = *std::max_element(logits, logits + vocab);
   std::vector<double> p(vocab);
   double sum = 0;
   for (int t = 0; t < vocab; t++) sum += p[t] = std::exp((logits[t] - mx) / temperature);
+  if (topP < 1) {  // keep the most likely tokens (ties by index) until their mass reaches topP, drop the rest
+    std::vector<int> order(vocab);
+    for (int t = 0; t < vocab; t++) order[t] = t;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    double kept = 0;
+    int n = 0;
+    while (n < vocab && kept < topP * sum) kept += p[order[n++]];
+    for (int i = n; i < vocab; i++) p[order[i]] = 0;
+    sum = kept;
+  }
   double acc = 0;
   for (int t = 0; t < vocab; t++)
     if ((acc += p[t] / sum) > u) return t;
@@ -110,7 +120,7 @@ std::vector<std::vector<int>> generate(const Config& c, const Weights& w, const 
       s.pos++;
       if (s.pos < s.promptLen) continue;  // still reading the prompt
       const double uni = uniform01(hash3(o.seed, (uint64_t)s.index, (uint64_t)s.pos));
-      const int t = pick(&logits[(size_t)r * V], V, o.temperature, uni);
+      const int t = pick(&logits[(size_t)r * V], V, o.temperature, o.topP, uni);
       s.tokens.push_back(t);
       const int generated = (int)s.tokens.size() - s.promptLen;
       if (t == o.eos || generated >= o.maxNew || (int)s.tokens.size() >= c.maxPos) {

@@ -11,6 +11,7 @@ namespace tr {
 struct GenerateOptions {
   int samples = 1;          // completions per prompt
   double temperature = 0;   // 0 = greedy
+  double topP = 1;          // nucleus: sample among the most likely tokens whose probabilities reach topP
   uint64_t seed = 0;
   int maxNew = 160;         // generated tokens per completion at most (also capped by maxPos)
   int eos = 2;              // stops a completion (included in its output)

@@ -1,6 +1,6 @@
 // tiny-reasoner trainer CLI (driven by scripts/train-reasoner/*.ts):
 //   trainer train     --data F --val F --out model.safetensors [--log F] <model flags> <train flags>
-//   trainer generate  --model model.safetensors --prompts F --out F <model flags> [--samples K --temperature T
+//   trainer generate  --model model.safetensors --prompts F --out F <model flags> [--samples K --temperature T --top-p P
 //                     --seed S --max-new M --eos ID]      (prompts/out: one line of space-separated ids each)
 //   trainer gradcheck (double build) | kernelcheck (float build)
 // Model flags: --vocab --hidden --layers --heads --kv-heads --head-dim --ffn --max-pos --rope-theta --norm-eps
@@ -85,7 +85,7 @@ int run(int argc, char** argv) {
     readSafetensors(a.get("model"), tensorLayout(c), params.data());
     const Weights w = bindWeights(c, params.data());
     GenerateOptions o;
-    o.samples = a.i("samples", 1), o.temperature = a.f("temperature", 0), o.seed = (uint64_t)a.i("seed", 0);
+    o.samples = a.i("samples", 1), o.temperature = a.f("temperature", 0), o.topP = a.f("top-p", 1), o.seed = (uint64_t)a.i("seed", 0);
     o.maxNew = a.i("max-new", o.maxNew), o.eos = a.i("eos", o.eos), o.maxBatch = a.i("max-batch", o.maxBatch);
     const auto outs = generate(c, w, readIdLines(a.get("prompts")), o);
     std::ofstream out(a.get("out"));
