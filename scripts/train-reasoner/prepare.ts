@@ -26,14 +26,18 @@ export function probeCompletion(p: ArithProblem, lines: { steps: string[]; check
 }
 
 /** Encodes `n` problems of `split` (levels cycled 1..5) and writes them to `path`; with `probeShare` > 0, that
- * share of the problems also gives a probe example (loss on the answer after `\boxed{` only). */
-export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: number, maxPos: number, path: string, probeShare = 0): PreparedSet {
+ * share of the problems also gives a probe example (loss on the answer after `\boxed{` only). With
+ * `stepsOnlyShare` > 0, that share of the problems is cut after its steps (no check lines, no answer, no eos): the
+ * steps get more of the training tokens than the re-checks, which are easy once the steps are known. */
+export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: number, maxPos: number, path: string, probeShare = 0, stepsOnlyShare = 0): PreparedSet {
   const assistant = tok.tokenId("<|assistant|>");
   const boxed = tok.tokenId("\\boxed{");
   const problems = problemSet({ split, n, seed });
   // Each thought in a random valid order (see completionOf): the model learns many paths to one answer.
   const order = new Rng(seed).fork(`cot/${split}`);
   const probeRng = new Rng(seed).fork(`probe/${split}`);
+  const cutRng = new Rng(seed).fork(`steps-only/${split}`);
+  const eos = tok.tokenId("<|eos|>");
   const chunks: Buffer[] = [];
   const header = Buffer.alloc(8);
   header.write("TRD1", 0, "ascii");
@@ -41,8 +45,9 @@ export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: nu
   let tokens = 0;
   let maxLength = 0;
   let probes = 0;
-  const add = (p: ArithProblem, content: string, lossFrom: (ids: number[]) => number): void => {
+  const add = (p: ArithProblem, content: string, lossFrom: (ids: number[]) => number, open = false): void => {
     const ids = tok.encodeChat([{ role: "user", content: p.question }, { role: "assistant", content }], false);
+    if (open && ids.at(-1) === eos) ids.pop(); // an unfinished turn: nothing is learned about how it ends
     if (ids.length > maxPos) throw new Error(`problem ${p.expression} encodes to ${ids.length} tokens > maxPos ${maxPos}`);
     const rec = Buffer.alloc(4 + 2 * ids.length);
     rec.writeUInt16LE(ids.length, 0);
@@ -54,8 +59,9 @@ export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: nu
   };
   for (const p of problems) {
     const lines = thoughtLines(p, order);
-    // Loss on the assistant turn: <think> ... <|eos|>.
-    add(p, renderCompletion(lines, p.answer), (ids) => ids.indexOf(assistant) + 1);
+    // Loss on the assistant turn: <think> ... <|eos|> (or <think> and the steps only).
+    if (stepsOnlyShare > 0 && cutRng.next() < stepsOnlyShare) add(p, renderThought({ steps: lines.steps, checks: [] }), (ids) => ids.indexOf(assistant) + 1, true);
+    else add(p, renderCompletion(lines, p.answer), (ids) => ids.indexOf(assistant) + 1);
     if (probeShare > 0 && probeRng.next() < probeShare) {
       add(p, probeCompletion(p, lines, probeRng), (ids) => ids.lastIndexOf(boxed) + 1);
       probes++;

@@ -15,6 +15,8 @@ export interface TrainRecipe {
   validationProblems: number;
   /** Share of training problems that also give a probe example (thought cut inside its checks, loss on the answer). */
   probeShare: number;
+  /** Share of training problems cut after their steps (no checks, no answer: see prepareSet). */
+  stepsOnlyShare: number;
   steps: number;
   /** Sequences per optimizer step. */
   batch: number;
@@ -35,6 +37,7 @@ export const trainRecipe: TrainRecipe = {
   trainProblems: 150_000,
   validationProblems: 1_000,
   probeShare: 0.15,
+  stepsOnlyShare: 0,
   steps: 6500,
   batch: 32,
   lr: 3e-3,

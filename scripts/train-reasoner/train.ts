@@ -24,6 +24,7 @@ async function main(): Promise<void> {
       lr: { type: "string" },
       threads: { type: "string" },
       seed: { type: "string" },
+      "steps-only-share": { type: "string" },
       hidden: { type: "string" },
       layers: { type: "string" },
       ffn: { type: "string" },
@@ -39,6 +40,7 @@ async function main(): Promise<void> {
     lr: num(values.lr, trainRecipe.lr),
     threads: num(values.threads, trainRecipe.threads),
     seed: num(values.seed, trainRecipe.seed),
+    stepsOnlyShare: num(values["steps-only-share"], trainRecipe.stepsOnlyShare),
   };
   const started = Date.now();
   const out = resolve(values.out!);
@@ -50,7 +52,7 @@ async function main(): Promise<void> {
   writeModelFiles(out, m);
   const tok = loadChatTokenizer(out);
   console.log(`tokenising ${t.trainProblems} train + ${t.validationProblems} validation problems ...`);
-  const train = prepareSet(tok, "train", t.trainProblems, t.seed, m.maxPos, join(work, "train.bin"), t.probeShare);
+  const train = prepareSet(tok, "train", t.trainProblems, t.seed, m.maxPos, join(work, "train.bin"), t.probeShare, t.stepsOnlyShare);
   const val = prepareSet(tok, "validation", t.validationProblems, t.seed, m.maxPos, join(work, "val.bin"));
   console.log(`train: ${train.sequences} sequences (${train.probes} probe examples), ${train.tokens} tokens (max ${train.maxLength}); validation: ${val.sequences}`);
 

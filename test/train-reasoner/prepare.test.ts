@@ -66,4 +66,29 @@ describe("prepareSet", () => {
     expect(probes).toBe(r.probes);
     expect(o).toBe(b.length);
   });
+
+  it("cuts a share of the problems after their steps: no check lines, no answer, no eos", () => {
+    const path = join(dir, "steps.bin");
+    const full = prepareSet(tok, "train", 300, 1, modelRecipe.maxPos, join(dir, "full.bin"));
+    const r = prepareSet(tok, "train", 300, 1, modelRecipe.maxPos, path, 0, 0.5);
+    expect(r.sequences).toBe(300);
+    expect(r.tokens).toBeLessThan(full.tokens);
+    const b = readFileSync(path);
+    let o = 8;
+    let cut = 0;
+    for (let i = 0; i < r.sequences; i++) {
+      const n = b.readUInt16LE(o);
+      const ids = Array.from({ length: n }, (_, k) => b.readUInt16LE(o + 4 + 2 * k));
+      const trained = tok.decode(ids.slice(b.readUInt16LE(o + 2)));
+      o += 4 + 2 * n;
+      if (trained.includes("</think>")) expect(trained).toMatch(/^<think>(.+\n)+<\/think> \\boxed\{-?\d+\}<\|eos\|>$/);
+      else {
+        cut++;
+        expect(trained).toMatch(/^<think>([^\n]+=-?\d+\n)+$/);
+        expect(trained).not.toContain("check");
+      }
+    }
+    expect(cut).toBeGreaterThan(100);
+    expect(cut).toBeLessThan(200);
+  });
 });
