@@ -15,7 +15,7 @@ const cli = (args: string[]) => run("npx", ["tsx", "ts/cli/main.ts", ...args], {
 describe("deliberate run", () => {
   it("--json reports the answer, certaindex, rounds and tokens against the budget", async () => {
     const dir = await fixtureDir("llama", "f32");
-    const { stdout } = await cli(["run", "What is 12*(7+5)-9?", "--model", dir, "--max-tokens", "12", "--cap", "8", "--policy", "baseline-even", "--json"]);
+    const { stdout } = await cli(["run", "What is 7*(8+5)-19?", "--model", dir, "--max-tokens", "12", "--cap", "8", "--policy", "baseline-even", "--json"]);
     const r = JSON.parse(stdout) as Record<string, unknown> & { history: unknown[]; knob: { used: number; max: number } };
     expect(r.program).toBe("sc");
     expect(r.stopReason).toBe("cap");
@@ -40,7 +40,7 @@ describe("deliberate run", () => {
   it("defaults to the bundled tiny reasoner", async () => {
     // The README's main job, with no flag: the bundled model ships with the package.
     expect(existsSync(DEFAULT_MODEL_DIR)).toBe(true);
-    const { stdout } = await cli(["run", "What is 12*(7+5)-9?", "--json"]);
+    const { stdout } = await cli(["run", "What is 7*(8+5)-19?", "--json"]);
     const r = JSON.parse(stdout) as { answer: string | null; model: string; tokensUsed: number; tokenBudget: number };
     expect(r.model).toBe(DEFAULT_MODEL_DIR);
     expect(r.answer).toMatch(/^-?\d+$/);
@@ -48,7 +48,7 @@ describe("deliberate run", () => {
   });
 
   it("mcts on the bundled reasoner answers (it printed \"(none)\"), scored by the arith verifier by default", async () => {
-    const { stdout } = await cli(["run", "What is 12*(7+5)-9?", "--program", "mcts", "--cap", "8", "--json"]);
+    const { stdout } = await cli(["run", "What is 7*(8+5)-19?", "--program", "mcts", "--cap", "8", "--json"]);
     const r = JSON.parse(stdout) as { answer: string | null; reward: string; tokensUsed: number; tokenBudget: number; knob: { used: number } };
     expect(r.reward).toBe("arith-verifier");
     expect(r.answer).toMatch(/^-?\d+$/);

@@ -1,4 +1,4 @@
-// `deliberate run "What is 12*(7+5)-9?"`: the main job. Runs one reasoning program (default: self-consistency
+// `deliberate run "What is 7*(8+5)-19?"`: the main job. Runs one reasoning program (default: self-consistency
 // with certaindex on the bundled tiny reasoner), shows progress on a TTY, prints the answer, its certaindex, the
 // rounds and the tokens used against the budget (or one JSON object with --json). The program's policy and
 // settings come from the model's certaindex calibration (ts/certaindex/calibrationFile.ts) when there is one;
@@ -91,7 +91,7 @@ export function registerRun(program: Command): void {
   program
     .command("run")
     .description("answer a question with a reasoning program (default: self-consistency with certaindex on the bundled tiny reasoner)")
-    .argument("<question>", 'the question, e.g. "What is 12*(7+5)-9?"')
+    .argument("<question>", 'the question, e.g. "What is 7*(8+5)-19?"')
     .option("--program <name>", `one of ${PROGRAM_KINDS.join(", ")}`, "sc")
     .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
     .option("--cap <n>", "the program's knob cap: branches (sc), width (rebase), simulations (mcts)")
