@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_reduce.h"
 
 namespace dl::cpu::gemm_detail {
 namespace {
@@ -24,14 +25,6 @@ template <DType WD> inline __m256 load8(const void* w, int64_t i) {
 template <DType WD> inline float toF32(const void* w, int64_t i) {
   if constexpr (WD == DType::f32) return static_cast<const float*>(w)[i];
   else return f16ToF32(static_cast<const uint16_t*>(w)[i]);
-}
-
-// The fixed tree of cpu_gemm.h over lanes lo = 0..7, hi = 8..15.
-inline float reduce16(__m256 lo, __m256 hi) {
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
 }
 
 // Elements [from, to) of the group of 16 at k = g (the rest zero) added to the accumulators in memory: a

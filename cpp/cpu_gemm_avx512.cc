@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_reduce.h"
 
 #define DL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
@@ -29,16 +30,6 @@ template <DType WD> DL_AVX512 inline __m512 load16(const void* w, int64_t i) {
 template <DType WD> DL_AVX512 inline __m512 load16Masked(const void* w, int64_t i, __mmask16 m) {
   if constexpr (WD == DType::f32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + i);
   else return widen16<WD>(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i));
-}
-
-// The fixed tree of cpu_gemm.h: lanes i + i+8, then i + i+4, then i + i+2, then 0 + 1.
-DL_AVX512 inline float reduce16(__m512 v) {
-  __m256 lo = _mm512_castps512_ps256(v);
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
 }
 
 // One masked group of 16 at k = g added to the accumulators in memory: a partition's partial first or last group,

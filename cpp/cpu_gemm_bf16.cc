@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cpu_gemm.h"
+#include "cpu_gemm_reduce.h"
 
 namespace dl::cpu::gemm_detail {
 
@@ -39,12 +40,7 @@ struct V {
   static void dot(Vec& acc, const Prep& x, const Prep& w) {
     acc = _mm256_fmadd_ps(x.even, w.even, _mm256_fmadd_ps(x.odd, w.odd, acc));
   }
-  static float reduce(const Vec (&a)[2]) {  // the fixed tree over lanes lo = 0..7, hi = 8..15
-    __m256 s8 = _mm256_add_ps(a[0], a[1]);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
-  }
+  static float reduce(const Vec (&a)[2]) { return reduce16(a[0], a[1]); }
 };
 #include "cpu_gemm_bf16.inc"
 #undef DL_TARGET
@@ -63,14 +59,7 @@ struct V512Base {
   DL_TARGET static void storeAcc(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   DL_TARGET static In load(const uint16_t* p) { return _mm512_loadu_si512(p); }
   DL_TARGET static In loadMasked(const uint16_t* p, uint32_t m) { return _mm512_maskz_loadu_epi16(__mmask32(m), p); }
-  DL_TARGET static float reduce(const Vec (&a)[1]) {  // the fixed tree: i + i+8, i + i+4, i + i+2, 0 + 1
-    __m256 lo = _mm512_castps512_ps256(a[0]);
-    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1));
-    __m256 s8 = _mm256_add_ps(lo, hi);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(s2) + _mm_cvtss_f32(_mm_shuffle_ps(s2, s2, 1));
-  }
+  DL_TARGET static float reduce(const Vec (&a)[1]) { return reduce16(a[0]); }
 };
 
 namespace avx512 {
