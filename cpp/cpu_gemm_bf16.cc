@@ -40,7 +40,9 @@ struct V {
   static void dot(Vec& acc, const Prep& x, const Prep& w) {
     acc = _mm256_fmadd_ps(x.even, w.even, _mm256_fmadd_ps(x.odd, w.odd, acc));
   }
-  static float reduce(const Vec (&a)[2]) { return reduce16(a[0], a[1]); }
+  static void reduceAll(const Vec* a, int n, float* sums) {
+    for (int o = 0; o < n; o++) sums[o] = reduce16(a[2 * o], a[2 * o + 1]);
+  }
 };
 #include "cpu_gemm_bf16.inc"
 #undef DL_TARGET
@@ -59,7 +61,7 @@ struct V512Base {
   DL_TARGET static void storeAcc(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   DL_TARGET static In load(const uint16_t* p) { return _mm512_loadu_si512(p); }
   DL_TARGET static In loadMasked(const uint16_t* p, uint32_t m) { return _mm512_maskz_loadu_epi16(__mmask32(m), p); }
-  DL_TARGET static float reduce(const Vec (&a)[1]) { return reduce16(a[0]); }
+  DL_TARGET __attribute__((always_inline)) static void reduceAll(const Vec* a, int n, float* sums) { gemm_detail::reduceAll(a, n, sums); }
 };
 
 namespace avx512 {
