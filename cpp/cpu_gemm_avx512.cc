@@ -65,7 +65,9 @@ DL_AVX512 void accum(const void* xv, int64_t ldx, const void* wv, int64_t ldw, i
     g += 16;
   }
   __m512 acc[MR][NR];
+#pragma GCC unroll 4
   for (int i = 0; i < MR; i++)
+#pragma GCC unroll 6
     for (int j = 0; j < NR; j++) acc[i][j] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(accIO + (i * NR + j) * 16);
   for (; g + 16 <= k1; g += 16) {
     __m512 xv[MR];
@@ -80,11 +82,14 @@ DL_AVX512 void accum(const void* xv, int64_t ldx, const void* wv, int64_t ldw, i
     }
   }
   const bool tail = g < k1;
+  if ((flags & kReduce) && !tail) {
+    reduceAll(&acc[0][0], MR * NR, sums);
+    return;
+  }
+#pragma GCC unroll 4
   for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR; j++) {
-      if ((flags & kReduce) && !tail) sums[i * NR + j] = reduce16(acc[i][j]);
-      else _mm512_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j]);
-    }
+#pragma GCC unroll 6
+    for (int j = 0; j < NR; j++) _mm512_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j]);
   if (tail) {
     edge<MR, NR, WD>(x, ldx, w, ldw, g, __mmask16((1u << (k1 - g)) - 1), accIO);
     if (flags & kReduce)
