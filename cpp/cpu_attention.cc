@@ -1,6 +1,7 @@
 // Shared by the CPU attention kernels: CSR page-table checks and the page-wise online-softmax step
 // (order documented in cpu_attention.h). Caches f32, bf16 or f16.
 #include "cpu_attention.h"
+#include "cpu_expf.h"
 
 #include <immintrin.h>
 
@@ -112,12 +113,13 @@ void attendPage(const char* kRows, const char* vRows, size_t stride, int64_t n, 
       mx = std::max(mx, s[t]);
     }
     const float mNew = std::max(st.m[g], mx);
-    const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(st.m[g] - mNew);
+    const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : exp1(st.m[g] - mNew);
     st.l[g] *= c;
-    for (t = 0; t < n; t++) {
-      s[t] = std::exp(s[t] - mNew);  // scores become the softmax numerators p_t
-      st.l[g] += s[t];
-    }
+    // scores become the softmax numerators p_t (exp of cpu_expf.h), summed in token order
+    const __m256 mv = _mm256_set1_ps(mNew);
+    for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), mv)));
+    for (; t < n; t++) s[t] = exp1(s[t] - mNew);
+    for (t = 0; t < n; t++) st.l[g] += s[t];
     accumulatePage<CT>(st.acc.data() + g * D, c, s, vRows, stride, n, D);
     st.m[g] = mNew;
   }

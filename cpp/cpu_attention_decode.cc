@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "cpu_attention.h"
+#include "cpu_expf.h"
 #include "cpu_dtype.h"
 #include "threadpool.h"
 
@@ -50,7 +51,7 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
           std::fill(o, o + D, 0.f);
           for (int s = 0; s < used; s++) {
             const SoftmaxState& st = parts[s][hk - hk0];
-            const float w = std::exp(st.m[g] - M);
+            const float w = exp1(st.m[g] - M);
             L += w * st.l[g];
             for (int64_t d = 0; d < D; d++) o[d] += w * st.acc[g * D + d];
           }
