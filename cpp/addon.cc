@@ -74,6 +74,31 @@ Napi::Value LiveBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(liveBytes(d)));
 }
 
+// stressThreadPool(regions) -> Promise<number of regions that went wrong>, on a libuv thread (as model steps run), so
+// that a pool that hangs leaves the event loop free for the caller's timeout.
+class StressWorker : public Napi::AsyncWorker {
+ public:
+  StressWorker(Napi::Env env, int64_t regions)
+      : Napi::AsyncWorker(env, "stressThreadPool"), deferred_(Napi::Promise::Deferred::New(env)), regions_(regions) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+  void Execute() override { bad_ = stressParallelFor(regions_); }
+  void OnOK() override { deferred_.Resolve(Napi::Number::New(Env(), double(bad_))); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  int64_t regions_, bad_ = 0;
+};
+
+Napi::Value StressThreadPool(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsNumber() || info[0].As<Napi::Number>().DoubleValue() < 1)
+    throw Napi::TypeError::New(info.Env(), "stressThreadPool(regions): regions must be a number >= 1");
+  auto* w = new StressWorker(info.Env(), int64_t(info[0].As<Napi::Number>().DoubleValue()));
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
 }  // namespace
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -82,6 +107,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads, "setThreads"));
   exports.Set("liveBytes", Napi::Function::New(env, LiveBytes, "liveBytes"));
+  exports.Set("stressThreadPool", Napi::Function::New(env, StressThreadPool, "stressThreadPool"));
   exports.Set("cudaCompiled", Napi::Boolean::New(env, gpu::compiled()));
   registerOps(env, exports);
   registerModel(env, exports);

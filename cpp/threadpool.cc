@@ -44,17 +44,18 @@ class Pool {
     {
       std::lock_guard<std::mutex> lk(mu_);
       // A worker may still be in work() from the previous region (it decremented the last pending chunk and is
-      // about to fetch_add next_ once more). next_ stays closed (kClosed) until the region is fully described, and
-      // opening it (next_ = 0) is the last store: a chunk can only be claimed once pending_, fn_, n_ and chunks_
-      // belong to this region. (Resetting next_ before pending_ let such a worker run this region's chunks and
-      // decrement the previous region's pending_ of 0; the store of `chunks` then left pending_ > 0 for ever and
-      // the caller slept on done_ with every chunk done: the serving bench's hang at 0% CPU.)
+      // about to claim once more). A claim reads the chunk index and the region's chunk count from one atomic
+      // (next_), so it can only succeed for a chunk of the region that is open; opening it is the last store, after
+      // pending_, fn_ and n_ belong to this region. (Two earlier versions let such a worker run a chunk twice: one
+      // reset next_ before pending_, the other read the chunk count separately, so a claim that had failed in the
+      // old region (index >= its count) could pass against the next region's larger count. Either way a chunk ran
+      // twice, pending_ went wrong, and the caller hung or returned while a chunk still ran: bench:serving hung at
+      // 0% CPU; test/kernels/threadpool.test.ts reproduces both on more threads than cores.)
       fn_ = &fn;
       n_ = n;
-      chunks_.store(chunks, std::memory_order_relaxed);
       pending_.store(chunks);
       error_ = nullptr;
-      next_.store(0);
+      next_.store(uint64_t(chunks) << 32);
       generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
@@ -62,7 +63,7 @@ class Pool {
     for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) != 0; i++) _mm_pause();
     std::unique_lock<std::mutex> lk(mu_);
     done_.wait(lk, [this] { return pending_.load() == 0; });
-    next_.store(kClosed);  // late claims (a worker still looping in work()) fail until the next region opens
+    next_.store(0);  // zero chunks: late claims (a worker still looping in work()) fail until the next region opens
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -70,8 +71,8 @@ class Pool {
  private:
   void work() {
     for (;;) {
-      int64_t c = next_.fetch_add(1);
-      const int64_t k = chunks_.load(std::memory_order_relaxed);
+      const uint64_t claim = next_.fetch_add(1);
+      const int64_t k = int64_t(claim >> 32), c = int64_t(claim & 0xffffffffu);
       if (c >= k) return;
       int64_t b = n_ * c / k, e = n_ * (c + 1) / k;
       try {
@@ -116,10 +117,10 @@ class Pool {
   std::condition_variable cv_, done_;
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  std::atomic<int64_t> chunks_{0};
-  // Next chunk to claim; kClosed between regions, so no claim succeeds while a region is being set up.
-  static constexpr int64_t kClosed = int64_t(1) << 62;
-  std::atomic<int64_t> next_{kClosed}, pending_{0};
+  // The open region's chunk count (high 32 bits) and next chunk to claim (low 32 bits); 0 between regions, so no
+  // claim succeeds while a region is being set up. (Late failed claims only raise the low half.)
+  std::atomic<uint64_t> next_{0};
+  std::atomic<int64_t> pending_{0};
   std::atomic<uint64_t> generation_{0};
   bool stopping_ = false;
   std::exception_ptr error_;
@@ -148,6 +149,23 @@ void setNumThreads(int n) {
 void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   pool().run(n, grain, fn);
+}
+
+int64_t stressParallelFor(int64_t regions) {
+  const int64_t maxN = 4 * int64_t(numThreads());
+  std::vector<std::atomic<int>> hits(size_t(maxN + 1));
+  int64_t bad = 0;
+  for (int64_t r = 0; r < regions; r++) {
+    const int64_t n = 1 + r % maxN;  // 1 .. 4 x threads indices, grain 1: 1 .. threads chunks
+    for (int64_t i = 0; i <= n; i++) hits[size_t(i)].store(0, std::memory_order_relaxed);
+    parallelFor(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; i++) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+    });
+    bool ok = hits[size_t(n)].load() == 0;
+    for (int64_t i = 0; i < n; i++) ok = ok && hits[size_t(i)].load() == 1;
+    bad += ok ? 0 : 1;
+  }
+  return bad;
 }
 
 }  // namespace dl

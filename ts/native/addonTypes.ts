@@ -206,6 +206,8 @@ export interface Addon {
   /** Sets the CPU thread pool size (<= 0: hardware concurrency); returns the new size. Results never depend on it. */
   setThreads(n: number): number;
   liveBytes(device: DeviceKind): number;
+  /** Test hook: runs `regions` small CPU parallel regions back to back; resolves to how many went wrong (0 = sound). */
+  stressThreadPool(regions: number): Promise<number>;
   readonly cudaCompiled: boolean;
   readonly ops: NativeOps;
   readonly NativeModel: new (options: NativeModelOptions) => NativeModel;
