@@ -57,6 +57,28 @@ template <DType CT> inline void dot4(const float* q, const char* k, size_t kStri
   }
 }
 
+// Eight tokens' dot products at once (D % 8 == 0), each in dot()'s order: the fixed tree runs transposed over the
+// eight lane accumulators (lanes i + i+4 as 128-bit halves, then .0+.2 and .1+.3, then the two; same additions).
+template <DType CT> inline void dot8(const float* q, const char* k, size_t kStride, int64_t D, float* out) {
+  __m256 a[8];
+  for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, load8<CT>(k + j * kStride, d), a[j]);
+  }
+  __m256 x[4], y[2];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; p++)  // x[p]: 128-bit lane 0 the s4 of token 2p, lane 1 that of token 2p+1
+    x[p] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * p], a[2 * p + 1], 0x20), _mm256_permute2f128_ps(a[2 * p], a[2 * p + 1], 0x31));
+#pragma GCC unroll 2
+  for (int r = 0; r < 2; r++)  // y[r]: lane L holds (x0, x1) of tokens 4r + L and 4r + 2 + L
+    y[r] = _mm256_add_ps(_mm256_shuffle_ps(x[2 * r], x[2 * r + 1], 0x44), _mm256_shuffle_ps(x[2 * r], x[2 * r + 1], 0xEE));
+  // element 4L + e holds token 2e + L
+  const __m256 sum = _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x88), _mm256_shuffle_ps(y[0], y[1], 0xDD));
+  _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 // acc[d] = acc[d] * c (skipped when c == 1: exact), then acc[d] += p[t] * v_t[d] (one fused multiply-add each) for
 // t = 0..n-1 in order. Chunks of 64 floats stay in registers across the page's tokens.
 template <DType CT> inline void accumulatePage(float* acc, float c, const float* p, const char* v, size_t vStride, int64_t n, int64_t D) {
@@ -105,12 +127,26 @@ void attendPage(const char* kRows, const char* vRows, size_t stride, int64_t n, 
     float* s = scores + g * P;
     float mx = -std::numeric_limits<float>::infinity();
     int64_t t = 0;
-    if (D % 8 == 0)
+    if (D % 8 == 0) {
+      for (; t + 8 <= n; t += 8) dot8<CT>(q + g * qStride, kRows + t * stride, stride, D, s + t);
       for (; t + 4 <= n; t += 4) dot4<CT>(q + g * qStride, kRows + t * stride, stride, D, s + t);
+    }
     for (; t < n; t++) s[t] = dot<CT>(q + g * qStride, kRows + t * stride, D);
-    for (t = 0; t < n; t++) {
-      s[t] *= scl;
-      mx = std::max(mx, s[t]);
+    {  // s *= scale and the page's max (a max is exact in any order)
+      const __m256 sv = _mm256_set1_ps(scl);
+      __m256 mxv = _mm256_set1_ps(mx);
+      for (t = 0; t + 8 <= n; t += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + t), sv);
+        _mm256_storeu_ps(s + t, v);
+        mxv = _mm256_max_ps(v, mxv);  // a NaN score is skipped, as std::max(mx, s) does
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, mxv);
+      for (float f : lanes) mx = std::max(mx, f);
+      for (; t < n; t++) {
+        s[t] *= scl;
+        mx = std::max(mx, s[t]);
+      }
     }
     const float mNew = std::max(st.m[g], mx);
     const float c = st.m[g] == -std::numeric_limits<float>::infinity() ? 0.f : exp1(st.m[g] - mNew);
@@ -119,7 +155,9 @@ void attendPage(const char* kRows, const char* vRows, size_t stride, int64_t n, 
     const __m256 mv = _mm256_set1_ps(mNew);
     for (t = 0; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), mv)));
     for (; t < n; t++) s[t] = exp1(s[t] - mNew);
-    for (t = 0; t < n; t++) st.l[g] += s[t];
+    float l = st.l[g];  // in a register: the sum stays in token order
+    for (t = 0; t < n; t++) l += s[t];
+    st.l[g] = l;
     accumulatePage<CT>(st.acc.data() + g * D, c, s, vRows, stride, n, D);
     st.m[g] = mNew;
   }
@@ -164,7 +202,55 @@ void attendTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t
   }
 }
 
+// The same for nq queries of sequence b, query j attending to tokens [0, ends[j]): pages outer and queries inner,
+// so a page's K and V rows (widened once for bf16/f16) serve every query of the tile from L1. Each query's own steps
+// (page cuts, attendPage calls, their order) are those of attendTyped(begin = 0, end = ends[j]): the same bits.
+template <DType CT>
+void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* ends,
+                     const float* q, int64_t qStride, float scl, SoftmaxState* st, std::vector<float>& scores) {
+  const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3], G = st[0].G, nh = hk1 - hk0;
+  const size_t es = dtypeSize(CT), stride = size_t(Hk * D) * es;
+  const int32_t* pages = kv.indices.as<int32_t>() + kv.indptr.as<int32_t>()[b];
+  const int64_t maxEnd = *std::max_element(ends, ends + nq);
+  thread_local std::vector<float> wide;
+  if (CT != DType::f32) wide.resize(size_t(2 * P * D));
+  for (int64_t t0 = 0; t0 < maxEnd; t0 += P) {
+    const int64_t page = pages[t0 / P], nMax = std::min(maxEnd - t0, P);
+    if (t0 + nMax < maxEnd) prefetchPage(kv, pages[(t0 + nMax) / P], hk0, hk1, es);
+    for (int64_t hk = hk0; hk < hk1; hk++) {
+      const size_t base = size_t((page * P * Hk + hk) * D) * es;
+      const char* kRows = static_cast<const char*>(kv.kCache.data) + base;
+      const char* vRows = static_cast<const char*>(kv.vCache.data) + base;
+      size_t rowStride = stride;
+      if constexpr (CT != DType::f32) {
+        widenRows<CT>(kRows, stride, nMax, D, wide.data());
+        widenRows<CT>(vRows, stride, nMax, D, wide.data() + P * D);
+        kRows = reinterpret_cast<const char*>(wide.data());
+        vRows = kRows + size_t(P * D) * 4;
+        rowStride = size_t(D) * 4;
+      }
+      for (int64_t j = 0; j < nq; j++) {
+        const int64_t n = std::min(ends[j] - t0, P);
+        if (n <= 0) continue;
+        attendPage<DType::f32>(kRows, vRows, rowStride, n, D, q + j * qStride + (hk - hk0) * G * D,
+                                   D, scl, st[j * nh + (hk - hk0)], scores.data(), P);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void attendTile(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* ends,
+                const float* q, int64_t qStride, float scale, SoftmaxState* states, std::vector<float>& scores) {
+  scores.resize(size_t(states[0].G * kv.pageSize));
+  switch (kv.kCache.dtype) {
+    case DType::f32: return attendTileTyped<DType::f32>(kv, b, hk0, hk1, nq, ends, q, qStride, scale, states, scores);
+    case DType::bf16: return attendTileTyped<DType::bf16>(kv, b, hk0, hk1, nq, ends, q, qStride, scale, states, scores);
+    case DType::f16: return attendTileTyped<DType::f16>(kv, b, hk0, hk1, nq, ends, q, qStride, scale, states, scores);
+    default: throw Error("attention: the KV cache must be f32, bf16 or f16");
+  }
+}
 
 std::vector<int64_t> checkPages(const char* op, const PagedKV& kv) {
   const int64_t B = kv.lastPageLen.shape[0], numPages = kv.kCache.shape[0], P = kv.pageSize;

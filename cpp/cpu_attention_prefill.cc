@@ -1,9 +1,10 @@
 // Prefill / verify attention on the CPU: q [Ttot,Hq,D]; sequence b's queries q[qIndptr[b] .. qIndptr[b+1]) are
 // its last T_b positions (their KV already written), causal: query i of a sequence holding L tokens sits at
 // position L - T_b + i and attends to tokens [0, L - T_b + i]. Keys are reduced in ascending position (order of
-// cpu_attention.h) whatever B and Ttot are. Work is split over (query, group of KV heads), so a query's bits
-// depend only on its own sequence.
+// cpu_attention.h) whatever B and Ttot are. Work is split over (tile of a sequence's queries, group of KV heads),
+// each query computed alone within its tile, so a query's bits depend only on its own sequence.
 #include <algorithm>
+#include <utility>
 
 #include "cpu_attention.h"
 #include "cpu_dtype.h"
@@ -28,28 +29,37 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
       throw Error("attentionPrefill: sequence " + std::to_string(b) + " has " + std::to_string(T) +
                   " queries but only " + std::to_string(tokens[b]) + " tokens in the cache (write its KV first)");
   }
-  // One item per (query row, group of KV heads); row t belongs to the sequence b with qi[b] <= t < qi[b+1]. The
-  // grouping only serves parallelism (a head's bits do not depend on it).
-  const int64_t groups = std::min<int64_t>(Hk, (2 * numThreads() + Ttot - 1) / std::max<int64_t>(1, Ttot));
-  parallelFor(Ttot * groups, 1, [&](int64_t lo, int64_t hi) {
+  // Items: (tile of up to kTile consecutive queries of one sequence, group of KV heads). A tile reads each page once
+  // for all its queries (attendTile); a query's bits depend only on its own sequence, not on its tile or group.
+  constexpr int64_t kTile = 16;
+  std::vector<std::pair<int64_t, int64_t>> tiles;  // (sequence, first query row)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = qi[b]; t < qi[b + 1]; t += kTile) tiles.emplace_back(b, t);
+  const int64_t nTiles = int64_t(tiles.size());
+  if (nTiles == 0) return;
+  const int64_t groups = std::min<int64_t>(Hk, (2 * numThreads() + nTiles - 1) / nTiles);
+  parallelFor(nTiles * groups, 1, [&](int64_t lo, int64_t hi) {
     std::vector<SoftmaxState> st;
     std::vector<float> scores;
+    int64_t ends[kTile];
     for (int64_t item = lo; item < hi; item++) {
-      const int64_t t = item / groups, grp = item % groups;
-      const int64_t hk0 = Hk * grp / groups, hk1 = Hk * (grp + 1) / groups;
-      const int64_t b = std::upper_bound(qi, qi + B + 1, int32_t(t)) - qi - 1;
-      const int64_t pos = tokens[b] - (qi[b + 1] - qi[b]) + (t - qi[b]);
-      st.resize(size_t(hk1 - hk0));
+      const auto [b, t0] = tiles[size_t(item / groups)];
+      const int64_t grp = item % groups;
+      const int64_t hk0 = Hk * grp / groups, hk1 = Hk * (grp + 1) / groups, nh = hk1 - hk0;
+      const int64_t nq = std::min<int64_t>(kTile, qi[b + 1] - t0);
+      for (int64_t j = 0; j < nq; j++) ends[j] = tokens[b] - (qi[b + 1] - qi[b]) + (t0 + j - qi[b]) + 1;
+      st.resize(size_t(nq * nh));
       for (auto& h : st) h.reset(int(G), D);
-      attention_detail::attendTokens(kv, b, hk0, hk1, 0, pos + 1, q.as<float>() + (t * Hq + hk0 * G) * D, scale,
-                                     st.data(), scores);
-      for (int64_t hk = hk0; hk < hk1; hk++)
-        for (int64_t g = 0; g < G; g++) {
-          const SoftmaxState& h = st[hk - hk0];
-          float* o = out.as<float>() + (t * Hq + hk * G + g) * D;
-          const float inv = 1.f / h.l[g];
-          for (int64_t d = 0; d < D; d++) o[d] = h.acc[g * D + d] * inv;
-        }
+      attention_detail::attendTile(kv, b, hk0, hk1, nq, ends, q.as<float>() + (t0 * Hq + hk0 * G) * D, Hq * D, scale,
+                                   st.data(), scores);
+      for (int64_t j = 0; j < nq; j++)
+        for (int64_t hk = hk0; hk < hk1; hk++)
+          for (int64_t g = 0; g < G; g++) {
+            const SoftmaxState& h = st[size_t(j * nh + hk - hk0)];
+            float* o = out.as<float>() + ((t0 + j) * Hq + hk * G + g) * D;
+            const float inv = 1.f / h.l[g];
+            for (int64_t d = 0; d < D; d++) o[d] = h.acc[g * D + d] * inv;
+          }
     }
   });
 }

@@ -28,6 +28,7 @@ inline __m256 exp8(__m256 x) {
   __m256 s = _mm256_fnmadd_ps(q, _mm256_set1_ps(kLn2Hi), xc);
   s = _mm256_fnmadd_ps(q, _mm256_set1_ps(kLn2Lo), s);
   __m256 u = _mm256_set1_ps(kC[0]);
+#pragma GCC unroll 5
   for (int i = 1; i < 6; i++) u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(kC[i]));
   u = _mm256_add_ps(_mm256_set1_ps(1.f), _mm256_fmadd_ps(_mm256_mul_ps(s, s), u, s));
   const __m256i qi = _mm256_cvtps_epi32(q), q1 = _mm256_srai_epi32(qi, 1), q2 = _mm256_sub_epi32(qi, q1);
@@ -47,6 +48,7 @@ inline float exp1(float x) {
   float s = std::fma(-q, kLn2Hi, x);
   s = std::fma(-q, kLn2Lo, s);
   float u = kC[0];
+#pragma GCC unroll 5
   for (int i = 1; i < 6; i++) u = std::fma(u, s, kC[i]);
   u = 1.f + std::fma(s * s, u, s);
   const int32_t qi = int32_t(q), q1 = qi >> 1, q2 = qi - q1;

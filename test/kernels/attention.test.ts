@@ -169,6 +169,24 @@ describe("attentionPrefill (cpu)", () => {
     disposeKV(t1);
   });
 
+  it("gives a query the same bits whatever tile of queries it falls in, and as the decode query", async () => {
+    // 45 queries are cut into tiles of 16 (0-15, 16-31, 32-44); the last 21 into 24-39, 40-44; a query's bits must
+    // not depend on which tile (or which other queries) share its pass, and the last one equals decode (kvSplits 1).
+    for (const dtype of ["f32", "bf16"] as DType[]) {
+      const len = 45, P = 8, Hq = 6, Hk = 2, D = 32;
+      const kv = randomPagedKV(rng, [len], P, Hk, D);
+      const t = upload(kv, dtype);
+      const q = randomF32(rng, len * Hq * D, 2);
+      const all = await prefill(t, q, [0, len], Hq, D);
+      const last21 = await prefill(t, q.slice(24 * Hq * D), [0, 21], Hq, D);
+      const last1 = await prefill(t, q.slice(44 * Hq * D), [0, 1], Hq, D);
+      expect(bitsOf(last21), dtype).toEqual(bitsOf(all, 24 * Hq * D, 21 * Hq * D));
+      expect(bitsOf(last1), dtype).toEqual(bitsOf(all, 44 * Hq * D, Hq * D));
+      expect(bitsOf(await decode(t, q.slice(44 * Hq * D), 1, Hq, D, 1)), dtype).toEqual(bitsOf(last1));
+      disposeKV(t);
+    }
+  });
+
   it("rejects more queries than cached tokens", async () => {
     const kv = randomPagedKV(rng, [3], 4, 1, 8);
     const t = upload(kv, "f32");
