@@ -124,8 +124,9 @@ struct Problem {
   AccumFn (*kernel)(DType, int, int);
 };
 
-// The tile shape and kernels for W's dtype on this CPU (bf16: X as bf16, cpu_gemm.h).
-void chooseKernels(Problem& P, DType w) {
+// The tile shape and kernels for W's dtype and M on this CPU (bf16: X as bf16, cpu_gemm.h). The tile never
+// changes a result's bits (cpu_gemm.h), only the speed.
+void chooseKernels(Problem& P, DType w, int64_t M) {
   const Simd simd = simdLevel();
   if (w == DType::bf16) {
     P.xsz = 2;
@@ -135,6 +136,9 @@ void chooseKernels(Problem& P, DType w) {
     } else if (simd == Simd::avx512) {
       P.MR = gemm_detail::kAvx512Bf16MR, P.NR = gemm_detail::kAvx512Bf16NR;
       P.kernel = [](DType, int mr, int nr) { return gemm_detail::accumBf16Avx512(mr, nr); };
+    } else if (M == 1) {
+      P.MR = 1, P.NR = gemm_detail::kAvx2Bf16RowNR;
+      P.kernel = [](DType, int, int nr) { return gemm_detail::accumBf16Avx2Row(nr); };
     } else {
       P.MR = gemm_detail::kAvx2Bf16MR, P.NR = gemm_detail::kAvx2Bf16NR;
       P.kernel = [](DType, int mr, int nr) { return gemm_detail::accumBf16Avx2(mr, nr); };
@@ -208,7 +212,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     else widen(bias.as<uint16_t>(), bias.dtype, N, biasF32.data());
   }
   Problem P{x.as<float>(), K, 4, bias ? biasF32.data() : nullptr, y.as<float>(), N, kBounds.data(), splitK, 0, 0, nullptr};
-  chooseKernels(P, w.dtype);
+  chooseKernels(P, w.dtype, M);
   const bool bf16 = w.dtype == DType::bf16;
   const int64_t smallM = simdLevel() == Simd::avx2 ? kSmallMAvx2 : kSmallM;
   const size_t wsz = dtypeSize(w.dtype);

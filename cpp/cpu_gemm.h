@@ -36,6 +36,8 @@ constexpr int kAvx512MR = 4, kAvx512NR = 6;  // 24 accumulators + 4 X + 1 W of t
 // bf16 kernels that split each input into odd and even halves: AVX2 8 accumulator pairs + 4 X + 2 W of 16 ymm,
 // AVX-512 16 accumulators + 8 X + 2 W of 32 zmm. With vdpbf16ps the bf16 kernel takes the f32 kernels' tile.
 constexpr int kAvx2Bf16MR = 2, kAvx2Bf16NR = 2;
+// One-row AVX2 bf16 tile (M = 1, memory-bound): 12 accumulators + 2 X + 2 W, so a decode panel is 6 W rows, not 2.
+constexpr int kAvx2Bf16RowNR = 6;
 constexpr int kAvx512Bf16MR = 4, kAvx512Bf16NR = 4;
 
 // The f32-X kernel for a tile of mr x nr outputs (1 <= mr <= MR, 1 <= nr <= NR) and W dtype f32 or f16.
@@ -43,6 +45,7 @@ AccumFn accumAvx2(DType w, int mr, int nr);
 AccumFn accumAvx512(DType w, int mr, int nr);
 // bf16 x bf16 kernels (pairs, schedule above) at the same MR x NR as the f32 kernels of each level.
 AccumFn accumBf16Avx2(int mr, int nr);
+AccumFn accumBf16Avx2Row(int nr);  // mr = 1, nr <= kAvx2Bf16RowNR
 AccumFn accumBf16Avx512(int mr, int nr);
 AccumFn accumBf16Avx512Native(int mr, int nr);
 

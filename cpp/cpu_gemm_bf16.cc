@@ -47,6 +47,7 @@ struct V {
 #include "cpu_gemm_bf16.inc"
 #undef DL_TARGET
 constexpr auto kTable = tableOf<kAvx2Bf16NR>(std::make_integer_sequence<int, kAvx2Bf16MR>{});
+constexpr auto kRowTable = rowOf<1>(std::make_integer_sequence<int, kAvx2Bf16RowNR>{});
 }  // namespace avx2
 
 // AVX-512: one zmm of 16 lanes; lane l takes the pair at dword l of the group.
@@ -95,6 +96,7 @@ constexpr auto kTable = tableOf<kAvx512NR>(std::make_integer_sequence<int, kAvx5
 #undef DL_TARGET
 
 AccumFn accumBf16Avx2(int mr, int nr) { return avx2::kTable[mr - 1][nr - 1]; }
+AccumFn accumBf16Avx2Row(int nr) { return avx2::kRowTable[nr - 1]; }
 AccumFn accumBf16Avx512(int mr, int nr) { return avx512::kTable[mr - 1][nr - 1]; }
 AccumFn accumBf16Avx512Native(int mr, int nr) { return native::kTable[mr - 1][nr - 1]; }
 
