@@ -77,6 +77,10 @@ describe("forward emitAll (verify rows)", () => {
     expect(Buffer.from(mixed[2].logits!.buffer).equals(Buffer.from(alone.logits!.buffer))).toBe(true);
     expect(mixed[2].logits!.length).toBe(13 * V);
     expect(mixed[3].tokens).toBeUndefined();
+    // Trailing pads (the GPU's fixed-shape verify rows) change nothing before them: the CPU verifier leaves them out.
+    const [padded] = await model.forward({ ...FIXED, returnLogits: true, sequences: [row([...a, 0, 0, 0], 150)] });
+    expect([...padded.tokens!.slice(0, 13)]).toEqual([...alone.tokens!]);
+    expect(Buffer.from(padded.logits!.buffer, 0, 13 * V * 4).equals(Buffer.from(alone.logits!.buffer))).toBe(true);
   });
 
   it("rejects emitAll on a row that emits nothing", async () => {

@@ -37,6 +37,19 @@ describe("verify pass shape", () => {
     expect(() => buildVerifyBatch(g, [], scratch)).toThrow(/0 rows/);
   });
 
+  it("builds only the real rows and tokens when the backend does not need the fixed shape (CPU)", () => {
+    const rows = [
+      { tokens: [5, 6, 7], startPos: 9, blockTable: [10, 11, 12], sampling, numTopLogprobs: 2 },
+      { tokens: [1, 2, 3, 4, 5, 6, 7, 8], startPos: 3, blockTable: [20, 21, 22], sampling, numTopLogprobs: 0 },
+    ];
+    const b = buildVerifyBatch(g, rows, scratch, undefined, false);
+    expect(b.gemmSplitK).toBe(FIXED_SCHEDULE.gemmSplitK);
+    expect(b.kvSplits).toBe(FIXED_SCHEDULE.kvSplits);
+    expect(b.sequences.map((s) => [...s.tokens])).toEqual([[5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8]]);
+    expect(b.sequences.map((s) => [...s.blockTable])).toEqual([[10, 11, 12], [20, 21, 22]]); // no scratch pages
+    expect(b.sequences.every((s) => s.emitAll && s.emitToken)).toBe(true);
+  });
+
   it("accepts candidates up to the first mismatch", () => {
     expect(acceptedCandidates([4, 5, 6], Int32Array.of(4, 5, 6, 9))).toBe(3);
     expect(acceptedCandidates([4, 5, 6], Int32Array.of(4, 7, 6, 9))).toBe(1);

@@ -220,7 +220,9 @@ export class DeterministicDecoder {
       members.push({ t, candidates: seq.tokens.slice(start + 1) });
     }
     if (rows.length === 0) return [];
-    const batch = buildVerifyBatch(this.geometry, rows, this.scratch!, { src: Int32Array.from(src), dst: Int32Array.from(dst) });
+    // The fixed shape only where kernels depend on the pass's shape (the GPU; verifyPass.ts).
+    const fixedShape = this.runner.model.device !== "cpu";
+    const batch = buildVerifyBatch(this.geometry, rows, this.scratch!, { src: Int32Array.from(src), dst: Int32Array.from(dst) }, fixedShape);
     if (needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
     const results = await this.runner.model.forward(batch);
     const commits: Commit[] = [];
@@ -251,7 +253,7 @@ export class DeterministicDecoder {
           tok.topLogprobs = res.topLogprobs!.slice(j * k, (j + 1) * k);
         }
         if (res.logits) {
-          const V = res.logits.length / this.geometry.window;
+          const V = res.logits.length / batch.sequences[r].tokens.length;
           tok.logits = res.logits.subarray(j * V, (j + 1) * V);
         }
         tokens.push(tok);

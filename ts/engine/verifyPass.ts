@@ -4,6 +4,11 @@
 // missing rows are dummies (PAD_TOKEN × window from position 0). Pads and dummies write their KV only into
 // scratch pages no real row reads, and every kernel of the fixed schedule computes a row from its own sequence
 // alone, so a real row's verdict is bitwise the same whatever shares the pass.
+// The fixed shape is for the GPU, whose kernels pick tiles and splits from the shape of the whole pass. The CPU
+// backend's kernels compute every row (and every position, causally) from its own sequence alone whatever the batch
+// is (cpp/cpu_gemm.h, cpu_attention.h; test/determinism/emitAll.test.ts checks rows and trailing pads bitwise), so
+// there a pass is built from the real rows and tokens only (`fixedShape` false): the same verdicts, without the
+// dummies' and pads' work (a lone deterministic request used to pay for `group` rows of `window` tokens).
 import { FIXED_SCHEDULE } from "./kernelSchedule.js";
 import type { ForwardBatch, ForwardSequence, SamplingSpec } from "./modelTypes.js";
 import { pagesFor } from "./sequence.js";
@@ -34,17 +39,19 @@ export interface VerifyRow {
 
 /**
  * The forward batch of a pass: rows (at most group) first, then dummies; scratch[r] are row slot r's scratch
- * pages (scratchPagesPerRow of them). pageCopies (copy-on-write of the rows' pages) run first.
+ * pages (scratchPagesPerRow of them). pageCopies (copy-on-write of the rows' pages) run first. With fixedShape
+ * false (CPU backend, above) the batch is the rows alone, each with its own tokens and pages.
  */
 export function buildVerifyBatch(
   g: VerifyGeometry,
   rows: readonly VerifyRow[],
   scratch: readonly (readonly number[])[],
   pageCopies?: { src: Int32Array; dst: Int32Array },
+  fixedShape = true,
 ): ForwardBatch {
   if (rows.length === 0 || rows.length > g.group) throw new Error(`verify pass: ${rows.length} rows for a group of ${g.group}`);
   const sequences: ForwardSequence[] = [];
-  for (let r = 0; r < g.group; r++) {
+  for (let r = 0; r < (fixedShape ? g.group : rows.length); r++) {
     const row = rows[r];
     if (row === undefined) {
       sequences.push({
@@ -61,11 +68,11 @@ export function buildVerifyBatch(
     if (row.tokens.length < 1 || row.tokens.length > g.window) {
       throw new Error(`verify pass: row ${r} has ${row.tokens.length} tokens; expected 1..${g.window}`);
     }
-    const tokens = new Int32Array(g.window).fill(PAD_TOKEN);
+    const tokens = new Int32Array(fixedShape ? g.window : row.tokens.length).fill(PAD_TOKEN);
     tokens.set(row.tokens);
     // Pads past the sequence's own pages land in the slot's scratch pages.
     const own = pagesFor(row.startPos + row.tokens.length, g.pageSize);
-    const needed = pagesFor(row.startPos + g.window, g.pageSize);
+    const needed = pagesFor(row.startPos + tokens.length, g.pageSize);
     const table = row.blockTable.slice(0, own).concat(scratch[r].slice(0, needed - own));
     sequences.push({
       tokens,
