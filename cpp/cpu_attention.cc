@@ -232,8 +232,8 @@ void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int
       for (int64_t j = 0; j < nq; j++) {
         const int64_t n = std::min(ends[j] - t0, P);
         if (n <= 0) continue;
-        attendPage<DType::f32>(kRows, vRows, rowStride, n, D, q + j * qStride + (hk - hk0) * G * D,
-                                   D, scl, st[j * nh + (hk - hk0)], scores.data(), P);
+        attendPage<DType::f32>(kRows, vRows, rowStride, n, D, q + j * qStride + (hk - hk0) * G * D, D, scl,
+                               st[j * nh + (hk - hk0)], scores.data(), P);
       }
     }
   }
