@@ -1,9 +1,11 @@
 // Engine throughput vs batch size on a random model of a real model's shape (weights random, shapes exact).
 //   npm run bench:throughput -- [--json] [--preset smollm-135m|qwen2.5-1.5b] [--device cpu|cuda]
-//     [--batches 1,4,16,64] [--prompt-tokens 32] [--max-tokens 32] [--kernel-mode fast|batch-invariant]
+//     [--batches 1,4,16,64] [--prompt-tokens 32] [--max-tokens 32] [--kernel-mode fast|batch-invariant] [--repeats 3]
 // Each row: `batch` concurrent greedy requests (random prompts, eos ignored) submitted at once; tokensPerSecond =
 // generated tokens / wall time from submit to the last result (prefill included); decodeTokensPerSecond = tokens
-// after the first of each request / time after every request had its first one. With --json, one JSON object
+// after the first of each request / time after every request had its first one. The batches run in `repeats`
+// rounds (every batch once per round, so a disturbance of the machine hits all of them alike); each figure is the
+// median over the rounds, with the range of tokensPerSecond. With --json, one JSON object
 // {model, device, batch, tokensPerSecond, ...} per line; otherwise a table.
 import { existsSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -23,6 +25,7 @@ const { values } = parseArgs({
     "prompt-tokens": { type: "string", default: "32" },
     "max-tokens": { type: "string", default: "32" },
     "kernel-mode": { type: "string", default: "fast" },
+    repeats: { type: "string", default: "3" },
   },
 });
 
@@ -33,6 +36,12 @@ const batches = values.batches!.split(",").map(Number);
 const promptTokens = Number(values["prompt-tokens"]);
 const maxTokens = Number(values["max-tokens"]);
 const kernelMode = parseKernelMode(values["kernel-mode"]!);
+const repeats = Number(values.repeats);
+if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeats ${values.repeats}: expected an integer >= 1`);
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
 
 /** The preset's random checkpoint, written once and cached in the temp dir (135M params take a while). */
@@ -53,6 +62,14 @@ function prompt(i: number, vocab: number): number[] {
   });
 }
 
+interface Sample {
+  tokensPerSecond: number;
+  decodeTokensPerSecond: number;
+  seconds: number;
+  cpuSeconds: number;
+  tokensPerCpuSecond: number;
+}
+
 const maxBatch = Math.max(...batches);
 const model = await loadModel(await presetDir(), {
   device,
@@ -64,45 +81,63 @@ const rows = [];
 try {
   await using engine = new Engine({ models: { name: values.preset, model }, kernelMode });
   await engine.submit({ prompt: prompt(999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
+  const samples = new Map<number, Sample[]>(batches.map((b) => [b, []]));
+  for (let round = 0; round < repeats; round++) {
+    for (const batch of batches) {
+      const start = performance.now();
+      const cpuStart = process.cpuUsage();
+      const firstTokenAt: number[] = [];
+      const outs = await Promise.all(
+        Array.from({ length: batch }, async (_, i) => {
+          // fresh prompts every round: no prefix-cache hits between rounds
+          const handle = engine.submit({ prompt: prompt(i + batch * 1000 + round * 100_000, vocab), maxTokens, ignoreEos: true });
+          for await (const _delta of handle) {
+            firstTokenAt.push(performance.now());
+            break;
+          }
+          return handle.result;
+        }),
+      );
+      const end = performance.now();
+      const seconds = (end - start) / 1000;
+      // Decode phase: from the moment every request has its first token (all prompts prefilled) to the end.
+      const decodeSeconds = (end - Math.max(...firstTokenAt)) / 1000;
+      const cpu = process.cpuUsage(cpuStart);
+      const generated = outs.reduce((n, o) => n + o.tokens.length, 0);
+      samples.get(batch)!.push({
+        tokensPerSecond: generated / seconds,
+        decodeTokensPerSecond: (generated - batch) / decodeSeconds,
+        seconds,
+        // CPU time this process got (a shared machine may give it far less than threads x wall time).
+        cpuSeconds: (cpu.user + cpu.system) / 1e6,
+        // Generated tokens per CPU-second: comparable across runs on a contended machine.
+        tokensPerCpuSecond: generated / ((cpu.user + cpu.system) / 1e6),
+      });
+    }
+  }
   for (const batch of batches) {
-    const start = performance.now();
-    const cpuStart = process.cpuUsage();
-    const firstTokenAt: number[] = [];
-    const outs = await Promise.all(
-      Array.from({ length: batch }, async (_, i) => {
-        const handle = engine.submit({ prompt: prompt(i + batch * 1000, vocab), maxTokens, ignoreEos: true });
-        for await (const _delta of handle) {
-          firstTokenAt.push(performance.now());
-          break;
-        }
-        return handle.result;
-      }),
-    );
-    const end = performance.now();
-    const seconds = (end - start) / 1000;
-    // Decode phase: from the moment every request has its first token (all prompts prefilled) to the end.
-    const decodeSeconds = (end - Math.max(...firstTokenAt)) / 1000;
-    const cpu = process.cpuUsage(cpuStart);
-    const generated = outs.reduce((n, o) => n + o.tokens.length, 0);
+    const got = samples.get(batch)!;
+    const med = (k: keyof Sample, digits: number): number => Number(median(got.map((x) => x[k])).toFixed(digits));
+    const tps = got.map((x) => x.tokensPerSecond);
     const row = {
       model: values.preset,
       device,
       batch,
-      tokensPerSecond: Number((generated / seconds).toFixed(2)),
-      decodeTokensPerSecond: Number(((generated - batch) / decodeSeconds).toFixed(2)),
+      tokensPerSecond: med("tokensPerSecond", 2),
+      decodeTokensPerSecond: med("decodeTokensPerSecond", 2),
       promptTokens,
       maxTokens,
       kernelMode,
-      seconds: Number(seconds.toFixed(3)),
-      // CPU time this process got (a shared machine may give it far less than threads x wall time).
-      cpuSeconds: Number(((cpu.user + cpu.system) / 1e6).toFixed(3)),
-      // Generated tokens per CPU-second: comparable across runs on a contended machine.
-      tokensPerCpuSecond: Number((generated / ((cpu.user + cpu.system) / 1e6)).toFixed(2)),
+      seconds: med("seconds", 3),
+      cpuSeconds: med("cpuSeconds", 3),
+      tokensPerCpuSecond: med("tokensPerCpuSecond", 2),
+      repeats,
+      tokensPerSecondRange: [Number(Math.min(...tps).toFixed(2)), Number(Math.max(...tps).toFixed(2))],
       loadAverage1m: Number(loadavg()[0].toFixed(2)),
     };
     rows.push(row);
     if (values.json) console.log(JSON.stringify(row));
-    else log(`${values.preset} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s, decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`);
+    else log(`${values.preset} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`);
   }
 } finally {
   model.dispose();
@@ -111,7 +146,7 @@ if (!values.json) {
   const one = rows.find((r) => r.batch === 1);
   const sixteen = rows.find((r) => r.batch === 16);
   if (one && sixteen) {
-    const ratio = (k: "tokensPerSecond" | "decodeTokensPerSecond"): string => (sixteen[k] / one[k]).toFixed(2);
-    log(`16-way / single-stream: ${ratio("tokensPerSecond")}x end to end, ${ratio("decodeTokensPerSecond")}x decode`);
+    const ratio = (k: "tokensPerSecond" | "decodeTokensPerSecond" | "tokensPerCpuSecond"): string => (sixteen[k] / one[k]).toFixed(2);
+    log(`16-way / single-stream (medians): ${ratio("tokensPerSecond")}x end to end, ${ratio("decodeTokensPerSecond")}x decode, ${ratio("tokensPerCpuSecond")}x per CPU-second`);
   }
 }
