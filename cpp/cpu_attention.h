@@ -4,8 +4,8 @@
 // Reduction order, per query head over a run of tokens [begin, end) of one sequence: page by page (a page is
 // pageSize tokens of the sequence's CSR page list), scores s_t = scale * (q . k_t) (the dot product: 8 lanes
 // over d % 8 ascending, then a fixed tree), then m' = max(m, max_t s_t), c = exp(m - m'), l = l * c, acc = acc * c,
-// and for each token in ascending order p = exp(s_t - m'), l += p, acc += p * v_t. Nothing depends on other
-// sequences, so a sequence's bits never depend on the batch.
+// and for each token in ascending order p = exp(s_t - m'), l += p, acc += p * v_t (exp: cpu_expf.h). Nothing
+// depends on other sequences, so a sequence's bits never depend on the batch.
 #pragma once
 #include <cmath>
 #include <limits>
