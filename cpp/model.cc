@@ -49,6 +49,8 @@ void Model::validate(const BatchInput& b) const {
   if (b.seqs.empty()) fail("the batch has no sequences");
   if (b.gemmSplitK < 1 || b.gemmSplitK > 4096) fail("gemmSplitK must be in [1, 4096], got " + std::to_string(b.gemmSplitK));
   if (b.kvSplits < 1 || b.kvSplits > 1024) fail("kvSplits must be in [1, 1024], got " + std::to_string(b.kvSplits));
+  if (b.fixedGemmSplitK < 1 || b.fixedGemmSplitK > 4096)
+    fail("fixedGemmSplitK must be in [1, 4096], got " + std::to_string(b.fixedGemmSplitK));
   for (size_t i = 0; i < b.seqs.size(); i++) {
     const SeqInput& s = b.seqs[i];
     std::string who = "sequence " + std::to_string(i) + ": ";

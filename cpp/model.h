@@ -24,12 +24,18 @@ struct SeqInput {
   int captureLayer = -1;            // HF hidden_states index in [0, numLayers], -1 = none
   bool emitToken = true;            // false: a non-final prefill chunk; lm_head and sampling skipped
   bool emitAll = false;             // sample at every position (a verify row), not only the last; needs emitToken
+  bool fixedSchedule = false;       // run on the batch's fixed schedule whatever the step's fast one (see below)
 };
 
 struct BatchInput {
   std::vector<SeqInput> seqs;
+  // The step's (fast) schedule, for every sequence without fixedSchedule.
   int gemmSplitK = 1;  // clamped to each GEMM's K
   int kvSplits = 1;    // decode attention partitions
+  // The fixed schedule, for sequences with fixedSchedule (a verify row or a deterministic prefill chunk fused into
+  // a fast step): GEMM rows with fixedGemmSplitK, and every position through the prefill attention kernel (one
+  // query or many), so a fixed row's bits depend on its own sequence only, never on the fast rows beside it.
+  int fixedGemmSplitK = 1;
   bool returnLogits = false;
   std::vector<int32_t> copySrc, copyDst;  // whole-page copies done before anything else (copy-on-write)
 };

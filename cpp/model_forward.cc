@@ -1,5 +1,6 @@
 // One engine step: the whole model over the whole batch (DESIGN.md "Native contract").
-//   pack: decode sequences (1 new token) first, then prefill chunks; T packed tokens
+//   pack: decode sequences (1 new token) first, then prefill chunks, then fixed-schedule sequences; T packed tokens
+//   (rows [0, Tf) run on the step's fast schedule, rows [Tf, T) on the fixed one: model.h BatchInput)
 //   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope -> kvWrite -> attention -> o_proj ->
 //   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> sample.
 // The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
@@ -15,13 +16,15 @@ namespace dl {
 struct Model::Plan {
   int64_t T = 0;
   int nd = 0;                         // decode sequences: packed rows [0, nd)
+  int64_t Tf = 0;                     // fixed-schedule sequences: packed rows [Tf, T), after every fast one
   std::vector<int> order;             // sequence indices in packed order
   std::vector<int64_t> firstRow;      // per sequence (input index)
   int64_t ids = 0, positions = 0, slots = 0;           // meta offsets of [T] arrays
   int64_t dIndptr = 0, dIndices = 0, dLast = 0, dNnz = 0;  // decode CSR
   int64_t pQIndptr = 0, pIndptr = 0, pIndices = 0, pLast = 0, pNnz = 0;  // prefill CSR
   // Final rows (norm + lm_head): E emitting rows first (the last row of each emitting sequence, or every row of
-  // an emitAll one, in sequence order), then the last rows of sequences that only capture the final hidden state.
+  // an emitAll one; fast sequences, then fixed ones, each in sequence order), then the last rows of sequences that
+  // only capture the final hidden state.
   struct FinalRow {
     int seq;
     int32_t row;  // packed row
@@ -29,6 +32,7 @@ struct Model::Plan {
   };
   std::vector<FinalRow> finals;
   int E = 0;
+  int Ef = 0;                         // emitting rows of fast sequences: finals [0, Ef); fixed ones [Ef, E)
   int64_t finalRows = 0;              // meta offset of [F] packed rows
   int64_t temp = 0, topK = 0, topP = 0, seeds = 0, samplePos = 0;  // meta offsets of [E] (seeds [E,2])
   int numTop = 0;
@@ -54,16 +58,24 @@ Model::Plan Model::plan(const BatchInput& b) {
   m.clear();
   auto push = [&](int32_t v) { m.push_back(v); };
   const int n = int(b.seqs.size());
+  // Fixed-schedule sequences go last and through the prefill attention kernel even for one token: the decode
+  // kernel's split-KV schedule is the fast path's knob, and one attention kernel for every fixed position keeps a
+  // verify row's bits independent of how many candidates it carries.
   for (int i = 0; i < n; i++)
-    if (b.seqs[i].tokens.size() == 1) p.order.push_back(i);
+    if (b.seqs[i].tokens.size() == 1 && !b.seqs[i].fixedSchedule) p.order.push_back(i);
   p.nd = int(p.order.size());
   for (int i = 0; i < n; i++)
-    if (b.seqs[i].tokens.size() != 1) p.order.push_back(i);
+    if (b.seqs[i].tokens.size() != 1 && !b.seqs[i].fixedSchedule) p.order.push_back(i);
+  const size_t numFast = p.order.size();
+  for (int i = 0; i < n; i++)
+    if (b.seqs[i].fixedSchedule) p.order.push_back(i);
   p.firstRow.assign(n, 0);
-  for (int i : p.order) {
-    p.firstRow[i] = p.T;
-    p.T += int64_t(b.seqs[i].tokens.size());
+  for (size_t o = 0; o < p.order.size(); o++) {
+    if (o == numFast) p.Tf = p.T;
+    p.firstRow[p.order[o]] = p.T;
+    p.T += int64_t(b.seqs[p.order[o]].tokens.size());
   }
+  if (numFast == p.order.size()) p.Tf = p.T;
   // Page copies first (their ids live at the front of the metadata).
   for (int32_t s : b.copySrc) push(s);
   for (int32_t d : b.copyDst) push(d);
@@ -113,11 +125,14 @@ Model::Plan Model::plan(const BatchInput& b) {
 
   // Final rows: emitting rows (they get logits and a token), then those capturing the final hidden state.
   auto lastRow = [&](int i) { return int32_t(p.firstRow[i] + int64_t(b.seqs[i].tokens.size()) - 1); };
-  for (int i = 0; i < n; i++) {
-    const SeqInput& s = b.seqs[i];
-    if (!s.emitToken) continue;
-    const int32_t len = int32_t(s.tokens.size());
-    for (int32_t j = s.emitAll ? 0 : len - 1; j < len; j++) p.finals.push_back({i, int32_t(p.firstRow[i]) + j, j});
+  for (bool fixed : {false, true}) {  // fast rows first: the lm_head runs them on the fast schedule
+    for (int i = 0; i < n; i++) {
+      const SeqInput& s = b.seqs[i];
+      if (!s.emitToken || s.fixedSchedule != fixed) continue;
+      const int32_t len = int32_t(s.tokens.size());
+      for (int32_t j = s.emitAll ? 0 : len - 1; j < len; j++) p.finals.push_back({i, int32_t(p.firstRow[i]) + j, j});
+    }
+    if (!fixed) p.Ef = int(p.finals.size());
   }
   p.E = int(p.finals.size());
   for (int i = 0; i < n; i++)
@@ -206,6 +221,33 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   const int64_t Hq = cfg.numHeads, Hk = cfg.numKvHeads, D = cfg.headDim;
   const float scale = float(1.0 / std::sqrt(double(D)));
   auto sk = [&](int64_t K) { return int(std::min<int64_t>(b.gemmSplitK, K)); };
+  auto skFixed = [&](int64_t K) { return int(std::min<int64_t>(b.fixedGemmSplitK, K)); };
+  const int64_t Tf = p.Tf;
+  // y[r0 .. r0 + rows) = x[r0 .. r0 + rows) . W^T on one schedule (x: (T, K), y: (T, N) at yOffset).
+  auto gemmRange = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset, int64_t r0,
+                       int64_t rows, int splitK) {
+    const int64_t K = x.shape[1], N = w.shape[0];
+    View xr = x;
+    xr.shape[0] = rows;
+    xr.data = static_cast<uint8_t*>(x.data) + size_t(r0 * K) * dtypeSize(x.dtype);
+    ops::gemm(d, xr, w, bias, y.view({rows, N}, yOffset + r0 * N), splitK);
+  };
+  // y = x . W^T for all T rows: fast rows on the step's splitK, fixed rows on the fixed one (one call when equal;
+  // a row's bits depend on its own X, K and splitK only, so splitting the rows changes no bits).
+  // x has `rows` rows, the first `fastRows` of them fast.
+  auto gemmSplit = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset, int64_t rows,
+                       int64_t fastRows) {
+    const int64_t K = x.shape[1];
+    if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) {
+      gemmRange(x, w, bias, y, yOffset, 0, rows, fastRows == 0 ? skFixed(K) : sk(K));
+      return;
+    }
+    gemmRange(x, w, bias, y, yOffset, 0, fastRows, sk(K));
+    gemmRange(x, w, bias, y, yOffset, fastRows, rows - fastRows, skFixed(K));
+  };
+  auto gemmRows = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset) {
+    gemmSplit(x, w, bias, y, yOffset, T, Tf);
+  };
 
   if (!b.copySrc.empty()) {
     int64_t n = int64_t(b.copySrc.size());
@@ -251,11 +293,11 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
       View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
       if (T == 1) {
         // One row: the fused output [q | k | v] is already the layout q, k, v views expect.
-        ops::gemm(d, h, L.qkv.matrix(), bias, qkv_.view({1, cfg.qkvDim()}), sk(C));
+        ops::gemm(d, h, L.qkv.matrix(), bias, qkv_.view({1, cfg.qkvDim()}), Tf == 0 ? skFixed(C) : sk(C));
       } else {
         auto part = [&](int64_t r0, int64_t n, int64_t off) {
           View bi = L.qkvBias.buf ? L.qkvBias.vectorRows(r0, n) : View{};
-          ops::gemm(d, h, L.qkv.rowsView(r0, n), bi, qkv_.view({T, n}, off), sk(C));
+          gemmRows(h, L.qkv.rowsView(r0, n), bi, qkv_, off);
         };
         part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
       }
@@ -272,11 +314,11 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
         ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
                               attn_.view({npre, Hq, D}, nd * Q), scale);
       }
-      ops::gemm(d, attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o, sk(Q));
+      gemmRows(attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_, 0);
       ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
-      ops::gemm(d, h, L.gateUp.matrix(), View{}, gu, sk(C));
+      gemmRows(h, L.gateUp.matrix(), View{}, gateUp_, 0);
       ops::siluMul(d, gu, act);
-      ops::gemm(d, act, L.down.matrix(), View{}, o, sk(I));
+      gemmRows(act, L.down.matrix(), View{}, o_, 0);
     }
 
     if (F > 0) {
@@ -288,7 +330,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
     }
     if (E > 0) {
       View logits = logits_.view({E, V});
-      ops::gemm(d, hLast_.view({E, C}), weights.head().matrix(), View{}, logits, sk(C));
+      gemmSplit(hLast_.view({E, C}), weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
       SampleArgs a;
       a.logits = logits;
       a.temperature = meta(p.temp, E, DType::f32);
@@ -313,7 +355,8 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   const bool graphsOff = graphsEnv && std::string(graphsEnv) == "0";
   const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff;
   auto graphKey = [&] {
-    std::vector<int64_t> k = {T, p.nd, E, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK, b.kvSplits,
+    std::vector<int64_t> k = {T, p.nd, p.Tf, E, p.Ef, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
+                              b.kvSplits, b.fixedGemmSplitK,
                               int64_t(metaHost_.size()), p.ids, p.positions, p.slots, p.dIndptr, p.dIndices, p.dLast,
                               p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,
                               p.samplePos};

@@ -95,6 +95,7 @@ BatchInput parseBatch(const Napi::Value& v) {
   BatchInput b;
   b.gemmSplitK = int(integer(o, "gemmSplitK", "forward", 1, 1, 4096));
   b.kvSplits = int(integer(o, "kvSplits", "forward", 1, 1, 1024));
+  b.fixedGemmSplitK = int(integer(o, "fixedGemmSplitK", "forward", 1, 1, 4096));
   b.returnLogits = boolean(o, "returnLogits", "forward", false);
   Napi::Value pc = o.Get("pageCopies");
   if (!pc.IsUndefined() && !pc.IsNull()) {
@@ -118,6 +119,7 @@ BatchInput parseBatch(const Napi::Value& v) {
     s.captureLayer = int(integer(so, "captureHiddenLayer", w, -1, -1, 1 << 12));
     s.emitToken = boolean(so, "emitToken", w, true);
     s.emitAll = boolean(so, "emitAll", w, false);
+    s.fixedSchedule = boolean(so, "fixedSchedule", w, false);
     Napi::Value sp = so.Get("sampling");
     if (!sp.IsUndefined() && !sp.IsNull()) {
       if (!sp.IsObject()) fail(w + ": 'sampling' must be an object");

@@ -3,6 +3,10 @@
 // the fixed schedule, the SGLang / vLLM deterministic-mode baseline).
 //   npm run bench:determinism -- [--json] [--preset smollm-135m] [--layers N] [--device cpu|cuda] [--requests 256]
 //     [--prompt-tokens 128] [--max-tokens 128] [--ratios 0,0.02,0.1,0.5,1] [--verify-window 32] [--verify-group 8]
+//     [--verify fused,separate]
+// --verify: where the verify rows run, one set of decode-verify-rollback rows per choice, side by side in one run:
+// fused into the steps' forwards (the engine's default) or as passes of their own (fuseVerify: false, LLM-42's
+// padded fixed-shape passes on the GPU). The 0% row is the same work either way and runs once.
 // Rows {mode, deterministicRatio, tokensPerSecond, ratioToNonDeterministic, rollbacks, recomputedFraction, ...}:
 // tokensPerSecond = generated tokens / wall time from submit to the last result; recomputedFraction = fast-path
 // tokens rolled back / tokens the deterministic requests generated. On a shared CPU box also compare
@@ -28,6 +32,7 @@ const { values } = parseArgs({
     ratios: { type: "string", default: "0,0.02,0.1,0.5,1" },
     "verify-window": { type: "string", default: "32" },
     "verify-group": { type: "string", default: "8" },
+    verify: { type: "string", default: "fused,separate" },
   },
 });
 const preset = PRESETS[values.preset!];
@@ -40,6 +45,10 @@ const maxTokens = Number(values["max-tokens"]);
 const ratios = values.ratios!.split(",").map(Number);
 const verifyWindow = Number(values["verify-window"]);
 const verifyGroup = Number(values["verify-group"]);
+const verifyPlacements = values.verify!.split(",").map((v) => {
+  if (v !== "fused" && v !== "separate") throw new Error(`--verify ${values.verify}: expected a list of fused, separate`);
+  return v;
+});
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
 
 async function presetDir(): Promise<string> {
@@ -62,8 +71,8 @@ function prompt(i: number, vocab: number): number[] {
 /** Whether request i of n is deterministic at this ratio (spread evenly over the batch). */
 const isDeterministic = (i: number, ratio: number): boolean => Math.floor((i + 1) * ratio) > Math.floor(i * ratio);
 
-async function runRow(model: Model, mode: KernelMode, ratio: number) {
-  await using engine = new Engine({ models: { model }, kernelMode: mode, verifyWindow, verifyGroup });
+async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fused" | "separate" = "fused") {
+  await using engine = new Engine({ models: { model }, kernelMode: mode, verifyWindow, verifyGroup, fuseVerify: verify === "fused" });
   const vocab = model.config.vocabSize;
   await engine.submit({ prompt: prompt(99_999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
   const start = performance.now();
@@ -82,6 +91,7 @@ async function runRow(model: Model, mode: KernelMode, ratio: number) {
   const recomputed = det.reduce((n, o) => n + o.determinism!.recomputedTokens, 0);
   return {
     mode: mode === "fast" ? "decode-verify-rollback" : "batch-invariant",
+    verify: mode === "fast" && ratio > 0 ? verify : "-",
     deterministicRatio: det.length / numRequests,
     tokensPerSecond: Number((generated / seconds).toFixed(2)),
     ratioToNonDeterministic: 0,
@@ -110,7 +120,8 @@ const model = await loadModel(await presetDir(), {
 });
 try {
   const rows = [];
-  for (const ratio of ratios) rows.push(await runRow(model, "fast", ratio));
+  for (const verify of verifyPlacements)
+    for (const ratio of ratios) if (ratio > 0 || verify === verifyPlacements[0]) rows.push(await runRow(model, "fast", ratio, verify));
   rows.push(await runRow(model, "batch-invariant", 1));
   const base = rows.find((r) => r.mode === "decode-verify-rollback" && r.deterministicRatio === 0) ?? rows[0];
   for (const r of rows) {
@@ -119,7 +130,7 @@ try {
     if (values.json) console.log(JSON.stringify(r));
     else {
       log(
-        `${r.mode.padEnd(22)} det ${(100 * r.deterministicRatio).toFixed(0).padStart(3)}%: ${r.tokensPerSecond.toFixed(1).padStart(7)} tok/s ` +
+        `${`${r.mode}${r.verify === "-" ? "" : ` (${r.verify})`}`.padEnd(33)} det ${(100 * r.deterministicRatio).toFixed(0).padStart(3)}%: ${r.tokensPerSecond.toFixed(1).padStart(7)} tok/s ` +
           `(${r.ratioToNonDeterministic.toFixed(2)}x; per CPU-s ${r.ratioPerCpuSecond.toFixed(2)}x), rollbacks ${r.rollbacks}, ` +
           `recomputed ${(100 * r.recomputedFraction).toFixed(2)}%, ${r.verifyPasses} row-passes, ${r.seconds}s wall, load ${r.loadAverage1m}`,
       );

@@ -12,6 +12,8 @@
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
+# DET_BENCH=1 adds issue #6's bench:determinism at full size (256 x (128 + 128)) on the GPU for the SmolLM-135M and
+# Qwen2.5-1.5B shapes (DET_PRESETS), verify rows fused into the steps and as separate passes side by side.
 # Without a carried build it builds both on the machine (needs node-gyp in the carried node_modules).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,6 +63,15 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
   node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda --max-tokens ${TP_MAX_TOKENS:-64} \
     ${TP_ARGS:-} > "$out/throughput.txt" 2>&1 || status=1
   tail -8 "$out/throughput.txt"
+fi
+if [ "${DET_BENCH:-0}" = 1 ]; then
+  for preset in ${DET_PRESETS:-smollm-135m qwen2.5-1.5b}; do
+    node node_modules/tsx/dist/cli.mjs scripts/bench/determinism.ts --json --device cuda --preset "$preset" ${DET_ARGS:-} \
+      > "$out/determinism-$preset.txt" 2> "$out/determinism-$preset.err" || { status=1; tail -20 "$out/determinism-$preset.err"; }
+    node -e 'for (const l of require("fs").readFileSync(0, "utf8").trim().split("\n")) { const r = JSON.parse(l);
+      console.log([r.model, r.mode, r.verify, (100 * r.deterministicRatio).toFixed(0) + "%", r.tokensPerSecond, r.ratioToNonDeterministic + "x",
+        "rollbacks " + r.rollbacks, "recomputed " + (100 * r.recomputedFraction).toFixed(2) + "%"].join("  ")); }' < "$out/determinism-$preset.txt"
+  done
 fi
 echo "check.sh: tests $( [ $status -eq 0 ] && echo passed || echo FAILED)"
 exit $status

@@ -20,9 +20,7 @@ let V: number;
 let requests: GenerateRequest[];
 let reference: GenerationOutput[];
 
-const DVR = { verifyWindow: 8, verifyGroup: 4 };
 const det = (r: GenerateRequest): GenerateRequest => ({ ...r, deterministic: true });
-const engineWith = (options: Partial<EngineOptions> = {}): Engine => new Engine({ models: { model }, ...DVR, ...options });
 
 /** Runs requests concurrently on `engine`; returns their outputs in input order. */
 const together = (engine: Engine, reqs: GenerateRequest[]): Promise<GenerationOutput[]> => Promise.all(reqs.map((r) => engine.submit(r).result));
@@ -58,7 +56,11 @@ afterAll(() => {
   refModel?.dispose();
 });
 
-describe("deterministic: true", () => {
+// Both placements of the verify rows: fused into the steps' forwards (the default) and passes of their own.
+describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: true (%o)", ({ fuseVerify }) => {
+  const DVR = { verifyWindow: 8, verifyGroup: 4, fuseVerify };
+  const engineWith = (options: Partial<EngineOptions> = {}): Engine => new Engine({ models: { model }, ...DVR, ...options });
+
   it("commits exactly the batch-invariant tokens alone, rolling back the fast path's flips", async () => {
     await using engine = engineWith();
     let rollbacks = 0;
@@ -90,7 +92,7 @@ describe("deterministic: true", () => {
   });
 
   it("holds with the default window and group, and for n samples (each sample streamed only as committed)", async () => {
-    await using engine = new Engine({ models: { model } });
+    await using engine = new Engine({ models: { model }, fuseVerify });
     await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
     const req: GenerateRequest = { ...requests[1], n: 3, temperature: 0, maxTokens: 40 }; // greedy: near ties flip
     const want = await bi.submit(req).result;
@@ -190,5 +192,6 @@ describe("deterministic: true", () => {
     expect(() => engine.submit({ prompt: [1, 2], deterministic: "yes" as unknown as boolean })).toThrow(/request.deterministic is "yes"/);
     expect(() => engine.submit({ prompt: [1, 2], deterministic: true, captureHidden: { layer: 1 } })).toThrow(/not supported with deterministic/);
     expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/verifyWindow is 1/);
+    expect(() => new Engine({ models: { model }, fuseVerify: "yes" as unknown as boolean })).toThrow(/options.fuseVerify is "yes"; expected true or false/);
   });
 });

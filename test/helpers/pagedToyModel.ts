@@ -107,6 +107,12 @@ export class PagedToyModel implements EngineModel {
       }
       const { token, logprob } = toyNextToken(context, s.sampling);
       const result: ForwardResult = { token, logprob };
+      if (s.emitAll) {
+        // A verify row: the token after every position (the context up to it), the last one being `token`.
+        const rows = Array.from(s.tokens, (_, j) => toyNextToken(context.slice(0, s.startPos + j + 1), s.sampling));
+        result.tokens = Int32Array.from(rows, (r) => r.token);
+        result.logprobs = Float32Array.from(rows, (r) => r.logprob);
+      }
       if (s.numTopLogprobs > 0) {
         const logits = toyLogits(context);
         const order = [...logits.keys()].sort((x, y) => logits[y] - logits[x] || x - y).slice(0, s.numTopLogprobs);

@@ -6,21 +6,34 @@
 // next token; the first mismatch drops the rest (tokens and KV truncated) and decoding resumes from there. The
 // verifier's KV replaces the fast path's at every committed position, so the KV of committed positions (and the
 // pages the prefix cache keeps for them, in a namespace of their own) always comes from the fixed schedule.
-// Deterministic prefill chunks run on the fixed schedule in forward calls of their own.
+// Deterministic prefill chunks run on the fixed schedule.
+//
+// Where the verify rows run (`fuseVerify`, default true): fused, they ride in the next step's one forward as
+// fixedSchedule sequences beside the fast rows (as do deterministic prefill chunks), unpadded, oldest first, as
+// many as the step's token budget leaves room for (at least one): the native forward runs them on the fixed GEMM splitK and the prefill
+// attention kernel whatever the fast rows do, so nothing about the fast rows reaches their bits, and the weights
+// are streamed once per step instead of once more per pass. Not fused (LLM-42's shape), every group is a forward of
+// its own, padded to verifyGroup x verifyWindow on the GPU, and deterministic prefill chunks get forwards of their
+// own too.
 //
 // Why the result is deterministic: every fixed-schedule kernel computes a row from its own sequence's tokens and
 // KV only, so the verifier's token at position p is a function of the committed tokens before p, whatever the
 // batch, the window alignment, the prefill chunking, a prefix-cache hit or a preemption. The committed stream is
-// thus exactly what batch-invariant mode would produce, and non-deterministic requests never wait for it.
+// thus a function of the request alone, and non-deterministic requests never wait for it. On the CPU, whose decode
+// and prefill attention kernels agree bitwise, it is exactly what batch-invariant mode produces (tested); on the GPU
+// the verifier runs every position through the prefill attention kernel, so a near tie may break differently
+// from batch-invariant mode's decode kernel, the same way every time.
 import { FIXED_SCHEDULE, type KernelMode } from "./kernelSchedule.js";
 import type { BlockManager } from "./blockManager.js";
 import type { ForwardResult } from "./modelTypes.js";
 import type { ModelRunner, SequenceSampling } from "./modelRunner.js";
 import type { DeterminismStats } from "./outputs.js";
-import type { SampledToken } from "./sampleTracker.js";
 import type { ScheduledBatch } from "./scheduler.js";
 import { Sequence } from "./sequence.js";
-import { acceptedCandidates, buildVerifyBatch, scratchPagesPerRow, type VerifyGeometry, type VerifyRow } from "./verifyPass.js";
+import { buildVerifyBatch, scratchPagesPerRow, type VerifyGeometry } from "./verifyPass.js";
+import { applyVerdicts, fusedRowSequence, pageCopyPairs, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
+
+export type { Commit } from "./verifyRows.js";
 
 export const DEFAULT_VERIFY_WINDOW = 32;
 export const DEFAULT_VERIFY_GROUP = 8;
@@ -30,8 +43,12 @@ export const DETERMINISTIC_KV_NAMESPACE = 1;
 export interface VerifyOptions {
   /** Tokens per verify row: the last committed token + up to verifyWindow - 1 candidates. */
   verifyWindow: number;
-  /** Rows per verify pass (padded with dummy rows). */
+  /** Rows per verify pass (padded with dummy rows) when not fused. */
   verifyGroup: number;
+  /** Verify rows ride in the step's forward (default true) instead of passes of their own. */
+  fuseVerify?: boolean;
+  /** Fused: the step's token budget (the scheduler's maxBatchTokens) that verify rows share with the fast rows. */
+  stepTokenBudget?: number;
 }
 
 /** What a deterministic sequence's readiness depends on, and where its counters go. */
@@ -48,18 +65,11 @@ export type ChunkKind = "plain" | "fixedPrefill" | "candidate";
 export interface StepRun {
   results: ForwardResult[];
   kinds: ChunkKind[];
+  /** What the verify rows fused into this step committed (always empty when not fused). */
+  commits: Commit[];
 }
 
-/** Tokens a verify pass committed to one sequence (already appended to it), to stream in order. */
-export interface Commit {
-  seq: Sequence;
-  tokens: SampledToken[];
-}
-
-interface Tracked extends DeterministicLimits {
-  seq: Sequence;
-  /** Tokens (prompt included) that are final; seq.tokens past them are candidates. KV of [0, numCommitted - 1) is fixed. */
-  numCommitted: number;
+interface Tracked extends DeterministicLimits, VerifyTarget {
   /** Engine step at which the sequence became ready for verification. */
   readySince: number;
 }
@@ -67,10 +77,13 @@ interface Tracked extends DeterministicLimits {
 export class DeterministicDecoder {
   /** Off in batch-invariant mode, where every step already runs on the fixed schedule. */
   readonly enabled: boolean;
+  /** Verify rows ride in the step's forward (see the top of this file). */
+  readonly fused: boolean;
   private readonly tracked = new Map<number, Tracked>();
   private readonly geometry: VerifyGeometry;
   /** A partial group waits at most this many steps for more ready rows while others still decode. */
   private readonly maxWaitSteps: number;
+  private readonly stepTokenBudget: number;
   private scratch: number[][] | null = null;
 
   constructor(
@@ -80,8 +93,10 @@ export class DeterministicDecoder {
     options: VerifyOptions,
   ) {
     this.enabled = kernelMode === "fast";
+    this.fused = options.fuseVerify ?? true;
     this.geometry = { window: options.verifyWindow, group: options.verifyGroup, pageSize: blockManager.pageSize };
     this.maxWaitSteps = Math.max(1, options.verifyWindow >> 2);
+    this.stepTokenBudget = options.stepTokenBudget ?? Number.POSITIVE_INFINITY;
   }
 
   isTracked(seq: Sequence): boolean {
@@ -91,7 +106,7 @@ export class DeterministicDecoder {
   /** Starts verifying a new deterministic sequence whose tokens are all committed. Throws if no scratch fits. */
   track(seq: Sequence, limits: DeterministicLimits): void {
     if (!this.enabled) return;
-    this.reserveScratch();
+    if (!this.fused && this.fixedShape) this.reserveScratch();
     seq.kvNamespace = DETERMINISTIC_KV_NAMESPACE;
     this.tracked.set(seq.id, { ...limits, seq, numCommitted: seq.numTokens, readySince: -1 });
   }
@@ -122,13 +137,30 @@ export class DeterministicDecoder {
   }
 
   /**
-   * Runs a scheduled step: everything but deterministic prefill chunks in one forward on the step's (fast)
-   * schedule, each deterministic prefill chunk in a forward of its own on the fixed schedule. Results align with
-   * batch.seqs. A step without deterministic prefill is exactly the runner's one forward.
+   * Runs a scheduled step and returns results aligned with batch.seqs. Fused: one forward on the step's (fast)
+   * schedule with deterministic prefill chunks and the verify rows now due on the fixed one, whose commits
+   * come back too. Not fused: the fast sequences in one forward, each deterministic prefill chunk in a forward of
+   * its own on the fixed schedule (verify passes run later, from verify()). With nothing deterministic in flight
+   * this is exactly the runner's one forward.
    */
   async run(batch: ScheduledBatch, samplingOf: (seq: Sequence) => SequenceSampling): Promise<StepRun> {
     const kinds = batch.seqs.map(({ seq }) => this.kindOf(seq));
-    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf), kinds };
+    if (this.fused) {
+      const scheduledTokens = batch.seqs.reduce((n, s) => n + s.numNewTokens, 0);
+      const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(scheduledTokens), samplingOf) : null;
+      const rows = prepared === null ? [] : prepared.rows.map(fusedRowSequence);
+      if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
+      const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...pageCopyPairs(prepared.pageCopies)];
+      const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, undefined, {
+        fixed: (i) => kinds[i] === "fixedPrefill",
+        sequences: rows,
+        returnLogits: prepared?.needsLogits,
+      });
+      const results = out.slice(0, batch.seqs.length);
+      const commits = prepared === null ? [] : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rows.map((r) => r.tokens.length), (t) => this.tracked.get(t.seq.id) === t);
+      return { results, kinds, commits };
+    }
+    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf), kinds, commits: [] };
     const results = new Array<ForwardResult>(batch.seqs.length);
     const fast = batch.seqs.filter((_, i) => kinds[i] !== "fixedPrefill");
     let pageCopies = batch.pageCopies; // copy-on-write copies go with whichever forward runs first
@@ -145,7 +177,7 @@ export class DeterministicDecoder {
       [results[i]] = await this.runner.run({ ...batch, seqs: [batch.seqs[i]], pageCopies }, samplingOf, FIXED_SCHEDULE);
       pageCopies = [];
     }
-    return { results, kinds };
+    return { results, kinds, commits: [] };
   }
 
   /** A fixed prefill chunk emitted a token (already appended to seq.tokens): it is final. */
@@ -180,8 +212,9 @@ export class DeterministicDecoder {
    * maxWaitSteps. Returns the commits, in pass order.
    */
   async verify(step: number, samplingOf: (seq: Sequence) => SequenceSampling): Promise<Commit[]> {
+    if (this.fused) return []; // verify rows ride in the steps' forwards (run())
     const all = [...this.tracked.values()].filter((t) => t.seq.status === "running");
-    const ready = all.filter((t) => t.seq.holdForVerify).sort((a, b) => a.readySince - b.readySince || a.seq.id - b.seq.id);
+    const ready = this.ready();
     if (ready.length === 0) return [];
     const decoding = all.some((t) => !t.seq.holdForVerify);
     const commits: Commit[] = [];
@@ -193,74 +226,50 @@ export class DeterministicDecoder {
     return commits;
   }
 
+  /** Running sequences waiting for verification, oldest first. */
+  private ready(): Tracked[] {
+    return [...this.tracked.values()]
+      .filter((t) => t.seq.status === "running" && t.seq.holdForVerify)
+      .sort((a, b) => a.readySince - b.readySince || a.seq.id - b.seq.id);
+  }
+
+  /**
+   * Fused: the rows this step verifies, oldest first, without waiting for a group: as many as fit in the step's
+   * token budget beside the `scheduledTokens` of the fast rows (vLLM's unified budget), and at least one.
+   */
+  private dueFused(scheduledTokens: number): Tracked[] {
+    const due: Tracked[] = [];
+    let tokens = scheduledTokens;
+    for (const t of this.ready()) {
+      const rowTokens = t.seq.numTokens - t.numCommitted + 1;
+      if (due.length > 0 && tokens + rowTokens > this.stepTokenBudget) break;
+      due.push(t);
+      tokens += rowTokens;
+    }
+    return due;
+  }
+
+  /** Whether the verify rows need the GPU's fixed shape (padded passes of their own; verifyPass.ts). */
+  private get fixedShape(): boolean {
+    return this.runner.model.device !== undefined && this.runner.model.device !== "cpu";
+  }
+
   /** Whether some sequence waits for a verify pass (the engine keeps stepping while one does). */
   get hasPendingVerification(): boolean {
     for (const t of this.tracked.values()) if (t.seq.holdForVerify && t.seq.status === "running") return true;
     return false;
   }
 
+  /** Not fused: one verify pass of its own for `group`. */
   private async pass(group: Tracked[], samplingOf: (seq: Sequence) => SequenceSampling): Promise<Commit[]> {
-    const rows: VerifyRow[] = [];
-    const members: Array<{ t: Tracked; candidates: number[] }> = [];
-    let needsLogits = false;
-    const src: number[] = [];
-    const dst: number[] = [];
-    for (const t of group) {
-      const seq = t.seq;
-      const start = t.numCommitted - 1; // the last committed token's position: its KV is rewritten too
-      this.blockManager.truncate(seq, start);
-      let n = seq.numTokens - start;
-      while (n > 0 && !this.blockManager.canAppend(seq, n)) n--; // a full pool verifies fewer candidates
-      if (n === 0) continue;
-      for (const c of this.blockManager.appendSlots(seq, n)) src.push(c.src), dst.push(c.dst);
-      seq.tokens.length = start + n;
-      const s = samplingOf(seq);
-      needsLogits ||= s.needsLogits;
-      rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs });
-      members.push({ t, candidates: seq.tokens.slice(start + 1) });
-    }
-    if (rows.length === 0) return [];
+    const prepared = prepareVerifyRows(this.blockManager, group, samplingOf);
+    if (prepared === null) return [];
     // The fixed shape only where kernels depend on the pass's shape (the GPU; verifyPass.ts).
-    const fixedShape = this.runner.model.device !== "cpu";
-    const batch = buildVerifyBatch(this.geometry, rows, this.scratch!, { src: Int32Array.from(src), dst: Int32Array.from(dst) }, fixedShape);
-    if (needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
+    const fixedShape = this.fixedShape;
+    const batch = buildVerifyBatch(this.geometry, prepared.rows, this.scratch ?? [], prepared.pageCopies, fixedShape);
+    if (prepared.needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
     const results = await this.runner.model.forward(batch);
-    const commits: Commit[] = [];
-    members.forEach(({ t, candidates }, r) => {
-      const seq = t.seq;
-      if (seq.status !== "running" || this.tracked.get(seq.id) !== t) return; // finished or aborted meanwhile
-      const res = results[r];
-      const verified = res.tokens!;
-      const accepted = acceptedCandidates(candidates, verified);
-      const c = t.numCommitted;
-      t.stats.verifyPasses++;
-      if (accepted < candidates.length) {
-        t.stats.rollbacks++;
-        t.stats.recomputedTokens += candidates.length - accepted;
-      }
-      seq.tokens.length = c + accepted;
-      seq.tokens.push(verified[accepted]);
-      this.blockManager.commitComputed(seq, c + accepted); // positions [c - 1, c + accepted) now hold the verifier's KV
-      this.blockManager.truncate(seq, c + accepted); // pages of rejected candidates go back
-      t.numCommitted = c + accepted + 1;
-      seq.holdForVerify = false;
-      const k = rows[r].numTopLogprobs;
-      const tokens: SampledToken[] = [];
-      for (let j = 0; j <= accepted; j++) {
-        const tok: SampledToken = { token: verified[j], logprob: res.logprobs![j] };
-        if (k > 0) {
-          tok.topIds = res.topIds!.slice(j * k, (j + 1) * k);
-          tok.topLogprobs = res.topLogprobs!.slice(j * k, (j + 1) * k);
-        }
-        if (res.logits) {
-          const V = res.logits.length / batch.sequences[r].tokens.length;
-          tok.logits = res.logits.subarray(j * V, (j + 1) * V);
-        }
-        tokens.push(tok);
-      }
-      commits.push({ seq, tokens });
-    });
-    return commits;
+    return applyVerdicts(this.blockManager, prepared, results, batch.sequences.map((s) => s.tokens.length), (t) => this.tracked.get(t.seq.id) === t);
   }
 
   /** Scratch pages for pads and dummy rows, taken from the pool once, for the engine's lifetime. */
@@ -280,3 +289,4 @@ export class DeterministicDecoder {
     this.scratch = Array.from({ length: g.group }, (_, r) => holder.blockTable.slice(r * perRow, (r + 1) * perRow));
   }
 }
+

@@ -44,8 +44,14 @@ export interface EngineOptions {
   agingTokensPerSecond?: number;
   /** Deterministic requests: tokens per verify row (last committed + candidates). Default 32; at least 2. */
   verifyWindow?: number;
-  /** Deterministic requests: rows per verify pass, padded with dummies. Default 8. */
+  /** Deterministic requests, fuseVerify false: rows per verify pass (padded with dummies on the GPU). Default 8. */
   verifyGroup?: number;
+  /**
+   * Deterministic requests: verify rows ride in the next step's one forward on the fixed schedule beside the fast
+   * rows, as many as maxBatchTokens leaves room for (default true); or, false, run as verify passes of their own
+   * of verifyGroup rows (LLM-42's fixed-shape passes on the GPU).
+   */
+  fuseVerify?: boolean;
 }
 
 /** Which request (and which of its samples) a live sequence belongs to. */
@@ -95,6 +101,7 @@ export class Engine implements AsyncDisposable {
     const verifyOptions = {
       verifyWindow: positiveInt("verifyWindow", options.verifyWindow ?? DEFAULT_VERIFY_WINDOW),
       verifyGroup: positiveInt("verifyGroup", options.verifyGroup ?? DEFAULT_VERIFY_GROUP),
+      fuseVerify: booleanOption("fuseVerify", options.fuseVerify ?? true),
     };
     if (verifyOptions.verifyWindow < 2) throw new Error(`Engine: options.verifyWindow is ${verifyOptions.verifyWindow}; expected an integer >= 2 (the last committed token + candidates)`);
     this.slots = specs.map((spec, i) => {
@@ -220,7 +227,8 @@ export class Engine implements AsyncDisposable {
       const batch = slot.scheduler.schedule(now);
       for (const seq of batch.preempted) slot.decoder.preempted(seq);
       for (const { seq, error } of batch.failed) this.failRequest(this.owners.get(seq.id)!.state, error);
-      if (batch.seqs.length > 0) work.push({ slot, batch });
+      // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
+      if (batch.seqs.length > 0 || (slot.decoder.fused && slot.decoder.hasPendingVerification)) work.push({ slot, batch });
       // A request admitted with its shared prompt already cached forks its samples now, to run next step.
       const expanded = this.expandSamples(slot);
       progressed ||= expanded || batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
@@ -230,11 +238,18 @@ export class Engine implements AsyncDisposable {
     this.steps++;
     results.forEach((r, i) => {
       const { slot, batch } = work[i];
-      if (r.status === "fulfilled") this.postprocess(slot, batch, r.value.results, r.value.kinds);
-      else for (const { seq } of batch.seqs) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+      if (r.status === "fulfilled") {
+        this.postprocess(slot, batch, r.value.results, r.value.kinds);
+        this.commitVerified(r.value.commits);
+        progressed ||= r.value.commits.length > 0;
+      } else {
+        for (const { seq } of batch.seqs) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+        if (slot.decoder.fused) for (const seq of slot.scheduler.running.filter((s) => s.holdForVerify)) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+      }
     });
-    // Deterministic sequences holding enough candidates are verified now (decoder.verify decides which groups run).
-    const verifying = this.slots.filter((s) => s.decoder.hasPendingVerification);
+    // Not fused: deterministic sequences holding enough candidates are verified now in passes of their own
+    // (decoder.verify decides which groups run).
+    const verifying = this.slots.filter((s) => !s.decoder.fused && s.decoder.hasPendingVerification);
     const verified = await Promise.allSettled(verifying.map((s) => s.decoder.verify(this.steps, samplingOf)));
     verified.forEach((r, i) => {
       if (r.status === "fulfilled") {
@@ -375,6 +390,11 @@ export class Engine implements AsyncDisposable {
 
 function positiveInt(field: string, value: number): number {
   if (!Number.isInteger(value) || value < 1) throw new Error(`Engine: options.${field} is ${JSON.stringify(value)}; expected an integer >= 1`);
+  return value;
+}
+
+function booleanOption(field: string, value: boolean): boolean {
+  if (typeof value !== "boolean") throw new Error(`Engine: options.${field} is ${JSON.stringify(value)}; expected true or false`);
   return value;
 }
 

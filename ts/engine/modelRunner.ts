@@ -1,7 +1,7 @@
 // ModelRunner: turns a scheduled step into the model's one forward call. It chooses the step's reduction
 // schedule (kernelSchedule.ts, the only place that decision is made) and packs the page copies and per-sequence
 // inputs. Sampling settings come from a lookup so the runner stays free of request bookkeeping.
-import { chooseSchedule, type KernelMode, type KernelSchedule } from "./kernelSchedule.js";
+import { chooseSchedule, FIXED_SCHEDULE, type KernelMode, type KernelSchedule } from "./kernelSchedule.js";
 import type { EngineModel, ForwardBatch, ForwardResult, ForwardSequence, SamplingSpec } from "./modelTypes.js";
 import type { ScheduledBatch } from "./scheduler.js";
 import type { Sequence } from "./sequence.js";
@@ -15,33 +15,57 @@ export interface SequenceSampling {
   needsLogits: boolean;
 }
 
+/** What rides along with a scheduled step in its one forward (deterministic requests' fixed-schedule work). */
+export interface StepExtras {
+  /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule: deterministic prefill chunks. */
+  fixed?: (index: number) => boolean;
+  /** More sequences after the scheduled ones, already built (verify rows, fixed schedule); results follow batch.seqs'. */
+  sequences?: readonly ForwardSequence[];
+  /** The extras need every emitting row's raw logits. */
+  returnLogits?: boolean;
+}
+
 export class ModelRunner {
   constructor(
     readonly model: EngineModel,
     private readonly kernelMode: KernelMode,
   ) {}
 
-  /** Schedule of a step: fixed in batch-invariant mode, from the batch shape in fast mode. */
-  scheduleFor(batch: ScheduledBatch, override?: KernelSchedule): KernelSchedule {
+  /**
+   * Schedule of a step: fixed in batch-invariant mode, from the batch shape in fast mode. Fixed-schedule rows count
+   * as GEMM rows (a GEMM over fast and fixed rows on one splitK is one call) but never as decode-attention rows
+   * (they take the prefill attention kernel).
+   */
+  scheduleFor(batch: ScheduledBatch, override?: KernelSchedule, extras: StepExtras = {}): KernelSchedule {
     if (override) return override;
     let numTokens = 0;
     let numDecodeSeqs = 0;
     let maxDecodeKvLen = 0;
-    for (const { seq, numNewTokens } of batch.seqs) {
+    batch.seqs.forEach(({ seq, numNewTokens }, i) => {
       numTokens += numNewTokens;
-      if (numNewTokens === 1) {
+      if (numNewTokens === 1 && !extras.fixed?.(i)) {
         numDecodeSeqs++;
         maxDecodeKvLen = Math.max(maxDecodeKvLen, seq.numComputedTokens + 1);
       }
-    }
+    });
+    for (const s of extras.sequences ?? []) numTokens += s.tokens.length;
     return chooseSchedule(this.kernelMode, { numTokens, numDecodeSeqs, maxDecodeKvLen, device: this.model.device });
   }
 
-  /** One forward for the whole step; results align with batch.seqs. */
-  run(batch: ScheduledBatch, samplingOf: (seq: Sequence) => SequenceSampling, override?: KernelSchedule): Promise<ForwardResult[]> {
-    const schedule = this.scheduleFor(batch, override);
-    let returnLogits = false;
-    const sequences: ForwardSequence[] = batch.seqs.map(({ seq, numNewTokens, emitToken }) => {
+  /**
+   * One forward for the whole step; results align with batch.seqs, then extras.sequences. Sequences marked fixed
+   * (and the extras, which must set fixedSchedule) run on FIXED_SCHEDULE, the rest on the step's schedule.
+   */
+  run(
+    batch: ScheduledBatch,
+    samplingOf: (seq: Sequence) => SequenceSampling,
+    override?: KernelSchedule,
+    extras: StepExtras = {},
+  ): Promise<ForwardResult[]> {
+    const schedule = this.scheduleFor(batch, override, extras);
+    let returnLogits = extras.returnLogits === true;
+    let anyFixed = false;
+    const sequences: ForwardSequence[] = batch.seqs.map(({ seq, numNewTokens, emitToken }, i) => {
       const s = samplingOf(seq);
       returnLogits ||= emitToken && s.needsLogits;
       const start = seq.numComputedTokens;
@@ -54,9 +78,15 @@ export class ModelRunner {
         emitToken,
       };
       if (emitToken && s.captureHiddenLayer !== null) input.captureHiddenLayer = s.captureHiddenLayer;
+      if (extras.fixed?.(i)) input.fixedSchedule = anyFixed = true;
       return input;
     });
+    for (const s of extras.sequences ?? []) {
+      sequences.push(s);
+      anyFixed ||= s.fixedSchedule === true;
+    }
     const forward: ForwardBatch = { sequences, gemmSplitK: schedule.gemmSplitK, kvSplits: schedule.kvSplits };
+    if (anyFixed) forward.fixedGemmSplitK = FIXED_SCHEDULE.gemmSplitK;
     if (returnLogits) forward.returnLogits = true;
     if (batch.pageCopies.length > 0) {
       forward.pageCopies = {

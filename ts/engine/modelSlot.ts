@@ -27,7 +27,10 @@ export class ModelSlot {
     this.blockManager = new BlockManager(model.numPages, model.pageSize);
     this.scheduler = new Scheduler(this.blockManager, schedulerOptions);
     this.runner = new ModelRunner(model, kernelMode);
-    this.decoder = new DeterministicDecoder(this.blockManager, this.runner, kernelMode, verifyOptions);
+    this.decoder = new DeterministicDecoder(this.blockManager, this.runner, kernelMode, {
+      ...verifyOptions,
+      stepTokenBudget: schedulerOptions.maxBatchTokens,
+    });
     this.eosTokenIds = new Set(model.eosTokenIds);
   }
 

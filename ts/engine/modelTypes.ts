@@ -26,12 +26,16 @@ export interface ForwardSequence {
   emitToken: boolean;
   /** Sample after every position (a verify row): the result carries tokens/logprobs [tokens.length]. */
   emitAll?: boolean;
+  /** Run on the batch's fixed schedule whatever the step's (fast) one: a verify row or deterministic prefill. */
+  fixedSchedule?: boolean;
 }
 
 export interface ForwardBatch {
   sequences: ForwardSequence[];
   gemmSplitK: number;
   kvSplits: number;
+  /** GEMM K partitions of fixedSchedule sequences (default 1: FIXED_SCHEDULE). */
+  fixedGemmSplitK?: number;
   /** Whole-page copies (copy-on-write) done before anything else in the step. */
   pageCopies?: { src: Int32Array; dst: Int32Array };
   /** Return every emitting sequence's raw logits [vocab]. */

@@ -4,11 +4,13 @@
 // missing rows are dummies (PAD_TOKEN × window from position 0). Pads and dummies write their KV only into
 // scratch pages no real row reads, and every kernel of the fixed schedule computes a row from its own sequence
 // alone, so a real row's verdict is bitwise the same whatever shares the pass.
-// The fixed shape is for the GPU, whose kernels pick tiles and splits from the shape of the whole pass. The CPU
-// backend's kernels compute every row (and every position, causally) from its own sequence alone whatever the batch
-// is (cpp/cpu_gemm.h, cpu_attention.h; test/determinism/emitAll.test.ts checks rows and trailing pads bitwise), so
-// there a pass is built from the real rows and tokens only (`fixedShape` false): the same verdicts, without the
-// dummies' and pads' work (a lone deterministic request used to pay for `group` rows of `window` tokens).
+// This is the verify pass of the engine's fuseVerify: false mode (LLM-42's shape, where kernels may pick tiles and
+// splits from the shape of the whole pass), kept on the GPU with its fixed shape. The engine's default fuses the
+// rows into the step's forward unpadded instead (verifyRows.ts): our kernels compute every row (and every position,
+// causally) from its own sequence whatever the batch, given the schedule (cpp/cpu_gemm.h, cuda/gemm.cu's header,
+// cuda/attention_prefill.cu's; test/determinism/fixedSchedule*.test.ts, emitAll.test.ts check rows and trailing
+// pads bitwise). On the CPU a separate pass is likewise built from the real rows and tokens only (`fixedShape`
+// false): the same verdicts without the dummies' and pads' work.
 import { FIXED_SCHEDULE } from "./kernelSchedule.js";
 import type { ForwardBatch, ForwardSequence, SamplingSpec } from "./modelTypes.js";
 import { pagesFor } from "./sequence.js";
@@ -73,7 +75,7 @@ export function buildVerifyBatch(
     // Pads past the sequence's own pages land in the slot's scratch pages.
     const own = pagesFor(row.startPos + row.tokens.length, g.pageSize);
     const needed = pagesFor(row.startPos + tokens.length, g.pageSize);
-    const table = row.blockTable.slice(0, own).concat(scratch[r].slice(0, needed - own));
+    const table = needed > own ? row.blockTable.slice(0, own).concat(scratch[r].slice(0, needed - own)) : row.blockTable.slice(0, own);
     sequences.push({
       tokens,
       startPos: row.startPos,

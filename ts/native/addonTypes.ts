@@ -128,6 +128,12 @@ export interface NativeForwardSequence {
    * `tokens`/`logprobs` [tokens.length] and topIds/topLogprobs [tokens.length, numTopLogprobs]. Needs emitToken.
    */
   emitAll?: boolean;
+  /**
+   * Run this sequence on the batch's fixed schedule (`fixedGemmSplitK`, and the prefill attention kernel for every
+   * position, one query or many) whatever the step's fast schedule: a verify row or a deterministic prefill chunk
+   * riding in a fast step. Its bits then depend on its own tokens and KV only, never on the fast rows beside it.
+   */
+  fixedSchedule?: boolean;
 }
 
 export interface NativeForwardBatch {
@@ -136,6 +142,8 @@ export interface NativeForwardBatch {
   gemmSplitK: number;
   /** Decode-attention KV partitions. */
   kvSplits: number;
+  /** GEMM K partitions of the fixedSchedule sequences (default 1). */
+  fixedGemmSplitK?: number;
   /** Return each emitting sequence's raw logits [vocab] (tests, verification). */
   returnLogits?: boolean;
   /** Whole-page copies (copy-on-write) done before this step writes any KV. */

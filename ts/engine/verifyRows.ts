@@ -1,0 +1,134 @@
+// Verify rows of decode-verify-rollback (deterministicDecoder.ts), before and after the forward that runs them,
+// wherever that forward is (fused into a step or a pass of its own): prepareVerifyRows rolls each sequence back to
+// its last committed position and gives it slots for [last committed token, candidates…]; applyVerdicts keeps the
+// candidates the verifier agrees with plus the verifier's own next token and rolls back the rest.
+import type { BlockManager } from "./blockManager.js";
+import type { ForwardResult, ForwardSequence } from "./modelTypes.js";
+import type { SequenceSampling } from "./modelRunner.js";
+import type { DeterminismStats } from "./outputs.js";
+import type { SampledToken } from "./sampleTracker.js";
+import type { Sequence } from "./sequence.js";
+import { acceptedCandidates, type VerifyRow } from "./verifyPass.js";
+
+/** A deterministic sequence as the verifier sees it. */
+export interface VerifyTarget {
+  seq: Sequence;
+  /** Tokens (prompt included) that are final; seq.tokens past them are candidates. KV of [0, numCommitted - 1) is fixed. */
+  numCommitted: number;
+  stats: DeterminismStats;
+}
+
+/** Tokens a verify row committed to one sequence (already appended to it), to stream in order. */
+export interface Commit {
+  seq: Sequence;
+  tokens: SampledToken[];
+}
+
+/** Verify rows made ready for one forward: rows[r] verifies members[r]. */
+export interface PreparedRows<T extends VerifyTarget> {
+  rows: VerifyRow[];
+  members: Array<{ t: T; candidates: number[] }>;
+  /** Copy-on-write page copies the forward must run first. */
+  pageCopies: { src: Int32Array; dst: Int32Array };
+  needsLogits: boolean;
+}
+
+/**
+ * Makes `group`'s rows ready for a forward: each sequence is truncated to its last committed position (whose KV the
+ * verifier rewrites) and given slots for [last committed, candidates…] (fewer when the pool is full; none: left out).
+ */
+export function prepareVerifyRows<T extends VerifyTarget>(
+  blockManager: BlockManager,
+  group: readonly T[],
+  samplingOf: (seq: Sequence) => SequenceSampling,
+): PreparedRows<T> | null {
+  const rows: VerifyRow[] = [];
+  const members: PreparedRows<T>["members"] = [];
+  let needsLogits = false;
+  const src: number[] = [];
+  const dst: number[] = [];
+  for (const t of group) {
+    const seq = t.seq;
+    const start = t.numCommitted - 1; // the last committed token's position: its KV is rewritten too
+    blockManager.truncate(seq, start);
+    let n = seq.numTokens - start;
+    while (n > 0 && !blockManager.canAppend(seq, n)) n--; // a full pool verifies fewer candidates
+    if (n === 0) continue;
+    for (const c of blockManager.appendSlots(seq, n)) src.push(c.src), dst.push(c.dst);
+    seq.tokens.length = start + n;
+    const s = samplingOf(seq);
+    needsLogits ||= s.needsLogits;
+    rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs });
+    members.push({ t, candidates: seq.tokens.slice(start + 1) });
+  }
+  if (rows.length === 0) return null;
+  return { rows, members, pageCopies: { src: Int32Array.from(src), dst: Int32Array.from(dst) }, needsLogits };
+}
+
+/**
+ * Applies the verifier's tokens: results[r] is row r's (emitAll) result over a forward row of rowTokens[r] tokens
+ * (the row, or the row and its pads). Commits the accepted candidates plus the verifier's own next token, rolls the
+ * rest back, and returns what to stream. Members that finished or were aborted meanwhile (`live` false) are skipped.
+ */
+export function applyVerdicts<T extends VerifyTarget>(
+  blockManager: BlockManager,
+  prepared: PreparedRows<T>,
+  results: readonly ForwardResult[],
+  rowTokens: readonly number[],
+  live: (t: T) => boolean,
+): Commit[] {
+  const commits: Commit[] = [];
+  prepared.members.forEach(({ t, candidates }, r) => {
+    const seq = t.seq;
+    if (seq.status !== "running" || !live(t)) return;
+    const res = results[r];
+    const verified = res.tokens!;
+    const accepted = acceptedCandidates(candidates, verified);
+    const c = t.numCommitted;
+    t.stats.verifyPasses++;
+    if (accepted < candidates.length) {
+      t.stats.rollbacks++;
+      t.stats.recomputedTokens += candidates.length - accepted;
+    }
+    seq.tokens.length = c + accepted;
+    seq.tokens.push(verified[accepted]);
+    blockManager.commitComputed(seq, c + accepted); // positions [c - 1, c + accepted) now hold the verifier's KV
+    blockManager.truncate(seq, c + accepted); // pages of rejected candidates go back
+    t.numCommitted = c + accepted + 1;
+    seq.holdForVerify = false;
+    const k = prepared.rows[r].numTopLogprobs;
+    const tokens: SampledToken[] = [];
+    for (let j = 0; j <= accepted; j++) {
+      const tok: SampledToken = { token: verified[j], logprob: res.logprobs![j] };
+      if (k > 0) {
+        tok.topIds = res.topIds!.slice(j * k, (j + 1) * k);
+        tok.topLogprobs = res.topLogprobs!.slice(j * k, (j + 1) * k);
+      }
+      if (res.logits) {
+        const V = res.logits.length / rowTokens[r];
+        tok.logits = res.logits.subarray(j * V, (j + 1) * V);
+      }
+      tokens.push(tok);
+    }
+    commits.push({ seq, tokens });
+  });
+  return commits;
+}
+
+/** A verify row as a sequence of a step's forward: unpadded, on the fixed schedule, a token after every position. */
+export function fusedRowSequence(row: VerifyRow): ForwardSequence {
+  return {
+    tokens: Int32Array.from(row.tokens),
+    startPos: row.startPos,
+    blockTable: Int32Array.from(row.blockTable),
+    sampling: row.sampling,
+    numTopLogprobs: row.numTopLogprobs,
+    emitToken: true,
+    emitAll: true,
+    fixedSchedule: true,
+  };
+}
+
+export function pageCopyPairs(copies: { src: Int32Array; dst: Int32Array }): Array<{ src: number; dst: number }> {
+  return Array.from(copies.src, (src, i) => ({ src, dst: copies.dst[i] }));
+}
