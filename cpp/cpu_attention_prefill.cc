@@ -14,7 +14,8 @@ namespace dl::cpu {
 
 using attention_detail::SoftmaxState;
 
-void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale) {
+void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale,
+                      int maxQueryLen) {
   requireF32("attentionPrefill", "q", q), requireF32("attentionPrefill", "out", out);
   const std::vector<int64_t> tokens = attention_detail::checkPages("attentionPrefill", kv);
   const int64_t Ttot = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hk = kv.kCache.shape[2], G = Hq / Hk;
@@ -28,6 +29,9 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
     if (T < 0 || T > tokens[b])
       throw Error("attentionPrefill: sequence " + std::to_string(b) + " has " + std::to_string(T) +
                   " queries but only " + std::to_string(tokens[b]) + " tokens in the cache (write its KV first)");
+    if (maxQueryLen > 0 && T > maxQueryLen)
+      throw Error("attentionPrefill: sequence " + std::to_string(b) + " has " + std::to_string(T) +
+                  " queries, more than maxQueryLen " + std::to_string(maxQueryLen) + "; pass the longest query count or 0");
   }
   // Items: (tile of up to kTile consecutive queries of one sequence, group of KV heads). A tile reads each page once
   // for all its queries (attendTile); a query's bits depend only on its own sequence, not on its tile or group.

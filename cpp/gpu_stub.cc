@@ -37,7 +37,7 @@ void add(const View&, const View&, const View&) { unavailable(); }
 void kvWrite(const View&, const View&, const View&, const View&, const View&) { unavailable(); }
 void pageCopy(const View&, const View&, const View&, const View&) { unavailable(); }
 void attentionDecode(const View&, const PagedKV&, const View&, float, int) { unavailable(); }
-void attentionPrefill(const View&, const View&, const PagedKV&, const View&, float) { unavailable(); }
+void attentionPrefill(const View&, const View&, const PagedKV&, const View&, float, int) { unavailable(); }
 void sample(const SampleArgs&) { unavailable(); }
 }  // namespace dl::gpu
 #endif

@@ -76,8 +76,10 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
   void attentionDecode(const View& q, const PagedKV& kv, const View& out, float scale, int kvSplits);      \
   /* Prefill / verify: q[Ttot,Hq,D]; sequence b's queries q[qIndptr[b] .. qIndptr[b+1]) are its last        \
      (qIndptr[b+1]-qIndptr[b]) positions (their KV already written); causal. The reduction order over keys   \
-     is fixed (ascending position), independent of B and Ttot. out[Ttot,Hq,D]. */                            \
-  void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale); \
+     is fixed (ascending position), independent of B and Ttot. out[Ttot,Hq,D]. maxQueryLen: the most queries \
+     any sequence has (0: up to Ttot); it sizes the GPU grid, a sequence with more is an error. */            \
+  void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale,  \
+                        int maxQueryLen);                                                                    \
   /* Greedy / Gumbel-max sampling with temperature, top-k, top-p; logprobs (see SampleArgs). */             \
   void sample(const SampleArgs& a);
 

@@ -17,6 +17,7 @@ struct Model::Plan {
   int64_t T = 0;
   int nd = 0;                         // decode sequences: packed rows [0, nd)
   int64_t Tf = 0;                     // fixed-schedule sequences: packed rows [Tf, T), after every fast one
+  int maxPrefillQ = 0;                // most new tokens of one sequence in the prefill group (sizes its grid)
   std::vector<int> order;             // sequence indices in packed order
   std::vector<int64_t> firstRow;      // per sequence (input index)
   int64_t ids = 0, positions = 0, slots = 0;           // meta offsets of [T] arrays
@@ -76,6 +77,8 @@ Model::Plan Model::plan(const BatchInput& b) {
     p.T += int64_t(b.seqs[p.order[o]].tokens.size());
   }
   if (numFast == p.order.size()) p.Tf = p.T;
+  for (size_t o = size_t(p.nd); o < p.order.size(); o++)
+    p.maxPrefillQ = std::max(p.maxPrefillQ, int(b.seqs[p.order[o]].tokens.size()));
   // Page copies first (their ids live at the front of the metadata).
   for (int32_t s : b.copySrc) push(s);
   for (int32_t d : b.copyDst) push(d);
@@ -312,7 +315,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
         PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
                    kv.pageSize};
         ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
-                              attn_.view({npre, Hq, D}, nd * Q), scale);
+                              attn_.view({npre, Hq, D}, nd * Q), scale, p.maxPrefillQ);
       }
       gemmRows(attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_, 0);
       ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
@@ -355,7 +358,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   const bool graphsOff = graphsEnv && std::string(graphsEnv) == "0";
   const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff;
   auto graphKey = [&] {
-    std::vector<int64_t> k = {T, p.nd, p.Tf, E, p.Ef, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
+    std::vector<int64_t> k = {T, p.nd, p.Tf, p.maxPrefillQ, E, p.Ef, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
                               b.kvSplits, b.fixedGemmSplitK,
                               int64_t(metaHost_.size()), p.ids, p.positions, p.slots, p.dIndptr, p.dIndices, p.dLast,
                               p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,

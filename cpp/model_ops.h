@@ -21,8 +21,9 @@ DL_OP(kvWrite, DL_P(const View& k, const View& v, const View& kCache, const View
 DL_OP(pageCopy, DL_P(const View& kCache, const View& vCache, const View& src, const View& dst), (kCache, vCache, src, dst))
 DL_OP(attentionDecode, DL_P(const View& q, const PagedKV& kv, const View& out, float scale, int kvSplits),
       (q, kv, out, scale, kvSplits))
-DL_OP(attentionPrefill, DL_P(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale),
-      (q, qIndptr, kv, out, scale))
+DL_OP(attentionPrefill,
+      DL_P(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale, int maxQueryLen),
+      (q, qIndptr, kv, out, scale, maxQueryLen))
 DL_OP(sample, DL_P(const SampleArgs& a), (a))
 #undef DL_P
 #undef DL_OP

@@ -200,8 +200,9 @@ Napi::Value AttentionPrefill(const Napi::CallbackInfo& info) {
     requireDType(a.op, "qIndptr", qIndptr, DType::i32);
     sameShape(a.op, "qIndptr", qIndptr, "indptr", kv.indptr);
     checkAttention(a.op, q, kv, out, q.shape[0]);
+    int maxQueryLen = int(a.integer("maxQueryLen", 0, 0, 1 << 30));
     Device dev = a.device;
-    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, attentionPrefill(q, qIndptr, kv, out, scale)); });
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, attentionPrefill(q, qIndptr, kv, out, scale, maxQueryLen)); });
   });
 }
 

@@ -22,6 +22,7 @@ struct PrefillArgs {
   DType qt, ot;
   PagedKVDev kv;
   int D, Hq, G, tokensPerTile, tilesPerSeq;  // D: the real head dim (<= the kernel's DP)
+  int maxQueryLen;                           // tilesPerSeq * tokensPerTile >= it: queries past it are not computed
   float scaleLog2;
   DeviceErrorSlot* err;
 };
@@ -50,6 +51,8 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
     if (tid == 0 && tile == 0 && kvh == 0) reportDeviceError(a.err, DeviceErrorCode::seqLength, kvLen, qLen);
     return;
   }
+  if (tile == 0 && kvh == 0 && tid == 0 && qLen > a.maxQueryLen)
+    reportDeviceError(a.err, DeviceErrorCode::queryLength, qLen, a.maxQueryLen);
   const int tokEnd = min(qLen, tok0 + a.tokensPerTile), rows = (tokEnd - tok0) * a.G;
   const int maxPos = kvLen - qLen + tokEnd - 1;
 
@@ -165,7 +168,8 @@ void launchPrefill(const PrefillArgs& a, int B) {
 
 }  // namespace
 
-void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale) {
+void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale,
+                      int maxQueryLen) {
   const char* op = "attentionPrefill";
   requireCuda(op, "q", q), requireCuda(op, "out", out), requireCuda(op, "qIndptr", qIndptr);
   requireFloatT(op, "q", q), requireFloatT(op, "out", out), requireI32(op, "qIndptr", qIndptr);
@@ -179,9 +183,12 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
   if (G > kRows) fail(op, "query heads per KV head must be <= 64, got " + std::to_string(G));
   if (B == 0 || T == 0) return;
   if (B > 65535 || Hk > 65535) fail(op, "at most 65535 sequences and KV heads");
+  if (maxQueryLen < 0) fail(op, "maxQueryLen must be >= 0 (0: up to the total query rows)");
   PrefillArgs a{q.data, out.data, qIndptr.as<int32_t>(), q.dtype, out.dtype, pagedKVDev(kv), int(D), int(Hq), G,
-                kRows / G, 0, scale * kLog2e, deviceErrorSlot()};
-  a.tilesPerSeq = int(ceilDiv(T, a.tokensPerTile));  // a sequence has at most Ttot queries; extra tiles exit
+                kRows / G, 0, 0, scale * kLog2e, deviceErrorSlot()};
+  // The grid covers the longest sequence's queries (at most Ttot); tiles past a shorter sequence's exit at once.
+  a.maxQueryLen = int(maxQueryLen > 0 ? std::min<int64_t>(maxQueryLen, T) : T);
+  a.tilesPerSeq = int(ceilDiv(a.maxQueryLen, a.tokensPerTile));
   if (D <= 32) launchPrefill<32>(a, int(B));
   else if (D <= 64) launchPrefill<64>(a, int(B));
   else if (D <= 96) launchPrefill<96>(a, int(B));

@@ -14,6 +14,7 @@ enum class DeviceErrorCode : int32_t {
   prefillPage = 5,   // value = page id, limit = numPages
   seqLength = 6,     // value = tokens the page table holds, limit = tokens asked for (prefill: qLen > kvLen)
   sampleParam = 7,   // value = row with a bad temperature / topP / topK
+  queryLength = 8,   // value = a sequence's query count, limit = the launch's maxQueryLen
 };
 
 struct DeviceErrorSlot {

@@ -3,10 +3,12 @@
 // the fixed schedule, the SGLang / vLLM deterministic-mode baseline).
 //   npm run bench:determinism -- [--json] [--preset smollm-135m] [--layers N] [--device cpu|cuda] [--requests 256]
 //     [--prompt-tokens 128] [--max-tokens 128] [--ratios 0,0.02,0.1,0.5,1] [--verify-window 32] [--verify-group 8]
-//     [--verify fused,separate]
+//     [--verify fused,separate] [--repeats 1]
 // --verify: where the verify rows run, one set of decode-verify-rollback rows per choice, side by side in one run:
 // fused into the steps' forwards (the engine's default) or as passes of their own (fuseVerify: false, LLM-42's
 // padded fixed-shape passes on the GPU). The 0% row is the same work either way and runs once.
+// --repeats N runs every row N times in interleaved rounds (row order fixed within a round) and reports each row's
+// median, with the range in tokensPerSecondRange: on a shared box single rows swing by tens of percent.
 // Rows {mode, deterministicRatio, tokensPerSecond, ratioToNonDeterministic, rollbacks, recomputedFraction, ...}:
 // tokensPerSecond = generated tokens / wall time from submit to the last result; recomputedFraction = fast-path
 // tokens rolled back / tokens the deterministic requests generated. On a shared CPU box also compare
@@ -33,6 +35,7 @@ const { values } = parseArgs({
     "verify-window": { type: "string", default: "32" },
     "verify-group": { type: "string", default: "8" },
     verify: { type: "string", default: "fused,separate" },
+    repeats: { type: "string", default: "1" },
   },
 });
 const preset = PRESETS[values.preset!];
@@ -49,6 +52,8 @@ const verifyPlacements = values.verify!.split(",").map((v) => {
   if (v !== "fused" && v !== "separate") throw new Error(`--verify ${values.verify}: expected a list of fused, separate`);
   return v;
 });
+const repeats = Number(values.repeats);
+if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeats ${values.repeats}: expected an integer >= 1`);
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
 
 async function presetDir(): Promise<string> {
@@ -119,10 +124,31 @@ const model = await loadModel(await presetDir(), {
   kvPages: Math.ceil((numRequests * (promptTokens + maxTokens + verifyWindow)) / 16) + 64 + verifyGroup * 3,
 });
 try {
-  const rows = [];
+  const configs: Array<{ mode: KernelMode; ratio: number; verify: "fused" | "separate" }> = [];
   for (const verify of verifyPlacements)
-    for (const ratio of ratios) if (ratio > 0 || verify === verifyPlacements[0]) rows.push(await runRow(model, "fast", ratio, verify));
-  rows.push(await runRow(model, "batch-invariant", 1));
+    for (const ratio of ratios) if (ratio > 0 || verify === verifyPlacements[0]) configs.push({ mode: "fast", ratio, verify });
+  configs.push({ mode: "batch-invariant", ratio: 1, verify: "fused" });
+  const runs: Array<Array<Awaited<ReturnType<typeof runRow>>>> = configs.map(() => []);
+  for (let round = 0; round < repeats; round++) {
+    for (const [i, c] of configs.entries()) {
+      runs[i].push(await runRow(model, c.mode, c.ratio, c.verify));
+      if (repeats > 1) log(`round ${round + 1}/${repeats}: ${c.mode} ${c.verify} ${c.ratio}: ${runs[i][round].tokensPerSecond} tok/s`);
+    }
+  }
+  const median = (xs: number[]): number => {
+    const v = [...xs].sort((a, b) => a - b);
+    return v.length % 2 ? v[v.length >> 1] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+  };
+  const rows = runs.map((rs) => {
+    const mid = rs.slice().sort((a, b) => a.tokensPerSecond - b.tokensPerSecond)[(rs.length - 1) >> 1];
+    return {
+      ...mid,
+      tokensPerSecond: Number(median(rs.map((r) => r.tokensPerSecond)).toFixed(2)),
+      tokensPerSecondRange: [Math.min(...rs.map((r) => r.tokensPerSecond)), Math.max(...rs.map((r) => r.tokensPerSecond))],
+      tokensPerCpuSecond: Number(median(rs.map((r) => r.tokensPerCpuSecond)).toFixed(2)),
+      repeats,
+    };
+  });
   const base = rows.find((r) => r.mode === "decode-verify-rollback" && r.deterministicRatio === 0) ?? rows[0];
   for (const r of rows) {
     r.ratioToNonDeterministic = Number((r.tokensPerSecond / base.tokensPerSecond).toFixed(3));
@@ -131,7 +157,7 @@ try {
     else {
       log(
         `${`${r.mode}${r.verify === "-" ? "" : ` (${r.verify})`}`.padEnd(33)} det ${(100 * r.deterministicRatio).toFixed(0).padStart(3)}%: ${r.tokensPerSecond.toFixed(1).padStart(7)} tok/s ` +
-          `(${r.ratioToNonDeterministic.toFixed(2)}x; per CPU-s ${r.ratioPerCpuSecond.toFixed(2)}x), rollbacks ${r.rollbacks}, ` +
+          `(${r.ratioToNonDeterministic.toFixed(2)}x; per CPU-s ${r.ratioPerCpuSecond.toFixed(2)}x; range ${r.tokensPerSecondRange.join("-")}), rollbacks ${r.rollbacks}, ` +
           `recomputed ${(100 * r.recomputedFraction).toFixed(2)}%, ${r.verifyPasses} row-passes, ${r.seconds}s wall, load ${r.loadAverage1m}`,
       );
     }

@@ -59,6 +59,10 @@ describe("deliberate determinism", () => {
     const checked = await cli([...common, "--load", "1,3", "--check", golden]);
     expect(checked.code, checked.stderr).toBe(0);
     expect(checked.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
+    // Verify rows in passes of their own commit the same bytes as rows fused into the steps (the default).
+    const separate = await cli([...common, "--load", "1,6", "--separate-verify", "--check", golden]);
+    expect(separate.code, separate.stderr).toBe(0);
+    expect(separate.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
 
     g.outputs[2].hash = "0".repeat(64); // a golden file from some other build
     await writeFile(golden, JSON.stringify(g));

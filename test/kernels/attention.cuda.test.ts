@@ -28,10 +28,10 @@ async function decode(device: "cpu" | "cuda", kv: PagedKVData, dtype: DType, q: 
   await addon.ops.attentionDecode({ ...upload(device, kv, dtype), q: tensor(device, device === "cpu" ? "f32" : dtype, [B, Hq, kv.D], q), out, kvSplits });
   return out.readF32();
 }
-async function prefill(device: "cpu" | "cuda", kv: PagedKVData, dtype: DType, q: Float32Array, qIndptr: number[], Hq: number) {
+async function prefill(device: "cpu" | "cuda", kv: PagedKVData, dtype: DType, q: Float32Array, qIndptr: number[], Hq: number, maxQueryLen = 0) {
   const T = qIndptr[qIndptr.length - 1];
   const out: NativeTensor = poisoned(device, "f32", [T, Hq, kv.D]);
-  await addon.ops.attentionPrefill({ ...upload(device, kv, dtype), q: tensor(device, device === "cpu" ? "f32" : dtype, [T, Hq, kv.D], q), qIndptr: tensor(device, "i32", [qIndptr.length], qIndptr), out });
+  await addon.ops.attentionPrefill({ ...upload(device, kv, dtype), q: tensor(device, device === "cpu" ? "f32" : dtype, [T, Hq, kv.D], q), qIndptr: tensor(device, "i32", [qIndptr.length], qIndptr), out, maxQueryLen });
   return out.readF32();
 }
 
@@ -86,6 +86,8 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
       const b = 1, one: PagedKVData = { ...kv, indptr: Int32Array.from([0, kv.indptr[b + 1] - kv.indptr[b]]), indices: kv.indices.slice(kv.indptr[b], kv.indptr[b + 1]), lastPageLen: kv.lastPageLen.slice(b, b + 1) };
       const row = Hq * D, alone = await prefill("cuda", one, dtype, q.slice(qIndptr[b] * row, qIndptr[b + 1] * row), [0, qLens[b]], Hq);
       expect(bitsEqual(alone, got.subarray(qIndptr[b] * row, qIndptr[b + 1] * row)), `D=${D} G=${G} seq alone`).toBe(true);
+      // A grid sized by the longest query count (what the model forward passes) computes the same bits.
+      expect(bitsEqual(await prefill("cuda", kv, dtype, q, qIndptr, Hq, Math.max(...qLens)), got), `D=${D} G=${G} maxQueryLen`).toBe(true);
     }
   });
 
@@ -94,6 +96,7 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
     const bad = { ...kv, indices: Int32Array.from(kv.indices, (p, i) => (i === 1 ? kv.numPages + 5 : p)) };
     await expect(decode("cuda", bad, "bf16", randn(4 * 128), 4, 1)).rejects.toThrow(/page id \d+ .*out of range/);
     await expect(prefill("cuda", bad, "bf16", randn(3 * 4 * 128), [0, 3], 4)).rejects.toThrow(/page id \d+ .*out of range/);
+    await expect(prefill("cuda", kv, "bf16", randn(3 * 4 * 128), [0, 3], 4, 2)).rejects.toThrow(/3 queries, more than maxQueryLen 2/);
     const ok = await decode("cuda", kv, "bf16", roundTo(randn(4 * 128), "bf16"), 4, 2);
     expect(ok.every(Number.isFinite)).toBe(true);
   });

@@ -128,12 +128,12 @@ describe("attentionDecode (cpu)", () => {
   });
 });
 
-async function prefill(kv: KVTensors, q: Float32Array, qIndptr: number[], Hq: number, D: number): Promise<Float32Array> {
+async function prefill(kv: KVTensors, q: Float32Array, qIndptr: number[], Hq: number, D: number, maxQueryLen = 0): Promise<Float32Array> {
   const rows = qIndptr[qIndptr.length - 1];
   const qt = tensorOf(addon, "cpu", "f32", [rows, Hq, D], q);
   const qi = tensorOf(addon, "cpu", "i32", [qIndptr.length], qIndptr);
   const out = addon.tensor("cpu", "f32", [rows, Hq, D]);
-  await addon.ops.attentionPrefill({ ...kv, q: qt, qIndptr: qi, out });
+  await addon.ops.attentionPrefill({ ...kv, q: qt, qIndptr: qi, out, maxQueryLen });
   const r = out.readF32();
   disposeAll(qt, qi, out);
   return r;
@@ -191,6 +191,8 @@ describe("attentionPrefill (cpu)", () => {
     const kv = randomPagedKV(rng, [3], 4, 1, 8);
     const t = upload(kv, "f32");
     await expect(prefill(t, randomF32(rng, 4 * 8), [0, 4], 1, 8)).rejects.toThrow(/sequence 0 has 4 queries but only 3 tokens in the cache/);
+    await expect(prefill(t, randomF32(rng, 3 * 8), [0, 3], 1, 8, 2)).rejects.toThrow(/sequence 0 has 3 queries, more than maxQueryLen 2/);
+    expect(bitsOf(await prefill(t, randomF32(rng, 3 * 8).fill(0.5), [0, 3], 1, 8, 3))).toEqual(bitsOf(await prefill(t, new Float32Array(3 * 8).fill(0.5), [0, 3], 1, 8)));
     disposeKV(t);
   });
 });

@@ -53,7 +53,7 @@ export interface NativeOps {
   /** One query per sequence, split-KV with kvSplits partitions merged by log-sum-exp. */
   attentionDecode(a: PagedKVArgs & { q: NativeTensor; out: NativeTensor; scale?: number; kvSplits?: number }): Promise<void>;
   /** T queries per sequence (qIndptr [B+1]), causal over cached prefix + new tokens. */
-  attentionPrefill(a: PagedKVArgs & { q: NativeTensor; qIndptr: NativeTensor; out: NativeTensor; scale?: number }): Promise<void>;
+  attentionPrefill(a: PagedKVArgs & { q: NativeTensor; qIndptr: NativeTensor; out: NativeTensor; scale?: number; maxQueryLen?: number }): Promise<void>;
   /** Greedy (temperature 0) or Gumbel-max sampling keyed by (seed, position, token id); raw log-softmax logprobs. */
   sample(a: {
     logits: NativeTensor;

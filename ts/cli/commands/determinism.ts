@@ -27,6 +27,7 @@ interface DeterminismOptions {
   device: string;
   verifyWindow?: string;
   verifyGroup?: string;
+  separateVerify?: boolean;
 }
 
 function int(flag: string, raw: string, min: number): number {
@@ -67,7 +68,8 @@ export function registerDeterminism(program: Command): void {
     .option("--json", "one JSON report per prompt, then a last line {prompts, runs, divergences, rollbacks, recomputedTokens, recomputedFraction}")
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--verify-window <n>", "tokens per verify row (engine verifyWindow)")
-    .option("--verify-group <n>", "rows per verify pass (engine verifyGroup)")
+    .option("--verify-group <n>", "rows per verify pass with --separate-verify (engine verifyGroup)")
+    .option("--separate-verify", "verify in passes of their own (engine fuseVerify: false) instead of inside the steps")
     .action(async (opts: DeterminismOptions) => {
       if (opts.record !== undefined && opts.check !== undefined) throw new Error("give at most one of --record FILE and --check FILE");
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
@@ -91,6 +93,7 @@ export function registerDeterminism(program: Command): void {
         models: { model },
         verifyWindow: opts.verifyWindow === undefined ? undefined : int("verify-window", opts.verifyWindow, 2),
         verifyGroup: opts.verifyGroup === undefined ? undefined : int("verify-group", opts.verifyGroup, 1),
+        fuseVerify: opts.separateVerify !== true,
       });
       let result;
       try {
