@@ -62,6 +62,27 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     for (const c of calls) if (c.sequences.filter(isVerifyRow).length > 1) expect(tokens(c)).toBeLessThanOrEqual(24);
   });
 
+  it("fused: where the rows would cost a second pass over the weights (split-K fast steps), they go as a group", async () => {
+    // A CUDA-like model: fast steps of <= 64 tokens run splitK 4, so verify rows (splitK 1) cannot share their GEMMs.
+    const model = Object.assign(new PagedToyModel(256, 4), { device: "cuda" as const });
+    await using engine = new Engine({ models: { model, tokenizer: toyCodec }, verifyWindow: 32, verifyGroup: 4 });
+    const plain = engine.submit({ prompt: randomPrompt(50, 6), maxTokens: 150, ignoreEos: true });
+    const stream = plain[Symbol.asyncIterator]();
+    const dets = [];
+    for (let i = 0; i < 4; i++) {
+      for (let k = 0; k < 3; k++) await stream.next(); // deterministic requests start 3 steps apart
+      dets.push(engine.submit({ prompt: randomPrompt(60 + i, 5), maxTokens: 60, ignoreEos: true, deterministic: true }).result);
+    }
+    for (let r = await stream.next(); !r.done; r = await stream.next());
+    const outs = await Promise.all(dets);
+    outs.forEach((o, i) => expect(o.tokens).toEqual(toyReference(randomPrompt(60 + i, 5), 60, { temperature: 0, seed: 0 }, false)));
+    const carrying = model.calls.filter((c) => c.sequences.some(isVerifyRow));
+    const rows = carrying.reduce((n, c) => n + c.sequences.filter(isVerifyRow).length, 0);
+    expect(rows).toBeGreaterThanOrEqual(8); // 4 requests x 2 windows
+    // Staggered rows, one per call if each rode at once; grouped, far fewer calls carry them.
+    expect(carrying.length).toBeLessThanOrEqual(rows / 2);
+  });
+
   it("not fused: verify passes and deterministic prefill are forwards of their own", async () => {
     const calls = await run(false);
     const separate = calls.filter((c) => c.sequences.some(isVerifyRow));

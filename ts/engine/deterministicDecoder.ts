@@ -143,16 +143,16 @@ export class DeterministicDecoder {
    * its own on the fixed schedule (verify passes run later, from verify()). With nothing deterministic in flight
    * this is exactly the runner's one forward.
    */
-  async run(batch: ScheduledBatch, samplingOf: (seq: Sequence) => SequenceSampling): Promise<StepRun> {
+  async run(batch: ScheduledBatch, samplingOf: (seq: Sequence) => SequenceSampling, step = 0): Promise<StepRun> {
     const kinds = batch.seqs.map(({ seq }) => this.kindOf(seq));
     if (this.fused) {
-      const scheduledTokens = batch.seqs.reduce((n, s) => n + s.numNewTokens, 0);
-      const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(scheduledTokens), samplingOf) : null;
+      const fixed = (i: number): boolean => kinds[i] === "fixedPrefill";
+      const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(batch, fixed, step), samplingOf) : null;
       const rows = prepared === null ? [] : prepared.rows.map(fusedRowSequence);
       if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
       const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...pageCopyPairs(prepared.pageCopies)];
       const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, undefined, {
-        fixed: (i) => kinds[i] === "fixedPrefill",
+        fixed,
         sequences: rows,
         returnLogits: prepared?.needsLogits,
       });
@@ -234,19 +234,31 @@ export class DeterministicDecoder {
   }
 
   /**
-   * Fused: the rows this step verifies, oldest first, without waiting for a group: as many as fit in the step's
-   * token budget beside the `scheduledTokens` of the fast rows (vLLM's unified budget), and at least one.
+   * Fused: the rows this step verifies, oldest first: as many as fit in the step's token budget beside the fast
+   * rows (vLLM's unified budget), at least one. They ride at once when the step then runs its GEMMs on the fixed
+   * splitK anyway (one GEMM per weight for all rows: the rows cost only their own tokens), or when nothing else
+   * runs; otherwise each step carrying them streams the weights a second time for their fixed GEMMs, so they wait
+   * to go as a group, as separate passes do: verifyGroup rows ready, no other deterministic sequence decoding, or
+   * the oldest waited maxWaitSteps.
    */
-  private dueFused(scheduledTokens: number): Tracked[] {
+  private dueFused(batch: ScheduledBatch, fixed: (i: number) => boolean, step: number): Tracked[] {
+    const ready = this.ready();
+    if (ready.length === 0) return [];
     const due: Tracked[] = [];
-    let tokens = scheduledTokens;
-    for (const t of this.ready()) {
+    let tokens = batch.seqs.reduce((n, s) => n + s.numNewTokens, 0);
+    let extraTokens = 0;
+    for (const t of ready) {
       const rowTokens = t.seq.numTokens - t.numCommitted + 1;
       if (due.length > 0 && tokens + rowTokens > this.stepTokenBudget) break;
       due.push(t);
       tokens += rowTokens;
+      extraTokens += rowTokens;
     }
-    return due;
+    const schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
+    if (schedule.gemmSplitK === FIXED_SCHEDULE.gemmSplitK || batch.seqs.length === 0) return due;
+    const decoding = [...this.tracked.values()].some((t) => t.seq.status === "running" && !t.seq.holdForVerify);
+    if (ready.length >= this.geometry.group || !decoding || step - ready[0].readySince >= this.maxWaitSteps) return due;
+    return [];
   }
 
   /** Whether the verify rows need the GPU's fixed shape (padded passes of their own; verifyPass.ts). */

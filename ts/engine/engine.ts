@@ -234,7 +234,7 @@ export class Engine implements AsyncDisposable {
       progressed ||= expanded || batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     }
     const samplingOf = (seq: Sequence): SequenceSampling => this.samplingOf(seq);
-    const results = await Promise.allSettled(work.map(({ slot, batch }) => slot.decoder.run(batch, samplingOf)));
+    const results = await Promise.allSettled(work.map(({ slot, batch }) => slot.decoder.run(batch, samplingOf, this.steps)));
     this.steps++;
     results.forEach((r, i) => {
       const { slot, batch } = work[i];

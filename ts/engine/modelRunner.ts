@@ -15,6 +15,14 @@ export interface SequenceSampling {
   needsLogits: boolean;
 }
 
+/** What a step's schedule depends on besides the scheduled batch. */
+export interface StepShape {
+  /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule. */
+  fixed?: (index: number) => boolean;
+  /** Tokens of extra fixed-schedule sequences riding in the step. */
+  extraTokens?: number;
+}
+
 /** What rides along with a scheduled step in its one forward (deterministic requests' fixed-schedule work). */
 export interface StepExtras {
   /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule: deterministic prefill chunks. */
@@ -36,7 +44,7 @@ export class ModelRunner {
    * as GEMM rows (a GEMM over fast and fixed rows on one splitK is one call) but never as decode-attention rows
    * (they take the prefill attention kernel).
    */
-  scheduleFor(batch: ScheduledBatch, override?: KernelSchedule, extras: StepExtras = {}): KernelSchedule {
+  scheduleFor(batch: ScheduledBatch, override?: KernelSchedule, extras: StepShape = {}): KernelSchedule {
     if (override) return override;
     let numTokens = 0;
     let numDecodeSeqs = 0;
@@ -48,7 +56,7 @@ export class ModelRunner {
         maxDecodeKvLen = Math.max(maxDecodeKvLen, seq.numComputedTokens + 1);
       }
     });
-    for (const s of extras.sequences ?? []) numTokens += s.tokens.length;
+    numTokens += extras.extraTokens ?? 0;
     return chooseSchedule(this.kernelMode, { numTokens, numDecodeSeqs, maxDecodeKvLen, device: this.model.device });
   }
 
@@ -62,7 +70,8 @@ export class ModelRunner {
     override?: KernelSchedule,
     extras: StepExtras = {},
   ): Promise<ForwardResult[]> {
-    const schedule = this.scheduleFor(batch, override, extras);
+    const extraTokens = (extras.sequences ?? []).reduce((n, s) => n + s.tokens.length, 0);
+    const schedule = this.scheduleFor(batch, override, { fixed: extras.fixed, extraTokens });
     let returnLogits = extras.returnLogits === true;
     let anyFixed = false;
     const sequences: ForwardSequence[] = batch.seqs.map(({ seq, numNewTokens, emitToken }, i) => {
