@@ -3,10 +3,12 @@
 // the fixed schedule, the SGLang / vLLM deterministic-mode baseline).
 //   npm run bench:determinism -- [--json] [--preset smollm-135m] [--layers N] [--device cpu|cuda] [--requests 256]
 //     [--prompt-tokens 128] [--max-tokens 128] [--ratios 0,0.02,0.1,0.5,1] [--verify-window 32] [--verify-group 8]
-//     [--verify fused,separate] [--repeats 1]
+//     [--verify fused,separate] [--repeats 1] [--max-batch-seqs 256]
 // --verify: where the verify rows run, one set of decode-verify-rollback rows per choice, side by side in one run:
 // fused into the steps' forwards (the engine's default) or as passes of their own (fuseVerify: false, LLM-42's
 // padded fixed-shape passes on the GPU). The 0% row is the same work either way and runs once.
+// --max-batch-seqs caps the sequences per step (engine maxBatchSeqs): the offline batch then runs at that
+// concurrency, where (on the GPU, <= 64 rows) fast steps use split-K and batch-invariant mode's fixed schedule costs.
 // --repeats N runs every row N times in interleaved rounds (row order fixed within a round) and reports each row's
 // median, with the range in tokensPerSecondRange: on a shared box single rows swing by tens of percent.
 // Rows {mode, deterministicRatio, tokensPerSecond, ratioToNonDeterministic, rollbacks, recomputedFraction, ...}:
@@ -36,6 +38,7 @@ const { values } = parseArgs({
     "verify-group": { type: "string", default: "8" },
     verify: { type: "string", default: "fused,separate" },
     repeats: { type: "string", default: "1" },
+    "max-batch-seqs": { type: "string", default: "256" },
   },
 });
 const preset = PRESETS[values.preset!];
@@ -52,6 +55,7 @@ const verifyPlacements = values.verify!.split(",").map((v) => {
   if (v !== "fused" && v !== "separate") throw new Error(`--verify ${values.verify}: expected a list of fused, separate`);
   return v;
 });
+const maxBatchSeqs = Number(values["max-batch-seqs"]);
 const repeats = Number(values.repeats);
 if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeats ${values.repeats}: expected an integer >= 1`);
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
@@ -77,7 +81,7 @@ function prompt(i: number, vocab: number): number[] {
 const isDeterministic = (i: number, ratio: number): boolean => Math.floor((i + 1) * ratio) > Math.floor(i * ratio);
 
 async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fused" | "separate" = "fused") {
-  await using engine = new Engine({ models: { model }, kernelMode: mode, verifyWindow, verifyGroup, fuseVerify: verify === "fused" });
+  await using engine = new Engine({ models: { model }, kernelMode: mode, verifyWindow, verifyGroup, fuseVerify: verify === "fused", maxBatchSeqs });
   const vocab = model.config.vocabSize;
   await engine.submit({ prompt: prompt(99_999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
   const start = performance.now();
@@ -115,6 +119,7 @@ async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fu
     maxTokens,
     verifyWindow,
     verifyGroup,
+    maxBatchSeqs,
   };
 }
 

@@ -13,7 +13,10 @@
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
 # DET_BENCH=1 adds issue #6's bench:determinism at full size (256 x (128 + 128)) on the GPU for the SmolLM-135M and
-# Qwen2.5-1.5B shapes (DET_PRESETS), verify rows fused into the steps and as separate passes side by side.
+# Qwen2.5-1.5B shapes (DET_PRESETS), verify rows fused into the steps and as separate passes side by side, at
+# 256 sequences per step and at 32 (DET_CONCURRENCY), where fast steps split K and batch-invariant mode pays. Each
+# (preset, concurrency) is a few minutes: split them over calls to stay under a call's 10 minutes, e.g.
+#   SKIP_BENCH=1 DET_BENCH=1 DET_PRESETS=qwen2.5-1.5b DET_CONCURRENCY=32 bash scripts/device/check.sh
 # Without a carried build it builds both on the machine (needs node-gyp in the carried node_modules).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,11 +69,14 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
 fi
 if [ "${DET_BENCH:-0}" = 1 ]; then
   for preset in ${DET_PRESETS:-smollm-135m qwen2.5-1.5b}; do
-    node node_modules/tsx/dist/cli.mjs scripts/bench/determinism.ts --json --device cuda --preset "$preset" ${DET_ARGS:-} \
-      > "$out/determinism-$preset.txt" 2> "$out/determinism-$preset.err" || { status=1; tail -20 "$out/determinism-$preset.err"; }
-    node -e 'for (const l of require("fs").readFileSync(0, "utf8").trim().split("\n")) { const r = JSON.parse(l);
-      console.log([r.model, r.mode, r.verify, (100 * r.deterministicRatio).toFixed(0) + "%", r.tokensPerSecond, r.ratioToNonDeterministic + "x",
-        "rollbacks " + r.rollbacks, "recomputed " + (100 * r.recomputedFraction).toFixed(2) + "%"].join("  ")); }' < "$out/determinism-$preset.txt"
+    for conc in ${DET_CONCURRENCY:-256 32}; do
+      f="$out/determinism-$preset-$conc"
+      node node_modules/tsx/dist/cli.mjs scripts/bench/determinism.ts --json --device cuda --preset "$preset" --max-batch-seqs "$conc" \
+        ${DET_ARGS:-} > "$f.txt" 2> "$f.err" || { status=1; tail -20 "$f.err"; }
+      node -e 'for (const l of require("fs").readFileSync(0, "utf8").trim().split("\n")) { const r = JSON.parse(l);
+        console.log([r.model, "seqs " + r.maxBatchSeqs, r.mode, r.verify, (100 * r.deterministicRatio).toFixed(0) + "%", r.tokensPerSecond,
+          r.ratioToNonDeterministic + "x", "rollbacks " + r.rollbacks, "recomputed " + (100 * r.recomputedFraction).toFixed(2) + "%"].join("  ")); }' < "$f.txt"
+    done
   done
 fi
 echo "check.sh: tests $( [ $status -eq 0 ] && echo passed || echo FAILED)"
