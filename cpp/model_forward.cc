@@ -235,9 +235,8 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
     xr.data = static_cast<uint8_t*>(x.data) + size_t(r0 * K) * dtypeSize(x.dtype);
     ops::gemm(d, xr, w, bias, y.view({rows, N}, yOffset + r0 * N), splitK);
   };
-  // y = x . W^T for all T rows: fast rows on the step's splitK, fixed rows on the fixed one (one call when equal;
-  // a row's bits depend on its own X, K and splitK only, so splitting the rows changes no bits).
-  // x has `rows` rows, the first `fastRows` of them fast.
+  // y = x . W^T for x's `rows` rows: the first `fastRows` on the step's splitK, the rest on the fixed one (one call
+  // when the two agree; a row's bits depend on its own X, K and splitK only, so splitting the rows changes no bits).
   auto gemmSplit = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset, int64_t rows,
                        int64_t fastRows) {
     const int64_t K = x.shape[1];
@@ -248,6 +247,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
     gemmRange(x, w, bias, y, yOffset, 0, fastRows, sk(K));
     gemmRange(x, w, bias, y, yOffset, fastRows, rows - fastRows, skFixed(K));
   };
+  // The same over all T packed rows (fixed sequences are packed last, from Tf).
   auto gemmRows = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset) {
     gemmSplit(x, w, bias, y, yOffset, T, Tf);
   };

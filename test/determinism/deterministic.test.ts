@@ -105,6 +105,17 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     expect(out.determinism!.verifyPasses).toBeGreaterThanOrEqual(3);
   });
 
+  it("commits without verify passes where the step runs the fixed schedule anyway (CPU, 16+ decoding sequences)", async () => {
+    await using engine = engineWith();
+    const reqs = Array.from({ length: 18 }, (_, i) => det(requests[i % 6]));
+    const outs = await together(engine, reqs);
+    outs.forEach((o, i) => expectSameAsReference(o, i % 6));
+    // 18 sequences decode in lockstep: every fast step is splitK 1, kvSplits 1, so each token is already final.
+    expect(outs.reduce((n, o) => n + o.determinism!.verifyPasses, 0)).toBe(0);
+    // Alone, the fast schedule splits K: those tokens are candidates and get verified.
+    expect((await engine.submit(reqs[0]).result).determinism!.verifyPasses).toBeGreaterThan(0);
+  });
+
   it("holds for chunked vs whole prefill", async () => {
     await using chunked = engineWith({ maxBatchTokens: 5 });
     const outs = await together(chunked, [...requests.map(det), ...companions(4, 7)]);

@@ -23,7 +23,7 @@
 // and prefill attention kernels agree bitwise, it is exactly what batch-invariant mode produces (tested); on the GPU
 // the verifier runs every position through the prefill attention kernel, so a near tie may break differently
 // from batch-invariant mode's decode kernel, the same way every time.
-import { FIXED_SCHEDULE, type KernelMode } from "./kernelSchedule.js";
+import { FIXED_SCHEDULE, type KernelMode, type KernelSchedule } from "./kernelSchedule.js";
 import type { BlockManager } from "./blockManager.js";
 import type { ForwardResult } from "./modelTypes.js";
 import type { ModelRunner, SequenceSampling } from "./modelRunner.js";
@@ -59,8 +59,12 @@ export interface DeterministicLimits {
   stats: DeterminismStats;
 }
 
-/** How a scheduled chunk runs: plain (not deterministic), a fixed prefill of committed tokens, or a candidate decode. */
-export type ChunkKind = "plain" | "fixedPrefill" | "candidate";
+/**
+ * How a scheduled chunk runs: plain (not deterministic), a fixed prefill of committed tokens, a candidate decode, or
+ * an exact decode: a deterministic decode with no candidates pending whose step runs the fixed schedule anyway, on a
+ * backend where that computes bitwise what the verifier would (the CPU): its token is committed at once.
+ */
+export type ChunkKind = "plain" | "fixedPrefill" | "candidate" | "exact";
 
 export interface StepRun {
   results: ForwardResult[];
@@ -151,7 +155,10 @@ export class DeterministicDecoder {
       const rows = prepared === null ? [] : prepared.rows.map(fusedRowSequence);
       if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
       const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...pageCopyPairs(prepared.pageCopies)];
-      const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, undefined, {
+      const extraTokens = rows.reduce((n, r) => n + r.tokens.length, 0);
+      const schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
+      this.markExact(batch, kinds, schedule);
+      const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, schedule, {
         fixed,
         sequences: rows,
         returnLogits: prepared?.needsLogits,
@@ -160,12 +167,15 @@ export class DeterministicDecoder {
       const commits = prepared === null ? [] : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rows.map((r) => r.tokens.length), (t) => this.tracked.get(t.seq.id) === t);
       return { results, kinds, commits };
     }
-    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf), kinds, commits: [] };
+    const fastBatch = { ...batch, seqs: batch.seqs.filter((_, i) => kinds[i] !== "fixedPrefill") };
+    const schedule = this.runner.scheduleFor(fastBatch);
+    this.markExact(batch, kinds, schedule);
+    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf, schedule), kinds, commits: [] };
     const results = new Array<ForwardResult>(batch.seqs.length);
-    const fast = batch.seqs.filter((_, i) => kinds[i] !== "fixedPrefill");
+    const fast = fastBatch.seqs;
     let pageCopies = batch.pageCopies; // copy-on-write copies go with whichever forward runs first
     if (fast.length > 0) {
-      const out = await this.runner.run({ ...batch, seqs: fast, pageCopies }, samplingOf);
+      const out = await this.runner.run({ ...batch, seqs: fast, pageCopies }, samplingOf, schedule);
       pageCopies = [];
       let k = 0;
       kinds.forEach((kind, i) => {
@@ -180,8 +190,24 @@ export class DeterministicDecoder {
     return { results, kinds, commits: [] };
   }
 
-  /** A fixed prefill chunk emitted a token (already appended to seq.tokens): it is final. */
-  committedByPrefill(seq: Sequence): void {
+  /**
+   * Turns the step's candidate decodes into exact ones where the step's schedule is the fixed one for them (GEMM
+   * splitK, and kvSplits for a one-token row) and nothing is pending before them: on a backend whose decode
+   * attention gives the verifier's bits (the CPU: test/kernels/attention.test.ts), such a token and the KV its step
+   * writes are exactly what a verify row would compute, so replaying them would only confirm them. Not on the GPU,
+   * whose verifier runs the prefill attention kernel.
+   */
+  private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): void {
+    if (!this.enabled || this.runner.model.device === "cuda" || schedule.gemmSplitK !== FIXED_SCHEDULE.gemmSplitK) return;
+    batch.seqs.forEach(({ seq, numNewTokens }, i) => {
+      if (kinds[i] !== "candidate" || (numNewTokens === 1 && schedule.kvSplits !== FIXED_SCHEDULE.kvSplits)) return;
+      const t = this.tracked.get(seq.id)!;
+      if (seq.numTokens === t.numCommitted) kinds[i] = "exact";
+    });
+  }
+
+  /** A fixed prefill chunk or an exact decode emitted a token (already appended to seq.tokens): it is final. */
+  committedDirectly(seq: Sequence): void {
     const t = this.tracked.get(seq.id);
     if (t) t.numCommitted = seq.numTokens;
   }
