@@ -6,7 +6,8 @@
 // next token; the first mismatch drops the rest (tokens and KV truncated) and decoding resumes from there. The
 // verifier's KV replaces the fast path's at every committed position, so the KV of committed positions (and the
 // pages the prefix cache keeps for them, in a namespace of their own) always comes from the fixed schedule.
-// Deterministic prefill chunks run on the fixed schedule.
+// Deterministic prefill chunks run on the fixed schedule. On the CPU, a decode whose step runs the fixed schedule
+// anyway and has no candidate before it is "exact": committed at once, unverified (markExact).
 //
 // Where the verify rows run (`fuseVerify`, default true): fused, they ride in the next step's one forward as
 // fixedSchedule sequences beside the fast rows (as do deterministic prefill chunks), unpadded, oldest first, as
