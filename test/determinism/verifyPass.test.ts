@@ -24,6 +24,7 @@ describe("verify pass shape", () => {
       expect(s.tokens).toHaveLength(8);
       expect(s.emitAll).toBe(true);
       expect(s.emitToken).toBe(true);
+      expect(s.fixedSchedule).toBe(true);
     }
     expect([...one.sequences[0].tokens]).toEqual([5, 6, 7, PAD_TOKEN, PAD_TOKEN, PAD_TOKEN, PAD_TOKEN, PAD_TOKEN]);
     expect([...one.sequences[0].blockTable]).toEqual([10, 11, 12, 100, 101]); // positions 9..16

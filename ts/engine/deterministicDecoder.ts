@@ -6,8 +6,8 @@
 // next token; the first mismatch drops the rest (tokens and KV truncated) and decoding resumes from there. The
 // verifier's KV replaces the fast path's at every committed position, so the KV of committed positions (and the
 // pages the prefix cache keeps for them, in a namespace of their own) always comes from the fixed schedule.
-// Deterministic prefill chunks run on the fixed schedule. On the CPU, a decode whose step runs the fixed schedule
-// anyway and has no candidate before it is "exact": committed at once, unverified (markExact).
+// Deterministic prefill chunks run on the fixed schedule. A decode whose step runs its GEMMs on the fixed splitK
+// anyway and has no candidate before it is "exact": it runs as a fixed row and is committed at once (markExact).
 //
 // Where the verify rows run (`fuseVerify`, default true): fused, they ride in the next step's one forward as
 // fixedSchedule sequences beside the fast rows (as do deterministic prefill chunks), unpadded, oldest first, as
@@ -62,8 +62,8 @@ export interface DeterministicLimits {
 
 /**
  * How a scheduled chunk runs: plain (not deterministic), a fixed prefill of committed tokens, a candidate decode, or
- * an exact decode: a deterministic decode with no candidates pending whose step runs the fixed schedule anyway, on a
- * backend where that computes bitwise what the verifier would (the CPU): its token is committed at once.
+ * an exact decode: a deterministic decode with no candidates pending, in a step whose GEMMs run the fixed splitK
+ * anyway; it runs as a fixedSchedule row, so its token is what the verifier would give and is committed at once.
  */
 export type ChunkKind = "plain" | "fixedPrefill" | "candidate" | "exact";
 
@@ -151,14 +151,15 @@ export class DeterministicDecoder {
   async run(batch: ScheduledBatch, samplingOf: (seq: Sequence) => SequenceSampling, step = 0): Promise<StepRun> {
     const kinds = batch.seqs.map(({ seq }) => this.kindOf(seq));
     if (this.fused) {
-      const fixed = (i: number): boolean => kinds[i] === "fixedPrefill";
+      const fixed = (i: number): boolean => kinds[i] === "fixedPrefill" || kinds[i] === "exact";
       const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(batch, fixed, step), samplingOf) : null;
       const rows = prepared === null ? [] : prepared.rows.map(fusedRowSequence);
       if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
       const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...pageCopyPairs(prepared.pageCopies)];
       const extraTokens = rows.reduce((n, r) => n + r.tokens.length, 0);
+      // Exact rows leave the fast decode rows, which may change kvSplits (never gemmSplitK: the same token count).
+      this.markExact(batch, kinds, this.runner.scheduleFor(batch, undefined, { fixed, extraTokens }));
       const schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
-      this.markExact(batch, kinds, schedule);
       const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, schedule, {
         fixed,
         sequences: rows,
@@ -168,15 +169,17 @@ export class DeterministicDecoder {
       const commits = prepared === null ? [] : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rows.map((r) => r.tokens.length), (t) => this.tracked.get(t.seq.id) === t);
       return { results, kinds, commits };
     }
-    const fastBatch = { ...batch, seqs: batch.seqs.filter((_, i) => kinds[i] !== "fixedPrefill") };
-    const schedule = this.runner.scheduleFor(fastBatch);
-    this.markExact(batch, kinds, schedule);
-    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf, schedule), kinds, commits: [] };
+    const fastIndex = kinds.flatMap((k, i) => (k === "fixedPrefill" ? [] : [i]));
+    const fastBatch = { ...batch, seqs: fastIndex.map((i) => batch.seqs[i]) };
+    const exactIn = (j: number): boolean => kinds[fastIndex[j]] === "exact";
+    this.markExact(batch, kinds, this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn }));
+    const schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
+    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf, schedule, { fixed: exactIn }), kinds, commits: [] };
     const results = new Array<ForwardResult>(batch.seqs.length);
     const fast = fastBatch.seqs;
     let pageCopies = batch.pageCopies; // copy-on-write copies go with whichever forward runs first
     if (fast.length > 0) {
-      const out = await this.runner.run({ ...batch, seqs: fast, pageCopies }, samplingOf, schedule);
+      const out = await this.runner.run({ ...batch, seqs: fast, pageCopies }, samplingOf, schedule, { fixed: exactIn });
       pageCopies = [];
       let k = 0;
       kinds.forEach((kind, i) => {
@@ -185,23 +188,23 @@ export class DeterministicDecoder {
     }
     for (let i = 0; i < kinds.length; i++) {
       if (kinds[i] !== "fixedPrefill") continue;
-      [results[i]] = await this.runner.run({ ...batch, seqs: [batch.seqs[i]], pageCopies }, samplingOf, FIXED_SCHEDULE);
+      // Flagged fixed: the prefill attention kernel for every fixed position, however the prompt was chunked.
+      [results[i]] = await this.runner.run({ ...batch, seqs: [batch.seqs[i]], pageCopies }, samplingOf, FIXED_SCHEDULE, { fixed: () => true });
       pageCopies = [];
     }
     return { results, kinds, commits: [] };
   }
 
   /**
-   * Turns the step's candidate decodes into exact ones where the step's schedule is the fixed one for them (GEMM
-   * splitK, and kvSplits for a one-token row) and nothing is pending before them: on a backend whose decode
-   * attention gives the verifier's bits (the CPU: test/kernels/attention.test.ts), such a token and the KV its step
-   * writes are exactly what a verify row would compute, so replaying them would only confirm them. Not on the GPU,
-   * whose verifier runs the prefill attention kernel.
+   * Turns the step's candidate decodes into exact ones where the step's GEMMs run the fixed splitK anyway and no
+   * candidate is pending before them. An exact row rides as a fixedSchedule sequence (the prefill attention kernel,
+   * like a verify row), so its token and the KV it writes are bitwise what a verify row would compute: replaying it
+   * would only confirm it, and it is committed at once (on either backend).
    */
   private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): void {
-    if (!this.enabled || this.runner.model.device === "cuda" || schedule.gemmSplitK !== FIXED_SCHEDULE.gemmSplitK) return;
-    batch.seqs.forEach(({ seq, numNewTokens }, i) => {
-      if (kinds[i] !== "candidate" || (numNewTokens === 1 && schedule.kvSplits !== FIXED_SCHEDULE.kvSplits)) return;
+    if (!this.enabled || schedule.gemmSplitK !== FIXED_SCHEDULE.gemmSplitK) return;
+    batch.seqs.forEach(({ seq }, i) => {
+      if (kinds[i] !== "candidate") return;
       const t = this.tracked.get(seq.id)!;
       if (seq.numTokens === t.numCommitted) kinds[i] = "exact";
     });

@@ -64,6 +64,7 @@ export function buildVerifyBatch(
         numTopLogprobs: 0,
         emitToken: true,
         emitAll: true,
+        fixedSchedule: true,
       });
       continue;
     }
@@ -84,6 +85,7 @@ export function buildVerifyBatch(
       numTopLogprobs: row.numTopLogprobs,
       emitToken: true,
       emitAll: true,
+      fixedSchedule: true, // the prefill attention kernel even for a one-token row, as in fused steps
     });
   }
   const batch: ForwardBatch = { sequences, ...FIXED_SCHEDULE };
