@@ -83,6 +83,24 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     expect(carrying.length).toBeLessThanOrEqual(rows / 2);
   });
 
+  it("fused: aborting a deterministic request between windows frees its pages and leaves the others exact", async () => {
+    const model = new PagedToyModel(64, 4);
+    await using engine = new Engine({ models: { model, tokenizer: toyCodec }, verifyWindow: WINDOW });
+    const controller = new AbortController();
+    const other = engine.submit({ prompt: randomPrompt(8, 9), maxTokens: 40, ignoreEos: true, deterministic: true });
+    const victim = engine.submit({ prompt: randomPrompt(7, 9), maxTokens: 1000, ignoreEos: true, deterministic: true, signal: controller.signal });
+    let n = 0;
+    for await (const d of victim) {
+      n += d.tokens.length;
+      if (n >= WINDOW) controller.abort(); // after its first verified window, with candidates in flight
+    }
+    const out = await victim.result;
+    expect(out.finishReason).toBe("aborted");
+    expect(out.tokens.length).toBeLessThan(4 * WINDOW);
+    expect((await other.result).tokens).toEqual(toyReference(randomPrompt(8, 9), 40, { temperature: 0, seed: 0 }, false));
+    expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
+  });
+
   it("not fused: verify passes and deterministic prefill are forwards of their own", async () => {
     const calls = await run(false);
     const separate = calls.filter((c) => c.sequences.some(isVerifyRow));
