@@ -194,16 +194,40 @@ void launchBf16(const GemmArgs& a) {
   CUDA_CHECK_LAUNCH("gemmBf16Kernel");
 }
 
+// CTA tile (BM x BN) of each tensor-core config, as launched in gemm() below.
+constexpr int kConfigBM[] = {16, 32, 64, 64, 128, 128};
+constexpr int kConfigBN[] = {64, 64, 64, 128, 128, 256};
+
+int smCount() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
 // Tile config for the tensor-core path (any config gives the same bits: see the header). DL_GEMM_TILE=<0..5>
 // forces one, for the benchmark's sweep.
-int tileConfig(int64_t M, int64_t N) {
+int tileConfig(int64_t M, int64_t N, int splitK) {
   static const int forced = [] {
     const char* e = std::getenv("DL_GEMM_TILE");
     return e ? std::atoi(e) : -1;
   }();
   if (forced >= 0) return forced;
   // Measured on H100 (bench/CUDA_NOTES.md): 128 x 256 tiles win for large M and for the LM head at M = 128.
-  return M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
+  int c = M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
+  // A grid that leaves most SMs idle (a narrow projection at mid-size M on splitK 1, e.g. N = 576 at M = 256 is six
+  // 128 x 256 CTAs for 132 SMs): smaller tiles until the CTAs cover the SMs. Not measured yet (no GPU lent when it
+  // was written); the cases it leaves alone (at least half the SMs busy) are the measured ones.
+  const int64_t sms = smCount();
+  auto ctas = [&](int k) { return ceilDiv(M, kConfigBM[k]) * ceilDiv(N, kConfigBN[k]) * splitK; };
+  if (sms > 0 && 2 * ctas(c) < sms)
+    while (c > 0 && ctas(c) < sms) c--;
+  return c;
 }
 
 }  // namespace
@@ -236,7 +260,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     gemmSimtKernel<<<grid, 256, 0, stream()>>>(a);
     CUDA_CHECK_LAUNCH("gemmSimtKernel");
   } else {
-    switch (tileConfig(M, N)) {
+    switch (tileConfig(M, N, splitK)) {
       case 0: launchBf16<16, 64, 1, 4, 6>(a); break;   // decode: bandwidth-bound, narrow N tiles, deep pipeline
       case 1: launchBf16<32, 64, 1, 4, 6>(a); break;
       case 2: launchBf16<64, 64, 2, 2, 5>(a); break;
