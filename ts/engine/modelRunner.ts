@@ -17,16 +17,15 @@ export interface SequenceSampling {
 
 /** What a step's schedule depends on besides the scheduled batch. */
 export interface StepShape {
-  /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule. */
+  /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule: deterministic prefill chunks and
+   *  exact decodes (deterministicDecoder.ts). */
   fixed?: (index: number) => boolean;
   /** Tokens of extra fixed-schedule sequences riding in the step. */
   extraTokens?: number;
 }
 
 /** What rides along with a scheduled step in its one forward (deterministic requests' fixed-schedule work). */
-export interface StepExtras {
-  /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule: deterministic prefill chunks. */
-  fixed?: (index: number) => boolean;
+export interface StepExtras extends Pick<StepShape, "fixed"> {
   /** More sequences after the scheduled ones, already built (verify rows, fixed schedule); results follow batch.seqs'. */
   sequences?: readonly ForwardSequence[];
   /** The extras need every emitting row's raw logits. */
