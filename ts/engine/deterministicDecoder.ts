@@ -9,13 +9,12 @@
 // Deterministic prefill chunks run on the fixed schedule. A decode whose step runs its GEMMs on the fixed splitK
 // anyway and has no candidate before it is "exact": it runs as a fixed row and is committed at once (markExact).
 //
-// Where the verify rows run (`fuseVerify`, default true): fused, they ride in the next step's one forward as
-// fixedSchedule sequences beside the fast rows (as do deterministic prefill chunks), unpadded, oldest first, as
-// many as the step's token budget leaves room for (at least one): the native forward runs them on the fixed GEMM splitK and the prefill
-// attention kernel whatever the fast rows do, so nothing about the fast rows reaches their bits, and the weights
-// are streamed once per step instead of once more per pass. Not fused (LLM-42's shape), every group is a forward of
-// its own, padded to verifyGroup x verifyWindow on the GPU, and deterministic prefill chunks get forwards of their
-// own too.
+// Where the verify rows run (`fuseVerify`, default true): fused, they ride in a step's one forward as fixedSchedule
+// sequences beside the fast rows (as do deterministic prefill chunks and exact decodes), unpadded, oldest first, as
+// many as the step's token budget leaves room for (dueFused): the native forward runs them on the fixed GEMM splitK
+// and the prefill attention kernel whatever the fast rows do, so nothing about the fast rows reaches their bits,
+// and no forward of their own is paid for. Not fused (LLM-42's shape), every group is a forward of its own, padded
+// to verifyGroup x verifyWindow on the GPU, and deterministic prefill chunks get forwards of their own too.
 //
 // Why the result is deterministic: every fixed-schedule kernel computes a row from its own sequence's tokens and
 // KV only, so the verifier's token at position p is a function of the committed tokens before p, whatever the
