@@ -165,7 +165,8 @@ export class DeterministicDecoder {
         returnLogits: prepared?.needsLogits,
       });
       const results = out.slice(0, batch.seqs.length);
-      const commits = prepared === null ? [] : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rows.map((r) => r.tokens.length), (t) => this.tracked.get(t.seq.id) === t);
+      const rowTokens = rows.map((r) => r.tokens.length);
+      const commits = prepared === null ? [] : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rowTokens, this.isLive);
       return { results, kinds, commits };
     }
     const fastIndex = kinds.flatMap((k, i) => (k === "fixedPrefill" ? [] : [i]));
@@ -255,6 +256,9 @@ export class DeterministicDecoder {
     return commits;
   }
 
+  /** Whether a verify row's sequence is still the one tracked (not finished or aborted while its row ran). */
+  private readonly isLive = (t: Tracked): boolean => this.tracked.get(t.seq.id) === t;
+
   /** Running sequences waiting for verification, oldest first. */
   private ready(): Tracked[] {
     return [...this.tracked.values()]
@@ -310,7 +314,7 @@ export class DeterministicDecoder {
     const batch = buildVerifyBatch(this.geometry, prepared.rows, this.scratch ?? [], prepared.pageCopies, fixedShape);
     if (prepared.needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
     const results = await this.runner.model.forward(batch);
-    return applyVerdicts(this.blockManager, prepared, results, batch.sequences.map((s) => s.tokens.length), (t) => this.tracked.get(t.seq.id) === t);
+    return applyVerdicts(this.blockManager, prepared, results, batch.sequences.map((s) => s.tokens.length), this.isLive);
   }
 
   /** Scratch pages for pads and dummy rows, taken from the pool once, for the engine's lifetime. */
