@@ -98,6 +98,7 @@ async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fu
   const det = outs.filter((o) => o.determinism !== undefined);
   const detGenerated = det.reduce((n, o) => n + o.tokens.length, 0);
   const recomputed = det.reduce((n, o) => n + o.determinism!.recomputedTokens, 0);
+  const exact = det.reduce((n, o) => n + o.determinism!.exactTokens, 0);
   return {
     mode: mode === "fast" ? "decode-verify-rollback" : "batch-invariant",
     verify: mode === "fast" && ratio > 0 ? verify : "-",
@@ -106,6 +107,8 @@ async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fu
     ratioToNonDeterministic: 0,
     rollbacks: det.reduce((n, o) => n + o.determinism!.rollbacks, 0),
     recomputedFraction: detGenerated === 0 ? 0 : Number((recomputed / detGenerated).toFixed(5)),
+    /** Share of the deterministic requests' tokens committed as exact decodes (no verify row). */
+    exactFraction: detGenerated === 0 ? 0 : Number((exact / detGenerated).toFixed(5)),
     verifyPasses: det.reduce((n, o) => n + o.determinism!.verifyPasses, 0),
     tokensPerCpuSecond: Number((generated / cpuSeconds).toFixed(2)),
     ratioPerCpuSecond: 0,
@@ -163,7 +166,7 @@ try {
       log(
         `${`${r.mode}${r.verify === "-" ? "" : ` (${r.verify})`}`.padEnd(33)} det ${(100 * r.deterministicRatio).toFixed(0).padStart(3)}%: ${r.tokensPerSecond.toFixed(1).padStart(7)} tok/s ` +
           `(${r.ratioToNonDeterministic.toFixed(2)}x; per CPU-s ${r.ratioPerCpuSecond.toFixed(2)}x; range ${r.tokensPerSecondRange.join("-")}), rollbacks ${r.rollbacks}, ` +
-          `recomputed ${(100 * r.recomputedFraction).toFixed(2)}%, ${r.verifyPasses} row-passes, ${r.seconds}s wall, load ${r.loadAverage1m}`,
+          `recomputed ${(100 * r.recomputedFraction).toFixed(2)}%, exact ${(100 * r.exactFraction).toFixed(1)}%, ${r.verifyPasses} row-passes, ${r.seconds}s wall, load ${r.loadAverage1m}`,
       );
     }
   }

@@ -77,7 +77,8 @@ if [ "${DET_BENCH:-0}" = 1 ]; then
         ${DET_ARGS:-} > "$f.txt" 2> "$f.err" || { status=1; tail -20 "$f.err"; }
       node -e 'for (const l of require("fs").readFileSync(0, "utf8").trim().split("\n")) { const r = JSON.parse(l);
         console.log([r.model, "seqs " + r.maxBatchSeqs, r.mode, r.verify, (100 * r.deterministicRatio).toFixed(0) + "%", r.tokensPerSecond,
-          r.ratioToNonDeterministic + "x", "rollbacks " + r.rollbacks, "recomputed " + (100 * r.recomputedFraction).toFixed(2) + "%"].join("  ")); }' < "$f.txt"
+          r.ratioToNonDeterministic + "x", "rollbacks " + r.rollbacks, "recomputed " + (100 * r.recomputedFraction).toFixed(2) + "%",
+          "exact " + (100 * r.exactFraction).toFixed(1) + "%", "row-passes " + r.verifyPasses].join("  ")); }' < "$f.txt"
     done
   done
 fi

@@ -112,6 +112,8 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     outs.forEach((o, i) => expectSameAsReference(o, i % 6));
     // 18 sequences decode in lockstep: every fast step is splitK 1, kvSplits 1, so each token is already final.
     expect(outs.reduce((n, o) => n + o.determinism!.verifyPasses, 0)).toBe(0);
+    // Every token after the prefill's (which the fixed prefill commits) was an exact decode.
+    outs.forEach((o) => expect(o.determinism!.exactTokens).toBe(o.tokens.length - 1));
     // Alone, the fast schedule splits K: those tokens are candidates and get verified.
     expect((await engine.submit(reqs[0]).result).determinism!.verifyPasses).toBeGreaterThan(0);
   });
@@ -186,7 +188,7 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });
     const out = await engine.submit(det(requests[0])).result;
     expectSameAsReference(out, 0);
-    expect(out.determinism).toEqual({ verifyPasses: 0, rollbacks: 0, recomputedTokens: 0 });
+    expect(out.determinism).toEqual({ verifyPasses: 0, rollbacks: 0, recomputedTokens: 0, exactTokens: 0 });
   });
 
   it("batch-invariant mode (the baseline) gives the same tokens under chunked prefill and load, with no verification", async () => {

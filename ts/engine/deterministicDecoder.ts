@@ -211,9 +211,11 @@ export class DeterministicDecoder {
   }
 
   /** A fixed prefill chunk or an exact decode emitted a token (already appended to seq.tokens): it is final. */
-  committedDirectly(seq: Sequence): void {
+  committedDirectly(seq: Sequence, kind: ChunkKind): void {
     const t = this.tracked.get(seq.id);
-    if (t) t.numCommitted = seq.numTokens;
+    if (t === undefined) return;
+    t.numCommitted = seq.numTokens;
+    if (kind === "exact") t.stats.exactTokens++;
   }
 
   /** A fast-path token: appended as a candidate; the sequence is held once it is worth verifying. */

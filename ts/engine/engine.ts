@@ -282,7 +282,7 @@ export class Engine implements AsyncDisposable {
         return;
       }
       seq.tokens.push(r.token);
-      if (kinds[i] === "fixedPrefill" || kinds[i] === "exact") slot.decoder.committedDirectly(seq);
+      if (kinds[i] === "fixedPrefill" || kinds[i] === "exact") slot.decoder.committedDirectly(seq, kinds[i]);
       generated++;
       const tracker = owner.state.samples[owner.sample];
       owner.state.channel.push(tracker.add(r));

@@ -62,6 +62,9 @@ export interface DeterminismStats {
   rollbacks: number;
   /** Fast-path tokens dropped by rollbacks (decode work done twice). */
   recomputedTokens: number;
+  /** Tokens committed without a verify row: decoded in a step whose GEMMs ran the fixed splitK anyway, as a fixed
+   *  row (docs/determinism.md "exact decodes"). */
+  exactTokens: number;
 }
 
 /** The finished request; its top-level fields are sample 0's. */
