@@ -1,6 +1,6 @@
 // `deterministic: true` end to end on the GPU: each request's bytes are the same alone and under load, with the
 // verify rows fused into the steps and as passes of their own; under light load the fast steps split K and the
-// candidates are verified, under heavy load (65+ rows: GEMMs on the fixed splitK) decodes are exact and skip
+// candidates are verified, under heavy load (65+ tokens per step: GEMMs on the fixed splitK) decodes are exact and skip
 // verification. On the near-tie model, where drift between schedules flips greedy tokens. Skipped, with the reason
 // printed, where no GPU is usable.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
