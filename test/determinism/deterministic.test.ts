@@ -61,12 +61,13 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
   const DVR = { verifyWindow: 8, verifyGroup: 4, fuseVerify };
   const engineWith = (options: Partial<EngineOptions> = {}): Engine => new Engine({ models: { model }, ...DVR, ...options });
 
-  it("commits exactly the batch-invariant tokens alone, rolling back the fast path's flips", async () => {
+  it("commits exactly the batch-invariant tokens beside a plain request, rolling back the fast path's flips", async () => {
     await using engine = engineWith();
     let rollbacks = 0;
     let plainDiffers = 0;
     for (const [i, r] of requests.entries()) {
-      const out = await engine.submit(det(r)).result;
+      // One plain companion keeps the steps mixed and small (split K): the deterministic tokens are candidates.
+      const [out] = await together(engine, [det(r), { prompt: randomTokens(6, V, 900 + i), maxTokens: 30, ignoreEos: true }]);
       expectSameAsReference(out, i);
       expect(out.determinism!.verifyPasses).toBeGreaterThanOrEqual(Math.ceil((24 - 1) / DVR.verifyWindow));
       rollbacks += out.determinism!.rollbacks;
@@ -77,6 +78,15 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     }
     expect(rollbacks).toBeGreaterThan(0); // the verifier really caught fast-path flips
     expect(plainDiffers).toBeGreaterThan(0); // and without it they reach the output
+  });
+
+  it("alone on the CPU every row is deterministic, so every decode is exact: batch-invariant bytes, no verify pass", async () => {
+    await using engine = engineWith();
+    for (const [i, r] of requests.entries()) {
+      const out = await engine.submit(det(r)).result;
+      expectSameAsReference(out, i);
+      expect(out.determinism).toMatchObject({ verifyPasses: 0, rollbacks: 0, exactTokens: out.tokens.length - 1 });
+    }
   });
 
   it("holds across batch size, composition and position in the batch", async () => {
@@ -97,9 +107,11 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     const req: GenerateRequest = { ...requests[1], n: 3, temperature: 0, maxTokens: 40 }; // greedy: near ties flip
     const want = await bi.submit(req).result;
     const handle = engine.submit(det(req));
+    const plain = engine.submit({ prompt: randomTokens(5, V, 77), maxTokens: 60, ignoreEos: true }); // mixed steps: candidates
     const streamed: number[][] = [[], [], []];
     for await (const d of handle) streamed[d.sample].push(...d.tokens);
     const out = await handle.result;
+    await plain.result;
     expect(out.samples.map((s) => s.tokens)).toEqual(want.samples.map((s) => s.tokens));
     expect(streamed).toEqual(want.samples.map((s) => s.tokens));
     expect(out.determinism!.verifyPasses).toBeGreaterThanOrEqual(3);
@@ -108,14 +120,16 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
   it("commits without verify passes where the step runs the fixed schedule anyway (CPU, 16+ decoding sequences)", async () => {
     await using engine = engineWith();
     const reqs = Array.from({ length: 18 }, (_, i) => det(requests[i % 6]));
-    const outs = await together(engine, reqs);
+    const plain = companions(4, 500).map((r) => ({ ...r, maxTokens: 30 }));
+    const outs = (await together(engine, [...reqs, ...plain])).slice(0, reqs.length);
     outs.forEach((o, i) => expectSameAsReference(o, i % 6));
-    // 18 sequences decode in lockstep: every fast step is splitK 1, kvSplits 1, so each token is already final.
+    // 22 sequences decode in lockstep: every fast step is splitK 1, so each deterministic token is already final.
     expect(outs.reduce((n, o) => n + o.determinism!.verifyPasses, 0)).toBe(0);
     // Every token after the prefill's (which the fixed prefill commits) was an exact decode.
     outs.forEach((o) => expect(o.determinism!.exactTokens).toBe(o.tokens.length - 1));
-    // Alone, the fast schedule splits K: those tokens are candidates and get verified.
-    expect((await engine.submit(reqs[0]).result).determinism!.verifyPasses).toBeGreaterThan(0);
+    // Beside one plain request the fast schedule splits K: those tokens are candidates and get verified.
+    const [mixed] = await together(engine, [reqs[0], { prompt: randomTokens(6, V, 901), maxTokens: 30, ignoreEos: true }]);
+    expect(mixed.determinism!.verifyPasses).toBeGreaterThan(0);
   });
 
   it("holds for chunked vs whole prefill", async () => {

@@ -83,11 +83,13 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     expect(carrying.length).toBeLessThanOrEqual(rows / 2);
   });
 
-  it("fused: aborting a deterministic request between windows frees its pages and leaves the others exact", async () => {
+  it("fused: aborting a deterministic request mid-stream frees its pages and leaves the others exact", async () => {
     const model = new PagedToyModel(64, 4);
     await using engine = new Engine({ models: { model, tokenizer: toyCodec }, verifyWindow: WINDOW });
     const controller = new AbortController();
     const other = engine.submit({ prompt: randomPrompt(8, 9), maxTokens: 40, ignoreEos: true, deterministic: true });
+    // A plain companion keeps the steps mixed, so the deterministic tokens are candidates with verify rows.
+    const plain = engine.submit({ prompt: randomPrompt(9, 5), maxTokens: 80, ignoreEos: true });
     const victim = engine.submit({ prompt: randomPrompt(7, 9), maxTokens: 1000, ignoreEos: true, deterministic: true, signal: controller.signal });
     let n = 0;
     for await (const d of victim) {
@@ -97,7 +99,10 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     const out = await victim.result;
     expect(out.finishReason).toBe("aborted");
     expect(out.tokens.length).toBeLessThan(4 * WINDOW);
-    expect((await other.result).tokens).toEqual(toyReference(randomPrompt(8, 9), 40, { temperature: 0, seed: 0 }, false));
+    const otherOut = await other.result;
+    expect(otherOut.tokens).toEqual(toyReference(randomPrompt(8, 9), 40, { temperature: 0, seed: 0 }, false));
+    expect(otherOut.determinism!.verifyPasses).toBeGreaterThan(0);
+    await plain.result;
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
   });
 

@@ -196,17 +196,22 @@ export class DeterministicDecoder {
   }
 
   /**
-   * Turns the step's candidate decodes into exact ones where the step's GEMMs run the fixed splitK anyway and no
-   * candidate is pending before them. An exact row rides as a fixedSchedule sequence (the prefill attention kernel,
-   * like a verify row), so its token and the KV it writes are bitwise what a verify row would compute: replaying it
-   * would only confirm it, and it is committed at once (on either backend).
+   * Turns the step's candidate decodes into exact ones where no candidate is pending before them and running them
+   * on the fixed schedule costs nothing: the step's GEMMs run the fixed splitK anyway, or (on the CPU, where the
+   * fixed schedule is within a few % of the fast one at any batch: bench/RESULTS-determinism.md) every row of the
+   * step is deterministic, so no fast row would share a GEMM with them. An exact row rides as a fixedSchedule
+   * sequence (the prefill attention kernel, like a verify row), so its token and the KV it writes are bitwise what a
+   * verify row would compute: replaying it would only confirm it, and it is committed at once. On the GPU a
+   * split-K step is 1.6-1.8x faster than splitK 1 at small batches, so there candidates are verified instead.
    */
   private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): void {
-    if (!this.enabled || schedule.gemmSplitK !== FIXED_SCHEDULE.gemmSplitK) return;
-    batch.seqs.forEach(({ seq }, i) => {
-      if (kinds[i] !== "candidate") return;
-      const t = this.tracked.get(seq.id)!;
-      if (seq.numTokens === t.numCommitted) kinds[i] = "exact";
+    if (!this.enabled) return;
+    const eligible = batch.seqs.map(({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted);
+    const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
+    const free = schedule.gemmSplitK === FIXED_SCHEDULE.gemmSplitK || (allDeterministic && this.runner.model.device !== "cuda");
+    if (!free) return;
+    eligible.forEach((e, i) => {
+      if (e) kinds[i] = "exact";
     });
   }
 
