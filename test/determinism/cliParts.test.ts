@@ -38,7 +38,7 @@ describe("reports", () => {
   it("reports agreement, first divergence and summary stats", () => {
     const agree = comparePromptRuns(0, [
       { load: 1, tokens: [1, 2, 3], rollbacks: 0, recomputedTokens: 0 },
-      { load: 8, tokens: [1, 2, 3], rollbacks: 1, recomputedTokens: 2 },
+      { load: 8, tokens: [1, 2, 3], rollbacks: 1, recomputedTokens: 2, exactTokens: 1 },
     ]);
     const diverge = comparePromptRuns(1, [
       { load: 1, tokens: [4, 5, 6], rollbacks: 0, recomputedTokens: 0 },
@@ -47,7 +47,7 @@ describe("reports", () => {
     ]);
     expect(agree).toMatchObject({ agree: true, firstDivergence: null, distinct: 1, rollbacks: 1 });
     expect(diverge).toMatchObject({ agree: false, firstDivergence: 1, distinct: 3, divergentLoads: [8, 32] });
-    expect(summarize([agree, diverge])).toEqual({ prompts: 2, runs: 5, divergences: 1, rollbacks: 1, recomputedTokens: 2, recomputedFraction: 2 / 15 });
+    expect(summarize([agree, diverge])).toEqual({ prompts: 2, runs: 5, divergences: 1, rollbacks: 1, recomputedTokens: 2, recomputedFraction: 2 / 15, exactFraction: 1 / 15 });
   });
   it("shuffles reproducibly", () => {
     const xs = Array.from({ length: 20 }, (_, i) => i);

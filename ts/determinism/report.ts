@@ -7,6 +7,8 @@ export interface RunRecord {
   tokens: number[];
   rollbacks: number;
   recomputedTokens: number;
+  /** Tokens committed as exact decodes (no verify row); 0 when absent. */
+  exactTokens?: number;
 }
 
 export interface PromptReport {
@@ -20,6 +22,7 @@ export interface PromptReport {
   divergentLoads: number[];
   rollbacks: number;
   recomputedTokens: number;
+  exactTokens: number;
   generatedTokens: number;
 }
 
@@ -44,6 +47,7 @@ export function comparePromptRuns(index: number, runs: readonly RunRecord[]): Pr
     divergentLoads: [...loads].sort((a, b) => a - b),
     rollbacks: runs.reduce((s, r) => s + r.rollbacks, 0),
     recomputedTokens: runs.reduce((s, r) => s + r.recomputedTokens, 0),
+    exactTokens: runs.reduce((s, r) => s + (r.exactTokens ?? 0), 0),
     generatedTokens: runs.reduce((s, r) => s + r.tokens.length, 0),
   };
 }
@@ -55,6 +59,8 @@ export interface DeterminismSummary {
   rollbacks: number;
   recomputedTokens: number;
   recomputedFraction: number;
+  /** Share of generated tokens committed as exact decodes, without a verify row. */
+  exactFraction: number;
 }
 
 export function summarize(reports: readonly PromptReport[]): DeterminismSummary {
@@ -67,6 +73,7 @@ export function summarize(reports: readonly PromptReport[]): DeterminismSummary 
     rollbacks: reports.reduce((s, r) => s + r.rollbacks, 0),
     recomputedTokens: recomputed,
     recomputedFraction: generated > 0 ? recomputed / generated : 0,
+    exactFraction: generated > 0 ? reports.reduce((s, r) => s + r.exactTokens, 0) / generated : 0,
   };
 }
 

@@ -51,7 +51,8 @@ export async function runDeterminismCheck(
       onProgress?.(`run ${run + 1}/${options.runs}, load ${load}`);
       const outs = load === 1 ? await alone(engine, targets) : await underLoad(engine, targets, load, run * 7919 + load);
       outs.forEach((o, i) => {
-        records[i].push({ load, tokens: o.tokens, rollbacks: o.determinism?.rollbacks ?? 0, recomputedTokens: o.determinism?.recomputedTokens ?? 0 });
+        const d = o.determinism;
+        records[i].push({ load, tokens: o.tokens, rollbacks: d?.rollbacks ?? 0, recomputedTokens: d?.recomputedTokens ?? 0, exactTokens: d?.exactTokens ?? 0 });
       });
     }
   }

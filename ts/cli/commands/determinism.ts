@@ -46,7 +46,7 @@ function parseLoads(raw: string): number[] {
 }
 
 function describe(r: PromptReport): string {
-  const cost = `rollbacks ${r.rollbacks}, recomputed ${r.recomputedTokens} of ${r.generatedTokens} tokens`;
+  const cost = `rollbacks ${r.rollbacks}, recomputed ${r.recomputedTokens} of ${r.generatedTokens} tokens, ${r.exactTokens} exact`;
   if (r.agree) return `prompt ${r.index}: agree over ${r.runs} runs (${cost})`;
   return `prompt ${r.index}: DIVERGES at token ${r.firstDivergence} under load ${r.divergentLoads.join(",")} (${r.distinct} distinct outputs in ${r.runs} runs; ${cost})`;
 }
@@ -65,7 +65,7 @@ export function registerDeterminism(program: Command): void {
     .option("--no-deterministic", "plain fast decoding (shows the divergence the flag removes)")
     .option("--record <file>", "write the outputs' golden hashes to FILE")
     .option("--check <file>", "compare the outputs with golden hashes in FILE")
-    .option("--json", "one JSON report per prompt, then a last line {prompts, runs, divergences, rollbacks, recomputedTokens, recomputedFraction}")
+    .option("--json", "one JSON report per prompt, then a last line {prompts, runs, divergences, rollbacks, recomputedTokens, recomputedFraction, exactFraction}")
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--verify-window <n>", "tokens per verify row (engine verifyWindow)")
     .option("--verify-group <n>", "rows per verify pass with --separate-verify (engine verifyGroup)")
@@ -122,7 +122,8 @@ export function registerDeterminism(program: Command): void {
       else {
         console.log(
           `${summary.prompts} prompts, ${summary.runs} runs: ${summary.divergences} diverge; rollbacks ${summary.rollbacks}, ` +
-            `recomputed ${summary.recomputedTokens} tokens (${(100 * summary.recomputedFraction).toFixed(2)}% of generated)` +
+            `recomputed ${summary.recomputedTokens} tokens (${(100 * summary.recomputedFraction).toFixed(2)}% of generated), ` +
+            `${(100 * summary.exactFraction).toFixed(1)}% committed exact (no verify row)` +
             (opts.check ? `; checked against ${opts.check} (load 0 = the golden file)` : "") +
             (opts.record ? `; golden hashes written to ${opts.record}` : ""),
         );
