@@ -6,8 +6,8 @@
 // next token; the first mismatch drops the rest (tokens and KV truncated) and decoding resumes from there. The
 // verifier's KV replaces the fast path's at every committed position, so the KV of committed positions (and the
 // pages the prefix cache keeps for them, in a namespace of their own) always comes from the fixed schedule.
-// Deterministic prefill chunks run on the fixed schedule. A decode whose step runs its GEMMs on the fixed splitK
-// anyway and has no candidate before it is "exact": it runs as a fixed row and is committed at once (markExact).
+// Deterministic prefill chunks run on the fixed schedule. A decode with no candidate before it, in a step where
+// running it on the fixed schedule costs nothing (markExact), is "exact": a fixed row, committed at once.
 //
 // Where the verify rows run (`fuseVerify`, default true): fused, they ride in a step's one forward as fixedSchedule
 // sequences beside the fast rows (as do deterministic prefill chunks and exact decodes), unpadded, oldest first, as
@@ -61,8 +61,9 @@ export interface DeterministicLimits {
 
 /**
  * How a scheduled chunk runs: plain (not deterministic), a fixed prefill of committed tokens, a candidate decode, or
- * an exact decode: a deterministic decode with no candidates pending, in a step whose GEMMs run the fixed splitK
- * anyway; it runs as a fixedSchedule row, so its token is what the verifier would give and is committed at once.
+ * an exact decode: a deterministic decode with no candidates pending, in a step where the fixed schedule costs
+ * nothing (markExact); it runs as a fixedSchedule row, so its token is what the verifier would give and is
+ * committed at once.
  */
 export type ChunkKind = "plain" | "fixedPrefill" | "candidate" | "exact";
 
