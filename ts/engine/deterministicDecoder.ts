@@ -31,6 +31,7 @@ import type { DeterminismStats } from "./outputs.js";
 import type { ScheduledBatch } from "./scheduler.js";
 import { Sequence } from "./sequence.js";
 import { buildVerifyBatch, scratchPagesPerRow, type VerifyGeometry } from "./verifyPass.js";
+import { exactDecodesFree, fusedRowCount } from "./verifyPolicy.js";
 import { applyVerdicts, fusedRowSequence, pageCopyPairs, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
 
 export type { Commit } from "./verifyRows.js";
@@ -196,21 +197,12 @@ export class DeterministicDecoder {
     return { results, kinds, commits: [] };
   }
 
-  /**
-   * Turns the step's candidate decodes into exact ones where no candidate is pending before them and running them
-   * on the fixed schedule costs nothing: the step's GEMMs run the fixed splitK anyway, or (on the CPU, where the
-   * fixed schedule is within a few % of the fast one at any batch: bench/RESULTS-determinism.md) every row of the
-   * step is deterministic, so no fast row would share a GEMM with them. An exact row rides as a fixedSchedule
-   * sequence (the prefill attention kernel, like a verify row), so its token and the KV it writes are bitwise what a
-   * verify row would compute: replaying it would only confirm it, and it is committed at once. On the GPU a
-   * split-K step is 1.6-1.8x faster than splitK 1 at small batches, so there candidates are verified instead.
-   */
+  /** Turns the step's eligible candidate decodes into exact ones where that is free (verifyPolicy.ts). */
   private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): void {
     if (!this.enabled) return;
     const eligible = batch.seqs.map(({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted);
     const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
-    const free = schedule.gemmSplitK === FIXED_SCHEDULE.gemmSplitK || (allDeterministic && this.runner.model.device !== "cuda");
-    if (!free) return;
+    if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return;
     eligible.forEach((e, i) => {
       if (e) kinds[i] = "exact";
     });
@@ -274,32 +266,20 @@ export class DeterministicDecoder {
       .sort((a, b) => a.readySince - b.readySince || a.seq.id - b.seq.id);
   }
 
-  /**
-   * Fused: the rows this step verifies, oldest first: as many as fit in the step's token budget beside the fast
-   * rows (vLLM's unified budget), at least one. They ride at once when the step then runs its GEMMs on the fixed
-   * splitK anyway (one GEMM per weight for all rows: the rows cost only their own tokens), or when nothing else
-   * runs; otherwise each step carrying them streams the weights a second time for their fixed GEMMs, so they wait
-   * to go as a group, as separate passes do: verifyGroup rows ready, no other deterministic sequence decoding, or
-   * the oldest waited maxWaitSteps.
-   */
+  /** Fused: the ready rows that ride in this step (verifyPolicy.ts fusedRowCount), oldest first. */
   private dueFused(batch: ScheduledBatch, fixed: (i: number) => boolean, step: number): Tracked[] {
     const ready = this.ready();
-    if (ready.length === 0) return [];
-    const due: Tracked[] = [];
-    let tokens = batch.seqs.reduce((n, s) => n + s.numNewTokens, 0);
-    let extraTokens = 0;
-    for (const t of ready) {
-      const rowTokens = t.seq.numTokens - t.numCommitted + 1;
-      if (due.length > 0 && tokens + rowTokens > this.stepTokenBudget) break;
-      due.push(t);
-      tokens += rowTokens;
-      extraTokens += rowTokens;
-    }
-    const schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
-    if (schedule.gemmSplitK === FIXED_SCHEDULE.gemmSplitK || batch.seqs.length === 0) return due;
-    const decoding = [...this.tracked.values()].some((t) => t.seq.status === "running" && !t.seq.holdForVerify);
-    if (ready.length >= this.geometry.group || !decoding || step - ready[0].readySince >= this.maxWaitSteps) return due;
-    return [];
+    const n = fusedRowCount({
+      ready: ready.map((t) => ({ rowTokens: t.seq.numTokens - t.numCommitted + 1, readySince: t.readySince })),
+      scheduledTokens: batch.seqs.reduce((k, s) => k + s.numNewTokens, 0),
+      tokenBudget: this.stepTokenBudget,
+      gemmSplitKWith: (extraTokens) => this.runner.scheduleFor(batch, undefined, { fixed, extraTokens }).gemmSplitK,
+      othersDecoding: [...this.tracked.values()].some((t) => t.seq.status === "running" && !t.seq.holdForVerify),
+      group: this.geometry.group,
+      maxWaitSteps: this.maxWaitSteps,
+      step,
+    });
+    return ready.slice(0, n);
   }
 
   /** Whether the verify rows need the GPU's fixed shape (padded passes of their own; verifyPass.ts). */
