@@ -226,30 +226,22 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   auto sk = [&](int64_t K) { return int(std::min<int64_t>(b.gemmSplitK, K)); };
   auto skFixed = [&](int64_t K) { return int(std::min<int64_t>(b.fixedGemmSplitK, K)); };
   const int64_t Tf = p.Tf;
-  // y[r0 .. r0 + rows) = x[r0 .. r0 + rows) . W^T on one schedule (x: (T, K), y: (T, N) at yOffset).
-  auto gemmRange = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset, int64_t r0,
-                       int64_t rows, int splitK) {
-    const int64_t K = x.shape[1], N = w.shape[0];
-    View xr = x;
-    xr.shape[0] = rows;
-    xr.data = static_cast<uint8_t*>(x.data) + size_t(r0 * K) * dtypeSize(x.dtype);
-    ops::gemm(d, xr, w, bias, y.view({rows, N}, yOffset + r0 * N), splitK);
-  };
-  // y = x . W^T for x's `rows` rows: the first `fastRows` on the step's splitK, the rest on the fixed one (one call
-  // when the two agree; a row's bits depend on its own X, K and splitK only, so splitting the rows changes no bits).
-  auto gemmSplit = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset, int64_t rows,
-                       int64_t fastRows) {
-    const int64_t K = x.shape[1];
-    if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) {
-      gemmRange(x, w, bias, y, yOffset, 0, rows, fastRows == 0 ? skFixed(K) : sk(K));
-      return;
-    }
-    gemmRange(x, w, bias, y, yOffset, 0, fastRows, sk(K));
-    gemmRange(x, w, bias, y, yOffset, fastRows, rows - fastRows, skFixed(K));
+  // y = x . W^T for the `rows` rows of x (a (rows, K) scratch buffer; y (rows, N) at yOffset): the first `fastRows`
+  // on the step's splitK, the rest on the fixed one (one call when the two agree; a row's bits depend on its own X,
+  // K and splitK only, so splitting the rows changes no bits).
+  auto gemmSplit = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset,
+                       int64_t rows, int64_t fastRows) {
+    const int64_t N = w.shape[0];
+    auto range = [&](int64_t r0, int64_t n, int splitK) {
+      ops::gemm(d, x.view({n, K}, r0 * K), w, bias, y.view({n, N}, yOffset + r0 * N), splitK);
+    };
+    if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) return range(0, rows, fastRows == 0 ? skFixed(K) : sk(K));
+    range(0, fastRows, sk(K));
+    range(fastRows, rows - fastRows, skFixed(K));
   };
   // The same over all T packed rows (fixed sequences are packed last, from Tf).
-  auto gemmRows = [&](const View& x, const View& w, const View& bias, const Buffer& y, int64_t yOffset) {
-    gemmSplit(x, w, bias, y, yOffset, T, Tf);
+  auto gemmRows = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset) {
+    gemmSplit(x, K, w, bias, y, yOffset, T, Tf);
   };
 
   if (!b.copySrc.empty()) {
@@ -300,7 +292,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
       } else {
         auto part = [&](int64_t r0, int64_t n, int64_t off) {
           View bi = L.qkvBias.buf ? L.qkvBias.vectorRows(r0, n) : View{};
-          gemmRows(h, L.qkv.rowsView(r0, n), bi, qkv_, off);
+          gemmRows(h_, C, L.qkv.rowsView(r0, n), bi, qkv_, off);
         };
         part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
       }
@@ -317,11 +309,11 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
         ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
                               attn_.view({npre, Hq, D}, nd * Q), scale, p.maxPrefillQ);
       }
-      gemmRows(attn, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_, 0);
+      gemmRows(attn_, Q, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_, 0);
       ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
-      gemmRows(h, L.gateUp.matrix(), View{}, gateUp_, 0);
+      gemmRows(h_, C, L.gateUp.matrix(), View{}, gateUp_, 0);
       ops::siluMul(d, gu, act);
-      gemmRows(act, L.down.matrix(), View{}, o_, 0);
+      gemmRows(act_, I, L.down.matrix(), View{}, o_, 0);
     }
 
     if (F > 0) {
@@ -333,7 +325,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
     }
     if (E > 0) {
       View logits = logits_.view({E, V});
-      gemmSplit(hLast_.view({E, C}), weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
+      gemmSplit(hLast_, C, weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
       SampleArgs a;
       a.logits = logits;
       a.temperature = meta(p.temp, E, DType::f32);
