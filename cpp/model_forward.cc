@@ -253,7 +253,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
 
   View resid = residual_.view({T, C}), h = h_.view({T, C}), o = o_.view({T, C});
   View q = qkv_.view({T, Hq, D}), k = qkv_.view({T, Hk, D}, T * Q), v = qkv_.view({T, Hk, D}, T * (Q + KV));
-  View attn = attn_.view({T, Q}), gu = gateUp_.view({T, 2 * I}), act = act_.view({T, I});
+  View gu = gateUp_.view({T, 2 * I}), act = act_.view({T, I});
   View positions = meta(p.positions, T), slots = meta(p.slots, T);
   const int64_t nd = p.nd, npre = T - nd;
   const int64_t nPrefillSeqs = int64_t(b.seqs.size()) - nd;

@@ -32,7 +32,7 @@ import type { ScheduledBatch } from "./scheduler.js";
 import { Sequence } from "./sequence.js";
 import { buildVerifyBatch, scratchPagesPerRow, type VerifyGeometry } from "./verifyPass.js";
 import { exactDecodesFree, fusedRowCount } from "./verifyPolicy.js";
-import { applyVerdicts, fusedRowSequence, pageCopyPairs, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
+import { applyVerdicts, fusedRowSequence, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
 
 export type { Commit } from "./verifyRows.js";
 
@@ -156,11 +156,11 @@ export class DeterministicDecoder {
       const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(batch, fixed, step), samplingOf) : null;
       const rows = prepared === null ? [] : prepared.rows.map(fusedRowSequence);
       if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
-      const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...pageCopyPairs(prepared.pageCopies)];
+      const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...prepared.pageCopies];
       const extraTokens = rows.reduce((n, r) => n + r.tokens.length, 0);
+      let schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
       // Exact rows leave the fast decode rows, which may change kvSplits (never gemmSplitK: the same token count).
-      this.markExact(batch, kinds, this.runner.scheduleFor(batch, undefined, { fixed, extraTokens }));
-      const schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
+      if (this.markExact(batch, kinds, schedule)) schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
       const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, schedule, {
         fixed,
         sequences: rows,
@@ -174,8 +174,8 @@ export class DeterministicDecoder {
     const fastIndex = kinds.flatMap((k, i) => (k === "fixedPrefill" ? [] : [i]));
     const fastBatch = { ...batch, seqs: fastIndex.map((i) => batch.seqs[i]) };
     const exactIn = (j: number): boolean => kinds[fastIndex[j]] === "exact";
-    this.markExact(batch, kinds, this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn }));
-    const schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
+    let schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
+    if (this.markExact(batch, kinds, schedule)) schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
     if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf, schedule, { fixed: exactIn }), kinds, commits: [] };
     const results = new Array<ForwardResult>(batch.seqs.length);
     const fast = fastBatch.seqs;
@@ -197,15 +197,16 @@ export class DeterministicDecoder {
     return { results, kinds, commits: [] };
   }
 
-  /** Turns the step's eligible candidate decodes into exact ones where that is free (verifyPolicy.ts). */
-  private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): void {
-    if (!this.enabled) return;
+  /** Turns the step's eligible candidate decodes into exact ones where that is free (verifyPolicy.ts); true if any. */
+  private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): boolean {
+    if (!this.enabled) return false;
     const eligible = batch.seqs.map(({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted);
     const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
-    if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return;
+    if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return false;
     eligible.forEach((e, i) => {
       if (e) kinds[i] = "exact";
     });
+    return eligible.includes(true);
   }
 
   /** A fixed prefill chunk or an exact decode emitted a token (already appended to seq.tokens): it is final. */
@@ -299,7 +300,8 @@ export class DeterministicDecoder {
     if (prepared === null) return [];
     // The fixed shape only where kernels depend on the pass's shape (the GPU; verifyPass.ts).
     const fixedShape = this.fixedShape;
-    const batch = buildVerifyBatch(this.geometry, prepared.rows, this.scratch ?? [], prepared.pageCopies, fixedShape);
+    const copies = { src: Int32Array.from(prepared.pageCopies, (c) => c.src), dst: Int32Array.from(prepared.pageCopies, (c) => c.dst) };
+    const batch = buildVerifyBatch(this.geometry, prepared.rows, this.scratch ?? [], copies, fixedShape);
     if (prepared.needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
     const results = await this.runner.model.forward(batch);
     return applyVerdicts(this.blockManager, prepared, results, batch.sequences.map((s) => s.tokens.length), this.isLive);

@@ -2,7 +2,7 @@
 // wherever that forward is (fused into a step or a pass of its own): prepareVerifyRows rolls each sequence back to
 // its last committed position and gives it slots for [last committed token, candidates…]; applyVerdicts keeps the
 // candidates the verifier agrees with plus the verifier's own next token and rolls back the rest.
-import type { BlockManager } from "./blockManager.js";
+import type { BlockManager, PageCopy } from "./blockManager.js";
 import type { ForwardResult, ForwardSequence } from "./modelTypes.js";
 import type { SequenceSampling } from "./modelRunner.js";
 import type { DeterminismStats } from "./outputs.js";
@@ -29,7 +29,7 @@ export interface PreparedRows<T extends VerifyTarget> {
   rows: VerifyRow[];
   members: Array<{ t: T; candidates: number[] }>;
   /** Copy-on-write page copies the forward must run first. */
-  pageCopies: { src: Int32Array; dst: Int32Array };
+  pageCopies: PageCopy[];
   needsLogits: boolean;
 }
 
@@ -45,8 +45,7 @@ export function prepareVerifyRows<T extends VerifyTarget>(
   const rows: VerifyRow[] = [];
   const members: PreparedRows<T>["members"] = [];
   let needsLogits = false;
-  const src: number[] = [];
-  const dst: number[] = [];
+  const pageCopies: PageCopy[] = [];
   for (const t of group) {
     const seq = t.seq;
     const start = t.numCommitted - 1; // the last committed token's position: its KV is rewritten too
@@ -54,7 +53,7 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     let n = seq.numTokens - start;
     while (n > 0 && !blockManager.canAppend(seq, n)) n--; // a full pool verifies fewer candidates
     if (n === 0) continue;
-    for (const c of blockManager.appendSlots(seq, n)) src.push(c.src), dst.push(c.dst);
+    pageCopies.push(...blockManager.appendSlots(seq, n));
     seq.tokens.length = start + n;
     const s = samplingOf(seq);
     needsLogits ||= s.needsLogits;
@@ -62,7 +61,7 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     members.push({ t, candidates: seq.tokens.slice(start + 1) });
   }
   if (rows.length === 0) return null;
-  return { rows, members, pageCopies: { src: Int32Array.from(src), dst: Int32Array.from(dst) }, needsLogits };
+  return { rows, members, pageCopies, needsLogits };
 }
 
 /**
@@ -127,8 +126,4 @@ export function fusedRowSequence(row: VerifyRow): ForwardSequence {
     emitAll: true,
     fixedSchedule: true,
   };
-}
-
-export function pageCopyPairs(copies: { src: Int32Array; dst: Int32Array }): Array<{ src: number; dst: number }> {
-  return Array.from(copies.src, (src, i) => ({ src, dst: copies.dst[i] }));
 }
