@@ -23,6 +23,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import type { KernelMode } from "../../ts/engine/kernelSchedule.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { median, parseRepeats } from "./repeats.js";
 
 const { values } = parseArgs({
   options: {
@@ -56,8 +57,7 @@ const verifyPlacements = values.verify!.split(",").map((v) => {
   return v;
 });
 const maxBatchSeqs = Number(values["max-batch-seqs"]);
-const repeats = Number(values.repeats);
-if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeats ${values.repeats}: expected an integer >= 1`);
+const repeats = parseRepeats(values.repeats);
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
 
 async function presetDir(): Promise<string> {
@@ -143,10 +143,6 @@ try {
       if (repeats > 1) log(`round ${round + 1}/${repeats}: ${c.mode} ${c.verify} ${c.ratio}: ${runs[i][round].tokensPerSecond} tok/s`);
     }
   }
-  const median = (xs: number[]): number => {
-    const v = [...xs].sort((a, b) => a - b);
-    return v.length % 2 ? v[v.length >> 1] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
-  };
   const rows = runs.map((rs) => {
     const mid = rs.slice().sort((a, b) => a.tokensPerSecond - b.tokensPerSecond)[(rs.length - 1) >> 1];
     return {

@@ -15,6 +15,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import { parseKernelMode } from "../../ts/engine/kernelSchedule.js";
 import { loadModel } from "../../ts/model/model.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { median, parseRepeats } from "./repeats.js";
 
 const { values } = parseArgs({
   options: {
@@ -36,12 +37,7 @@ const batches = values.batches!.split(",").map(Number);
 const promptTokens = Number(values["prompt-tokens"]);
 const maxTokens = Number(values["max-tokens"]);
 const kernelMode = parseKernelMode(values["kernel-mode"]!);
-const repeats = Number(values.repeats);
-if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeats ${values.repeats}: expected an integer >= 1`);
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
+const repeats = parseRepeats(values.repeats);
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
 
 /** The preset's random checkpoint, written once and cached in the temp dir (135M params take a while). */
