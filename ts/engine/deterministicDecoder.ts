@@ -30,9 +30,9 @@ import type { ModelRunner, SequenceSampling } from "./modelRunner.js";
 import type { DeterminismStats } from "./outputs.js";
 import type { ScheduledBatch } from "./scheduler.js";
 import { Sequence } from "./sequence.js";
-import { buildVerifyBatch, scratchPagesPerRow, type VerifyGeometry } from "./verifyPass.js";
+import { buildVerifyBatch, scratchPagesPerRow, verifyRowSequence, type VerifyGeometry } from "./verifyPass.js";
 import { exactDecodesFree, fusedRowCount } from "./verifyPolicy.js";
-import { applyVerdicts, fusedRowSequence, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
+import { applyVerdicts, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
 
 export type { Commit } from "./verifyRows.js";
 
@@ -154,7 +154,7 @@ export class DeterministicDecoder {
     if (this.fused) {
       const fixed = (i: number): boolean => kinds[i] === "fixedPrefill" || kinds[i] === "exact";
       const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(batch, fixed, step), samplingOf) : null;
-      const rows = prepared === null ? [] : prepared.rows.map(fusedRowSequence);
+      const rows = prepared === null ? [] : prepared.rows.map((row) => verifyRowSequence(row, this.geometry.pageSize));
       if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
       const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...prepared.pageCopies];
       const extraTokens = rows.reduce((n, r) => n + r.tokens.length, 0);

@@ -71,26 +71,34 @@ export function buildVerifyBatch(
     if (row.tokens.length < 1 || row.tokens.length > g.window) {
       throw new Error(`verify pass: row ${r} has ${row.tokens.length} tokens; expected 1..${g.window}`);
     }
-    const tokens = new Int32Array(fixedShape ? g.window : row.tokens.length).fill(PAD_TOKEN);
-    tokens.set(row.tokens);
-    // Pads past the sequence's own pages land in the slot's scratch pages.
-    const own = pagesFor(row.startPos + row.tokens.length, g.pageSize);
-    const needed = pagesFor(row.startPos + tokens.length, g.pageSize);
-    const table = needed > own ? row.blockTable.slice(0, own).concat(scratch[r].slice(0, needed - own)) : row.blockTable.slice(0, own);
-    sequences.push({
-      tokens,
-      startPos: row.startPos,
-      blockTable: Int32Array.from(table),
-      sampling: row.sampling,
-      numTopLogprobs: row.numTopLogprobs,
-      emitToken: true,
-      emitAll: true,
-      fixedSchedule: true, // the prefill attention kernel even for a one-token row, as in fused steps
-    });
+    sequences.push(verifyRowSequence(row, g.pageSize, fixedShape ? { window: g.window, scratch: scratch[r] } : undefined));
   }
   const batch: ForwardBatch = { sequences, ...FIXED_SCHEDULE };
   if (pageCopies && pageCopies.src.length > 0) batch.pageCopies = pageCopies;
   return batch;
+}
+
+/**
+ * A verify row as a forward sequence: on the fixed schedule (the prefill attention kernel even for a one-token row),
+ * a token after every position. `pad` pads it to `window` tokens, the pads' KV landing in the slot's scratch pages
+ * past the sequence's own; unpadded (fused steps, the CPU's separate passes) it is the row and its own pages alone.
+ */
+export function verifyRowSequence(row: VerifyRow, pageSize: number, pad?: { window: number; scratch: readonly number[] }): ForwardSequence {
+  const tokens = new Int32Array(pad ? pad.window : row.tokens.length).fill(PAD_TOKEN);
+  tokens.set(row.tokens);
+  const own = pagesFor(row.startPos + row.tokens.length, pageSize);
+  const needed = pagesFor(row.startPos + tokens.length, pageSize);
+  const table = needed > own ? row.blockTable.slice(0, own).concat(pad!.scratch.slice(0, needed - own)) : row.blockTable.slice(0, own);
+  return {
+    tokens,
+    startPos: row.startPos,
+    blockTable: Int32Array.from(table),
+    sampling: row.sampling,
+    numTopLogprobs: row.numTopLogprobs,
+    emitToken: true,
+    emitAll: true,
+    fixedSchedule: true,
+  };
 }
 
 /**

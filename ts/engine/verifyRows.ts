@@ -3,7 +3,7 @@
 // its last committed position and gives it slots for [last committed token, candidates…]; applyVerdicts keeps the
 // candidates the verifier agrees with plus the verifier's own next token and rolls back the rest.
 import type { BlockManager, PageCopy } from "./blockManager.js";
-import type { ForwardResult, ForwardSequence } from "./modelTypes.js";
+import type { ForwardResult } from "./modelTypes.js";
 import type { SequenceSampling } from "./modelRunner.js";
 import type { DeterminismStats } from "./outputs.js";
 import type { SampledToken } from "./sampleTracker.js";
@@ -112,18 +112,4 @@ export function applyVerdicts<T extends VerifyTarget>(
     commits.push({ seq, tokens });
   });
   return commits;
-}
-
-/** A verify row as a sequence of a step's forward: unpadded, on the fixed schedule, a token after every position. */
-export function fusedRowSequence(row: VerifyRow): ForwardSequence {
-  return {
-    tokens: Int32Array.from(row.tokens),
-    startPos: row.startPos,
-    blockTable: Int32Array.from(row.blockTable),
-    sampling: row.sampling,
-    numTopLogprobs: row.numTopLogprobs,
-    emitToken: true,
-    emitAll: true,
-    fixedSchedule: true,
-  };
 }
