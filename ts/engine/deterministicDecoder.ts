@@ -199,7 +199,7 @@ export class DeterministicDecoder {
 
   /** Turns the step's eligible candidate decodes into exact ones where that is free (verifyPolicy.ts); true if any. */
   private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): boolean {
-    if (!this.enabled) return false;
+    if (!this.enabled || this.tracked.size === 0) return false;
     const eligible = batch.seqs.map(({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted);
     const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
     if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return false;
