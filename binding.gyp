@@ -17,6 +17,7 @@
       "conditions": [
         ["cuda_home!=''", {
           "defines": ["DELIBERATE_CUDA=1"],
+          "dependencies": ["deliberate_sm90"],
           "include_dirs": ["<(cuda_home)/include"],
           "sources": ["<!@(node -e \"console.log(require('fs').readdirSync('cuda').filter(f=>f.endsWith('.cu')).map(f=>'cuda/'+f).join(' '))\")"],
           "libraries": ["-L<(cuda_home)/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"],
@@ -38,5 +39,29 @@
         }]
       ]
     }
+  ],
+  "conditions": [
+    # The wgmma GEMM (cuda/sm90/*.cu) exists only as sm_90a code: wgmma and setmaxnreg have no other target, and
+    # building it for sm_90 as well would let the loader pick an image without them. Linked into the addon above;
+    # on other GPUs it reports itself unavailable and the mma.sync kernels run (cuda/gemm.cu).
+    ["cuda_home!=''", {
+      "targets": [{
+        "target_name": "deliberate_sm90",
+        "type": "static_library",
+        "sources": ["<!@(node -e \"console.log(require('fs').readdirSync('cuda/sm90').filter(f=>f.endsWith('.cu')).map(f=>'cuda/sm90/'+f).join(' '))\")"],
+        "rules": [{
+          "rule_name": "nvcc_sm90a",
+          "extension": "cu",
+          "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -e \"const fs=require('fs');console.log([...fs.readdirSync('cuda').filter(f=>f.endsWith('.cuh')).map(f=>'cuda/'+f),...fs.readdirSync('cuda/sm90').filter(f=>f.endsWith('.cuh')).map(f=>'cuda/sm90/'+f)].join(' '))\")", "cpp/kernels.h", "cpp/common.h"],
+          "outputs": ["<(INTERMEDIATE_DIR)/cuda/sm90/<(RULE_INPUT_ROOT).o"],
+          "action": ["<(cuda_home)/bin/nvcc", "-c", "<(RULE_INPUT_PATH)", "-o", "<(INTERMEDIATE_DIR)/cuda/sm90/<(RULE_INPUT_ROOT).o",
+                     "-std=c++17", "-O3", "-Icpp", "-Icuda", "-Icuda/sm90", "-DDELIBERATE_CUDA=1", "--expt-relaxed-constexpr",
+                     "-Xcompiler", "-fPIC", "-Xcompiler", "-fexceptions",
+                     "-gencode", "arch=compute_90a,code=sm_90a"],
+          "message": "nvcc (sm_90a) <(RULE_INPUT_PATH)",
+          "process_outputs_as_sources": 1
+        }]
+      }]
+    }]
   ]
 }

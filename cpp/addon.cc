@@ -58,6 +58,7 @@ Napi::Value ListDevices(const Napi::CallbackInfo& info) {
       cuda.Set("reason", e.what());
     }
   }
+  cuda.Set("wgmmaGemm", ok && gpu::wgmmaGemm());
   cuda.Set("devices", list);
   out.Set("cuda", cuda);
   return out;
@@ -67,6 +68,12 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
   int n = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().Int32Value() : 0;
   setNumThreads(n);
   return Napi::Number::New(info.Env(), numThreads());
+}
+
+Napi::Value SetGemmTile(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsNumber())
+    throw Napi::TypeError::New(info.Env(), "setGemmTile(tile): tile must be a number (-1: chosen by shape)");
+  return Napi::Number::New(info.Env(), gpu::setGemmTile(info[0].As<Napi::Number>().Int32Value()));
 }
 
 Napi::Value LiveBytes(const Napi::CallbackInfo& info) {
@@ -106,6 +113,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("tensor", Napi::Function::New(env, NewTensor, "tensor"));
   exports.Set("listDevices", Napi::Function::New(env, ListDevices, "listDevices"));
   exports.Set("setThreads", Napi::Function::New(env, SetThreads, "setThreads"));
+  exports.Set("setGemmTile", Napi::Function::New(env, SetGemmTile, "setGemmTile"));
   exports.Set("liveBytes", Napi::Function::New(env, LiveBytes, "liveBytes"));
   exports.Set("stressThreadPool", Napi::Function::New(env, StressThreadPool, "stressThreadPool"));
   exports.Set("cudaCompiled", Napi::Boolean::New(env, gpu::compiled()));

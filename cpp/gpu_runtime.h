@@ -21,6 +21,11 @@ bool compiled();              // built with CUDA?
 bool available(std::string* reason);  // a usable device is present (reason says why not)
 std::vector<DeviceInfo> devices();
 std::string runtimeVersion();
+// The wgmma GEMM (cuda/sm90/gemm_wgmma.cu) can run on the current device: an sm_90 GPU and a build with sm_90a code.
+bool wgmmaGemm();
+// Test and benchmark hook: forces the GEMM kernel config for later calls (cuda/gemm.cu: 0-5 mma.sync tiles, 6-8 wgmma;
+// -1 chooses by shape, the default unless DL_GEMM_TILE is set); returns the previous setting. -1 without CUDA.
+int setGemmTile(int tile);
 
 void* malloc(size_t bytes);
 void free(void* p) noexcept;

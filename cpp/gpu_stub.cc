@@ -17,6 +17,8 @@ bool available(std::string* reason) {
 }
 std::vector<DeviceInfo> devices() { return {}; }
 std::string runtimeVersion() { return ""; }
+bool wgmmaGemm() { return false; }
+int setGemmTile(int) { return -1; }
 void* malloc(size_t) { unavailable(); }
 void free(void*) noexcept {}
 void copyHostToDevice(void*, const void*, size_t) { unavailable(); }

@@ -5,51 +5,20 @@
 // output is accumulated by one chain of mma.sync m16n8k16 (or FMAs on the SIMT path) in ascending k; partitions
 // are added in order 0..splitK-1 by a second kernel (never atomics), then the bias. The tile shape (chosen from M)
 // changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK) only.
+// On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps; they are
+// opt-in (DL_GEMM_WGMMA=1, see wgmmaConfig) until an H100 run shows their bits equal these kernels'.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common.cuh"
+#include "gemm_args.cuh"
 #include "gemm_mma.cuh"
 #include "workspace.cuh"
 
 namespace dl::gpu {
 namespace {
-
-constexpr int kPartK = 64;  // partition granularity in K, and the k-depth of one pipeline stage
-
-struct GemmArgs {
-  const void* x;  // (M, K)
-  const void* w;  // (N, K)
-  const void* bias;
-  void* y;         // (M, N)
-  float* partial;  // (splitK, M, N) when splitK > 1
-  int M, N, K, splitK, kTiles;
-  DType xt, wt, bt, yt;
-};
-
-__device__ __forceinline__ void partitionRange(const GemmArgs& a, int split, int& k0, int& k1) {
-  k0 = int(int64_t(split) * a.kTiles / a.splitK) * kPartK;
-  k1 = min(int(int64_t(split + 1) * a.kTiles / a.splitK) * kPartK, a.K);
-}
-
-// Writes a pair of outputs (row, col), (row, col + 1): the final value when splitK == 1, else an f32 partial.
-// Not inlined: inlining the dtype switch into every unrolled epilogue site makes cicc take many minutes.
-__device__ __noinline__ void storePair(const GemmArgs& a, int split, int row, int col, float v0, float v1) {
-  if (row >= a.M) return;
-  if (a.splitK > 1) {
-    float* p = a.partial + (int64_t(split) * a.M + row) * a.N + col;
-    if (col + 1 < a.N && (a.N % 2 == 0)) {
-      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-    } else {
-      if (col < a.N) p[0] = v0;
-      if (col + 1 < a.N) p[1] = v1;
-    }
-    return;
-  }
-  int64_t o = int64_t(row) * a.N + col;
-  if (col < a.N) storeF(a.y, o, a.yt, a.bias ? v0 + loadF(a.bias, col, a.bt) : v0);
-  if (col + 1 < a.N) storeF(a.y, o + 1, a.yt, a.bias ? v1 + loadF(a.bias, col + 1, a.bt) : v1);
-}
 
 // ---- kernels ----
 
@@ -210,14 +179,21 @@ int smCount() {
   return n;
 }
 
-// Tile config for the tensor-core path (any config gives the same bits: see the header). DL_GEMM_TILE=<0..5>
-// forces one, for the benchmark's sweep.
+int envInt(const char* name, int otherwise) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::atoi(e) : otherwise;
+}
+// DL_GEMM_TILE=<0..5> forces an mma.sync tile config, <6..8> wgmma config 0..2 (for the benchmark's sweep and the
+// check.sh test reruns); -1: chosen by shape.
+std::atomic<int>& forcedTileSetting() {
+  static std::atomic<int> forced{envInt("DL_GEMM_TILE", -1)};
+  return forced;
+}
+int forcedTile() { return forcedTileSetting().load(std::memory_order_relaxed); }
+
+// Tile config for the mma.sync path (any config gives the same bits: see the header).
 int tileConfig(int64_t M, int64_t N, int splitK) {
-  static const int forced = [] {
-    const char* e = std::getenv("DL_GEMM_TILE");
-    return e ? std::atoi(e) : -1;
-  }();
-  if (forced >= 0) return forced;
+  if (forcedTile() >= 0 && forcedTile() < 6) return forcedTile();
   // Measured on H100 (bench/CUDA_NOTES.md): 128 x 256 tiles win for large M and for the LM head at M = 128.
   int c = M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
   // A grid that leaves most SMs idle (a narrow projection at mid-size M on splitK 1, e.g. N = 576 at M = 256 is six
@@ -230,7 +206,36 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
   return c;
 }
 
+// The wgmma config (cuda/sm90/gemm_wgmma.cu) for this shape, or -1 for mma.sync. Opt-in with DL_GEMM_WGMMA=1 until
+// it is measured on an H100 and its bits are known to equal mma.sync's (the batch-invariance contract spans both:
+// a batch on wgmma and its sub-batches on mma.sync must agree; check.sh tests exactly that). From 65 rows, the
+// largest tiles whose grid keeps at least half the SMs busy.
+int wgmmaConfig(int64_t M, int64_t N, int splitK) {
+  if (forcedTile() >= 6) return forcedTile() - 6 < kWgmmaConfigs ? forcedTile() - 6 : -1;
+  static const bool enabled = envInt("DL_GEMM_WGMMA", 0) == 1;
+  if (!enabled || M <= 64 || forcedTile() >= 0) return -1;
+  const int64_t sms = std::max(smCount(), 2);
+  for (int c = 0; c < kWgmmaConfigs; c++)
+    if (2 * ceilDiv(M, kWgmmaBM[c]) * ceilDiv(N, kWgmmaBN[c]) * splitK >= sms) return c;
+  return kWgmmaConfigs - 1;
+}
+
+bool runWgmma(const GemmArgs& a) {
+  const int c = wgmmaConfig(a.M, a.N, a.splitK);
+  if (c < 0) return false;
+  if (gemmWgmma(a, c)) return true;
+  static bool warned = false;
+  if (!warned && (forcedTile() >= 6 || envInt("DL_GEMM_WGMMA", 0) == 1)) {
+    warned = true;
+    std::fprintf(stderr, "deliberate: the wgmma GEMM was asked for (DL_GEMM_TILE / DL_GEMM_WGMMA) but cannot run here "
+                         "(it needs an sm_90 GPU and a build with nvcc's sm_90a target); using the mma.sync kernels\n");
+  }
+  return false;
+}
+
 }  // namespace
+
+int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : tile); }
 
 void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
   const char* op = "gemm";
@@ -259,7 +264,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     dim3 grid(unsigned(ceilDiv(M, 64)), unsigned(ceilDiv(N, 64)), unsigned(splitK));
     gemmSimtKernel<<<grid, 256, 0, stream()>>>(a);
     CUDA_CHECK_LAUNCH("gemmSimtKernel");
-  } else {
+  } else if (!runWgmma(a)) {
     switch (tileConfig(M, N, splitK)) {
       case 0: launchBf16<16, 64, 1, 4, 6>(a); break;   // decode: bandwidth-bound, narrow N tiles, deep pipeline
       case 1: launchBf16<32, 64, 1, 4, 6>(a); break;

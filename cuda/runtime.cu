@@ -53,6 +53,9 @@ void setCaptureStream(cudaStream_t s) { captureStream = s; }
 
 bool compiled() { return true; }
 
+bool wgmmaAvailable();  // cuda/gemm_args.cuh
+bool wgmmaGemm() { return wgmmaAvailable(); }
+
 bool available(std::string* reason) {
   init();
   if (!initError.empty() && reason) *reason = initError;

@@ -3,6 +3,7 @@
 //   bench_kernels [--quick]
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -88,6 +89,8 @@ int main(int argc, char** argv) {
   if (quick) iters = 5;
   try {
     CUDA_CHECK(cudaMalloc(&flushBuf, kFlushBytes));
+    const bool wgmma = gpu::wgmmaGemm();
+    fprintf(stderr, "bench_kernels: wgmma GEMM %s\n", wgmma ? "available (timed as variants wgmma6-8)" : "unavailable on this GPU/build");
     printf("[");
     // GEMM: Llama-3.1-8B projections, bf16 x bf16 -> bf16; splitK swept, 1 = the fixed schedule.
     const int64_t KN[4][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {4096, 128256}};
@@ -108,6 +111,15 @@ int main(int argc, char** argv) {
           double ms = timeMs([&] { gpu::gemm(x, w, View{}, y, sk); });
           emit("gemm", shape, "splitK=" + std::to_string(sk), ms, flops, bytes);
         }
+        // The sm_90a wgmma kernels (opt-in in the addon: DL_GEMM_WGMMA=1), each config forced, when this GPU runs them.
+        if (wgmma && !getenv("DL_GEMM_TILE"))
+          for (int tile = 6; tile <= 8; tile++)
+            for (int sk : splits) {
+              int before = gpu::setGemmTile(tile);
+              double ms = timeMs([&] { gpu::gemm(x, w, View{}, y, sk); });
+              gpu::setGemmTile(before);
+              emit("gemm", shape, "wgmma" + std::to_string(tile) + " splitK=" + std::to_string(sk), ms, flops, bytes);
+            }
         release(x), release(y);
       }
       release(w);

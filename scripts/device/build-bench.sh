@@ -3,7 +3,8 @@
 # the addon's own CUDA objects (so it times exactly the kernels the addon ships). Run after `npm run build:addon`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || dirname "$0"/../..)"
-objs=(build/Release/obj.target/deliberate/geni/cuda/*.o)
+# The addon's kernels and the sm_90a wgmma GEMM (its own gyp target, binding.gyp).
+objs=(build/Release/obj.target/deliberate/geni/cuda/*.o build/Release/obj.target/deliberate_sm90/geni/cuda/sm90/*.o)
 [ -e "${objs[0]}" ] || { echo "build-bench: no CUDA objects under build/; run npm run build:addon (with nvcc) first" >&2; exit 1; }
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 "$nvcc" -std=c++17 -O3 -Icpp -Icuda -DDELIBERATE_CUDA=1 --expt-relaxed-constexpr -arch=sm_90 -Xcompiler -mf16c \

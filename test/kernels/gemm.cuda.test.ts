@@ -63,5 +63,59 @@ describe.skipIf(!!cudaUnavailable)("gemm (cuda)", () => {
   });
 });
 
+// The sm_90a wgmma kernels (cuda/sm90/gemm_wgmma.cu; opt-in by DL_GEMM_WGMMA=1), forced through the tile hook.
+const wgmmaUnavailable = cudaUnavailable ?? (addon.listDevices().cuda.wgmmaGemm ? undefined : "no sm_90 GPU, or a build without nvcc's sm_90a target");
+const wgmmaTiles = [6, 7, 8]; // 128 x 256, 128 x 128, 64 x 128 CTA tiles
+
+describe.skipIf(!!wgmmaUnavailable)("gemm (cuda, sm_90a wgmma)", () => {
+  afterEach(() => void addon.setGemmTile(-1));
+  const run = async (tile: number, ...args: Parameters<typeof gpuGemm>) => {
+    addon.setGemmTile(tile);
+    try {
+      return await gpuGemm(...args);
+    } finally {
+      addon.setGemmTile(-1);
+    }
+  };
+
+  it("matches float64 and the mma.sync kernels on every config (split-K, bias, ragged M, N and K)", async () => {
+    // M below one 64-row wgmma tile, between tiles, several tiles; N off the 128/256 tiles; K off the 64-deep stage.
+    const shapes: [number, number, number][] = [[1, 64, 128], [37, 200, 520], [64, 128, 64], [130, 300, 1000], [257, 520, 776], [300, 1032, 2056]];
+    let equal = 0, total = 0;
+    for (const [M, N, K] of shapes)
+      for (const splitK of [1, 3]) {
+        const xv = roundTo(randn(M * K), "bf16"), wv = roundTo(randn(N * K), "bf16"), bias = N % 3 ? randn(N) : undefined;
+        const ref = refGemm(xv, wv, bias, M, N, K);
+        const mmaSync = await run(4, xv, wv, M, N, K, "bf16", "bf16", "f32", splitK, bias);
+        for (const tile of wgmmaTiles) {
+          const tag = `tile ${tile} M=${M} N=${N} K=${K} splitK=${splitK}`;
+          const y32 = await run(tile, xv, wv, M, N, K, "bf16", "bf16", "f32", splitK, bias);
+          expect(relL2(y32, ref), tag).toBeLessThan(1e-5);
+          expect(relL2(y32, mmaSync), `${tag} vs mma.sync`).toBeLessThan(1e-5);
+          const y16 = await run(tile, xv, wv, M, N, K, "bf16", "bf16", "bf16", splitK, bias);
+          expect(relL2(y16, ref), `${tag} -> bf16`).toBeLessThan(1e-2);
+          total++;
+          if (bitsEqual(y32, mmaSync)) equal++;
+        }
+      }
+    // Whether the wgmma path may join the default schedule (cuda/gemm.cu wgmmaConfig) depends on this line.
+    console.log(`wgmma bits vs mma.sync: ${equal} of ${total} results bitwise equal`);
+  });
+
+  it("gives a row the same bits alone or anywhere in a batch on each config", async () => {
+    const K = 1544, N = 392, M = 200;
+    const xv = roundTo(randn(M * K), "bf16"), wv = roundTo(randn(N * K), "bf16"), bias = randn(N);
+    for (const tile of wgmmaTiles)
+      for (const splitK of [1, 4]) {
+        const batch = await run(tile, xv, wv, M, N, K, "bf16", "bf16", "f32", splitK, bias);
+        for (const [row, rows] of [[0, 1], [M - 1, 1], [77, 1], [5, 8], [60, 70], [9, 150]]) {
+          const alone = await run(tile, xv.subarray(row * K, (row + rows) * K), wv, rows, N, K, "bf16", "bf16", "f32", splitK, bias);
+          expect(bitsEqual(alone, batch.subarray(row * N, (row + rows) * N)), `tile ${tile} splitK=${splitK} rows ${row}+${rows}`).toBe(true);
+        }
+      }
+  });
+});
+if (!cudaUnavailable && wgmmaUnavailable) describe("gemm (cuda, sm_90a wgmma)", () => it.skip(wgmmaUnavailable, () => {}));
+
 const skipReason = cudaUnavailable;
 if (skipReason) describe("gemm (cuda)", () => it.skip(skipReason, () => {}));

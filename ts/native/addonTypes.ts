@@ -205,7 +205,15 @@ export interface CudaDeviceInfo {
 
 export interface DeviceReport {
   cpu: { threads: number; hardwareThreads: number; simd: "avx2" | "avx512" | "avx512-bf16" };
-  cuda: { compiled: boolean; available: boolean; reason?: string; runtimeVersion: string; devices: CudaDeviceInfo[] };
+  cuda: {
+    compiled: boolean;
+    available: boolean;
+    reason?: string;
+    runtimeVersion: string;
+    devices: CudaDeviceInfo[];
+    /** The sm_90a wgmma GEMM can run on the current device (opt-in: DL_GEMM_WGMMA=1; see cuda/gemm.cu). */
+    wgmmaGemm: boolean;
+  };
 }
 
 export interface Addon {
@@ -213,6 +221,12 @@ export interface Addon {
   listDevices(): DeviceReport;
   /** Sets the CPU thread pool size (<= 0: hardware concurrency); returns the new size. Results never depend on it. */
   setThreads(n: number): number;
+  /**
+   * Test / benchmark hook: forces the CUDA GEMM kernel config of later calls (0-5 mma.sync tiles, 6-8 the sm_90a
+   * wgmma kernels; -1 chooses by shape); returns the previous setting. Every config computes the same function; on
+   * CPU-only builds a no-op returning -1. Not for use while a model steps (CUDA graphs do not see it).
+   */
+  setGemmTile(tile: number): number;
   liveBytes(device: DeviceKind): number;
   /** Test hook: runs `regions` small CPU parallel regions back to back; resolves to how many went wrong (0 = sound). */
   stressThreadPool(regions: number): Promise<number>;
