@@ -99,6 +99,10 @@ __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
       storePair(a, split, row, col, acc[mt][nt][0], acc[mt][nt][1]);
       storePair(a, split, row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
     }
+  if (a.counters) {
+    __shared__ int last;
+    finishSplitK(a, m0, n0, BM, BN, tid, kThreads, &last, [] { __syncthreads(); });
+  }
 }
 
 // Any dtypes (f32/bf16/f16 X and W) on CUDA cores: 64 x 64 tile, 256 threads with 4 x 4 outputs each, one FMA
@@ -134,9 +138,14 @@ __global__ void __launch_bounds__(256) gemmSimtKernel(GemmArgs a) {
     storePair(a, split, m0 + ty * 4 + i, n0 + tx * 4, acc[i][0], acc[i][1]);
     storePair(a, split, m0 + ty * 4 + i, n0 + tx * 4 + 2, acc[i][2], acc[i][3]);
   }
+  if (a.counters) {
+    __shared__ int last;
+    finishSplitK(a, m0, n0, 64, 64, threadIdx.x, 256, &last, [] { __syncthreads(); });
+  }
 }
 
 // Second pass of split-K: y = ((p_0 + p_1) + ... + p_{S-1}) + bias, partitions in order. One thread per output.
+// Only with DL_GEMM_REDUCE=kernel: by default the GEMM's own last CTA per tile does this (finishSplitK).
 __global__ void gemmReduceKernel(GemmArgs a) {
   const int64_t total = int64_t(a.M) * a.N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -233,6 +242,38 @@ bool runWgmma(const GemmArgs& a) {
   return false;
 }
 
+// Split-K finished by the GEMM's last CTA per tile (default) or by a second kernel (DL_GEMM_REDUCE=kernel, for A/B
+// timing); the same bits either way.
+bool fusedReduce() {
+  static const bool fused = [] {
+    const char* e = std::getenv("DL_GEMM_REDUCE");
+    return !(e && std::string(e) == "kernel");
+  }();
+  return fused;
+}
+
+// Per-tile arrival counters of the fused split-K finish: zeroed once when allocated, left zero by every GEMM.
+// Grow-only; the caller holds the workspace lock (every split-K GEMM does), which also orders the growth.
+int* tileCounters(size_t n) {
+  static int* counters = nullptr;
+  static size_t capacity = 0;
+  if (n > capacity) {
+    CUDA_CHECK(cudaStreamSynchronize(stream()));  // earlier GEMMs may still count in the old buffer
+    if (counters) CUDA_CHECK(cudaFree(counters));
+    counters = nullptr, capacity = 0;
+    const size_t grow = std::max<size_t>(n + n / 4, 4096);
+    cudaError_t e = cudaMalloc(&counters, grow * sizeof(int));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      counters = nullptr;
+      throw Error(std::string("gemm: cudaMalloc of split-K tile counters failed (") + cudaGetErrorString(e) + ")");
+    }
+    CUDA_CHECK(cudaMemsetAsync(counters, 0, grow * sizeof(int), stream()));  // ordered before the GEMM
+    capacity = grow;
+  }
+  return counters;
+}
+
 }  // namespace
 
 int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : tile); }
@@ -251,12 +292,14 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
   if (M > 0x7fffffff / 2 || N > 0x7fffffff / 2 || K > 0x7fffffff / 2) fail(op, "dimensions must be below 2^30");
   if (splitK < 1 || splitK > K) fail(op, "splitK must be in [1, K = " + std::to_string(K) + "], got " + std::to_string(splitK));
   if (M == 0 || N == 0) return;
-  GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, int(M), int(N), int(K), splitK,
+  GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, nullptr, int(M), int(N), int(K), splitK,
              int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype};
   Workspace ws{};
   if (splitK > 1) {
     ws = workspace(size_t(splitK) * size_t(M) * size_t(N) * sizeof(float));
     a.partial = static_cast<float*>(ws.data);
+    // Enough counters for the smallest tiles any config uses (16 x 64); guarded by the workspace lock we hold.
+    if (fusedReduce()) a.counters = tileCounters(size_t(ceilDiv(M, 16) * ceilDiv(N, 64)));
   }
   const bool tensorCores = x.dtype == DType::bf16 && w.dtype == DType::bf16 && K % 8 == 0 && aligned16(x.data) &&
                            aligned16(w.data);
@@ -274,7 +317,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
       default: launchBf16<128, 256, 2, 4, 3>(a); break;  // large M: 64 x 64 warp tiles
     }
   }
-  if (splitK > 1) {
+  if (splitK > 1 && !a.counters) {
     int64_t total = M * N;
     int blocks = int(std::min<int64_t>(ceilDiv(total, 256), 8192));
     gemmReduceKernel<<<blocks, 256, 0, stream()>>>(a);
