@@ -26,6 +26,11 @@ bool wgmmaGemm();
 // Test and benchmark hook: forces the GEMM kernel config for later calls (cuda/gemm.cu: 0-5 mma.sync tiles, 6-8 wgmma;
 // -1 chooses by shape, the default unless DL_GEMM_TILE is set); returns the previous setting. -1 without CUDA.
 int setGemmTile(int tile);
+// Timing events on the backend stream (StepProfile): record one, milliseconds between two recorded ones (after a
+// synchronize), destroy.
+void* eventRecord();
+float eventElapsedMs(void* from, void* to);
+void eventDestroy(void* event) noexcept;
 
 void* malloc(size_t bytes);
 void free(void* p) noexcept;

@@ -19,6 +19,9 @@ std::vector<DeviceInfo> devices() { return {}; }
 std::string runtimeVersion() { return ""; }
 bool wgmmaGemm() { return false; }
 int setGemmTile(int) { return -1; }
+void* eventRecord() { unavailable(); }
+float eventElapsedMs(void*, void*) { unavailable(); }
+void eventDestroy(void*) noexcept {}
 void* malloc(size_t) { unavailable(); }
 void free(void*) noexcept {}
 void copyHostToDevice(void*, const void*, size_t) { unavailable(); }

@@ -8,6 +8,7 @@
 #include "model_buffer.h"
 #include "model_config.h"
 #include "model_weights.h"
+#include "step_profile.h"
 
 namespace dl {
 
@@ -37,6 +38,7 @@ struct BatchInput {
   // query or many), so a fixed row's bits depend on its own sequence only, never on the fast rows beside it.
   int fixedGemmSplitK = 1;
   bool returnLogits = false;
+  bool profile = false;  // time the step op by op into the model's StepProfile (the step runs eagerly)
   std::vector<int32_t> copySrc, copyDst;  // whole-page copies done before anything else (copy-on-write)
 };
 
@@ -70,6 +72,8 @@ class Model {
   // Throws unless every weight has been set.
   void requireWeights() const;
   size_t kvBytes() const;
+  // Totals of the profiled steps so far (BatchInput::profile), then cleared.
+  std::vector<ProfileEntry> takeProfile() { return profile_.take(); }
 
  private:
   struct Plan;
@@ -86,6 +90,7 @@ class Model {
   Buffer metaDev_;                 // int32 step metadata on the device (CUDA only)
   gpu::StepGraphs graphs_;         // CUDA graphs of repeated step layouts (decode steps; see forward())
   std::vector<int32_t> metaHost_;  // the same on the host
+  StepProfile profile_;
 };
 
 }  // namespace dl

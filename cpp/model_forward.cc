@@ -215,9 +215,22 @@ std::vector<std::vector<float>> readRows(Device d, const Buffer& buf, int64_t n,
 
 std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   requireWeights();
+  // Profiling (b.profile): marks between the ops; a step that throws leaves no half-marked intervals behind.
+  StepProfile* prof = b.profile ? &profile_ : nullptr;
+  struct ProfileGuard {
+    StepProfile* p;
+    ~ProfileGuard() {
+      if (p) p->abandon();
+    }
+  } profileGuard{prof};
+  auto mark = [&](const char* label) {
+    if (prof) prof->mark(label);
+  };
+  if (prof) prof->begin(device), mark("plan");
   Plan p = plan(b);
   const int64_t T = p.T, F = int64_t(p.finals.size()), E = p.E;
   ensureScratch(T, F, p.numTop, metaHost_.size());
+  mark("meta.upload");
   if (device == Device::cuda) copyToDevice(device, metaDev_.data(), metaHost_.data(), metaHost_.size() * 4);
   const Device d = device;
   const int64_t C = cfg.hidden, Q = cfg.qDim(), KV = cfg.kvDim(), I = cfg.intermediate, V = cfg.vocab;
@@ -245,6 +258,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   };
 
   if (!b.copySrc.empty()) {
+    mark("pageCopy");
     int64_t n = int64_t(b.copySrc.size());
     for (int l = 0; l < cfg.numLayers; l++)
       ops::pageCopy(d, kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vCache_[l].view({kv.numPages, kv.pageSize, Hk, D}),
@@ -271,13 +285,16 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   // captures), so on CUDA a step without hidden-state captures can run as one replayed graph (page copies above
   // stay eager: they are ordered before it on the same stream).
   auto enqueue = [&] {
+    mark("embedding");
     ops::embedding(d, meta(p.ids, T), weights.embed.matrix(), resid);
     for (int l = 0; l < cfg.numLayers; l++) {
       const LayerWeights& L = weights.layers[l];
+      mark("rmsnorm");
       if (l == 0) ops::rmsnorm(d, resid, View{}, L.inputNorm.vector(), h, cfg.rmsEps);
       else ops::rmsnorm(d, o, resid, L.inputNorm.vector(), h, cfg.rmsEps);  // resid += o (layer l-1's MLP)
       // resid now holds the stream after l layers: HF hidden_states[l].
       if (nextCapture < p.captures.size() && p.captures[nextCapture].layer == l) {
+        mark("captureHidden");
         const Plan::Capture& c = p.captures[nextCapture++];
         int64_t n = int64_t(c.seqs.size());
         ops::embedding(d, meta(c.rows, n), resid, capture_.view({n, C}));
@@ -285,6 +302,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
         for (int64_t r = 0; r < n; r++) captured[c.seqs[r]] = std::move(rows[r]);
       }
 
+      mark("gemm.qkv");
       View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
       if (T == 1) {
         // One row: the fused output [q | k | v] is already the layout q, k, v views expect.
@@ -296,34 +314,45 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
         };
         part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
       }
+      mark("rope");
       ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
       View kc = kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vc = vCache_[l].view({kv.numPages, kv.pageSize, Hk, D});
+      mark("kvWrite");
       ops::kvWrite(d, k, v, kc, vc, slots);
       if (nd > 0) {
+        mark("attention.decode");
         PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize};
         ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), scale, b.kvSplits);
       }
       if (npre > 0) {
+        mark("attention.prefill");
         PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
                    kv.pageSize};
         ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
                               attn_.view({npre, Hq, D}, nd * Q), scale, p.maxPrefillQ);
       }
+      mark("gemm.o");
       gemmRows(attn_, Q, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_, 0);
+      mark("rmsnorm");
       ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
+      mark("gemm.gateUp");
       gemmRows(h_, C, L.gateUp.matrix(), View{}, gateUp_, 0);
+      mark("siluMul");
       ops::siluMul(d, gu, act);
+      mark("gemm.down");
       gemmRows(act_, I, L.down.matrix(), View{}, o_, 0);
     }
 
     if (F > 0) {
       // Only the rows that need them: the last position of each emitting (or final-capturing) sequence.
+      mark("finalNorm");
       View rows = meta(p.finalRows, F), hLast = hLast_.view({F, C});
       ops::embedding(d, rows, resid, resLast_.view({F, C}));
       ops::embedding(d, rows, o, oLast_.view({F, C}));
       ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
     }
     if (E > 0) {
+      mark("gemm.lmHead");
       View logits = logits_.view({E, V});
       gemmSplit(hLast_, C, weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
       SampleArgs a;
@@ -341,6 +370,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
         a.topIds = topIds_.view({E, p.numTop});
         a.topLogprobs = topLogprobs_.view({E, p.numTop});
       }
+      mark("sample");
       ops::sample(d, a);
     }
   };  // enqueue
@@ -348,7 +378,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   // Graph key: every size and metadata offset the launches bake in, the schedule, and each buffer's address.
   const char* graphsEnv = std::getenv("DL_CUDA_GRAPHS");
   const bool graphsOff = graphsEnv && std::string(graphsEnv) == "0";
-  const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff;
+  const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff && !prof;
   auto graphKey = [&] {
     std::vector<int64_t> k = {T, p.nd, p.Tf, p.maxPrefillQ, E, p.Ef, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
                               b.kvSplits, b.fixedGemmSplitK,
@@ -361,6 +391,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
     return k;
   };
   if (!graphable || !graphs_.run(graphKey(), enqueue)) enqueue();
+  mark("readback");
   if (finalCapture) {
     auto rowsF = readRows(d, hLast_, F, C);
     for (int64_t r = 0; r < F; r++)
@@ -396,6 +427,7 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   }
   for (size_t i = 0; i < out.size(); i++) out[i].hidden = std::move(captured[i]);
   if (d == Device::cuda) gpu::synchronize();
+  if (prof) prof->end();
   return out;
 }
 

@@ -97,6 +97,7 @@ BatchInput parseBatch(const Napi::Value& v) {
   b.kvSplits = int(integer(o, "kvSplits", "forward", 1, 1, 1024));
   b.fixedGemmSplitK = int(integer(o, "fixedGemmSplitK", "forward", 1, 1, 4096));
   b.returnLogits = boolean(o, "returnLogits", "forward", false);
+  b.profile = boolean(o, "profile", "forward", false);
   Napi::Value pc = o.Get("pageCopies");
   if (!pc.IsUndefined() && !pc.IsNull()) {
     if (!pc.IsObject()) fail("forward: 'pageCopies' must be {src: Int32Array, dst: Int32Array}");
@@ -248,6 +249,7 @@ Napi::Function NativeModel::Init(Napi::Env env) {
                                      InstanceMethod<&NativeModel::MissingWeights>("missingWeights"),
                                      InstanceMethod<&NativeModel::Forward>("forward"),
                                      InstanceMethod<&NativeModel::CopyPages>("copyPages"),
+                                     InstanceMethod<&NativeModel::TakeProfile>("takeProfile"),
                                      InstanceMethod<&NativeModel::Dispose>("dispose"),
                                      InstanceAccessor<&NativeModel::Disposed>("disposed"),
                                      InstanceAccessor<&NativeModel::Info>("info"),
@@ -314,6 +316,24 @@ Napi::Value NativeModel::MissingWeights(const Napi::CallbackInfo& info) {
     auto miss = m->weights.missing();
     Napi::Array a = Napi::Array::New(env, miss.size());
     for (size_t i = 0; i < miss.size(); i++) a[uint32_t(i)] = Napi::String::New(env, miss[i]);
+    return a;
+  } catch (const Error& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+Napi::Value NativeModel::TakeProfile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto entries = model("takeProfile")->takeProfile();
+    Napi::Array a = Napi::Array::New(env, entries.size());
+    for (size_t i = 0; i < entries.size(); i++) {
+      Napi::Object e = Napi::Object::New(env);
+      e.Set("label", entries[i].label);
+      e.Set("calls", double(entries[i].calls));
+      e.Set("ms", entries[i].ms);
+      a[uint32_t(i)] = e;
+    }
     return a;
   } catch (const Error& e) {
     throw Napi::Error::New(env, e.what());

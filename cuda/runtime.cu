@@ -56,6 +56,23 @@ bool compiled() { return true; }
 bool wgmmaAvailable();  // cuda/gemm_args.cuh
 bool wgmmaGemm() { return wgmmaAvailable(); }
 
+void* eventRecord() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  cudaError_t r = cudaEventRecord(e, stream());
+  if (r != cudaSuccess) cudaEventDestroy(e);
+  CUDA_CHECK(r);
+  return e;
+}
+float eventElapsedMs(void* from, void* to) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
+  return ms;
+}
+void eventDestroy(void* e) noexcept {
+  if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
 bool available(std::string* reason) {
   init();
   if (!initError.empty() && reason) *reason = initError;

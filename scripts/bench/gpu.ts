@@ -1,13 +1,14 @@
 // Single-stream prefill and decode speed of the native model on CUDA, against the weight-streaming bound.
 //   node --import tsx scripts/bench/gpu.ts [--preset qwen2.5-1.5b] [--prompt-tokens 512,2048] [--decode-tokens 128]
-//     [--copy-gbs 2970] [--rounds 3] [--batches 1,16,64] [--split-ks 1,2,4,8] [--json]
+//     [--copy-gbs 2970] [--rounds 3] [--batches 1,16,64] [--split-ks 1,2,4,8] [--json] [--profile]
 // The model is a seeded random model of the preset's shape (weights random, shapes exact) written to the temp dir
 // on first use. Decode: one token per forward (greedy, the sampled token fed back), every step synchronized and
 // read back to JS, as generate() runs; after a 128-token prompt. The bound: every weight byte read once per token
 // at the measured device-to-device copy rate (--copy-gbs: bytes read + written per second, e.g. from torch).
 // Batched decode sweep: one step of B sequences decoding one token each (after 64-token prefixes), per gemmSplitK,
 // so the GPU's fast-mode schedule can be chosen from measurements (bound: the weights read once per step; the KV
-// of these short prefixes adds < 5% at batch 64).
+// of these short prefixes adds < 5% at batch 64). --profile: then 4 more steps per batch at its fastest splitK with
+// forward({profile: true}) (eager, an event between ops), printed op by op: where the step's time goes.
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,6 +17,7 @@ import { chooseSchedule, FIXED_SCHEDULE, type KernelSchedule } from "../../ts/en
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { profileTable } from "./profileTable.js";
 
 const { values } = parseArgs({
   options: {
@@ -27,6 +29,7 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "3" },
     batches: { type: "string", default: "1,16,64" },
     "split-ks": { type: "string", default: "1,2,4,8" },
+    profile: { type: "boolean", default: false },
   },
 });
 const preset = PRESETS[values.preset!];
@@ -53,7 +56,8 @@ const maxLen = Math.max(...prefillLens, DECODE_PROMPT + decodeTokens);
 const sweepBatches = values.batches!.split(",").map(Number);
 const splitKs = values["split-ks"]!.split(",").map(Number);
 const SWEEP_PREFIX = 64, SWEEP_STEPS = 8;
-const sweepPages = Math.ceil((SWEEP_PREFIX + (rounds + 1) * SWEEP_STEPS * splitKs.length) / PAGE);
+const PROFILE_STEPS = 4;
+const sweepPages = Math.ceil((SWEEP_PREFIX + (rounds + 1) * SWEEP_STEPS * splitKs.length + PROFILE_STEPS) / PAGE);
 const kvPages = Math.max(Math.ceil(maxLen / PAGE), Math.max(...sweepBatches) * sweepPages) + 1;
 const model = await loadModel(dir, { device: "cuda", pageSize: PAGE, kvPages, prefillChunkTokens: Math.max(...prefillLens) });
 const V = model.config.vocabSize;
@@ -88,8 +92,8 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
     await model.forward({ ...FIXED_SCHEDULE, sequences: [{ tokens: tokens(SWEEP_PREFIX, 100 + b), startPos: 0, blockTable: tableOf(b), emitToken: false }] });
   }
   let pos = SWEEP_PREFIX;
-  const step = (splitK: number) =>
-    model.forward({ gemmSplitK: splitK, kvSplits: 1, sequences: Array.from({ length: B }, (_, b) => ({ tokens: Int32Array.of(1 + b), startPos: pos, blockTable: tableOf(b) })) });
+  const step = (splitK: number, profile = false) =>
+    model.forward({ gemmSplitK: splitK, kvSplits: 1, profile, sequences: Array.from({ length: B }, (_, b) => ({ tokens: Int32Array.of(1 + b), startPos: pos, blockTable: tableOf(b) })) });
   const out = new Map<number, number>();
   for (const k of splitKs) {
     let best = Infinity;
@@ -100,8 +104,15 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
     }
     out.set(k, best);
   }
+  if (values.profile) {
+    const k = [...out].reduce((a, b) => (b[1] < a[1] ? b : a))[0];
+    model.takeProfile();
+    for (let i = 0; i < PROFILE_STEPS; i++, pos++) await step(k, true);
+    profiles.push(profileTable(model.takeProfile(), `batch ${B}, splitK ${k}, kvSplits 1`));
+  }
   return out;
 }
+const profiles: string[] = [];
 
 const rows: Array<Record<string, string | number>> = [];
 const sweep: Array<{ batch: number; ms: Map<number, number> }> = [];
@@ -141,3 +152,4 @@ for (const { batch, ms } of sweep) {
   const bound = copyGBs ? ((weightBytes / (copyGBs * 1e9)) * 1e3).toFixed(3) : "";
   console.log(`| ${batch} | ${splitKs.map((k) => `${ms.get(k)!.toFixed(3)} (${Math.round((batch * 1e3) / ms.get(k)!)})`).join(" | ")} | ${bound} |`);
 }
+if (profiles.length) console.log(`\n# Where a batched decode step's time goes (profiled steps run eagerly, an event between ops)\n\n${profiles.join("\n\n")}`);

@@ -76,7 +76,7 @@ for _ in range(10):
     s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
 ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"$out/copy.err") || copy=""
   echo "device-to-device copy: ${copy:-?} GB/s" | tee "$out/copy.txt"
-  node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
+  node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json --profile ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
   sed -n '/^# Single stream/,$p' "$out/gpu-bench.txt"
   if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with split-K finished by a second kernel (the build before fused finishing)
     DL_GEMM_REDUCE=kernel node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1

@@ -1,7 +1,7 @@
 // A loaded model: config, tokenizer, chat template, generation defaults and the native model with its paged KV
 // pool. `forward` is the engine's entry (one native call per step for a whole batch); `generate` and
 // `generateStream` run one sequence for direct use.
-import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel } from "../native/addonTypes.js";
+import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
 import type { ChatMessage } from "./chatTemplate.js";
 import type { ModelConfig } from "./config.js";
 import { generateSequence, type GenerateParams, type GenerateResult } from "./generate.js";
@@ -111,6 +111,11 @@ export class Model implements AsyncDisposable {
    */
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
     return this.native.forward(batch);
+  }
+
+  /** Op-by-op totals of the steps run with forward({profile: true}) since the last call; then cleared. */
+  takeProfile(): ProfileEntry[] {
+    return this.native.takeProfile();
   }
 
   /** Copies whole KV pages src[i] -> dst[i] in every layer (copy-on-write of a shared partial page). */

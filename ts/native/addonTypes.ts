@@ -146,6 +146,11 @@ export interface NativeForwardBatch {
   fixedGemmSplitK?: number;
   /** Return each emitting sequence's raw logits [vocab] (tests, verification). */
   returnLogits?: boolean;
+  /**
+   * Time this step op by op into the model's profile (NativeModel.takeProfile). On CUDA the step then runs
+   * eagerly (no graph replay) with an event between ops, so it is a little slower than an unprofiled step.
+   */
+  profile?: boolean;
   /** Whole-page copies (copy-on-write) done before this step writes any KV. */
   pageCopies?: { src: Int32Array; dst: Int32Array };
 }
@@ -178,6 +183,18 @@ export interface NativeModelInfo {
   kvBytesPerPage: number;
 }
 
+/**
+ * One op's share of profiled steps: `calls` intervals summing to `ms` (CPU: host clock; CUDA: events on the stream).
+ * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, rope, kvWrite,
+ * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, finalNorm, gemm.lmHead, sample,
+ * readback; and step.wall, each profiled step's whole forward as its caller waited for it.
+ */
+export interface ProfileEntry {
+  label: string;
+  calls: number;
+  ms: number;
+}
+
 /** A model in native memory: weights, a paged KV pool and scratch. */
 export interface NativeModel {
   /** Copies (converting on the CPU where useful) one checkpoint tensor, or a chunk of it at byteOffset. */
@@ -188,6 +205,8 @@ export interface NativeModel {
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]>;
   /** Copies whole pages src[i] -> dst[i] in every layer's K and V cache. */
   copyPages(src: Int32Array, dst: Int32Array): Promise<void>;
+  /** Totals of the profiled steps since the last call (forward({profile: true})), in first-seen order; then cleared. */
+  takeProfile(): ProfileEntry[];
   readonly info: NativeModelInfo;
   readonly disposed: boolean;
   /** Idempotent; native memory is released once no call in flight still uses it. */
