@@ -81,7 +81,7 @@ void emit(const char* op, const std::string& shape, const std::string& variant, 
 
 int main(int argc, char** argv) {
   bool quick = false;
-  std::string only;  // --only gemm|decode: the tuning sweeps of scripts/device/check.sh
+  std::string only;  // --only gemm|decode|qwen: the tuning sweeps of scripts/device/check.sh
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true;
     if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
@@ -124,8 +124,35 @@ int main(int argc, char** argv) {
       }
       release(w);
     }
+    // --only qwen: the GEMMs of a Qwen2.5-1.5B decode / verify step as the model issues them (q, k and v as three
+    // GEMMs when a step has several rows), at the step sizes the engine runs, every splitK and kernel config: the
+    // table to choose the GPU's fast schedule from (ts/engine/kernelSchedule.ts).
+    if (only == "qwen") {
+      struct Proj { const char* name; int64_t K, N; };
+      const Proj projs[] = {{"q", 1536, 1536}, {"k|v", 1536, 256}, {"o", 1536, 1536}, {"gateUp", 1536, 17920},
+                            {"down", 8960, 1536}, {"lmHead", 1536, 151936}};
+      for (const Proj& pj : projs) {
+        View w = dev(DType::bf16, {pj.N, pj.K});
+        randomBf16(w, 7, 0.05f);
+        for (int64_t M : {1, 16, 64, 256}) {
+          View x = dev(DType::bf16, {M, pj.K}), y = dev(DType::bf16, {M, pj.N});
+          randomBf16(x, 11);
+          std::string shape = std::string(pj.name) + " M=" + std::to_string(M) + " K=" + std::to_string(pj.K) + " N=" + std::to_string(pj.N);
+          double flops = 2.0 * M * pj.N * pj.K, bytes = 2.0 * (pj.N * pj.K + M * pj.K + M * pj.N);
+          for (int tile = -1; tile <= (wgmma ? 8 : 5); tile++)
+            for (int sk : {1, 2, 4, 8}) {
+              int before = gpu::setGemmTile(tile);
+              double ms = timeMs([&] { gpu::gemm(x, w, View{}, y, sk); });
+              gpu::setGemmTile(before);
+              emit("gemm", shape, (tile < 0 ? std::string("auto") : "tile" + std::to_string(tile)) + " splitK=" + std::to_string(sk), ms, flops, bytes);
+            }
+          release(x), release(y);
+        }
+        release(w);
+      }
+    }
     // Decode attention: batch 64, context 4096, 8 KV heads, 32 query heads, head dim 128, page size 16, bf16.
-    if (only.empty() || only == "decode") {
+    if (only.empty() || only == "decode") {  // (also skipped by --only qwen)
       const int64_t B = 64, ctx = 4096, Hk = 8, Hq = 32, D = 128, ps = 16, pagesPer = ctx / ps, P = B * pagesPer;
       PagedKV kv;
       kv.pageSize = int(ps);
