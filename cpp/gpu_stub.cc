@@ -34,6 +34,7 @@ StepGraphs::~StepGraphs() = default;
 bool StepGraphs::run(std::vector<int64_t>, const std::function<void()>&) { return false; }
 
 void gemm(const View&, const View&, const View&, const View&, int) { unavailable(); }
+void gemmBlocks(const View&, const View&, const View&, const View&, int, int64_t, int64_t, int64_t, int64_t) { unavailable(); }
 void rmsnorm(const View&, const View&, const View&, const View&, float) { unavailable(); }
 void rope(const View&, const View&, const View&, const View&) { unavailable(); }
 void siluMul(const View&, const View&) { unavailable(); }

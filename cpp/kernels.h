@@ -53,6 +53,12 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
      K only, never on M or the row's place in the batch. X: f32 (cpu) / f32|bf16 (cuda); W: f32|bf16|f16;    \
      bias optional, f32 or W's dtype; Y: f32 or X's dtype. */                                                \
   void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK);                     \
+  /* gemm whose Y columns are stored as up to three blocks, [0, cut1), [cut1, cut2), [cut2, N): block j, of     \
+     width n_j from column c_j, is a (rows, n_j) row-major matrix at y + rows * c_j, and X's row m is its row   \
+     row0 + m (y: rows * N elements). So q | k | v come out of one GEMM as three matrices (the forward's         \
+     fused projection of rows [row0, row0 + M) of a rows-row step). Same bits as gemm: only the layout moves. */ \
+  void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1,       \
+                  int64_t cut2, int64_t rows, int64_t row0);                                                    \
   /* If residual is given: residual[M,C] += x (in place), then out = rmsnorm(residual) * weight;            \
      else out = rmsnorm(x) * weight. weight[C]. The row reduction is one fixed order per C. */               \
   void rmsnorm(const View& x, const View& residual, const View& weight, const View& out, float eps);       \
@@ -82,6 +88,21 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
                         int maxQueryLen);                                                                    \
   /* Greedy / Gumbel-max sampling with temperature, top-k, top-p; logprobs (see SampleArgs). */             \
   void sample(const SampleArgs& a);
+
+// gemmBlocks' layout arguments, checked alike on both backends (x, w: as for gemm; y: at least rows * N elements).
+inline void checkGemmBlocks(const View& x, const View& w, const View& y, int64_t cut1, int64_t cut2, int64_t rows,
+                            int64_t row0) {
+  if (x.ndim != 2 || w.ndim != 2) throw Error("gemmBlocks: x and w must be 2-D");
+  const int64_t M = x.shape[0], N = w.shape[0];
+  if (!(0 <= cut1 && cut1 <= cut2 && cut2 <= N))
+    throw Error("gemmBlocks: cuts must satisfy 0 <= cut1 <= cut2 <= N = " + std::to_string(N) + ", got " +
+                std::to_string(cut1) + ", " + std::to_string(cut2));
+  if (row0 < 0 || row0 + M > rows)
+    throw Error("gemmBlocks: rows [row0, row0 + M) = [" + std::to_string(row0) + ", " + std::to_string(row0 + M) +
+                ") must lie in [0, rows = " + std::to_string(rows) + ")");
+  if (y.numel() < rows * N)
+    throw Error("gemmBlocks: y must hold rows * N = " + std::to_string(rows * N) + " elements, has " + std::to_string(y.numel()));
+}
 
 namespace cpu {
 DL_DECLARE_KERNELS

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include "model.h"
 #include "model_ops.h"
@@ -242,15 +243,17 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
   // y = x . W^T for the `rows` rows of x (a (rows, K) scratch buffer; y (rows, N) at yOffset): the first `fastRows`
   // on the step's splitK, the rest on the fixed one (one call when the two agree; a row's bits depend on its own X,
   // K and splitK only, so splitting the rows changes no bits).
-  auto gemmSplit = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset,
-                       int64_t rows, int64_t fastRows) {
-    const int64_t N = w.shape[0];
-    auto range = [&](int64_t r0, int64_t n, int splitK) {
-      ops::gemm(d, x.view({n, K}, r0 * K), w, bias, y.view({n, N}, yOffset + r0 * N), splitK);
-    };
+  auto splitRows = [&](int64_t K, int64_t rows, int64_t fastRows, const std::function<void(int64_t, int64_t, int)>& range) {
     if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) return range(0, rows, fastRows == 0 ? skFixed(K) : sk(K));
     range(0, fastRows, sk(K));
     range(fastRows, rows - fastRows, skFixed(K));
+  };
+  auto gemmSplit = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset,
+                       int64_t rows, int64_t fastRows) {
+    const int64_t N = w.shape[0];
+    splitRows(K, rows, fastRows, [&](int64_t r0, int64_t n, int splitK) {
+      ops::gemm(d, x.view({n, K}, r0 * K), w, bias, y.view({n, N}, yOffset + r0 * N), splitK);
+    });
   };
   // The same over all T packed rows (fixed sequences are packed last, from Tf).
   auto gemmRows = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset) {
@@ -303,17 +306,12 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
       }
 
       mark("gemm.qkv");
+      // q | k | v in one GEMM, stored as the three matrices (T, Q), (T, KV), (T, KV) the q, k, v views read.
       View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
-      if (T == 1) {
-        // One row: the fused output [q | k | v] is already the layout q, k, v views expect.
-        ops::gemm(d, h, L.qkv.matrix(), bias, qkv_.view({1, cfg.qkvDim()}), Tf == 0 ? skFixed(C) : sk(C));
-      } else {
-        auto part = [&](int64_t r0, int64_t n, int64_t off) {
-          View bi = L.qkvBias.buf ? L.qkvBias.vectorRows(r0, n) : View{};
-          gemmRows(h_, C, L.qkv.rowsView(r0, n), bi, qkv_, off);
-        };
-        part(0, Q, 0), part(Q, KV, T * Q), part(Q + KV, KV, T * (Q + KV));
-      }
+      splitRows(C, T, Tf, [&](int64_t r0, int64_t n, int splitK) {
+        ops::gemmBlocks(d, h_.view({n, C}, r0 * C), L.qkv.matrix(), bias, qkv_.view({T * cfg.qkvDim()}), splitK, Q,
+                        Q + KV, T, r0);
+      });
       mark("rope");
       ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
       View kc = kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vc = vCache_[l].view({kv.numPages, kv.pageSize, Hk, D});

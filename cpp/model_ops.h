@@ -11,6 +11,10 @@ namespace dl::ops {
   }
 #define DL_P(...) __VA_ARGS__
 DL_OP(gemm, DL_P(const View& x, const View& w, const View& bias, const View& y, int splitK), (x, w, bias, y, splitK))
+DL_OP(gemmBlocks,
+      DL_P(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1, int64_t cut2,
+           int64_t rows, int64_t row0),
+      (x, w, bias, y, splitK, cut1, cut2, rows, row0))
 DL_OP(rmsnorm, DL_P(const View& x, const View& residual, const View& weight, const View& out, float eps),
       (x, residual, weight, out, eps))
 DL_OP(rope, DL_P(const View& q, const View& k, const View& positions, const View& invFreq), (q, k, positions, invFreq))

@@ -31,8 +31,6 @@ struct WeightSlot {
   View matrix() const { return buf.view({rows, cols}); }
   View vector() const { return buf.view({rows * cols}); }
   // Rows [r0, r0 + n) as a matrix view (a part of a stacked weight), or of a stacked bias.
-  View rowsView(int64_t r0, int64_t n) const { return buf.view({n, cols}, r0 * cols); }
-  View vectorRows(int64_t r0, int64_t n) const { return buf.view({n}, r0); }
 };
 
 struct LayerWeights {

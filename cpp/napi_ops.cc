@@ -60,6 +60,26 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
   });
 }
 
+// gemmBlocks({x, w, bias?, y, splitK?, cut1, cut2, rows, row0}): y (rows * N elements, any shape) gets the column
+// blocks layout of kernels.h.
+Napi::Value GemmBlocks(const Napi::CallbackInfo& info) {
+  return guard(info, "gemmBlocks", [&](OpArgs& a) {
+    View x = a.tensor("x"), w = a.tensor("w"), bias = a.optTensor("bias"), y = a.tensor("y");
+    int splitK = int(a.integer("splitK", 1, 1, 4096));
+    requireRank(a.op, "x", x, 2), requireRank(a.op, "w", w, 2);
+    requireFloat(a.op, "x", x), requireFloat(a.op, "w", w), requireFloat(a.op, "y", y);
+    const int64_t K = x.shape[1], N = w.shape[0];
+    if (w.shape[1] != K) fail(a.op, "x is " + shapeString(x) + " but w is " + shapeString(w) + "; w must be [N, K]");
+    if (bias && (bias.ndim != 1 || bias.shape[0] != N)) fail(a.op, "bias must be [" + std::to_string(N) + "], got " + shapeString(bias));
+    if (splitK > K) fail(a.op, "splitK " + std::to_string(splitK) + " exceeds K = " + std::to_string(K));
+    const int64_t cut1 = a.integer("cut1", -1, 0, N), cut2 = a.integer("cut2", -1, 0, N);
+    const int64_t rows = a.integer("rows", -1, 0, 1 << 30), row0 = a.integer("row0", 0, 0, 1 << 30);
+    checkGemmBlocks(x, w, y, cut1, cut2, rows, row0);
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, gemmBlocks(x, w, bias, y, splitK, cut1, cut2, rows, row0)); });
+  });
+}
+
 Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   return guard(info, "rmsnorm", [&](OpArgs& a) {
     View x = a.tensor("x"), residual = a.optTensor("residual"), weight = a.tensor("weight"), out = a.tensor("out");
@@ -245,6 +265,7 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
 void registerOps(Napi::Env env, Napi::Object exports) {
   Napi::Object ops = Napi::Object::New(env);
   ops.Set("gemm", Napi::Function::New(env, Gemm, "gemm"));
+  ops.Set("gemmBlocks", Napi::Function::New(env, GemmBlocks, "gemmBlocks"));
   ops.Set("rmsnorm", Napi::Function::New(env, RmsNorm, "rmsnorm"));
   ops.Set("rope", Napi::Function::New(env, Rope, "rope"));
   ops.Set("siluMul", Napi::Function::New(env, SiluMul, "siluMul"));

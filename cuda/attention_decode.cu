@@ -27,7 +27,24 @@ struct DecodeArgs {
   float* partialO;      // (B, Hq, splits, D) unnormalized, when splits > 1
   float* partialML;     // (B, Hq, splits, 2): running max (log2 domain) and sum
   DeviceErrorSlot* err;
+  int* counters;        // fused merge (fast kernel, splits > 1): per CTA column, 0 on entry and exit; else null
 };
+
+// Merged output dim d of row bh = b * Hq + h: sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s, splits in order. The one
+// merge both the merge kernel and the fast kernel's last CTA run (L2 loads: other CTAs wrote the partials).
+__device__ __forceinline__ float mergedValue(const DecodeArgs& a, int64_t bh, int d) {
+  const float* ml = a.partialML + bh * a.splits * 2;
+  float mx = -INFINITY;
+  for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, __ldcg(ml + s * 2));
+  float num = 0.f, den = 0.f;
+  for (int s = 0; s < a.splits; s++) {
+    const float ms = __ldcg(ml + s * 2);
+    float w = ms == -INFINITY ? 0.f : exp2f(ms - mx);
+    num = fmaf(w, __ldcg(a.partialO + (bh * a.splits + s) * a.kv.D + d), num);
+    den = fmaf(w, __ldcg(ml + s * 2 + 1), den);
+  }
+  return den > 0.f ? num / den : 0.f;
+}
 
 // Token range [t0, t1) of split s of sequence b.
 __device__ __forceinline__ void splitRange(const DecodeArgs& a, int b, int s, int& t0, int& t1) {
@@ -203,6 +220,21 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
       writeResult(a, b, h0 + h, split, dp * 2 + 1, acc[i][1], hm, hl, false);
     }
   }
+  // Split-KV merged here by the last of this (sequence, head group)'s splits CTAs to finish: no merge launch.
+  if (a.counters) {
+    __shared__ int last;
+    __threadfence();  // this thread's partials are visible device-wide before the count says so
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&a.counters[blockIdx.x], 1) == a.splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = tid; i < nh * D; i += kThreads) {
+      const int64_t bh = int64_t(b) * a.Hq + h0 + i / D;
+      storeF(a.out, bh * D + i % D, a.ot, mergedValue(a, bh, i % D));
+    }
+    if (tid == 0) a.counters[blockIdx.x] = 0;
+  }
 }
 
 // Any cache dtype and head dim <= 256: one warp per (b, query head, split), token by token (lanes own dims
@@ -240,20 +272,10 @@ __global__ void decodeGenericKernel(DecodeArgs a) {
 }
 
 // out[b, h, :] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s, splits in order. One block per (b, h).
+// Only for the generic kernel, or with DL_DECODE_MERGE=kernel (A/B timing): the fast kernel merges in its last CTA.
 __global__ void decodeMergeKernel(DecodeArgs a) {
   const int64_t bh = blockIdx.x;
-  const float* ml = a.partialML + bh * a.splits * 2;
-  float mx = -INFINITY;
-  for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, ml[s * 2]);
-  for (int d = threadIdx.x; d < a.kv.D; d += blockDim.x) {
-    float num = 0.f, den = 0.f;
-    for (int s = 0; s < a.splits; s++) {
-      float w = ml[s * 2] == -INFINITY ? 0.f : exp2f(ml[s * 2] - mx);
-      num = fmaf(w, a.partialO[(bh * a.splits + s) * a.kv.D + d], num);
-      den = fmaf(w, ml[s * 2 + 1], den);
-    }
-    storeF(a.out, bh * a.kv.D + d, a.ot, den > 0.f ? num / den : 0.f);
-  }
+  for (int d = threadIdx.x; d < a.kv.D; d += blockDim.x) storeF(a.out, bh * a.kv.D + d, a.ot, mergedValue(a, bh, d));
 }
 
 // ---- launchers ----
@@ -292,6 +314,16 @@ void launchDecodeD(const DecodeArgs& a) {
   }
 }
 
+// Split-KV merged by the fast kernel's last CTA per (sequence, head group) (default) or by decodeMergeKernel
+// (DL_DECODE_MERGE=kernel, for A/B timing): the same bits either way (mergedValue).
+bool fusedMerge() {
+  static const bool fused = [] {
+    const char* e = std::getenv("DL_DECODE_MERGE");
+    return !(e && std::string(e) == "kernel");
+  }();
+  return fused;
+}
+
 }  // namespace
 
 void attentionDecode(const View& q, const PagedKV& kv, const View& out, float scale, int kvSplits) {
@@ -305,7 +337,7 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
   if (kvSplits < 1 || kvSplits > 1024) fail(op, "kvSplits must be in [1, 1024], got " + std::to_string(kvSplits));
   if (B == 0) return;
   DecodeArgs a{q.data, out.data, q.dtype, out.dtype, pagedKVDev(kv), int(B), int(Hq), int(Hq / Hk), 1, kvSplits,
-               scale * kLog2e, nullptr, nullptr, deviceErrorSlot()};
+               scale * kLog2e, nullptr, nullptr, deviceErrorSlot(), nullptr};
   a.headGroups = int(ceilDiv(a.G, kMaxGroup));
   Workspace ws{};
   if (kvSplits > 1) {
@@ -316,6 +348,7 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
   }
   const bool fast = kv.kCache.dtype != DType::f32 && (D == 64 || D == 128) && aligned16(kv.kCache.data) &&
                     aligned16(kv.vCache.data);
+  if (fast && kvSplits > 1 && fusedMerge()) a.counters = splitCounters(size_t(B) * size_t(Hk) * size_t(a.headGroups));
   if (fast && D == 128) launchDecodeD<128>(a);
   else if (fast) launchDecodeD<64>(a);
   else {
@@ -323,7 +356,7 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
     decodeGenericKernel<<<unsigned(ceilDiv(warps * 32, 128)), 128, 0, stream()>>>(a);
     CUDA_CHECK_LAUNCH("decodeGenericKernel");
   }
-  if (kvSplits > 1) {
+  if (kvSplits > 1 && !a.counters) {
     decodeMergeKernel<<<unsigned(B * Hq), 128, 0, stream()>>>(a);
     CUDA_CHECK_LAUNCH("decodeMergeKernel");
   }

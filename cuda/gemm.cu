@@ -152,7 +152,7 @@ __global__ void gemmReduceKernel(GemmArgs a) {
     float s = a.partial[i];
     for (int p = 1; p < a.splitK; p++) s += a.partial[int64_t(p) * total + i];
     if (a.bias) s += loadF(a.bias, i % a.N, a.bt);
-    storeF(a.y, i, a.yt, s);
+    storeF(a.y, yIndex(a, int(i / a.N), int(i % a.N)), a.yt, s);
   }
 }
 
@@ -252,54 +252,35 @@ bool fusedReduce() {
   return fused;
 }
 
-// Per-tile arrival counters of the fused split-K finish: zeroed once when allocated, left zero by every GEMM.
-// Grow-only; the caller holds the workspace lock (every split-K GEMM does), which also orders the growth.
-int* tileCounters(size_t n) {
-  static int* counters = nullptr;
-  static size_t capacity = 0;
-  if (n > capacity) {
-    CUDA_CHECK(cudaStreamSynchronize(stream()));  // earlier GEMMs may still count in the old buffer
-    if (counters) CUDA_CHECK(cudaFree(counters));
-    counters = nullptr, capacity = 0;
-    const size_t grow = std::max<size_t>(n + n / 4, 4096);
-    cudaError_t e = cudaMalloc(&counters, grow * sizeof(int));
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      counters = nullptr;
-      throw Error(std::string("gemm: cudaMalloc of split-K tile counters failed (") + cudaGetErrorString(e) + ")");
-    }
-    CUDA_CHECK(cudaMemsetAsync(counters, 0, grow * sizeof(int), stream()));  // ordered before the GEMM
-    capacity = grow;
-  }
-  return counters;
-}
-
 }  // namespace
 
 int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : tile); }
 
-void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
-  const char* op = "gemm";
+namespace {
+
+// Both entry points after their own checks of y: x, w, bias, splitK, then the launch. Layout: see GemmArgs.
+void run(const char* op, const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1,
+         int64_t cut2, int64_t yRows, int64_t yRow0) {
   requireCuda(op, "x", x), requireCuda(op, "w", w), requireCuda(op, "y", y);
   requireFloatT(op, "x", x), requireFloatT(op, "w", w), requireFloatT(op, "y", y);
-  if (x.ndim != 2 || w.ndim != 2 || y.ndim != 2) fail(op, "x, w and y must be 2-D");
+  if (x.ndim != 2 || w.ndim != 2) fail(op, "x and w must be 2-D");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
-  if (w.shape[1] != K || y.shape[0] != M || y.shape[1] != N) fail(op, "shapes must be x (M, K), w (N, K), y (M, N)");
+  if (w.shape[1] != K) fail(op, "shapes must be x (M, K), w (N, K)");
   if (bias) {
     requireCuda(op, "bias", bias), requireFloatT(op, "bias", bias);
     if (bias.numel() != N) fail(op, "bias must be (N) = (" + std::to_string(N) + ")");
   }
-  if (M > 0x7fffffff / 2 || N > 0x7fffffff / 2 || K > 0x7fffffff / 2) fail(op, "dimensions must be below 2^30");
+  if (M > 0x7fffffff / 2 || N > 0x7fffffff / 2 || K > 0x7fffffff / 2 || yRows > 0x7fffffff / 2) fail(op, "dimensions must be below 2^30");
   if (splitK < 1 || splitK > K) fail(op, "splitK must be in [1, K = " + std::to_string(K) + "], got " + std::to_string(splitK));
   if (M == 0 || N == 0) return;
   GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, nullptr, int(M), int(N), int(K), splitK,
-             int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype};
+             int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype, int(cut1), int(cut2), int(yRows), int(yRow0)};
   Workspace ws{};
   if (splitK > 1) {
     ws = workspace(size_t(splitK) * size_t(M) * size_t(N) * sizeof(float));
     a.partial = static_cast<float*>(ws.data);
     // Enough counters for the smallest tiles any config uses (16 x 64); guarded by the workspace lock we hold.
-    if (fusedReduce()) a.counters = tileCounters(size_t(ceilDiv(M, 16) * ceilDiv(N, 64)));
+    if (fusedReduce()) a.counters = splitCounters(size_t(ceilDiv(M, 16) * ceilDiv(N, 64)));
   }
   const bool tensorCores = x.dtype == DType::bf16 && w.dtype == DType::bf16 && K % 8 == 0 && aligned16(x.data) &&
                            aligned16(w.data);
@@ -323,6 +304,20 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     gemmReduceKernel<<<blocks, 256, 0, stream()>>>(a);
     CUDA_CHECK_LAUNCH("gemmReduceKernel");
   }
+}
+
+}  // namespace
+
+void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
+  if (y.ndim != 2 || x.ndim != 2 || w.ndim != 2 || y.shape[0] != x.shape[0] || y.shape[1] != w.shape[0])
+    fail("gemm", "x, w and y must be 2-D with shapes x (M, K), w (N, K), y (M, N)");
+  run("gemm", x, w, bias, y, splitK, w.shape[0], w.shape[0], x.shape[0], 0);
+}
+
+void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1, int64_t cut2,
+                int64_t rows, int64_t row0) {
+  checkGemmBlocks(x, w, y, cut1, cut2, rows, row0);
+  run("gemmBlocks", x, w, bias, y, splitK, cut1, cut2, rows, row0);
 }
 
 }  // namespace dl::gpu

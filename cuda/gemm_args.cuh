@@ -16,7 +16,18 @@ struct GemmArgs {
   int* counters;   // splitK > 1 finished in the GEMM itself: one per output tile, 0 on entry and on exit (else null)
   int M, N, K, splitK, kTiles;
   DType xt, wt, bt, yt;
+  // Y's layout (gemmBlocks): columns cut at cut1 <= cut2 into blocks, block j a (yRows, n_j) matrix at y + yRows * c_j,
+  // row m of this GEMM its row yRow0 + m. The plain (M, N) layout is cut1 = cut2 = N, yRows = M, yRow0 = 0.
+  int cut1, cut2, yRows, yRow0;
 };
+
+// Where output (row, col) goes in y.
+__device__ __forceinline__ int64_t yIndex(const GemmArgs& a, int row, int col) {
+  const int64_t r = int64_t(a.yRow0) + row;
+  if (col < a.cut1) return r * a.cut1 + col;
+  if (col < a.cut2) return int64_t(a.yRows) * a.cut1 + r * (a.cut2 - a.cut1) + (col - a.cut1);
+  return int64_t(a.yRows) * a.cut2 + r * (a.N - a.cut2) + (col - a.cut2);
+}
 
 // Partition `split` covers k in [k0, k1): whole 64-wide k tiles, the last one cut at K.
 __device__ __forceinline__ void partitionRange(const GemmArgs& a, int split, int& k0, int& k1) {
@@ -38,9 +49,8 @@ static __device__ __noinline__ void storePair(const GemmArgs& a, int split, int 
     }
     return;
   }
-  int64_t o = int64_t(row) * a.N + col;
-  if (col < a.N) storeF(a.y, o, a.yt, a.bias ? v0 + loadF(a.bias, col, a.bt) : v0);
-  if (col + 1 < a.N) storeF(a.y, o + 1, a.yt, a.bias ? v1 + loadF(a.bias, col + 1, a.bt) : v1);
+  if (col < a.N) storeF(a.y, yIndex(a, row, col), a.yt, a.bias ? v0 + loadF(a.bias, col, a.bt) : v0);
+  if (col + 1 < a.N) storeF(a.y, yIndex(a, row, col + 1), a.yt, a.bias ? v1 + loadF(a.bias, col + 1, a.bt) : v1);
 }
 
 // Split-K finished inside the GEMM (counters set): every CTA stores its partial tile, and the last of a tile's splitK
@@ -60,11 +70,12 @@ __device__ __forceinline__ void finishSplitK(const GemmArgs& a, int m0, int n0, 
   const int64_t total = int64_t(a.M) * a.N;
   const int rows = min(BM, a.M - m0), cols = min(BN, a.N - n0);
   for (int i = tid; i < rows * cols; i += threads) {
-    const int64_t o = int64_t(m0 + i / cols) * a.N + n0 + i % cols;
+    const int row = m0 + i / cols, col = n0 + i % cols;
+    const int64_t o = int64_t(row) * a.N + col;
     float s = __ldcg(a.partial + o);  // L2, not a stale L1 line: other CTAs wrote these
     for (int p = 1; p < a.splitK; p++) s += __ldcg(a.partial + p * total + o);
-    if (a.bias) s += loadF(a.bias, n0 + i % cols, a.bt);
-    storeF(a.y, o, a.yt, s);
+    if (a.bias) s += loadF(a.bias, col, a.bt);
+    storeF(a.y, yIndex(a, row, col), a.yt, s);
   }
   if (tid == 0) a.counters[tile] = 0;  // ready for the next GEMM on the stream
 }

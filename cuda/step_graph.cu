@@ -5,7 +5,8 @@
 // Capture happens on a private stream with this thread's launches redirected to it (runtime.cu setCaptureStream),
 // in thread-local mode, so other threads' work on the backend stream never lands in the graph; the graph is then
 // launched on the backend stream, so it is ordered with every other op exactly like the eager launches it replaces
-// (the split workspace included). A graph is only replayed while the workspace buffer it baked in is current.
+// (the split workspace included). A graph is only replayed while the workspace and split-counter buffers it baked in
+// are current.
 #include <map>
 #include "check.cuh"
 #include "gpu_runtime.h"
@@ -17,6 +18,7 @@ namespace dl::gpu {
 // changes when it grows, so a graph that baked in an older one must not be replayed.
 void setCaptureStream(cudaStream_t s);
 const void* workspaceBuffer();
+const void* countersBuffer();
 
 struct StepGraphs::Impl {
   struct Entry {
@@ -48,6 +50,7 @@ StepGraphs::~StepGraphs() {
 
 bool StepGraphs::run(std::vector<int64_t> key, const std::function<void()>& enqueue) {
   key.push_back(int64_t(reinterpret_cast<uintptr_t>(workspaceBuffer())));
+  key.push_back(int64_t(reinterpret_cast<uintptr_t>(countersBuffer())));
   if (impl_->entries.size() >= kMaxEntries && !impl_->entries.count(key)) impl_->clear();
   Impl::Entry& e = impl_->entries[key];
   if (e.exec) {

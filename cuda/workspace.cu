@@ -1,4 +1,6 @@
 // Grow-only scratch buffer shared by the split-reduction kernels (see workspace.cuh for the locking rule).
+#include <algorithm>
+
 #include "check.cuh"
 #include "workspace.cuh"
 
@@ -9,9 +11,35 @@ void* buffer = nullptr;
 size_t capacity = 0;
 }  // namespace
 
+static int* counters = nullptr;
+static size_t counterCapacity = 0;
+
 const void* workspaceBuffer() {
   std::lock_guard<std::mutex> lock(mu);
   return buffer;
+}
+// The counters buffer now (a CUDA graph that baked in an older one must not be replayed: cuda/step_graph.cu).
+const void* countersBuffer() {
+  std::lock_guard<std::mutex> lock(mu);
+  return counters;
+}
+
+int* splitCounters(size_t n) {
+  if (n > counterCapacity) {
+    CUDA_CHECK(cudaStreamSynchronize(stream()));  // earlier kernels may still count in the old buffer
+    if (counters) CUDA_CHECK(cudaFree(counters));
+    counters = nullptr, counterCapacity = 0;
+    const size_t grow = std::max<size_t>(n + n / 4, 4096);
+    cudaError_t e = cudaMalloc(&counters, grow * sizeof(int));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      counters = nullptr;
+      throw Error(std::string("CUDA workspace: cudaMalloc of split counters failed (") + cudaGetErrorString(e) + ")");
+    }
+    CUDA_CHECK(cudaMemsetAsync(counters, 0, grow * sizeof(int), stream()));  // ordered before their first user
+    counterCapacity = grow;
+  }
+  return counters;
 }
 
 Workspace workspace(size_t bytes) {

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { DType } from "../../ts/native/addonTypes.js";
 import { refGemm } from "./reference.js";
 import { addon, bitsEqual, cpuHas, cudaUnavailable, disposeAll, poisoned, randn, roundTo, relL2, tensor } from "./cudaReference.js";
+import { blocksMismatch } from "./tensors.js";
 
 afterEach(disposeAll);
 
@@ -53,6 +54,21 @@ describe.skipIf(!!cudaUnavailable)("gemm (cuda)", () => {
       }
       expect(bitsEqual(full[1], full[4]), "splitK 1 vs 4 should differ somewhere").toBe(false);
     }
+  });
+
+  it("gemmBlocks stores the column blocks of rows [row0, row0 + M) with gemm's bits (split-K finish included)", async () => {
+    const poison = -777.25;
+    for (const [M, N, K, cuts, rows, row0] of [
+      [1, 2048, 1536, [1536, 1792], 1, 0], [16, 960, 576, [576, 768], 40, 20], [70, 200, 264, [96, 136], 70, 0], [200, 136, 520, [64, 100], 256, 56],
+    ] as [number, number, number, [number, number], number, number][])
+      for (const [xt, wt] of [["bf16", "bf16"], ["f32", "f32"]] as [DType, DType][])
+        for (const splitK of [1, 3]) {
+          const xv = roundTo(randn(M * K), xt), wv = roundTo(randn(N * K), wt), bias = randn(N);
+          const plain = await gpuGemm(xv, wv, M, N, K, xt, wt, "f32", splitK, bias);
+          const y = tensor("cuda", "f32", [rows * N], new Float32Array(rows * N).fill(poison));
+          await addon.ops.gemmBlocks({ x: tensor("cuda", xt, [M, K], xv), w: tensor("cuda", wt, [N, K], wv), bias: tensor("cuda", "f32", [N], bias), y, splitK, cut1: cuts[0], cut2: cuts[1], rows, row0 });
+          expect(blocksMismatch(plain, y.readF32(), M, N, cuts, rows, row0, poison), `M=${M} N=${N} ${xt} splitK=${splitK}`).toBeUndefined();
+        }
   });
 
   it("rejects bad arguments with a clear Error", async () => {

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon, packageRoot } from "../../ts/native/loadAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
-import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+import { bitsOf, blocksMismatch, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
 afterAll(() => addon.setThreads(0));
@@ -21,6 +21,29 @@ async function gemm(x: NativeTensor, w: NativeTensor, bias: NativeTensor | undef
 }
 
 describe("gemm (cpu)", () => {
+  it("gemmBlocks stores the column blocks (q | k | v) of rows [row0, row0 + M) with gemm's bits", async () => {
+    const rng = makeRng(5);
+    const poison = 12345.5;
+    for (const [M, N, K, cuts, rows, row0, splitK] of [
+      [3, 24, 40, [12, 18], 7, 2, 1], [5, 20, 33, [8, 8], 5, 0, 2], [1, 9, 16, [0, 9], 4, 3, 1], [4, 10, 64, [4, 7], 4, 0, 3],
+    ] as [number, number, number, [number, number], number, number, number][]) {
+      const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+      const w = tensorOf(addon, "cpu", "bf16", [N, K], randomF32(rng, N * K));
+      const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
+      const plain = await gemm(x, w, bias, splitK);
+      const y = tensorOf(addon, "cpu", "f32", [rows * N], new Float32Array(rows * N).fill(poison));
+      await addon.ops.gemmBlocks({ x, w, bias, y, splitK, cut1: cuts[0], cut2: cuts[1], rows, row0 });
+      expect(blocksMismatch(plain, y.readF32(), M, N, cuts, rows, row0, poison), `M=${M} N=${N} cuts=${cuts} rows=${rows} row0=${row0}`).toBeUndefined();
+      disposeAll(x, w, bias, y);
+    }
+    const x = tensorOf(addon, "cpu", "f32", [2, 8], randomF32(rng, 16)), w = tensorOf(addon, "cpu", "f32", [6, 8], randomF32(rng, 48));
+    const y = addon.tensor("cpu", "f32", [12]);
+    await expect(addon.ops.gemmBlocks({ x, w, y, cut1: 4, cut2: 3, rows: 2 })).rejects.toThrow(/cuts must satisfy/);
+    await expect(addon.ops.gemmBlocks({ x, w, y, cut1: 2, cut2: 4, rows: 2, row0: 1 })).rejects.toThrow(/must lie in \[0, rows = 2\)/);
+    await expect(addon.ops.gemmBlocks({ x, w, y, cut1: 2, cut2: 4, rows: 3 })).rejects.toThrow(/y must hold rows \* N = 18/);
+    disposeAll(x, w, y);
+  });
+
   it("matches the float64 reference on odd shapes, every W dtype, with and without bias", async () => {
     const rng = makeRng(1);
     const shapes: [number, number, number][] = [[1, 1, 1], [1, 7, 33], [3, 13, 100], [5, 64, 257], [17, 30, 130], [40, 50, 64], [70, 9, 515]];

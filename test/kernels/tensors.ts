@@ -28,3 +28,20 @@ export function bitsOf(values: Float32Array, offset = 0, count = values.length -
 export function disposeAll(...ts: (NativeTensor | undefined)[]): void {
   for (const t of ts) t?.dispose();
 }
+
+/**
+ * gemmBlocks' layout against a plain (M, N) result: block j (columns [c_j, c_j+1)) is a (rows, n_j) matrix at
+ * rows * c_j whose row row0 + m holds plain row m bitwise; every other element still holds `poison`. Returns the
+ * first difference, or undefined.
+ */
+export function blocksMismatch(plain: Float32Array, blocks: Float32Array, M: number, N: number, cuts: [number, number], rows: number, row0: number, poison: number): string | undefined {
+  const want = new Float32Array(rows * N).fill(poison);
+  const bounds = [0, cuts[0], cuts[1], N];
+  for (let j = 0; j < 3; j++) {
+    const c = bounds[j]!, n = bounds[j + 1]! - c;
+    for (let m = 0; m < M; m++) for (let i = 0; i < n; i++) want[rows * c + (row0 + m) * n + i] = plain[m * N + c + i]!;
+  }
+  const a = bitsOf(blocks, 0, rows * N), b = bitsOf(want);
+  for (let i = 0; i < b.length; i++) if (a[i] !== b[i]) return `element ${i}: ${blocks[i]} vs ${want[i]}`;
+  return undefined;
+}

@@ -37,6 +37,9 @@ export interface PagedKVArgs {
 export interface NativeOps {
   /** y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]); K cut into splitK partitions summed in a fixed order. */
   gemm(a: { x: NativeTensor; w: NativeTensor; bias?: NativeTensor; y: NativeTensor; splitK?: number }): Promise<void>;
+  /** gemm with y's columns stored as blocks [0, cut1), [cut1, cut2), [cut2, N), each a (rows, width) matrix; x's row m
+   * is row row0 + m of each (the fused q | k | v projection). y: rows * N elements. Same bits as gemm. */
+  gemmBlocks(a: { x: NativeTensor; w: NativeTensor; bias?: NativeTensor; y: NativeTensor; splitK?: number; cut1: number; cut2: number; rows: number; row0?: number }): Promise<void>;
   /** residual += x (when given), out = rmsnorm(residual or x) * weight. */
   rmsnorm(a: { x: NativeTensor; residual?: NativeTensor; weight: NativeTensor; out: NativeTensor; eps?: number }): Promise<void>;
   /** In-place rotary embedding, HF rotate-half; q [T,Hq,D], k [T,Hk,D], positions i32 [T], invFreq f32 [D/2]. */
