@@ -167,7 +167,9 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaDeviceSynchronize());
       double bytes = 2.0 * B * ctx * Hk * D * 2;
       std::string shape = "B=64 ctx=4096 Hq=32 Hk=8 D=128 page=16";
-      for (int s : quick ? std::vector<int>{1, 4} : std::vector<int>{1, 2, 4, 8}) {
+      // 3 and 6 too: 64 x 8 CTA columns x splits fill 132 SMs x 3 CTAs in whole waves at 3 (1536 / 396 = 3.9) but not
+      // at 2 or 4 (2.6, 5.2 waves): the tail wave may decide between them.
+      for (int s : quick ? std::vector<int>{1, 3, 4} : std::vector<int>{1, 2, 3, 4, 6, 8}) {
         double ms = timeMs([&] { gpu::attentionDecode(q, kv, out, 0.08838834764f, s); });
         emit("attentionDecode", shape, "kvSplits=" + std::to_string(s), ms, 4.0 * B * Hq * ctx * D, bytes);
       }

@@ -8,8 +8,9 @@
 #           npm run build:addon && bash scripts/device/build-bench.sh
 #   run:    carry [".device", "build/Release/deliberate.node", "build/bench_kernels"]  (the 64 MiB limit rules out
 #           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
-# Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark with split-K and split-KV finished by second
-# kernels (DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel) for an A/B of the fused finishes; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
+# Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark as the build before stop 15's launch cuts:
+# split-K and split-KV finished by second kernels, q | k | v as three GEMMs (DL_GEMM_REDUCE=kernel
+# DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
@@ -88,8 +89,8 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
   node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json --profile ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
   sed -n '/^# Single stream/,$p' "$out/gpu-bench.txt"
   if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with split-K finished by a second kernel (the build before fused finishing)
-    DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1
-    echo "## the same, DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-reduce-kernel.txt"
+    DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1
+    echo "## the same, DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-reduce-kernel.txt"
   fi
   node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda --max-tokens ${TP_MAX_TOKENS:-64} \
     ${TP_ARGS:-} > "$out/throughput.txt" 2>&1 || status=1
