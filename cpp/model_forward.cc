@@ -54,6 +54,15 @@ int32_t floatBits(float f) {
 }
 }  // namespace
 
+// Room for nnz page ids in a step's metadata, rounded up (64, then four sizes per doubling) and padded with page 0
+// (never read: indptr bounds every read): as a batch's sequences cross page boundaries the layout after the page
+// table stays put, so on CUDA its step graph keeps replaying instead of being recaptured at every crossing.
+static int64_t pageTableCapacity(int64_t nnz) {
+  if (nnz <= 64) return nnz == 0 ? 0 : 64;
+  const int64_t step = int64_t(1) << (62 - __builtin_clzll(uint64_t(nnz)) - 1);  // a quarter of nnz's top power of two
+  return (nnz + step - 1) / step * step;
+}
+
 Model::Plan Model::plan(const BatchInput& b) {
   Plan p;
   std::vector<int32_t>& m = metaHost_;
@@ -114,6 +123,8 @@ Model::Plan Model::plan(const BatchInput& b) {
       int64_t len = s.startPos + int64_t(s.tokens.size()), pages = (len + kv.pageSize - 1) / kv.pageSize;
       m.insert(m.end(), s.blockTable.begin(), s.blockTable.begin() + pages);
     }
+    nnz = pageTableCapacity(acc);
+    m.insert(m.end(), size_t(nnz - acc), 0);
     last = int64_t(m.size());
     for (int o = from; o < to; o++) {
       const SeqInput& s = b.seqs[p.order[o]];

@@ -196,6 +196,38 @@ describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
     }
   });
 
+  it("replays step graphs across page-boundary crossings of a staggered batch with the eager steps' bits", async () => {
+    // Six sequences at different lengths cross page boundaries on different steps; the page table's room is
+    // rounded up (model_forward.cc pageTableCapacity), so most of these steps replay one graph while the page ids
+    // and counts under it change.
+    const V = model.config.vocabSize, B = 6, steps = 24;
+    const prompts = Array.from({ length: B }, (_, b) => randomTokens(3 + 5 * b, V, 300 + b));
+    const tables = prompts.map((_, b) => Int32Array.from({ length: 4 }, (_, i) => 100 + 4 * b + i)); // 16-token pages
+    const run = async (): Promise<number[][]> => {
+      await model.forward({ ...FIXED, sequences: prompts.map((p, b) => ({ tokens: Int32Array.from(p), startPos: 0, blockTable: tables[b], emitToken: false })) });
+      let next = prompts.map((p) => p[p.length - 1]);
+      const out: number[][] = [];
+      for (let s = 0; s < steps; s++) {
+        const rs = await model.forward({
+          gemmSplitK: 4,
+          kvSplits: 2,
+          returnLogits: s % 8 === 0,
+          sequences: prompts.map((p, b) => ({ tokens: Int32Array.of(next[b]), startPos: p.length + s, blockTable: tables[b] })),
+        });
+        next = rs.map((r) => r.token);
+        out.push(rs.flatMap((r) => [r.token, ...(r.logits ? Array.from(r.logits.subarray(0, 64)) : [])]));
+      }
+      return out;
+    };
+    const withGraphs = await run();
+    process.env.DL_CUDA_GRAPHS = "0";
+    try {
+      expect(await run()).toEqual(withGraphs);
+    } finally {
+      delete process.env.DL_CUDA_GRAPHS;
+    }
+  });
+
   it("engine: concurrent requests in batch-invariant mode give exactly what each gives alone", async () => {
     const V = model.config.vocabSize;
     const reqs: GenerateRequest[] = Array.from({ length: 8 }, (_, i) => ({
