@@ -17,7 +17,7 @@ Model::Model(const ModelConfig& c, Device d, DType act, const KvPoolConfig& k)
   if (k.numPages < 1 || k.pageSize < 1)
     throw Error("NativeModel: numPages and pageSize must be positive, got " + std::to_string(k.numPages) + " and " +
                 std::to_string(k.pageSize));
-  int64_t perLayer = int64_t(k.numPages) * k.pageSize * cfg.kvDim();
+  int64_t perLayer = (int64_t(k.numPages) + 1) * k.pageSize * cfg.kvDim();  // + the scratch page (model.h)
   kCache_.resize(cfg.numLayers);
   vCache_.resize(cfg.numLayers);
   for (int l = 0; l < cfg.numLayers; l++) {
@@ -28,11 +28,8 @@ Model::Model(const ModelConfig& c, Device d, DType act, const KvPoolConfig& k)
   copyToDevice(d, invFreq_.data(), cfg.invFreq.data(), cfg.invFreq.size() * sizeof(float));
 }
 
-size_t Model::kvBytes() const {
-  size_t n = 0;
-  for (auto& b : kCache_) n += b.bytes();
-  for (auto& b : vCache_) n += b.bytes();
-  return n;
+size_t Model::kvBytes() const {  // the pool's pages (the scratch page is not the caller's)
+  return size_t(kv.numPages) * size_t(kv.pageSize) * size_t(cfg.kvDim()) * dtypeSize(kv.dtype) * 2 * size_t(cfg.numLayers);
 }
 
 void Model::requireWeights() const {

@@ -66,7 +66,8 @@ class Model {
 
   // Boundary checks, on the JS thread before any work: throws dl::Error naming the sequence and the field.
   void validate(const BatchInput& b) const;
-  // Runs on a worker thread; the caller holds mu.
+  // Runs on a worker thread; the caller holds mu. A decode-only step may be padded to its batch-size bucket with
+  // rows on the scratch page (decodeBucket) so that its CUDA graph serves every batch size of the bucket.
   std::vector<SeqOutput> forward(const BatchInput& b);
   void copyPages(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
   // Throws unless every weight has been set.
@@ -77,11 +78,14 @@ class Model {
 
  private:
   struct Plan;
+  std::vector<SeqOutput> forwardStep(const BatchInput& b);
+  int64_t decodeBucket(const BatchInput& b) const;  // rows to pad a decode step to, or 0
   void ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts);
   Plan plan(const BatchInput& b);  // packs the step and fills metaHost_
   View meta(int64_t offset, int64_t n, DType t = DType::i32) const;
 
-  std::vector<Buffer> kCache_, vCache_;  // per layer [numPages, pageSize, Hk, D]
+  // Per layer [numPages + 1, pageSize, Hk, D]: page numPages is the scratch page of padding rows, never handed out.
+  std::vector<Buffer> kCache_, vCache_;
   Buffer invFreq_;                       // [D/2] f32
   // Scratch, grown to the largest step: residual/h/o [T,C], qkv [T, Q + 2KV], attn [T,Q], gateUp [T,2I],
   // act [T,I]; the final rows (F <= B): resLast/oLast/hLast [F,C], logits f32 [F,V], capture [F,C].

@@ -225,7 +225,42 @@ std::vector<std::vector<float>> readRows(Device d, const Buffer& buf, int64_t n,
 }
 }  // namespace
 
+// Decode steps padded to a batch-size bucket (1, 2, 4, then multiples of 8 up to 256), as vLLM's CUDA graph sizes:
+// the padding rows decode token 0 at position 0 on the scratch page and their outputs are dropped. A row's bits do
+// not depend on the batch around it (kernels.h), so padding changes no real row's result; what it buys is one
+// graph per bucket instead of one per batch size while requests come and go. On CUDA with graphs on (DL_CUDA_GRAPHS
+// not 0); DL_PAD_DECODE=1 pads on any device (tests), 0 never.
+int64_t Model::decodeBucket(const BatchInput& b) const {
+  const char* env = std::getenv("DL_PAD_DECODE");
+  const char* graphs = std::getenv("DL_CUDA_GRAPHS");
+  const bool on = env ? std::string(env) == "1" : device == Device::cuda && !(graphs && std::string(graphs) == "0");
+  const int64_t n = int64_t(b.seqs.size());
+  if (!on || b.profile || b.returnLogits || n == 0 || n > 256) return 0;
+  for (const SeqInput& s : b.seqs)
+    if (s.tokens.size() != 1 || s.fixedSchedule || s.captureLayer >= 0 || s.emitAll || !s.emitToken) return 0;
+  int64_t bucket = n <= 4 ? 1 : 8;
+  if (n <= 4)
+    while (bucket < n) bucket *= 2;
+  else
+    bucket = (n + 7) / 8 * 8;
+  return bucket > n ? bucket : 0;
+}
+
 std::vector<SeqOutput> Model::forward(const BatchInput& b) {
+  const int64_t bucket = decodeBucket(b);
+  if (bucket == 0) return forwardStep(b);
+  BatchInput padded = b;
+  SeqInput pad;
+  pad.tokens = {0};
+  pad.startPos = 0;
+  pad.blockTable = {kv.numPages};  // the scratch page
+  padded.seqs.resize(size_t(bucket), pad);
+  std::vector<SeqOutput> out = forwardStep(padded);
+  out.resize(b.seqs.size());
+  return out;
+}
+
+std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
   requireWeights();
   // Profiling (b.profile): marks between the ops; a step that throws leaves no half-marked intervals behind.
   StepProfile* prof = b.profile ? &profile_ : nullptr;
@@ -325,7 +360,8 @@ std::vector<SeqOutput> Model::forward(const BatchInput& b) {
       });
       mark("rope");
       ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
-      View kc = kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vc = vCache_[l].view({kv.numPages, kv.pageSize, Hk, D});
+      const int64_t pages = kv.numPages + 1;  // the pool and the scratch page
+      View kc = kCache_[l].view({pages, kv.pageSize, Hk, D}), vc = vCache_[l].view({pages, kv.pageSize, Hk, D});
       mark("kvWrite");
       ops::kvWrite(d, k, v, kc, vc, slots);
       if (nd > 0) {
