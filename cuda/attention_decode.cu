@@ -294,24 +294,35 @@ void launchDecode(const DecodeArgs& a) {
   CUDA_CHECK_LAUNCH("decodeKernel");
 }
 
-// Pipeline shape: 32 tokens x 4 stages (64 KB for D = 128: three CTAs per SM), or 64 x 3 when DL_DECODE_PIPE=64
-// (a tuning knob for the benchmark; the reduction order differs between the two, so keep one per deployment).
+// Pipeline shape: 32 tokens x 4 stages by default (64 KB for D = 128: three CTAs per SM). DL_DECODE_PIPE=CxS picks
+// another, for the benchmark's sweep: 32x6 and 32x8 (deeper, two CTAs per SM at D = 128) compute the same bits as
+// 32x4 (stages move no arithmetic); 64x3 (the old 64 = 64x3) differs in bits, as the chunk sets the rescale points.
+enum class Pipe { c32s4, c32s6, c32s8, c64s3 };
+Pipe decodePipe() {
+  static const Pipe pipe = [] {
+    const char* e = std::getenv("DL_DECODE_PIPE");
+    const std::string v = e ? e : "";
+    return v == "32x6" ? Pipe::c32s6 : v == "32x8" ? Pipe::c32s8 : (v == "64" || v == "64x3") ? Pipe::c64s3 : Pipe::c32s4;
+  }();
+  return pipe;
+}
+
+template <int D, int GP>
+void launchDecodePipe(const DecodeArgs& a) {
+  switch (decodePipe()) {
+    case Pipe::c32s6: return launchDecode<D, GP, 32, 6>(a);
+    case Pipe::c32s8: return launchDecode<D, GP, 32, 8>(a);
+    case Pipe::c64s3: return launchDecode<D, GP, 64, 3>(a);
+    default: return launchDecode<D, GP, 32, 4>(a);
+  }
+}
+
 template <int D>
 void launchDecodeD(const DecodeArgs& a) {
-  static const bool wide = [] {
-    const char* e = std::getenv("DL_DECODE_PIPE");
-    return e && std::string(e) == "64";
-  }();
   int gp = std::min(a.G, kMaxGroup);
-  if (wide) {
-    if (gp == 1) launchDecode<D, 1, 64, 3>(a);
-    else if (gp == 2) launchDecode<D, 2, 64, 3>(a);
-    else launchDecode<D, 4, 64, 3>(a);
-  } else {
-    if (gp == 1) launchDecode<D, 1, 32, 4>(a);
-    else if (gp == 2) launchDecode<D, 2, 32, 4>(a);
-    else launchDecode<D, 4, 32, 4>(a);
-  }
+  if (gp == 1) launchDecodePipe<D, 1>(a);
+  else if (gp == 2) launchDecodePipe<D, 2>(a);
+  else launchDecodePipe<D, 4>(a);
 }
 
 // Split-KV merged by the fast kernel's last CTA per (sequence, head group) (default) or by decodeMergeKernel

@@ -68,7 +68,7 @@ fi
 if [ "${TUNE:-0}" = 1 ]; then
   summary='const r=JSON.parse(require("fs").readFileSync(0,"utf8"));for(const x of r)console.log(process.env.TAG,x.op,x.shape,x.variant,x.ms.toFixed(4),(x.flops/x.ms/1e9).toFixed(1)+"TF",(x.bytes/x.ms/1e6).toFixed(0)+"GB/s")'
   for t in ${TILES:-3 4 5 6 7 8}; do DL_GEMM_TILE=$t build/bench_kernels --quick --only gemm | TAG=tile$t node -e "$summary" | grep -E "M=(128|2048) "; done
-  for p in 32 64; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
+  for p in 32x4 32x6 32x8 64x3; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
   # The Qwen2.5-1.5B step GEMMs at M = 1, 16, 64, 256 over every config and splitK (full rows in qwen-gemms.json):
   # per shape the fastest variant, the fastest of the default choice (auto) and of wgmma, in GB/s of W streamed.
   build/bench_kernels --only qwen > "$out/qwen-gemms.json" && node -e '
