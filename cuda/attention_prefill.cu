@@ -6,7 +6,10 @@
 // sequence and one KV head (all query heads of the group, so K/V are read once per tile), walks the keys from
 // position 0 up in chunks of kKeys = 32 with an online softmax, and each row's chunk reduction is a fixed
 // butterfly. A row's bits depend only on its query, its keys and its position: not on B, Ttot or its tile.
+#include <cstdlib>
+
 #include "common.cuh"
+#include "gemm_mma.cuh"
 #include "paged_kv.cuh"
 
 namespace dl::gpu {
@@ -150,7 +153,199 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
   }
 }
 
+// ---- tensor-core variant (opt-in: DL_PREFILL_MMA=1; unmeasured, written without a GPU) ----
+// bf16 q and cache, D in {64, 128}. The SIMT kernel's grid and row tiles (64 (token, head) rows of one sequence and
+// KV head per CTA, warp w owns rows [16w, 16w + 16)), keys in chunks of kMmaKeys from position 0 through a two-stage
+// cp.async ring: S = Q.K^T and O += P.V on mma.sync m16n8k16 (P rounded to bf16, as FlashAttention-2 does), online
+// softmax per chunk with each row's max and sum over its quad in one shuffle order. A row's bits depend on its
+// query, its keys, its position and D only (which tile or warp row it lands in moves none of them; a chunk wholly
+// past a row's position adds exact zeros), so it is batch-invariant like the SIMT kernel, with bits of its own:
+// one kernel per deployment, never both.
+constexpr int kMmaKeys = 64;
+
+// Rows of D bf16 (D / 8 chunks of 16 bytes); chunk c of row r at c ^ (r & 7), conflict-free for ldmatrix.
+template <int D>
+__device__ __forceinline__ int swzD(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
+
+__device__ __forceinline__ unsigned packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&v);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
+  constexpr int CH = D / 8;
+  extern __shared__ __align__(128) uint16_t smem16[];
+  uint16_t* sQ = smem16;                 // kRows x D
+  uint16_t* sK = sQ + kRows * D;         // 2 x kMmaKeys x D
+  uint16_t* sV = sK + 2 * kMmaKeys * D;  // 2 x kMmaKeys x D
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tile = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int qBegin = a.qIndptr[b], qLen = a.qIndptr[b + 1] - qBegin, kvLen = seqTokens(a.kv, b);
+  const int tok0 = tile * a.tokensPerTile;
+  if (tok0 >= qLen) return;
+  if (qLen > kvLen) {
+    if (tid == 0 && tile == 0 && kvh == 0) reportDeviceError(a.err, DeviceErrorCode::seqLength, kvLen, qLen);
+    return;
+  }
+  if (tile == 0 && kvh == 0 && tid == 0 && qLen > a.maxQueryLen)
+    reportDeviceError(a.err, DeviceErrorCode::queryLength, qLen, a.maxQueryLen);
+  const int tokEnd = min(qLen, tok0 + a.tokensPerTile), rows = (tokEnd - tok0) * a.G;
+  const int maxPos = kvLen - qLen + tokEnd - 1, nChunks = maxPos / kMmaKeys + 1;
+  const uint16_t* Q = static_cast<const uint16_t*>(a.q);
+  const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
+  const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
+
+  // Q tile: row r is (token tok0 + r / G, head kvh * G + r % G); rows past `rows` are zeros.
+  for (int e = tid; e < kRows * CH; e += kThreads) {
+    const int r = e / CH, c = e % CH;
+    const bool ok = r < rows;
+    const int64_t qRow = ok ? int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G : 0;
+    mma::cpAsync16(sQ + swzD<D>(r, c), Q + qRow * D + c * 8, ok ? 16 : 0);
+  }
+  auto loadChunk = [&](int stage, int k0) {
+    for (int e = tid; e < kMmaKeys * CH; e += kThreads) {
+      const int r = e / CH, c = e % CH, t = k0 + r;
+      const int64_t row = t < kvLen ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::prefillPage) : -1;
+      const int64_t off = row >= 0 ? row + c * 8 : 0;
+      mma::cpAsync16(sK + stage * kMmaKeys * D + swzD<D>(r, c), K + off, row >= 0 ? 16 : 0);
+      mma::cpAsync16(sV + stage * kMmaKeys * D + swzD<D>(r, c), V + off, row >= 0 ? 16 : 0);
+    }
+  };
+  loadChunk(0, 0);
+  mma::cpAsyncCommit();  // Q and chunk 0
+
+  const int g = lane >> 2, t4 = lane & 3;
+  int pos[2];  // query positions of this thread's rows g and g + 8 of the warp's 16; -1 for padding rows
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int r = warp * 16 + g + 8 * i;
+    pos[i] = r < rows ? kvLen - qLen + tok0 + r / a.G : -1;
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  unsigned qf[D / 16][4];
+
+  for (int c = 0; c < nChunks; c++) {
+    if (c + 1 < nChunks) loadChunk((c + 1) & 1, (c + 1) * kMmaKeys);
+    mma::cpAsyncCommit();
+    mma::cpAsyncWait<1>();  // everything but the chunk just asked for has landed
+    __syncthreads();
+    if (c == 0)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) mma::ldmatrixX4(qf[kk], sQ + swzD<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+    const uint16_t* tK = sK + (c & 1) * kMmaKeys * D;
+    const uint16_t* tV = sV + (c & 1) * kMmaKeys * D;
+
+    // S = Q K^T for the warp's 16 rows and the chunk's keys (n-tile j: keys 8j .. 8j + 7), k ascending over D.
+    float s[kMmaKeys / 8][4];
+#pragma unroll
+    for (int j = 0; j < kMmaKeys / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+      for (int np = 0; np < kMmaKeys / 16; np++) {
+        unsigned bk[4];
+        mma::ldmatrixX4(bk, tK + swzD<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        mma::mmaBf16(s[2 * np], qf[kk], bk[0], bk[1]);
+        mma::mmaBf16(s[2 * np + 1], qf[kk], bk[2], bk[3]);
+      }
+
+    // Scale to the exp2 domain, mask, and the online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3).
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < kMmaKeys / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int i = e >> 1, key = c * kMmaKeys + j * 8 + t4 * 2 + (e & 1);
+        const float x = key <= pos[i] ? s[j][e] * a.scaleLog2 : -INFINITY;
+        s[j][e] = x;
+        mx[i] = fmaxf(mx[i], x);
+      }
+    float alpha[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m[i] - mx[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < kMmaKeys / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int i = e >> 1;
+        const float p = mx[i] == -INFINITY ? 0.f : exp2f(s[j][e] - mx[i]);
+        s[j][e] = p;
+        rs[i] += p;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+      l[i] = l[i] * alpha[i] + rs[i];
+      m[i] = mx[i];
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+
+    // O += P V over the chunk in steps of 16 keys (k ascending); V^T fragments by transposing ldmatrix.
+#pragma unroll
+    for (int kj = 0; kj < kMmaKeys / 16; kj++) {
+      const unsigned pa[4] = {packBf16(s[2 * kj][0], s[2 * kj][1]), packBf16(s[2 * kj][2], s[2 * kj][3]),
+                              packBf16(s[2 * kj + 1][0], s[2 * kj + 1][1]), packBf16(s[2 * kj + 1][2], s[2 * kj + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; dp++) {
+        unsigned bv[4];
+        mma::ldmatrixX4Trans(bv, tV + swzD<D>(kj * 16 + (lane & 15), dp * 2 + (lane >> 4)));
+        mma::mmaBf16(o[2 * dp], pa, bv[0], bv[1]);
+        mma::mmaBf16(o[2 * dp + 1], pa, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();  // the stage this chunk used is refilled next round
+  }
+  mma::cpAsyncWait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int r = warp * 16 + g + 8 * i;
+    if (r >= rows) continue;
+    const int64_t oRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
+    const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+      const int d = j * 8 + t4 * 2;
+      storeF(a.out, oRow * D + d, a.ot, o[j][2 * i] * inv);
+      storeF(a.out, oRow * D + d + 1, a.ot, o[j][2 * i + 1] * inv);
+    }
+  }
+}
+
 // ---- launchers ----
+
+template <int D>
+void launchPrefillMma(const PrefillArgs& a, int B) {
+  constexpr int smemBytes = (kRows * D + 4 * kMmaKeys * D) * 2;
+  auto kernel = prefillMmaKernel<D>;
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
+    configured = true;
+  }
+  dim3 grid(unsigned(a.tilesPerSeq), unsigned(a.kv.Hk), unsigned(B));
+  kernel<<<grid, kThreads, smemBytes, stream()>>>(a);
+  CUDA_CHECK_LAUNCH("prefillMmaKernel");
+}
+
+// DL_PREFILL_MMA=1 takes the tensor-core kernel where it applies (bf16 q and cache, head dim 64 or 128).
+bool mmaPrefill() {
+  static const bool on = [] {
+    const char* e = std::getenv("DL_PREFILL_MMA");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
 
 template <int D>
 void launchPrefill(const PrefillArgs& a, int B) {
@@ -189,7 +384,11 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
   // The grid covers the longest sequence's queries (at most Ttot); tiles past a shorter sequence's exit at once.
   a.maxQueryLen = int(maxQueryLen > 0 ? std::min<int64_t>(maxQueryLen, T) : T);
   a.tilesPerSeq = int(ceilDiv(a.maxQueryLen, a.tokensPerTile));
-  if (D <= 32) launchPrefill<32>(a, int(B));
+  const bool mma = mmaPrefill() && q.dtype == DType::bf16 && kv.kCache.dtype == DType::bf16 && (D == 64 || D == 128) &&
+                   aligned16(q.data) && aligned16(kv.kCache.data) && aligned16(kv.vCache.data);
+  if (mma && D == 64) launchPrefillMma<64>(a, int(B));
+  else if (mma) launchPrefillMma<128>(a, int(B));
+  else if (D <= 32) launchPrefill<32>(a, int(B));
   else if (D <= 64) launchPrefill<64>(a, int(B));
   else if (D <= 96) launchPrefill<96>(a, int(B));
   else if (D <= 128) launchPrefill<128>(a, int(B));

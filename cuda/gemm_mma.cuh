@@ -24,6 +24,14 @@ __device__ __forceinline__ void ldmatrixX4(unsigned (&r)[4], const void* smem) {
                : "r"(s));
 }
 
+// The same four 8x8 tiles, each transposed on the way (a row-major [k][n] tile becomes mma's "col" B operand).
+__device__ __forceinline__ void ldmatrixX4Trans(unsigned (&r)[4], const void* smem) {
+  unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 // d = a(16x16, row) * b(16x8, col) + d, bf16 inputs, f32 accumulators.
 __device__ __forceinline__ void mmaBf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(

@@ -63,12 +63,20 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   else
     echo "wgmma GEMM: unavailable on this GPU/build (its tests skipped)"
   fi
+  # The tensor-core prefill/verify attention (opt-in, DL_PREFILL_MMA=1): kernel, model and determinism tests on it.
+  # Reported, not counted, like wgmma: a pass lets it become the default (its bits differ from the SIMT kernel's).
+  if DL_PREFILL_MMA=1 node node_modules/vitest/vitest.mjs run attention.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-prefill-mma.log" 2>&1; then
+    echo "DL_PREFILL_MMA=1: attention, model and determinism tests pass on the tensor-core prefill kernel"
+  else
+    echo "DL_PREFILL_MMA=1: some tests FAIL (tests-prefill-mma.log)"; grep -E "×|✗|FAIL" "$out/tests-prefill-mma.log" | head -20
+  fi
 fi
 # TUNE=1: sweep the tile/pipeline knobs (every config gives the same GEMM bits; decode pipelines differ in bits).
 if [ "${TUNE:-0}" = 1 ]; then
   summary='const r=JSON.parse(require("fs").readFileSync(0,"utf8"));for(const x of r)console.log(process.env.TAG,x.op,x.shape,x.variant,x.ms.toFixed(4),(x.flops/x.ms/1e9).toFixed(1)+"TF",(x.bytes/x.ms/1e6).toFixed(0)+"GB/s")'
   for t in ${TILES:-3 4 5 6 7 8}; do DL_GEMM_TILE=$t build/bench_kernels --quick --only gemm | TAG=tile$t node -e "$summary" | grep -E "M=(128|2048) "; done
   for p in 32x4 32x6 32x8 64x3; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
+  DL_PREFILL_MMA=1 build/bench_kernels --quick --only decode | TAG=prefill-mma node -e "$summary" | grep attentionPrefill
   # The Qwen2.5-1.5B step GEMMs at M = 1, 16, 64, 256 over every config and splitK (full rows in qwen-gemms.json):
   # per shape the fastest variant, the fastest of the default choice (auto) and of wgmma, in GB/s of W streamed.
   build/bench_kernels --only qwen > "$out/qwen-gemms.json" && node -e '

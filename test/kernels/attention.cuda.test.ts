@@ -71,7 +71,7 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
   it("prefill/verify matches float64 and the CPU (causal over a cached prefix), for head dims 16..256 and groups", async () => {
     const small = randomKV([2], 16, 1, 64, "f32");
     const cpuPrefill = await cpuHas(async () => void (await prefill("cpu", small, "f32", randn(2 * 64), [0, 2], 1)));
-    for (const [D, Hk, G, dtype] of [[128, 2, 4, "bf16"], [64, 1, 8, "f16"], [128, 1, 5, "f32"], [16, 2, 2, "bf16"], [80, 1, 4, "bf16"], [256, 1, 2, "bf16"]] as [number, number, number, DType][]) {
+    for (const [D, Hk, G, dtype] of [[128, 2, 4, "bf16"], [64, 2, 6, "bf16"], [64, 1, 8, "f16"], [128, 1, 5, "f32"], [16, 2, 2, "bf16"], [80, 1, 4, "bf16"], [256, 1, 2, "bf16"]] as [number, number, number, DType][]) {
       const qLens = [5, 70, 1, 32], prefix = [30, 0, 200, 17];
       const lens = qLens.map((n, b) => n + prefix[b]);
       const kv = randomKV(lens, 16, Hk, D, dtype), Hq = Hk * G;
@@ -80,8 +80,10 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
       const q = roundTo(randn(qIndptr[qLens.length] * Hq * D), dtype);
       const ref = refAttentionPrefill(q, qIndptr, kv, Hq, 1 / Math.sqrt(D));
       const got = await prefill("cuda", kv, dtype, q, qIndptr, Hq);
-      expect(relL2(got, ref), `D=${D} G=${G} ${dtype}`).toBeLessThan(1e-5);
-      if (cpuPrefill) expect(relL2(got, await prefill("cpu", kv, dtype, q, qIndptr, Hq)), `D=${D} G=${G} vs cpu`).toBeLessThan(1e-5);
+      // The tensor-core kernel (DL_PREFILL_MMA=1: bf16, D 64 / 128) rounds the probabilities to bf16 for P.V.
+      const tol = process.env.DL_PREFILL_MMA === "1" && dtype === "bf16" && (D === 64 || D === 128) ? 5e-3 : 1e-5;
+      expect(relL2(got, ref), `D=${D} G=${G} ${dtype}`).toBeLessThan(tol);
+      if (cpuPrefill) expect(relL2(got, await prefill("cpu", kv, dtype, q, qIndptr, Hq)), `D=${D} G=${G} vs cpu`).toBeLessThan(tol);
       // Batch invariance: sequence 1 alone gives the same bits.
       const b = 1, one: PagedKVData = { ...kv, indptr: Int32Array.from([0, kv.indptr[b + 1] - kv.indptr[b]]), indices: kv.indices.slice(kv.indptr[b], kv.indptr[b + 1]), lastPageLen: kv.lastPageLen.slice(b, b + 1) };
       const row = Hq * D, alone = await prefill("cuda", one, dtype, q.slice(qIndptr[b] * row, qIndptr[b + 1] * row), [0, qLens[b]], Hq);
