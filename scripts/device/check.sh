@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Here: `npm run build:addon && bash scripts/device/pack.sh`, then run with carry [".device"] and this script.
 # One command on the GPU machine: set up Node, use the carried addon build, run the CUDA tests, run bench:cuda,
 # print a short table last (npm is not there: vitest and tsx run through node). The GPU image has CUDA + PyTorch but no Node.js, so Node and a pruned node_modules
 # travel in .device/ (both git-ignored):
@@ -28,6 +29,8 @@ if ! command -v node >/dev/null; then
   xz -dc .device/node.xz > /tmp/node && chmod +x /tmp/node && export PATH=/tmp:$PATH
 fi
 [ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz
+# The addon and bench harness packed by scripts/device/pack.sh (carried as .device/build.tar.xz: 4 MB, not 23).
+if [ -f .device/build.tar.xz ]; then tar -xJf .device/build.tar.xz; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 if [ ! -f build/Release/deliberate.node ]; then node scripts/build-addon.mjs --force || exit 1; fi
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ ! -x build/bench_kernels ]; then bash scripts/device/build-bench.sh || exit 1; fi
