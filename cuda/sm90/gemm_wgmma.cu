@@ -34,15 +34,19 @@ __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
 __device__ __forceinline__ void mbarExpectTx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
 }
-// Blocks until the phase with parity `phase` has completed.
+// Blocks until the phase with parity `phase` has completed. A wait that lasts seconds is a protocol bug (this kernel
+// was written without a GPU to run it on): trap, so the launch fails with an error instead of hanging the process
+// and the session's GPU time; every later CUDA call then reports that error.
 __device__ __forceinline__ void mbarWait(uint64_t* bar, int phase) {
   uint32_t done = 0;
-  while (!done)
+  for (uint32_t polls = 0; !done; polls++) {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(smemAddr(bar)), "r"(phase)
         : "memory");
+    if (!done && polls > (1u << 26)) __trap();  // try_wait itself blocks for a while per poll: this is seconds
+  }
 }
 // A box of the 2-D tensor map at (c0 = k, c1 = row) into shared memory; out-of-range elements land as zeros and
 // count toward the barrier's bytes like the rest.
