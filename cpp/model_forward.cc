@@ -238,11 +238,10 @@ int64_t Model::decodeBucket(const BatchInput& b) const {
   if (!on || b.profile || b.returnLogits || n == 0 || n > 256) return 0;
   for (const SeqInput& s : b.seqs)
     if (s.tokens.size() != 1 || s.fixedSchedule || s.captureLayer >= 0 || s.emitAll || !s.emitToken) return 0;
-  int64_t bucket = n <= 4 ? 1 : 8;
-  if (n <= 4)
-    while (bucket < n) bucket *= 2;
+  int64_t bucket = 1;
+  if (n > 4) bucket = (n + 7) / 8 * 8;
   else
-    bucket = (n + 7) / 8 * 8;
+    while (bucket < n) bucket *= 2;
   return bucket > n ? bucket : 0;
 }
 
