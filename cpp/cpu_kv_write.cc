@@ -38,4 +38,11 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
   });
 }
 
+// The CPU has no launches to save: the two ops, in order.
+void ropeKvWrite(const View& q, const View& k, const View& v, const View& positions, const View& invFreq,
+                 const View& kCache, const View& vCache, const View& slots) {
+  rope(q, k, positions, invFreq);
+  kvWrite(k, v, kCache, vCache, slots);
+}
+
 }  // namespace dl::cpu

@@ -41,6 +41,9 @@ void siluMul(const View&, const View&) { unavailable(); }
 void embedding(const View&, const View&, const View&) { unavailable(); }
 void add(const View&, const View&, const View&) { unavailable(); }
 void kvWrite(const View&, const View&, const View&, const View&, const View&) { unavailable(); }
+void ropeKvWrite(const View&, const View&, const View&, const View&, const View&, const View&, const View&, const View&) {
+  unavailable();
+}
 void pageCopy(const View&, const View&, const View&, const View&) { unavailable(); }
 void attentionDecode(const View&, const PagedKV&, const View&, float, int) { unavailable(); }
 void attentionPrefill(const View&, const View&, const PagedKV&, const View&, float, int) { unavailable(); }

@@ -74,6 +74,10 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
   /* kCache[slot] = k[t], vCache[slot] = v[t] for slot = slots[t] = page * pageSize + offset.                \
      k, v: [T, Hk, D]; caches [numPages, pageSize, Hk, D]. */                                               \
   void kvWrite(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots);   \
+  /* rope(q, k, positions, invFreq) then kvWrite(k, v, kCache, vCache, slots), the same bits, in one op (one \
+     launch on the GPU): the forward's step from the q | k | v projection to the cache. */                     \
+  void ropeKvWrite(const View& q, const View& k, const View& v, const View& positions, const View& invFreq,   \
+                   const View& kCache, const View& vCache, const View& slots);                               \
   /* Copies whole pages src[i] -> dst[i] in both caches (copy-on-write of a shared page). */                \
   void pageCopy(const View& kCache, const View& vCache, const View& src, const View& dst);                 \
   /* Decode: q[B,Hq,D], one query per sequence at its last position, attends to all its tokens. GQA: head h \

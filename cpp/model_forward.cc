@@ -1,7 +1,7 @@
 // One engine step: the whole model over the whole batch (DESIGN.md "Native contract").
 //   pack: decode sequences (1 new token) first, then prefill chunks, then fixed-schedule sequences; T packed tokens
 //   (rows [0, Tf) run on the step's fast schedule, rows [Tf, T) on the fixed one: model.h BatchInput)
-//   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope -> kvWrite -> attention -> o_proj ->
+//   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope + kvWrite -> attention -> o_proj ->
 //   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> sample.
 // The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
 #include <cmath>
@@ -357,12 +357,10 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
         ops::gemmBlocks(d, h_.view({n, C}, r0 * C), L.qkv.matrix(), bias, qkv_.view({T * cfg.qkvDim()}), splitK, Q,
                         Q + KV, T, r0);
       });
-      mark("rope");
-      ops::rope(d, q, k, positions, invFreq_.view({D / 2}));
       const int64_t pages = kv.numPages + 1;  // the pool and the scratch page
       View kc = kCache_[l].view({pages, kv.pageSize, Hk, D}), vc = vCache_[l].view({pages, kv.pageSize, Hk, D});
-      mark("kvWrite");
-      ops::kvWrite(d, k, v, kc, vc, slots);
+      mark("ropeKvWrite");
+      ops::ropeKvWrite(d, q, k, v, positions, invFreq_.view({D / 2}), kc, vc, slots);
       if (nd > 0) {
         mark("attention.decode");
         PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize};

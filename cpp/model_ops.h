@@ -22,6 +22,10 @@ DL_OP(siluMul, DL_P(const View& gateUp, const View& out), (gateUp, out))
 DL_OP(embedding, DL_P(const View& ids, const View& table, const View& out), (ids, table, out))
 DL_OP(kvWrite, DL_P(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots),
       (k, v, kCache, vCache, slots))
+DL_OP(ropeKvWrite,
+      DL_P(const View& q, const View& k, const View& v, const View& positions, const View& invFreq, const View& kCache,
+           const View& vCache, const View& slots),
+      (q, k, v, positions, invFreq, kCache, vCache, slots))
 DL_OP(pageCopy, DL_P(const View& kCache, const View& vCache, const View& src, const View& dst), (kCache, vCache, src, dst))
 DL_OP(attentionDecode, DL_P(const View& q, const PagedKV& kv, const View& out, float scale, int kvSplits),
       (q, kv, out, scale, kvSplits))

@@ -94,16 +94,20 @@ Napi::Value RmsNorm(const Napi::CallbackInfo& info) {
   });
 }
 
+void checkRopeArgs(const char* op, const View& q, const View& k, const View& positions, const View& invFreq) {
+  requireRank(op, "q", q, 3), requireRank(op, "k", k, 3), requireRank(op, "positions", positions, 1);
+  requireDType(op, "positions", positions, DType::i32), requireDType(op, "invFreq", invFreq, DType::f32);
+  requireFloat(op, "q", q), requireFloat(op, "k", k);
+  if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || positions.shape[0] != q.shape[0])
+    fail(op, "q " + shapeString(q) + ", k " + shapeString(k) + " and positions " + shapeString(positions) + " disagree");
+  if (q.shape[2] % 2 || invFreq.numel() != q.shape[2] / 2)
+    fail(op, "invFreq must hold head_dim/2 = " + std::to_string(q.shape[2] / 2) + " values, got " + shapeString(invFreq));
+}
+
 Napi::Value Rope(const Napi::CallbackInfo& info) {
   return guard(info, "rope", [&](OpArgs& a) {
     View q = a.tensor("q"), k = a.tensor("k"), positions = a.tensor("positions"), invFreq = a.tensor("invFreq");
-    requireRank(a.op, "q", q, 3), requireRank(a.op, "k", k, 3), requireRank(a.op, "positions", positions, 1);
-    requireDType(a.op, "positions", positions, DType::i32), requireDType(a.op, "invFreq", invFreq, DType::f32);
-    requireFloat(a.op, "q", q), requireFloat(a.op, "k", k);
-    if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || positions.shape[0] != q.shape[0])
-      fail(a.op, "q " + shapeString(q) + ", k " + shapeString(k) + " and positions " + shapeString(positions) + " disagree");
-    if (q.shape[2] % 2 || invFreq.numel() != q.shape[2] / 2)
-      fail(a.op, "invFreq must hold head_dim/2 = " + std::to_string(q.shape[2] / 2) + " values, got " + shapeString(invFreq));
+    checkRopeArgs(a.op, q, k, positions, invFreq);
     Device dev = a.device;
     return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, rope(q, k, positions, invFreq)); });
   });
@@ -151,17 +155,33 @@ void checkCache(const char* op, const View& kCache, const View& vCache) {
   if (kCache.dtype != vCache.dtype) fail(op, "kCache and vCache must share one dtype");
 }
 
+void checkKvWriteArgs(const char* op, const View& k, const View& v, const View& kc, const View& vc, const View& slots) {
+  checkCache(op, kc, vc);
+  requireRank(op, "k", k, 3), sameShape(op, "k", k, "v", v);
+  requireRank(op, "slots", slots, 1), requireDType(op, "slots", slots, DType::i32);
+  if (slots.shape[0] != k.shape[0]) fail(op, "slots must hold one entry per token (" + std::to_string(k.shape[0]) + ")");
+  if (k.shape[1] != kc.shape[2] || k.shape[2] != kc.shape[3])
+    fail(op, "k " + shapeString(k) + " does not match the cache's [Hk, D] of " + shapeString(kc));
+}
+
 Napi::Value KvWrite(const Napi::CallbackInfo& info) {
   return guard(info, "kvWrite", [&](OpArgs& a) {
     View k = a.tensor("k"), v = a.tensor("v"), kc = a.tensor("kCache"), vc = a.tensor("vCache"), slots = a.tensor("slots");
-    checkCache(a.op, kc, vc);
-    requireRank(a.op, "k", k, 3), sameShape(a.op, "k", k, "v", v);
-    requireRank(a.op, "slots", slots, 1), requireDType(a.op, "slots", slots, DType::i32);
-    if (slots.shape[0] != k.shape[0]) fail(a.op, "slots must hold one entry per token (" + std::to_string(k.shape[0]) + ")");
-    if (k.shape[1] != kc.shape[2] || k.shape[2] != kc.shape[3])
-      fail(a.op, "k " + shapeString(k) + " does not match the cache's [Hk, D] of " + shapeString(kc));
+    checkKvWriteArgs(a.op, k, v, kc, vc, slots);
     Device dev = a.device;
     return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, kvWrite(k, v, kc, vc, slots)); });
+  });
+}
+
+// ropeKvWrite({q, k, v, positions, invFreq, kCache, vCache, slots}): rope, then kvWrite of the rotated k and v.
+Napi::Value RopeKvWrite(const Napi::CallbackInfo& info) {
+  return guard(info, "ropeKvWrite", [&](OpArgs& a) {
+    View q = a.tensor("q"), k = a.tensor("k"), v = a.tensor("v"), positions = a.tensor("positions"), invFreq = a.tensor("invFreq");
+    View kc = a.tensor("kCache"), vc = a.tensor("vCache"), slots = a.tensor("slots");
+    checkRopeArgs(a.op, q, k, positions, invFreq);
+    checkKvWriteArgs(a.op, k, v, kc, vc, slots);
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, ropeKvWrite(q, k, v, positions, invFreq, kc, vc, slots)); });
   });
 }
 
@@ -272,6 +292,7 @@ void registerOps(Napi::Env env, Napi::Object exports) {
   ops.Set("embedding", Napi::Function::New(env, Embedding, "embedding"));
   ops.Set("add", Napi::Function::New(env, Add, "add"));
   ops.Set("kvWrite", Napi::Function::New(env, KvWrite, "kvWrite"));
+  ops.Set("ropeKvWrite", Napi::Function::New(env, RopeKvWrite, "ropeKvWrite"));
   ops.Set("pageCopy", Napi::Function::New(env, PageCopy, "pageCopy"));
   ops.Set("attentionDecode", Napi::Function::New(env, AttentionDecode, "attentionDecode"));
   ops.Set("attentionPrefill", Napi::Function::New(env, AttentionPrefill, "attentionPrefill"));

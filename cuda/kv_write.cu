@@ -1,5 +1,8 @@
 // Paged KV cache writes on the GPU: scatter new tokens' K/V into their slots, and copy whole pages (copy-on-write).
+#include <cstdlib>
+
 #include "common.cuh"
+#include "rope_kv.cuh"
 
 namespace dl::gpu {
 
@@ -16,6 +19,51 @@ __global__ void kvWriteKernel(const void* k, const void* v, DType st, void* kCac
     storeF(kCache, slot * rowElems + e, ct, loadF(k, t * rowElems + e, st));
     storeF(vCache, slot * rowElems + e, ct, loadF(v, t * rowElems + e, st));
   }
+}
+
+// rope then kvWrite, one block per token: q's heads rotated in place; k's rotated in place and, rounded to k's dtype
+// as ropeKernel stores them, written to the token's slot; v copied there. ropeKernel's and kvWriteKernel's
+// arithmetic, so their bits, in one launch.
+struct RopeKvArgs {
+  void* q;
+  void* k;
+  const void* v;
+  DType qt, kt;  // v has k's dtype (checkKvWrite)
+  int64_t Hq, Hk, D;
+  const int32_t* positions;
+  const float* invFreq;
+  void* kCache;
+  void* vCache;
+  DType ct;
+  const int32_t* slots;
+  int64_t numSlots;
+  DeviceErrorSlot* err;
+};
+
+__global__ void ropeKvWriteKernel(RopeKvArgs a) {
+  const int64_t t = blockIdx.x, half = a.D / 2, rowElems = a.Hk * a.D, slot = a.slots[t];
+  const int32_t pos = a.positions[t];
+  const bool slotOk = slot >= 0 && slot < a.numSlots;
+  if (!slotOk && threadIdx.x == 0) reportDeviceError(a.err, DeviceErrorCode::kvWriteSlot, slot, a.numSlots);
+  for (int64_t e = threadIdx.x; e < (a.Hq + a.Hk) * half; e += blockDim.x) {
+    const int64_t h = e / half, i = e % half;
+    const bool isQ = h < a.Hq;
+    void* x = isQ ? a.q : a.k;
+    const DType xt = isQ ? a.qt : a.kt;
+    const int64_t base = (t * (isQ ? a.Hq : a.Hk) + (isQ ? h : h - a.Hq)) * a.D;
+    float r1, r2;
+    ropeRotate(loadF(x, base + i, xt), loadF(x, base + i + half, xt), pos, a.invFreq[i], r1, r2);
+    storeF(x, base + i, xt, r1);
+    storeF(x, base + i + half, xt, r2);
+    if (!isQ && slotOk) {
+      const int64_t c = slot * rowElems + (h - a.Hq) * a.D;
+      storeF(a.kCache, c + i, a.ct, roundTo(r1, xt));
+      storeF(a.kCache, c + i + half, a.ct, roundTo(r2, xt));
+    }
+  }
+  if (slotOk)
+    for (int64_t e = threadIdx.x; e < rowElems; e += blockDim.x)
+      storeF(a.vCache, slot * rowElems + e, a.ct, loadF(a.v, t * rowElems + e, a.kt));
 }
 
 // Copies page src[i] -> dst[i] in both caches, 16-byte words; blockIdx.y picks the cache. pageWords: page size in
@@ -35,8 +83,7 @@ __global__ void pageCopyKernel(void* kCache, void* vCache, const int32_t* src, c
 }
 
 // ---- launchers ----
-void kvWrite(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots) {
-  const char* op = "kvWrite";
+void checkKvWrite(const char* op, const View& k, const View& v, const View& kCache, const View& vCache, const View& slots) {
   requireCuda(op, "k", k), requireCuda(op, "v", v), requireCuda(op, "kCache", kCache);
   requireCuda(op, "vCache", vCache), requireCuda(op, "slots", slots), requireI32(op, "slots", slots);
   requireFloatT(op, "k", k), requireFloatT(op, "kCache", kCache);
@@ -44,6 +91,10 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
   if (k.ndim != 3 || kCache.ndim != 4 || k.shape[1] != kCache.shape[2] || k.shape[2] != kCache.shape[3] ||
       slots.numel() != k.shape[0] || v.numel() != k.numel() || vCache.numel() != kCache.numel())
     fail(op, "k, v (T, Hk, D), caches (numPages, pageSize, Hk, D) and slots (T) disagree");
+}
+
+void kvWrite(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots) {
+  checkKvWrite("kvWrite", k, v, kCache, vCache, slots);
   int64_t T = k.shape[0];
   if (T == 0) return;
   int64_t rowElems = k.shape[1] * k.shape[2];
@@ -51,6 +102,27 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
                                                    slots.as<int32_t>(), rowElems, kCache.shape[0] * kCache.shape[1],
                                                    deviceErrorSlot());
   CUDA_CHECK_LAUNCH("kvWriteKernel");
+}
+
+// One launch (default), or with DL_ROPE_KV=split the two ops' own launches (the build before, for A/B timing and as
+// a fallback): the same bits either way.
+void ropeKvWrite(const View& q, const View& k, const View& v, const View& positions, const View& invFreq,
+                 const View& kCache, const View& vCache, const View& slots) {
+  const char* op = "ropeKvWrite";
+  checkRope(op, q, k, positions, invFreq);
+  checkKvWrite(op, k, v, kCache, vCache, slots);
+  static const bool split = [] {
+    const char* e = std::getenv("DL_ROPE_KV");
+    return e && std::string(e) == "split";
+  }();
+  if (split) return rope(q, k, positions, invFreq), kvWrite(k, v, kCache, vCache, slots);
+  const int64_t T = q.shape[0];
+  if (T == 0) return;
+  RopeKvArgs a{q.data, k.data, v.data, q.dtype, k.dtype, q.shape[1], k.shape[1], q.shape[2], positions.as<int32_t>(),
+               invFreq.as<float>(), kCache.data, vCache.data, kCache.dtype, slots.as<int32_t>(),
+               kCache.shape[0] * kCache.shape[1], deviceErrorSlot()};
+  ropeKvWriteKernel<<<unsigned(T), 256, 0, stream()>>>(a);
+  CUDA_CHECK_LAUNCH("ropeKvWriteKernel");
 }
 
 void pageCopy(const View& kCache, const View& vCache, const View& src, const View& dst) {

@@ -1,12 +1,12 @@
 // Rotary position embedding on the GPU, in place, HF rotate-half layout.
 #include "common.cuh"
+#include "rope_kv.cuh"
 
 namespace dl::gpu {
 
 // ---- kernels ----
 // q: (T, Hq, D) and k: (T, Hk, D) in place, one launch for both; positions: (T) i32; invFreq: (D/2) f32. One thread
-// per (t, head of q then k, i < D/2) rotates the pair (x[i], x[i + D/2]) by angle = positions[t] * invFreq[i] (f32
-// product; precise sincosf as the CPU's std::sin/cos).
+// per (t, head of q then k, i < D/2) rotates the pair (x[i], x[i + D/2]) (ropeRotate).
 __global__ void ropeKernel(void* q, DType qt, int64_t Hq, void* k, DType kt, int64_t Hk, int64_t T, int64_t D,
                            const int32_t* positions, const float* invFreq) {
   const int64_t half = D / 2, H = Hq + Hk, n = T * H * half;
@@ -16,18 +16,15 @@ __global__ void ropeKernel(void* q, DType qt, int64_t Hq, void* k, DType kt, int
     void* x = isQ ? q : k;
     const DType t = isQ ? qt : kt;
     const int64_t base = (tok * (isQ ? Hq : Hk) + (isQ ? h : h - Hq)) * D;
-    float angle = float(positions[tok]) * invFreq[i];
-    float s, c;
-    sincosf(angle, &s, &c);
-    float x1 = loadF(x, base + i, t), x2 = loadF(x, base + i + half, t);
-    storeF(x, base + i, t, x1 * c - x2 * s);
-    storeF(x, base + i + half, t, x2 * c + x1 * s);
+    float r1, r2;
+    ropeRotate(loadF(x, base + i, t), loadF(x, base + i + half, t), positions[tok], invFreq[i], r1, r2);
+    storeF(x, base + i, t, r1);
+    storeF(x, base + i + half, t, r2);
   }
 }
 
 // ---- launchers ----
-void rope(const View& q, const View& k, const View& positions, const View& invFreq) {
-  const char* op = "rope";
+void checkRope(const char* op, const View& q, const View& k, const View& positions, const View& invFreq) {
   requireCuda(op, "q", q), requireCuda(op, "k", k), requireCuda(op, "positions", positions);
   requireCuda(op, "invFreq", invFreq), requireI32(op, "positions", positions);
   requireFloatT(op, "q", q), requireFloatT(op, "k", k);
@@ -35,6 +32,10 @@ void rope(const View& q, const View& k, const View& positions, const View& invFr
   if (q.ndim != 3 || k.ndim != 3 || q.shape[2] % 2 || k.shape[2] != q.shape[2] || k.shape[0] != q.shape[0] ||
       positions.numel() != q.shape[0] || invFreq.numel() != q.shape[2] / 2)
     fail(op, "q (T, Hq, D), k (T, Hk, D), positions (T) and invFreq (D/2) disagree");
+}
+
+void rope(const View& q, const View& k, const View& positions, const View& invFreq) {
+  checkRope("rope", q, k, positions, invFreq);
   const int64_t n = q.shape[0] * (q.shape[1] + k.shape[1]) * (q.shape[2] / 2);
   if (n == 0) return;
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));

@@ -11,7 +11,7 @@
 #           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
 # Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark as the build before stop 15's launch cuts:
 # split-K and split-KV finished by second kernels, q | k | v as three GEMMs (DL_GEMM_REDUCE=kernel
-# DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
+# DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
@@ -43,9 +43,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   if [ $status -ne 0 ]; then
     # Triage: the same tests with stop 15's (written without a GPU) launch cuts switched back to the earlier launches.
     # Passing here points at one of them; bisect with one variable at a time (bench/CUDA_NOTES.md, Knobs).
-    if DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_PAD_DECODE=0 \
+    if DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0 \
       node node_modules/vitest/vitest.mjs run cuda.test > "$out/tests-fallbacks.log" 2>&1; then
-      echo "TRIAGE: the CUDA tests pass with DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_PAD_DECODE=0"
+      echo "TRIAGE: the CUDA tests pass with DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0"
     else
       echo "TRIAGE: the CUDA tests fail with the fallbacks too:"; grep -E "×|✗|FAIL" "$out/tests-fallbacks.log" | head -10
     fi
@@ -110,8 +110,8 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
   node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json --profile ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
   sed -n '/^# Single stream/,$p' "$out/gpu-bench.txt"
   if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with split-K finished by a second kernel (the build before fused finishing)
-    DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1
-    echo "## the same, DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-reduce-kernel.txt"
+    DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1
+    echo "## the same, DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-reduce-kernel.txt"
   fi
   node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda --max-tokens ${TP_MAX_TOKENS:-64} \
     ${TP_ARGS:-} > "$out/throughput.txt" 2>&1 || status=1

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { DType } from "../../ts/native/addonTypes.js";
 import { makeRng, randomF32, randomInts, refEmbedding, refRmsnorm, refRope, refSiluMul, roundBf16, shuffled, worstViolation } from "./reference.js";
-import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+import { bitsOf, disposeAll, ropeKvWriteMismatch, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
 const rng = makeRng(11);
@@ -170,6 +170,12 @@ describe("kvWrite and pageCopy (cpu)", () => {
       expect(vCache.readF32()).toEqual(expectV);
       disposeAll(kCache, vCache, k, v, slots, src, dst);
     }
+  });
+
+  it("ropeKvWrite gives rope then kvWrite bitwise (f32 and bf16 caches)", async () => {
+    for (const cache of ["f32", "bf16"] as DType[])
+      for (const shape of [{ T: 1, Hq: 2, Hk: 1, D: 8, pages: 3, pageSize: 4 }, { T: 9, Hq: 6, Hk: 2, D: 16, pages: 5, pageSize: 4 }])
+        expect(await ropeKvWriteMismatch(addon, "cpu", "f32", cache, shape, rng), `${cache} T=${shape.T}`).toBeUndefined();
   });
 
   it("rejects out-of-range slots and pages naming them, leaving the cache untouched", async () => {

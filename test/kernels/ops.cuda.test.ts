@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { DType } from "../../ts/native/addonTypes.js";
 import { refEmbedding, refLogSoftmax, refRmsnorm, refSample, refSiluMul, seedOf } from "./reference.js";
 import { addon, cpuHas, cudaUnavailable, disposeAll, ints, poisoned, rand, randInt, randn, relL2, roundTo, tensor } from "./cudaReference.js";
+import { ropeKvWriteMismatch } from "./tensors.js";
 
 afterEach(disposeAll);
 const dtypes: DType[] = ["bf16", "f32"];
@@ -68,6 +69,12 @@ describe.skipIf(!!cudaUnavailable)("elementwise ops (cuda)", () => {
       expect(relL2(emb.readF32(), refEmbedding(ids, table, C)), `embedding ${t}`).toBe(0);
       await expect(addon.ops.embedding({ ids: tensor("cuda", "i32", [2], [3, V]), table: tensor("cuda", t, [V, C], table), out: poisoned("cuda", t, [2, C]) })).rejects.toThrow(/token id 500 is out of range/);
     }
+  });
+
+  it("ropeKvWrite (one launch) gives rope then kvWrite bitwise", async () => {
+    for (const [dtype, cache] of [["bf16", "bf16"], ["f32", "f32"], ["f32", "bf16"]] as [DType, DType][])
+      for (const shape of [{ T: 1, Hq: 12, Hk: 2, D: 128, pages: 4, pageSize: 16 }, { T: 37, Hq: 9, Hk: 3, D: 64, pages: 8, pageSize: 16 }, { T: 5, Hq: 4, Hk: 4, D: 80, pages: 2, pageSize: 7 }])
+        expect(await ropeKvWriteMismatch(addon, "cuda", dtype, cache, shape, rand), `${dtype}/${cache} T=${shape.T} D=${shape.D}`).toBeUndefined();
   });
 
   it("kvWrite scatters into slots and pageCopy copies whole pages; bad slots are rejected", async () => {

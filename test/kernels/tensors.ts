@@ -45,3 +45,35 @@ export function blocksMismatch(plain: Float32Array, blocks: Float32Array, M: num
   for (let i = 0; i < b.length; i++) if (a[i] !== b[i]) return `element ${i}: ${blocks[i]} vs ${want[i]}`;
   return undefined;
 }
+
+/**
+ * ropeKvWrite against rope then kvWrite on `device`: the same random q, k, v, positions and slots through both, and
+ * q, k and both caches compared bitwise. Returns the first difference, or undefined.
+ */
+export async function ropeKvWriteMismatch(addon: Addon, device: DeviceKind, dtype: DType, cacheDtype: DType, shape: { T: number; Hq: number; Hk: number; D: number; pages: number; pageSize: number }, rand: () => number): Promise<string | undefined> {
+  const { T, Hq, Hk, D, pages, pageSize } = shape;
+  const values = (n: number) => Float32Array.from({ length: n }, () => 2 * rand() - 1);
+  const qv = values(T * Hq * D), kv = values(T * Hk * D), vv = values(T * Hk * D), cache = values(pages * pageSize * Hk * D);
+  const positions = Array.from({ length: T }, () => Math.floor(rand() * 4096));
+  const slots = Array.from({ length: pages * pageSize }, (_, i) => i).sort(() => rand() - 0.5).slice(0, T);
+  const invFreq = Float32Array.from({ length: D / 2 }, (_, i) => 10000 ** ((-2 * i) / D));
+  const run = async (fused: boolean) => {
+    const t = {
+      q: tensorOf(addon, device, dtype, [T, Hq, D], qv), k: tensorOf(addon, device, dtype, [T, Hk, D], kv), v: tensorOf(addon, device, dtype, [T, Hk, D], vv),
+      positions: tensorOf(addon, device, "i32", [T], positions), invFreq: tensorOf(addon, device, "f32", [D / 2], invFreq),
+      kCache: tensorOf(addon, device, cacheDtype, [pages, pageSize, Hk, D], cache), vCache: tensorOf(addon, device, cacheDtype, [pages, pageSize, Hk, D], cache),
+      slots: tensorOf(addon, device, "i32", [T], slots),
+    };
+    if (fused) await addon.ops.ropeKvWrite(t);
+    else await addon.ops.rope(t), await addon.ops.kvWrite(t);
+    const out = { q: t.q.readF32(), k: t.k.readF32(), kCache: t.kCache.readF32(), vCache: t.vCache.readF32() };
+    disposeAll(...Object.values(t));
+    return out;
+  };
+  const [a, b] = [await run(true), await run(false)];
+  for (const key of ["q", "k", "kCache", "vCache"] as const) {
+    const x = bitsOf(a[key]), y = bitsOf(b[key]);
+    for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return `${key}[${i}]: ${a[key][i]} fused vs ${b[key][i]}`;
+  }
+  return undefined;
+}

@@ -38,7 +38,7 @@ for (const device of devices) {
       profiled.forEach((r, i) => expect(Buffer.from(r.logits!.buffer).equals(Buffer.from(plain[i]!.logits!.buffer))).toBe(true));
       const entries = model.takeProfile();
       const by = new Map(entries.map((e) => [e.label, e]));
-      const perLayer = ["gemm.qkv", "rope", "kvWrite", "attention.decode", "attention.prefill", "gemm.o", "gemm.gateUp", "siluMul", "gemm.down"];
+      const perLayer = ["gemm.qkv", "ropeKvWrite", "attention.decode", "attention.prefill", "gemm.o", "gemm.gateUp", "siluMul", "gemm.down"];
       for (const label of perLayer) expect(by.get(label)?.calls, label).toBe(L);
       expect(by.get("rmsnorm")?.calls).toBe(2 * L);
       for (const label of ["plan", "meta.upload", "embedding", "finalNorm", "gemm.lmHead", "sample", "readback", "step.wall"])

@@ -51,6 +51,8 @@ export interface NativeOps {
   add(a: { a: NativeTensor; b: NativeTensor; out: NativeTensor }): Promise<void>;
   /** kCache/vCache[slots[t]] = k/v[t]; slot = page * pageSize + offset. */
   kvWrite(a: { k: NativeTensor; v: NativeTensor; kCache: NativeTensor; vCache: NativeTensor; slots: NativeTensor }): Promise<void>;
+  /** rope then kvWrite of the rotated k and v (one launch on the GPU; the same bits as the two ops). */
+  ropeKvWrite(a: { q: NativeTensor; k: NativeTensor; v: NativeTensor; positions: NativeTensor; invFreq: NativeTensor; kCache: NativeTensor; vCache: NativeTensor; slots: NativeTensor }): Promise<void>;
   /** Whole pages src[i] -> dst[i] in both caches. */
   pageCopy(a: { kCache: NativeTensor; vCache: NativeTensor; src: NativeTensor; dst: NativeTensor }): Promise<void>;
   /** One query per sequence, split-KV with kvSplits partitions merged by log-sum-exp. */
@@ -188,7 +190,7 @@ export interface NativeModelInfo {
 
 /**
  * One op's share of profiled steps: `calls` intervals summing to `ms` (CPU: host clock; CUDA: events on the stream).
- * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, rope, kvWrite,
+ * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, ropeKvWrite,
  * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, finalNorm, gemm.lmHead, sample,
  * readback; and step.wall, each profiled step's whole forward as its caller waited for it.
  */
