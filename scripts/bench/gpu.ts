@@ -1,6 +1,6 @@
 // Single-stream prefill and decode speed of the native model on CUDA, against the weight-streaming bound.
 //   node --import tsx scripts/bench/gpu.ts [--preset qwen2.5-1.5b] [--prompt-tokens 512,2048] [--decode-tokens 128]
-//     [--copy-gbs 2970] [--rounds 3] [--batches 1,16,64] [--split-ks 1,2,4,8] [--json] [--profile]
+//     [--copy-gbs 2970] [--rounds 3] [--batches 1,16,64,128] [--split-ks 1,2,4,8] [--json] [--profile]
 // The model is a seeded random model of the preset's shape (weights random, shapes exact) written to the temp dir
 // on first use. Decode: one token per forward (greedy, the sampled token fed back), every step synchronized and
 // read back to JS, as generate() runs; after a 128-token prompt. The bound: every weight byte read once per token
@@ -27,7 +27,7 @@ const { values } = parseArgs({
     "decode-tokens": { type: "string", default: "128" },
     "copy-gbs": { type: "string" },
     rounds: { type: "string", default: "3" },
-    batches: { type: "string", default: "1,16,64" },
+    batches: { type: "string", default: "1,16,64,128" },
     "split-ks": { type: "string", default: "1,2,4,8" },
     profile: { type: "boolean", default: false },
   },
