@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ModelTokenizer } from "../../ts/model/tokenizer.js";
+import { ByteLevelDetokenizer, IncrementalDetokenizer } from "../../ts/model/detokenizer.js";
+import { makeRng } from "../helpers/prng.js";
 import { readModelConfig } from "../../ts/model/config.js";
 import { readGenerationConfig } from "../../ts/model/generationConfig.js";
 import { byteLevelAlphabet } from "../../scripts/fixture/bpe.js";
@@ -129,6 +131,23 @@ describe("incremental detokenizer", () => {
     const pieces = stream(qwen, [lone, ...tail]);
     expect(pieces.join("")).toBe("\uFFFD and then some more words");
     expect(pieces.slice(0, -1).join("")).toContain("\uFFFD"); // not held until the end of the stream
+  });
+
+  it("streams byte-level tokens through one UTF-8 decoder where that is exactly decode (Qwen: no space clean-up)", () => {
+    expect(qwen.createDetokenizer()).toBeInstanceOf(ByteLevelDetokenizer);
+    expect(qwen.createDetokenizer({ windowed: true })).toBeInstanceOf(IncrementalDetokenizer);
+    expect(llama.createDetokenizer()).toBeInstanceOf(IncrementalDetokenizer); // clean_up_tokenization_spaces: true
+    // Random ids over the whole vocabulary: lone and split multi-byte characters, added and special tokens.
+    const rng = makeRng(7);
+    for (let round = 0; round < 300; round++) {
+      const ids = Array.from({ length: rng.int(1, 40) }, () => rng.int(0, qwen.vocabSize - 1));
+      for (const skipSpecialTokens of [true, false]) {
+        const d = qwen.createDetokenizer({ skipSpecialTokens });
+        const pieces = ids.map((id) => d.push(id));
+        pieces.push(d.flush());
+        expect(pieces.join(""), `round ${round} skip ${skipSpecialTokens}: ${ids}`).toBe(qwen.decode(ids, { skipSpecialTokens }));
+      }
+    }
   });
 
   it("leaves special tokens out of streamed text by default", () => {

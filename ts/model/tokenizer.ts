@@ -4,7 +4,7 @@
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ChatTemplate, loadChatTemplate, type ChatMessage, type ChatTemplateOptions } from "./chatTemplate.js";
-import { IncrementalDetokenizer, type DetokenizerOptions } from "./detokenizer.js";
+import { ByteLevelDetokenizer, IncrementalDetokenizer, type ByteLevelPieces, type DetokenizerOptions, type TokenPiece } from "./detokenizer.js";
 import { readJsonFile, readOptionalJsonFile } from "./jsonFile.js";
 import type { GenerationDefaults } from "./generationConfig.js";
 import type { ModelConfig } from "./config.js";
@@ -27,13 +27,18 @@ export class ModelTokenizer {
   /** Ids of added tokens marked special (eos, chat markers, ...). */
   readonly specialTokenIds: ReadonlySet<number>;
 
+  /** Set where streaming can take the byte-level fast path (exactly the tokenizer's decode): see byteLevelPieces. */
+  private readonly pieces: ByteLevelPieces | null;
+
   private constructor(
     private readonly hf: Tokenizer,
     tokenizerConfig: Record<string, unknown>,
     /** The model's chat template, or null for base models without one. */
     readonly chatTemplate: ChatTemplate | null,
     options: TokenizerLoadOptions,
+    tokenizerJson: Record<string, unknown> = {},
   ) {
+    this.pieces = byteLevelPieces(hf, tokenizerJson, tokenizerConfig);
     const vocab = hf.get_vocab(true);
     let maxId = -1;
     for (const id of vocab.values()) maxId = Math.max(maxId, id);
@@ -72,7 +77,7 @@ export class ModelTokenizer {
       throw new Error(`${jsonFile}: cannot build the tokenizer (${(e as Error).message})`);
     }
     const template = await loadChatTemplate(dir, tokenizerConfig);
-    return new ModelTokenizer(hf, tokenizerConfig, template, options);
+    return new ModelTokenizer(hf, tokenizerConfig, template, options, tokenizerJson as Record<string, unknown>);
   }
 
   /** Text -> ids. `addSpecialTokens` (default true) applies the tokenizer's post-processor, e.g. Llama 3's bos. */
@@ -94,8 +99,13 @@ export class ModelTokenizer {
     return this.hf.id_to_token(id);
   }
 
-  /** A streaming detokenizer: push ids as they are generated, get text that never splits a UTF-8 character. */
-  createDetokenizer(options: DetokenizerOptions = {}): IncrementalDetokenizer {
+  /**
+   * A streaming detokenizer: push ids as they are generated, get text that never splits a UTF-8 character. Byte-level
+   * tokenizers without space clean-up (Qwen, GPT-2 style) stream bytes through one UTF-8 decoder; the others re-decode
+   * a short window per token (`windowed` forces that path, for tests).
+   */
+  createDetokenizer(options: DetokenizerOptions & { windowed?: boolean } = {}): IncrementalDetokenizer | ByteLevelDetokenizer {
+    if (this.pieces && !options.windowed) return new ByteLevelDetokenizer(this.pieces, options);
     return new IncrementalDetokenizer(this, options);
   }
 
@@ -121,3 +131,51 @@ function tokenContent(raw: unknown): string | null {
   }
   return null;
 }
+
+// GPT-2's byte -> character table (bytes_to_unicode), inverted: what a byte-level token's characters stand for.
+const BYTE_OF_CHAR: ReadonlyMap<string, number> = (() => {
+  const bytes: number[] = [];
+  for (let b = 33; b <= 126; b++) bytes.push(b);
+  for (let b = 161; b <= 172; b++) bytes.push(b);
+  for (let b = 174; b <= 255; b++) bytes.push(b);
+  const chars = bytes.slice();
+  for (let b = 0, n = 0; b < 256; b++)
+    if (!bytes.includes(b)) bytes.push(b), chars.push(256 + n++);
+  return new Map(bytes.map((b, i) => [String.fromCharCode(chars[i]!), b]));
+})();
+
+/**
+ * Token pieces for ByteLevelDetokenizer, or null where streaming bytes would not give exactly what hf.decode gives:
+ * the decoder must be ByteLevel alone, with no clean-up of tokenization spaces (that rewrites text across token
+ * boundaries; @huggingface/tokenizers applies it unless tokenizer_config.json says false) and no end-of-word suffix.
+ * Mirrors hf.decode: special tokens (added tokens marked special, and additional_special_tokens) are dropped when
+ * skipping; added tokens decode as their text; other tokens map character by character through the byte table
+ * (a character outside it counts as byte 0, as the library's decoder does); unknown ids as the unk token, or nothing.
+ */
+function byteLevelPieces(hf: Tokenizer, json: Record<string, unknown>, config: Record<string, unknown>): ByteLevelPieces | null {
+  const decoder = json.decoder as { type?: string } | null | undefined;
+  const model = json.model as { end_of_word_suffix?: unknown; unk_token?: unknown } | undefined;
+  if (decoder?.type !== "ByteLevel" || config.clean_up_tokenization_spaces !== false || model?.end_of_word_suffix) return null;
+  const added = new Set<string>(), special = new Set<string>();
+  for (const t of (json.added_tokens as { content: string; special?: boolean }[] | undefined) ?? []) {
+    added.add(t.content);
+    if (t.special) special.add(t.content);
+  }
+  for (const t of (config.additional_special_tokens as unknown[] | undefined) ?? []) if (typeof t === "string") special.add(t);
+  const unk = typeof model?.unk_token === "string" ? model.unk_token : undefined;
+  const cache = new Map<number, { piece: TokenPiece; special: boolean }>();
+  const compute = (id: number): { piece: TokenPiece; special: boolean } => {
+    const token = (hf.id_to_token(id) as string | undefined) ?? unk;
+    if (token === undefined) return { piece: new Uint8Array(0), special: false };
+    const piece = added.has(token) ? token : Uint8Array.from(token, (ch) => BYTE_OF_CHAR.get(ch) ?? 0);
+    return { piece, special: special.has(token) };
+  };
+  return {
+    piece(id: number, skipSpecialTokens: boolean): TokenPiece {
+      let p = cache.get(id);
+      if (p === undefined) cache.set(id, (p = compute(id)));
+      return skipSpecialTokens && p.special ? null : p.piece;
+    },
+  };
+}
+
