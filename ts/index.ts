@@ -16,7 +16,7 @@ export type { ModelConfig } from "./model/config.js";
 export { openSafetensors } from "./model/safetensors.js";
 export { writeSafetensors } from "./model/safetensorsWriter.js";
 export { ModelTokenizer } from "./model/tokenizer.js";
-export { IncrementalDetokenizer } from "./model/detokenizer.js";
+export { ByteLevelDetokenizer, IncrementalDetokenizer } from "./model/detokenizer.js";
 export type { ChatMessage } from "./model/chatTemplate.js";
 
 // Engine: continuous batching over paged KV, fork/truncate, prefix cache, preemption, streaming, abort
