@@ -133,21 +133,38 @@ describe("incremental detokenizer", () => {
     expect(pieces.slice(0, -1).join("")).toContain("\uFFFD"); // not held until the end of the stream
   });
 
-  it("streams byte-level tokens through one UTF-8 decoder where that is exactly decode (Qwen: no space clean-up)", () => {
-    expect(qwen.createDetokenizer()).toBeInstanceOf(ByteLevelDetokenizer);
-    expect(qwen.createDetokenizer({ windowed: true })).toBeInstanceOf(IncrementalDetokenizer);
-    expect(llama.createDetokenizer()).toBeInstanceOf(IncrementalDetokenizer); // clean_up_tokenization_spaces: true
-    // Random ids over the whole vocabulary: lone and split multi-byte characters, added and special tokens.
+  it("streams byte-level tokens through one UTF-8 decoder, exactly decode's text (with and without space clean-up)", () => {
+    for (const tok of [qwen, llama]) {
+      expect(tok.createDetokenizer()).toBeInstanceOf(ByteLevelDetokenizer);
+      expect(tok.createDetokenizer({ windowed: true })).toBeInstanceOf(IncrementalDetokenizer);
+    }
+    // Random ids over the whole vocabulary (lone and split multi-byte characters, added and special tokens), and
+    // random runs of the tokens clean-up rewrites (Llama 3's tokenizer_config asks for it, Qwen's does not).
     const rng = makeRng(7);
-    for (let round = 0; round < 300; round++) {
-      const ids = Array.from({ length: rng.int(1, 40) }, () => rng.int(0, qwen.vocabSize - 1));
-      for (const skipSpecialTokens of [true, false]) {
-        const d = qwen.createDetokenizer({ skipSpecialTokens });
-        const pieces = ids.map((id) => d.push(id));
-        pieces.push(d.flush());
-        expect(pieces.join(""), `round ${round} skip ${skipSpecialTokens}: ${ids}`).toBe(qwen.decode(ids, { skipSpecialTokens }));
+    const cleanupIds = (tok: ModelTokenizer) => tok.encode(" . ? ! , ' n't 'm 's 've 're a  x 🙂 𝔘 中", { addSpecialTokens: false });
+    for (const tok of [qwen, llama]) {
+      const near = cleanupIds(tok);
+      for (let round = 0; round < 300; round++) {
+        const ids = Array.from({ length: rng.int(1, 40) }, () => (rng.next() < 0.5 ? rng.pick(near) : rng.int(0, tok.vocabSize - 1)));
+        for (const skipSpecialTokens of [true, false]) {
+          const d = tok.createDetokenizer({ skipSpecialTokens });
+          const pieces = ids.map((id) => d.push(id));
+          pieces.push(d.flush());
+          expect(pieces.join(""), `round ${round} skip ${skipSpecialTokens}: ${ids}`).toBe(tok.decode(ids, { skipSpecialTokens }));
+          for (const p of pieces.slice(0, -1)) expect(/[\uD800-\uDBFF]$/.test(p), "a piece ends inside a surrogate pair").toBe(false);
+        }
       }
     }
+  });
+
+  it("never cuts a surrogate pair while holding back text for the space clean-up", () => {
+    // One token per character after the emoji: the held tail "🙂cd" must not be cut between its two code units.
+    const ids = ["a", "b", "🙂", "c", "d", " e"].flatMap((s) => llama.encode(s, { addSpecialTokens: false }));
+    const d = llama.createDetokenizer();
+    const pieces = ids.map((id) => d.push(id));
+    pieces.push(d.flush());
+    expect(pieces.join("")).toBe("ab🙂cd e");
+    for (const p of pieces) expect(/[\uD800-\uDBFF]$|^[\uDC00-\uDFFF]/.test(p), JSON.stringify(pieces)).toBe(false);
   });
 
   it("leaves special tokens out of streamed text by default", () => {

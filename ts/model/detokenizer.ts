@@ -94,10 +94,31 @@ function commonPrefixLength(a: string, b: string): number {
  */
 export type TokenPiece = Uint8Array | string | null;
 
-/** A tokenizer whose decoding is byte-level without clean-up: ids map to pieces, and text is their UTF-8. */
+/** A byte-level tokenizer's decoding: ids map to pieces, text is their UTF-8, then perhaps the space clean-up. */
 export interface ByteLevelPieces {
   piece(id: number, skipSpecialTokens: boolean): TokenPiece;
+  /** decode removes spaces before punctuation and contractions (clean_up_tokenization_spaces). */
+  readonly cleanup: boolean;
 }
+
+/** @huggingface/tokenizers' clean_up_tokenization (what decode applies with clean_up_tokenization_spaces). */
+export function cleanUpTokenization(text: string): string {
+  return text
+    .replace(/ \./g, ".")
+    .replace(/ \?/g, "?")
+    .replace(/ !/g, "!")
+    .replace(/ ,/g, ",")
+    .replace(/ ' /g, "'")
+    .replace(/ n't/g, "n't")
+    .replace(/ 'm/g, "'m")
+    .replace(/ 's/g, "'s")
+    .replace(/ 've/g, "'ve")
+    .replace(/ 're/g, "'re");
+}
+
+// Every clean-up pattern is a space and at most three more characters, and only deletes spaces: text cut where its
+// last CLEANUP_REACH characters hold no space cleans up the same alone as joined to what follows.
+const CLEANUP_REACH = 3;
 
 /**
  * Streaming detokenization for byte-level BPE (GPT-2, Llama 3, Qwen): a token is a byte string, so the stream is one
@@ -107,6 +128,7 @@ export interface ByteLevelPieces {
  */
 export class ByteLevelDetokenizer extends StreamingDetokenizer {
   private readonly utf8 = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
+  private held = ""; // decoded text not emitted yet (clean-up may still rewrite it)
 
   constructor(
     private readonly pieces: ByteLevelPieces,
@@ -120,11 +142,33 @@ export class ByteLevelDetokenizer extends StreamingDetokenizer {
     if (p === null) return "";
     // An added token is decoded on its own, after whatever bytes came before it (an unfinished character among them
     // ends as U+FFFD, as in the tokenizer's decode).
-    if (typeof p === "string") return this.utf8.decode() + p;
-    return this.utf8.decode(p, { stream: true });
+    if (typeof p === "string") return this.emit(this.utf8.decode() + p, false);
+    return this.emit(this.utf8.decode(p, { stream: true }), false);
   }
 
   flush(): string {
-    return this.utf8.decode();
+    return this.emit(this.utf8.decode(), true);
+  }
+
+  /** With clean-up, holds back the tail it could still rewrite (and never splits a surrogate pair). */
+  private emit(text: string, final: boolean): string {
+    if (!this.pieces.cleanup) return text;
+    const all = this.held + text;
+    let cut = final ? all.length : all.length - CLEANUP_REACH;
+    while (!final && cut > 0) {
+      const space = all.lastIndexOf(" ", cut - 1);
+      if (space < 0 || space < cut - CLEANUP_REACH) break;
+      cut = space;
+    }
+    if (!final && cut > 0) {
+      const code = all.charCodeAt(cut - 1);
+      if (code >= 0xd800 && code <= 0xdbff) cut--;
+    }
+    if (cut <= 0) {
+      this.held = all;
+      return "";
+    }
+    this.held = all.slice(cut);
+    return cleanUpTokenization(all.slice(0, cut));
   }
 }

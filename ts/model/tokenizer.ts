@@ -101,8 +101,8 @@ export class ModelTokenizer {
 
   /**
    * A streaming detokenizer: push ids as they are generated, get text that never splits a UTF-8 character. Byte-level
-   * tokenizers without space clean-up (Qwen, GPT-2 style) stream bytes through one UTF-8 decoder; the others re-decode
-   * a short window per token (`windowed` forces that path, for tests).
+   * tokenizers (Qwen, Llama 3, GPT-2 style) stream bytes through one UTF-8 decoder; the others re-decode a short
+   * window per token (`windowed` forces that path, for tests).
    */
   createDetokenizer(options: DetokenizerOptions & { windowed?: boolean } = {}): IncrementalDetokenizer | ByteLevelDetokenizer {
     if (this.pieces && !options.windowed) return new ByteLevelDetokenizer(this.pieces, options);
@@ -146,8 +146,9 @@ const BYTE_OF_CHAR: ReadonlyMap<string, number> = (() => {
 
 /**
  * Token pieces for ByteLevelDetokenizer, or null where streaming bytes would not give exactly what hf.decode gives:
- * the decoder must be ByteLevel alone, with no clean-up of tokenization spaces (that rewrites text across token
- * boundaries; @huggingface/tokenizers applies it unless tokenizer_config.json says false) and no end-of-word suffix.
+ * the decoder must be ByteLevel alone, with no end-of-word suffix. Clean-up of tokenization spaces (on unless
+ * tokenizer_config.json says false) is applied by the detokenizer to text it holds back until no pattern can
+ * straddle the cut.
  * Mirrors hf.decode: special tokens (added tokens marked special, and additional_special_tokens) are dropped when
  * skipping; added tokens decode as their text; other tokens map character by character through the byte table
  * (a character outside it counts as byte 0, as the library's decoder does); unknown ids as the unk token, or nothing.
@@ -155,7 +156,7 @@ const BYTE_OF_CHAR: ReadonlyMap<string, number> = (() => {
 function byteLevelPieces(hf: Tokenizer, json: Record<string, unknown>, config: Record<string, unknown>): ByteLevelPieces | null {
   const decoder = json.decoder as { type?: string } | null | undefined;
   const model = json.model as { end_of_word_suffix?: unknown; unk_token?: unknown } | undefined;
-  if (decoder?.type !== "ByteLevel" || config.clean_up_tokenization_spaces !== false || model?.end_of_word_suffix) return null;
+  if (decoder?.type !== "ByteLevel" || model?.end_of_word_suffix) return null;
   const added = new Set<string>(), special = new Set<string>();
   for (const t of (json.added_tokens as { content: string; special?: boolean }[] | undefined) ?? []) {
     added.add(t.content);
@@ -171,6 +172,7 @@ function byteLevelPieces(hf: Tokenizer, json: Record<string, unknown>, config: R
     return { piece, special: special.has(token) };
   };
   return {
+    cleanup: config.clean_up_tokenization_spaces !== false, // the library's default is true
     piece(id: number, skipSpecialTokens: boolean): TokenPiece {
       let p = cache.get(id);
       if (p === undefined) cache.set(id, (p = compute(id)));
