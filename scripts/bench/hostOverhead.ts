@@ -1,0 +1,61 @@
+// The engine's host work per step, with the forward itself free: a model that answers every step at once, so the
+// time per step is what the JS thread spends between GPU steps (scheduling, inputs, outputs, detokenization, stop
+// checks). Requests as bench:determinism's offline batch (128 prompt + 128 generated tokens each), greedy.
+//   npm run bench:host -- [--batch 256] [--tokenizer DIR] [--rounds 2] [--json]
+// --tokenizer: a model folder whose tokenizer detokenizes the stream (default: the SmolLM-135M-shaped fixture of
+// the other benches, written on first use); each round runs the byte-level detokenizer and the windowed one.
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { Engine } from "../../ts/engine/engine.js";
+import type { EngineModel, ForwardBatch, ForwardResult } from "../../ts/engine/modelTypes.js";
+import { ModelTokenizer } from "../../ts/model/tokenizer.js";
+import { makeFixture, PRESETS } from "../make-fixture.js";
+
+const { values } = parseArgs({
+  options: {
+    batch: { type: "string", default: "256" },
+    tokenizer: { type: "string" },
+    rounds: { type: "string", default: "2" },
+    json: { type: "boolean", default: false },
+  },
+});
+const B = Number(values.batch), PROMPT = 128, MAX_TOKENS = 128;
+let dir = values.tokenizer;
+if (!dir) {
+  dir = join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");
+  if (!existsSync(join(dir, "config.json"))) await makeFixture({ ...PRESETS["smollm-135m"]!, out: dir, seed: 1 });
+}
+const tok = await ModelTokenizer.load(dir);
+
+async function msPerStep(windowed: boolean): Promise<{ steps: number; ms: number }> {
+  let steps = 0;
+  const model: EngineModel = {
+    numPages: B * 20, pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: 4096, eosTokenIds: [], device: "cuda",
+    async forward(b: ForwardBatch): Promise<ForwardResult[]> {
+      steps++;
+      return b.sequences.map((s) => ({ token: 300 + ((s.startPos * 7919) % 2000), logprob: -1 }));
+    },
+  };
+  const tokenizer = { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
+  const engine = new Engine({ models: { model, tokenizer }, maxBatchSeqs: B, maxBatchTokens: 1 << 16 });
+  const t0 = performance.now();
+  const prompt = (i: number) => Array.from({ length: PROMPT }, (_, j) => 300 + ((i * 31 + j) % 1000));
+  await Promise.all(Array.from({ length: B }, (_, i) => engine.submit({ prompt: prompt(i), maxTokens: MAX_TOKENS, ignoreEos: true }).result));
+  const ms = (performance.now() - t0) / steps;
+  await engine.dispose();
+  return { steps, ms };
+}
+
+const best = new Map<string, number>();
+for (let r = 0; r < Number(values.rounds); r++)
+  for (const windowed of [false, true]) {
+    const { ms } = await msPerStep(windowed);
+    const key = windowed ? "windowed" : "byte-level";
+    best.set(key, Math.min(best.get(key) ?? Infinity, ms));
+  }
+for (const [detokenizer, ms] of best) {
+  if (values.json) console.log(JSON.stringify({ batch: B, detokenizer, msPerStep: +ms.toFixed(3), tokenizer: dir }));
+  else console.log(`batch ${B}, ${detokenizer} detokenizer: ${ms.toFixed(3)} ms of host work per step (best of ${values.rounds})`);
+}
