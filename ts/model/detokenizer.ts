@@ -103,6 +103,7 @@ export interface ByteLevelPieces {
 
 /** @huggingface/tokenizers' clean_up_tokenization (what decode applies with clean_up_tokenization_spaces). */
 export function cleanUpTokenization(text: string): string {
+  if (!text.includes(" ")) return text; // every pattern starts with a space
   return text
     .replace(/ \./g, ".")
     .replace(/ \?/g, "?")
