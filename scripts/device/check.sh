@@ -30,7 +30,10 @@ if ! command -v node >/dev/null; then
 fi
 [ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz
 # The addon and bench harness packed by scripts/device/pack.sh (carried as .device/build.tar.xz: 4 MB, not 23).
-if [ -f .device/build.tar.xz ]; then tar -xJf .device/build.tar.xz; fi
+# Only over an older build (a local run after a rebuild keeps the rebuild).
+if [ -f .device/build.tar.xz ] && { [ ! -f build/Release/deliberate.node ] || [ .device/build.tar.xz -nt build/Release/deliberate.node ]; }; then
+  tar -xJf .device/build.tar.xz
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 if [ ! -f build/Release/deliberate.node ]; then node scripts/build-addon.mjs --force || exit 1; fi
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ ! -x build/bench_kernels ]; then bash scripts/device/build-bench.sh || exit 1; fi
