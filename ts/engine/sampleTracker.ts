@@ -16,8 +16,11 @@ export interface SampledToken {
 
 export class SampleTracker {
   readonly tokens: number[] = [];
-  private text = "";
-  private streamedChars = 0;
+  // The text so far is streamed.join("") + tail: what was streamed, and what is not yet (at least the hold-back).
+  // Stop strings can only end in the tail, so no step touches the whole text (a long reasoning trace made
+  // text.slice / indexOf on one growing string cost O(length) per token).
+  private readonly streamed: string[] = [];
+  private tail = "";
   private readonly logprobs: TokenLogprob[] | undefined;
   private hidden: Float32Array | undefined;
   private readonly holdBackChars: number;
@@ -40,7 +43,7 @@ export class SampleTracker {
 
   /** Adds one sampled token; returns the delta to stream (with finishReason set if this token ended the sample). */
   add(s: SampledToken): StreamDelta {
-    const textBefore = this.text.length;
+    const tailBefore = this.tail.length;
     this.tokens.push(s.token);
     if (s.hidden) this.hidden = s.hidden;
     let logprob: TokenLogprob | undefined;
@@ -54,13 +57,13 @@ export class SampleTracker {
     if (this.params.stopTokenIds.has(s.token) || (!this.params.ignoreEos && this.eosTokenIds.has(s.token))) {
       this.finishReason = "stop";
       this.stoppedBy = s.token;
-      if (this.detokenizer) this.text += this.detokenizer.flush();
+      if (this.detokenizer) this.tail += this.detokenizer.flush();
     } else if (this.detokenizer) {
-      this.text += this.detokenizer.push(s.token);
-      this.checkStopStrings(textBefore);
+      this.tail += this.detokenizer.push(s.token);
+      this.checkStopStrings(tailBefore);
       if (!this.finished && this.tokens.length >= this.params.maxTokens) {
-        this.text += this.detokenizer.flush();
-        this.checkStopStrings(textBefore);
+        this.tail += this.detokenizer.flush();
+        this.checkStopStrings(tailBefore);
       }
     }
     if (!this.finished && this.tokens.length >= this.params.maxTokens) this.finishReason = "length";
@@ -81,7 +84,7 @@ export class SampleTracker {
     const out: SampleOutput = {
       index: this.index,
       tokens: this.tokens.slice(),
-      text: this.text,
+      text: this.streamed.join("") + this.tail,
       finishReason: this.finishReason ?? "aborted",
     };
     if (this.stoppedBy !== undefined) out.stoppedBy = this.stoppedBy;
@@ -90,27 +93,31 @@ export class SampleTracker {
     return out;
   }
 
-  /** A stop string can only end inside text added since `from`, so search from holdBack chars before it. */
+  /**
+   * A stop string can only end inside text added since tail offset `from`, so search from holdBack chars before it
+   * (still inside the tail: every add leaves at least holdBack characters unstreamed).
+   */
   private checkStopStrings(from: number): void {
     const searchFrom = Math.max(0, from - this.holdBackChars);
     let cut = -1;
     for (const stop of this.params.stop) {
-      const at = this.text.indexOf(stop, searchFrom);
+      const at = this.tail.indexOf(stop, searchFrom);
       if (at >= 0 && (cut < 0 || at < cut)) {
         cut = at;
         this.stoppedBy = stop;
       }
     }
     if (cut >= 0) {
-      this.text = this.text.slice(0, cut);
+      this.tail = this.tail.slice(0, cut);
       this.finishReason = "stop";
     }
   }
 
   private takeStreamableText(): string {
-    const end = this.finished ? this.text.length : Math.max(this.streamedChars, this.text.length - this.holdBackChars);
-    const out = this.text.slice(this.streamedChars, end);
-    this.streamedChars = end;
+    const end = this.finished ? this.tail.length : Math.max(0, this.tail.length - this.holdBackChars);
+    const out = this.tail.slice(0, end);
+    if (out) this.streamed.push(out);
+    this.tail = this.tail.slice(end);
     return out;
   }
 }
