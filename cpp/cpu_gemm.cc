@@ -299,18 +299,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
 void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1, int64_t cut2,
                 int64_t rows, int64_t row0) {
   checkGemmBlocks(x, w, y, cut1, cut2, rows, row0);
-  const int64_t M = x.shape[0], N = w.shape[0], K = w.shape[1];
-  const int64_t cuts[4] = {0, cut1, cut2, N};
-  for (int j = 0; j < 3; j++) {
-    const int64_t c = cuts[j], n = cuts[j + 1] - c;
-    if (n == 0) continue;
-    View wj = w, bj = bias, yj = y;
-    wj.data = static_cast<char*>(w.data) + c * K * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
-    if (bias) bj.data = static_cast<char*>(bias.data) + c * int64_t(dtypeSize(bias.dtype)), bj.ndim = 1, bj.shape[0] = n;
-    yj.data = static_cast<char*>(y.data) + (rows * c + row0 * n) * int64_t(dtypeSize(y.dtype));
-    yj.ndim = 2, yj.shape[0] = M, yj.shape[1] = n;
-    gemm(x, wj, bj, yj, splitK);
-  }
+  forEachGemmBlock(x, w, bias, y, cut1, cut2, rows, row0, [&](const View& wj, const View& bj, const View& yj) { gemm(x, wj, bj, yj, splitK); });
 }
 
 }  // namespace dl::cpu

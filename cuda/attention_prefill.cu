@@ -30,6 +30,36 @@ struct PrefillArgs {
   DeviceErrorSlot* err;
 };
 
+// The (sequence, KV head, tile) a CTA of either prefill kernel serves: grid = (tilesPerSeq, Hk, B), rows r in
+// [0, rows) are (query token tok0 + r / G, query head kvh * G + r % G).
+struct PrefillTile {
+  int b, kvh, qBegin, qLen, kvLen, tok0, rows, maxPos;  // maxPos: the tile's last query position
+  // Row of q / out (in units of a head) of tile row r.
+  __device__ int64_t qRow(const PrefillArgs& a, int r) const {
+    return int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
+  }
+  // Position of tile row r's query, -1 for a padding row.
+  __device__ int pos(const PrefillArgs& a, int r) const { return r < rows ? kvLen - qLen + tok0 + r / a.G : -1; }
+};
+
+// False when this CTA has no rows (its tile is past the sequence's queries, or the sequence is bad: reported once).
+__device__ __forceinline__ bool prefillTile(const PrefillArgs& a, PrefillTile& t) {
+  const int tile = blockIdx.x, first = tile == 0 && blockIdx.y == 0 && threadIdx.x == 0;
+  t.b = blockIdx.z, t.kvh = blockIdx.y;
+  t.qBegin = a.qIndptr[t.b], t.qLen = a.qIndptr[t.b + 1] - t.qBegin, t.kvLen = seqTokens(a.kv, t.b);
+  t.tok0 = tile * a.tokensPerTile;
+  if (t.tok0 >= t.qLen) return false;
+  if (t.qLen > t.kvLen) {
+    if (first) reportDeviceError(a.err, DeviceErrorCode::seqLength, t.kvLen, t.qLen);
+    return false;
+  }
+  if (first && t.qLen > a.maxQueryLen) reportDeviceError(a.err, DeviceErrorCode::queryLength, t.qLen, a.maxQueryLen);
+  const int tokEnd = min(t.qLen, t.tok0 + a.tokensPerTile);
+  t.rows = (tokEnd - t.tok0) * a.G;
+  t.maxPos = t.kvLen - t.qLen + tokEnd - 1;
+  return true;
+}
+
 // ---- kernels ----
 
 // grid = (tilesPerSeq, Hk, B); 128 threads; warp w owns rows [16w, 16w + 16), row r = (token r / G, head r % G).
@@ -46,26 +76,14 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
   float* sP = sV + kKeys * D;          // warps x kKeys x kRowsPerWarp probabilities
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tile = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-  const int qBegin = a.qIndptr[b], qLen = a.qIndptr[b + 1] - qBegin, kvLen = seqTokens(a.kv, b);
-  const int tok0 = tile * a.tokensPerTile;
-  if (tok0 >= qLen) return;
-  if (qLen > kvLen) {
-    if (tid == 0 && tile == 0 && kvh == 0) reportDeviceError(a.err, DeviceErrorCode::seqLength, kvLen, qLen);
-    return;
-  }
-  if (tile == 0 && kvh == 0 && tid == 0 && qLen > a.maxQueryLen)
-    reportDeviceError(a.err, DeviceErrorCode::queryLength, qLen, a.maxQueryLen);
-  const int tokEnd = min(qLen, tok0 + a.tokensPerTile), rows = (tokEnd - tok0) * a.G;
-  const int maxPos = kvLen - qLen + tokEnd - 1;
+  PrefillTile pt;
+  if (!prefillTile(a, pt)) return;
+  const int b = pt.b, kvh = pt.kvh, kvLen = pt.kvLen, rows = pt.rows, maxPos = pt.maxPos;
 
   for (int e = tid; e < kRows * D; e += kThreads) {
     int r = e / D, d = e % D;
     float v = 0.f;
-    if (r < rows && d < Dg) {
-      int64_t qRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
-      v = loadF(a.q, qRow * Dg + d, a.qt) * a.scaleLog2;
-    }
+    if (r < rows && d < Dg) v = loadF(a.q, pt.qRow(a, r) * Dg + d, a.qt) * a.scaleLog2;
     sQ[e] = v;
   }
 
@@ -74,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; i++) {
     int r = warp * kRowsPerWarp + i;
-    pos[i] = r < rows ? kvLen - qLen + tok0 + r / a.G : -1;
+    pos[i] = pt.pos(a, r);
     m[i] = -INFINITY, l[i] = 0.f;
 #pragma unroll
     for (int e = 0; e < DL; e++) acc[i][e] = 0.f;
@@ -146,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
   for (int i = 0; i < kRowsPerWarp; i++) {
     int r = warp * kRowsPerWarp + i;
     if (r >= rows) continue;
-    int64_t oRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
+    const int64_t oRow = pt.qRow(a, r);
 #pragma unroll
     for (int e = 0; e < DL; e++)
       if (lane * DL + e < Dg) storeF(a.out, oRow * Dg + lane * DL + e, a.ot, l[i] > 0.f ? acc[i][e] / l[i] : 0.f);
@@ -180,18 +198,9 @@ __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
   uint16_t* sK = sQ + kRows * D;         // 2 x kMmaKeys x D
   uint16_t* sV = sK + 2 * kMmaKeys * D;  // 2 x kMmaKeys x D
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tile = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-  const int qBegin = a.qIndptr[b], qLen = a.qIndptr[b + 1] - qBegin, kvLen = seqTokens(a.kv, b);
-  const int tok0 = tile * a.tokensPerTile;
-  if (tok0 >= qLen) return;
-  if (qLen > kvLen) {
-    if (tid == 0 && tile == 0 && kvh == 0) reportDeviceError(a.err, DeviceErrorCode::seqLength, kvLen, qLen);
-    return;
-  }
-  if (tile == 0 && kvh == 0 && tid == 0 && qLen > a.maxQueryLen)
-    reportDeviceError(a.err, DeviceErrorCode::queryLength, qLen, a.maxQueryLen);
-  const int tokEnd = min(qLen, tok0 + a.tokensPerTile), rows = (tokEnd - tok0) * a.G;
-  const int maxPos = kvLen - qLen + tokEnd - 1, nChunks = maxPos / kMmaKeys + 1;
+  PrefillTile pt;
+  if (!prefillTile(a, pt)) return;
+  const int b = pt.b, kvh = pt.kvh, kvLen = pt.kvLen, rows = pt.rows, nChunks = pt.maxPos / kMmaKeys + 1;
   const uint16_t* Q = static_cast<const uint16_t*>(a.q);
   const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
   const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
   for (int e = tid; e < kRows * CH; e += kThreads) {
     const int r = e / CH, c = e % CH;
     const bool ok = r < rows;
-    const int64_t qRow = ok ? int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G : 0;
+    const int64_t qRow = ok ? pt.qRow(a, r) : 0;
     mma::cpAsync16(sQ + swzD<D>(r, c), Q + qRow * D + c * 8, ok ? 16 : 0);
   }
   auto loadChunk = [&](int stage, int k0) {
@@ -220,7 +229,7 @@ __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     const int r = warp * 16 + g + 8 * i;
-    pos[i] = r < rows ? kvLen - qLen + tok0 + r / a.G : -1;
+    pos[i] = pt.pos(a, r);
   }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
@@ -311,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
   for (int i = 0; i < 2; i++) {
     const int r = warp * 16 + g + 8 * i;
     if (r >= rows) continue;
-    const int64_t oRow = int64_t(qBegin + tok0 + r / a.G) * a.Hq + kvh * a.G + r % a.G;
+    const int64_t oRow = pt.qRow(a, r);
     const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
 #pragma unroll
     for (int j = 0; j < D / 8; j++) {

@@ -324,18 +324,9 @@ void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, i
     return e && std::string(e) == "split";
   }();
   if (!split) return run("gemmBlocks", x, w, bias, y, splitK, cut1, cut2, rows, row0);
-  const int64_t M = x.shape[0], N = w.shape[0], K = w.shape[1];
-  const int64_t cuts[4] = {0, cut1, cut2, N};
-  for (int j = 0; j < 3; j++) {
-    const int64_t c = cuts[j], n = cuts[j + 1] - c;
-    if (n == 0) continue;
-    View wj = w, bj = bias;
-    wj.data = static_cast<char*>(w.data) + c * K * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
-    if (bias) bj.data = static_cast<char*>(bias.data) + c * int64_t(dtypeSize(bias.dtype)), bj.ndim = 1, bj.shape[0] = n;
-    View yj = y;
-    yj.data = static_cast<char*>(y.data) + (rows * c + row0 * n) * int64_t(dtypeSize(y.dtype));
-    run("gemmBlocks", x, wj, bj, yj, splitK, n, n, M, 0);
-  }
+  forEachGemmBlock(x, w, bias, y, cut1, cut2, rows, row0, [&](const View& wj, const View& bj, const View& yj) {
+    run("gemmBlocks", x, wj, bj, yj, splitK, wj.shape[0], wj.shape[0], x.shape[0], 0);
+  });
 }
 
 }  // namespace dl::gpu
