@@ -3,7 +3,8 @@
 // Reduction schedule (the contract of kernels.h): K is cut into splitK partitions on multiples of kPartK = 64,
 // partition s = k-tiles [s*T/splitK, (s+1)*T/splitK) of the T = ceil(K/64) tiles. Inside a partition every
 // output is accumulated by one chain of mma.sync m16n8k16 (or FMAs on the SIMT path) in ascending k; partitions
-// are added in order 0..splitK-1 by a second kernel (never atomics), then the bias. The tile shape (chosen from M)
+// are added in order 0..splitK-1 (never atomics) by the last CTA of each output tile to finish (an atomic arrival
+// count decides which; DL_GEMM_REDUCE=kernel: by a second kernel), then the bias. The tile shape (chosen from M)
 // changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK) only.
 // On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps; they are
 // opt-in (DL_GEMM_WGMMA=1, see wgmmaConfig) until an H100 run shows their bits equal these kernels'.

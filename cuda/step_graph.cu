@@ -6,8 +6,10 @@
 // in thread-local mode, so other threads' work on the backend stream never lands in the graph; the graph is then
 // launched on the backend stream, so it is ordered with every other op exactly like the eager launches it replaces
 // (the split workspace included). A graph is only replayed while the workspace and split-counter buffers it baked in
-// are current.
+// are current, and it is launched under the workspace lock: another thread (a second model's forward) growing the
+// buffers frees the old ones, which must not happen between checking them and the launch.
 #include <map>
+#include <mutex>
 #include "check.cuh"
 #include "gpu_runtime.h"
 
@@ -17,8 +19,7 @@ namespace dl::gpu {
 // they are): runtime.cu redirects this thread's stream() while it captures; workspace.cu's current buffer, which
 // changes when it grows, so a graph that baked in an older one must not be replayed.
 void setCaptureStream(cudaStream_t s);
-const void* workspaceBuffer();
-const void* countersBuffer();
+std::unique_lock<std::mutex> currentBuffers(const void*& work, const void*& count);
 
 struct StepGraphs::Impl {
   struct Entry {
@@ -49,8 +50,10 @@ StepGraphs::~StepGraphs() {
 }
 
 bool StepGraphs::run(std::vector<int64_t> key, const std::function<void()>& enqueue) {
-  key.push_back(int64_t(reinterpret_cast<uintptr_t>(workspaceBuffer())));
-  key.push_back(int64_t(reinterpret_cast<uintptr_t>(countersBuffer())));
+  const void *work = nullptr, *count = nullptr;
+  std::unique_lock<std::mutex> buffers = currentBuffers(work, count);
+  key.push_back(int64_t(reinterpret_cast<uintptr_t>(work)));
+  key.push_back(int64_t(reinterpret_cast<uintptr_t>(count)));
   if (impl_->entries.size() >= kMaxEntries && !impl_->entries.count(key)) impl_->clear();
   Impl::Entry& e = impl_->entries[key];
   if (e.exec) {
@@ -58,6 +61,7 @@ bool StepGraphs::run(std::vector<int64_t> key, const std::function<void()>& enqu
     return true;
   }
   if (e.eagerOnly || e.seen++ == 0) return false;
+  buffers.unlock();  // the capture's ops take the workspace themselves
 
   if (!impl_->capture) CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->capture, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamBeginCapture(impl_->capture, cudaStreamCaptureModeThreadLocal));
@@ -79,6 +83,11 @@ bool StepGraphs::run(std::vector<int64_t> key, const std::function<void()>& enqu
     e.eagerOnly = true;
     return false;
   }
+  // Launch only over the buffers the key names (a capture that grew them, or another thread's growth since, leaves
+  // this graph unreachable under its key: it is dropped with the others at the next clear).
+  const void *workNow = nullptr, *countNow = nullptr;
+  buffers = currentBuffers(workNow, countNow);
+  if (workNow != work || countNow != count) return false;
   CUDA_CHECK(cudaGraphLaunch(e.exec, stream()));
   return true;
 }

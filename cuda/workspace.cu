@@ -14,14 +14,12 @@ size_t capacity = 0;
 static int* counters = nullptr;
 static size_t counterCapacity = 0;
 
-const void* workspaceBuffer() {
-  std::lock_guard<std::mutex> lock(mu);
-  return buffer;
-}
-// The counters buffer now (a CUDA graph that baked in an older one must not be replayed: cuda/step_graph.cu).
-const void* countersBuffer() {
-  std::lock_guard<std::mutex> lock(mu);
-  return counters;
+// The buffers as they are now, and the lock that keeps them so (cuda/step_graph.cu: a graph that baked in older ones
+// must not be replayed, and another thread's growth must not free them between reading them and the launch).
+std::unique_lock<std::mutex> currentBuffers(const void*& work, const void*& count) {
+  std::unique_lock<std::mutex> lock(mu);
+  work = buffer, count = counters;
+  return lock;
 }
 
 int* splitCounters(size_t n) {
