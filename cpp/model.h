@@ -68,7 +68,7 @@ class Model {
   void validate(const BatchInput& b) const;
   // Runs on a worker thread; the caller holds mu. A decode-only step may be padded to its batch-size bucket with
   // rows on the scratch page (decodeBucket) so that its CUDA graph serves every batch size of the bucket.
-  std::vector<SeqOutput> forward(const BatchInput& b);
+  std::vector<SeqOutput> forward(BatchInput& b);  // may add decode pad rows for the step; b is as given on return
   void copyPages(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
   // Throws unless every weight has been set.
   void requireWeights() const;

@@ -245,17 +245,26 @@ int64_t Model::decodeBucket(const BatchInput& b) const {
   return bucket > n ? bucket : 0;
 }
 
-std::vector<SeqOutput> Model::forward(const BatchInput& b) {
+std::vector<SeqOutput> Model::forward(BatchInput& b) {
   const int64_t bucket = decodeBucket(b);
   if (bucket == 0) return forwardStep(b);
-  BatchInput padded = b;
   SeqInput pad;
   pad.tokens = {0};
   pad.startPos = 0;
   pad.blockTable = {kv.numPages};  // the scratch page
-  padded.seqs.resize(size_t(bucket), pad);
-  std::vector<SeqOutput> out = forwardStep(padded);
-  out.resize(b.seqs.size());
+  const size_t n = b.seqs.size();
+  // The pad rows go on the caller's batch and come off again, also on a throw (copying a 256-row batch's block
+  // tables every step, ~2 MB at 2k pages each, would cost more host time than the rest of the step's parse).
+  b.seqs.resize(size_t(bucket), pad);
+  std::vector<SeqOutput> out;
+  try {
+    out = forwardStep(b);
+  } catch (...) {
+    b.seqs.resize(n);
+    throw;
+  }
+  b.seqs.resize(n);
+  out.resize(n);
   return out;
 }
 

@@ -30,7 +30,7 @@ struct SampleDev {
 
 __device__ __forceinline__ float logitAt(const float* x, int i) {
   float v = x[i];
-  return isnan(v) ? -INFINITY : v;
+  return isnan(v) ? -INFINITY : v + 0.0f;  // -0 -> +0: the keys below would rank -0 under +0, the CPU ties them
 }
 __device__ __forceinline__ uint32_t orderKey(float f) {
   uint32_t u = __float_as_uint(f);

@@ -130,6 +130,19 @@ describe.skipIf(!!cudaUnavailable)("sample (cuda)", () => {
     if (cpu) expect(gpu.tokens).toEqual(cpu.tokens);
   });
 
+  it("ties -0 and +0 as the CPU does (lower id first)", async () => {
+    const V = 8, B = 2, numTop = 3;
+    const row = [-1, -0, -2, -3, -4, 0, -5, -6];
+    const run = async (device: "cpu" | "cuda") => {
+      const out = { tokens: poisoned(device, "i32", [B]), logprobs: poisoned(device, "f32", [B]), topIds: poisoned(device, "i32", [B, numTop]), topLogprobs: poisoned(device, "f32", [B, numTop]) };
+      await addon.ops.sample({ logits: tensor(device, "f32", [B, V], [...row, ...row]), temperature: tensor(device, "f32", [B], [0, 1]), topK: tensor(device, "i32", [B], [0, 1]), topP: tensor(device, "f32", [B], [1, 1]), seeds: tensor(device, "i32", [B, 2], [1, 2, 3, 4]), positions: tensor(device, "i32", [B], [0, 0]), ...out });
+      return { tokens: ints(out.tokens), topIds: ints(out.topIds) };
+    };
+    const [gpu, cpu] = [await run("cuda"), await run("cpu")];
+    expect(cpu.tokens).toEqual([1, 1]);
+    expect(gpu).toEqual(cpu);
+  });
+
   it("depends on (seed, position), not on the batch slot", async () => {
     const V = 3000, logits = randn(V, 2), B = 4;
     const rows = new Float32Array(B * V);

@@ -83,6 +83,15 @@ describe("sample (cpu)", () => {
     expect(got.topIds).toEqual([1, 3, 4, 2]);
   });
 
+  it("ties -0 and +0 (lower id first), for greedy, top-k 1 and the top logprobs", async () => {
+    const logits = Float32Array.from([-1, -0, -2, 0, -3]);
+    const greedy = await sample(logits, 5, [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }], 3);
+    expect(greedy.tokens).toEqual([1]);
+    expect(greedy.topIds).toEqual([1, 3, 0]);
+    const k1 = await sample(logits, 5, [{ temperature: 1, topK: 1, topP: 1, seedLow: 5, seedHigh: 6, position: 7 }]);
+    expect(k1.tokens).toEqual([1]);
+  });
+
   it("gives a row the same token whatever its batch slot and neighbours", async () => {
     const V = 300;
     const target = randomF32(rng, V, 3);
