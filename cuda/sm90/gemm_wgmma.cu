@@ -34,18 +34,28 @@ __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
 __device__ __forceinline__ void mbarExpectTx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
 }
-// Blocks until the phase with parity `phase` has completed. A wait that lasts seconds is a protocol bug (this kernel
-// was written without a GPU to run it on): trap, so the launch fails with an error instead of hanging the process
-// and the session's GPU time; every later CUDA call then reports that error.
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+// Blocks until the phase with parity `phase` has completed. A wait of 2 s is a protocol bug (this kernel was written
+// without a GPU to run it on): trap, so the launch fails with an error instead of hanging the process and the
+// session's GPU time; every later CUDA call then reports that error. Timed on the global clock, not by counting
+// polls: each failed try_wait may suspend the thread for a hardware-chosen while.
 __device__ __forceinline__ void mbarWait(uint64_t* bar, int phase) {
   uint32_t done = 0;
+  uint64_t start = 0;
   for (uint32_t polls = 0; !done; polls++) {
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(smemAddr(bar)), "r"(phase)
         : "memory");
-    if (!done && polls > (1u << 26)) __trap();  // try_wait itself blocks for a while per poll: this is seconds
+    if (done || (polls & 255) != 255) continue;
+    const uint64_t now = globalTimerNs();
+    if (start == 0) start = now;
+    else if (now - start > 2000000000ull) __trap();
   }
 }
 // A box of the 2-D tensor map at (c0 = k, c1 = row) into shared memory; out-of-range elements land as zeros and
@@ -60,6 +70,7 @@ __device__ __forceinline__ void tmaLoad(void* dst, const CUtensorMap* map, uint6
 __device__ __forceinline__ void wgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgWaitOne() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
@@ -130,6 +141,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
 #pragma unroll
   for (int j = 0; j < BN / 8; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.f;
 
+  // One stage's wgmmas stay in flight while the next stage's are issued (wgmmas on one accumulator run in issue
+  // order, so the chain is still ascending k); a stage is released once the group that read it has completed.
   for (int kt = 0; kt < nk; kt++) {
     const int s = kt % STAGES;
     mbarWait(&full[s], (kt / STAGES) & 1);
@@ -139,9 +152,11 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) wg::mma<BN>(d, smemDesc(tA + kk * 16), smemDesc(tB + kk * 16));  // ascending k
     wgCommit();
-    wgWaitAll();
-    if (t == 0) mbarArrive(&empty[s]);
+    wgWaitOne();  // the previous stage's group is done
+    if (kt > 0 && t == 0) mbarArrive(&empty[(kt - 1) % STAGES]);
   }
+  wgWaitAll();
+  if (nk > 0 && t == 0) mbarArrive(&empty[(nk - 1) % STAGES]);
 
   // Epilogue: stage the f32 tile in the (now idle) ring, then store it row by row through the shared storePair
   // (bias, dtype, split-K partials). Both consumer warpgroups must be done reading the ring first.
