@@ -152,10 +152,14 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
       for (int i4 = 0; i4 < kRowsPerWarp; i4 += 4) {
         float4 p4 = *reinterpret_cast<const float4*>(P + kk * kRowsPerWarp + i4);
         float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+        // Keys past a row's position are skipped, not added as 0 * v: in a longer verify window they are real values
+        // (an inf or nan there would poison the row, and 0 * v can turn a -0 sum into +0), in a shorter one zeros,
+        // and a position's bits must not depend on the window around it.
 #pragma unroll
         for (int i = 0; i < 4; i++)
+          if (k0 + kk <= pos[i4 + i])
 #pragma unroll
-          for (int e = 0; e < DL; e++) acc[i4 + i][e] = fmaf(pv[i], v[e], acc[i4 + i][e]);
+            for (int e = 0; e < DL; e++) acc[i4 + i][e] = fmaf(pv[i], v[e], acc[i4 + i][e]);
       }
     }
   }

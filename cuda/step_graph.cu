@@ -83,11 +83,16 @@ bool StepGraphs::run(std::vector<int64_t> key, const std::function<void()>& enqu
     e.eagerOnly = true;
     return false;
   }
-  // Launch only over the buffers the key names (a capture that grew them, or another thread's growth since, leaves
-  // this graph unreachable under its key: it is dropped with the others at the next clear).
+  // Launch only over the buffers the key names. If they grew during the capture (another thread's forward), the
+  // graph may have baked in the new ones under the old addresses' key, and cudaMalloc may hand an old address out
+  // again later: drop it.
   const void *workNow = nullptr, *countNow = nullptr;
   buffers = currentBuffers(workNow, countNow);
-  if (workNow != work || countNow != count) return false;
+  if (workNow != work || countNow != count) {
+    (void)cudaGraphExecDestroy(e.exec);
+    impl_->entries.erase(key);
+    return false;
+  }
   CUDA_CHECK(cudaGraphLaunch(e.exec, stream()));
   return true;
 }
