@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
     for (int e = 0; e < DL; e++) acc[i][e] = 0.f;
   }
   float* P = sP + warp * kKeys * kRowsPerWarp;
+  const bool active = warp * kRowsPerWarp < rows;  // warp-uniform
 
   for (int k0 = 0; k0 <= maxPos; k0 += kKeys) {
     __syncthreads();  // previous chunk's readers are done (and sQ is written, first time round)
@@ -112,6 +113,8 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
       sV[kk * D + d] = kvV;
     }
     __syncthreads();
+    // A warp whose rows are all padding (a tile of few rows: a 1-token fixed row uses G of the 64) only helps load.
+    if (!active) continue;
 
     float s[kRowsPerWarp];
 #pragma unroll
