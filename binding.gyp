@@ -24,7 +24,7 @@
           "rules": [{
             "rule_name": "nvcc",
             "extension": "cu",
-            "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -e \"console.log(require('fs').readdirSync('cuda').filter(f=>f.endsWith('.cuh')||f.endsWith('.h')).map(f=>'cuda/'+f).join(' '))\")", "cpp/kernels.h", "cpp/common.h"],
+            "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -e \"console.log(require('fs').readdirSync('cuda').filter(f=>f.endsWith('.cuh')||f.endsWith('.h')).map(f=>'cuda/'+f).join(' '))\")", "cpp/kernels.h", "cpp/common.h", "cpp/gpu_runtime.h"],
             "outputs": ["<(INTERMEDIATE_DIR)/cuda/<(RULE_INPUT_ROOT).o"],
             "action": ["<(cuda_home)/bin/nvcc", "-c", "<(RULE_INPUT_PATH)", "-o", "<(INTERMEDIATE_DIR)/cuda/<(RULE_INPUT_ROOT).o",
                        "-std=c++17", "-O3", "-Icpp", "-Icuda", "-DDELIBERATE_CUDA=1", "--expt-relaxed-constexpr",
@@ -52,7 +52,7 @@
         "rules": [{
           "rule_name": "nvcc_sm90a",
           "extension": "cu",
-          "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -e \"const fs=require('fs');console.log([...fs.readdirSync('cuda').filter(f=>f.endsWith('.cuh')).map(f=>'cuda/'+f),...fs.readdirSync('cuda/sm90').filter(f=>f.endsWith('.cuh')).map(f=>'cuda/sm90/'+f)].join(' '))\")", "cpp/kernels.h", "cpp/common.h"],
+          "inputs": ["<(RULE_INPUT_PATH)", "<!@(node -e \"const fs=require('fs');console.log([...fs.readdirSync('cuda').filter(f=>f.endsWith('.cuh')).map(f=>'cuda/'+f),...fs.readdirSync('cuda/sm90').filter(f=>f.endsWith('.cuh')).map(f=>'cuda/sm90/'+f)].join(' '))\")", "cpp/kernels.h", "cpp/common.h", "cpp/gpu_runtime.h"],
           "outputs": ["<(INTERMEDIATE_DIR)/cuda/sm90/<(RULE_INPUT_ROOT).o"],
           "action": ["<(cuda_home)/bin/nvcc", "-c", "<(RULE_INPUT_PATH)", "-o", "<(INTERMEDIATE_DIR)/cuda/sm90/<(RULE_INPUT_ROOT).o",
                      "-std=c++17", "-O3", "-Icpp", "-Icuda", "-Icuda/sm90", "-DDELIBERATE_CUDA=1", "--expt-relaxed-constexpr",

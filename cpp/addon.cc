@@ -59,6 +59,7 @@ Napi::Value ListDevices(const Napi::CallbackInfo& info) {
     }
   }
   cuda.Set("wgmmaGemm", ok && gpu::wgmmaGemm());
+  cuda.Set("programmaticLaunch", ok && gpu::pdlEnabled());
   cuda.Set("devices", list);
   out.Set("cuda", cuda);
   return out;

@@ -26,6 +26,15 @@ bool wgmmaGemm();
 // Test and benchmark hook: forces the GEMM kernel config for later calls (cuda/gemm.cu: 0-5 mma.sync tiles, 6-8 wgmma;
 // -1 chooses by shape, the default unless DL_GEMM_TILE is set); returns the previous setting. -1 without CUDA.
 int setGemmTile(int tile);
+// Programmatic dependent launch (cuda/pdl.cuh): DL_PDL=1 on an sm_90+ device. Only launches made inside a PdlScope
+// (a model step's enqueue, cpp/model_forward.cc) use it; ops called on their own never do.
+bool pdlEnabled();
+struct PdlScope {
+  PdlScope();
+  ~PdlScope();
+  PdlScope(const PdlScope&) = delete;
+  PdlScope& operator=(const PdlScope&) = delete;
+};
 // Timing events on the backend stream (StepProfile): record one, milliseconds between two recorded ones (after a
 // synchronize), destroy.
 void* eventRecord();

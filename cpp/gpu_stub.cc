@@ -28,6 +28,9 @@ void copyHostToDevice(void*, const void*, size_t) { unavailable(); }
 void copyDeviceToHost(void*, const void*, size_t) { unavailable(); }
 void copyDeviceToDevice(void*, const void*, size_t) { unavailable(); }
 void synchronize() { unavailable(); }
+bool pdlEnabled() { return false; }
+PdlScope::PdlScope() {}
+PdlScope::~PdlScope() {}
 struct StepGraphs::Impl {};
 StepGraphs::StepGraphs() : impl_(nullptr) {}
 StepGraphs::~StepGraphs() = default;

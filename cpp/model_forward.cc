@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include "model.h"
 #include "model_ops.h"
@@ -441,7 +442,13 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
       k.push_back(int64_t(reinterpret_cast<uintptr_t>(buf->data())));
     return k;
   };
-  if (!graphable || !graphs_.run(graphKey(), enqueue)) enqueue();
+  {
+    // Programmatic dependent launch for this step's kernels when DL_PDL=1 (cuda/pdl.cuh); not while profiling (its
+    // events between launches time each kernel alone).
+    std::optional<gpu::PdlScope> pdl;
+    if (d == Device::cuda && !prof) pdl.emplace();
+    if (!graphable || !graphs_.run(graphKey(), enqueue)) enqueue();
+  }
   mark("readback");
   if (finalCapture) {
     auto rowsF = readRows(d, hLast_, F, C);

@@ -6,6 +6,7 @@ namespace dl::gpu {
 // ---- kernels ----
 // a, b, out: n elements of dtype t. Grid-stride loop, one element per thread per step.
 __global__ void addKernel(const void* a, const void* b, void* out, int64_t n, DType t) {
+  pdlStart();  // cuda/pdl.cuh
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     storeF(out, i, t, loadF(a, i, t) + loadF(b, i, t));
 }
@@ -19,8 +20,7 @@ void add(const View& a, const View& b, const View& out) {
   if (a.numel() != b.numel() || a.numel() != out.numel()) fail(op, "a, b and out must have the same number of elements");
   int64_t n = a.numel();
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));
-  addKernel<<<blocks, 256, 0, stream()>>>(a.data, b.data, out.data, n, a.dtype);
-  CUDA_CHECK_LAUNCH("addKernel");
+  launchKernel("addKernel", addKernel, dim3(blocks), dim3(256), 0, a.data, b.data, out.data, n, a.dtype);
 }
 
 }  // namespace dl::gpu

@@ -77,6 +77,7 @@ __device__ __forceinline__ float2 load2(const uint16_t* p, bool f16) {
 // each lane D/8 dims, 3-step butterfly) -> per-head online softmax (warp h) -> P.V (a thread owns 2 dims).
 template <int D, int GP, int kChunk, int kStages>
 __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   constexpr int kRowChunks = D / 8;  // 16-byte chunks per K/V row
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* sK = smem;                             // kStages x kChunk x D
@@ -240,6 +241,7 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
 // Any cache dtype and head dim <= 256: one warp per (b, query head, split), token by token (lanes own dims
 // lane + 32i). Same split ranges and merge as the fast kernel; slower, for f32 caches and unusual shapes.
 __global__ void decodeGenericKernel(DecodeArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   if (wid >= int64_t(a.B) * a.Hq * a.splits) return;
@@ -274,6 +276,7 @@ __global__ void decodeGenericKernel(DecodeArgs a) {
 // out[b, h, :] = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s, splits in order. One block per (b, h).
 // Only for the generic kernel, or with DL_DECODE_MERGE=kernel (A/B timing): the fast kernel merges in its last CTA.
 __global__ void decodeMergeKernel(DecodeArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   const int64_t bh = blockIdx.x;
   for (int d = threadIdx.x; d < a.kv.D; d += blockDim.x) storeF(a.out, bh * a.kv.D + d, a.ot, mergedValue(a, bh, d));
 }
@@ -290,8 +293,7 @@ void launchDecode(const DecodeArgs& a) {
     configured = true;
   }
   dim3 grid(unsigned(int64_t(a.B) * a.kv.Hk * a.headGroups), unsigned(a.splits));
-  kernel<<<grid, kThreads, smemBytes, stream()>>>(a);
-  CUDA_CHECK_LAUNCH("decodeKernel");
+  launchKernel("decodeKernel", kernel, dim3(grid), dim3(kThreads), smemBytes, a);
 }
 
 // Pipeline shape: 32 tokens x 4 stages by default (64 KB for D = 128: three CTAs per SM). DL_DECODE_PIPE=CxS picks
@@ -364,12 +366,10 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
   else if (fast) launchDecodeD<64>(a);
   else {
     int64_t warps = B * Hq * kvSplits;
-    decodeGenericKernel<<<unsigned(ceilDiv(warps * 32, 128)), 128, 0, stream()>>>(a);
-    CUDA_CHECK_LAUNCH("decodeGenericKernel");
+    launchKernel("decodeGenericKernel", decodeGenericKernel, dim3(unsigned(ceilDiv(warps * 32, 128))), dim3(128), 0, a);
   }
   if (kvSplits > 1 && !a.counters) {
-    decodeMergeKernel<<<unsigned(B * Hq), 128, 0, stream()>>>(a);
-    CUDA_CHECK_LAUNCH("decodeMergeKernel");
+    launchKernel("decodeMergeKernel", decodeMergeKernel, dim3(unsigned(B * Hq)), dim3(128), 0, a);
   }
 }
 

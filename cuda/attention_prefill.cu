@@ -67,6 +67,7 @@ __device__ __forceinline__ bool prefillTile(const PrefillArgs& a, PrefillTile& t
 // Shared memory is laid out with the padded width DP (named D below); global rows have a.D elements.
 template <int D>
 __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   constexpr int DL = D / 32;  // dims per lane in P.V
   const int Dg = a.D;         // real head dim: global row stride, dims >= Dg are zero
   extern __shared__ __align__(16) float sm[];
@@ -199,6 +200,7 @@ __device__ __forceinline__ unsigned packBf16(float lo, float hi) {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   constexpr int CH = D / 8;
   extern __shared__ __align__(128) uint16_t smem16[];
   uint16_t* sQ = smem16;                 // kRows x D
@@ -350,8 +352,7 @@ void launchPrefillMma(const PrefillArgs& a, int B) {
     configured = true;
   }
   dim3 grid(unsigned(a.tilesPerSeq), unsigned(a.kv.Hk), unsigned(B));
-  kernel<<<grid, kThreads, smemBytes, stream()>>>(a);
-  CUDA_CHECK_LAUNCH("prefillMmaKernel");
+  launchKernel("prefillMmaKernel", kernel, dim3(grid), dim3(kThreads), smemBytes, a);
 }
 
 // DL_PREFILL_MMA=1 takes the tensor-core kernel where it applies (bf16 q and cache, head dim 64 or 128).
@@ -373,8 +374,7 @@ void launchPrefill(const PrefillArgs& a, int B) {
     configured = true;
   }
   dim3 grid(unsigned(a.tilesPerSeq), unsigned(a.kv.Hk), unsigned(B));
-  kernel<<<grid, kThreads, smemBytes, stream()>>>(a);
-  CUDA_CHECK_LAUNCH("prefillKernel");
+  launchKernel("prefillKernel", kernel, dim3(grid), dim3(kThreads), smemBytes, a);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "check.cuh"
 #include "device_error.cuh"
 #include "kernels.h"
+#include "pdl.cuh"
 
 namespace dl::gpu {
 

@@ -7,6 +7,7 @@ namespace dl::gpu {
 // ids: (T) i32; table: (V, C); out: (T, C). One block per token; a bad id writes zeros and records the error.
 __global__ void embeddingKernel(const int32_t* ids, const void* table, DType tt, void* out, DType ot, int64_t V,
                                 int64_t C, DeviceErrorSlot* err) {
+  pdlStart();  // cuda/pdl.cuh
   int64_t t = blockIdx.x;
   int64_t id = ids[t];
   bool ok = id >= 0 && id < V;
@@ -24,9 +25,8 @@ void embedding(const View& ids, const View& table, const View& out) {
     fail(op, "out must be (T, C) for ids (T) and table (V, C)");
   int64_t T = ids.numel();
   if (T == 0) return;
-  embeddingKernel<<<unsigned(T), 256, 0, stream()>>>(ids.as<int32_t>(), table.data, table.dtype, out.data, out.dtype,
-                                                     table.shape[0], table.shape[1], deviceErrorSlot());
-  CUDA_CHECK_LAUNCH("embeddingKernel");
+  launchKernel("embeddingKernel", embeddingKernel, dim3(unsigned(T)), dim3(256), 0, ids.as<int32_t>(), table.data,
+               table.dtype, out.data, out.dtype, table.shape[0], table.shape[1], deviceErrorSlot());
 }
 
 }  // namespace dl::gpu

@@ -28,6 +28,7 @@ namespace {
 // through DRAM). Needs K % 8 == 0 and 16-byte aligned X and W (16-byte cp.async chunks).
 template <int BM, int BN, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
+
   constexpr int kThreads = WM * WN * 32, WTM = BM / WM, WTN = BN / WN, MT = WTM / 16, NT = WTN / 8;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   extern __shared__ __align__(128) uint16_t smem[];
@@ -41,13 +42,16 @@ __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
   partitionRange(a, split, kBegin, kEnd);
   const int nk = kEnd > kBegin ? (kEnd - kBegin + kPartK - 1) / kPartK : 0;
 
-  auto loadTile = [&](int stage, int kt) {
+  auto loadX = [&](int stage, int kt) {
     const int k = kBegin + kt * kPartK;
     for (int c = tid; c < BM * 8; c += kThreads) {
       int r = c >> 3, ch = c & 7, gm = m0 + r, gk = k + ch * 8;
       bool ok = gm < a.M && gk < kEnd;
       mma::cpAsync16(sA + stage * BM * 64 + mma::swz(r, ch), ok ? X + int64_t(gm) * a.K + gk : X, ok ? 16 : 0);
     }
+  };
+  auto loadW = [&](int stage, int kt) {
+    const int k = kBegin + kt * kPartK;
     for (int c = tid; c < BN * 8; c += kThreads) {
       int r = c >> 3, ch = c & 7, gn = n0 + r, gk = k + ch * 8;
       bool ok = gn < a.N && gk < kEnd;
@@ -61,15 +65,26 @@ __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
 
+  // Programmatic dependent launch (cuda/pdl.cuh): the first stages' weight tiles (W: model weights, which no kernel
+  // of a step writes) are fetched while the kernel before this one may still run; X only after it has completed.
+  // The first commit group then holds those W tiles and X tile 0, so the waits below stay sufficient.
+  pdlRelease();
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++)
+    if (s < nk) loadW(s, s);
+  pdlWait();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
-    if (s < nk) loadTile(s, s);
+    if (s < nk) loadX(s, s);
     mma::cpAsyncCommit();
   }
   for (int kt = 0; kt < nk; kt++) {
     mma::cpAsyncWait<STAGES - 2>();
     __syncthreads();  // tile kt landed for everyone; everyone is done with the stage we refill next
-    if (kt + STAGES - 1 < nk) loadTile((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    if (kt + STAGES - 1 < nk) {
+      loadX((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+      loadW((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+    }
     mma::cpAsyncCommit();
     const uint16_t* tA = sA + (kt % STAGES) * BM * 64;
     const uint16_t* tB = sB + (kt % STAGES) * BN * 64;
@@ -109,6 +124,7 @@ __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
 // Any dtypes (f32/bf16/f16 X and W) on CUDA cores: 64 x 64 tile, 256 threads with 4 x 4 outputs each, one FMA
 // chain per output in ascending k. grid = (ceil(M/64), ceil(N/64), splitK).
 __global__ void __launch_bounds__(256) gemmSimtKernel(GemmArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   __shared__ float sX[16][64 + 1], sW[16][64 + 1];
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
   const int m0 = blockIdx.x * 64, n0 = blockIdx.y * 64, split = blockIdx.z;
@@ -148,6 +164,7 @@ __global__ void __launch_bounds__(256) gemmSimtKernel(GemmArgs a) {
 // Second pass of split-K: y = ((p_0 + p_1) + ... + p_{S-1}) + bias, partitions in order. One thread per output.
 // Only with DL_GEMM_REDUCE=kernel: by default the GEMM's own last CTA per tile does this (finishSplitK).
 __global__ void gemmReduceKernel(GemmArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   const int64_t total = int64_t(a.M) * a.N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float s = a.partial[i];
@@ -169,8 +186,7 @@ void launchBf16(const GemmArgs& a) {
     configured = true;
   }
   dim3 grid(unsigned(ceilDiv(a.M, BM)), unsigned(ceilDiv(a.N, BN)), unsigned(a.splitK));
-  kernel<<<grid, WM * WN * 32, smemBytes, stream()>>>(a);
-  CUDA_CHECK_LAUNCH("gemmBf16Kernel");
+  launchKernel("gemmBf16Kernel", kernel, dim3(grid), dim3(WM * WN * 32), smemBytes, a);
 }
 
 // CTA tile (BM x BN) of each tensor-core config, as launched in gemm() below.
@@ -287,8 +303,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
                            aligned16(w.data);
   if (!tensorCores) {
     dim3 grid(unsigned(ceilDiv(M, 64)), unsigned(ceilDiv(N, 64)), unsigned(splitK));
-    gemmSimtKernel<<<grid, 256, 0, stream()>>>(a);
-    CUDA_CHECK_LAUNCH("gemmSimtKernel");
+    launchKernel("gemmSimtKernel", gemmSimtKernel, dim3(grid), dim3(256), 0, a);
   } else if (!runWgmma(a)) {
     switch (tileConfig(M, N, splitK)) {
       case 0: launchBf16<16, 64, 1, 4, 6>(a); break;   // decode: bandwidth-bound, narrow N tiles, deep pipeline
@@ -302,8 +317,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
   if (splitK > 1 && !a.counters) {
     int64_t total = M * N;
     int blocks = int(std::min<int64_t>(ceilDiv(total, 256), 8192));
-    gemmReduceKernel<<<blocks, 256, 0, stream()>>>(a);
-    CUDA_CHECK_LAUNCH("gemmReduceKernel");
+    launchKernel("gemmReduceKernel", gemmReduceKernel, dim3(blocks), dim3(256), 0, a);
   }
 }
 

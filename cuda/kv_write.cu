@@ -10,6 +10,7 @@ namespace dl::gpu {
 // k, v: (T, Hk, D); caches: (numPages, pageSize, Hk, D); slots: (T). One block per token writes its Hk*D row.
 __global__ void kvWriteKernel(const void* k, const void* v, DType st, void* kCache, void* vCache, DType ct,
                               const int32_t* slots, int64_t rowElems, int64_t numSlots, DeviceErrorSlot* err) {
+  pdlStart();  // cuda/pdl.cuh
   int64_t t = blockIdx.x, slot = slots[t];
   if (slot < 0 || slot >= numSlots) {
     if (threadIdx.x == 0) reportDeviceError(err, DeviceErrorCode::kvWriteSlot, slot, numSlots);
@@ -41,6 +42,7 @@ struct RopeKvArgs {
 };
 
 __global__ void ropeKvWriteKernel(RopeKvArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   const int64_t t = blockIdx.x, half = a.D / 2, rowElems = a.Hk * a.D, slot = a.slots[t];
   const int32_t pos = a.positions[t];
   const bool slotOk = slot >= 0 && slot < a.numSlots;
@@ -71,6 +73,7 @@ __global__ void ropeKvWriteKernel(RopeKvArgs a) {
 template <typename Word>
 __global__ void pageCopyKernel(void* kCache, void* vCache, const int32_t* src, const int32_t* dst, int64_t pageWords,
                                int64_t numPages, DeviceErrorSlot* err) {
+  pdlStart();  // cuda/pdl.cuh
   int64_t i = blockIdx.x;
   int64_t s = src[i], d = dst[i];
   if (s < 0 || s >= numPages || d < 0 || d >= numPages) {
@@ -98,10 +101,9 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
   int64_t T = k.shape[0];
   if (T == 0) return;
   int64_t rowElems = k.shape[1] * k.shape[2];
-  kvWriteKernel<<<unsigned(T), 256, 0, stream()>>>(k.data, v.data, k.dtype, kCache.data, vCache.data, kCache.dtype,
-                                                   slots.as<int32_t>(), rowElems, kCache.shape[0] * kCache.shape[1],
-                                                   deviceErrorSlot());
-  CUDA_CHECK_LAUNCH("kvWriteKernel");
+  launchKernel("kvWriteKernel", kvWriteKernel, dim3(unsigned(T)), dim3(256), 0, k.data, v.data, k.dtype, kCache.data,
+               vCache.data, kCache.dtype, slots.as<int32_t>(), rowElems, kCache.shape[0] * kCache.shape[1],
+               deviceErrorSlot());
 }
 
 // One launch (default), or with DL_ROPE_KV=split the two ops' own launches (the build before, for A/B timing and as
@@ -121,8 +123,7 @@ void ropeKvWrite(const View& q, const View& k, const View& v, const View& positi
   RopeKvArgs a{q.data, k.data, v.data, q.dtype, k.dtype, q.shape[1], k.shape[1], q.shape[2], positions.as<int32_t>(),
                invFreq.as<float>(), kCache.data, vCache.data, kCache.dtype, slots.as<int32_t>(),
                kCache.shape[0] * kCache.shape[1], deviceErrorSlot()};
-  ropeKvWriteKernel<<<unsigned(T), 256, 0, stream()>>>(a);
-  CUDA_CHECK_LAUNCH("ropeKvWriteKernel");
+  launchKernel("ropeKvWriteKernel", ropeKvWriteKernel, dim3(unsigned(T)), dim3(256), 0, a);
 }
 
 void pageCopy(const View& kCache, const View& vCache, const View& src, const View& dst) {
@@ -138,14 +139,12 @@ void pageCopy(const View& kCache, const View& vCache, const View& src, const Vie
   int64_t pageBytes = kCache.numel() / kCache.shape[0] * int64_t(dtypeSize(kCache.dtype));
   dim3 grid(unsigned(n), 2);
   if (pageBytes % 16 == 0 && aligned16(kCache.data) && aligned16(vCache.data)) {
-    pageCopyKernel<uint4><<<grid, 256, 0, stream()>>>(kCache.data, vCache.data, src.as<int32_t>(), dst.as<int32_t>(),
-                                                      pageBytes / 16, kCache.shape[0], deviceErrorSlot());
+    launchKernel("pageCopyKernel", pageCopyKernel<uint4>, dim3(grid), dim3(256), 0, kCache.data, vCache.data,
+                 src.as<int32_t>(), dst.as<int32_t>(), pageBytes / 16, kCache.shape[0], deviceErrorSlot());
   } else {
-    pageCopyKernel<uint16_t><<<grid, 256, 0, stream()>>>(kCache.data, vCache.data, src.as<int32_t>(),
-                                                         dst.as<int32_t>(), pageBytes / 2, kCache.shape[0],
-                                                         deviceErrorSlot());
+    launchKernel("pageCopyKernel", pageCopyKernel<uint16_t>, dim3(grid), dim3(256), 0, kCache.data, vCache.data,
+                 src.as<int32_t>(), dst.as<int32_t>(), pageBytes / 2, kCache.shape[0], deviceErrorSlot());
   }
-  CUDA_CHECK_LAUNCH("pageCopyKernel");
 }
 
 }  // namespace dl::gpu

@@ -11,6 +11,7 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) rmsnormKernel(const void* x, DType xt, void* residual, DType rt,
                                                           const void* weight, DType wt, void* out, DType ot,
                                                           int64_t C, float eps) {
+  pdlStart();  // cuda/pdl.cuh
   __shared__ float scratch[32];
   int64_t row = blockIdx.x;
   const int64_t base = row * C;
@@ -41,10 +42,9 @@ void rmsnorm(const View& x, const View& residual, const View& weight, const View
   if (weight.numel() != C || out.numel() != M * C || (residual && residual.numel() != M * C))
     fail(op, "weight must be (C) and residual/out (M, C) for x (" + std::to_string(M) + ", " + std::to_string(C) + ")");
   if (M > 0x7fffffff) fail(op, "too many rows");
-  rmsnormKernel<<<unsigned(M), kThreads, 0, stream()>>>(x.data, x.dtype, residual ? residual.data : nullptr,
-                                                        residual.dtype, weight.data, weight.dtype, out.data,
-                                                        out.dtype, C, eps);
-  CUDA_CHECK_LAUNCH("rmsnormKernel");
+  launchKernel("rmsnormKernel", rmsnormKernel, dim3(unsigned(M)), dim3(kThreads), 0, x.data, x.dtype,
+               residual ? residual.data : nullptr, residual.dtype, weight.data, weight.dtype, out.data, out.dtype, C,
+               eps);
 }
 
 }  // namespace dl::gpu

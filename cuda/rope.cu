@@ -9,6 +9,7 @@ namespace dl::gpu {
 // per (t, head of q then k, i < D/2) rotates the pair (x[i], x[i + D/2]) (ropeRotate).
 __global__ void ropeKernel(void* q, DType qt, int64_t Hq, void* k, DType kt, int64_t Hk, int64_t T, int64_t D,
                            const int32_t* positions, const float* invFreq) {
+  pdlStart();  // cuda/pdl.cuh
   const int64_t half = D / 2, H = Hq + Hk, n = T * H * half;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = idx % half, th = idx / half, tok = th / H, h = th % H;
@@ -39,9 +40,8 @@ void rope(const View& q, const View& k, const View& positions, const View& invFr
   const int64_t n = q.shape[0] * (q.shape[1] + k.shape[1]) * (q.shape[2] / 2);
   if (n == 0) return;
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));
-  ropeKernel<<<blocks, 256, 0, stream()>>>(q.data, q.dtype, q.shape[1], k.data, k.dtype, k.shape[1], q.shape[0],
-                                           q.shape[2], positions.as<int32_t>(), invFreq.as<float>());
-  CUDA_CHECK_LAUNCH("ropeKernel");
+  launchKernel("ropeKernel", ropeKernel, dim3(blocks), dim3(256), 0, q.data, q.dtype, q.shape[1], k.data, k.dtype,
+               k.shape[1], q.shape[0], q.shape[2], positions.as<int32_t>(), invFreq.as<float>());
 }
 
 }  // namespace dl::gpu

@@ -4,6 +4,7 @@
 #include "device_error.cuh"
 #include "gpu_runtime.h"
 
+#include <cstdlib>
 #include <mutex>
 
 namespace dl::gpu {
@@ -52,6 +53,22 @@ cudaStream_t stream() {
 void setCaptureStream(cudaStream_t s) { captureStream = s; }
 
 bool compiled() { return true; }
+
+bool pdlEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("DL_PDL");
+    if (!env || std::string(env) != "1") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return (void)cudaGetLastError(), false;
+    return major >= 9;
+  }();
+  return on;
+}
+thread_local int pdlDepth = 0;
+PdlScope::PdlScope() { pdlDepth++; }
+PdlScope::~PdlScope() { pdlDepth--; }
+bool pdlActive() { return pdlDepth > 0 && pdlEnabled(); }
 
 bool wgmmaAvailable();  // cuda/gemm_args.cuh
 bool wgmmaGemm() { return wgmmaAvailable(); }

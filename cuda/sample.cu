@@ -195,6 +195,7 @@ __device__ unsigned long long blockSumU64(unsigned long long v, Shared& sh) {
 
 // One block per row of logits (B, V).
 __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErrorSlot* err) {
+  pdlStart();  // cuda/pdl.cuh
   __shared__ Shared sh;
   const int row = blockIdx.x, V = a.V;
   const float* x = a.logits + int64_t(row) * V;
@@ -314,8 +315,7 @@ void sample(const SampleArgs& s) {
               s.seeds.as<int32_t>(), s.positions.as<int32_t>(), s.tokens.as<int32_t>(), s.logprobs.as<float>(),
               s.numTop ? s.topIds.as<int32_t>() : nullptr, s.numTop ? s.topLogprobs.as<float>() : nullptr, int(V),
               s.numTop};
-  sampleKernel<<<unsigned(B), kThreads, 0, stream()>>>(a, deviceErrorSlot());
-  CUDA_CHECK_LAUNCH("sampleKernel");
+  launchKernel("sampleKernel", sampleKernel, dim3(unsigned(B)), dim3(kThreads), 0, a, deviceErrorSlot());
 }
 
 }  // namespace dl::gpu

@@ -6,6 +6,7 @@ namespace dl::gpu {
 // ---- kernels ----
 // gateUp: (M, 2I); out: (M, I). silu(g) = g / (1 + exp(-g)) in f32.
 __global__ void siluMulKernel(const void* gateUp, DType gt, void* out, DType ot, int64_t M, int64_t I) {
+  pdlStart();  // cuda/pdl.cuh
   int64_t n = M * I;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     int64_t m = idx / I, i = idx % I;
@@ -23,8 +24,8 @@ void siluMul(const View& gateUp, const View& out) {
     fail(op, "gateUp must be (M, 2I) for out (M, I)");
   int64_t n = out.numel();
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));
-  siluMulKernel<<<blocks, 256, 0, stream()>>>(gateUp.data, gateUp.dtype, out.data, out.dtype, out.shape[0], out.shape[1]);
-  CUDA_CHECK_LAUNCH("siluMulKernel");
+  launchKernel("siluMulKernel", siluMulKernel, dim3(blocks), dim3(256), 0, gateUp.data, gateUp.dtype, out.data,
+               out.dtype, out.shape[0], out.shape[1]);
 }
 
 }  // namespace dl::gpu

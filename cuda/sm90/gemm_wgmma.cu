@@ -100,6 +100,7 @@ struct Shape {
 template <int BN, int CONSUMERS, int STAGES>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemmWgmmaKernel(const __grid_constant__ CUtensorMap tmX, const __grid_constant__ CUtensorMap tmW, GemmArgs a) {
+  pdlStart();  // cuda/pdl.cuh
   using S = Shape<BN, CONSUMERS, STAGES>;
   extern __shared__ uint8_t smemRaw[];
   uint8_t* ring = smemRaw + ((1024 - (smemAddr(smemRaw) & 1023)) & 1023);
@@ -245,8 +246,7 @@ bool launch(const GemmArgs& a) {
   CUtensorMap tmX, tmW;
   if (!tensorMap(tmX, a.x, a.M, a.K, S::BM) || !tensorMap(tmW, a.w, a.N, a.K, BN)) return false;
   dim3 grid(unsigned(ceilDiv(a.M, S::BM)), unsigned(ceilDiv(a.N, BN)), unsigned(a.splitK));
-  kernel<<<grid, S::kThreads, S::smemBytes, stream()>>>(tmX, tmW, a);
-  CUDA_CHECK_LAUNCH("gemmWgmmaKernel");
+  launchKernel("gemmWgmmaKernel", kernel, dim3(grid), dim3(S::kThreads), S::smemBytes, tmX, tmW, a);
   return true;
 }
 

@@ -15,6 +15,8 @@
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
+# PDL_AB=1 (with MODEL_BENCH=1) reruns the model benchmark and the engine throughput with DL_PDL=1 (programmatic
+# dependent launch) beside the default.
 # DET_BENCH=1 adds issue #6's bench:determinism at full size (256 x (128 + 128)) on the GPU for the SmolLM-135M and
 # Qwen2.5-1.5B shapes (DET_PRESETS), verify rows fused into the steps and as separate passes side by side, at
 # 256 sequences per step and at 32 (DET_CONCURRENCY), where fast steps split K and batch-invariant mode pays. Each
@@ -69,6 +71,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   else
     echo "wgmma GEMM: unavailable on this GPU/build (its tests skipped)"
   fi
+  # Programmatic dependent launch (opt-in, DL_PDL=1; stop 16, written without a GPU): a model step's kernels start
+  # while their predecessor finishes. Same bits by construction: the model (graphs, padding) and determinism tests must pass.
+  if DL_PDL=1 node node_modules/vitest/vitest.mjs run forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-pdl.log" 2>&1; then
+    echo "DL_PDL=1: model (graphs, padding) and determinism tests pass with programmatic dependent launch"
+  else
+    echo "DL_PDL=1: some tests FAIL (tests-pdl.log): keep it off"; grep -E "×|✗|FAIL" "$out/tests-pdl.log" | head -20
+  fi
   # The tensor-core prefill/verify attention (opt-in, DL_PREFILL_MMA=1): kernel, model and determinism tests on it.
   # Reported, not counted, like wgmma: a pass lets it become the default (its bits differ from the SIMT kernel's).
   if DL_PREFILL_MMA=1 node node_modules/vitest/vitest.mjs run attention.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-prefill-mma.log" 2>&1; then
@@ -115,6 +124,13 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
   if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with split-K finished by a second kernel (the build before fused finishing)
     DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1
     echo "## the same, DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-reduce-kernel.txt"
+  fi
+  if [ "${PDL_AB:-0}" = 1 ]; then  # the same with programmatic dependent launch (DL_PDL=1), then engine throughput with it
+    DL_PDL=1 node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-pdl.txt" 2>&1 || status=1
+    echo "## the same, DL_PDL=1"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-pdl.txt"
+    DL_PDL=1 node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda \
+      --max-tokens ${TP_MAX_TOKENS:-64} ${TP_ARGS:-} > "$out/throughput-pdl.txt" 2>&1 || status=1
+    echo "## engine throughput, DL_PDL=1"; tail -8 "$out/throughput-pdl.txt"
   fi
   node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda --max-tokens ${TP_MAX_TOKENS:-64} \
     ${TP_ARGS:-} > "$out/throughput.txt" 2>&1 || status=1

@@ -237,6 +237,8 @@ export interface DeviceReport {
     devices: CudaDeviceInfo[];
     /** The sm_90a wgmma GEMM can run on the current device (opt-in: DL_GEMM_WGMMA=1; see cuda/gemm.cu). */
     wgmmaGemm: boolean;
+    /** Model steps use programmatic dependent launch: DL_PDL=1 on an sm_90+ device (cuda/pdl.cuh). */
+    programmaticLaunch: boolean;
   };
 }
 
