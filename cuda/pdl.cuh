@@ -5,10 +5,12 @@
 // tail: the per-kernel floor of a decode step (bench/CUDA_NOTES.md). Without a programmatic launch (the default,
 // any op called outside a model step, or a device before sm_90) the wait returns at once and nothing changes.
 //
-// Rule for every kernel: pdlStart() (or pdlRelease() ... pdlWait()) before any access to global memory that an
-// earlier kernel may write or read; only reads of memory no kernel of the step writes (weights) may come before the
-// wait. Launches go through launchKernel(), which adds the attribute only inside a PdlScope (the model forward's
-// enqueue: its GEMMs' W are weights).
+// Rule for every kernel: pdlStart() (or pdlRelease() ... pdlWait()) before any access to global memory that earlier
+// work on the stream may write or read. Only reads of memory that no earlier work on the stream can still be writing
+// may come before the wait: since every kernel releases its dependents at its start, that earlier work is not just
+// the step's own kernels but anything queued before the step (a JS op, another model's kernels). Model weights
+// qualify (setWeight copies them and waits for the stream). Launches go through launchKernel(), which adds the
+// attribute only inside a PdlScope (the model forward's enqueue, whose GEMMs all take a model weight as W).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -36,10 +38,12 @@ __device__ __forceinline__ void pdlStart() { pdlRelease(), pdlWait(); }
 // pdlEnabled() (gpu_runtime.h) and this thread is inside a PdlScope (runtime.cu).
 bool pdlActive();
 
-// kernel<<<grid, block, smem, stream()>>>(args...), checked, with the programmatic-serialization attribute when
-// pdlActive().
+// kernel<<<grid, block, smem, stream()>>>(args...), checked (errors name the kernel and the launching line), with the
+// programmatic-serialization attribute when pdlActive(). Use it as launchKernel("name", kernel, grid, block, smem,
+// args...).
 template <typename... P, typename... A>
-void launchKernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A&&... args) {
+void launchKernelAt(const char* file, int line, const char* what, void (*kernel)(P...), dim3 grid, dim3 block,
+                    size_t smem, A&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -50,7 +54,8 @@ void launchKernel(const char* name, void (*kernel)(P...), dim3 grid, dim3 block,
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdlActive() ? 1 : 0;
-  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...), name, __FILE__, __LINE__);
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...), what, file, line);
 }
+#define launchKernel(name, ...) ::dl::gpu::launchKernelAt(__FILE__, __LINE__, "launch of " name, __VA_ARGS__)
 
 }  // namespace dl::gpu
