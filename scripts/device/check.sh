@@ -75,7 +75,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   # while their predecessor finishes. Same bits by construction: the model (graphs, padding) and determinism tests must pass.
   [ "$(DL_PDL=1 node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.programmaticLaunch))")" = true ] ||
     echo "DL_PDL=1: programmaticLaunch is false on this device (before sm_90?): the run below tests nothing new"
-  if DL_PDL=1 node node_modules/vitest/vitest.mjs run forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-pdl.log" 2>&1; then
+  if DL_PDL=1 node node_modules/vitest/vitest.mjs run forward.cuda.test padDecode.cuda fixedSchedule.cuda deterministic.cuda > "$out/tests-pdl.log" 2>&1; then
     echo "DL_PDL=1: model (graphs, padding) and determinism tests pass with programmatic dependent launch"
   else
     echo "DL_PDL=1: some tests FAIL (tests-pdl.log): keep it off"; grep -E "×|✗|FAIL" "$out/tests-pdl.log" | head -20
