@@ -20,7 +20,7 @@ void add(const View& a, const View& b, const View& out) {
   if (a.numel() != b.numel() || a.numel() != out.numel()) fail(op, "a, b and out must have the same number of elements");
   int64_t n = a.numel();
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));
-  launchKernel("addKernel", addKernel, dim3(blocks), dim3(256), 0, a.data, b.data, out.data, n, a.dtype);
+  launchKernel("addKernel", addKernel, blocks, 256, 0, a.data, b.data, out.data, n, a.dtype);
 }
 
 }  // namespace dl::gpu

@@ -286,14 +286,10 @@ __global__ void decodeMergeKernel(DecodeArgs a) {
 template <int D, int GP, int kChunk, int kStages>
 void launchDecode(const DecodeArgs& a) {
   constexpr int smemBytes = 2 * kStages * kChunk * D * 2 + (GP * kChunk + GP) * 4;
-  auto kernel = decodeKernel<D, GP, kChunk, kStages>;
-  static bool configured = false;
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
-    configured = true;
-  }
+  constexpr auto kernel = decodeKernel<D, GP, kChunk, kStages>;
+  allowDynamicSmem<kernel>(smemBytes);
   dim3 grid(unsigned(int64_t(a.B) * a.kv.Hk * a.headGroups), unsigned(a.splits));
-  launchKernel("decodeKernel", kernel, dim3(grid), dim3(kThreads), smemBytes, a);
+  launchKernel("decodeKernel", kernel, grid, kThreads, smemBytes, a);
 }
 
 // Pipeline shape: 32 tokens x 4 stages by default (64 KB for D = 128: three CTAs per SM). DL_DECODE_PIPE=CxS picks
@@ -366,10 +362,10 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
   else if (fast) launchDecodeD<64>(a);
   else {
     int64_t warps = B * Hq * kvSplits;
-    launchKernel("decodeGenericKernel", decodeGenericKernel, dim3(unsigned(ceilDiv(warps * 32, 128))), dim3(128), 0, a);
+    launchKernel("decodeGenericKernel", decodeGenericKernel, unsigned(ceilDiv(warps * 32, 128)), 128, 0, a);
   }
   if (kvSplits > 1 && !a.counters) {
-    launchKernel("decodeMergeKernel", decodeMergeKernel, dim3(unsigned(B * Hq)), dim3(128), 0, a);
+    launchKernel("decodeMergeKernel", decodeMergeKernel, unsigned(B * Hq), 128, 0, a);
   }
 }
 

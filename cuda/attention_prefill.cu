@@ -345,14 +345,10 @@ __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
 template <int D>
 void launchPrefillMma(const PrefillArgs& a, int B) {
   constexpr int smemBytes = (kRows * D + 4 * kMmaKeys * D) * 2;
-  auto kernel = prefillMmaKernel<D>;
-  static bool configured = false;
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
-    configured = true;
-  }
+  constexpr auto kernel = prefillMmaKernel<D>;
+  allowDynamicSmem<kernel>(smemBytes);
   dim3 grid(unsigned(a.tilesPerSeq), unsigned(a.kv.Hk), unsigned(B));
-  launchKernel("prefillMmaKernel", kernel, dim3(grid), dim3(kThreads), smemBytes, a);
+  launchKernel("prefillMmaKernel", kernel, grid, kThreads, smemBytes, a);
 }
 
 // DL_PREFILL_MMA=1 takes the tensor-core kernel where it applies (bf16 q and cache, head dim 64 or 128).
@@ -367,14 +363,10 @@ bool mmaPrefill() {
 template <int D>
 void launchPrefill(const PrefillArgs& a, int B) {
   constexpr int smemBytes = (kRows * D + kKeys * (D + 1) + kKeys * D + kRows * kKeys) * 4;
-  auto kernel = prefillKernel<D>;
-  static bool configured = false;
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
-    configured = true;
-  }
+  constexpr auto kernel = prefillKernel<D>;
+  allowDynamicSmem<kernel>(smemBytes);
   dim3 grid(unsigned(a.tilesPerSeq), unsigned(a.kv.Hk), unsigned(B));
-  launchKernel("prefillKernel", kernel, dim3(grid), dim3(kThreads), smemBytes, a);
+  launchKernel("prefillKernel", kernel, grid, kThreads, smemBytes, a);
 }
 
 }  // namespace

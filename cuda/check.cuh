@@ -19,5 +19,5 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
 }  // namespace dl::gpu
 
 #define CUDA_CHECK(call) ::dl::gpu::check((call), #call, __FILE__, __LINE__)
-// After every launch: catches bad launch configurations immediately (execution errors surface at synchronize()).
+// After a <<<>>> launch (scripts/device/bench_kernels.cu; the addon's kernels go through launchKernel, cuda/pdl.cuh).
 #define CUDA_CHECK_LAUNCH(name) ::dl::gpu::check(cudaGetLastError(), "launch of " name, __FILE__, __LINE__)

@@ -25,7 +25,7 @@ void embedding(const View& ids, const View& table, const View& out) {
     fail(op, "out must be (T, C) for ids (T) and table (V, C)");
   int64_t T = ids.numel();
   if (T == 0) return;
-  launchKernel("embeddingKernel", embeddingKernel, dim3(unsigned(T)), dim3(256), 0, ids.as<int32_t>(), table.data,
+  launchKernel("embeddingKernel", embeddingKernel, unsigned(T), 256, 0, ids.as<int32_t>(), table.data,
                table.dtype, out.data, out.dtype, table.shape[0], table.shape[1], deviceErrorSlot());
 }
 

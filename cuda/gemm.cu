@@ -28,7 +28,6 @@ namespace {
 // through DRAM). Needs K % 8 == 0 and 16-byte aligned X and W (16-byte cp.async chunks).
 template <int BM, int BN, int WM, int WN, int STAGES>
 __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
-
   constexpr int kThreads = WM * WN * 32, WTM = BM / WM, WTN = BN / WN, MT = WTM / 16, NT = WTN / 8;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile must be a multiple of 16 x 16");
   extern __shared__ __align__(128) uint16_t smem[];
@@ -65,8 +64,8 @@ __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
 
-  // Programmatic dependent launch (cuda/pdl.cuh): the first stages' weight tiles (W: model weights, which no kernel
-  // of a step writes) are fetched while the kernel before this one may still run; X only after it has completed.
+  // Programmatic dependent launch (cuda/pdl.cuh): the first stages' weight tiles (W: model weights, which no earlier
+  // work on the stream writes) are fetched while the kernel before this one may still run; X only after it completes.
   // The first commit group then holds those W tiles and X tile 0, so the waits below stay sufficient.
   pdlRelease();
 #pragma unroll
@@ -179,14 +178,10 @@ __global__ void gemmReduceKernel(GemmArgs a) {
 template <int BM, int BN, int WM, int WN, int STAGES>
 void launchBf16(const GemmArgs& a) {
   constexpr int smemBytes = STAGES * (BM + BN) * 64 * 2;
-  auto kernel = gemmBf16Kernel<BM, BN, WM, WN, STAGES>;
-  static bool configured = false;  // benign race: the attribute call is idempotent
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
-    configured = true;
-  }
+  constexpr auto kernel = gemmBf16Kernel<BM, BN, WM, WN, STAGES>;
+  allowDynamicSmem<kernel>(smemBytes);
   dim3 grid(unsigned(ceilDiv(a.M, BM)), unsigned(ceilDiv(a.N, BN)), unsigned(a.splitK));
-  launchKernel("gemmBf16Kernel", kernel, dim3(grid), dim3(WM * WN * 32), smemBytes, a);
+  launchKernel("gemmBf16Kernel", kernel, grid, WM * WN * 32, smemBytes, a);
 }
 
 // CTA tile (BM x BN) of each tensor-core config, as launched in gemm() below.
@@ -303,7 +298,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
                            aligned16(w.data);
   if (!tensorCores) {
     dim3 grid(unsigned(ceilDiv(M, 64)), unsigned(ceilDiv(N, 64)), unsigned(splitK));
-    launchKernel("gemmSimtKernel", gemmSimtKernel, dim3(grid), dim3(256), 0, a);
+    launchKernel("gemmSimtKernel", gemmSimtKernel, grid, 256, 0, a);
   } else if (!runWgmma(a)) {
     switch (tileConfig(M, N, splitK)) {
       case 0: launchBf16<16, 64, 1, 4, 6>(a); break;   // decode: bandwidth-bound, narrow N tiles, deep pipeline
@@ -317,7 +312,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
   if (splitK > 1 && !a.counters) {
     int64_t total = M * N;
     int blocks = int(std::min<int64_t>(ceilDiv(total, 256), 8192));
-    launchKernel("gemmReduceKernel", gemmReduceKernel, dim3(blocks), dim3(256), 0, a);
+    launchKernel("gemmReduceKernel", gemmReduceKernel, blocks, 256, 0, a);
   }
 }
 

@@ -101,7 +101,7 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
   int64_t T = k.shape[0];
   if (T == 0) return;
   int64_t rowElems = k.shape[1] * k.shape[2];
-  launchKernel("kvWriteKernel", kvWriteKernel, dim3(unsigned(T)), dim3(256), 0, k.data, v.data, k.dtype, kCache.data,
+  launchKernel("kvWriteKernel", kvWriteKernel, unsigned(T), 256, 0, k.data, v.data, k.dtype, kCache.data,
                vCache.data, kCache.dtype, slots.as<int32_t>(), rowElems, kCache.shape[0] * kCache.shape[1],
                deviceErrorSlot());
 }
@@ -123,7 +123,7 @@ void ropeKvWrite(const View& q, const View& k, const View& v, const View& positi
   RopeKvArgs a{q.data, k.data, v.data, q.dtype, k.dtype, q.shape[1], k.shape[1], q.shape[2], positions.as<int32_t>(),
                invFreq.as<float>(), kCache.data, vCache.data, kCache.dtype, slots.as<int32_t>(),
                kCache.shape[0] * kCache.shape[1], deviceErrorSlot()};
-  launchKernel("ropeKvWriteKernel", ropeKvWriteKernel, dim3(unsigned(T)), dim3(256), 0, a);
+  launchKernel("ropeKvWriteKernel", ropeKvWriteKernel, unsigned(T), 256, 0, a);
 }
 
 void pageCopy(const View& kCache, const View& vCache, const View& src, const View& dst) {
@@ -139,10 +139,10 @@ void pageCopy(const View& kCache, const View& vCache, const View& src, const Vie
   int64_t pageBytes = kCache.numel() / kCache.shape[0] * int64_t(dtypeSize(kCache.dtype));
   dim3 grid(unsigned(n), 2);
   if (pageBytes % 16 == 0 && aligned16(kCache.data) && aligned16(vCache.data)) {
-    launchKernel("pageCopyKernel", pageCopyKernel<uint4>, dim3(grid), dim3(256), 0, kCache.data, vCache.data,
+    launchKernel("pageCopyKernel", pageCopyKernel<uint4>, grid, 256, 0, kCache.data, vCache.data,
                  src.as<int32_t>(), dst.as<int32_t>(), pageBytes / 16, kCache.shape[0], deviceErrorSlot());
   } else {
-    launchKernel("pageCopyKernel", pageCopyKernel<uint16_t>, dim3(grid), dim3(256), 0, kCache.data, vCache.data,
+    launchKernel("pageCopyKernel", pageCopyKernel<uint16_t>, grid, 256, 0, kCache.data, vCache.data,
                  src.as<int32_t>(), dst.as<int32_t>(), pageBytes / 2, kCache.shape[0], deviceErrorSlot());
   }
 }

@@ -56,6 +56,15 @@ void launchKernelAt(const char* file, int line, const char* what, void (*kernel)
   cfg.numAttrs = pdlActive() ? 1 : 0;
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...), what, file, line);
 }
+// Lets Kernel use `bytes` of dynamic shared memory (past the 48 KB default): set on the first call of each kernel
+// (its launcher's constexpr size), skipped after. A failed attempt throws and is retried on the next launch.
+template <auto Kernel>
+void allowDynamicSmem(int bytes) {
+  static bool done = false;  // benign race: the attribute call is idempotent
+  if (done) return;
+  CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done = true;
+}
 #define launchKernel(name, ...) ::dl::gpu::launchKernelAt(__FILE__, __LINE__, "launch of " name, __VA_ARGS__)
 
 }  // namespace dl::gpu

@@ -42,7 +42,7 @@ void rmsnorm(const View& x, const View& residual, const View& weight, const View
   if (weight.numel() != C || out.numel() != M * C || (residual && residual.numel() != M * C))
     fail(op, "weight must be (C) and residual/out (M, C) for x (" + std::to_string(M) + ", " + std::to_string(C) + ")");
   if (M > 0x7fffffff) fail(op, "too many rows");
-  launchKernel("rmsnormKernel", rmsnormKernel, dim3(unsigned(M)), dim3(kThreads), 0, x.data, x.dtype,
+  launchKernel("rmsnormKernel", rmsnormKernel, unsigned(M), kThreads, 0, x.data, x.dtype,
                residual ? residual.data : nullptr, residual.dtype, weight.data, weight.dtype, out.data, out.dtype, C,
                eps);
 }

@@ -40,7 +40,7 @@ void rope(const View& q, const View& k, const View& positions, const View& invFr
   const int64_t n = q.shape[0] * (q.shape[1] + k.shape[1]) * (q.shape[2] / 2);
   if (n == 0) return;
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));
-  launchKernel("ropeKernel", ropeKernel, dim3(blocks), dim3(256), 0, q.data, q.dtype, q.shape[1], k.data, k.dtype,
+  launchKernel("ropeKernel", ropeKernel, blocks, 256, 0, q.data, q.dtype, q.shape[1], k.data, k.dtype,
                k.shape[1], q.shape[0], q.shape[2], positions.as<int32_t>(), invFreq.as<float>());
 }
 

@@ -315,7 +315,7 @@ void sample(const SampleArgs& s) {
               s.seeds.as<int32_t>(), s.positions.as<int32_t>(), s.tokens.as<int32_t>(), s.logprobs.as<float>(),
               s.numTop ? s.topIds.as<int32_t>() : nullptr, s.numTop ? s.topLogprobs.as<float>() : nullptr, int(V),
               s.numTop};
-  launchKernel("sampleKernel", sampleKernel, dim3(unsigned(B)), dim3(kThreads), 0, a, deviceErrorSlot());
+  launchKernel("sampleKernel", sampleKernel, unsigned(B), kThreads, 0, a, deviceErrorSlot());
 }
 
 }  // namespace dl::gpu

@@ -24,7 +24,7 @@ void siluMul(const View& gateUp, const View& out) {
     fail(op, "gateUp must be (M, 2I) for out (M, I)");
   int64_t n = out.numel();
   int blocks = int(std::min<int64_t>(ceilDiv(n, 256), 65536));
-  launchKernel("siluMulKernel", siluMulKernel, dim3(blocks), dim3(256), 0, gateUp.data, gateUp.dtype, out.data,
+  launchKernel("siluMulKernel", siluMulKernel, blocks, 256, 0, gateUp.data, gateUp.dtype, out.data,
                out.dtype, out.shape[0], out.shape[1]);
 }
 

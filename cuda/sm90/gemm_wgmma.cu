@@ -246,7 +246,7 @@ bool launch(const GemmArgs& a) {
   CUtensorMap tmX, tmW;
   if (!tensorMap(tmX, a.x, a.M, a.K, S::BM) || !tensorMap(tmW, a.w, a.N, a.K, BN)) return false;
   dim3 grid(unsigned(ceilDiv(a.M, S::BM)), unsigned(ceilDiv(a.N, BN)), unsigned(a.splitK));
-  launchKernel("gemmWgmmaKernel", kernel, dim3(grid), dim3(S::kThreads), S::smemBytes, tmX, tmW, a);
+  launchKernel("gemmWgmmaKernel", kernel, grid, S::kThreads, S::smemBytes, tmX, tmW, a);
   return true;
 }
 
