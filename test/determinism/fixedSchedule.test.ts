@@ -1,4 +1,4 @@
-// fixedSchedule rows (how verify rows and deterministic prefill ride in a fast step, deterministicDecoder.ts): a
+// fixedSchedule rows (how verify rows and deterministic prefill ride in a fast step, ts/engine/verifier/verifier.ts): a
 // row marked fixed gets bitwise what it gets alone on the fixed schedule, and what batch-invariant mode computes,
 // while the fast rows beside it keep the fast schedule's bits. CPU backend; test/determinism/fixedSchedule.cuda.test.ts
 // is the GPU twin.

@@ -1,4 +1,4 @@
-// Where decode-verify-rollback's fixed-schedule work runs (deterministicDecoder.ts): fused, verify rows and
+// Where decode-verify-rollback's fixed-schedule work runs (verifier/verifier.ts): fused, verify rows and
 // deterministic prefill chunks ride in the step's one forward beside the fast rows, unpadded and flagged
 // fixedSchedule; not fused, they are forwards of their own. On the paged reference model (no native build), whose
 // outputs are checked against the unpaged computation.

@@ -2,7 +2,7 @@
 // fixed schedule; pads and dummy rows only ever touch scratch pages; the accepted prefix stops at the first mismatch.
 import { describe, expect, it } from "vitest";
 import { FIXED_SCHEDULE } from "../../ts/engine/kernelSchedule.js";
-import { acceptedCandidates, buildVerifyBatch, PAD_TOKEN, scratchPagesPerRow } from "../../ts/engine/verifyPass.js";
+import { acceptedCandidates, buildVerifyBatch, PAD_TOKEN, scratchPagesPerRow } from "../../ts/engine/verifier/pass.js";
 
 const g = { window: 8, group: 3, pageSize: 4 };
 const sampling = { temperature: 0, topK: 0, topP: 1, seed: 1 };

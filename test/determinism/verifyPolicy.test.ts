@@ -1,6 +1,6 @@
-// The pure rules of when decode-verify-rollback's fixed-schedule work rides in a step (ts/engine/verifyPolicy.ts).
+// The pure rules of when decode-verify-rollback's fixed-schedule work rides in a step (ts/engine/verifier/policy.ts).
 import { describe, expect, it } from "vitest";
-import { exactDecodesFree, fusedRowCount, type FusedStep } from "../../ts/engine/verifyPolicy.js";
+import { exactDecodesFree, fusedRowCount, type FusedStep } from "../../ts/engine/verifier/policy.js";
 
 const rows = (n: number, rowTokens = 8, readySince = 10) => Array.from({ length: n }, () => ({ rowTokens, readySince }));
 // CUDA-like fast schedule: splitK 4 up to 64 tokens, 1 beyond.

@@ -57,7 +57,7 @@ class Harness {
 
   grow(seq: Sequence): void {
     const extra = this.rng.int(0, 6);
-    for (let i = 0; i < extra; i++) seq.tokens.push(this.rng.int(0, 5));
+    for (let i = 0; i < extra; i++) seq.appendToken(this.rng.int(0, 5));
     this.compute(seq, this.rng.int(0, seq.numUncomputedTokens));
   }
 
@@ -70,7 +70,7 @@ class Harness {
   truncate(seq: Sequence): void {
     const length = this.rng.int(1, seq.numTokens);
     this.bm.truncate(seq, length);
-    seq.tokens.length = length;
+    seq.truncateTokens(length);
   }
 
   freeSeq(seq: Sequence): void {

@@ -108,7 +108,7 @@ describe("BlockManager", () => {
     const a = seqOf(range(0, 6));
     prefill(bm, a);
     const alias = seqOf(a.tokens.slice());
-    alias.blockTable = a.blockTable.slice(); // shared without fork: refcounts not raised
+    alias.assignPages(a.blockTable, a.numComputedTokens); // shared without fork: refcounts not raised
     bm.free(a);
     expect(() => bm.free(alias)).toThrow(/double free of page/);
   });

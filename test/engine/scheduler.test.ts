@@ -22,7 +22,7 @@ function step(s: Scheduler): ReturnType<Scheduler["schedule"]> {
   const batch = s.schedule(0);
   for (const { seq, numNewTokens, emitToken } of batch.seqs) {
     s.blockManager.commitComputed(seq, seq.numComputedTokens + numNewTokens);
-    if (emitToken) seq.tokens.push(7);
+    if (emitToken) seq.appendToken(7);
   }
   return batch;
 }

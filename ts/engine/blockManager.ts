@@ -109,11 +109,11 @@ export class BlockManager {
       if (page === undefined) break;
       if (page.refCount === 0) this.freeCached.delete(page.id);
       page.refCount++;
-      seq.blockTable.push(page.id);
+      seq.pushPage(page.id);
       parent = page.hash!;
     }
     const cached = seq.blockTable.length * this.pageSize;
-    seq.numComputedTokens = cached;
+    seq.setNumComputed(cached);
     // Usage reports the first admission's savings; a recompute after preemption reviving its own pages is not one.
     if (seq.numPreemptions === 0) seq.numCachedTokens = cached;
     return cached;
@@ -158,13 +158,13 @@ export class BlockManager {
       if (page.refCount > 1) {
         const dst = this.allocatePage();
         page.refCount--;
-        seq.blockTable[i] = dst;
+        seq.setPage(i, dst);
         copies.push({ src: page.id, dst });
       } else {
         this.uncache(page);
       }
     }
-    while (seq.blockTable.length < target) seq.blockTable.push(this.allocatePage());
+    while (seq.blockTable.length < target) seq.pushPage(this.allocatePage());
     return copies;
   }
 
@@ -177,7 +177,7 @@ export class BlockManager {
       throw new Error(`BlockManager.commitComputed: ${numComputedTokens} tokens exceed sequence ${seq.id}'s pages or tokens`);
     }
     const firstPage = Math.floor(seq.numComputedTokens / this.pageSize);
-    seq.numComputedTokens = numComputedTokens;
+    seq.setNumComputed(numComputedTokens);
     if (!cache) return;
     for (let i = firstPage; i < Math.floor(numComputedTokens / this.pageSize); i++) {
       const page = this.pages[seq.blockTable[i]];
@@ -195,8 +195,7 @@ export class BlockManager {
   fork(parent: Sequence, child: Sequence): void {
     if (child.blockTable.length !== 0) throw new Error(`BlockManager.fork: child sequence ${child.id} already holds pages`);
     for (const id of parent.blockTable) this.pages[id].refCount++;
-    child.blockTable = parent.blockTable.slice();
-    child.numComputedTokens = parent.numComputedTokens;
+    child.assignPages(parent.blockTable, parent.numComputedTokens);
   }
 
   /**
@@ -207,8 +206,8 @@ export class BlockManager {
     const keep = Math.min(seq.numComputedTokens, Math.max(0, numTokens));
     const keepPages = pagesFor(keep, this.pageSize);
     for (let i = seq.blockTable.length - 1; i >= keepPages; i--) this.release(seq.blockTable[i]);
-    seq.blockTable.length = keepPages;
-    seq.numComputedTokens = keep;
+    seq.keepPages(keepPages);
+    seq.setNumComputed(keep);
     if (keep % this.pageSize !== 0) {
       const last = this.pages[seq.blockTable[keepPages - 1]];
       if (last.refCount === 1) this.uncache(last);
@@ -218,8 +217,7 @@ export class BlockManager {
   /** Releases all of a sequence's pages (last page first, so prefix pages are evicted last). */
   free(seq: Sequence): void {
     for (let i = seq.blockTable.length - 1; i >= 0; i--) this.release(seq.blockTable[i]);
-    seq.blockTable = [];
-    seq.numComputedTokens = 0;
+    seq.assignPages([], 0);
   }
 
   private maxCachedPages(numTokens: number): number {

@@ -5,7 +5,6 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { DEFAULT_AGING_TOKENS_PER_SECOND, parseSchedulingPolicy, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
-import { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW, type ChunkKind, type Commit } from "./deterministicDecoder.js";
 import { RequestHandle } from "./handle.js";
 import { parseKernelMode, type KernelMode } from "./kernelSchedule.js";
 import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
@@ -20,6 +19,7 @@ import type { RequestState } from "./requestState.js";
 import type { SequenceSampling } from "./modelRunner.js";
 import type { ScheduledBatch } from "./scheduler.js";
 import type { Sequence } from "./sequence.js";
+import { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW, type ChunkKind, type Commit } from "./verifier/verifier.js";
 
 export interface EngineModelSpec {
   /** Name requests use to pick it (request.model); default "default" for the first, then "model<i>". */
@@ -54,16 +54,8 @@ export interface EngineOptions {
   fuseVerify?: boolean;
 }
 
-/** Which request (and which of its samples) a live sequence belongs to. */
-interface Owner {
-  state: RequestState;
-  sample: number;
-  slot: ModelSlot;
-}
-
 export class Engine implements AsyncDisposable {
   private readonly slots: ModelSlot[];
-  private readonly owners = new Map<number, Owner>();
   private readonly builder: RequestBuilder;
   private readonly meter = new ThroughputMeter();
   private readonly live = new Set<RequestState>();
@@ -127,7 +119,7 @@ export class Engine implements AsyncDisposable {
     this.checkAlive("submit");
     const built = this.builder.submit(request);
     this.trackDeterministic(built.slot, built.state, built.seqs);
-    return this.start(built.slot, built.state, built.seqs, request.signal);
+    return this.start(built.slot, built.state, request.signal);
   }
 
   /**
@@ -139,7 +131,7 @@ export class Engine implements AsyncDisposable {
     this.checkAlive("fork");
     const built = this.builder.fork(handle, options);
     this.trackDeterministic(built.slot, built.state, built.seqs);
-    return this.start(built.slot, built.state, built.seqs, options.signal);
+    return this.start(built.slot, built.state, options.signal);
   }
 
   /** A loaded model's tokenizer (null if loaded without one), to encode prompts exactly as submit() does. */
@@ -176,9 +168,8 @@ export class Engine implements AsyncDisposable {
     if (this.isDisposed) throw new Error(`Engine.${what}: the engine is disposed`);
   }
 
-  private start(slot: ModelSlot, state: RequestState, seqs: Sequence[], signal: AbortSignal | undefined): RequestHandle {
+  private start(slot: ModelSlot, state: RequestState, signal: AbortSignal | undefined): RequestHandle {
     this.live.add(state);
-    for (const seq of seqs) this.owners.set(seq.id, { state, sample: state.seqs.indexOf(seq), slot });
     if (signal) {
       const onAbort = (): void => state.abortController.abort();
       if (signal.aborted) onAbort();
@@ -225,16 +216,15 @@ export class Engine implements AsyncDisposable {
     let progressed = false;
     for (const slot of this.slots) {
       const batch = slot.scheduler.schedule(now);
-      for (const seq of batch.preempted) slot.decoder.preempted(seq);
-      for (const { seq, error } of batch.failed) this.failRequest(this.owners.get(seq.id)!.state, error);
+      for (const seq of batch.preempted) slot.verifier?.preempted(seq);
+      for (const { seq, error } of batch.failed) this.failRequest(seq.owner?.state, error);
       // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
-      if (batch.seqs.length > 0 || (slot.decoder.fused && slot.decoder.hasPendingVerification)) work.push({ slot, batch });
+      if (batch.seqs.length > 0 || slot.verifier?.hasDueFusedRows) work.push({ slot, batch });
       // A request admitted with its shared prompt already cached forks its samples now, to run next step.
       const expanded = this.expandSamples(slot);
       progressed ||= expanded || batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     }
-    const samplingOf = (seq: Sequence): SequenceSampling => this.samplingOf(seq);
-    const results = await Promise.allSettled(work.map(({ slot, batch }) => slot.decoder.run(batch, samplingOf, this.steps)));
+    const results = await Promise.allSettled(work.map(({ slot, batch }) => this.runStep(slot, batch)));
     this.steps++;
     results.forEach((r, i) => {
       const { slot, batch } = work[i];
@@ -243,46 +233,50 @@ export class Engine implements AsyncDisposable {
         this.commitVerified(r.value.commits);
         progressed ||= r.value.commits.length > 0;
       } else {
-        for (const { seq } of batch.seqs) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
-        if (slot.decoder.fused) for (const seq of slot.scheduler.running.filter((s) => s.holdForVerify)) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+        for (const { seq } of batch.seqs) this.failRequest(seq.owner?.state, r.reason);
+        if (slot.verifier?.fused) this.failHeld(slot, r.reason);
       }
     });
-    // Not fused: deterministic sequences holding enough candidates are verified now in passes of their own
-    // (decoder.verify decides which groups run).
-    const verifying = this.slots.filter((s) => !s.decoder.fused && s.decoder.hasPendingVerification);
-    const verified = await Promise.allSettled(verifying.map((s) => s.decoder.verify(this.steps, samplingOf)));
+    // Not fused: deterministic sequences holding enough candidates are verified now in passes of their own.
+    const verifying = this.slots.filter((s) => s.verifier !== null && !s.verifier.fused && s.verifier.hasPendingVerification);
+    const verified = await Promise.allSettled(verifying.map((s) => s.verifier!.verify(this.steps, this.samplingOf)));
     verified.forEach((r, i) => {
       if (r.status === "fulfilled") {
         this.commitVerified(r.value);
         progressed ||= r.value.length > 0;
       } else {
-        for (const seq of verifying[i].scheduler.running.filter((s) => s.holdForVerify)) this.failRequest(this.owners.get(seq.id)?.state, r.reason);
+        this.failHeld(verifying[i], r.reason);
       }
     });
     return progressed;
   }
 
-  private postprocess(slot: ModelSlot, batch: ScheduledBatch, results: ForwardResult[], kinds: ChunkKind[]): void {
+  /** The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. */
+  private async runStep(slot: ModelSlot, batch: ScheduledBatch): Promise<{ results: ForwardResult[]; kinds: ChunkKind[] | null; commits: readonly Commit[] }> {
+    if (slot.verifier !== null) return slot.verifier.run(batch, this.samplingOf, this.steps);
+    return { results: await slot.runner.run(batch, this.samplingOf), kinds: null, commits: [] };
+  }
+
+  /** Fails the requests of sequences held for a verify pass that failed. */
+  private failHeld(slot: ModelSlot, error: unknown): void {
+    for (const seq of slot.scheduler.running.filter((s) => s.heldForVerify)) this.failRequest(seq.owner?.state, error);
+  }
+
+  /** kinds: how each chunk ran, when the verifier ran the step (null: every chunk plain). */
+  private postprocess(slot: ModelSlot, batch: ScheduledBatch, results: ForwardResult[], kinds: ChunkKind[] | null): void {
     let generated = 0;
     let prompt = 0;
     batch.seqs.forEach(({ seq, numNewTokens, emitToken }, i) => {
-      const owner = this.owners.get(seq.id);
-      if (owner === undefined || seq.status !== "running") return; // finished or failed while in flight
+      const owner = seq.owner;
+      if (owner === null || seq.status !== "running") return; // finished or failed while in flight
+      const kind = kinds === null ? "plain" : kinds[i];
       // A deterministic candidate's KV (fast schedule) stays out of the prefix cache: the verifier rewrites it.
-      slot.blockManager.commitComputed(seq, seq.numComputedTokens + numNewTokens, kinds[i] !== "candidate");
-      if (!emitToken) {
-        prompt += numNewTokens;
-        return;
-      }
-      prompt += numNewTokens - 1;
-      if (owner.state.aborted) return;
+      slot.blockManager.commitComputed(seq, seq.numComputedTokens + numNewTokens, kind !== "candidate");
+      prompt += emitToken ? numNewTokens - 1 : numNewTokens;
+      if (!emitToken || owner.state.aborted) return;
       const r = results[i];
-      if (kinds[i] === "candidate") {
-        slot.decoder.addCandidate(seq, r.token, this.steps); // streamed once verified
-        return;
-      }
-      seq.tokens.push(r.token);
-      if (kinds[i] === "fixedPrefill" || kinds[i] === "exact") slot.decoder.committedDirectly(seq, kinds[i]);
+      if (kind === "plain") seq.appendToken(r.token);
+      else if (!slot.verifier!.accept(seq, kind, r.token, this.steps)) return; // a candidate: streamed once verified
       generated++;
       const tracker = owner.state.samples[owner.sample];
       owner.state.channel.push(tracker.add(r));
@@ -296,8 +290,8 @@ export class Engine implements AsyncDisposable {
   private commitVerified(commits: readonly Commit[]): void {
     let generated = 0;
     for (const { seq, tokens } of commits) {
-      const owner = this.owners.get(seq.id);
-      if (owner === undefined || seq.status !== "running" || owner.state.aborted) continue;
+      const owner = seq.owner;
+      if (owner === null || seq.status !== "running" || owner.state.aborted) continue;
       const tracker = owner.state.samples[owner.sample];
       const deltas: StreamDelta[] = [];
       let used = 0;
@@ -305,7 +299,7 @@ export class Engine implements AsyncDisposable {
       generated += used;
       owner.state.channel.push(mergeDeltas(deltas));
       if (tracker.finished) {
-        seq.tokens.length -= tokens.length - used; // committed past the stop: not part of the output
+        seq.truncateTokens(seq.numTokens - (tokens.length - used)); // committed past the stop: not part of the output
         this.finishSequence(seq);
       }
     }
@@ -319,11 +313,8 @@ export class Engine implements AsyncDisposable {
       if (seq.computeLimit === null || seq.numComputedTokens < seq.computeLimit) continue;
       seq.computeLimit = null;
       expanded = true;
-      const owner = this.owners.get(seq.id)!;
-      for (const child of this.builder.expandSamples(owner.state, seq, slot)) {
-        this.owners.set(child.id, { state: owner.state, sample: owner.state.seqs.indexOf(child), slot });
-        this.trackDeterministic(slot, owner.state, [child]);
-      }
+      const state = seq.owner!.state;
+      this.trackDeterministic(slot, state, this.builder.expandSamples(state, seq, slot));
     }
     return expanded;
   }
@@ -332,21 +323,23 @@ export class Engine implements AsyncDisposable {
   private trackDeterministic(slot: ModelSlot, state: RequestState, seqs: readonly Sequence[]): void {
     const p = state.params;
     if (!p.deterministic || state.determinism === null) return;
+    const verifier = slot.verifierForNewSequence();
+    if (verifier === null) return; // batch-invariant mode: every step is on the fixed schedule already
     const stopIds = new Set(p.stopTokenIds);
     if (!p.ignoreEos) for (const id of slot.eosTokenIds) stopIds.add(id);
     try {
-      for (const seq of seqs) slot.decoder.track(seq, { maxTokens: p.maxTokens, stopIds, stats: state.determinism });
+      for (const seq of seqs) verifier.track(seq, { maxTokens: p.maxTokens, stopIds, stats: state.determinism });
     } catch (e) {
       for (const seq of seqs) {
-        slot.decoder.forget(seq);
+        slot.forgetSequence(seq);
         slot.scheduler.finish(seq);
       }
       throw e;
     }
   }
 
-  private samplingOf(seq: Sequence): SequenceSampling {
-    const { state, sample } = this.owners.get(seq.id)!;
+  private readonly samplingOf = (seq: Sequence): SequenceSampling => {
+    const { state, sample } = seq.owner!;
     const p = state.params;
     return {
       sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
@@ -354,13 +347,12 @@ export class Engine implements AsyncDisposable {
       captureHiddenLayer: p.captureHiddenLayer,
       needsLogits: p.tokenLogprobs !== null,
     };
-  }
+  };
 
   private finishSequence(seq: Sequence): void {
-    const owner = this.owners.get(seq.id);
-    if (owner === undefined) return;
-    this.owners.delete(seq.id);
-    owner.slot.decoder.forget(seq);
+    const owner = seq.owner;
+    if (owner === null || seq.status === "finished") return;
+    owner.slot.forgetSequence(seq);
     owner.slot.scheduler.finish(seq);
     owner.state.preemptions += seq.numPreemptions;
     owner.state.resolveIfFinished();

@@ -18,7 +18,7 @@ export interface SequenceSampling {
 /** What a step's schedule depends on besides the scheduled batch. */
 export interface StepShape {
   /** Scheduled sequences (by index in batch.seqs) that run on the fixed schedule: deterministic prefill chunks and
-   *  exact decodes (deterministicDecoder.ts). */
+   *  exact decodes (verifier/verifier.ts). */
   fixed?: (index: number) => boolean;
   /** Tokens of extra fixed-schedule sequences riding in the step. */
   extraTokens?: number;

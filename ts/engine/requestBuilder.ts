@@ -40,8 +40,7 @@ export class RequestBuilder {
     }
     const params = this.params(slot, req, prompt.length);
     const state = this.newState(slot, prompt, params, n);
-    const seq = this.newSequence(slot, prompt, params, checkMetadata(req.metadata));
-    state.seqs[0] = seq;
+    const seq = this.newSequence(slot, state, 0, prompt, params, checkMetadata(req.metadata));
     if (n > 1) seq.computeLimit = prompt.length - 1; // samples fork off once the shared prompt KV exists
     slot.scheduler.addWaiting(seq);
     return { slot, state, seqs: [seq] };
@@ -57,7 +56,7 @@ export class RequestBuilder {
     }
     const src = parent.seqs[sample];
     if (src === undefined) throw new Error(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`);
-    const visible = slot.decoder.visibleTokens(src); // a deterministic parent's unverified candidates are not forkable
+    const visible = slot.visibleTokens(src); // a deterministic parent's unverified candidates are not forkable
     const length = opts.length ?? visible;
     if (!Number.isInteger(length) || length < 1 || length > visible) {
       throw new Error(`fork.length is ${JSON.stringify(length)}; expected an integer in [1, ${visible}] (the parent's tokens so far)`);
@@ -68,11 +67,10 @@ export class RequestBuilder {
     const seed = opts.seed ?? hashPage(parent.params.seed + sample, [++parent.forkCount]) % 2 ** 32;
     const params = this.params(slot, { ...opts, seed }, tokens.length, parent.params);
     const state = this.newState(slot, tokens, params, 1);
-    const seq = this.newSequence(slot, tokens, params, checkMetadata({ ...src.metadata, ...opts.metadata }));
-    state.seqs[0] = seq;
+    const seq = this.newSequence(slot, state, 0, tokens, params, checkMetadata({ ...src.metadata, ...opts.metadata }));
     if (src.status === "running" && src.numPages > 0) {
       slot.blockManager.fork(src, seq);
-      slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1, slot.decoder.forkableKv(src, params.deterministic)));
+      slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1, slot.forkableKv(src, params.deterministic)));
       seq.numCachedTokens = seq.numComputedTokens;
       slot.scheduler.addRunning(seq);
     } else {
@@ -85,9 +83,8 @@ export class RequestBuilder {
   expandSamples(state: RequestState, primary: Sequence, slot: ModelSlot): Sequence[] {
     const children: Sequence[] = [];
     for (let i = 1; i < state.samples.length; i++) {
-      const child = this.newSequence(slot, primary.tokens.slice(), state.params, { ...primary.metadata });
+      const child = this.newSequence(slot, state, i, primary.tokens, state.params, { ...primary.metadata });
       slot.blockManager.fork(primary, child);
-      state.seqs[i] = child;
       slot.scheduler.addRunning(child);
       children.push(child);
     }
@@ -134,9 +131,12 @@ export class RequestBuilder {
     return state;
   }
 
-  private newSequence(slot: ModelSlot, tokens: number[], params: ResolvedParams, metadata: SchedMetadata): Sequence {
-    const seq = new Sequence(this.nextSeqId++, tokens.slice(), tokens.length, slot.pageSize, Date.now(), metadata);
+  /** Sample `sample` of `state`: a new sequence owned by it (seq.owner) and registered in state.seqs. */
+  private newSequence(slot: ModelSlot, state: RequestState, sample: number, tokens: readonly number[], params: ResolvedParams, metadata: SchedMetadata): Sequence {
+    const seq = new Sequence(this.nextSeqId++, tokens, tokens.length, slot.pageSize, Date.now(), metadata);
     seq.maxCompletionTokens = params.maxTokens;
+    seq.owner = { state, sample, slot };
+    state.seqs[sample] = seq;
     return seq;
   }
 }

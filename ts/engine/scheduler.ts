@@ -52,13 +52,13 @@ export class Scheduler {
 
   /** Queues a sequence holding no pages. */
   addWaiting(seq: Sequence): void {
-    seq.status = "waiting";
+    seq.markWaiting();
     this.waiting.push(seq);
   }
 
   /** Adds a sequence that already holds pages (a fork of a running one). */
   addRunning(seq: Sequence): void {
-    seq.status = "running";
+    seq.markRunning();
     this.running.push(seq);
   }
 
@@ -66,7 +66,7 @@ export class Scheduler {
   finish(seq: Sequence): void {
     removeFrom(this.running, seq) || removeFrom(this.waiting, seq);
     this.blockManager.free(seq);
-    seq.status = "finished";
+    seq.markFinished();
   }
 
   /**
@@ -77,7 +77,7 @@ export class Scheduler {
     if (!Number.isInteger(length) || length < 1 || length > seq.numTokens) {
       throw new Error(`truncate: length ${length} is outside [1, ${seq.numTokens}] for sequence ${seq.id}`);
     }
-    seq.tokens.length = length;
+    seq.truncateTokens(length);
     this.blockManager.truncate(seq, Math.min(seq.numComputedTokens, length - 1));
   }
 
@@ -113,7 +113,7 @@ export class Scheduler {
 
   /** Tokens the sequence would feed this step, ignoring the pool. */
   private chunkSize(seq: Sequence, budget: number): number {
-    if (seq.holdForVerify) return 0;
+    if (seq.heldForVerify) return 0;
     let n = Math.min(seq.numUncomputedTokens, budget);
     if (seq.computeLimit !== null) n = Math.min(n, seq.computeLimit - seq.numComputedTokens);
     return Math.max(0, n);

@@ -1,7 +1,14 @@
-// Sequence: the scheduler's and block manager's plain record of one token stream (one sample of one request).
-// Tokens are prompt + generated; the KV of tokens[0, numComputedTokens) lives in the pages of `blockTable`.
+// Sequence: one token stream (one sample of one request) and the one owner of its state. Tokens are prompt +
+// generated; the KV of tokens[0, numComputedTokens) lives in the pages of `blockTable`. Every change goes through a
+// method of this class, so a reader finds each kind of change in one place:
+//   tokens          appendToken / truncateTokens            (the engine step, the verifier's rollback)
+//   KV pages        assignPages / setPage / keepPages / setNumComputed   (BlockManager only: it owns page ids)
+//   queue status    markWaiting / markRunning / markFinished             (Scheduler only)
+//   verification    holdForVerify / releaseVerifyHold                    (the verifier only)
 // Invariant while the sequence is alive: numComputedTokens <= numTokens - 1, because the newest token is always
 // the one fed to the next forward (its logits give the following token).
+import type { RequestState } from "./requestState.js";
+import type { ModelSlot } from "./modelSlot.js";
 
 export type SequenceStatus = "waiting" | "running" | "finished";
 
@@ -19,14 +26,16 @@ export interface SchedMetadata {
   meanTokensPerRound?: number;
 }
 
+/** The request (and which of its samples) a sequence serves, and the model it runs on; set by the RequestBuilder. */
+export interface SequenceOwner {
+  state: RequestState;
+  sample: number;
+  slot: ModelSlot;
+}
+
 export class Sequence {
-  /** KV of tokens[0, numComputedTokens) is written in the pages of blockTable. */
-  numComputedTokens = 0;
   /** Tokens whose KV came from the prefix cache at admission (usage accounting). */
   numCachedTokens = 0;
-  /** Page ids, in order; page i holds positions [i * pageSize, (i + 1) * pageSize). */
-  blockTable: number[] = [];
-  status: SequenceStatus = "waiting";
   /** Times this sequence was preempted (its KV dropped, to be recomputed). */
   numPreemptions = 0;
   /** Most completion tokens it may generate (SJF's fallback estimate of remaining work). */
@@ -35,51 +44,130 @@ export class Sequence {
   computeLimit: number | null = null;
   /**
    * Prefix-cache namespace: pages are shared only between sequences of one namespace (0 = the default; a
-   * deterministic request's pages hold fixed-schedule KV only and live in their own, see deterministicDecoder.ts).
+   * deterministic request's pages hold fixed-schedule KV only and live in their own, see verifier/verifier.ts).
    */
   kvNamespace = 0;
-  /** Set while a deterministic sequence's candidate tokens await verification: the scheduler gives it no tokens. */
-  holdForVerify = false;
+  /** Its request and model (null for a bare sequence, e.g. in block-manager tests). */
+  owner: SequenceOwner | null = null;
+
+  private readonly tokenList: number[];
+  private pages: number[] = [];
+  private computed = 0;
+  private queueStatus: SequenceStatus = "waiting";
+  private held = false;
 
   constructor(
     readonly id: number,
-    /** Prompt followed by generated tokens; mutated by append and truncate. */
-    public tokens: number[],
+    tokens: readonly number[],
     /** Tokens that were given (prompt, plus any fork-time suffix); the rest were generated. */
-    public numPromptTokens: number,
+    readonly numPromptTokens: number,
     readonly pageSize: number,
     /** Wall-clock arrival in ms (FCFS order, aging). */
     readonly arrivalMs: number,
     public metadata: SchedMetadata = {},
-  ) {}
+  ) {
+    this.tokenList = tokens.slice();
+  }
 
+  /** Prompt followed by generated tokens. */
+  get tokens(): readonly number[] {
+    return this.tokenList;
+  }
+  /** KV of tokens[0, numComputedTokens) is written in the pages of blockTable. */
+  get numComputedTokens(): number {
+    return this.computed;
+  }
+  /** Page ids, in order; page i holds positions [i * pageSize, (i + 1) * pageSize). */
+  get blockTable(): readonly number[] {
+    return this.pages;
+  }
+  get status(): SequenceStatus {
+    return this.queueStatus;
+  }
+  /** Set while a deterministic sequence's candidate tokens await verification: the scheduler gives it no tokens. */
+  get heldForVerify(): boolean {
+    return this.held;
+  }
   get numTokens(): number {
-    return this.tokens.length;
+    return this.tokenList.length;
   }
   get numCompletionTokens(): number {
-    return this.tokens.length - this.numPromptTokens;
+    return this.tokenList.length - this.numPromptTokens;
   }
   /** Tokens whose KV still has to be computed before the next token can be sampled. */
   get numUncomputedTokens(): number {
-    return this.tokens.length - this.numComputedTokens;
+    return this.tokenList.length - this.computed;
   }
   get numPages(): number {
-    return this.blockTable.length;
+    return this.pages.length;
   }
   /** Tokens in the last allocated page (1..pageSize), 0 with no pages. */
   get lastPageLen(): number {
-    if (this.blockTable.length === 0) return 0;
-    return this.numComputedTokens - (this.blockTable.length - 1) * this.pageSize;
+    if (this.pages.length === 0) return 0;
+    return this.computed - (this.pages.length - 1) * this.pageSize;
   }
   get lastToken(): number {
-    return this.tokens[this.tokens.length - 1];
+    return this.tokenList[this.tokenList.length - 1];
   }
   get priority(): number {
     return this.metadata.priority ?? 0;
   }
   /** Tokens of page i (the last page may be partial). */
   pageTokens(i: number): number[] {
-    return this.tokens.slice(i * this.pageSize, (i + 1) * this.pageSize);
+    return this.tokenList.slice(i * this.pageSize, (i + 1) * this.pageSize);
+  }
+
+  // Tokens.
+
+  appendToken(token: number): void {
+    this.tokenList.push(token);
+  }
+  /** Keeps the first `length` tokens. The KV past them is the block manager's to release (truncate). */
+  truncateTokens(length: number): void {
+    if (!Number.isInteger(length) || length < 0 || length > this.tokenList.length) {
+      throw new Error(`Sequence ${this.id}: cannot keep ${length} of ${this.tokenList.length} tokens`);
+    }
+    this.tokenList.length = length;
+  }
+
+  // KV pages: the BlockManager's, which owns page ids and refcounts.
+
+  assignPages(pages: readonly number[], numComputedTokens: number): void {
+    this.pages = pages.slice();
+    this.computed = numComputedTokens;
+  }
+  setPage(index: number, pageId: number): void {
+    this.pages[index] = pageId;
+  }
+  pushPage(pageId: number): void {
+    this.pages.push(pageId);
+  }
+  keepPages(numPages: number): void {
+    this.pages.length = numPages;
+  }
+  setNumComputed(numComputedTokens: number): void {
+    this.computed = numComputedTokens;
+  }
+
+  // Queue status: the Scheduler's.
+
+  markWaiting(): void {
+    this.queueStatus = "waiting";
+  }
+  markRunning(): void {
+    this.queueStatus = "running";
+  }
+  markFinished(): void {
+    this.queueStatus = "finished";
+  }
+
+  // Verification hold: the verifier's.
+
+  holdForVerify(): void {
+    this.held = true;
+  }
+  releaseVerifyHold(): void {
+    this.held = false;
   }
 }
 

@@ -1,9 +1,9 @@
-// When decode-verify-rollback's fixed-schedule work is worth doing in a step (deterministicDecoder.ts), as pure
+// When decode-verify-rollback's fixed-schedule work is worth doing in a step (verifier.ts), as pure
 // functions of the step's shape: how many ready verify rows ride in a fused step, and whether a step's deterministic
 // decodes can run as exact fixed rows instead of candidates. Both turn on one fact: a step whose GEMMs already run
 // the fixed splitK gives fixed rows for the price of their own tokens, while a split-K step carrying fixed rows
 // streams the weights a second time for them.
-import { FIXED_SCHEDULE } from "./kernelSchedule.js";
+import { FIXED_SCHEDULE } from "../kernelSchedule.js";
 
 export interface ReadyRow {
   /** Tokens of its verify row: the last committed token and the candidates. */

@@ -1,7 +1,8 @@
-// Decode-verify-rollback for `deterministic: true` requests (DESIGN.md "Determinism", after LLM-42), one per
-// model. A deterministic sequence decodes on the fast path like any other, but its sampled tokens are only
+// Decode-verify-rollback for `deterministic: true` requests (DESIGN.md "Determinism", after LLM-42): a step
+// participant of one model that exists only while that model has deterministic sequences (ModelSlot creates it with
+// the first and drops it with the last), so a step with none runs the plain path, which has no determinism code. A deterministic sequence decodes on the fast path like any other, but its sampled tokens are only
 // candidates: once it holds verifyWindow - 1 of them (or a stop token, or enough to reach maxTokens) it is held
-// out of scheduling and a fixed-shape verify pass (verifyPass.ts) replays [last committed token, candidates…].
+// out of scheduling and a fixed-shape verify pass (pass.ts) replays [last committed token, candidates…].
 // The verifier's token after every position decides: matching candidates are committed plus the verifier's own
 // next token; the first mismatch drops the rest (tokens and KV truncated) and decoding resumes from there. The
 // verifier's KV replaces the fast path's at every committed position, so the KV of committed positions (and the
@@ -23,18 +24,18 @@
 // and prefill attention kernels agree bitwise, it is exactly what batch-invariant mode produces (tested); on the GPU
 // the verifier runs every position through the prefill attention kernel, so a near tie may break differently
 // from batch-invariant mode's decode kernel, the same way every time.
-import { FIXED_SCHEDULE, type KernelMode, type KernelSchedule } from "./kernelSchedule.js";
-import type { BlockManager } from "./blockManager.js";
-import type { ForwardResult } from "./modelTypes.js";
-import type { ModelRunner, SequenceSampling } from "./modelRunner.js";
-import type { DeterminismStats } from "./outputs.js";
-import type { ScheduledBatch } from "./scheduler.js";
-import { Sequence } from "./sequence.js";
-import { buildVerifyBatch, scratchPagesPerRow, verifyRowSequence, type VerifyGeometry } from "./verifyPass.js";
-import { exactDecodesFree, fusedRowCount } from "./verifyPolicy.js";
-import { applyVerdicts, prepareVerifyRows, type Commit, type VerifyTarget } from "./verifyRows.js";
+import { FIXED_SCHEDULE, type KernelSchedule } from "../kernelSchedule.js";
+import type { BlockManager } from "../blockManager.js";
+import type { ForwardResult } from "../modelTypes.js";
+import type { ModelRunner, SequenceSampling } from "../modelRunner.js";
+import type { DeterminismStats } from "../outputs.js";
+import type { ScheduledBatch } from "../scheduler.js";
+import { Sequence } from "../sequence.js";
+import { buildVerifyBatch, scratchPagesPerRow, verifyRowSequence, type VerifyGeometry } from "./pass.js";
+import { exactDecodesFree, fusedRowCount } from "./policy.js";
+import { applyVerdicts, prepareVerifyRows, type Commit, type VerifyTarget } from "./rows.js";
 
-export type { Commit } from "./verifyRows.js";
+export type { Commit } from "./rows.js";
 
 export const DEFAULT_VERIFY_WINDOW = 32;
 export const DEFAULT_VERIFY_GROUP = 8;
@@ -80,9 +81,7 @@ interface Tracked extends DeterministicLimits, VerifyTarget {
   readySince: number;
 }
 
-export class DeterministicDecoder {
-  /** Off in batch-invariant mode, where every step already runs on the fixed schedule. */
-  readonly enabled: boolean;
+export class Verifier {
   /** Verify rows ride in the step's forward (see the top of this file). */
   readonly fused: boolean;
   private readonly tracked = new Map<number, Tracked>();
@@ -91,27 +90,33 @@ export class DeterministicDecoder {
   private readonly maxWaitSteps: number;
   private readonly stepTokenBudget: number;
   private scratch: number[][] | null = null;
+  private scratchHolder: Sequence | null = null;
 
   constructor(
     private readonly blockManager: BlockManager,
     private readonly runner: ModelRunner,
-    kernelMode: KernelMode,
     options: VerifyOptions,
   ) {
-    this.enabled = kernelMode === "fast";
     this.fused = options.fuseVerify ?? true;
     this.geometry = { window: options.verifyWindow, group: options.verifyGroup, pageSize: blockManager.pageSize };
     this.maxWaitSteps = Math.max(1, options.verifyWindow >> 2);
     this.stepTokenBudget = options.stepTokenBudget ?? Number.POSITIVE_INFINITY;
   }
 
-  isTracked(seq: Sequence): boolean {
-    return this.tracked.has(seq.id);
+  /** No deterministic sequence left: the slot drops the verifier (dispose() first). */
+  get idle(): boolean {
+    return this.tracked.size === 0;
+  }
+
+  /** Gives the scratch pages back to the pool. */
+  dispose(): void {
+    if (this.scratchHolder) this.blockManager.free(this.scratchHolder);
+    this.scratchHolder = null;
+    this.scratch = null;
   }
 
   /** Starts verifying a new deterministic sequence whose tokens are all committed. Throws if no scratch fits. */
   track(seq: Sequence, limits: DeterministicLimits): void {
-    if (!this.enabled) return;
     if (!this.fused && this.fixedShape) this.reserveScratch();
     seq.kvNamespace = DETERMINISTIC_KV_NAMESPACE;
     this.tracked.set(seq.id, { ...limits, seq, numCommitted: seq.numTokens, readySince: -1 });
@@ -119,7 +124,7 @@ export class DeterministicDecoder {
 
   forget(seq: Sequence): void {
     this.tracked.delete(seq.id);
-    seq.holdForVerify = false;
+    seq.releaseVerifyHold();
   }
 
   /** Tokens of `seq` a caller may see and fork from (a deterministic sequence's candidates are not final). */
@@ -127,12 +132,10 @@ export class DeterministicDecoder {
     return this.tracked.get(seq.id)?.numCommitted ?? seq.numTokens;
   }
 
-  /** Positions of `parent`'s KV a fork may keep: only fixed-schedule KV for a deterministic child, and a
-   *  non-deterministic child must not chain its fast KV into the deterministic prefix-cache namespace. */
-  forkableKv(parent: Sequence, childDeterministic: boolean): number {
-    if (!this.enabled) return Number.POSITIVE_INFINITY;
+  /** Positions of a tracked `parent`'s KV a fork may keep (see forkableKv below); undefined if not tracked. */
+  forkableKvOf(parent: Sequence, childDeterministic: boolean): number | undefined {
     const t = this.tracked.get(parent.id);
-    if (t === undefined) return childDeterministic ? 0 : Number.POSITIVE_INFINITY;
+    if (t === undefined) return undefined;
     return childDeterministic ? t.numCommitted - 1 : 0;
   }
 
@@ -153,7 +156,7 @@ export class DeterministicDecoder {
     const kinds = batch.seqs.map(({ seq }) => this.kindOf(seq));
     if (this.fused) {
       const fixed = (i: number): boolean => kinds[i] === "fixedPrefill" || kinds[i] === "exact";
-      const prepared = this.enabled ? prepareVerifyRows(this.blockManager, this.dueFused(batch, fixed, step), samplingOf) : null;
+      const prepared = prepareVerifyRows(this.blockManager, this.dueFused(batch, fixed, step), samplingOf);
       const rows = prepared === null ? [] : prepared.rows.map((row) => verifyRowSequence(row, this.geometry.pageSize));
       if (batch.seqs.length === 0 && rows.length === 0) return { results: [], kinds, commits: [] };
       const pageCopies = prepared === null ? batch.pageCopies : [...batch.pageCopies, ...prepared.pageCopies];
@@ -197,9 +200,9 @@ export class DeterministicDecoder {
     return { results, kinds, commits: [] };
   }
 
-  /** Turns the step's eligible candidate decodes into exact ones where that is free (verifyPolicy.ts); true if any. */
+  /** Turns the step's eligible candidate decodes into exact ones where that is free (policy.ts); true if any. */
   private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): boolean {
-    if (!this.enabled || this.tracked.size === 0) return false;
+    if (this.tracked.size === 0) return false;
     const eligible = batch.seqs.map(({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted);
     const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
     if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return false;
@@ -209,32 +212,34 @@ export class DeterministicDecoder {
     return eligible.includes(true);
   }
 
-  /** A fixed prefill chunk or an exact decode emitted a token (already appended to seq.tokens): it is final. */
-  committedDirectly(seq: Sequence, kind: ChunkKind): void {
-    const t = this.tracked.get(seq.id);
-    if (t === undefined) return;
-    t.numCommitted = seq.numTokens;
-    if (kind === "exact") t.stats.exactTokens++;
-  }
-
-  /** A fast-path token: appended as a candidate; the sequence is held once it is worth verifying. */
-  addCandidate(seq: Sequence, token: number, step: number): void {
+  /**
+   * A deterministic sequence's chunk emitted `token`: it is appended, and the return says whether it is final.
+   * From a fixed prefill chunk or an exact decode it is (committed at once); from the fast path it is a candidate,
+   * streamed once verified, and the sequence is held once its candidates are worth verifying.
+   */
+  accept(seq: Sequence, kind: Exclude<ChunkKind, "plain">, token: number, step: number): boolean {
     const t = this.tracked.get(seq.id)!;
-    seq.tokens.push(token);
+    seq.appendToken(token);
+    if (kind !== "candidate") {
+      t.numCommitted = seq.numTokens;
+      if (kind === "exact") t.stats.exactTokens++;
+      return true;
+    }
     const candidates = seq.numTokens - t.numCommitted;
     const committedGenerated = t.numCommitted - seq.numPromptTokens;
     if (candidates >= this.geometry.window - 1 || t.stopIds.has(token) || committedGenerated + candidates + 1 >= t.maxTokens) {
-      seq.holdForVerify = true;
+      seq.holdForVerify();
       t.readySince = step;
     }
+    return false;
   }
 
   /** Preemption dropped the sequence's KV: its candidates go too (recompute resumes from the committed tokens). */
   preempted(seq: Sequence): void {
     const t = this.tracked.get(seq.id);
     if (t === undefined) return;
-    seq.tokens.length = t.numCommitted;
-    seq.holdForVerify = false;
+    seq.truncateTokens(t.numCommitted);
+    seq.releaseVerifyHold();
   }
 
   /**
@@ -247,7 +252,7 @@ export class DeterministicDecoder {
     const all = [...this.tracked.values()].filter((t) => t.seq.status === "running");
     const ready = this.ready();
     if (ready.length === 0) return [];
-    const decoding = all.some((t) => !t.seq.holdForVerify);
+    const decoding = all.some((t) => !t.seq.heldForVerify);
     const commits: Commit[] = [];
     for (let i = 0; i < ready.length; i += this.geometry.group) {
       const group = ready.slice(i, i + this.geometry.group);
@@ -263,11 +268,11 @@ export class DeterministicDecoder {
   /** Running sequences waiting for verification, oldest first. */
   private ready(): Tracked[] {
     return [...this.tracked.values()]
-      .filter((t) => t.seq.status === "running" && t.seq.holdForVerify)
+      .filter((t) => t.seq.status === "running" && t.seq.heldForVerify)
       .sort((a, b) => a.readySince - b.readySince || a.seq.id - b.seq.id);
   }
 
-  /** Fused: the ready rows that ride in this step (verifyPolicy.ts fusedRowCount), oldest first. */
+  /** Fused: the ready rows that ride in this step (policy.ts fusedRowCount), oldest first. */
   private dueFused(batch: ScheduledBatch, fixed: (i: number) => boolean, step: number): Tracked[] {
     const ready = this.ready();
     const n = fusedRowCount({
@@ -275,7 +280,7 @@ export class DeterministicDecoder {
       scheduledTokens: batch.seqs.reduce((k, s) => k + s.numNewTokens, 0),
       tokenBudget: this.stepTokenBudget,
       gemmSplitKWith: (extraTokens) => this.runner.scheduleFor(batch, undefined, { fixed, extraTokens }).gemmSplitK,
-      othersDecoding: [...this.tracked.values()].some((t) => t.seq.status === "running" && !t.seq.holdForVerify),
+      othersDecoding: [...this.tracked.values()].some((t) => t.seq.status === "running" && !t.seq.heldForVerify),
       group: this.geometry.group,
       maxWaitSteps: this.maxWaitSteps,
       step,
@@ -283,14 +288,19 @@ export class DeterministicDecoder {
     return ready.slice(0, n);
   }
 
-  /** Whether the verify rows need the GPU's fixed shape (padded passes of their own; verifyPass.ts). */
+  /** Whether the verify rows need the GPU's fixed shape (padded passes of their own; pass.ts). */
   private get fixedShape(): boolean {
     return this.runner.model.device !== undefined && this.runner.model.device !== "cpu";
   }
 
+  /** Fused: verify rows are due, so the step runs even with nothing else scheduled. */
+  get hasDueFusedRows(): boolean {
+    return this.fused && this.hasPendingVerification;
+  }
+
   /** Whether some sequence waits for a verify pass (the engine keeps stepping while one does). */
   get hasPendingVerification(): boolean {
-    for (const t of this.tracked.values()) if (t.seq.holdForVerify && t.seq.status === "running") return true;
+    for (const t of this.tracked.values()) if (t.seq.heldForVerify && t.seq.status === "running") return true;
     return false;
   }
 
@@ -298,7 +308,7 @@ export class DeterministicDecoder {
   private async pass(group: Tracked[], samplingOf: (seq: Sequence) => SequenceSampling): Promise<Commit[]> {
     const prepared = prepareVerifyRows(this.blockManager, group, samplingOf);
     if (prepared === null) return [];
-    // The fixed shape only where kernels depend on the pass's shape (the GPU; verifyPass.ts).
+    // The fixed shape only where kernels depend on the pass's shape (the GPU; pass.ts).
     const fixedShape = this.fixedShape;
     const copies = { src: Int32Array.from(prepared.pageCopies, (c) => c.src), dst: Int32Array.from(prepared.pageCopies, (c) => c.dst) };
     const batch = buildVerifyBatch(this.geometry, prepared.rows, this.scratch ?? [], copies, fixedShape);
@@ -307,7 +317,7 @@ export class DeterministicDecoder {
     return applyVerdicts(this.blockManager, prepared, results, batch.sequences.map((s) => s.tokens.length), this.isLive);
   }
 
-  /** Scratch pages for pads and dummy rows, taken from the pool once, for the engine's lifetime. */
+  /** Scratch pages for pads and dummy rows, taken from the pool once, for the verifier's lifetime. */
   private reserveScratch(): void {
     if (this.scratch) return;
     const g = this.geometry;
@@ -321,7 +331,19 @@ export class DeterministicDecoder {
       );
     }
     this.blockManager.appendSlots(holder, total * g.pageSize);
+    this.scratchHolder = holder;
     this.scratch = Array.from({ length: g.group }, (_, r) => holder.blockTable.slice(r * perRow, (r + 1) * perRow));
   }
 }
 
+
+/**
+ * Positions of `parent`'s KV a fork may keep. Batch-invariant mode (no verifier ever): all of it, every step is
+ * fixed. Otherwise a deterministic child keeps only fixed-schedule KV (a tracked parent's committed positions, none
+ * of an untracked parent's fast KV), and a non-deterministic child must not chain its fast KV into the
+ * deterministic prefix-cache namespace.
+ */
+export function forkableKv(verifies: boolean, verifier: Verifier | null, parent: Sequence, childDeterministic: boolean): number {
+  if (!verifies) return Number.POSITIVE_INFINITY;
+  return verifier?.forkableKvOf(parent, childDeterministic) ?? (childDeterministic ? 0 : Number.POSITIVE_INFINITY);
+}

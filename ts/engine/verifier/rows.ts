@@ -1,14 +1,14 @@
-// Verify rows of decode-verify-rollback (deterministicDecoder.ts), before and after the forward that runs them,
+// Verify rows of decode-verify-rollback (verifier.ts), before and after the forward that runs them,
 // wherever that forward is (fused into a step or a pass of its own): prepareVerifyRows rolls each sequence back to
 // its last committed position and gives it slots for [last committed token, candidates…]; applyVerdicts keeps the
 // candidates the verifier agrees with plus the verifier's own next token and rolls back the rest.
-import type { BlockManager, PageCopy } from "./blockManager.js";
-import type { ForwardResult } from "./modelTypes.js";
-import type { SequenceSampling } from "./modelRunner.js";
-import type { DeterminismStats } from "./outputs.js";
-import type { SampledToken } from "./sampleTracker.js";
-import type { Sequence } from "./sequence.js";
-import { acceptedCandidates, type VerifyRow } from "./verifyPass.js";
+import type { BlockManager, PageCopy } from "../blockManager.js";
+import type { ForwardResult } from "../modelTypes.js";
+import type { SequenceSampling } from "../modelRunner.js";
+import type { DeterminismStats } from "../outputs.js";
+import type { SampledToken } from "../sampleTracker.js";
+import type { Sequence } from "../sequence.js";
+import { acceptedCandidates, type VerifyRow } from "./pass.js";
 
 /** A deterministic sequence as the verifier sees it. */
 export interface VerifyTarget {
@@ -54,7 +54,7 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     while (n > 0 && !blockManager.canAppend(seq, n)) n--; // a full pool verifies fewer candidates
     if (n === 0) continue;
     pageCopies.push(...blockManager.appendSlots(seq, n));
-    seq.tokens.length = start + n;
+    seq.truncateTokens(start + n);
     const s = samplingOf(seq);
     needsLogits ||= s.needsLogits;
     rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs });
@@ -89,12 +89,12 @@ export function applyVerdicts<T extends VerifyTarget>(
       t.stats.rollbacks++;
       t.stats.recomputedTokens += candidates.length - accepted;
     }
-    seq.tokens.length = c + accepted;
-    seq.tokens.push(verified[accepted]);
+    seq.truncateTokens(c + accepted);
+    seq.appendToken(verified[accepted]);
     blockManager.commitComputed(seq, c + accepted); // positions [c - 1, c + accepted) now hold the verifier's KV
     blockManager.truncate(seq, c + accepted); // pages of rejected candidates go back
     t.numCommitted = c + accepted + 1;
-    seq.holdForVerify = false;
+    seq.releaseVerifyHold();
     const k = prepared.rows[r].numTopLogprobs;
     const tokens: SampledToken[] = [];
     for (let j = 0; j <= accepted; j++) {
