@@ -140,12 +140,15 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
 
   it("holds for prefix-cache hits, and never reuses fast-path KV", async () => {
     await using engine = engineWith();
+    // Each deterministic request runs beside plain companions, so its fast-path tokens would drift (alone on the CPU
+    // every decode is exact and would match without any verifier).
+    const withLoad = async (req: GenerateRequest, seed: number): Promise<GenerationOutput> => (await together(engine, [req, ...companions(4, seed)]))[0];
     const r = requests[4]; // greedy, a 21-token prompt: 5 full pages
     const plain = await engine.submit(r).result; // fills the default namespace with fast-schedule KV
     expect(plain.usage.cachedTokens).toBe(0);
-    const miss = await engine.submit(det(r)).result;
+    const miss = await withLoad(det(r), 21);
     expect(miss.usage.cachedTokens).toBe(0);
-    const hit = await engine.submit(det(r)).result;
+    const hit = await withLoad(det(r), 31);
     expect(hit.usage.cachedTokens).toBe(20);
     expectSameAsReference(miss, 4);
     expectSameAsReference(hit, 4);
@@ -153,9 +156,29 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     const extended = { ...r, prompt: [...(r.prompt as number[]), ...miss.tokens.slice(0, 12)], maxTokens: 10 };
     await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
     const want = await bi.submit(extended).result;
-    const got = await engine.submit(det(extended)).result;
+    const got = await withLoad(det(extended), 41);
     expect(got.usage.cachedTokens).toBeGreaterThan(20);
     expect(got.tokens).toEqual(want.tokens);
+  });
+
+  it("has a verifier only while deterministic sequences run: it goes with the last, and its pages with it", async () => {
+    await using engine = engineWith();
+    const verifying = (): number => engine.metrics().models[0].verifyingSequences;
+    const plain = engine.submit(companions(1, 71)[0]);
+    await plain.result;
+    expect(verifying()).toBe(0);
+    const handles = requests.slice(0, 3).map((r) => engine.submit(det(r)));
+    expect(verifying()).toBe(3);
+    const outs = await Promise.all(handles.map((h) => h.result));
+    outs.forEach((out, i) => expectSameAsReference(out, i));
+    expect(verifying()).toBe(0);
+    const m = engine.metrics().models[0];
+    expect(m.kvPagesUsed).toBe(0); // verify rows' and (separate passes on a GPU) scratch pages all returned
+    // A new deterministic request after the verifier went gets a fresh one and the same bytes.
+    const again = engine.submit(det(requests[1]));
+    expect(verifying()).toBe(1);
+    expectSameAsReference(await again.result, 1);
+    expect(verifying()).toBe(0);
   });
 
   it("holds through preemption and recompute under a tiny KV pool", async () => {
@@ -187,11 +210,13 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     await using engine = engineWith();
     await using bi = new Engine({ models: { model: refModel }, kernelMode: "batch-invariant" });
     const parentReq: GenerateRequest = { ...requests[2], temperature: 0, maxTokens: 20 };
+    // Beside plain companions, so the fast path would drift (alone on the CPU every decode is exact).
     const parent = engine.submit(det(parentReq));
     const biParent = bi.submit(parentReq);
-    await Promise.all([parent.result, biParent.result]);
+    await Promise.all([parent.result, biParent.result, together(engine, companions(5, 51))]);
+    expect((await parent.result).tokens).toEqual((await biParent.result).tokens);
     const fork = { append: [7, 8, 9], maxTokens: 12 };
-    const child = await engine.fork(parent, fork).result;
+    const [child] = await Promise.all([engine.fork(parent, fork).result, together(engine, companions(5, 61))]);
     const want = await bi.fork(biParent, fork).result;
     expect(child.promptTokens).toEqual(want.promptTokens);
     expect(child.tokens).toEqual(want.tokens);

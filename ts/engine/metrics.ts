@@ -14,6 +14,8 @@ export interface ModelMetrics {
   prefixQueriedTokens: number;
   prefixHitTokens: number;
   preemptions: number;
+  /** Deterministic sequences the model's verifier tracks (0: no verifier exists, steps take the plain path). */
+  verifyingSequences: number;
 }
 
 export interface EngineMetrics {

@@ -81,6 +81,7 @@ export class ModelSlot {
       prefixQueriedTokens: s.queriedTokens,
       prefixHitTokens: s.hitTokens,
       preemptions: this.scheduler.numPreemptions,
+      verifyingSequences: this.verifier?.numTracked ?? 0,
     };
   }
 }

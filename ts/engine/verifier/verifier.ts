@@ -103,6 +103,10 @@ export class Verifier {
     this.stepTokenBudget = options.stepTokenBudget ?? Number.POSITIVE_INFINITY;
   }
 
+  get numTracked(): number {
+    return this.tracked.size;
+  }
+
   /** No deterministic sequence left: the slot drops the verifier (dispose() first). */
   get idle(): boolean {
     return this.tracked.size === 0;
