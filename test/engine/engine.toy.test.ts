@@ -164,11 +164,19 @@ describe("Engine on the paged reference model", () => {
 
   it("rejects what cannot fit even alone with a clear error", async () => {
     await using engine = makeEngine(4).engine; // 16 token slots
-    expect(() => engine.submit({ prompt: randomPrompt(1, 17) })).toThrow(/KV pool exhausted: the prompt \(17 tokens\) needs 5 pages.*raise kvMemory/);
+    expect(() => engine.submit({ prompt: randomPrompt(1, 17) })).toThrow(/KV pool too small: the prompt \(17 tokens\) needs 5 pages.*raise the KV pool \(loadModel's kvPages or kvMemoryBytes\)/);
     const grows = engine.submit({ prompt: randomPrompt(1, 10), maxTokens: 20, ignoreEos: true });
     await expect(grows.result).rejects.toThrow(/KV pool exhausted: sequence \d+ needs 5 pages .* the pool has 4 in total/);
     const fine = await engine.submit({ prompt: randomPrompt(2, 10), maxTokens: 5, ignoreEos: true }).result;
     expect(fine.tokens).toHaveLength(5);
+  });
+
+  it("names the model's context, not the KV pool, when the prompt is longer than the context", async () => {
+    const model = new PagedToyModel(64, 4, 16);
+    await using engine = new Engine({ models: { model, tokenizer: toyCodec } });
+    expect(() => engine.submit({ prompt: randomPrompt(1, 16) })).toThrow(/the prompt is 16 tokens and model "default"'s context is 16 tokens.*shorten the prompt to at most 15 tokens/);
+    expect(() => engine.submit({ prompt: randomPrompt(1, 15), maxTokens: 2 })).toThrow(/maxTokens/);
+    expect((await engine.submit({ prompt: randomPrompt(1, 15), maxTokens: 1 }).result).tokens).toHaveLength(1);
   });
 
   it("stops on stop strings (not streamed), stop ids and eos", async () => {

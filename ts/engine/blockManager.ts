@@ -8,6 +8,9 @@ import { hashPage, ROOT_HASH } from "./pageHash.js";
 import { pagesFor, type Sequence } from "./sequence.js";
 
 /** The runner must copy page src to page dst (both K and V, every layer) before the step's forward writes. */
+/** What a user does about a KV pool that is too small (the options of loadModel that size it). */
+export const KV_POOL_ADVICE = "raise the KV pool (loadModel's kvPages or kvMemoryBytes)";
+
 export interface PageCopy {
   src: number;
   dst: number;

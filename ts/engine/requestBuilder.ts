@@ -2,6 +2,7 @@
 // boundary; also forks the n samples of a request off its prompt. Holds the handle -> state map (weak, so
 // finished handles the caller dropped are collected).
 import type { RequestHandle } from "./handle.js";
+import { KV_POOL_ADVICE } from "./blockManager.js";
 import type { ModelSlot } from "./modelSlot.js";
 import { hashPage } from "./pageHash.js";
 import { checkMetadata, checkTokenIds, resolveParams, type ForkOptions, type GenerateRequest, type ResolvedParams } from "./request.js";
@@ -105,14 +106,22 @@ export class RequestBuilder {
   }
 
   private params(slot: ModelSlot, p: GenerateRequest | ForkOptions, numTokens: number, base?: ResolvedParams): ResolvedParams {
+    const model = slot.model;
+    // The model's context first: a prompt past it fails whatever the pool, and saying "KV pool" would send the
+    // user to the wrong knob.
+    if (numTokens >= model.maxContextTokens) {
+      throw new Error(
+        `request: the prompt is ${numTokens} tokens and model "${slot.name}"'s context is ${model.maxContextTokens} tokens ` +
+          `(max_position_embeddings), leaving no room to generate; shorten the prompt to at most ${model.maxContextTokens - 1} tokens`,
+      );
+    }
     const pool = slot.blockManager;
     if (pagesFor(numTokens, pool.pageSize) > pool.numPages) {
       throw new Error(
-        `KV pool exhausted: the prompt (${numTokens} tokens) needs ${pagesFor(numTokens, pool.pageSize)} pages, ` +
-          `model "${slot.name}" has ${pool.numPages} in total; raise kvMemory or shorten the prompt`,
+        `KV pool too small: the prompt (${numTokens} tokens) needs ${pagesFor(numTokens, pool.pageSize)} pages, ` +
+          `model "${slot.name}" has ${pool.numPages} in total; ${KV_POOL_ADVICE} or shorten the prompt`,
       );
     }
-    const model = slot.model;
     const limits = { vocabSize: model.vocabSize, numLayers: model.numLayers, maxNewTokens: model.maxContextTokens - numTokens };
     const params = resolveParams(p, limits, base);
     if (params.stop.length > 0 && !slot.codec) {

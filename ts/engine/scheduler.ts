@@ -6,7 +6,7 @@
 // The scheduler never touches tensors: it hands the runner page copies and (sequence, token count) pairs.
 import { orderRequests, readsPrefixMatch, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn, SchedRequest } from "../sched/types.js";
-import type { BlockManager, PageCopy } from "./blockManager.js";
+import { KV_POOL_ADVICE, type BlockManager, type PageCopy } from "./blockManager.js";
 import type { Sequence } from "./sequence.js";
 
 export interface SchedulerOptions {
@@ -141,7 +141,7 @@ export class Scheduler {
           seq,
           error: new Error(
             `KV pool exhausted: sequence ${seq.id} needs ${needed} pages of ${bm.pageSize} tokens for ` +
-              `${seq.numComputedTokens + n} tokens, the pool has ${bm.numPages} in total; raise kvMemory or shorten the prompt / maxTokens`,
+              `${seq.numComputedTokens + n} tokens, the pool has ${bm.numPages} in total; ${KV_POOL_ADVICE} or shorten the prompt / maxTokens`,
           ),
         });
         removeFrom(this.running, seq);

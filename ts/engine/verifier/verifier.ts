@@ -25,7 +25,7 @@
 // the verifier runs every position through the prefill attention kernel, so a near tie may break differently
 // from batch-invariant mode's decode kernel, the same way every time.
 import { FIXED_SCHEDULE, type KernelSchedule } from "../kernelSchedule.js";
-import type { BlockManager } from "../blockManager.js";
+import { KV_POOL_ADVICE, type BlockManager } from "../blockManager.js";
 import type { ForwardResult } from "../modelTypes.js";
 import type { ModelRunner, SequenceSampling } from "../modelRunner.js";
 import type { DeterminismStats } from "../outputs.js";
@@ -331,7 +331,7 @@ export class Verifier {
     if (!this.blockManager.canAppend(holder, total * g.pageSize)) {
       throw new Error(
         `deterministic: the verifier needs ${total} scratch KV pages (verifyGroup ${g.group} × ${perRow} for a window of ` +
-          `${g.window}); ${this.blockManager.numFreePages} of ${this.blockManager.numPages} pages are free now; raise kvMemory or lower verifyGroup / verifyWindow`,
+          `${g.window}); ${this.blockManager.numFreePages} of ${this.blockManager.numPages} pages are free now; ${KV_POOL_ADVICE} or lower verifyGroup / verifyWindow`,
       );
     }
     this.blockManager.appendSlots(holder, total * g.pageSize);
