@@ -54,6 +54,11 @@ describe("model folder errors", () => {
     await expect(openModelFiles(dir)).rejects.toThrow(new RegExp(`${dir}/${file.replace(".", "\\.")}: file not found`));
   });
 
+  it("an absurd num_hidden_layers is caught against the tensors before anything is allocated", async () => {
+    const dir = await broken((d) => editJson(join(d, "config.json"), (j) => (j.num_hidden_layers = 1_000_000_000)));
+    await expect(openModelFiles(dir)).rejects.toThrow(/config\.json: num_hidden_layers is 1000000000 but model\.safetensors has tensors for 2 layers/);
+  });
+
   it("config.json that is not JSON", async () => {
     const dir = await broken((d) => writeFile(join(d, "config.json"), "{ hidden_size: 64"));
     await expect(openModelFiles(dir)).rejects.toThrow(/config\.json: not valid JSON/);

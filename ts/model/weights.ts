@@ -99,6 +99,7 @@ export interface TensorDirectory {
  * naming the file it concerns. Extra tensors (e.g. rotary_emb.inv_freq in old exports) are ignored.
  */
 export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): void {
+  checkLayerCount(config, checkpoint);
   const problems: string[] = [];
   for (const { name, shape } of expectedTensors(config)) {
     const t = checkpoint.tensors.get(name);
@@ -117,5 +118,22 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
   throw new Error(
     `weights in ${basename(checkpoint.source)} do not match ${config.file}:\n  ${shown}${more}\n` +
       `check that config.json and the safetensors files come from the same model`,
+  );
+}
+
+/**
+ * config.json's num_hidden_layers against the layers the checkpoint has tensors for, before anything is built per
+ * layer: an absurd count (1e9) would otherwise exhaust the heap listing the tensors it expects.
+ */
+function checkLayerCount(config: ModelConfig, checkpoint: TensorDirectory): void {
+  let found = 0;
+  for (const name of checkpoint.tensors.keys()) {
+    const m = /^model\.layers\.(\d+)\./.exec(name);
+    if (m) found = Math.max(found, Number(m[1]) + 1);
+  }
+  if (config.numLayers <= found) return;
+  throw new Error(
+    `${config.file}: num_hidden_layers is ${config.numLayers} but ${basename(checkpoint.source)} has tensors for ${found} ` +
+      `layers (model.layers.0 .. ${found - 1}); check that config.json and the safetensors files come from the same model`,
   );
 }
