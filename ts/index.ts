@@ -23,8 +23,16 @@ export type { ChatMessage } from "./model/chatTemplate.js";
 export * from "./engine/index.js";
 export * from "./sched/index.js";
 
-// Determinism regression tooling
-export { hashTokens, firstDivergence } from "./determinism/golden.js";
+// Determinism regression tooling (what `deliberate determinism` runs): golden files carry their provenance
+export { hashTokens, firstDivergence, makeGolden, parseGolden, checkGolden } from "./determinism/golden.js";
+export type { GoldenFile, GoldenMismatch, CheckGoldenOptions } from "./determinism/golden.js";
+export { modelHash, describeDevice, kernelEnvironment, compareProvenance } from "./determinism/provenance.js";
+export type { Provenance, ProvenanceMismatch } from "./determinism/provenance.js";
+export { parsePromptsFile } from "./determinism/prompts.js";
+export { summarize } from "./determinism/report.js";
+export type { PromptReport } from "./determinism/report.js";
+export { runDeterminismCheck } from "./determinism/runner.js";
+export type { CheckParams } from "./determinism/runner.js";
 
 // The arithmetic reasoning task and its answer checking
 export * as arith from "./tasks/arith/index.js";

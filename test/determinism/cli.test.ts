@@ -18,9 +18,9 @@ interface CliRun {
   stdout: string;
   stderr: string;
 }
-async function cli(args: string[]): Promise<CliRun> {
+async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<CliRun> {
   try {
-    const { stdout, stderr } = await exec("npx", ["tsx", "ts/cli/main.ts", "determinism", ...args], { cwd: process.cwd(), timeout: 120_000 });
+    const { stdout, stderr } = await exec("npx", ["tsx", "ts/cli/main.ts", "determinism", ...args], { cwd: process.cwd(), timeout: 120_000, env });
     return { code: 0, stdout, stderr };
   } catch (e) {
     const err = e as { code?: number; stdout?: string; stderr?: string };
@@ -32,12 +32,15 @@ const lastLine = (s: string): DeterminismSummary => JSON.parse(s.trim().split("\
 
 let dir: string;
 let model: string;
+/** Another model of the same shape family, for a golden recorded on one and checked on the other. */
+let tinyModel: string;
 let prompts: string;
 let common: string[];
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "deliberate-determinism-cli-"));
   model = await nearTieModelDir(30);
+  tinyModel = await nearTieModelDir(4);
   prompts = join(dir, "prompts.jsonl");
   const lines = Array.from({ length: 6 }, (_, i) => JSON.stringify({ promptIds: randomTokens(4 + 3 * i, 512, 20 + i) }));
   await writeFile(prompts, lines.join("\n") + "\n");
@@ -64,6 +67,18 @@ describe("deliberate determinism", () => {
     expect(separate.code, separate.stderr).toBe(0);
     expect(separate.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
 
+    // Recorded under other kernel switches: refused, naming the switch, unless --allow-device-change.
+    const env = { ...process.env, DL_PREFILL_MMA: "1" };
+    const refused = await cli([...common, "--load", "1", "--check", golden], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/recorded under another device or kernel configuration: DL_PREFILL_MMA: recorded unset, now "1".*--allow-device-change/);
+    const allowed = await cli([...common, "--load", "1", "--check", golden, "--allow-device-change"], env);
+    expect(allowed.code, allowed.stderr).toBe(0); // the CPU backend has no such kernel: same bytes
+    // A golden of another model is refused whatever the flags.
+    const other = await cli([...common.map((a) => (a === model ? tinyModel : a)), "--load", "1", "--check", golden, "--allow-device-change"]);
+    expect(other.code).toBe(1);
+    expect(other.stderr).toMatch(/was recorded with another model \(weights hash [0-9a-f]{12}…/);
+
     g.outputs[2].hash = "0".repeat(64); // a golden file from some other build
     await writeFile(golden, JSON.stringify(g));
     const mismatch = await cli([...common, "--load", "1", "--check", golden]);
@@ -79,9 +94,13 @@ describe("deliberate determinism", () => {
     expect(summary.rollbacks).toBe(0);
   }, 120_000);
 
-  it("rejects bad flags with a clear message", async () => {
+  it("rejects bad flags and missing files with a clear message", async () => {
     const r = await cli([...common, "--load", "1,x"]);
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/--load entry 1 is 'x'/);
+    const missing = await cli([...common.map((a) => (a === prompts ? "missing.txt" : a))]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/--prompts \/\S+\/missing\.txt: file not found; give one prompt per line, or JSONL/);
+    expect(missing.stderr).not.toMatch(/ENOENT/);
   }, 60_000);
 });

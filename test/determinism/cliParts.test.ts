@@ -1,5 +1,9 @@
 import { describe, expect, it } from "vitest";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { checkGolden, firstDivergence, hashTokens, makeGolden, parseGolden } from "../../ts/determinism/golden.js";
+import { describeDevice, kernelEnvironment, modelHash, type Provenance } from "../../ts/determinism/provenance.js";
 import { parsePromptsFile } from "../../ts/determinism/prompts.js";
 import { comparePromptRuns, shuffled, summarize } from "../../ts/determinism/report.js";
 
@@ -24,13 +28,51 @@ describe("hashes and golden files", () => {
     expect(firstDivergence([1, 2, 3], [1, 5, 3])).toBe(1);
     expect(firstDivergence([1, 2], [1, 2, 3])).toBe(2);
   });
+  const prov: Provenance = { modelHash: "a".repeat(64), device: "cpu avx512-bf16", kernels: { kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1 } };
   it("records and checks golden outputs, refusing mismatched parameters", () => {
     const params = { temperature: 0, maxTokens: 4 };
-    const g = parseGolden(JSON.stringify(makeGolden("m", params, [[1, 2], [3]])), "g.json");
-    expect(checkGolden(g, params, [[1, 2], [3]], "g.json")).toEqual([]);
-    expect(checkGolden(g, params, [[1, 9], [3]], "g.json")).toEqual([{ index: 0, firstDivergence: 1 }]);
-    expect(() => checkGolden(g, { temperature: 1, maxTokens: 4 }, [[1, 2], [3]], "g.json")).toThrow(/recorded with/);
+    const g = parseGolden(JSON.stringify(makeGolden("m", prov, params, [[1, 2], [3]])), "g.json");
+    expect(checkGolden(g, prov, params, [[1, 2], [3]], "g.json")).toEqual([]);
+    expect(checkGolden(g, prov, params, [[1, 9], [3]], "g.json")).toEqual([{ index: 0, firstDivergence: 1 }]);
+    expect(() => checkGolden(g, prov, { temperature: 1, maxTokens: 4 }, [[1, 2], [3]], "g.json")).toThrow(/recorded with/);
     expect(() => parseGolden("nope", "g.json")).toThrow(/g.json: not a golden file/);
+  });
+  it("refuses another model always, another device or kernel configuration unless allowed, and old goldens", () => {
+    const params = { temperature: 0 };
+    const g = parseGolden(JSON.stringify(makeGolden("m", prov, params, [[1, 2]])), "g.json");
+    const otherModel = { ...prov, modelHash: "b".repeat(64) };
+    expect(() => checkGolden(g, otherModel, params, [[1, 2]], "g.json")).toThrow(/g.json was recorded with another model \(weights hash aaaaaaaaaaaa…, "m"\) than this run's \(bbbbbbbbbbbb…\)/);
+    expect(() => checkGolden(g, otherModel, params, [[1, 2]], "g.json", { allowDeviceChange: true })).toThrow(/another model/);
+    const gpu = { ...prov, device: "cuda NVIDIA H100 (sm 9.0)" };
+    expect(() => checkGolden(g, gpu, params, [[1, 2]], "g.json")).toThrow(
+      /device: recorded on "cpu avx512-bf16", running on "cuda NVIDIA H100 \(sm 9.0\)".*--allow-device-change/,
+    );
+    expect(checkGolden(g, gpu, params, [[1, 2]], "g.json", { allowDeviceChange: true })).toEqual([]);
+    const knob = { ...prov, kernels: { ...prov.kernels, DL_PREFILL_MMA: "1", fixedGemmSplitK: 2 } };
+    expect(() => checkGolden(g, knob, params, [[1, 2]], "g.json")).toThrow(/DL_PREFILL_MMA: recorded unset, now "1"; fixedGemmSplitK: recorded 1, now 2/);
+    const v1 = JSON.stringify({ version: 1, model: "m", params, outputs: [] });
+    expect(() => parseGolden(v1, "old.json")).toThrow(/old.json was recorded without the model hash, device and kernel configuration \(version 1\); re-record/);
+  });
+  it("fingerprints every byte of a model folder's weights, config and tokenizer", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "deliberate-hash-"));
+    try {
+      await writeFile(join(dir, "config.json"), "{}");
+      await writeFile(join(dir, "model.safetensors"), Buffer.from([1, 2, 3, 4]));
+      await writeFile(join(dir, "README.md"), "not part of the model");
+      const h = await modelHash(dir);
+      await writeFile(join(dir, "README.md"), "edited");
+      expect(await modelHash(dir)).toBe(h);
+      await writeFile(join(dir, "model.safetensors"), Buffer.from([1, 2, 3, 5])); // same size, one weight byte changed
+      expect(await modelHash(dir)).not.toBe(h);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+  it("describes the device as specifically as bits depend on it, and reads the DL_* switches", () => {
+    const report = { cpu: { threads: 2, hardwareThreads: 2, simd: "avx2" as const }, cuda: { compiled: true, available: true, runtimeVersion: "13.0", wgmmaGemm: true, programmaticLaunch: false, devices: [{ index: 0, name: "H100", computeCapability: "9.0", totalMemoryBytes: 1, freeMemoryBytes: 1, multiprocessors: 132 }] } };
+    expect(describeDevice("cpu", report)).toBe("cpu avx2");
+    expect(describeDevice("cuda", report)).toBe("cuda H100 (sm 9.0)");
+    expect(kernelEnvironment({ DL_PAD_DECODE: "0", PATH: "/bin", DL_GEMM_REDUCE: "kernel" })).toEqual({ DL_GEMM_REDUCE: "kernel", DL_PAD_DECODE: "0" });
   });
 });
 

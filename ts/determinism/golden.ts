@@ -1,5 +1,8 @@
 // Output hashes and golden files: `--record FILE` writes them, `--check FILE` compares a new run against them.
+// A golden file carries its provenance (model hash, device, kernel configuration; provenance.ts) and a check
+// refuses to compare across a different model, and across a different device or kernel configuration unless told to.
 import { createHash } from "node:crypto";
+import { compareProvenance, type Provenance } from "./provenance.js";
 
 /** SHA-256 of the token ids as little-endian int32: equal hashes ⇔ byte-identical outputs. */
 export function hashTokens(tokens: readonly number[]): string {
@@ -16,14 +19,15 @@ export function firstDivergence(a: readonly number[], b: readonly number[]): num
 }
 
 export interface GoldenFile {
-  version: 1;
+  version: 2;
   model: string;
+  provenance: Provenance;
   params: Record<string, unknown>;
   outputs: { index: number; hash: string; tokens: number[] }[];
 }
 
-export function makeGolden(model: string, params: Record<string, unknown>, outputs: readonly (readonly number[])[]): GoldenFile {
-  return { version: 1, model, params, outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })) };
+export function makeGolden(model: string, provenance: Provenance, params: Record<string, unknown>, outputs: readonly (readonly number[])[]): GoldenFile {
+  return { version: 2, model, provenance, params, outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })) };
 }
 
 export function parseGolden(text: string, fileName: string): GoldenFile {
@@ -33,7 +37,13 @@ export function parseGolden(text: string, fileName: string): GoldenFile {
   } catch (e) {
     throw new Error(`${fileName}: not a golden file (${(e as Error).message}); record one with --record`);
   }
-  if (g.version !== 1 || !Array.isArray(g.outputs)) throw new Error(`${fileName}: unsupported golden file (version ${String(g.version)}); re-record it with --record`);
+  if (g === null || typeof g !== "object") throw new Error(`${fileName}: not a golden file; record one with --record`);
+  if ((g.version as number) === 1) {
+    throw new Error(`${fileName} was recorded without the model hash, device and kernel configuration (version 1); re-record it with --record`);
+  }
+  if (g.version !== 2 || !Array.isArray(g.outputs) || typeof g.provenance?.modelHash !== "string") {
+    throw new Error(`${fileName}: unsupported golden file (version ${String(g.version)}); re-record it with --record`);
+  }
   return g;
 }
 
@@ -42,8 +52,36 @@ export interface GoldenMismatch {
   firstDivergence: number | null;
 }
 
-/** Compares outputs with a golden file; params must match too, else the comparison is meaningless. */
-export function checkGolden(g: GoldenFile, params: Record<string, unknown>, outputs: readonly (readonly number[])[], fileName: string): GoldenMismatch[] {
+export interface CheckGoldenOptions {
+  /** Compare even though the device or kernel configuration differs (never across models). */
+  allowDeviceChange?: boolean;
+}
+
+/**
+ * Compares outputs with a golden file. The model, the parameters and (unless allowDeviceChange) the device and
+ * kernel configuration must match the recording, else the comparison is meaningless and this throws.
+ */
+export function checkGolden(
+  g: GoldenFile,
+  provenance: Provenance,
+  params: Record<string, unknown>,
+  outputs: readonly (readonly number[])[],
+  fileName: string,
+  options: CheckGoldenOptions = {},
+): GoldenMismatch[] {
+  const diff = compareProvenance(g.provenance, provenance);
+  if (diff.model) {
+    throw new Error(
+      `${fileName} was recorded with another model (weights hash ${g.provenance.modelHash.slice(0, 12)}…, "${g.model}") than this run's ` +
+        `(${provenance.modelHash.slice(0, 12)}…); check the model it was recorded with, or re-record`,
+    );
+  }
+  if (diff.what.length > 0 && options.allowDeviceChange !== true) {
+    throw new Error(
+      `${fileName} was recorded under another device or kernel configuration: ${diff.what.join("; ")}. Outputs may differ in ` +
+        `the last bits there; re-record on this configuration, or pass --allow-device-change to compare anyway`,
+    );
+  }
   if (JSON.stringify(g.params) !== JSON.stringify(params)) {
     throw new Error(`${fileName} was recorded with ${JSON.stringify(g.params)} but this run uses ${JSON.stringify(params)}; use the same flags or re-record`);
   }

@@ -8,5 +8,6 @@ export type { GenerationOutput, SampleOutput, StreamDelta, FinishReason, TokenLo
 export type { EngineMetrics, ModelMetrics } from "./metrics.js";
 export type { KernelMode, KernelSchedule } from "./kernelSchedule.js";
 export { FIXED_SCHEDULE, chooseSchedule } from "./kernelSchedule.js";
+export { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW } from "./verifier/verifier.js";
 export type { SchedMetadata } from "./sequence.js";
 export type { EngineModel, TextCodec, Detokenizer, ForwardBatch, ForwardSequence, ForwardResult } from "./modelTypes.js";

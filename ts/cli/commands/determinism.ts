@@ -5,12 +5,25 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import type { Command } from "commander";
-import { checkGolden, makeGolden, parseGolden } from "../../determinism/golden.js";
-import { parsePromptsFile } from "../../determinism/prompts.js";
-import { summarize, type PromptReport } from "../../determinism/report.js";
-import { runDeterminismCheck, type CheckParams } from "../../determinism/runner.js";
-import { Engine } from "../../engine/engine.js";
-import { loadModel } from "../../model/model.js";
+import {
+  checkGolden,
+  DEFAULT_VERIFY_WINDOW,
+  FIXED_SCHEDULE,
+  describeDevice,
+  Engine,
+  kernelEnvironment,
+  listDevices,
+  loadModel,
+  makeGolden,
+  modelHash,
+  parseGolden,
+  parsePromptsFile,
+  runDeterminismCheck,
+  summarize,
+  type CheckParams,
+  type PromptReport,
+  type Provenance,
+} from "../../index.js";
 
 interface DeterminismOptions {
   model: string;
@@ -28,12 +41,24 @@ interface DeterminismOptions {
   verifyWindow?: string;
   verifyGroup?: string;
   separateVerify?: boolean;
+  allowDeviceChange?: boolean;
 }
 
 function int(flag: string, raw: string, min: number): number {
   const v = Number(raw);
   if (raw.trim() === "" || !Number.isInteger(v) || v < min) throw new Error(`--${flag} must be an integer >= ${min}, got '${raw}'`);
   return v;
+}
+
+/** A file named on the command line, or an Error naming the flag, the absolute path tried and what it should hold. */
+async function readInput(file: string, flag: string, what: string): Promise<string> {
+  try {
+    return await readFile(file, "utf8");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    const why = code === "ENOENT" ? "file not found" : code === "EISDIR" ? "is a folder" : (e as Error).message;
+    throw new Error(`${flag} ${resolve(file)}: ${why}; give ${what}`);
+  }
 }
 
 function parseLoads(raw: string): number[] {
@@ -70,6 +95,7 @@ export function registerDeterminism(program: Command): void {
     .option("--verify-window <n>", "tokens per verify row (engine verifyWindow)")
     .option("--verify-group <n>", "rows per verify pass with --separate-verify (engine verifyGroup)")
     .option("--separate-verify", "verify in passes of their own (engine fuseVerify: false) instead of inside the steps")
+    .option("--allow-device-change", "with --check: compare even though the golden was recorded on another device or kernel configuration (never across models)")
     .action(async (opts: DeterminismOptions) => {
       if (opts.record !== undefined && opts.check !== undefined) throw new Error("give at most one of --record FILE and --check FILE");
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
@@ -85,16 +111,24 @@ export function registerDeterminism(program: Command): void {
       };
       const loads = parseLoads(opts.load);
       const runs = int("runs", opts.runs, 1);
-      const prompts = parsePromptsFile(await readFile(opts.prompts, "utf8"), opts.prompts);
-      const golden = opts.check === undefined ? null : parseGolden(await readFile(opts.check, "utf8"), opts.check);
+      const prompts = parsePromptsFile(await readInput(opts.prompts, "--prompts", "one prompt per line, or JSONL"), opts.prompts);
+      const golden = opts.check === undefined ? null : parseGolden(await readInput(opts.check, "--check", "a golden file written by --record"), opts.check);
 
+      const verifyWindow = opts.verifyWindow === undefined ? DEFAULT_VERIFY_WINDOW : int("verify-window", opts.verifyWindow, 2);
+      const verifyGroup = opts.verifyGroup === undefined ? undefined : int("verify-group", opts.verifyGroup, 1);
+      const fuseVerify = opts.separateVerify !== true;
       const model = await loadModel(opts.model, { device: opts.device });
-      const engine = new Engine({
-        models: { model },
-        verifyWindow: opts.verifyWindow === undefined ? undefined : int("verify-window", opts.verifyWindow, 2),
-        verifyGroup: opts.verifyGroup === undefined ? undefined : int("verify-group", opts.verifyGroup, 1),
-        fuseVerify: opts.separateVerify !== true,
-      });
+      const engine = new Engine({ models: { model }, verifyWindow, verifyGroup, fuseVerify });
+      // What the outputs depend on besides the parameters (a golden records it; a check compares it): the verifier's
+      // fixed schedule and the kernel switches. Where verify rows run and their window change no committed bit
+      // (docs/determinism.md), so a golden recorded fused checks a --separate-verify run.
+      const kernels: Provenance["kernels"] = {
+        kernelMode: "fast",
+        fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK,
+        fixedKvSplits: FIXED_SCHEDULE.kvSplits,
+        ...kernelEnvironment(),
+      };
+      const provenance: Provenance = { modelHash: await modelHash(model.dir), device: describeDevice(model.device, listDevices()), kernels };
       let result;
       try {
         const progress = opts.json ? undefined : (m: string) => console.error(`[determinism] ${m}`);
@@ -107,14 +141,15 @@ export function registerDeterminism(program: Command): void {
       const goldenParams = { ...params };
       const modelName = basename(resolve(opts.model));
       if (golden) {
-        for (const bad of checkGolden(golden, goldenParams, result.baseOutputs, opts.check!)) {
+        const allowDeviceChange = opts.allowDeviceChange === true;
+        for (const bad of checkGolden(golden, provenance, goldenParams, result.baseOutputs, opts.check!, { allowDeviceChange })) {
           const r = result.reports[bad.index];
           r.agree = false;
           r.firstDivergence = r.firstDivergence === null ? bad.firstDivergence : Math.min(r.firstDivergence, bad.firstDivergence ?? Infinity);
           if (!r.divergentLoads.includes(0)) r.divergentLoads.unshift(0); // 0 = the golden file
         }
       }
-      if (opts.record !== undefined) await writeFile(opts.record, JSON.stringify(makeGolden(modelName, goldenParams, result.baseOutputs), null, 1) + "\n");
+      if (opts.record !== undefined) await writeFile(opts.record, JSON.stringify(makeGolden(modelName, provenance, goldenParams, result.baseOutputs), null, 1) + "\n");
 
       const summary = summarize(result.reports);
       for (const r of result.reports) console.log(opts.json ? JSON.stringify(r) : describe(r));

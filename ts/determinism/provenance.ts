@@ -1,0 +1,72 @@
+// Where a golden file's bytes came from: the model's weights, the device and the kernel configuration. Outputs are
+// a function of all three (a GEMM's summation order differs between AVX2 and AVX-512 paths, between GPUs, between
+// kernel knobs), so a golden recorded under one never silently judges a run under another.
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { readdir, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { DeviceKind, DeviceReport } from "../native/addonTypes.js";
+
+export interface Provenance {
+  /** sha256 over the model folder's config.json, tokenizer.json and every *.safetensors file (names, sizes, bytes). */
+  modelHash: string;
+  /** e.g. "cpu avx512-bf16" or "cuda NVIDIA H100 80GB HBM3 (sm 9.0)". */
+  device: string;
+  /** Engine kernel settings and the DL_* switches in effect: anything that can change a reduction's order. */
+  kernels: Record<string, string | number | boolean>;
+}
+
+/** Files whose bytes define a model's outputs (generation_config.json only sets defaults the golden's params pin). */
+function definesOutputs(name: string): boolean {
+  return name === "config.json" || name === "tokenizer.json" || name.endsWith(".safetensors");
+}
+
+/**
+ * Sound fingerprint of a model folder: every byte of its weights, config and tokenizer, streamed (a multi-GB
+ * checkpoint is hashed at disk speed without being held in memory). A cheaper fingerprint (headers, sizes) would
+ * call two fine-tunes of one architecture the same model.
+ */
+export async function modelHash(dir: string): Promise<string> {
+  const hash = createHash("sha256");
+  const names = (await readdir(dir)).filter(definesOutputs).sort();
+  for (const name of names) {
+    const file = join(dir, name);
+    hash.update(`${name}\0${(await stat(file)).size}\0`);
+    for await (const chunk of createReadStream(file, { highWaterMark: 1 << 22 })) hash.update(chunk as Buffer);
+  }
+  return hash.digest("hex");
+}
+
+/** The device a model runs on, as specific as its bits depend on. */
+export function describeDevice(device: DeviceKind, report: DeviceReport): string {
+  if (device === "cpu") return `cpu ${report.cpu.simd}`;
+  const d = report.cuda.devices[0];
+  return d === undefined ? "cuda (no device)" : `cuda ${d.name} (sm ${d.computeCapability})`;
+}
+
+/** DL_* switches set in the environment (the native backend reads them at load; bench/CUDA_NOTES.md "Knobs"). */
+export function kernelEnvironment(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const key of Object.keys(env).sort()) if (key.startsWith("DL_") && env[key] !== undefined) out[key] = env[key]!;
+  return out;
+}
+
+export interface ProvenanceMismatch {
+  /** Different weights: never comparable. */
+  model: boolean;
+  /** Different device or kernel configuration: comparable only when the user says so (--allow-device-change). */
+  what: string[];
+}
+
+/** Which parts of two provenances differ, each named with both values. */
+export function compareProvenance(recorded: Provenance, current: Provenance): ProvenanceMismatch {
+  const what: string[] = [];
+  if (recorded.device !== current.device) what.push(`device: recorded on "${recorded.device}", running on "${current.device}"`);
+  const keys = [...new Set([...Object.keys(recorded.kernels), ...Object.keys(current.kernels)])].sort();
+  for (const k of keys) {
+    const a = recorded.kernels[k];
+    const b = current.kernels[k];
+    if (a !== b) what.push(`${k}: recorded ${a === undefined ? "unset" : JSON.stringify(a)}, now ${b === undefined ? "unset" : JSON.stringify(b)}`);
+  }
+  return { model: recorded.modelHash !== current.modelHash, what };
+}
