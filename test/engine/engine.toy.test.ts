@@ -247,6 +247,29 @@ describe("Engine on the paged reference model", () => {
     expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(/kernelMode: unknown mode "exact"/);
     expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(/unknown policy "lifo"/);
     expect(() => new Engine({ models: { model }, maxBatchTokens: 0 })).toThrow(/options.maxBatchTokens is 0/);
+    expect(() => new Engine({ models: { model }, maxBatchToken: 64 } as never)).toThrow(/Engine: options.maxBatchToken is not a known field; did you mean maxBatchTokens\?/);
+    expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/options.verifyWindow is 1; expected an integer >= 2/);
+  });
+
+  it("turns wrong-typed and unknown request fields into boundary errors, never raw TypeErrors", async () => {
+    await using engine = makeEngine(64).engine;
+    const submit = (r: unknown) => () => engine.submit(r as GenerateRequest);
+    expect(submit(undefined)).toThrow(/^request is undefined; expected a request object such as \{ prompt/);
+    expect(submit("text")).toThrow(/^request is "text"; expected a request object/);
+    expect(submit({ prompt: null })).toThrow(/^request.prompt is null; expected text or an array of integer token ids/);
+    expect(submit({ prompt: 42 })).toThrow(/^request.prompt is 42; expected text/);
+    expect(submit({ prompt: { text: "hi" } })).toThrow(/^request.prompt is \{"text":"hi"\}; expected text/);
+    expect(submit({})).toThrow(/^request.prompt is undefined; expected text/);
+    expect(submit({ prompt: [1], temperature: NaN })).toThrow(/^request.temperature is NaN; expected a finite number >= 0/);
+    expect(submit({ prompt: [1], maxTokenz: 5 })).toThrow(/^request.maxTokenz is not a known field; did you mean maxTokens\?/);
+    expect(submit({ prompt: [1], metadata: { priorty: 1 } })).toThrow(/^request.metadata.priorty is not a known field; did you mean priority\?/);
+    expect(submit({ prompt: [1], stop: [""] })).toThrow(/^request.stop is \[""\]; expected a non-empty string/);
+    const parent = engine.submit({ prompt: [1, 2], maxTokens: 2 });
+    await parent.result;
+    expect(() => engine.fork(parent, { lenght: 1 } as never)).toThrow(/^fork.lenght is not a known field; did you mean length\?/);
+    expect(() => engine.fork(parent, { sample: -1 })).toThrow(/^fork.sample is -1; expected an integer >= 0/);
+    // None of these left anything behind.
+    expect(engine.metrics().running + engine.metrics().waiting).toBe(0);
   });
 
   it("dispose resolves unfinished requests as aborted and refuses new ones; the event loop keeps turning", async () => {

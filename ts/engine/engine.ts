@@ -16,6 +16,8 @@ import { ModelSlot } from "./modelSlot.js";
 import type { ForkOptions, GenerateRequest } from "./request.js";
 import { RequestBuilder } from "./requestBuilder.js";
 import { Stepper } from "./stepper.js";
+import { engineOptionsSchema } from "../options/schemas.js";
+import { parseOptions } from "../options/validate.js";
 import type { RequestState } from "./requestState.js";
 import { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW } from "./verifier/verifier.js";
 
@@ -78,21 +80,21 @@ export class Engine implements AsyncDisposable {
   }
 
   constructor(options: EngineOptions) {
+    parseOptions(engineOptionsSchema, options, "Engine: options");
     const specs = Array.isArray(options.models) ? options.models : [options.models];
     if (specs.length === 0) throw new Error("Engine: options.models is empty; pass at least one loaded model");
     const schedulerOptions = {
-      maxBatchTokens: positiveInt("maxBatchTokens", options.maxBatchTokens ?? 2048),
-      maxBatchSeqs: positiveInt("maxBatchSeqs", options.maxBatchSeqs ?? 256),
+      maxBatchTokens: options.maxBatchTokens ?? 2048,
+      maxBatchSeqs: options.maxBatchSeqs ?? 256,
       policy: typeof options.schedulingPolicy === "function" ? options.schedulingPolicy : parseSchedulingPolicy(options.schedulingPolicy ?? "fcfs"),
       agingTokensPerSecond: options.agingTokensPerSecond ?? DEFAULT_AGING_TOKENS_PER_SECOND,
     };
     const kernelMode = parseKernelMode(options.kernelMode ?? "fast");
     const verifyOptions = {
-      verifyWindow: positiveInt("verifyWindow", options.verifyWindow ?? DEFAULT_VERIFY_WINDOW),
-      verifyGroup: positiveInt("verifyGroup", options.verifyGroup ?? DEFAULT_VERIFY_GROUP),
-      fuseVerify: booleanOption("fuseVerify", options.fuseVerify ?? true),
+      verifyWindow: options.verifyWindow ?? DEFAULT_VERIFY_WINDOW,
+      verifyGroup: options.verifyGroup ?? DEFAULT_VERIFY_GROUP,
+      fuseVerify: options.fuseVerify ?? true,
     };
-    if (verifyOptions.verifyWindow < 2) throw new Error(`Engine: options.verifyWindow is ${verifyOptions.verifyWindow}; expected an integer >= 2 (the last committed token + candidates)`);
     this.slots = specs.map((spec, i) => {
       const name = spec.name ?? (i === 0 ? "default" : `model${i}`);
       const model = isModel(spec.model) ? engineModelOf(spec.model) : spec.model;
@@ -207,14 +209,4 @@ export class Engine implements AsyncDisposable {
     }
   }
 
-}
-
-function positiveInt(field: string, value: number): number {
-  if (!Number.isInteger(value) || value < 1) throw new Error(`Engine: options.${field} is ${JSON.stringify(value)}; expected an integer >= 1`);
-  return value;
-}
-
-function booleanOption(field: string, value: boolean): boolean {
-  if (typeof value !== "boolean") throw new Error(`Engine: options.${field} is ${JSON.stringify(value)}; expected true or false`);
-  return value;
 }

@@ -1,5 +1,5 @@
-// What a caller asks the engine for, and its validation at the boundary (every message names the field, the
-// value and the fix). Inside the engine only ResolvedParams travel.
+// What a caller asks the engine for (its schema is ts/options/schemas.ts), and its resolution against the model's
+// limits. Inside the engine only ResolvedParams travel.
 import type { SchedMetadata } from "./sequence.js";
 
 export interface SamplingParams {
@@ -84,45 +84,42 @@ export interface ParamLimits {
   maxNewTokens: number;
 }
 
-export const MAX_TOP_LOGPROBS = 64;
-const MAX_SEED = Number.MAX_SAFE_INTEGER;
 
-/** Validates `p` (falling back to `base` for fields it omits, as a fork inherits its parent's params). */
+/**
+ * Resolves `p` (falling back to `base` for fields it omits, as a fork inherits its parent's params) and checks what
+ * needs the model: token ids within the vocabulary, maxTokens within the context left, the capture layer. Types and
+ * ranges that hold for any model were checked by the request's schema (ts/options/schemas.ts) at the boundary.
+ */
 export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: ResolvedParams): ResolvedParams {
-  const where = "request";
   const fail = (field: string, value: unknown, fix: string): never => {
-    throw new Error(`${where}.${field} is ${JSON.stringify(value)}; ${fix}`);
+    throw new Error(`request.${field} is ${JSON.stringify(value)}; ${fix}`);
   };
   const int = (field: string, value: number, lo: number, hi: number): number => {
     if (!Number.isInteger(value) || value < lo || value > hi) fail(field, value, `expected an integer in [${lo}, ${hi}]`);
     return value;
   };
   const temperature = p.temperature ?? base?.temperature ?? 0;
-  if (!Number.isFinite(temperature) || temperature < 0) fail("temperature", temperature, "expected a finite number >= 0 (0 = greedy)");
   const topK = int("topK", p.topK ?? base?.topK ?? 0, 0, limits.vocabSize);
   const topP = p.topP ?? base?.topP ?? 1;
-  if (!(topP > 0 && topP <= 1)) fail("topP", topP, "expected a number in (0, 1] (1 = off)");
-  const seed = int("seed", p.seed ?? base?.seed ?? Math.floor(Math.random() * 2 ** 32), 0, MAX_SEED);
+  const seed = p.seed ?? base?.seed ?? Math.floor(Math.random() * 2 ** 32);
   if (limits.maxNewTokens < 1) {
     throw new Error(`request: the prompt leaves no room in the model's context; shorten it by at least ${1 - limits.maxNewTokens} tokens`);
   }
   const maxTokens = p.maxTokens ?? Math.min(base?.maxTokens ?? Infinity, limits.maxNewTokens);
-  if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > limits.maxNewTokens) {
+  if (maxTokens > limits.maxNewTokens) {
     fail("maxTokens", maxTokens, `expected an integer in [1, ${limits.maxNewTokens}] (the context left after the prompt)`);
   }
   const stopList = p.stop === undefined ? (base?.stop ?? []) : typeof p.stop === "string" ? [p.stop] : [...p.stop];
-  for (const s of stopList) if (typeof s !== "string" || s.length === 0) fail("stop", s, "stop strings must be non-empty strings");
   const stopTokenIds = new Set<number>(p.stopTokenIds ?? (base ? [...base.stopTokenIds] : []));
   for (const id of stopTokenIds) int("stopTokenIds[]", id, 0, limits.vocabSize - 1);
   const ignoreEos = p.ignoreEos ?? base?.ignoreEos ?? false;
-  const logprobs = p.logprobs === undefined ? (base?.logprobs ?? null) : int("logprobs", p.logprobs, 0, MAX_TOP_LOGPROBS);
+  const logprobs = p.logprobs === undefined ? (base?.logprobs ?? null) : p.logprobs;
   const wanted = p.tokenLogprobs === undefined ? (base?.tokenLogprobs ?? null) : [...p.tokenLogprobs];
   for (const id of wanted ?? []) int("tokenLogprobs[]", id, 0, limits.vocabSize - 1);
   const tokenLogprobs = wanted !== null && wanted.length > 0 ? wanted : null;
   const layer = p.captureHidden?.layer;
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
-  if (typeof deterministic !== "boolean") fail("deterministic", deterministic, "expected true or false");
   if (deterministic && captureHiddenLayer !== null) {
     fail("captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
   }
@@ -138,18 +135,4 @@ export function checkTokenIds(field: string, ids: readonly number[], vocabSize: 
     }
   }
   return [...ids];
-}
-
-export function checkMetadata(m: SchedMetadata | undefined): SchedMetadata {
-  if (m === undefined) return {};
-  if (m.priority !== undefined && !Number.isFinite(m.priority)) {
-    throw new Error(`request.metadata.priority is ${JSON.stringify(m.priority)}; expected a finite number (higher runs first)`);
-  }
-  for (const f of ["remainingKnob", "meanTokensPerRound", "programArrivalMs"] as const) {
-    const v = m[f];
-    if (v !== undefined && !(Number.isFinite(v) && v >= 0)) {
-      throw new Error(`request.metadata.${f} is ${JSON.stringify(v)}; expected a finite number >= 0`);
-    }
-  }
-  return { ...m };
 }

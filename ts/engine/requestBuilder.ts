@@ -5,12 +5,12 @@ import type { RequestHandle } from "./handle.js";
 import { KV_POOL_ADVICE } from "./blockManager.js";
 import type { ModelSlot } from "./modelSlot.js";
 import { hashPage } from "./pageHash.js";
-import { checkMetadata, checkTokenIds, resolveParams, type ForkOptions, type GenerateRequest, type ResolvedParams } from "./request.js";
+import { forkOptionsSchema, generateRequestSchema } from "../options/schemas.js";
+import { parseOptions } from "../options/validate.js";
+import { checkTokenIds, resolveParams, type ForkOptions, type GenerateRequest, type ResolvedParams } from "./request.js";
 import { RequestState } from "./requestState.js";
 import { SampleTracker } from "./sampleTracker.js";
 import { pagesFor, Sequence, type SchedMetadata } from "./sequence.js";
-
-export const MAX_SAMPLES = 1024;
 
 export interface BuiltRequest {
   slot: ModelSlot;
@@ -32,22 +32,21 @@ export class RequestBuilder {
   }
 
   submit(req: GenerateRequest): BuiltRequest {
+    parseOptions(generateRequestSchema, req, "request");
     const slot = this.pickSlot(req.model);
     const prompt = this.tokensOf(slot, req.prompt, "prompt", req.addSpecialTokens ?? true);
     if (prompt.length === 0) throw new Error("request.prompt is empty; give at least one token");
     const n = req.n ?? 1;
-    if (!Number.isInteger(n) || n < 1 || n > MAX_SAMPLES) {
-      throw new Error(`request.n is ${JSON.stringify(n)}; expected an integer in [1, ${MAX_SAMPLES}]`);
-    }
     const params = this.params(slot, req, prompt.length);
     const state = this.newState(slot, prompt, params, n);
-    const seq = this.newSequence(slot, state, 0, prompt, params, checkMetadata(req.metadata));
+    const seq = this.newSequence(slot, state, 0, prompt, params, { ...req.metadata });
     if (n > 1) seq.computeLimit = prompt.length - 1; // samples fork off once the shared prompt KV exists
     slot.scheduler.addWaiting(seq);
     return { slot, state, seqs: [seq] };
   }
 
   fork(handle: RequestHandle, opts: ForkOptions): BuiltRequest {
+    parseOptions(forkOptionsSchema, opts, "fork");
     const parent = this.states.get(handle);
     const slot = parent && this.slotOf.get(parent);
     if (!parent || !slot) throw new Error("Engine.fork: the handle was not returned by this engine");
@@ -68,7 +67,7 @@ export class RequestBuilder {
     const seed = opts.seed ?? hashPage(parent.params.seed + sample, [++parent.forkCount]) % 2 ** 32;
     const params = this.params(slot, { ...opts, seed }, tokens.length, parent.params);
     const state = this.newState(slot, tokens, params, 1);
-    const seq = this.newSequence(slot, state, 0, tokens, params, checkMetadata({ ...src.metadata, ...opts.metadata }));
+    const seq = this.newSequence(slot, state, 0, tokens, params, { ...src.metadata, ...opts.metadata });
     if (src.status === "running" && src.numPages > 0) {
       slot.blockManager.fork(src, seq);
       slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1, slot.forkableKv(src, params.deterministic)));

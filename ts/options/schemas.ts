@@ -1,0 +1,81 @@
+// The schemas of what users hand the engine: engine options, generate requests and fork options. Shape and range
+// rules that hold for any model live here; rules that need the model (token ids < vocab size, maxTokens within the
+// context left) are checked where the model is known (request.ts resolveParams). The OpenAI-compatible server
+// maps its wire fields onto these.
+import { z } from "zod";
+import { field, isBool, isFiniteNumber, isInt, strictObject } from "./validate.js";
+
+const isTokenIds = (v: unknown): boolean => Array.isArray(v) && v.every((id) => Number.isInteger(id));
+const isText = (v: unknown): boolean => typeof v === "string";
+
+export const samplingShape = {
+  temperature: field<number>("expected a finite number >= 0 (0 = greedy)", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+  topK: field<number>("expected an integer >= 0 (0 = off)", isInt(0)).optional(),
+  topP: field<number>("expected a number in (0, 1] (1 = off)", (v) => typeof v === "number" && v > 0 && v <= 1).optional(),
+  seed: field<number>(`expected an integer in [0, ${Number.MAX_SAFE_INTEGER}]`, isInt(0)).optional(),
+  maxTokens: field<number>("expected an integer >= 1", isInt(1)).optional(),
+  stop: field<string | string[]>(
+    "expected a non-empty string or an array of non-empty strings",
+    (v) => (isText(v) && (v as string).length > 0) || (Array.isArray(v) && v.every((s) => isText(s) && s.length > 0)),
+  ).optional(),
+  stopTokenIds: field<number[]>("expected an array of integer token ids", isTokenIds).optional(),
+  ignoreEos: field<boolean>("expected true or false", isBool).optional(),
+  logprobs: field<number>("expected an integer in [0, 64]", isInt(0, 64)).optional(),
+  tokenLogprobs: field<number[]>("expected an array of integer token ids", isTokenIds).optional(),
+  captureHidden: strictObject({ layer: field<number>("expected an integer layer index >= 0", isInt(0)) }, "expected { layer: number }").optional(),
+  deterministic: field<boolean>("expected true or false", isBool).optional(),
+  metadata: strictObject(
+    {
+      programId: field<string>("expected a string", isText).optional(),
+      programArrivalMs: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+      priority: field<number>("expected a finite number (higher runs first)", isFiniteNumber).optional(),
+      remainingKnob: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+      meanTokensPerRound: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+    },
+    "expected an object of scheduling metadata",
+  ).optional(),
+  signal: field<AbortSignal>("expected an AbortSignal", (v) => v instanceof AbortSignal).optional(),
+};
+
+export const MAX_SAMPLES = 1024;
+
+const promptField = field<string | number[]>("expected text or an array of integer token ids", (v) => isText(v) || isTokenIds(v));
+
+export const generateRequestSchema = strictObject(
+  {
+    ...samplingShape,
+    prompt: promptField,
+    model: field<string>("expected the name of a loaded model", isText).optional(),
+    n: field<number>(`expected an integer in [1, ${MAX_SAMPLES}]`, isInt(1, MAX_SAMPLES)).optional(),
+    addSpecialTokens: field<boolean>("expected true or false", isBool).optional(),
+  },
+  "expected a request object such as { prompt: \"...\", maxTokens: 64 }",
+);
+
+export const forkOptionsSchema = strictObject(
+  {
+    ...samplingShape,
+    length: field<number>("expected an integer >= 1 (tokens of the parent to keep)", isInt(1)).optional(),
+    append: promptField.optional(),
+    sample: field<number>("expected an integer >= 0 (which sample of the parent)", isInt(0)).optional(),
+  },
+  "expected fork options such as { append: \"...\", maxTokens: 16 }",
+);
+
+const positiveInt = (what: string) => field<number>(`expected an integer >= 1 (${what})`, isInt(1));
+
+/** Engine options other than `models` (whose specs the engine checks as it loads them). */
+export const engineOptionsSchema = strictObject(
+  {
+    models: z.any(),
+    kernelMode: z.any().optional(), // parseKernelMode names the modes
+    schedulingPolicy: z.any().optional(), // parseSchedulingPolicy names the policies
+    maxBatchTokens: positiveInt("tokens per step").optional(),
+    maxBatchSeqs: positiveInt("sequences per step").optional(),
+    agingTokensPerSecond: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+    verifyWindow: field<number>("expected an integer >= 2 (the last committed token + candidates)", isInt(2)).optional(),
+    verifyGroup: positiveInt("verify rows per pass").optional(),
+    fuseVerify: field<boolean>("expected true or false", isBool).optional(),
+  },
+  "expected an options object such as { models: { model } }",
+);

@@ -1,0 +1,86 @@
+// One validator for every options object users hand the library (engine options, requests, forks; the HTTP
+// server's bodies reuse the same schemas): zod schemas checked here, every failure one Error naming the field, the
+// value as given (NaN as NaN, not null) and the fix; unknown fields are rejected naming the closest known one.
+import { z } from "zod";
+
+/**
+ * A scalar field: `ok` decides, `expected` is the fix the error states ("expected an integer >= 1"). One message
+ * for every way a value can be wrong, so the user reads the rule, not a list of zod checks.
+ */
+export function field<T>(expected: string, ok: (v: unknown) => boolean): z.ZodType<T> {
+  return z.custom<T>((v) => ok(v), { error: expected });
+}
+
+export const isInt = (lo: number, hi = Number.MAX_SAFE_INTEGER) => (v: unknown): boolean => Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
+export const isBool = (v: unknown): boolean => typeof v === "boolean";
+export const isFiniteNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
+
+/** Parses `value` with `schema`; throws an Error whose message starts with `where` (e.g. "request", "Engine: options"). */
+export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  throw new Error(describeIssue(r.error.issues[0], value, where));
+}
+
+function describeIssue(issue: z.core.$ZodIssue, root: unknown, where: string): string {
+  const at = issue.path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : `${s}.${String(k)}`), where);
+  if (issue.code === "custom" && (issue.params as { unknownField?: boolean } | undefined)?.unknownField) return `${at} ${issue.message}`;
+  return `${at} is ${show(valueAt(root, issue.path))}; ${issue.message}`;
+}
+
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v: unknown = root;
+  for (const k of path) v = v !== null && typeof v === "object" ? (v as Record<PropertyKey, unknown>)[k] : undefined;
+  return v;
+}
+
+/**
+ * An options object: the fields of `shape`, nothing else. An unknown field (a typo such as maxTokenz) is an error
+ * naming the closest known field, as a user of vLLM's server expects, rather than silently ignored.
+ */
+export function strictObject<T extends z.ZodRawShape>(shape: T, expected: string) {
+  const keys = Object.keys(shape);
+  return z.looseObject(shape, { error: expected }).superRefine((v, ctx) => {
+    for (const k of Object.keys(v)) {
+      if (keys.includes(k)) continue;
+      const near = closest(k, keys);
+      ctx.addIssue({ code: "custom", path: [k], params: { unknownField: true }, message: `is not a known field; ${near ? `did you mean ${near}?` : `known fields: ${keys.join(", ")}`}` });
+    }
+  });
+}
+
+/** Prints a value as the user wrote it: NaN, Infinity and undefined as such, strings quoted, long values cut. */
+export function show(v: unknown): string {
+  if (typeof v === "number") return Number.isNaN(v) ? "NaN" : String(v);
+  if (v === undefined) return "undefined";
+  if (typeof v === "function") return "a function";
+  if (typeof v === "bigint") return `${v}n`;
+  let s: string;
+  try {
+    s = JSON.stringify(v) ?? String(v);
+  } catch {
+    s = String(v);
+  }
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}
+
+/** The known name closest to `name` (edit distance <= a third of its length, at least 2), or null. */
+export function closest(name: string, known: readonly string[]): string | null {
+  let best: string | null = null;
+  let bestDistance = Math.max(2, Math.floor(name.length / 3)) + 1;
+  for (const k of known) {
+    const d = editDistance(name.toLowerCase(), k.toLowerCase());
+    if (d < bestDistance) [best, bestDistance] = [k, d];
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = cur;
+  }
+  return prev[b.length];
+}
