@@ -34,25 +34,23 @@ export type { PromptReport } from "./determinism/report.js";
 export { runDeterminismCheck } from "./determinism/runner.js";
 export type { CheckParams } from "./determinism/runner.js";
 
-// The arithmetic reasoning task and its answer checking
-export * as arith from "./tasks/arith/index.js";
-
 // Reasoning programs and certaindex
 export * from "./programs/index.js";
 
-// Reasoning tasks and the evaluation harness (issue 7).
-export { answersEquivalent, completionOf, extractAnswer, problemSet, splitOf, verifyStepLine, verifyThought } from "./tasks/arith/index.js";
-export type { ArithProblem, Level, Split, Step } from "./tasks/arith/index.js";
-export { arithTask, getTask } from "./eval/task.js";
-export type { EvalProblem, EvalTask } from "./eval/task.js";
-export { majorityVote } from "./eval/vote.js";
-export type { AnswerCluster as VoteCluster, Vote } from "./eval/vote.js";
+// Tasks: injected into programs (how answers are read and compared, steps checked) and eval (labelled problems)
+export { arithTask, gsm8kTask, extractGsm8kAnswer, getTask, parseVerifier, TASK_NAMES, VERIFIER_NAMES } from "./tasks/index.js";
+export type { Task, TaskProblem } from "./tasks/index.js";
+export * as arith from "./tasks/arith/index.js";
+
+// The evaluation harness
 export { engineGenerator } from "./eval/generator.js";
 export type { Completion, CompletionRequest, EvalGenerator } from "./eval/generator.js";
-export { parseProgram } from "./eval/program.js";
+export { parseProgram, programName } from "./eval/program.js";
 export type { EvalProgram } from "./eval/program.js";
 export { runEval } from "./eval/runEval.js";
 export type { ProblemResult, RunEvalOptions } from "./eval/runEval.js";
 export { buildReport, formatReport } from "./eval/report.js";
 export type { EvalReport, LevelReport } from "./eval/report.js";
-export { bundledModelDir } from "./eval/bundledModel.js";
+
+// The bundled tiny reasoner (models/tiny-reasoner in the installed package)
+export { bundledModelDir } from "./bundledModel.js";

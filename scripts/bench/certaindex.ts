@@ -41,7 +41,7 @@ import { CotProbe } from "../../ts/programs/cotProbe.js";
 import { Mcts } from "../../ts/programs/mcts.js";
 import type { Program } from "../../ts/programs/program.js";
 import { Rebase } from "../../ts/programs/rebase.js";
-import { arithVerifier } from "../../ts/programs/rewards.js";
+import { arithVerifier } from "../../ts/tasks/arith/stepScore.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { SelfConsistency, type Branch } from "../../ts/programs/selfConsistency.js";
 import { answersEquivalent } from "../../ts/tasks/arith/answer.js";

@@ -4,7 +4,7 @@ import { parseProgram } from "../../ts/eval/program.js";
 import { buildReport, formatReport } from "../../ts/eval/report.js";
 import { runEval } from "../../ts/eval/runEval.js";
 import { arithTask, getTask } from "../../ts/eval/task.js";
-import { majorityVote } from "../../ts/eval/vote.js";
+import { majorityVote } from "../../ts/certaindex/signals.js";
 
 const eq = (a: string, b: string) => arithTask.equivalent(a, b);
 
@@ -23,7 +23,7 @@ describe("parseProgram / getTask", () => {
     expect(parseProgram("sc:16")).toEqual({ kind: "sc", samples: 16, temperature: 0.8 });
     expect(() => parseProgram("beam:4")).toThrow(/greedy or sc:K/);
     expect(() => parseProgram("sc:0")).toThrow(/1\.\.1024/);
-    expect(() => getTask("gsm8k")).toThrow(/known tasks: arith/);
+    expect(() => getTask("math500")).toThrow(/known tasks: arith, gsm8k/);
     expect(() => getTask("arith", "dev")).toThrow(/train, validation, test/);
   });
 });

@@ -6,7 +6,7 @@ import { loadModel, type Model } from "../../ts/model/model.js";
 import { shouldExitOnProbes } from "../../ts/certaindex/probe.js";
 import { CotProbe } from "../../ts/programs/cotProbe.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
-import { bundledModelDir } from "../../ts/eval/bundledModel.js";
+import { bundledModelDir } from "../../ts/bundledModel.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
 
 let model: Model;

@@ -3,7 +3,7 @@
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundledModelDir } from "../../ts/eval/bundledModel.js";
+import { bundledModelDir } from "../../ts/bundledModel.js";
 import { engineGenerator, type EvalGenerator } from "../../ts/eval/generator.js";
 import { parseProgram } from "../../ts/eval/program.js";
 import { runEval } from "../../ts/eval/runEval.js";

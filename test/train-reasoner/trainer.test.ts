@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { buildTrainerAsync } from "../../scripts/train-reasoner/buildTrainer.js";
 import { loadChatTokenizer } from "../../scripts/train-reasoner/chatTokenizer.js";
 import { generateWithTrainer, recipeOfConfig } from "../../scripts/train-reasoner/trainerCli.js";
-import { bundledModelDir } from "../../ts/eval/bundledModel.js";
+import { bundledModelDir } from "../../ts/bundledModel.js";
 
 const run = promisify(execFile);
 let f64 = "";

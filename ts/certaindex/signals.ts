@@ -22,6 +22,19 @@ export function clusterAnswers(answers: readonly (string | null | undefined)[], 
   return clusters.map((c, i) => ({ c, i })).sort((x, y) => y.c.count - x.c.count || x.i - y.i).map((x) => x.c);
 }
 
+/** A majority vote: the largest cluster's answer (ties: the first seen), or null when no sample had an answer. */
+export interface Vote {
+  answer: string | null;
+  votes: number;
+  clusters: AnswerCluster[];
+}
+
+/** Self-consistency's vote over sampled answers (the one copy of the rule: programs and eval use it). */
+export function majorityVote(answers: readonly (string | null | undefined)[], equivalent: AnswerEquivalence = exactMatch): Vote {
+  const clusters = clusterAnswers(answers, equivalent);
+  return { answer: clusters[0]?.answer ?? null, votes: clusters[0]?.count ?? 0, clusters };
+}
+
 /**
  * Normalised answer entropy H̃ = (log n − H) / log n over the answer clusters of n samples, where H is the entropy
  * of the cluster distribution. 1 when all n agree, 0 when all differ. Samples without an answer count towards n

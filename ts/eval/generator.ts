@@ -4,7 +4,7 @@ import { Engine } from "../engine/engine.js";
 import type { ChatMessage } from "../model/chatTemplate.js";
 import { readModelConfig } from "../model/config.js";
 import { loadModel } from "../model/model.js";
-import type { DeviceKind } from "../native/addonTypes.js";
+import type { Model } from "../model/model.js";
 
 export interface CompletionRequest {
   prompt: number[];
@@ -31,7 +31,7 @@ export interface EvalGenerator {
 }
 
 export interface EngineGeneratorOptions {
-  device?: DeviceKind;
+  device?: Model["device"];
   /** Sequences the KV pool must hold at once (sizes the pool: this many full contexts). */
   maxConcurrentSequences: number;
 }

@@ -3,7 +3,7 @@
 import type { EvalGenerator } from "./generator.js";
 import type { EvalProgram } from "./program.js";
 import type { EvalProblem, EvalTask } from "./task.js";
-import { majorityVote } from "./vote.js";
+import { majorityVote } from "../certaindex/signals.js";
 
 export interface ProblemResult {
   id: string;

@@ -7,7 +7,7 @@
 import type { RequestHandle } from "../engine/handle.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
-import { extractAnswer } from "../tasks/arith/answer.js";
+import { extractAnswer } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
 
 /** Default probe suffix for `<think>`-style models: close the thought, open the boxed answer. */

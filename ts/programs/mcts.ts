@@ -8,7 +8,7 @@
 // solutions found (mean aggregation), optionally combined with their answer entropy.
 import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { answersEquivalent } from "../tasks/arith/answer.js";
+import { answersEquivalent } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
 import { StepTree, weightedVote, type StepTreeOptions, type TreeNode } from "./stepTree.js";
 

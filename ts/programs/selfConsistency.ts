@@ -5,7 +5,7 @@
 // first k branches of a longer run: traces of one long run replay every cap (calibration, benchmarks).
 import { clusterAnswers, entropyCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { answersEquivalent, extractAnswer } from "../tasks/arith/answer.js";
+import { answersEquivalent, extractAnswer } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
 
 export interface SelfConsistencyOptions {

@@ -4,7 +4,7 @@
 // minimum over its path (a solution is as good as its worst step).
 import type { RequestHandle } from "../engine/handle.js";
 import type { GenerationOutput, SampleOutput } from "../engine/outputs.js";
-import { extractAnswer as arithExtract } from "../tasks/arith/answer.js";
+import { extractAnswer as arithExtract } from "./answers.js";
 import type { ProgramContext } from "./program.js";
 import type { RewardSource } from "./rewards.js";
 

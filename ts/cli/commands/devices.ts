@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { formatDevices, listDevices } from "../../device/devices.js";
+import { formatDevices, listDevices } from "../../index.js";
 
 export function registerDevices(program: Command): void {
   program

@@ -1,10 +1,5 @@
 import type { Command } from "commander";
-import { bundledModelDir } from "../../eval/bundledModel.js";
-import { engineGenerator } from "../../eval/generator.js";
-import { parseProgram, programName } from "../../eval/program.js";
-import { buildReport, formatReport } from "../../eval/report.js";
-import { runEval } from "../../eval/runEval.js";
-import { getTask } from "../../eval/task.js";
+import { buildReport, bundledModelDir, engineGenerator, formatReport, getTask, parseProgram, programName, runEval } from "../../index.js";
 import { progressBar } from "../progress.js";
 
 

@@ -1,6 +1,5 @@
 import type { Command } from "commander";
-import { loadModel } from "../../model/model.js";
-import type { GenerateInput } from "../../model/model.js";
+import { loadModel, type GenerateInput } from "../../index.js";
 
 interface GenerateOptions {
   model: string;

@@ -4,19 +4,32 @@
 // settings come from the model's certaindex calibration (ts/certaindex/calibrationFile.ts) when there is one;
 // rebase and mcts score steps with a reward source: the arithmetic verifier (default) or a process reward model.
 import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
-import { Engine } from "../../engine/engine.js";
-import { loadModel } from "../../model/model.js";
-import type { PolicySpec } from "../../certaindex/policies.js";
-import { loadCalibration, programCalibration, RECALIBRATE_COMMAND, type LoadedCalibration } from "../../certaindex/calibrationFile.js";
-import { buildProgram, parseProgramKind, PROGRAM_KINDS, type BuildProgramOptions } from "../../programs/registry.js";
-import { modelProcessReward, parseVerifier, VERIFIER_NAMES, type RewardSource } from "../../programs/rewards.js";
-import { ProgramRuntime } from "../../programs/runtime.js";
-import type { ProgramResult } from "../../programs/program.js";
+import {
+  buildProgram,
+  bundledModelDir,
+  Engine,
+  getTask,
+  loadCalibration,
+  loadModel,
+  modelProcessReward,
+  parseProgramKind,
+  parseVerifier,
+  programCalibration,
+  PROGRAM_KINDS,
+  ProgramRuntime,
+  RECALIBRATE_COMMAND,
+  TASK_NAMES,
+  VERIFIER_NAMES,
+  type BuildProgramOptions,
+  type LoadedCalibration,
+  type PolicySpec,
+  type ProgramResult,
+  type RewardSource,
+} from "../../index.js";
 
-/** models/tiny-reasoner at the package root (three levels up from ts/cli/commands and dist/cli/commands). */
-export const DEFAULT_MODEL_DIR = fileURLToPath(new URL("../../../models/tiny-reasoner", import.meta.url));
+/** The bundled tiny reasoner (one definition: ts/bundledModel.ts). */
+export const DEFAULT_MODEL_DIR = bundledModelDir;
 
 interface RunOptions {
   program: string;
@@ -36,6 +49,7 @@ interface RunOptions {
   prmBad?: string;
   prmTag?: string;
   calibration?: string | false;
+  task: string;
 }
 
 function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
@@ -52,8 +66,8 @@ function policyOf(opts: RunOptions): PolicySpec | undefined {
   throw new Error(`--policy must be threshold or baseline-even, got '${opts.policy}'`);
 }
 
-/** The reward source of rebase / mcts: --prm DIR (a second model on the same engine) or --verifier NAME (default
- * arith); null for programs that score no steps (giving either flag to them is an error). */
+/** The reward source of rebase / mcts: --prm DIR (a second model on the same engine) or --verifier NAME (default:
+ * the task's step verifier); null for programs that score no steps (giving either flag to them is an error). */
 function rewardOf(kind: string, opts: RunOptions): { reward: RewardSource | null; prmDir?: string } {
   const tree = kind === "rebase" || kind === "mcts";
   if (opts.prm !== undefined && opts.verifier !== undefined) throw new Error("--prm and --verifier both choose the reward source; give one");
@@ -69,7 +83,7 @@ function rewardOf(kind: string, opts: RunOptions): { reward: RewardSource | null
     const badTokens = opts.prmBad === undefined ? ["-"] : list(opts.prmBad);
     return { reward: modelProcessReward({ model: "prm", goodTokens, badTokens, stepTag: (opts.prmTag ?? "\\n").replace(/\\n/g, "\n") }), prmDir: opts.prm };
   }
-  return { reward: parseVerifier(opts.verifier ?? "arith") };
+  return { reward: parseVerifier(opts.verifier ?? opts.task) };
 }
 
 function report(r: ProgramResult): string {
@@ -102,7 +116,8 @@ export function registerRun(program: Command): void {
     .option("--threshold <x>", "certaindex threshold for --policy threshold")
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
-    .option("--verifier <name>", `rebase/mcts reward source: a programmatic step checker (${VERIFIER_NAMES.join(", ")}; default arith)`)
+    .option("--task <name>", `how answers are read and compared (${TASK_NAMES.join(", ")})`, "arith")
+    .option("--verifier <name>", `rebase/mcts reward source: a programmatic step checker (${VERIFIER_NAMES.join(", ")}; default: the task's)`)
     .option("--prm <dir>", "rebase/mcts reward source: a process reward model (a second model on the same engine)")
     .option("--prm-good <tokens>", "with --prm: comma-separated tokens meaning a good step", "+")
     .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good))", "-")
@@ -112,6 +127,7 @@ export function registerRun(program: Command): void {
     .option("--json", "print one JSON object with the result")
     .action(async (question: string, opts: RunOptions) => {
       const kind = parseProgramKind(opts.program);
+      const task = getTask(opts.task);
       const dir = opts.model ?? DEFAULT_MODEL_DIR;
       if (!existsSync(dir)) {
         throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
@@ -147,6 +163,7 @@ export function registerRun(program: Command): void {
           interval: interval ?? s.interval,
           probeWindow: s.probeWindow,
           model: prm === null ? undefined : "policy",
+          task,
         };
         if (reward !== null) build.reward = reward;
         const prog = buildProgram(kind, build);

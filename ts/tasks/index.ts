@@ -1,0 +1,50 @@
+// The tasks by name (`--task`, `--verifier`), and the Task interface they implement.
+import { answersEquivalent, extractAnswer } from "../programs/answers.js";
+import type { RewardSource } from "../programs/rewards.js";
+import { problemSet, splits, type Split } from "./arith/index.js";
+import { arithVerifier } from "./arith/stepScore.js";
+import { gsm8kTask } from "./gsm8k.js";
+import type { Task } from "./task.js";
+
+export type { Task, TaskProblem } from "./task.js";
+export { extractGsm8kAnswer, gsm8kTask } from "./gsm8k.js";
+
+/** The arithmetic reasoning task of the bundled tiny reasoner: seeded problems, \boxed{} answers, checkable steps. */
+export const arithTask: Task = {
+  name: "arith",
+  extractAnswer,
+  equivalent: answersEquivalent,
+  stepVerifier: arithVerifier,
+  splits,
+  problems({ split, n, seed }) {
+    return problemSet({ split: split as Split, n, seed }).map((p) => ({
+      id: p.expression,
+      level: p.level,
+      messages: [{ role: "user", content: p.question }],
+      answer: p.answer,
+    }));
+  },
+};
+
+const TASKS: Readonly<Record<string, Task>> = { arith: arithTask, gsm8k: gsm8kTask };
+export const TASK_NAMES: readonly string[] = Object.keys(TASKS);
+
+/** The task called `name` (and, when given, with labelled problems in `split`); throws naming the known ones. */
+export function getTask(name: string, split?: string): Task {
+  const task = TASKS[name];
+  if (!task) throw new Error(`unknown task '${name}'; known tasks: ${TASK_NAMES.join(", ")}`);
+  if (split !== undefined && !task.splits.includes(split)) {
+    const has = task.splits.length > 0 ? `use one of ${task.splits.join(", ")}` : "it ships no problems (it is an answer format for your own data)";
+    throw new Error(`task ${name} has no split '${split}'; ${has}`);
+  }
+  return task;
+}
+
+/** The programmatic step verifiers by task name (CLI `--verifier`). */
+export const VERIFIER_NAMES: readonly string[] = TASK_NAMES.filter((n) => TASKS[n].stepVerifier !== undefined);
+
+export function parseVerifier(name: string): RewardSource {
+  const v = TASKS[name]?.stepVerifier;
+  if (v === undefined) throw new Error(`verifier "${name}" is unknown; expected one of ${VERIFIER_NAMES.join(", ")} (or --prm DIR for a process reward model)`);
+  return v;
+}
