@@ -111,11 +111,13 @@ describe("Engine on a native fixture model (batch-invariant mode)", () => {
     const small = await loadModel(await fixtureDir("llama", "f32", { layers: 2 }), { kvPages: 8, pageSize: PAGE });
     try {
       await using engine = new Engine({ models: { model: small }, kernelMode: "batch-invariant" });
-      const outs = await Promise.all(
-        Array.from({ length: 6 }, (_, i) => engine.submit({ prompt: randomTokens(12 + i, V, 40 + i), maxTokens: 24, ignoreEos: true }).result),
-      );
-      for (const o of outs) expect(o.tokens).toHaveLength(24);
+      const reqs: GenerateRequest[] = Array.from({ length: 6 }, (_, i) => ({ prompt: randomTokens(12 + i, V, 40 + i), maxTokens: 24, ignoreEos: true }));
+      const outs = await Promise.all(reqs.map((r) => engine.submit(r).result));
       expect(engine.metrics().preemptions).toBeGreaterThan(0);
+      // Preempted requests recompute their KV (prefill kernel where they had decoded; the CPU's agree bitwise): each
+      // must still give exactly the tokens it gives alone on a roomy pool.
+      await using roomy = engineWith();
+      for (const [i, r] of reqs.entries()) expect(outs[i].tokens, `request ${i}`).toEqual((await roomy.submit(r).result).tokens);
       expect(usedPages(engine)).toBe(0);
     } finally {
       small.dispose();
