@@ -9,6 +9,7 @@
 #include "napi_tensor.h"
 #include "storage.h"
 #include "threadpool.h"
+#include "knobs.h"
 
 namespace dl {
 namespace {
@@ -62,6 +63,14 @@ Napi::Value ListDevices(const Napi::CallbackInfo& info) {
   cuda.Set("programmaticLaunch", ok && gpu::pdlEnabled());
   cuda.Set("devices", list);
   out.Set("cuda", cuda);
+  // The DL_* switches in effect (knobs.h), and any set value that was not understood (its default applies).
+  Napi::Object knobs = Napi::Object::New(env);
+  for (const auto& [name, value] : knob::knobReport()) knobs.Set(name, value);
+  out.Set("knobs", knobs);
+  const auto& invalid = knob::knobs().invalid;
+  Napi::Array bad = Napi::Array::New(env, invalid.size());
+  for (size_t i = 0; i < invalid.size(); i++) bad[uint32_t(i)] = invalid[i];
+  out.Set("invalidKnobs", bad);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include "model.h"
 #include "model_ops.h"
+#include "knobs.h"
 
 namespace dl {
 
@@ -232,9 +233,8 @@ std::vector<std::vector<float>> readRows(Device d, const Buffer& buf, int64_t n,
 // graph per bucket instead of one per batch size while requests come and go. On CUDA with graphs on (DL_CUDA_GRAPHS
 // not 0); DL_PAD_DECODE=1 pads on any device (tests), 0 never.
 int64_t Model::decodeBucket(const BatchInput& b) const {
-  const char* env = std::getenv("DL_PAD_DECODE");
-  const char* graphs = std::getenv("DL_CUDA_GRAPHS");
-  const bool on = env ? std::string(env) == "1" : device == Device::cuda && !(graphs && std::string(graphs) == "0");
+  const knob::Knobs& k = knob::knobs();
+  const bool on = k.padDecode >= 0 ? k.padDecode == 1 : device == Device::cuda && k.cudaGraphs;
   const int64_t n = int64_t(b.seqs.size());
   if (!on || b.profile || b.returnLogits || n == 0 || n > 256) return 0;
   for (const SeqInput& s : b.seqs)
@@ -428,8 +428,7 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
   };  // enqueue
 
   // Graph key: every size and metadata offset the launches bake in, the schedule, and each buffer's address.
-  const char* graphsEnv = std::getenv("DL_CUDA_GRAPHS");
-  const bool graphsOff = graphsEnv && std::string(graphsEnv) == "0";
+  const bool graphsOff = !knob::knobs().cudaGraphs;
   const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff && !prof;
   auto graphKey = [&] {
     std::vector<int64_t> k = {T, p.nd, p.Tf, p.maxPrefillQ, E, p.Ef, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,

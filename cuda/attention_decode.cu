@@ -10,6 +10,7 @@
 #include "gemm_mma.cuh"
 #include "paged_kv.cuh"
 #include "workspace.cuh"
+#include "knobs.h"
 
 namespace dl::gpu {
 namespace {
@@ -297,12 +298,12 @@ void launchDecode(const DecodeArgs& a) {
 // 32x4 (stages move no arithmetic); 64x3 (the old 64 = 64x3) differs in bits, as the chunk sets the rescale points.
 enum class Pipe { c32s4, c32s6, c32s8, c64s3 };
 Pipe decodePipe() {
-  static const Pipe pipe = [] {
-    const char* e = std::getenv("DL_DECODE_PIPE");
-    const std::string v = e ? e : "";
-    return v == "32x6" ? Pipe::c32s6 : v == "32x8" ? Pipe::c32s8 : (v == "64" || v == "64x3") ? Pipe::c64s3 : Pipe::c32s4;
-  }();
-  return pipe;
+  switch (knob::knobs().decodePipe) {
+    case knob::DecodePipe::c32s6: return Pipe::c32s6;
+    case knob::DecodePipe::c32s8: return Pipe::c32s8;
+    case knob::DecodePipe::c64s3: return Pipe::c64s3;
+    default: return Pipe::c32s4;
+  }
 }
 
 template <int D, int GP>
@@ -326,11 +327,7 @@ void launchDecodeD(const DecodeArgs& a) {
 // Split-KV merged by the fast kernel's last CTA per (sequence, head group) (default) or by decodeMergeKernel
 // (DL_DECODE_MERGE=kernel, for A/B timing): the same bits either way (mergedValue).
 bool fusedMerge() {
-  static const bool fused = [] {
-    const char* e = std::getenv("DL_DECODE_MERGE");
-    return !(e && std::string(e) == "kernel");
-  }();
-  return fused;
+  return knob::knobs().decodeMergeFused;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "common.cuh"
 #include "gemm_mma.cuh"
 #include "paged_kv.cuh"
+#include "knobs.h"
 
 namespace dl::gpu {
 namespace {
@@ -353,11 +354,7 @@ void launchPrefillMma(const PrefillArgs& a, int B) {
 
 // DL_PREFILL_MMA=1 takes the tensor-core kernel where it applies (bf16 q and cache, head dim 64 or 128).
 bool mmaPrefill() {
-  static const bool on = [] {
-    const char* e = std::getenv("DL_PREFILL_MMA");
-    return e && std::string(e) == "1";
-  }();
-  return on;
+  return knob::knobs().prefillMma;
 }
 
 template <int D>

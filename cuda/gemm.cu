@@ -17,6 +17,7 @@
 #include "gemm_args.cuh"
 #include "gemm_mma.cuh"
 #include "workspace.cuh"
+#include "knobs.h"
 
 namespace dl::gpu {
 namespace {
@@ -200,14 +201,10 @@ int smCount() {
   return n;
 }
 
-int envInt(const char* name, int otherwise) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::atoi(e) : otherwise;
-}
 // DL_GEMM_TILE=<0..5> forces an mma.sync tile config, <6..8> wgmma config 0..2 (for the benchmark's sweep and the
 // check.sh test reruns); -1: chosen by shape.
 std::atomic<int>& forcedTileSetting() {
-  static std::atomic<int> forced{envInt("DL_GEMM_TILE", -1)};
+  static std::atomic<int> forced{knob::knobs().gemmTile};
   return forced;
 }
 int forcedTile() { return forcedTileSetting().load(std::memory_order_relaxed); }
@@ -233,8 +230,7 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
 // largest tiles whose grid keeps at least half the SMs busy.
 int wgmmaConfig(int64_t M, int64_t N, int splitK) {
   if (forcedTile() >= 6) return forcedTile() - 6 < kWgmmaConfigs ? forcedTile() - 6 : -1;
-  static const bool enabled = envInt("DL_GEMM_WGMMA", 0) == 1;
-  if (!enabled || M <= 64 || forcedTile() >= 0) return -1;
+  if (!knob::knobs().gemmWgmma || M <= 64 || forcedTile() >= 0) return -1;
   const int64_t sms = std::max(smCount(), 2);
   for (int c = 0; c < kWgmmaConfigs; c++)
     if (2 * ceilDiv(M, kWgmmaBM[c]) * ceilDiv(N, kWgmmaBN[c]) * splitK >= sms) return c;
@@ -246,7 +242,7 @@ bool runWgmma(const GemmArgs& a) {
   if (c < 0) return false;
   if (gemmWgmma(a, c)) return true;
   static bool warned = false;
-  if (!warned && (forcedTile() >= 6 || envInt("DL_GEMM_WGMMA", 0) == 1)) {
+  if (!warned && (forcedTile() >= 6 || knob::knobs().gemmWgmma)) {
     warned = true;
     std::fprintf(stderr, "deliberate: the wgmma GEMM was asked for (DL_GEMM_TILE / DL_GEMM_WGMMA) but cannot run here "
                          "(it needs an sm_90 GPU and a build with nvcc's sm_90a target); using the mma.sync kernels\n");
@@ -257,11 +253,7 @@ bool runWgmma(const GemmArgs& a) {
 // Split-K finished by the GEMM's last CTA per tile (default) or by a second kernel (DL_GEMM_REDUCE=kernel, for A/B
 // timing); the same bits either way.
 bool fusedReduce() {
-  static const bool fused = [] {
-    const char* e = std::getenv("DL_GEMM_REDUCE");
-    return !(e && std::string(e) == "kernel");
-  }();
-  return fused;
+  return knob::knobs().gemmReduceFused;
 }
 
 }  // namespace
@@ -329,11 +321,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
 void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1, int64_t cut2,
                 int64_t rows, int64_t row0) {
   checkGemmBlocks(x, w, y, cut1, cut2, rows, row0);
-  static const bool split = [] {
-    const char* e = std::getenv("DL_GEMM_BLOCKS");
-    return e && std::string(e) == "split";
-  }();
-  if (!split) return run("gemmBlocks", x, w, bias, y, splitK, cut1, cut2, rows, row0);
+  if (!knob::knobs().gemmBlocksSplit) return run("gemmBlocks", x, w, bias, y, splitK, cut1, cut2, rows, row0);
   forEachGemmBlock(x, w, bias, y, cut1, cut2, rows, row0, [&](const View& wj, const View& bj, const View& yj) {
     run("gemmBlocks", x, wj, bj, yj, splitK, wj.shape[0], wj.shape[0], x.shape[0], 0);
   });

@@ -3,6 +3,7 @@
 
 #include "common.cuh"
 #include "rope_kv.cuh"
+#include "knobs.h"
 
 namespace dl::gpu {
 
@@ -113,11 +114,7 @@ void ropeKvWrite(const View& q, const View& k, const View& v, const View& positi
   const char* op = "ropeKvWrite";
   checkRope(op, q, k, positions, invFreq);
   checkKvWrite(op, k, v, kCache, vCache, slots);
-  static const bool split = [] {
-    const char* e = std::getenv("DL_ROPE_KV");
-    return e && std::string(e) == "split";
-  }();
-  if (split) return rope(q, k, positions, invFreq), kvWrite(k, v, kCache, vCache, slots);
+  if (knob::knobs().ropeKvSplit) return rope(q, k, positions, invFreq), kvWrite(k, v, kCache, vCache, slots);
   const int64_t T = q.shape[0];
   if (T == 0) return;
   RopeKvArgs a{q.data, k.data, v.data, q.dtype, k.dtype, q.shape[1], k.shape[1], q.shape[2], positions.as<int32_t>(),

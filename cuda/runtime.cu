@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include "knobs.h"
 
 namespace dl::gpu {
 namespace {
@@ -56,8 +57,7 @@ bool compiled() { return true; }
 
 bool pdlEnabled() {
   static const bool on = [] {
-    const char* env = std::getenv("DL_PDL");
-    if (!env || std::string(env) != "1") return false;
+    if (!knob::knobs().pdl) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
       return (void)cudaGetLastError(), false;

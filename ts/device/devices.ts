@@ -20,5 +20,7 @@ export function formatDevices(d: DeviceReport): string {
   } else {
     lines.push(`cuda  unavailable: ${d.cuda.reason ?? "unknown reason"}${d.cuda.compiled ? "" : " (CPU-only build)"}`);
   }
+  lines.push(`knobs ${Object.entries(d.knobs).map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  for (const bad of d.invalidKnobs) lines.push(`knob  ignored: ${bad} (the default applies)`);
   return lines.join("\n");
 }

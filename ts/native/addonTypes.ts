@@ -240,6 +240,10 @@ export interface DeviceReport {
     /** Model steps use programmatic dependent launch: DL_PDL=1 on an sm_90+ device (cuda/pdl.cuh). */
     programmaticLaunch: boolean;
   };
+  /** The native DL_* switches in effect (cpp/knobs.h; read once when the addon loads): name -> value. */
+  knobs: Record<string, string>;
+  /** Switches set to a value that was not understood ("NAME=value: expected ..."); their defaults apply. */
+  invalidKnobs: string[];
 }
 
 export interface Addon {

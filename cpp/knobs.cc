@@ -1,0 +1,88 @@
+// knobs.cc: parsing of the DL_* switches (knobs.h). Never throws: a value not understood is recorded in
+// Knobs::invalid (reported by listDevices) and the default applies.
+#include "knobs.h"
+
+#include <cstdlib>
+
+namespace knob {
+
+namespace {
+
+const char* envLookup(const char* name) { return std::getenv(name); }
+
+struct Parser {
+  const char* (*lookup)(const char*);
+  Knobs& k;
+  // Calls `on` with the value of `name` when set (and non-empty); records it as invalid when `on` returns false.
+  template <typename F>
+  void read(const char* name, const char* expected, F on) {
+    const char* v = lookup(name);
+    if (v == nullptr || *v == '\0') return;
+    if (!on(std::string(v))) k.invalid.push_back(std::string(name) + "=" + v + ": expected " + expected);
+  }
+};
+
+bool flag(const std::string& v, bool& out) {
+  if (v == "1") return out = true, true;
+  if (v == "0") return out = false, true;
+  return false;
+}
+
+}  // namespace
+
+Knobs parseKnobs(const char* (*lookup)(const char*)) {
+  Knobs k;
+  Parser p{lookup, k};
+  p.read("DL_PAD_DECODE", "0 or 1", [&](const std::string& v) { return v == "0" ? (k.padDecode = 0, true) : v == "1" ? (k.padDecode = 1, true) : false; });
+  p.read("DL_CUDA_GRAPHS", "0 or 1", [&](const std::string& v) { return flag(v, k.cudaGraphs); });
+  p.read("DL_DECODE_PIPE", "32x4, 32x6, 32x8 or 64x3", [&](const std::string& v) {
+    if (v == "32x4") k.decodePipe = DecodePipe::c32s4;
+    else if (v == "32x6") k.decodePipe = DecodePipe::c32s6;
+    else if (v == "32x8") k.decodePipe = DecodePipe::c32s8;
+    else if (v == "64" || v == "64x3") k.decodePipe = DecodePipe::c64s3;
+    else return false;
+    return true;
+  });
+  p.read("DL_DECODE_MERGE", "kernel (or fused, the default)", [&](const std::string& v) { return v == "kernel" ? (k.decodeMergeFused = false, true) : v == "fused"; });
+  p.read("DL_GEMM_REDUCE", "kernel (or fused, the default)", [&](const std::string& v) { return v == "kernel" ? (k.gemmReduceFused = false, true) : v == "fused"; });
+  p.read("DL_GEMM_BLOCKS", "split (or fused, the default)", [&](const std::string& v) { return v == "split" ? (k.gemmBlocksSplit = true, true) : v == "fused"; });
+  p.read("DL_ROPE_KV", "split (or fused, the default)", [&](const std::string& v) { return v == "split" ? (k.ropeKvSplit = true, true) : v == "fused"; });
+  p.read("DL_PREFILL_MMA", "0 or 1", [&](const std::string& v) { return flag(v, k.prefillMma); });
+  p.read("DL_PDL", "0 or 1", [&](const std::string& v) { return flag(v, k.pdl); });
+  p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return flag(v, k.gemmWgmma); });
+  p.read("DL_GEMM_TILE", "an integer in [-1, 8]", [&](const std::string& v) {
+    char* end = nullptr;
+    const long t = std::strtol(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || t < -1 || t > 8) return false;
+    k.gemmTile = int(t);
+    return true;
+  });
+  return k;
+}
+
+const Knobs& knobs() {
+  static const Knobs k = parseKnobs(envLookup);
+  return k;
+}
+
+std::vector<std::pair<std::string, std::string>> knobReport() {
+  const Knobs& k = knobs();
+  const char* pipes[] = {"32x4", "32x6", "32x8", "64x3"};
+  auto b = [](bool v) { return std::string(v ? "1" : "0"); };
+  std::vector<std::pair<std::string, std::string>> r = {
+      {"DL_PAD_DECODE", k.padDecode < 0 ? "default" : std::to_string(k.padDecode)},
+      {"DL_CUDA_GRAPHS", b(k.cudaGraphs)},
+      {"DL_DECODE_PIPE", pipes[int(k.decodePipe)]},
+      {"DL_DECODE_MERGE", k.decodeMergeFused ? "fused" : "kernel"},
+      {"DL_GEMM_REDUCE", k.gemmReduceFused ? "fused" : "kernel"},
+      {"DL_GEMM_BLOCKS", k.gemmBlocksSplit ? "split" : "fused"},
+      {"DL_ROPE_KV", k.ropeKvSplit ? "split" : "fused"},
+      {"DL_PREFILL_MMA", b(k.prefillMma)},
+      {"DL_PDL", b(k.pdl)},
+      {"DL_GEMM_WGMMA", b(k.gemmWgmma)},
+      {"DL_GEMM_TILE", std::to_string(k.gemmTile)},
+  };
+  return r;
+}
+
+}  // namespace knob

@@ -1,0 +1,47 @@
+// knobs.h: every DL_* environment switch of the native backend, typed, read once (on first use, thread-safe) and
+// read everywhere else through knobs(). bench/CUDA_NOTES.md "Knobs" says what each one is for; listDevices()
+// reports them (knobReport) so a run, a benchmark or a golden file can say which were in effect.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace knob {
+
+enum class DecodePipe { c32s4, c32s6, c32s8, c64s3 };
+
+struct Knobs {
+  // DL_PAD_DECODE: -1 = default (pad decode steps to graph buckets on CUDA while graphs are on), 0 never, 1 always.
+  int padDecode = -1;
+  // DL_CUDA_GRAPHS=0 turns step graphs off (they change no bits; for profiling and triage).
+  bool cudaGraphs = true;
+  // DL_DECODE_PIPE=32x4 (default) | 32x6 | 32x8 | 64x3: the decode kernel's chunk size x ring depth.
+  DecodePipe decodePipe = DecodePipe::c32s4;
+  // DL_DECODE_MERGE=kernel: split-KV partials merged by a separate kernel (default: the decode kernel's last CTA).
+  bool decodeMergeFused = true;
+  // DL_GEMM_REDUCE=kernel: split-K partials summed by a separate kernel (default: the GEMM's last CTA per tile).
+  bool gemmReduceFused = true;
+  // DL_GEMM_BLOCKS=split: q | k | v as three GEMMs (default one gemmBlocks call).
+  bool gemmBlocksSplit = false;
+  // DL_ROPE_KV=split: rope then the KV write as two launches (default one).
+  bool ropeKvSplit = false;
+  // DL_PREFILL_MMA=1: tensor-core prefill / verify attention (bits of its own; opt-in).
+  bool prefillMma = false;
+  // DL_PDL=1: programmatic dependent launch inside model steps on sm_90+ (opt-in).
+  bool pdl = false;
+  // DL_GEMM_WGMMA=1: the sm_90a wgmma GEMM for M > 64 (opt-in).
+  bool gemmWgmma = false;
+  // DL_GEMM_TILE=<0..8>: force one GEMM config (benchmarks, test reruns); -1 = by shape.
+  int gemmTile = -1;
+  // Values that were set but not understood (each "NAME=value: expected ..."); the default is used for them.
+  std::vector<std::string> invalid;
+};
+
+// The switches in effect, parsed from the environment once.
+const Knobs& knobs();
+// Parses an environment given as a lookup (tests; knobs() passes getenv).
+Knobs parseKnobs(const char* (*lookup)(const char*));
+// name -> value in effect, for listDevices().
+std::vector<std::pair<std::string, std::string>> knobReport();
+
+}  // namespace knob

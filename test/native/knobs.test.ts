@@ -1,0 +1,29 @@
+// The native DL_* switches are one typed struct read once when the addon loads (cpp/knobs.h): listDevices()
+// reports the values in effect, and a value that is not understood is reported (its default applies), never fatal.
+import { execFileSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import type { DeviceReport } from "../../ts/native/addonTypes.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+
+/** listDevices() of a fresh process with `env` added (the knobs are read once per process). */
+function devicesWith(env: Record<string, string>): DeviceReport {
+  const script = `import("${process.cwd()}/node_modules/node-gyp-build/index.js").then(({ default: load }) => console.log(JSON.stringify(load("${process.cwd()}").listDevices())))`;
+  const out = execFileSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
+  return JSON.parse(out) as DeviceReport;
+}
+
+describe("native knobs", () => {
+  it("reports every switch with its default in this process", () => {
+    const d = loadAddon().listDevices();
+    expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_GEMM_REDUCE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE"]));
+  });
+
+  it("reads the environment once at load, typed, and reports values it did not understand", () => {
+    const d = devicesWith({ DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_GEMM_REDUCE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "yes" });
+    expect(d.knobs).toMatchObject({ DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_GEMM_REDUCE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "0" });
+    expect(d.invalidKnobs).toEqual(["DL_PDL=yes: expected 0 or 1"]);
+    const bad = devicesWith({ DL_GEMM_TILE: "12", DL_DECODE_PIPE: "16x2" });
+    expect(bad.knobs).toMatchObject({ DL_GEMM_TILE: "-1", DL_DECODE_PIPE: "32x4" });
+    expect(bad.invalidKnobs).toEqual(["DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8 or 64x3", "DL_GEMM_TILE=12: expected an integer in [-1, 8]"]);
+  });
+});
