@@ -37,14 +37,14 @@ export type { CheckParams } from "./determinism/runner.js";
 // Reasoning programs and certaindex
 export * from "./programs/index.js";
 
-// Tasks: injected into programs (how answers are read and compared, steps checked) and eval (labelled problems)
-export { arithTask, gsm8kTask, extractGsm8kAnswer, getTask, parseVerifier, TASK_NAMES, VERIFIER_NAMES } from "./tasks/index.js";
+// Tasks, injected into programs (how answers are read, compared and probed, how steps are checked) and into eval
+// (labelled problems): the Task interface, the two built-in tasks, and lookup by name (CLI --task / --verifier)
+export { arithTask, gsm8kTask, getTask, parseVerifier, TASK_NAMES, VERIFIER_NAMES } from "./tasks/index.js";
 export type { Task, TaskProblem } from "./tasks/index.js";
-export * as arith from "./tasks/arith/index.js";
 
-// The evaluation harness
+// The evaluation harness (`deliberate eval`): a task's problems through SelfConsistency, scored per level
 export { engineGenerator } from "./eval/generator.js";
-export type { Completion, CompletionRequest, EvalGenerator } from "./eval/generator.js";
+export type { EngineGeneratorOptions, EvalGenerator } from "./eval/generator.js";
 export { parseProgram, programName } from "./eval/program.js";
 export type { EvalProgram } from "./eval/program.js";
 export { runEval } from "./eval/runEval.js";

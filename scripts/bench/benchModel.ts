@@ -3,10 +3,11 @@
 import { existsSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { bundledModelDir } from "../../ts/bundledModel.js";
 import { makeFixture } from "../make-fixture.js";
 
-export const TINY_REASONER_DIR = fileURLToPath(new URL("../../models/tiny-reasoner", import.meta.url));
+/** The bundled tiny reasoner (one definition: ts/bundledModel.ts). */
+export const TINY_REASONER_DIR = bundledModelDir;
 
 export interface BenchModel {
   dir: string;

@@ -34,7 +34,7 @@ import {
 } from "../../ts/certaindex/calibrationFile.js";
 import type { PolicySpec } from "../../ts/certaindex/policies.js";
 import { DEFAULT_PROBE_RULE, probeCertaindex } from "../../ts/certaindex/probe.js";
-import { clusterAnswers, entropyCertaindex } from "../../ts/certaindex/signals.js";
+import { entropyCertaindex, majorityVote } from "../../ts/certaindex/signals.js";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel } from "../../ts/model/model.js";
 import { CotProbe } from "../../ts/programs/cotProbe.js";
@@ -131,7 +131,7 @@ function scTrace(branches: readonly Branch[], cap: number, per = Math.max(1, cap
     const b = branches.slice(0, used);
     const answers = b.map((x) => x.answer);
     const tokens = b.reduce((s, x) => s + x.tokens, 0);
-    steps.push({ used, certaindex: entropyCertaindex(answers, eq), answer: clusterAnswers(answers, eq)[0]?.answer ?? null, tokensUsed: tokens, lengthSignal: 1 - tokens / used / MAX_TOKENS });
+    steps.push({ used, certaindex: entropyCertaindex(answers, eq), answer: majorityVote(answers, eq).answer, tokensUsed: tokens, lengthSignal: 1 - tokens / used / MAX_TOKENS });
   }
   return { steps };
 }

@@ -19,7 +19,7 @@ import { parseArgs } from "node:util";
 import { calibrate, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
 import type { PolicySpec } from "../../ts/certaindex/policies.js";
 import { loadCalibration, programCalibration, RECALIBRATE_COMMAND } from "../../ts/certaindex/calibrationFile.js";
-import { clusterAnswers, entropyCertaindex } from "../../ts/certaindex/signals.js";
+import { entropyCertaindex, majorityVote } from "../../ts/certaindex/signals.js";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel } from "../../ts/model/model.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
@@ -95,7 +95,7 @@ let capacityProgramsPerSecond: number;
     steps: Array.from({ length: ROUNDS }, (_, k) => {
       const used = Math.min(CAP, (k + 1) * PER_ROUND);
       const answers = b.slice(0, used).map((x) => x.answer);
-      return { used, certaindex: entropyCertaindex(answers, eq), answer: clusterAnswers(answers, eq)[0]?.answer ?? null, tokensUsed: b.slice(0, used).reduce((s, x) => s + x.tokens, 0) };
+      return { used, certaindex: entropyCertaindex(answers, eq), answer: majorityVote(answers, eq).answer, tokensUsed: b.slice(0, used).reduce((s, x) => s + x.tokens, 0) };
     }),
   }));
   if (entry !== undefined) {

@@ -7,7 +7,7 @@
 import { writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { arithTask } from "../../ts/eval/task.js";
+import { arithTask } from "../../ts/tasks/index.js";
 import { majorityVote } from "../../ts/certaindex/signals.js";
 import { buildTrainer } from "./buildTrainer.js";
 import { loadChatTokenizer } from "./chatTokenizer.js";

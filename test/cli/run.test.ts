@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { CALIBRATION_FORMAT, modelFingerprint } from "../../ts/certaindex/calibrationFile.js";
-import { DEFAULT_MODEL_DIR } from "../../ts/cli/commands/run.js";
+import { bundledModelDir } from "../../ts/index.js";
 import { fixtureDir } from "../model/fixtureCache.js";
 
 const run = promisify(execFile);
@@ -39,10 +39,10 @@ describe("deliberate run", () => {
 
   it("defaults to the bundled tiny reasoner", async () => {
     // The README's main job, with no flag: the bundled model ships with the package.
-    expect(existsSync(DEFAULT_MODEL_DIR)).toBe(true);
+    expect(existsSync(bundledModelDir)).toBe(true);
     const { stdout } = await cli(["run", "What is 7*(8+5)-19?", "--json"]);
     const r = JSON.parse(stdout) as { answer: string | null; model: string; tokensUsed: number; tokenBudget: number };
-    expect(r.model).toBe(DEFAULT_MODEL_DIR);
+    expect(r.model).toBe(bundledModelDir);
     expect(r.answer).toMatch(/^-?\d+$/);
     expect(r.tokensUsed).toBeLessThanOrEqual(r.tokenBudget);
   });
@@ -75,6 +75,15 @@ describe("deliberate run", () => {
     await expect(cli(["run", "q", "--model", dir, "--program", "mcts", "--verifier", "regex"])).rejects.toThrow(/verifier "regex" is unknown; expected one of arith/);
     await expect(cli(["run", "q", "--model", dir, "--program", "rebase", "--prm", join(dir, "nope")])).rejects.toThrow(/--prm .*nope: folder not found/);
     await expect(cli(["run", "q", "--model", dir, "--interval", "8"])).rejects.toThrow(/--interval sets the probe interval of cot-probe/);
+  });
+
+  it("--task chooses how answers are read; tree search on a task without a step checker needs --prm", async () => {
+    const dir = await fixtureDir("llama", "f32");
+    const r = JSON.parse((await cli(["run", "q", "--model", dir, "--task", "gsm8k", "--max-tokens", "8", "--cap", "4", "--json"])).stdout) as { task: string; answer: string | null };
+    expect(r.task).toBe("gsm8k");
+    if (r.answer !== null) expect(r.answer).toMatch(/^-?\d+(\.\d+)?$/); // gsm8k answers are normalized numbers
+    await expect(cli(["run", "q", "--model", dir, "--task", "math500"])).rejects.toThrow(/unknown task 'math500'; known tasks: arith, gsm8k/);
+    await expect(cli(["run", "q", "--model", dir, "--task", "gsm8k", "--program", "rebase"])).rejects.toThrow(/task gsm8k has no step verifier: --program rebase needs --prm DIR/);
   });
 
   it("applies the model's calibration (policy and settings), reports stale ones, and --no-calibration ignores it", async () => {

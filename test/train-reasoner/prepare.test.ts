@@ -8,7 +8,7 @@ import { loadChatTokenizer } from "../../scripts/train-reasoner/chatTokenizer.js
 import { prepareSet, probeCompletion } from "../../scripts/train-reasoner/prepare.js";
 import { modelRecipe } from "../../scripts/train-reasoner/recipe.js";
 import { writeModelFiles } from "../../scripts/train-reasoner/writeModelFiles.js";
-import { defaultProbeSuffix } from "../../ts/programs/cotProbe.js";
+import { defaultProbeSuffix } from "../../ts/programs/answers.js";
 import { problemFromExpression, problemSet, renderThought, thoughtLines } from "../../ts/tasks/arith/index.js";
 import { Rng } from "../../ts/tasks/arith/rng.js";
 

@@ -7,7 +7,8 @@ import { bundledModelDir } from "../../ts/bundledModel.js";
 import { engineGenerator, type EvalGenerator } from "../../ts/eval/generator.js";
 import { parseProgram } from "../../ts/eval/program.js";
 import { runEval } from "../../ts/eval/runEval.js";
-import { arithTask } from "../../ts/eval/task.js";
+import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
+import { arithTask } from "../../ts/tasks/index.js";
 import { verifyThought } from "../../ts/tasks/arith/index.js";
 
 let generator: EvalGenerator;
@@ -25,11 +26,12 @@ describe("models/tiny-reasoner", () => {
 
   it("thinks step by step and boxes the answer", async () => {
     const prompt = generator.encodeChat([{ role: "user", content: "What is 12+7?" }]);
-    const c = await generator.complete({ prompt, n: 1, temperature: 0, seed: 0, maxTokens: 96 });
+    const greedy = new SelfConsistency({ prompt, maxBranches: 1, temperature: 0, maxTokens: 96 });
+    await generator.run(greedy);
     // The engine's text skips special tokens (<think>, </think>); \boxed{ is an ordinary token.
     // Operands of + may come in either order and a multi-digit addend may be added in two parts (the model was
     // trained on all of these paths), then a re-check of each line; every line is correct arithmetic.
-    const text = c.texts[0].replace(/<\/?think>/g, "");
+    const text = greedy.state.branches[0].text.replace(/<\/?think>/g, "");
     expect(text).toMatch(/^(12\+7=19|7\+12=19|7\+10=17\n17\+2=19)\n(check: [^\n]+\n)+ \\boxed\{19\}$/);
     expect(verifyThought(text.slice(0, text.indexOf(" \\boxed"))).every((v) => v === true)).toBe(true);
   });

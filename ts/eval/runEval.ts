@@ -1,9 +1,11 @@
 // Runs an evaluation program over a task's problems on an EvalGenerator, keeping `concurrency` problems in
-// flight so the engine can batch them, and scores every problem.
+// flight so the engine can batch them, and scores every problem. Both programs are the library's
+// SelfConsistency, run to its cap in one round: `sc:K` samples K branches and takes their majority vote, `greedy`
+// is one branch at temperature 0. The task reads and compares the answers.
+import { SelfConsistency } from "../programs/selfConsistency.js";
+import type { Task, TaskProblem } from "../tasks/task.js";
 import type { EvalGenerator } from "./generator.js";
 import type { EvalProgram } from "./program.js";
-import type { EvalProblem, EvalTask } from "./task.js";
-import { majorityVote } from "../certaindex/signals.js";
 
 export interface ProblemResult {
   id: string;
@@ -21,8 +23,8 @@ export interface ProblemResult {
 
 export interface RunEvalOptions {
   generator: EvalGenerator;
-  task: EvalTask;
-  problems: readonly EvalProblem[];
+  task: Task;
+  problems: readonly TaskProblem[];
   program: EvalProgram;
   seed: number;
   maxTokens: number;
@@ -34,6 +36,7 @@ export interface RunEvalOptions {
 
 export async function runEval(o: RunEvalOptions): Promise<ProblemResult[]> {
   const results: ProblemResult[] = new Array(o.problems.length);
+  const k = o.program.samples;
   let next = 0;
   let done = 0;
   const worker = async (): Promise<void> => {
@@ -43,21 +46,22 @@ export async function runEval(o: RunEvalOptions): Promise<ProblemResult[]> {
       const p = o.problems[index];
       const prompt = o.generator.encodeChat(p.messages);
       const maxTokens = Math.min(o.maxTokens, o.generator.contextTokens - prompt.length);
+      // Sample i of problem `index` uses seed + index * k + i: no two samples share a seed.
+      const sc = new SelfConsistency({ prompt, task: o.task, maxBranches: k, branchesPerRound: k, temperature: o.program.temperature, seed: o.seed + index * k, maxTokens });
       const started = performance.now();
-      // Sample i of problem `index` uses seed + index * samples + i: no two samples share a seed.
-      const c = await o.generator.complete({ prompt, n: o.program.samples, temperature: o.program.temperature, seed: o.seed + index * o.program.samples, maxTokens });
+      const r = await o.generator.run(sc, { policy: { kind: "baseline-even" }, signal: o.signal });
       const latencyMs = performance.now() - started;
-      const answers = c.texts.map((t) => o.task.extractAnswer(t));
-      const vote = majorityVote(answers, (a, b) => o.task.equivalent(a, b));
+      o.signal?.throwIfAborted();
+      const branches = sc.state.branches;
       results[index] = {
         id: p.id,
         level: p.level,
         answer: p.answer,
-        predicted: vote.answer,
-        correct: o.task.equivalent(vote.answer, p.answer),
-        extracted: answers.filter((a) => a !== null).length,
-        samples: c.texts.length,
-        generatedTokens: c.generatedTokens,
+        predicted: r.answer,
+        correct: o.task.equivalent(r.answer, p.answer),
+        extracted: branches.filter((b) => b.answer !== null).length,
+        samples: branches.length,
+        generatedTokens: r.tokensUsed,
         latencyMs,
       };
       o.onProblemDone?.(++done, o.problems.length);

@@ -1,6 +1,7 @@
-// The programs' default answer format, `\boxed{...}` (the convention of math reasoning models): reading an answer
-// out of a completion and deciding whether two answers agree. A task with another format injects its own
-// (extractAnswer / equivalent options, ts/tasks/task.ts); the arithmetic task uses this one.
+// The programs' default answer format, `\boxed{...}` (the convention of math reasoning models, and of the arithmetic
+// task): reading an answer out of a completion, deciding whether two answers agree, and the CoT probe that asks for
+// one. A task with another format is injected instead (the `task` option of every program, ts/programs/task.ts).
+import type { ProgramTask } from "./task.js";
 
 /** The content of the last `\boxed{...}` (braces balanced; an unclosed box yields what follows it, so a
  * completion cut off by the token limit still counts if the number was written), else the last number in the
@@ -38,3 +39,16 @@ export function answersEquivalent(a: string | null, b: string | null): boolean {
   if (x !== null && y !== null) return x === y || Math.abs(x - y) <= 1e-9 * Math.max(1, Math.abs(y));
   return a.trim() === b.trim();
 }
+
+/** Default probe suffix for `<think>`-style models: close the thought, open the boxed answer. */
+export function defaultProbeSuffix(thoughtSoFar: string): string {
+  return `${thoughtSoFar.endsWith("\n") ? "" : "\n"}</think> \\boxed{`;
+}
+
+/** `\boxed{}` answers compared numerically (else as trimmed text), probed with `</think> \boxed{`; no step verifier. */
+export const boxedAnswers: ProgramTask = {
+  extractAnswer,
+  equivalent: answersEquivalent,
+  answerMarker: "\\boxed{",
+  probeSuffix: defaultProbeSuffix,
+};

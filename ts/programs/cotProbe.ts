@@ -1,19 +1,16 @@
 // Chain-of-thought probing (Dynasor-CoT). One main branch thinks; every `interval` generated tokens a probe forks
-// it at exactly that length (KV shared, nothing copied), appends the probe suffix (`</think> \boxed{`), decodes a
-// short answer greedily (≤ 20 tokens, stopped at `}`) and is discarded: its pages are freed when it finishes and
-// the main branch never sees it. The program exits once the last `window` probe answers agree, are non-empty and
-// free of hesitation words (probeCertaindex reaches 1 exactly then). Because a probe cuts the main branch at a
-// fixed length, its answer does not depend on how far the main branch ran meanwhile.
+// it at exactly that length (KV shared, nothing copied), appends the task's probe suffix (`</think> \boxed{` for
+// boxed answers), decodes a short answer greedily (≤ 20 tokens, stopped at `}` or a newline) and is discarded: its
+// pages are freed when it finishes and the main branch never sees it. The program exits once the last `window`
+// probe answers agree, are non-empty and free of hesitation words (probeCertaindex reaches 1 exactly then). Because
+// a probe cuts the main branch at a fixed length, its answer does not depend on how far the main branch ran
+// meanwhile.
 import type { RequestHandle } from "../engine/handle.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
-import { extractAnswer } from "./answers.js";
+import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
-
-/** Default probe suffix for `<think>`-style models: close the thought, open the boxed answer. */
-export function defaultProbeSuffix(thoughtSoFar: string): string {
-  return `${thoughtSoFar.endsWith("\n") ? "" : "\n"}</think> \\boxed{`;
-}
+import type { ProgramTask } from "./task.js";
 
 export interface CotProbeOptions {
   prompt: string | readonly number[];
@@ -23,7 +20,10 @@ export interface CotProbeOptions {
   maxTokens?: number;
   /** Most tokens a probe decodes (default 20). */
   probeMaxTokens?: number;
-  /** Text appended to the cut thought (default defaultProbeSuffix). */
+  /** The answer format: the probe suffix, the answer marker and the final answer's reading come from it (default
+   * boxedAnswers). */
+  task?: ProgramTask;
+  /** Text appended to the cut thought (default: the task's probeSuffix). */
   probeSuffix?: string | ((thoughtSoFar: string) => string);
   /** Where a probe answer ends (default "}" and a newline: an answer is one line; a probe that starts another
    * thought line instead of answering stops there rather than spending probeMaxTokens). */
@@ -32,12 +32,13 @@ export interface CotProbeOptions {
   temperature?: number;
   seed?: number;
   model?: string;
-  /** Reads the final answer of a finished main branch (default: last \boxed{}, else last number). */
+  /** Reads the final answer of a finished main branch (default: the task's). */
   extractAnswer?: (text: string) => string | null;
   /** Probing off: the main branch runs to its end (the baseline). */
   probe?: boolean;
   /** Text that shows the main branch has stopped thinking and is writing its answer: no probe is made from there
-   * on (default `</think>` and `\boxed{`; a tokenizer may drop `</think>` from decoded text, `\boxed{` remains). */
+   * on (default `</think>` and the task's answerMarker, `\boxed{`; a tokenizer may drop `</think>` from decoded text,
+   * the answer marker remains). */
   answerMarkers?: readonly string[];
 }
 
@@ -58,7 +59,7 @@ export class CotProbe implements Program {
   };
   readonly tokenBudget: number;
   readonly defaultPolicy: PolicySpec = { kind: "threshold", threshold: 1, detectAt: 1 };
-  private readonly o: Required<Omit<CotProbeOptions, "model">> & { model?: string };
+  private readonly o: Required<Omit<CotProbeOptions, "model" | "task">> & { model?: string };
   private main: RequestHandle | null = null;
   /** Text after each generated token (textAt[k] = text of the first k tokens). */
   private readonly textAt: string[] = [""];
@@ -71,17 +72,18 @@ export class CotProbe implements Program {
   constructor(options: CotProbeOptions) {
     const interval = options.interval ?? 64;
     if (!Number.isInteger(interval) || interval < 1) throw new RangeError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`);
+    const task = options.task ?? boxedAnswers;
     const defaults = {
       maxTokens: 1024,
       probeMaxTokens: 20,
-      probeSuffix: defaultProbeSuffix,
+      probeSuffix: (thought: string) => task.probeSuffix(thought),
       probeStop: ["}", "\n"],
       rule: DEFAULT_PROBE_RULE,
       temperature: 0,
       seed: 0,
-      extractAnswer,
+      extractAnswer: (text: string) => task.extractAnswer(text),
       probe: true,
-      answerMarkers: ["</think>", "\\boxed{"] as readonly string[],
+      answerMarkers: ["</think>", task.answerMarker] as readonly string[],
     };
     this.o = { ...withDefaults(defaults, options), interval };
     this.knob = { used: 0, max: Math.ceil(this.o.maxTokens / interval) };

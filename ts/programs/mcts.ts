@@ -8,7 +8,7 @@
 // solutions found (mean aggregation), optionally combined with their answer entropy.
 import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { answersEquivalent } from "./answers.js";
+import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
 import { StepTree, weightedVote, type StepTreeOptions, type TreeNode } from "./stepTree.js";
 
@@ -22,6 +22,7 @@ export interface MctsOptions extends StepTreeOptions {
   /** UCT exploration constant (default 1.0). */
   exploration?: number;
   entropy?: boolean;
+  /** When two solutions' answers are the same answer (default: the task's). */
   equivalent?: AnswerEquivalence;
 }
 
@@ -60,7 +61,7 @@ export class Mcts implements Program {
     this.perRound = Math.min(o.simulationsPerRound ?? 4, max);
     this.branching = o.branching ?? 3;
     this.c = o.exploration ?? 1;
-    this.eq = o.equivalent ?? ((a, b) => answersEquivalent(a, b));
+    this.eq = o.equivalent ?? ((a, b) => (o.task ?? boxedAnswers).equivalent(a, b));
     this.tree = new StepTree(o);
     this.knob = { used: 0, max };
     // A simulation generates one step and the rollout after it: at most the solution's token cap.

@@ -5,7 +5,7 @@
 // finished solutions (both must be high).
 import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { answersEquivalent } from "./answers.js";
+import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
 import { StepTree, weightedVote, type StepTreeOptions, type TreeNode } from "./stepTree.js";
 
@@ -16,6 +16,7 @@ export interface RebaseOptions extends StepTreeOptions {
   balanceTemperature?: number;
   /** Also require answer agreement: certaindex = min(max reward, entropy certaindex). */
   entropy?: boolean;
+  /** When two solutions' answers are the same answer (default: the task's). */
   equivalent?: AnswerEquivalence;
 }
 
@@ -54,7 +55,7 @@ export class Rebase implements Program {
     if (!Number.isInteger(this.width) || this.width < 1) throw new RangeError(`rebase.width must be an integer ≥ 1, got ${this.width}`);
     this.tau = o.balanceTemperature ?? 0.2;
     if (!(this.tau > 0)) throw new RangeError(`rebase.balanceTemperature must be > 0, got ${this.tau}`);
-    this.eq = o.equivalent ?? ((a, b) => answersEquivalent(a, b));
+    this.eq = o.equivalent ?? ((a, b) => (o.task ?? boxedAnswers).equivalent(a, b));
     this.tree = new StepTree(o);
     const depth = o.maxDepth ?? 16;
     this.knob = { used: 0, max: depth };

@@ -25,7 +25,8 @@ export interface BuildProgramOptions {
   temperature?: number;
   /** Step reward of rebase / mcts; default: the task's step verifier. */
   reward?: RewardSource;
-  /** How answers are read and compared (and steps checked); default: \boxed{} answers (programs/answers.ts). */
+  /** How answers are read, compared and probed, and steps checked (e.g. arithTask, gsm8kTask); default: boxedAnswers
+   * (the arithmetic task's answer format, without its step verifier: rebase / mcts then need `reward`). */
   task?: ProgramTask;
   model?: string;
   /** sc: branches sampled per round (default 4). */
@@ -45,14 +46,8 @@ export function parseProgramKind(value: string): ProgramKind {
 }
 
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
-  const answers = o.task === undefined ? {} : { extractAnswer: (t: string) => o.task!.extractAnswer(t), equivalent: (a: string, b: string) => o.task!.equivalent(a, b) };
-  const common = { prompt: o.prompt, seed: o.seed, model: o.model, ...answers };
-  const stepReward = (): RewardSource => {
-    const reward = o.reward ?? o.task?.stepVerifier;
-    if (reward === undefined) throw new Error(`program "${kind}" scores steps: give a reward (--prm DIR) or a task with a step verifier (--task arith)`);
-    return reward;
-  };
-  const tree = () => ({ ...common, question: o.question, reward: stepReward(), temperature: o.temperature, maxTokens: o.maxTokens });
+  const common = { prompt: o.prompt, seed: o.seed, model: o.model, task: o.task };
+  const tree = { ...common, question: o.question, reward: o.reward, temperature: o.temperature, maxTokens: o.maxTokens };
   switch (kind) {
     case "sc":
       return new SelfConsistency({ ...common, maxBranches: o.cap ?? 16, branchesPerRound: o.branchesPerRound, maxTokens: o.maxTokens, temperature: o.temperature });
@@ -61,9 +56,9 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
       return new CotProbe({ ...common, maxTokens: o.maxTokens, temperature: o.temperature, interval: o.interval, rule });
     }
     case "rebase":
-      return new Rebase({ ...tree(), width: o.cap });
+      return new Rebase({ ...tree, width: o.cap });
     case "mcts":
-      return new Mcts({ ...tree(), maxSimulations: o.cap, simulationsPerRound: o.simulationsPerRound });
+      return new Mcts({ ...tree, maxSimulations: o.cap, simulationsPerRound: o.simulationsPerRound });
     default:
       return kind satisfies never;
   }

@@ -1,7 +1,8 @@
 // Reward sources for step-level search (Rebase, MCTS): a score in [0, 1] for a reasoning step given what came
-// before. Two kinds: a programmatic verifier (the task checks its own steps: Task.stepVerifier, ts/tasks) and a model-scored process reward
-// (Math-Shepherd style: the probability of designated "good" tokens after a step-end tag, from a second model
-// loaded on the same engine; its tokens count towards the program's, under purpose "reward").
+// before. Two kinds: a programmatic verifier (a task checks its own steps: ProgramTask.stepVerifier, e.g. the
+// arithmetic task's in ts/tasks/arith/stepScore.ts) and a model-scored process reward (Math-Shepherd style: the
+// probability of designated "good" tokens after a step-end tag, from a second model loaded on the same engine; its
+// tokens count towards the program's, under purpose "reward").
 import type { ProgramContext } from "./program.js";
 
 export interface StepInput {

@@ -3,10 +3,11 @@
 // answer is the majority vote. Certaindex is the normalised answer entropy H̃ over the answer clusters, so a policy
 // can stop once the branches agree. Branch i always uses seed + i, so a run capped at k branches sees exactly the
 // first k branches of a longer run: traces of one long run replay every cap (calibration, benchmarks).
-import { clusterAnswers, entropyCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
+import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { answersEquivalent, extractAnswer } from "./answers.js";
+import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
+import type { ProgramTask } from "./task.js";
 
 export interface SelfConsistencyOptions {
   /** Text (tokenized with the model's tokenizer, special tokens added) or token ids, e.g. a rendered chat. */
@@ -25,9 +26,11 @@ export interface SelfConsistencyOptions {
   stop?: string[];
   /** Which loaded model (default: the engine's first). */
   model?: string;
-  /** Reads a branch's answer from its text (default: the arithmetic task's: last \boxed{}, else last number). */
+  /** How answers are read and compared (default boxedAnswers: last \boxed{}, else last number; numeric equality). */
+  task?: ProgramTask;
+  /** Reads a branch's answer from its text (default: the task's). */
   extractAnswer?: (text: string) => string | null;
-  /** When two answers are the same answer (default: numeric equality, else trimmed text). */
+  /** When two answers are the same answer (default: the task's). */
   equivalent?: AnswerEquivalence;
 }
 
@@ -45,7 +48,7 @@ export class SelfConsistency implements Program {
   readonly state: { branches: Branch[] } = { branches: [] };
   readonly tokenBudget: number;
   readonly defaultPolicy: PolicySpec;
-  private readonly opts: Required<Omit<SelfConsistencyOptions, "model" | "topP" | "topK" | "stop">> & SelfConsistencyOptions;
+  private readonly opts: Required<Omit<SelfConsistencyOptions, "model" | "topP" | "topK" | "stop" | "task">> & SelfConsistencyOptions;
   private promptIds: readonly number[] | null = null;
 
   constructor(options: SelfConsistencyOptions) {
@@ -53,8 +56,9 @@ export class SelfConsistency implements Program {
     if (!Number.isInteger(maxBranches) || maxBranches < 1) throw new RangeError(`sc.maxBranches must be an integer ≥ 1, got ${maxBranches}`);
     const branchesPerRound = Math.min(options.branchesPerRound ?? 4, maxBranches);
     if (!Number.isInteger(branchesPerRound) || branchesPerRound < 1) throw new RangeError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`);
+    const task = options.task ?? boxedAnswers;
     this.opts = {
-      ...withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0, extractAnswer, equivalent: (a: string, b: string) => answersEquivalent(a, b) }, options),
+      ...withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0, extractAnswer: (t: string) => task.extractAnswer(t), equivalent: (a: string, b: string) => task.equivalent(a, b) }, options),
       maxBranches,
       branchesPerRound,
     };
@@ -96,7 +100,7 @@ export class SelfConsistency implements Program {
   }
 
   answer(): string | null {
-    return clusterAnswers(this.answers(), this.opts.equivalent)[0]?.answer ?? null;
+    return majorityVote(this.answers(), this.opts.equivalent).answer;
   }
 
   lengthSignal(): number {

@@ -1,12 +1,14 @@
 // The search tree shared by Rebase and MCTS: nodes are reasoning steps (one line of the thought, generated with
 // stop "\n"); a child continues its parent's request by engine.fork, so the path's KV is shared while the parent
-// lives and revived from the prefix cache after. Each new step is scored by a RewardSource; a node's reward is the
-// minimum over its path (a solution is as good as its worst step).
+// lives and revived from the prefix cache after. Each new step is scored by a RewardSource (default: the task's step
+// verifier); a node's reward is the minimum over its path (a solution is as good as its worst step). A step that
+// writes the task's answer marker (`\boxed{`) ends its solution.
 import type { RequestHandle } from "../engine/handle.js";
 import type { GenerationOutput, SampleOutput } from "../engine/outputs.js";
-import { extractAnswer as arithExtract } from "./answers.js";
+import { boxedAnswers } from "./answers.js";
 import type { ProgramContext } from "./program.js";
 import type { RewardSource } from "./rewards.js";
+import type { ProgramTask } from "./task.js";
 
 export interface TreeNode {
   id: number;
@@ -34,7 +36,10 @@ export interface StepTreeOptions {
   prompt: string | readonly number[];
   /** The question as the reward source should see it. */
   question: string;
-  reward: RewardSource;
+  /** The answer format and, unless `reward` is given, the step verifier (default boxedAnswers, which has none). */
+  task?: ProgramTask;
+  /** Scores each step (default: the task's stepVerifier; one of the two is required). */
+  reward?: RewardSource;
   /** Most tokens per step (default 48). */
   stepMaxTokens?: number;
   /** Deepest path: a node at this depth is terminal (default 16). */
@@ -44,6 +49,7 @@ export interface StepTreeOptions {
   temperature?: number;
   seed?: number;
   model?: string;
+  /** Reads a solution's answer (default: the task's). */
   extractAnswer?: (text: string) => string | null;
 }
 
@@ -55,13 +61,20 @@ export class StepTree {
   private readonly maxDepth: number;
   readonly maxTokens: number;
   private readonly extract: (text: string) => string | null;
+  private readonly reward: RewardSource;
+  private readonly answerMarker: string;
 
   constructor(private readonly o: StepTreeOptions) {
     this.stepMaxTokens = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
     this.maxTokens = o.maxTokens ?? 256;
     if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1) throw new RangeError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`);
-    this.extract = o.extractAnswer ?? arithExtract;
+    const task = o.task ?? boxedAnswers;
+    const reward = o.reward ?? task.stepVerifier;
+    if (reward === undefined) throw new Error("tree search scores steps: give a reward (verifierReward, modelProcessReward) or a task with a stepVerifier (arithTask)");
+    this.reward = reward;
+    this.extract = o.extractAnswer ?? ((text) => task.extractAnswer(text));
+    this.answerMarker = task.answerMarker;
     this.nextSeed = o.seed ?? 0;
     this.root = this.node(null, null, 0, "", 1);
   }
@@ -96,7 +109,7 @@ export class StepTree {
     }
     const previous = this.path(node);
     const children = outs.map(({ handle, sample }) => this.childOf(node, handle, sample));
-    const scores = await Promise.all(children.map((c) => this.o.reward.score(ctx, { question: this.o.question, previous, step: c.step })));
+    const scores = await Promise.all(children.map((c) => this.reward.score(ctx, { question: this.o.question, previous, step: c.step })));
     children.forEach((c, i) => (c.reward = Math.min(node.reward, scores[i])));
     return children;
   }
@@ -118,7 +131,7 @@ export class StepTree {
     let reward = node.reward;
     const previous = [...prefix];
     for (const step of lines) {
-      reward = Math.min(reward, await this.o.reward.score(ctx, { question: this.o.question, previous, step }));
+      reward = Math.min(reward, await this.reward.score(ctx, { question: this.o.question, previous, step }));
       previous.push(step);
     }
     return { text, answer: this.extract([...prefix, text].join("\n")), reward, tokens: out.usage.generatedTokens };
@@ -129,7 +142,7 @@ export class StepTree {
     c.pathTokens = parent.pathTokens + s.tokens.length;
     // A step cut by stepMaxTokens is just a long step; eos (or any stop other than the newline) ends the solution.
     const endedSolution = s.finishReason === "stop" && s.stoppedBy !== "\n";
-    c.terminal = endedSolution || /\\boxed\{/.test(s.text) || c.depth >= this.maxDepth || c.pathTokens >= this.maxTokens || s.finishReason === "aborted";
+    c.terminal = endedSolution || s.text.includes(this.answerMarker) || c.depth >= this.maxDepth || c.pathTokens >= this.maxTokens || s.finishReason === "aborted";
     if (c.terminal) c.answer = this.extract(this.path(c).join("\n"));
     parent.children.push(c);
     return c;

@@ -1,5 +1,7 @@
 // What a program needs from a task, injected by its caller (ts/tasks implements it; programs never import a task):
-// how to read and compare answers, and, for step search, how to score a step.
+// how to read and compare answers, where an answer starts, how to ask a cut-off thought for its answer, and, for
+// step search, how to score a step. A program given no task uses `boxedAnswers` (programs/answers.ts), the format
+// of the arithmetic task and of math reasoning models generally.
 import type { RewardSource } from "./rewards.js";
 
 export interface ProgramTask {
@@ -7,6 +9,12 @@ export interface ProgramTask {
   extractAnswer(text: string): string | null;
   /** Whether two extracted answers mean the same (null never matches). */
   equivalent(a: string | null, b: string | null): boolean;
-  /** A programmatic step verifier (Rebase / MCTS score steps with it unless given another reward). */
+  /** Text that starts the final answer (`\boxed{`, `####`): a tree-search step containing it ends its solution, and
+   * CoT probing stops once the main branch has written it. */
+  answerMarker: string;
+  /** CoT probing: what is appended to the thought cut at a probe point so the model writes its answer now (e.g.
+   * `</think> \boxed{`); the probe decodes until `}` or a newline. */
+  probeSuffix(thoughtSoFar: string): string;
+  /** A programmatic step verifier: Rebase / MCTS score steps with it unless given another reward. */
   stepVerifier?: RewardSource;
 }

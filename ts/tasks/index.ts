@@ -1,30 +1,11 @@
-// The tasks by name (`--task`, `--verifier`), and the Task interface they implement.
-import { answersEquivalent, extractAnswer } from "../programs/answers.js";
+// The tasks by name (`deliberate run --task`, `eval --task`, `run --verifier`), and the Task interface they implement.
 import type { RewardSource } from "../programs/rewards.js";
-import { problemSet, splits, type Split } from "./arith/index.js";
-import { arithVerifier } from "./arith/stepScore.js";
+import { arithTask } from "./arith/task.js";
 import { gsm8kTask } from "./gsm8k.js";
 import type { Task } from "./task.js";
 
 export type { Task, TaskProblem } from "./task.js";
-export { extractGsm8kAnswer, gsm8kTask } from "./gsm8k.js";
-
-/** The arithmetic reasoning task of the bundled tiny reasoner: seeded problems, \boxed{} answers, checkable steps. */
-export const arithTask: Task = {
-  name: "arith",
-  extractAnswer,
-  equivalent: answersEquivalent,
-  stepVerifier: arithVerifier,
-  splits,
-  problems({ split, n, seed }) {
-    return problemSet({ split: split as Split, n, seed }).map((p) => ({
-      id: p.expression,
-      level: p.level,
-      messages: [{ role: "user", content: p.question }],
-      answer: p.answer,
-    }));
-  },
-};
+export { arithTask, gsm8kTask };
 
 const TASKS: Readonly<Record<string, Task>> = { arith: arithTask, gsm8k: gsm8kTask };
 export const TASK_NAMES: readonly string[] = Object.keys(TASKS);
@@ -40,7 +21,7 @@ export function getTask(name: string, split?: string): Task {
   return task;
 }
 
-/** The programmatic step verifiers by task name (CLI `--verifier`). */
+/** The tasks that check their own steps, by name: the programmatic verifiers of `deliberate run --verifier`. */
 export const VERIFIER_NAMES: readonly string[] = TASK_NAMES.filter((n) => TASKS[n].stepVerifier !== undefined);
 
 export function parseVerifier(name: string): RewardSource {

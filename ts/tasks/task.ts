@@ -1,7 +1,7 @@
-// A reasoning task as programs and the evaluation harness see it: how to read and compare answers, optionally how
-// to check a step (the programmatic verifier of Rebase / MCTS) and labelled problems (eval). Programs never import
-// a task: the caller injects one (`deliberate run --task`, `runEval`, a program's extractAnswer / equivalent
-// options), so a program runs on any task that implements this.
+// A reasoning task as programs and the evaluation harness see it: how to read, compare and probe for answers,
+// optionally how to check a step (the programmatic verifier of Rebase / MCTS), and labelled problems (eval).
+// Programs never import a task: the caller injects one (a program's `task` option, `buildProgram(kind, { task })`,
+// `deliberate run --task`, `runEval({ task })`), so a program runs on any task that implements this.
 import type { ChatMessage } from "../model/chatTemplate.js";
 import type { ProgramTask } from "../programs/task.js";
 
@@ -14,7 +14,7 @@ export interface TaskProblem {
   answer: string;
 }
 
-/** A task: what programs need (ProgramTask: answers, step checks) plus labelled problems for eval. */
+/** A task: what programs need (ProgramTask: answers, the CoT probe, step checks) plus labelled problems for eval. */
 export interface Task extends ProgramTask {
   name: string;
   /** Splits with labelled problems (empty: the task brings none, e.g. an answer format for your own data). */

@@ -2,7 +2,8 @@
 // with certaindex on the bundled tiny reasoner), shows progress on a TTY, prints the answer, its certaindex, the
 // rounds and the tokens used against the budget (or one JSON object with --json). The program's policy and
 // settings come from the model's certaindex calibration (ts/certaindex/calibrationFile.ts) when there is one;
-// rebase and mcts score steps with a reward source: the arithmetic verifier (default) or a process reward model.
+// `--task` says how answers are read (arith: `\boxed{}`, gsm8k: `#### N`); rebase and mcts score steps with a reward
+// source: the task's own step verifier (default; arith has one) or a process reward model.
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
 import {
@@ -26,10 +27,8 @@ import {
   type PolicySpec,
   type ProgramResult,
   type RewardSource,
+  type Task,
 } from "../../index.js";
-
-/** The bundled tiny reasoner (one definition: ts/bundledModel.ts). */
-export const DEFAULT_MODEL_DIR = bundledModelDir;
 
 interface RunOptions {
   program: string;
@@ -68,7 +67,7 @@ function policyOf(opts: RunOptions): PolicySpec | undefined {
 
 /** The reward source of rebase / mcts: --prm DIR (a second model on the same engine) or --verifier NAME (default:
  * the task's step verifier); null for programs that score no steps (giving either flag to them is an error). */
-function rewardOf(kind: string, opts: RunOptions): { reward: RewardSource | null; prmDir?: string } {
+function rewardOf(kind: string, opts: RunOptions, task: Task): { reward: RewardSource | null; prmDir?: string } {
   const tree = kind === "rebase" || kind === "mcts";
   if (opts.prm !== undefined && opts.verifier !== undefined) throw new Error("--prm and --verifier both choose the reward source; give one");
   if (!tree) {
@@ -83,7 +82,9 @@ function rewardOf(kind: string, opts: RunOptions): { reward: RewardSource | null
     const badTokens = opts.prmBad === undefined ? ["-"] : list(opts.prmBad);
     return { reward: modelProcessReward({ model: "prm", goodTokens, badTokens, stepTag: (opts.prmTag ?? "\\n").replace(/\\n/g, "\n") }), prmDir: opts.prm };
   }
-  return { reward: parseVerifier(opts.verifier ?? opts.task) };
+  if (opts.verifier !== undefined) return { reward: parseVerifier(opts.verifier) };
+  if (task.stepVerifier === undefined) throw new Error(`task ${task.name} has no step verifier: --program ${kind} needs --prm DIR (a process reward model) or --verifier NAME`);
+  return { reward: task.stepVerifier };
 }
 
 function report(r: ProgramResult): string {
@@ -128,13 +129,13 @@ export function registerRun(program: Command): void {
     .action(async (question: string, opts: RunOptions) => {
       const kind = parseProgramKind(opts.program);
       const task = getTask(opts.task);
-      const dir = opts.model ?? DEFAULT_MODEL_DIR;
+      const dir = opts.model ?? bundledModelDir;
       if (!existsSync(dir)) {
         throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
       }
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
-      const { reward, prmDir } = rewardOf(kind, opts);
-      const cal: LoadedCalibration | null = opts.calibration === false ? null : loadCalibration(dir, { file: opts.calibration, bundledDir: DEFAULT_MODEL_DIR });
+      const { reward, prmDir } = rewardOf(kind, opts, task);
+      const cal: LoadedCalibration | null = opts.calibration === false ? null : loadCalibration(dir, { file: opts.calibration, bundledDir: bundledModelDir });
       if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
       const cap = num("cap", opts.cap, true);
       const interval = num("interval", opts.interval, true);
@@ -184,7 +185,7 @@ export function registerRun(program: Command): void {
         if (opts.json) {
           const { history, ...rest } = result;
           const calibration = cal === null ? null : { file: cal.file, stale: cal.stale, applied: pc !== undefined };
-          console.log(JSON.stringify({ question, model: dir, ...rest, reward: reward?.name ?? null, calibration, history }));
+          console.log(JSON.stringify({ question, model: dir, task: task.name, ...rest, reward: reward?.name ?? null, calibration, history }));
         } else {
           console.log(report(result));
           if (reward !== null) console.log(`reward:      ${reward.name}`);
