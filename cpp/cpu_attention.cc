@@ -202,19 +202,21 @@ void attendTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t
   }
 }
 
-// The same for nq queries of sequence b, query j attending to tokens [0, ends[j]): pages outer and queries inner,
-// so a page's K and V rows (widened once for bf16/f16) serve every query of the tile from L1. Each query's own steps
-// (page cuts, attendPage calls, their order) are those of attendTyped(begin = 0, end = ends[j]): the same bits.
+// The same for nq queries of sequence b, query j attending to tokens [begins[j], ends[j]): pages outer and queries
+// inner, so a page's K and V rows (widened once for bf16/f16) serve every query of the tile from L1. Each query's
+// own steps (page cuts, attendPage calls, their order) are those of attendTyped(begins[j], ends[j]): the same bits.
 template <DType CT>
-void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* ends,
-                     const float* q, int64_t qStride, float scl, SoftmaxState* st, std::vector<float>& scores) {
+void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* begins,
+                     const int64_t* ends, const float* q, int64_t qStride, float scl, SoftmaxState* st,
+                     std::vector<float>& scores) {
   const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3], G = st[0].G, nh = hk1 - hk0;
   const size_t es = dtypeSize(CT), stride = size_t(Hk * D) * es;
   const int32_t* pages = kv.indices.as<int32_t>() + kv.indptr.as<int32_t>()[b];
   const int64_t maxEnd = *std::max_element(ends, ends + nq);
+  const int64_t minBegin = *std::min_element(begins, begins + nq) / P * P;
   thread_local std::vector<float> wide;
   if (CT != DType::f32) wide.resize(size_t(2 * P * D));
-  for (int64_t t0 = 0; t0 < maxEnd; t0 += P) {
+  for (int64_t t0 = minBegin; t0 < maxEnd; t0 += P) {
     const int64_t page = pages[t0 / P], nMax = std::min(maxEnd - t0, P);
     if (t0 + nMax < maxEnd) prefetchPage(kv, pages[(t0 + nMax) / P], hk0, hk1, es);
     for (int64_t hk = hk0; hk < hk1; hk++) {
@@ -230,10 +232,11 @@ void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int
         rowStride = size_t(D) * 4;
       }
       for (int64_t j = 0; j < nq; j++) {
-        const int64_t n = std::min(ends[j] - t0, P);
+        // Query j's part of this page: [max(begins[j], t0), min(ends[j], t0 + P)), as attendTyped cuts it.
+        const int64_t off = std::max<int64_t>(begins[j] - t0, 0), n = std::min(ends[j] - t0, P) - off;
         if (n <= 0) continue;
-        attendPage<DType::f32>(kRows, vRows, rowStride, n, D, q + j * qStride + (hk - hk0) * G * D, D, scl,
-                               st[j * nh + (hk - hk0)], scores.data(), P);
+        attendPage<DType::f32>(kRows + size_t(off) * rowStride, vRows + size_t(off) * rowStride, rowStride, n, D,
+                               q + j * qStride + (hk - hk0) * G * D, D, scl, st[j * nh + (hk - hk0)], scores.data(), P);
       }
     }
   }
@@ -241,13 +244,14 @@ void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int
 
 }  // namespace
 
-void attendTile(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* ends,
-                const float* q, int64_t qStride, float scale, SoftmaxState* states, std::vector<float>& scores) {
+void attendTile(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* begins,
+                const int64_t* ends, const float* q, int64_t qStride, float scale, SoftmaxState* states,
+                std::vector<float>& scores) {
   scores.resize(size_t(states[0].G * kv.pageSize));
   switch (kv.kCache.dtype) {
-    case DType::f32: return attendTileTyped<DType::f32>(kv, b, hk0, hk1, nq, ends, q, qStride, scale, states, scores);
-    case DType::bf16: return attendTileTyped<DType::bf16>(kv, b, hk0, hk1, nq, ends, q, qStride, scale, states, scores);
-    case DType::f16: return attendTileTyped<DType::f16>(kv, b, hk0, hk1, nq, ends, q, qStride, scale, states, scores);
+    case DType::f32: return attendTileTyped<DType::f32>(kv, b, hk0, hk1, nq, begins, ends, q, qStride, scale, states, scores);
+    case DType::bf16: return attendTileTyped<DType::bf16>(kv, b, hk0, hk1, nq, begins, ends, q, qStride, scale, states, scores);
+    case DType::f16: return attendTileTyped<DType::f16>(kv, b, hk0, hk1, nq, begins, ends, q, qStride, scale, states, scores);
     default: throw Error("attention: the KV cache must be f32, bf16 or f16");
   }
 }

@@ -38,10 +38,16 @@ struct SoftmaxState {
 void attendTokens(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t begin, int64_t end, const float* q,
                   float scale, SoftmaxState* states, std::vector<float>& scores);
 
-// attendTokens(begin = 0, end = ends[j]) for nq queries of sequence b at once, with the same bits per query (pages
-// outer, queries inner: a page is read once per tile). Query j's rows start at q + j * qStride; its states are
-// states[j * (hk1 - hk0) .. (j + 1) * (hk1 - hk0)).
-void attendTile(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* ends,
-                const float* q, int64_t qStride, float scale, SoftmaxState* states, std::vector<float>& scores);
+// attendTokens(begin = begins[j], end = ends[j]) for nq queries of sequence b at once, with the same bits per query
+// (pages outer, queries inner: a page is read once per tile). Query j's rows start at q + j * qStride; its states
+// are states[j * (hk1 - hk0) .. (j + 1) * (hk1 - hk0)).
+void attendTile(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t nq, const int64_t* begins,
+                const int64_t* ends, const float* q, int64_t qStride, float scale, SoftmaxState* states,
+                std::vector<float>& scores);
+
+// First key a query at position `pos` attends to: 0, or pos - slidingWindow + 1 under a window.
+inline int64_t firstKey(const PagedKV& kv, int64_t pos) {
+  return kv.slidingWindow > 0 && pos + 1 > kv.slidingWindow ? pos + 1 - kv.slidingWindow : 0;
+}
 
 }  // namespace dl::cpu::attention_detail

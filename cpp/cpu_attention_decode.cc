@@ -1,5 +1,5 @@
 // Decode attention on the CPU, FlashDecoding-style: q [B,Hq,D], one query per sequence at its last position,
-// attends to all its tokens in the paged cache. GQA: query head h reads KV head h / (Hq / Hk).
+// attends to all its tokens in the paged cache (the last slidingWindow of them under a window). GQA: query head h reads KV head h / (Hq / Hk).
 // Sequence b's pages are cut into kvSplits contiguous partitions (partition s: pages [n*s/S, n*(s+1)/S), empty
 // ones skipped), each reduced in the order of cpu_attention.h, then merged by log-sum-exp in partition order:
 //   M = max_s m_s,  out = (sum_s exp(m_s - M) * acc_s) / (sum_s exp(m_s - M) * l_s)   (sums ascending in s).
@@ -32,14 +32,16 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
       const int64_t hk0 = Hk * grp / groups, hk1 = Hk * (grp + 1) / groups;
       const int64_t numPages = indptr[b + 1] - indptr[b];
       const float* qRows = q.as<float>() + (b * Hq + hk0 * G) * D;
+      // Keys [first, tokens[b]): all of them, or the last slidingWindow; partitions below `first` are empty.
+      const int64_t first = attention_detail::firstKey(kv, tokens[b] - 1);
       int used = 0;
       for (int s = 0; s < kvSplits; s++) {
         const int64_t p0 = numPages * s / kvSplits, p1 = numPages * (s + 1) / kvSplits;
-        if (p1 == p0) continue;
+        if (p1 == p0 || std::min(p1 * kv.pageSize, tokens[b]) <= first) continue;
         std::vector<SoftmaxState>& st = parts[used++];
         st.resize(size_t(hk1 - hk0));
         for (auto& h : st) h.reset(int(G), D);
-        attention_detail::attendTokens(kv, b, hk0, hk1, p0 * kv.pageSize, std::min(p1 * kv.pageSize, tokens[b]), qRows,
+        attention_detail::attendTokens(kv, b, hk0, hk1, std::max(p0 * kv.pageSize, first), std::min(p1 * kv.pageSize, tokens[b]), qRows,
                                        scale, st.data(), scores);
       }
       for (int64_t hk = hk0; hk < hk1; hk++)

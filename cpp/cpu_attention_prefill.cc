@@ -1,6 +1,6 @@
 // Prefill / verify attention on the CPU: q [Ttot,Hq,D]; sequence b's queries q[qIndptr[b] .. qIndptr[b+1]) are
 // its last T_b positions (their KV already written), causal: query i of a sequence holding L tokens sits at
-// position L - T_b + i and attends to tokens [0, L - T_b + i]. Keys are reduced in ascending position (order of
+// position p = L - T_b + i and attends to tokens [0, p], or [p - W + 1, p] under a sliding window W. Keys are reduced in ascending position (order of
 // cpu_attention.h) whatever B and Ttot are. Work is split over (tile of a sequence's queries, group of KV heads),
 // each query computed alone within its tile, so a query's bits depend only on its own sequence.
 #include <algorithm>
@@ -45,16 +45,19 @@ void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, con
   parallelFor(nTiles * groups, 1, [&](int64_t lo, int64_t hi) {
     std::vector<SoftmaxState> st;
     std::vector<float> scores;
-    int64_t ends[kTile];
+    int64_t begins[kTile], ends[kTile];
     for (int64_t item = lo; item < hi; item++) {
       const auto [b, t0] = tiles[size_t(item / groups)];
       const int64_t grp = item % groups;
       const int64_t hk0 = Hk * grp / groups, hk1 = Hk * (grp + 1) / groups, nh = hk1 - hk0;
       const int64_t nq = std::min<int64_t>(kTile, qi[b + 1] - t0);
-      for (int64_t j = 0; j < nq; j++) ends[j] = tokens[b] - (qi[b + 1] - qi[b]) + (t0 + j - qi[b]) + 1;
+      for (int64_t j = 0; j < nq; j++) {
+        ends[j] = tokens[b] - (qi[b + 1] - qi[b]) + (t0 + j - qi[b]) + 1;
+        begins[j] = attention_detail::firstKey(kv, ends[j] - 1);
+      }
       st.resize(size_t(nq * nh));
       for (auto& h : st) h.reset(int(G), D);
-      attention_detail::attendTile(kv, b, hk0, hk1, nq, ends, q.as<float>() + (t0 * Hq + hk0 * G) * D, Hq * D, scale,
+      attention_detail::attendTile(kv, b, hk0, hk1, nq, begins, ends, q.as<float>() + (t0 * Hq + hk0 * G) * D, Hq * D, scale,
                                    st.data(), scores);
       for (int64_t j = 0; j < nq; j++)
         for (int64_t hk = hk0; hk < hk1; hk++)

@@ -13,6 +13,9 @@ namespace dl {
 struct PagedKV {
   View kCache, vCache, indptr, indices, lastPageLen;
   int pageSize = 16;
+  // Sliding-window attention (Mistral; Qwen2 with use_sliding_window): a query at position p attends to keys
+  // [p - slidingWindow + 1, p], as transformers masks them (kv_idx > q_idx - sliding_window). 0 = every key.
+  int slidingWindow = 0;
 };
 
 // Per-row sampling parameters, each a View of B entries.

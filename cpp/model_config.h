@@ -20,6 +20,7 @@ struct ModelConfig {
   bool attentionBias = false;  // q/k/v projections carry a bias (Qwen2; Llama with attention_bias)
   bool oProjBias = false;      // o_proj carries a bias (Llama/Mistral with attention_bias)
   bool tieEmbeddings = false;  // lm_head shares embed_tokens
+  int slidingWindow = 0;       // keys a query attends to (Mistral's sliding_window); 0 = all (PagedKV)
   std::vector<float> invFreq;  // [D/2], rotary inverse frequencies with any scaling applied
 
   int qDim() const { return numHeads * headDim; }

@@ -373,13 +373,13 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
       ops::ropeKvWrite(d, q, k, v, positions, invFreq_.view({D / 2}), kc, vc, slots);
       if (nd > 0) {
         mark("attention.decode");
-        PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize};
+        PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize, cfg.slidingWindow};
         ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), scale, b.kvSplits);
       }
       if (npre > 0) {
         mark("attention.prefill");
         PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
-                   kv.pageSize};
+                   kv.pageSize, cfg.slidingWindow};
         ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
                               attn_.view({npre, Hq, D}, nd * Q), scale, p.maxPrefillQ);
       }

@@ -80,6 +80,7 @@ ModelConfig parseConfig(const Napi::Object& o) {
   c.attentionBias = boolean(o, "attentionBias", w, false);
   c.oProjBias = boolean(o, "oProjBias", w, false);
   c.tieEmbeddings = boolean(o, "tieEmbeddings", w, false);
+  c.slidingWindow = int(integer(o, "slidingWindow", w, 0, 0, 1 << 30, false));
   Napi::Value inv = field(o, "invFreq", w);
   if (!inv.IsTypedArray() || inv.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
     fail("NativeModel: 'invFreq' must be a Float32Array of headDim/2 values");

@@ -205,6 +205,7 @@ PagedKV pagedKV(OpArgs& a) {
   kv.lastPageLen = a.tensor("lastPageLen");
   checkCache(a.op, kv.kCache, kv.vCache);
   kv.pageSize = int(kv.kCache.shape[1]);
+  kv.slidingWindow = int(a.integer("slidingWindow", 0, 0, 1 << 30));
   requireDType(a.op, "indptr", kv.indptr, DType::i32), requireDType(a.op, "indices", kv.indices, DType::i32);
   requireDType(a.op, "lastPageLen", kv.lastPageLen, DType::i32);
   if (kv.indptr.shape[0] != kv.lastPageLen.shape[0] + 1) fail(a.op, "indptr must be [B+1] for lastPageLen [B]");

@@ -30,6 +30,10 @@ inline void checkPagedKV(const char* op, const PagedKV& kv) {
     fail(op, "kCache and vCache must be (numPages, pageSize, Hk, D) of one dtype");
   if (kv.pageSize != kv.kCache.shape[1]) fail(op, "pageSize must equal kCache.shape[1]");
   if (kv.indptr.numel() != kv.lastPageLen.numel() + 1) fail(op, "indptr must be (B + 1) for lastPageLen (B)");
+  // The CUDA kernels do not mask a sliding window yet: refuse rather than attend to keys the model must not see.
+  if (kv.slidingWindow > 0)
+    fail(op, "sliding-window attention (window " + std::to_string(kv.slidingWindow) + ") is not implemented on CUDA yet; "
+             "load this model with device: \"cpu\"");
 }
 
 #if defined(__CUDACC__)

@@ -42,6 +42,8 @@ export interface FixtureOptions {
   tieEmbeddings?: boolean;
   /** Llama `attention_bias` (q/k/v/o biases); Qwen2 always has q/k/v biases. */
   attentionBias?: boolean;
+  /** llama arch only: write a MistralForCausalLM config with this `sliding_window` (the same tensors as Llama). */
+  slidingWindow?: number;
   /** Split the weights over this many shards with model.safetensors.index.json (default 1: model.safetensors). */
   shards?: number;
   rmsNormEps?: number;
@@ -86,6 +88,8 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   const id = (t: string) => ids.get(t)!;
 
   const isLlama = opts.arch === "llama";
+  if (opts.slidingWindow !== undefined && !isLlama) throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
+  const mistral = opts.slidingWindow !== undefined;
   const ropeScaling =
     opts.ropeScaling === undefined
       ? isLlama
@@ -94,8 +98,9 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
       : opts.ropeScaling;
   const torchDtype = { f32: "float32", bf16: "bfloat16", f16: "float16" }[opts.dtype];
   const configJson: Record<string, unknown> = {
-    architectures: [isLlama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"],
-    model_type: opts.arch,
+    architectures: [mistral ? "MistralForCausalLM" : isLlama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"],
+    model_type: mistral ? "mistral" : opts.arch,
+    ...(mistral ? { sliding_window: opts.slidingWindow } : {}),
     hidden_act: "silu",
     hidden_size: hidden,
     intermediate_size: opts.intermediate ?? 2 * hidden,

@@ -53,9 +53,13 @@ function single(kv: PagedKVData, b: number): PagedKVData {
 }
 
 async function decode(kv: KVTensors, q: Float32Array, B: number, Hq: number, D: number, kvSplits: number): Promise<Float32Array> {
+  return decodeWith(kv, q, B, Hq, D, kvSplits, 0);
+}
+
+async function decodeWith(kv: KVTensors, q: Float32Array, B: number, Hq: number, D: number, kvSplits: number, slidingWindow: number): Promise<Float32Array> {
   const qt = tensorOf(addon, "cpu", "f32", [B, Hq, D], q);
   const out = addon.tensor("cpu", "f32", [B, Hq, D]);
-  await addon.ops.attentionDecode({ ...kv, q: qt, out, kvSplits });
+  await addon.ops.attentionDecode({ ...kv, q: qt, out, kvSplits, slidingWindow });
   const r = out.readF32();
   disposeAll(qt, out);
   return r;
@@ -128,12 +132,12 @@ describe("attentionDecode (cpu)", () => {
   });
 });
 
-async function prefill(kv: KVTensors, q: Float32Array, qIndptr: number[], Hq: number, D: number, maxQueryLen = 0): Promise<Float32Array> {
+async function prefill(kv: KVTensors, q: Float32Array, qIndptr: number[], Hq: number, D: number, maxQueryLen = 0, slidingWindow = 0): Promise<Float32Array> {
   const rows = qIndptr[qIndptr.length - 1];
   const qt = tensorOf(addon, "cpu", "f32", [rows, Hq, D], q);
   const qi = tensorOf(addon, "cpu", "i32", [qIndptr.length], qIndptr);
   const out = addon.tensor("cpu", "f32", [rows, Hq, D]);
-  await addon.ops.attentionPrefill({ ...kv, q: qt, qIndptr: qi, out, maxQueryLen });
+  await addon.ops.attentionPrefill({ ...kv, q: qt, qIndptr: qi, out, maxQueryLen, slidingWindow });
   const r = out.readF32();
   disposeAll(qt, qi, out);
   return r;
@@ -184,6 +188,35 @@ describe("attentionPrefill (cpu)", () => {
       expect(bitsOf(last1), dtype).toEqual(bitsOf(all, 44 * Hq * D, Hq * D));
       expect(bitsOf(await decode(t, q.slice(44 * Hq * D), 1, Hq, D, 1)), dtype).toEqual(bitsOf(last1));
       disposeKV(t);
+    }
+  });
+
+  it("masks a sliding window (Mistral): decode and prefill match the windowed reference, and agree bitwise", async () => {
+    // Windows inside a page, across pages and wider than the sequence; kvSplits that leave partitions wholly
+    // outside the window.
+    for (const [dtype, P, W] of [["f32", 4, 5], ["bf16", 8, 8], ["f32", 3, 1], ["f32", 4, 100]] as [DType, number, number][]) {
+      const lens = [23, 6, 17], Hq = 4, Hk = 2, D = 16, newTokens = [9, 6, 1];
+      const kv = randomPagedKV(rng, lens, P, Hk, D);
+      const t = upload(kv, dtype);
+      const scale = 1 / Math.sqrt(D);
+      const qd = randomF32(rng, lens.length * Hq * D, 2);
+      const refD = refAttentionDecode(qd, kv, Hq, scale, W);
+      for (const kvSplits of [1, 4, 64]) {
+        const got = await decodeWith(t, qd, lens.length, Hq, D, kvSplits, W);
+        expect(worstViolation(got, refD, 1e-5, 1e-4), `decode ${dtype} P=${P} W=${W} kvSplits=${kvSplits}`).toBeUndefined();
+      }
+      const qIndptr = [0];
+      for (const n of newTokens) qIndptr.push(qIndptr[qIndptr.length - 1] + n);
+      const q = randomF32(rng, qIndptr[qIndptr.length - 1] * Hq * D, 2);
+      const got = await prefill(t, q, qIndptr, Hq, D, 0, W);
+      expect(worstViolation(got, refAttentionPrefill(q, qIndptr, kv, Hq, scale, W), 1e-5, 1e-4), `prefill ${dtype} W=${W}`).toBeUndefined();
+      // The last query of a sequence as a prefill row and as a decode query (kvSplits 1): the same bits.
+      const last = qIndptr[1] - 1;
+      const t0 = upload(single(kv, 0), dtype);
+      const asDecode = await decodeWith(t0, q.slice(last * Hq * D, (last + 1) * Hq * D), 1, Hq, D, 1, W);
+      expect(bitsOf(asDecode), `decode = prefill row, W=${W}`).toEqual(bitsOf(got, last * Hq * D, Hq * D));
+      disposeKV(t);
+      disposeKV(t0);
     }
   });
 

@@ -178,11 +178,11 @@ export function seqLen(kv: PagedKVData, b: number): number {
   return (kv.indptr[b + 1] - kv.indptr[b] - 1) * kv.pageSize + kv.lastPageLen[b];
 }
 
-/** softmax(scale * q . k_t) . v over tokens [0, n) of sequence b, one query head q [D] reading KV head hk. */
-function attendRef(kv: PagedKVData, b: number, hk: number, q: ArrayLike<number>, qOff: number, n: number, scale: number, out: Float64Array, oOff: number): void {
-  const s = new Float64Array(n);
+/** softmax(scale * q . k_t) . v over tokens [first, n) of sequence b, one query head q [D] reading KV head hk. */
+function attendRef(kv: PagedKVData, b: number, hk: number, q: ArrayLike<number>, qOff: number, n: number, scale: number, out: Float64Array, oOff: number, first = 0): void {
+  const s = new Float64Array(n).fill(-Infinity);
   let mx = -Infinity;
-  for (let t = 0; t < n; t++) {
+  for (let t = first; t < n; t++) {
     const o = slotOffset(kv, b, t, hk);
     let d = 0;
     for (let i = 0; i < kv.D; i++) d += q[qOff + i] * kv.k[o + i];
@@ -190,31 +190,38 @@ function attendRef(kv: PagedKVData, b: number, hk: number, q: ArrayLike<number>,
     mx = Math.max(mx, s[t]);
   }
   let l = 0;
-  for (let t = 0; t < n; t++) l += (s[t] = Math.exp(s[t] - mx));
-  for (let t = 0; t < n; t++) {
+  for (let t = first; t < n; t++) l += (s[t] = Math.exp(s[t] - mx));
+  for (let t = first; t < n; t++) {
     const o = slotOffset(kv, b, t, hk);
     for (let i = 0; i < kv.D; i++) out[oOff + i] += (s[t] / l) * kv.v[o + i];
   }
 }
 
-/** Decode: q [B,Hq,D], one query per sequence attending to all its tokens; GQA head h reads KV head h / (Hq/Hk). */
-export function refAttentionDecode(q: ArrayLike<number>, kv: PagedKVData, Hq: number, scale: number): Float64Array {
+/** First key a query at position `pos` sees: 0, or pos - window + 1 under a sliding window (transformers' mask). */
+export const firstKey = (pos: number, window = 0): number => (window > 0 ? Math.max(0, pos - window + 1) : 0);
+
+/** Decode: q [B,Hq,D], one query per sequence attending to all its tokens (the last `window` with a sliding
+ * window); GQA head h reads KV head h / (Hq/Hk). */
+export function refAttentionDecode(q: ArrayLike<number>, kv: PagedKVData, Hq: number, scale: number, window = 0): Float64Array {
   const B = kv.lastPageLen.length, D = kv.D, G = Hq / kv.Hk;
   const out = new Float64Array(B * Hq * D);
-  for (let b = 0; b < B; b++)
-    for (let h = 0; h < Hq; h++) attendRef(kv, b, Math.floor(h / G), q, (b * Hq + h) * D, seqLen(kv, b), scale, out, (b * Hq + h) * D);
+  for (let b = 0; b < B; b++) {
+    const L = seqLen(kv, b);
+    for (let h = 0; h < Hq; h++) attendRef(kv, b, Math.floor(h / G), q, (b * Hq + h) * D, L, scale, out, (b * Hq + h) * D, firstKey(L - 1, window));
+  }
   return out;
 }
 
 /** Prefill: q [Ttot,Hq,D]; sequence b's rows qIndptr[b]..qIndptr[b+1] are its last positions, causal. */
-export function refAttentionPrefill(q: ArrayLike<number>, qIndptr: ArrayLike<number>, kv: PagedKVData, Hq: number, scale: number): Float64Array {
+export function refAttentionPrefill(q: ArrayLike<number>, qIndptr: ArrayLike<number>, kv: PagedKVData, Hq: number, scale: number, window = 0): Float64Array {
   const B = kv.lastPageLen.length, D = kv.D, G = Hq / kv.Hk;
   const out = new Float64Array(qIndptr[B] * Hq * D);
   for (let b = 0; b < B; b++) {
     const T = qIndptr[b + 1] - qIndptr[b], L = seqLen(kv, b);
     for (let i = 0; i < T; i++) {
       const row = qIndptr[b] + i;
-      for (let h = 0; h < Hq; h++) attendRef(kv, b, Math.floor(h / G), q, (row * Hq + h) * D, L - T + i + 1, scale, out, (row * Hq + h) * D);
+      const pos = L - T + i;
+      for (let h = 0; h < Hq; h++) attendRef(kv, b, Math.floor(h / G), q, (row * Hq + h) * D, pos + 1, scale, out, (row * Hq + h) * D, firstKey(pos, window));
     }
   }
   return out;

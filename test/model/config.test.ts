@@ -47,6 +47,13 @@ describe("parseModelConfig", () => {
     expect(mistral.slidingWindow).toBe(128);
   });
 
+  it("follows transformers' Qwen2 max_window_layers: a window on every layer, on none, or an Error for some", () => {
+    const qwen = (extra: object) => parseModelConfig({ ...base, architectures: ["Qwen2ForCausalLM"], use_sliding_window: true, sliding_window: 64, ...extra }, "m/config.json");
+    expect(qwen({ max_window_layers: 0 }).slidingWindow).toBe(64);
+    expect(qwen({ max_window_layers: base.num_hidden_layers }).slidingWindow).toBeNull();
+    expect(() => qwen({ max_window_layers: 1 })).toThrow(/'max_window_layers' is 1; a sliding window on layers 1\.\.\d+ only is not supported/);
+  });
+
   it.each([
     [{ architectures: ["GPT2LMHeadModel"] }, /architectures.*unsupported architecture.*LlamaForCausalLM/],
     [{ hidden_size: undefined }, /'hidden_size' is missing/],

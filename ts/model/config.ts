@@ -128,6 +128,15 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   if (usesWindow && c.sliding_window != null) {
     slidingWindow = int("sliding_window");
     if (slidingWindow >= maxPositionEmbeddings) slidingWindow = null; // the window never binds
+    // Qwen2 (transformers) windows only layers i >= max_window_layers: all of them or none is what we can run.
+    if (arch === "Qwen2ForCausalLM" && slidingWindow !== null && c.max_window_layers != null) {
+      const from = int("max_window_layers", 0);
+      const layers = int("num_hidden_layers");
+      if (from >= layers) slidingWindow = null;
+      else if (from > 0) {
+        fail("max_window_layers", from, `a sliding window on layers ${from}..${layers - 1} only is not supported (all layers or none); set use_sliding_window: false to run with full attention`);
+      }
+    }
   }
 
   const dtypeRaw = c.torch_dtype ?? c.dtype ?? null;

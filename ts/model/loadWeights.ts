@@ -38,6 +38,7 @@ export function createNativeModel(config: ModelConfig, plan: NativeModelPlan): N
     attentionBias: config.qkvBias,
     oProjBias: config.oProjBias,
     tieEmbeddings: config.tieWordEmbeddings,
+    slidingWindow: config.slidingWindow ?? 0,
     invFreq: computeInvFreq(config),
     device: plan.device,
     activationDtype: plan.activationDtype,

@@ -52,7 +52,7 @@ export class Model implements AsyncDisposable {
     readonly device: DeviceKind,
     native: NativeModel,
     readonly kv: KvInfo,
-    /** Most tokens (prompt + generated) one sequence may hold: max_position_embeddings, capped by a sliding window. */
+    /** Most tokens (prompt + generated) one sequence may hold: max_position_embeddings. */
     readonly contextLength: number,
     private readonly prefillChunkTokens: number,
   ) {
@@ -75,7 +75,8 @@ export class Model implements AsyncDisposable {
     const files = await openModelFiles(dir);
     const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
     // Sliding-window attention is not implemented: contexts stay within the window, where it never binds.
-    const contextLength = Math.min(config.maxPositionEmbeddings, config.slidingWindow ?? Infinity);
+    // A sliding window masks keys (the kernels attend to the last slidingWindow); it does not shorten the context.
+    const contextLength = config.maxPositionEmbeddings;
 
     const bytesPerPage = kvBytesPerToken(config, kvDtype === "f32" ? 4 : 2) * pageSize;
     let native: NativeModel | null = null;

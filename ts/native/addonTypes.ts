@@ -32,6 +32,8 @@ export interface PagedKVArgs {
   indptr: NativeTensor;
   indices: NativeTensor;
   lastPageLen: NativeTensor;
+  /** Keys a query attends to, counting back from its own position (0 or omitted = all; CPU only for now). */
+  slidingWindow?: number;
 }
 
 export interface NativeOps {
@@ -89,6 +91,8 @@ export interface NativeModelOptions {
   /** o_proj carries a bias (Llama/Mistral with attention_bias). */
   oProjBias?: boolean;
   tieEmbeddings: boolean;
+  /** Sliding-window attention: a query attends to the last slidingWindow keys (Mistral); 0 or omitted = all. */
+  slidingWindow?: number;
   /** [headDim/2] rotary inverse frequencies, rope_theta and llama3 scaling folded in. */
   invFreq: Float32Array;
   device?: DeviceKind;
