@@ -6,8 +6,9 @@
   "targets": [
     {
       "target_name": "deliberate",
-      "sources": ["<!@(node -e \"console.log(require('fs').readdirSync('cpp').filter(f=>f.endsWith('.cc')).map(f=>'cpp/'+f).join(' '))\")"],
-      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "cpp"],
+      # cpp/ (shared headers, errors, knobs, storage) and its layers cpp/napi, cpp/cpu, cpp/model, like cuda/.
+      "sources": ["<!@(node -e \"console.log(require('fs').readdirSync('cpp',{recursive:true}).filter(f=>f.endsWith('.cc')).sort().map(f=>'cpp/'+f).join(' '))\")"],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "cpp", "cpp/napi", "cpp/cpu", "cpp/model"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions", "-O2"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-O2"],

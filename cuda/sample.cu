@@ -1,6 +1,6 @@
 // Token sampling on the GPU: greedy (first index of the max) or Gumbel-max with temperature, top-k, top-p; logprobs.
 //
-// Same rule as cpp/cpu_sample.cc (NaN logits count as -inf; ties always go to the lower id):
+// Same rule as cpp/cpu/cpu_sample.cc (NaN logits count as -inf; ties always go to the lower id):
 //   temperature 0: the first index of the max.
 //   top-k: the k highest logits (exactly k: ties at the threshold by lower id).
 //   top-p: by descending logit, the shortest prefix of the candidates whose softmax(l / T) mass reaches topP.

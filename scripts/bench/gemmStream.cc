@@ -1,8 +1,8 @@
 // Single-thread CPU GEMM on a SmolLM-135M-shaped stack of 30 layers (bf16 W, 212 MB, far larger than the L3) so
 // that W streams from DRAM as in a real decode step, then the 49152 x 576 head; per M, the best of 5 passes in
 // thread CPU time (stable on a shared machine). Build and run from the repository root:
-//   g++ -std=c++17 -O3 -march=x86-64-v3 -fno-math-errno -pthread -Icpp scripts/bench/gemmStream.cc cpp/cpu_gemm.cc
-//       cpp/cpu_gemm_avx512.cc cpp/cpu_gemm_avx2.cc cpp/cpu_gemm_bf16.cc cpp/threadpool.cc cpp/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
+//   g++ -std=c++17 -O3 -march=x86-64-v3 -fno-math-errno -pthread -Icpp -Icpp/cpu scripts/bench/gemmStream.cc cpp/cpu/cpu_gemm.cc
+//       cpp/cpu/cpu_gemm_avx512.cc cpp/cpu/cpu_gemm_avx2.cc cpp/cpu/cpu_gemm_bf16.cc cpp/cpu/threadpool.cc cpp/cpu/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
 //   /tmp/gemmStream 1 1 4 16 64        # threads, then the row counts M
 //   DELIBERATE_SIMD=avx2 /tmp/gemmStream 1 16   # the AVX2 path
 #include <time.h>

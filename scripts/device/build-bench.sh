@@ -8,6 +8,6 @@ objs=(build/Release/obj.target/deliberate/geni/cuda/*.o build/Release/obj.target
 [ -e "${objs[0]}" ] || { echo "build-bench: no CUDA objects under build/; run npm run build:addon (with nvcc) first" >&2; exit 1; }
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 "$nvcc" -std=c++17 -O3 -Icpp -Icuda -DDELIBERATE_CUDA=1 --expt-relaxed-constexpr -arch=sm_90 -Xcompiler -mf16c \
-  scripts/device/bench_kernels.cu cpp/common.cc $(printf '%s\n' "${objs[@]}" | grep -v '/runtime_stub') \
+  scripts/device/bench_kernels.cu cpp/common.cc cpp/knobs.cc $(printf '%s\n' "${objs[@]}" | grep -v '/runtime_stub') \
   -o build/bench_kernels
 echo "built build/bench_kernels"

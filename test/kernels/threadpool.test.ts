@@ -1,7 +1,7 @@
 // The CPU thread pool's hand-over between parallel regions, stressed with 4 threads (more than cores on the 2-core
 // CI machine, so threads are preempted at arbitrary points) and regions of 1 to 4 chunks: every index of every
 // region must run exactly once, and no region may hang or return early. A worker still finishing one region could
-// run a chunk of the next one a second time (two bugs of that kind, cpp/threadpool.cc): the caller then slept for
+// run a chunk of the next one a second time (two bugs of that kind, cpp/cpu/threadpool.cc): the caller then slept for
 // ever (bench:serving hung at 0% CPU) or returned while a chunk still ran (a crash). Before the fix, 1 M regions on
 // 4 threads hung or crashed in 3 of 3 runs here (300 k: 1 of 3). Two callers at once exercise the call lock.
 import { afterAll, describe, expect, it } from "vitest";

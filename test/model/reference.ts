@@ -2,7 +2,7 @@
 // modeling_llama / modeling_qwen2), not from our kernels: it is the oracle the native engine is compared against.
 // Simple and slow on purpose: plain loops, no batching, a dense per-layer KV cache. A projection whose weight is
 // stored as bf16 multiplies its input rounded to bf16 (round to nearest even), as transformers does for a bf16
-// model and as our kernels define it (cpp/cpu_gemm.h); everything else stays float64.
+// model and as our kernels define it (cpp/cpu/cpu_gemm.h); everything else stays float64.
 import { computeInvFreq, readModelConfig, type ModelConfig } from "../../ts/model/config.js";
 import { bytesToF32 } from "../../ts/model/dtype.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";

@@ -1,4 +1,4 @@
-// The whole native surface, typed in one place (mirrors cpp/addon.cc, cpp/napi_tensor.cc, cpp/napi_ops.cc).
+// The whole native surface, typed in one place (mirrors cpp/napi/addon.cc, napi_tensor.cc, napi_ops.cc).
 // Every op takes one options object and returns a Promise that settles when the work is done (AsyncWorker: the
 // event loop keeps running meanwhile); bad input rejects with an Error naming the op, the field and the problem.
 

@@ -7,7 +7,7 @@
 // This is the verify pass of the engine's fuseVerify: false mode (LLM-42's shape, where kernels may pick tiles and
 // splits from the shape of the whole pass), kept on the GPU with its fixed shape. The engine's default fuses the
 // rows into the step's forward unpadded instead (rows.ts): our kernels compute every row (and every position,
-// causally) from its own sequence whatever the batch, given the schedule (cpp/cpu_gemm.h, cuda/gemm.cu's header,
+// causally) from its own sequence whatever the batch, given the schedule (cpp/cpu/cpu_gemm.h, cuda/gemm.cu's header,
 // cuda/attention_prefill.cu's; test/determinism/fixedSchedule*.test.ts, emitAll.test.ts check rows and trailing
 // pads bitwise). On the CPU a separate pass is likewise built from the real rows and tokens only (`fixedShape`
 // false): the same verdicts without the dummies' and pads' work.

@@ -1,4 +1,4 @@
-// NativeModel: the JS handle of a dl::Model (cpp/model.h). One ObjectWrap, typed in ts/native/addonTypes.ts.
+// NativeModel: the JS handle of a dl::Model (cpp/model/model.h). One ObjectWrap, typed in ts/native/addonTypes.ts.
 #pragma once
 #include <napi.h>
 #include <memory>

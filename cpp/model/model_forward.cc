@@ -269,6 +269,54 @@ std::vector<SeqOutput> Model::forward(BatchInput& b) {
   return out;
 }
 
+// Everything one forwardStep's stages share: the batch, its plan, the dimensions, the activation views, the
+// split-K helpers and what hidden-state captures collected. Shapes: T packed rows (fixed-schedule rows last, from
+// Tf), C hidden, Q = Hq * D, KV = Hk * D, I intermediate, V vocab; F final rows, E of them emitting a token.
+struct Model::Step {
+  const BatchInput& b;
+  Plan p;
+  Device d;
+  StepProfile* prof;
+  int64_t T = 0, F = 0, E = 0, Tf = 0, C = 0, Q = 0, KV = 0, I = 0, V = 0, Hq = 0, Hk = 0, D = 0, nd = 0, npre = 0, nPrefillSeqs = 0;
+  float scale = 0.f;
+  // resid/h/o [T,C], q [T,Hq,D], k/v [T,Hk,D], gu [T,2I], act [T,I]
+  View resid{}, h{}, o{}, q{}, k{}, v{}, gu{}, act{}, positions{}, slots{};
+  std::vector<std::vector<float>> captured{};  // per sequence, a captured hidden state (or empty)
+  size_t nextCapture = 0;
+  bool finalCapture = false;
+
+  void mark(const char* label) const {
+    if (prof) prof->mark(label);
+  }
+  int sk(int64_t K) const { return int(std::min<int64_t>(b.gemmSplitK, K)); }
+  int skFixed(int64_t K) const { return int(std::min<int64_t>(b.fixedGemmSplitK, K)); }
+  // The rows [0, rows) of a GEMM over K: the first `fastRows` on the step's splitK, the rest on the fixed one (one
+  // call when the two agree; a row's bits depend on its own X, K and splitK only, so splitting changes no bits).
+  template <class Range>
+  void splitRows(int64_t K, int64_t rows, int64_t fastRows, Range range) const {
+    if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) return range(0, rows, fastRows == 0 ? skFixed(K) : sk(K));
+    range(0, fastRows, sk(K));
+    range(fastRows, rows - fastRows, skFixed(K));
+  }
+  // y (rows, N) at yOffset = x (rows, K) . W^T + bias, rows split as above.
+  void gemmSplit(const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset,
+                 int64_t rows, int64_t fastRows) const {
+    const int64_t N = w.shape[0];
+    splitRows(K, rows, fastRows, [&](int64_t r0, int64_t n, int splitK) {
+      ops::gemm(d, x.view({n, K}, r0 * K), w, bias, y.view({n, N}, yOffset + r0 * N), splitK);
+    });
+  }
+  // The same over all T packed rows.
+  void gemmRows(const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y) const {
+    gemmSplit(x, K, w, bias, y, 0, T, Tf);
+  }
+  // The final hidden state is captured at a sequence's last row only (emitAll rows before it are skipped).
+  bool isCapture(const Plan::FinalRow& f, int numLayers) const {
+    const SeqInput& s = b.seqs[f.seq];
+    return s.captureLayer == numLayers && f.j == int32_t(s.tokens.size()) - 1;
+  }
+};
+
 std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
   requireWeights();
   // Profiling (b.profile): marks between the ops; a step that throws leaves no half-marked intervals behind.
@@ -279,159 +327,38 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
       if (p) p->abandon();
     }
   } profileGuard{prof};
-  auto mark = [&](const char* label) {
-    if (prof) prof->mark(label);
-  };
-  if (prof) prof->begin(device), mark("plan");
-  Plan p = plan(b);
-  const int64_t T = p.T, F = int64_t(p.finals.size()), E = p.E;
-  ensureScratch(T, F, p.numTop, metaHost_.size());
-  mark("meta.upload");
+  if (prof) prof->begin(device), prof->mark("plan");
+  Step s{b, plan(b), device, prof};  // the rest is filled below, once the scratch exists
+  s.T = s.p.T, s.F = int64_t(s.p.finals.size()), s.E = s.p.E, s.Tf = s.p.Tf;
+  ensureScratch(s.T, s.F, s.p.numTop, metaHost_.size());
+  s.mark("meta.upload");
   if (device == Device::cuda) copyToDevice(device, metaDev_.data(), metaHost_.data(), metaHost_.size() * 4);
-  const Device d = device;
-  const int64_t C = cfg.hidden, Q = cfg.qDim(), KV = cfg.kvDim(), I = cfg.intermediate, V = cfg.vocab;
-  const int64_t Hq = cfg.numHeads, Hk = cfg.numKvHeads, D = cfg.headDim;
-  const float scale = float(1.0 / std::sqrt(double(D)));
-  auto sk = [&](int64_t K) { return int(std::min<int64_t>(b.gemmSplitK, K)); };
-  auto skFixed = [&](int64_t K) { return int(std::min<int64_t>(b.fixedGemmSplitK, K)); };
-  const int64_t Tf = p.Tf;
-  // y = x . W^T for the `rows` rows of x (a (rows, K) scratch buffer; y (rows, N) at yOffset): the first `fastRows`
-  // on the step's splitK, the rest on the fixed one (one call when the two agree; a row's bits depend on its own X,
-  // K and splitK only, so splitting the rows changes no bits).
-  auto splitRows = [&](int64_t K, int64_t rows, int64_t fastRows, const std::function<void(int64_t, int64_t, int)>& range) {
-    if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) return range(0, rows, fastRows == 0 ? skFixed(K) : sk(K));
-    range(0, fastRows, sk(K));
-    range(fastRows, rows - fastRows, skFixed(K));
-  };
-  auto gemmSplit = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset,
-                       int64_t rows, int64_t fastRows) {
-    const int64_t N = w.shape[0];
-    splitRows(K, rows, fastRows, [&](int64_t r0, int64_t n, int splitK) {
-      ops::gemm(d, x.view({n, K}, r0 * K), w, bias, y.view({n, N}, yOffset + r0 * N), splitK);
-    });
-  };
-  // The same over all T packed rows (fixed sequences are packed last, from Tf).
-  auto gemmRows = [&](const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset) {
-    gemmSplit(x, K, w, bias, y, yOffset, T, Tf);
-  };
+  s.C = cfg.hidden, s.Q = cfg.qDim(), s.KV = cfg.kvDim(), s.I = cfg.intermediate, s.V = cfg.vocab;
+  s.Hq = cfg.numHeads, s.Hk = cfg.numKvHeads, s.D = cfg.headDim;
+  s.scale = float(1.0 / std::sqrt(double(s.D)));
+  const int64_t T = s.T, C = s.C;
+  s.resid = residual_.view({T, C}), s.h = h_.view({T, C}), s.o = o_.view({T, C});
+  s.q = qkv_.view({T, s.Hq, s.D}), s.k = qkv_.view({T, s.Hk, s.D}, T * s.Q), s.v = qkv_.view({T, s.Hk, s.D}, T * (s.Q + s.KV));
+  s.gu = gateUp_.view({T, 2 * s.I}), s.act = act_.view({T, s.I});
+  s.positions = meta(s.p.positions, T), s.slots = meta(s.p.slots, T);
+  s.nd = s.p.nd, s.npre = T - s.nd, s.nPrefillSeqs = int64_t(b.seqs.size()) - s.nd;
+  s.captured.resize(b.seqs.size());
+  for (const auto& f : s.p.finals) s.finalCapture |= s.isCapture(f, cfg.numLayers);
 
-  if (!b.copySrc.empty()) {
-    mark("pageCopy");
-    int64_t n = int64_t(b.copySrc.size());
-    for (int l = 0; l < cfg.numLayers; l++)
-      ops::pageCopy(d, kCache_[l].view({kv.numPages, kv.pageSize, Hk, D}), vCache_[l].view({kv.numPages, kv.pageSize, Hk, D}),
-                    meta(0, n), meta(n, n));
-  }
-
-  View resid = residual_.view({T, C}), h = h_.view({T, C}), o = o_.view({T, C});
-  View q = qkv_.view({T, Hq, D}), k = qkv_.view({T, Hk, D}, T * Q), v = qkv_.view({T, Hk, D}, T * (Q + KV));
-  View gu = gateUp_.view({T, 2 * I}), act = act_.view({T, I});
-  View positions = meta(p.positions, T), slots = meta(p.slots, T);
-  const int64_t nd = p.nd, npre = T - nd;
-  const int64_t nPrefillSeqs = int64_t(b.seqs.size()) - nd;
-  std::vector<std::vector<float>> captured(b.seqs.size());
-  size_t nextCapture = 0;
-  // The final hidden state is captured at a sequence's last row only (emitAll rows before it are skipped).
-  auto isCapture = [&](const Plan::FinalRow& f) {
-    const SeqInput& s = b.seqs[f.seq];
-    return s.captureLayer == cfg.numLayers && f.j == int32_t(s.tokens.size()) - 1;
-  };
-  bool finalCapture = false;
-  for (const auto& f : p.finals) finalCapture |= isCapture(f);
-
+  copyPagesOfStep(s);
   // Everything from the embedding to sampling only enqueues kernels (host reads happen only for hidden-state
   // captures), so on CUDA a step without hidden-state captures can run as one replayed graph (page copies above
   // stay eager: they are ordered before it on the same stream).
   auto enqueue = [&] {
-    mark("embedding");
-    ops::embedding(d, meta(p.ids, T), weights.embed.matrix(), resid);
-    for (int l = 0; l < cfg.numLayers; l++) {
-      const LayerWeights& L = weights.layers[l];
-      mark("rmsnorm");
-      if (l == 0) ops::rmsnorm(d, resid, View{}, L.inputNorm.vector(), h, cfg.rmsEps);
-      else ops::rmsnorm(d, o, resid, L.inputNorm.vector(), h, cfg.rmsEps);  // resid += o (layer l-1's MLP)
-      // resid now holds the stream after l layers: HF hidden_states[l].
-      if (nextCapture < p.captures.size() && p.captures[nextCapture].layer == l) {
-        mark("captureHidden");
-        const Plan::Capture& c = p.captures[nextCapture++];
-        int64_t n = int64_t(c.seqs.size());
-        ops::embedding(d, meta(c.rows, n), resid, capture_.view({n, C}));
-        auto rows = readRows(d, capture_, n, C);
-        for (int64_t r = 0; r < n; r++) captured[c.seqs[r]] = std::move(rows[r]);
-      }
-
-      mark("gemm.qkv");
-      // q | k | v in one GEMM, stored as the three matrices (T, Q), (T, KV), (T, KV) the q, k, v views read.
-      View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
-      splitRows(C, T, Tf, [&](int64_t r0, int64_t n, int splitK) {
-        ops::gemmBlocks(d, h_.view({n, C}, r0 * C), L.qkv.matrix(), bias, qkv_.view({T * cfg.qkvDim()}), splitK, Q,
-                        Q + KV, T, r0);
-      });
-      const int64_t pages = kv.numPages + 1;  // the pool and the scratch page
-      View kc = kCache_[l].view({pages, kv.pageSize, Hk, D}), vc = vCache_[l].view({pages, kv.pageSize, Hk, D});
-      mark("ropeKvWrite");
-      ops::ropeKvWrite(d, q, k, v, positions, invFreq_.view({D / 2}), kc, vc, slots);
-      if (nd > 0) {
-        mark("attention.decode");
-        PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize, cfg.slidingWindow};
-        ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), scale, b.kvSplits);
-      }
-      if (npre > 0) {
-        mark("attention.prefill");
-        PagedKV pk{kc, vc, meta(p.pIndptr, nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, nPrefillSeqs),
-                   kv.pageSize, cfg.slidingWindow};
-        ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, nPrefillSeqs + 1), pk,
-                              attn_.view({npre, Hq, D}, nd * Q), scale, p.maxPrefillQ);
-      }
-      mark("gemm.o");
-      gemmRows(attn_, Q, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_, 0);
-      mark("rmsnorm");
-      ops::rmsnorm(d, o, resid, L.postNorm.vector(), h, cfg.rmsEps);  // resid += attention output
-      mark("gemm.gateUp");
-      gemmRows(h_, C, L.gateUp.matrix(), View{}, gateUp_, 0);
-      mark("siluMul");
-      ops::siluMul(d, gu, act);
-      mark("gemm.down");
-      gemmRows(act_, I, L.down.matrix(), View{}, o_, 0);
-    }
-
-    if (F > 0) {
-      // Only the rows that need them: the last position of each emitting (or final-capturing) sequence.
-      mark("finalNorm");
-      View rows = meta(p.finalRows, F), hLast = hLast_.view({F, C});
-      ops::embedding(d, rows, resid, resLast_.view({F, C}));
-      ops::embedding(d, rows, o, oLast_.view({F, C}));
-      ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
-    }
-    if (E > 0) {
-      mark("gemm.lmHead");
-      View logits = logits_.view({E, V});
-      gemmSplit(hLast_, C, weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
-      SampleArgs a;
-      a.logits = logits;
-      a.temperature = meta(p.temp, E, DType::f32);
-      a.topK = meta(p.topK, E);
-      a.topP = meta(p.topP, E, DType::f32);
-      a.seeds = meta(p.seeds, 2 * E);
-      a.seeds.ndim = 2, a.seeds.shape[0] = E, a.seeds.shape[1] = 2;
-      a.positions = meta(p.samplePos, E);
-      a.tokens = tokens_.view({E});
-      a.logprobs = logprobs_.view({E});
-      a.numTop = p.numTop;
-      if (p.numTop > 0) {
-        a.topIds = topIds_.view({E, p.numTop});
-        a.topLogprobs = topLogprobs_.view({E, p.numTop});
-      }
-      mark("sample");
-      ops::sample(d, a);
-    }
-  };  // enqueue
-
+    embed(s);
+    for (int l = 0; l < cfg.numLayers; l++) attentionBlock(s, l), mlpBlock(s, l);
+    finalRows(s);
+  };
   // Graph key: every size and metadata offset the launches bake in, the schedule, and each buffer's address.
-  const bool graphsOff = !knob::knobs().cudaGraphs;
-  const bool graphable = d == Device::cuda && p.captures.empty() && !finalCapture && !graphsOff && !prof;
+  const Plan& p = s.p;
+  const bool graphable = device == Device::cuda && p.captures.empty() && !s.finalCapture && knob::knobs().cudaGraphs && !prof;
   auto graphKey = [&] {
-    std::vector<int64_t> k = {T, p.nd, p.Tf, p.maxPrefillQ, E, p.Ef, F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
+    std::vector<int64_t> k = {T, p.nd, p.Tf, p.maxPrefillQ, s.E, p.Ef, s.F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
                               b.kvSplits, b.fixedGemmSplitK,
                               int64_t(metaHost_.size()), p.ids, p.positions, p.slots, p.dIndptr, p.dIndices, p.dLast,
                               p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,
@@ -445,16 +372,139 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
     // Programmatic dependent launch for this step's kernels when DL_PDL=1 (cuda/pdl.cuh); not while profiling (its
     // events between launches time each kernel alone).
     std::optional<gpu::PdlScope> pdl;
-    if (d == Device::cuda && !prof) pdl.emplace();
+    if (device == Device::cuda && !prof) pdl.emplace();
     if (!graphable || !graphs_.run(graphKey(), enqueue)) enqueue();
   }
-  mark("readback");
-  if (finalCapture) {
+  std::vector<SeqOutput> out = readOutputs(s);
+  if (device == Device::cuda) gpu::synchronize();
+  if (prof) prof->end();
+  return out;
+}
+
+// Copy-on-write page copies of the step, in every layer's caches, before anything reads them.
+void Model::copyPagesOfStep(Step& s) {
+  if (s.b.copySrc.empty()) return;
+  s.mark("pageCopy");
+  const int64_t n = int64_t(s.b.copySrc.size());
+  for (int l = 0; l < cfg.numLayers; l++)
+    ops::pageCopy(s.d, kCache_[l].view({kv.numPages, kv.pageSize, s.Hk, s.D}), vCache_[l].view({kv.numPages, kv.pageSize, s.Hk, s.D}),
+                  meta(0, n), meta(n, n));
+}
+
+// resid [T,C] = the token embeddings.
+void Model::embed(Step& s) {
+  s.mark("embedding");
+  ops::embedding(s.d, meta(s.p.ids, s.T), weights.embed.matrix(), s.resid);
+}
+
+// Layer l's attention half: h = rmsnorm(resid (+= layer l-1's MLP output)); q | k | v = h . Wqkv^T; rope and the KV
+// write; paged attention (decode rows, then prefill / verify rows) into attn [T,Q]; o [T,C] = attn . Wo^T.
+void Model::attentionBlock(Step& s, int l) {
+  const LayerWeights& L = weights.layers[l];
+  const Device d = s.d;
+  const int64_t T = s.T, C = s.C, Q = s.Q, KV = s.KV, Hq = s.Hq, Hk = s.Hk, D = s.D, nd = s.nd, npre = s.npre;
+  const Plan& p = s.p;
+  s.mark("rmsnorm");
+  if (l == 0) ops::rmsnorm(d, s.resid, View{}, L.inputNorm.vector(), s.h, cfg.rmsEps);
+  else ops::rmsnorm(d, s.o, s.resid, L.inputNorm.vector(), s.h, cfg.rmsEps);  // resid += o (layer l-1's MLP)
+  // resid now holds the stream after l layers: HF hidden_states[l].
+  if (s.nextCapture < p.captures.size() && p.captures[s.nextCapture].layer == l) {
+    s.mark("captureHidden");
+    const Plan::Capture& c = p.captures[s.nextCapture++];
+    int64_t n = int64_t(c.seqs.size());
+    ops::embedding(d, meta(c.rows, n), s.resid, capture_.view({n, C}));
+    auto rows = readRows(d, capture_, n, C);
+    for (int64_t r = 0; r < n; r++) s.captured[c.seqs[r]] = std::move(rows[r]);
+  }
+
+  s.mark("gemm.qkv");
+  // q | k | v in one GEMM, stored as the three matrices (T, Q), (T, KV), (T, KV) the q, k, v views read.
+  View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
+  s.splitRows(C, T, s.Tf, [&](int64_t r0, int64_t n, int splitK) {
+    ops::gemmBlocks(d, h_.view({n, C}, r0 * C), L.qkv.matrix(), bias, qkv_.view({T * cfg.qkvDim()}), splitK, Q, Q + KV, T, r0);
+  });
+  const int64_t pages = kv.numPages + 1;  // the pool and the scratch page
+  View kc = kCache_[l].view({pages, kv.pageSize, Hk, D}), vc = vCache_[l].view({pages, kv.pageSize, Hk, D});
+  s.mark("ropeKvWrite");
+  ops::ropeKvWrite(d, s.q, s.k, s.v, s.positions, invFreq_.view({D / 2}), kc, vc, s.slots);
+  if (nd > 0) {
+    s.mark("attention.decode");
+    PagedKV pk{kc, vc, meta(p.dIndptr, nd + 1), meta(p.dIndices, p.dNnz), meta(p.dLast, nd), kv.pageSize, cfg.slidingWindow};
+    ops::attentionDecode(d, qkv_.view({nd, Hq, D}), pk, attn_.view({nd, Hq, D}), s.scale, s.b.kvSplits);
+  }
+  if (npre > 0) {
+    s.mark("attention.prefill");
+    PagedKV pk{kc, vc, meta(p.pIndptr, s.nPrefillSeqs + 1), meta(p.pIndices, p.pNnz), meta(p.pLast, s.nPrefillSeqs),
+               kv.pageSize, cfg.slidingWindow};
+    ops::attentionPrefill(d, qkv_.view({npre, Hq, D}, nd * Q), meta(p.pQIndptr, s.nPrefillSeqs + 1), pk,
+                          attn_.view({npre, Hq, D}, nd * Q), s.scale, p.maxPrefillQ);
+  }
+  s.mark("gemm.o");
+  s.gemmRows(attn_, Q, L.o.matrix(), L.oBias.buf ? L.oBias.vector() : View{}, o_);
+}
+
+// Layer l's MLP half: h = rmsnorm(resid += o); gateUp [T,2I] = h . Wgu^T; act = silu(gate) * up; o = act . Wdown^T
+// (added to resid by the next layer's norm, or by finalRows).
+void Model::mlpBlock(Step& s, int l) {
+  const LayerWeights& L = weights.layers[l];
+  s.mark("rmsnorm");
+  ops::rmsnorm(s.d, s.o, s.resid, L.postNorm.vector(), s.h, cfg.rmsEps);  // resid += attention output
+  s.mark("gemm.gateUp");
+  s.gemmRows(h_, s.C, L.gateUp.matrix(), View{}, gateUp_);
+  s.mark("siluMul");
+  ops::siluMul(s.d, s.gu, s.act);
+  s.mark("gemm.down");
+  s.gemmRows(act_, s.I, L.down.matrix(), View{}, o_);
+}
+
+// The F final rows only (the last position of each emitting or final-capturing sequence): hLast [F,C] = the final
+// norm of resid + o; logits [E,V] = hLast . Wlm^T for the E emitting rows; sampling into tokens / logprobs / top-k.
+void Model::finalRows(Step& s) {
+  const Plan& p = s.p;
+  const Device d = s.d;
+  const int64_t F = s.F, E = s.E, C = s.C, V = s.V;
+  if (F > 0) {
+    s.mark("finalNorm");
+    View rows = meta(p.finalRows, F), hLast = hLast_.view({F, C});
+    ops::embedding(d, rows, s.resid, resLast_.view({F, C}));
+    ops::embedding(d, rows, s.o, oLast_.view({F, C}));
+    ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
+  }
+  if (E == 0) return;
+  s.mark("gemm.lmHead");
+  View logits = logits_.view({E, V});
+  s.gemmSplit(hLast_, C, weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
+  SampleArgs a;
+  a.logits = logits;
+  a.temperature = meta(p.temp, E, DType::f32);
+  a.topK = meta(p.topK, E);
+  a.topP = meta(p.topP, E, DType::f32);
+  a.seeds = meta(p.seeds, 2 * E);
+  a.seeds.ndim = 2, a.seeds.shape[0] = E, a.seeds.shape[1] = 2;
+  a.positions = meta(p.samplePos, E);
+  a.tokens = tokens_.view({E});
+  a.logprobs = logprobs_.view({E});
+  a.numTop = p.numTop;
+  if (p.numTop > 0) {
+    a.topIds = topIds_.view({E, p.numTop});
+    a.topLogprobs = topLogprobs_.view({E, p.numTop});
+  }
+  s.mark("sample");
+  ops::sample(d, a);
+}
+
+// Host side: the sampled tokens, logprobs, top-k, logits and captured hidden states, per sequence.
+std::vector<SeqOutput> Model::readOutputs(Step& s) {
+  const Plan& p = s.p;
+  const Device d = s.d;
+  const int64_t F = s.F, E = s.E, C = s.C, V = s.V;
+  s.mark("readback");
+  if (s.finalCapture) {
     auto rowsF = readRows(d, hLast_, F, C);
     for (int64_t r = 0; r < F; r++)
-      if (isCapture(p.finals[r])) captured[p.finals[r].seq] = std::move(rowsF[r]);
+      if (s.isCapture(p.finals[r], cfg.numLayers)) s.captured[p.finals[r].seq] = std::move(rowsF[r]);
   }
-  std::vector<SeqOutput> out(b.seqs.size());
+  std::vector<SeqOutput> out(s.b.seqs.size());
   if (E > 0) {
     std::vector<int32_t> tok(E), ids(size_t(E * p.numTop));
     std::vector<float> lp(E), tlp(size_t(E * p.numTop));
@@ -467,24 +517,22 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
     // Rows of one sequence are consecutive in finals, in position order: append, so the last row's values end up
     // in token/logprob and an emitAll sequence's per-row arrays fill in order.
     for (int64_t e = 0; e < E; e++) {
-      const SeqInput& s = b.seqs[p.finals[e].seq];
+      const SeqInput& in = s.b.seqs[p.finals[e].seq];
       SeqOutput& r = out[p.finals[e].seq];
-      int want = s.numTop;
+      int want = in.numTop;
       r.token = tok[e];
       r.logprob = lp[e];
-      if (s.emitAll) r.tokens.push_back(tok[e]), r.logprobs.push_back(lp[e]);
+      if (in.emitAll) r.tokens.push_back(tok[e]), r.logprobs.push_back(lp[e]);
       r.topIds.insert(r.topIds.end(), ids.begin() + e * p.numTop, ids.begin() + e * p.numTop + want);
       r.topLogprobs.insert(r.topLogprobs.end(), tlp.begin() + e * p.numTop, tlp.begin() + e * p.numTop + want);
-      if (b.returnLogits) {
+      if (s.b.returnLogits) {
         size_t at = r.logits.size();
         r.logits.resize(at + size_t(V));
         copyToHost(d, r.logits.data() + at, logits_.at(e * V), size_t(V) * 4);
       }
     }
   }
-  for (size_t i = 0; i < out.size(); i++) out[i].hidden = std::move(captured[i]);
-  if (d == Device::cuda) gpu::synchronize();
-  if (prof) prof->end();
+  for (size_t i = 0; i < out.size(); i++) out[i].hidden = std::move(s.captured[i]);
   return out;
 }
 

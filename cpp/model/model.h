@@ -78,7 +78,16 @@ class Model {
 
  private:
   struct Plan;
+  struct Step;  // one forwardStep's plan, views and helpers (model_forward.cc)
+  // One step, in named stages (model_forward.cc): copy pages, then embed -> per layer attentionBlock + mlpBlock ->
+  // finalRows (norm, LM head, sampling), all enqueued (on CUDA as one replayable graph), then readOutputs.
   std::vector<SeqOutput> forwardStep(const BatchInput& b);
+  void copyPagesOfStep(Step& s);
+  void embed(Step& s);
+  void attentionBlock(Step& s, int l);
+  void mlpBlock(Step& s, int l);
+  void finalRows(Step& s);
+  std::vector<SeqOutput> readOutputs(Step& s);
   int64_t decodeBucket(const BatchInput& b) const;  // rows to pad a decode step to, or 0
   void ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts);
   Plan plan(const BatchInput& b);  // packs the step and fills metaHost_
