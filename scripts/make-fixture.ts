@@ -42,7 +42,8 @@ export interface FixtureOptions {
   tieEmbeddings?: boolean;
   /** Llama `attention_bias` (q/k/v/o biases); Qwen2 always has q/k/v biases. */
   attentionBias?: boolean;
-  /** llama arch only: write a MistralForCausalLM config with this `sliding_window` (the same tensors as Llama). */
+  /** llama arch only: a Mistral fixture (MistralForCausalLM config with this `sliding_window`, Llama tensors,
+   * Mistral's special tokens and chat template). */
   slidingWindow?: number;
   /** Split the weights over this many shards with model.safetensors.index.json (default 1: model.safetensors). */
   shards?: number;
@@ -68,7 +69,9 @@ export interface Fixture {
 }
 
 export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
-  const family = FAMILY_TOKENS[opts.arch];
+  if (opts.slidingWindow !== undefined && opts.arch !== "llama") throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
+  const mistral = opts.slidingWindow !== undefined;
+  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch];
   const seed = opts.seed ?? 1;
   const hidden = opts.hidden ?? 64;
   const heads = opts.heads ?? 4;
@@ -88,8 +91,6 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   const id = (t: string) => ids.get(t)!;
 
   const isLlama = opts.arch === "llama";
-  if (opts.slidingWindow !== undefined && !isLlama) throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
-  const mistral = opts.slidingWindow !== undefined;
   const ropeScaling =
     opts.ropeScaling === undefined
       ? isLlama

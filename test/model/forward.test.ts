@@ -46,10 +46,27 @@ const CASES: Array<{ arch: "llama" | "qwen2"; dtype: "f32" | "bf16" | "f16"; ext
 if (device !== "cpu") console.warn("[forward tests] the Mistral sliding-window case runs on the CPU only: the CUDA attention kernels do not mask a window yet");
 
 describe("Mistral sliding window", () => {
+  it("renders Mistral's chat template and its special tokens", async () => {
+    const model = await loadModel(await fixtureDir("llama", "f32", { slidingWindow: 5 }), { kvPages: 16, pageSize: PAGE });
+    try {
+      const tok = model.tokenizer;
+      const ids = tok.encodeChat([{ role: "user", content: "What is 2+2?" }]);
+      expect(tok.decode(ids, { skipSpecialTokens: false })).toBe("<s>[INST] What is 2+2? [/INST]");
+      expect(model.config.architecture).toBe("MistralForCausalLM");
+      const turns = tok.encodeChat([{ role: "user", content: "hi" }, { role: "assistant", content: "4" }, { role: "user", content: "why?" }]);
+      expect(tok.decode(turns, { skipSpecialTokens: false })).toBe("<s>[INST] hi [/INST]4</s> [INST] why? [/INST]");
+      expect(() => tok.encodeChat([{ role: "assistant", content: "x" }])).toThrow(/alternate user\/assistant/);
+    } finally {
+      model.dispose();
+    }
+  });
+
   it("masks keys older than the window (the logits differ from full attention over the same weights)", async () => {
     if (device !== "cpu") return;
-    const windowed = await loadModel(await fixtureDir("llama", "f32", { slidingWindow: 5 }), { kvPages: 64, pageSize: PAGE });
-    const full = await ReferenceModel.load(await fixtureDir("llama", "f32"));
+    const dir = await fixtureDir("llama", "f32", { slidingWindow: 5 });
+    const windowed = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
+    const full = await ReferenceModel.load(dir);
+    (full.config as { slidingWindow: number | null }).slidingWindow = null; // the same weights, full attention
     try {
       expect(windowed.config.slidingWindow).toBe(5);
       expect(windowed.contextLength).toBe(windowed.config.maxPositionEmbeddings); // masked, not clamped
