@@ -74,8 +74,14 @@ export class Model implements AsyncDisposable {
     // Every file is opened and checked (config, tokenizer, checkpoint headers vs config) before any upload.
     const files = await openModelFiles(dir);
     const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
-    // Sliding-window attention is not implemented: contexts stay within the window, where it never binds.
     // A sliding window masks keys (the kernels attend to the last slidingWindow); it does not shorten the context.
+    // Only the CPU kernels mask it so far: refuse here rather than at the first forward.
+    if (config.slidingWindow !== null && device === "cuda") {
+      await checkpoint.close();
+      throw new Error(
+        `loadModel: ${config.file} sets a sliding window of ${config.slidingWindow} tokens, which the CUDA attention kernels do not mask yet; load it with device: "cpu"`,
+      );
+    }
     const contextLength = config.maxPositionEmbeddings;
 
     const bytesPerPage = kvBytesPerToken(config, kvDtype === "f32" ? 4 : 2) * pageSize;
