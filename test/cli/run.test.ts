@@ -35,6 +35,7 @@ describe("deliberate run", () => {
     expect(stdout).toMatch(/^certaindex: +\d\.\d{3} +\(stopped: (certain|cap|done)\)/m);
     expect(stdout).toMatch(/^tokens: +\d+ \/ \d+ budget/m);
     await expect(cli(["run", "q", "--model", dir, "--program", "beam"])).rejects.toThrow(/program "beam" is unknown; expected one of sc, cot-probe, rebase, mcts/);
+    await expect(cli(["run", "  ", "--model", dir])).rejects.toThrow(/the question is empty; ask one/);
   });
 
   it("defaults to the bundled tiny reasoner", async () => {

@@ -127,6 +127,7 @@ export function registerRun(program: Command): void {
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
     .option("--json", "print one JSON object with the result")
     .action(async (question: string, opts: RunOptions) => {
+      if (question.trim() === "") throw new Error('the question is empty; ask one, e.g. deliberate run "What is 7*(8+5)-19?"');
       const kind = parseProgramKind(opts.program);
       const task = getTask(opts.task);
       const dir = opts.model ?? bundledModelDir;
