@@ -1,5 +1,6 @@
 // What a caller asks the engine for (its schema is ts/options/schemas.ts), and its resolution against the model's
 // limits. Inside the engine only ResolvedParams travel.
+import { show } from "../options/validate.js";
 import type { SchedMetadata } from "./sequence.js";
 
 export interface SamplingParams {
@@ -92,7 +93,7 @@ export interface ParamLimits {
  */
 export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: ResolvedParams): ResolvedParams {
   const fail = (field: string, value: unknown, fix: string): never => {
-    throw new Error(`request.${field} is ${JSON.stringify(value)}; ${fix}`);
+    throw new Error(`request.${field} is ${show(value)}; ${fix}`);
   };
   const int = (field: string, value: number, lo: number, hi: number): number => {
     if (!Number.isInteger(value) || value < lo || value > hi) fail(field, value, `expected an integer in [${lo}, ${hi}]`);
@@ -131,7 +132,7 @@ export function checkTokenIds(field: string, ids: readonly number[], vocabSize: 
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i];
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
-      throw new Error(`request.${field}[${i}] is ${JSON.stringify(id)}; token ids must be integers in [0, ${vocabSize - 1}]`);
+      throw new Error(`request.${field}[${i}] is ${show(id)}; token ids must be integers in [0, ${vocabSize - 1}]`);
     }
   }
   return [...ids];

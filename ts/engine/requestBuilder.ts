@@ -51,15 +51,15 @@ export class RequestBuilder {
     const slot = parent && this.slotOf.get(parent);
     if (!parent || !slot) throw new Error("Engine.fork: the handle was not returned by this engine");
     const sample = opts.sample ?? 0;
-    if (!Number.isInteger(sample) || sample < 0 || sample >= parent.samples.length) {
-      throw new Error(`fork.sample is ${JSON.stringify(sample)}; the request has samples 0..${parent.samples.length - 1}`);
+    if (sample >= parent.samples.length) {
+      throw new Error(`fork.sample is ${sample}; the request has samples 0..${parent.samples.length - 1}`);
     }
     const src = parent.seqs[sample];
     if (src === undefined) throw new Error(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`);
     const visible = slot.visibleTokens(src); // a deterministic parent's unverified candidates are not forkable
     const length = opts.length ?? visible;
-    if (!Number.isInteger(length) || length < 1 || length > visible) {
-      throw new Error(`fork.length is ${JSON.stringify(length)}; expected an integer in [1, ${visible}] (the parent's tokens so far)`);
+    if (length > visible) {
+      throw new Error(`fork.length is ${length}; expected an integer in [1, ${visible}] (the parent's tokens so far)`);
     }
     const append = opts.append === undefined ? [] : this.tokensOf(slot, opts.append, "append", false);
     const tokens = src.tokens.slice(0, length).concat(append);

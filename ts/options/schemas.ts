@@ -64,18 +64,21 @@ export const forkOptionsSchema = strictObject(
 
 const positiveInt = (what: string) => field<number>(`expected an integer >= 1 (${what})`, isInt(1));
 
-/** Engine options other than `models` (whose specs the engine checks as it loads them). */
-export const engineOptionsSchema = strictObject(
-  {
-    models: z.any(),
-    kernelMode: z.any().optional(), // parseKernelMode names the modes
-    schedulingPolicy: z.any().optional(), // parseSchedulingPolicy names the policies
-    maxBatchTokens: positiveInt("tokens per step").optional(),
-    maxBatchSeqs: positiveInt("sequences per step").optional(),
-    agingTokensPerSecond: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
-    verifyWindow: field<number>("expected an integer >= 2 (the last committed token + candidates)", isInt(2)).optional(),
-    verifyGroup: positiveInt("verify rows per pass").optional(),
-    fuseVerify: field<boolean>("expected true or false", isBool).optional(),
-  },
-  "expected an options object such as { models: { model } }",
-);
+/**
+ * The engine options whose rules hold without the engine's names. `models`, `kernelMode` and `schedulingPolicy` are
+ * checked by the engine's own schema (ts/engine/options.ts), which knows the kernel modes and scheduling policies.
+ */
+export const engineOptionsShape = {
+  models: z.any(),
+  kernelMode: z.any().optional(),
+  schedulingPolicy: z.any().optional(),
+  maxBatchTokens: positiveInt("tokens per step").optional(),
+  maxBatchSeqs: positiveInt("sequences per step").optional(),
+  agingTokensPerSecond: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+  verifyWindow: field<number>("expected an integer >= 2 (the last committed token + candidates)", isInt(2)).optional(),
+  verifyGroup: positiveInt("verify rows per pass").optional(),
+  fuseVerify: field<boolean>("expected true or false", isBool).optional(),
+};
+
+/** Transitional: Engine's constructor checks this until it calls parseEngineOptions (ts/engine/options.ts). */
+export const engineOptionsSchema = strictObject(engineOptionsShape, "expected an options object such as { models: { model } }");

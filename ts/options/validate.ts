@@ -11,6 +11,13 @@ export function field<T>(expected: string, ok: (v: unknown) => boolean): z.ZodTy
   return z.custom<T>((v) => ok(v), { error: expected });
 }
 
+/** A field whose value is one of `values` (a string union such as a kernel mode); `orElse` adds another accepted kind. */
+export function oneOf<T extends string>(values: readonly T[], orElse?: { expected: string; ok: (v: unknown) => boolean }): z.ZodType<T> {
+  const names = values.map((v) => `"${v}"`);
+  const list = names.length <= 2 ? names.join(" or ") : `one of ${names.join(", ")}`;
+  return field<T>(`expected ${list}${orElse ? ` or ${orElse.expected}` : ""}`, (v) => values.includes(v as T) || (orElse?.ok(v) ?? false));
+}
+
 export const isInt = (lo: number, hi = Number.MAX_SAFE_INTEGER) => (v: unknown): boolean => Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
 export const isBool = (v: unknown): boolean => typeof v === "boolean";
 export const isFiniteNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
@@ -36,25 +43,36 @@ function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
 
 /**
  * An options object: the fields of `shape`, nothing else. An unknown field (a typo such as maxTokenz) is an error
- * naming the closest known field, as a user of vLLM's server expects, rather than silently ignored.
+ * naming the closest known field, as a user of vLLM's server expects, rather than silently ignored; it is reported
+ * before the fields' own errors, since `{ promt: "..." }` is a misspelt prompt more than a missing one.
  */
 export function strictObject<T extends z.ZodRawShape>(shape: T, expected: string) {
   const keys = Object.keys(shape);
-  return z.looseObject(shape, { error: expected }).superRefine((v, ctx) => {
+  const onlyKnownKeys = z.unknown().superRefine((v, ctx) => {
+    if (v === null || typeof v !== "object" || Array.isArray(v)) return; // not an object: the object schema says so
     for (const k of Object.keys(v)) {
       if (keys.includes(k)) continue;
       const near = closest(k, keys);
       ctx.addIssue({ code: "custom", path: [k], params: { unknownField: true }, message: `is not a known field; ${near ? `did you mean ${near}?` : `known fields: ${keys.join(", ")}`}` });
     }
   });
+  return onlyKnownKeys.pipe(z.looseObject(shape, { error: expected }));
 }
 
-/** Prints a value as the user wrote it: NaN, Infinity and undefined as such, strings quoted, long values cut. */
+/**
+ * Prints a value as the user wrote it: NaN, Infinity and undefined as such, strings quoted, class instances by class,
+ * long values cut.
+ */
 export function show(v: unknown): string {
   if (typeof v === "number") return Number.isNaN(v) ? "NaN" : String(v);
   if (v === undefined) return "undefined";
   if (typeof v === "function") return "a function";
   if (typeof v === "bigint") return `${v}n`;
+  if (v !== null && typeof v === "object" && !Array.isArray(v)) {
+    const proto = Object.getPrototypeOf(v) as object | null;
+    const name = proto === null || proto === Object.prototype ? null : (proto.constructor?.name ?? null);
+    if (name) return `${/^[AEIOU]/.test(name) ? "an" : "a"} ${name}`; // a Model, an AbortSignal: not their fields
+  }
   let s: string;
   try {
     s = JSON.stringify(v) ?? String(v);
