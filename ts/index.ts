@@ -23,10 +23,16 @@ export type { ChatMessage } from "./model/chatTemplate.js";
 export * from "./engine/index.js";
 export * from "./sched/index.js";
 
+// Options: zod schemas with one error format (field, value as given, fix); the engine checks them, an HTTP server reuses them
+export { generateRequestSchema, forkOptionsSchema, samplingShape, MAX_SAMPLES } from "./options/schemas.js";
+export { parseOptions } from "./options/validate.js";
+export { parseEngineOptions, engineOptionsSchema, engineModelSpecSchema } from "./engine/options.js";
+export type { ResolvedEngineOptions } from "./engine/options.js";
+
 // Determinism regression tooling (what `deliberate determinism` runs): golden files carry their provenance
-export { hashTokens, firstDivergence, makeGolden, parseGolden, checkGolden } from "./determinism/golden.js";
+export { hashTokens, firstDivergence, makeGolden, parseGolden, checkProvenance, checkGolden } from "./determinism/golden.js";
 export type { GoldenFile, GoldenMismatch, CheckGoldenOptions } from "./determinism/golden.js";
-export { modelHash, describeDevice, kernelEnvironment, compareProvenance } from "./determinism/provenance.js";
+export { modelHash, describeDevice, kernelKnobs, compareProvenance } from "./determinism/provenance.js";
 export type { Provenance, ProvenanceMismatch } from "./determinism/provenance.js";
 export { parsePromptsFile } from "./determinism/prompts.js";
 export { summarize } from "./determinism/report.js";

@@ -58,6 +58,12 @@ describe("deliberate determinism", () => {
     expect(summary.rollbacks).toBeGreaterThan(0); // the fast path did flip; the verifier hid it
     const g = JSON.parse(await readFile(golden, "utf8")) as GoldenFile;
     expect(g.outputs).toHaveLength(6);
+    // The golden says what it was recorded on: the weights, the device, the kernel configuration, the verify settings.
+    expect(g.version).toBe(3);
+    expect(g.provenance.modelHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(g.provenance.device).toMatch(/^cpu (avx2|avx512|avx512-bf16)$/);
+    expect(g.provenance.kernels).toMatchObject({ kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1, kvDtype: "f32", pageSize: 16, DL_PREFILL_MMA: "0" });
+    expect(g.provenance.verify).toEqual({ verifyWindow: 8, verifyGroup: 4, fuseVerify: true });
 
     const checked = await cli([...common, "--load", "1,3", "--check", golden]);
     expect(checked.code, checked.stderr).toBe(0);
@@ -67,13 +73,16 @@ describe("deliberate determinism", () => {
     expect(separate.code, separate.stderr).toBe(0);
     expect(separate.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
 
-    // Recorded under other kernel switches: refused, naming the switch, unless --allow-device-change.
+    // Recorded under other kernel switches: refused before the run, naming the switch and both values, unless
+    // --allow-device-change (which says what it compares across).
     const env = { ...process.env, DL_PREFILL_MMA: "1" };
     const refused = await cli([...common, "--load", "1", "--check", golden], env);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/recorded under another device or kernel configuration: DL_PREFILL_MMA: recorded unset, now "1".*--allow-device-change/);
+    expect(refused.stderr).toMatch(/recorded under another device or kernel configuration: DL_PREFILL_MMA: recorded "0", now "1".*--allow-device-change/);
+    expect(refused.stderr).not.toMatch(/\[determinism\] run 1/);
     const allowed = await cli([...common, "--load", "1", "--check", golden, "--allow-device-change"], env);
     expect(allowed.code, allowed.stderr).toBe(0); // the CPU backend has no such kernel: same bytes
+    expect(allowed.stderr).toMatch(/--allow-device-change: comparing across DL_PREFILL_MMA: recorded "0", now "1"/);
     // A golden of another model is refused whatever the flags.
     const other = await cli([...common.map((a) => (a === model ? tinyModel : a)), "--load", "1", "--check", golden, "--allow-device-change"]);
     expect(other.code).toBe(1);

@@ -2,8 +2,8 @@ import { describe, expect, it } from "vitest";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { checkGolden, firstDivergence, hashTokens, makeGolden, parseGolden } from "../../ts/determinism/golden.js";
-import { describeDevice, kernelEnvironment, modelHash, type Provenance } from "../../ts/determinism/provenance.js";
+import { checkGolden, checkProvenance, firstDivergence, hashTokens, makeGolden, parseGolden } from "../../ts/determinism/golden.js";
+import { describeDevice, kernelKnobs, modelHash, type Provenance } from "../../ts/determinism/provenance.js";
 import { parsePromptsFile } from "../../ts/determinism/prompts.js";
 import { comparePromptRuns, shuffled, summarize } from "../../ts/determinism/report.js";
 
@@ -28,7 +28,12 @@ describe("hashes and golden files", () => {
     expect(firstDivergence([1, 2, 3], [1, 5, 3])).toBe(1);
     expect(firstDivergence([1, 2], [1, 2, 3])).toBe(2);
   });
-  const prov: Provenance = { modelHash: "a".repeat(64), device: "cpu avx512-bf16", kernels: { kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1 } };
+  const prov: Provenance = {
+    modelHash: "a".repeat(64),
+    device: "cpu avx512-bf16",
+    kernels: { kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1, kvDtype: "f32", pageSize: 16, DL_PREFILL_MMA: "0" },
+    verify: { verifyWindow: 32, verifyGroup: 8, fuseVerify: true },
+  };
   it("records and checks golden outputs, refusing mismatched parameters", () => {
     const params = { temperature: 0, maxTokens: 4 };
     const g = parseGolden(JSON.stringify(makeGolden("m", prov, params, [[1, 2], [3]])), "g.json");
@@ -48,10 +53,22 @@ describe("hashes and golden files", () => {
       /device: recorded on "cpu avx512-bf16", running on "cuda NVIDIA H100 \(sm 9.0\)".*--allow-device-change/,
     );
     expect(checkGolden(g, gpu, params, [[1, 2]], "g.json", { allowDeviceChange: true })).toEqual([]);
-    const knob = { ...prov, kernels: { ...prov.kernels, DL_PREFILL_MMA: "1", fixedGemmSplitK: 2 } };
-    expect(() => checkGolden(g, knob, params, [[1, 2]], "g.json")).toThrow(/DL_PREFILL_MMA: recorded unset, now "1"; fixedGemmSplitK: recorded 1, now 2/);
+    const knob = { ...prov, kernels: { ...prov.kernels, DL_PREFILL_MMA: "1", fixedGemmSplitK: 2, DL_PDL: "1" } };
+    expect(() => checkGolden(g, knob, params, [[1, 2]], "g.json")).toThrow(
+      /another device or kernel configuration: DL_PDL: recorded unset, now "1"; DL_PREFILL_MMA: recorded "0", now "1"; fixedGemmSplitK: recorded 1, now 2\. /,
+    );
+    expect(() => checkGolden(g, { ...prov, kernels: { ...prov.kernels, kvDtype: "bf16" } }, params, [[1, 2]], "g.json")).toThrow(/kvDtype: recorded "f32", now "bf16"/);
+    // Where and how long verify rows are changes no committed bit: recorded, not a reason to refuse.
+    const separate = { ...prov, verify: { verifyWindow: 8, verifyGroup: 4, fuseVerify: false } };
+    expect(checkGolden(g, separate, params, [[1, 2]], "g.json")).toEqual([]);
+    expect(g.provenance.verify).toEqual(prov.verify);
+    // Refused before any output exists (the CLI checks before its run).
+    expect(() => checkProvenance(g, gpu, params, "g.json")).toThrow(/another device/);
+    expect(() => checkProvenance(g, prov, { temperature: 1 }, "g.json")).toThrow(/g.json was recorded with \{"temperature":0\} but this run uses \{"temperature":1\}/);
     const v1 = JSON.stringify({ version: 1, model: "m", params, outputs: [] });
     expect(() => parseGolden(v1, "old.json")).toThrow(/old.json was recorded without the model hash, device and kernel configuration \(version 1\); re-record/);
+    const v2 = JSON.stringify({ version: 2, model: "m", provenance: { modelHash: "a", device: "cpu", kernels: {} }, params, outputs: [] });
+    expect(() => parseGolden(v2, "v2.json")).toThrow(/v2.json was recorded without the native knobs in effect, the KV dtype and the verify settings \(version 2\); re-record/);
   });
   it("fingerprints every byte of a model folder's weights, config and tokenizer", async () => {
     const dir = await mkdtemp(join(tmpdir(), "deliberate-hash-"));
@@ -72,7 +89,10 @@ describe("hashes and golden files", () => {
     const report = { cpu: { threads: 2, hardwareThreads: 2, simd: "avx2" as const }, cuda: { compiled: true, available: true, runtimeVersion: "13.0", wgmmaGemm: true, programmaticLaunch: false, devices: [{ index: 0, name: "H100", computeCapability: "9.0", totalMemoryBytes: 1, freeMemoryBytes: 1, multiprocessors: 132 }] }, knobs: {}, invalidKnobs: [] };
     expect(describeDevice("cpu", report)).toBe("cpu avx2");
     expect(describeDevice("cuda", report)).toBe("cuda H100 (sm 9.0)");
-    expect(kernelEnvironment({ DL_PAD_DECODE: "0", PATH: "/bin", DL_GEMM_REDUCE: "kernel" })).toEqual({ DL_GEMM_REDUCE: "kernel", DL_PAD_DECODE: "0" });
+    // The knobs in effect as the addon reports them (defaults included); from an addon without the report, the DL_* env.
+    const env = { DL_PAD_DECODE: "0", PATH: "/bin", DL_GEMM_REDUCE: "kernel" };
+    expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "0", DL_GEMM_REDUCE: "fused" } }, env)).toEqual({ DL_GEMM_REDUCE: "fused", DL_PREFILL_MMA: "0" });
+    expect(kernelKnobs({}, env)).toEqual({ DL_GEMM_REDUCE: "kernel", DL_PAD_DECODE: "0" });
   });
 });
 

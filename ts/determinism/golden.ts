@@ -18,8 +18,11 @@ export function firstDivergence(a: readonly number[], b: readonly number[]): num
   return a.length === b.length ? null : n;
 }
 
+/** Version 3: provenance with the knobs in effect (listDevices().knobs), the KV dtype and page size, and `verify`. */
+export const GOLDEN_VERSION = 3;
+
 export interface GoldenFile {
-  version: 2;
+  version: typeof GOLDEN_VERSION;
   model: string;
   provenance: Provenance;
   params: Record<string, unknown>;
@@ -27,7 +30,7 @@ export interface GoldenFile {
 }
 
 export function makeGolden(model: string, provenance: Provenance, params: Record<string, unknown>, outputs: readonly (readonly number[])[]): GoldenFile {
-  return { version: 2, model, provenance, params, outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })) };
+  return { version: GOLDEN_VERSION, model, provenance, params, outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })) };
 }
 
 export function parseGolden(text: string, fileName: string): GoldenFile {
@@ -41,7 +44,10 @@ export function parseGolden(text: string, fileName: string): GoldenFile {
   if ((g.version as number) === 1) {
     throw new Error(`${fileName} was recorded without the model hash, device and kernel configuration (version 1); re-record it with --record`);
   }
-  if (g.version !== 2 || !Array.isArray(g.outputs) || typeof g.provenance?.modelHash !== "string") {
+  if ((g.version as number) === 2) {
+    throw new Error(`${fileName} was recorded without the native knobs in effect, the KV dtype and the verify settings (version 2); re-record it with --record`);
+  }
+  if (g.version !== GOLDEN_VERSION || !Array.isArray(g.outputs) || typeof g.provenance?.modelHash !== "string" || typeof g.provenance.kernels !== "object") {
     throw new Error(`${fileName}: unsupported golden file (version ${String(g.version)}); re-record it with --record`);
   }
   return g;
@@ -58,17 +64,10 @@ export interface CheckGoldenOptions {
 }
 
 /**
- * Compares outputs with a golden file. The model, the parameters and (unless allowDeviceChange) the device and
- * kernel configuration must match the recording, else the comparison is meaningless and this throws.
+ * Throws unless a run with `provenance` and `params` may be compared with `g`: the same model always, the same device
+ * and kernel configuration unless allowDeviceChange, the same parameters. Cheap: call it before a long run.
  */
-export function checkGolden(
-  g: GoldenFile,
-  provenance: Provenance,
-  params: Record<string, unknown>,
-  outputs: readonly (readonly number[])[],
-  fileName: string,
-  options: CheckGoldenOptions = {},
-): GoldenMismatch[] {
+export function checkProvenance(g: GoldenFile, provenance: Provenance, params: Record<string, unknown>, fileName: string, options: CheckGoldenOptions = {}): void {
   const diff = compareProvenance(g.provenance, provenance);
   if (diff.model) {
     throw new Error(
@@ -85,6 +84,18 @@ export function checkGolden(
   if (JSON.stringify(g.params) !== JSON.stringify(params)) {
     throw new Error(`${fileName} was recorded with ${JSON.stringify(g.params)} but this run uses ${JSON.stringify(params)}; use the same flags or re-record`);
   }
+}
+
+/** Compares outputs with a golden file (after checkProvenance): the outputs whose hash differs from the recording. */
+export function checkGolden(
+  g: GoldenFile,
+  provenance: Provenance,
+  params: Record<string, unknown>,
+  outputs: readonly (readonly number[])[],
+  fileName: string,
+  options: CheckGoldenOptions = {},
+): GoldenMismatch[] {
+  checkProvenance(g, provenance, params, fileName, options);
   if (g.outputs.length !== outputs.length) throw new Error(`${fileName} holds ${g.outputs.length} outputs but the prompts file has ${outputs.length} prompts`);
   const bad: GoldenMismatch[] = [];
   outputs.forEach((t, i) => {

@@ -12,8 +12,17 @@ export interface Provenance {
   modelHash: string;
   /** e.g. "cpu avx512-bf16" or "cuda NVIDIA H100 80GB HBM3 (sm 9.0)". */
   device: string;
-  /** Engine kernel settings and the DL_* switches in effect: anything that can change a reduction's order. */
+  /**
+   * Anything that can change a reduction's order or a stored value's rounding, compared by --check: the engine's
+   * kernelMode, the verifier's fixed schedule, the KV dtype and page size, and the native DL_* knobs in effect.
+   */
   kernels: Record<string, string | number | boolean>;
+  /**
+   * How deterministic requests were verified (verifyWindow, verifyGroup, fuseVerify). Recorded, not compared: where
+   * verify rows run and how long they are change no committed bit (docs/determinism.md; cli.test.ts checks a
+   * golden recorded fused against --separate-verify), so refusing over them would refuse a sound comparison.
+   */
+  verify: Record<string, string | number | boolean>;
 }
 
 /** Files whose bytes define a model's outputs (generation_config.json only sets defaults the golden's params pin). */
@@ -44,9 +53,16 @@ export function describeDevice(device: DeviceKind, report: DeviceReport): string
   return d === undefined ? "cuda (no device)" : `cuda ${d.name} (sm ${d.computeCapability})`;
 }
 
-/** DL_* switches set in the environment (the native backend reads them at load; bench/CUDA_NOTES.md "Knobs"). */
-export function kernelEnvironment(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+/**
+ * The native DL_* knobs in effect: listDevices().knobs (every knob, defaults included, as the addon parsed them), or,
+ * from an addon that does not report them, the DL_* variables set in the environment (what it reads at load).
+ */
+export function kernelKnobs(report: { knobs?: Record<string, string> }, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const out: Record<string, string> = {};
+  if (report.knobs !== undefined) {
+    for (const key of Object.keys(report.knobs).sort()) out[key] = report.knobs[key];
+    return out;
+  }
   for (const key of Object.keys(env).sort()) if (key.startsWith("DL_") && env[key] !== undefined) out[key] = env[key]!;
   return out;
 }

@@ -7,11 +7,14 @@ import { basename, resolve } from "node:path";
 import type { Command } from "commander";
 import {
   checkGolden,
+  checkProvenance,
+  compareProvenance,
+  DEFAULT_VERIFY_GROUP,
   DEFAULT_VERIFY_WINDOW,
   FIXED_SCHEDULE,
   describeDevice,
   Engine,
-  kernelEnvironment,
+  kernelKnobs,
   listDevices,
   loadModel,
   makeGolden,
@@ -115,26 +118,43 @@ export function registerDeterminism(program: Command): void {
       const golden = opts.check === undefined ? null : parseGolden(await readInput(opts.check, "--check", "a golden file written by --record"), opts.check);
 
       const verifyWindow = opts.verifyWindow === undefined ? DEFAULT_VERIFY_WINDOW : int("verify-window", opts.verifyWindow, 2);
-      const verifyGroup = opts.verifyGroup === undefined ? undefined : int("verify-group", opts.verifyGroup, 1);
+      const verifyGroup = opts.verifyGroup === undefined ? DEFAULT_VERIFY_GROUP : int("verify-group", opts.verifyGroup, 1);
       const fuseVerify = opts.separateVerify !== true;
-      const model = await loadModel(opts.model, { device: opts.device });
-      const engine = new Engine({ models: { model }, verifyWindow, verifyGroup, fuseVerify });
-      // What the outputs depend on besides the parameters (a golden records it; a check compares it): the verifier's
-      // fixed schedule and the kernel switches. Where verify rows run and their window change no committed bit
-      // (docs/determinism.md), so a golden recorded fused checks a --separate-verify run.
-      const kernels: Provenance["kernels"] = {
-        kernelMode: "fast",
-        fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK,
-        fixedKvSplits: FIXED_SCHEDULE.kvSplits,
-        ...kernelEnvironment(),
-      };
-      const provenance: Provenance = { modelHash: await modelHash(model.dir), device: describeDevice(model.device, listDevices()), kernels };
+      if (golden && golden.outputs.length !== prompts.length) {
+        throw new Error(`${opts.check} holds ${golden.outputs.length} outputs but ${opts.prompts} has ${prompts.length} prompts; use the prompts it was recorded with, or re-record`);
+      }
+      const kvDtype = opts.device === "cuda" ? "bf16" : "f32"; // loadModel's defaults, pinned here so the golden records them
+      const model = await loadModel(opts.model, { device: opts.device, kvDtype });
       let result;
+      let provenance: Provenance;
       try {
+        // What the outputs depend on besides the parameters: the weights, the device, and every setting that orders a
+        // reduction or rounds a stored value. Checked before the run (hashing the weights costs a read of them; the
+        // run costs far more).
+        const report = listDevices();
+        provenance = {
+          modelHash: await modelHash(model.dir),
+          device: describeDevice(model.device, report),
+          kernels: {
+            kernelMode: "fast",
+            fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK,
+            fixedKvSplits: FIXED_SCHEDULE.kvSplits,
+            kvDtype,
+            pageSize: model.kv.pageSize,
+            ...kernelKnobs(report),
+          },
+          verify: { verifyWindow, verifyGroup, fuseVerify },
+        };
+        if (golden) {
+          const allowDeviceChange = opts.allowDeviceChange === true;
+          checkProvenance(golden, provenance, { ...params }, opts.check!, { allowDeviceChange });
+          const across = compareProvenance(golden.provenance, provenance).what;
+          if (across.length > 0) console.error(`[determinism] --allow-device-change: comparing across ${across.join("; ")}`);
+        }
+        await using engine = new Engine({ models: { model }, verifyWindow, verifyGroup, fuseVerify });
         const progress = opts.json ? undefined : (m: string) => console.error(`[determinism] ${m}`);
         result = await runDeterminismCheck(engine, prompts, { ...params, loads, runs }, progress);
       } finally {
-        await engine.dispose();
         model.dispose();
       }
 
