@@ -2,6 +2,8 @@
 // majority vote, entropy certaindex, policy stops, and seeds that make a short run a prefix of a long one.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
+import type { GenerationOutput } from "../../ts/engine/outputs.js";
+import type { GenerateRequest } from "../../ts/engine/request.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { entropyCertaindex, clusterAnswers } from "../../ts/certaindex/signals.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
@@ -67,17 +69,35 @@ describe("SelfConsistency", () => {
     expect(long.state.branches.slice(0, 3).map((b) => b.text)).toEqual(short.state.branches.map((b) => b.text));
   });
 
-  it("tags requests with the program's metadata and aborts with the signal", async () => {
+  it("tags requests with the program's metadata; aborting stops its running requests at the next step", async () => {
     await using engine = engineOf();
     const ac = new AbortController();
     const sc = new SelfConsistency({ prompt: randomTokens(20, V, 8), maxBranches: 64, branchesPerRound: 4, maxTokens: 200, temperature: 1, extractAnswer: firstCharClass });
-    // Aborted from the first round's callback (not a timer: the outcome must not depend on machine speed).
-    const r = await new ProgramRuntime(engine).run(sc, { policy: { kind: "baseline-even" }, signal: ac.signal, programId: "prog-x", onRound: () => ac.abort() });
+    // Abort from the first delta of the first request (not a timer: the outcome must not depend on machine speed).
+    // The engine yields to the event loop between steps, so the abort lands before the step after that delta.
+    const submitted: { request: GenerateRequest; output: Promise<GenerationOutput> }[] = [];
+    const submit = engine.submit.bind(engine);
+    engine.submit = (request: GenerateRequest) => {
+      const handle = submit(request);
+      submitted.push({ request, output: handle.result });
+      void (async () => {
+        for await (const _ of handle) return ac.abort();
+      })();
+      return handle;
+    };
+    const r = await new ProgramRuntime(engine).run(sc, { policy: { kind: "baseline-even" }, signal: ac.signal, programId: "prog-x" });
     expect(r.stopReason).toBe("aborted");
     expect(r.programId).toBe("prog-x");
-    expect(r.rounds).toBe(1);
-    expect(r.knob.used).toBe(4);
-    expect(sc.state.branches).toHaveLength(4);
+    // One request (the first round's 4 samples), tagged with the program; no round completed, no vote was cast.
+    expect(submitted).toHaveLength(1);
+    expect(submitted[0].request.metadata).toMatchObject({ programId: "prog-x", remainingKnob: 64 });
+    expect(submitted[0].request.signal?.aborted).toBe(true);
+    const out = await submitted[0].output;
+    expect(out.samples.map((s) => [s.finishReason, s.tokens.length])).toEqual(Array.from({ length: 4 }, () => ["aborted", 1]));
+    expect(r.rounds).toBe(0);
+    expect(sc.state.branches).toHaveLength(0);
+    expect(r.tokensUsed).toBe(4);
+    expect(r.answer).toBeNull();
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
   });
 });

@@ -106,22 +106,54 @@ describe("Rebase", () => {
   });
 });
 
+/**
+ * MCTS's bookkeeping as specified: every simulation adds one visit and its value to each node on its path; a
+ * non-terminal node was created by one simulation (visit 1, its solution's reward) and every later one through it
+ * went on to exactly one child; a terminal node re-selected scores its own reward again; the root is only passed
+ * through. Every simulation that grew a node left exactly one solution, on that node.
+ */
+function expectMctsStats(m: Mcts, simulations: number, maxDepth: number): void {
+  const solutionOf = new Map(m.state.solutions.map((s) => [s.node, s]));
+  expect(m.state.solutions).toHaveLength(m.tree.nodes.length - 1);
+  expect(solutionOf.size).toBe(m.tree.nodes.length - 1);
+  const { root } = m.tree;
+  const sum = (ns: TreeNode[], f: (n: TreeNode) => number): number => ns.reduce((a, n) => a + f(n), 0);
+  expect(root.visits).toBe(simulations);
+  expect(root.visits).toBe(sum(root.children, (c) => c.visits));
+  expect(root.valueSum).toBeCloseTo(sum(root.children, (c) => c.valueSum), 12);
+  for (const n of m.tree.nodes) {
+    if (n === root) continue;
+    const own = solutionOf.get(n);
+    expect(own, `node ${n.id} has its solution`).toBeDefined();
+    expect(n.depth).toBe(n.parent!.depth + 1);
+    expect(n.depth).toBeLessThanOrEqual(maxDepth);
+    expect(own!.reward).toBeLessThanOrEqual(n.reward); // the rollout's lines can only lower the path's minimum
+    if (n.terminal) {
+      expect(n.children).toHaveLength(0);
+      expect(n.valueSum).toBeCloseTo(n.visits * n.reward, 12);
+    } else {
+      expect(n.visits, `node ${n.id} visits`).toBe(1 + sum(n.children, (c) => c.visits));
+      expect(n.valueSum, `node ${n.id} value`).toBeCloseTo(own!.reward + sum(n.children, (c) => c.valueSum), 12);
+    }
+  }
+}
+
 describe("MCTS", () => {
   it("back-propagates every simulation to the root and stops on mean reward", async () => {
     await using engine = engineOf();
     const m = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: byLength, maxSimulations: 12, simulationsPerRound: 4, branching: 2, maxDepth: 3, stepMaxTokens: 5, maxTokens: 24, seed: 1, extractAnswer: firstChar, model: "policy" });
     const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
-    expect(m.tree.root.visits).toBe(r.knob.used);
-    for (const n of m.tree.nodes) {
-      if (n.children.length > 0 && n.parent !== null) expect(n.visits).toBeGreaterThanOrEqual(n.children.reduce((s, c) => s + c.visits, 0));
-    }
-    // Every simulation that grew a step ends in a solution (the rollout completes it), so there is an answer.
+    expect(r.stopReason).toBe("cap");
+    expect(r.rounds).toBe(3);
+    expect(r.knob.used).toBe(12);
+    expectMctsStats(m, 12, 3);
+    // Certaindex is the mean reward of the solutions; the answer their reward-weighted vote.
     const rewards = m.state.solutions.map((n) => n.reward);
-    expect(rewards.length).toBeGreaterThan(0);
-    expect(rewards.length).toBeLessThanOrEqual(r.knob.used);
     expect(r.certaindex).toBeCloseTo(rewards.reduce((a, b) => a + b) / rewards.length, 12);
-    expect(r.answer).not.toBeNull();
-    for (const s of m.state.solutions) expect(s.reward).toBeLessThanOrEqual(s.node.reward);
+    const weight = new Map<string | null, number>();
+    for (const s of m.state.solutions) weight.set(s.answer, (weight.get(s.answer) ?? 0) + s.reward);
+    const best = Math.max(...[...weight.entries()].filter(([a]) => a !== null).map(([, w]) => w));
+    expect(weight.get(r.answer)).toBe(best);
     expect(r.tokensUsed).toBeLessThanOrEqual(r.tokenBudget);
     // A threshold the first solutions already pass stops it early.
     const early = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: verifierReward("one", () => 1), maxSimulations: 40, simulationsPerRound: 4, branching: 2, maxDepth: 2, stepMaxTokens: 4, maxTokens: 16, model: "policy" });
@@ -133,19 +165,33 @@ describe("MCTS", () => {
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
   });
 
-  it("answers on the bundled tiny reasoner after one round (it printed \"(none)\" when no path reached an answer)", async () => {
+  it("finds the answer greedy decoding of the bundled tiny reasoner gets wrong, spending round 2 by UCT", async () => {
     const model = await loadModel(bundledModelDir);
     try {
-      await using engine = new Engine({ models: { model } });
-      const question = "What is 12*(7+5)-9?";
+      await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });
+      const question = "What is 12*(7+5)-9?"; // 135
       const prompt = model.tokenizer.encodeChat([{ role: "user", content: question }]);
-      const m = new Mcts({ prompt, question, reward: arithVerifier, maxSimulations: 4, simulationsPerRound: 4, maxTokens: 200 });
+      const greedy = await engine.submit({ prompt, maxTokens: 200 }).result;
+      expect(greedy.text).toMatch(/\\boxed\{3\}$/); // the fixture: it multiplies by 1, not 12
+      const m = new Mcts({ prompt, question, reward: arithVerifier, maxSimulations: 8, simulationsPerRound: 4, maxTokens: 200 });
       const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
-      expect(r.rounds).toBe(1);
-      expect(m.state.solutions).toHaveLength(4);
-      expect(r.answer).toMatch(/^-?\d+$/);
-      // Each solution is a whole thought: the rollout reached the boxed answer.
+      expect(r.rounds).toBe(2);
+      expect(r.answer).toBe("135");
+      expectMctsStats(m, 8, 16);
+      // Every simulation reached a boxed answer (the rollout completes the thought).
       for (const s of m.state.solutions) expect(s.answer).toMatch(/^-?\d+$/);
+      // Round 1: the root has no children, so its 4 selections all stop there (pending expansions) and it gets 4.
+      // Their solutions score 1, 0, 0.5, 0. Round 2's 4 selections follow UCT, Q + sqrt(ln N / n), with a virtual
+      // visit per selection: 1 + 1.18 (A), then A 0.5 + 0.90 < C 0.5 + 1.27, then A 0.5 + 0.95 > B 0 + 1.34, then
+      // B 0 + 1.39 > C 0.25 + 0.99 > A 0.33 + 0.81: A is expanded twice, B and C once, D not again.
+      const solutionOf = new Map(m.state.solutions.map((s) => [s.node, s]));
+      const { root } = m.tree;
+      expect(root.children.map((c) => solutionOf.get(c)!.reward)).toEqual([1, 0, 0.5, 0]);
+      expect(root.children.map((c) => c.visits)).toEqual([3, 2, 2, 1]);
+      expect(root.children.map((c) => c.children.length)).toEqual([2, 1, 1, 0]);
+      // Certaindex: the mean reward of the 8 solutions (the root's value per visit).
+      expect(r.certaindex).toBeCloseTo(root.valueSum / 8, 12);
+      expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
     } finally {
       model.dispose();
     }
