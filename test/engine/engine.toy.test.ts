@@ -244,8 +244,8 @@ describe("Engine on the paged reference model", () => {
     expect(() => engine.submit({ prompt: [1], n: 0 })).toThrow(/request.n is 0/);
     expect(() => engine.submit({ prompt: [] })).toThrow(/prompt is empty/);
     const model = new PagedToyModel(8);
-    expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(/kernelMode: unknown mode "exact"/);
-    expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(/unknown policy "lifo"/);
+    expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(/Engine: options.kernelMode is "exact"; expected "fast" or "batch-invariant"/);
+    expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(/options.schedulingPolicy is "lifo"; expected one of/);
     expect(() => new Engine({ models: { model }, maxBatchTokens: 0 })).toThrow(/options.maxBatchTokens is 0/);
     expect(() => new Engine({ models: { model }, maxBatchToken: 64 } as never)).toThrow(/Engine: options.maxBatchToken is not a known field; did you mean maxBatchTokens\?/);
     expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/options.verifyWindow is 1; expected an integer >= 2/);

@@ -4,10 +4,10 @@
 // it never blocks it. Requests enter through submit() / fork() and leave
 // through their RequestHandle (stream of deltas, promise of the output).
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
-import { DEFAULT_AGING_TOKENS_PER_SECOND, parseSchedulingPolicy, type SchedulingPolicy } from "../sched/policy.js";
+import type { SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
 import { RequestHandle } from "./handle.js";
-import { parseKernelMode, type KernelMode } from "./kernelSchedule.js";
+import type { KernelMode } from "./kernelSchedule.js";
 import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
@@ -16,10 +16,8 @@ import { ModelSlot } from "./modelSlot.js";
 import type { ForkOptions, GenerateRequest } from "./request.js";
 import { RequestBuilder } from "./requestBuilder.js";
 import { Stepper } from "./stepper.js";
-import { engineOptionsSchema } from "../options/schemas.js";
-import { parseOptions } from "../options/validate.js";
+import { parseEngineOptions } from "./options.js";
 import type { RequestState } from "./requestState.js";
-import { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW } from "./verifier/verifier.js";
 
 export interface EngineModelSpec {
   /** Name requests use to pick it (request.model); default "default" for the first, then "model<i>". */
@@ -80,29 +78,12 @@ export class Engine implements AsyncDisposable {
   }
 
   constructor(options: EngineOptions) {
-    parseOptions(engineOptionsSchema, options, "Engine: options");
-    const specs = Array.isArray(options.models) ? options.models : [options.models];
-    if (specs.length === 0) throw new Error("Engine: options.models is empty; pass at least one loaded model");
-    const schedulerOptions = {
-      maxBatchTokens: options.maxBatchTokens ?? 2048,
-      maxBatchSeqs: options.maxBatchSeqs ?? 256,
-      policy: typeof options.schedulingPolicy === "function" ? options.schedulingPolicy : parseSchedulingPolicy(options.schedulingPolicy ?? "fcfs"),
-      agingTokensPerSecond: options.agingTokensPerSecond ?? DEFAULT_AGING_TOKENS_PER_SECOND,
-    };
-    const kernelMode = parseKernelMode(options.kernelMode ?? "fast");
-    const verifyOptions = {
-      verifyWindow: options.verifyWindow ?? DEFAULT_VERIFY_WINDOW,
-      verifyGroup: options.verifyGroup ?? DEFAULT_VERIFY_GROUP,
-      fuseVerify: options.fuseVerify ?? true,
-    };
-    this.slots = specs.map((spec, i) => {
-      const name = spec.name ?? (i === 0 ? "default" : `model${i}`);
+    const o = parseEngineOptions(options);
+    this.slots = o.models.map((spec) => {
       const model = isModel(spec.model) ? engineModelOf(spec.model) : spec.model;
       const codec = isModel(spec.model) ? codecOf(spec.model) : (spec.tokenizer ?? null);
-      return new ModelSlot(name, model, codec, kernelMode, schedulerOptions, verifyOptions);
+      return new ModelSlot(spec.name, model, codec, o.kernelMode, o.scheduler, o.verify);
     });
-    const names = new Set(this.slots.map((s) => s.name));
-    if (names.size !== this.slots.length) throw new Error(`Engine: model names must be unique, got ${this.slots.map((s) => s.name).join(", ")}`);
     this.builder = new RequestBuilder(this.slots);
     this.stepper = new Stepper(this.slots, this.builder, this.meter);
   }

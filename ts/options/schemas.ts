@@ -79,6 +79,3 @@ export const engineOptionsShape = {
   verifyGroup: positiveInt("verify rows per pass").optional(),
   fuseVerify: field<boolean>("expected true or false", isBool).optional(),
 };
-
-/** Transitional: Engine's constructor checks this until it calls parseEngineOptions (ts/engine/options.ts). */
-export const engineOptionsSchema = strictObject(engineOptionsShape, "expected an options object such as { models: { model } }");
