@@ -76,9 +76,15 @@ void Model::validate(const BatchInput& b) const {
     if (s.numTop < 0 || s.numTop > 64 || s.numTop > cfg.vocab)
       fail(who + "numTopLogprobs must be in [0, 64], got " + std::to_string(s.numTop));
     if (s.emitAll && !s.emitToken) fail(who + "emitAll needs emitToken (a row that samples nothing cannot sample everywhere)");
-    if (s.captureLayer < -1 || s.captureLayer > cfg.numLayers)
-      fail(who + "captureHiddenLayer must be in [0, " + std::to_string(cfg.numLayers) + "], got " +
-           std::to_string(s.captureLayer));
+    for (size_t j = 0; j < s.captureLayers.size(); j++) {
+      const int l = s.captureLayers[j];
+      if (l < 0 || l > cfg.numLayers + 1)
+        fail(who + "captureHiddenLayers[" + std::to_string(j) + "] must be in [0, " + std::to_string(cfg.numLayers + 1) +
+             "] (numLayers + 1 = the final norm's input), got " + std::to_string(l));
+      if (j > 0 && l <= s.captureLayers[j - 1])
+        fail(who + "captureHiddenLayers must be ascending without repeats, got " + std::to_string(s.captureLayers[j - 1]) +
+             " then " + std::to_string(l));
+    }
   }
   if (b.copySrc.size() != b.copyDst.size()) fail("pageCopies src and dst must have the same length");
   for (size_t i = 0; i < b.copySrc.size(); i++)

@@ -22,7 +22,10 @@ struct SeqInput {
   float topP = 1;                   // 1 = off
   uint64_t seed = 0;
   int numTop = 0;                   // top-k logprobs to return (0..64)
-  int captureLayer = -1;            // HF hidden_states index in [0, numLayers], -1 = none
+  // Hidden states to return at the last position, ascending, each once: l in [0, numLayers) = the residual stream
+  // after l layers (HF hidden_states[l]), numLayers = after the final norm (HF's last), numLayers + 1 = the final
+  // norm's input (the stream after every layer). SeqOutput::hidden holds them one after another.
+  std::vector<int> captureLayers;
   bool emitToken = true;            // false: a non-final prefill chunk; lm_head and sampling skipped
   bool emitAll = false;             // sample at every position (a verify row), not only the last; needs emitToken
   bool fixedSchedule = false;       // run on the batch's fixed schedule whatever the step's fast one (see below)
@@ -49,7 +52,7 @@ struct SeqOutput {
   std::vector<float> logprobs;    // emitAll: [len]
   std::vector<int32_t> topIds;    // [numTop], or [len, numTop] for emitAll
   std::vector<float> topLogprobs;
-  std::vector<float> hidden;  // [C] when captured
+  std::vector<float> hidden;  // [captureLayers.size(), C] when captured
   std::vector<float> logits;  // [V] (or [len, V] for emitAll) when returnLogits and emitToken
 };
 

@@ -4,6 +4,7 @@
 //   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope + kvWrite -> attention -> o_proj ->
 //   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> sample.
 // The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,9 @@ struct Model::Plan {
 };
 
 namespace {
+bool captures(const SeqInput& s, int layer) {
+  return std::binary_search(s.captureLayers.begin(), s.captureLayers.end(), layer);
+}
 int32_t floatBits(float f) {
   int32_t i;
   std::memcpy(&i, &f, 4);
@@ -153,7 +157,7 @@ Model::Plan Model::plan(const BatchInput& b) {
   }
   p.E = int(p.finals.size());
   for (int i = 0; i < n; i++)
-    if (!b.seqs[i].emitToken && b.seqs[i].captureLayer == cfg.numLayers)
+    if (!b.seqs[i].emitToken && (captures(b.seqs[i], cfg.numLayers) || captures(b.seqs[i], cfg.numLayers + 1)))
       p.finals.push_back({i, lastRow(i), int32_t(b.seqs[i].tokens.size()) - 1});
   p.finalRows = int64_t(m.size());
   for (const auto& f : p.finals) push(f.row);
@@ -176,7 +180,7 @@ Model::Plan Model::plan(const BatchInput& b) {
   for (int layer = 0; layer < cfg.numLayers; layer++) {
     Plan::Capture c{layer, {}, 0};
     for (int i = 0; i < n; i++)
-      if (b.seqs[i].captureLayer == layer) c.seqs.push_back(i);
+      if (captures(b.seqs[i], layer)) c.seqs.push_back(i);
     if (c.seqs.empty()) continue;
     c.rows = int64_t(m.size());
     for (int i : c.seqs) push(lastRow(i));
@@ -238,7 +242,7 @@ int64_t Model::decodeBucket(const BatchInput& b) const {
   const int64_t n = int64_t(b.seqs.size());
   if (!on || b.profile || b.returnLogits || n == 0 || n > 256) return 0;
   for (const SeqInput& s : b.seqs)
-    if (s.tokens.size() != 1 || s.fixedSchedule || s.captureLayer >= 0 || s.emitAll || !s.emitToken) return 0;
+    if (s.tokens.size() != 1 || s.fixedSchedule || !s.captureLayers.empty() || s.emitAll || !s.emitToken) return 0;
   int64_t bucket = 1;
   if (n > 4) bucket = (n + 7) / 8 * 8;
   else
@@ -310,10 +314,18 @@ struct Model::Step {
   void gemmRows(const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y) const {
     gemmSplit(x, K, w, bias, y, 0, T, Tf);
   }
-  // The final hidden state is captured at a sequence's last row only (emitAll rows before it are skipped).
+  // The final hidden states are captured at a sequence's last row only (emitAll rows before it are skipped).
   bool isCapture(const Plan::FinalRow& f, int numLayers) const {
     const SeqInput& s = b.seqs[f.seq];
-    return s.captureLayer == numLayers && f.j == int32_t(s.tokens.size()) - 1;
+    return f.j == int32_t(s.tokens.size()) - 1 && (captures(s, numLayers) || captures(s, numLayers + 1));
+  }
+  // Stores sequence i's capture of `layer` in its slot of the output [captureLayers.size(), C].
+  void store(int i, int layer, std::vector<float>&& row) {
+    const std::vector<int>& want = b.seqs[i].captureLayers;
+    const size_t slot = size_t(std::lower_bound(want.begin(), want.end(), layer) - want.begin());
+    std::vector<float>& out = captured[i];
+    out.resize(want.size() * size_t(C));
+    std::copy(row.begin(), row.end(), out.begin() + int64_t(slot) * C);
   }
 };
 
@@ -414,7 +426,7 @@ void Model::attentionBlock(Step& s, int l) {
     int64_t n = int64_t(c.seqs.size());
     ops::embedding(d, meta(c.rows, n), s.resid, capture_.view({n, C}));
     auto rows = readRows(d, capture_, n, C);
-    for (int64_t r = 0; r < n; r++) s.captured[c.seqs[r]] = std::move(rows[r]);
+    for (int64_t r = 0; r < n; r++) s.store(c.seqs[r], l, std::move(rows[r]));
   }
 
   s.mark("gemm.qkv");
@@ -500,9 +512,15 @@ std::vector<SeqOutput> Model::readOutputs(Step& s) {
   const int64_t F = s.F, E = s.E, C = s.C, V = s.V;
   s.mark("readback");
   if (s.finalCapture) {
-    auto rowsF = readRows(d, hLast_, F, C);
-    for (int64_t r = 0; r < F; r++)
-      if (s.isCapture(p.finals[r], cfg.numLayers)) s.captured[p.finals[r].seq] = std::move(rowsF[r]);
+    // hLast: after the final norm (capture numLayers); resLast: its input, the stream after every layer (the fused
+    // residual add of the final norm wrote resid + o there; capture numLayers + 1).
+    auto normed = readRows(d, hLast_, F, C), stream = readRows(d, resLast_, F, C);
+    for (int64_t r = 0; r < F; r++) {
+      if (!s.isCapture(p.finals[r], cfg.numLayers)) continue;
+      const int i = p.finals[r].seq;
+      if (captures(s.b.seqs[i], cfg.numLayers)) s.store(i, cfg.numLayers, std::move(normed[r]));
+      if (captures(s.b.seqs[i], cfg.numLayers + 1)) s.store(i, cfg.numLayers + 1, std::move(stream[r]));
+    }
   }
   std::vector<SeqOutput> out(s.b.seqs.size());
   if (E > 0) {

@@ -118,7 +118,14 @@ BatchInput parseBatch(const Napi::Value& v) {
     s.startPos = int32_t(integer(so, "startPos", w, 0, 0, INT32_MAX / 2, true));
     s.blockTable = int32s(field(so, "blockTable", w), w + ": 'blockTable'");
     s.numTop = int(integer(so, "numTopLogprobs", w, 0, 0, 64));
-    s.captureLayer = int(integer(so, "captureHiddenLayer", w, -1, -1, 1 << 12));
+    const int one = int(integer(so, "captureHiddenLayer", w, -1, -1, 1 << 12));
+    Napi::Value many = so.Get("captureHiddenLayers");
+    if (!many.IsUndefined() && !many.IsNull()) {
+      if (one >= 0) fail(w + ": give captureHiddenLayer or captureHiddenLayers, not both");
+      s.captureLayers = int32s(many, w + ": 'captureHiddenLayers'");
+    } else if (one >= 0) {
+      s.captureLayers = {one};
+    }
     s.emitToken = boolean(so, "emitToken", w, true);
     s.emitAll = boolean(so, "emitAll", w, false);
     s.fixedSchedule = boolean(so, "fixedSchedule", w, false);

@@ -120,7 +120,7 @@ export class PagedToyModel implements EngineModel {
         result.topLogprobs = Float32Array.from(order, (t) => logits[t] - logits[order[0]]);
       }
       if (batch.returnLogits) result.logits = Float32Array.from(toyLogits(context));
-      if (s.captureHiddenLayer !== undefined) result.hidden = Float32Array.from([context.length, s.captureHiddenLayer]);
+      if (s.captureHiddenLayers !== undefined) result.hidden = Float32Array.from([context.length, ...s.captureHiddenLayers]);
       return result;
     });
   }

@@ -127,6 +127,27 @@ for (const { arch, dtype, extra, what } of CASES) {
         expect(relL2(r.hidden!, hs[layer][8])).toBeLessThan(tolerance(dtype));
       }
     });
+
+    it("captures several layers at once, the final norm's input included, each as it would alone", async () => {
+      const tokens = randomTokens(9, model.config.vocabSize, 12);
+      const hs = referenceHiddenStates(ref, tokens);
+      const L = model.config.numLayers;
+      const C = model.config.hiddenSize;
+      const layers = [0, 1, L, L + 1];
+      const run = (capture: Partial<NativeForwardSequence>) =>
+        model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([40, 41, 42]), ...capture }] });
+      const [all] = await run({ captureHiddenLayers: Int32Array.from(layers) });
+      expect(all.hidden!.length).toBe(layers.length * C);
+      for (const [k, layer] of layers.entries()) {
+        const got = all.hidden!.subarray(k * C, (k + 1) * C);
+        expect(relL2(got, hs[layer][8])).toBeLessThan(tolerance(dtype));
+        if (layer <= L) expect(Array.from(got)).toEqual(Array.from((await run({ captureHiddenLayer: layer }))[0].hidden!));
+      }
+      // The final norm's input is not the normed output.
+      expect(relL2(all.hidden!.subarray(3 * C), hs[L][8])).toBeGreaterThan(0.01);
+      await expect(run({ captureHiddenLayers: Int32Array.from([2, 1]) })).rejects.toThrow(/ascending/);
+      await expect(run({ captureHiddenLayers: Int32Array.from([L + 2]) })).rejects.toThrow(/final norm's input/);
+    });
   });
 }
 

@@ -23,7 +23,9 @@ export function referenceHiddenStates(model: ReferenceModel, tokens: number[]): 
   } finally {
     proto.layer = original;
   }
-  // The last entry is the final-normed stream, as in transformers.
+  // Entry numLayers is the final-normed stream, as in transformers; numLayers + 1 the final norm's input (the native
+  // capture index of the last block's output).
+  hs.push(hs[c.numLayers].slice());
   const w = model.weight(weightNames(c).finalNorm);
   hs[c.numLayers] = hs[c.numLayers].map((x) => {
     let ss = 0;

@@ -1,11 +1,8 @@
 // Where a golden file's bytes came from: the model's weights, the device and the kernel configuration. Outputs are
 // a function of all three (a GEMM's summation order differs between AVX2 and AVX-512 paths, between GPUs, between
 // kernel knobs), so a golden recorded under one never silently judges a run under another.
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { readdir, stat } from "node:fs/promises";
-import { join } from "node:path";
 import type { DeviceKind, DeviceReport } from "../native/addonTypes.js";
+export { modelHash } from "../model/modelHash.js";
 
 export interface Provenance {
   /** sha256 over the model folder's config.json, tokenizer.json and every *.safetensors file (names, sizes, bytes). */
@@ -23,27 +20,6 @@ export interface Provenance {
    * golden recorded fused against --separate-verify), so refusing over them would refuse a sound comparison.
    */
   verify: Record<string, string | number | boolean>;
-}
-
-/** Files whose bytes define a model's outputs (generation_config.json only sets defaults the golden's params pin). */
-function definesOutputs(name: string): boolean {
-  return name === "config.json" || name === "tokenizer.json" || name.endsWith(".safetensors");
-}
-
-/**
- * Sound fingerprint of a model folder: every byte of its weights, config and tokenizer, streamed (a multi-GB
- * checkpoint is hashed at disk speed without being held in memory). A cheaper fingerprint (headers, sizes) would
- * call two fine-tunes of one architecture the same model.
- */
-export async function modelHash(dir: string): Promise<string> {
-  const hash = createHash("sha256");
-  const names = (await readdir(dir)).filter(definesOutputs).sort();
-  for (const name of names) {
-    const file = join(dir, name);
-    hash.update(`${name}\0${(await stat(file)).size}\0`);
-    for await (const chunk of createReadStream(file, { highWaterMark: 1 << 22 })) hash.update(chunk as Buffer);
-  }
-  return hash.digest("hex");
 }
 
 /** The device a model runs on, as specific as its bits depend on. */

@@ -10,7 +10,8 @@ import type { Sequence } from "./sequence.js";
 export interface SequenceSampling {
   sampling: SamplingSpec;
   numTopLogprobs: number;
-  captureHiddenLayer: number | null;
+  /** Native capture indices for this step's emitting row (ascending), or null. */
+  captureHiddenLayers: readonly number[] | null;
   /** Needs the raw logits (for logprobs of chosen token ids). */
   needsLogits: boolean;
 }
@@ -85,7 +86,7 @@ export class ModelRunner {
         numTopLogprobs: emitToken ? s.numTopLogprobs : 0,
         emitToken,
       };
-      if (emitToken && s.captureHiddenLayer !== null) input.captureHiddenLayer = s.captureHiddenLayer;
+      if (emitToken && s.captureHiddenLayers !== null) input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
       if (extras.fixed?.(i)) input.fixedSchedule = anyFixed = true;
       return input;
     });

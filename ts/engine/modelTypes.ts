@@ -20,8 +20,8 @@ export interface ForwardSequence {
   blockTable: Int32Array;
   sampling: SamplingSpec;
   numTopLogprobs: number;
-  /** HF hidden_states index to return at the last position, or omitted. */
-  captureHiddenLayer?: number;
+  /** Hidden states to return at the last position, ascending (NativeForwardSequence.captureHiddenLayers), or omitted. */
+  captureHiddenLayers?: Int32Array;
   /** False for a non-final prefill chunk: no logits, no sample. */
   emitToken: boolean;
   /** Sample after every position (a verify row): the result carries tokens/logprobs [tokens.length]. */
@@ -52,7 +52,7 @@ export interface ForwardResult {
   /** Top logprobs ([numTopLogprobs], or [tokens.length, numTopLogprobs] for emitAll). */
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
-  /** [hidden] at the last position, when captureHiddenLayer was given. */
+  /** [layers, hidden] at the last position, when captureHiddenLayers was given. */
   hidden?: Float32Array;
   /** Raw logits [vocab], when the batch asked for them. */
   logits?: Float32Array;

@@ -18,6 +18,14 @@ export interface TokenLogprob {
   requested?: TopLogprob[];
 }
 
+/** One activation-probe capture (request.probe): the residual stream after each asked block at one position. */
+export interface ProbeCapture {
+  /** Generated tokens up to and including the captured position (0 = the prompt's last token). */
+  tokens: number;
+  /** [layers, hidden]: one vector per asked block, in the order asked. */
+  hidden: Float32Array;
+}
+
 /** New tokens of one sample since the previous delta (one engine step). */
 export interface StreamDelta {
   /** Which of the request's n samples. */
@@ -28,6 +36,8 @@ export interface StreamDelta {
   logprobs?: TokenLogprob[];
   /** Hidden state [hidden] of the requested layer at the position that produced these tokens. */
   hidden?: Float32Array;
+  /** The probe capture made by the step that produced these tokens (request.probe). */
+  probe?: ProbeCapture;
   /** Set on the sample's last delta. */
   finishReason?: FinishReason;
 }
@@ -44,6 +54,8 @@ export interface SampleOutput {
   logprobs?: TokenLogprob[];
   /** The last captured hidden state, when captureHidden was asked. */
   hidden?: Float32Array;
+  /** Every probe capture, in order, when request.probe was asked. */
+  probes?: ProbeCapture[];
 }
 
 export interface Usage {

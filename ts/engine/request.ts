@@ -29,9 +29,16 @@ export interface SamplingParams {
   /** Return the hidden state of this HF hidden_states layer (0 = embeddings .. numLayers) at every step. */
   captureHidden?: { layer: number };
   /**
+   * Activation probes (DUCHESS): the residual stream after block `layer` (-1 = the last block's, i.e. the final
+   * norm's input; an array for several blocks at once) at the last token, every `every` generated tokens, copied out
+   * of the step that computes it (no extra forward). Streamed as `delta.probe` and collected in `output.probes`:
+   * capture k is at the k-th generated token (0 = the prompt's last token). Not combinable with captureHidden.
+   */
+  probe?: { layer: number | readonly number[]; every: number };
+  /**
    * Same prompt, seed and parameters give the same tokens whatever else the engine runs (decode-verify-rollback:
    * fast decoding, verified every verifyWindow tokens on a fixed schedule; only verified tokens are streamed).
-   * Default false; output.determinism reports its cost. Not combinable with captureHidden yet.
+   * Default false; output.determinism reports its cost. Not combinable with captureHidden or probe yet.
    */
   deterministic?: boolean;
   /** Scheduling metadata an inter-program policy reads (ts/sched). */
@@ -74,7 +81,23 @@ export interface ResolvedParams {
   logprobs: number | null;
   tokenLogprobs: number[] | null;
   captureHiddenLayer: number | null;
+  probe: ResolvedProbe | null;
   deterministic: boolean;
+}
+
+export interface ResolvedProbe {
+  /** Blocks as asked (-1 resolved to numLayers - 1), in the order of the captured vectors. */
+  layers: number[];
+  /** The native capture index of each (ascending like `layers`): block L's output is hidden_states[L + 1], the last
+   *  block's the final norm's input (numLayers + 1). */
+  native: number[];
+  every: number;
+}
+
+/** Native capture index of block `layer`'s output (-1 = the last block). */
+export function probeCaptureIndex(layer: number, numLayers: number): number {
+  const l = layer === -1 ? numLayers - 1 : layer;
+  return l + 1 < numLayers ? l + 1 : numLayers + 1;
 }
 
 /** The model facts validation needs. */
@@ -120,11 +143,29 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const tokenLogprobs = wanted !== null && wanted.length > 0 ? wanted : null;
   const layer = p.captureHidden?.layer;
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
+  const probe = p.probe === undefined ? (base?.probe ?? null) : resolveProbe(p.probe, limits.numLayers, fail);
+  if (probe !== null && captureHiddenLayer !== null) fail("probe", p.probe, "give probe or captureHidden, not both");
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
-  if (deterministic && captureHiddenLayer !== null) {
-    fail("captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
+  if (deterministic && (captureHiddenLayer !== null || probe !== null)) {
+    const [field, value] = probe !== null ? ["probe", p.probe] : ["captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }];
+    fail(field, value, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
   }
-  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, deterministic };
+  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, probe, deterministic };
+}
+
+function resolveProbe(p: NonNullable<SamplingParams["probe"]>, numLayers: number, fail: (field: string, value: unknown, fix: string) => never): ResolvedProbe {
+  const asked = typeof p.layer === "number" ? [p.layer] : [...p.layer];
+  const layers: number[] = [];
+  for (const l of asked) {
+    if (!Number.isInteger(l) || l < -1 || l >= numLayers) fail("probe.layer", p.layer, `expected block indices in [-1, ${numLayers - 1}] (the model has ${numLayers} layers; -1 = the last)`);
+    const b = l === -1 ? numLayers - 1 : l;
+    if (layers.includes(b)) fail("probe.layer", p.layer, `block ${b} is asked twice (-1 is block ${numLayers - 1})`);
+    layers.push(b);
+  }
+  const order = layers.map((l, i) => [l, i]).sort((a, b) => a[0] - b[0]);
+  if (order.some(([, i], j) => i !== j)) fail("probe.layer", p.layer, "expected the blocks in ascending order");
+  if (!Number.isInteger(p.every) || p.every < 1) fail("probe.every", p.every, "expected an integer >= 1");
+  return { layers, native: layers.map((l) => probeCaptureIndex(l, numLayers)), every: p.every };
 }
 
 /** Validates prompt token ids against the vocabulary. */

@@ -2,7 +2,7 @@
 // maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
 // the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
 import type { Detokenizer } from "./modelTypes.js";
-import type { FinishReason, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
+import type { FinishReason, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
 
 export interface SampledToken {
@@ -23,6 +23,7 @@ export class SampleTracker {
   private tail = "";
   private readonly logprobs: TokenLogprob[] | undefined;
   private hidden: Float32Array | undefined;
+  private readonly probes: ProbeCapture[] | undefined;
   private readonly holdBackChars: number;
   finishReason: FinishReason | null = null;
   private stoppedBy: string | number | undefined;
@@ -35,6 +36,7 @@ export class SampleTracker {
   ) {
     this.logprobs = params.logprobs === null && params.tokenLogprobs === null ? undefined : [];
     this.holdBackChars = Math.max(0, ...params.stop.map((s) => s.length - 1));
+    this.probes = params.probe === null ? undefined : [];
   }
 
   get finished(): boolean {
@@ -44,8 +46,11 @@ export class SampleTracker {
   /** Adds one sampled token; returns the delta to stream (with finishReason set if this token ended the sample). */
   add(s: SampledToken): StreamDelta {
     const tailBefore = this.tail.length;
+    // A capture is at the row that produced this token: its input was the tokens.length-th generated token.
+    const probe = s.hidden && this.probes ? { tokens: this.tokens.length, hidden: s.hidden } : undefined;
+    if (probe) this.probes!.push(probe);
+    else if (s.hidden) this.hidden = s.hidden;
     this.tokens.push(s.token);
-    if (s.hidden) this.hidden = s.hidden;
     let logprob: TokenLogprob | undefined;
     if (this.logprobs) {
       const top = [];
@@ -69,7 +74,8 @@ export class SampleTracker {
     if (!this.finished && this.tokens.length >= this.params.maxTokens) this.finishReason = "length";
     const delta: StreamDelta = { sample: this.index, tokens: [s.token], text: this.takeStreamableText() };
     if (logprob) delta.logprobs = [logprob];
-    if (s.hidden) delta.hidden = s.hidden;
+    if (probe) delta.probe = probe;
+    else if (s.hidden) delta.hidden = s.hidden;
     if (this.finishReason !== null) delta.finishReason = this.finishReason;
     return delta;
   }
@@ -90,6 +96,7 @@ export class SampleTracker {
     if (this.stoppedBy !== undefined) out.stoppedBy = this.stoppedBy;
     if (this.logprobs) out.logprobs = this.logprobs.slice();
     if (this.hidden) out.hidden = this.hidden;
+    if (this.probes) out.probes = this.probes.slice();
     return out;
   }
 

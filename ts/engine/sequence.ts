@@ -24,6 +24,8 @@ export interface SchedMetadata {
   remainingKnob?: number;
   /** The program's mean tokens per knob unit so far, for SJF. */
   meanTokensPerRound?: number;
+  /** The program's predicted total tokens from its prompt (a difficulty classifier), for complexity-aware SJF. */
+  predictedTokens?: number;
 }
 
 /** The request (and which of its samples) a sequence serves, and the model it runs on; set by the RequestBuilder. */

@@ -8,6 +8,7 @@ import type { ForwardResult } from "./modelTypes.js";
 import type { SequenceSampling } from "./modelRunner.js";
 import type { StreamDelta } from "./outputs.js";
 import type { RequestBuilder } from "./requestBuilder.js";
+import type { ResolvedParams } from "./request.js";
 import type { RequestState } from "./requestState.js";
 import type { ScheduledBatch } from "./scheduler.js";
 import type { Sequence } from "./sequence.js";
@@ -164,7 +165,7 @@ export class Stepper {
     return {
       sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
       numTopLogprobs: p.logprobs ?? 0,
-      captureHiddenLayer: p.captureHiddenLayer,
+      captureHiddenLayers: captureLayersOf(p, seq),
       needsLogits: p.tokenLogprobs !== null,
     };
   };
@@ -199,6 +200,13 @@ export class Stepper {
     state.fail(error);
     this.live.delete(state);
   }
+}
+
+/** What the step's emitting row of `seq` captures: probe layers when its input is the k-th generated token with k a
+ *  multiple of probe.every (k = 0: the prompt's last token), else the captureHidden layer at every step. */
+function captureLayersOf(p: ResolvedParams, seq: Sequence): readonly number[] | null {
+  if (p.probe !== null) return seq.numCompletionTokens % p.probe.every === 0 ? p.probe.native : null;
+  return p.captureHiddenLayer === null ? null : [p.captureHiddenLayer];
 }
 
 /** One delta for several tokens of one sample (a verify pass commits up to a window at once). */

@@ -130,6 +130,12 @@ export interface NativeForwardSequence {
   numTopLogprobs?: number;
   /** HF hidden_states index in [0, numLayers]: 0 = embeddings, l = after l layers, numLayers = after the final norm. */
   captureHiddenLayer?: number;
+  /**
+   * Several hidden states at once, ascending without repeats (not with captureHiddenLayer): indices as above, plus
+   * numLayers + 1 = the final norm's input (the residual stream after the last layer). The result's `hidden` holds
+   * them one after another, [captureHiddenLayers.length, hidden].
+   */
+  captureHiddenLayers?: Int32Array;
   /** False for a prefill chunk that is not the prompt's last: lm_head and sampling are skipped (token = -1). */
   emitToken?: boolean;
   /**
@@ -176,7 +182,8 @@ export interface NativeForwardResult {
   /** numTopLogprobs highest (per row for emitAll): ids descending by logprob (ties by lower id), and their logprobs. */
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
-  /** Hidden state [hidden] at the last position, when captureHiddenLayer was given. */
+  /** Hidden state [hidden] at the last position, when captureHiddenLayer was given ([layers, hidden] for
+   *  captureHiddenLayers). */
   hidden?: Float32Array;
   /** [vocab], or [tokens.length, vocab] for emitAll. */
   logits?: Float32Array;

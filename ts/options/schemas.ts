@@ -23,6 +23,16 @@ export const samplingShape = {
   logprobs: field<number>("expected an integer in [0, 64]", isInt(0, 64)).optional(),
   tokenLogprobs: field<number[]>("expected an array of integer token ids", isTokenIds).optional(),
   captureHidden: strictObject({ layer: field<number>("expected an integer layer index >= 0", isInt(0)) }, "expected { layer: number }").optional(),
+  probe: strictObject(
+    {
+      layer: field<number | number[]>(
+        "expected a block index >= -1 (-1 = the last block's output, the final norm's input) or a non-empty array of them",
+        (v) => isInt(-1)(v) || (Array.isArray(v) && v.length > 0 && v.every((l) => isInt(-1)(l))),
+      ),
+      every: field<number>("expected an integer >= 1 (generated tokens between captures)", isInt(1)),
+    },
+    "expected { layer: number, every: number }",
+  ).optional(),
   deterministic: field<boolean>("expected true or false", isBool).optional(),
   metadata: strictObject(
     {
@@ -31,6 +41,7 @@ export const samplingShape = {
       priority: field<number>("expected a finite number (higher runs first)", isFiniteNumber).optional(),
       remainingKnob: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
       meanTokensPerRound: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+      predictedTokens: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
     },
     "expected an object of scheduling metadata",
   ).optional(),
