@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
+import { combineCertaindex, entropyCertaindex } from "../../ts/certaindex/signals.js";
 import { Mcts } from "../../ts/programs/mcts.js";
 import { allotChildren, Rebase } from "../../ts/programs/rebase.js";
 import { bundledModelDir } from "../../ts/bundledModel.js";
@@ -87,7 +88,7 @@ describe("Rebase", () => {
     expect(allotChildren([], 4, 1)).toEqual([]);
   });
 
-  it("keeps `width` live paths per depth, stops at maxDepth, certaindex = max finished reward", async () => {
+  it("keeps `width` live paths per depth, stops at maxDepth, certaindex = max finished reward and answer entropy, each against its threshold", async () => {
     await using engine = engineOf();
     const rb = new Rebase({ prompt: randomTokens(12, V, 2), question: "q", reward: byLength, width: 4, maxDepth: 3, stepMaxTokens: 5, seed: 3, extractAnswer: firstChar, model: "policy" });
     const r = await new ProgramRuntime(engine).run(rb, { policy: { kind: "baseline-even" } });
@@ -99,7 +100,10 @@ describe("Rebase", () => {
       finishedBefore += byDepth(d).filter((n) => n.terminal).length;
     }
     expect(rb.state.finished).toHaveLength(4); // everything ends by depth 3
-    expect(r.certaindex).toBe(Math.max(...rb.state.finished.map((n) => n.reward)));
+    const maxReward = Math.max(...rb.state.finished.map((n) => n.reward));
+    const entropy = entropyCertaindex(rb.state.finished.map((n) => n.answer));
+    expect(rb.signals()).toEqual([{ value: maxReward, threshold: 0.99 }, { value: entropy, threshold: 0.85 }]);
+    expect(r.certaindex).toBe(combineCertaindex(rb.signals()));
     for (const n of rb.tree.nodes) if (n.parent && n.parent.parent) expect(n.reward).toBeLessThanOrEqual(n.parent.reward);
     expect(r.answer).not.toBeNull();
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
@@ -147,9 +151,13 @@ describe("MCTS", () => {
     expect(r.rounds).toBe(3);
     expect(r.knob.used).toBe(12);
     expectMctsStats(m, 12, 3);
-    // Certaindex is the mean reward of the solutions; the answer their reward-weighted vote.
+    // Certaindex is the mean reward of the solutions against R_τ (0.9; entropy off by default); the answer their
+    // reward-weighted vote.
     const rewards = m.state.solutions.map((n) => n.reward);
-    expect(r.certaindex).toBeCloseTo(rewards.reduce((a, b) => a + b) / rewards.length, 12);
+    const mean = rewards.reduce((a, b) => a + b) / rewards.length;
+    expect(m.signals()[0]).toEqual({ value: expect.closeTo(mean, 12), threshold: 0.9 });
+    expect(m.signals()[1].threshold).toBe(0);
+    expect(r.certaindex).toBeCloseTo(Math.min(1, mean / 0.9), 12);
     const weight = new Map<string | null, number>();
     for (const s of m.state.solutions) weight.set(s.answer, (weight.get(s.answer) ?? 0) + s.reward);
     const best = Math.max(...[...weight.entries()].filter(([a]) => a !== null).map(([, w]) => w));
@@ -189,8 +197,9 @@ describe("MCTS", () => {
       expect(root.children.map((c) => solutionOf.get(c)!.reward)).toEqual([1, 0, 0.5, 0]);
       expect(root.children.map((c) => c.visits)).toEqual([3, 2, 2, 1]);
       expect(root.children.map((c) => c.children.length)).toEqual([2, 1, 1, 0]);
-      // Certaindex: the mean reward of the 8 solutions (the root's value per visit).
-      expect(r.certaindex).toBeCloseTo(root.valueSum / 8, 12);
+      // Certaindex: the mean reward of the 8 solutions (the root's value per visit) against R_τ 0.9.
+      expect(m.signals()[0].value).toBeCloseTo(root.valueSum / 8, 12);
+      expect(r.certaindex).toBeCloseTo(Math.min(1, root.valueSum / 8 / 0.9), 12);
       expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
     } finally {
       model.dispose();

@@ -1,19 +1,37 @@
 // Chain-of-thought probing (Dynasor-CoT): every `interval` tokens the runtime asks the model for its current
-// answer; the program exits once the last `window` probe answers agree, are non-empty and show no hesitation.
+// answer y_k. The paper's consistency over a sliding window of the last w probes is
+//   C_k = (1/w) · Σ_{j=k−w+1..k} I[y_j = y_k],
+// with probe answers that hesitate ("wait", "hmm", ...) marked unconfident and left out of the check; the program
+// exits once C_k ≥ τ. Here τ is given as a count, `agree` = ⌈τ·w⌉: exit once, among the last `window` probes (by
+// position, the latest included), at least `agree` are confident and equal to the latest one, which must itself be
+// confident. A probe that is empty, failed, or hesitates counts as disagreeing (it still takes its place in the
+// window, so the window always spans the last window × interval tokens of thought). agree = window (the default)
+// is τ = 1, the reference implementation's rule: the last `window` probes all confident and equal.
 //
 // The reference implementation's `should_early_exit` returns true whenever enough probes exist, whatever they say
-// (hao-ai-lab/Dynasor issue #25). Here all three conditions must hold.
+// (hao-ai-lab/Dynasor issue #25). Here the answers must agree as above.
 
 /** Words that mark a probe answer as a guess rather than a conclusion (matched as whole words, any case). */
 export const DEFAULT_HESITATION_WORDS: readonly string[] = ["wait", "hmm", "hold", "but", "maybe", "perhaps", "unsure", "not sure", "double-check", "recheck", "alternatively"];
 
 export interface ProbeRule {
-  /** How many consecutive probe answers must agree (default 3). */
+  /** How many of the latest probes the check looks at, w (default 3). */
   window: number;
+  /** How many of those must be confident and equal to the latest, ⌈τ·w⌉ (1 ≤ agree ≤ window; default: window,
+   * i.e. τ = 1). */
+  agree?: number;
   hesitationWords: readonly string[];
 }
 
 export const DEFAULT_PROBE_RULE: ProbeRule = { window: 3, hesitationWords: DEFAULT_HESITATION_WORDS };
+
+/** The rule's `agree`, checked: an integer in [1, window] (absent: window). */
+export function agreeCount(rule: ProbeRule): number {
+  if (!Number.isInteger(rule.window) || rule.window < 1) throw new RangeError(`probe window must be an integer ≥ 1, got ${rule.window}`);
+  const agree = rule.agree ?? rule.window;
+  if (!Number.isInteger(agree) || agree < 1 || agree > rule.window) throw new RangeError(`probe agree must be an integer in [1, window = ${rule.window}], got ${agree}`);
+  return agree;
+}
 
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
@@ -29,29 +47,30 @@ export function isConfidentProbe(answer: string | null | undefined, rule: ProbeR
   return answer != null && answer.trim() !== "" && !hasHesitation(answer, rule.hesitationWords);
 }
 
-/** Exit when the last `window` probe answers are all confident and equal. */
-export function shouldExitOnProbes(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): boolean {
-  if (rule.window < 1) throw new RangeError(`probe window must be ≥ 1, got ${rule.window}`);
-  if (probes.length < rule.window) return false;
-  const last = probes.slice(-rule.window);
-  if (!last.every((p) => isConfidentProbe(p, rule))) return false;
-  const first = (last[0] as string).trim();
-  return last.every((p) => (p as string).trim() === first);
-}
-
 /**
- * Probe certaindex in [0, 1]: the length of the run of confident probes equal to the latest one, over the window.
- * Reaches 1 exactly when shouldExitOnProbes is true.
+ * How many of the last `window` probes are confident and equal to the latest (the latest counted; 0 when the latest
+ * is not confident): w · C_k in the paper's terms.
  */
-export function probeCertaindex(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): number {
+export function agreeingProbes(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): number {
+  agreeCount(rule);
   if (probes.length === 0) return 0;
   const latest = probes[probes.length - 1];
   if (!isConfidentProbe(latest, rule)) return 0;
-  let run = 0;
-  for (let i = probes.length - 1; i >= 0 && run < rule.window; i--) {
-    const p = probes[i];
-    if (!isConfidentProbe(p, rule) || p.trim() !== latest.trim()) break;
-    run++;
-  }
-  return run / rule.window;
+  let agreeing = 0;
+  for (const p of probes.slice(-rule.window)) if (isConfidentProbe(p, rule) && p.trim() === latest.trim()) agreeing++;
+  return agreeing;
+}
+
+/** Exit when at least `agree` of the last `window` probes are confident and equal to the latest (see the header). */
+export function shouldExitOnProbes(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): boolean {
+  return agreeingProbes(probes, rule) >= agreeCount(rule);
+}
+
+/**
+ * Probe certaindex in [0, 1]: min(1, agreeing probes / agree). Reaches 1 exactly when shouldExitOnProbes is true.
+ */
+export function probeCertaindex(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): number {
+  const agree = agreeCount(rule);
+  const agreeing = agreeingProbes(probes, rule);
+  return agreeing >= agree ? 1 : agreeing / agree;
 }

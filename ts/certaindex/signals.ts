@@ -62,7 +62,42 @@ export function rewardCertaindex(rewards: readonly number[], aggregate: "mean" |
   return aggregate === "max" ? Math.max(...rewards) : rewards.reduce((s, r) => s + r, 0) / rewards.length;
 }
 
-/** Several signals combined: the program is as certain as its least certain signal (all thresholds must pass). */
-export function combineCertaindex(values: readonly number[]): number {
-  return values.length === 0 ? 0 : Math.min(...values);
+/** One certaindex signal and the bar it must reach (both in [0, 1]; a threshold of 0 is always met). */
+export interface ThresholdedSignal {
+  value: number;
+  threshold: number;
+}
+
+/** A program option's per-signal threshold, checked at the boundary (`field` names the option in the message). */
+export function checkThreshold(field: string, threshold: number): number {
+  if (!(threshold >= 0 && threshold <= 1)) throw new RangeError(`${field} must be in [0, 1] (0 turns the signal off), got ${threshold}`);
+  return threshold;
+}
+
+/** The largest double below 1: a signal short of its threshold never rounds up to "met". */
+const JUST_BELOW_ONE = 1 - 2 ** -53;
+
+/** How far one signal is towards its threshold: 1 when value ≥ threshold, else value / threshold (< 1). */
+function progress({ value, threshold }: ThresholdedSignal): number {
+  if (!(threshold >= 0 && threshold <= 1)) throw new RangeError(`certaindex threshold ${threshold} is outside [0, 1]`);
+  if (!(value >= 0 && value <= 1)) throw new RangeError(`certaindex signal ${value} is outside [0, 1]; normalise it first`);
+  if (value >= threshold) return 1;
+  return Math.min(value / threshold, JUST_BELOW_ONE);
+}
+
+/**
+ * Several signals combined as Dynasor does: each signal has its own threshold and the program is certain only when
+ * every signal meets its own (e.g. MCTS: reward ≥ R_τ and answer entropy ≥ H̃_τ). The result is
+ * min over signals of min(1, value / threshold): exactly 1 when all thresholds are met (meetsAll), below 1 otherwise,
+ * and it grows with every signal's progress, so a threshold / curve policy can still act on partial certainty.
+ * Policies on a combined certaindex therefore use threshold 1 for "every signal met". No signals: a RangeError.
+ */
+export function combineCertaindex(signals: readonly ThresholdedSignal[]): number {
+  if (signals.length === 0) throw new RangeError("combineCertaindex needs at least one signal");
+  return Math.min(...signals.map(progress));
+}
+
+/** True when every signal meets its own threshold (combineCertaindex(signals) === 1). */
+export function meetsAll(signals: readonly ThresholdedSignal[]): boolean {
+  return combineCertaindex(signals) >= 1;
 }

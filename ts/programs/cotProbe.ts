@@ -1,13 +1,14 @@
 // Chain-of-thought probing (Dynasor-CoT). One main branch thinks; every `interval` generated tokens a probe forks
 // it at exactly that length (KV shared, nothing copied), appends the task's probe suffix (`</think> \boxed{` for
 // boxed answers), decodes a short answer greedily (≤ 20 tokens, stopped at `}` or a newline) and is discarded: its
-// pages are freed when it finishes and the main branch never sees it. The program exits once the last `window`
-// probe answers agree, are non-empty and free of hesitation words (probeCertaindex reaches 1 exactly then). Because
+// pages are freed when it finishes and the main branch never sees it. The program exits once at least `rule.agree` of
+// the last `rule.window` probe answers are non-empty, free of hesitation words and equal to the latest one (Dynasor's
+// windowed consistency, ts/certaindex/probe.ts; probeCertaindex reaches 1 exactly then). Because
 // a probe cuts the main branch at a fixed length, its answer does not depend on how far the main branch ran
 // meanwhile.
 import type { RequestHandle } from "../engine/handle.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
+import { agreeCount, DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
 import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
 import type { ProgramTask } from "./task.js";
@@ -28,6 +29,8 @@ export interface CotProbeOptions {
   /** Where a probe answer ends (default "}" and a newline: an answer is one line; a probe that starts another
    * thought line instead of answering stops there rather than spending probeMaxTokens). */
   probeStop?: string[];
+  /** The exit rule: `window` probes looked at, `agree` of them confident and equal to the latest (default: window 3,
+   * agree = window), hesitation words. */
   rule?: ProbeRule;
   temperature?: number;
   seed?: number;
@@ -86,6 +89,7 @@ export class CotProbe implements Program {
       answerMarkers: ["</think>", task.answerMarker] as readonly string[],
     };
     this.o = { ...withDefaults(defaults, options), interval };
+    agreeCount(this.o.rule); // a bad window / agree fails here, not after the first probe
     this.knob = { used: 0, max: Math.ceil(this.o.maxTokens / interval) };
     this.tokenBudget = this.o.maxTokens + (this.o.probe ? this.knob.max * this.o.probeMaxTokens : 0);
   }

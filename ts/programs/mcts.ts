@@ -4,9 +4,11 @@
 // selections use virtual visits and pending expansions (so they spread out) and whose requests run concurrently on
 // the engine. Every simulation ends in a solution, so the search has an answer after its first round; without the
 // rollout a tree `branching` wide needs ~branching^depth simulations before any path reaches an answer (the
-// interim tiny reasoner's 32 simulations never did: "(none)"). Certaindex (Dynasor): the mean reward of the
-// solutions found (mean aggregation), optionally combined with their answer entropy.
-import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
+// interim tiny reasoner's 32 simulations never did: "(none)"). Certaindex (Dynasor, signals combined per threshold):
+// the mean reward of the solutions found (mean aggregation) against `rewardThreshold`, and their answer entropy H̃
+// against `entropyThreshold` (off by default); 1 exactly when every signal meets its threshold, which is what the
+// default policy waits for.
+import { checkThreshold, combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence, type ThresholdedSignal } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
@@ -21,7 +23,11 @@ export interface MctsOptions extends StepTreeOptions {
   branching?: number;
   /** UCT exploration constant (default 1.0). */
   exploration?: number;
-  entropy?: boolean;
+  /** The solutions' mean reward must reach this (R_τ; default 0.9; 0 turns the reward signal off). */
+  rewardThreshold?: number;
+  /** The solutions' answer entropy certaindex H̃ must reach this too (H̃_τ; default 0: off; the paper's MCTS on GSM8K
+   * uses 0.99 with R_τ 0.4). */
+  entropyThreshold?: number;
   /** When two solutions' answers are the same answer (default: the task's). */
   equivalent?: AnswerEquivalence;
 }
@@ -53,6 +59,8 @@ export class Mcts implements Program {
   private readonly branching: number;
   private readonly c: number;
   private readonly eq: AnswerEquivalence;
+  private readonly rewardThreshold: number;
+  private readonly entropyThreshold: number;
   private exhausted = false;
 
   constructor(private readonly o: MctsOptions) {
@@ -62,11 +70,14 @@ export class Mcts implements Program {
     this.branching = o.branching ?? 3;
     this.c = o.exploration ?? 1;
     this.eq = o.equivalent ?? ((a, b) => (o.task ?? boxedAnswers).equivalent(a, b));
+    this.rewardThreshold = checkThreshold("mcts.rewardThreshold", o.rewardThreshold ?? 0.9);
+    this.entropyThreshold = checkThreshold("mcts.entropyThreshold", o.entropyThreshold ?? 0);
     this.tree = new StepTree(o);
     this.knob = { used: 0, max };
     // A simulation generates one step and the rollout after it: at most the solution's token cap.
     this.tokenBudget = max * this.tree.maxTokens;
-    this.defaultPolicy = { kind: "threshold", threshold: 0.9, detectAt: this.perRound * 2 };
+    // Every signal at its threshold, checked from the second round on.
+    this.defaultPolicy = { kind: "threshold", threshold: 1, detectAt: this.perRound * 2 };
   }
 
   /** Every path ends in a solution that has been expanded as far as it goes. */
@@ -126,10 +137,17 @@ export class Mcts implements Program {
     }
   }
 
-  updateCertaindex(): number {
+  /** The two signals over the solutions found, each with its threshold. */
+  signals(): ThresholdedSignal[] {
     const s = this.state.solutions;
-    const reward = rewardCertaindex(s.map((n) => n.reward), "mean");
-    this.certaindex = this.o.entropy ? combineCertaindex([reward, entropyCertaindex(s.map((n) => n.answer), this.eq)]) : reward;
+    return [
+      { value: rewardCertaindex(s.map((n) => n.reward), "mean"), threshold: this.rewardThreshold },
+      { value: entropyCertaindex(s.map((n) => n.answer), this.eq), threshold: this.entropyThreshold },
+    ];
+  }
+
+  updateCertaindex(): number {
+    this.certaindex = this.state.solutions.length === 0 ? 0 : combineCertaindex(this.signals());
     return this.certaindex;
   }
 

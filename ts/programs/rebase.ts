@@ -1,9 +1,13 @@
 // Rebase (Wu et al., "Inference Scaling Laws"): reward-balanced tree search. A budget of `width` solutions; each
 // round expands every frontier step once more, giving node j round(remaining × softmax(reward_j / τ)) children
-// (largest remainders settle the rounding), where remaining = width − finished solutions. Certaindex (Dynasor):
-// the best finished solution's reward (max aggregation), optionally combined with the answer entropy of the
-// finished solutions (both must be high).
-import { combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence } from "../certaindex/signals.js";
+// (largest remainders settle the rounding), where remaining = width − finished solutions. Certaindex (Dynasor's
+// reward-based certaindex with signals combined per threshold): the best finished solution's reward (max aggregation)
+// against `rewardThreshold` and the answer entropy H̃ of the finished solutions against `entropyThreshold`; it is 1
+// exactly when both are met (combineCertaindex), so the default policy (threshold 1 from the first round) stops the
+// search as soon as a finished solution is rewarded ≥ 0.99 and the finished solutions agree (H̃ ≥ 0.85, at least two
+// of them), not only when the width is spent or maxDepth reached. H̃ of fewer than two solutions is 0: one finished
+// solution never stops the search on its own.
+import { checkThreshold, combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence, type ThresholdedSignal } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
@@ -14,8 +18,12 @@ export interface RebaseOptions extends StepTreeOptions {
   width?: number;
   /** Softmax temperature τ over rewards (default 0.2; lower = greedier). */
   balanceTemperature?: number;
-  /** Also require answer agreement: certaindex = min(max reward, entropy certaindex). */
-  entropy?: boolean;
+  /** The best finished solution's reward must reach this (R_τ; default 0.99, the paper's Rebase setting; 0 turns the
+   * reward signal off). */
+  rewardThreshold?: number;
+  /** The finished solutions' answer entropy certaindex H̃ must reach this (H̃_τ; default 0.85, the paper's Rebase
+   * setting; 0 turns the entropy signal off). */
+  entropyThreshold?: number;
   /** When two solutions' answers are the same answer (default: the task's). */
   equivalent?: AnswerEquivalence;
 }
@@ -43,12 +51,15 @@ export class Rebase implements Program {
   certaindex = 0;
   readonly knob: Knob;
   readonly tokenBudget: number;
-  readonly defaultPolicy: PolicySpec = { kind: "threshold", threshold: 0.99, detectAt: 1 };
+  /** Stop once every certaindex signal meets its threshold, checked after every round. */
+  readonly defaultPolicy: PolicySpec = { kind: "threshold", threshold: 1, detectAt: 1 };
   readonly tree: StepTree;
   readonly state: { frontier: TreeNode[]; finished: TreeNode[] } = { frontier: [], finished: [] };
   private readonly width: number;
   private readonly tau: number;
   private readonly eq: AnswerEquivalence;
+  private readonly rewardThreshold: number;
+  private readonly entropyThreshold: number;
 
   constructor(private readonly o: RebaseOptions) {
     this.width = o.width ?? 8;
@@ -56,6 +67,8 @@ export class Rebase implements Program {
     this.tau = o.balanceTemperature ?? 0.2;
     if (!(this.tau > 0)) throw new RangeError(`rebase.balanceTemperature must be > 0, got ${this.tau}`);
     this.eq = o.equivalent ?? ((a, b) => (o.task ?? boxedAnswers).equivalent(a, b));
+    this.rewardThreshold = checkThreshold("rebase.rewardThreshold", o.rewardThreshold ?? 0.99);
+    this.entropyThreshold = checkThreshold("rebase.entropyThreshold", o.entropyThreshold ?? 0.85);
     this.tree = new StepTree(o);
     const depth = o.maxDepth ?? 16;
     this.knob = { used: 0, max: depth };
@@ -80,10 +93,17 @@ export class Rebase implements Program {
     this.knob.used++;
   }
 
-  updateCertaindex(): number {
+  /** The two signals over the finished solutions, each with its threshold. */
+  signals(): ThresholdedSignal[] {
     const f = this.state.finished;
-    const reward = rewardCertaindex(f.map((n) => n.reward), "max");
-    this.certaindex = this.o.entropy ? combineCertaindex([reward, entropyCertaindex(f.map((n) => n.answer), this.eq)]) : reward;
+    return [
+      { value: rewardCertaindex(f.map((n) => n.reward), "max"), threshold: this.rewardThreshold },
+      { value: entropyCertaindex(f.map((n) => n.answer), this.eq), threshold: this.entropyThreshold },
+    ];
+  }
+
+  updateCertaindex(): number {
+    this.certaindex = this.state.finished.length === 0 ? 0 : combineCertaindex(this.signals());
     return this.certaindex;
   }
 

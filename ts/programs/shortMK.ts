@@ -1,0 +1,126 @@
+// Short-m@k (Hassid et al. 2025, "Don't Overthink it. Preferring Shorter Thinking Chains for Improved LLM
+// Reasoning"): start k branches at once, stop everything as soon as the first m of them finish, and answer by
+// majority vote over those m; a tie goes to the answer of the shortest branch among the tied. Shorter chains are
+// more often right, and the k − m longest are never paid for in full. The k branches are one request with n = k
+// samples (they share the prompt's KV); its stream says when each sample ends, and once m have ended the request is
+// aborted, which stops the rest at the next engine step and frees their pages. One execute() runs the whole
+// program; certaindex is the answer entropy H̃ of the m answers (reported; no policy acts on it, there is no next
+// round). Branch i uses seed + i, as in SelfConsistency.
+import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
+import type { PolicySpec } from "../certaindex/policies.js";
+import type { FinishReason } from "../engine/outputs.js";
+import { boxedAnswers } from "./answers.js";
+import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
+import type { ProgramTask } from "./task.js";
+
+export interface ShortMKOptions {
+  /** Text (tokenized with the model's tokenizer, special tokens added) or token ids, e.g. a rendered chat. */
+  prompt: string | readonly number[];
+  /** Branches started (default 8). */
+  k?: number;
+  /** Finished branches that end the program and vote (default 3, at most k). */
+  m?: number;
+  /** Per-branch generation cap (default 256). A branch cut by the cap counts as finished (it ended). */
+  maxTokens?: number;
+  temperature?: number;
+  topP?: number;
+  /** Branch i samples with seed + i (default 0). */
+  seed?: number;
+  /** Which loaded model (default: the engine's first). */
+  model?: string;
+  /** How answers are read and compared (default boxedAnswers). */
+  task?: ProgramTask;
+}
+
+/** A branch among the first m to finish. */
+export interface ShortBranch {
+  /** The sample index (branch i used seed + i). */
+  index: number;
+  text: string;
+  answer: string | null;
+  tokens: number;
+  finishReason: FinishReason;
+}
+
+export class ShortMK implements Program {
+  readonly name = "short-m@k";
+  certaindex = 0;
+  /** Branches: all k are started by the one round. */
+  readonly knob: Knob;
+  readonly state: {
+    /** The first m branches to finish, in finishing order (the vote's input). */
+    finished: ShortBranch[];
+    /** Sample indices in the order their end was streamed (every branch that ended before the abort landed). */
+    finishOrder: number[];
+    /** Branches stopped by the abort once m had finished. */
+    aborted: number;
+  } = { finished: [], finishOrder: [], aborted: 0 };
+  readonly tokenBudget: number;
+  /** One round does everything: no policy decision is left to make. */
+  readonly defaultPolicy: PolicySpec = { kind: "baseline-even" };
+  private readonly k: number;
+  private readonly m: number;
+  private readonly o: Required<Pick<ShortMKOptions, "maxTokens" | "temperature" | "seed">> & ShortMKOptions;
+  private readonly extract: (text: string) => string | null;
+  private readonly eq: AnswerEquivalence;
+  private ran = false;
+
+  constructor(options: ShortMKOptions) {
+    this.k = options.k ?? 8;
+    if (!Number.isInteger(this.k) || this.k < 1) throw new RangeError(`short-m@k.k must be an integer ≥ 1, got ${this.k}`);
+    this.m = options.m ?? Math.min(3, this.k);
+    if (!Number.isInteger(this.m) || this.m < 1 || this.m > this.k) throw new RangeError(`short-m@k.m must be an integer in [1, k = ${this.k}], got ${this.m}`);
+    this.o = withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0 }, options);
+    if (!Number.isInteger(this.o.maxTokens) || this.o.maxTokens < 1) throw new RangeError(`short-m@k.maxTokens must be an integer ≥ 1, got ${this.o.maxTokens}`);
+    const task = options.task ?? boxedAnswers;
+    this.extract = (text) => task.extractAnswer(text);
+    this.eq = (a, b) => task.equivalent(a, b);
+    this.knob = { used: 0, max: this.k };
+    this.tokenBudget = this.k * this.o.maxTokens;
+  }
+
+  get done(): boolean {
+    return this.ran;
+  }
+
+  async execute(ctx: ProgramContext): Promise<void> {
+    const o = this.o;
+    const handle = ctx.submit({ prompt: o.prompt, n: this.k, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, model: o.model });
+    this.knob.used = this.k;
+    this.ran = true;
+    const order = this.state.finishOrder;
+    // Watch the samples end as the engine streams them; the m-th end aborts the request (the others stop at the next
+    // step). A caller's abort ends the stream with every open sample "aborted": those are not finishes.
+    for await (const d of handle) {
+      if (d.finishReason === undefined || d.finishReason === "aborted") continue;
+      order.push(d.sample);
+      if (order.length === this.m) {
+        handle.abort();
+        break;
+      }
+    }
+    const out = await handle.result;
+    // Finishing order is length order (all k started together); ties (same step) keep the stream's order.
+    this.state.finished = order.slice(0, this.m).map((i) => {
+      const s = out.samples[i];
+      return { index: i, text: s.text, answer: this.extract(s.text), tokens: s.tokens.length, finishReason: s.finishReason };
+    });
+    this.state.aborted = out.samples.filter((s) => s.finishReason === "aborted").length;
+  }
+
+  updateCertaindex(): number {
+    this.certaindex = entropyCertaindex(this.answers(), this.eq);
+    return this.certaindex;
+  }
+
+  /** Majority vote of the first m answers; a tie goes to the answer of the shortest branch among the tied. */
+  answer(): string | null {
+    return majorityVote(this.answers(), this.eq).answer;
+  }
+
+  /** The m answers, shortest branch first (majorityVote breaks a tie by first seen: the shortest branch's answer). */
+  private answers(): Array<string | null> {
+    const byLength = this.state.finished.map((b, i) => ({ b, i })).sort((x, y) => x.b.tokens - y.b.tokens || x.i - y.i);
+    return byLength.map(({ b }) => b.answer);
+  }
+}
