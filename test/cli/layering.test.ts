@@ -16,10 +16,11 @@ const ALLOWED: Record<string, readonly string[]> = {
   device: ["native"],
   model: ["native"],
   engine: ["model", "native", "sched", "options"],
+  probe: ["model"], // the DUCHESS MLPs and their file: programs run them, eval trains them
   certaindex: ["engine", "model", "sched"],
-  programs: ["engine", "certaindex", "model", "sched", "options"],
+  programs: ["engine", "certaindex", "model", "sched", "options", "probe"],
   tasks: ["programs", "model"],
-  eval: ["engine", "model", "programs", "certaindex", "tasks"],
+  eval: ["engine", "model", "programs", "certaindex", "tasks", "probe"],
   determinism: ["engine", "model", "native", "device"],
   cli: ["index"], // the CLI is built on the public API only
 };
@@ -81,8 +82,8 @@ describe("layers only look down", () => {
     put("widgets/w.ts", "export {};\n");
     expect(violations(root)).toEqual([
       "ts/cli/commands/run.ts imports ../../engine/engine.js (cli may import only index)",
-      "ts/eval/generator.ts imports ../native/addonTypes.js (eval may import only engine, model, programs, certaindex, tasks)",
-      "ts/programs/sc.ts imports ../tasks/arith/answer.js (programs may import only engine, certaindex, model, sched, options)",
+      "ts/eval/generator.ts imports ../native/addonTypes.js (eval may import only engine, model, programs, certaindex, tasks, probe)",
+      "ts/programs/sc.ts imports ../tasks/arith/answer.js (programs may import only engine, certaindex, model, sched, options, probe)",
       "ts/widgets/ has no entry in the layer table of test/cli/layering.test.ts",
     ]);
   });

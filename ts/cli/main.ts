@@ -5,6 +5,7 @@ import { registerDeterminism } from "./commands/determinism.js";
 import { registerDevices } from "./commands/devices.js";
 import { registerEval } from "./commands/eval.js";
 import { registerGenerate } from "./commands/generate.js";
+import { registerProbe } from "./commands/probe.js";
 import { registerRun } from "./commands/run.js";
 
 const program = new Command();
@@ -14,6 +15,7 @@ registerGenerate(program);
 registerRun(program);
 registerEval(program);
 registerDeterminism(program);
+registerProbe(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {
   console.error(`deliberate: ${e instanceof Error ? e.message : String(e)}`);

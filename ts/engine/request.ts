@@ -32,9 +32,10 @@ export interface SamplingParams {
    * Activation probes (DUCHESS): the residual stream after block `layer` (-1 = the last block's, i.e. the final
    * norm's input; an array for several blocks at once) at the last token, every `every` generated tokens, copied out
    * of the step that computes it (no extra forward). Streamed as `delta.probe` and collected in `output.probes`:
-   * capture k is at the k-th generated token (0 = the prompt's last token). Not combinable with captureHidden.
+   * capture k is at the k-th generated token (0 = the prompt's last token). Not combinable with captureHidden. A fork
+   * inherits its parent's; null turns it off.
    */
-  probe?: { layer: number | readonly number[]; every: number };
+  probe?: { layer: number | readonly number[]; every: number } | null;
   /**
    * Same prompt, seed and parameters give the same tokens whatever else the engine runs (decode-verify-rollback:
    * fast decoding, verified every verifyWindow tokens on a fixed schedule; only verified tokens are streamed).
@@ -143,7 +144,7 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const tokenLogprobs = wanted !== null && wanted.length > 0 ? wanted : null;
   const layer = p.captureHidden?.layer;
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
-  const probe = p.probe === undefined ? (base?.probe ?? null) : resolveProbe(p.probe, limits.numLayers, fail);
+  const probe = p.probe === undefined ? (base?.probe ?? null) : p.probe === null ? null : resolveProbe(p.probe, limits.numLayers, fail);
   if (probe !== null && captureHiddenLayer !== null) fail("probe", p.probe, "give probe or captureHidden, not both");
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
   if (deterministic && (captureHiddenLayer !== null || probe !== null)) {

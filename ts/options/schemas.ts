@@ -31,8 +31,10 @@ export const samplingShape = {
       ),
       every: field<number>("expected an integer >= 1 (generated tokens between captures)", isInt(1)),
     },
-    "expected { layer: number, every: number }",
-  ).optional(),
+    "expected { layer: number, every: number } (null: off)",
+  )
+    .nullable()
+    .optional(),
   deterministic: field<boolean>("expected true or false", isBool).optional(),
   metadata: strictObject(
     {

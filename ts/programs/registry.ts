@@ -2,6 +2,9 @@
 // checked with `satisfies never`.
 import { DEFAULT_PROBE_RULE } from "../certaindex/probe.js";
 import { CotProbe } from "./cotProbe.js";
+import { Duchess } from "./duchess.js";
+import { ShortMK } from "./shortMK.js";
+import type { DuchessProbe } from "../probe/probeFile.js";
 import { Mcts } from "./mcts.js";
 import type { Program } from "./program.js";
 import { Rebase } from "./rebase.js";
@@ -9,8 +12,8 @@ import type { RewardSource } from "./rewards.js";
 import type { ProgramTask } from "./task.js";
 import { SelfConsistency } from "./selfConsistency.js";
 
-export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts";
-export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts"];
+export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k";
+export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts", "duchess", "short-m@k"];
 
 export interface BuildProgramOptions {
   /** The question as asked (what the reward sources see). */
@@ -37,6 +40,10 @@ export interface BuildProgramOptions {
   interval?: number;
   /** cot-probe: probe answers that must agree (the exit rule's window, default 3). */
   probeWindow?: number;
+  /** short-m@k: the m of the first branches to finish that vote (default 3; k is the cap). */
+  shortM?: number;
+  /** duchess: the trained probe (loadProbe); required. */
+  probe?: DuchessProbe;
 }
 
 export function parseProgramKind(value: string): ProgramKind {
@@ -59,6 +66,11 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
       return new Rebase({ ...tree, width: o.cap });
     case "mcts":
       return new Mcts({ ...tree, maxSimulations: o.cap, simulationsPerRound: o.simulationsPerRound });
+    case "short-m@k":
+      return new ShortMK({ ...common, k: o.cap, m: o.shortM, maxTokens: o.maxTokens, temperature: o.temperature });
+    case "duchess":
+      if (o.probe === undefined) throw new Error("program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`");
+      return new Duchess({ ...common, probe: o.probe, branches: o.cap, maxTokens: o.maxTokens, temperature: o.temperature });
     default:
       return kind satisfies never;
   }

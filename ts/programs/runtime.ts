@@ -2,6 +2,7 @@
 // for the next round. Every request a program makes carries the program's scheduling metadata (programId and
 // programArrivalMs for gang scheduling; remainingKnob and meanTokensPerRound for SJF), refreshed on the program's
 // live requests after every round, so the engine's inter-program policy orders whole programs.
+import { setMaxListeners } from "node:events";
 import type { Engine } from "../engine/engine.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ForkOptions, GenerateRequest } from "../engine/request.js";
@@ -42,6 +43,8 @@ class RunContext implements ProgramContext {
     outer: AbortSignal | undefined,
   ) {
     this.signal = outer ? AbortSignal.any([outer, this.controller.signal]) : this.controller.signal;
+    // Every request of the program listens on it (DUCHESS keeps dozens alive): not a leak.
+    setMaxListeners(0, this.signal);
   }
 
   metadata(): SchedMetadata {

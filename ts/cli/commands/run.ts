@@ -5,6 +5,7 @@
 // `--task` says how answers are read (arith: `\boxed{}`, gsm8k: `#### N`); rebase and mcts score steps with a reward
 // source: the task's own step verifier (default; arith has one) or a process reward model.
 import { existsSync } from "node:fs";
+import { join } from "node:path";
 import type { Command } from "commander";
 import {
   buildProgram,
@@ -13,7 +14,10 @@ import {
   getTask,
   loadCalibration,
   loadModel,
+  loadProbe,
+  modelHash,
   modelProcessReward,
+  PROBE_SUBDIR,
   parseProgramKind,
   parseVerifier,
   programCalibration,
@@ -49,6 +53,7 @@ interface RunOptions {
   prmTag?: string;
   calibration?: string | false;
   task: string;
+  probe?: string;
 }
 
 function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
@@ -109,7 +114,7 @@ export function registerRun(program: Command): void {
     .argument("<question>", 'the question, e.g. "What is 7*(8+5)-19?"')
     .option("--program <name>", `one of ${PROGRAM_KINDS.join(", ")}`, "sc")
     .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
-    .option("--cap <n>", "the program's knob cap: branches (sc), width (rebase), simulations (mcts)")
+    .option("--cap <n>", "the program's knob cap: branches (sc, duchess; k of short-m@k), width (rebase), simulations (mcts)")
     .option("--max-tokens <n>", "tokens per branch (sc) or for the whole thought (cot-probe)")
     .option("--seed <s>", "sampling seed", "0")
     .option("--temperature <t>", "sampling temperature")
@@ -125,6 +130,7 @@ export function registerRun(program: Command): void {
     .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline)", "\\n")
     .option("--calibration <file>", `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`)
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
+    .option("--probe <dir>", `duchess: the trained probe (default: <model>/${PROBE_SUBDIR}, written by deliberate probe train)`)
     .option("--json", "print one JSON object with the result")
     .action(async (question: string, opts: RunOptions) => {
       if (question.trim() === "") throw new Error('the question is empty; ask one, e.g. deliberate run "What is 7*(8+5)-19?"');
@@ -142,8 +148,17 @@ export function registerRun(program: Command): void {
       const interval = num("interval", opts.interval, true);
       if (interval !== undefined && kind !== "cot-probe") throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
       // The calibrated entry for this program at this cap (SC: per cap), if the calibration has one.
-      const pc = cal === null ? undefined : programCalibration(cal.calibration, kind, cap);
+      // (duchess is tuned by its probe file, not by a certaindex calibration.)
+      const pc = cal === null || kind === "duchess" || kind === "short-m@k" ? undefined : programCalibration(cal.calibration, kind, cap);
+      if (opts.probe !== undefined && kind !== "duchess") throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
       const model = await loadModel(dir, { device: opts.device });
+      const probe =
+        kind === "duchess"
+          ? await loadProbe(opts.probe ?? join(dir, PROBE_SUBDIR), { hash: await modelHash(dir), hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, name: dir }).catch((e: unknown) => {
+              model.dispose();
+              throw e;
+            })
+          : undefined;
       const prm = prmDir === undefined ? null : await loadModel(prmDir, { device: opts.device });
       const engine = new Engine({ models: prm === null ? { model } : [{ name: "policy", model }, { name: "prm", model: prm }] });
       try {
@@ -168,6 +183,7 @@ export function registerRun(program: Command): void {
           task,
         };
         if (reward !== null) build.reward = reward;
+        if (probe !== undefined) build.probe = probe;
         const prog = buildProgram(kind, build);
         const policy = policyOf(opts) ?? pc?.policy;
         const tty = !opts.json && process.stderr.isTTY;

@@ -1,0 +1,140 @@
+// DUCHESS on the real engine with a generated fixture model and hand-made probes (an MLP whose output is fixed by
+// its last bias, or a seeded random one): each action does what the paper says and leaves no page behind.
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Engine } from "../../ts/engine/engine.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { Mlp, type MlpShape } from "../../ts/probe/mlp.js";
+import { loadProbe, saveProbe, PROBE_FILE_VERSION, type DuchessProbe, type ProbeMeta } from "../../ts/probe/probeFile.js";
+import { Duchess, type DuchessOptions } from "../../ts/programs/duchess.js";
+import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
+
+let model: Model;
+beforeAll(async () => {
+  model = await loadModel(await fixtureDir("llama", "f32", { layers: 2 }), { kvPages: 512, pageSize: 16 });
+});
+afterAll(() => model?.dispose());
+
+const C = (): number => model.config.hiddenSize;
+
+function metaOf(over: Partial<ProbeMeta["correctness"]> = {}): ProbeMeta {
+  return {
+    version: PROBE_FILE_VERSION,
+    model: { hash: "h", hiddenSize: C(), numLayers: model.config.numLayers },
+    task: "arith",
+    correctness: { layer: 0, interval: 4, tau: 0.5, tauPercentile: 70, consecutive: 2, hidden: [8, 4], dropout: 0.15, aurocByLayer: {}, testAuroc: 0, positiveRate: 0, ...over },
+    training: {},
+  };
+}
+
+/** A probe whose p is sigmoid(logit) whatever the activation (all weights 0), or a seeded random MLP. */
+function probeOf(logit: number | "random", over: Partial<ProbeMeta["correctness"]> = {}): DuchessProbe {
+  const shape: MlpShape = { input: C(), hidden: [8, 4], output: 1, activation: "relu", dropout: 0.15 };
+  const mlp = new Mlp(shape, undefined, 7);
+  if (logit !== "random") {
+    for (const p of mlp.parameters().slice(2)) p.fill(0);
+    mlp.layers[2].bias[0] = logit;
+  }
+  return { meta: metaOf(over), correctness: mlp, difficulty: null };
+}
+
+const usedPages = (e: Engine): number => e.metrics().models[0].kvPagesUsed;
+const engineOf = (): Engine => new Engine({ models: { model }, kernelMode: "batch-invariant" });
+
+async function run(engine: Engine, o: Partial<DuchessOptions> & Pick<DuchessOptions, "probe">): Promise<{ d: Duchess; tokens: number; peak: number }> {
+  const d = new Duchess({ prompt: randomTokens(20, model.config.vocabSize, 3), branches: 3, maxTokens: 40, temperature: 0.9, seed: 5, probeMaxTokens: 4, ...o });
+  let peak = 0;
+  const timer = setInterval(() => (peak = Math.max(peak, usedPages(engine))), 1);
+  const r = await new ProgramRuntime(engine).run(d);
+  clearInterval(timer);
+  return { d, tokens: r.tokensUsed, peak };
+}
+
+describe("Duchess", () => {
+  it("terminate: after S checks above tau a branch is CoT-probed and aborted; its pages are freed", async () => {
+    await using engine = engineOf();
+    const { d } = await run(engine, { probe: probeOf(5), branchOut: false, requestStop: false });
+    expect(d.state.branches).toHaveLength(3);
+    for (const b of d.state.branches) {
+      expect(b.end).toBe("terminated");
+      expect(b.predictions.length).toBe(2); // checks at 4 and 8 tokens: S = 2 in a row above tau
+      expect(b.tokens).toBeLessThan(40);
+    }
+    expect(d.state.terminated).toBe(3);
+    expect(d.state.answers).toHaveLength(3); // one CoT probe answer each (possibly empty text: counted, no vote)
+    expect(d.state.stop).toBe("answers");
+    expect(usedPages(engine)).toBe(0);
+  });
+
+  it("continue: below tau nothing is terminated and the branches run to their cap", async () => {
+    await using engine = engineOf();
+    const { d, tokens } = await run(engine, { probe: probeOf(-5), requestStop: false });
+    expect(d.state.terminated).toBe(0);
+    expect(d.state.forks).toBe(0); // no slot was freed before the end
+    for (const b of d.state.branches) expect(b.end === "length" || b.end === "stop").toBe(true);
+    expect(d.state.branches.every((b) => b.predictions.length >= 1 && b.predictions.every((p) => p < 0.01))).toBe(true);
+    expect(tokens).toBeGreaterThanOrEqual(3 * 8);
+    expect(usedPages(engine)).toBe(0);
+  });
+
+  it("branch out: each freed slot is filled by forking an active branch, which shares its pages", async () => {
+    await using engine = engineOf();
+    // Staggered terminations: tau between the random probe's predictions.
+    const probe = probeOf(5, { consecutive: 2 });
+    const { d } = await run(engine, { probe, branches: 2, requestStop: false, maxTokens: 40 });
+    expect(d.state.forks).toBeGreaterThan(0);
+    const forked = d.state.branches.filter((b) => b.parent !== null);
+    expect(forked.length).toBe(d.state.forks);
+    for (const b of forked) {
+      const parent = d.state.branches[b.parent!];
+      expect(b.offset).toBeGreaterThanOrEqual(parent.offset); // continues where the parent was
+      // Every token before the fork point comes with the parent's pages, the partly filled last page included (a
+      // fresh request would reuse full pages of the prefix cache only); the last token is fed again to sample on.
+      expect(b.cachedTokens).toBe(20 + b.offset - 1);
+    }
+    expect(d.state.answers).toHaveLength(2); // without request stop: c answers
+    expect(usedPages(engine)).toBe(0);
+  });
+
+  it("request stop: beta·c answers end the request; the other branches are aborted and every page freed", async () => {
+    await using engine = engineOf();
+    const without = await run(engine, { probe: probeOf(-5), branches: 4, requestStop: false, maxTokens: 48 });
+    const { d, tokens } = await run(engine, { probe: probeOf(-5), branches: 4, alpha: 0.25, beta: 0.5, maxTokens: 48 });
+    // Every branch ends in the same step here (same length, no termination), so two answers arrive together:
+    // the stop comes at the first of them and the rest are aborted.
+    expect(["consensus", "coverage"]).toContain(d.state.stop);
+    expect(d.state.answers.length).toBeLessThan(4);
+    expect(without.d.state.answers).toHaveLength(4);
+    expect(tokens).toBeLessThanOrEqual(without.tokens);
+    expect(usedPages(engine)).toBe(0);
+  });
+
+  it("refuses bad settings", () => {
+    const probe = probeOf(0);
+    const prompt = [1, 2, 3];
+    expect(() => new Duchess({ prompt, probe, alpha: 0.8, beta: 0.6 })).toThrow(/0 < alpha < beta/);
+    expect(() => new Duchess({ prompt, probe, branches: 0 })).toThrow(/branches/);
+    expect(() => new Duchess({ prompt, probe, lambda: 0 })).toThrow(/lambda/);
+  });
+});
+
+describe("probe files", () => {
+  it("round-trip bit for bit and are refused for another model, naming both sides", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "probe-"));
+    const probe = probeOf("random");
+    probe.meta.model.hash = "a".repeat(64);
+    await saveProbe(dir, probe);
+    const target = { hash: "a".repeat(64), hiddenSize: C(), numLayers: model.config.numLayers, name: "fixture" };
+    const back = await loadProbe(dir, target);
+    const x = Float32Array.from({ length: C() }, (_, i) => Math.sin(i));
+    expect(back.correctness.forward(x)).toEqual(probe.correctness.forward(x));
+    expect(back.meta).toEqual(probe.meta);
+    await expect(loadProbe(dir, { ...target, hash: "b".repeat(64) })).rejects.toThrow(/trained on other weights \(model hash aaaaaaaaaaaa…\) than the model "fixture" \(bbbbbbbbbbbb…\).*deliberate probe train/);
+    await expect(loadProbe(dir, { ...target, hiddenSize: C() + 8 })).rejects.toThrow(new RegExp(`hidden states of size ${C()} but the model "fixture" has hidden size ${C() + 8}`));
+    await expect(loadProbe(dir, { ...target, numLayers: 0 })).rejects.toThrow(/reads block 0 but the model "fixture" has blocks 0..-1/);
+    await expect(loadProbe(join(dir, "none"), target)).rejects.toThrow(/no DUCHESS probe in .*deliberate probe train/);
+  });
+});

@@ -1,0 +1,315 @@
+// DUCHESS (intra-request branch orchestration): c branches think in parallel; every `interval` generated tokens the
+// engine hands each branch's activation at the probe's layer (request.probe, no extra forward) to a small MLP that
+// predicts whether a CoT probe would already answer correctly. Per branch:
+//   terminate   p > tau at `consecutive` (S = 2) checks in a row: the branch's answer is read by a CoT probe (a fork
+//               at the checked length + the task's probe suffix, decoded greedily), then the branch is aborted and
+//               its pages freed; a branch that ends on its own keeps the answer it wrote;
+//   branch out  each freed slot is refilled by forking an active branch j (its KV pages shared) chosen with
+//               probability p_j^(1/λ) / Σ_k p_k^(1/λ);
+//   continue    otherwise.
+// Request level: stop as soon as α·c identical answers or β·c answers are collected (0 < α < β ≤ 1); the rest is
+// aborted. The answer is the majority vote; certaindex is the answer entropy (as SC's), so the program reports what
+// the others report. Optionally the prompt's last-token activation goes through the probe's difficulty classifier
+// first and every request carries the predicted length (metadata.predictedTokens) for complexity-aware SJF.
+import type { RequestHandle } from "../engine/handle.js";
+import type { SchedMetadata } from "../engine/sequence.js";
+import { entropyCertaindex, majorityVote } from "../certaindex/signals.js";
+import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/probeFile.js";
+import { Prng } from "../probe/mlp.js";
+import { boxedAnswers } from "./answers.js";
+import type { Knob, Program, ProgramContext } from "./program.js";
+import type { ProgramTask } from "./task.js";
+
+export interface DuchessOptions {
+  prompt: string | readonly number[];
+  /** The trained probe (loadProbe): its correctness MLP, layer, interval and tau; its classifier if any. */
+  probe: DuchessProbe;
+  /** c: branches kept active (default: the probe's tuned value, else 8). */
+  branches?: number;
+  /** Request stop on consensus: α·c identical answers (default: tuned, else 0.6). */
+  alpha?: number;
+  /** Request stop on coverage: β·c answers (default: tuned, else 0.8). */
+  beta?: number;
+  /** Branch-out temperature λ (default: tuned, else 1). */
+  lambda?: number;
+  /** Termination threshold (default: the probe's tau). */
+  tau?: number;
+  /** S: checks in a row above tau before terminating (default: the probe's, 2). */
+  consecutive?: number;
+  /** Per-branch generation cap, counted from the prompt across forks (default 256). */
+  maxTokens?: number;
+  temperature?: number;
+  topP?: number;
+  /** Branch i starts with seed + i; the k-th fork gets seed + c + k. */
+  seed?: number;
+  model?: string;
+  task?: ProgramTask;
+  /** Most tokens a CoT probe decodes (default 20). */
+  probeMaxTokens?: number;
+  /** Ablations: turn each action off (all on by default). Without requestStop the program stops at c answers. */
+  terminate?: boolean;
+  branchOut?: boolean;
+  requestStop?: boolean;
+  /** Predict the request's length with the probe's classifier first (default: when the probe has one). */
+  classify?: boolean;
+}
+
+export type BranchEnd = "terminated" | "stop" | "length" | "aborted";
+
+export interface DuchessBranch {
+  id: number;
+  /** The branch it was forked from (null: started from the prompt). */
+  parent: number | null;
+  /** Generated tokens inherited from the parent at the fork. */
+  offset: number;
+  /** Generated tokens of its own so far. */
+  tokens: number;
+  /** The probe's predictions at each check, in order. */
+  predictions: number[];
+  end: BranchEnd | null;
+  answer: string | null;
+  /** Prompt tokens whose KV it did not compute (the shared prompt, or for a fork the parent's pages). */
+  cachedTokens: number;
+}
+
+export type DuchessStop = "consensus" | "coverage" | "answers" | "exhausted";
+
+interface Live {
+  b: DuchessBranch;
+  handle: RequestHandle;
+  /** Prompt tokens of its request (the fork point for a forked branch). */
+  promptLength: number;
+  text: string;
+  above: number;
+}
+
+export class Duchess implements Program {
+  readonly name = "duchess";
+  certaindex = 0;
+  readonly knob: Knob = { used: 0, max: 1 };
+  readonly tokenBudget: number;
+  readonly state = {
+    branches: [] as DuchessBranch[],
+    answers: [] as string[],
+    /** The classifier's predicted tokens per branch (null: not classified). */
+    predictedTokens: null as number | null,
+    stop: null as DuchessStop | null,
+    terminated: 0,
+    forks: 0,
+  };
+  private readonly o: Required<Omit<DuchessOptions, "model" | "topP" | "task" | "probe">> & Pick<DuchessOptions, "model" | "topP" | "probe">;
+  private readonly task: ProgramTask;
+  private readonly live = new Map<number, Live>();
+  private pendingProbes = 0;
+  private settle: (() => void) | null = null;
+  private failure: unknown = undefined;
+  private rng: Prng;
+
+  constructor(options: DuchessOptions) {
+    const probe = options.probe;
+    const tuned = probe.meta.orchestration;
+    const c = options.branches ?? tuned?.branches ?? 8;
+    const alpha = options.alpha ?? tuned?.alpha ?? 0.6;
+    const beta = options.beta ?? tuned?.beta ?? 0.8;
+    const lambda = options.lambda ?? tuned?.lambda ?? 1;
+    if (!Number.isInteger(c) || c < 1) throw new RangeError(`duchess.branches must be an integer ≥ 1, got ${c}`);
+    if (!(alpha > 0 && alpha < beta && beta <= 1)) throw new RangeError(`duchess: expected 0 < alpha < beta ≤ 1, got alpha ${alpha}, beta ${beta}`);
+    if (!(lambda > 0)) throw new RangeError(`duchess.lambda must be > 0, got ${lambda}`);
+    this.task = options.task ?? boxedAnswers;
+    this.o = {
+      prompt: options.prompt,
+      probe,
+      branches: c,
+      alpha,
+      beta,
+      lambda,
+      tau: options.tau ?? probe.meta.correctness.tau,
+      consecutive: options.consecutive ?? probe.meta.correctness.consecutive,
+      maxTokens: options.maxTokens ?? 256,
+      temperature: options.temperature ?? 0.8,
+      topP: options.topP,
+      seed: options.seed ?? 0,
+      model: options.model,
+      probeMaxTokens: options.probeMaxTokens ?? 20,
+      terminate: options.terminate ?? true,
+      branchOut: options.branchOut ?? true,
+      requestStop: options.requestStop ?? true,
+      classify: options.classify ?? probe.difficulty !== null,
+    };
+    this.rng = new Prng(this.o.seed);
+    this.tokenBudget = c * this.o.maxTokens;
+  }
+
+  get done(): boolean {
+    return this.knob.used >= 1;
+  }
+
+  async execute(ctx: ProgramContext): Promise<void> {
+    const o = this.o;
+    const prompt = ctx.encode(o.prompt, { model: o.model });
+    const metadata: SchedMetadata = {};
+    if (o.classify && o.probe.difficulty) {
+      // The paper prefills first and predicts from the prefill's activation; here a one-token request captures it.
+      const d = o.probe.meta.difficulty!;
+      const out = await ctx.submit({ prompt, maxTokens: 1, model: o.model, probe: { layer: d.layer, every: 1 }, metadata: { predictedTokens: 0 } }, "classify").result;
+      const capture = out.probes?.[0];
+      if (capture) {
+        this.state.predictedTokens = predictedTokensOf(o.probe, capture.hidden);
+        if (this.state.predictedTokens !== null) metadata.predictedTokens = this.state.predictedTokens * o.branches;
+      }
+    }
+    const finished = new Promise<void>((resolve) => (this.settle = resolve));
+    for (let i = 0; i < o.branches && !ctx.signal.aborted; i++) {
+      this.start(ctx, null, ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed + i, model: o.model, probe: this.probeOption(), metadata }), prompt.length, 0, metadata);
+    }
+    this.checkDone();
+    await finished;
+    this.knob.used = 1;
+    for (const l of this.live.values()) l.handle.abort();
+    if (this.failure !== undefined) throw this.failure;
+  }
+
+  private probeOption(): { layer: number; every: number } {
+    const c = this.o.probe.meta.correctness;
+    return { layer: c.layer, every: c.interval };
+  }
+
+  private start(ctx: ProgramContext, parent: number | null, handle: RequestHandle, promptLength: number, offset: number, metadata: SchedMetadata): void {
+    const b: DuchessBranch = { id: this.state.branches.length, parent, offset, tokens: 0, predictions: [], end: null, answer: null, cachedTokens: 0 };
+    this.state.branches.push(b);
+    const live: Live = { b, handle, promptLength, text: "", above: 0 };
+    this.live.set(b.id, live);
+    void (async () => {
+      try {
+        for await (const d of handle) {
+          if (this.stopped) break;
+          b.tokens += d.tokens.length;
+          live.text += d.text;
+          if (d.probe && d.probe.tokens > 0 && b.end === null) this.check(ctx, live, d.probe.hidden, metadata);
+        }
+        const out = await handle.result;
+        b.cachedTokens = out.usage.cachedTokens;
+        if (b.end === null) {
+          b.end = out.finishReason;
+          this.live.delete(b.id);
+          if (out.finishReason !== "aborted") {
+            b.answer = this.task.extractAnswer(out.text);
+            this.collect(b.answer);
+            this.refill(ctx, metadata);
+          }
+        }
+      } catch (e) {
+        this.failure ??= e;
+        this.live.delete(b.id);
+      }
+      this.checkDone();
+    })();
+  }
+
+  /** One probe check (the activation at a multiple of the interval): maybe terminate. */
+  private check(ctx: ProgramContext, live: Live, hidden: Float32Array, metadata: SchedMetadata): void {
+    const p = correctnessOf(this.o.probe, hidden);
+    live.b.predictions.push(p);
+    live.above = p > this.o.tau ? live.above + 1 : 0;
+    if (!this.o.terminate || live.above < this.o.consecutive || this.stopped) return;
+    // Terminate: a CoT probe reads the answer the thought has reached (cut where this program has read it to: the
+    // check arrives with the token after the checked one), then the branch goes.
+    const b = live.b;
+    b.end = "terminated";
+    this.state.terminated++;
+    this.live.delete(b.id);
+    const probe = ctx.fork(
+      live.handle,
+      { length: live.promptLength + b.tokens, append: this.task.probeSuffix(live.text), maxTokens: this.o.probeMaxTokens, temperature: 0, stop: ["}", "\n"], probe: null },
+      "probe",
+    );
+    live.handle.abort();
+    this.pendingProbes++;
+    void probe.result.then(
+      (out) => {
+        this.pendingProbes--;
+        if (out.finishReason !== "aborted") {
+          b.answer = out.text.trim() === "" ? null : out.text.trim();
+          this.collect(b.answer);
+        }
+        this.checkDone();
+      },
+      (e) => {
+        this.pendingProbes--;
+        this.failure ??= e;
+        this.checkDone();
+      },
+    );
+    this.refill(ctx, metadata);
+  }
+
+  /** Branch-out: fill the freed slot by forking an active branch, p_j^(1/λ)-weighted. */
+  private refill(ctx: ProgramContext, metadata: SchedMetadata): void {
+    if (!this.o.branchOut || this.stopped || ctx.signal.aborted) return;
+    const active = [...this.live.values()].filter((l) => l.b.end === null);
+    if (active.length === 0) return;
+    const weights = active.map((l) => (l.b.predictions.length > 0 ? l.b.predictions[l.b.predictions.length - 1] : 0.5) ** (1 / this.o.lambda));
+    const total = weights.reduce((s, w) => s + w, 0);
+    let r = this.rng.next() * total;
+    let j = 0;
+    while (j < active.length - 1 && (r -= weights[j]) >= 0) j++;
+    const src = active[j];
+    const cut = src.b.tokens;
+    const generated = src.b.offset + cut;
+    if (generated >= this.o.maxTokens) return;
+    const fork = ctx.fork(src.handle, {
+      length: src.promptLength + cut,
+      maxTokens: this.o.maxTokens - generated,
+      temperature: this.o.temperature,
+      seed: this.o.seed + this.o.branches + this.state.forks,
+      probe: this.probeOption(),
+      metadata,
+    });
+    this.state.forks++;
+    this.start(ctx, src.b.id, fork, src.promptLength + cut, generated, metadata);
+  }
+
+  /** Adds an answer unless the request has stopped (answers that land in the same step as the stopping one are
+   *  dropped: the stop rule is checked answer by answer, in arrival order). */
+  private collect(answer: string | null): void {
+    if (this.stopped) return;
+    if (answer !== null) this.state.answers.push(answer);
+    else this.state.answers.push("");
+    const c = this.o.branches;
+    const n = this.state.answers.length;
+    const top = majorityVote(this.state.answers, (a, b) => this.task.equivalent(a, b)).votes;
+    if (this.o.requestStop) {
+      if (top >= this.o.alpha * c) this.state.stop ??= "consensus";
+      else if (n >= this.o.beta * c) this.state.stop ??= "coverage";
+    } else if (n >= c) {
+      this.state.stop ??= "answers";
+    }
+  }
+
+  private get stopped(): boolean {
+    return this.state.stop !== null;
+  }
+
+  private checkDone(): void {
+    const running = [...this.live.values()].some((l) => l.b.end === null);
+    if (this.stopped || this.failure !== undefined || (!running && this.pendingProbes === 0)) {
+      if (!this.stopped && this.failure === undefined) this.state.stop = "exhausted";
+      const s = this.settle;
+      this.settle = null;
+      s?.();
+    }
+  }
+
+  updateCertaindex(): number {
+    this.certaindex = entropyCertaindex(this.votes(), (a, b) => this.task.equivalent(a, b));
+    return this.certaindex;
+  }
+
+  answer(): string | null {
+    return majorityVote(this.votes(), (a, b) => this.task.equivalent(a, b)).answer;
+  }
+
+  private votes(): Array<string | null> {
+    return this.state.answers.map((a) => (a === "" ? null : a));
+  }
+}
