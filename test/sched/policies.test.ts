@@ -91,3 +91,29 @@ describe("sjf aging", () => {
     expect(served!).toBeLessThanOrEqual(Math.ceil((1000 - 10) / 64) + 1);
   });
 });
+
+describe("complexity-aware SJF (DUCHESS)", () => {
+  it("orders programs by their predicted tokens, unpredicted requests by SJF's estimate, whole programs with gang", () => {
+    const q = [
+      req(0, { programId: "hard", predictedTokens: 900 }),
+      req(1, { programId: "easy", predictedTokens: 120 }),
+      req(2, { remainingTokens: 300 }), // no prediction: its SJF estimate
+      req(3, { programId: "classify", predictedTokens: 0, remainingTokens: 1 }), // DUCHESS's one-token classification
+      req(4, { programId: "hard", predictedTokens: 900 }),
+    ];
+    expect(ids(orderRequests("complexity", q, ctx))).toEqual([3, 1, 2, 0, 4]);
+    expect(ids(orderRequests("gang+complexity", q, ctx))).toEqual([3, 1, 2, 0, 4]);
+    expect(ids(orderRequests("gang+complexity", [q[0], q[2], q[1], q[4]], ctx))).toEqual([1, 2, 0, 4]);
+    expect(parseSchedulingPolicy("gang+complexity")).toBe("gang+complexity");
+  });
+
+  it("ages: a long prediction waits at most (P - P_min) / rate behind shorter newcomers", () => {
+    const rate = 64;
+    const old = req(0, { predictedTokens: 1000, arrivalMs: 0 });
+    const young = (id: number, at: number) => req(id, { predictedTokens: 100, arrivalMs: at });
+    // After (1000 - 100) / 64 = 14.06 s the old program goes first even against a fresh short one.
+    expect(ids(orderRequests("complexity", [old, young(1, 14_000)], { nowMs: 14_000, agingTokensPerSecond: rate }))).toEqual([1, 0]);
+    expect(ids(orderRequests("complexity", [old, young(1, 14_100)], { nowMs: 14_100, agingTokensPerSecond: rate }))).toEqual([0, 1]);
+    expect(ids(orderRequests("complexity", [old, young(1, 0)], { nowMs: 0, agingTokensPerSecond: rate }))).toEqual([1, 0]);
+  });
+});

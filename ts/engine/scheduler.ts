@@ -203,6 +203,7 @@ export class Scheduler {
     if (m.programArrivalMs !== undefined) r.programArrivalMs = m.programArrivalMs;
     if (m.remainingKnob !== undefined) r.remainingKnob = m.remainingKnob;
     if (m.meanTokensPerRound !== undefined) r.meanTokensPerRound = m.meanTokensPerRound;
+    if (m.predictedTokens !== undefined) r.predictedTokens = m.predictedTokens;
     r.prefixMatchTokens = withPrefix ? this.blockManager.matchPrefix(seq.tokens, seq.kvNamespace) : seq.numComputedTokens;
     return r;
   }

@@ -243,9 +243,12 @@ export class Duchess implements Program {
     this.refill(ctx, metadata);
   }
 
-  /** Branch-out: fill the freed slot by forking an active branch, p_j^(1/λ)-weighted. */
+  /** Branch-out: fill the freed slot by forking an active branch, p_j^(1/λ)-weighted. Not once the answers in hand
+   *  and those on their way (CoT probes in flight) already make the request stop: the fork could only be aborted. */
   private refill(ctx: ProgramContext, metadata: SchedMetadata): void {
     if (!this.o.branchOut || this.stopped || ctx.signal.aborted) return;
+    const coming = this.state.answers.length + this.pendingProbes;
+    if (coming >= (this.o.requestStop ? this.o.beta : 1) * this.o.branches) return;
     const active = [...this.live.values()].filter((l) => l.b.end === null);
     if (active.length === 0) return;
     const weights = active.map((l) => (l.b.predictions.length > 0 ? l.b.predictions[l.b.predictions.length - 1] : 0.5) ** (1 / this.o.lambda));

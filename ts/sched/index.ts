@@ -3,6 +3,7 @@ export { fcfs, byArrival, byProgramArrival } from "./fcfs.js";
 export { lpm } from "./lpm.js";
 export { gang } from "./gang.js";
 export { sjf, agedEstimate, estimatedRemainingTokens } from "./sjf.js";
+export { complexity, agedComplexity } from "./complexity.js";
 export {
   orderRequests,
   parseSchedulingPolicy,

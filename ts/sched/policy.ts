@@ -1,12 +1,13 @@
 // The inter-program scheduling policies the engine consults each step, chosen by name.
+import { complexity } from "./complexity.js";
 import { byProgramArrival, fcfs } from "./fcfs.js";
 import { gang } from "./gang.js";
 import { lpm } from "./lpm.js";
 import { sjf } from "./sjf.js";
 import type { SchedContext, SchedRequest } from "./types.js";
 
-export type SchedulingPolicy = "fcfs" | "lpm" | "gang" | "sjf" | "gang+sjf";
-export const SCHEDULING_POLICIES: readonly SchedulingPolicy[] = ["fcfs", "lpm", "gang", "sjf", "gang+sjf"];
+export type SchedulingPolicy = "fcfs" | "lpm" | "gang" | "sjf" | "gang+sjf" | "complexity" | "gang+complexity";
+export const SCHEDULING_POLICIES: readonly SchedulingPolicy[] = ["fcfs", "lpm", "gang", "sjf", "gang+sjf", "complexity", "gang+complexity"];
 
 /** Default SJF aging rate (tokens of estimate forgiven per second waited). */
 export const DEFAULT_AGING_TOKENS_PER_SECOND = 64;
@@ -34,6 +35,10 @@ function orderWithinPriority(policy: SchedulingPolicy, queue: readonly SchedRequ
       return sjf(queue, ctx);
     case "gang+sjf":
       return gang(sjf(queue, ctx));
+    case "complexity":
+      return complexity(queue, ctx);
+    case "gang+complexity":
+      return gang(complexity(queue, ctx));
     default:
       return policy satisfies never;
   }

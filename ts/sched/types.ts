@@ -19,6 +19,8 @@ export interface SchedRequest {
   remainingKnob?: number;
   /** Program's mean tokens per knob unit so far. */
   meanTokensPerRound?: number;
+  /** The program's predicted total tokens from its prompt (DUCHESS's difficulty classifier): complexity-aware SJF. */
+  predictedTokens?: number;
   /** Prompt tokens already in the prefix cache (filled only for policies that read it: lpm). */
   prefixMatchTokens?: number;
 }
