@@ -321,17 +321,24 @@ const WINDOW = cotCal.settings.probeWindow ?? DEFAULT_PROBE_RULE.window;
 log(`CoT: ${test.length} questions, greedy, probe every ${INTERVAL} tokens, ${JSON.stringify(cotCal.policy)}, load ${sampleLoad()}`);
 const cot = await pool(test, CONC, (p) => cotRun(p, INTERVAL));
 const cotBuilt = cot.map((c) => cotTrace(c, INTERVAL, INTERVAL, WINDOW));
-let plainCorrect = 0, plainTokens = 0, probedCorrect = 0, probedTokens = 0;
+let plainCorrect = 0, plainTokens = 0, probedCorrect = 0, probedTokens = 0, ruleCorrect = 0, ruleTokens = 0;
+// The exit rule alone (exit the first time it fires, from the first probe on), separately from the calibrated
+// policy, which may add a cap per probe step: the paper's Dynasor-CoT is the rule.
+const RULE_ONLY: PolicySpec = { kind: "threshold", threshold: 1, detectAt: 1 };
 cotBuilt.forEach((b, i) => {
   plainCorrect += ok(b.plainAnswer, test[i]) ? 1 : 0;
   plainTokens += b.plainTokens;
   const r = replay(cotCal.policy, b.trace);
   probedCorrect += ok(r.answer, test[i]) ? 1 : 0;
   probedTokens += r.tokensUsed;
+  const rule = replay(RULE_ONLY, b.trace);
+  ruleCorrect += ok(rule.answer, test[i]) ? 1 : 0;
+  ruleTokens += rule.tokensUsed;
 });
 const cotPoints = [
   { program: "cot", policy: "no-probe", accuracy: plainCorrect / N, meanTokens: plainTokens / N },
   { program: "cot", policy: "probe", accuracy: probedCorrect / N, meanTokens: probedTokens / N },
+  { program: "cot", policy: "probe, exit rule alone", accuracy: ruleCorrect / N, meanTokens: ruleTokens / N },
 ];
 const cotSummary = { program: "cot", interval: INTERVAL, tokenSavings: 1 - cotPoints[1].meanTokens / cotPoints[0].meanTokens, accuracyDelta: (cotPoints[1].accuracy - cotPoints[0].accuracy) * 100, policy: cotCal.policy };
 let cotLive: { accuracy: number; meanTokens: number; tokenSavings: number; accuracyDelta: number } | null = null;

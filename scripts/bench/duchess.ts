@@ -74,7 +74,13 @@ let probe: DuchessProbe = await loadProbe(probeDir, { hash: await modelHash(bm.d
 const cal = loadCalibration(bm.dir, { bundledDir: TINY_REASONER_DIR });
 const promptOf = (p: ArithProblem): number[] => model.tokenizer.encodeChat([{ role: "user", content: p.question }], { addGenerationPrompt: true });
 
-type Method = "sc" | "dynasor" | "short-m@k" | "duchess" | "duchess:terminate" | "duchess:+branch-out";
+type Method = "sc" | "dynasor" | "short-m@k" | "duchess" | "duchess:paper" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
+const ABLATIONS: Partial<Record<Method, Partial<DuchessOptions>>> = {
+  "duchess:terminate": { branchOut: false, requestStop: false },
+  "duchess:+branch-out": { branchOut: true, requestStop: false },
+  "duchess:+request-stop": { branchOut: true, requestStop: true },
+  "duchess:terminate+stop": { branchOut: false, requestStop: true },
+};
 interface Built {
   program: Program;
   policy: PolicySpec;
@@ -98,12 +104,15 @@ function build(method: Method, p: ArithProblem, c: number, seed: number, over: P
       return dynasorOf(prompt, c, seed);
     case "short-m@k":
       return { program: new ShortMK({ prompt, k: c, m: Math.min(3, c), maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
-    case "duchess":
-      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...over }), policy: even };
-    case "duchess:terminate":
-      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, branchOut: false, requestStop: false, ...over }), policy: even };
-    case "duchess:+branch-out":
-      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, requestStop: false, ...over }), policy: even };
+    case "duchess:paper": {
+      // The paper's GSM8K settings whatever the tuning: the training interval, the 70th-percentile tau, alpha 0.6,
+      // beta 0.8, lambda 1, every action on.
+      const paper = { interval: probe.meta.correctness.interval, tau: probe.meta.correctness.tau, alpha: 0.6, beta: 0.8, lambda: 1, branchOut: true, requestStop: true };
+      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...paper, ...over }), policy: even };
+    }
+    default:
+      // duchess (as tuned) and its ablations.
+      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...ABLATIONS[method], ...over }), policy: even };
   }
 }
 
@@ -140,49 +149,70 @@ const fmt = (p: Point): string => `${p.method.padEnd(20)} c=${String(p.cap).padS
 
 // ---- 1. Tuning on validation.
 const TUNE = Number(values.tune);
-interface TuneRow {
+interface Setting {
+  interval: number;
+  tauPercentile: number;
+  tau: number;
+  branchOut: boolean;
   alpha: number;
   beta: number;
   lambda: number;
+}
+interface TuneRow extends Setting {
   accuracy: number;
   meanTokens: number;
 }
-let tuning: { grid: TuneRow[]; sc: Point; chosen: { alpha: number; beta: number; lambda: number } } | null = null;
+let tuning: { grid: TuneRow[]; sc: Point; chosen: Setting; cap: number } | null = null;
 if (TUNE > 0) {
   const c = CAPS[Math.floor(CAPS.length / 2)];
   const val = problemSet({ split: "validation", n: TUNE, seed: SEED + 7 });
   const sc = await measure("sc", val, c);
   log(`tuning on ${TUNE} validation questions at c=${c}; ${fmt(sc)}`);
   const grid: TuneRow[] = [];
-  for (const lambda of [0.8, 1]) {
-    for (const [alpha, beta] of [[0.4, 0.6], [0.4, 0.8], [0.5, 0.75], [0.6, 0.8], [0.6, 1], [0.75, 1]] as const) {
-      const pt = await measure("duchess", val, c, { alpha, beta, lambda });
-      grid.push({ alpha, beta, lambda, accuracy: pt.accuracy, meanTokens: pt.meanTokens });
-      log(`  alpha ${alpha} beta ${beta} lambda ${lambda}: accuracy ${(pt.accuracy * 100).toFixed(1)}%, ${pt.meanTokens.toFixed(0)} tokens`);
+  const cm = probe.meta.correctness;
+  const taus = Object.entries(cm.tauByPercentile ?? { [String(cm.tauPercentile)]: cm.tau })
+    .map(([q, tau]) => ({ q: Number(q), tau }))
+    .filter((t) => t.q >= 60 && t.q <= 80);
+  for (const interval of [...new Set([cm.interval, Math.max(1, cm.interval / 2)])]) {
+    for (const { q, tau } of taus) {
+      for (const branchOut of [true, false]) {
+        for (const [alpha, beta] of [[0.4, 0.8], [0.5, 0.75], [0.6, 0.8], [0.6, 1]] as const) {
+          for (const lambda of branchOut ? [0.8, 1] : [1]) {
+            const s: Setting = { interval, tauPercentile: q, tau, branchOut, alpha, beta, lambda };
+            const pt = await measure("duchess", val, c, { ...s, requestStop: true });
+            grid.push({ ...s, accuracy: pt.accuracy, meanTokens: pt.meanTokens });
+            log(`  interval ${interval} tau p${q} branch-out ${branchOut ? "on " : "off"} alpha ${alpha} beta ${beta} lambda ${lambda}: accuracy ${(pt.accuracy * 100).toFixed(1)}%, ${pt.meanTokens.toFixed(0)} tokens`);
+          }
+        }
+      }
     }
   }
-  const ok = grid.filter((g) => g.accuracy >= sc.accuracy - 1e-9);
+  // The fewest tokens among the settings within one point of SC's validation accuracy (100-200 questions cannot
+  // tell closer apart); if none is, the most accurate.
+  const ok = grid.filter((g) => g.accuracy >= sc.accuracy - 0.01 - 1e-9);
   const pick = (ok.length > 0 ? ok : [...grid].sort((a, b) => b.accuracy - a.accuracy).slice(0, 1)).sort((a, b) => a.meanTokens - b.meanTokens)[0];
-  tuning = { grid, sc, chosen: { alpha: pick.alpha, beta: pick.beta, lambda: pick.lambda } };
-  probe = { ...probe, meta: { ...probe.meta, orchestration: { branches: c, ...tuning.chosen } } };
+  const { accuracy: _a, meanTokens: _t, ...chosen } = pick;
+  tuning = { grid, sc, chosen, cap: c };
+  probe = { ...probe, meta: { ...probe.meta, orchestration: { branches: c, ...chosen } } };
   await saveProbe(probeDir, probe);
-  log(`chosen: alpha ${pick.alpha}, beta ${pick.beta}, lambda ${pick.lambda} (${ok.length > 0 ? "fewest tokens at ≥ SC's validation accuracy" : "no setting reached SC's accuracy: the most accurate"}); written to ${join(probeDir, "probe.json")}`);
+  log(`chosen: ${JSON.stringify(chosen)} (${ok.length > 0 ? "fewest tokens within 1 point of SC's validation accuracy" : "no setting came within 1 point of SC's accuracy: the most accurate"}); written to ${join(probeDir, "probe.json")}`);
 }
 const orch = probe.meta.orchestration;
-log(`DUCHESS settings: alpha ${orch?.alpha ?? 0.6}, beta ${orch?.beta ?? 0.8}, lambda ${orch?.lambda ?? 1}, tau ${probe.meta.correctness.tau.toFixed(4)} (block ${probe.meta.correctness.layer}, every ${probe.meta.correctness.interval} tokens)`);
+const settingsLine = `block ${probe.meta.correctness.layer}, every ${orch?.interval ?? probe.meta.correctness.interval} tokens, tau ${(orch?.tau ?? probe.meta.correctness.tau).toFixed(4)} (${orch?.tauPercentile ?? probe.meta.correctness.tauPercentile}th percentile of validation predictions), S = ${probe.meta.correctness.consecutive}, alpha ${orch?.alpha ?? 0.6}, beta ${orch?.beta ?? 0.8}, lambda ${orch?.lambda ?? 1}, branch-out ${orch?.branchOut ?? true ? "on" : "off"}`;
+log(`DUCHESS settings: ${settingsLine}`);
 
 // ---- 2. Accuracy vs tokens on the test split.
 const test = problemSet({ split: "test", n: N, seed: SEED });
 const points: Point[] = [];
 for (const c of CAPS) {
-  for (const m of ["sc", "dynasor", "short-m@k", "duchess"] as const) {
+  for (const m of ["sc", "dynasor", "short-m@k", "duchess", "duchess:paper"] as const) {
     const pt = await measure(m, test, c);
     points.push(pt);
     log(fmt(pt));
   }
 }
 const cMax = Math.max(...CAPS);
-for (const m of ["duchess:terminate", "duchess:+branch-out"] as const) {
+for (const m of ["duchess:terminate", "duchess:+branch-out", "duchess:+request-stop", "duchess:terminate+stop"] as const) {
   const pt = await measure(m, test, cMax);
   points.push(pt);
   log(fmt(pt));
@@ -321,7 +351,7 @@ const md = [
   "",
   `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max}. Command: \`${commandLine}\`. Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
-  `Probe: block ${probe.meta.correctness.layer}, every ${probe.meta.correctness.interval} tokens, tau ${probe.meta.correctness.tau.toFixed(4)} (${probe.meta.correctness.tauPercentile}th percentile), S = ${probe.meta.correctness.consecutive}, test AUROC ${probe.meta.correctness.testAuroc}; validation AUROC by block ${JSON.stringify(probe.meta.correctness.aurocByLayer)}. Orchestration: alpha ${orch?.alpha ?? 0.6}, beta ${orch?.beta ?? 0.8}, lambda ${orch?.lambda ?? 1}${tuning ? ` (tuned on ${TUNE} validation questions at c = ${tuning.chosen ? CAPS[Math.floor(CAPS.length / 2)] : "?"})` : ""}.`,
+  `Probe: block ${probe.meta.correctness.layer} (validation AUROC by block ${JSON.stringify(probe.meta.correctness.aurocByLayer)}; test AUROC ${probe.meta.correctness.testAuroc}), trained on checkpoints every ${probe.meta.correctness.interval} tokens; difficulty classifier test accuracy ${probe.meta.difficulty?.testAccuracy ?? "—"}, Spearman ${probe.meta.difficulty?.testSpearman ?? "—"}. DUCHESS as run: ${settingsLine}${tuning ? ` (tuned on ${TUNE} validation questions at c = ${tuning.cap})` : ""}. \`duchess:paper\` is the paper's GSM8K settings whatever the tuning (interval ${probe.meta.correctness.interval}, tau at the 70th percentile, alpha 0.6, beta 0.8, lambda 1, branch-out on).`,
   "",
   `## Accuracy vs tokens (${N} test questions, the same questions and seeds for every method; max ${MAX_TOKENS} tokens per branch)`,
   "",
@@ -329,15 +359,15 @@ const md = [
   "| --- | --- | --- | --- | --- |",
   ...points.map((p) => `| ${p.method} | ${p.cap} | ${(p.accuracy * 100).toFixed(1)}% | ${p.meanTokens.toFixed(0)} | ${p.seconds.toFixed(0)} |`),
   "",
-  `**Summary.** SC's best accuracy ${(scBest.accuracy * 100).toFixed(1)}% (c = ${scBest.cap}) costs ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS reaches it with ${dAtSc?.toFixed(0) ?? "—"} tokens: **${pct(summary.savedVsSc)} saved** (paper 42–63%; target ≥ 40%). Dynasor's best ${(dynBest.accuracy * 100).toFixed(1)}% (c = ${dynBest.cap}) costs ${dynBest.meanTokens.toFixed(0)}; DUCHESS there: ${dAtDyn?.toFixed(0) ?? "—"} (${pct(summary.savedVsDynasor)} saved). Ablations at c = ${cMax}: terminate only ${pointStr("duchess:terminate")}, + branch-out ${pointStr("duchess:+branch-out")}, + request stop ${pointStr("duchess", cMax)}.`,
+  `**Summary.** SC's best accuracy ${(scBest.accuracy * 100).toFixed(1)}% (c = ${scBest.cap}) costs ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS reaches it with ${dAtSc?.toFixed(0) ?? "—"} tokens: **${pct(summary.savedVsSc)} saved** (paper 42–63%; target ≥ 40%). Dynasor's best ${(dynBest.accuracy * 100).toFixed(1)}% (c = ${dynBest.cap}) costs ${dynBest.meanTokens.toFixed(0)}; DUCHESS there: ${dAtDyn?.toFixed(0) ?? "—"} (${pct(summary.savedVsDynasor)} saved). Ablations at c = ${cMax} (tuned interval and tau): terminate only ${pointStr("duchess:terminate")}, + branch-out ${pointStr("duchess:+branch-out")}, + request stop ${pointStr("duchess:+request-stop")}; terminate + request stop without branch-out ${pointStr("duchess:terminate+stop")}.`,
   "",
   ...(tuning
     ? [
-        `## Tuning (validation, ${TUNE} questions, c = ${CAPS[Math.floor(CAPS.length / 2)]}; SC there: ${(tuning.sc.accuracy * 100).toFixed(1)}%, ${tuning.sc.meanTokens.toFixed(0)} tokens)`,
+        `## Tuning (validation, ${TUNE} questions, c = ${tuning.cap}; SC there: ${(tuning.sc.accuracy * 100).toFixed(1)}%, ${tuning.sc.meanTokens.toFixed(0)} tokens; chosen: the fewest tokens within 1 point of SC)`,
         "",
-        "| alpha | beta | lambda | accuracy | tokens |",
-        "| --- | --- | --- | --- | --- |",
-        ...tuning.grid.map((g) => `| ${g.alpha} | ${g.beta} | ${g.lambda} | ${(g.accuracy * 100).toFixed(1)}% | ${g.meanTokens.toFixed(0)} |`),
+        "| interval | tau (percentile) | branch-out | alpha | beta | lambda | accuracy | tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ...tuning.grid.map((g) => `| ${g.interval} | ${g.tau.toFixed(3)} (${g.tauPercentile}) | ${g.branchOut ? "on" : "off"} | ${g.alpha} | ${g.beta} | ${g.lambda} | ${(g.accuracy * 100).toFixed(1)}% | ${g.meanTokens.toFixed(0)} |`),
         "",
       ]
     : []),
@@ -362,7 +392,7 @@ function pointStr(m: Method, cap = cMax): string {
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "duchess.md"), `${md.join("\n")}\n`);
 writeFileSync(join(values.out!, "duchess.json"), `${JSON.stringify(result, null, 2)}\n`);
-const series = (["sc", "dynasor", "short-m@k", "duchess"] as const).map((m) => ({
+const series = (["sc", "dynasor", "short-m@k", "duchess", "duchess:paper"] as const).map((m) => ({
   name: m,
   points: points.filter((p) => p.method === m).sort((a, b) => a.cap - b.cap).map((p) => [p.meanTokens, p.accuracy * 100] as const),
 }));

@@ -5,7 +5,9 @@
 // validation questions).
 //   npm run bench:serving -- [--json] [--model DIR] [--programs 80] [--cap 16] [--max-tokens 448] [--scale 3]
 //     [--rates 0.3,0.4,0.5,0.6,0.7,0.8,1,1.25] (× the measured capacity) [--max-seqs 32] [--cal 30] [--solo 5] [--calibration FILE]
-//     [--out bench]
+//     [--out bench] [--repeats 3]
+// --repeats N: every (system, rate) point is run N times with a different arrival seed each (seed, seed + 1, ...);
+// a row reports the median of each figure with its min-max, and the sustained rate is read off the medians.
 // A wall-clock benchmark: every row records the 1-minute load average when it ran (the machine may be shared).
 // Deadline of a program = scale × difficulty factor(level) × base, where base × factor(level) is the latency of a
 // program of that level alone on an idle engine (measured first: the median over `--solo` validation questions).
@@ -29,6 +31,7 @@ import { answersEquivalent } from "../../ts/tasks/arith/answer.js";
 import type { Level } from "../../ts/tasks/arith/levels.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
+import { median, parseRepeats } from "./repeats.js";
 import { lineChart } from "./svg.js";
 import { sustainedRate, type SustainedRate } from "./sustainedRate.js";
 
@@ -47,8 +50,10 @@ const { values } = parseArgs({
     calibration: { type: "string" },
     seed: { type: "string", default: "1" },
     out: { type: "string", default: "bench" },
+    repeats: { type: "string", default: "1" },
   },
 });
+const REPEATS = parseRepeats(values.repeats);
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
 const NPROG = Number(values.programs);
 const CAP = Number(values.cap);
@@ -138,6 +143,12 @@ const systems: System[] = [
 ];
 const test = problemSet({ split: "test", n: NPROG, seed: Number(values.seed) });
 
+/** "min–max" of one figure over a point's repeats, scaled and rounded for the table. */
+function spreadOf(runs: readonly Run[], k: keyof Run, scale: number, digits: number): string {
+  const xs = runs.map((r) => r[k] * scale);
+  return `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;
+}
+
 function arrivals(rate: number, seed: number): number[] {
   let s = seed >>> 0;
   let t = 0;
@@ -148,40 +159,53 @@ function arrivals(rate: number, seed: number): number[] {
   });
 }
 
-interface Row { system: string; rate: number; ratePerSecond: number; attainment: number; p90LatencyOverDeadline: number; meanTokens: number; accuracy: number; loadAverage1m: number }
+interface Run { attainment: number; p90LatencyOverDeadline: number; meanTokens: number; accuracy: number }
+/** A (system, rate) point: the median of its repeats' figures, and every repeat. */
+interface Row extends Run { system: string; rate: number; ratePerSecond: number; loadAverage1m: number; repeats: Run[] }
 const rows: Row[] = [];
 const rateMultipliers = values.rates!.split(",").map(Number);
 for (const mult of rateMultipliers) {
   const rate = mult * capacityProgramsPerSecond;
-  const at = arrivals(rate, Number(values.seed));
   for (const sys of systems) {
-    await using engine = new Engine({ models: { model }, schedulingPolicy: sys.sched, maxBatchSeqs: MAX_SEQS });
-    const rt = new ProgramRuntime(engine);
-    const t0 = Date.now();
-    const results = await Promise.all(
-      test.map(async (p, i) => {
-        await new Promise((r) => setTimeout(r, Math.max(0, t0 + at[i] - Date.now())));
-        const arrived = Date.now();
-        const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
-        const latency = Date.now() - arrived;
-        const deadline = SCALE * soloMs.get(p.level)!;
-        return { latency, deadline, tokens: r.tokensUsed, correct: r.answer !== null && eq(r.answer, p.answer) };
-      }),
-    );
-    const ratios = results.map((r) => r.latency / r.deadline).sort((a, b) => a - b);
+    const runs: Run[] = [];
+    for (let rep = 0; rep < REPEATS; rep++) {
+      const at = arrivals(rate, Number(values.seed) + rep);
+      await using engine = new Engine({ models: { model }, schedulingPolicy: sys.sched, maxBatchSeqs: MAX_SEQS });
+      const rt = new ProgramRuntime(engine);
+      const t0 = Date.now();
+      const results = await Promise.all(
+        test.map(async (p, i) => {
+          await new Promise((r) => setTimeout(r, Math.max(0, t0 + at[i] - Date.now())));
+          const arrived = Date.now();
+          const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
+          const latency = Date.now() - arrived;
+          const deadline = SCALE * soloMs.get(p.level)!;
+          return { latency, deadline, tokens: r.tokensUsed, correct: r.answer !== null && eq(r.answer, p.answer) };
+        }),
+      );
+      const ratios = results.map((r) => r.latency / r.deadline).sort((a, b) => a - b);
+      runs.push({
+        attainment: results.filter((r) => r.latency <= r.deadline).length / results.length,
+        p90LatencyOverDeadline: ratios[Math.min(ratios.length - 1, Math.ceil(0.9 * ratios.length) - 1)],
+        meanTokens: results.reduce((s, r) => s + r.tokens, 0) / results.length,
+        accuracy: results.filter((r) => r.correct).length / results.length,
+      });
+    }
+    const med = (k: keyof Run): number => median(runs.map((r) => r[k]));
     const row: Row = {
       system: sys.name,
       rate: mult,
       ratePerSecond: rate,
-      attainment: results.filter((r) => r.latency <= r.deadline).length / results.length,
-      p90LatencyOverDeadline: ratios[Math.min(ratios.length - 1, Math.ceil(0.9 * ratios.length) - 1)],
-      meanTokens: results.reduce((s, r) => s + r.tokens, 0) / results.length,
-      accuracy: results.filter((r) => r.correct).length / results.length,
+      attainment: med("attainment"),
+      p90LatencyOverDeadline: med("p90LatencyOverDeadline"),
+      meanTokens: med("meanTokens"),
+      accuracy: med("accuracy"),
       loadAverage1m: load1m(),
+      repeats: runs,
     };
     loads.push(row.loadAverage1m);
     rows.push(row);
-    log(`${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%, load ${row.loadAverage1m}`);
+    log(`${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` [${spreadOf(runs, "attainment", 100, 0)}]` : ""}, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%, load ${row.loadAverage1m}`);
   }
 }
 model.dispose();
@@ -223,11 +247,11 @@ const result = {
 const md = [
   `# Serving benchmark — ${bm.label}`,
   "",
-  `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (per row below; the machine is shared, timings are noisy). Command: \`${commandLine}\`: ${NPROG} SC programs (cap ${CAP}, ${PER_ROUND} branches per round, ${MAX_TOKENS} tokens per branch) per run, Poisson arrivals, deadline = ${SCALE} × solo latency of the question's level (median of ${SOLO_RUNS} solo runs: ${[...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)} ms`).join(", ")}), maxBatchSeqs ${MAX_SEQS}. Capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s. Certaindex policy ${JSON.stringify(policy)} (${policySource}). Wall ${result.wallSeconds.toFixed(0)} s.`,
+  `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (per row below; the machine is shared, timings are noisy). Command: \`${commandLine}\`: ${NPROG} SC programs (cap ${CAP}, ${PER_ROUND} branches per round, ${MAX_TOKENS} tokens per branch) per run, ${REPEATS} run${REPEATS > 1 ? "s" : ""} per (system, rate) with arrival seeds ${values.seed}..${Number(values.seed) + REPEATS - 1}${REPEATS > 1 ? " (rows: the median, min–max in brackets; the sustained rate is read off the medians)" : ""}, Poisson arrivals, deadline = ${SCALE} × solo latency of the question's level (median of ${SOLO_RUNS} solo runs: ${[...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)} ms`).join(", ")}), maxBatchSeqs ${MAX_SEQS}. Capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s. Certaindex policy ${JSON.stringify(policy)} (${policySource}). Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
   "| system | rate (×capacity) | programs/s | deadline attainment | p90 latency / deadline | tokens / program | accuracy | load (1 min) |",
   "| --- | --- | --- | --- | --- | --- | --- | --- |",
-  ...rows.map((r) => `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}% | ${r.p90LatencyOverDeadline.toFixed(2)} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% | ${r.loadAverage1m} |`),
+  ...rows.map((r) => `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` (${spreadOf(r.repeats, "attainment", 100, 0)})` : ""} | ${r.p90LatencyOverDeadline.toFixed(2)}${REPEATS > 1 ? ` (${spreadOf(r.repeats, "p90LatencyOverDeadline", 1, 2)})` : ""} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% | ${r.loadAverage1m} |`),
   "",
   "| system | last swept rate ≥ 90% (programs/s) | 90% crossing, interpolated (programs/s) | × fcfs |",
   "| --- | --- | --- | --- |",

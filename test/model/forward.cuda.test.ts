@@ -109,7 +109,8 @@ describe.skipIf(!!cudaUnavailable)("batched forward on cuda", () => {
       blockTable: table(i),
       sampling: { temperature: 0.9, seed: 1000 + i, topK: 50, topP: 0.9 },
       numTopLogprobs: 3,
-      captureHiddenLayer: 1,
+      // Odd sequences capture several layers, the final norm's output (numLayers) and input (numLayers + 1) included.
+      captureHiddenLayers: Int32Array.from(i % 2 === 0 ? [1] : [0, 1, model.config.numLayers, model.config.numLayers + 1]),
     });
     await setup();
     const alone: NativeForwardResult[] = [];

@@ -112,6 +112,28 @@ describe("Duchess", () => {
     expect(usedPages(engine)).toBe(0);
   });
 
+  it("classifies the prompt first when the probe has a difficulty classifier, and tags every request with the prediction", async () => {
+    await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant", schedulingPolicy: "gang+complexity" });
+    const probe = probeOf(-5);
+    const dShape: MlpShape = { input: C(), hidden: [8], output: 3, activation: "gelu", dropout: 0.15 };
+    const difficulty = new Mlp(dShape, undefined, 3);
+    for (const p of difficulty.parameters().slice(2)) p.fill(0); // uniform over the classes
+    probe.difficulty = difficulty;
+    probe.meta.difficulty = { layer: 1, classes: [1, 2, 3], meanTokens: [10, 20, 60], hidden: [8], dropout: 0.15, testAccuracy: 0, testSpearman: 0 };
+    const d = new Duchess({ prompt: randomTokens(20, model.config.vocabSize, 3), probe, branches: 2, maxTokens: 12, seed: 1, requestStop: false });
+    const seen: number[] = [];
+    const submit = engine.submit.bind(engine);
+    engine.submit = (r) => {
+      seen.push(r.metadata?.predictedTokens ?? -1);
+      return submit(r);
+    };
+    const r = await new ProgramRuntime(engine).run(d);
+    expect(d.state.predictedTokens).toBeCloseTo(30, 9); // the mean of 10, 20, 60 under a uniform prediction
+    expect(r.tokensByPurpose.classify).toBe(1);
+    expect(seen).toEqual([0, 60, 60]); // the classification request first (0: served first), then c branches × 30
+    expect(usedPages(engine)).toBe(0);
+  });
+
   it("refuses bad settings", () => {
     const probe = probeOf(0);
     const prompt = [1, 2, 3];

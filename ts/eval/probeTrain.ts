@@ -131,7 +131,9 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const va = examplesOf(data.validation, chosen.li);
   const te = examplesOf(data.test, chosen.li);
   const tauPercentile = o.tauPercentile ?? 70;
-  const tau = percentile(predict(chosen.mlp, va), tauPercentile);
+  const valPredictions = predict(chosen.mlp, va);
+  const tau = percentile(valPredictions, tauPercentile);
+  const tauByPercentile = Object.fromEntries([50, 60, 70, 80, 90].map((q) => [String(q), round(percentile(valPredictions, q))]));
   const trainExamples = examplesOf(data.train, chosen.li);
   const positiveRate = trainExamples.reduce((s, e) => s + e.y, 0) / Math.max(1, trainExamples.length);
 
@@ -178,6 +180,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
       interval,
       tau,
       tauPercentile,
+      tauByPercentile,
       consecutive: 2,
       hidden: shape.hidden,
       dropout: shape.dropout,

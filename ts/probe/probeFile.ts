@@ -23,6 +23,9 @@ export interface CorrectnessMeta {
   tau: number;
   /** tau is this percentile of the validation predictions (the paper's rule). */
   tauPercentile: number;
+  /** The validation predictions' percentiles 50, 60, ..., 90: the other taus the paper's rule could pick (the
+   *  paper uses 70 for GSM8K, 80 for MATH / MMLU), for tuning on validation. */
+  tauByPercentile?: Record<string, number>;
   consecutive: number;
   hidden: number[];
   dropout: number;
@@ -53,6 +56,13 @@ export interface OrchestrationMeta {
   alpha: number;
   beta: number;
   lambda: number;
+  /** Check interval chosen on validation (default: the training interval). */
+  interval?: number;
+  /** Termination threshold chosen on validation (one of correctness.tauByPercentile; default correctness.tau). */
+  tau?: number;
+  tauPercentile?: number;
+  /** Whether selective branch-out helped on validation (default true, the paper's method). */
+  branchOut?: boolean;
 }
 
 export interface ProbeMeta {

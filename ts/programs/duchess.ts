@@ -32,10 +32,12 @@ export interface DuchessOptions {
   beta?: number;
   /** Branch-out temperature λ (default: tuned, else 1). */
   lambda?: number;
-  /** Termination threshold (default: the probe's tau). */
+  /** Termination threshold (default: the probe's tuned tau, else its tau). */
   tau?: number;
   /** S: checks in a row above tau before terminating (default: the probe's, 2). */
   consecutive?: number;
+  /** Generated tokens between checks (default: the probe's tuned value, else the interval it was trained at). */
+  interval?: number;
   /** Per-branch generation cap, counted from the prompt across forks (default 256). */
   maxTokens?: number;
   temperature?: number;
@@ -46,7 +48,8 @@ export interface DuchessOptions {
   task?: ProgramTask;
   /** Most tokens a CoT probe decodes (default 20). */
   probeMaxTokens?: number;
-  /** Ablations: turn each action off (all on by default). Without requestStop the program stops at c answers. */
+  /** Ablations: turn each action off (all on by default; branch-out as the probe's tuning says). Without
+   *  requestStop the program stops at c answers. */
   terminate?: boolean;
   branchOut?: boolean;
   requestStop?: boolean;
@@ -115,6 +118,7 @@ export class Duchess implements Program {
     if (!Number.isInteger(c) || c < 1) throw new RangeError(`duchess.branches must be an integer ≥ 1, got ${c}`);
     if (!(alpha > 0 && alpha < beta && beta <= 1)) throw new RangeError(`duchess: expected 0 < alpha < beta ≤ 1, got alpha ${alpha}, beta ${beta}`);
     if (!(lambda > 0)) throw new RangeError(`duchess.lambda must be > 0, got ${lambda}`);
+    if (options.interval !== undefined && !(Number.isInteger(options.interval) && options.interval >= 1)) throw new RangeError(`duchess.interval must be an integer ≥ 1, got ${options.interval}`);
     this.task = options.task ?? boxedAnswers;
     this.o = {
       prompt: options.prompt,
@@ -123,8 +127,9 @@ export class Duchess implements Program {
       alpha,
       beta,
       lambda,
-      tau: options.tau ?? probe.meta.correctness.tau,
+      tau: options.tau ?? tuned?.tau ?? probe.meta.correctness.tau,
       consecutive: options.consecutive ?? probe.meta.correctness.consecutive,
+      interval: options.interval ?? tuned?.interval ?? probe.meta.correctness.interval,
       maxTokens: options.maxTokens ?? 256,
       temperature: options.temperature ?? 0.8,
       topP: options.topP,
@@ -132,7 +137,7 @@ export class Duchess implements Program {
       model: options.model,
       probeMaxTokens: options.probeMaxTokens ?? 20,
       terminate: options.terminate ?? true,
-      branchOut: options.branchOut ?? true,
+      branchOut: options.branchOut ?? tuned?.branchOut ?? true,
       requestStop: options.requestStop ?? true,
       classify: options.classify ?? probe.difficulty !== null,
     };
@@ -170,8 +175,7 @@ export class Duchess implements Program {
   }
 
   private probeOption(): { layer: number; every: number } {
-    const c = this.o.probe.meta.correctness;
-    return { layer: c.layer, every: c.interval };
+    return { layer: this.o.probe.meta.correctness.layer, every: this.o.interval };
   }
 
   private start(ctx: ProgramContext, parent: number | null, handle: RequestHandle, promptLength: number, offset: number, metadata: SchedMetadata): void {
