@@ -75,6 +75,8 @@ void Model::validate(const BatchInput& b) const {
     if (!(s.topP > 0 && s.topP <= 1)) fail(who + "topP must be in (0, 1], got " + std::to_string(s.topP));
     if (s.numTop < 0 || s.numTop > 64 || s.numTop > cfg.vocab)
       fail(who + "numTopLogprobs must be in [0, 64], got " + std::to_string(s.numTop));
+    if (s.confidenceK < 0 || s.confidenceK > 64 || s.confidenceK > cfg.vocab)
+      fail(who + "confidenceTopK must be in [0, min(64, vocab)], got " + std::to_string(s.confidenceK));
     if (s.emitAll && !s.emitToken) fail(who + "emitAll needs emitToken (a row that samples nothing cannot sample everywhere)");
     for (size_t j = 0; j < s.captureLayers.size(); j++) {
       const int l = s.captureLayers[j];

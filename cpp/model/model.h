@@ -22,6 +22,7 @@ struct SeqInput {
   float topP = 1;                   // 1 = off
   uint64_t seed = 0;
   int numTop = 0;                   // top-k logprobs to return (0..64)
+  int confidenceK = 0;              // DeepConf token confidence over the top confidenceK logprobs (0 = off, ..64)
   // Hidden states to return at the last position, ascending, each once: l in [0, numLayers) = the residual stream
   // after l layers (HF hidden_states[l]), numLayers = after the final norm (HF's last), numLayers + 1 = the final
   // norm's input (the stream after every layer). SeqOutput::hidden holds them one after another.
@@ -53,6 +54,10 @@ struct SeqOutput {
   std::vector<int32_t> topIds;    // [numTop], or [len, numTop] for emitAll
   std::vector<float> topLogprobs;
   std::vector<float> hidden;  // [captureLayers.size(), C] when captured
+  // DeepConf token confidence, -mean of the confidenceK largest logprobs of the row (raw logits' log-softmax), when
+  // confidenceK > 0: the last row's in `confidence`, every row's in `confidences` for emitAll.
+  float confidence = 0;
+  std::vector<float> confidences;
   std::vector<float> logits;  // [V] (or [len, V] for emitAll) when returnLogits and emitToken
 };
 

@@ -175,7 +175,9 @@ Model::Plan Model::plan(const BatchInput& b) {
   // The sampled token's own position: it follows the row's input token.
   p.samplePos = int64_t(m.size());
   for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e].seq].startPos + p.finals[e].j + 1);
-  for (int e = 0; e < p.E; e++) p.numTop = std::max(p.numTop, b.seqs[p.finals[e].seq].numTop);
+  // The sampler returns the top numTop logprobs of every emitting row: enough for each row's own numTop and for its
+  // DeepConf confidence (readOutputs keeps each row's share).
+  for (int e = 0; e < p.E; e++) p.numTop = std::max({p.numTop, b.seqs[p.finals[e].seq].numTop, b.seqs[p.finals[e].seq].confidenceK});
 
   for (int layer = 0; layer < cfg.numLayers; layer++) {
     Plan::Capture c{layer, {}, 0};
@@ -543,6 +545,13 @@ std::vector<SeqOutput> Model::readOutputs(Step& s) {
       if (in.emitAll) r.tokens.push_back(tok[e]), r.logprobs.push_back(lp[e]);
       r.topIds.insert(r.topIds.end(), ids.begin() + e * p.numTop, ids.begin() + e * p.numTop + want);
       r.topLogprobs.insert(r.topLogprobs.end(), tlp.begin() + e * p.numTop, tlp.begin() + e * p.numTop + want);
+      if (in.confidenceK > 0) {
+        // One definition for every device: the device's top logprobs, averaged here in a fixed order (double).
+        double sum = 0;
+        for (int j = 0; j < in.confidenceK; j++) sum += tlp[size_t(e * p.numTop + j)];
+        r.confidence = float(-sum / in.confidenceK);
+        if (in.emitAll) r.confidences.push_back(r.confidence);
+      }
       if (s.b.returnLogits) {
         size_t at = r.logits.size();
         r.logits.resize(at + size_t(V));

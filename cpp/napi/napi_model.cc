@@ -118,6 +118,7 @@ BatchInput parseBatch(const Napi::Value& v) {
     s.startPos = int32_t(integer(so, "startPos", w, 0, 0, INT32_MAX / 2, true));
     s.blockTable = int32s(field(so, "blockTable", w), w + ": 'blockTable'");
     s.numTop = int(integer(so, "numTopLogprobs", w, 0, 0, 64));
+    s.confidenceK = int(integer(so, "confidenceTopK", w, 0, 0, 64));
     const int one = int(integer(so, "captureHiddenLayer", w, -1, -1, 1 << 12));
     Napi::Value many = so.Get("captureHiddenLayers");
     if (!many.IsUndefined() && !many.IsNull()) {
@@ -182,6 +183,14 @@ class ForwardWorker : public Napi::AsyncWorker {
         std::copy(r.topLogprobs.begin(), r.topLogprobs.end(), lps.Data());
         o.Set("topIds", ids);
         o.Set("topLogprobs", lps);
+      }
+      if (batch_.seqs[i].confidenceK > 0 && batch_.seqs[i].emitToken) {
+        o.Set("confidence", double(r.confidence));
+        if (batch_.seqs[i].emitAll) {
+          auto c = Napi::Float32Array::New(env, r.confidences.size());
+          std::copy(r.confidences.begin(), r.confidences.end(), c.Data());
+          o.Set("confidences", c);
+        }
       }
       if (!r.hidden.empty()) {
         auto h = Napi::Float32Array::New(env, r.hidden.size());

@@ -39,7 +39,7 @@ describe("parseEngineOptions", () => {
     expect(parse({ models: { model }, fuseVerify: "yes" })).toThrow(/^Engine: options.fuseVerify is "yes"; expected true or false$/);
     expect(parse({ models: { model }, kernelMode: "exact" })).toThrow(/^Engine: options.kernelMode is "exact"; expected "fast" or "batch-invariant"$/);
     expect(parse({ models: { model }, schedulingPolicy: "lifo" })).toThrow(
-      /^Engine: options.schedulingPolicy is "lifo"; expected one of "fcfs", "lpm", "gang", "sjf", "gang\+sjf" or an ordering function$/,
+      /^Engine: options.schedulingPolicy is "lifo"; expected one of "fcfs", "lpm", "gang", "sjf", "gang\+sjf", "complexity", "gang\+complexity" or an ordering function$/,
     );
     expect(parse({ models: { model }, maxBatchToken: 64 })).toThrow(/^Engine: options.maxBatchToken is not a known field; did you mean maxBatchTokens\?$/);
     expect(parse({ models: { model }, zzz: 1 })).toThrow(/^Engine: options.zzz is not a known field; known fields: models, kernelMode/);

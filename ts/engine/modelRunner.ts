@@ -10,6 +10,8 @@ import type { Sequence } from "./sequence.js";
 export interface SequenceSampling {
   sampling: SamplingSpec;
   numTopLogprobs: number;
+  /** DeepConf token confidence over this many top logprobs (0 = off). */
+  confidenceTopK: number;
   /** Native capture indices for this step's emitting row (ascending), or null. */
   captureHiddenLayers: readonly number[] | null;
   /** Needs the raw logits (for logprobs of chosen token ids). */
@@ -86,6 +88,7 @@ export class ModelRunner {
         numTopLogprobs: emitToken ? s.numTopLogprobs : 0,
         emitToken,
       };
+      if (emitToken && s.confidenceTopK > 0) input.confidenceTopK = s.confidenceTopK;
       if (emitToken && s.captureHiddenLayers !== null) input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
       if (extras.fixed?.(i)) input.fixedSchedule = anyFixed = true;
       return input;

@@ -20,6 +20,8 @@ export interface ForwardSequence {
   blockTable: Int32Array;
   sampling: SamplingSpec;
   numTopLogprobs: number;
+  /** DeepConf token confidence over the top k logprobs (0 / omitted = off). */
+  confidenceTopK?: number;
   /** Hidden states to return at the last position, ascending (NativeForwardSequence.captureHiddenLayers), or omitted. */
   captureHiddenLayers?: Int32Array;
   /** False for a non-final prefill chunk: no logits, no sample. */
@@ -52,6 +54,9 @@ export interface ForwardResult {
   /** Top logprobs ([numTopLogprobs], or [tokens.length, numTopLogprobs] for emitAll). */
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
+  /** DeepConf token confidence (-mean of the top confidenceTopK logprobs), when asked; per row for emitAll. */
+  confidence?: number;
+  confidences?: Float32Array;
   /** [layers, hidden] at the last position, when captureHiddenLayers was given. */
   hidden?: Float32Array;
   /** Raw logits [vocab], when the batch asked for them. */

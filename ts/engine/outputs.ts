@@ -1,7 +1,23 @@
 // What a request yields: streamed deltas while it runs, and the finished output.
 
-/** "stop": eos, a stop token id or a stop string; "length": maxTokens or the context; "aborted": signal/dispose. */
-export type FinishReason = "stop" | "length" | "aborted";
+/** "stop": eos, a stop token id or a stop string; "length": maxTokens or the context; "aborted": signal/dispose;
+ * "low_confidence": the group confidence fell below request.confidence.threshold (DeepConf's early stop). */
+export type FinishReason = "stop" | "length" | "aborted" | "low_confidence";
+
+/** A trace's DeepConf confidence (request.confidence): token confidence C_i = -mean of the top-k logprobs at token i;
+ *  group confidence = the mean of C over a sliding window of `window` tokens (the whole trace while it is shorter). */
+export interface ConfidenceReport {
+  /** Mean token confidence over the trace. */
+  mean: number;
+  /** The lowest group confidence (DeepConf's "lowest group"). */
+  lowestGroup: number;
+  /** The mean of the lowest 10% of group confidences ("bottom 10%"). */
+  bottom10Group: number;
+  /** The mean token confidence of the last `tail` tokens ("tail"). */
+  tail: number;
+  /** Tokens with a confidence (every generated token). */
+  tokens: number;
+}
 
 export interface TopLogprob {
   token: number;
@@ -56,6 +72,8 @@ export interface SampleOutput {
   hidden?: Float32Array;
   /** Every probe capture, in order, when request.probe was asked. */
   probes?: ProbeCapture[];
+  /** The trace's confidence figures, when request.confidence was asked. */
+  confidence?: ConfidenceReport;
 }
 
 export interface Usage {

@@ -37,6 +37,13 @@ export interface SamplingParams {
    */
   probe?: { layer: number | readonly number[]; every: number } | null;
   /**
+   * DeepConf (Fu et al.): each generated token's confidence (-mean of its `topK` = 20 largest logprobs, computed by
+   * the native sampler) is tracked over a sliding `window`; output.confidence reports the trace's mean, lowest-group,
+   * bottom-10% and tail (`tail` tokens, default window) confidences. With `threshold`, the sample stops with
+   * finishReason "low_confidence" at the first full window whose mean falls below it (the vLLM patch's rule).
+   */
+  confidence?: { window: number; topK?: number; threshold?: number; tail?: number } | null;
+  /**
    * Same prompt, seed and parameters give the same tokens whatever else the engine runs (decode-verify-rollback:
    * fast decoding, verified every verifyWindow tokens on a fixed schedule; only verified tokens are streamed).
    * Default false; output.determinism reports its cost. Not combinable with captureHidden or probe yet.
@@ -83,7 +90,16 @@ export interface ResolvedParams {
   tokenLogprobs: number[] | null;
   captureHiddenLayer: number | null;
   probe: ResolvedProbe | null;
+  confidence: ResolvedConfidence | null;
   deterministic: boolean;
+}
+
+export interface ResolvedConfidence {
+  topK: number;
+  window: number;
+  /** Stop below this group confidence (null: report only). */
+  threshold: number | null;
+  tail: number;
 }
 
 export interface ResolvedProbe {
@@ -146,12 +162,24 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
   const probe = p.probe === undefined ? (base?.probe ?? null) : p.probe === null ? null : resolveProbe(p.probe, limits.numLayers, fail);
   if (probe !== null && captureHiddenLayer !== null) fail("probe", p.probe, "give probe or captureHidden, not both");
+  const confidence = p.confidence === undefined ? (base?.confidence ?? null) : p.confidence === null ? null : resolveConfidence(p.confidence, limits.vocabSize, fail);
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
   if (deterministic && (captureHiddenLayer !== null || probe !== null)) {
     const [field, value] = probe !== null ? ["probe", p.probe] : ["captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }];
     fail(field, value, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
   }
-  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, probe, deterministic };
+  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, probe, confidence, deterministic };
+}
+
+function resolveConfidence(c: NonNullable<SamplingParams["confidence"]>, vocabSize: number, fail: (field: string, value: unknown, fix: string) => never): ResolvedConfidence {
+  const topK = c.topK ?? 20;
+  const most = Math.min(64, vocabSize);
+  if (!Number.isInteger(topK) || topK < 1 || topK > most) fail("confidence.topK", c.topK, `expected an integer in [1, ${most}] (the paper uses 20)`);
+  if (!Number.isInteger(c.window) || c.window < 1) fail("confidence.window", c.window, "expected an integer >= 1 (tokens per group)");
+  const tail = c.tail ?? c.window;
+  if (!Number.isInteger(tail) || tail < 1) fail("confidence.tail", c.tail, "expected an integer >= 1");
+  if (c.threshold !== undefined && !Number.isFinite(c.threshold)) fail("confidence.threshold", c.threshold, "expected a finite number (stop when the group confidence falls below it)");
+  return { topK, window: c.window, threshold: c.threshold ?? null, tail };
 }
 
 function resolveProbe(p: NonNullable<SamplingParams["probe"]>, numLayers: number, fail: (field: string, value: unknown, fix: string) => never): ResolvedProbe {

@@ -1,6 +1,7 @@
 // One sample's output as it grows: tokens, incremental text, stop conditions (stop ids, eos, stop strings,
 // maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
 // the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
+import { ConfidenceTracker } from "./confidence.js";
 import type { Detokenizer } from "./modelTypes.js";
 import type { FinishReason, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
@@ -12,6 +13,8 @@ export interface SampledToken {
   topLogprobs?: Float32Array;
   hidden?: Float32Array;
   logits?: Float32Array;
+  /** DeepConf token confidence, when the request asked for it. */
+  confidence?: number;
 }
 
 export class SampleTracker {
@@ -24,6 +27,7 @@ export class SampleTracker {
   private readonly logprobs: TokenLogprob[] | undefined;
   private hidden: Float32Array | undefined;
   private readonly probes: ProbeCapture[] | undefined;
+  private readonly confidence: ConfidenceTracker | undefined;
   private readonly holdBackChars: number;
   finishReason: FinishReason | null = null;
   private stoppedBy: string | number | undefined;
@@ -37,6 +41,7 @@ export class SampleTracker {
     this.logprobs = params.logprobs === null && params.tokenLogprobs === null ? undefined : [];
     this.holdBackChars = Math.max(0, ...params.stop.map((s) => s.length - 1));
     this.probes = params.probe === null ? undefined : [];
+    this.confidence = params.confidence === null ? undefined : new ConfidenceTracker(params.confidence);
   }
 
   get finished(): boolean {
@@ -72,6 +77,11 @@ export class SampleTracker {
       }
     }
     if (!this.finished && this.tokens.length >= this.params.maxTokens) this.finishReason = "length";
+    // DeepConf's early stop: this token completed a window whose mean confidence is below the threshold.
+    if (this.confidence && s.confidence !== undefined && this.confidence.add(s.confidence) && !this.finished) {
+      if (this.detokenizer) this.tail += this.detokenizer.flush();
+      this.finishReason = "low_confidence";
+    }
     const delta: StreamDelta = { sample: this.index, tokens: [s.token], text: this.takeStreamableText() };
     if (logprob) delta.logprobs = [logprob];
     if (probe) delta.probe = probe;
@@ -97,6 +107,8 @@ export class SampleTracker {
     if (this.logprobs) out.logprobs = this.logprobs.slice();
     if (this.hidden) out.hidden = this.hidden;
     if (this.probes) out.probes = this.probes.slice();
+    const confidence = this.confidence?.report();
+    if (confidence) out.confidence = confidence;
     return out;
   }
 

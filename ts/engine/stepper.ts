@@ -166,6 +166,7 @@ export class Stepper {
       sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
       numTopLogprobs: p.logprobs ?? 0,
       captureHiddenLayers: captureLayersOf(p, seq),
+      confidenceTopK: p.confidence?.topK ?? 0,
       needsLogits: p.tokenLogprobs !== null,
     };
   };

@@ -128,6 +128,9 @@ export interface NativeForwardSequence {
   sampling?: NativeSampling;
   /** Top logprobs to return (0..64). */
   numTopLogprobs?: number;
+  /** DeepConf token confidence: -mean of the row's top `confidenceTopK` logprobs (0 = off, ≤ 64; the paper's k is
+   *  20), returned as `confidence` (and `confidences` per row for emitAll). */
+  confidenceTopK?: number;
   /** HF hidden_states index in [0, numLayers]: 0 = embeddings, l = after l layers, numLayers = after the final norm. */
   captureHiddenLayer?: number;
   /**
@@ -182,6 +185,9 @@ export interface NativeForwardResult {
   /** numTopLogprobs highest (per row for emitAll): ids descending by logprob (ties by lower id), and their logprobs. */
   topIds?: Int32Array;
   topLogprobs?: Float32Array;
+  /** DeepConf token confidence of the last row (of every row: `confidences`, emitAll), when confidenceTopK > 0. */
+  confidence?: number;
+  confidences?: Float32Array;
   /** Hidden state [hidden] at the last position, when captureHiddenLayer was given ([layers, hidden] for
    *  captureHiddenLayers). */
   hidden?: Float32Array;

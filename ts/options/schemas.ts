@@ -35,6 +35,17 @@ export const samplingShape = {
   )
     .nullable()
     .optional(),
+  confidence: strictObject(
+    {
+      window: field<number>("expected an integer >= 1 (tokens per group)", isInt(1)),
+      topK: field<number>("expected an integer in [1, 64] (the paper uses 20)", isInt(1, 64)).optional(),
+      threshold: field<number>("expected a finite number (stop when the group confidence falls below it)", isFiniteNumber).optional(),
+      tail: field<number>("expected an integer >= 1 (tokens of the tail confidence)", isInt(1)).optional(),
+    },
+    "expected { window: number, topK?: number, threshold?: number, tail?: number } (null: off)",
+  )
+    .nullable()
+    .optional(),
   deterministic: field<boolean>("expected true or false", isBool).optional(),
   metadata: strictObject(
     {

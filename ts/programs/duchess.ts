@@ -12,6 +12,7 @@
 // the others report. Optionally the prompt's last-token activation goes through the probe's difficulty classifier
 // first and every request carries the predicted length (metadata.predictedTokens) for complexity-aware SJF.
 import type { RequestHandle } from "../engine/handle.js";
+import type { FinishReason } from "../engine/outputs.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { entropyCertaindex, majorityVote } from "../certaindex/signals.js";
 import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/probeFile.js";
@@ -57,7 +58,7 @@ export interface DuchessOptions {
   classify?: boolean;
 }
 
-export type BranchEnd = "terminated" | "stop" | "length" | "aborted";
+export type BranchEnd = "terminated" | FinishReason;
 
 export interface DuchessBranch {
   id: number;

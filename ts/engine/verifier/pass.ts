@@ -37,6 +37,8 @@ export interface VerifyRow {
   blockTable: readonly number[];
   sampling: SamplingSpec;
   numTopLogprobs: number;
+  /** DeepConf token confidence per row (0 = off). */
+  confidenceTopK?: number;
 }
 
 /**
@@ -95,6 +97,7 @@ export function verifyRowSequence(row: VerifyRow, pageSize: number, pad?: { wind
     blockTable: Int32Array.from(table),
     sampling: row.sampling,
     numTopLogprobs: row.numTopLogprobs,
+    ...(row.confidenceTopK ? { confidenceTopK: row.confidenceTopK } : {}),
     emitToken: true,
     emitAll: true,
     fixedSchedule: true,

@@ -57,7 +57,7 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     seq.truncateTokens(start + n);
     const s = samplingOf(seq);
     needsLogits ||= s.needsLogits;
-    rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs });
+    rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs, confidenceTopK: s.confidenceTopK });
     members.push({ t, candidates: seq.tokens.slice(start + 1) });
   }
   if (rows.length === 0) return null;
@@ -99,6 +99,7 @@ export function applyVerdicts<T extends VerifyTarget>(
     const tokens: SampledToken[] = [];
     for (let j = 0; j <= accepted; j++) {
       const tok: SampledToken = { token: verified[j], logprob: res.logprobs![j] };
+      if (res.confidences) tok.confidence = res.confidences[j];
       if (k > 0) {
         tok.topIds = res.topIds!.slice(j * k, (j + 1) * k);
         tok.topLogprobs = res.topLogprobs!.slice(j * k, (j + 1) * k);
