@@ -35,6 +35,30 @@ export function majorityVote(answers: readonly (string | null | undefined)[], eq
   return { answer: clusters[0]?.answer ?? null, votes: clusters[0]?.count ?? 0, clusters };
 }
 
+/** A weighted vote: the answer whose cluster carries the most weight (ties: the first seen), that weight, and the
+ *  weight of every answered item (null and empty answers carry none). */
+export interface WeightedVote {
+  answer: string | null;
+  weight: number;
+  total: number;
+}
+
+/** The weighted majority (reward-weighted for tree search, confidence-weighted for DeepConf): one copy of the rule. */
+export function weightedMajority(items: ReadonlyArray<{ answer: string | null | undefined; weight: number }>, equivalent: AnswerEquivalence = exactMatch): WeightedVote {
+  const groups: Array<{ answer: string; weight: number }> = [];
+  let total = 0;
+  for (const { answer, weight } of items) {
+    if (answer == null || answer.trim() === "") continue;
+    total += weight;
+    const g = groups.find((x) => equivalent(x.answer, answer));
+    if (g) g.weight += weight;
+    else groups.push({ answer: answer.trim(), weight });
+  }
+  let best: { answer: string; weight: number } | null = null;
+  for (const g of groups) if (best === null || g.weight > best.weight) best = g;
+  return { answer: best?.answer ?? null, weight: best?.weight ?? 0, total };
+}
+
 /**
  * Normalised answer entropy H̃ = (log n − H) / log n over the answer clusters of n samples, where H is the entropy
  * of the cluster distribution. 1 when all n agree, 0 when all differ. Samples without an answer count towards n

@@ -4,7 +4,7 @@ export type { EngineOptions, EngineModelSpec } from "./engine.js";
 export type { EngineModelSource } from "./loadedModel.js";
 export { RequestHandle } from "./handle.js";
 export type { GenerateRequest, SamplingParams, ForkOptions } from "./request.js";
-export type { GenerationOutput, SampleOutput, StreamDelta, FinishReason, TokenLogprob, TopLogprob, Usage, DeterminismStats, ProbeCapture } from "./outputs.js";
+export type { GenerationOutput, SampleOutput, StreamDelta, FinishReason, TokenLogprob, TopLogprob, Usage, DeterminismStats, ProbeCapture, ConfidenceReport } from "./outputs.js";
 export type { EngineMetrics, ModelMetrics } from "./metrics.js";
 export type { KernelMode, KernelSchedule } from "./kernelSchedule.js";
 export { FIXED_SCHEDULE, chooseSchedule } from "./kernelSchedule.js";

@@ -4,6 +4,7 @@ import { DEFAULT_PROBE_RULE } from "../certaindex/probe.js";
 import { CotProbe } from "./cotProbe.js";
 import { Duchess } from "./duchess.js";
 import { ShortMK } from "./shortMK.js";
+import { DeepConf, type DeepConfVariant } from "./deepconf.js";
 import type { DuchessProbe } from "../probe/probeFile.js";
 import { Mcts } from "./mcts.js";
 import type { Program } from "./program.js";
@@ -12,8 +13,8 @@ import type { RewardSource } from "./rewards.js";
 import type { ProgramTask } from "./task.js";
 import { SelfConsistency } from "./selfConsistency.js";
 
-export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k";
-export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts", "duchess", "short-m@k"];
+export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k" | "deepconf";
+export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts", "duchess", "short-m@k", "deepconf"];
 
 export interface BuildProgramOptions {
   /** The question as asked (what the reward sources see). */
@@ -42,6 +43,9 @@ export interface BuildProgramOptions {
   probeWindow?: number;
   /** short-m@k: the m of the first branches to finish that vote (default 3; k is the cap). */
   shortM?: number;
+  /** deepconf: keep the top 10% ("low", default) or 90% ("high"); offline: all traces, then filter. */
+  deepconfVariant?: DeepConfVariant;
+  deepconfOffline?: boolean;
   /** duchess: the trained probe (loadProbe); required. */
   probe?: DuchessProbe;
 }
@@ -68,6 +72,8 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
       return new Mcts({ ...tree, maxSimulations: o.cap, simulationsPerRound: o.simulationsPerRound });
     case "short-m@k":
       return new ShortMK({ ...common, k: o.cap, m: o.shortM, maxTokens: o.maxTokens, temperature: o.temperature });
+    case "deepconf":
+      return new DeepConf({ ...common, budget: o.cap, variant: o.deepconfVariant, mode: o.deepconfOffline ? "offline" : "online", maxTokens: o.maxTokens, temperature: o.temperature });
     case "duchess":
       if (o.probe === undefined) throw new Error("program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`");
       return new Duchess({ ...common, probe: o.probe, branches: o.cap, maxTokens: o.maxTokens, temperature: o.temperature });

@@ -3,6 +3,7 @@
 // lives and revived from the prefix cache after. Each new step is scored by a RewardSource (default: the task's step
 // verifier); a node's reward is the minimum over its path (a solution is as good as its worst step). A step that
 // writes the task's answer marker (`\boxed{`) ends its solution.
+import { weightedMajority } from "../certaindex/signals.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { GenerationOutput, SampleOutput } from "../engine/outputs.js";
 import { boxedAnswers } from "./answers.js";
@@ -180,14 +181,5 @@ export function weightedVote(
   items: ReadonlyArray<{ answer: string | null; weight: number }>,
   equivalent: (a: string, b: string) => boolean,
 ): string | null {
-  const groups: Array<{ answer: string; weight: number }> = [];
-  for (const { answer, weight } of items) {
-    if (answer == null || answer.trim() === "") continue;
-    const g = groups.find((x) => equivalent(x.answer, answer));
-    if (g) g.weight += weight;
-    else groups.push({ answer: answer.trim(), weight });
-  }
-  let best: { answer: string; weight: number } | null = null;
-  for (const g of groups) if (best === null || g.weight > best.weight) best = g;
-  return best?.answer ?? null;
+  return weightedMajority(items, equivalent).answer;
 }

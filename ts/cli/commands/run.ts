@@ -54,6 +54,8 @@ interface RunOptions {
   calibration?: string | false;
   task: string;
   probe?: string;
+  variant?: string;
+  offline?: boolean;
 }
 
 function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
@@ -114,7 +116,7 @@ export function registerRun(program: Command): void {
     .argument("<question>", 'the question, e.g. "What is 7*(8+5)-19?"')
     .option("--program <name>", `one of ${PROGRAM_KINDS.join(", ")}`, "sc")
     .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
-    .option("--cap <n>", "the program's knob cap: branches (sc, duchess; k of short-m@k), width (rebase), simulations (mcts)")
+    .option("--cap <n>", "the program's knob cap: branches (sc, duchess; k of short-m@k; the trace budget of deepconf), width (rebase), simulations (mcts)")
     .option("--max-tokens <n>", "tokens per branch (sc) or for the whole thought (cot-probe)")
     .option("--seed <s>", "sampling seed", "0")
     .option("--temperature <t>", "sampling temperature")
@@ -130,6 +132,8 @@ export function registerRun(program: Command): void {
     .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline)", "\\n")
     .option("--calibration <file>", `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`)
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
+    .option("--variant <low|high>", "deepconf: keep the most confident 10% (low, default) or 90% (high) of the traces")
+    .option("--offline", "deepconf: run every trace to the end, then filter (default: online, with the engine's confidence stop)")
     .option("--probe <dir>", `duchess: the trained probe (default: <model>/${PROBE_SUBDIR}, written by deliberate probe train)`)
     .option("--json", "print one JSON object with the result")
     .action(async (question: string, opts: RunOptions) => {
@@ -149,7 +153,9 @@ export function registerRun(program: Command): void {
       if (interval !== undefined && kind !== "cot-probe") throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
       // The calibrated entry for this program at this cap (SC: per cap), if the calibration has one.
       // (duchess is tuned by its probe file, not by a certaindex calibration.)
-      const pc = cal === null || kind === "duchess" || kind === "short-m@k" ? undefined : programCalibration(cal.calibration, kind, cap);
+      const pc = cal === null || kind === "duchess" || kind === "short-m@k" || kind === "deepconf" ? undefined : programCalibration(cal.calibration, kind, cap);
+      if ((opts.variant !== undefined || opts.offline) && kind !== "deepconf") throw new Error(`--${opts.variant !== undefined ? "variant" : "offline"} is an option of --program deepconf`);
+      if (opts.variant !== undefined && opts.variant !== "low" && opts.variant !== "high") throw new Error(`--variant must be low or high, got '${opts.variant}'`);
       if (opts.probe !== undefined && kind !== "duchess") throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
       const model = await loadModel(dir, { device: opts.device });
       const probe =
@@ -184,6 +190,8 @@ export function registerRun(program: Command): void {
         };
         if (reward !== null) build.reward = reward;
         if (probe !== undefined) build.probe = probe;
+        if (opts.variant !== undefined) build.deepconfVariant = opts.variant as "low" | "high";
+        if (opts.offline) build.deepconfOffline = true;
         const prog = buildProgram(kind, build);
         const policy = policyOf(opts) ?? pc?.policy;
         const tty = !opts.json && process.stderr.isTTY;

@@ -1,0 +1,226 @@
+// DeepConf (Fu et al., "Deep Think with Confidence", ICLR 2026): parallel thinking filtered by the model's own token
+// confidence. Every trace asks the engine for its confidence (request.confidence: token confidence = -mean of the
+// top-20 logprobs, group confidence = the mean over a sliding window; ts/engine/confidence.ts).
+//   online   (the paper's Algorithm 2) warm-up: `warmup` traces run to the end; the stop threshold s is the
+//            (100 - eta)-th percentile of their lowest group confidences (DeepConf-low keeps the top eta = 10%,
+//            DeepConf-high the top 90%). Then traces run `parallel` at a time with the engine's stop rule at s (a
+//            trace whose window mean falls below s ends "low_confidence" and does not vote); after every trace the
+//            confidence-weighted majority's share is checked, and the program stops once it reaches `consensus`
+//            (tau = 0.95) or the `budget` of traces is spent. The answer is the confidence-weighted vote (weight =
+//            a trace's lowest group confidence) over the warm-up and the surviving traces.
+//   offline  every trace of the budget runs to the end; the top eta% by the chosen measure (lowest group,
+//            bottom-10% groups or tail) vote, weighted by that measure.
+// certaindex = the weighted majority's share (the paper's consensus beta), so it reports what the other programs do.
+import { weightedMajority } from "../certaindex/signals.js";
+import type { RequestHandle } from "../engine/handle.js";
+import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
+import { percentile } from "../probe/stats.js";
+import { boxedAnswers } from "./answers.js";
+import type { Knob, Program, ProgramContext } from "./program.js";
+import type { ProgramTask } from "./task.js";
+
+export type DeepConfVariant = "low" | "high";
+export type ConfidenceMeasure = "lowest" | "bottom10" | "tail";
+
+export interface DeepConfOptions {
+  prompt: string | readonly number[];
+  /** "low" keeps the top 10% (aggressive), "high" the top 90% (default "low"). */
+  variant?: DeepConfVariant;
+  mode?: "online" | "offline";
+  /** Most traces (default 32; the paper's 512 scaled to this engine's batch). */
+  budget?: number;
+  /** Warm-up traces that set the threshold (default 16, the paper's N_init). */
+  warmup?: number;
+  /** Online: stop once the weighted majority holds this share of the weight (default 0.95). */
+  consensus?: number;
+  /** Tokens per confidence group (default 16: the paper's 2048 is for traces of thousands of tokens). */
+  window?: number;
+  /** Top logprobs per token confidence (default 20, the paper's). */
+  topK?: number;
+  /** Online: traces in flight at once after the warm-up (default 8). */
+  parallel?: number;
+  /** Offline: which confidence filters and weighs (default "lowest"). */
+  measure?: ConfidenceMeasure;
+  maxTokens?: number;
+  temperature?: number;
+  topP?: number;
+  /** Trace i samples with seed + i. */
+  seed?: number;
+  model?: string;
+  task?: ProgramTask;
+}
+
+export interface DeepConfTrace {
+  index: number;
+  answer: string | null;
+  tokens: number;
+  finishReason: FinishReason;
+  confidence: ConfidenceReport | null;
+  warmup: boolean;
+}
+
+export class DeepConf implements Program {
+  readonly name: string;
+  certaindex = 0;
+  readonly knob: Knob;
+  readonly tokenBudget: number;
+  readonly state = {
+    traces: [] as DeepConfTrace[],
+    /** Online: the stop threshold set by the warm-up (null before it, or offline). */
+    threshold: null as number | null,
+    /** The traces that voted (online: warm-up and survivors; offline: the kept top eta%). */
+    voters: [] as DeepConfTrace[],
+    stop: null as "consensus" | "budget" | null,
+  };
+  private readonly o: Required<Omit<DeepConfOptions, "model" | "topP" | "task">> & Pick<DeepConfOptions, "model" | "topP">;
+  private readonly task: ProgramTask;
+  private done_ = false;
+
+  constructor(options: DeepConfOptions) {
+    const variant = options.variant ?? "low";
+    if (variant !== "low" && variant !== "high") throw new RangeError(`deepconf.variant must be "low" or "high", got ${String(variant)}`);
+    const mode = options.mode ?? "online";
+    if (mode !== "online" && mode !== "offline") throw new RangeError(`deepconf.mode must be "online" or "offline", got ${String(mode)}`);
+    const budget = options.budget ?? 32;
+    const warmup = Math.min(options.warmup ?? 16, budget);
+    for (const [k, v, lo] of [["budget", budget, 1], ["warmup", warmup, 1], ["window", options.window ?? 16, 1], ["parallel", options.parallel ?? 8, 1]] as const) {
+      if (!Number.isInteger(v) || v < lo) throw new RangeError(`deepconf.${k} must be an integer ≥ ${lo}, got ${v}`);
+    }
+    const consensus = options.consensus ?? 0.95;
+    if (!(consensus > 0 && consensus <= 1)) throw new RangeError(`deepconf.consensus must be in (0, 1], got ${consensus}`);
+    this.task = options.task ?? boxedAnswers;
+    this.o = {
+      prompt: options.prompt,
+      variant,
+      mode,
+      budget,
+      warmup,
+      consensus,
+      window: options.window ?? 16,
+      topK: options.topK ?? 20,
+      parallel: options.parallel ?? 8,
+      measure: options.measure ?? "lowest",
+      maxTokens: options.maxTokens ?? 256,
+      temperature: options.temperature ?? 0.8,
+      topP: options.topP,
+      seed: options.seed ?? 0,
+      model: options.model,
+    };
+    this.name = `deepconf-${variant}${mode === "offline" ? "-offline" : ""}`;
+    this.knob = { used: 0, max: budget };
+    this.tokenBudget = budget * this.o.maxTokens;
+  }
+
+  get done(): boolean {
+    return this.done_;
+  }
+
+  /** Top share kept: 10% (low) or 90% (high). */
+  private get eta(): number {
+    return this.o.variant === "low" ? 10 : 90;
+  }
+
+  async execute(ctx: ProgramContext): Promise<void> {
+    const prompt = ctx.encode(this.o.prompt, { model: this.o.model });
+    if (this.o.mode === "offline") {
+      const all = await Promise.all(Array.from({ length: this.o.budget }, (_, i) => this.trace(ctx, prompt, i, null, false).result));
+      this.state.traces.push(...all.filter((t): t is DeepConfTrace => t !== null));
+      this.state.voters = keepTop(this.state.traces, this.o.measure, this.eta);
+      this.state.stop = "budget";
+    } else {
+      await this.online(ctx, prompt);
+    }
+    this.knob.used = this.state.traces.length;
+    this.done_ = true;
+  }
+
+  private async online(ctx: ProgramContext, prompt: number[]): Promise<void> {
+    const warm = await Promise.all(Array.from({ length: this.o.warmup }, (_, i) => this.trace(ctx, prompt, i, null, true).result));
+    const finished = warm.filter((t): t is DeepConfTrace => t !== null);
+    this.state.traces.push(...finished);
+    const lows = finished.filter((t) => t.confidence !== null).map((t) => t.confidence!.lowestGroup);
+    this.state.threshold = lows.length > 0 ? percentile(lows, 100 - this.eta) : null;
+    this.state.voters = finished.filter((t) => t.finishReason !== "aborted");
+    if (this.reachedConsensus() || this.o.warmup >= this.o.budget) {
+      this.state.stop = this.reachedConsensus() ? "consensus" : "budget";
+      return;
+    }
+    let next = this.o.warmup;
+    const live = new Set<RequestHandle>();
+    await new Promise<void>((resolve, reject) => {
+      const launch = (): void => {
+        while (this.state.stop === null && live.size < this.o.parallel && next < this.o.budget && !ctx.signal.aborted) {
+          const { handle, result } = this.trace(ctx, prompt, next++, this.state.threshold, false);
+          live.add(handle);
+          result.then((t) => {
+            live.delete(handle);
+            if (t !== null && this.state.stop === null) {
+              this.state.traces.push(t);
+              // Traces the stop rule ended do not vote (the paper discards them).
+              if (t.finishReason !== "low_confidence" && t.finishReason !== "aborted") this.state.voters.push(t);
+              if (this.reachedConsensus()) this.state.stop = "consensus";
+            }
+            if (this.state.stop === null && next >= this.o.budget && live.size === 0) this.state.stop = "budget";
+            if (this.state.stop !== null || ctx.signal.aborted) {
+              for (const h of live) h.abort();
+              if (live.size === 0) resolve();
+              return;
+            }
+            launch();
+          }, reject);
+        }
+        if (live.size === 0) resolve();
+      };
+      launch();
+    });
+  }
+
+  /** One trace; resolves null when it was aborted before finishing (the program stopped). */
+  private trace(ctx: ProgramContext, prompt: number[], index: number, threshold: number | null, warmup: boolean): { handle: RequestHandle; result: Promise<DeepConfTrace | null> } {
+    const o = this.o;
+    const confidence = { window: o.window, topK: o.topK, tail: o.window, ...(threshold === null ? {} : { threshold }) };
+    const handle = ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed + index, model: o.model, confidence }, warmup ? "warmup" : "generate");
+    const result = handle.result.then((out): DeepConfTrace | null =>
+      out.finishReason === "aborted"
+        ? null
+        : { index, answer: this.task.extractAnswer(out.text), tokens: out.tokens.length, finishReason: out.finishReason, confidence: out.confidence ?? null, warmup },
+    );
+    return { handle, result };
+  }
+
+  private vote() {
+    const measure = this.o.mode === "offline" ? this.o.measure : "lowest";
+    return weightedMajority(
+      this.state.voters.map((t) => ({ answer: t.answer, weight: t.confidence === null ? 0 : measureOf(t.confidence, measure) })),
+      (a, b) => this.task.equivalent(a, b),
+    );
+  }
+
+  private reachedConsensus(): boolean {
+    const v = this.vote();
+    return v.total > 0 && v.weight / v.total >= this.o.consensus;
+  }
+
+  updateCertaindex(): number {
+    const v = this.vote();
+    this.certaindex = v.total > 0 ? v.weight / v.total : 0;
+    return this.certaindex;
+  }
+
+  answer(): string | null {
+    return this.vote().answer;
+  }
+}
+
+/** A trace's confidence by the paper's measure. */
+export function measureOf(c: ConfidenceReport, measure: ConfidenceMeasure): number {
+  return measure === "lowest" ? c.lowestGroup : measure === "bottom10" ? c.bottom10Group : c.tail;
+}
+
+/** Offline filtering: the top `eta`% of the traces by `measure` (at least one; ties at the cut are kept). */
+export function keepTop(traces: readonly DeepConfTrace[], measure: ConfidenceMeasure, eta: number): DeepConfTrace[] {
+  const scored = traces.filter((t) => t.confidence !== null);
+  if (scored.length === 0) return [];
+  const cut = percentile(scored.map((t) => measureOf(t.confidence!, measure)), 100 - eta);
+  return scored.filter((t) => measureOf(t.confidence!, measure) >= cut);
+}
