@@ -26,6 +26,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import { loadModel } from "../../ts/model/model.js";
 import { modelHash } from "../../ts/model/modelHash.js";
 import { loadProbe, saveProbe, PROBE_SUBDIR, type DuchessProbe } from "../../ts/probe/probeFile.js";
+import { DeepConf } from "../../ts/programs/deepconf.js";
 import { Duchess, type DuchessOptions } from "../../ts/programs/duchess.js";
 import type { Program } from "../../ts/programs/program.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
@@ -74,7 +75,7 @@ let probe: DuchessProbe = await loadProbe(probeDir, { hash: await modelHash(bm.d
 const cal = loadCalibration(bm.dir, { bundledDir: TINY_REASONER_DIR });
 const promptOf = (p: ArithProblem): number[] => model.tokenizer.encodeChat([{ role: "user", content: p.question }], { addGenerationPrompt: true });
 
-type Method = "sc" | "dynasor" | "short-m@k" | "duchess" | "duchess:paper" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
+type Method = "sc" | "dynasor" | "short-m@k" | "deepconf-low" | "deepconf-high" | "deepconf-low:offline" | "deepconf-high:offline" | "duchess" | "duchess:paper" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
 const ABLATIONS: Partial<Record<Method, Partial<DuchessOptions>>> = {
   "duchess:terminate": { branchOut: false, requestStop: false },
   "duchess:+branch-out": { branchOut: true, requestStop: false },
@@ -102,6 +103,15 @@ function build(method: Method, p: ArithProblem, c: number, seed: number, over: P
       return { program: new SelfConsistency({ prompt, maxBranches: c, branchesPerRound: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
     case "dynasor":
       return dynasorOf(prompt, c, seed);
+    case "deepconf-low":
+    case "deepconf-high":
+    case "deepconf-low:offline":
+    case "deepconf-high:offline": {
+      // Budget c traces; the warm-up is half of them (the paper's 16 of 512 leaves no online phase at these budgets).
+      const variant = method.startsWith("deepconf-low") ? "low" : "high";
+      const mode = method.endsWith(":offline") ? "offline" : "online";
+      return { program: new DeepConf({ prompt, variant, mode, budget: c, warmup: Math.max(1, Math.floor(c / 2)), parallel: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
+    }
     case "short-m@k":
       return { program: new ShortMK({ prompt, k: c, m: Math.min(3, c), maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
     case "duchess:paper": {
@@ -205,7 +215,7 @@ log(`DUCHESS settings: ${settingsLine}`);
 const test = problemSet({ split: "test", n: N, seed: SEED });
 const points: Point[] = [];
 for (const c of CAPS) {
-  for (const m of ["sc", "dynasor", "short-m@k", "duchess", "duchess:paper"] as const) {
+  for (const m of ["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess:paper"] as const) {
     const pt = await measure(m, test, c);
     points.push(pt);
     log(fmt(pt));
@@ -246,6 +256,13 @@ const summary = {
   duchessTokensAtDynasorBest: dAtDyn,
   savedVsDynasor: dAtDyn === null ? null : 1 - dAtDyn / dynBest.meanTokens,
   duchessBestAccuracy: best("duchess").accuracy,
+  /** Tokens saved vs SC at SC's best accuracy, per method (null: never reaches it on this curve). */
+  savedVsScByMethod: Object.fromEntries(
+    (["dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess:paper"] as const).map((m) => {
+      const t = tokensAt(m, scBest.accuracy);
+      return [m, t === null ? null : 1 - t / scBest.meanTokens];
+    }),
+  ),
 };
 const pct = (x: number | null): string => (x === null ? "not reached" : `${(x * 100).toFixed(1)}%`);
 log(`summary: SC best ${(scBest.accuracy * 100).toFixed(1)}% at ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS there: ${dAtSc?.toFixed(0) ?? "not reached"} tokens (saved ${pct(summary.savedVsSc)}); vs Dynasor best ${(dynBest.accuracy * 100).toFixed(1)}% at ${dynBest.meanTokens.toFixed(0)}: saved ${pct(summary.savedVsDynasor)}`);
@@ -277,6 +294,7 @@ if (values.serve) {
   const systems: Array<{ name: string; sched: SchedulingPolicy; method: Method }> = [
     { name: "SC, fcfs", sched: "fcfs", method: "sc" },
     { name: "Dynasor (gang+sjf+certaindex)", sched: "gang+sjf", method: "dynasor" },
+    { name: "DeepConf-low, gang", sched: "gang", method: "deepconf-low" },
     { name: "DUCHESS, complexity-aware SJF", sched: "gang+complexity", method: "duchess" },
   ];
   for (const mult of values.rates!.split(",").map(Number)) {
@@ -359,6 +377,8 @@ const md = [
   "| --- | --- | --- | --- | --- |",
   ...points.map((p) => `| ${p.method} | ${p.cap} | ${(p.accuracy * 100).toFixed(1)}% | ${p.meanTokens.toFixed(0)} | ${p.seconds.toFixed(0)} |`),
   "",
+  `Tokens saved vs SC at SC's best accuracy (${(scBest.accuracy * 100).toFixed(1)}%), read along each method's curve: ${Object.entries(summary.savedVsScByMethod).map(([m, v]) => `${m} ${pct(v)}`).join(", ")}.`,
+  "",
   `**Summary.** SC's best accuracy ${(scBest.accuracy * 100).toFixed(1)}% (c = ${scBest.cap}) costs ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS reaches it with ${dAtSc?.toFixed(0) ?? "—"} tokens: **${pct(summary.savedVsSc)} saved** (paper 42–63%; target ≥ 40%). Dynasor's best ${(dynBest.accuracy * 100).toFixed(1)}% (c = ${dynBest.cap}) costs ${dynBest.meanTokens.toFixed(0)}; DUCHESS there: ${dAtDyn?.toFixed(0) ?? "—"} (${pct(summary.savedVsDynasor)} saved). Ablations at c = ${cMax} (tuned interval and tau): terminate only ${pointStr("duchess:terminate")}, + branch-out ${pointStr("duchess:+branch-out")}, + request stop ${pointStr("duchess:+request-stop")}; terminate + request stop without branch-out ${pointStr("duchess:terminate+stop")}.`,
   "",
   ...(tuning
@@ -392,7 +412,7 @@ function pointStr(m: Method, cap = cMax): string {
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "duchess.md"), `${md.join("\n")}\n`);
 writeFileSync(join(values.out!, "duchess.json"), `${JSON.stringify(result, null, 2)}\n`);
-const series = (["sc", "dynasor", "short-m@k", "duchess", "duchess:paper"] as const).map((m) => ({
+const series = (["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "duchess", "duchess:paper"] as const).map((m) => ({
   name: m,
   points: points.filter((p) => p.method === m).sort((a, b) => a.cap - b.cap).map((p) => [p.meanTokens, p.accuracy * 100] as const),
 }));
