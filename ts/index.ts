@@ -69,3 +69,8 @@ export type { DuchessProbe, ProbeMeta, ProbeTarget, CorrectnessMeta, DifficultyM
 export { auroc, percentile, spearman } from "./probe/stats.js";
 export { trainProbe } from "./eval/probeTrain.js";
 export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/probeTrain.js";
+
+// The OpenAI-compatible HTTP server (`deliberate serve`): a fastify plugin and a ready app. Last: it is built on the
+// exports above (ts/server imports only this file), so they are initialised before it loads.
+export { createServer, deliberatePlugin, ServerState, ApiError } from "./server/index.js";
+export type { CreateServerOptions, DeliberatePluginOptions, DeliberateServer, ServeTarget } from "./server/index.js";

@@ -7,6 +7,7 @@ import { registerEval } from "./commands/eval.js";
 import { registerGenerate } from "./commands/generate.js";
 import { registerProbe } from "./commands/probe.js";
 import { registerRun } from "./commands/run.js";
+import { registerServe } from "./commands/serve.js";
 
 const program = new Command();
 program.name("deliberate").description("serve LLM reasoning programs from Node.js").version("0.1.0");
@@ -16,6 +17,7 @@ registerRun(program);
 registerEval(program);
 registerDeterminism(program);
 registerProbe(program);
+registerServe(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {
   console.error(`deliberate: ${e instanceof Error ? e.message : String(e)}`);

@@ -109,6 +109,8 @@ export interface GenerationOutput extends SampleOutput {
   usage: Usage;
   /** Times a sample was preempted and recomputed. */
   preemptions: number;
+  /** Milliseconds from submit to the scheduler's first admission of the request (its time in the waiting queue). */
+  queueMs: number;
   /** Present for deterministic requests. */
   determinism?: DeterminismStats;
 }

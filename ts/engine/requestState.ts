@@ -63,9 +63,16 @@ export class RequestState {
         cachedTokens: Math.min(this.seqs[0]?.numCachedTokens ?? 0, this.promptTokens.length),
       },
       preemptions: this.preemptions,
+      queueMs: this.queueMs(),
     };
     if (this.determinism) output.determinism = { ...this.determinism };
     this.settle.resolve(output);
+  }
+
+  private queueMs(): number {
+    const seq = this.seqs[0];
+    if (seq === undefined) return 0;
+    return Math.max(0, (seq.firstScheduledMs ?? Date.now()) - seq.arrivalMs);
   }
 
   fail(error: unknown): void {

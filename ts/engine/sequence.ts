@@ -40,6 +40,8 @@ export class Sequence {
   numCachedTokens = 0;
   /** Times this sequence was preempted (its KV dropped, to be recomputed). */
   numPreemptions = 0;
+  /** When the scheduler first admitted the sequence (null while it has only waited): the Scheduler's. */
+  firstScheduledMs: number | null = null;
   /** Most completion tokens it may generate (SJF's fallback estimate of remaining work). */
   maxCompletionTokens = Number.POSITIVE_INFINITY;
   /** When set, KV is computed no further than this many tokens (e.g. until n samples fork off the prompt). */
@@ -156,8 +158,9 @@ export class Sequence {
   markWaiting(): void {
     this.queueStatus = "waiting";
   }
-  markRunning(): void {
+  markRunning(nowMs: number = Date.now()): void {
     this.queueStatus = "running";
+    this.firstScheduledMs ??= nowMs;
   }
   markFinished(): void {
     this.queueStatus = "finished";

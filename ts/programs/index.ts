@@ -24,6 +24,8 @@ export { boxedAnswers, defaultProbeSuffix } from "./answers.js";
 export type { ProgramTask } from "./task.js";
 export type { RewardSource, StepInput, ModelRewardOptions } from "./rewards.js";
 export { buildProgram, parseProgramKind, PROGRAM_KINDS } from "./registry.js";
+export { ProgramFactory } from "./factory.js";
+export type { ProgramFactoryOptions, ProgramRequest, BuiltProgram } from "./factory.js";
 export type { ProgramKind, BuildProgramOptions } from "./registry.js";
 export { clusterAnswers, majorityVote, entropyCertaindex, rewardCertaindex, combineCertaindex, meetsAll, exactMatch } from "../certaindex/signals.js";
 export type { ThresholdedSignal, WeightedVote } from "../certaindex/signals.js";

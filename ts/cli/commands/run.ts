@@ -5,30 +5,24 @@
 // `--task` says how answers are read (arith: `\boxed{}`, gsm8k: `#### N`); rebase and mcts score steps with a reward
 // source: the task's own step verifier (default; arith has one) or a process reward model.
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import type { Command } from "commander";
 import {
-  buildProgram,
   bundledModelDir,
   Engine,
   getTask,
-  loadCalibration,
   loadModel,
-  loadProbe,
-  modelHash,
   modelProcessReward,
   PROBE_SUBDIR,
   parseProgramKind,
   parseVerifier,
-  programCalibration,
   PROGRAM_KINDS,
+  ProgramFactory,
   ProgramRuntime,
   RECALIBRATE_COMMAND,
   TASK_NAMES,
   VERIFIER_NAMES,
-  type BuildProgramOptions,
-  type LoadedCalibration,
   type PolicySpec,
+  type ProgramRequest,
   type ProgramResult,
   type RewardSource,
   type Task,
@@ -146,26 +140,20 @@ export function registerRun(program: Command): void {
       }
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const { reward, prmDir } = rewardOf(kind, opts, task);
-      const cal: LoadedCalibration | null = opts.calibration === false ? null : loadCalibration(dir, { file: opts.calibration, bundledDir: bundledModelDir });
-      if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
       const cap = num("cap", opts.cap, true);
       const interval = num("interval", opts.interval, true);
       if (interval !== undefined && kind !== "cot-probe") throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
-      // The calibrated entry for this program at this cap (SC: per cap), if the calibration has one.
-      // (duchess is tuned by its probe file, not by a certaindex calibration.)
-      const pc = cal === null || kind === "duchess" || kind === "short-m@k" || kind === "deepconf" ? undefined : programCalibration(cal.calibration, kind, cap);
       if ((opts.variant !== undefined || opts.offline) && kind !== "deepconf") throw new Error(`--${opts.variant !== undefined ? "variant" : "offline"} is an option of --program deepconf`);
       if (opts.variant !== undefined && opts.variant !== "low" && opts.variant !== "high") throw new Error(`--variant must be low or high, got '${opts.variant}'`);
       if (opts.probe !== undefined && kind !== "duchess") throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
       const model = await loadModel(dir, { device: opts.device });
-      const probe =
-        kind === "duchess"
-          ? await loadProbe(opts.probe ?? join(dir, PROBE_SUBDIR), { hash: await modelHash(dir), hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, name: dir }).catch((e: unknown) => {
-              model.dispose();
-              throw e;
-            })
-          : undefined;
-      const prm = prmDir === undefined ? null : await loadModel(prmDir, { device: opts.device });
+      const factory = ProgramFactory.open({ modelDir: dir, hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, calibration: opts.calibration, bundledDir: bundledModelDir, probeDir: opts.probe });
+      const cal = factory.calibration;
+      if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
+      const prm = prmDir === undefined ? null : await loadModel(prmDir, { device: opts.device }).catch((e: unknown) => {
+        model.dispose();
+        throw e;
+      });
       const engine = new Engine({ models: prm === null ? { model } : [{ name: "policy", model }, { name: "prm", model: prm }] });
       try {
         const prompt = model.tokenizer.chatTemplate === null ? question : model.tokenizer.encodeChat([{ role: "user", content: question }]);
@@ -173,27 +161,23 @@ export function registerRun(program: Command): void {
         const promptTokens = typeof prompt === "string" ? model.tokenizer.encode(prompt).length : prompt.length;
         const contextLeft = model.contextLength - promptTokens - PROBE_RESERVE_TOKENS;
         if (contextLeft < 1) throw new Error(`the question takes ${promptTokens} tokens, leaving no room in the model's ${model.contextLength}-token context`);
-        const s = pc?.settings ?? {};
-        const build: BuildProgramOptions = {
+        const request: ProgramRequest = {
           question,
           prompt,
-          cap: cap ?? s.maxBranches ?? s.width ?? s.maxSimulations,
+          cap,
           maxTokens: num("max-tokens", opts.maxTokens, true) ?? Math.min(DEFAULT_MAX_TOKENS, contextLeft),
           seed: num("seed", opts.seed, true),
           temperature: num("temperature", opts.temperature, false),
-          branchesPerRound: s.branchesPerRound,
-          simulationsPerRound: s.simulationsPerRound,
-          interval: interval ?? s.interval,
-          probeWindow: s.probeWindow,
+          interval,
           model: prm === null ? undefined : "policy",
           task,
         };
-        if (reward !== null) build.reward = reward;
-        if (probe !== undefined) build.probe = probe;
-        if (opts.variant !== undefined) build.deepconfVariant = opts.variant as "low" | "high";
-        if (opts.offline) build.deepconfOffline = true;
-        const prog = buildProgram(kind, build);
-        const policy = policyOf(opts) ?? pc?.policy;
+        if (reward !== null) request.reward = reward;
+        if (opts.variant !== undefined) request.deepconfVariant = opts.variant as "low" | "high";
+        if (opts.offline) request.deepconfOffline = true;
+        const built = await factory.build(kind, request);
+        const prog = built.program;
+        const policy = policyOf(opts) ?? built.policy;
         const tty = !opts.json && process.stderr.isTTY;
         const ac = new AbortController();
         const onSigint = (): void => ac.abort();
@@ -209,12 +193,12 @@ export function registerRun(program: Command): void {
         if (tty) process.stderr.write("\n");
         if (opts.json) {
           const { history, ...rest } = result;
-          const calibration = cal === null ? null : { file: cal.file, stale: cal.stale, applied: pc !== undefined };
+          const calibration = cal === null ? null : { file: cal.file, stale: cal.stale, applied: built.calibrated };
           console.log(JSON.stringify({ question, model: dir, task: task.name, ...rest, reward: reward?.name ?? null, calibration, history }));
         } else {
           console.log(report(result));
           if (reward !== null) console.log(`reward:      ${reward.name}`);
-          console.log(`policy:      ${JSON.stringify(result.policy)}${pc !== undefined && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`);
+          console.log(`policy:      ${JSON.stringify(result.policy)}${built.calibrated && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`);
         }
       } finally {
         await engine.dispose();

@@ -1,0 +1,75 @@
+// `deliberate serve`: the OpenAI-compatible HTTP server on one model (default: the bundled tiny reasoner). The socket
+// opens at once (GET /health answers 503 until the model is loaded); SIGTERM / SIGINT drain the requests in flight,
+// then exit.
+import { existsSync } from "node:fs";
+import type { Command } from "commander";
+import { bundledModelDir, createServer, getTask, TASK_NAMES } from "../../index.js";
+
+interface ServeOptions {
+  model?: string;
+  host: string;
+  port: string;
+  apiKey?: string;
+  maxQueue?: string;
+  device: string;
+  servedModelName?: string;
+  task: string;
+  calibration?: string | false;
+}
+
+function int(name: string, raw: string | undefined, lo: number, hi: number): number | undefined {
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  if (raw.trim() === "" || !Number.isInteger(v) || v < lo || v > hi) throw new Error(`--${name} must be an integer in [${lo}, ${hi}], got '${raw}'`);
+  return v;
+}
+
+export function registerServe(program: Command): void {
+  program
+    .command("serve")
+    .description("serve a model over an OpenAI-compatible HTTP API (chat, completions, programs, metrics)")
+    .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
+    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .option("--port <port>", "port to listen on", "8000")
+    .option("--api-key <key>", "require Authorization: Bearer <key> on /v1 routes (default: $DELIBERATE_API_KEY, else none)")
+    .option("--max-queue <n>", "most requests waiting for the scheduler; more get 503 + Retry-After (default: unbounded)")
+    .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
+    .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
+    .option("--calibration <file>", "certaindex calibration for programs (default: the model's own)")
+    .option("--no-calibration", "ignore any calibration: the programs' built-in policies")
+    .action(async (opts: ServeOptions) => {
+      const dir = opts.model ?? bundledModelDir;
+      if (!existsSync(dir)) throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
+      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      const port = int("port", opts.port, 0, 65535)!;
+      const maxQueue = int("max-queue", opts.maxQueue, 0, 1_000_000);
+      const server = await createServer({
+        modelDir: dir,
+        device: opts.device,
+        apiKey: opts.apiKey ?? process.env.DELIBERATE_API_KEY,
+        maxQueue,
+        servedModelName: opts.servedModelName,
+        task: getTask(opts.task),
+        calibration: opts.calibration,
+        bundledDir: bundledModelDir,
+      });
+      const address = await server.listen({ host: opts.host, port });
+      process.stderr.write(`deliberate: serving ${dir} on ${address} (OpenAI-compatible: ${address}/v1)\n`);
+      let stopping = false;
+      const stop = (signal: string): void => {
+        if (stopping) return;
+        stopping = true;
+        process.stderr.write(`deliberate: ${signal}: draining requests in flight, then exiting\n`);
+        server.close().then(
+          () => process.exit(0),
+          (e: unknown) => {
+            process.stderr.write(`deliberate: shutdown failed: ${e instanceof Error ? e.message : String(e)}\n`);
+            process.exit(1);
+          },
+        );
+      };
+      process.on("SIGTERM", () => stop("SIGTERM"));
+      process.on("SIGINT", () => stop("SIGINT"));
+    });
+}

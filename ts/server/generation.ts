@@ -1,0 +1,241 @@
+// One HTTP generation: a request's n samples as one stream of events, with reasoning split from content and the
+// thought closable while it runs (POST .../control reasoning_end, thinking_token_budget, reasoning_effort). Closing
+// a thought forks each sample still thinking at the tokens the client has seen, appends the model's end-of-thought
+// token and goes on from there (the KV is shared with the parent), and aborts the parent: the client sees one
+// continuous completion. It owns the sources of every sample and the per-sample counts usage is made of.
+import type { Engine, FinishReason, GenerateRequest, RequestHandle, StreamDelta, TokenLogprob } from "../index.js";
+
+/** A model's reasoning tokens: the thought runs from `start` (generated first, or opened by the prompt) to `end`. */
+export interface ThinkTokens {
+  start: number;
+  end: number;
+}
+
+/** What the client sees of one sample's step. */
+export interface SampleEvent {
+  kind: "tokens";
+  index: number;
+  tokens: number[];
+  /** Text of these tokens that is part of the thought / of the answer. */
+  reasoning: string;
+  content: string;
+  logprobs?: TokenLogprob[];
+  finishReason?: FinishReason;
+}
+export type GenerationEvent = SampleEvent | { kind: "error"; error: unknown };
+
+interface Source {
+  handle: RequestHandle;
+  /** Which sample of the handle feeds this output index. */
+  sample: number;
+  /** Tokens of the source before its first generated one (prompt, or kept + appended for a fork). */
+  promptLength: number;
+  /** Generated tokens of this source forwarded to the client. */
+  forwarded: number;
+}
+
+interface SampleState {
+  source: Source;
+  finished: boolean;
+  finishReason?: FinishReason;
+  inReasoning: boolean;
+  /** Whether the thought was closed (by the model or by us): no second close. */
+  closed: boolean;
+  /** Tokens forwarded over all sources (the client's completion tokens). */
+  tokens: number;
+  reasoningTokens: number;
+}
+
+export interface GenerationOptions {
+  /** The model's think tokens, or null for a model without a thought to split. */
+  think: ThinkTokens | null;
+  /** Whether the prompt already opened the thought (its last token is think.start). */
+  promptOpensThought: boolean;
+  /** Close each sample's thought once it holds this many tokens. */
+  thinkingBudget?: number;
+  codec: { decode(ids: readonly number[]): string } | null;
+}
+
+export class Generation {
+  private readonly samples: SampleState[] = [];
+  private readonly events: GenerationEvent[] = [];
+  private waiter: (() => void) | null = null;
+  private readonly controller = new AbortController();
+  private readonly maxTokens: number;
+  private failed = false;
+  /** Prompt tokens served from the prefix cache (the first source's). */
+  cachedTokens = 0;
+  /** Time the first source waited for the scheduler. */
+  queueMs = 0;
+  readonly promptLength: number;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly request: GenerateRequest & { prompt: number[]; maxTokens: number },
+    private readonly options: GenerationOptions,
+  ) {
+    this.maxTokens = request.maxTokens;
+    this.promptLength = request.prompt.length;
+    const handle = engine.submit({ ...request, signal: this.controller.signal });
+    const n = request.n ?? 1;
+    for (let i = 0; i < n; i++) {
+      this.samples.push({
+        source: { handle, sample: i, promptLength: this.promptLength, forwarded: 0 },
+        finished: false,
+        inReasoning: options.think !== null && options.promptOpensThought,
+        closed: false,
+        tokens: 0,
+        reasoningTokens: 0,
+      });
+    }
+    handle.result.then(
+      (o) => {
+        this.cachedTokens = o.usage.cachedTokens;
+        this.queueMs = o.queueMs;
+      },
+      () => undefined,
+    );
+    void this.pump(handle);
+  }
+
+  get n(): number {
+    return this.samples.length;
+  }
+  get done(): boolean {
+    return this.failed || this.samples.every((s) => s.finished);
+  }
+  get completionTokens(): number {
+    return this.samples.reduce((t, s) => t + s.tokens, 0);
+  }
+  get reasoningTokens(): number {
+    return this.samples.reduce((t, s) => t + s.reasoningTokens, 0);
+  }
+  finishReasons(): Array<FinishReason | undefined> {
+    return this.samples.map((s) => s.finishReason);
+  }
+
+  /** Stops every sample at the next engine step; their pages are freed and they finish "aborted". */
+  abort(): void {
+    this.controller.abort();
+  }
+
+  /**
+   * Closes the thought of every sample still thinking: returns how many were closed (0: none was thinking, or the
+   * model has no thought tokens).
+   */
+  endReasoning(): number {
+    let closed = 0;
+    for (let i = 0; i < this.samples.length; i++) if (this.closeThought(i)) closed++;
+    return closed;
+  }
+
+  async *stream(): AsyncGenerator<GenerationEvent, void, undefined> {
+    for (let i = 0; ; ) {
+      if (i < this.events.length) {
+        const e = this.events[i++];
+        yield e;
+        if (e.kind === "error") return;
+      } else if (this.done) {
+        return;
+      } else {
+        await new Promise<void>((resolve) => (this.waiter = resolve));
+      }
+    }
+  }
+
+  private emit(e: GenerationEvent): void {
+    this.events.push(e);
+    const w = this.waiter;
+    this.waiter = null;
+    w?.();
+  }
+
+  private async pump(handle: RequestHandle): Promise<void> {
+    try {
+      for await (const d of handle) {
+        const index = this.samples.findIndex((s) => s.source.handle === handle && s.source.sample === d.sample);
+        if (index < 0) continue; // a parent whose sample was forked away: its late tokens are not the client's
+        this.forward(index, d);
+      }
+      await handle.result;
+    } catch (e) {
+      if (this.failed) return;
+      this.failed = true;
+      this.controller.abort();
+      this.emit({ kind: "error", error: e });
+    }
+  }
+
+  private forward(index: number, d: StreamDelta): void {
+    const s = this.samples[index];
+    if (s.finished) return;
+    s.source.forwarded += d.tokens.length;
+    const { reasoning, content } = this.split(s, d.tokens, d.text);
+    s.tokens += d.tokens.length;
+    s.finished = d.finishReason !== undefined;
+    s.finishReason = d.finishReason;
+    this.emit({ kind: "tokens", index, tokens: d.tokens, reasoning, content, logprobs: d.logprobs, finishReason: d.finishReason });
+    const budget = this.options.thinkingBudget;
+    if (!s.finished && s.inReasoning && budget !== undefined && s.reasoningTokens >= budget) this.closeThought(index);
+  }
+
+  /** Splits a step's tokens and text between the thought and the answer, and counts the thought's tokens. */
+  private split(s: SampleState, tokens: number[], text: string): { reasoning: string; content: string } {
+    const think = this.options.think;
+    if (think === null) return { reasoning: "", content: text };
+    if (!s.inReasoning && !s.closed && s.tokens === 0 && tokens[0] === think.start) s.inReasoning = true;
+    if (!s.inReasoning) return { reasoning: "", content: text };
+    const end = tokens.indexOf(think.end);
+    if (end < 0) {
+      s.reasoningTokens += tokens.length;
+      return { reasoning: text, content: "" };
+    }
+    s.inReasoning = false;
+    s.closed = true;
+    s.reasoningTokens += end + 1;
+    // The thought's text is what its tokens decode to; the rest of the step's text is the answer's.
+    const before = end === 0 || this.options.codec === null ? "" : this.options.codec.decode(tokens.slice(0, end));
+    return text.startsWith(before) ? { reasoning: before, content: text.slice(before.length) } : { reasoning: text, content: "" };
+  }
+
+  private closeThought(index: number): boolean {
+    const s = this.samples[index];
+    const think = this.options.think;
+    if (think === null || s.finished || !s.inReasoning) return false;
+    const left = this.maxTokens - s.tokens - 1;
+    const parent = s.source;
+    // The client has seen `parent.forwarded` tokens of this source: the thought closes right after them.
+    const synthetic: StreamDelta = { sample: 0, tokens: [think.end], text: "" };
+    if (left < 1) {
+      this.forward(index, { ...synthetic, finishReason: "length" });
+      this.abortSource(parent);
+      return true;
+    }
+    let child: RequestHandle;
+    try {
+      child = this.engine.fork(parent.handle, {
+        sample: parent.sample,
+        length: parent.promptLength + parent.forwarded,
+        append: [think.end],
+        maxTokens: left,
+        signal: this.controller.signal,
+      });
+    } catch (e) {
+      this.failed = true;
+      this.controller.abort();
+      this.emit({ kind: "error", error: e });
+      return false;
+    }
+    const childPrompt = parent.promptLength + parent.forwarded + 1;
+    this.forward(index, synthetic); // the client sees the thought close (counted on the parent, which ends here)
+    s.source = { handle: child, sample: 0, promptLength: childPrompt, forwarded: 0 };
+    this.abortSource(parent);
+    void this.pump(child);
+    return true;
+  }
+
+  /** Aborts a source once no sample reads from it any more. */
+  private abortSource(source: Source): void {
+    if (!this.samples.some((s) => s.source.handle === source.handle && !s.finished)) source.handle.abort();
+  }
+}

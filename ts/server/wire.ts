@@ -1,0 +1,100 @@
+// The OpenAI wire shapes the routes write: ids, usage, finish reasons, logprobs, and SSE framing (written by hand:
+// the openai client sends `Accept: application/json` even when it streams).
+import { randomBytes } from "node:crypto";
+import type { ServerResponse } from "node:http";
+import type { FinishReason, TokenLogprob } from "../index.js";
+
+export const newId = (prefix: string): string => `${prefix}-${randomBytes(12).toString("hex")}`;
+export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
+
+/** vLLM's finish reasons; DeepConf's low-confidence stop is a "stop" whose stop_reason says why. */
+export function finishReasonOf(r: FinishReason | undefined): { finish_reason: string | null; stop_reason: string | null } {
+  switch (r) {
+    case undefined:
+      return { finish_reason: null, stop_reason: null };
+    case "stop":
+    case "length":
+      return { finish_reason: r, stop_reason: null };
+    case "aborted":
+      return { finish_reason: "abort", stop_reason: null };
+    case "low_confidence":
+      return { finish_reason: "stop", stop_reason: "low_confidence" };
+    default:
+      return r satisfies never;
+  }
+}
+
+export interface UsageCounts {
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+  reasoningTokens?: number;
+}
+
+export function usageOf(u: UsageCounts): Record<string, unknown> {
+  const usage: Record<string, unknown> = {
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.promptTokens + u.completionTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedTokens },
+  };
+  if (u.reasoningTokens !== undefined) usage.completion_tokens_details = { reasoning_tokens: u.reasoningTokens };
+  return usage;
+}
+
+type Decode = (id: number) => string;
+
+const bytesOf = (s: string): number[] => [...Buffer.from(s, "utf8")];
+
+/** Chat logprobs: { content: [{ token, logprob, bytes, top_logprobs: [...] }] }. */
+export function chatLogprobs(logprobs: readonly TokenLogprob[], decode: Decode): Array<Record<string, unknown>> {
+  return logprobs.map((lp) => {
+    const token = decode(lp.token);
+    return {
+      token,
+      logprob: lp.logprob,
+      bytes: bytesOf(token),
+      top_logprobs: lp.top.map((t) => {
+        const tt = decode(t.token);
+        return { token: tt, logprob: t.logprob, bytes: bytesOf(tt) };
+      }),
+    };
+  });
+}
+
+/** Completion logprobs: parallel arrays tokens / token_logprobs / top_logprobs / text_offset. */
+export function completionLogprobs(logprobs: readonly TokenLogprob[], decode: Decode, textOffset: number): Record<string, unknown> {
+  const tokens: string[] = [];
+  const offsets: number[] = [];
+  let at = textOffset;
+  for (const lp of logprobs) {
+    const t = decode(lp.token);
+    tokens.push(t);
+    offsets.push(at);
+    at += t.length;
+  }
+  return {
+    tokens,
+    token_logprobs: logprobs.map((lp) => lp.logprob),
+    top_logprobs: logprobs.map((lp) => Object.fromEntries(lp.top.map((t) => [decode(t.token), t.logprob]))),
+    text_offset: offsets,
+  };
+}
+
+/** Server-sent events on a hijacked response. Writes after the client left are dropped. */
+export class SseWriter {
+  constructor(private readonly res: ServerResponse) {
+    res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
+  }
+  get open(): boolean {
+    return !this.res.destroyed && !this.res.writableEnded;
+  }
+  data(payload: unknown): void {
+    if (this.open) this.res.write(`data: ${JSON.stringify(payload)}\n\n`);
+  }
+  done(): void {
+    if (!this.open) return;
+    this.res.write("data: [DONE]\n\n");
+    this.res.end();
+  }
+}
