@@ -168,7 +168,7 @@ describe("OpenAI-compatible routes with the openai client", () => {
 
   it("control reasoning_end closes the thought mid-stream; the answer follows", async () => {
     const full = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300 });
-    const fullReasoning = (full.choices[0].message as { reasoning: string }).reasoning;
+    const fullReasoning = (full.choices[0].message as unknown as { reasoning: string }).reasoning;
     const stream = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, stream: true });
     let reasoning = "";
     let content = "";
@@ -195,7 +195,7 @@ describe("OpenAI-compatible routes with the openai client", () => {
     expect(capped.choices[0].message.content).toMatch(/\\boxed\{/);
     // reasoning_effort none: the prompt closes the thought; no reasoning at all.
     const none = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 30, reasoning_effort: "none" } as never) as OpenAI.ChatCompletion;
-    expect((none.choices[0].message as { reasoning: string | null }).reasoning).toBeNull();
+    expect((none.choices[0].message as unknown as { reasoning: string | null }).reasoning).toBeNull();
     expect(none.usage!.completion_tokens_details!.reasoning_tokens).toBe(0);
   });
 
@@ -263,7 +263,7 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
       const r = await fetch(`${gurl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sekret" }, body: JSON.stringify({ model: MODEL, messages: ask() }) });
       expect(r.status).toBe(503);
       expect(r.headers.get("retry-after")).toBe("1");
-      expect((await r.json()).error.type).toBe("service_unavailable_error");
+      expect(((await r.json()) as { error: { type: string } }).error.type).toBe("service_unavailable_error");
       await Promise.all([running, waiting]);
     } finally {
       await guarded.close();
@@ -296,7 +296,7 @@ describe("disconnects and metrics", () => {
     );
     await Promise.all(leavers);
     let text = "";
-    for await (const c of await other) text += (c.choices[0]?.delta as { content?: string })?.content ?? "";
+    for await (const c of await other) text += c.choices[0]?.delta?.content ?? "";
     expect(text).toBe(" \\boxed{72}");
     await until(() => engine.metrics().running === 0 && engine.metrics().waiting === 0, "aborted requests to leave");
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);

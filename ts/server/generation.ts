@@ -67,6 +67,9 @@ export class Generation {
   cachedTokens = 0;
   /** Time the first source waited for the scheduler. */
   queueMs = 0;
+  /** Verify passes that rolled back, over every source (deterministic requests). */
+  rollbacks = 0;
+  private readonly results: Array<Promise<unknown>> = [];
   readonly promptLength: number;
 
   constructor(
@@ -95,7 +98,17 @@ export class Generation {
       },
       () => undefined,
     );
+    this.watch(handle);
     void this.pump(handle);
+  }
+
+  /** Settles once every source has finished (their outputs counted). */
+  async settled(): Promise<void> {
+    for (let i = 0; i < this.results.length; i++) await this.results[i];
+  }
+
+  private watch(handle: RequestHandle): void {
+    this.results.push(handle.result.then((o) => void (this.rollbacks += o.determinism?.rollbacks ?? 0), () => undefined));
   }
 
   get n(): number {
@@ -230,6 +243,7 @@ export class Generation {
     this.forward(index, synthetic); // the client sees the thought close (counted on the parent, which ends here)
     s.source = { handle: child, sample: 0, promptLength: childPrompt, forwarded: 0 };
     this.abortSource(parent);
+    this.watch(child);
     void this.pump(child);
     return true;
   }

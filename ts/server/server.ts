@@ -252,13 +252,16 @@ class Timing {
   }
 }
 
-function recordFinished(state: ServerState, gens: Generation[], timing: Timing): void {
+async function recordFinished(state: ServerState, gens: Generation[], timing: Timing): Promise<void> {
+  const e2eSeconds = timing.e2eSeconds;
+  await Promise.all(gens.map((g) => g.settled()));
+  state.metrics!.rolledBack(gens.reduce((n, g) => n + g.rollbacks, 0));
   state.metrics!.finished({
     model: state.servedName,
     promptTokens: gens.reduce((n, g) => n + g.promptLength, 0),
     generationTokens: gens.reduce((n, g) => n + g.completionTokens, 0),
     finishReasons: gens.flatMap((g) => g.finishReasons().map((r) => finishReasonOf(r ?? "aborted").finish_reason ?? "abort")),
-    e2eSeconds: timing.e2eSeconds,
+    e2eSeconds,
     queueSeconds: Math.max(...gens.map((g) => g.queueMs)) / 1000,
   });
 }
@@ -350,9 +353,9 @@ async function chatCompletions(state: ServerState, request: FastifyRequest, repl
         }),
         usage: usage(),
       };
-    })().finally(() => {
+    })().finally(async () => {
       state.live.delete(id);
-      recordFinished(state, [gen], timing);
+      await recordFinished(state, [gen], timing);
     }),
   );
   return work;

@@ -84,6 +84,8 @@ export function completionLogprobs(logprobs: readonly TokenLogprob[], decode: De
 /** Server-sent events on a hijacked response. Writes after the client left are dropped. */
 export class SseWriter {
   constructor(private readonly res: ServerResponse) {
+    // One small write per token: without TCP_NODELAY, Nagle's algorithm holds each behind the previous one's ACK.
+    res.socket?.setNoDelay(true);
     res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
   }
   get open(): boolean {

@@ -1,0 +1,269 @@
+// What the HTTP layer costs: the same streaming workload through `deliberate serve`'s routes (createServer on a
+// loopback port, clients in a worker thread so their parsing does not run on the server's event loop, as a separate
+// client process would not) and through the in-process engine (engine.submit, deltas iterated), side by side in one
+// run, at 1, 8, 32 and 128 concurrent clients: generated tokens/s, TTFT and inter-token latency P50 / P99, and the
+// HTTP/in-process ratios. Then 1,000 streaming requests of which about half disconnect at a random chunk: every
+// page must be free afterwards and every stream that stayed must end in [DONE] with no error.
+//   npm run bench:server -- [--model DIR | --preset smollm-135m] [--clients 1,8,32,128] [--tokens 128]
+//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--json]
+// Workload: chat prompts of arithmetic questions (the chat template rendered and tokenized per request on both
+// paths, as an embedding user would) on the bundled tiny reasoner (default) or another model, T = 1 with a seed per
+// request and ignore_eos, so every request generates exactly --tokens tokens and both paths do identical work. The
+// tiny reasoner takes ~0.3 ms a step, so its rows show the HTTP layer's per-token cost at its most visible;
+// --preset smollm-135m (a generated SmolLM-135M-shaped checkpoint) shows it beside a step of realistic cost.
+import { existsSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { parseArgs } from "node:util";
+import { Worker } from "node:worker_threads";
+import { bundledModelDir, createServer, Engine, loadAddon, loadModel } from "../../ts/index.js";
+import { makeFixture, PRESETS } from "../make-fixture.js";
+import { median, parseRepeats } from "./repeats.js";
+
+const { values } = parseArgs({
+  options: {
+    clients: { type: "string", default: "1,8,32,128" },
+    tokens: { type: "string", default: "128" },
+    repeats: { type: "string", default: "3" },
+    disconnects: { type: "string", default: "1000" },
+    model: { type: "string" },
+    preset: { type: "string" },
+    "per-client": { type: "string", default: "4" },
+    threads: { type: "string" },
+    json: { type: "boolean", default: false },
+  },
+});
+const LEVELS = values.clients.split(",").map(Number);
+const TOKENS = Number(values.tokens);
+const REPEATS = parseRepeats(values.repeats);
+const DISCONNECTS = Number(values.disconnects);
+const PER_CLIENT = Number(values["per-client"]);
+const requestsAt = (c: number): number => Math.max(32, PER_CLIENT * c);
+
+// --threads: the CPU backend's compute threads. On a 2-core box the HTTP path has two more busy threads (the
+// server's event loop, the clients' worker) than the in-process one; with 1 compute thread each path has a core
+// for its JS, so the rows compare the HTTP layer's work rather than oversubscription of the cores.
+const THREADS = values.threads === undefined ? null : loadAddon().setThreads(Number(values.threads));
+let modelDir = values.model ?? bundledModelDir;
+if (values.preset !== undefined) {
+  const preset = PRESETS[values.preset];
+  if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
+  modelDir = join(tmpdir(), "deliberate-bench", `${values.preset}-seed1`);
+  if (!existsSync(join(modelDir, "config.json"))) await makeFixture({ ...preset, out: modelDir, seed: 1 });
+}
+const model = await loadModel(modelDir);
+const engine = new Engine({ models: { model } });
+const SERVED = basename(modelDir);
+const server = await createServer({ target: { engine, model, modelDir } });
+const url = await server.listen({ port: 0 });
+await new Promise((r) => setTimeout(r, 200));
+
+const question = (i: number): string => `What is ${(i % 89) + 11}*${(i % 7) + 3}-${(i * 37) % 101}?`;
+
+interface Run {
+  tokens: number;
+  seconds: number;
+  ttftMs: number[];
+  itlMs: number[];
+  errors: number;
+}
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+
+/** The in-process path: C closed-loop clients submitting and iterating deltas. */
+async function inProcess(c: number, n: number, base: number): Promise<Run> {
+  const ttft: number[] = [];
+  const itl: number[] = [];
+  let tokens = 0;
+  let next = 0;
+  const t0 = performance.now();
+  const client = async (): Promise<void> => {
+    for (let i = next++; i < n; i = next++) {
+      const start = performance.now();
+      const prompt = model.tokenizer.encodeChat([{ role: "user", content: question(base + i) }]);
+      const h = engine.submit({ prompt, maxTokens: TOKENS, temperature: 1, seed: base + i, ignoreEos: true });
+      let last: number | null = null;
+      for await (const d of h) {
+        const now = performance.now();
+        if (d.tokens.length === 0) continue;
+        if (last === null) ttft.push(now - start);
+        else itl.push(now - last);
+        last = now;
+        tokens += d.tokens.length;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: c }, client));
+  return { tokens, seconds: (performance.now() - t0) / 1000, ttftMs: ttft, itlMs: itl, errors: 0 };
+}
+
+// The HTTP clients: plain JS in a worker thread (fetch + a small SSE reader), same closed loop.
+const CLIENT = `
+const { parentPort, workerData } = require("node:worker_threads");
+const { url, c, n, base, tokens: maxTokens, questions, model } = workerData;
+(async () => {
+  const ttft = [], itl = [];
+  let tokens = 0, errors = 0, next = 0;
+  const t0 = performance.now();
+  const client = async () => {
+    for (let i = next++; i < n; i = next++) {
+      const start = performance.now();
+      const res = await fetch(url + "/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model, messages: [{ role: "user", content: questions[(base + i) % questions.length] }],
+          max_tokens: maxTokens, temperature: 1, seed: base + i, ignore_eos: true, stream: true, stream_options: { include_usage: true } }) });
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "", last = null, done = false;
+      while (!done) {
+        const r = await reader.read();
+        if (r.done) break;
+        buf += dec.decode(r.value, { stream: true });
+        let k;
+        while ((k = buf.indexOf("\\n\\n")) >= 0) {
+          const block = buf.slice(0, k); buf = buf.slice(k + 2);
+          if (!block.startsWith("data: ")) continue;
+          const data = block.slice(6);
+          if (data === "[DONE]") { done = true; break; }
+          const j = JSON.parse(data);
+          if (j.error) { errors++; continue; }
+          if (j.usage) { tokens += j.usage.completion_tokens; continue; }
+          const d = j.choices[0] && j.choices[0].delta;
+          if (!d || (!d.content && !d.reasoning)) continue;
+          const now = performance.now();
+          if (last === null) ttft.push(now - start); else itl.push(now - last);
+          last = now;
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: c }, client));
+  parentPort.postMessage({ tokens, seconds: (performance.now() - t0) / 1000, ttftMs: ttft, itlMs: itl, errors });
+})().catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
+`;
+
+function overHttp(c: number, n: number, base: number): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const w = new Worker(CLIENT, { eval: true, workerData: { url, c, n, base, tokens: TOKENS, questions: Array.from({ length: 4096 }, (_, i) => question(i)), model: SERVED } });
+    w.once("message", (m: Run & { error?: string }) => (m.error ? reject(new Error(m.error)) : resolve(m)));
+    w.once("error", reject);
+  });
+}
+
+interface Row {
+  clients: number;
+  path: "http" | "engine";
+  tokensPerSecond: number[];
+  ttftP50: number[];
+  ttftP99: number[];
+  itlP50: number[];
+  itlP99: number[];
+  errors: number;
+}
+
+const rows: Row[] = [];
+let base = 0;
+for (const c of LEVELS) {
+  const n = requestsAt(c);
+  const http: Row = { clients: c, path: "http", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0 };
+  const eng: Row = { clients: c, path: "engine", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0 };
+  await inProcess(Math.min(c, 8), Math.min(n, 16), 100_000); // warm-up
+  for (let r = 0; r < REPEATS; r++) {
+    // Alternate which path goes first, so drift on the shared box does not favour one.
+    const order: Array<[Row, (c: number, n: number, b: number) => Promise<Run>]> = r % 2 === 0 ? [[http, overHttp], [eng, inProcess]] : [[eng, inProcess], [http, overHttp]];
+    for (const [row, fn] of order) {
+      const run = await fn(c, n, base);
+      row.tokensPerSecond.push(run.tokens / run.seconds);
+      row.ttftP50.push(pct(run.ttftMs, 50));
+      row.ttftP99.push(pct(run.ttftMs, 99));
+      row.itlP50.push(pct(run.itlMs, 50));
+      row.itlP99.push(pct(run.itlMs, 99));
+      row.errors += run.errors;
+    }
+    base += n;
+  }
+  rows.push(http, eng);
+  const f = (x: number[]): string => `${median(x).toFixed(1)} [${Math.min(...x).toFixed(1)}-${Math.max(...x).toFixed(1)}]`;
+  process.stderr.write(`clients ${c}: http ${f(http.tokensPerSecond)} tok/s, engine ${f(eng.tokensPerSecond)} tok/s; TTFT P50 http ${f(http.ttftP50)} ms, engine ${f(eng.ttftP50)} ms\n`);
+}
+
+// 1,000 requests, about half abandoned at a random chunk.
+async function disconnectStorm(total: number): Promise<{ requests: number; abandoned: number; completed: number; errors: number; pagesUsedAfter: number; runningAfter: number }> {
+  let abandoned = 0;
+  let completed = 0;
+  let errors = 0;
+  let next = 0;
+  const one = (i: number): Promise<void> =>
+    new Promise((resolve) => {
+      const leaveAt = i % 2 === 0 ? 1 + ((i * 7919) % 40) : Infinity;
+      const req = httpRequest(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
+        let chunks = 0;
+        let body = "";
+        res.on("data", (b: Buffer) => {
+          body += b.toString();
+          if (++chunks >= leaveAt) {
+            abandoned++;
+            req.destroy();
+            resolve();
+          }
+        });
+        res.on("end", () => {
+          if (chunks >= leaveAt) return;
+          if (!body.trimEnd().endsWith("data: [DONE]") || body.includes('"error"')) errors++;
+          else completed++;
+          resolve();
+        });
+        res.on("error", () => resolve());
+      });
+      req.on("error", () => resolve());
+      req.end(JSON.stringify({ model: SERVED, messages: [{ role: "user", content: question(i) }], max_tokens: 64, temperature: 1, seed: i, stream: true }));
+    });
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      for (let i = next++; i < total; i = next++) await one(i);
+    }),
+  );
+  const end = Date.now() + 10_000;
+  while ((engine.metrics().running > 0 || engine.metrics().waiting > 0) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  const m = engine.metrics();
+  return { requests: total, abandoned, completed, errors, pagesUsedAfter: m.models[0]!.kvPagesUsed, runningAfter: m.running };
+}
+const storm = DISCONNECTS > 0 ? await disconnectStorm(DISCONNECTS) : null;
+
+await server.close();
+await engine.dispose();
+model.dispose();
+
+const summary = LEVELS.map((c) => {
+  const h = rows.find((r) => r.clients === c && r.path === "http")!;
+  const e = rows.find((r) => r.clients === c && r.path === "engine")!;
+  return {
+    clients: c,
+    throughputRatio: median(h.tokensPerSecond) / median(e.tokensPerSecond),
+    ttftP50AddedMs: median(h.ttftP50) - median(e.ttftP50),
+  };
+});
+const out = { date: new Date().toISOString(), model: SERVED, threads: THREADS ?? loadAddon().listDevices().cpu.threads, tokens: TOKENS, repeats: REPEATS, rows, summary, storm };
+const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS}`}`;
+if (values.json) writeFileSync(`${stem}.json`, `${JSON.stringify(out, null, 1)}\n`);
+const f = (x: number[], d = 1): string => `${median(x).toFixed(d)} (${Math.min(...x).toFixed(d)}–${Math.max(...x).toFixed(d)})`;
+const lines = [
+  `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, ${TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
+  "",
+  "| clients | path | tokens/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms | stream errors |",
+  "|---|---|---|---|---|---|---|---|",
+  ...rows.map((r) => `| ${r.clients} | ${r.path} | ${f(r.tokensPerSecond, 0)} | ${f(r.ttftP50)} | ${f(r.ttftP99)} | ${f(r.itlP50, 2)} | ${f(r.itlP99, 2)} | ${r.errors} |`),
+  "",
+  "| clients | HTTP / in-process throughput | TTFT P50 added by HTTP |",
+  "|---|---|---|",
+  ...summary.map((s) => `| ${s.clients} | ${s.throughputRatio.toFixed(3)} | ${s.ttftP50AddedMs.toFixed(2)} ms |`),
+  "",
+  storm
+    ? `Disconnect storm: ${storm.requests} requests (32 at a time, 64 tokens), ${storm.abandoned} abandoned mid-stream, ${storm.completed} completed, ${storm.errors} streams with an error or no [DONE]; afterwards ${storm.pagesUsedAfter} KV pages in use and ${storm.runningAfter} sequences running.`
+    : "",
+];
+console.log(lines.join("\n"));
+if (values.json) writeFileSync(`${stem}.md`, `${lines.join("\n")}\n`);
