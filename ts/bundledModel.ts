@@ -1,4 +1,2 @@
-// Where the bundled tiny reasoner lives: models/tiny-reasoner at the package root (this file is ts/ or dist/).
-import { fileURLToPath } from "node:url";
-
-export const bundledModelDir = fileURLToPath(new URL("../models/tiny-reasoner", import.meta.url));
+// The bundled tiny reasoner's folder (re-exported from the model layer, which `loadModel()` uses as its default).
+export { bundledModelDir } from "./model/bundled.js";

@@ -31,4 +31,12 @@ describe("deliberate generate", () => {
     await expect(cli(["generate", "--model", dir, "--prompt-ids", "1,x"])).rejects.toThrow(/--prompt-ids entry 1 is 'x'/);
     await expect(cli(["generate", "--model", "/nonexistent", "--prompt", "a"])).rejects.toThrow(/nonexistent: model folder not found/);
   });
+
+  it("defaults to the bundled model and asks --prompt as a chat (--raw sends it as is)", async () => {
+    const chat = await cli(["generate", "--prompt", "What is 3+4?", "--temperature", "0", "--json"]);
+    expect((JSON.parse(chat.stdout) as { text: string }).text).toMatch(/\\boxed\{7\}$/);
+    const raw = await cli(["generate", "--prompt", "What is 3+4?", "--raw", "--temperature", "0", "--max-tokens", "8", "--json"]);
+    expect((JSON.parse(raw.stdout) as { text: string }).text).not.toMatch(/\\boxed\{7\}/);
+    await expect(cli(["generate", "--model", "models/tiny-reasonr", "--prompt", "a"])).rejects.toThrow(/models\/tiny-reasonr resolved against /);
+  });
 });

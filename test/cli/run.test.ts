@@ -32,7 +32,7 @@ describe("deliberate run", () => {
     const dir = await fixtureDir("llama", "f32");
     const { stdout } = await cli(["run", "What is 2+3?", "--model", dir, "--program", "cot-probe", "--max-tokens", "40"]);
     expect(stdout).toMatch(/^answer: /m);
-    expect(stdout).toMatch(/^certaindex: +\d\.\d{3} +\(stopped: (certain|cap|done)\)/m);
+    expect(stdout).toMatch(/^certaindex: +\d\.\d{3} +\(how sure the program is, 0\.\.1 — certainty, not correctness; stopped: (certain|cap|done)\)/m);
     expect(stdout).toMatch(/^tokens: +\d+ \/ \d+ budget/m);
     await expect(cli(["run", "q", "--model", dir, "--program", "beam"])).rejects.toThrow(/program "beam" is unknown; expected one of sc, cot-probe, rebase, mcts/);
     await expect(cli(["run", "  ", "--model", dir])).rejects.toThrow(/the question is empty; ask one/);

@@ -49,7 +49,7 @@ describe("deliberate serve", () => {
     expect(r.choices[0].message.content).toBe(" \\boxed{72}");
     expect(r.choices[0].message.reasoning).toMatch(/check:/);
 
-    const js = /```js\n([\s\S]*?)```/.exec(readme)?.[1];
+    const js = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes('from "openai"'));
     expect(js).toBeDefined();
     // Under node_modules/ so that `import "openai"` resolves as in a user's project; plain node, not tsx.
     const dir = path.join(root, "node_modules/.cache/deliberate-readme");

@@ -2,6 +2,7 @@
 // pool. `forward` is the engine's entry (one native call per step for a whole batch); `generate` and
 // `generateStream` run one sequence for direct use.
 import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
+import { bundledModelDir } from "./bundled.js";
 import type { ChatMessage } from "./chatTemplate.js";
 import type { ModelConfig } from "./config.js";
 import { generateSequence, type GenerateParams, type GenerateResult } from "./generate.js";
@@ -210,7 +211,11 @@ function planPages(options: LoadModelOptions, pageSize: number, bytesPerPage: nu
   return Math.ceil(DEFAULT_KV_TOKENS / pageSize);
 }
 
-/** Loads a Hugging Face model folder (config.json, safetensors, tokenizer files) onto a device. */
-export function loadModel(dir: string, options: LoadModelOptions = {}): Promise<Model> {
-  return Model.load(dir, options);
+/**
+ * Loads a Hugging Face model folder (config.json, safetensors, tokenizer files) onto a device; with no folder, the
+ * bundled tiny reasoner (models/tiny-reasoner of the installed package). A relative folder resolves against
+ * process.cwd().
+ */
+export function loadModel(dir?: string, options: LoadModelOptions = {}): Promise<Model> {
+  return Model.load(dir ?? bundledModelDir, options);
 }

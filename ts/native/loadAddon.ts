@@ -1,4 +1,4 @@
-// Loads the native addon once: a prebuild (prebuilds/<platform>-<arch>/*.node, made by `npm run prebuild`) first,
+// Loads the native addon once: a prebuild (prebuilds/<platform>-<arch>/*.node, made by `npm run build:prebuilt`) first,
 // then a local build (build/Release, via node-gyp-build), else an Error that says how to build it.
 import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -29,11 +29,12 @@ export function loadAddon(): Addon {
   try {
     cached = (prebuild ? require(prebuild) : (require("node-gyp-build") as (dir: string) => unknown)(root)) as Addon;
   } catch (e) {
-    throw new Error(
-      `deliberate: the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ` +
-        "Build it with `npm run build:addon` (needs python3, make, a C++17 compiler; CUDA is optional), " +
-        "or make a prebuild with `npm run prebuild`.",
-    );
+    // Installed as a dependency, the package has no build scripts of its own to run: npm rebuild compiles it.
+    const installed = root.split(path.sep).includes("node_modules");
+    const fix = installed
+      ? "Rebuild it from source with `npm rebuild deliberate` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it)."
+      : "Build it with `npm run build:addon` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it), or make a prebuild with `npm run build:prebuilt`.";
+    throw new Error(`the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ${fix}`);
   }
   return cached;
 }

@@ -6,6 +6,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import type { Command } from "commander";
 import {
+  bundledModelDir,
   checkGolden,
   checkProvenance,
   compareProvenance,
@@ -29,7 +30,7 @@ import {
 } from "../../index.js";
 
 interface DeterminismOptions {
-  model: string;
+  model?: string;
   prompts: string;
   load: string;
   runs: string;
@@ -83,7 +84,7 @@ export function registerDeterminism(program: Command): void {
   program
     .command("determinism")
     .description("check that outputs are identical alone and under load (exit 1 on any divergence)")
-    .requiredOption("--model <dir>", "model folder (config.json, *.safetensors, tokenizer.json)")
+    .option("--model <dir>", "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)")
     .requiredOption("--prompts <file>", "one prompt per line, or JSONL with \"prompt\" or \"promptIds\"")
     .option("--load <list>", "background concurrencies to run under (1 = alone)", "1,8,32")
     .option("--runs <n>", "repetitions of the whole sweep", "1")
@@ -124,7 +125,7 @@ export function registerDeterminism(program: Command): void {
         throw new Error(`${opts.check} holds ${golden.outputs.length} outputs but ${opts.prompts} has ${prompts.length} prompts; use the prompts it was recorded with, or re-record`);
       }
       const kvDtype = opts.device === "cuda" ? "bf16" : "f32"; // loadModel's defaults, pinned here so the golden records them
-      const model = await loadModel(opts.model, { device: opts.device, kvDtype });
+      const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device, kvDtype });
       let result;
       let provenance: Provenance;
       try {
@@ -159,7 +160,7 @@ export function registerDeterminism(program: Command): void {
       }
 
       const goldenParams = { ...params };
-      const modelName = basename(resolve(opts.model));
+      const modelName = basename(resolve(opts.model ?? bundledModelDir));
       if (golden) {
         const allowDeviceChange = opts.allowDeviceChange === true;
         for (const bad of checkGolden(golden, provenance, goldenParams, result.baseOutputs, opts.check!, { allowDeviceChange })) {

@@ -1,8 +1,9 @@
 import type { Command } from "commander";
-import { loadModel, type GenerateInput } from "../../index.js";
+import { bundledModelDir, loadModel, type GenerateInput } from "../../index.js";
 
 interface GenerateOptions {
-  model: string;
+  model?: string;
+  raw?: boolean;
   prompt?: string;
   promptIds?: string;
   maxTokens?: string;
@@ -34,8 +35,9 @@ export function registerGenerate(program: Command): void {
   program
     .command("generate")
     .description("generate a completion for one prompt with a Hugging Face model folder")
-    .requiredOption("--model <dir>", "model folder (config.json, *.safetensors, tokenizer.json)")
-    .option("--prompt <text>", "prompt text")
+    .option("--model <dir>", "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)")
+    .option("--prompt <text>", "prompt text: sent as a user message through the model's chat template when it has one (see --raw)")
+    .option("--raw", "send --prompt as is, without the chat template")
     .option("--prompt-ids <ids>", "prompt as comma-separated token ids, e.g. 1,2,3")
     .option("--max-tokens <n>", "most tokens to generate")
     .option("--temperature <t>", "0 = greedy (default: the model's generation_config.json)")
@@ -50,8 +52,11 @@ export function registerGenerate(program: Command): void {
       const maxTokens = parseNumber("max-tokens", opts.maxTokens, true);
       const temperature = parseNumber("temperature", opts.temperature, false);
       const seed = parseNumber("seed", opts.seed, true);
-      const input: GenerateInput = opts.promptIds !== undefined ? { tokens: parsePromptIds(opts.promptIds) } : opts.prompt!;
-      const model = await loadModel(opts.model, { device: opts.device });
+      const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device });
+      // A chat model answers a question asked as a chat; --raw (or a model without a template) sends the text as is.
+      const chat = opts.prompt !== undefined && !opts.raw && model.tokenizer.chatTemplate !== null;
+      const input: GenerateInput =
+        opts.promptIds !== undefined ? { tokens: parsePromptIds(opts.promptIds) } : chat ? [{ role: "user", content: opts.prompt! }] : opts.prompt!;
       try {
         const params = { maxTokens, temperature, seed };
         if (opts.json) {

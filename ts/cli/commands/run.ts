@@ -88,12 +88,23 @@ function rewardOf(kind: string, opts: RunOptions, task: Task): { reward: RewardS
   return { reward: task.stepVerifier };
 }
 
+/** What each program's knob counts (the compute a round spends), as `run --help` says. */
+const KNOB_UNITS: Record<string, string> = {
+  sc: "branches",
+  "cot-probe": "probes",
+  rebase: "width",
+  mcts: "simulations",
+  duchess: "branches",
+  "short-m@k": "branches",
+  deepconf: "traces",
+};
+
 function report(r: ProgramResult): string {
   const saved = r.tokenBudget > 0 ? ` (${Math.round((1 - r.tokensUsed / r.tokenBudget) * 100)}% of the budget unused)` : "";
   return [
     `answer:      ${r.answer ?? "(none)"}`,
-    `certaindex:  ${r.certaindex.toFixed(3)}  (stopped: ${r.stopReason})`,
-    `program:     ${r.program}, ${r.rounds} round${r.rounds === 1 ? "" : "s"}, knob ${r.knob.used}/${r.knob.max}`,
+    `certaindex:  ${r.certaindex.toFixed(3)}  (how sure the program is, 0..1 — certainty, not correctness; stopped: ${r.stopReason})`,
+    `program:     ${r.program}, ${r.rounds} round${r.rounds === 1 ? "" : "s"}, knob ${r.knob.used}/${r.knob.max} (${KNOB_UNITS[r.program] ?? "compute units"} used / cap)`,
     `tokens:      ${r.tokensUsed} / ${r.tokenBudget} budget${saved}`,
   ].join("\n");
 }
@@ -106,7 +117,13 @@ const PROBE_RESERVE_TOKENS = 24;
 export function registerRun(program: Command): void {
   program
     .command("run")
-    .description("answer a question with a reasoning program (default: self-consistency with certaindex on the bundled tiny reasoner)")
+    .description(
+      "answer a question with a reasoning program (default: self-consistency with certaindex on the bundled tiny reasoner). " +
+        "Prints the answer; its certaindex (how sure the program is, 0..1: agreement of the branches or probes — certainty, not correctness) and why it stopped " +
+        "(certain / curve: the policy saw enough certainty; cap: the knob ran out; done: the program ended by itself); the rounds and the knob " +
+        "(the compute the program spends: branches for sc, duchess and short-m@k, probes for cot-probe, width for rebase, simulations for mcts, traces for deepconf) " +
+        "used against its cap; and the tokens generated against the token budget.",
+    )
     .argument("<question>", 'the question, e.g. "What is 7*(8+5)-19?"')
     .option("--program <name>", `one of ${PROGRAM_KINDS.join(", ")}`, "sc")
     .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
@@ -198,7 +215,7 @@ export function registerRun(program: Command): void {
         } else {
           console.log(report(result));
           if (reward !== null) console.log(`reward:      ${reward.name}`);
-          console.log(`policy:      ${JSON.stringify(result.policy)}${built.calibrated && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`);
+          console.log(`policy:      ${JSON.stringify(result.policy, (_k, v: unknown) => (typeof v === "number" ? Number(v.toFixed(3)) : v))}${built.calibrated && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`);
         }
       } finally {
         await engine.dispose();
