@@ -4,7 +4,10 @@
 #include "device_error.cuh"
 #include "gpu_runtime.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
+#include <string>
 #include <mutex>
 #include "knobs.h"
 
@@ -14,17 +17,34 @@ std::once_flag initOnce;
 cudaStream_t theStream = nullptr;
 std::string initError;
 
+// What is missing, in a user's words: cudart says "driver version is insufficient" both when there is no driver at
+// all (a machine without a GPU) and when the driver is too old; only the second is fixed by updating it.
+std::string explainInitError(cudaError_t e) {
+  const std::string raw = std::string(" (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+  if (e == cudaErrorNoDevice) return "no CUDA device on this machine" + raw;
+  if (e == cudaErrorInsufficientDriver) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return "no NVIDIA driver installed (libcuda.so.1 not found): no GPU is usable here" + raw;
+    dlclose(driver);
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    return "the NVIDIA driver is older than the CUDA " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+           " runtime this addon was built with; update the driver" + raw;
+  }
+  return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+}
+
 void init() {
   std::call_once(initOnce, [] {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-      initError = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+      initError = explainInitError(e);
       (void)cudaGetLastError();
       return;
     }
     if (n == 0) {
-      initError = "no CUDA device found";
+      initError = "no CUDA device visible (the driver is installed; check CUDA_VISIBLE_DEVICES)";
       return;
     }
     e = cudaStreamCreateWithFlags(&theStream, cudaStreamNonBlocking);
