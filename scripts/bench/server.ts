@@ -8,7 +8,9 @@
 //     [--per-client 4] [--repeats 3] [--disconnects 1000] [--json]
 // Workload: chat prompts of arithmetic questions (the chat template rendered and tokenized per request on both
 // paths, as an embedding user would) on the bundled tiny reasoner (default) or another model, T = 1 with a seed per
-// request and ignore_eos, so every request generates exactly --tokens tokens and both paths do identical work. The
+// request, top_p 1 and top_k 0 (explicit: the server otherwise applies the model's generation_config.json, as vLLM
+// does, and a top_p of 0.9 there costs the CPU sampler more than the forward on SmolLM-135M) and ignore_eos, so every
+// request generates exactly --tokens tokens and both paths do identical work. The
 // tiny reasoner takes ~0.3 ms a step, so its rows show the HTTP layer's per-token cost at its most visible;
 // --preset smollm-135m (a generated SmolLM-135M-shaped checkpoint) shows it beside a step of realistic cost.
 import { existsSync, writeFileSync } from "node:fs";
@@ -104,43 +106,55 @@ async function inProcess(c: number, n: number, base: number): Promise<Run> {
 // The HTTP clients: plain JS in a worker thread (fetch + a small SSE reader), same closed loop.
 const CLIENT = `
 const { parentPort, workerData } = require("node:worker_threads");
+const http = require("node:http");
 const { url, c, n, base, tokens: maxTokens, questions, model } = workerData;
+// node:http with keep-alive and a substring scan per event: a client as cheap as a client can be, since on a small
+// box it shares the cores with the server (JSON.parse only for the usage event).
+const agent = new http.Agent({ keepAlive: true, maxSockets: c });
+const target = new URL(url + "/v1/chat/completions");
+function one(i) {
+  return new Promise((resolve, reject) => {
+    const start = performance.now();
+    const ttft = [], itl = [];
+    let tokens = 0, errors = 0, last = null, buf = "";
+    const req = http.request(target, { method: "POST", agent, headers: { "content-type": "application/json" } }, (res) => {
+      res.setEncoding("utf8");
+      res.on("data", (s) => {
+        buf += s;
+        let k;
+        while ((k = buf.indexOf("\\n\\n")) >= 0) {
+          const ev = buf.slice(0, k); buf = buf.slice(k + 2);
+          if (ev.includes('"usage":')) { tokens += JSON.parse(ev.slice(6)).usage.completion_tokens; continue; }
+          if (ev.includes('"error":')) { errors++; continue; }
+          if (!ev.includes('"content":"') && !ev.includes('"reasoning":"')) continue;
+          if (ev.includes('"content":""') && !ev.includes('"reasoning":"')) continue;
+          const now = performance.now();
+          if (last === null) ttft.push(now - start); else itl.push(now - last);
+          last = now;
+        }
+      });
+      res.on("end", () => resolve({ tokens, errors, ttft, itl }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(JSON.stringify({ model, messages: [{ role: "user", content: questions[(base + i) % questions.length] }],
+      max_tokens: maxTokens, temperature: 1, top_p: 1, top_k: 0, seed: base + i, ignore_eos: true, stream: true, stream_options: { include_usage: true } }));
+  });
+}
 (async () => {
   const ttft = [], itl = [];
   let tokens = 0, errors = 0, next = 0;
   const t0 = performance.now();
   const client = async () => {
     for (let i = next++; i < n; i = next++) {
-      const start = performance.now();
-      const res = await fetch(url + "/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model, messages: [{ role: "user", content: questions[(base + i) % questions.length] }],
-          max_tokens: maxTokens, temperature: 1, seed: base + i, ignore_eos: true, stream: true, stream_options: { include_usage: true } }) });
-      const reader = res.body.getReader();
-      const dec = new TextDecoder();
-      let buf = "", last = null, done = false;
-      while (!done) {
-        const r = await reader.read();
-        if (r.done) break;
-        buf += dec.decode(r.value, { stream: true });
-        let k;
-        while ((k = buf.indexOf("\\n\\n")) >= 0) {
-          const block = buf.slice(0, k); buf = buf.slice(k + 2);
-          if (!block.startsWith("data: ")) continue;
-          const data = block.slice(6);
-          if (data === "[DONE]") { done = true; break; }
-          const j = JSON.parse(data);
-          if (j.error) { errors++; continue; }
-          if (j.usage) { tokens += j.usage.completion_tokens; continue; }
-          const d = j.choices[0] && j.choices[0].delta;
-          if (!d || (!d.content && !d.reasoning)) continue;
-          const now = performance.now();
-          if (last === null) ttft.push(now - start); else itl.push(now - last);
-          last = now;
-        }
-      }
+      const r = await one(i);
+      tokens += r.tokens; errors += r.errors;
+      for (const x of r.ttft) ttft.push(x);
+      for (const x of r.itl) itl.push(x);
     }
   };
   await Promise.all(Array.from({ length: c }, client));
+  agent.destroy();
   parentPort.postMessage({ tokens, seconds: (performance.now() - t0) / 1000, ttftMs: ttft, itlMs: itl, errors });
 })().catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
 `;

@@ -6,7 +6,7 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
-import { RequestHandle } from "./handle.js";
+import { RequestHandle, WakeGate } from "./handle.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
@@ -57,6 +57,8 @@ export class Engine implements AsyncDisposable {
   private readonly builder: RequestBuilder;
   private readonly stepper: Stepper;
   private readonly meter = new ThroughputMeter();
+  /** Consumers of a step's deltas wake once the next step's forward is dispatched (handle.ts WakeGate). */
+  private readonly gate = new WakeGate();
   private wake: (() => void) | null = null;
   private loop: Promise<void> | null = null;
   private isDisposed = false;
@@ -84,8 +86,8 @@ export class Engine implements AsyncDisposable {
       const codec = isModel(spec.model) ? codecOf(spec.model) : (spec.tokenizer ?? null);
       return new ModelSlot(spec.name, model, codec, o.kernelMode, o.scheduler, o.verify);
     });
-    this.builder = new RequestBuilder(this.slots);
-    this.stepper = new Stepper(this.slots, this.builder, this.meter);
+    this.builder = new RequestBuilder(this.slots, this.gate);
+    this.stepper = new Stepper(this.slots, this.builder, this.meter, this.gate);
   }
 
   get modelNames(): string[] {
@@ -138,6 +140,7 @@ export class Engine implements AsyncDisposable {
     this.wake?.();
     await this.loop;
     for (const state of [...this.stepper.live]) this.stepper.abortRequest(state);
+    this.gate.flush();
     for (const m of this.ownedModels) m.dispose();
   }
 
@@ -175,6 +178,7 @@ export class Engine implements AsyncDisposable {
     while (!this.isDisposed) {
       this.stepper.sweepAborted();
       if (!this.stepper.hasWork) {
+        this.gate.flush(); // no next step to overlap with: consumers see the last deltas now
         await new Promise<void>((resolve) => (this.wake = resolve));
         this.wake = null;
         continue;

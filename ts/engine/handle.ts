@@ -4,11 +4,40 @@
 import type { GenerationOutput, StreamDelta } from "./outputs.js";
 import type { SchedMetadata } from "./sequence.js";
 
+/**
+ * When consumers learn of new deltas. The engine holds the wake-ups of a step's deltas until it has dispatched the
+ * next step's forward, so what consumers do with them (an HTTP server's writes, a program's bookkeeping) runs while
+ * the native forward computes instead of between steps. flush() wakes everything held; a timer flushes anyway if no
+ * step comes (the engine also flushes before it idles and when it is disposed).
+ */
+export class WakeGate {
+  private held: Array<() => void> = [];
+  private timer: ReturnType<typeof setTimeout> | null = null;
+
+  defer(wake: () => void): void {
+    this.held.push(wake);
+    this.timer ??= setTimeout(() => this.flush(), 0);
+  }
+
+  flush(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    const held = this.held;
+    if (held.length === 0) return;
+    this.held = [];
+    for (const w of held) w();
+  }
+}
+
 export class DeltaChannel {
   private readonly deltas: StreamDelta[] = [];
   private closed = false;
   private error: unknown = undefined;
   private waiters: Array<() => void> = [];
+  private wakePending = false;
+
+  /** gate: the engine's (wake-ups held until its next dispatch); none: consumers wake at once. */
+  constructor(private readonly gate: WakeGate | null = null) {}
 
   push(delta: StreamDelta): void {
     if (this.closed) return;
@@ -37,6 +66,16 @@ export class DeltaChannel {
   }
 
   private wake(): void {
+    if (this.gate === null) return this.wakeNow();
+    if (this.wakePending) return;
+    this.wakePending = true;
+    this.gate.defer(() => {
+      this.wakePending = false;
+      this.wakeNow();
+    });
+  }
+
+  private wakeNow(): void {
     const waiters = this.waiters;
     this.waiters = [];
     for (const w of waiters) w();

@@ -49,6 +49,13 @@ export interface SamplingParams {
    * Default false; output.determinism reports its cost. Not combinable with captureHidden or probe yet.
    */
   deterministic?: boolean;
+  /**
+   * When the request's consumers see a step's deltas. Default false: once the engine has dispatched the next step's
+   * forward, so what they do with them (writing a stream, counting) overlaps the native step. true: before the next
+   * step is scheduled, so a consumer that steers requests from deltas (a probe's verdict forks or aborts, as the
+   * reasoning programs do) acts in the very next step. Not inherited by forks.
+   */
+  eagerDeltas?: boolean;
   /** Scheduling metadata an inter-program policy reads (ts/sched). */
   metadata?: SchedMetadata;
   /** Aborting stops the request at the next step, frees its pages and resolves it with finishReason "aborted". */

@@ -1,7 +1,7 @@
 // Turns submit() / fork() calls into RequestStates and Sequences queued on the right model, validating at the
 // boundary; also forks the n samples of a request off its prompt. Holds the handle -> state map (weak, so
 // finished handles the caller dropped are collected).
-import type { RequestHandle } from "./handle.js";
+import type { RequestHandle, WakeGate } from "./handle.js";
 import { KV_POOL_ADVICE } from "./blockManager.js";
 import type { ModelSlot } from "./modelSlot.js";
 import { hashPage } from "./pageHash.js";
@@ -25,7 +25,11 @@ export class RequestBuilder {
   private readonly states = new WeakMap<RequestHandle, RequestState>();
   private readonly slotOf = new WeakMap<RequestState, ModelSlot>();
 
-  constructor(private readonly slots: readonly ModelSlot[]) {}
+  constructor(
+    private readonly slots: readonly ModelSlot[],
+    /** The engine's wake gate: every request's channel defers its consumers' wake-ups through it. */
+    private readonly gate: WakeGate | null = null,
+  ) {}
 
   remember(handle: RequestHandle, state: RequestState): void {
     this.states.set(handle, state);
@@ -38,7 +42,7 @@ export class RequestBuilder {
     if (prompt.length === 0) throw new Error("request.prompt is empty; give at least one token");
     const n = req.n ?? 1;
     const params = this.params(slot, req, prompt.length);
-    const state = this.newState(slot, prompt, params, n);
+    const state = this.newState(slot, prompt, params, n, req.eagerDeltas === true);
     const seq = this.newSequence(slot, state, 0, prompt, params, { ...req.metadata });
     if (n > 1) seq.computeLimit = prompt.length - 1; // samples fork off once the shared prompt KV exists
     slot.scheduler.addWaiting(seq);
@@ -66,7 +70,7 @@ export class RequestBuilder {
     // Forks of one parent must not share noise: derive a fresh seed per fork unless the caller pins one.
     const seed = opts.seed ?? hashPage(parent.params.seed + sample, [++parent.forkCount]) % 2 ** 32;
     const params = this.params(slot, { ...opts, seed }, tokens.length, parent.params);
-    const state = this.newState(slot, tokens, params, 1);
+    const state = this.newState(slot, tokens, params, 1, opts.eagerDeltas === true);
     const seq = this.newSequence(slot, state, 0, tokens, params, { ...src.metadata, ...opts.metadata });
     if (src.status === "running" && src.numPages > 0) {
       slot.blockManager.fork(src, seq);
@@ -129,12 +133,12 @@ export class RequestBuilder {
     return params;
   }
 
-  private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number): RequestState {
+  private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number, eager: boolean): RequestState {
     const trackers = Array.from({ length: n }, (_, i) => {
       const detokenizer = slot.codec ? slot.codec.createDetokenizer() : null;
       return new SampleTracker(i, params, slot.eosTokenIds, detokenizer);
     });
-    const state = new RequestState(this.nextRequestId++, slot.name, prompt, params, trackers);
+    const state = new RequestState(this.nextRequestId++, slot.name, prompt, params, trackers, eager ? null : this.gate);
     this.slotOf.set(state, slot);
     return state;
   }

@@ -1,13 +1,13 @@
 // The engine's bookkeeping for one submitted request (or fork): its n samples' trackers and sequences, the
 // delta channel, and the promise it settles once every sample has finished.
-import { DeltaChannel } from "./handle.js";
+import { DeltaChannel, type WakeGate } from "./handle.js";
 import type { DeterminismStats, GenerationOutput } from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
 import type { SampleTracker } from "./sampleTracker.js";
 import type { Sequence } from "./sequence.js";
 
 export class RequestState {
-  readonly channel = new DeltaChannel();
+  readonly channel: DeltaChannel;
   readonly result: Promise<GenerationOutput>;
   /** Sequence of each sample; undefined until sample i > 0 is forked from sample 0 at the end of the prompt. */
   readonly seqs: Array<Sequence | undefined>;
@@ -26,7 +26,9 @@ export class RequestState {
     readonly promptTokens: number[],
     readonly params: ResolvedParams,
     readonly samples: SampleTracker[],
+    gate: WakeGate | null = null,
   ) {
+    this.channel = new DeltaChannel(gate);
     this.seqs = new Array<Sequence | undefined>(samples.length).fill(undefined);
     this.determinism = params.deterministic ? { verifyPasses: 0, rollbacks: 0, recomputedTokens: 0, exactTokens: 0 } : null;
     this.result = new Promise<GenerationOutput>((resolve, reject) => (this.settle = { resolve, reject }));

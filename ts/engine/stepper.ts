@@ -2,6 +2,7 @@
 // forward per model that has work (concurrently), appends and streams the sampled tokens, forks the n samples of a
 // request once its prompt is computed, and finishes, aborts and fails requests. A model's step goes through its
 // verifier only while that model has deterministic sequences (ModelSlot.verifier); otherwise the runner alone.
+import type { WakeGate } from "./handle.js";
 import type { ThroughputMeter } from "./metrics.js";
 import type { ModelSlot } from "./modelSlot.js";
 import type { ForwardResult } from "./modelTypes.js";
@@ -24,6 +25,7 @@ export class Stepper {
     private readonly slots: readonly ModelSlot[],
     private readonly builder: RequestBuilder,
     private readonly meter: ThroughputMeter,
+    private readonly gate: WakeGate | null = null,
   ) {}
 
   get hasWork(): boolean {
@@ -45,7 +47,10 @@ export class Stepper {
       const expanded = this.expandSamples(slot);
       progressed ||= expanded || batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     }
-    const results = await Promise.allSettled(work.map(({ slot, batch }) => this.runStep(slot, batch)));
+    const running = work.map(({ slot, batch }) => this.runStep(slot, batch));
+    // The forwards are dispatched: consumers of the previous step's deltas run now, while the native step computes.
+    this.gate?.flush();
+    const results = await Promise.allSettled(running);
     this.steps++;
     results.forEach((r, i) => {
       const { slot, batch } = work[i];

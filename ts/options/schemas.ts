@@ -47,6 +47,7 @@ export const samplingShape = {
     .nullable()
     .optional(),
   deterministic: field<boolean>("expected true or false", isBool).optional(),
+  eagerDeltas: field<boolean>("expected true or false", isBool).optional(),
   metadata: strictObject(
     {
       programId: field<string>("expected a string", isText).optional(),

@@ -68,11 +68,13 @@ class RunContext implements ProgramContext {
   }
 
   submit(request: GenerateRequest, purpose: TokenPurpose = "generate"): RequestHandle {
-    return this.track(this.engine.submit({ ...request, metadata: { ...this.metadata(), ...request.metadata }, signal: this.signal }), purpose);
+    // Programs steer their requests from deltas (probe verdicts fork and abort): they see each step's deltas before
+    // the next step is scheduled.
+    return this.track(this.engine.submit({ eagerDeltas: true, ...request, metadata: { ...this.metadata(), ...request.metadata }, signal: this.signal }), purpose);
   }
 
   fork(parent: RequestHandle, options: ForkOptions = {}, purpose: TokenPurpose = "generate"): RequestHandle {
-    return this.track(this.engine.fork(parent, { ...options, metadata: { ...this.metadata(), ...options.metadata }, signal: this.signal }), purpose);
+    return this.track(this.engine.fork(parent, { eagerDeltas: true, ...options, metadata: { ...this.metadata(), ...options.metadata }, signal: this.signal }), purpose);
   }
 
   /** After a round: live requests see the new remaining knob and mean tokens per round. */

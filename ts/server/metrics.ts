@@ -86,11 +86,14 @@ export class ServerMetrics {
 
   private readonly modelName: string;
 
+  // Per-token observations go through children bound to the model's label once (no label hashing per token).
+  private ttftChild: ReturnType<Histogram["labels"]> | null = null;
+  private itlChild: ReturnType<Histogram["labels"]> | null = null;
   firstToken(seconds: number): void {
-    this.ttft.observe({ model_name: this.modelName }, seconds);
+    (this.ttftChild ??= this.ttft.labels({ model_name: this.modelName })).observe(seconds);
   }
   interToken(seconds: number): void {
-    this.itl.observe({ model_name: this.modelName }, seconds);
+    (this.itlChild ??= this.itl.labels({ model_name: this.modelName })).observe(seconds);
   }
   finished(r: FinishedRequest): void {
     const l = { model_name: r.model };

@@ -92,7 +92,11 @@ export class SseWriter {
     return !this.res.destroyed && !this.res.writableEnded;
   }
   data(payload: unknown): void {
-    if (this.open) this.res.write(`data: ${JSON.stringify(payload)}\n\n`);
+    this.raw(JSON.stringify(payload));
+  }
+  /** An event whose JSON the caller serialized. */
+  raw(json: string): void {
+    if (this.open) this.res.write(`data: ${json}\n\n`);
   }
   done(): void {
     if (!this.open) return;
