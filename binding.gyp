@@ -31,6 +31,7 @@
                        "-std=c++17", "-O3", "-Icpp", "-Icuda", "-DDELIBERATE_CUDA=1", "--expt-relaxed-constexpr",
                        "-Xcompiler", "-fPIC", "-Xcompiler", "-fexceptions",
                        "-gencode", "arch=compute_80,code=sm_80",
+                       "-gencode", "arch=compute_86,code=sm_86",
                        "-gencode", "arch=compute_89,code=sm_89",
                        "-gencode", "arch=compute_90,code=sm_90",
                        "-gencode", "arch=compute_90,code=compute_90"],

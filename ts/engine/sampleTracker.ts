@@ -1,6 +1,7 @@
 // One sample's output as it grows: tokens, incremental text, stop conditions (stop ids, eos, stop strings,
 // maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
 // the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
+import { streamableEnd } from "../model/stopMatcher.js";
 import { ConfidenceTracker } from "./confidence.js";
 import type { Detokenizer } from "./modelTypes.js";
 import type { FinishReason, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
@@ -133,7 +134,7 @@ export class SampleTracker {
   }
 
   private takeStreamableText(): string {
-    const end = this.finished ? this.tail.length : Math.max(0, this.tail.length - this.holdBackChars);
+    const end = this.finished ? this.tail.length : streamableEnd(this.tail, this.holdBackChars);
     const out = this.tail.slice(0, end);
     if (out) this.streamed.push(out);
     this.tail = this.tail.slice(end);

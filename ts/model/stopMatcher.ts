@@ -32,10 +32,7 @@ export class StopMatcher {
       this.pending = "";
       return out;
     }
-    // Keep the longest tail that could still grow into a stop string; never split a surrogate pair.
-    const keep = Math.min(this.holdBack, this.pending.length);
-    let emit = this.pending.length - keep;
-    if (emit > 0 && isHighSurrogate(this.pending.charCodeAt(emit - 1))) emit--;
+    const emit = streamableEnd(this.pending, this.holdBack);
     const out = this.pending.slice(0, emit);
     this.pending = this.pending.slice(emit);
     return out;
@@ -48,6 +45,17 @@ export class StopMatcher {
     this.pending = "";
     return out;
   }
+}
+
+/**
+ * How much of `text` may be streamed while the last `holdBack` characters could still grow into a stop string: the
+ * rest, cut so that a surrogate pair (an emoji, say) is never split between two deltas. The one rule for both the
+ * engine's streams and Model.generate.
+ */
+export function streamableEnd(text: string, holdBack: number): number {
+  let end = Math.max(0, text.length - holdBack);
+  if (end > 0 && end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end--;
+  return end;
 }
 
 function isHighSurrogate(c: number): boolean {

@@ -1,8 +1,9 @@
-// When consumers see a step's deltas: by default after the engine has dispatched the next step's forward (their
+// Streaming: when consumers see a step's deltas: by default after the engine has dispatched the next step's forward (their
 // work overlaps the native step), with eagerDeltas before the next step is scheduled (a program steering from
 // deltas acts in the very next step). Either way every delta arrives, in order, and the last ones arrive at once.
 import { describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
+import { streamableEnd } from "../../ts/model/stopMatcher.js";
 import { PagedToyModel, toyCodec, toyReference } from "../helpers/pagedToyModel.js";
 
 async function forwardsSeenAt(eagerDeltas: boolean): Promise<{ seen: number[]; tokens: number[]; total: number }> {
@@ -38,5 +39,35 @@ describe("delta delivery", () => {
     const { seen, tokens } = await forwardsSeenAt(true);
     expect(tokens).toEqual(toyReference([5, 9, 11], 6, { temperature: 0, seed: 0 }, false));
     expect(seen).toEqual([1, 2, 3, 4, 5, 6]);
+  });
+});
+
+describe("streaming text with stop strings", () => {
+  it("never splits a surrogate pair (an emoji) between two deltas, in the engine and in the shared rule", async () => {
+    // A codec whose every token is an emoji (two UTF-16 code units) or a letter; stop "zz" holds back one unit.
+    const EMOJI = ["😀", "🎉", "🚀", "a", "b"];
+    const codec = {
+      encode: (t: string) => [...t].map((c) => Math.max(0, EMOJI.indexOf(c))),
+      createDetokenizer: () => ({ push: (id: number) => EMOJI[id % EMOJI.length], flush: () => "" }),
+    };
+    const model = new PagedToyModel(64, 4);
+    const engine = new Engine({ models: { model, tokenizer: codec } });
+    try {
+      for (let seed = 0; seed < 8; seed++) {
+        const h = engine.submit({ prompt: [1, 2, 3], maxTokens: 24, temperature: 1, seed, ignoreEos: true, stop: "zz" });
+        let text = "";
+        for await (const d of h) {
+          expect(/[\ud800-\udbff]$/.test(d.text), `delta ends inside a surrogate pair: ${JSON.stringify(d.text)}`).toBe(false);
+          expect(/^[\udc00-\udfff]/.test(d.text), `delta starts inside a surrogate pair: ${JSON.stringify(d.text)}`).toBe(false);
+          text += d.text;
+        }
+        expect(text).toBe((await h.result).text);
+      }
+    } finally {
+      await engine.dispose();
+    }
+    expect(streamableEnd("a😀", 1)).toBe(1); // cutting at 2 would split the emoji
+    expect(streamableEnd("a😀b", 1)).toBe(3);
+    expect(streamableEnd("a😀", 0)).toBe(3);
   });
 });
