@@ -17,13 +17,12 @@ import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
 import { percentile } from "../probe/stats.js";
 import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
-import type { ProgramTask } from "./task.js";
+import type { BranchSampling, ProgramTask } from "./task.js";
 
 export type DeepConfVariant = "low" | "high";
 export type ConfidenceMeasure = "lowest" | "bottom10" | "tail";
 
-export interface DeepConfOptions {
-  prompt: string | readonly number[];
+export interface DeepConfOptions extends BranchSampling {
   /** "low" keeps the top 10% (aggressive), "high" the top 90% (default "low"). */
   variant?: DeepConfVariant;
   mode?: "online" | "offline";
@@ -41,13 +40,6 @@ export interface DeepConfOptions {
   parallel?: number;
   /** Offline: which confidence filters and weighs (default "lowest"). */
   measure?: ConfidenceMeasure;
-  maxTokens?: number;
-  temperature?: number;
-  topP?: number;
-  /** Trace i samples with seed + i. */
-  seed?: number;
-  model?: string;
-  task?: ProgramTask;
 }
 
 export interface DeepConfTrace {

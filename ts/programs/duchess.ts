@@ -19,10 +19,11 @@ import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/pr
 import { Prng } from "../probe/mlp.js";
 import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
-import type { ProgramTask } from "./task.js";
+import type { BranchSampling, ProgramTask } from "./task.js";
 
-export interface DuchessOptions {
-  prompt: string | readonly number[];
+/** DUCHESS's knobs. Of the branch sampling: maxTokens caps a branch counted from the prompt across forks; branch i
+ * starts with seed + i and the k-th fork gets seed + c + k. */
+export interface DuchessOptions extends BranchSampling {
   /** The trained probe (loadProbe): its correctness MLP, layer, interval and tau; its classifier if any. */
   probe: DuchessProbe;
   /** c: branches kept active (default: the probe's tuned value, else 8). */
@@ -39,14 +40,6 @@ export interface DuchessOptions {
   consecutive?: number;
   /** Generated tokens between checks (default: the probe's tuned value, else the interval it was trained at). */
   interval?: number;
-  /** Per-branch generation cap, counted from the prompt across forks (default 256). */
-  maxTokens?: number;
-  temperature?: number;
-  topP?: number;
-  /** Branch i starts with seed + i; the k-th fork gets seed + c + k. */
-  seed?: number;
-  model?: string;
-  task?: ProgramTask;
   /** Most tokens a CoT probe decodes (default 20). */
   probeMaxTokens?: number;
   /** Ablations: turn each action off (all on by default; branch-out as the probe's tuning says). Without

@@ -21,7 +21,7 @@ export { StepTree, weightedVote } from "./stepTree.js";
 export type { TreeNode, StepTreeOptions } from "./stepTree.js";
 export { modelProcessReward, verifierReward } from "./rewards.js";
 export { boxedAnswers, defaultProbeSuffix } from "./answers.js";
-export type { ProgramTask } from "./task.js";
+export type { ProgramTask, BranchSampling } from "./task.js";
 export type { RewardSource, StepInput, ModelRewardOptions } from "./rewards.js";
 export { buildProgram, parseProgramKind, PROGRAM_KINDS } from "./registry.js";
 export { ProgramFactory } from "./factory.js";

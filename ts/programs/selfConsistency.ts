@@ -7,27 +7,15 @@ import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../cert
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
-import type { ProgramTask } from "./task.js";
+import type { BranchSampling, ProgramTask } from "./task.js";
 
-export interface SelfConsistencyOptions {
-  /** Text (tokenized with the model's tokenizer, special tokens added) or token ids, e.g. a rendered chat. */
-  prompt: string | readonly number[];
+export interface SelfConsistencyOptions extends BranchSampling {
   /** Branch cap (default 16). */
   maxBranches?: number;
   /** Branches sampled per round (default 4, at most maxBranches). */
   branchesPerRound?: number;
-  /** Per-branch generation cap (default 256). */
-  maxTokens?: number;
-  temperature?: number;
-  topP?: number;
   topK?: number;
-  /** Branch i samples with seed + i (default 0). */
-  seed?: number;
   stop?: string[];
-  /** Which loaded model (default: the engine's first). */
-  model?: string;
-  /** How answers are read and compared (default boxedAnswers: last \boxed{}, else last number; numeric equality). */
-  task?: ProgramTask;
   /** Reads a branch's answer from its text (default: the task's). */
   extractAnswer?: (text: string) => string | null;
   /** When two answers are the same answer (default: the task's). */

@@ -11,25 +11,14 @@ import type { PolicySpec } from "../certaindex/policies.js";
 import type { FinishReason } from "../engine/outputs.js";
 import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
-import type { ProgramTask } from "./task.js";
+import type { BranchSampling, ProgramTask } from "./task.js";
 
-export interface ShortMKOptions {
-  /** Text (tokenized with the model's tokenizer, special tokens added) or token ids, e.g. a rendered chat. */
-  prompt: string | readonly number[];
+/** Short-m@k's knobs. A branch cut by maxTokens counts as finished (it ended). */
+export interface ShortMKOptions extends BranchSampling {
   /** Branches started (default 8). */
   k?: number;
   /** Finished branches that end the program and vote (default 3, at most k). */
   m?: number;
-  /** Per-branch generation cap (default 256). A branch cut by the cap counts as finished (it ended). */
-  maxTokens?: number;
-  temperature?: number;
-  topP?: number;
-  /** Branch i samples with seed + i (default 0). */
-  seed?: number;
-  /** Which loaded model (default: the engine's first). */
-  model?: string;
-  /** How answers are read and compared (default boxedAnswers). */
-  task?: ProgramTask;
 }
 
 /** A branch among the first m to finish. */

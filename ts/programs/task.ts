@@ -18,3 +18,20 @@ export interface ProgramTask {
   /** A programmatic step verifier: Rebase / MCTS score steps with it unless given another reward. */
   stepVerifier?: RewardSource;
 }
+
+/** What every program that samples branches takes besides its own knobs: the prompt, how each branch samples, on
+ * which model, and the task its answers are read with. */
+export interface BranchSampling {
+  /** Text (tokenized with the model's tokenizer, special tokens added) or token ids, e.g. a rendered chat. */
+  prompt: string | readonly number[];
+  /** Per-branch generation cap (default 256). */
+  maxTokens?: number;
+  temperature?: number;
+  topP?: number;
+  /** Branch (trace) i samples with seed + i (default 0); forks derive theirs as each program says. */
+  seed?: number;
+  /** Which loaded model (default: the engine's first). */
+  model?: string;
+  /** How answers are read and compared (default boxedAnswers: last \boxed{}, else last number; numeric equality). */
+  task?: ProgramTask;
+}
