@@ -3,7 +3,7 @@
 // deltas acts in the very next step). Either way every delta arrives, in order, and the last ones arrive at once.
 import { describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
-import { streamableEnd } from "../../ts/model/stopMatcher.js";
+import { streamableEnd } from "../../ts/engine/sampleTracker.js";
 import { PagedToyModel, toyCodec, toyReference } from "../helpers/pagedToyModel.js";
 
 async function forwardsSeenAt(eagerDeltas: boolean): Promise<{ seen: number[]; tokens: number[]; total: number }> {

@@ -7,6 +7,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import type { GenerationOutput } from "../../ts/engine/outputs.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import type { NativeForwardBatch, NativeForwardResult, NativeForwardSequence } from "../../ts/native/addonTypes.js";
+import { generate } from "../../ts/engine/generate.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import type { FixtureOptions } from "../../scripts/make-fixture.js";
 import { cudaUnavailable } from "../kernels/cudaReference.js";
@@ -155,7 +156,7 @@ describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
     let compared = 0;
     for (const seed of [1, 2, 3]) {
       const prompt = randomTokens(5 + 7 * seed, model.config.vocabSize, seed); // 12..26 tokens: 2-4 prefill chunks
-      const r = await model.generate({ tokens: prompt }, { maxTokens: 12, temperature: 0, ignoreEos: true });
+      const r = await generate(model, { tokens: prompt }, { maxTokens: 12, temperature: 0, ignoreEos: true });
       expect(r.tokens.length).toBe(12);
       expect(r.finishReason).toBe("length");
       const want = ref.greedy(prompt, 12);
@@ -187,7 +188,7 @@ describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
       expect(Array.from(r.topLogprobs!)).toEqual(Array.from(eager.topLogprobs!));
     }
     // A long greedy generation (graphs re-captured as the page count grows) equals the all-eager one.
-    const gen = () => model.generate({ tokens: prompt }, { maxTokens: 40, temperature: 0, ignoreEos: true });
+    const gen = () => generate(model, { tokens: prompt }, { maxTokens: 40, temperature: 0, ignoreEos: true });
     const withGraphs = await gen();
     process.env.DL_CUDA_GRAPHS = "0";
     try {

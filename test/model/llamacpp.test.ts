@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getLlama, type Llama, type Token } from "node-llama-cpp";
 import { exportGguf } from "../../scripts/gguf/export-gguf.js";
+import { generate } from "../../ts/engine/generate.js";
 import { loadModel } from "../../ts/model/model.js";
 import { fixtureDir, randomTokens } from "./fixtureCache.js";
 import { ReferenceModel } from "./reference.js";
@@ -47,7 +48,7 @@ for (const arch of ["llama", "qwen2"] as const) {
         let compared = 0;
         for (const seed of [1, 2]) {
           const prompt = randomTokens(9 + seed, model.config.vocabSize, seed + 40);
-          const ours = (await model.generate({ tokens: prompt }, { maxTokens: STEPS, temperature: 0, ignoreEos: true })).tokens;
+          const ours = (await generate(model, { tokens: prompt }, { maxTokens: STEPS, temperature: 0, ignoreEos: true })).tokens;
           const theirs = await llamaCppGreedy(gguf, prompt, STEPS);
           const want = ref.greedy(prompt, STEPS);
           const tie = want.margins.findIndex((m) => m < MIN_MARGIN);

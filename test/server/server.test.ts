@@ -71,6 +71,9 @@ describe("OpenAI-compatible routes with the openai client", () => {
     const reasoning = r.usage!.completion_tokens_details!.reasoning_tokens!;
     expect(reasoning).toBeGreaterThan(10);
     expect(reasoning).toBeLessThan(r.usage!.completion_tokens);
+    // No temperature: the model's generation_config.json (do_sample: false, so greedy), as generate() reads it.
+    const dflt = await client.chat.completions.create({ model: MODEL, messages: ask(), max_tokens: 300 });
+    expect((dflt.choices[0].message as typeof msg).reasoning).toBe(msg.reasoning);
     // include_reasoning: false drops the thought from the message (the tokens still count).
     const hidden = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, include_reasoning: false } as never);
     expect((hidden as typeof r).choices[0].message.content).toBe(" \\boxed{72}");

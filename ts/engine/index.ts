@@ -3,6 +3,7 @@ export { Engine } from "./engine.js";
 export type { EngineOptions, EngineModelSpec } from "./engine.js";
 export type { EngineModelSource } from "./loadedModel.js";
 export { RequestHandle } from "./handle.js";
+export { generate, generateStream } from "./generate.js";
 export type { GenerateRequest, SamplingParams, ForkOptions } from "./request.js";
 export type { GenerationOutput, SampleOutput, StreamDelta, FinishReason, TokenLogprob, TopLogprob, Usage, DeterminismStats, ProbeCapture, ConfidenceReport } from "./outputs.js";
 export type { EngineMetrics, ModelMetrics } from "./metrics.js";

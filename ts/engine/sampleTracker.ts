@@ -1,7 +1,6 @@
 // One sample's output as it grows: tokens, incremental text, stop conditions (stop ids, eos, stop strings,
 // maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
 // the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
-import { streamableEnd } from "../model/stopMatcher.js";
 import { ConfidenceTracker } from "./confidence.js";
 import type { Detokenizer } from "./modelTypes.js";
 import type { FinishReason, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
@@ -150,4 +149,18 @@ function logprobsOf(logits: Float32Array, ids: readonly number[]): TopLogprob[] 
   for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
   const logZ = max + Math.log(sum);
   return ids.map((token) => ({ token, logprob: logits[token] - logZ }));
+}
+
+/**
+ * How much of `text` may be streamed while its last `holdBack` characters could still grow into a stop string: the
+ * rest, cut so that a surrogate pair (an emoji, say) is never split between two deltas.
+ */
+export function streamableEnd(text: string, holdBack: number): number {
+  let end = Math.max(0, text.length - holdBack);
+  if (end > 0 && end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end--;
+  return end;
+}
+
+function isHighSurrogate(c: number): boolean {
+  return c >= 0xd800 && c <= 0xdbff;
 }

@@ -1,14 +1,12 @@
 // A loaded model: config, tokenizer, chat template, generation defaults and the native model with its paged KV
-// pool. `forward` is the engine's entry (one native call per step for a whole batch); `generate` and
-// `generateStream` run one sequence for direct use.
+// pool. `forward` is the engine's entry (one native call per step for a whole batch); generate(model, ...) in
+// ts/engine/generate.ts runs one prompt on an Engine for direct use.
 import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
 import { bundledModelDir } from "./bundled.js";
 import type { ChatMessage } from "./chatTemplate.js";
 import type { ModelConfig } from "./config.js";
-import { generateSequence, type GenerateParams, type GenerateResult } from "./generate.js";
 import type { GenerationDefaults } from "./generationConfig.js";
 import { createNativeModel, kvBytesPerToken, uploadWeights } from "./loadWeights.js";
-import { PagePool } from "./pagePool.js";
 import { openModelFiles } from "./modelFiles.js";
 import type { ModelTokenizer } from "./tokenizer.js";
 
@@ -25,7 +23,8 @@ export interface LoadModelOptions {
    * CPU decode time at moderate contexts), bf16 on CUDA. bf16 halves KV memory at ~1e-3 relative logit error.
    */
   kvDtype?: "f32" | "bf16" | "f16";
-  /** Longest prefill chunk generate() sends in one step (default 512): bounds scratch memory. */
+  /** Longest prefill chunk generate() sends in one step (the token budget of the engine it runs on; default 512):
+   * bounds scratch memory. */
   prefillChunkTokens?: number;
 }
 
@@ -43,7 +42,6 @@ const DEFAULT_KV_TOKENS = 8192;
 
 export class Model implements AsyncDisposable {
   private nativeModel: NativeModel | null;
-  private readonly pool: PagePool;
 
   private constructor(
     readonly dir: string,
@@ -55,10 +53,10 @@ export class Model implements AsyncDisposable {
     readonly kv: KvInfo,
     /** Most tokens (prompt + generated) one sequence may hold: max_position_embeddings. */
     readonly contextLength: number,
-    private readonly prefillChunkTokens: number,
+    /** Longest prefill chunk generate() sends in one step (loadModel's prefillChunkTokens). */
+    readonly prefillChunkTokens: number,
   ) {
     this.nativeModel = native;
-    this.pool = new PagePool(kv.numPages);
   }
 
   static async load(dir: string, options: LoadModelOptions = {}): Promise<Model> {
@@ -114,8 +112,7 @@ export class Model implements AsyncDisposable {
   /**
    * One engine step: the whole model over a batch of sequences in ONE native call, off the JS thread. The
    * caller owns the KV pages named in each block table (see NativeForwardSequence); results come back in input
-   * order. Do not mix with generate() on pages the caller manages: generate() takes pages from its own pool,
-   * which covers every page of the KV pool.
+   * order. One owner of the pages at a time: an Engine (or generate(), which runs one for its call).
    */
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
     return this.native.forward(batch);
@@ -145,35 +142,13 @@ export class Model implements AsyncDisposable {
     return [...ids];
   }
 
-  /** Generates one completion. */
-  async generate(input: GenerateInput, params: GenerateParams = {}): Promise<GenerateResult> {
-    const it = this.generateStream(input, params);
-    for (;;) {
-      const r = await it.next();
-      if (r.done) return r.value;
-    }
-  }
-
-  /** Streams text deltas (never splitting a UTF-8 character); the generator's return value is the result. */
-  generateStream(input: GenerateInput, params: GenerateParams = {}): AsyncGenerator<string, GenerateResult> {
-    void this.native; // the disposed guard, before any work
-    const prompt = this.encode(input);
-    return generateSequence(
-      {
-        forward: (b) => this.forward(b),
-        tokenizer: this.tokenizer,
-        pool: this.pool,
-        pageSize: this.kv.pageSize,
-        contextLength: Math.min(this.contextLength, this.kv.numPages * this.kv.pageSize),
-        prefillChunkTokens: this.prefillChunkTokens,
-        defaults: this.samplingDefaults(),
-      },
-      prompt,
-      params,
-    );
-  }
-
-  private samplingDefaults(): { temperature: number; topK: number; topP: number; maxTokens: number } {
+  /**
+   * The sampling a request gets when it leaves a field out, from generation_config.json read as transformers reads
+   * it: greedy when it says do_sample: false, else its temperature (default 1), top_k, top_p and max_new_tokens
+   * (default 256). generate() and the HTTP server use these; engine.submit takes its fields as given (greedy unless
+   * asked).
+   */
+  samplingDefaults(): { temperature: number; topK: number; topP: number; maxTokens: number } {
     const g = this.generationDefaults;
     return {
       temperature: g.doSample === false ? 0 : (g.temperature ?? 1),

@@ -195,14 +195,16 @@ function resolveMaxTokens(t: ServeTarget, promptTokens: number, asked: number | 
 type SamplingBody = Pick<ChatBody, "temperature" | "top_p" | "top_k" | "seed" | "n" | "stop" | "stop_token_ids" | "ignore_eos" | "deterministic">;
 
 function engineRequest(t: ServeTarget, b: SamplingBody, prompt: number[], maxTokens: number, logprobs: number | undefined): GenerateRequest & { prompt: number[]; maxTokens: number } {
-  const g = t.model.generationDefaults;
+  // The model's defaults as generate() takes them (Model.samplingDefaults: greedy when generation_config.json says
+  // do_sample: false, where vLLM would sample at 1).
+  const g = t.model.samplingDefaults();
   const r: GenerateRequest & { prompt: number[]; maxTokens: number } = {
     prompt,
     maxTokens,
     model: t.engineModel,
-    temperature: b.temperature ?? g.temperature ?? 1,
-    topP: b.top_p ?? g.topP ?? 1,
-    topK: b.top_k === undefined || b.top_k === null ? (g.topK ?? 0) : Math.max(0, b.top_k),
+    temperature: b.temperature ?? g.temperature,
+    topP: b.top_p ?? g.topP,
+    topK: b.top_k === undefined || b.top_k === null ? g.topK : Math.max(0, b.top_k),
     n: b.n ?? 1,
   };
   if (b.seed !== undefined && b.seed !== null) r.seed = b.seed;

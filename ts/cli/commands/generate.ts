@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { bundledModelDir, loadModel, type GenerateInput } from "../../index.js";
+import { bundledModelDir, generate, generateStream, loadModel, type GenerateInput } from "../../index.js";
 
 interface GenerateOptions {
   model?: string;
@@ -60,10 +60,10 @@ export function registerGenerate(program: Command): void {
       try {
         const params = { maxTokens, temperature, seed };
         if (opts.json) {
-          const r = await model.generate(input, params);
+          const r = await generate(model, input, params);
           console.log(JSON.stringify(r));
         } else {
-          const stream = model.generateStream(input, params);
+          const stream = generateStream(model, input, params);
           for (;;) {
             const r = await stream.next();
             if (r.done) break;
