@@ -1,5 +1,6 @@
 // Builds the native addon with node-gyp: the C++ CPU backend always, the CUDA backend when nvcc is found.
-//   node scripts/build-addon.mjs            skip when a prebuild or a local build already exists
+//   node scripts/build-addon.mjs            skip when a prebuild or a local build already exists (unless
+//                                           DELIBERATE_BUILD_FROM_SOURCE=1)
 //   node scripts/build-addon.mjs --force    rebuild
 // A CUDA compile failure falls back to a CPU-only build (and says so), unless DELIBERATE_REQUIRE_CUDA=1 (CI),
 // so that a broken toolkit never fails `npm install` but a kernel compile error does fail CI.
@@ -15,8 +16,11 @@ const force = process.argv.includes("--force");
 const built = path.join(root, "build", "Release", "deliberate.node");
 const prebuildDir = path.join(root, "prebuilds", `${process.platform}-${process.arch}`);
 
-if (!force && (existsSync(built) || (existsSync(prebuildDir) && readdirSync(prebuildDir).some((f) => f.endsWith(".node"))))) {
-  console.log("[deliberate] addon already built; `npm run build:addon` rebuilds it");
+// DELIBERATE_BUILD_FROM_SOURCE=1 (e.g. `DELIBERATE_BUILD_FROM_SOURCE=1 npm rebuild deliberate`) compiles even when
+// the package ships a prebuild; the loader prefers a local build over the prebuild.
+const fromSource = force || process.env.DELIBERATE_BUILD_FROM_SOURCE === "1";
+if (!fromSource && (existsSync(built) || (existsSync(prebuildDir) && readdirSync(prebuildDir).some((f) => f.endsWith(".node"))))) {
+  console.log("[deliberate] addon already built (or prebuilt); DELIBERATE_BUILD_FROM_SOURCE=1 or `npm run build:addon` compiles it");
   process.exit(0);
 }
 

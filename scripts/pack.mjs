@@ -5,8 +5,10 @@
 // prebuild and builds nothing. The packing happens in a staging folder, so no prebuilds/ folder is left in this
 // checkout to shadow later local builds.
 //   node scripts/pack.mjs [--out DIR]      (npm run pack:prebuilt) prints the tarball's path
+//   node scripts/pack.mjs --stage | --unstage   npm's prepack / postpack: a plain `npm pack` or `npm publish` in
+//                                           this checkout ships the prebuild too
 import { execFileSync, spawnSync } from "node:child_process";
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -41,7 +43,30 @@ export function packPrebuilt(outDir = path.join(root, "bench", "out")) {
   }
 }
 
+/** Where `npm pack` / `npm publish` in this checkout find the prebuild: staged by prepack, removed by postpack. */
+const staged = path.join(root, "prebuilds", `${process.platform}-${process.arch}`, "deliberate.glibc.node");
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const i = process.argv.indexOf("--out");
-  console.log(packPrebuilt(i > 0 ? process.argv[i + 1] : undefined));
+  if (process.argv.includes("--stage")) {
+    // prepack: the tarball carries this checkout's build as its prebuild (the loader of this checkout still prefers
+    // build/Release, so the staged copy shadows nothing); without a build the tarball builds from source on install.
+    const addon = path.join(root, "build", "Release", "deliberate.node");
+    if (!existsSync(addon)) {
+      console.warn("[deliberate] no build/Release/deliberate.node to ship as a prebuild; the tarball will build from source on install");
+    } else {
+      mkdirSync(path.dirname(staged), { recursive: true });
+      copyFileSync(addon, staged);
+      spawnSync("strip", ["--strip-debug", staged], { stdio: "ignore" });
+    }
+  } else if (process.argv.includes("--unstage")) {
+    rmSync(staged, { force: true });
+    for (const dir of [path.dirname(staged), path.join(root, "prebuilds")]) {
+      try {
+        rmdirSync(dir); // only when empty: a prebuild made by build:prebuilt stays
+      } catch {}
+    }
+  } else {
+    const i = process.argv.indexOf("--out");
+    console.log(packPrebuilt(i > 0 ? process.argv[i + 1] : undefined));
+  }
 }

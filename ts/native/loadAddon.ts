@@ -1,5 +1,6 @@
-// Loads the native addon once: a prebuild (prebuilds/<platform>-<arch>/*.node, made by `npm run build:prebuilt`) first,
-// then a local build (build/Release, via node-gyp-build), else an Error that says how to build it.
+// Loads the native addon once: a local build (build/Release, via node-gyp-build) if there is one, else the shipped
+// prebuild (prebuilds/<platform>-<arch>/*.node: `npm run pack:prebuilt` / `npm pack` put it in the tarball), else an
+// Error that says how to build it.
 import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -25,14 +26,17 @@ export function prebuildPath(root = packageRoot()): string | undefined {
 export function loadAddon(): Addon {
   if (cached) return cached;
   const root = packageRoot();
-  const prebuild = process.env.DELIBERATE_IGNORE_PREBUILD === "1" ? undefined : prebuildPath(root);
+  // A local build (build/Release: npm run build:addon, or DELIBERATE_BUILD_FROM_SOURCE=1 at install) wins over the
+  // shipped prebuild: it exists only because someone asked for it.
+  const local = existsSync(path.join(root, "build", "Release", "deliberate.node"));
+  const prebuild = process.env.DELIBERATE_IGNORE_PREBUILD === "1" || local ? undefined : prebuildPath(root);
   try {
     cached = (prebuild ? require(prebuild) : (require("node-gyp-build") as (dir: string) => unknown)(root)) as Addon;
   } catch (e) {
     // Installed as a dependency, the package has no build scripts of its own to run: npm rebuild compiles it.
     const installed = root.split(path.sep).includes("node_modules");
     const fix = installed
-      ? "Rebuild it from source with `npm rebuild deliberate` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it)."
+      ? "Build it from source with `DELIBERATE_BUILD_FROM_SOURCE=1 npm rebuild deliberate` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it)."
       : "Build it with `npm run build:addon` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it), or make a prebuild with `npm run build:prebuilt`.";
     throw new Error(`the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ${fix}`);
   }
