@@ -1,8 +1,10 @@
 // The package as users get it: packed with its prebuilt addon (scripts/pack.mjs), installed into a new app with the
-// compilers made unusable (CC / CXX / nvcc fail), then the README's library example run there exactly as written
-// (plain node, `import ... from "deliberate"`) and the README's main-job line run from the app's folder.
-import { execFile } from "node:child_process";
+// compilers made unusable (CC / CXX / nvcc fail), then the README's code run there exactly as written: the library
+// example (plain node, `import ... from "deliberate"`), the main-job line, and the server section (`npx deliberate
+// serve`, its curl line and its openai-client example), from the app's folder.
+import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -23,8 +25,20 @@ function noCompilers(): string {
   return dir;
 }
 
+/** A port nothing listens on (the OS picks it). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+    srv.on("error", reject);
+  });
+}
+
 describe("the packed package", () => {
-  it("installs with no compiler, and the README's library example and main job run as written", async () => {
+  it("installs with no compiler, and the README's library example, main job and server examples run as written", async () => {
     const tarball = packPrebuilt(path.join(work, "pack")) as string;
     expect(existsSync(tarball)).toBe(true);
     const app = path.join(work, "app");
@@ -47,5 +61,30 @@ describe("the packed package", () => {
     expect(main).toBeDefined();
     const cli = await run("bash", ["-c", main!], { cwd: app, env, timeout: 120_000 });
     expect(cli.stdout).toMatch(/^answer: +72$/m);
+
+    // The server section: `npx deliberate serve` from the app, then its curl line and its openai-client example (the
+    // app installs openai as a user would), with port 8000 swapped for a free one.
+    await run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "openai@6"], { cwd: app, env, timeout: 300_000 });
+    const sh = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes("deliberate serve"))!;
+    const port = String(await freePort());
+    const serveLine = sh.split("\n")[0].replace(/\s*&\s*$/, "").replaceAll("8000", port);
+    const server = spawn("bash", ["-c", `exec ${serveLine}`], { cwd: app, env, stdio: "ignore" });
+    try {
+      const url = `http://127.0.0.1:${port}`;
+      for (let i = 0; i < 600; i++) {
+        if ((await fetch(`${url}/health`).then((r) => r.status, () => 0)) === 200) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const curl = sh.slice(sh.indexOf("curl ")).replace(/\\\n\s*/g, " ").trim().replaceAll("8000", port);
+      const chat = JSON.parse((await run("bash", ["-c", curl], { cwd: app, timeout: 60_000 })).stdout) as { choices: Array<{ message: { content: string; reasoning: string } }> };
+      expect(chat.choices[0].message.content).toBe(" \\boxed{72}");
+      expect(chat.choices[0].message.reasoning).toMatch(/check:/);
+      const js = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes('from "openai"'))!;
+      writeFileSync(path.join(app, "client.mjs"), js.replaceAll("8000", port));
+      const out = await run(process.execPath, ["client.mjs"], { cwd: app, timeout: 60_000 });
+      expect(out.stdout.trim()).toMatch(/^72 (0|1|0\.\d+) \d+$/);
+    } finally {
+      server.kill("SIGTERM");
+    }
   }, 600_000);
 });

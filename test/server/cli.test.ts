@@ -1,12 +1,9 @@
-// `deliberate serve` as a process: the README's curl and openai-client examples run as written against it (port
-// swapped for a free one), and SIGTERM drains a stream in flight before the process exits 0.
-import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+// `deliberate serve` as a process: SIGTERM drains a stream in flight before the process exits 0. (The README's server
+// examples run against `npx deliberate serve` in an app that installed the package: test/docs/install.test.ts.)
+import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
-import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 
-const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, "../..");
 const tsx = path.join(root, "node_modules/tsx/dist/cli.mjs");
 const children: ChildProcess[] = [];
@@ -37,33 +34,6 @@ afterEach(() => {
 });
 
 describe("deliberate serve", () => {
-  it("the README's curl and openai-client examples run as written", async () => {
-    const { url } = await serve();
-    const port = new URL(url).port;
-    const readme = readFileSync(path.join(root, "README.md"), "utf8");
-    const sh = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes("deliberate serve"));
-    expect(sh).toBeDefined();
-    const curl = sh!.slice(sh!.indexOf("curl ")).replace(/\\\n\s*/g, " ").trim().replaceAll("8000", port);
-    const { stdout } = await run("bash", ["-c", curl], { timeout: 60_000 });
-    const r = JSON.parse(stdout) as { choices: Array<{ message: { content: string; reasoning: string } }> };
-    expect(r.choices[0].message.content).toBe(" \\boxed{72}");
-    expect(r.choices[0].message.reasoning).toMatch(/check:/);
-
-    const js = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes('from "openai"'));
-    expect(js).toBeDefined();
-    // Under node_modules/ so that `import "openai"` resolves as in a user's project; plain node, not tsx.
-    const dir = path.join(root, "node_modules/.cache/deliberate-readme");
-    mkdirSync(dir, { recursive: true });
-    const file = path.join(dir, `openai-${process.pid}.mjs`);
-    writeFileSync(file, js!.replaceAll("8000", port));
-    try {
-      const out = await run(process.execPath, [file], { timeout: 60_000 });
-      expect(out.stdout.trim()).toMatch(/^72 (0|1|0\.\d+) \d+$/);
-    } finally {
-      rmSync(file, { force: true });
-    }
-  });
-
   it("SIGTERM drains a stream in flight (health 503, the stream completes), then exits 0", async () => {
     const { child, url } = await serve();
     const res = await fetch(`${url}/v1/chat/completions`, {
