@@ -1,7 +1,7 @@
 // DUCHESS benchmark (issue 20) on the arithmetic task with the bundled tiny reasoner and its trained probe.
 //   npm run bench:duchess -- [--json] [--model DIR] [--probe DIR] [--n 500] [--caps 4,8,12] [--max-tokens 256]
 //     [--tune 100] [--seed 1] [--concurrency 16] [--serve] [--serve-n 40] [--rates 0.5,0.8,1.1,1.5] [--repeats 3]
-//     [--out bench]
+//     [--out bench] [--methods sc,dynasor,...] (default: every method, the ablations included)
 // 1. (--tune N) DUCHESS's alpha, beta, lambda chosen on N validation questions at the middle cap: the fewest tokens
 //    among the settings whose accuracy is at least SC's there (the paper tunes on validation the same way); the
 //    choice is written into the probe's probe.json (orchestration) and used below.
@@ -55,6 +55,7 @@ const { values } = parseArgs({
     rates: { type: "string", default: "0.5,0.8,1.1,1.5" },
     repeats: { type: "string", default: "3" },
     out: { type: "string", default: "bench" },
+    methods: { type: "string" },
   },
 });
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
@@ -75,8 +76,19 @@ let probe: DuchessProbe = await loadProbe(probeDir, { hash: await modelHash(bm.d
 const cal = loadCalibration(bm.dir, { bundledDir: TINY_REASONER_DIR });
 const promptOf = (p: ArithProblem): number[] => model.tokenizer.encodeChat([{ role: "user", content: p.question }], { addGenerationPrompt: true });
 
-type Method = "sc" | "dynasor" | "short-m@k" | "deepconf-low" | "deepconf-high" | "deepconf-low:offline" | "deepconf-high:offline" | "duchess" | "duchess:paper" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
+type Method = "sc" | "dynasor" | "short-m@k" | "deepconf-low" | "deepconf-high" | "deepconf-low:offline" | "deepconf-high:offline" | "duchess" | "duchess+confidence" | "duchess:paper" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
+const MAIN_METHODS = ["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper"] as const;
+const ABLATION_METHODS = ["duchess:terminate", "duchess:+branch-out", "duchess:+request-stop", "duchess:terminate+stop"] as const;
+/** --methods: the methods to run (default: all, ablations included). */
+const SELECTED: readonly Method[] = values.methods === undefined ? [...MAIN_METHODS, ...ABLATION_METHODS] : values.methods.split(",").map((m) => {
+  if (![...MAIN_METHODS, ...ABLATION_METHODS].includes(m as never)) throw new Error(`--methods: unknown method ${m}; expected some of ${[...MAIN_METHODS, ...ABLATION_METHODS].join(", ")}`);
+  return m as Method;
+});
+for (const need of ["sc", "dynasor", "duchess"] as const) if (!SELECTED.includes(need)) throw new Error(`--methods must include ${need}: the summary compares against it`);
 const ABLATIONS: Partial<Record<Method, Partial<DuchessOptions>>> = {
+  // DUCHESS with DeepConf's confidence (issue 28): votes and certaindex weighted by each branch's lowest group
+  // confidence over 16-token windows (DeepConf's window here), the tuned actions unchanged.
+  "duchess+confidence": { confidence: { window: 16 } },
   "duchess:terminate": { branchOut: false, requestStop: false },
   "duchess:+branch-out": { branchOut: true, requestStop: false },
   "duchess:+request-stop": { branchOut: true, requestStop: true },
@@ -215,14 +227,14 @@ log(`DUCHESS settings: ${settingsLine}`);
 const test = problemSet({ split: "test", n: N, seed: SEED });
 const points: Point[] = [];
 for (const c of CAPS) {
-  for (const m of ["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess:paper"] as const) {
+  for (const m of MAIN_METHODS.filter((x) => SELECTED.includes(x))) {
     const pt = await measure(m, test, c);
     points.push(pt);
     log(fmt(pt));
   }
 }
 const cMax = Math.max(...CAPS);
-for (const m of ["duchess:terminate", "duchess:+branch-out", "duchess:+request-stop", "duchess:terminate+stop"] as const) {
+for (const m of ABLATION_METHODS.filter((x) => SELECTED.includes(x))) {
   const pt = await measure(m, test, cMax);
   points.push(pt);
   log(fmt(pt));
@@ -258,7 +270,7 @@ const summary = {
   duchessBestAccuracy: best("duchess").accuracy,
   /** Tokens saved vs SC at SC's best accuracy, per method (null: never reaches it on this curve). */
   savedVsScByMethod: Object.fromEntries(
-    (["dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess:paper"] as const).map((m) => {
+    (["dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper"] as const).filter((m) => SELECTED.includes(m)).map((m) => {
       const t = tokensAt(m, scBest.accuracy);
       return [m, t === null ? null : 1 - t / scBest.meanTokens];
     }),
@@ -412,7 +424,7 @@ function pointStr(m: Method, cap = cMax): string {
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "duchess.md"), `${md.join("\n")}\n`);
 writeFileSync(join(values.out!, "duchess.json"), `${JSON.stringify(result, null, 2)}\n`);
-const series = (["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "duchess", "duchess:paper"] as const).map((m) => ({
+const series = (["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "duchess", "duchess+confidence", "duchess:paper"] as const).filter((m) => SELECTED.includes(m)).map((m) => ({
   name: m,
   points: points.filter((p) => p.method === m).sort((a, b) => a.cap - b.cap).map((p) => [p.meanTokens, p.accuracy * 100] as const),
 }));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { clusterAnswers, combineCertaindex, entropyCertaindex, meetsAll, rewardCertaindex } from "../../ts/certaindex/signals.js";
+import { clusterAnswers, combineCertaindex, confidenceCertaindex, entropyCertaindex, measureOf, meetsAll, rewardCertaindex } from "../../ts/certaindex/signals.js";
 import { agreeingProbes, hasHesitation, probeCertaindex, shouldExitOnProbes } from "../../ts/certaindex/probe.js";
 import { decide } from "../../ts/certaindex/policies.js";
 
@@ -142,5 +142,17 @@ describe("CoT probe early exit", () => {
     expect(hasHesitation("button 7")).toBe(false);
     expect(hasHesitation("Hmm, 7")).toBe(true);
     expect(hasHesitation("awaits")).toBe(false);
+  });
+});
+
+describe("confidence certaindex (DeepConf's weighted consensus as a signal)", () => {
+  it("is the top answer's share of the confidence-weighted vote; unanswered and unweighted votes carry nothing", () => {
+    const numeric = (a: string, b: string): boolean => Number(a) === Number(b);
+    // "7" and "07" are one answer: 0.2 + 0.5 of the 1.0 that answered votes weigh.
+    expect(confidenceCertaindex([{ answer: "7", weight: 0.2 }, { answer: "07", weight: 0.5 }, { answer: "8", weight: 0.3 }, { answer: null, weight: 9 }], numeric)).toBeCloseTo(0.7, 12);
+    expect(confidenceCertaindex([{ answer: "7", weight: 0 }])).toBe(0);
+    expect(confidenceCertaindex([])).toBe(0);
+    const report = { mean: 5, lowestGroup: 2, bottom10Group: 3, tail: 4, tokens: 10 };
+    expect([measureOf(report, "lowest"), measureOf(report, "bottom10"), measureOf(report, "tail")]).toEqual([2, 3, 4]);
   });
 });

@@ -11,6 +11,11 @@ import { loadProbe, saveProbe, PROBE_FILE_VERSION, type DuchessProbe, type Probe
 import { Duchess, type DuchessOptions } from "../../ts/programs/duchess.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
+import { bundledModelDir } from "../../ts/bundledModel.js";
+import { confidenceCertaindex, weightedMajority } from "../../ts/certaindex/signals.js";
+import { modelHash } from "../../ts/model/modelHash.js";
+import { PROBE_SUBDIR } from "../../ts/probe/probeFile.js";
+import { arithTask } from "../../ts/tasks/arith/task.js";
 
 let model: Model;
 beforeAll(async () => {
@@ -158,5 +163,30 @@ describe("probe files", () => {
     await expect(loadProbe(dir, { ...target, hiddenSize: C() + 8 })).rejects.toThrow(new RegExp(`hidden states of size ${C()} but the model "fixture" has hidden size ${C() + 8}`));
     await expect(loadProbe(dir, { ...target, numLayers: 0 })).rejects.toThrow(/reads block 0 but the model "fixture" has blocks 0..-1/);
     await expect(loadProbe(join(dir, "none"), target)).rejects.toThrow(/no DUCHESS probe in .*deliberate probe train/);
+  });
+});
+
+describe("DUCHESS with confidence (issue 28: compared with and without it)", () => {
+  it("weighs each counted answer by its branch's lowest group confidence: answer and certaindex are the weighted vote's", async () => {
+    const tiny = await loadModel(bundledModelDir);
+    try {
+      const probe = await loadProbe(join(bundledModelDir, PROBE_SUBDIR), { hash: await modelHash(bundledModelDir), hiddenSize: tiny.config.hiddenSize, numLayers: tiny.config.numLayers });
+      await using engine = new Engine({ models: { model: tiny } });
+      const prompt = tiny.tokenizer.encodeChat([{ role: "user", content: "What is 68*23-509?" }]);
+      const d = new Duchess({ prompt, probe, branches: 6, seed: 11, task: arithTask, confidence: { window: 16 } });
+      const r = await new ProgramRuntime(engine).run(d);
+      const voted = d.state.branches.filter((b) => b.voted);
+      expect(voted.length).toBeGreaterThan(0);
+      for (const b of voted) {
+        expect(b.confidence, `branch ${b.id} has no confidence report`).not.toBeNull();
+        expect(b.confidence!.tokens).toBeGreaterThan(0);
+      }
+      const votes = voted.map((b) => ({ answer: b.answer, weight: b.confidence!.lowestGroup }));
+      expect(r.certaindex).toBeCloseTo(confidenceCertaindex(votes, arithTask.equivalent), 12);
+      expect(r.answer).toBe(weightedMajority(votes, arithTask.equivalent).answer);
+      expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
+    } finally {
+      tiny.dispose();
+    }
   });
 });

@@ -1,5 +1,7 @@
 // Certaindex signals (Dynasor, arXiv 2412.20993): how sure a reasoning program is, in [0, 1].
 
+import type { ConfidenceReport } from "../engine/outputs.js";
+
 /** Decides whether two extracted answers are the same answer (default: exact string match after trimming). */
 export type AnswerEquivalence = (a: string, b: string) => boolean;
 
@@ -57,6 +59,25 @@ export function weightedMajority(items: ReadonlyArray<{ answer: string | null | 
   let best: { answer: string; weight: number } | null = null;
   for (const g of groups) if (best === null || g.weight > best.weight) best = g;
   return { answer: best?.answer ?? null, weight: best?.weight ?? 0, total };
+}
+
+/** DeepConf's confidence measures of a trace: its lowest group confidence, the mean of its bottom 10% of groups,
+ * or its tail confidence. */
+export type ConfidenceMeasure = "lowest" | "bottom10" | "tail";
+
+/** A trace's confidence by the paper's measure. */
+export function measureOf(c: ConfidenceReport, measure: ConfidenceMeasure): number {
+  return measure === "lowest" ? c.lowestGroup : measure === "bottom10" ? c.bottom10Group : c.tail;
+}
+
+/**
+ * Confidence as a certaindex signal (DeepConf's consensus): the share of the confidence-weighted vote that the top
+ * answer holds, in [0, 1]; 0 when nothing carries weight. Each vote's weight is its trace's confidence measure
+ * (lowest group, bottom 10% or tail confidence).
+ */
+export function confidenceCertaindex(votes: ReadonlyArray<{ answer: string | null | undefined; weight: number }>, equivalent: AnswerEquivalence = exactMatch): number {
+  const v = weightedMajority(votes, equivalent);
+  return v.total > 0 ? v.weight / v.total : 0;
 }
 
 /**

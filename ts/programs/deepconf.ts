@@ -11,7 +11,7 @@
 //   offline  every trace of the budget runs to the end; the top eta% by the chosen measure (lowest group,
 //            bottom-10% groups or tail) vote, weighted by that measure.
 // certaindex = the weighted majority's share (the paper's consensus beta), so it reports what the other programs do.
-import { weightedMajority } from "../certaindex/signals.js";
+import { confidenceCertaindex, measureOf, weightedMajority, type ConfidenceMeasure } from "../certaindex/signals.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
 import { percentile } from "../probe/stats.js";
@@ -20,7 +20,8 @@ import type { Knob, Program, ProgramContext } from "./program.js";
 import type { BranchSampling, ProgramTask } from "./task.js";
 
 export type DeepConfVariant = "low" | "high";
-export type ConfidenceMeasure = "lowest" | "bottom10" | "tail";
+export type { ConfidenceMeasure } from "../certaindex/signals.js";
+export { measureOf } from "../certaindex/signals.js";
 
 export interface DeepConfOptions extends BranchSampling {
   /** "low" keeps the top 10% (aggressive), "high" the top 90% (default "low"). */
@@ -180,34 +181,26 @@ export class DeepConf implements Program {
     return { handle, result };
   }
 
-  private vote() {
+  private votes(): Array<{ answer: string | null; weight: number }> {
     const measure = this.o.mode === "offline" ? this.o.measure : "lowest";
-    return weightedMajority(
-      this.state.voters.map((t) => ({ answer: t.answer, weight: t.confidence === null ? 0 : measureOf(t.confidence, measure) })),
-      (a, b) => this.task.equivalent(a, b),
-    );
+    return this.state.voters.map((t) => ({ answer: t.answer, weight: t.confidence === null ? 0 : measureOf(t.confidence, measure) }));
   }
 
   private reachedConsensus(): boolean {
-    const v = this.vote();
-    return v.total > 0 && v.weight / v.total >= this.o.consensus;
+    return confidenceCertaindex(this.votes(), (a, b) => this.task.equivalent(a, b)) >= this.o.consensus;
   }
 
+  /** The confidence-weighted consensus (certaindex's confidence signal, signals.ts confidenceCertaindex). */
   updateCertaindex(): number {
-    const v = this.vote();
-    this.certaindex = v.total > 0 ? v.weight / v.total : 0;
+    this.certaindex = confidenceCertaindex(this.votes(), (a, b) => this.task.equivalent(a, b));
     return this.certaindex;
   }
 
   answer(): string | null {
-    return this.vote().answer;
+    return weightedMajority(this.votes(), (a, b) => this.task.equivalent(a, b)).answer;
   }
 }
 
-/** A trace's confidence by the paper's measure. */
-export function measureOf(c: ConfidenceReport, measure: ConfidenceMeasure): number {
-  return measure === "lowest" ? c.lowestGroup : measure === "bottom10" ? c.bottom10Group : c.tail;
-}
 
 /** Offline filtering: the top `eta`% of the traces by `measure` (at least one; ties at the cut are kept). */
 export function keepTop(traces: readonly DeepConfTrace[], measure: ConfidenceMeasure, eta: number): DeepConfTrace[] {

@@ -12,9 +12,9 @@
 // the others report. Optionally the prompt's last-token activation goes through the probe's difficulty classifier
 // first and every request carries the predicted length (metadata.predictedTokens) for complexity-aware SJF.
 import type { RequestHandle } from "../engine/handle.js";
-import type { FinishReason } from "../engine/outputs.js";
+import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
 import type { SchedMetadata } from "../engine/sequence.js";
-import { entropyCertaindex, majorityVote } from "../certaindex/signals.js";
+import { confidenceCertaindex, entropyCertaindex, majorityVote, measureOf, weightedMajority, type ConfidenceMeasure } from "../certaindex/signals.js";
 import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/probeFile.js";
 import { Prng } from "../probe/mlp.js";
 import { boxedAnswers } from "./answers.js";
@@ -49,6 +49,13 @@ export interface DuchessOptions extends BranchSampling {
   requestStop?: boolean;
   /** Predict the request's length with the probe's classifier first (default: when the probe has one). */
   classify?: boolean;
+  /**
+   * DUCHESS with confidence (issue 28's comparison): every branch tracks DeepConf's confidence (request.confidence,
+   * window tokens, top-k logprobs), and the final vote and certaindex weigh each answer by its branch's confidence
+   * `measure` (default "lowest") instead of counting it: certaindex becomes the confidence-weighted consensus
+   * (signals.ts confidenceCertaindex). The stop rules still count answers. Default: off.
+   */
+  confidence?: { window: number; topK?: number; measure?: ConfidenceMeasure } | null;
 }
 
 export type BranchEnd = "terminated" | FinishReason;
@@ -67,6 +74,10 @@ export interface DuchessBranch {
   answer: string | null;
   /** Prompt tokens whose KV it did not compute (the shared prompt, or for a fork the parent's pages). */
   cachedTokens: number;
+  /** Its trace's confidence (with options.confidence; for a terminated branch, up to where it was cut). */
+  confidence: ConfidenceReport | null;
+  /** Whether its answer was counted (answers arriving after the request stopped are not). */
+  voted: boolean;
 }
 
 export type DuchessStop = "consensus" | "coverage" | "answers" | "exhausted";
@@ -134,6 +145,7 @@ export class Duchess implements Program {
       branchOut: options.branchOut ?? tuned?.branchOut ?? true,
       requestStop: options.requestStop ?? true,
       classify: options.classify ?? probe.difficulty !== null,
+      confidence: options.confidence ?? null,
     };
     this.rng = new Prng(this.o.seed);
     this.tokenBudget = c * this.o.maxTokens;
@@ -159,7 +171,7 @@ export class Duchess implements Program {
     }
     const finished = new Promise<void>((resolve) => (this.settle = resolve));
     for (let i = 0; i < o.branches && !ctx.signal.aborted; i++) {
-      this.start(ctx, null, ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed + i, model: o.model, probe: this.probeOption(), metadata }), prompt.length, 0, metadata);
+      this.start(ctx, null, ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed + i, model: o.model, probe: this.probeOption(), confidence: this.confidenceOption(), metadata }), prompt.length, 0, metadata);
     }
     this.checkDone();
     await finished;
@@ -168,12 +180,17 @@ export class Duchess implements Program {
     if (this.failure !== undefined) throw this.failure;
   }
 
+  private confidenceOption(): { window: number; topK?: number } | null {
+    const c = this.o.confidence;
+    return c ? { window: c.window, topK: c.topK } : null;
+  }
+
   private probeOption(): { layer: number; every: number } {
     return { layer: this.o.probe.meta.correctness.layer, every: this.o.interval };
   }
 
   private start(ctx: ProgramContext, parent: number | null, handle: RequestHandle, promptLength: number, offset: number, metadata: SchedMetadata): void {
-    const b: DuchessBranch = { id: this.state.branches.length, parent, offset, tokens: 0, predictions: [], end: null, answer: null, cachedTokens: 0 };
+    const b: DuchessBranch = { id: this.state.branches.length, parent, offset, tokens: 0, predictions: [], end: null, answer: null, cachedTokens: 0, confidence: null, voted: false };
     this.state.branches.push(b);
     const live: Live = { b, handle, promptLength, text: "", above: 0 };
     this.live.set(b.id, live);
@@ -187,12 +204,13 @@ export class Duchess implements Program {
         }
         const out = await handle.result;
         b.cachedTokens = out.usage.cachedTokens;
+        b.confidence = out.confidence ?? null;
         if (b.end === null) {
           b.end = out.finishReason;
           this.live.delete(b.id);
           if (out.finishReason !== "aborted") {
             b.answer = this.task.extractAnswer(out.text);
-            this.collect(b.answer);
+            this.collect(b);
             this.refill(ctx, metadata);
           }
         }
@@ -218,7 +236,7 @@ export class Duchess implements Program {
     this.live.delete(b.id);
     const probe = ctx.fork(
       live.handle,
-      { length: live.promptLength + b.tokens, append: this.task.probeSuffix(live.text), maxTokens: this.o.probeMaxTokens, temperature: 0, stop: ["}", "\n"], probe: null },
+      { length: live.promptLength + b.tokens, append: this.task.probeSuffix(live.text), maxTokens: this.o.probeMaxTokens, temperature: 0, stop: ["}", "\n"], probe: null, confidence: null },
       "probe",
     );
     live.handle.abort();
@@ -228,7 +246,7 @@ export class Duchess implements Program {
         this.pendingProbes--;
         if (out.finishReason !== "aborted") {
           b.answer = out.text.trim() === "" ? null : out.text.trim();
-          this.collect(b.answer);
+          this.collect(b);
         }
         this.checkDone();
       },
@@ -264,6 +282,7 @@ export class Duchess implements Program {
       temperature: this.o.temperature,
       seed: this.o.seed + this.o.branches + this.state.forks,
       probe: this.probeOption(),
+      confidence: this.confidenceOption(),
       metadata,
     });
     this.state.forks++;
@@ -272,8 +291,10 @@ export class Duchess implements Program {
 
   /** Adds an answer unless the request has stopped (answers that land in the same step as the stopping one are
    *  dropped: the stop rule is checked answer by answer, in arrival order). */
-  private collect(answer: string | null): void {
+  private collect(b: DuchessBranch): void {
     if (this.stopped) return;
+    const answer = b.answer;
+    b.voted = true;
     if (answer !== null) this.state.answers.push(answer);
     else this.state.answers.push("");
     const c = this.o.branches;
@@ -302,12 +323,20 @@ export class Duchess implements Program {
   }
 
   updateCertaindex(): number {
-    this.certaindex = entropyCertaindex(this.votes(), (a, b) => this.task.equivalent(a, b));
+    const eq = (a: string, b: string): boolean => this.task.equivalent(a, b);
+    this.certaindex = this.o.confidence ? confidenceCertaindex(this.weightedVotes(), eq) : entropyCertaindex(this.votes(), eq);
     return this.certaindex;
   }
 
   answer(): string | null {
-    return majorityVote(this.votes(), (a, b) => this.task.equivalent(a, b)).answer;
+    const eq = (a: string, b: string): boolean => this.task.equivalent(a, b);
+    return this.o.confidence ? weightedMajority(this.weightedVotes(), eq).answer : majorityVote(this.votes(), eq).answer;
+  }
+
+  /** The counted answers weighed by their branches' confidence (a branch without a confidence report weighs 0). */
+  private weightedVotes(): Array<{ answer: string | null; weight: number }> {
+    const measure = this.o.confidence?.measure ?? "lowest";
+    return this.state.branches.filter((b) => b.voted).map((b) => ({ answer: b.answer, weight: b.confidence === null ? 0 : measureOf(b.confidence, measure) }));
   }
 
   private votes(): Array<string | null> {

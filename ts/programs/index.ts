@@ -27,7 +27,7 @@ export { buildProgram, parseProgramKind, PROGRAM_KINDS } from "./registry.js";
 export { ProgramFactory } from "./factory.js";
 export type { ProgramFactoryOptions, ProgramRequest, BuiltProgram } from "./factory.js";
 export type { ProgramKind, BuildProgramOptions } from "./registry.js";
-export { clusterAnswers, majorityVote, entropyCertaindex, rewardCertaindex, combineCertaindex, meetsAll, exactMatch } from "../certaindex/signals.js";
+export { clusterAnswers, majorityVote, entropyCertaindex, rewardCertaindex, combineCertaindex, confidenceCertaindex, meetsAll, exactMatch } from "../certaindex/signals.js";
 export type { ThresholdedSignal, WeightedVote } from "../certaindex/signals.js";
 export { weightedMajority } from "../certaindex/signals.js";
 export type { AnswerEquivalence, AnswerCluster, Vote } from "../certaindex/signals.js";
