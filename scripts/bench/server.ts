@@ -5,7 +5,7 @@
 // HTTP/in-process ratios. Then 1,000 streaming requests of which about half disconnect at a random chunk: every
 // page must be free afterwards and every stream that stayed must end in [DONE] with no error.
 //   npm run bench:server -- [--model DIR | --preset smollm-135m] [--clients 1,8,32,128] [--tokens 128]
-//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--json]
+//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--threads N] [--device cpu|cuda] [--json]
 // Workload: chat prompts of arithmetic questions (the chat template rendered and tokenized per request on both
 // paths, as an embedding user would) on the bundled tiny reasoner (default) or another model, T = 1 with a seed per
 // request, top_p 1 and top_k 0 (explicit: the server otherwise applies the model's generation_config.json, as vLLM
@@ -33,6 +33,7 @@ const { values } = parseArgs({
     preset: { type: "string" },
     "per-client": { type: "string", default: "4" },
     threads: { type: "string" },
+    device: { type: "string", default: "cpu" },
     json: { type: "boolean", default: false },
   },
 });
@@ -54,7 +55,8 @@ if (values.preset !== undefined) {
   modelDir = join(tmpdir(), "deliberate-bench", `${values.preset}-seed1`);
   if (!existsSync(join(modelDir, "config.json"))) await makeFixture({ ...preset, out: modelDir, seed: 1 });
 }
-const model = await loadModel(modelDir);
+if (values.device !== "cpu" && values.device !== "cuda") throw new Error(`--device must be cpu or cuda, got ${values.device}`);
+const model = await loadModel(modelDir, { device: values.device });
 const engine = new Engine({ models: { model } });
 const SERVED = basename(modelDir);
 const server = await createServer({ target: { engine, model, modelDir } });

@@ -7,14 +7,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { Mlp, type MlpShape } from "../../ts/probe/mlp.js";
-import { loadProbe, saveProbe, PROBE_FILE_VERSION, type DuchessProbe, type ProbeMeta } from "../../ts/probe/probeFile.js";
+import { loadProbe, saveProbe, PROBE_FILE_VERSION, PROBE_SUBDIR, type DuchessProbe, type ProbeMeta } from "../../ts/probe/probeFile.js";
 import { Duchess, type DuchessOptions } from "../../ts/programs/duchess.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { confidenceCertaindex, weightedMajority } from "../../ts/certaindex/signals.js";
 import { modelHash } from "../../ts/model/modelHash.js";
-import { PROBE_SUBDIR } from "../../ts/probe/probeFile.js";
 import { arithTask } from "../../ts/tasks/arith/task.js";
 
 let model: Model;
