@@ -242,6 +242,10 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
     expect(r.status).toBe(400);
     expect(r.json.error.code).toBe("context_length_exceeded");
     expect(r.json.error.message).toMatch(/^This model's maximum context length is 512 tokens\. However, you requested \d+ tokens \(\d+ in the messages, 600 in the completion\)\. Please reduce the length of the messages or completion\.$/);
+    // A program's thought counts the room its probe suffix and answer need after it.
+    const program = await post("/v1/chat/completions", { model: MODEL, messages: ask(), max_tokens: 480, program: "sc" });
+    expect(program.status).toBe(400);
+    expect(program.json.error.message).toMatch(/However, you requested \d+ tokens \(\d+ in the messages, 504 in the completion\)/);
     const long = await post("/v1/completions", { model: MODEL, prompt: "1+".repeat(400) });
     expect(long.status).toBe(400);
     expect(long.json.error.message).toMatch(/However, your request has \d+ input tokens/);

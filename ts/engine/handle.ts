@@ -11,11 +11,11 @@ import type { SchedMetadata } from "./sequence.js";
  * step comes (the engine also flushes before it idles and when it is disposed).
  */
 export class WakeGate {
-  private held: Array<() => void> = [];
+  private held: DeltaChannel[] = [];
   private timer: ReturnType<typeof setTimeout> | null = null;
 
-  defer(wake: () => void): void {
-    this.held.push(wake);
+  defer(channel: DeltaChannel): void {
+    this.held.push(channel);
     this.timer ??= setTimeout(() => this.flush(), 0);
   }
 
@@ -25,7 +25,7 @@ export class WakeGate {
     const held = this.held;
     if (held.length === 0) return;
     this.held = [];
-    for (const w of held) w();
+    for (const c of held) c.release();
   }
 }
 
@@ -67,12 +67,15 @@ export class DeltaChannel {
 
   private wake(): void {
     if (this.gate === null) return this.wakeNow();
-    if (this.wakePending) return;
+    if (this.wakePending) return; // one entry per channel per step, however many deltas it got
     this.wakePending = true;
-    this.gate.defer(() => {
-      this.wakePending = false;
-      this.wakeNow();
-    });
+    this.gate.defer(this);
+  }
+
+  /** The gate's flush: wakes the consumers held since the channel's last wake-up. */
+  release(): void {
+    this.wakePending = false;
+    this.wakeNow();
   }
 
   private wakeNow(): void {

@@ -91,14 +91,7 @@ export class Generation {
         reasoningTokens: 0,
       });
     }
-    handle.result.then(
-      (o) => {
-        this.cachedTokens = o.usage.cachedTokens;
-        this.queueMs = o.queueMs;
-      },
-      () => undefined,
-    );
-    this.watch(handle);
+    this.watch(handle, true);
     void this.pump(handle);
   }
 
@@ -107,8 +100,18 @@ export class Generation {
     for (let i = 0; i < this.results.length; i++) await this.results[i];
   }
 
-  private watch(handle: RequestHandle): void {
-    this.results.push(handle.result.then((o) => void (this.rollbacks += o.determinism?.rollbacks ?? 0), () => undefined));
+  /** Counts a source's output once it settles; the first source's also gives the prompt's cache hits and queue time. */
+  private watch(handle: RequestHandle, first = false): void {
+    const counted = handle.result.then(
+      (o) => {
+        this.rollbacks += o.determinism?.rollbacks ?? 0;
+        if (!first) return;
+        this.cachedTokens = o.usage.cachedTokens;
+        this.queueMs = o.queueMs;
+      },
+      () => undefined,
+    );
+    this.results.push(counted);
   }
 
   get n(): number {

@@ -2,7 +2,7 @@
 // engine at scrape time; counters and histograms are fed by the routes as requests finish. One registry per server,
 // so two servers in one process (tests, a router) never share counts.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Engine } from "../index.js";
+import type { Engine, ModelMetrics } from "../index.js";
 
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
@@ -32,11 +32,17 @@ export class ServerMetrics {
   private readonly rollbacks: Counter;
   private readonly aborted: Counter;
 
-  constructor(engine: Engine, modelName: string) {
+  /** modelName: the label (the served name); engineModel: which of the engine's models is served (default: its first). */
+  constructor(engine: Engine, private readonly modelName: string, engineModel?: string) {
     const registers = [this.registry];
+    // The served model's own figures (an engine may also hold, say, a reward model: not this server's).
+    const served = (): ModelMetrics => {
+      const models = engine.metrics().models;
+      return models.find((mm) => mm.name === engineModel) ?? models[0];
+    };
     const labelNames = ["model_name"] as const;
     const m = (model: string): { model_name: string } => ({ model_name: model });
-    const perModel = (name: string, help: string, read: (mm: ReturnType<Engine["metrics"]>["models"][number]) => number): void => {
+    const perModel = (name: string, help: string, read: (mm: ModelMetrics) => number): void => {
       new Gauge({
         name,
         help,
@@ -44,7 +50,7 @@ export class ServerMetrics {
         registers,
         collect() {
           this.reset();
-          for (const mm of engine.metrics().models) this.set(m(modelName), read(mm));
+          this.set(m(modelName), read(served()));
         },
       });
     };
@@ -66,9 +72,9 @@ export class ServerMetrics {
         },
       });
     };
-    engineCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", () => engine.metrics().models.reduce((t, mm) => t + mm.prefixQueriedTokens, 0));
-    engineCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", () => engine.metrics().models.reduce((t, mm) => t + mm.prefixHitTokens, 0));
-    engineCounter("vllm:num_preemptions_total", "Preemptions (a sequence's pages freed and recomputed later).", () => engine.metrics().preemptions);
+    engineCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", () => served().prefixQueriedTokens);
+    engineCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", () => served().prefixHitTokens);
+    engineCounter("vllm:num_preemptions_total", "Preemptions (a sequence's pages freed and recomputed later).", () => served().preemptions);
     this.promptTokens = new Counter({ name: "vllm:prompt_tokens_total", help: "Prompt tokens of finished requests.", labelNames, registers });
     this.generationTokens = new Counter({ name: "vllm:generation_tokens_total", help: "Generated tokens of finished requests.", labelNames, registers });
     this.success = new Counter({ name: "vllm:request_success_total", help: "Finished requests, by finish reason.", labelNames: ["model_name", "finished_reason"], registers });
@@ -81,10 +87,8 @@ export class ServerMetrics {
     this.tokensSaved = new Counter({ name: "deliberate:tokens_saved_total", help: "Token budget programs did not spend (budget - used).", labelNames: ["model_name", "program"], registers });
     this.rollbacks = new Counter({ name: "deliberate:deterministic_rollbacks_total", help: "Verify passes of deterministic requests that rolled back.", labelNames, registers });
     this.aborted = new Counter({ name: "deliberate:requests_aborted_total", help: "Requests aborted by a client disconnect, a control call or a drain.", labelNames, registers });
-    this.modelName = modelName;
   }
 
-  private readonly modelName: string;
 
   // Per-token observations go through children bound to the model's label once (no label hashing per token).
   private ttftChild: ReturnType<Histogram["labels"]> | null = null;

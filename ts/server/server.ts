@@ -100,7 +100,7 @@ export class ServerState {
 
   ready(t: ServeTarget): void {
     this.target = t;
-    this.metrics = new ServerMetrics(t.engine, this.servedName);
+    this.metrics = new ServerMetrics(t.engine, this.servedName, t.engineModel);
     this.factory = ProgramFactory.open({
       modelDir: t.modelDir,
       hiddenSize: t.model.config.hiddenSize,
@@ -487,10 +487,11 @@ async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, re
   const o = body.program_options ?? {};
   const effort = body.reasoning_effort ?? undefined;
   const prompt = chatPrompt(state, t, body, false);
-  const left = t.model.contextLength - prompt.ids.length - PROGRAM_RESERVE_TOKENS;
-  if (left < 1) resolveMaxTokens(t, t.model.contextLength, undefined, "messages");
+  // A thought needs room after it for the program's probe suffix and answer: the context check counts that room as
+  // part of the completion (a thought of at least one token when max_tokens is not given).
   const perBranch = body.max_completion_tokens ?? body.max_tokens ?? undefined;
-  if (perBranch !== undefined && perBranch > left) resolveMaxTokens(t, prompt.ids.length, perBranch + PROGRAM_RESERVE_TOKENS, "messages");
+  resolveMaxTokens(t, prompt.ids.length, (perBranch ?? 1) + PROGRAM_RESERVE_TOKENS, "messages");
+  const left = t.model.contextLength - prompt.ids.length - PROGRAM_RESERVE_TOKENS;
   const task = state.options.task ?? arithTask;
   let built;
   try {
