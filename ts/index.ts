@@ -12,6 +12,8 @@ export type { LoadModelOptions, GenerateInput } from "./model/model.js";
 export type { GenerateParams, GenerateResult } from "./model/generate.js";
 export { openModelFiles } from "./model/modelFiles.js";
 export { readModelConfig, parseModelConfig, computeInvFreq } from "./model/config.js";
+export { readPrmConfig, PRM_FILE } from "./model/prmConfig.js";
+export type { PrmConfig } from "./model/prmConfig.js";
 export type { ModelConfig } from "./model/config.js";
 export { openSafetensors } from "./model/safetensors.js";
 export { writeSafetensors } from "./model/safetensorsWriter.js";
@@ -59,7 +61,7 @@ export { buildReport, formatReport } from "./eval/report.js";
 export type { EvalReport, LevelReport } from "./eval/report.js";
 
 // The bundled tiny reasoner (models/tiny-reasoner in the installed package)
-export { bundledModelDir } from "./bundledModel.js";
+export { bundledModelDir, bundledPrmDir } from "./bundledModel.js";
 
 // DUCHESS probes: the MLPs, their file (checked against the model it steers) and their training (`deliberate probe train`)
 export { Mlp, trainMlp, PROBE_TRAINING } from "./probe/mlp.js";

@@ -3,3 +3,6 @@
 import { fileURLToPath } from "node:url";
 
 export const bundledModelDir = fileURLToPath(new URL("../../models/tiny-reasoner", import.meta.url));
+
+/** The bundled process reward model (models/tiny-prm): the default verifier of beam, dvts and best-of-n. */
+export const bundledPrmDir = fileURLToPath(new URL("../../models/tiny-prm", import.meta.url));

@@ -60,9 +60,10 @@ export class ProgramFactory {
   }
 
   async build(kind: ProgramKind, request: ProgramRequest): Promise<BuiltProgram> {
-    // duchess is tuned by its probe file, short-m@k and deepconf by their own defaults: no certaindex entry.
+    // Calibrated: the certaindex programs. duchess is tuned by its probe file; short-m@k, deepconf and the
+    // verifier-guided searches (beam, dvts, best-of-n) by their own defaults.
     const pc =
-      this.calibration === null || kind === "duchess" || kind === "short-m@k" || kind === "deepconf"
+      this.calibration === null || !(kind === "sc" || kind === "cot-probe" || kind === "rebase" || kind === "mcts")
         ? undefined
         : programCalibration(this.calibration.calibration, kind, request.cap);
     const s = pc?.settings ?? {};

@@ -7,14 +7,18 @@ import { ShortMK } from "./shortMK.js";
 import { DeepConf, type DeepConfVariant } from "./deepconf.js";
 import type { DuchessProbe } from "../probe/probeFile.js";
 import { Mcts } from "./mcts.js";
+import { BeamSearch, type FlashTtsSwitches } from "./beam.js";
+import { BestOfN } from "./bestOfN.js";
 import type { Program } from "./program.js";
 import { Rebase } from "./rebase.js";
 import type { RewardSource } from "./rewards.js";
 import type { ProgramTask } from "./task.js";
 import { SelfConsistency } from "./selfConsistency.js";
 
-export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k" | "deepconf";
-export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts", "duchess", "short-m@k", "deepconf"];
+export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k" | "deepconf" | "beam" | "dvts" | "best-of-n";
+export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts", "duchess", "short-m@k", "deepconf", "beam", "dvts", "best-of-n"];
+/** The programs that score steps with a reward source (a PRM, or the task's verifier). */
+export const STEP_SCORED_PROGRAMS: readonly ProgramKind[] = ["rebase", "mcts", "beam", "dvts", "best-of-n"];
 
 export interface BuildProgramOptions {
   /** The question as asked (what the reward sources see). */
@@ -48,6 +52,10 @@ export interface BuildProgramOptions {
   deepconfOffline?: boolean;
   /** duchess: the trained probe (loadProbe); required. */
   probe?: DuchessProbe;
+  /** beam / dvts: continuations per kept path M (default 4; must divide the cap N). */
+  beamWidth?: number;
+  /** beam / dvts: the FlashTTS switches (all on by default). */
+  flashTts?: FlashTtsSwitches;
 }
 
 export function parseProgramKind(value: string): ProgramKind {
@@ -74,6 +82,11 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
       return new ShortMK({ ...common, k: o.cap, m: o.shortM, maxTokens: o.maxTokens, temperature: o.temperature });
     case "deepconf":
       return new DeepConf({ ...common, budget: o.cap, variant: o.deepconfVariant, mode: o.deepconfOffline ? "offline" : "online", maxTokens: o.maxTokens, temperature: o.temperature });
+    case "beam":
+    case "dvts":
+      return new BeamSearch({ ...tree, variant: kind, n: o.cap, beamWidth: o.beamWidth, ...o.flashTts });
+    case "best-of-n":
+      return new BestOfN({ ...tree, n: o.cap });
     case "duchess":
       if (o.probe === undefined) throw new Error("program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`");
       return new Duchess({ ...common, probe: o.probe, branches: o.cap, maxTokens: o.maxTokens, temperature: o.temperature });

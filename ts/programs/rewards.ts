@@ -3,6 +3,8 @@
 // arithmetic task's in ts/tasks/arith/stepScore.ts) and a model-scored process reward (Math-Shepherd style: the
 // probability of designated "good" tokens after a step-end tag, from a second model loaded on the same engine; its
 // tokens count towards the program's, under purpose "reward").
+import type { GenerationOutput } from "../engine/outputs.js";
+import type { PrmConfig } from "../model/prmConfig.js";
 import type { ProgramContext } from "./program.js";
 
 export interface StepInput {
@@ -17,6 +19,23 @@ export interface RewardSource {
   readonly name: string;
   /** A score in [0, 1]: higher means the step is more likely on a correct path. */
   score(ctx: ProgramContext, input: StepInput): Promise<number>;
+  /**
+   * LookAhead verification (FlashTTS): scores `input`'s step and then each step of `ahead` (steps continuing it, in
+   * order) in one pass over one KV: [score(step), score(ahead[0]), ...], each what score() would give. Sources
+   * without it are scored one step at a time (scoreAhead below).
+   */
+  scoreAhead?(ctx: ProgramContext, input: StepInput, ahead: readonly string[]): Promise<number[]>;
+}
+
+/** `source.scoreAhead` where it has one, else one score() per step. */
+export async function scoreAhead(source: RewardSource, ctx: ProgramContext, input: StepInput, ahead: readonly string[]): Promise<number[]> {
+  if (source.scoreAhead) return source.scoreAhead(ctx, input, ahead);
+  const inputs = [input];
+  for (const step of ahead) {
+    const last = inputs[inputs.length - 1];
+    inputs.push({ question: input.question, previous: [...last.previous, last.step], step });
+  }
+  return Promise.all(inputs.map((x) => source.score(ctx, x)));
 }
 
 /** A programmatic verifier: any synchronous check of a step. */
@@ -44,36 +63,102 @@ export interface ModelRewardOptions {
   format?: (input: StepInput) => string;
   /** Top alternatives inspected (≤ 64, default 64): a good token outside them counts as probability 0. */
   topLogprobs?: number;
+  /** The step tag must be one token of the reward model (it predicts the label at the tag; default false). */
+  tagIsToken?: boolean;
+}
+
+/** A step as a reward model sees it: `<think>` markers dropped, trimmed. */
+export function cleanStep(step: string): string {
+  return step.replace(/<\/?think>/g, "").trim();
+}
+
+/**
+ * Math-Shepherd's layout: `prefix`, the question, a newline, then every step followed by the step tag, one step a
+ * line; the last step's tag is ModelRewardOptions.stepTag (appended after this). The reward model reads the
+ * good / bad token's probability after each tag; the tags of earlier steps carry no label.
+ */
+export function taggedSteps(prefix: string, tag: string): (input: StepInput) => string {
+  return (x) => prefix + x.question + "\n" + x.previous.map((s) => cleanStep(s) + tag + "\n").join("") + cleanStep(x.step);
 }
 
 /** Process reward from a second model: one 1-token request per scored step (prefixes hit its prefix cache). */
 export function modelProcessReward(o: ModelRewardOptions): RewardSource {
   let ids: { good: Set<number>; bad: Set<number> } | null = null;
   const format = o.format ?? ((x: StepInput) => [x.question, ...x.previous, x.step].join("\n"));
-  return {
+  const tag = o.stepTag ?? "\n";
+  const request = { model: o.model, maxTokens: 1, temperature: 0, logprobs: o.topLogprobs ?? 64 };
+  // Checked before the first request: a multi-token tag or label is a configuration error, not a low score.
+  const labels = (ctx: ProgramContext): { good: Set<number>; bad: Set<number> } => {
+    if (ids === null && o.tagIsToken) singleToken(ctx, o.model, tag, "step tag");
+    ids ??= {
+      good: new Set(o.goodTokens.map((t) => singleToken(ctx, o.model, t))),
+      bad: new Set((o.badTokens ?? []).map((t) => singleToken(ctx, o.model, t))),
+    };
+    return ids;
+  };
+  const read = (ctx: ProgramContext, out: GenerationOutput): number => {
+    const ids = labels(ctx);
+    const top = out.logprobs?.[0]?.top ?? [];
+    let good = 0;
+    let bad = 0;
+    for (const t of top) {
+      if (ids.good.has(t.token)) good += Math.exp(t.logprob);
+      if (ids.bad.has(t.token)) bad += Math.exp(t.logprob);
+    }
+    if (ids.bad.size === 0) return Math.min(1, good);
+    return good + bad > 0 ? good / (good + bad) : 0.5;
+  };
+  const source: RewardSource = {
     name: `prm:${o.model}`,
     async score(ctx, input) {
-      ids ??= {
-        good: new Set(o.goodTokens.map((t) => singleToken(ctx, o.model, t))),
-        bad: new Set((o.badTokens ?? []).map((t) => singleToken(ctx, o.model, t))),
-      };
-      const prompt = format(input) + (o.stepTag ?? "\n");
-      const out = await ctx.submit({ model: o.model, prompt, maxTokens: 1, temperature: 0, logprobs: o.topLogprobs ?? 64 }, "reward").result;
-      const top = out.logprobs?.[0]?.top ?? [];
-      let good = 0;
-      let bad = 0;
-      for (const t of top) {
-        if (ids.good.has(t.token)) good += Math.exp(t.logprob);
-        if (ids.bad.has(t.token)) bad += Math.exp(t.logprob);
+      labels(ctx);
+      return read(ctx, await ctx.submit({ ...request, prompt: format(input) + tag }, "reward").result);
+    },
+    async scoreAhead(ctx, input, ahead) {
+      // Each look-ahead step's text continues the previous one's (the format lays steps out in order): fork the
+      // previous scoring request, cut to its prompt, with the new step appended, so its KV is reused.
+      labels(ctx);
+      let text = format(input) + tag;
+      const h0 = ctx.submit({ ...request, prompt: text }, "reward");
+      const scores = [read(ctx, await h0.result)];
+      let handle = h0;
+      let ids = ctx.encode(text, { model: o.model });
+      let prev: StepInput = input;
+      for (const step of ahead) {
+        const next: StepInput = { question: input.question, previous: [...prev.previous, prev.step], step };
+        const full = format(next) + tag;
+        const nextIds = ctx.encode(full, { model: o.model });
+        const append = nextIds.slice(ids.length);
+        const continues = full.startsWith(text) && ids.every((t, i) => nextIds[i] === t);
+        handle = continues
+          ? ctx.fork(handle, { ...request, length: ids.length, append }, "reward")
+          : ctx.submit({ ...request, prompt: full }, "reward");
+        scores.push(read(ctx, await handle.result));
+        text = full;
+        ids = nextIds;
+        prev = next;
       }
-      if (ids.bad.size === 0) return Math.min(1, good);
-      return good + bad > 0 ? good / (good + bad) : 0.5;
+      return scores;
     },
   };
+  return source;
 }
 
-function singleToken(ctx: ProgramContext, model: string, text: string): number {
+function singleToken(ctx: ProgramContext, model: string, text: string, what = "good/bad token"): number {
   const ids = ctx.encode(text, { model, addSpecialTokens: false });
-  if (ids.length !== 1) throw new Error(`reward model ${model}: "${text}" encodes to ${ids.length} tokens; pick single-token good/bad tokens`);
+  if (ids.length !== 1) throw new Error(`reward model ${model}: the ${what} ${JSON.stringify(text)} encodes to ${ids.length} tokens; pick one that is a single token of its tokenizer`);
   return ids[0];
+}
+
+/** The reward source of a process reward model folder's prm.json (ts/model/prmConfig.ts), loaded on the engine as
+ * `model`. */
+export function prmReward(config: PrmConfig, model: string): RewardSource {
+  return modelProcessReward({
+    model,
+    goodTokens: config.goodTokens,
+    badTokens: config.badTokens,
+    stepTag: config.stepTag,
+    tagIsToken: true,
+    format: taggedSteps(config.prefix, config.stepTag),
+  });
 }

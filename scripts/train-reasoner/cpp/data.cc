@@ -13,7 +13,8 @@ Dataset readDataset(const std::string& path) {
   size_t n;
   while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) buf.insert(buf.end(), chunk, chunk + n);
   std::fclose(f);
-  if (buf.size() < 8 || std::memcmp(buf.data(), "TRD1", 4) != 0) throw Error(path + " is not a TRD1 dataset");
+  const bool v2 = buf.size() >= 8 && std::memcmp(buf.data(), "TRD2", 4) == 0;
+  if (buf.size() < 8 || (!v2 && std::memcmp(buf.data(), "TRD1", 4) != 0)) throw Error(path + " is not a TRD1 / TRD2 dataset");
   uint32_t count;
   std::memcpy(&count, buf.data() + 4, 4);
   Dataset d;
@@ -32,6 +33,22 @@ Dataset readDataset(const std::string& path) {
     d.ids.resize(at + len);
     std::memcpy(d.ids.data() + at, buf.data() + p, 2 * (size_t)len);
     p += 2 * (size_t)len;
+    if (!v2) continue;
+    if (p + 2 > buf.size()) throw Error(path + " is truncated at sequence " + std::to_string(i));
+    uint16_t nt;
+    std::memcpy(&nt, buf.data() + p, 2);
+    p += 2;
+    if (p + 4 * (size_t)nt > buf.size()) throw Error(path + " is truncated at sequence " + std::to_string(i));
+    d.tgtOffset.push_back(d.tgtPos.size());
+    d.tgtCount.push_back(nt);
+    for (int k = 0; k < nt; k++, p += 4) {
+      uint16_t pos, id;
+      std::memcpy(&pos, buf.data() + p, 2);
+      std::memcpy(&id, buf.data() + p + 2, 2);
+      if (pos >= len) throw Error(path + ": sequence " + std::to_string(i) + " has a target at position " + std::to_string(pos) + " past its length " + std::to_string(len));
+      d.tgtPos.push_back(pos);
+      d.tgtId.push_back(id);
+    }
   }
   return d;
 }

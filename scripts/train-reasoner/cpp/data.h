@@ -1,6 +1,9 @@
 // Tokenised training data written by scripts/train-reasoner/prepare.ts.
 // File layout (little-endian): "TRD1", u32 count, then per sequence: u16 length, u16 lossFrom, u16 ids[length].
 // Loss is taken on predicting ids[j] for j >= lossFrom (the assistant's turn).
+// "TRD2" (a process reward model's step labels) adds, after each sequence's ids: u16 count, then count pairs
+// (u16 pos, u16 target): the prediction made at position pos (input ids[pos]) is trained towards `target`, which
+// need not be ids[pos + 1] (a step tag's label is trained where the next input is the next step).
 #pragma once
 #include <string>
 #include <vector>
@@ -9,12 +12,27 @@
 
 namespace tr {
 
+// Explicit targets of one sequence (TRD2): pos[k] is trained towards id[k].
+struct Overrides {
+  const uint16_t* pos = nullptr;
+  const uint16_t* id = nullptr;
+  int count = 0;
+};
+
 struct Dataset {
   std::vector<uint16_t> ids;
   std::vector<size_t> offset;
   std::vector<int> length, lossFrom;
+  // TRD2 target overrides: sequence i's are pairs [tgtOffset[i], tgtOffset[i] + tgtCount[i]) of tgtPos / tgtId.
+  std::vector<size_t> tgtOffset;
+  std::vector<int> tgtCount;
+  std::vector<uint16_t> tgtPos, tgtId;
   size_t size() const { return length.size(); }
   const uint16_t* seq(size_t i) const { return ids.data() + offset[i]; }
+  Overrides overrides(size_t i) const {
+    if (tgtCount.empty()) return {};
+    return {tgtPos.data() + tgtOffset[i], tgtId.data() + tgtOffset[i], tgtCount[i]};
+  }
 };
 
 Dataset readDataset(const std::string& path);

@@ -1,5 +1,6 @@
 // tiny-reasoner trainer CLI (driven by scripts/train-reasoner/*.ts):
-//   trainer train     --data F --val F --out model.safetensors [--log F] <model flags> <train flags>
+//   trainer train     --data F --val F --out model.safetensors [--log F] [--init weights.safetensors] <model flags>
+//                     <train flags>
 //   trainer generate  --model model.safetensors --prompts F --out F <model flags> [--samples K --temperature T --top-p P
 //                     --seed S --max-new M --eos ID]      (prompts/out: one line of space-separated ids each)
 //   trainer gradcheck (double build) | kernelcheck (float build)
@@ -72,6 +73,7 @@ int run(int argc, char** argv) {
   if (mode == "train") {
     TrainOptions o;
     o.dataPath = a.get("data"), o.valPath = a.get("val"), o.outPath = a.get("out"), o.logPath = a.get("log", "");
+    o.initPath = a.get("init", "");
     o.steps = a.i("steps", o.steps), o.batchSeqs = a.i("batch", o.batchSeqs), o.warmup = a.i("warmup", o.warmup);
     o.logEvery = a.i("log-every", o.logEvery), o.evalEvery = a.i("eval-every", o.evalEvery);
     o.valSeqs = a.i("val-seqs", o.valSeqs), o.saveEvery = a.i("save-every", o.saveEvery);

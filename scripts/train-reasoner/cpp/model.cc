@@ -7,7 +7,7 @@
 
 namespace tr {
 
-void Batch::add(const uint16_t* ids, int len, int lossFrom) {
+void Batch::add(const uint16_t* ids, int len, int lossFrom, Overrides o) {
   const int start = rows();
   seqs.push_back({start, len});
   for (int j = 0; j < len; j++) {
@@ -16,6 +16,11 @@ void Batch::add(const uint16_t* ids, int len, int lossFrom) {
     const bool hasTarget = j + 1 < len && j + 1 >= lossFrom;
     targets.push_back(hasTarget ? ids[j + 1] : -1);
     lossTokens += hasTarget ? 1 : 0;
+  }
+  for (int k = 0; k < o.count; k++) {
+    int& t = targets[start + o.pos[k]];
+    if (t < 0) lossTokens++;
+    t = o.id[k];
   }
 }
 

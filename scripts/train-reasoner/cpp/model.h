@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "data.h"
 #include "ops.h"
 #include "weights.h"
 
@@ -15,8 +16,9 @@ struct Batch {
   std::vector<SeqSpan> seqs;
   int lossTokens = 0;  // count of targets >= 0
   int rows() const { return (int)tokens.size(); }
-  // Appends one sequence; loss on predicting tokens[j] for j >= lossFrom.
-  void add(const uint16_t* ids, int len, int lossFrom);
+  // Appends one sequence; loss on predicting tokens[j] for j >= lossFrom, and at each override's position
+  // towards its target.
+  void add(const uint16_t* ids, int len, int lossFrom, Overrides o = {});
 };
 
 // Activations saved by the forward pass for the backward pass, per layer.

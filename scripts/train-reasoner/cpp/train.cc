@@ -26,7 +26,7 @@ double validationLoss(Model& model, const Weights& w, const Dataset& val, int co
   long tokens = 0;
   for (int i = 0; i < count;) {
     Batch b;
-    for (int k = 0; k < batchSeqs && i < count; k++, i++) b.add(val.seq(i), val.length[i], val.lossFrom[i]);
+    for (int k = 0; k < batchSeqs && i < count; k++, i++) b.add(val.seq(i), val.length[i], val.lossFrom[i], val.overrides(i));
     sum += model.lossAndGrad(w, b, nullptr) * b.lossTokens;
     tokens += b.lossTokens;
   }
@@ -44,7 +44,8 @@ double train(const Config& c, const TrainOptions& o) {
   std::vector<char> decay(n, 0);
   for (const auto& t : layout)
     if (t.decay) std::fill(decay.begin() + t.offset, decay.begin() + t.offset + t.size, 1);
-  initWeights(c, params.data(), o.seed);
+  if (o.initPath.empty()) initWeights(c, params.data(), o.seed);
+  else readSafetensors(o.initPath, layout, params.data());  // fine-tuning (e.g. a process reward model)
   Weights w = bindWeights(c, params.data()), g = bindWeights(c, grads.data());
   Model model(c);
   std::printf("model: %zu parameters; data: %zu train / %zu validation sequences\n", n, data.size(), val.size());
@@ -67,7 +68,7 @@ double train(const Config& c, const TrainOptions& o) {
         cursor = 0;
       }
       const size_t s = order[cursor++];
-      b.add(data.seq(s), data.length[s], data.lossFrom[s]);
+      b.add(data.seq(s), data.length[s], data.lossFrom[s], data.overrides(s));
     }
     std::fill(grads.begin(), grads.end(), real(0));
     const double loss = model.lossAndGrad(w, b, &g);

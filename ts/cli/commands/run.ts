@@ -3,16 +3,21 @@
 // rounds and the tokens used against the budget (or one JSON object with --json). The program's policy and
 // settings come from the model's certaindex calibration (ts/certaindex/calibrationFile.ts) when there is one;
 // `--task` says how answers are read (arith: `\boxed{}`, gsm8k: `#### N`); rebase and mcts score steps with a reward
-// source: the task's own step verifier (default; arith has one) or a process reward model.
+// source: the task's own step verifier (default; arith has one) or a process reward model; beam, dvts and
+// best-of-n score with the bundled PRM (models/tiny-prm) unless told otherwise.
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
 import {
   bundledModelDir,
+  bundledPrmDir,
   Engine,
   getTask,
   loadModel,
   modelProcessReward,
+  prmReward,
   PROBE_SUBDIR,
+  readPrmConfig,
+  STEP_SCORED_PROGRAMS,
   parseProgramKind,
   parseVerifier,
   PROGRAM_KINDS,
@@ -22,6 +27,7 @@ import {
   TASK_NAMES,
   VERIFIER_NAMES,
   type PolicySpec,
+  type ProgramKind,
   type ProgramRequest,
   type ProgramResult,
   type RewardSource,
@@ -50,6 +56,11 @@ interface RunOptions {
   probe?: string;
   variant?: string;
   offline?: boolean;
+  beamWidth?: string;
+  truncateRatio?: string;
+  speculative?: boolean;
+  prefixAware?: boolean;
+  lookahead?: boolean;
 }
 
 function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
@@ -66,26 +77,46 @@ function policyOf(opts: RunOptions): PolicySpec | undefined {
   throw new Error(`--policy must be threshold or baseline-even, got '${opts.policy}'`);
 }
 
-/** The reward source of rebase / mcts: --prm DIR (a second model on the same engine) or --verifier NAME (default:
- * the task's step verifier); null for programs that score no steps (giving either flag to them is an error). */
-function rewardOf(kind: string, opts: RunOptions, task: Task): { reward: RewardSource | null; prmDir?: string } {
-  const tree = kind === "rebase" || kind === "mcts";
+/** The reward source of the step-scored programs: --prm DIR (a second model on the same engine; its prm.json says
+ * how it scores, else --prm-good / --prm-bad / --prm-tag), --verifier NAME, or the default: the bundled PRM for
+ * beam / dvts / best-of-n, the task's step verifier for rebase / mcts. null for programs that score no steps
+ * (giving either flag to them is an error). */
+function rewardOf(kind: ProgramKind, opts: RunOptions, task: Task): { reward: RewardSource | null; prmDir?: string } {
   if (opts.prm !== undefined && opts.verifier !== undefined) throw new Error("--prm and --verifier both choose the reward source; give one");
-  if (!tree) {
-    if (opts.prm !== undefined || opts.verifier !== undefined) throw new Error(`--${opts.prm !== undefined ? "prm" : "verifier"} scores the steps of rebase and mcts; --program ${kind} uses no reward source`);
+  if (!STEP_SCORED_PROGRAMS.includes(kind)) {
+    if (opts.prm !== undefined || opts.verifier !== undefined) throw new Error(`--${opts.prm !== undefined ? "prm" : "verifier"} scores the steps of ${STEP_SCORED_PROGRAMS.join(", ")}; --program ${kind} uses no reward source`);
     return { reward: null };
   }
-  if (opts.prm !== undefined) {
-    if (!existsSync(opts.prm)) throw new Error(`--prm ${opts.prm}: folder not found`);
+  const flashTts = kind === "beam" || kind === "dvts" || kind === "best-of-n";
+  const prmDir = opts.prm ?? (opts.verifier === undefined && flashTts ? bundledPrmDir : undefined);
+  if (prmDir !== undefined) {
+    if (!existsSync(prmDir)) throw new Error(opts.prm === undefined ? `the bundled process reward model is missing at ${prmDir}; pass --prm DIR or --verifier NAME` : `--prm ${prmDir}: folder not found`);
+    const config = readPrmConfig(prmDir);
+    const flags = opts.prmGood !== undefined || opts.prmBad !== undefined || opts.prmTag !== undefined;
+    if (config !== null && !flags) return { reward: prmReward(config, "prm"), prmDir };
     const list = (raw: string): string[] => raw.split(",").filter((t) => t !== "");
-    const goodTokens = list(opts.prmGood ?? "+");
+    const goodTokens = list(opts.prmGood ?? config?.goodTokens.join(",") ?? "+");
     if (goodTokens.length === 0) throw new Error("--prm-good needs at least one token");
-    const badTokens = opts.prmBad === undefined ? ["-"] : list(opts.prmBad);
-    return { reward: modelProcessReward({ model: "prm", goodTokens, badTokens, stepTag: (opts.prmTag ?? "\\n").replace(/\\n/g, "\n") }), prmDir: opts.prm };
+    const badTokens = list(opts.prmBad ?? config?.badTokens.join(",") ?? "-");
+    const stepTag = (opts.prmTag ?? config?.stepTag ?? "\\n").replace(/\\n/g, "\n");
+    return { reward: modelProcessReward({ model: "prm", goodTokens, badTokens, stepTag }), prmDir };
   }
   if (opts.verifier !== undefined) return { reward: parseVerifier(opts.verifier) };
   if (task.stepVerifier === undefined) throw new Error(`task ${task.name} has no step verifier: --program ${kind} needs --prm DIR (a process reward model) or --verifier NAME`);
   return { reward: task.stepVerifier };
+}
+
+/** The FlashTTS switches and beam width of beam / dvts (an error on other programs). */
+function flashTtsOf(kind: ProgramKind, opts: RunOptions): Pick<ProgramRequest, "beamWidth" | "flashTts"> {
+  const given = opts.beamWidth !== undefined || opts.truncateRatio !== undefined || opts.speculative === false || opts.prefixAware === false || opts.lookahead === false;
+  if (kind !== "beam" && kind !== "dvts") {
+    if (given) throw new Error(`--beam-width, --truncate-ratio, --no-speculative, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`);
+    return {};
+  }
+  return {
+    beamWidth: num("beam-width", opts.beamWidth, true),
+    flashTts: { speculative: opts.speculative, prefixAware: opts.prefixAware, lookahead: opts.lookahead, truncateRatio: num("truncate-ratio", opts.truncateRatio, false) },
+  };
 }
 
 /** What each program's knob counts (the compute a round spends), as `run --help` says. */
@@ -94,6 +125,9 @@ const KNOB_UNITS: Record<string, string> = {
   "cot-probe": "probes",
   rebase: "width",
   mcts: "simulations",
+  beam: "iterations",
+  dvts: "iterations",
+  "best-of-n": "rounds",
   duchess: "branches",
   "short-m@k": "branches",
   deepconf: "traces",
@@ -137,10 +171,15 @@ export function registerRun(program: Command): void {
     .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
     .option("--task <name>", `how answers are read and compared (${TASK_NAMES.join(", ")})`, "arith")
     .option("--verifier <name>", `rebase/mcts reward source: a programmatic step checker (${VERIFIER_NAMES.join(", ")}; default: the task's)`)
-    .option("--prm <dir>", "rebase/mcts reward source: a process reward model (a second model on the same engine)")
-    .option("--prm-good <tokens>", "with --prm: comma-separated tokens meaning a good step", "+")
-    .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good))", "-")
-    .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline)", "\\n")
+    .option("--prm <dir>", "reward source of rebase, mcts, beam, dvts and best-of-n: a process reward model (a second model on the same engine; default for beam, dvts and best-of-n: the bundled models/tiny-prm)")
+    .option("--prm-good <tokens>", "with --prm: comma-separated tokens meaning a good step (default: the PRM's prm.json, else +)")
+    .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good); default: prm.json, else -)")
+    .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline; default: prm.json, else \\n)")
+    .option("--beam-width <m>", "beam / dvts: continuations per kept path (default 4; must divide --cap, the N candidates)")
+    .option("--no-speculative", "beam / dvts: turn speculative beam extension off (FlashTTS ablation)")
+    .option("--no-prefix-aware", "beam / dvts: continuations as new requests in random order instead of forks grouped by parent")
+    .option("--no-lookahead", "beam / dvts: verify speculative steps next iteration instead of with their parent")
+    .option("--truncate-ratio <r>", "beam / dvts: duplicates of a kept path reuse its speculative step cut to r (0 = off, exact; default 0)")
     .option("--calibration <file>", `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`)
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
     .option("--variant <low|high>", "deepconf: keep the most confident 10% (low, default) or 90% (high) of the traces")
@@ -157,6 +196,7 @@ export function registerRun(program: Command): void {
       }
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const { reward, prmDir } = rewardOf(kind, opts, task);
+      const search = flashTtsOf(kind, opts);
       const cap = num("cap", opts.cap, true);
       const interval = num("interval", opts.interval, true);
       if (interval !== undefined && kind !== "cot-probe") throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
@@ -190,6 +230,7 @@ export function registerRun(program: Command): void {
           task,
         };
         if (reward !== null) request.reward = reward;
+        Object.assign(request, search);
         if (opts.variant !== undefined) request.deepconfVariant = opts.variant as "low" | "high";
         if (opts.offline) request.deepconfOffline = true;
         const built = await factory.build(kind, request);

@@ -1,0 +1,82 @@
+// Step-labelled solutions for the tiny process reward model: solutions sampled from the tiny reasoner (the
+// branches beam search would explore: correct and wrong ones), each line a step, labelled by the arithmetic
+// task's own step checker (good = its arithmetic is right, arithStepScore >= 0.5), laid out Math-Shepherd style
+// (ts/programs/rewards.ts taggedSteps) and written as a TRD2 set: the loss is on the tag positions only, towards
+// the good or bad token.
+import { writeFileSync } from "node:fs";
+import { cleanStep, taggedSteps } from "../../ts/programs/rewards.js";
+import type { PrmConfig } from "../../ts/model/prmConfig.js";
+import { arithStepScore } from "../../ts/tasks/arith/stepScore.js";
+import type { ChatTokenizer } from "../train-reasoner/chatTokenizer.js";
+
+export interface LabelledSolution {
+  question: string;
+  steps: string[];
+  /** Per step: true = good. */
+  labels: boolean[];
+}
+
+/** A sampled completion's steps: its lines, `<think>` markers and the end of turn dropped, empty lines skipped. */
+export function stepsOf(completion: string): string[] {
+  return completion.replace(/<\|eos\|>/g, "").split("\n").map(cleanStep).filter((l) => l !== "");
+}
+
+export function labelSolution(question: string, completion: string): LabelledSolution {
+  const steps = stepsOf(completion);
+  const labels = steps.map((step, i) => arithStepScore({ question, previous: steps.slice(0, i), step }) >= 0.5);
+  return { question, steps, labels };
+}
+
+/** The PRM's text for a whole solution: every step followed by its tag (what scoring the last step sees). */
+export function solutionText(prm: PrmConfig, s: LabelledSolution): string {
+  return taggedSteps(prm.prefix, prm.stepTag)({ question: s.question, previous: s.steps.slice(0, -1), step: s.steps.at(-1) ?? "" }) + prm.stepTag;
+}
+
+export interface WrittenSet {
+  path: string;
+  sequences: number;
+  steps: number;
+  goodSteps: number;
+  tokens: number;
+  maxLength: number;
+}
+
+/** Writes `solutions` as TRD2: loss only at each step tag, towards the good or the bad token. */
+export function writePrmSet(tok: ChatTokenizer, prm: PrmConfig, solutions: readonly LabelledSolution[], maxPos: number, path: string): WrittenSet {
+  const tag = tok.tokenId(prm.stepTag);
+  const good = tok.tokenId(prm.goodTokens[0]);
+  const bad = tok.tokenId(prm.badTokens[0]);
+  const chunks: Buffer[] = [];
+  const header = Buffer.alloc(8);
+  header.write("TRD2", 0, "ascii");
+  chunks.push(header);
+  let steps = 0, goodSteps = 0, tokens = 0, maxLength = 0, sequences = 0;
+  for (const s of solutions) {
+    if (s.steps.length === 0) continue;
+    const ids = tok.encode(solutionText(prm, s));
+    if (ids.length > maxPos) continue; // a runaway sample: nothing a search would keep
+    const tagAt = ids.flatMap((id, i) => (id === tag ? [i] : []));
+    if (tagAt.length !== s.steps.length) throw new Error(`step tag ${JSON.stringify(prm.stepTag)} appears inside a step of "${s.question}"; pick a tag the steps never contain`);
+    const rec = Buffer.alloc(4 + 2 * ids.length + 2 + 4 * tagAt.length);
+    rec.writeUInt16LE(ids.length, 0);
+    rec.writeUInt16LE(ids.length, 2); // no contiguous loss
+    ids.forEach((id, i) => rec.writeUInt16LE(id, 4 + 2 * i));
+    let o = 4 + 2 * ids.length;
+    rec.writeUInt16LE(tagAt.length, o);
+    o += 2;
+    tagAt.forEach((pos, k) => {
+      rec.writeUInt16LE(pos, o);
+      rec.writeUInt16LE(s.labels[k] ? good : bad, o + 2);
+      o += 4;
+    });
+    chunks.push(rec);
+    sequences++;
+    steps += tagAt.length;
+    goodSteps += s.labels.filter(Boolean).length;
+    tokens += ids.length;
+    maxLength = Math.max(maxLength, ids.length);
+  }
+  header.writeUInt32LE(sequences, 4);
+  writeFileSync(path, Buffer.concat(chunks));
+  return { path, sequences, steps, goodSteps, tokens, maxLength };
+}
