@@ -27,6 +27,34 @@ export function labelSolution(question: string, completion: string): LabelledSol
   return { question, steps, labels };
 }
 
+/** A plausible wrong value near `x` (off by one, two or ten, or one digit changed), never `x`. */
+function nearMiss(x: number, r: () => number): number {
+  const digits = String(Math.abs(x));
+  const options = [x + 1, x - 1, x + 2, x - 2, x + 10, x - 10];
+  const i = Math.floor(r() * digits.length);
+  const d = (Number(digits[i]) + 1 + Math.floor(r() * 9)) % 10;
+  const changed = Number(digits.slice(0, i) + d + digits.slice(i + 1)) * Math.sign(x || 1);
+  if (changed !== x && !(i === 0 && d === 0 && digits.length > 1)) options.push(changed, changed);
+  return options[Math.floor(r() * options.length)];
+}
+
+/**
+ * The solution with one step's result replaced by a near miss (`a op b=c` → `a op b=c'`, or the boxed answer),
+ * relabelled by the step checker: the corrupted step is bad, later steps as they now check. The sampled solutions'
+ * own errors cluster on the steps the generator finds hard, so a PRM trained on them alone learns which steps
+ * are hard rather than whether a step is right (it scored `7+5=13` as high as `7+5=12`); a corrupted copy of a
+ * solution puts the same step right and wrong side by side. null when no step has a result to corrupt.
+ */
+export function corruptSolution(s: LabelledSolution, r: () => number): LabelledSolution | null {
+  const at = s.steps.map((step, i) => ({ step, i })).filter(({ step }) => /=\s*-?\d+\s*$/.test(step) || /\\boxed\{-?\d+\}/.test(step));
+  if (at.length === 0) return null;
+  const { step, i } = at[Math.floor(r() * at.length)];
+  const swap = (_m: string, head: string, v: string, tail: string) => `${head}${nearMiss(Number(v), r)}${tail}`;
+  const wrong = /\\boxed\{/.test(step) ? step.replace(/(\\boxed\{)(-?\d+)(\})/, swap) : step.replace(/(=\s*)(-?\d+)(\s*)$/, swap);
+  const steps = [...s.steps.slice(0, i), wrong, ...s.steps.slice(i + 1)];
+  return { question: s.question, steps, labels: steps.map((x, j) => arithStepScore({ question: s.question, previous: steps.slice(0, j), step: x }) >= 0.5) };
+}
+
 /** The PRM's text for a whole solution: every step followed by its tag (what scoring the last step sees). */
 export function solutionText(prm: PrmConfig, s: LabelledSolution): string {
   return taggedSteps(prm.prefix, prm.stepTag)({ question: s.question, previous: s.steps.slice(0, -1), step: s.steps.at(-1) ?? "" }) + prm.stepTag;

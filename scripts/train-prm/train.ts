@@ -14,7 +14,8 @@ import { buildDir, buildTrainer } from "../train-reasoner/buildTrainer.js";
 import { loadChatTokenizer, type ChatTokenizer } from "../train-reasoner/chatTokenizer.js";
 import { curveSvg } from "../train-reasoner/plotCurve.js";
 import { generateWithTrainer, modelFlags, recipeOfConfig, runTrainer } from "../train-reasoner/trainerCli.js";
-import { labelSolution, writePrmSet, type LabelledSolution } from "./data.js";
+import { Rng } from "../../ts/tasks/arith/rng.js";
+import { corruptSolution, labelSolution, writePrmSet, type LabelledSolution } from "./data.js";
 
 export const TINY_PRM: PrmConfig = { format: "tagged-steps", prefix: "<|bos|>", stepTag: "#", goodTokens: ["+"], badTokens: ["-"] };
 
@@ -24,6 +25,8 @@ export const prmRecipe = {
   validationProblems: 400,
   samples: 4,
   temperature: 1.0,
+  /** Each sampled solution also gives a copy with one step's result corrupted (corruptSolution). */
+  corruptedCopies: true,
   steps: 1500,
   batch: 32,
   lr: 1e-3,
@@ -36,18 +39,22 @@ export const prmRecipe = {
 };
 
 /** Samples `samples` solutions per problem and labels their steps; identical solutions of a problem kept once. */
-export async function sampleSolutions(bin: string, dir: string, tok: ChatTokenizer, split: string, n: number, o: { samples: number; temperature: number; seed: number; threads: number }): Promise<LabelledSolution[]> {
+export async function sampleSolutions(bin: string, dir: string, tok: ChatTokenizer, split: string, n: number, o: { samples: number; temperature: number; seed: number; threads: number; corrupt: boolean }): Promise<LabelledSolution[]> {
   const problems = arithTask.problems({ split, n, seed: o.seed });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
   const outs = await generateWithTrainer(bin, dir, recipeOfConfig(dir), prompts, { samples: o.samples, temperature: o.temperature, seed: o.seed, maxNew: 448, eos: tok.tokenId("<|eos|>"), threads: o.threads });
   const out: LabelledSolution[] = [];
+  const rng = new Rng(o.seed).fork(`prm-corrupt/${split}`);
   problems.forEach((p, i) => {
     const seen = new Set<string>();
     for (const ids of outs.slice(i * o.samples, (i + 1) * o.samples)) {
       const text = tok.decode(ids);
       if (seen.has(text)) continue;
       seen.add(text);
-      out.push(labelSolution(p.messages[0].content, text));
+      const s = labelSolution(p.messages[0].content, text);
+      out.push(s);
+      const bad = o.corrupt ? corruptSolution(s, () => rng.next()) : null;
+      if (bad) out.push(bad);
     }
   });
   return out;
@@ -89,7 +96,7 @@ async function main(): Promise<void> {
   const m = recipeOfConfig(gen);
 
   console.log(`sampling ${r.samples} solutions per problem (T=${r.temperature}) for ${r.trainProblems} train + ${r.validationProblems} validation problems ...`);
-  const s = { samples: r.samples, temperature: r.temperature, seed: r.seed, threads: r.threads };
+  const s = { samples: r.samples, temperature: r.temperature, seed: r.seed, threads: r.threads, corrupt: r.corruptedCopies };
   const trainSolutions = await sampleSolutions(bin, gen, tok, "train", r.trainProblems, s);
   const valSolutions = await sampleSolutions(bin, gen, tok, "validation", r.validationProblems, s);
   const sampleSeconds = Math.round((Date.now() - started) / 1000);

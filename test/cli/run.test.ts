@@ -34,7 +34,7 @@ describe("deliberate run", () => {
     expect(stdout).toMatch(/^answer: /m);
     expect(stdout).toMatch(/^certaindex: +\d\.\d{3} +\(how sure the program is, 0\.\.1 — certainty, not correctness; stopped: (certain|cap|done)\)/m);
     expect(stdout).toMatch(/^tokens: +\d+ \/ \d+ budget/m);
-    await expect(cli(["run", "q", "--model", dir, "--program", "beam"])).rejects.toThrow(/program "beam" is unknown; expected one of sc, cot-probe, rebase, mcts/);
+    await expect(cli(["run", "q", "--model", dir, "--program", "beams"])).rejects.toThrow(/program "beams" is unknown; expected one of sc, cot-probe, rebase, mcts/);
     await expect(cli(["run", "  ", "--model", dir])).rejects.toThrow(/the question is empty; ask one/);
   });
 
@@ -59,6 +59,23 @@ describe("deliberate run", () => {
     expect(v.answer).toMatch(/^-?\d+$/);
   });
 
+  it("beam search on the bundled reasoner scores its steps with the bundled tiny PRM by default", async () => {
+    const { stdout } = await cli(["run", "What is 7*(8+5)-19?", "--program", "beam", "--cap", "8", "--beam-width", "2", "--json"]);
+    const r = JSON.parse(stdout) as { answer: string | null; reward: string; program: string; tokensByPurpose: Record<string, number>; stopReason: string };
+    expect(r.program).toBe("beam");
+    expect(r.reward).toBe("prm:prm");
+    expect(r.answer).toMatch(/^-?\d+$/);
+    expect(r.tokensByPurpose.reward).toBeGreaterThan(0);
+    expect(r.stopReason).toBe("done");
+    const k = JSON.parse((await cli(["run", "What is 7+5?", "--program", "beam", "--cap", "4", "--beam-width", "2", "--kv-budget", "4", "--kv-split", "0.7,0.3", "--json"])).stdout) as { answer: string | null };
+    expect(k.answer).toMatch(/^-?\d+$/);
+    await expect(cli(["run", "q", "--program", "beam", "--kv-budget", "0.01"])).rejects.toThrow(/kvSplit: a KV budget of \d+ bytes holds no generator \/ verifier pair/);
+    await expect(cli(["run", "q", "--kv-budget", "4"])).rejects.toThrow(/--kv-budget splits the KV memory between the generator and a process reward model/);
+    const b = JSON.parse((await cli(["run", "What is 7+5?", "--program", "best-of-n", "--cap", "4", "--verifier", "arith", "--json"])).stdout) as { reward: string; answer: string | null };
+    expect(b.reward).toBe("arith-verifier");
+    expect(b.answer).toMatch(/^-?\d+$/);
+  });
+
   it("--prm DIR scores rebase steps with a second model on the same engine", async () => {
     const dir = await fixtureDir("llama", "f32");
     const prm = await fixtureDir("llama", "f32", { layers: 1, seed: 7 });
@@ -71,7 +88,9 @@ describe("deliberate run", () => {
 
   it("rejects reward flags that do not apply or conflict", async () => {
     const dir = await fixtureDir("llama", "f32");
-    await expect(cli(["run", "q", "--model", dir, "--prm", dir])).rejects.toThrow(/--prm scores the steps of rebase and mcts; --program sc uses no reward source/);
+    await expect(cli(["run", "q", "--model", dir, "--prm", dir])).rejects.toThrow(/--prm scores the steps of rebase, mcts, beam, dvts, best-of-n; --program sc uses no reward source/);
+    await expect(cli(["run", "q", "--model", dir, "--beam-width", "2"])).rejects.toThrow(/--beam-width, .* are options of --program beam and dvts/);
+    await expect(cli(["run", "q", "--model", dir, "--program", "beam", "--cap", "8", "--beam-width", "3"])).rejects.toThrow(/beam.beamWidth must be an integer ≥ 1 dividing n \(8\)/);
     await expect(cli(["run", "q", "--model", dir, "--program", "mcts", "--prm", dir, "--verifier", "arith"])).rejects.toThrow(/--prm and --verifier both choose the reward source/);
     await expect(cli(["run", "q", "--model", dir, "--program", "mcts", "--verifier", "regex"])).rejects.toThrow(/verifier "regex" is unknown; expected one of arith/);
     await expect(cli(["run", "q", "--model", dir, "--program", "rebase", "--prm", join(dir, "nope")])).rejects.toThrow(/--prm .*nope: folder not found/);

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { weightedMajority } from "../../ts/certaindex/signals.js";
 import { Engine } from "../../ts/engine/engine.js";
+import type { SampleOutput } from "../../ts/engine/outputs.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { BeamSearch, mixSeed, type BeamSearchOptions, type FlashTtsSwitches } from "../../ts/programs/beam.js";
 import { BestOfN } from "../../ts/programs/bestOfN.js";
@@ -54,7 +55,7 @@ async function referenceBeam(q: string, n: number, m: number, seed: number, maxT
   const engine = engineOf();
   try {
     const prompt = promptOf(q);
-    const make = (parent: Cand | null, s: { text: string; tokens: number[]; finishReason: string; stoppedBy?: string }, seedOf: number): Cand => {
+    const make = (parent: Cand | null, s: SampleOutput, seedOf: number): Cand => {
       const steps = [...(parent?.steps ?? []), s.text];
       const tokens = (parent?.tokens ?? 0) + s.tokens.length;
       const score = arithStepScore({ question: q, previous: parent?.steps ?? [], step: s.text });

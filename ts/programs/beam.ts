@@ -100,6 +100,8 @@ export interface BeamNode {
   k: number;
   /** Position among its iteration's candidates (frontier order, then k): breaks score ties reproducibly. */
   rank: number;
+  /** A finished solution: milliseconds from the search's start until it was finished (precise goodput). */
+  finishedMs: number;
 }
 
 /** A speculative continuation: the request node's k-th continuation would be, issued early. */
@@ -162,6 +164,7 @@ export class BeamSearch implements Program {
   private readonly maxDepth: number;
   private readonly maxTokens: number;
   private shuffleState: number;
+  private startedAt = 0;
   /** Speculative continuations by parent node id. */
   private spec = new Map<number, Speculation[]>();
 
@@ -210,8 +213,8 @@ export class BeamSearch implements Program {
 
   /** One iteration: every frontier path gets its continuations (one step each), they are scored, and selected. */
   async execute(ctx: ProgramContext): Promise<void> {
-    if (this.knob.used === 0) this.root.ids = ctx.encode(this.o.prompt, { model: this.o.model });
     const t0 = performance.now();
+    if (this.knob.used === 0) (this.root.ids = ctx.encode(this.o.prompt, { model: this.o.model })), (this.startedAt = t0);
     const children = await this.generate(ctx);
     const t1 = performance.now();
     await this.verify(ctx, children);
@@ -266,13 +269,16 @@ export class BeamSearch implements Program {
     this.spec = new Map();
     this.stats.speculativeUsed += reused.length;
     // Speculation: as continuations finish, their own continuations start in the slots they freed.
+    const total = pending.length + reused.length;
     const newSpec = new Map<number, Speculation[]>();
     const results: BeamNode[] = [];
     const ready: BeamNode[] = [];
     let inFlight = 0;
     let wake: (() => void) | null = null;
     const launch = () => {
-      if (!this.sw.speculative) return;
+      // Speculation fills the slots stragglers leave idle while the step is being generated (the paper's generation
+      // loop); once every continuation has finished, no new speculation starts (what runs goes on, beside verification).
+      if (!this.sw.speculative || results.length >= total) return;
       const slots = this.n - (pending.length + reused.length - results.length) - inFlight;
       if (slots <= 0 || ready.length === 0) return;
       for (let s = 0; s < slots; s++) {
@@ -304,7 +310,6 @@ export class BeamSearch implements Program {
       if (r.spec.score !== null) (child.stepScore = r.spec.score), (child.score = aggregateScore(r.parent.score, r.spec.score, this.o.aggregate ?? "last"));
       add(child);
     }
-    const total = pending.length + reused.length;
     for (const p of pending) p.handle.result.then((out) => add(this.childOf(p.parent, p.handle, out.samples[0], mixSeed(p.parent.seed, p.k), p.group, p.k)));
     while (results.length < total) await new Promise<void>((r) => (wake = r));
     wake = null;
@@ -367,7 +372,11 @@ export class BeamSearch implements Program {
 
   private select(children: BeamNode[]): void {
     const open: BeamNode[] = [];
-    for (const c of children) (c.terminal ? this.finished : open).push(c);
+    const now = performance.now() - this.startedAt;
+    for (const c of children) {
+      if (c.terminal) c.finishedMs = now;
+      (c.terminal ? this.finished : open).push(c);
+    }
     const byScore = (a: BeamNode, b: BeamNode) => b.score - a.score || a.rank - b.rank;
     let kept: BeamNode[];
     if (this.variant === "beam") {
@@ -415,7 +424,7 @@ export class BeamSearch implements Program {
   }
 
   private newNode(parent: BeamNode | null, handle: RequestHandle | null, sample: number, seed: number, ids: number[], step: string, group: number): BeamNode {
-    const n: BeamNode = { id: this.nodes.length, parent, handle, sample, seed, ids, step, depth: parent ? parent.depth + 1 : 0, pathTokens: 0, stepScore: -1, score: 0, terminal: false, answer: null, group, k: 0, rank: 0 };
+    const n: BeamNode = { id: this.nodes.length, parent, handle, sample, seed, ids, step, depth: parent ? parent.depth + 1 : 0, pathTokens: 0, stepScore: -1, score: 0, terminal: false, answer: null, group, k: 0, rank: 0, finishedMs: 0 };
     this.nodes.push(n);
     return n;
   }

@@ -86,7 +86,8 @@ export function modelProcessReward(o: ModelRewardOptions): RewardSource {
   let ids: { good: Set<number>; bad: Set<number> } | null = null;
   const format = o.format ?? ((x: StepInput) => [x.question, ...x.previous, x.step].join("\n"));
   const tag = o.stepTag ?? "\n";
-  const request = { model: o.model, maxTokens: 1, temperature: 0, logprobs: o.topLogprobs ?? 64 };
+  const sampling = { maxTokens: 1, temperature: 0, logprobs: o.topLogprobs ?? 64 };
+  const request = { model: o.model, ...sampling };
   // Checked before the first request: a multi-token tag or label is a configuration error, not a low score.
   const labels = (ctx: ProgramContext): { good: Set<number>; bad: Set<number> } => {
     if (ids === null && o.tagIsToken) singleToken(ctx, o.model, tag, "step tag");
@@ -131,7 +132,7 @@ export function modelProcessReward(o: ModelRewardOptions): RewardSource {
         const append = nextIds.slice(ids.length);
         const continues = full.startsWith(text) && ids.every((t, i) => nextIds[i] === t);
         handle = continues
-          ? ctx.fork(handle, { ...request, length: ids.length, append }, "reward")
+          ? ctx.fork(handle, { ...sampling, length: ids.length, append }, "reward")
           : ctx.submit({ ...request, prompt: full }, "reward");
         scores.push(read(ctx, await handle.result));
         text = full;

@@ -26,6 +26,9 @@ import {
   RECALIBRATE_COMMAND,
   TASK_NAMES,
   VERIFIER_NAMES,
+  loadSplitModels,
+  type KvSplitSpec,
+  type Model,
   type PolicySpec,
   type ProgramKind,
   type ProgramRequest,
@@ -57,6 +60,8 @@ interface RunOptions {
   variant?: string;
   offline?: boolean;
   beamWidth?: string;
+  kvBudget?: string;
+  kvSplit?: string;
   truncateRatio?: string;
   speculative?: boolean;
   prefixAware?: boolean;
@@ -119,6 +124,31 @@ function flashTtsOf(kind: ProgramKind, opts: RunOptions): Pick<ProgramRequest, "
   };
 }
 
+/** The generator and the PRM (if any); with --kv-budget their KV pools share that many MiB as --kv-split says. */
+async function loadModels(dir: string, prmDir: string | undefined, opts: RunOptions, n: number): Promise<{ model: Model; prm: Model | null }> {
+  const device = opts.device as "cpu" | "cuda";
+  if (opts.kvBudget === undefined) {
+    if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
+    const model = await loadModel(dir, { device });
+    const prm = prmDir === undefined ? null : await loadModel(prmDir, { device }).catch((e: unknown) => {
+      model.dispose();
+      throw e;
+    });
+    return { model, prm };
+  }
+  if (prmDir === undefined) throw new Error("--kv-budget splits the KV memory between the generator and a process reward model; use it with --prm DIR or --program beam, dvts or best-of-n");
+  const budget = num("kv-budget", opts.kvBudget, false)!;
+  let kvSplit: KvSplitSpec = "auto";
+  if (opts.kvSplit !== undefined && opts.kvSplit !== "auto") {
+    const [g, v] = opts.kvSplit.split(",").map(Number);
+    if (!(g > 0 && v > 0)) throw new Error(`--kv-split must be auto or two fractions GEN,VERIFIER such as 0.7,0.3; got '${opts.kvSplit}'`);
+    kvSplit = { generator: g, verifier: v };
+  }
+  const maxTokens = num("max-tokens", opts.maxTokens, true) ?? 256;
+  const r = await loadSplitModels(dir, prmDir, { device, budgetBytes: budget * 1024 * 1024, n, kvSplit, generatorTokens: 64 + maxTokens, stepTokens: 16, verifierTokens: 64 + maxTokens });
+  return { model: r.generator, prm: r.verifier };
+}
+
 /** What each program's knob counts (the compute a round spends), as `run --help` says. */
 const KNOB_UNITS: Record<string, string> = {
   sc: "branches",
@@ -179,6 +209,8 @@ export function registerRun(program: Command): void {
     .option("--no-speculative", "beam / dvts: turn speculative beam extension off (FlashTTS ablation)")
     .option("--no-prefix-aware", "beam / dvts: continuations as new requests in random order instead of forks grouped by parent")
     .option("--no-lookahead", "beam / dvts: verify speculative steps next iteration instead of with their parent")
+    .option("--kv-budget <MiB>", "with a PRM: the KV memory the generator and the PRM share (default: each its own default pool)")
+    .option("--kv-split <auto|G,V>", "with --kv-budget: auto (roofline-guided, profiled once per model and device) or fractions such as 0.7,0.3 (default auto)")
     .option("--truncate-ratio <r>", "beam / dvts: duplicates of a kept path reuse its speculative step cut to r (0 = off, exact; default 0)")
     .option("--calibration <file>", `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`)
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
@@ -203,14 +235,10 @@ export function registerRun(program: Command): void {
       if ((opts.variant !== undefined || opts.offline) && kind !== "deepconf") throw new Error(`--${opts.variant !== undefined ? "variant" : "offline"} is an option of --program deepconf`);
       if (opts.variant !== undefined && opts.variant !== "low" && opts.variant !== "high") throw new Error(`--variant must be low or high, got '${opts.variant}'`);
       if (opts.probe !== undefined && kind !== "duchess") throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
-      const model = await loadModel(dir, { device: opts.device });
+      const { model, prm } = await loadModels(dir, prmDir, opts, cap ?? 16);
       const factory = ProgramFactory.open({ modelDir: dir, hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, calibration: opts.calibration, bundledDir: bundledModelDir, probeDir: opts.probe });
       const cal = factory.calibration;
       if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
-      const prm = prmDir === undefined ? null : await loadModel(prmDir, { device: opts.device }).catch((e: unknown) => {
-        model.dispose();
-        throw e;
-      });
       const engine = new Engine({ models: prm === null ? { model } : [{ name: "policy", model }, { name: "prm", model: prm }] });
       try {
         const prompt = model.tokenizer.chatTemplate === null ? question : model.tokenizer.encodeChat([{ role: "user", content: question }]);

@@ -1,0 +1,282 @@
+// FlashTTS benchmark (issue 22): verifier-guided beam search with the bundled tiny PRM on the arithmetic task.
+//   npm run bench:tts -- [--json] [--n-list 8,16,32,64] [--problems 12] [--beam-width 4] [--repeats 3]
+//     [--configs baseline,P,PM,PMS] [--kv-budget 16] [--ratios 0.5,0.85] [--kv-budgets 8,32] [--max-tokens 200]
+//     [--device cpu] [--model DIR] [--prm DIR] [--out bench]
+// One question at a time (batch size 1, the paper's interactive edge setting), the same questions and seeds for
+// every configuration, configurations interleaved within each repeat (so drift hits all alike):
+//   baseline: every FlashTTS switch off (continuations are new requests in random order, no speculation), the KV
+//   budget (--kv-budget MiB, both models' pools together) split evenly; +P: prefix-aware forks grouped by parent;
+//   +P+M: and the roofline-guided split of the same budget (kvSplit "auto", profiles cached per model and device);
+//   +P+M+S: and speculative beam extension with LookAhead verification.
+// Per configuration and N: precise goodput (mean tokens of a finished solution / mean time to finish it, as the
+// paper defines it), mean and P90 latency of a question, the verifier's share of the search time, accuracy
+// (score-weighted vote), speculation used / wasted, prefix-cache hit rate; the median over --repeats with min-max.
+// Sweeps at the largest N: --ratios (duplicate-then-truncate R, on +P+M+S) and --kv-budgets (MiB), each against the
+// baseline at the same budget.
+// Writes bench/tts.{md,json}.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { Engine } from "../../ts/engine/engine.js";
+import { loadSplitModels } from "../../ts/engine/kvSplit.js";
+import type { Model } from "../../ts/model/model.js";
+import { bundledModelDir, bundledPrmDir } from "../../ts/model/bundled.js";
+import { readPrmConfig } from "../../ts/model/prmConfig.js";
+import { BeamSearch, type FlashTtsSwitches } from "../../ts/programs/beam.js";
+import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import { prmReward } from "../../ts/programs/rewards.js";
+import { arithTask } from "../../ts/tasks/index.js";
+import { machine } from "./benchModel.js";
+
+const { values } = parseArgs({
+  options: {
+    json: { type: "boolean", default: false },
+    "n-list": { type: "string", default: "8,16,32,64" },
+    problems: { type: "string", default: "12" },
+    "beam-width": { type: "string", default: "4" },
+    repeats: { type: "string", default: "3" },
+    configs: { type: "string", default: "baseline,P,PM,PMS" },
+    "kv-budget": { type: "string", default: "16" },
+    ratios: { type: "string", default: "" },
+    "kv-budgets": { type: "string", default: "" },
+    "max-tokens": { type: "string", default: "200" },
+    device: { type: "string", default: "cpu" },
+    model: { type: "string" },
+    prm: { type: "string" },
+    seed: { type: "string", default: "1" },
+    out: { type: "string", default: "bench" },
+  },
+});
+const list = (s: string) => s.split(",").filter((x) => x.trim() !== "").map(Number);
+const nList = list(values["n-list"]!);
+const M = Number(values["beam-width"]);
+const repeats = Number(values.repeats);
+const maxTokens = Number(values["max-tokens"]);
+const device = values.device as "cpu" | "cuda";
+type Split = "even" | "auto";
+interface Config {
+  sw: FlashTtsSwitches;
+  split: Split;
+}
+const CONFIGS: Record<string, Config> = {
+  baseline: { sw: { prefixAware: false, speculative: false, lookahead: false }, split: "even" },
+  P: { sw: { prefixAware: true, speculative: false, lookahead: false }, split: "even" },
+  PM: { sw: { prefixAware: true, speculative: false, lookahead: false }, split: "auto" },
+  PMS: { sw: { prefixAware: true, speculative: true, lookahead: true }, split: "auto" },
+};
+const LABEL: Record<string, string> = { baseline: "baseline", P: "+P", PM: "+P+M", PMS: "+P+M+S" };
+const MiB = 1024 * 1024;
+const configs = values.configs!.split(",");
+for (const c of configs) if (!(c in CONFIGS)) throw new Error(`--configs: unknown "${c}"; expected ${Object.keys(CONFIGS).join(", ")}`);
+const log = (m: string) => process.stderr.write(m + "\n");
+
+interface Run {
+  latencyMs: number;
+  goodputTokens: number;
+  goodputMs: number;
+  verifierMs: number;
+  searchMs: number;
+  correct: boolean;
+  specUsed: number;
+  specWasted: number;
+  tokens: number;
+}
+
+const problems = arithTask.problems({ split: "test", n: Number(values.problems), seed: Number(values.seed) });
+const genDir = values.model ?? bundledModelDir;
+const prmDir = values.prm ?? bundledPrmDir;
+const prmConfig = readPrmConfig(prmDir);
+if (prmConfig === null) throw new Error(`${prmDir} has no prm.json`);
+
+const splitNote: string[] = [];
+async function load(budgetMiB: number, split: Split, n: number): Promise<{ gen: Model; prm: Model }> {
+  const r = await loadSplitModels(genDir, prmDir, {
+    device,
+    budgetBytes: budgetMiB * MiB,
+    n,
+    kvSplit: split === "even" ? { generator: 0.5, verifier: 0.5 } : "auto",
+    generatorTokens: 40 + maxTokens,
+    stepTokens: 16,
+    verifierTokens: 40 + maxTokens,
+  });
+  const note = `${budgetMiB} MiB, N=${n}, ${split}: generator ${r.generator.kv.numPages} pages, verifier ${r.verifier.kv.numPages} pages` + (r.plan ? ` (planned decode batch ${r.plan.decodeBatch}, prefill batch ${r.plan.prefillBatch})` : "");
+  if (!splitNote.includes(note)) splitNote.push(note);
+  return { gen: r.generator, prm: r.verifier };
+}
+
+/** Every problem once with one configuration; engine metrics over the pass. */
+async function pass(models: { gen: Model; prm: Model }, n: number, sw: FlashTtsSwitches, seed: number): Promise<{ runs: Run[]; hitRate: number; preemptions: number }> {
+  const engine = new Engine({ models: [{ name: "gen", model: models.gen }, { name: "prm", model: models.prm }] });
+  const reward = prmReward(prmConfig!, "prm");
+  const runs: Run[] = [];
+  try {
+    for (const [i, p] of problems.entries()) {
+      const question = p.messages[0].content;
+      const program = new BeamSearch({
+        prompt: models.gen.tokenizer.encodeChat(p.messages),
+        question,
+        task: arithTask,
+        reward,
+        model: "gen",
+        n,
+        beamWidth: Math.min(M, n),
+        seed: seed * 1000 + i,
+        temperature: 1,
+        maxTokens,
+        ...sw,
+      });
+      const r = await new ProgramRuntime(engine).run(program);
+      const f = program.finished;
+      const st = program.stats;
+      runs.push({
+        latencyMs: r.elapsedMs,
+        goodputTokens: f.reduce((a, x) => a + x.pathTokens, 0),
+        goodputMs: f.reduce((a, x) => a + x.finishedMs, 0),
+        verifierMs: st.verificationMs,
+        searchMs: st.generationMs + st.verificationMs,
+        correct: arithTask.equivalent(r.answer, p.answer),
+        specUsed: st.speculativeUsed,
+        specWasted: st.speculativeWasted,
+        tokens: r.tokensUsed,
+      });
+    }
+    const m = engine.metrics();
+    const gm = m.models.find((x) => x.name === "gen");
+    return { runs, hitRate: gm?.prefixCacheHitRate ?? m.prefixCacheHitRate, preemptions: gm?.preemptions ?? 0 };
+  } finally {
+    await engine.dispose();
+  }
+}
+
+interface Summary {
+  goodput: number;
+  meanLatencyMs: number;
+  p90LatencyMs: number;
+  verifierShare: number;
+  accuracy: number;
+  specUsed: number;
+  specWasted: number;
+  tokens: number;
+  hitRate: number;
+  preemptions: number;
+}
+
+function summarize(p: { runs: Run[]; hitRate: number; preemptions: number }): Summary {
+  const r = p.runs;
+  const sum = (f: (x: Run) => number) => r.reduce((a, x) => a + f(x), 0);
+  const lat = r.map((x) => x.latencyMs).sort((a, b) => a - b);
+  return {
+    goodput: (1000 * sum((x) => x.goodputTokens)) / Math.max(1, sum((x) => x.goodputMs)),
+    meanLatencyMs: sum((x) => x.latencyMs) / r.length,
+    p90LatencyMs: lat[Math.min(lat.length - 1, Math.ceil(0.9 * lat.length) - 1)],
+    verifierShare: sum((x) => x.verifierMs) / Math.max(1, sum((x) => x.searchMs)),
+    accuracy: sum((x) => (x.correct ? 1 : 0)) / r.length,
+    specUsed: sum((x) => x.specUsed),
+    specWasted: sum((x) => x.specWasted),
+    tokens: sum((x) => x.tokens) / r.length,
+    hitRate: p.hitRate,
+    preemptions: p.preemptions,
+  };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+interface Point {
+  median: Summary;
+  min: Summary;
+  max: Summary;
+}
+function combine(ss: Summary[]): Point {
+  const keys = Object.keys(ss[0]) as (keyof Summary)[];
+  const pick = (f: (xs: number[]) => number) => Object.fromEntries(keys.map((k) => [k, f(ss.map((s) => s[k]))])) as unknown as Summary;
+  return { median: pick(median), min: pick((xs) => Math.min(...xs)), max: pick((xs) => Math.max(...xs)) };
+}
+
+async function grid(budgetMiB: number, ns: number[], cfgs: Array<{ key: string } & Config>): Promise<Record<string, Record<number, Point>>> {
+  const acc: Record<string, Record<number, Summary[]>> = {};
+  for (const n of ns) {
+    // One loaded pair per split for this N (the auto split depends on N), reused by every repeat.
+    const pairs = new Map<Split, { gen: Model; prm: Model }>();
+    try {
+      for (const c of cfgs) if (!pairs.has(c.split)) pairs.set(c.split, await load(budgetMiB, c.split, n));
+      for (let rep = 0; rep < repeats; rep++) {
+        // Alternate the order each repeat so neither configuration always runs first.
+        const order = rep % 2 === 0 ? cfgs : [...cfgs].reverse();
+        for (const c of order) {
+          const t0 = Date.now();
+          const s = summarize(await pass(pairs.get(c.split)!, n, c.sw, Number(values.seed)));
+          ((acc[c.key] ??= {})[n] ??= []).push(s);
+          log(`kv ${budgetMiB} MiB repeat ${rep + 1}/${repeats} N=${n} ${c.key}: goodput ${s.goodput.toFixed(0)} tok/s, latency ${s.meanLatencyMs.toFixed(0)} ms, verifier ${(100 * s.verifierShare).toFixed(0)}%, acc ${(100 * s.accuracy).toFixed(0)}% (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+        }
+      }
+    } finally {
+      for (const p of pairs.values()) p.gen.dispose(), p.prm.dispose();
+    }
+  }
+  return Object.fromEntries(Object.entries(acc).map(([k, byN]) => [k, Object.fromEntries(Object.entries(byN).map(([n, ss]) => [n, combine(ss)]))]));
+}
+
+const fmt = (p: Point, k: keyof Summary, f: (v: number) => string) => `${f(p.median[k])} (${f(p.min[k])}–${f(p.max[k])})`;
+const ms = (v: number) => v.toFixed(0);
+const pct = (v: number) => (100 * v).toFixed(0) + "%";
+
+function table(res: Record<string, Record<number, Point>>, keys: string[], label: (k: string) => string, ns: number[]): string[] {
+  const lines = [
+    "| N | config | goodput tok/s | vs baseline | mean latency ms | P90 latency ms | verifier share | accuracy | spec used / wasted | prefix hit | preemptions |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+  ];
+  for (const n of ns) {
+    const b = res.baseline?.[n];
+    for (const k of keys) {
+      const p = res[k]?.[n];
+      if (!p) continue;
+      const ratio = b ? `${(p.median.goodput / b.median.goodput).toFixed(2)}×` : "";
+      lines.push(
+        `| ${n} | ${label(k)} | ${fmt(p, "goodput", ms)} | ${ratio} | ${fmt(p, "meanLatencyMs", ms)} | ${fmt(p, "p90LatencyMs", ms)} | ${fmt(p, "verifierShare", pct)} | ${pct(p.median.accuracy)} | ${p.median.specUsed} / ${p.median.specWasted} | ${pct(p.median.hitRate)} | ${p.median.preemptions} |`,
+      );
+    }
+  }
+  return lines;
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  const budget = Number(values["kv-budget"]);
+  const cfgs = configs.map((key) => ({ key, ...CONFIGS[key] }));
+  const main = await grid(budget, nList, cfgs);
+  const nMax = Math.max(...nList);
+  const ratios = list(values.ratios!);
+  const ratioRes = ratios.length === 0 ? null : await grid(budget, [nMax], [{ key: "baseline", ...CONFIGS.baseline }, ...ratios.map((r) => ({ key: `R=${r}`, sw: { ...CONFIGS.PMS.sw, truncateRatio: r }, split: "auto" as const }))]);
+  const kvRes: Record<number, Record<string, Record<number, Point>>> = {};
+  for (const kv of list(values["kv-budgets"]!)) kvRes[kv] = await grid(kv, [nMax], [{ key: "baseline", ...CONFIGS.baseline }, { key: "PMS", ...CONFIGS.PMS }]);
+
+  const head = [
+    `# bench:tts — FlashTTS beam search with the tiny PRM`,
+    "",
+    `${started.toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadavg()[0].toFixed(2)} at start.`,
+    `Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ${problems.length} test-split questions one at a time, beam width ${M}, ` +
+      `max ${maxTokens} tokens a solution, T = 1, ${repeats} repeats (median, min–max), configurations interleaved; KV budget ${budget} MiB for both pools.`,
+    "",
+    "Goodput = precise goodput (mean tokens of a finished solution / mean time until it finished). Verifier share = time in verification / search time.",
+    "",
+    ...table(main, configs, (k) => LABEL[k], nList),
+    "",
+    "KV pools:",
+    "",
+    ...splitNote.map((x) => `- ${x}`),
+  ];
+  if (ratioRes) head.push("", `## Duplicate-then-truncate ratio R (+P+S, N = ${nMax})`, "", ...table(ratioRes, ["baseline", ...ratios.map((r) => `R=${r}`)], (k) => (k === "baseline" ? "baseline" : `+P+M+S ${k}`), [nMax]));
+  for (const [kv, res] of Object.entries(kvRes)) head.push("", `## KV budget ${kv} MiB (N = ${nMax})`, "", ...table(res, ["baseline", "PMS"], (k) => LABEL[k], [nMax]));
+  const md = head.join("\n") + "\n";
+  mkdirSync(values.out!, { recursive: true });
+  writeFileSync(join(values.out!, "tts.md"), md);
+  const json = { date: started.toISOString(), machine: machine(), device, argv: process.argv.slice(2), problems: problems.length, beamWidth: M, repeats, kvBudgetMiB: budget, pools: splitNote, main, ratios: ratioRes, kv: kvRes };
+  writeFileSync(join(values.out!, "tts.json"), JSON.stringify(json, null, 2) + "\n");
+  if (values.json) console.log(JSON.stringify(json));
+  else console.log(md);
+}
+
+main().catch((e: unknown) => {
+  console.error(`bench:tts: ${e instanceof Error ? e.message : String(e)}`);
+  process.exit(1);
+});
