@@ -71,13 +71,12 @@ export function interpolate(points: ReadonlyArray<{ batch: number; ms: number }>
 
 const pagesFor = (tokens: number, pageSize: number) => Math.ceil(tokens / pageSize);
 
-/** The split of `budgetBytes` with the least estimated T_tot (see the file's comment). */
-export function planKvSplit(o: KvSplitInput): KvSplitPlan {
-  for (const [k, v] of Object.entries({ budgetBytes: o.budgetBytes, n: o.n, generatorTokens: o.generatorTokens, stepTokens: o.stepTokens, verifierTokens: o.verifierTokens })) {
-    if (!(Number.isFinite(v) && v > 0)) throw new RangeError(`kvSplit: ${k} must be > 0, got ${v}`);
-  }
-  const genSeqBytes = pagesFor(o.generatorTokens, o.generator.pageSize) * o.generator.pageSize * o.generator.bytesPerToken;
-  const verSeqBytes = pagesFor(o.verifierTokens, o.verifier.pageSize) * o.verifier.pageSize * o.verifier.bytesPerToken;
+type KvShape = { bytesPerToken: number; pageSize: number };
+
+/** One generator sequence's and one verifier input's KV bytes; an Error naming the fix when the pair overflows. */
+function checkPairFits(o: Pick<KvSplitInput, "budgetBytes" | "generatorTokens" | "verifierTokens">, g: KvShape, v: KvShape): { genSeqBytes: number; verSeqBytes: number } {
+  const genSeqBytes = pagesFor(o.generatorTokens, g.pageSize) * g.pageSize * g.bytesPerToken;
+  const verSeqBytes = pagesFor(o.verifierTokens, v.pageSize) * v.pageSize * v.bytesPerToken;
   if (genSeqBytes + verSeqBytes > o.budgetBytes) {
     throw new Error(
       `kvSplit: a KV budget of ${o.budgetBytes} bytes holds no generator / verifier pair: one generator sequence (${o.generatorTokens} tokens) ` +
@@ -85,6 +84,15 @@ export function planKvSplit(o: KvSplitInput): KvSplitPlan {
         `${genSeqBytes + verSeqBytes} bytes or shorten the solutions (maxTokens)`,
     );
   }
+  return { genSeqBytes, verSeqBytes };
+}
+
+/** The split of `budgetBytes` with the least estimated T_tot (see the file's comment). */
+export function planKvSplit(o: KvSplitInput): KvSplitPlan {
+  for (const [k, v] of Object.entries({ budgetBytes: o.budgetBytes, n: o.n, generatorTokens: o.generatorTokens, stepTokens: o.stepTokens, verifierTokens: o.verifierTokens })) {
+    if (!(Number.isFinite(v) && v > 0)) throw new RangeError(`kvSplit: ${k} must be > 0, got ${v}`);
+  }
+  const { genSeqBytes, verSeqBytes } = checkPairFits(o, o.generator, o.verifier);
   const prefillMs = (b: number) => interpolate(o.verifier.profile.prefill.map((p) => ({ batch: p.batch, ms: (p.ms * o.verifierTokens) / p.tokens })), b);
   const decodeMs = (b: number) => interpolate(o.generator.profile.decode, b);
   const candidates: KvSplitPlan["candidates"] = [];
@@ -198,15 +206,21 @@ export async function loadSplitModels(generatorDir: string, verifierDir: string,
   let verifierBytes: number;
   let plan: KvSplitPlan | null = null;
   if (o.kvSplit === "auto") {
-    const measure = async (dir: string) => {
-      const m = await loadModel(dir, { device });
+    // Loaded with their default pools to profile (a cached profile is only read), checked to fit before anything is
+    // measured, then loaded again with the planned pools below.
+    const g = await loadModel(generatorDir, { device });
+    try {
+      const v = await loadModel(verifierDir, { device });
       try {
-        return { profile: await profileThroughput(m, o.profile), bytesPerToken: m.kv.bytesPerPage / m.kv.pageSize, pageSize: m.kv.pageSize };
+        const shape = (m: Model): KvShape => ({ bytesPerToken: m.kv.bytesPerPage / m.kv.pageSize, pageSize: m.kv.pageSize });
+        checkPairFits(o, shape(g), shape(v));
+        plan = planKvSplit({ ...o, generator: { ...shape(g), profile: await profileThroughput(g, o.profile) }, verifier: { ...shape(v), profile: await profileThroughput(v, o.profile) } });
       } finally {
-        m.dispose();
+        v.dispose();
       }
-    };
-    plan = planKvSplit({ ...o, generator: await measure(generatorDir), verifier: await measure(verifierDir) });
+    } finally {
+      g.dispose();
+    }
     generatorBytes = plan.generatorBytes;
     verifierBytes = plan.verifierBytes;
   } else {

@@ -7,7 +7,10 @@
 // "last" as search-and-learn, "min", "prod"). A step that writes the answer marker or ends the turn finishes its
 // solution; the answer is the score-weighted vote of the finished solutions.
 //
-// FlashTTS techniques, each a switch (all on by default; all off = the baseline of the paper's ablation):
+// FlashTTS techniques, each a switch (all off = the baseline of the paper's ablation). Defaults: prefix-aware on,
+// speculation and LookAhead off — measured on the 2-core CPU (bench/tts.md) speculation costs goodput (0.76x at
+// N = 64: every speculative row is compute there, and three in four are pruned); it is built for GPUs, where decode
+// rows are nearly free up to the memory-bound batch, and is to be measured there before it becomes a default.
 // - `prefixAware` (P): a kept path's continuations fork its request (KV shared while it lives, revived from the
 //   prefix cache after) and are issued grouped by parent, parents in the order they were kept. Off: every
 //   continuation is a new request with the whole path as its prompt, issued in a seeded random order (a serving
@@ -42,11 +45,11 @@ export type ScoreAggregate = "last" | "min" | "prod";
 export interface FlashTtsSwitches {
   /** P: continuations fork their parent, grouped by parent (default true). */
   prefixAware?: boolean;
-  /** S: speculative beam extension (default true). */
+  /** S: speculative beam extension (default false: it costs goodput on the CPU; see the file's comment). */
   speculative?: boolean;
   /** Duplicate-then-truncate ratio R in [0, 1) (default 0: off, exact). */
   truncateRatio?: number;
-  /** LookAhead verification (default true; needs speculative). */
+  /** LookAhead verification (default: on when speculative is; needs it). */
   lookahead?: boolean;
 }
 
@@ -184,7 +187,7 @@ export class BeamSearch implements Program {
     this.eq = o.equivalent ?? ((a, b) => this.task.equivalent(a, b));
     const r = o.truncateRatio ?? 0;
     if (!(r >= 0 && r < 1)) throw new RangeError(`${this.name}.truncateRatio must be in [0, 1), got ${r}`);
-    const speculative = o.speculative ?? true;
+    const speculative = o.speculative ?? false;
     this.sw = { prefixAware: o.prefixAware ?? true, speculative, truncateRatio: r, lookahead: speculative && (o.lookahead ?? true) };
     this.stepMax = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
@@ -310,9 +313,20 @@ export class BeamSearch implements Program {
       if (r.spec.score !== null) (child.stepScore = r.spec.score), (child.score = aggregateScore(r.parent.score, r.spec.score, this.o.aggregate ?? "last"));
       add(child);
     }
-    for (const p of pending) p.handle.result.then((out) => add(this.childOf(p.parent, p.handle, out.samples[0], mixSeed(p.parent.seed, p.k), p.group, p.k)));
-    while (results.length < total) await new Promise<void>((r) => (wake = r));
+    // An engine error on any continuation fails the round (the runtime reports it); nothing waits forever.
+    let failure: unknown = null;
+    for (const p of pending) {
+      p.handle.result.then(
+        (out) => add(this.childOf(p.parent, p.handle, out.samples[0], mixSeed(p.parent.seed, p.k), p.group, p.k)),
+        (e: unknown) => ((failure ??= e), wake?.()),
+      );
+    }
+    while (results.length < total && failure === null) await new Promise<void>((r) => (wake = r));
     wake = null;
+    if (failure !== null) {
+      for (const specs of newSpec.values()) for (const sp of specs) sp.handle.abort();
+      throw failure;
+    }
     this.spec = newSpec;
     // The frontier's order, whatever finished first (node ids follow completion): parents as kept, then k.
     const rank = new Map(this.frontier.map((p, i) => [p.id, i]));

@@ -54,7 +54,7 @@ export interface BuildProgramOptions {
   probe?: DuchessProbe;
   /** beam / dvts: continuations per kept path M (default 4; must divide the cap N). */
   beamWidth?: number;
-  /** beam / dvts: the FlashTTS switches (all on by default). */
+  /** beam / dvts: the FlashTTS switches (default: prefix-aware forks on, speculation off). */
   flashTts?: FlashTtsSwitches;
 }
 

@@ -113,9 +113,9 @@ function rewardOf(kind: ProgramKind, opts: RunOptions, task: Task): { reward: Re
 
 /** The FlashTTS switches and beam width of beam / dvts (an error on other programs). */
 function flashTtsOf(kind: ProgramKind, opts: RunOptions): Pick<ProgramRequest, "beamWidth" | "flashTts"> {
-  const given = opts.beamWidth !== undefined || opts.truncateRatio !== undefined || opts.speculative === false || opts.prefixAware === false || opts.lookahead === false;
+  const given = opts.beamWidth !== undefined || opts.truncateRatio !== undefined || opts.speculative === true || opts.prefixAware === false || opts.lookahead === false;
   if (kind !== "beam" && kind !== "dvts") {
-    if (given) throw new Error(`--beam-width, --truncate-ratio, --no-speculative, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`);
+    if (given) throw new Error(`--beam-width, --truncate-ratio, --speculative, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`);
     return {};
   }
   return {
@@ -206,9 +206,9 @@ export function registerRun(program: Command): void {
     .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good); default: prm.json, else -)")
     .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline; default: prm.json, else \\n)")
     .option("--beam-width <m>", "beam / dvts: continuations per kept path (default 4; must divide --cap, the N candidates)")
-    .option("--no-speculative", "beam / dvts: turn speculative beam extension off (FlashTTS ablation)")
+    .option("--speculative", "beam / dvts: speculative beam extension (FlashTTS; off by default: on the CPU it costs goodput)")
     .option("--no-prefix-aware", "beam / dvts: continuations as new requests in random order instead of forks grouped by parent")
-    .option("--no-lookahead", "beam / dvts: verify speculative steps next iteration instead of with their parent")
+    .option("--no-lookahead", "beam / dvts with --speculative: verify speculative steps next iteration instead of with their parent")
     .option("--kv-budget <MiB>", "with a PRM: the KV memory the generator and the PRM share (default: each its own default pool)")
     .option("--kv-split <auto|G,V>", "with --kv-budget: auto (roofline-guided, profiled once per model and device) or fractions such as 0.7,0.3 (default auto)")
     .option("--truncate-ratio <r>", "beam / dvts: duplicates of a kept path reuse its speculative step cut to r (0 = off, exact; default 0)")
