@@ -164,7 +164,7 @@ describe("OpenAI-compatible routes with the openai client", () => {
     expect(chunks.at(-1)).toBe("[DONE]");
     const last = chunks.at(-2) as { choices: Array<{ delta: { content: string }; finish_reason: string }> };
     expect(last.choices[0]).toMatchObject({ delta: { content: "72" }, finish_reason: "stop" });
-    const bad = await post("/v1/chat/completions", { model: MODEL, messages: ask(), program: "beam" });
+    const bad = await post("/v1/chat/completions", { model: MODEL, messages: ask(), program: "beams" });
     expect(bad.status).toBe(400);
     expect(bad.json.error.param).toBe("program");
   });

@@ -145,7 +145,7 @@ async function loadModels(dir: string, prmDir: string | undefined, opts: RunOpti
     kvSplit = { generator: g, verifier: v };
   }
   const maxTokens = num("max-tokens", opts.maxTokens, true) ?? 256;
-  const r = await loadSplitModels(dir, prmDir, { device, budgetBytes: budget * 1024 * 1024, n, kvSplit, generatorTokens: 64 + maxTokens, stepTokens: 16, verifierTokens: 64 + maxTokens });
+  const r = await loadSplitModels(dir, prmDir, { device, budgetBytes: Math.floor(budget * 1024 * 1024), n, kvSplit, generatorTokens: 64 + maxTokens, stepTokens: 16, verifierTokens: 64 + maxTokens });
   return { model: r.generator, prm: r.verifier };
 }
 
