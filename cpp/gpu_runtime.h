@@ -47,6 +47,12 @@ void copyHostToDevice(void* dst, const void* src, size_t bytes);
 void copyDeviceToHost(void* dst, const void* src, size_t bytes);
 void copyDeviceToDevice(void* dst, const void* src, size_t bytes);
 void synchronize();  // waits for the backend stream; throws on any asynchronous error
+// Page-locked host memory (KV offloading's staging) and copies queued on the backend stream without a wait: the
+// caller synchronizes once after a batch of them.
+void* mallocHost(size_t bytes);
+void freeHost(void* p) noexcept;
+void copyHostToDeviceAsync(void* dst, const void* src, size_t bytes);
+void copyDeviceToHostAsync(void* dst, const void* src, size_t bytes);
 
 // CUDA graphs of whole forward steps, keyed by everything a step's launches bake in (shapes, metadata offsets, buffer
 // addresses). A key's first step runs eagerly (it grows scratch and workspace and configures kernels); the second is

@@ -28,6 +28,10 @@ void copyHostToDevice(void*, const void*, size_t) { unavailable(); }
 void copyDeviceToHost(void*, const void*, size_t) { unavailable(); }
 void copyDeviceToDevice(void*, const void*, size_t) { unavailable(); }
 void synchronize() { unavailable(); }
+void* mallocHost(size_t) { unavailable(); }
+void freeHost(void*) noexcept {}
+void copyHostToDeviceAsync(void*, const void*, size_t) { unavailable(); }
+void copyDeviceToHostAsync(void*, const void*, size_t) { unavailable(); }
 bool pdlEnabled() { return false; }
 PdlScope::PdlScope() {}
 PdlScope::~PdlScope() {}

@@ -163,6 +163,20 @@ void copyDeviceToHost(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
+void* mallocHost(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, bytes));
+  return p;
+}
+void freeHost(void* p) noexcept {
+  if (p) cudaFreeHost(p);
+}
+void copyHostToDeviceAsync(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+}
+void copyDeviceToHostAsync(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+}
 void copyDeviceToDevice(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }

@@ -1,6 +1,8 @@
 // Model construction, boundary validation, page copies. The forward pass itself is in model_forward.cc.
 #include "model.h"
 
+#include <cstring>
+
 #include <cmath>
 #include "model_ops.h"
 
@@ -110,6 +112,60 @@ void Model::copyPages(const std::vector<int32_t>& src, const std::vector<int32_t
     View vc = vCache_[l].view({kv.numPages, kv.pageSize, cfg.numKvHeads, cfg.headDim});
     ops::pageCopy(device, kc, vc, s, d);
   }
+}
+
+Model::Pinned::~Pinned() { gpu::freeHost(data); }
+
+uint8_t* Model::staging(size_t bytes) {
+  if (pinned_.bytes < bytes) {
+    gpu::freeHost(pinned_.data);
+    pinned_.data = nullptr;
+    pinned_.bytes = 0;
+    pinned_.data = gpu::mallocHost(bytes);
+    pinned_.bytes = bytes;
+  }
+  return static_cast<uint8_t*>(pinned_.data);
+}
+
+size_t Model::pageHostBytes() const {
+  return size_t(2) * cfg.numLayers * kv.pageSize * cfg.numKvHeads * cfg.headDim * dtypeSize(kv.dtype);
+}
+
+void Model::readPages(const std::vector<int32_t>& pages, uint8_t* host) {
+  const size_t pb = pageHostBytes() / (2 * size_t(cfg.numLayers));
+  const size_t total = pages.size() * pageHostBytes();
+  uint8_t* out = device == Device::cuda ? staging(total) : host;
+  for (int32_t p : pages)
+    for (int l = 0; l < cfg.numLayers; l++)
+      for (const Buffer* c : {&kCache_[l], &vCache_[l]}) {
+        const uint8_t* src = c->data() + size_t(p) * pb;
+        if (device == Device::cuda) gpu::copyDeviceToHostAsync(out, src, pb);
+        else std::memcpy(out, src, pb);
+        out += pb;
+      }
+  if (device == Device::cuda) {
+    gpu::synchronize();
+    std::memcpy(host, pinned_.data, total);
+  }
+}
+
+void Model::writePages(const std::vector<int32_t>& pages, const uint8_t* host) {
+  const size_t pb = pageHostBytes() / (2 * size_t(cfg.numLayers));
+  const size_t total = pages.size() * pageHostBytes();
+  const uint8_t* in = host;
+  if (device == Device::cuda) {
+    std::memcpy(staging(total), host, total);
+    in = static_cast<const uint8_t*>(pinned_.data);
+  }
+  for (int32_t p : pages)
+    for (int l = 0; l < cfg.numLayers; l++)
+      for (Buffer* c : {&kCache_[l], &vCache_[l]}) {
+        uint8_t* dst = c->data() + size_t(p) * pb;
+        if (device == Device::cuda) gpu::copyHostToDeviceAsync(dst, in, pb);
+        else std::memcpy(dst, in, pb);
+        in += pb;
+      }
+  if (device == Device::cuda) gpu::synchronize();
 }
 
 View Model::meta(int64_t offset, int64_t n, DType t) const {

@@ -78,6 +78,11 @@ class Model {
   // rows on the scratch page (decodeBucket) so that its CUDA graph serves every batch size of the bucket.
   std::vector<SeqOutput> forward(BatchInput& b);  // may add decode pad rows for the step; b is as given on return
   void copyPages(const std::vector<int32_t>& src, const std::vector<int32_t>& dst);
+  // KV offloading: whole pages to / from host memory, per page every layer's K page then its V page (pageHostBytes()
+  // bytes a page). On CUDA through a page-locked staging buffer, one synchronize per call. The caller holds mu.
+  size_t pageHostBytes() const;
+  void readPages(const std::vector<int32_t>& pages, uint8_t* host);
+  void writePages(const std::vector<int32_t>& pages, const uint8_t* host);
   // Throws unless every weight has been set.
   void requireWeights() const;
   size_t kvBytes() const;
@@ -103,6 +108,13 @@ class Model {
 
   // Per layer [numPages + 1, pageSize, Hk, D]: page numPages is the scratch page of padding rows, never handed out.
   std::vector<Buffer> kCache_, vCache_;
+  // Page-locked staging of readPages / writePages on CUDA, grown to the largest call.
+  struct Pinned {
+    void* data = nullptr;
+    size_t bytes = 0;
+    ~Pinned();
+  } pinned_;
+  uint8_t* staging(size_t bytes);
   Buffer invFreq_;                       // [D/2] f32
   // Scratch, grown to the largest step: residual/h/o [T,C], qkv [T, Q + 2KV], attn [T,Q], gateUp [T,2I],
   // act [T,I]; the final rows (F <= B): resLast/oLast/hLast [F,C], logits f32 [F,V], capture [F,C].

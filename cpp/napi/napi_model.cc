@@ -255,6 +255,44 @@ Napi::Value rejected(Napi::Env env, const std::string& m) {
   return d.Promise();
 }
 
+// KV offloading: whole pages to host memory (resolves a Buffer) or back (from one).
+class PagesIoWorker : public Napi::AsyncWorker {
+ public:
+  PagesIoWorker(Napi::Env env, std::shared_ptr<Model> m, std::vector<int32_t> pages, std::vector<uint8_t> data, bool write)
+      : Napi::AsyncWorker(env, write ? "writePages" : "readPages"), deferred_(Napi::Promise::Deferred::New(env)),
+        model_(std::move(m)), pages_(std::move(pages)), data_(std::move(data)), write_(write) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+  void Execute() override {
+    try {
+      std::lock_guard<std::mutex> lk(model_->mu);
+      if (write_) {
+        model_->writePages(pages_, data_.data());
+      } else {
+        data_.resize(pages_.size() * model_->pageHostBytes());
+        model_->readPages(pages_, data_.data());
+      }
+    } catch (const std::exception& e) {
+      SetError(std::string(write_ ? "writePages: " : "readPages: ") + e.what());
+    }
+  }
+  void OnOK() override {
+    model_.reset();
+    if (write_) deferred_.Resolve(Env().Undefined());
+    else deferred_.Resolve(Napi::Buffer<uint8_t>::Copy(Env(), data_.data(), data_.size()));
+  }
+  void OnError(const Napi::Error& e) override {
+    model_.reset();
+    deferred_.Reject(e.Value());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Model> model_;
+  std::vector<int32_t> pages_;
+  std::vector<uint8_t> data_;
+  bool write_;
+};
+
 }  // namespace
 
 Napi::FunctionReference* NativeModel::constructor = nullptr;
@@ -266,6 +304,8 @@ Napi::Function NativeModel::Init(Napi::Env env) {
                                      InstanceMethod<&NativeModel::MissingWeights>("missingWeights"),
                                      InstanceMethod<&NativeModel::Forward>("forward"),
                                      InstanceMethod<&NativeModel::CopyPages>("copyPages"),
+                                     InstanceMethod<&NativeModel::ReadPages>("readPages"),
+                                     InstanceMethod<&NativeModel::WritePages>("writePages"),
                                      InstanceMethod<&NativeModel::TakeProfile>("takeProfile"),
                                      InstanceMethod<&NativeModel::Dispose>("dispose"),
                                      InstanceAccessor<&NativeModel::Disposed>("disposed"),
@@ -386,6 +426,54 @@ Napi::Value NativeModel::CopyPages(const Napi::CallbackInfo& info) {
         fail("copyPages: pair " + std::to_string(i) + " (" + std::to_string(src[i]) + " -> " + std::to_string(dst[i]) +
              ") is not a pair of page ids in [0, " + std::to_string(m->kv.numPages) + ")");
     auto* w = new CopyPagesWorker(env, m, std::move(src), std::move(dst));
+    Napi::Promise p = w->promise();
+    w->Queue();
+    return p;
+  } catch (const Error& e) {
+    return rejected(env, e.what());
+  }
+}
+
+namespace {
+std::vector<int32_t> pageIds(const Model& m, Napi::Value v, const std::string& what) {
+  auto pages = int32s(v, what + ": pages");
+  for (size_t i = 0; i < pages.size(); i++)
+    if (pages[i] < 0 || pages[i] >= m.kv.numPages)
+      fail(what + ": pages[" + std::to_string(i) + "] = " + std::to_string(pages[i]) + " is not a page id in [0, " +
+           std::to_string(m.kv.numPages) + ")");
+  return pages;
+}
+}  // namespace
+
+Napi::Value NativeModel::ReadPages(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("readPages");
+    if (info.Length() < 1) fail("readPages(pages: Int32Array)");
+    auto* w = new PagesIoWorker(env, m, pageIds(*m, info[0], "readPages"), {}, false);
+    Napi::Promise p = w->promise();
+    w->Queue();
+    return p;
+  } catch (const Error& e) {
+    return rejected(env, e.what());
+  }
+}
+
+Napi::Value NativeModel::WritePages(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("writePages");
+    if (info.Length() < 2) fail("writePages(pages: Int32Array, data: Uint8Array)");
+    auto pages = pageIds(*m, info[0], "writePages");
+    if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+      fail("writePages: data must be a Uint8Array (what readPages returned)");
+    auto a = info[1].As<Napi::Uint8Array>();
+    const size_t want = pages.size() * m->pageHostBytes();
+    if (a.ByteLength() != want)
+      fail("writePages: data holds " + std::to_string(a.ByteLength()) + " bytes; " + std::to_string(pages.size()) +
+           " pages of this model's KV are " + std::to_string(want));
+    std::vector<uint8_t> data(a.Data(), a.Data() + a.ByteLength());
+    auto* w = new PagesIoWorker(env, m, std::move(pages), std::move(data), true);
     Napi::Promise p = w->promise();
     w->Queue();
     return p;

@@ -18,6 +18,8 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
   Napi::Value MissingWeights(const Napi::CallbackInfo& info);
   Napi::Value Forward(const Napi::CallbackInfo& info);
   Napi::Value CopyPages(const Napi::CallbackInfo& info);
+  Napi::Value ReadPages(const Napi::CallbackInfo& info);
+  Napi::Value WritePages(const Napi::CallbackInfo& info);
   Napi::Value TakeProfile(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
   Napi::Value Disposed(const Napi::CallbackInfo& info);

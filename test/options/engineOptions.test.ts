@@ -21,7 +21,7 @@ describe("parseEngineOptions", () => {
         { name: "prm", model },
       ],
       kernelMode: "fast",
-      scheduler: { maxBatchTokens: 2048, maxBatchSeqs: 256, policy: "fcfs", agingTokensPerSecond: 64 },
+      scheduler: { maxBatchTokens: 2048, maxBatchSeqs: 256, policy: "fcfs", agingTokensPerSecond: 64, preemption: "recompute" },
       verify: { verifyWindow: 32, verifyGroup: 8, fuseVerify: true },
     });
     const order = () => [];

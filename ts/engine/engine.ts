@@ -40,6 +40,13 @@ export interface EngineOptions {
   maxBatchSeqs?: number;
   /** SJF aging rate, tokens of estimate forgiven per second waited. Default 64. */
   agingTokensPerSecond?: number;
+  /**
+   * What a sequence preempted for KV room loses: "recompute" (default, vLLM's) frees its pages and recomputes them
+   * on readmission (full pages mostly revive from the prefix cache); "swap" copies its KV to host memory first and
+   * writes it back on readmission, so nothing is recomputed (models that cannot, and deterministic requests,
+   * recompute).
+   */
+  preemption?: "recompute" | "swap";
   /** Deterministic requests: tokens per verify row (last committed + candidates). Default 32; at least 2. */
   verifyWindow?: number;
   /** Deterministic requests, fuseVerify false: rows per verify pass (padded with dummies on the GPU). Default 8. */

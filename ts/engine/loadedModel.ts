@@ -20,6 +20,8 @@ export function engineModelOf(model: Model): EngineModel {
     eosTokenIds: model.tokenizer.eosTokenIds,
     device: model.device,
     forward: (batch) => model.forward(batch),
+    readKvPages: (pages) => model.readKvPages(pages),
+    writeKvPages: (pages, data) => model.writeKvPages(pages, data),
   };
 }
 

@@ -14,6 +14,9 @@ export interface ModelMetrics {
   prefixQueriedTokens: number;
   prefixHitTokens: number;
   preemptions: number;
+  /** Swap preemption (engine option preemption: "swap"): sequences whose KV went to host memory / came back. */
+  kvSwapOuts: number;
+  kvSwapIns: number;
   /** Deterministic sequences the model's verifier tracks (0: no verifier exists, steps take the plain path). */
   verifyingSequences: number;
 }

@@ -81,6 +81,8 @@ export class ModelSlot {
       prefixQueriedTokens: s.queriedTokens,
       prefixHitTokens: s.hitTokens,
       preemptions: this.scheduler.numPreemptions,
+      kvSwapOuts: this.scheduler.numSwapOuts,
+      kvSwapIns: this.scheduler.numSwapIns,
       verifyingSequences: this.verifier?.numTracked ?? 0,
     };
   }

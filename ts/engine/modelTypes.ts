@@ -76,6 +76,10 @@ export interface EngineModel {
   /** Where the forward runs: picks fast mode's schedule (GPU GEMMs want split K at larger batches). Default cpu. */
   readonly device?: "cpu" | "cuda";
   forward(batch: ForwardBatch): Promise<ForwardResult[]>;
+  /** KV offloading (preemption "swap"): whole pages to host memory and back, bitwise. Models without them preempt by
+   * recompute. */
+  readKvPages?(pages: Int32Array): Promise<Uint8Array>;
+  writeKvPages?(pages: Int32Array, data: Uint8Array): Promise<void>;
 }
 
 /** Streaming detokenizer: push ids, get text that never splits a character. */

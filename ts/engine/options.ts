@@ -68,6 +68,7 @@ export function parseEngineOptions(options: EngineOptions): ResolvedEngineOption
       maxBatchSeqs: o.maxBatchSeqs ?? 256,
       policy: o.schedulingPolicy ?? "fcfs",
       agingTokensPerSecond: o.agingTokensPerSecond ?? DEFAULT_AGING_TOKENS_PER_SECOND,
+      preemption: o.preemption ?? "recompute",
     },
     verify: {
       verifyWindow: o.verifyWindow ?? DEFAULT_VERIFY_WINDOW,

@@ -105,7 +105,12 @@ export class RequestBuilder {
   private tokensOf(slot: ModelSlot, input: string | readonly number[], field: string, addSpecialTokens: boolean): number[] {
     if (typeof input !== "string") return checkTokenIds(field, input, slot.model.vocabSize);
     if (!slot.codec) throw new Error(`request.${field} is text but model "${slot.name}" has no tokenizer; pass token ids`);
-    return slot.codec.encode(input, { addSpecialTokens });
+    try {
+      return slot.codec.encode(input, { addSpecialTokens });
+    } catch (e) {
+      // A tokenizer that rejects the text (a custom TextCodec, an unknown character): name the field, not its guts.
+      throw new Error(`request.${field}: model "${slot.name}"'s tokenizer could not encode it (${e instanceof Error ? e.message : String(e)}); pass other text or token ids`);
+    }
   }
 
   private params(slot: ModelSlot, p: GenerateRequest | ForkOptions, numTokens: number, base?: ResolvedParams): ResolvedParams {

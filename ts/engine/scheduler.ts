@@ -17,6 +17,8 @@ export interface SchedulerOptions {
   /** A named policy (ts/sched) or a custom ordering function. */
   policy: SchedulingPolicy | OrderFn;
   agingTokensPerSecond: number;
+  /** "swap": a preempted sequence's KV goes to host memory and comes back (ScheduledBatch.swapOut / swapIn). */
+  preemption?: "recompute" | "swap";
 }
 
 export interface ScheduledSeq {
@@ -34,12 +36,19 @@ export interface ScheduledBatch {
   preempted: Sequence[];
   /** Sequences that cannot fit in the pool even alone; the engine fails their requests. */
   failed: Array<{ seq: Sequence; error: Error }>;
+  /** Swap preemption: KV of these pages to read into seq.swapped before this step's forward (the pages are already
+   * free, and may be rewritten by the forward). */
+  swapOut: Array<{ seq: Sequence; pages: number[] }>;
+  /** Swap readmission: seq.swapped's data to write into these pages before the forward. */
+  swapIn: Array<{ seq: Sequence; pages: number[]; data: Uint8Array }>;
 }
 
 export class Scheduler {
   readonly waiting: Sequence[] = [];
   readonly running: Sequence[] = [];
   numPreemptions = 0;
+  numSwapOuts = 0;
+  numSwapIns = 0;
 
   constructor(
     readonly blockManager: BlockManager,
@@ -82,7 +91,7 @@ export class Scheduler {
   }
 
   schedule(nowMs: number): ScheduledBatch {
-    const batch: ScheduledBatch = { seqs: [], pageCopies: [], preempted: [], failed: [] };
+    const batch: ScheduledBatch = { seqs: [], pageCopies: [], preempted: [], failed: [], swapOut: [], swapIn: [] };
     let budget = this.options.maxBatchTokens;
     const queue = this.order(this.running, nowMs, false);
     while (queue.length > 0) {
@@ -96,6 +105,21 @@ export class Scheduler {
     if (batch.preempted.length > 0) return batch; // the pool is full: admitting more would only thrash
     for (const seq of this.order(this.waiting, nowMs, true)) {
       if (batch.seqs.length >= this.options.maxBatchSeqs || budget <= 0) break;
+      if (seq.swapped !== null) {
+        // Back from host memory: fresh pages for its KV (and the next token), written before the forward.
+        const { tokens, data } = seq.swapped;
+        if (data === null || this.blockManager.numFreePages < Math.ceil((tokens + 1) / this.blockManager.pageSize)) break;
+        this.blockManager.appendSlots(seq, tokens);
+        this.blockManager.commitComputed(seq, tokens);
+        batch.swapIn.push({ seq, pages: seq.blockTable.slice(), data });
+        seq.swapped = null;
+        this.numSwapIns++;
+        removeFrom(this.waiting, seq);
+        this.addRunning(seq);
+        const n = Math.min(this.chunkSize(seq, budget), this.tokensThatFit(seq, this.chunkSize(seq, budget)));
+        if (n > 0) budget -= this.take(seq, n, batch);
+        continue;
+      }
       const cached = this.blockManager.allocatePrefix(seq);
       let n = this.chunkSize(seq, budget);
       if (n > 0 && !this.blockManager.canAppend(seq, n)) n = this.tokensThatFit(seq, n);
@@ -172,6 +196,13 @@ export class Scheduler {
 
   private preempt(seq: Sequence, batch: ScheduledBatch): void {
     removeFrom(this.running, seq);
+    const tokens = seq.numComputedTokens;
+    if (this.options.preemption === "swap" && tokens > 0 && seq.owner?.state.params.deterministic !== true) {
+      // data is filled in by the stepper before the forward (the pages' contents are intact until then).
+      seq.swapped = { tokens, data: null };
+      batch.swapOut.push({ seq, pages: seq.blockTable.slice(0, Math.ceil(tokens / this.blockManager.pageSize)) });
+      this.numSwapOuts++;
+    }
     this.blockManager.free(seq);
     seq.numPreemptions++;
     this.numPreemptions++;

@@ -40,6 +40,8 @@ export class Sequence {
   numCachedTokens = 0;
   /** Times this sequence was preempted (its KV dropped, to be recomputed). */
   numPreemptions = 0;
+  /** Preempted by swap: its first `tokens` positions' KV in host memory, written back on readmission. */
+  swapped: { tokens: number; data: Uint8Array | null } | null = null;
   /** When the scheduler first admitted the sequence (null while it has only waited): the Scheduler's. */
   firstScheduledMs: number | null = null;
   /** Most completion tokens it may generate (SJF's fallback estimate of remaining work). */

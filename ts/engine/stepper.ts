@@ -39,6 +39,7 @@ export class Stepper {
     let progressed = false;
     for (const slot of this.slots) {
       const batch = slot.scheduler.schedule(now);
+      if (batch.swapOut.length > 0 || batch.swapIn.length > 0) await this.swap(slot, batch);
       for (const seq of batch.preempted) slot.verifier?.preempted(seq);
       for (const { seq, error } of batch.failed) this.failRequest(seq.owner?.state, error);
       // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
@@ -110,6 +111,31 @@ export class Stepper {
     });
     this.meter.record(Date.now(), generated, prompt);
     this.expandSamples(slot);
+  }
+
+  /**
+   * Swap preemption's copies, before the step's forward: preempted sequences' KV to host memory (their pages are
+   * free but not yet rewritten), readmitted ones' back into their new pages. A read that fails leaves the sequence
+   * to recompute; a write that fails fails its request (its KV would be garbage).
+   */
+  private async swap(slot: ModelSlot, batch: ScheduledBatch): Promise<void> {
+    const model = slot.model;
+    for (const { seq, pages } of batch.swapOut) {
+      try {
+        if (model.readKvPages === undefined) throw new Error("the model cannot copy KV to host memory");
+        seq.swapped = { tokens: seq.swapped!.tokens, data: await model.readKvPages(Int32Array.from(pages)) };
+      } catch {
+        seq.swapped = null; // readmitted by recompute instead
+      }
+    }
+    for (const { seq, pages, data } of batch.swapIn) {
+      try {
+        await model.writeKvPages!(Int32Array.from(pages), data);
+      } catch (e) {
+        batch.seqs = batch.seqs.filter((s) => s.seq !== seq);
+        batch.failed.push({ seq, error: new Error(`KV swap-in failed for sequence ${seq.id}: ${(e as Error).message}; the request cannot continue`) });
+      }
+    }
   }
 
   /** Streams what verify passes committed (one delta per sequence); a sample that finishes drops the rest. */

@@ -124,6 +124,15 @@ export class Model implements AsyncDisposable {
   }
 
   /** Copies whole KV pages src[i] -> dst[i] in every layer (copy-on-write of a shared partial page). */
+  /** KV offloading (EngineModel): pages to host memory and back, bitwise. */
+  readKvPages(pages: Int32Array): Promise<Uint8Array> {
+    return this.native.readPages(pages);
+  }
+
+  writeKvPages(pages: Int32Array, data: Uint8Array): Promise<void> {
+    return this.native.writePages(pages, data);
+  }
+
   copyPages(src: Int32Array, dst: Int32Array): Promise<void> {
     return this.native.copyPages(src, dst);
   }

@@ -227,6 +227,10 @@ export interface NativeModel {
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]>;
   /** Copies whole pages src[i] -> dst[i] in every layer's K and V cache. */
   copyPages(src: Int32Array, dst: Int32Array): Promise<void>;
+  /** KV offloading: the pages' K and V of every layer, copied to host memory (CUDA: through page-locked staging). */
+  readPages(pages: Int32Array): Promise<Buffer>;
+  /** Writes what readPages returned (for as many pages) into `pages`. */
+  writePages(pages: Int32Array, data: Uint8Array): Promise<void>;
   /** Totals of the profiled steps since the last call (forward({profile: true})), in first-seen order; then cleared. */
   takeProfile(): ProfileEntry[];
   readonly info: NativeModelInfo;

@@ -103,4 +103,5 @@ export const engineOptionsShape = {
   verifyWindow: field<number>("expected an integer >= 2 (the last committed token + candidates)", isInt(2)).optional(),
   verifyGroup: positiveInt("verify rows per pass").optional(),
   fuseVerify: field<boolean>("expected true or false", isBool).optional(),
+  preemption: field<"recompute" | "swap">('expected "recompute" or "swap"', (v) => v === "recompute" || v === "swap").optional(),
 };
