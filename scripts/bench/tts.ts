@@ -1,7 +1,7 @@
 // FlashTTS benchmark (issue 22): verifier-guided beam search with the bundled tiny PRM on the arithmetic task.
 //   npm run bench:tts -- [--json] [--n-list 8,16,32,64] [--problems 12] [--beam-width 4] [--repeats 3]
 //     [--configs baseline,P,PM,PMS] [--kv-budget 16] [--ratios 0.5,0.85] [--kv-budgets 8,32] [--max-tokens 200]
-//     [--device cpu] [--model DIR] [--prm DIR] [--out bench]
+//     [--device cpu] [--model DIR] [--prm DIR] [--out bench] [--compare 100] [--preemption recompute|swap]
 // One question at a time (batch size 1, the paper's interactive edge setting), the same questions and seeds for
 // every configuration, configurations interleaved within each repeat (so drift hits all alike):
 //   baseline: every FlashTTS switch off (continuations are new requests in random order, no speculation), the KV
@@ -13,6 +13,9 @@
 // (score-weighted vote), speculation used / wasted, prefix-cache hit rate; the median over --repeats with min-max.
 // Sweeps at the largest N: --ratios (duplicate-then-truncate R, on +P+M+S) and --kv-budgets (MiB), each against the
 // baseline at the same budget.
+// --compare Q: accuracy against generated tokens on Q test questions (4 at a time) for beam search + PRM (N = 4, 8,
+// 16, the default switches), best-of-N + PRM, self-consistency (4, 8, 16 branches) and DUCHESS (4, 8, 12 branches,
+// the bundled probe's tuned settings): the equal-token comparison, bench/tts-compare.{md,svg}.
 // Writes bench/tts.{md,json}.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
@@ -20,14 +23,21 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadSplitModels } from "../../ts/engine/kvSplit.js";
-import type { Model } from "../../ts/model/model.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { modelHash } from "../../ts/model/modelHash.js";
+import { loadProbe, PROBE_SUBDIR } from "../../ts/probe/probeFile.js";
+import { BestOfN } from "../../ts/programs/bestOfN.js";
+import { Duchess } from "../../ts/programs/duchess.js";
+import type { Program } from "../../ts/programs/program.js";
+import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
+import { lineChart } from "./svg.js";
 import { bundledModelDir, bundledPrmDir } from "../../ts/model/bundled.js";
 import { readPrmConfig } from "../../ts/model/prmConfig.js";
 import { BeamSearch, type FlashTtsSwitches } from "../../ts/programs/beam.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { prmReward } from "../../ts/programs/rewards.js";
 import { arithTask } from "../../ts/tasks/index.js";
-import { machine } from "./benchModel.js";
+import { machine, pool } from "./benchModel.js";
 
 const { values } = parseArgs({
   options: {
@@ -46,6 +56,8 @@ const { values } = parseArgs({
     prm: { type: "string" },
     seed: { type: "string", default: "1" },
     out: { type: "string", default: "bench" },
+    compare: { type: "string", default: "0" },
+    preemption: { type: "string", default: "recompute" },
   },
 });
 const list = (s: string) => s.split(",").filter((x) => x.trim() !== "").map(Number);
@@ -107,7 +119,7 @@ async function load(budgetMiB: number, split: Split, n: number): Promise<{ gen: 
 
 /** Every problem once with one configuration; engine metrics over the pass. */
 async function pass(models: { gen: Model; prm: Model }, n: number, sw: FlashTtsSwitches, seed: number): Promise<{ runs: Run[]; hitRate: number; preemptions: number }> {
-  const engine = new Engine({ models: [{ name: "gen", model: models.gen }, { name: "prm", model: models.prm }] });
+  const engine = new Engine({ models: [{ name: "gen", model: models.gen }, { name: "prm", model: models.prm }], preemption: values.preemption as "recompute" | "swap" });
   const reward = prmReward(prmConfig!, "prm");
   const runs: Run[] = [];
   try {
@@ -239,7 +251,73 @@ function table(res: Record<string, Record<number, Point>>, keys: string[], label
   return lines;
 }
 
+/** Accuracy vs generated tokens at matched budgets: beam + PRM, best-of-N + PRM, SC, DUCHESS on the same questions. */
+async function compare(q: number): Promise<void> {
+  const qs = arithTask.problems({ split: "test", n: q, seed: Number(values.seed) + 1 });
+  const gen = await loadModel(genDir, { device });
+  const prm = await loadModel(prmDir, { device });
+  const probe = await loadProbe(join(genDir, PROBE_SUBDIR), { hash: await modelHash(genDir), hiddenSize: gen.config.hiddenSize, numLayers: gen.config.numLayers });
+  const engine = new Engine({ models: [{ name: "gen", model: gen }, { name: "prm", model: prm }] });
+  const reward = prmReward(prmConfig!, "prm");
+  const common = { model: "gen", maxTokens, temperature: 1, task: arithTask };
+  type Make = (prompt: number[], question: string, seed: number) => Program;
+  const methods: Array<{ name: string; cap: number; make: Make }> = [
+    ...[4, 8, 16].map((n) => ({ name: "beam + PRM", cap: n, make: ((prompt, question, seed) => new BeamSearch({ ...common, prompt, question, reward, n, beamWidth: Math.min(4, n), seed })) as Make })),
+    ...[4, 8, 16].map((n) => ({ name: "best-of-N + PRM", cap: n, make: ((prompt, question, seed) => new BestOfN({ ...common, prompt, question, reward, n, seed })) as Make })),
+    ...[4, 8, 16].map((c) => ({ name: "SC", cap: c, make: ((prompt, _q, seed) => new SelfConsistency({ ...common, temperature: 0.8, prompt, maxBranches: c, branchesPerRound: c, seed })) as Make })),
+    ...[4, 8, 12].map((c) => ({ name: "DUCHESS", cap: c, make: ((prompt, _q, seed) => new Duchess({ ...common, temperature: 0.8, prompt, probe, branches: c, seed })) as Make })),
+  ];
+  const rows: Array<{ name: string; cap: number; accuracy: number; tokens: number; rewardTokens: number; seconds: number }> = [];
+  try {
+    for (const m of methods) {
+      const t0 = Date.now();
+      let right = 0;
+      let tokens = 0;
+      let rewardTokens = 0;
+      await pool(qs, 4, async (p, i) => {
+        const prog = m.make(gen.tokenizer.encodeChat(p.messages), p.messages[0].content, 7000 + i);
+        const r = await new ProgramRuntime(engine).run(prog, { policy: { kind: "baseline-even" } });
+        right += arithTask.equivalent(r.answer, p.answer) ? 1 : 0;
+        tokens += r.tokensUsed - (r.tokensByPurpose.reward ?? 0);
+        rewardTokens += r.tokensByPurpose.reward ?? 0;
+      });
+      rows.push({ name: m.name, cap: m.cap, accuracy: right / qs.length, tokens: tokens / qs.length, rewardTokens: rewardTokens / qs.length, seconds: (Date.now() - t0) / 1000 });
+      log(`compare ${m.name} ${m.cap}: ${((100 * right) / qs.length).toFixed(1)}%, ${(tokens / qs.length).toFixed(0)} tokens (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+    }
+  } finally {
+    await engine.dispose();
+    gen.dispose();
+    prm.dispose();
+  }
+  const names = [...new Set(rows.map((r) => r.name))];
+  const svg = lineChart(
+    names.map((name) => ({ name, points: rows.filter((r) => r.name === name).map((r) => [r.tokens, 100 * r.accuracy] as const) })),
+    { title: `Accuracy vs generated tokens (${qs.length} test questions)`, xLabel: "generated tokens per question (generator)", yLabel: "accuracy %", logX: true },
+  );
+  const md = [
+    `# bench:tts --compare — beam search + PRM against SC and DUCHESS at equal tokens`,
+    "",
+    `${new Date().toISOString().slice(0, 10)}, ${machine()}, device ${device}. Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ` +
+      `${qs.length} test-split questions (4 at a time), the same questions and seeds for every method; beam / best-of-N sample at T = 1 and are ` +
+      `scored by the bundled tiny PRM (its 1-token passes are in "PRM tokens", not in "tokens"); SC and DUCHESS at T = 0.8; max ${maxTokens} tokens a solution.`,
+    "",
+    "| method | N / branches | accuracy | tokens / question | PRM tokens / question | wall s |",
+    "|---|---|---|---|---|---|",
+    ...rows.map((r) => `| ${r.name} | ${r.cap} | ${(100 * r.accuracy).toFixed(1)}% | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} |`),
+    "",
+    "![accuracy vs tokens](tts-compare.svg)",
+    "",
+  ].join("\n");
+  mkdirSync(values.out!, { recursive: true });
+  writeFileSync(join(values.out!, "tts-compare.md"), md);
+  writeFileSync(join(values.out!, "tts-compare.svg"), svg);
+  writeFileSync(join(values.out!, "tts-compare.json"), JSON.stringify({ date: new Date().toISOString(), machine: machine(), argv: process.argv.slice(2), questions: qs.length, rows }, null, 2) + "\n");
+  console.log(md);
+}
+
 async function main(): Promise<void> {
+  const q = Number(values.compare);
+  if (q > 0) return compare(q);
   const started = new Date();
   const budget = Number(values["kv-budget"]);
   const cfgs = configs.map((key) => ({ key, ...CONFIGS[key] }));
