@@ -1,7 +1,8 @@
 // FlashTTS benchmark (issue 22): verifier-guided beam search with the bundled tiny PRM on the arithmetic task.
 //   npm run bench:tts -- [--json] [--n-list 8,16,32,64] [--problems 12] [--beam-width 4] [--repeats 3]
 //     [--configs baseline,P,PM,PMS] [--kv-budget 16] [--ratios 0.5,0.85] [--kv-budgets 8,32] [--max-tokens 200]
-//     [--device cpu] [--model DIR] [--prm DIR] [--out bench] [--compare 100] [--preemption recompute|swap]
+//     [--device cpu] [--model DIR] [--prm DIR] [--out bench] [--compare 100 [--methods "SC,beam + PRM"]]
+//     [--preemption recompute|swap]
 // One question at a time (batch size 1, the paper's interactive edge setting), the same questions and seeds for
 // every configuration, configurations interleaved within each repeat (so drift hits all alike):
 //   baseline: every FlashTTS switch off (continuations are new requests in random order, no speculation), the KV
@@ -14,7 +15,7 @@
 // Sweeps at the largest N: --ratios (duplicate-then-truncate R, on +P+M+S) and --kv-budgets (MiB), each against the
 // baseline at the same budget.
 // --compare Q: accuracy against generated tokens on Q test questions (4 at a time) for beam search + PRM (N = 4, 8,
-// 16, the default switches), best-of-N + PRM, self-consistency (4, 8, 16 branches) and DUCHESS (4, 8, 12 branches,
+// 16, the default switches), beam search + the task's step checker (what a perfect PRM would give), best-of-N + PRM, self-consistency (4, 8, 16 branches) and DUCHESS (4, 8, 12 branches,
 // the bundled probe's tuned settings): the equal-token comparison, bench/tts-compare.{md,svg}.
 // Writes bench/tts.{md,json}.
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -57,6 +58,7 @@ const { values } = parseArgs({
     seed: { type: "string", default: "1" },
     out: { type: "string", default: "bench" },
     compare: { type: "string", default: "0" },
+    methods: { type: "string" },
     preemption: { type: "string", default: "recompute" },
   },
 });
@@ -263,13 +265,15 @@ async function compare(q: number): Promise<void> {
   type Make = (prompt: number[], question: string, seed: number) => Program;
   const methods: Array<{ name: string; cap: number; make: Make }> = [
     ...[4, 8, 16].map((n) => ({ name: "beam + PRM", cap: n, make: ((prompt, question, seed) => new BeamSearch({ ...common, prompt, question, reward, n, beamWidth: Math.min(4, n), seed })) as Make })),
+    ...[4, 8, 16].map((n) => ({ name: "beam + step checker", cap: n, make: ((prompt, question, seed) => new BeamSearch({ ...common, prompt, question, reward: arithTask.stepVerifier, n, beamWidth: Math.min(4, n), seed })) as Make })),
     ...[4, 8, 16].map((n) => ({ name: "best-of-N + PRM", cap: n, make: ((prompt, question, seed) => new BestOfN({ ...common, prompt, question, reward, n, seed })) as Make })),
     ...[4, 8, 16].map((c) => ({ name: "SC", cap: c, make: ((prompt, _q, seed) => new SelfConsistency({ ...common, temperature: 0.8, prompt, maxBranches: c, branchesPerRound: c, seed })) as Make })),
     ...[4, 8, 12].map((c) => ({ name: "DUCHESS", cap: c, make: ((prompt, _q, seed) => new Duchess({ ...common, temperature: 0.8, prompt, probe, branches: c, seed })) as Make })),
   ];
   const rows: Array<{ name: string; cap: number; accuracy: number; tokens: number; rewardTokens: number; seconds: number }> = [];
+  const only = values.methods?.split(",");
   try {
-    for (const m of methods) {
+    for (const m of methods.filter((x) => only === undefined || only.includes(x.name))) {
       const t0 = Date.now();
       let right = 0;
       let tokens = 0;
