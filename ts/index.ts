@@ -76,3 +76,7 @@ export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/pr
 // exports above (ts/server imports only this file), so they are initialised before it loads.
 export { createServer, deliberatePlugin, ServerState, ApiError } from "./server/index.js";
 export type { CreateServerOptions, DeliberatePluginOptions, DeliberateServer, ServeTarget } from "./server/index.js";
+
+// Past one machine: replicas over NATS and the program-aware router (`deliberate serve --cluster`, `deliberate
+// router`). Built on the server above, so it comes after it.
+export * from "./cluster/index.js";

@@ -24,6 +24,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   determinism: ["engine", "model", "native", "device"],
   cli: ["index"], // the CLI is built on the public API only
   server: ["index"], // so is the HTTP server (ts/index.ts re-exports it last)
+  cluster: ["index"], // and the cluster (replicas, router) on top of the server
 };
 
 function files(dir: string): string[] {

@@ -6,6 +6,7 @@ import { registerDevices } from "./commands/devices.js";
 import { registerEval } from "./commands/eval.js";
 import { registerGenerate } from "./commands/generate.js";
 import { registerProbe } from "./commands/probe.js";
+import { registerRouter } from "./commands/router.js";
 import { registerRun } from "./commands/run.js";
 import { registerServe } from "./commands/serve.js";
 
@@ -18,6 +19,7 @@ registerEval(program);
 registerDeterminism(program);
 registerProbe(program);
 registerServe(program);
+registerRouter(program);
 
 program.parseAsync(process.argv).catch((e: unknown) => {
   console.error(`deliberate: ${e instanceof Error ? e.message : String(e)}`);

@@ -3,7 +3,8 @@
 // then exit.
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
-import { bundledModelDir, createServer, getTask, TASK_NAMES } from "../../index.js";
+import { bundledModelDir, createServer, getTask, joinCluster, TASK_NAMES, type ClusterMember } from "../../index.js";
+import { intOption } from "../intOption.js";
 
 interface ServeOptions {
   model?: string;
@@ -15,13 +16,8 @@ interface ServeOptions {
   servedModelName?: string;
   task: string;
   calibration?: string | false;
-}
-
-function int(name: string, raw: string | undefined, lo: number, hi: number): number | undefined {
-  if (raw === undefined) return undefined;
-  const v = Number(raw);
-  if (raw.trim() === "" || !Number.isInteger(v) || v < lo || v > hi) throw new Error(`--${name} must be an integer in [${lo}, ${hi}], got '${raw}'`);
-  return v;
+  cluster?: string;
+  replicaId?: string;
 }
 
 export function registerServe(program: Command): void {
@@ -38,12 +34,14 @@ export function registerServe(program: Command): void {
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
     .option("--calibration <file>", "certaindex calibration for programs (default: the model's own)")
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies")
+    .option("--cluster <url>", "join a cluster over NATS (nats://host:4222): register as a replica and take requests from `deliberate router`")
+    .option("--replica-id <id>", "this replica's id in the cluster (default: host-pid-random)")
     .action(async (opts: ServeOptions) => {
       const dir = opts.model ?? bundledModelDir;
       if (!existsSync(dir)) throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
       if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
-      const port = int("port", opts.port, 0, 65535)!;
-      const maxQueue = int("max-queue", opts.maxQueue, 0, 1_000_000);
+      const port = intOption("port", opts.port, 0, 65535)!;
+      const maxQueue = intOption("max-queue", opts.maxQueue, 0, 1_000_000);
       const server = await createServer({
         modelDir: dir,
         device: opts.device,
@@ -56,12 +54,21 @@ export function registerServe(program: Command): void {
       });
       const address = await server.listen({ host: opts.host, port });
       process.stderr.write(`deliberate: serving ${dir} on ${address} (OpenAI-compatible: ${address}/v1)\n`);
+      let member: ClusterMember | null = null;
+      if (opts.cluster !== undefined) {
+        member = await joinCluster(server, { cluster: opts.cluster, address, id: opts.replicaId });
+        process.stderr.write(`deliberate: replica ${member.id} joined the cluster at ${opts.cluster}\n`);
+      }
       let stopping = false;
       const stop = (signal: string): void => {
         if (stopping) return;
         stopping = true;
         process.stderr.write(`deliberate: ${signal}: draining requests in flight, then exiting\n`);
-        server.close().then(
+        // A replica tells the routers first, so no new work arrives while it drains; it leaves once it is idle.
+        Promise.resolve(member?.drain())
+          .then(() => server.close())
+          .then(() => member?.leave())
+          .then(
           () => process.exit(0),
           (e: unknown) => {
             process.stderr.write(`deliberate: shutdown failed: ${e instanceof Error ? e.message : String(e)}\n`);

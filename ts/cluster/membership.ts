@@ -1,0 +1,142 @@
+// Membership over a NATS KV bucket: each replica puts its report under its id every heartbeat (and at once when its
+// programs or its draining flag change) and deletes it when it leaves; routers watch the bucket. A replica whose
+// heartbeat stops (killed, partitioned) is dropped by each router after `staleMs` without a put. The bucket's TTL
+// only cleans up the keys of dead replicas; liveness is the routers' clock, so no clock is shared.
+import { Kvm, type KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { ReplicaReport, ReplicaView } from "./routing.js";
+
+export const REPLICA_BUCKET = "deliberate-replicas";
+export const DEFAULT_HEARTBEAT_MS = 500;
+export const DEFAULT_STALE_MS = 2000;
+
+async function openBucket(nc: NatsConnection): Promise<KV> {
+  try {
+    return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000 });
+  } catch (e) {
+    throw new Error(`cluster: cannot open the NATS KV bucket ${REPLICA_BUCKET} (${(e as Error).message}); the NATS server must run with JetStream on (nats-server -js)`);
+  }
+}
+
+/** A replica's entry in the bucket: heartbeats until `leave()`. */
+export class ReplicaRegistration {
+  private timer: NodeJS.Timeout | null = null;
+  private seq = 0;
+  private putting: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    private readonly kv: KV,
+    readonly id: string,
+    private readonly report: () => Omit<ReplicaReport, "seq">,
+  ) {}
+
+  static async join(nc: NatsConnection, id: string, report: () => Omit<ReplicaReport, "seq">, heartbeatMs = DEFAULT_HEARTBEAT_MS): Promise<ReplicaRegistration> {
+    const r = new ReplicaRegistration(await openBucket(nc), id, report);
+    await r.beat();
+    r.timer = setInterval(() => void r.beat().catch(() => undefined), heartbeatMs);
+    r.timer.unref();
+    return r;
+  }
+
+  /** Puts the current report now (also called when programs or draining change, so routers see it at once). */
+  beat(): Promise<void> {
+    if (this.timer === null && this.seq > 0) return Promise.resolve();
+    const value = JSON.stringify({ ...this.report(), seq: ++this.seq } satisfies ReplicaReport);
+    // Puts are chained so a later report never lands before an earlier one.
+    const p = this.putting.then(() => this.kv.put(this.id, value));
+    this.putting = p.catch(() => undefined);
+    return p.then(() => undefined);
+  }
+
+  /** Stops the heartbeat and deletes the entry: routers drop the replica at once. */
+  async leave(): Promise<void> {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    await this.putting;
+    await this.kv.delete(this.id).catch(() => undefined);
+  }
+}
+
+export type LeaveReason = "left" | "heartbeat-stale";
+
+interface Member {
+  report: ReplicaReport;
+  seenAt: number;
+  pending: number;
+  pendingPrograms: Set<string>;
+}
+
+/** A router's view of the replicas: the bucket watched, stale members swept. */
+export class ClusterView {
+  private readonly members = new Map<string, Member>();
+  private readonly leaveListeners: ((id: string, reason: LeaveReason) => void)[] = [];
+  private sweeper: NodeJS.Timeout | null = null;
+  private stopWatch: (() => void) | null = null;
+
+  private constructor(readonly staleMs: number) {}
+
+  static async open(nc: NatsConnection, staleMs = DEFAULT_STALE_MS): Promise<ClusterView> {
+    const view = new ClusterView(staleMs);
+    const kv = await openBucket(nc);
+    const watch = await kv.watch({ key: ">" });
+    view.stopWatch = () => watch.stop();
+    void (async () => {
+      for await (const e of watch) {
+        if (e.operation === "PUT") {
+          // Entries older than the stale limit at startup are replicas that died without deleting their key.
+          const seenAt = e.isUpdate ? Date.now() : e.created.getTime();
+          let report: ReplicaReport;
+          try {
+            report = e.json<ReplicaReport>();
+          } catch {
+            continue;
+          }
+          view.members.set(e.key, { report, seenAt, pending: 0, pendingPrograms: new Set() });
+        } else {
+          view.remove(e.key, "left");
+        }
+      }
+    })().catch(() => undefined);
+    view.sweeper = setInterval(() => view.sweep(), Math.max(50, Math.floor(staleMs / 8)));
+    view.sweeper.unref();
+    return view;
+  }
+
+  private remove(id: string, reason: LeaveReason): void {
+    if (!this.members.delete(id)) return;
+    for (const l of this.leaveListeners) l(id, reason);
+  }
+
+  /** Drops members whose last heartbeat is older than staleMs. */
+  sweep(now = Date.now()): void {
+    for (const [id, m] of this.members) if (now - m.seenAt > this.staleMs) this.remove(id, "heartbeat-stale");
+  }
+
+  /** Calls `listener` when a replica leaves (deleted its key, or stopped heartbeating). */
+  onLeave(listener: (id: string, reason: LeaveReason) => void): void {
+    this.leaveListeners.push(listener);
+  }
+
+  /** The live replicas, as routing sees them (stale ones swept first). */
+  replicas(): ReplicaView[] {
+    this.sweep();
+    return [...this.members.values()].map((m) => ({ report: m.report, pending: m.pending, pendingPrograms: m.pendingPrograms }));
+  }
+
+  has(id: string): boolean {
+    return this.members.has(id);
+  }
+
+  /** Counts a request dispatched to `id` until its next report (which then counts it itself). */
+  dispatched(id: string, programId: string | undefined): void {
+    const m = this.members.get(id);
+    if (m === undefined) return;
+    m.pending++;
+    if (programId !== undefined) m.pendingPrograms.add(programId);
+  }
+
+  close(): void {
+    if (this.sweeper !== null) clearInterval(this.sweeper);
+    this.stopWatch?.();
+  }
+}

@@ -1,0 +1,155 @@
+// A `deliberate serve` process as a cluster replica: it registers in the membership bucket (heartbeats with its model,
+// KV usage, queue depth and the programs it holds) and serves tunnelled requests against its own HTTP server.
+// Draining (SIGTERM) is announced first, so routers stop sending new work before the server stops taking it.
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { connect } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { DeliberateServer } from "../index.js";
+import { DEFAULT_HEARTBEAT_MS, ReplicaRegistration } from "./membership.js";
+import type { ReplicaReport } from "./routing.js";
+import { serveTunnel, type TunnelRequest } from "./transport.js";
+
+export interface JoinClusterOptions {
+  /** NATS server URL (nats://host:4222), or a connection to use (not closed by leave()). */
+  cluster: string | NatsConnection;
+  /** The address the server listens on (what listen() returned): tunnelled requests are replayed there. */
+  address: string;
+  /** The replica's id (default: host-pid-random). Letters, digits, - and _ only. */
+  id?: string;
+  heartbeatMs?: number;
+  /** How long a program id stays reported after its last request ends (default 60 s). */
+  programIdleMs?: number;
+}
+
+export interface ClusterMember {
+  readonly id: string;
+  /** Announces draining: routers stop sending new work here (call before server.close()). */
+  drain(): Promise<void>;
+  /** Stops serving tunnelled requests, deletes the membership entry, closes the connection it opened. */
+  leave(): Promise<void>;
+}
+
+/** Connects to NATS, naming the URL and the fix when it cannot. */
+export async function connectCluster(url: string, name: string): Promise<NatsConnection> {
+  try {
+    return await connect({ servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+  } catch (e) {
+    throw new Error(`cluster: cannot connect to NATS at ${url} (${(e as Error).message}); start one with \`nats-server -js\` or pass --cluster with its URL`);
+  }
+}
+
+const ID_RE = /^[A-Za-z0-9_-]+$/;
+
+/** Tracks the program ids a replica holds: in flight, or seen within the idle window. */
+class ProgramTracker {
+  private readonly inFlight = new Map<string, number>();
+  private readonly lastSeen = new Map<string, number>();
+  constructor(private readonly idleMs: number) {}
+
+  /** Counts a request of `id`; true when the program is new here. */
+  start(id: string): boolean {
+    const fresh = !this.inFlight.has(id) && !this.lastSeen.has(id);
+    this.inFlight.set(id, (this.inFlight.get(id) ?? 0) + 1);
+    return fresh;
+  }
+
+  end(id: string): void {
+    const n = (this.inFlight.get(id) ?? 1) - 1;
+    if (n > 0) this.inFlight.set(id, n);
+    else this.inFlight.delete(id);
+    this.lastSeen.set(id, Date.now());
+  }
+
+  ids(now = Date.now()): string[] {
+    for (const [id, t] of this.lastSeen) if (now - t > this.idleMs && !this.inFlight.has(id)) this.lastSeen.delete(id);
+    return [...new Set([...this.inFlight.keys(), ...this.lastSeen.keys()])];
+  }
+}
+
+/** The program id a tunnelled request carries: body `program_id`, else header x-program-id. */
+export function programIdOf(body: unknown, headers: Record<string, string | string[] | undefined>): string | undefined {
+  const fromBody = typeof body === "object" && body !== null ? (body as { program_id?: unknown }).program_id : undefined;
+  if (typeof fromBody === "string" && fromBody.length > 0) return fromBody;
+  const h = headers["x-program-id"];
+  return typeof h === "string" && h.length > 0 ? h : undefined;
+}
+
+/** Registers `server` (already listening at `address`) as a replica and serves the requests routers send it. */
+export async function joinCluster(server: DeliberateServer, options: JoinClusterOptions): Promise<ClusterMember> {
+  const id = options.id ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-")}-${process.pid}-${randomBytes(3).toString("hex")}`;
+  if (!ID_RE.test(id)) throw new Error(`cluster: replica id '${id}' may hold only letters, digits, - and _`);
+  const owned = typeof options.cluster === "string";
+  const nc = typeof options.cluster === "string" ? await connectCluster(options.cluster, `deliberate-replica-${id}`) : options.cluster;
+  const programs = new ProgramTracker(options.programIdleMs ?? 60_000);
+  const startedAt = Date.now();
+  let draining = false;
+
+  const report = (): Omit<ReplicaReport, "seq"> => {
+    const t = server.state.target;
+    const m = t?.engine.metrics();
+    const mm = m?.models.find((x) => x.name === (t?.engineModel ?? m.models[0]?.name));
+    return {
+      id,
+      model: server.state.servedName,
+      maxModelLen: t?.model.contextLength ?? 0,
+      url: options.address,
+      running: m?.running ?? 0,
+      waiting: m?.waiting ?? 0,
+      kvPagesUsed: mm?.kvPagesUsed ?? 0,
+      kvPagesTotal: mm?.kvPagesTotal ?? 0,
+      prefixCacheHitRate: m?.prefixCacheHitRate ?? 0,
+      programs: programs.ids(),
+      // Loading counts as draining: routers send nothing until the model is there.
+      draining: draining || server.state.draining || t === null,
+      startedAt,
+    };
+  };
+
+  let registration: ReplicaRegistration;
+  const stopTunnel = serveTunnel(nc, id, options.address, (r: TunnelRequest) => {
+    let body: unknown;
+    try {
+      body = JSON.parse(r.body);
+    } catch {
+      body = undefined;
+    }
+    const pid = programIdOf(body, r.headers);
+    if (pid === undefined) return () => undefined;
+    if (programs.start(pid)) void registration?.beat().catch(() => undefined);
+    return () => programs.end(pid);
+  });
+  try {
+    registration = await ReplicaRegistration.join(nc, id, report, options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
+  } catch (e) {
+    await stopTunnel();
+    if (owned) await nc.close();
+    throw e;
+  }
+  // Until the model is loaded the report says draining; announce readiness as soon as it is.
+  if (server.state.target === null) {
+    const poll = setInterval(() => {
+      if (server.state.target !== null) {
+        clearInterval(poll);
+        void registration.beat().catch(() => undefined);
+      }
+    }, 50);
+    poll.unref();
+  }
+
+  let left = false;
+  return {
+    id,
+    async drain() {
+      draining = true;
+      await registration.beat().catch(() => undefined);
+    },
+    async leave() {
+      if (left) return;
+      left = true;
+      await registration.leave();
+      await stopTunnel();
+      if (owned) await nc.drain().catch(() => undefined);
+    },
+  };
+}

@@ -1,0 +1,165 @@
+// Routing policies as pure functions: given the live replicas (as their heartbeats describe them, plus what this
+// router dispatched since) and a request's routing key, which replica takes it and why. No I/O, no clocks: the
+// router's tests drive these directly, and two routers with the same view decide alike.
+import { HashRing } from "./hashRing.js";
+
+/** What a replica says of itself in its heartbeat (the membership bucket's value). */
+export interface ReplicaReport {
+  id: string;
+  /** The model name clients pass (the replica's served model name). */
+  model: string;
+  maxModelLen: number;
+  /** Where the replica's own HTTP server listens (for people; the router reaches it over NATS). */
+  url: string;
+  running: number;
+  waiting: number;
+  kvPagesUsed: number;
+  kvPagesTotal: number;
+  prefixCacheHitRate: number;
+  /** Program ids (the `program_id` of requests) the replica holds state for: recent or in flight. */
+  programs: string[];
+  /** Set by SIGTERM: finish what is in flight, take nothing new. */
+  draining: boolean;
+  startedAt: number;
+  /** Heartbeat counter (a new value on every put). */
+  seq: number;
+}
+
+/** A live replica as a router sees it: its last report and the work this router sent it since that report. */
+export interface ReplicaView {
+  report: ReplicaReport;
+  /** Requests this router dispatched after the report was written (the report does not count them yet). */
+  pending: number;
+  /** Program ids this router dispatched there after the report (sticky before the replica reports them). */
+  pendingPrograms: ReadonlySet<string>;
+}
+
+/** What a request is routed by. */
+export interface RouteKey {
+  /** The `model` the client asked for (undefined: any replica). */
+  model?: string;
+  /** `program_id` (body field or x-program-id header): every request of one program lands on one replica. */
+  programId?: string;
+  /** The start of the prompt (first page, roughly): requests sharing it land together for prefix-cache hits. */
+  prefix?: string;
+}
+
+export const ROUTING_POLICIES = ["affinity", "round-robin", "least-load"] as const;
+export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+
+export interface RouteOptions {
+  policy: RoutingPolicy;
+  /** Bounded-load factor c ≥ 1 (Mirrokni et al.): no replica takes a new key while its load ≥ ⌈c·(total+1)/n⌉. */
+  loadFactor: number;
+  /** Replicas to skip (one that just failed this request). */
+  exclude?: ReadonlySet<string>;
+  /** Round-robin's turn (the router's request counter). */
+  turn?: number;
+}
+
+export type RouteReason = "program-sticky" | "program-ring" | "prefix-ring" | "spill" | "least-load" | "round-robin";
+
+export interface RouteDecision {
+  replica: string;
+  reason: RouteReason;
+  /** Every eligible replica in the order this request would try them (the decision first). */
+  order: string[];
+}
+
+/** A request's load on a replica: what it runs, what waits, what was sent since its report. */
+export function loadOf(r: ReplicaView): number {
+  return r.report.running + r.report.waiting + r.pending;
+}
+
+/** Replicas that may take a request for `model`: serving it, not draining, not excluded; sorted by id. */
+export function eligible(replicas: readonly ReplicaView[], model: string | undefined, exclude?: ReadonlySet<string>): ReplicaView[] {
+  return replicas
+    .filter((r) => !r.report.draining && (model === undefined || r.report.model === model) && !exclude?.has(r.report.id))
+    .sort((a, b) => (a.report.id < b.report.id ? -1 : a.report.id > b.report.id ? 1 : 0));
+}
+
+/** The bounded-load cap: the most load a replica may hold and still take a new key. */
+export function loadCap(replicas: readonly ReplicaView[], loadFactor: number): number {
+  const total = replicas.reduce((n, r) => n + loadOf(r), 0);
+  return Math.ceil((loadFactor * (total + 1)) / replicas.length);
+}
+
+let ringCache: { key: string; ring: HashRing } | null = null;
+/** The ring over these ids (the last one is kept: the member set changes rarely). */
+function ringOf(ids: string[]): HashRing {
+  const key = ids.join("\n");
+  if (ringCache?.key !== key) ringCache = { key, ring: new HashRing(ids) };
+  return ringCache.ring;
+}
+
+function byLoad(rs: readonly ReplicaView[]): string[] {
+  return [...rs].sort((a, b) => loadOf(a) - loadOf(b) || (a.report.id < b.report.id ? -1 : 1)).map((r) => r.report.id);
+}
+
+/** Walks the ring from `key`'s owner and takes the first replica under the bounded-load cap. */
+function ringRoute(rs: ReplicaView[], key: string, loadFactor: number, reason: RouteReason): RouteDecision {
+  const walk = ringOf(rs.map((r) => r.report.id)).walk(key);
+  const byId = new Map(rs.map((r) => [r.report.id, r]));
+  const cap = loadCap(rs, loadFactor);
+  const under = walk.find((id) => loadOf(byId.get(id)!) < cap) ?? walk[0];
+  const order = [under, ...walk.filter((id) => id !== under)];
+  return { replica: under, reason: under === walk[0] ? reason : "spill", order };
+}
+
+/**
+ * The replica for a request, or null when no replica can take it (none serves the model, or all are draining or
+ * excluded). `affinity`: a program stays where it already runs; a new program goes to its ring owner (bounded load
+ * spills it clockwise); a request without a program goes by its prompt's prefix; with neither, least load.
+ */
+export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteOptions): RouteDecision | null {
+  const rs = eligible(replicas, key.model, o.exclude);
+  if (rs.length === 0) return null;
+  switch (o.policy) {
+    case "round-robin": {
+      const i = (o.turn ?? 0) % rs.length;
+      const order = [...rs.slice(i), ...rs.slice(0, i)].map((r) => r.report.id);
+      return { replica: order[0], reason: "round-robin", order };
+    }
+    case "least-load": {
+      const order = byLoad(rs);
+      return { replica: order[0], reason: "least-load", order };
+    }
+    case "affinity": {
+      if (key.programId !== undefined) {
+        const p = key.programId;
+        const holder = rs.find((r) => r.report.programs.includes(p) || r.pendingPrograms.has(p));
+        if (holder !== undefined) {
+          const id = holder.report.id;
+          return { replica: id, reason: "program-sticky", order: [id, ...ringRoute(rs, `program:${p}`, o.loadFactor, "program-ring").order.filter((x) => x !== id)] };
+        }
+        return ringRoute(rs, `program:${p}`, o.loadFactor, "program-ring");
+      }
+      if (key.prefix !== undefined && key.prefix.length > 0) return ringRoute(rs, `prefix:${key.prefix}`, o.loadFactor, "prefix-ring");
+      const order = byLoad(rs);
+      return { replica: order[0], reason: "least-load", order };
+    }
+    default:
+      return o.policy satisfies never;
+  }
+}
+
+/** The routing prefix of a request body: its prompt's first `chars` characters (chat: roles and contents in order). */
+export function promptPrefix(body: unknown, chars: number): string | undefined {
+  if (typeof body !== "object" || body === null) return undefined;
+  const b = body as { messages?: unknown; prompt?: unknown };
+  let text: string | undefined;
+  if (Array.isArray(b.messages)) {
+    text = b.messages
+      .map((m: { role?: unknown; content?: unknown }) => {
+        const c = typeof m?.content === "string" ? m.content : Array.isArray(m?.content) ? m.content.map((p: { text?: unknown }) => (typeof p?.text === "string" ? p.text : "")).join("") : "";
+        return `${String(m?.role)}:${c}\n`;
+      })
+      .join("");
+  } else if (typeof b.prompt === "string") {
+    text = b.prompt;
+  } else if (Array.isArray(b.prompt) && b.prompt.length > 0) {
+    // A batch of prompts or token ids: the first prompt (or the first ids) decides.
+    text = typeof b.prompt[0] === "string" ? b.prompt[0] : JSON.stringify(b.prompt.slice(0, 16));
+  }
+  return text === undefined ? undefined : text.slice(0, chars);
+}
