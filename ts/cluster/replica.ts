@@ -26,7 +26,7 @@ export interface ClusterMember {
   readonly id: string;
   /** Announces draining: routers stop sending new work here (call before server.close()). */
   drain(): Promise<void>;
-  /** Stops serving tunnelled requests, deletes the membership entry, closes the connection it opened. */
+  /** Lets tunnelled requests in flight finish, deletes the membership entry, closes the connection it opened. */
   leave(): Promise<void>;
 }
 
@@ -147,8 +147,10 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
     async leave() {
       if (left) return;
       left = true;
-      await registration.leave();
+      // The last frames of the requests in flight go out before the key is deleted: a router fails the streams of a
+      // replica that left.
       await stopTunnel();
+      await registration.leave();
       if (owned) await nc.drain().catch(() => undefined);
     },
   };

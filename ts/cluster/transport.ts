@@ -38,7 +38,7 @@ export function endToEndHeaders(h: http.IncomingHttpHeaders): Record<string, str
  * Serves tunnelled requests for `replicaId` against the HTTP server at `localUrl` (e.g. http://127.0.0.1:8000).
  * `onRequest` sees each request first (the replica records program ids). Returns a function that stops serving.
  */
-export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: string, onRequest: (r: TunnelRequest) => () => void): () => Promise<void> {
+export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: string, onRequest: (r: TunnelRequest) => () => void): (graceMs?: number) => Promise<void> {
   const agent = new http.Agent({ keepAlive: true });
   const open = new Map<string, http.ClientRequest>();
   const enc = new TextEncoder();
@@ -88,25 +88,28 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
     req.end(body);
   };
 
-  const subs: Subscription[] = [
-    nc.subscribe(httpSubject(replicaId), { callback: (err, msg) => void (err ? undefined : handle(msg)) }),
-    nc.subscribe(cancelSubject(replicaId), {
-      callback: (err, msg) => {
-        if (err) return;
-        const rid = msg.string();
-        const req = open.get(rid);
-        if (req !== undefined) {
-          open.delete(rid);
-          req.destroy();
-        }
-      },
-    }),
-  ];
-  return async () => {
-    for (const s of subs) s.unsubscribe();
+  const httpSub = nc.subscribe(httpSubject(replicaId), { callback: (err, msg) => void (err ? undefined : handle(msg)) });
+  const cancelSub = nc.subscribe(cancelSubject(replicaId), {
+    callback: (err, msg) => {
+      if (err) return;
+      const rid = msg.string();
+      const req = open.get(rid);
+      if (req !== undefined) {
+        open.delete(rid);
+        req.destroy();
+      }
+    },
+  });
+  // Stopping takes no new request at once, lets those in flight send their last frame (up to graceMs), then closes.
+  return async (graceMs = 30_000) => {
+    httpSub.unsubscribe();
+    const t0 = Date.now();
+    while (open.size > 0 && Date.now() - t0 < graceMs) await new Promise((r) => setTimeout(r, 20));
+    cancelSub.unsubscribe();
     for (const req of open.values()) req.destroy();
     open.clear();
     agent.destroy();
+    await nc.flush().catch(() => undefined);
   };
 }
 

@@ -1,0 +1,156 @@
+// The cluster for real: a nats-server with JetStream, two `deliberate serve --cluster` processes on the bundled model,
+// and routers in this process. Program affinity, streaming through the router with the openai client, two routers
+// routing alike, a killed replica's stream ending with an error event while new requests of its program re-route,
+// and a SIGTERM'd replica draining its stream while new work goes elsewhere. Skipped, visibly, without nats-server.
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRouter, type DeliberateRouter } from "../../ts/index.js";
+import { findNatsServer, startNats, startReplica, type NatsHandle, type ReplicaHandle } from "../../scripts/cluster/localCluster.js";
+
+const natsBin = findNatsServer();
+if (natsBin === null) console.warn("test/cluster/cluster.test.ts: SKIPPED — no nats-server binary (Debian: apt-get install nats-server); .ci/run installs it");
+
+const question = (q: string): { role: "user"; content: string }[] => [{ role: "user", content: q }];
+
+async function until(what: string, ok: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
+  const t0 = Date.now();
+  while (!(await ok())) {
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+interface ClusterReport {
+  replicas: { id: string; draining: boolean; programs: string[] }[];
+}
+
+describe.skipIf(natsBin === null)("a cluster over NATS", () => {
+  let nats: NatsHandle;
+  let replicas: ReplicaHandle[] = [];
+  let router: DeliberateRouter;
+  let url: string;
+
+  const post = (base: string, body: unknown): Promise<Response> =>
+    fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const clusterView = async (base = url): Promise<ClusterReport> => (await (await fetch(`${base}/cluster`)).json()) as ClusterReport;
+  const liveIds = async (): Promise<string[]> => (await clusterView()).replicas.filter((r) => !r.draining).map((r) => r.id).sort();
+
+  beforeAll(async () => {
+    nats = await startNats(natsBin);
+    replicas = await Promise.all(["ra", "rb"].map((id) => startReplica(nats.url, id)));
+    router = await createRouter({ cluster: nats.url, staleMs: 1500 });
+    url = await router.listen({ port: 0 });
+    await until("both replicas loaded and live in the router's view", async () => (await liveIds()).join() === "ra,rb", 60_000);
+  });
+
+  afterAll(async () => {
+    await router?.close();
+    for (const r of replicas) if (r.child.exitCode === null) r.child.kill("SIGKILL");
+    await nats?.stop();
+  });
+
+  it("keeps every request of a program on one replica, and two routers route alike", async () => {
+    const second = await createRouter({ cluster: nats.url, staleMs: 1500 });
+    const url2 = await second.listen({ port: 0 });
+    try {
+      await until("the second router sees both replicas", async () => (await clusterView(url2)).replicas.length === 2);
+      const where = new Map<string, Set<string>>();
+      for (let round = 0; round < 3; round++) {
+        await Promise.all(
+          ["p1", "p2", "p3", "p4", "p5", "p6"].map(async (pid, i) => {
+            // Rounds alternate routers: the second router must send each program where the first did.
+            const res = await post((round + i) % 2 === 0 ? url : url2, { messages: question(`What is ${i}+${round}?`), max_tokens: 24, program_id: pid, temperature: 1, seed: round });
+            expect(res.status).toBe(200);
+            await res.json();
+            const replica = res.headers.get("x-deliberate-replica")!;
+            where.set(pid, (where.get(pid) ?? new Set()).add(replica));
+          }),
+        );
+      }
+      for (const [pid, set] of where) expect([pid, set.size]).toEqual([pid, 1]);
+      // Six programs on a two-replica ring: both replicas take some.
+      expect(new Set([...where.values()].map((s) => [...s][0])).size).toBe(2);
+      const reported = (await clusterView()).replicas.flatMap((r) => r.programs.map((p) => `${p}@${r.id}`)).sort();
+      expect(reported).toEqual([...where].map(([p, s]) => `${p}@${[...s][0]}`).sort());
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("streams through the router as the openai client reads it, and answers errors in OpenAI's shape", async () => {
+    const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none" });
+    const stream = await openai.chat.completions.create({ model: "tiny-reasoner", messages: question("What is 7*(8+5)-19?"), max_tokens: 200, stream: true, stream_options: { include_usage: true } });
+    let text = "";
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) {
+      const d = chunk.choices[0]?.delta as { content?: string; reasoning?: string } | undefined;
+      text += (d?.reasoning ?? "") + (d?.content ?? "");
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toContain("\\boxed{72}");
+    expect(usage!.completion_tokens).toBeGreaterThan(5);
+    const models = await openai.models.list();
+    expect(models.data.map((m) => m.id)).toEqual(["tiny-reasoner"]);
+    await expect(openai.chat.completions.create({ model: "nope", messages: question("hi") })).rejects.toMatchObject({ status: 404, code: "model_not_found" });
+    await expect(openai.chat.completions.create({ model: "tiny-reasoner", messages: question("hi"), temperature: "hot" as unknown as number })).rejects.toMatchObject({ status: 400, param: "temperature" });
+  });
+
+  it("ends a killed replica's stream with an error event (no hang), and re-routes new requests of its program", async () => {
+    // n = 16 samples of 480 tokens: about 1.3 s of work on a 2-core CPU, so the kill lands mid-stream.
+    const res = await post(url, { messages: question("What is 3+4?"), max_tokens: 480, ignore_eos: true, n: 16, temperature: 1, stream: true, program_id: "doomed" });
+    const victimId = res.headers.get("x-deliberate-replica")!;
+    const victim = replicas.find((r) => r.id === victimId)!;
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    expect(first.done).toBe(false);
+    victim.child.kill("SIGKILL");
+    const t0 = Date.now();
+    let text = new TextDecoder().decode(first.value);
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const waited = Date.now() - t0;
+    const events = text.split("\n\n").filter((e) => e.startsWith("data: "));
+    const last = JSON.parse(events[events.length - 1].slice(6)) as { error?: { code: string; message: string } };
+    expect(last.error?.code).toBe("replica_lost");
+    expect(last.error?.message).toContain(victimId);
+    expect(text).not.toContain("[DONE]");
+    expect(waited).toBeLessThan(10_000);
+    // The program's next request goes to the survivor (at once: the dead replica has no NATS listener).
+    const again = await post(url, { messages: question("What is 3+4?"), max_tokens: 16, program_id: "doomed" });
+    expect(again.status).toBe(200);
+    expect(again.headers.get("x-deliberate-replica")).not.toBe(victimId);
+    await again.json();
+    await until("the dead replica leaves the ring", async () => !(await clusterView()).replicas.some((r) => r.id === victimId), 5_000);
+    // Bring a replica back for the drain test.
+    replicas = replicas.filter((r) => r !== victim);
+    replicas.push(await startReplica(nats.url, "rc"));
+    await until("the new replica is live", async () => (await liveIds()).length === 2, 60_000);
+  });
+
+  it("a replica drained by SIGTERM finishes its stream, takes no new work, then leaves and exits 0", async () => {
+    const res = await post(url, { messages: question("What is 9+9?"), max_tokens: 400, ignore_eos: true, n: 8, temperature: 1, stream: true, program_id: "draining" });
+    const drainingId = res.headers.get("x-deliberate-replica")!;
+    const target = replicas.find((r) => r.id === drainingId)!;
+    const reader = res.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    target.child.kill("SIGTERM");
+    await until("the router sees it draining", async () => (await clusterView()).replicas.find((r) => r.id === drainingId)?.draining !== false, 5_000);
+    // New work — even of the draining replica's own program — goes to the other replica.
+    const other = await post(url, { messages: question("What is 1+1?"), max_tokens: 8, program_id: "draining" });
+    expect(other.status).toBe(200);
+    expect(other.headers.get("x-deliberate-replica")).not.toBe(drainingId);
+    await other.json();
+    let text = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+    expect(await target.exited).toBe(0);
+    await until("the drained replica leaves the view", async () => !(await clusterView()).replicas.some((r) => r.id === drainingId), 5_000);
+  });
+});
