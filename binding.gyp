@@ -2,6 +2,9 @@
   "variables": {
     # CUDA toolkit root when nvcc is usable, "" otherwise (scripts/detect-cuda.mjs; DELIBERATE_NO_CUDA=1 forces "").
     "cuda_home%": "<!(node scripts/detect-cuda.mjs)",
+    # Sanitizers for the CPU build, e.g. "address,undefined" (DELIBERATE_SANITIZE; scripts/build-addon.mjs builds such
+    # an addon into build-asan/, never build/Release, and scripts/asan/run.sh runs the native tests on it).
+    "sanitize%": "<!(node -p \"process.env.DELIBERATE_SANITIZE || ''\")",
   },
   "targets": [
     {
@@ -16,6 +19,12 @@
       "cflags_cc": ["-std=c++17", "-O3", "-march=x86-64-v3", "-fexceptions", "-frtti", "-fno-math-errno", "-pthread"],
       "ldflags": ["-pthread"],
       "conditions": [
+        # -O1 and frame pointers give exact report stacks at a modest cost (the sanitizers' own advice).
+        ["sanitize!=''", {
+          "cflags_cc!": ["-O3"],
+          "cflags_cc": ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=<(sanitize)"],
+          "ldflags": ["-fsanitize=<(sanitize)"],
+        }],
         ["cuda_home!=''", {
           "defines": ["DELIBERATE_CUDA=1"],
           "dependencies": ["deliberate_sm90"],

@@ -4,8 +4,12 @@
 //   node scripts/build-addon.mjs --force    rebuild
 // A CUDA compile failure falls back to a CPU-only build (and says so), unless DELIBERATE_REQUIRE_CUDA=1 (CI),
 // so that a broken toolkit never fails `npm install` but a kernel compile error does fail CI.
+//   DELIBERATE_SANITIZE=address,undefined node scripts/build-addon.mjs
+//                                           a CPU-only build under the sanitizers, always compiled (incrementally),
+//                                           into build-asan/build/Release: build/Release is never touched. Load it
+//                                           with DELIBERATE_ADDON_PATH (scripts/asan/run.sh does).
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, symlinkSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,6 +23,8 @@ const prebuildDir = path.join(root, "prebuilds", `${process.platform}-${process.
 // DELIBERATE_BUILD_FROM_SOURCE=1 (e.g. `DELIBERATE_BUILD_FROM_SOURCE=1 npm rebuild deliberate`) compiles even when
 // the package ships a prebuild; the loader prefers a local build over the prebuild.
 const fromSource = force || process.env.DELIBERATE_BUILD_FROM_SOURCE === "1";
+const sanitize = process.env.DELIBERATE_SANITIZE ?? "";
+if (sanitize !== "") process.exit(buildSanitized(sanitize) ? 0 : 1);
 if (!fromSource && (existsSync(built) || (existsSync(prebuildDir) && readdirSync(prebuildDir).some((f) => f.endsWith(".node"))))) {
   console.log("[deliberate] addon already built (or prebuilt); DELIBERATE_BUILD_FROM_SOURCE=1 or `npm run build:addon` compiles it");
   process.exit(0);
@@ -32,17 +38,39 @@ function nodeDir() {
   return undefined;
 }
 
-function gyp(env) {
+/** Runs node-gyp `commands` (e.g. ["rebuild"]) in `cwd`; true when it succeeded. */
+function gyp(env, commands = ["rebuild"], cwd = root) {
   const gypBin = path.join(root, "node_modules", "node-gyp", "bin", "node-gyp.js");
   const args = existsSync(gypBin) ? [gypBin] : [];
   const dir = nodeDir();
   const cmd = existsSync(gypBin) ? process.execPath : "node-gyp";
-  const r = spawnSync(cmd, [...args, "rebuild", `-j`, String(Math.max(1, os.cpus().length)), ...(dir ? [`--nodedir=${dir}`] : [])], {
-    cwd: root,
+  const r = spawnSync(cmd, [...args, ...commands, `-j`, String(Math.max(1, os.cpus().length)), ...(dir ? [`--nodedir=${dir}`] : [])], {
+    cwd,
     stdio: "inherit",
     env: { ...process.env, ...env },
   });
   return r.status === 0;
+}
+
+/**
+ * The sanitized build: binding.gyp in a tree of its own (build-asan/, links to the sources), so that node-gyp's
+ * build/ there is not this checkout's build/. CPU only: CUDA code cannot run under ASan's allocator interposition.
+ */
+function buildSanitized(value) {
+  const known = ["address", "undefined"];
+  const parts = value.split(",");
+  if (parts.some((p) => !known.includes(p))) {
+    console.error(`[deliberate] DELIBERATE_SANITIZE is "${value}"; expected a comma-separated list of ${known.join(", ")} (e.g. address,undefined)`);
+    return false;
+  }
+  const tree = path.join(root, "build-asan");
+  mkdirSync(tree, { recursive: true });
+  for (const entry of ["binding.gyp", "cpp", "cuda", "scripts"]) {
+    if (!existsSync(path.join(tree, entry))) symlinkSync(path.join(root, entry), path.join(tree, entry));
+  }
+  console.log(`[deliberate] building the CPU backend under -fsanitize=${value} into ${path.join(tree, "build", "Release")}`);
+  // configure + build rather than rebuild: make recompiles only what changed (gyp tracks the flags too).
+  return gyp({ DELIBERATE_NO_CUDA: "1", DELIBERATE_SANITIZE: value }, ["configure", "build"], tree);
 }
 
 const cuda = detectCuda();

@@ -126,9 +126,10 @@ describe("gemm (cpu)", () => {
   it("gives the same bits on the AVX2, AVX-512 and AVX512-BF16 paths", () => {
     // Child processes capped at AVX2 and at AVX-512 without the BF16 dot product (DELIBERATE_SIMD=avx2 / avx512)
     // compute the same GEMMs as the native one; on a CPU without AVX-512 (or without BF16) some of the runs take
-    // the same path and the test still checks determinism across processes.
+    // the same path and the test still checks determinism across processes. The children load the addon the
+    // parent does where DELIBERATE_ADDON_PATH names one (the sanitized build: scripts/asan/run.sh).
     const script = `
-      const addon = require("node-gyp-build")(${JSON.stringify(packageRoot())});
+      const addon = process.env.DELIBERATE_ADDON_PATH ? require(require("path").resolve(process.env.DELIBERATE_ADDON_PATH)) : require("node-gyp-build")(${JSON.stringify(packageRoot())});
       let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
       (async () => {
         const out = [];

@@ -1,6 +1,7 @@
 // Loads the native addon once: a local build (build/Release, via node-gyp-build) if there is one, else the shipped
 // prebuild (prebuilds/<platform>-<arch>/*.node: `npm run pack:prebuilt` / `npm pack` put it in the tarball), else an
-// Error that says how to build it.
+// Error that says how to build it. DELIBERATE_ADDON_PATH names a .node file that overrides all of these (the
+// sanitized build in build-asan/, which scripts/asan/run.sh loads).
 import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -25,6 +26,16 @@ export function prebuildPath(root = packageRoot()): string | undefined {
 
 export function loadAddon(): Addon {
   if (cached) return cached;
+  const override = process.env.DELIBERATE_ADDON_PATH;
+  if (override) {
+    const file = path.resolve(override);
+    try {
+      cached = require(file) as Addon;
+    } catch (e) {
+      throw new Error(`DELIBERATE_ADDON_PATH is ${override}, and the addon could not be loaded from ${file} (${(e as Error).message.split("\n")[0]}); point it at a built deliberate.node or unset it`);
+    }
+    return cached;
+  }
   const root = packageRoot();
   // A local build (build/Release: npm run build:addon, or DELIBERATE_BUILD_FROM_SOURCE=1 at install) wins over the
   // shipped prebuild: it exists only because someone asked for it.
