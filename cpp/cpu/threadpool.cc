@@ -1,5 +1,9 @@
 #include "threadpool.h"
 
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -126,7 +130,14 @@ class Pool {
   std::exception_ptr error_;
 };
 
+// One thread per CPU this process may run on: the affinity mask (taskset, cpusets) where Linux gives one, so a
+// process pinned to one core of many does not spin two workers on it; else every hardware thread.
 int defaultThreads() {
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
   unsigned h = std::thread::hardware_concurrency();
   return h == 0 ? 1 : int(h);
 }

@@ -104,7 +104,16 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     const first = await reader.read();
     expect(first.done).toBe(false);
     victim.child.kill("SIGKILL");
+    await victim.exited;
     const t0 = Date.now();
+    // Before the router notices (heartbeats stop only after staleMs), the program's next request finds no listener on
+    // the dead replica's subject and goes to the survivor at once.
+    const again = await post(url, { messages: question("What is 3+4?"), max_tokens: 16, program_id: "doomed" });
+    expect(again.status).toBe(200);
+    expect(again.headers.get("x-deliberate-replica")).not.toBe(victimId);
+    await again.json();
+    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(await (await fetch(`${url}/metrics`)).text()).toMatch(/deliberate_router_rerouted_total [1-9]/);
     let text = new TextDecoder().decode(first.value);
     for (;;) {
       const { done, value } = await reader.read();
@@ -118,11 +127,6 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     expect(last.error?.message).toContain(victimId);
     expect(text).not.toContain("[DONE]");
     expect(waited).toBeLessThan(10_000);
-    // The program's next request goes to the survivor (at once: the dead replica has no NATS listener).
-    const again = await post(url, { messages: question("What is 3+4?"), max_tokens: 16, program_id: "doomed" });
-    expect(again.status).toBe(200);
-    expect(again.headers.get("x-deliberate-replica")).not.toBe(victimId);
-    await again.json();
     await until("the dead replica leaves the ring", async () => !(await clusterView()).replicas.some((r) => r.id === victimId), 5_000);
     // Bring a replica back for the drain test.
     replicas = replicas.filter((r) => r !== victim);

@@ -84,6 +84,11 @@ describe("route", () => {
     expect(d.order).toEqual([owner[1], owner[0], owner[2]]);
   });
 
+  it("places a new program by its prompt prefix when it has one, so programs sharing a prefix land together", () => {
+    const owner = new HashRing(["r1", "r2", "r3"]).owner("prefix:user:Notes 3");
+    for (const pid of ["a", "b", "c", "d"]) expect(route(three, { programId: pid, prefix: "user:Notes 3" }, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({ replica: owner, reason: "program-ring" });
+  });
+
   it("routes requests without a program by prompt prefix, and with neither by least load (ties by id)", () => {
     const a = route(three, { prefix: "user:What is 7*(8+5)-19?" }, { policy: "affinity", loadFactor: 1.25 })!;
     expect(a.reason).toBe("prefix-ring");

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 
@@ -54,5 +55,12 @@ describe("devices", () => {
     expect(["avx2", "avx512", "avx512-bf16"]).toContain(d.cpu.simd);
     if (d.cuda.available) expect(d.cuda.devices.length).toBeGreaterThan(0);
     else expect(d.cuda.reason).toMatch(/\w/);
+  });
+
+  it.skipIf(spawnSync("taskset", ["--version"]).status !== 0)("starts one compute thread per CPU the process may run on (taskset -c 0: one)", () => {
+    const script = `import { loadAddon } from ${JSON.stringify(new URL("../../ts/native/loadAddon.ts", import.meta.url).pathname)}; console.log(loadAddon().listDevices().cpu.threads);`;
+    const r = spawnSync("taskset", ["-c", "0", process.execPath, "--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8" });
+    expect(r.stderr).toBe("");
+    expect(r.stdout.trim()).toBe("1");
   });
 });

@@ -108,8 +108,9 @@ function ringRoute(rs: ReplicaView[], key: string, loadFactor: number, reason: R
 
 /**
  * The replica for a request, or null when no replica can take it (none serves the model, or all are draining or
- * excluded). `affinity`: a program stays where it already runs; a new program goes to its ring owner (bounded load
- * spills it clockwise); a request without a program goes by its prompt's prefix; with neither, least load.
+ * excluded). `affinity`: a program stays where it already runs; a new program goes to the ring owner of its prompt's
+ * prefix (or of its id, without a prompt), bounded load spilling it clockwise; a request without a program goes by
+ * its prefix; with neither, least load.
  */
 export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteOptions): RouteDecision | null {
   const rs = eligible(replicas, key.model, o.exclude);
@@ -127,12 +128,15 @@ export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteO
     case "affinity": {
       if (key.programId !== undefined) {
         const p = key.programId;
+        // A new program is placed by its prompt's prefix when it has one (programs sharing a prefix land together,
+        // as SGLang's cache-aware router does), else by its id; from then on it sticks to where it runs.
+        const ringKey = key.prefix !== undefined && key.prefix.length > 0 ? `prefix:${key.prefix}` : `program:${p}`;
         const holder = rs.find((r) => r.report.programs.includes(p) || r.pendingPrograms.has(p));
         if (holder !== undefined) {
           const id = holder.report.id;
-          return { replica: id, reason: "program-sticky", order: [id, ...ringRoute(rs, `program:${p}`, o.loadFactor, "program-ring").order.filter((x) => x !== id)] };
+          return { replica: id, reason: "program-sticky", order: [id, ...ringRoute(rs, ringKey, o.loadFactor, "program-ring").order.filter((x) => x !== id)] };
         }
-        return ringRoute(rs, `program:${p}`, o.loadFactor, "program-ring");
+        return ringRoute(rs, ringKey, o.loadFactor, "program-ring");
       }
       if (key.prefix !== undefined && key.prefix.length > 0) return ringRoute(rs, `prefix:${key.prefix}`, o.loadFactor, "prefix-ring");
       const order = byLoad(rs);
