@@ -7,8 +7,8 @@
 // request latency, prefix-cache hit rate (Σ cached_tokens / Σ prompt_tokens from the responses' usage), and how much of
 // each program landed on one replica; median of `--repeats` with the range. Then a fault run: 2 replicas, affinity,
 // replica 2 SIGKILLed when 40% of the programs are done; the client retries a failed request once, as a client would.
-//   npm run bench:cluster -- [--replicas 1,2,3] [--policies round-robin,affinity] [--programs 48] [--concurrency 8]
-//     [--branches 4] [--rounds 2] [--max-tokens 48] [--docs 6] [--repeats 3] [--no-fault] [--json]
+//   npm run bench:cluster -- [--replicas 1,2,3] [--policies round-robin,affinity] [--programs 80] [--concurrency 6]
+//     [--branches 4] [--rounds 2] [--max-tokens 96] [--docs 40] [--repeats 3] [--no-fault] [--json]
 import { writeFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { availableParallelism, cpus } from "node:os";
@@ -21,12 +21,12 @@ const { values } = parseArgs({
   options: {
     replicas: { type: "string", default: "1,2,3" },
     policies: { type: "string", default: "round-robin,affinity" },
-    programs: { type: "string", default: "48" },
-    concurrency: { type: "string", default: "8" },
+    programs: { type: "string", default: "80" },
+    concurrency: { type: "string", default: "6" },
     branches: { type: "string", default: "4" },
     rounds: { type: "string", default: "2" },
-    "max-tokens": { type: "string", default: "48" },
-    docs: { type: "string", default: "6" },
+    "max-tokens": { type: "string", default: "96" },
+    docs: { type: "string", default: "40" },
     repeats: { type: "string", default: "3" },
     "no-fault": { type: "boolean", default: false },
     json: { type: "boolean", default: false },
@@ -48,7 +48,7 @@ const CORES = availableParallelism();
 /** A long shared context (~150 tokens of worked sums), distinct from its first characters on. */
 function doc(salt: string, d: number): string {
   const lines = [`Notes ${salt}-${d}: worked sums to keep in mind.`];
-  for (let i = 0; i < 12; i++) lines.push(`${(d * 7 + i * 3) % 50}+${(i * 11 + d) % 40}=${((d * 7 + i * 3) % 50) + ((i * 11 + d) % 40)}`);
+  for (let i = 0; i < 24; i++) lines.push(`${(d * 7 + i * 3) % 50}+${(i * 11 + d) % 40}=${((d * 7 + i * 3) % 50) + ((i * 11 + d) % 40)}`);
   return lines.join("\n");
 }
 
@@ -98,7 +98,7 @@ interface TraceResult {
 }
 
 /** Runs the trace through the router at `url`; `onProgress(done)` after each program (the fault run kills there). */
-async function runTrace(url: string, salt: string, onProgress?: (done: number) => void): Promise<TraceResult> {
+async function runTrace(url: string, salt: string, onProgress?: (done: number) => void, programs = PROGRAMS): Promise<TraceResult> {
   const requests: RequestRecord[] = [];
   const programMs: number[] = [];
   const programReplicas = new Map<number, string[]>();
@@ -127,7 +127,7 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
   const worker = async (): Promise<void> => {
     for (;;) {
       const program = next++;
-      if (program >= PROGRAMS) return;
+      if (program >= programs) return;
       const prompt = `${doc(salt, program % DOCS)}\nWhat is ${(program * 13) % 90}+${(program * 29) % 70}?`;
       const start = performance.now();
       const where: string[] = [];
@@ -163,6 +163,7 @@ interface RunRow {
 }
 
 function summarize(t: TraceResult): RunRow {
+  const programs = t.programMs.length;
   const ok = t.requests.filter((r) => r.status === 200);
   const tokens = ok.reduce((n, r) => n + r.completionTokens, 0);
   const prompt = ok.reduce((n, r) => n + r.promptTokens, 0);
@@ -174,7 +175,7 @@ function summarize(t: TraceResult): RunRow {
   });
   return {
     tokensPerSecond: tokens / (t.wallMs / 1000),
-    programsPerSecond: PROGRAMS / (t.wallMs / 1000),
+    programsPerSecond: programs / (t.wallMs / 1000),
     p90ProgramMs: p90(t.programMs),
     p90RequestMs: p90(ok.map((r) => r.ms)),
     prefixHitRate: prompt === 0 ? 0 : cached / prompt,
@@ -218,7 +219,7 @@ for (const n of REPLICAS) {
     // Warm-up (JIT, page pools) on a trace whose prompts no measured run shares.
     {
       const { router, url } = await openRouter(nats.url, "least-load", n);
-      await runTrace(url, "warm");
+      await runTrace(url, "warm", undefined, 16);
       await router.close();
     }
     for (let rep = 0; rep < REPEATS; rep++) {

@@ -57,12 +57,12 @@ export class ReplicaRegistration {
   }
 }
 
-export type LeaveReason = "left" | "heartbeat-stale";
+export type LeaveReason = "left" | "heartbeat-stale" | "no-listener";
 
 interface Member {
   report: ReplicaReport;
   seenAt: number;
-  pending: number;
+  inFlight: number;
   pendingPrograms: Set<string>;
 }
 
@@ -91,7 +91,8 @@ export class ClusterView {
           } catch {
             continue;
           }
-          view.members.set(e.key, { report, seenAt, pending: 0, pendingPrograms: new Set() });
+          const inFlight = view.members.get(e.key)?.inFlight ?? 0;
+          view.members.set(e.key, { report, seenAt, inFlight, pendingPrograms: new Set() });
         } else {
           view.remove(e.key, "left");
         }
@@ -107,6 +108,12 @@ export class ClusterView {
     for (const l of this.leaveListeners) l(id, reason);
   }
 
+  /** Drops a member at once: NATS says nothing listens on its subject (it died; a live one's next heartbeat brings
+   * it back). */
+  evict(id: string): void {
+    this.remove(id, "no-listener");
+  }
+
   /** Drops members whose last heartbeat is older than staleMs. */
   sweep(now = Date.now()): void {
     for (const [id, m] of this.members) if (now - m.seenAt > this.staleMs) this.remove(id, "heartbeat-stale");
@@ -120,19 +127,25 @@ export class ClusterView {
   /** The live replicas, as routing sees them (stale ones swept first). */
   replicas(): ReplicaView[] {
     this.sweep();
-    return [...this.members.values()].map((m) => ({ report: m.report, pending: m.pending, pendingPrograms: m.pendingPrograms }));
+    return [...this.members.values()].map((m) => ({ report: m.report, inFlight: m.inFlight, pendingPrograms: m.pendingPrograms }));
   }
 
   has(id: string): boolean {
     return this.members.has(id);
   }
 
-  /** Counts a request dispatched to `id` until its next report (which then counts it itself). */
+  /** Counts a request this router sent to `id` (its program is sticky there until the replica reports it). */
   dispatched(id: string, programId: string | undefined): void {
     const m = this.members.get(id);
     if (m === undefined) return;
-    m.pending++;
+    m.inFlight++;
     if (programId !== undefined) m.pendingPrograms.add(programId);
+  }
+
+  /** A request this router sent to `id` has ended. */
+  finished(id: string): void {
+    const m = this.members.get(id);
+    if (m !== undefined && m.inFlight > 0) m.inFlight--;
   }
 
   close(): void {

@@ -58,12 +58,20 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const loadFactor = options.loadFactor ?? 1.25;
   const prefixChars = options.prefixChars ?? 64;
   const metrics = new RouterMetrics();
-  const inFlight = new Set<TunnelCall>();
+  const calls = new Set<TunnelCall>();
+  /** A call in flight counts on its replica's load (and makes its program sticky there) until end(). */
+  const begin = (call: TunnelCall, programId: string | undefined): void => {
+    calls.add(call);
+    view.dispatched(call.replicaId, programId);
+  };
+  const end = (call: TunnelCall): void => {
+    if (calls.delete(call)) view.finished(call.replicaId);
+  };
   let turn = 0;
 
   view.onLeave((id, reason) => {
-    for (const call of inFlight) {
-      if (call.replicaId === id) call.fail(new Error(`replica ${id} left the cluster (${reason === "left" ? "it shut down" : "its heartbeat stopped"}) while serving this request; retry it`));
+    for (const call of calls) {
+      if (call.replicaId === id) call.fail(new Error(`replica ${id} left the cluster (${reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more"}) while serving this request; retry it`));
     }
   });
 
@@ -113,26 +121,27 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         throw e;
       }
       if (attempt > 0) metrics.rerouted.inc();
-      view.dispatched(d.replica, key.programId);
       metrics.routed.labels(d.replica, d.reason).inc();
       const call = new TunnelCall(nc, d.replica, { rid: randomUUID(), method: request.method, path: request.url, headers: endToEndHeaders(request.headers), body });
-      inFlight.add(call);
+      begin(call, key.programId);
       let res: TunnelResponse;
       try {
         res = await call.response();
       } catch (e) {
-        inFlight.delete(call);
+        end(call);
         if (e instanceof NoResponderError) {
+          // It has gone: its streams here end now rather than when its heartbeat goes stale.
+          view.evict(d.replica);
           exclude.add(d.replica);
           continue;
         }
         metrics.failed.labels("replica_lost").inc();
-        throw errorBody(502, (e as Error).message, "server_error", "replica_lost");
+        throw errorBody(502, (e as Error).message, "server_error", "replica_lost", { "x-deliberate-replica": d.replica });
       }
       if (res.status === 503) {
         // Draining or queue full there: try the next replica; the body is drained so the call completes.
         for await (const _ of res.body) void _;
-        inFlight.delete(call);
+        end(call);
         exclude.add(d.replica);
         busy = true;
         continue;
@@ -165,7 +174,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         raw.destroy(e as Error);
       }
     } finally {
-      inFlight.delete(call);
+      end(call);
     }
   };
 
@@ -196,7 +205,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         notFound = res;
         continue;
       }
-      inFlight.add(call);
+      begin(call, undefined);
       return pipe(reply, call, res);
     }
     if (notFound !== null) throw new ApiError(404, "no replica is running a chat completion with this id (it finished, or never ran)", "not_found_error", "id");
@@ -220,7 +229,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     return reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics());
   });
   /** Our extension: the live replicas' reports, as the router sees them. */
-  app.get("/cluster", async () => ({ policy, replicas: view.replicas().map((r) => ({ ...r.report, pending: r.pending })) }));
+  app.get("/cluster", async () => ({ policy, replicas: view.replicas().map((r) => ({ ...r.report, inFlight: r.inFlight })) }));
 
   let closed = false;
   return {
@@ -234,7 +243,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
       closed = true;
       await app.close();
       view.close();
-      for (const call of inFlight) call.fail(new Error("the router is shutting down"));
+      for (const call of calls) call.fail(new Error("the router is shutting down"));
       if (owned) await nc.drain().catch(() => undefined);
     },
   };

@@ -25,11 +25,11 @@ export interface ReplicaReport {
   seq: number;
 }
 
-/** A live replica as a router sees it: its last report and the work this router sent it since that report. */
+/** A live replica as a router sees it: its last report and the work this router has on it now. */
 export interface ReplicaView {
   report: ReplicaReport;
-  /** Requests this router dispatched after the report was written (the report does not count them yet). */
-  pending: number;
+  /** Requests this router has in flight there (exact, where the report is up to a heartbeat old). */
+  inFlight: number;
   /** Program ids this router dispatched there after the report (sticky before the replica reports them). */
   pendingPrograms: ReadonlySet<string>;
 }
@@ -66,9 +66,10 @@ export interface RouteDecision {
   order: string[];
 }
 
-/** A request's load on a replica: what it runs, what waits, what was sent since its report. */
+/** A replica's load: what its report says it runs and queues (all routers' work, a heartbeat old) or what this
+ * router has in flight there (its own work, now), whichever is more. */
 export function loadOf(r: ReplicaView): number {
-  return r.report.running + r.report.waiting + r.pending;
+  return Math.max(r.report.running + r.report.waiting, r.inFlight);
 }
 
 /** Replicas that may take a request for `model`: serving it, not draining, not excluded; sorted by id. */
