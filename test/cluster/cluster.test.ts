@@ -134,6 +134,41 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     await until("the new replica is live", async () => (await liveIds()).length === 2, 60_000);
   });
 
+  it("drops a replica that stops heartbeating (SIGSTOP): its stream ends with an error, its program moves, and it rejoins on SIGCONT", async () => {
+    const res = await post(url, { messages: question("What is 5+6?"), max_tokens: 480, ignore_eos: true, n: 16, temperature: 1, stream: true, program_id: "frozen" });
+    const frozenId = res.headers.get("x-deliberate-replica")!;
+    const frozen = replicas.find((r) => r.id === frozenId)!;
+    const reader = res.body!.getReader();
+    expect((await reader.read()).done).toBe(false);
+    frozen.child.kill("SIGSTOP");
+    try {
+      const t0 = Date.now();
+      let text = "";
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+      }
+      // Its NATS connection stays open, so only the missing heartbeats tell: staleMs (1.5 s) plus a sweep.
+      expect(Date.now() - t0).toBeLessThan(5_000);
+      expect(text).toContain('"code":"replica_lost"');
+      expect(text).toContain("its heartbeat stopped");
+      expect((await clusterView()).replicas.map((r) => r.id)).not.toContain(frozenId);
+      const moved = await post(url, { messages: question("What is 5+6?"), max_tokens: 8, program_id: "frozen" });
+      expect(moved.status).toBe(200);
+      expect(moved.headers.get("x-deliberate-replica")).not.toBe(frozenId);
+      await moved.json();
+    } finally {
+      frozen.child.kill("SIGCONT");
+    }
+    await until("the resumed replica is back in the view", async () => (await liveIds()).includes(frozenId), 10_000);
+    // Back, it no longer claims the program (the router told it the program moved), so the program stays put.
+    await until("the resumed replica drops the moved program", async () => !(await clusterView()).replicas.find((r) => r.id === frozenId)!.programs.includes("frozen"), 5_000);
+    const after = await post(url, { messages: question("What is 5+6?"), max_tokens: 8, program_id: "frozen" });
+    expect(after.headers.get("x-deliberate-replica")).not.toBe(frozenId);
+    await after.json();
+  });
+
   it("a replica drained by SIGTERM finishes its stream, takes no new work, then leaves and exits 0", async () => {
     const res = await post(url, { messages: question("What is 9+9?"), max_tokens: 400, ignore_eos: true, n: 8, temperature: 1, stream: true, program_id: "draining" });
     const drainingId = res.headers.get("x-deliberate-replica")!;

@@ -45,10 +45,13 @@ const ID_RE = /^[A-Za-z0-9_-]+$/;
 class ProgramTracker {
   private readonly inFlight = new Map<string, number>();
   private readonly lastSeen = new Map<string, number>();
+  /** Programs moved away whose requests may still be finishing here; not reported. */
+  private readonly forgotten = new Set<string>();
   constructor(private readonly idleMs: number) {}
 
   /** Counts a request of `id`; true when the program is new here. */
   start(id: string): boolean {
+    this.forgotten.delete(id);
     const fresh = !this.inFlight.has(id) && !this.lastSeen.has(id);
     this.inFlight.set(id, (this.inFlight.get(id) ?? 0) + 1);
     return fresh;
@@ -58,12 +61,19 @@ class ProgramTracker {
     const n = (this.inFlight.get(id) ?? 1) - 1;
     if (n > 0) this.inFlight.set(id, n);
     else this.inFlight.delete(id);
-    this.lastSeen.set(id, Date.now());
+    if (!this.forgotten.has(id)) this.lastSeen.set(id, Date.now());
+    else if (n <= 0) this.forgotten.delete(id);
+  }
+
+  /** A router moved the program away (this replica was given up): stop reporting it. */
+  forget(id: string): void {
+    if (this.inFlight.has(id)) this.forgotten.add(id);
+    this.lastSeen.delete(id);
   }
 
   ids(now = Date.now()): string[] {
     for (const [id, t] of this.lastSeen) if (now - t > this.idleMs && !this.inFlight.has(id)) this.lastSeen.delete(id);
-    return [...new Set([...this.inFlight.keys(), ...this.lastSeen.keys()])];
+    return [...new Set([...this.inFlight.keys(), ...this.lastSeen.keys()])].filter((id) => !this.forgotten.has(id));
   }
 }
 
@@ -115,9 +125,15 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
       body = undefined;
     }
     const pid = programIdOf(body, r.headers);
-    if (pid === undefined) return () => undefined;
+    if (pid === undefined) return { done: () => undefined, forget: () => undefined };
     if (programs.start(pid)) void registration?.beat().catch(() => undefined);
-    return () => programs.end(pid);
+    return {
+      done: () => programs.end(pid),
+      forget: () => {
+        programs.forget(pid);
+        void registration?.beat().catch(() => undefined);
+      },
+    };
   });
   try {
     registration = await ReplicaRegistration.join(nc, id, report, options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);

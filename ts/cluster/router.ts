@@ -71,7 +71,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
 
   view.onLeave((id, reason) => {
     for (const call of calls) {
-      if (call.replicaId === id) call.fail(new Error(`replica ${id} left the cluster (${reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more"}) while serving this request; retry it`));
+      if (call.replicaId === id) call.abandon(new Error(`replica ${id} left the cluster (${reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more"}) while serving this request; retry it`));
     }
   });
 

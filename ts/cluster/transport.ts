@@ -4,6 +4,8 @@
 //   head  {status, headers}  ·  data  raw bytes (≤ FRAME_BYTES each)  ·  end  (empty)  |  error  message text
 // A router that loses its client publishes the request id on `deliberate.replica.<id>.cancel`; the replica then
 // closes its loopback request, which the server treats as a disconnect (the generation is aborted, its pages freed).
+// A router that gave the replica up (it stopped heartbeating) sends "<rid> moved": the request's program now lives
+// elsewhere, so the replica stops reporting it should it come back.
 import http from "node:http";
 import { createInbox, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 
@@ -34,13 +36,19 @@ export function endToEndHeaders(h: http.IncomingHttpHeaders): Record<string, str
 
 // ---- replica side ----
 
+/** What the replica does around one tunnelled request: `done` when it ends, `forget` when its router moved it away. */
+export interface TunnelHooks {
+  done(): void;
+  forget(): void;
+}
+
 /**
  * Serves tunnelled requests for `replicaId` against the HTTP server at `localUrl` (e.g. http://127.0.0.1:8000).
  * `onRequest` sees each request first (the replica records program ids). Returns a function that stops serving.
  */
-export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: string, onRequest: (r: TunnelRequest) => () => void): (graceMs?: number) => Promise<void> {
+export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: string, onRequest: (r: TunnelRequest) => TunnelHooks): (graceMs?: number) => Promise<void> {
   const agent = new http.Agent({ keepAlive: true });
-  const open = new Map<string, http.ClientRequest>();
+  const open = new Map<string, { req: http.ClientRequest; hooks: TunnelHooks; cancelled: boolean }>();
   const enc = new TextEncoder();
   const frame = (reply: string, kind: string, data?: Uint8Array | string): void => {
     const h = natsHeaders();
@@ -58,13 +66,14 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
       frame(reply, "error", `the replica could not read the tunnelled request: ${(e as Error).message}`);
       return;
     }
-    const done = onRequest(r);
+    const hooks = onRequest(r);
     const url = new URL(r.path, localUrl);
     const body = enc.encode(r.body);
     const req = http.request(url, { method: r.method, headers: { ...r.headers, "content-length": String(body.length) }, agent });
-    open.set(r.rid, req);
+    const entry = { req, hooks, cancelled: false };
+    open.set(r.rid, entry);
     const finish = (): void => {
-      if (open.delete(r.rid)) done();
+      if (open.delete(r.rid)) hooks.done();
     };
     req.on("response", (res) => {
       frame(reply, "head", JSON.stringify({ status: res.statusCode ?? 502, headers: endToEndHeaders(res.headers) }));
@@ -82,7 +91,7 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
     });
     req.on("error", (e) => {
       // A cancelled request errors too; its router has gone, so the frame is for nobody.
-      if (open.has(r.rid)) frame(reply, "error", `the replica's server did not answer: ${e.message}`);
+      if (!entry.cancelled) frame(reply, "error", `the replica's server did not answer: ${e.message}`);
       finish();
     });
     req.end(body);
@@ -92,12 +101,12 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
   const cancelSub = nc.subscribe(cancelSubject(replicaId), {
     callback: (err, msg) => {
       if (err) return;
-      const rid = msg.string();
-      const req = open.get(rid);
-      if (req !== undefined) {
-        open.delete(rid);
-        req.destroy();
-      }
+      const [rid, why] = msg.string().split(" ");
+      const entry = open.get(rid);
+      if (entry === undefined || entry.cancelled) return;
+      entry.cancelled = true;
+      if (why === "moved") entry.hooks.forget();
+      entry.req.destroy();
     },
   });
   // Stopping takes no new request at once, lets those in flight send their last frame (up to graceMs), then closes.
@@ -106,8 +115,10 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
     const t0 = Date.now();
     while (open.size > 0 && Date.now() - t0 < graceMs) await new Promise((r) => setTimeout(r, 20));
     cancelSub.unsubscribe();
-    for (const req of open.values()) req.destroy();
-    open.clear();
+    for (const e of open.values()) {
+      e.cancelled = true;
+      e.req.destroy();
+    }
     agent.destroy();
     await nc.flush().catch(() => undefined);
   };
@@ -161,9 +172,17 @@ export class TunnelCall {
     this.wake?.();
   }
 
-  /** The client went away: tell the replica to abort, then stop listening. */
+  /** Gives the call up with `error`, telling the replica to abort it (should it still be, or come back, alive) and
+   * to stop reporting its program, which will run elsewhere now. */
+  abandon(error: Error): void {
+    if (this.finished || this.error !== null) return;
+    this.nc.publish(cancelSubject(this.replicaId), `${this.request.rid} moved`);
+    this.fail(error);
+  }
+
+  /** The client went away: the replica aborts the request (its program stays there). */
   cancel(): void {
-    if (this.finished) return;
+    if (this.finished || this.error !== null) return;
     this.nc.publish(cancelSubject(this.replicaId), this.request.rid);
     this.fail(new Error("cancelled"));
   }
