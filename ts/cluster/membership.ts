@@ -3,7 +3,7 @@
 // heartbeat stops (killed, partitioned) is dropped by each router after `staleMs` without a put. The bucket's TTL
 // only cleans up the keys of dead replicas; liveness is the routers' clock, so no clock is shared.
 import { Kvm, type KV } from "@nats-io/kv";
-import type { NatsConnection } from "@nats-io/nats-core";
+import type { NatsConnection } from "@nats-io/transport-node";
 import type { ReplicaReport, ReplicaView } from "./routing.js";
 
 export const REPLICA_BUCKET = "deliberate-replicas";

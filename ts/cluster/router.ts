@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Counter, Gauge, Registry } from "prom-client";
-import type { NatsConnection } from "@nats-io/nats-core";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { ApiError } from "../index.js";
 import { ClusterView, DEFAULT_STALE_MS } from "./membership.js";
 import { connectCluster, programIdOf } from "./replica.js";

@@ -7,7 +7,7 @@
 // A router that gave the replica up (it stopped heartbeating) sends "<rid> moved": the request's program now lives
 // elsewhere, so the replica stops reporting it should it come back.
 import http from "node:http";
-import { createInbox, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { createInbox, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 
 export const FRAME_BYTES = 256 * 1024;
 /** NATS's default max_payload is 1 MiB; the request (JSON + envelope) must fit in one message. */
