@@ -92,6 +92,8 @@ function post(url: string, body: unknown): Promise<{ status: number; replica: st
 
 interface TraceResult {
   wallMs: number;
+  /** CPU time of this process (the router and the client) over the trace. */
+  cpuMs: number;
   requests: RequestRecord[];
   programMs: number[];
   programReplicas: Map<number, string[]>;
@@ -105,6 +107,7 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
   let next = 0;
   let done = 0;
   const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   const one = async (program: number, prompt: string, round: number, b: number, retried: boolean): Promise<RequestRecord> => {
     const startedAt = performance.now();
     const body = { messages: [{ role: "user", content: prompt }], max_tokens: MAX_TOKENS, ignore_eos: true, temperature: 1, top_p: 1, top_k: 0, seed: program * 1000 + round * 10 + b, program_id: `${salt}-p${program}` };
@@ -141,7 +144,8 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
     }
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, () => worker()));
-  return { wallMs: performance.now() - t0, requests, programMs, programReplicas };
+  const cpu = process.cpuUsage(cpu0);
+  return { wallMs: performance.now() - t0, cpuMs: (cpu.user + cpu.system) / 1000, requests, programMs, programReplicas };
 }
 
 function p90(xs: number[]): number {
@@ -160,6 +164,8 @@ interface RunRow {
   /** Programs whose every request landed on one replica / all programs. */
   programsOnOneReplica: number;
   failed: number;
+  /** Cores the router + client process kept busy (CPU seconds / wall seconds). */
+  routerClientCores: number;
 }
 
 function summarize(t: TraceResult): RunRow {
@@ -182,6 +188,7 @@ function summarize(t: TraceResult): RunRow {
     oneReplicaShare: shares.reduce((a, b) => a + b, 0) / shares.length,
     programsOnOneReplica: shares.filter((s) => s === 1).length / shares.length,
     failed: t.requests.filter((r) => r.status !== 200).length,
+    routerClientCores: t.cpuMs / t.wallMs,
   };
 }
 
@@ -301,13 +308,13 @@ const lines = [
   "",
   `Trace: ${PROGRAMS} SC programs, ${CONCURRENCY} in flight, ${ROUNDS} rounds × ${BRANCHES} branches (T = 1, ${MAX_TOKENS} tokens each, ignore_eos), prompts = one of ${DOCS} shared ~150-token contexts + a question. Median of ${REPEATS} with the range. Command: \`npm run bench:cluster -- ${process.argv.slice(2).join(" ")}\``,
   "",
-  "| replicas | policy | tokens/s | programs/s | P90 program ms | P90 request ms | prefix hit rate | program share on one replica | programs wholly on one replica |",
-  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  "| replicas | policy | tokens/s | programs/s | P90 program ms | P90 request ms | prefix hit rate | program share on one replica | programs wholly on one replica | router + client cores |",
+  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
 for (const n of REPLICAS) {
   for (const policy of POLICIES) {
     const rs = rows[n][policy];
-    lines.push(`| ${n} | ${policy} | ${fmtRange(rs.map((r) => r.tokensPerSecond), num)} | ${fmtRange(rs.map((r) => r.programsPerSecond), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.p90ProgramMs), num)} | ${fmtRange(rs.map((r) => r.p90RequestMs), num)} | ${fmtRange(rs.map((r) => r.prefixHitRate), pct)} | ${fmtRange(rs.map((r) => r.oneReplicaShare), pct)} | ${fmtRange(rs.map((r) => r.programsOnOneReplica), pct)} |`);
+    lines.push(`| ${n} | ${policy} | ${fmtRange(rs.map((r) => r.tokensPerSecond), num)} | ${fmtRange(rs.map((r) => r.programsPerSecond), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.p90ProgramMs), num)} | ${fmtRange(rs.map((r) => r.p90RequestMs), num)} | ${fmtRange(rs.map((r) => r.prefixHitRate), pct)} | ${fmtRange(rs.map((r) => r.oneReplicaShare), pct)} | ${fmtRange(rs.map((r) => r.programsOnOneReplica), pct)} | ${fmtRange(rs.map((r) => r.routerClientCores), (x) => x.toFixed(2))} |`);
   }
 }
 const scaling: string[] = [];
