@@ -4,11 +4,11 @@ import { fc, test as propTest } from "@fast-check/vitest";
 import { describe, expect, it } from "vitest";
 import { eligible, HashRing, hash32, loadCap, promptPrefix, route, type ReplicaReport, type ReplicaView } from "../../ts/index.js";
 
-function replica(id: string, o: Partial<ReplicaReport> = {}, inFlight = 0, pendingPrograms: string[] = []): ReplicaView {
+function replica(id: string, o: Partial<ReplicaReport> = {}, inFlight = 0, programsInFlight: string[] = []): ReplicaView {
   return {
     report: { id, model: "m", maxModelLen: 512, url: "", running: 0, waiting: 0, kvPagesUsed: 0, kvPagesTotal: 64, prefixCacheHitRate: 0, programs: [], draining: false, startedAt: 0, seq: 1, ...o },
     inFlight,
-    pendingPrograms: new Set(pendingPrograms),
+    programsInFlight: new Set(programsInFlight),
   };
 }
 
@@ -65,7 +65,7 @@ describe("route", () => {
     const d = route(three, { programId: "p7" }, { policy: "affinity", loadFactor: 1.25 })!;
     expect(d.reason).toBe("program-ring");
     expect(d.replica).toBe(new HashRing(["r1", "r2", "r3"]).owner("program:p7"));
-    // Once a replica reports the program (or this router sent it there since the last report) it sticks, even when
+    // Once a replica reports the program (or this router has a request of it in flight there) it sticks, even when
     // that replica is far over the bounded-load cap.
     const other = three.map((r) => r.report.id).find((id) => id !== d.replica)!;
     const busy = three.map((r) => (r.report.id === other ? replica(other, { programs: ["p7"], running: 50 }) : r));

@@ -63,7 +63,8 @@ interface Member {
   report: ReplicaReport;
   seenAt: number;
   inFlight: number;
-  pendingPrograms: Set<string>;
+  /** Program id -> this router's requests of it in flight there. */
+  programsInFlight: Map<string, number>;
 }
 
 /** A router's view of the replicas: the bucket watched, stale members swept. */
@@ -91,8 +92,9 @@ export class ClusterView {
           } catch {
             continue;
           }
-          const inFlight = view.members.get(e.key)?.inFlight ?? 0;
-          view.members.set(e.key, { report, seenAt, inFlight, pendingPrograms: new Set() });
+          // This router's own work there outlives any report (a report may have been written before it arrived).
+          const prev = view.members.get(e.key);
+          view.members.set(e.key, { report, seenAt, inFlight: prev?.inFlight ?? 0, programsInFlight: prev?.programsInFlight ?? new Map() });
         } else {
           view.remove(e.key, "left");
         }
@@ -127,25 +129,31 @@ export class ClusterView {
   /** The live replicas, as routing sees them (stale ones swept first). */
   replicas(): ReplicaView[] {
     this.sweep();
-    return [...this.members.values()].map((m) => ({ report: m.report, inFlight: m.inFlight, pendingPrograms: m.pendingPrograms }));
+    return [...this.members.values()].map((m) => ({ report: m.report, inFlight: m.inFlight, programsInFlight: new Set(m.programsInFlight.keys()) }));
   }
 
   has(id: string): boolean {
     return this.members.has(id);
   }
 
-  /** Counts a request this router sent to `id` (its program is sticky there until the replica reports it). */
+  /** Counts a request this router sent to `id`; its program is sticky there while any is in flight, whatever the
+   * replica's reports say yet. */
   dispatched(id: string, programId: string | undefined): void {
     const m = this.members.get(id);
     if (m === undefined) return;
     m.inFlight++;
-    if (programId !== undefined) m.pendingPrograms.add(programId);
+    if (programId !== undefined) m.programsInFlight.set(programId, (m.programsInFlight.get(programId) ?? 0) + 1);
   }
 
   /** A request this router sent to `id` has ended. */
-  finished(id: string): void {
+  finished(id: string, programId: string | undefined): void {
     const m = this.members.get(id);
-    if (m !== undefined && m.inFlight > 0) m.inFlight--;
+    if (m === undefined) return;
+    if (m.inFlight > 0) m.inFlight--;
+    if (programId === undefined) return;
+    const n = (m.programsInFlight.get(programId) ?? 1) - 1;
+    if (n > 0) m.programsInFlight.set(programId, n);
+    else m.programsInFlight.delete(programId);
   }
 
   close(): void {

@@ -58,19 +58,22 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const loadFactor = options.loadFactor ?? 1.25;
   const prefixChars = options.prefixChars ?? 64;
   const metrics = new RouterMetrics();
-  const calls = new Set<TunnelCall>();
+  /** Calls in flight, with their program ids. */
+  const calls = new Map<TunnelCall, string | undefined>();
   /** A call in flight counts on its replica's load (and makes its program sticky there) until end(). */
   const begin = (call: TunnelCall, programId: string | undefined): void => {
-    calls.add(call);
+    calls.set(call, programId);
     view.dispatched(call.replicaId, programId);
   };
   const end = (call: TunnelCall): void => {
-    if (calls.delete(call)) view.finished(call.replicaId);
+    if (!calls.has(call)) return;
+    view.finished(call.replicaId, calls.get(call));
+    calls.delete(call);
   };
   let turn = 0;
 
   view.onLeave((id, reason) => {
-    for (const call of calls) {
+    for (const call of calls.keys()) {
       if (call.replicaId === id) call.abandon(new Error(`replica ${id} left the cluster (${reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more"}) while serving this request; retry it`));
     }
   });
@@ -243,7 +246,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
       closed = true;
       await app.close();
       view.close();
-      for (const call of calls) call.fail(new Error("the router is shutting down"));
+      for (const call of calls.keys()) call.fail(new Error("the router is shutting down"));
       if (owned) await nc.drain().catch(() => undefined);
     },
   };

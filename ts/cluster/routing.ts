@@ -30,8 +30,8 @@ export interface ReplicaView {
   report: ReplicaReport;
   /** Requests this router has in flight there (exact, where the report is up to a heartbeat old). */
   inFlight: number;
-  /** Program ids this router dispatched there after the report (sticky before the replica reports them). */
-  pendingPrograms: ReadonlySet<string>;
+  /** Programs this router has requests of in flight there (sticky before, and whatever, the replica reports). */
+  programsInFlight: ReadonlySet<string>;
 }
 
 /** What a request is routed by. */
@@ -132,7 +132,7 @@ export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteO
         // A new program is placed by its prompt's prefix when it has one (programs sharing a prefix land together,
         // as SGLang's cache-aware router does), else by its id; from then on it sticks to where it runs.
         const ringKey = key.prefix !== undefined && key.prefix.length > 0 ? `prefix:${key.prefix}` : `program:${p}`;
-        const holder = rs.find((r) => r.report.programs.includes(p) || r.pendingPrograms.has(p));
+        const holder = rs.find((r) => r.report.programs.includes(p) || r.programsInFlight.has(p));
         if (holder !== undefined) {
           const id = holder.report.id;
           return { replica: id, reason: "program-sticky", order: [id, ...ringRoute(rs, ringKey, o.loadFactor, "program-ring").order.filter((x) => x !== id)] };
