@@ -77,6 +77,24 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     }
   });
 
+  it("checks its own API key on /v1 and passes the header on; /health and /v1/models answer from its view", async () => {
+    const guarded = await createRouter({ cluster: nats.url, staleMs: 1500, apiKey: "sesame" });
+    const gurl = await guarded.listen({ port: 0 });
+    try {
+      await until("the guarded router sees both replicas", async () => (await fetch(`${gurl}/health`)).status === 200);
+      const denied = await post(gurl, { messages: question("What is 1+2?"), max_tokens: 4 });
+      expect(denied.status).toBe(401);
+      expect(((await denied.json()) as { error: { code: string } }).error.code).toBe("invalid_api_key");
+      const ok = await fetch(`${gurl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sesame" }, body: JSON.stringify({ messages: question("What is 1+2?"), max_tokens: 4 }) });
+      expect(ok.status).toBe(200);
+      await ok.json();
+      const models = (await (await fetch(`${gurl}/v1/models`, { headers: { authorization: "Bearer sesame" } })).json()) as { data: { id: string; replicas: number; max_model_len: number }[] };
+      expect(models.data).toEqual([expect.objectContaining({ id: "tiny-reasoner", replicas: 2, max_model_len: 512 })]);
+    } finally {
+      await guarded.close();
+    }
+  });
+
   it("streams through the router as the openai client reads it, and answers errors in OpenAI's shape", async () => {
     const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none" });
     const stream = await openai.chat.completions.create({ model: "tiny-reasoner", messages: question("What is 7*(8+5)-19?"), max_tokens: 200, stream: true, stream_options: { include_usage: true } });
