@@ -113,6 +113,32 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     await expect(openai.chat.completions.create({ model: "tiny-reasoner", messages: question("hi"), temperature: "hot" as unknown as number })).rejects.toMatchObject({ status: 400, param: "temperature" });
   });
 
+  it("a client that disconnects through the router aborts the replica's work and frees its pages (streamed or not)", async () => {
+    interface Load {
+      replicas: { id: string; running: number; kvPagesUsed: number }[];
+    }
+    const load = async (): Promise<Load["replicas"]> => ((await (await fetch(`${url}/cluster`)).json()) as Load).replicas;
+    for (const stream of [true, false]) {
+      const ctl = new AbortController();
+      const res = fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: question("What is 2+2?"), max_tokens: 480, ignore_eos: true, n: 32, temperature: 1, stream, program_id: `gone-${stream}` }),
+        signal: ctl.signal,
+      });
+      if (stream) {
+        const r = await res;
+        await r.body!.getReader().read();
+      }
+      await until("the replica runs it", async () => (await load()).some((r) => r.running > 0), 5_000);
+      ctl.abort();
+      await res.catch(() => undefined);
+      // Heartbeats (every 500 ms) carry the engine metrics: nothing running, no page in use, long before 32 × 480 tokens
+      // (about 3 s of work) could have finished.
+      await until("every replica idle with no page in use", async () => (await load()).every((r) => r.running === 0 && r.kvPagesUsed === 0), 1_500);
+    }
+  });
+
   it("ends a killed replica's stream with an error event (no hang), and re-routes new requests of its program", async () => {
     // n = 16 samples of 480 tokens: about 1.3 s of work on a 2-core CPU, so the kill lands mid-stream.
     const res = await post(url, { messages: question("What is 3+4?"), max_tokens: 480, ignore_eos: true, n: 16, temperature: 1, stream: true, program_id: "doomed" });

@@ -127,11 +127,16 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
       metrics.routed.labels(d.replica, d.reason).inc();
       const call = new TunnelCall(nc, d.replica, { rid: randomUUID(), method: request.method, path: request.url, headers: endToEndHeaders(request.headers), body });
       begin(call, key.programId);
+      // A client gone before the response starts (a long non-streamed request) aborts the replica's work too.
+      reply.raw.on("close", () => {
+        if (!reply.raw.writableFinished) call.cancel();
+      });
       let res: TunnelResponse;
       try {
         res = await call.response();
       } catch (e) {
         end(call);
+        if (reply.raw.destroyed) throw e; // the client went away: nobody to answer
         if (e instanceof NoResponderError) {
           // It has gone: its streams here end now rather than when its heartbeat goes stale.
           view.evict(d.replica);
@@ -159,9 +164,6 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const pipe = async (reply: FastifyReply, call: TunnelCall, res: TunnelResponse): Promise<void> => {
     reply.hijack();
     const raw = reply.raw;
-    raw.on("close", () => {
-      if (!raw.writableFinished) call.cancel();
-    });
     // Which replica served it (for people and tests; clients may ignore it).
     raw.writeHead(res.status, { ...res.headers, "x-deliberate-replica": call.replicaId });
     if ((res.headers["content-type"] ?? "").startsWith("text/event-stream")) raw.socket?.setNoDelay(true);
