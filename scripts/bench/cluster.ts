@@ -9,7 +9,7 @@
 // replica 2 SIGKILLed when 40% of the programs are done; the client retries a failed request once, as a client would.
 //   npm run bench:cluster -- [--replicas 1,2,3] [--policies round-robin,affinity] [--programs 80] [--concurrency 6]
 //     [--branches 4] [--rounds 2] [--max-tokens 96] [--docs 40] [--repeats 3] [--no-fault] [--json]
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { availableParallelism, cpus } from "node:os";
 import { parseArgs } from "node:util";
@@ -166,9 +166,22 @@ interface RunRow {
   failed: number;
   /** Cores the router + client process kept busy (CPU seconds / wall seconds). */
   routerClientCores: number;
+  /** Cores nats-server kept busy, and the replicas together (each pinned to one core). */
+  natsCores: number;
+  replicaCores: number;
 }
 
-function summarize(t: TraceResult): RunRow {
+/** CPU seconds a process has used so far (utime + stime from /proc; 0 where there is no /proc). */
+function cpuSeconds(pid: number | undefined): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // USER_HZ is 100 on Linux
+  } catch {
+    return 0;
+  }
+}
+
+function summarize(t: TraceResult, others: { natsCpuS: number; replicaCpuS: number } = { natsCpuS: 0, replicaCpuS: 0 }): RunRow {
   const programs = t.programMs.length;
   const ok = t.requests.filter((r) => r.status === 200);
   const tokens = ok.reduce((n, r) => n + r.completionTokens, 0);
@@ -189,6 +202,8 @@ function summarize(t: TraceResult): RunRow {
     programsOnOneReplica: shares.filter((s) => s === 1).length / shares.length,
     failed: t.requests.filter((r) => r.status !== 200).length,
     routerClientCores: t.cpuMs / t.wallMs,
+    natsCores: (others.natsCpuS * 1000) / t.wallMs,
+    replicaCores: (others.replicaCpuS * 1000) / t.wallMs,
   };
 }
 
@@ -222,7 +237,7 @@ type Rows = Record<string, Record<string, RunRow[]>>;
 const rows: Rows = {};
 for (const n of REPLICAS) {
   rows[n] = {};
-  await withCluster(n, async (nats) => {
+  await withCluster(n, async (nats, replicas) => {
     // Warm-up (JIT, page pools) on a trace whose prompts no measured run shares.
     {
       const { router, url } = await openRouter(nats.url, "least-load", n);
@@ -234,7 +249,11 @@ for (const n of REPLICAS) {
       const order = rep % 2 === 0 ? POLICIES : [...POLICIES].reverse();
       for (const policy of order) {
         const { router, url } = await openRouter(nats.url, policy, n);
-        const row = summarize(await runTrace(url, `n${n}-${policy}-r${rep}`));
+        const cpu = (): { natsCpuS: number; replicaCpuS: number } => ({ natsCpuS: cpuSeconds(nats.child.pid), replicaCpuS: replicas.reduce((s, r) => s + cpuSeconds(r.child.pid), 0) });
+        const before = cpu();
+        const trace = await runTrace(url, `n${n}-${policy}-r${rep}`);
+        const after = cpu();
+        const row = summarize(trace, { natsCpuS: after.natsCpuS - before.natsCpuS, replicaCpuS: after.replicaCpuS - before.replicaCpuS });
         await router.close();
         (rows[n][policy] ??= []).push(row);
         process.stderr.write(`${n} replica(s), ${policy}, repeat ${rep + 1}: ${row.tokensPerSecond.toFixed(0)} tok/s, P90 program ${row.p90ProgramMs.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(1)}%, on one replica ${(row.programsOnOneReplica * 100).toFixed(0)}%\n`);
@@ -308,13 +327,13 @@ const lines = [
   "",
   `Trace: ${PROGRAMS} SC programs, ${CONCURRENCY} in flight, ${ROUNDS} rounds × ${BRANCHES} branches (T = 1, ${MAX_TOKENS} tokens each, ignore_eos), prompts = one of ${DOCS} shared ~150-token contexts + a question. Median of ${REPEATS} with the range. Command: \`npm run bench:cluster -- ${process.argv.slice(2).join(" ")}\``,
   "",
-  "| replicas | policy | tokens/s | programs/s | P90 program ms | P90 request ms | prefix hit rate | program share on one replica | programs wholly on one replica | router + client cores |",
-  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  "| replicas | policy | tokens/s | programs/s | P90 program ms | P90 request ms | prefix hit rate | program share on one replica | programs wholly on one replica | router + client cores | nats-server cores | replica cores (sum) |",
+  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
 for (const n of REPLICAS) {
   for (const policy of POLICIES) {
     const rs = rows[n][policy];
-    lines.push(`| ${n} | ${policy} | ${fmtRange(rs.map((r) => r.tokensPerSecond), num)} | ${fmtRange(rs.map((r) => r.programsPerSecond), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.p90ProgramMs), num)} | ${fmtRange(rs.map((r) => r.p90RequestMs), num)} | ${fmtRange(rs.map((r) => r.prefixHitRate), pct)} | ${fmtRange(rs.map((r) => r.oneReplicaShare), pct)} | ${fmtRange(rs.map((r) => r.programsOnOneReplica), pct)} | ${fmtRange(rs.map((r) => r.routerClientCores), (x) => x.toFixed(2))} |`);
+    lines.push(`| ${n} | ${policy} | ${fmtRange(rs.map((r) => r.tokensPerSecond), num)} | ${fmtRange(rs.map((r) => r.programsPerSecond), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.p90ProgramMs), num)} | ${fmtRange(rs.map((r) => r.p90RequestMs), num)} | ${fmtRange(rs.map((r) => r.prefixHitRate), pct)} | ${fmtRange(rs.map((r) => r.oneReplicaShare), pct)} | ${fmtRange(rs.map((r) => r.programsOnOneReplica), pct)} | ${fmtRange(rs.map((r) => r.routerClientCores), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.natsCores), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.replicaCores), (x) => x.toFixed(2))} |`);
   }
 }
 const scaling: string[] = [];
