@@ -19,6 +19,15 @@ Model::Model(const ModelConfig& c, Device d, DType act, const KvPoolConfig& k)
   if (k.numPages < 1 || k.pageSize < 1)
     throw Error("NativeModel: numPages and pageSize must be positive, got " + std::to_string(k.numPages) + " and " +
                 std::to_string(k.pageSize));
+  // Checked in double before any int64 product: numPages, pageSize, numKvHeads and headDim each pass their own
+  // bounds, yet their product can wrap int64 and leave a tiny pool that forward would index far past.
+  const double poolBytes = (double(k.numPages) + 1) * k.pageSize * double(cfg.kvDim()) * double(dtypeSize(k.dtype)) * 2 *
+                           cfg.numLayers;
+  if (poolBytes > double(int64_t(1) << 50))
+    throw Error("NativeModel: a KV pool of (numPages " + std::to_string(k.numPages) + " + 1) x pageSize " +
+                std::to_string(k.pageSize) + " x numKvHeads " + std::to_string(cfg.numKvHeads) + " x headDim " +
+                std::to_string(cfg.headDim) + " x 2 x numLayers " + std::to_string(cfg.numLayers) +
+                " is larger than 2^50 bytes; lower numPages or pageSize");
   int64_t perLayer = (int64_t(k.numPages) + 1) * k.pageSize * cfg.kvDim();  // + the scratch page (model.h)
   kCache_.resize(cfg.numLayers);
   vCache_.resize(cfg.numLayers);

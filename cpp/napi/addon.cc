@@ -7,6 +7,7 @@
 #include "napi_model.h"
 #include "napi_ops.h"
 #include "napi_tensor.h"
+#include "napi_value.h"
 #include "storage.h"
 #include "threadpool.h"
 #include "knobs.h"
@@ -108,8 +109,9 @@ class StressWorker : public Napi::AsyncWorker {
 };
 
 Napi::Value StressThreadPool(const Napi::CallbackInfo& info) {
-  if (info.Length() < 1 || !info[0].IsNumber() || info[0].As<Napi::Number>().DoubleValue() < 1)
-    throw Napi::TypeError::New(info.Env(), "stressThreadPool(regions): regions must be a number >= 1");
+  if (info.Length() < 1 || !info[0].IsNumber() || !isIntegerIn(info[0].As<Napi::Number>().DoubleValue(), 1, 1e8))
+    throw Napi::TypeError::New(info.Env(), "stressThreadPool(regions): regions must be an integer in [1, 1e8], got " +
+                                               describeValue(info.Length() < 1 ? info.Env().Undefined() : info[0]));
   auto* w = new StressWorker(info.Env(), int64_t(info[0].As<Napi::Number>().DoubleValue()));
   Napi::Promise p = w->promise();
   w->Queue();

@@ -7,6 +7,7 @@
 #include "model.h"
 #include "napi_model.h"
 #include "napi_tensor.h"
+#include "napi_value.h"
 
 namespace dl {
 namespace {
@@ -22,14 +23,14 @@ Napi::Value field(const Napi::Object& o, const char* name, const std::string& wh
 double num(const Napi::Object& o, const char* name, const std::string& where, double def, bool required = false) {
   Napi::Value v = field(o, name, where, required);
   if (v.IsUndefined() || v.IsNull()) return def;
-  if (!v.IsNumber()) fail(where + ": '" + name + "' must be a number, got " + v.ToString().Utf8Value());
+  if (!v.IsNumber()) fail(where + ": '" + name + "' must be a number, got " + describeValue(v));
   return v.As<Napi::Number>().DoubleValue();
 }
 
 int64_t integer(const Napi::Object& o, const char* name, const std::string& where, int64_t def, int64_t lo, int64_t hi,
                 bool required = false) {
   double d = num(o, name, where, double(def), required);
-  if (d != double(int64_t(d)) || d < double(lo) || d > double(hi))
+  if (!isIntegerIn(d, double(lo), double(hi)))
     fail(where + ": '" + name + "' must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
          std::to_string(d));
   return int64_t(d);
@@ -59,7 +60,7 @@ uint64_t seedOf(Napi::Value v, const std::string& where) {
   }
   if (v.IsNumber()) {
     double d = v.As<Napi::Number>().DoubleValue();
-    if (d < 0 || d != double(int64_t(d)) || d > 9007199254740991.0)
+    if (!isIntegerIn(d, 0, 9007199254740991.0))
       fail(where + ": 'seed' must be a non-negative safe integer or a bigint, got " + std::to_string(d));
     return uint64_t(d);
   }
@@ -321,16 +322,28 @@ NativeModel::NativeModel(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Nati
     if (info.Length() < 1 || !info[0].IsObject()) fail("NativeModel: expected one options object");
     Napi::Object o = info[0].As<Napi::Object>();
     ModelConfig cfg = parseConfig(o);
-    Napi::Value dev = o.Get("device");
-    Device device = dev.IsString() ? parseDevice(env, dev.As<Napi::String>()) : Device::cpu;
-    Napi::Value act = o.Get("activationDtype");
-    DType actDtype = act.IsString() ? parseDType(env, act.As<Napi::String>())
-                                    : (device == Device::cuda ? DType::bf16 : DType::f32);
+    // device, activationDtype, kvDtype: absent = the default; anything but a known name is refused by name.
+    auto name = [&](const char* field) -> std::string {
+      Napi::Value v = o.Get(field);
+      if (v.IsUndefined() || v.IsNull()) return "";
+      if (!v.IsString()) fail(std::string("NativeModel: '") + field + "' must be a string, got " + describeValue(v));
+      return v.As<Napi::String>().Utf8Value();
+    };
+    auto parsed = [&](const char* field, auto parse) {
+      try {
+        return parse(name(field));
+      } catch (const Napi::Error& e) {
+        fail(std::string("NativeModel: '") + field + "': " + e.Message());
+      }
+    };
+    const std::string dev = name("device"), act = name("activationDtype"), kvd = name("kvDtype");
+    Device device = dev.empty() ? Device::cpu : parsed("device", [&](const std::string& s) { return parseDevice(env, s); });
+    DType actDtype = !act.empty() ? parsed("activationDtype", [&](const std::string& s) { return parseDType(env, s); })
+                                  : (device == Device::cuda ? DType::bf16 : DType::f32);
     KvPoolConfig kv;
     kv.numPages = int(integer(o, "numPages", "NativeModel", 0, 1, INT32_MAX / 4, true));
     kv.pageSize = int(integer(o, "pageSize", "NativeModel", 16, 1, 4096));
-    Napi::Value kvd = o.Get("kvDtype");
-    kv.dtype = kvd.IsString() ? parseDType(env, kvd.As<Napi::String>()) : actDtype;
+    kv.dtype = kvd.empty() ? actDtype : parsed("kvDtype", [&](const std::string& s) { return parseDType(env, s); });
     model_ = std::make_shared<Model>(cfg, device, actDtype, kv);
   } catch (const Error& e) {
     throw Napi::Error::New(env, e.what());
@@ -350,14 +363,25 @@ Napi::Value NativeModel::SetWeight(const Napi::CallbackInfo& info) {
     if (info.Length() < 4 || !info[0].IsString() || !info[1].IsString() || !info[2].IsArray() || !info[3].IsTypedArray())
       fail("setWeight(name, dtype, shape, bytes, byteOffset?): expected (string, string, number[], TypedArray)");
     std::string name = info[0].As<Napi::String>();
-    DType dtype = parseDType(env, info[1].As<Napi::String>());
+    DType dtype;
+    try {
+      dtype = parseDType(env, info[1].As<Napi::String>());
+    } catch (const Napi::Error& e) {
+      fail("setWeight: '" + name + "': " + e.Message());
+    }
     Napi::Array s = info[2].As<Napi::Array>();
     std::vector<int64_t> shape;
-    for (uint32_t i = 0; i < s.Length(); i++) shape.push_back(int64_t(s.Get(i).As<Napi::Number>().DoubleValue()));
+    for (uint32_t i = 0; i < s.Length(); i++) {
+      Napi::Value d = s.Get(i);
+      if (!d.IsNumber() || !isIntegerIn(d.As<Napi::Number>().DoubleValue(), 0, 1e15))
+        fail("setWeight: '" + name + "' shape[" + std::to_string(i) + "] must be a non-negative integer, got " +
+             describeValue(d));
+      shape.push_back(int64_t(d.As<Napi::Number>().DoubleValue()));
+    }
     auto t = info[3].As<Napi::TypedArray>();
     const uint8_t* bytes = static_cast<const uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
     double off = info.Length() > 4 && info[4].IsNumber() ? info[4].As<Napi::Number>().DoubleValue() : 0;
-    if (off < 0 || off != double(int64_t(off))) fail("setWeight: byteOffset must be a non-negative integer");
+    if (!isIntegerIn(off, 0, 9007199254740991.0)) fail("setWeight: byteOffset must be a non-negative integer");
     std::lock_guard<std::mutex> lk(m->mu);
     m->weights.set(name, dtype, shape, bytes, t.ByteLength(), size_t(off));
   } catch (const Error& e) {

@@ -1,6 +1,9 @@
 #include "napi_op.h"
 
+#include <cmath>
+
 #include "gpu_runtime.h"
+#include "napi_value.h"
 
 namespace dl {
 
@@ -37,17 +40,17 @@ View OpArgs::tensor(const char* name) {
 int64_t OpArgs::integer(const char* name, int64_t def, int64_t lo, int64_t hi) {
   Napi::Value v = obj_.Get(name);
   if (v.IsUndefined()) return def;
-  double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1e300;
-  if (d != double(int64_t(d)) || d < double(lo) || d > double(hi))
+  double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : NAN;
+  if (!isIntegerIn(d, double(lo), double(hi)))
     throw Error(std::string(op) + ": '" + name + "' must be an integer in [" + std::to_string(lo) + ", " +
-                std::to_string(hi) + "], got " + v.ToString().Utf8Value());
+                std::to_string(hi) + "], got " + describeValue(v));
   return int64_t(d);
 }
 
 double OpArgs::number(const char* name, double def) {
   Napi::Value v = obj_.Get(name);
   if (v.IsUndefined()) return def;
-  if (!v.IsNumber()) throw Error(std::string(op) + ": '" + name + "' must be a number");
+  if (!v.IsNumber()) throw Error(std::string(op) + ": '" + name + "' must be a number, got " + describeValue(v));
   return v.As<Napi::Number>().DoubleValue();
 }
 

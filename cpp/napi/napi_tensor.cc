@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include "gpu_runtime.h"
+#include "napi_value.h"
 
 namespace dl {
 
@@ -49,20 +50,27 @@ Tensor::Tensor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Tensor>(info) 
   dtype_ = parseDType(env, info[1].As<Napi::String>());
   Napi::Array s = info[2].As<Napi::Array>();
   if (s.Length() < 1 || s.Length() > 4) throw Napi::RangeError::New(env, "tensor shape must have 1 to 4 dimensions");
-  int64_t n = 1;
+  // The element count is bounded as it grows, so it never overflows: a wrapped product would allocate a small
+  // buffer for a shape that claims more, and every op would then read past it.
+  const double maxBytes = double(int64_t(1) << 50);
+  double bytes = double(dtypeSize(dtype_));
   for (uint32_t i = 0; i < s.Length(); i++) {
     Napi::Value v = s[i];
     double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
-    if (!(d >= 1) || d != double(int64_t(d)) || d > 1e12)
+    if (!isIntegerIn(d, 1, 1e12))
       throw Napi::RangeError::New(env, "tensor shape[" + std::to_string(i) + "] must be a positive integer, got " +
-                                           v.ToString().Utf8Value());
+                                           describeValue(v));
     shape_.push_back(int64_t(d));
-    n *= int64_t(d);
+    bytes *= d;
+    if (bytes > maxBytes)
+      throw Napi::RangeError::New(env, "tensor shape " + v.ToString().Utf8Value() + " at dimension " + std::to_string(i) +
+                                           " makes the tensor larger than 2^50 bytes; check the shape");
   }
   try {
-    storage_ = std::make_shared<Storage>(device_, size_t(n) * dtypeSize(dtype_));
+    storage_ = std::make_shared<Storage>(device_, size_t(bytes));
   } catch (const Error& e) {
-    throw Napi::Error::New(env, e.what());
+    throw Napi::Error::New(env, std::string("tensor(") + deviceName(device_) + ", " + dtypeName(dtype_) + ", " +
+                                    std::to_string(size_t(bytes)) + " bytes): " + e.what());
   }
   Napi::MemoryManagement::AdjustExternalMemory(env, device_ == Device::cpu ? int64_t(storage_->bytes) : 0);
 }
@@ -130,8 +138,12 @@ Napi::Value Tensor::Write(const Napi::CallbackInfo& info) {
   try {
     auto s = storage("tensor");
     Bytes b = bytesOf(env, info[0], "tensor.write");
-    double off = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
-    if (off < 0 || size_t(off) + b.length > s->bytes)
+    Napi::Value offset = info.Length() > 1 ? info[1] : env.Undefined();
+    double off = offset.IsUndefined() ? 0 : offset.IsNumber() ? offset.As<Napi::Number>().DoubleValue() : -1;
+    if (!isIntegerIn(off, 0, double(s->bytes)))
+      throw Error("tensor.write: byteOffset must be an integer in [0, " + std::to_string(s->bytes) + "], got " +
+                  describeValue(offset));
+    if (size_t(off) + b.length > s->bytes)
       throw Error("tensor.write: " + std::to_string(b.length) + " bytes at offset " + std::to_string(size_t(off)) +
                   " do not fit in a tensor of " + std::to_string(s->bytes) + " bytes");
     copyIn(*s, size_t(off), b.data, b.length);

@@ -24,6 +24,7 @@ DEFAULT_TESTS=(
   test/engine/engine.fixture.test.ts
   test/engine/swap.test.ts
   test/reliability/chaos.test.ts
+  test/reliability/native.fuzz.test.ts
 )
 tests=("$@")
 [ ${#tests[@]} -eq 0 ] && tests=("${DEFAULT_TESTS[@]}")
