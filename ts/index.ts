@@ -74,7 +74,7 @@ export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/pr
 
 // The OpenAI-compatible HTTP server (`deliberate serve`): a fastify plugin and a ready app. Last: it is built on the
 // exports above (ts/server imports only this file), so they are initialised before it loads.
-export { createServer, deliberatePlugin, ServerState, ApiError } from "./server/index.js";
+export { createServer, deliberatePlugin, ServerState, ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "./server/index.js";
 export type { CreateServerOptions, DeliberatePluginOptions, DeliberateServer, ServeTarget } from "./server/index.js";
 
 // Past one machine: replicas over NATS and the program-aware router (`deliberate serve --cluster`, `deliberate

@@ -6,7 +6,7 @@ import { eligible, HashRing, hash32, loadCap, promptPrefix, route, type ReplicaR
 
 function replica(id: string, o: Partial<ReplicaReport> = {}, inFlight = 0, programsInFlight: string[] = []): ReplicaView {
   return {
-    report: { id, model: "m", maxModelLen: 512, url: "", running: 0, waiting: 0, kvPagesUsed: 0, kvPagesTotal: 64, prefixCacheHitRate: 0, programs: [], draining: false, startedAt: 0, seq: 1, ...o },
+    report: { id, model: "m", maxModelLen: 512, url: "", running: 0, waiting: 0, kvPagesUsed: 0, kvPagesTotal: 64, prefixCacheHitRate: 0, programs: [], draining: false, loading: false, startedAt: 0, seq: 1, ...o },
     inFlight,
     programsInFlight: new Set(programsInFlight),
   };
@@ -52,8 +52,6 @@ describe("HashRing", () => {
   });
 
   it("hash32 is FNV-1a + murmur3 fmix32, as an independent (Python) implementation computes it", () => {
-    expect(hash32("program:p0")).toBe(hash32("program:p0"));
-    expect(hash32("")).toBe(hash32(""));
     expect([hash32("a"), hash32("b"), hash32("program:42")]).toEqual([444641715, 2193908274, 59753594]);
   });
 });

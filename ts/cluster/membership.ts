@@ -2,7 +2,7 @@
 // programs or its draining flag change) and deletes it when it leaves; routers watch the bucket. A replica whose
 // heartbeat stops (killed, partitioned) is dropped by each router after `staleMs` without a put. The bucket's TTL
 // only cleans up the keys of dead replicas; liveness is the routers' clock, so no clock is shared.
-import { Kvm, type KV } from "@nats-io/kv";
+import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { ReplicaReport, ReplicaView } from "./routing.js";
 
@@ -12,7 +12,8 @@ export const DEFAULT_STALE_MS = 2000;
 
 async function openBucket(nc: NatsConnection): Promise<KV> {
   try {
-    return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000 });
+    // Heartbeats need no disk: a memory-backed bucket, its keys expiring a minute after a replica's last put.
+    return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000, storage: "memory" as KvOptions["storage"] });
   } catch (e) {
     throw new Error(`cluster: cannot open the NATS KV bucket ${REPLICA_BUCKET} (${(e as Error).message}); the NATS server must run with JetStream on (nats-server -js)`);
   }
@@ -30,12 +31,32 @@ export class ReplicaRegistration {
     private readonly report: () => Omit<ReplicaReport, "seq">,
   ) {}
 
-  static async join(nc: NatsConnection, id: string, report: () => Omit<ReplicaReport, "seq">, heartbeatMs = DEFAULT_HEARTBEAT_MS): Promise<ReplicaRegistration> {
-    const r = new ReplicaRegistration(await openBucket(nc), id, report);
-    await r.beat();
-    r.timer = setInterval(() => void r.beat().catch(() => undefined), heartbeatMs);
-    r.timer.unref();
+  /**
+   * Opens the bucket and claims `id`: if its key exists and is still being written (another replica heartbeats under
+   * it), refuses. The check watches the key's revision for 2.5 heartbeats, so no clock is compared.
+   */
+  static async open(nc: NatsConnection, id: string, report: () => Omit<ReplicaReport, "seq">, heartbeatMs = DEFAULT_HEARTBEAT_MS): Promise<ReplicaRegistration> {
+    const kv = await openBucket(nc);
+    const first = await kv.get(id);
+    if (first !== null && first.operation === "PUT") {
+      await new Promise((r) => setTimeout(r, heartbeatMs * 2.5));
+      const again = await kv.get(id);
+      if (again !== null && again.operation === "PUT" && again.revision !== first.revision) {
+        throw new Error(`cluster: replica id '${id}' is taken by a live replica (its heartbeat is still being written); pass another --replica-id, or wait until it leaves`);
+      }
+    }
+    const r = new ReplicaRegistration(kv, id, report);
+    r.heartbeatMs = heartbeatMs;
     return r;
+  }
+
+  private heartbeatMs = DEFAULT_HEARTBEAT_MS;
+
+  /** Puts the first report and heartbeats from now on. */
+  async start(): Promise<void> {
+    await this.beat();
+    this.timer = setInterval(() => void this.beat().catch(() => undefined), this.heartbeatMs);
+    this.timer.unref();
   }
 
   /** Puts the current report now (also called when programs or draining change, so routers see it at once). */
@@ -67,47 +88,67 @@ interface Member {
   programsInFlight: Map<string, number>;
 }
 
-/** A router's view of the replicas: the bucket watched, stale members swept. */
+/** A request counted on a member (finished() uncounts it there, even if the member left and came back since). */
+export interface Dispatch {
+  readonly member: Member | undefined;
+  readonly programId: string | undefined;
+}
+
+/** A router's view of the replicas: the bucket watched, stale members swept. Liveness is this router's clock only:
+ * a member is live while its puts keep arriving. */
 export class ClusterView {
   private readonly members = new Map<string, Member>();
-  private readonly leaveListeners: ((id: string, reason: LeaveReason) => void)[] = [];
+  private readonly leaveListeners: ((id: string, reason: LeaveReason, last: ReplicaReport) => void)[] = [];
   private sweeper: NodeJS.Timeout | null = null;
   private stopWatch: (() => void) | null = null;
 
   private constructor(readonly staleMs: number) {}
 
+  /** Opens the view; it holds the bucket's current entries when this resolves. */
   static async open(nc: NatsConnection, staleMs = DEFAULT_STALE_MS): Promise<ClusterView> {
     const view = new ClusterView(staleMs);
     const kv = await openBucket(nc);
-    const watch = await kv.watch({ key: ">" });
+    // The watch starts first so no put is missed; the entries already there are read once, each counted as seen now
+    // (a dead replica's leftover key is swept after staleMs without a put, or evicted at its first request).
+    const watch = await kv.watch({ key: ">", include: "updates" });
     view.stopWatch = () => watch.stop();
+    const put = (key: string, json: () => ReplicaReport): void => {
+      let report: ReplicaReport;
+      try {
+        report = json();
+      } catch {
+        return;
+      }
+      // Updated in place: this router's own counts there outlive any report (and its dispatches hold the member).
+      const m = view.members.get(key);
+      if (m !== undefined) {
+        m.report = report;
+        m.seenAt = Date.now();
+      } else {
+        view.members.set(key, { report, seenAt: Date.now(), inFlight: 0, programsInFlight: new Map() });
+      }
+    };
     void (async () => {
       for await (const e of watch) {
-        if (e.operation === "PUT") {
-          // Entries older than the stale limit at startup are replicas that died without deleting their key.
-          const seenAt = e.isUpdate ? Date.now() : e.created.getTime();
-          let report: ReplicaReport;
-          try {
-            report = e.json<ReplicaReport>();
-          } catch {
-            continue;
-          }
-          // This router's own work there outlives any report (a report may have been written before it arrived).
-          const prev = view.members.get(e.key);
-          view.members.set(e.key, { report, seenAt, inFlight: prev?.inFlight ?? 0, programsInFlight: prev?.programsInFlight ?? new Map() });
-        } else {
-          view.remove(e.key, "left");
-        }
+        if (e.operation === "PUT") put(e.key, () => e.json<ReplicaReport>());
+        else view.remove(e.key, "left");
       }
     })().catch(() => undefined);
+    for await (const key of await kv.keys()) {
+      if (view.members.has(key)) continue;
+      const e = await kv.get(key);
+      if (e !== null && e.operation === "PUT") put(key, () => e.json<ReplicaReport>());
+    }
     view.sweeper = setInterval(() => view.sweep(), Math.max(50, Math.floor(staleMs / 8)));
     view.sweeper.unref();
     return view;
   }
 
   private remove(id: string, reason: LeaveReason): void {
-    if (!this.members.delete(id)) return;
-    for (const l of this.leaveListeners) l(id, reason);
+    const m = this.members.get(id);
+    if (m === undefined) return;
+    this.members.delete(id);
+    for (const l of this.leaveListeners) l(id, reason, m.report);
   }
 
   /** Drops a member at once: NATS says nothing listens on its subject (it died; a live one's next heartbeat brings
@@ -121,8 +162,9 @@ export class ClusterView {
     for (const [id, m] of this.members) if (now - m.seenAt > this.staleMs) this.remove(id, "heartbeat-stale");
   }
 
-  /** Calls `listener` when a replica leaves (deleted its key, or stopped heartbeating). */
-  onLeave(listener: (id: string, reason: LeaveReason) => void): void {
+  /** Calls `listener` when a replica leaves (deleted its key, stopped heartbeating, or has no listener), with its
+   * last report. */
+  onLeave(listener: (id: string, reason: LeaveReason, last: ReplicaReport) => void): void {
     this.leaveListeners.push(listener);
   }
 
@@ -138,22 +180,24 @@ export class ClusterView {
 
   /** Counts a request this router sent to `id`; its program is sticky there while any is in flight, whatever the
    * replica's reports say yet. */
-  dispatched(id: string, programId: string | undefined): void {
+  dispatched(id: string, programId: string | undefined): Dispatch {
     const m = this.members.get(id);
-    if (m === undefined) return;
-    m.inFlight++;
-    if (programId !== undefined) m.programsInFlight.set(programId, (m.programsInFlight.get(programId) ?? 0) + 1);
+    if (m !== undefined) {
+      m.inFlight++;
+      if (programId !== undefined) m.programsInFlight.set(programId, (m.programsInFlight.get(programId) ?? 0) + 1);
+    }
+    return { member: m, programId };
   }
 
-  /** A request this router sent to `id` has ended. */
-  finished(id: string, programId: string | undefined): void {
-    const m = this.members.get(id);
+  /** A dispatched request has ended. */
+  finished(d: Dispatch): void {
+    const m = d.member;
     if (m === undefined) return;
     if (m.inFlight > 0) m.inFlight--;
-    if (programId === undefined) return;
-    const n = (m.programsInFlight.get(programId) ?? 1) - 1;
-    if (n > 0) m.programsInFlight.set(programId, n);
-    else m.programsInFlight.delete(programId);
+    if (d.programId === undefined) return;
+    const n = (m.programsInFlight.get(d.programId) ?? 1) - 1;
+    if (n > 0) m.programsInFlight.set(d.programId, n);
+    else m.programsInFlight.delete(d.programId);
   }
 
   close(): void {

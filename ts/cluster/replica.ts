@@ -77,14 +77,6 @@ class ProgramTracker {
   }
 }
 
-/** The program id a tunnelled request carries: body `program_id`, else header x-program-id. */
-export function programIdOf(body: unknown, headers: Record<string, string | string[] | undefined>): string | undefined {
-  const fromBody = typeof body === "object" && body !== null ? (body as { program_id?: unknown }).program_id : undefined;
-  if (typeof fromBody === "string" && fromBody.length > 0) return fromBody;
-  const h = headers["x-program-id"];
-  return typeof h === "string" && h.length > 0 ? h : undefined;
-}
-
 /** Registers `server` (already listening at `address`) as a replica and serves the requests routers send it. */
 export async function joinCluster(server: DeliberateServer, options: JoinClusterOptions): Promise<ClusterMember> {
   const id = options.id ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-")}-${process.pid}-${randomBytes(3).toString("hex")}`;
@@ -102,6 +94,7 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
     return {
       id,
       model: server.state.servedName,
+      loading: t === null,
       maxModelLen: t?.model.contextLength ?? 0,
       url: options.address,
       running: m?.running ?? 0,
@@ -117,31 +110,33 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
   };
 
   let registration: ReplicaRegistration;
-  const stopTunnel = serveTunnel(nc, id, options.address, (r: TunnelRequest) => {
-    let body: unknown;
-    try {
-      body = JSON.parse(r.body);
-    } catch {
-      body = undefined;
-    }
-    const pid = programIdOf(body, r.headers);
-    if (pid === undefined) return { done: () => undefined, forget: () => undefined };
-    if (programs.start(pid)) void registration?.beat().catch(() => undefined);
-    return {
-      done: () => programs.end(pid),
-      forget: () => {
-        programs.forget(pid);
-        void registration?.beat().catch(() => undefined);
-      },
-    };
-  });
   try {
-    registration = await ReplicaRegistration.join(nc, id, report, options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
+    registration = await ReplicaRegistration.open(nc, id, report, options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
   } catch (e) {
-    await stopTunnel();
     if (owned) await nc.close();
     throw e;
   }
+  const beat = (): void => void registration.beat().catch(() => undefined);
+  // Listening before the first heartbeat: a router never finds this replica's subject empty.
+  const stopTunnel = serveTunnel(nc, id, options.address, {
+    onRequest(r: TunnelRequest) {
+      const pid = r.programId;
+      if (pid === undefined) return { done: () => undefined, forget: () => undefined };
+      if (programs.start(pid)) beat();
+      return {
+        done: () => programs.end(pid),
+        forget: () => {
+          programs.forget(pid);
+          beat();
+        },
+      };
+    },
+    onForget(ids: string[]) {
+      for (const pid of ids) programs.forget(pid);
+      beat();
+    },
+  });
+  await registration.start();
   // Until the model is loaded the report says draining; announce readiness as soon as it is.
   if (server.state.target === null) {
     const poll = setInterval(() => {

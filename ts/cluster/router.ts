@@ -1,18 +1,17 @@
 // `deliberate router`: the same OpenAI-compatible routes as `deliberate serve`, in front of the replicas of a NATS
 // cluster. Each request is routed by a pure policy (routing.ts) over the live replicas (membership.ts) and forwarded,
 // streams included, over NATS (transport.ts). The router keeps no state of its own beyond its view of the bucket and
-// what it sent since each replica's last heartbeat: two routers on one cluster route alike, and one can restart any
-// time. A replica that leaves mid-request ends its streams with an error event; requests it never started go to the
-// next replica on the ring.
+// its requests in flight: two routers on one cluster route alike, and one can restart any time. A replica that
+// leaves mid-request ends its streams with an error event; requests it never started go to the next replica.
 import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Counter, Gauge, Registry } from "prom-client";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ApiError } from "../index.js";
-import { ClusterView, DEFAULT_STALE_MS } from "./membership.js";
-import { connectCluster, programIdOf } from "./replica.js";
-import { promptPrefix, route, type RouteDecision, type RoutingPolicy } from "./routing.js";
-import { endToEndHeaders, MAX_REQUEST_BYTES, NoResponderError, TunnelCall, type TunnelResponse } from "./transport.js";
+import { ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "../index.js";
+import { ClusterView, DEFAULT_STALE_MS, type Dispatch } from "./membership.js";
+import { connectCluster } from "./replica.js";
+import { programIdOf, promptPrefix, RingCache, route, type RouteDecision, type RouteKey, type RoutingPolicy } from "./routing.js";
+import { cancelSubject, endToEndHeaders, MAX_REQUEST_BYTES, NoResponderError, QUIET_MS, TunnelCall, type TunnelResponse } from "./transport.js";
 
 export interface RouterOptions {
   /** NATS server URL, or a connection to use (not closed by close()). */
@@ -37,8 +36,8 @@ export interface DeliberateRouter {
   close(): Promise<void>;
 }
 
-const errorBody = (status: number, message: string, type: string, code: string | null, headers: Record<string, string> = {}): ApiError =>
-  new ApiError(status, message, type, null, code, headers);
+const replicaLost = (message: string, replica?: string): ApiError =>
+  new ApiError(502, message, "server_error", null, "replica_lost", replica === undefined ? {} : { "x-deliberate-replica": replica });
 
 /** Router metrics: what went where, and what failed. */
 class RouterMetrics {
@@ -49,7 +48,12 @@ class RouterMetrics {
   readonly replicas = new Gauge({ name: "deliberate_router_replicas", help: "Live replicas in the router's view", registers: [this.registry] });
 }
 
-/** Creates the router app; it starts routing once the membership bucket is open (await it). */
+/** The body as the client sent it (forwarded byte for byte: no re-serialisation, no precision lost). */
+interface RawBodyRequest extends FastifyRequest {
+  rawBody?: string;
+}
+
+/** Creates the router app; it routes as soon as this resolves (the view holds the bucket's entries). */
 export async function createRouter(options: RouterOptions): Promise<DeliberateRouter> {
   const owned = typeof options.cluster === "string";
   const nc = typeof options.cluster === "string" ? await connectCluster(options.cluster, "deliberate-router") : options.cluster;
@@ -58,40 +62,53 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const loadFactor = options.loadFactor ?? 1.25;
   const prefixChars = options.prefixChars ?? 64;
   const metrics = new RouterMetrics();
-  /** Calls in flight, with their program ids. */
-  const calls = new Map<TunnelCall, string | undefined>();
-  /** A call in flight counts on its replica's load (and makes its program sticky there) until end(). */
-  const begin = (call: TunnelCall, programId: string | undefined): void => {
-    calls.set(call, programId);
-    view.dispatched(call.replicaId, programId);
-  };
+  const rings = new RingCache();
+  /** Calls in flight, with what they count on their replica. */
+  const calls = new Map<TunnelCall, Dispatch>();
+  const begin = (call: TunnelCall, programId: string | undefined): void => void calls.set(call, view.dispatched(call.replicaId, programId));
   const end = (call: TunnelCall): void => {
-    if (!calls.has(call)) return;
-    view.finished(call.replicaId, calls.get(call));
+    const d = calls.get(call);
+    if (d === undefined) return;
+    view.finished(d);
     calls.delete(call);
   };
   let turn = 0;
 
-  view.onLeave((id, reason) => {
-    for (const call of calls.keys()) {
-      if (call.replicaId === id) call.abandon(new Error(`replica ${id} left the cluster (${reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more"}) while serving this request; retry it`));
+  view.onLeave((id, reason, last) => {
+    const why = reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more";
+    const programs = new Set(last.programs);
+    for (const [call, d] of calls) {
+      if (call.replicaId !== id) continue;
+      if (d.programId !== undefined) programs.add(d.programId);
+      call.abandon(new Error(`replica ${id} left the cluster (${why}) while serving this request; retry it`));
     }
+    // Given up while perhaps alive: its programs run elsewhere from now on, so it must not claim them if it returns.
+    if (reason !== "left" && programs.size > 0) nc.publish(cancelSubject(id), `forget ${[...programs].join(" ")}`);
   });
+  // Core NATS drops frames on a reconnect or a slow consumer: a call that hears nothing (not even the replica's
+  // pings) for QUIET_MS ends with an error instead of waiting forever.
+  const quietSweep = setInterval(() => {
+    const now = Date.now();
+    for (const call of calls.keys()) {
+      if (now - call.lastFrameAt > QUIET_MS) call.abandon(new Error(`replica ${call.replicaId} sent nothing for ${QUIET_MS / 1000} s (frames lost, or it hangs); retry the request`));
+    }
+  }, 500);
+  quietSweep.unref();
 
   const app = Fastify({ logger: options.logger ?? false, bodyLimit: MAX_REQUEST_BYTES });
-  app.addHook("onRequest", async (request) => {
-    if (options.apiKey === undefined || !request.url.startsWith("/v1")) return;
-    if ((request.headers.authorization ?? "") !== `Bearer ${options.apiKey}`) {
-      throw new ApiError(401, "Incorrect API key provided. Pass it as `Authorization: Bearer <key>` (the key the router was started with).", "authentication_error", null, "invalid_api_key");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) => {
+    (request as RawBodyRequest).rawBody = body as string;
+    try {
+      done(null, (body as string).length === 0 ? undefined : JSON.parse(body as string));
+    } catch (e) {
+      done(new ApiError(400, `the body is not valid JSON: ${(e as Error).message}`, "invalid_request_error"), undefined);
     }
   });
+  app.addHook("onRequest", async (request) => {
+    if (options.apiKey !== undefined && request.url.startsWith("/v1") && (request.headers.authorization ?? "") !== `Bearer ${options.apiKey}`) throw unauthorized();
+  });
   app.setErrorHandler((e, _request, reply) => {
-    const err =
-      e instanceof ApiError
-        ? e
-        : typeof (e as { statusCode?: number }).statusCode === "number" && (e as { statusCode: number }).statusCode < 500
-          ? new ApiError((e as { statusCode: number }).statusCode, (e as Error).message, "invalid_request_error")
-          : new ApiError(500, `router error: ${(e as Error).message}`, "server_error", null, "internal_error");
+    const err = toApiError(e);
     void reply.status(err.status).headers(err.headers).send(err.body());
   });
   app.setNotFoundHandler((request, reply) => {
@@ -99,33 +116,33 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   });
 
   /** The decision for a request, or the error a client gets when no replica can take it. */
-  const decide = (model: string | undefined, programId: string | undefined, prefix: string | undefined, exclude: Set<string>): RouteDecision => {
+  const decide = (key: RouteKey, exclude: Set<string>): RouteDecision => {
     const replicas = view.replicas();
-    const d = route(replicas, { model, programId, prefix }, { policy, loadFactor, exclude, turn: turn++ });
+    const d = route(replicas, key, { policy, loadFactor, exclude, turn: turn++, rings });
     if (d !== null) return d;
+    if (replicas.length === 0) throw unavailable("no replica is live in the cluster; start one with `deliberate serve --cluster <url>`", 1);
+    if (replicas.some((r) => r.report.loading)) throw unavailable("a replica is still loading its model; retry shortly", 2);
     const models = [...new Set(replicas.map((r) => r.report.model))];
-    if (model !== undefined && replicas.length > 0 && !models.includes(model)) {
-      throw new ApiError(404, `The model \`${model}\` does not exist. The cluster serves: ${models.join(", ")}.`, "not_found_error", "model", "model_not_found");
-    }
-    throw errorBody(503, replicas.length === 0 ? "no replica is live in the cluster; start one with `deliberate serve --cluster <url>`" : "every replica serving this model is draining or has failed this request; retry shortly", "service_unavailable_error", "no_replica", { "retry-after": "1" });
+    if (key.model !== undefined && !models.includes(key.model)) throw modelNotFound(key.model, models);
+    throw unavailable("every replica serving this model is draining or has failed this request; retry shortly", 1);
   };
 
-  /** Forwards to the decided replica; a replica that is gone, or answers 503 before any byte, passes it to the next. */
-  const forward = async (request: FastifyRequest, reply: FastifyReply, key: { model?: string; programId?: string; prefix?: string }): Promise<void> => {
-    const body = request.body === undefined ? "" : JSON.stringify(request.body);
+  /** Forwards to the decided replica; one that is gone, or answers 503 before any byte, passes the request on. */
+  const forward = async (request: FastifyRequest, reply: FastifyReply, key: RouteKey): Promise<void> => {
+    const body = Buffer.from((request as RawBodyRequest).rawBody ?? "");
     const exclude = new Set<string>();
-    let busy = false;
+    let busy: TunnelResponse | null = null;
     for (let attempt = 0; ; attempt++) {
       let d: RouteDecision;
       try {
-        d = decide(key.model, key.programId, key.prefix, exclude);
+        d = decide(key, exclude);
       } catch (e) {
-        if (busy) break; // every replica that could take it said 503
+        if (busy !== null) break; // every replica that could take it said 503
         throw e;
       }
       if (attempt > 0) metrics.rerouted.inc();
       metrics.routed.labels(d.replica, d.reason).inc();
-      const call = new TunnelCall(nc, d.replica, { rid: randomUUID(), method: request.method, path: request.url, headers: endToEndHeaders(request.headers), body });
+      const call = new TunnelCall(nc, d.replica, { rid: randomUUID(), method: request.method, path: request.url, headers: endToEndHeaders(request.headers), body, programId: key.programId });
       begin(call, key.programId);
       // A client gone before the response starts (a long non-streamed request) aborts the replica's work too.
       reply.raw.on("close", () => {
@@ -144,40 +161,42 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
           continue;
         }
         metrics.failed.labels("replica_lost").inc();
-        throw errorBody(502, (e as Error).message, "server_error", "replica_lost", { "x-deliberate-replica": d.replica });
+        throw replicaLost((e as Error).message, d.replica);
       }
-      if (res.status === 503) {
-        // Draining or queue full there: try the next replica; the body is drained so the call completes.
+      // 503 before any byte: the replica is draining or its queue is full. A program's own replica that is merely
+      // busy keeps the program (the client retries); otherwise the next replica takes the request.
+      const drainingThere = view.replicas().find((r) => r.report.id === d.replica)?.report.draining ?? true;
+      if (res.status === 503 && (d.reason !== "program-sticky" || drainingThere)) {
         for await (const _ of res.body) void _;
         end(call);
         exclude.add(d.replica);
-        busy = true;
+        busy = res;
         continue;
       }
-      await pipe(reply, call, res);
-      return;
+      return pipe(reply, call, res);
     }
-    throw errorBody(503, "every replica serving this model is busy or draining; retry later", "service_unavailable_error", "service_unavailable", { "retry-after": "1" });
+    throw unavailable("every replica serving this model is busy or draining; retry later", 1);
   };
 
-  /** Streams the replica's response to the client; a replica lost mid-stream ends an SSE stream with an error event. */
+  /** Streams the replica's response to the client (at the client's pace); a replica lost mid-stream ends an SSE
+   * stream with an error event. */
   const pipe = async (reply: FastifyReply, call: TunnelCall, res: TunnelResponse): Promise<void> => {
     reply.hijack();
     const raw = reply.raw;
+    const sse = (res.headers["content-type"] ?? "").startsWith("text/event-stream");
     // Which replica served it (for people and tests; clients may ignore it).
     raw.writeHead(res.status, { ...res.headers, "x-deliberate-replica": call.replicaId });
-    if ((res.headers["content-type"] ?? "").startsWith("text/event-stream")) raw.socket?.setNoDelay(true);
+    if (sse) raw.socket?.setNoDelay(true);
     try {
-      for await (const chunk of res.body) raw.write(chunk);
+      for await (const chunk of res.body) {
+        if (!raw.write(chunk) && !raw.destroyed) await new Promise<void>((resolve) => (raw.once("drain", resolve), raw.once("close", resolve)));
+      }
       raw.end();
     } catch (e) {
+      if (call.cancelled || raw.destroyed) return; // the client went away
       metrics.failed.labels("replica_lost").inc();
-      if ((res.headers["content-type"] ?? "").startsWith("text/event-stream")) {
-        const err = errorBody(502, (e as Error).message, "server_error", "replica_lost").body();
-        raw.end(`data: ${JSON.stringify(err)}\n\n`);
-      } else {
-        raw.destroy(e as Error);
-      }
+      if (sse) raw.end(`data: ${JSON.stringify(replicaLost((e as Error).message).body())}\n\n`);
+      else raw.destroy(e as Error);
     } finally {
       end(call);
     }
@@ -188,45 +207,51 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     const model = typeof body?.model === "string" ? body.model : undefined;
     return forward(request, reply, { model, programId: programIdOf(body, request.headers), prefix: promptPrefix(body, prefixChars) });
   };
+  const byModel = (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    const model = (request.body as { model?: unknown } | undefined)?.model;
+    return forward(request, reply, { model: typeof model === "string" ? model : undefined });
+  };
   app.post("/v1/chat/completions", generation);
   app.post("/v1/completions", generation);
-  app.post("/tokenize", (request, reply) => forward(request, reply, { model: (request.body as { model?: string } | undefined)?.model }));
-  app.post("/detokenize", (request, reply) => forward(request, reply, { model: (request.body as { model?: string } | undefined)?.model }));
+  app.post("/tokenize", byModel);
+  app.post("/detokenize", byModel);
 
   // A control message goes to the replica running the id: the router does not know which, so it asks each in turn.
   app.post("/v1/chat/completions/control", async (request, reply) => {
-    const body = JSON.stringify(request.body ?? {});
-    let notFound: TunnelResponse | null = null;
+    const body = Buffer.from((request as RawBodyRequest).rawBody ?? "");
+    let notFound = false;
     for (const r of view.replicas()) {
       const call = new TunnelCall(nc, r.report.id, { rid: randomUUID(), method: "POST", path: request.url, headers: endToEndHeaders(request.headers), body });
+      begin(call, undefined); // counted, so a replica that leaves or goes quiet ends it
       let res: TunnelResponse;
       try {
         res = await call.response();
       } catch {
+        end(call);
         continue;
       }
       if (res.status === 404) {
         for await (const _ of res.body) void _;
-        notFound = res;
+        end(call);
+        notFound = true;
         continue;
       }
-      begin(call, undefined);
       return pipe(reply, call, res);
     }
-    if (notFound !== null) throw new ApiError(404, "no replica is running a chat completion with this id (it finished, or never ran)", "not_found_error", "id");
-    throw errorBody(503, "no replica is live in the cluster", "service_unavailable_error", "no_replica", { "retry-after": "1" });
+    if (notFound) throw new ApiError(404, "no replica is running a chat completion with this id (it finished, or never ran)", "not_found_error", "id");
+    throw unavailable("no replica is live in the cluster", 1);
   });
 
   app.get("/v1/models", async () => {
-    const byModel = new Map<string, { maxModelLen: number; replicas: number }>();
+    const models = new Map<string, { maxModelLen: number; replicas: number }>();
     for (const r of view.replicas()) {
-      if (r.report.draining) continue;
-      const m = byModel.get(r.report.model) ?? { maxModelLen: r.report.maxModelLen, replicas: 0 };
+      if (r.report.draining || r.report.loading) continue;
+      const m = models.get(r.report.model) ?? { maxModelLen: r.report.maxModelLen, replicas: 0 };
       m.replicas++;
-      byModel.set(r.report.model, m);
+      models.set(r.report.model, m);
     }
     const created = Math.floor(Date.now() / 1000);
-    return { object: "list", data: [...byModel].map(([id, m]) => ({ id, object: "model", created, owned_by: "deliberate", max_model_len: m.maxModelLen, replicas: m.replicas })) };
+    return { object: "list", data: [...models].map(([id, m]) => ({ id, object: "model", created, owned_by: "deliberate", max_model_len: m.maxModelLen, replicas: m.replicas })) };
   });
   app.get("/health", async (_request, reply) => reply.status(view.replicas().some((r) => !r.report.draining) ? 200 : 503).send());
   app.get("/metrics", async (_request, reply) => {
@@ -246,6 +271,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     async close() {
       if (closed) return;
       closed = true;
+      clearInterval(quietSweep);
       await app.close();
       view.close();
       for (const call of calls.keys()) call.fail(new Error("the router is shutting down"));

@@ -18,8 +18,10 @@ export interface ReplicaReport {
   prefixCacheHitRate: number;
   /** Program ids (the `program_id` of requests) the replica holds state for: recent or in flight. */
   programs: string[];
-  /** Set by SIGTERM: finish what is in flight, take nothing new. */
+  /** Set by SIGTERM: finish what is in flight, take nothing new. Also set while loading. */
   draining: boolean;
+  /** The model is still loading (its served name may not be known yet). */
+  loading: boolean;
   startedAt: number;
   /** Heartbeat counter (a new value on every put). */
   seq: number;
@@ -55,6 +57,8 @@ export interface RouteOptions {
   exclude?: ReadonlySet<string>;
   /** Round-robin's turn (the router's request counter). */
   turn?: number;
+  /** The router's ring cache (rings are rebuilt only when the member set changes). */
+  rings?: RingCache;
 }
 
 export type RouteReason = "program-sticky" | "program-ring" | "prefix-ring" | "spill" | "least-load" | "round-robin";
@@ -85,12 +89,18 @@ export function loadCap(replicas: readonly ReplicaView[], loadFactor: number): n
   return Math.ceil((loadFactor * (total + 1)) / replicas.length);
 }
 
-let ringCache: { key: string; ring: HashRing } | null = null;
-/** The ring over these ids (the last one is kept: the member set changes rarely). */
-function ringOf(ids: string[]): HashRing {
-  const key = ids.join("\n");
-  if (ringCache?.key !== key) ringCache = { key, ring: new HashRing(ids) };
-  return ringCache.ring;
+/** The last ring built, kept by its owner (a router): the member set changes rarely. */
+export class RingCache {
+  private key = "";
+  private ring: HashRing | null = null;
+  get(ids: string[]): HashRing {
+    const key = ids.join("\n");
+    if (this.ring === null || this.key !== key) {
+      this.key = key;
+      this.ring = new HashRing(ids);
+    }
+    return this.ring;
+  }
 }
 
 function byLoad(rs: readonly ReplicaView[]): string[] {
@@ -98,10 +108,11 @@ function byLoad(rs: readonly ReplicaView[]): string[] {
 }
 
 /** Walks the ring from `key`'s owner and takes the first replica under the bounded-load cap. */
-function ringRoute(rs: ReplicaView[], key: string, loadFactor: number, reason: RouteReason): RouteDecision {
-  const walk = ringOf(rs.map((r) => r.report.id)).walk(key);
+function ringRoute(rs: ReplicaView[], key: string, o: RouteOptions, reason: RouteReason): RouteDecision {
+  const ids = rs.map((r) => r.report.id);
+  const walk = (o.rings?.get(ids) ?? new HashRing(ids)).walk(key);
   const byId = new Map(rs.map((r) => [r.report.id, r]));
-  const cap = loadCap(rs, loadFactor);
+  const cap = loadCap(rs, o.loadFactor);
   const under = walk.find((id) => loadOf(byId.get(id)!) < cap) ?? walk[0];
   const order = [under, ...walk.filter((id) => id !== under)];
   return { replica: under, reason: under === walk[0] ? reason : "spill", order };
@@ -132,20 +143,33 @@ export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteO
         // A new program is placed by its prompt's prefix when it has one (programs sharing a prefix land together,
         // as SGLang's cache-aware router does), else by its id; from then on it sticks to where it runs.
         const ringKey = key.prefix !== undefined && key.prefix.length > 0 ? `prefix:${key.prefix}` : `program:${p}`;
-        const holder = rs.find((r) => r.report.programs.includes(p) || r.programsInFlight.has(p));
+        const placed = ringRoute(rs, ringKey, o, "program-ring");
+        // Where this router has it in flight first; else a replica reporting it (two report it only around a
+        // failover: the first in the program's ring order, so every router picks the same one).
+        const holder =
+          rs.find((r) => r.programsInFlight.has(p)) ??
+          placed.order.map((id) => rs.find((r) => r.report.id === id)!).find((r) => r.report.programs.includes(p));
         if (holder !== undefined) {
           const id = holder.report.id;
-          return { replica: id, reason: "program-sticky", order: [id, ...ringRoute(rs, ringKey, o.loadFactor, "program-ring").order.filter((x) => x !== id)] };
+          return { replica: id, reason: "program-sticky", order: [id, ...placed.order.filter((x) => x !== id)] };
         }
-        return ringRoute(rs, ringKey, o.loadFactor, "program-ring");
+        return placed;
       }
-      if (key.prefix !== undefined && key.prefix.length > 0) return ringRoute(rs, `prefix:${key.prefix}`, o.loadFactor, "prefix-ring");
+      if (key.prefix !== undefined && key.prefix.length > 0) return ringRoute(rs, `prefix:${key.prefix}`, o, "prefix-ring");
       const order = byLoad(rs);
       return { replica: order[0], reason: "least-load", order };
     }
     default:
       return o.policy satisfies never;
   }
+}
+
+/** The program id a request carries: body `program_id`, else header x-program-id. */
+export function programIdOf(body: unknown, headers: Record<string, string | string[] | undefined>): string | undefined {
+  const fromBody = typeof body === "object" && body !== null ? (body as { program_id?: unknown }).program_id : undefined;
+  if (typeof fromBody === "string" && fromBody.length > 0) return fromBody;
+  const h = headers["x-program-id"];
+  return typeof h === "string" && h.length > 0 ? h : undefined;
 }
 
 /** The routing prefix of a request body: its prompt's first `chars` characters (chat: roles and contents in order). */
