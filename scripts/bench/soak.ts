@@ -11,9 +11,9 @@
 // --json writes bench/soak.json and bench/soak.md. The exit status is 1 when a target is missed.
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import v8 from "node:v8";
-import vm from "node:vm";
 import { Engine, loadAddon, loadModel, type GenerateRequest, type GenerationOutput, type RequestHandle } from "../../ts/index.js";
+import { mulberry32 } from "../fixture/random.js";
+import { collectGarbage } from "./collectGarbage.js";
 
 const { values } = parseArgs({
   options: {
@@ -40,22 +40,8 @@ const DEADLINE_MS = positiveInt("deadline-ms", values["deadline-ms"]);
 const SEED = positiveInt("seed", values.seed);
 const THREADS = values.threads === undefined ? loadAddon().listDevices().cpu.threads : loadAddon().setThreads(positiveInt("threads", values.threads));
 const RSS_GROWTH_TARGET = 0.05;
-// A full collection before each reading, without asking the caller for node --expose-gc.
-v8.setFlagsFromString("--expose-gc");
-const collectGarbage = vm.runInNewContext("gc") as () => void;
 
-/** mulberry32: the same mix for the same --seed. */
-function rngOf(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rng = rngOf(SEED);
+const rng = mulberry32(SEED); // the same mix for the same --seed
 const int = (lo: number, hi: number): number => lo + Math.floor(rng() * (hi - lo + 1));
 
 const model = await loadModel(undefined, { kvPages: KV_PAGES });

@@ -18,9 +18,9 @@ import { writeFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { cpus, loadavg } from "node:os";
 import { parseArgs } from "node:util";
-import v8 from "node:v8";
-import vm from "node:vm";
 import { bundledModelDir, createServer, Engine, loadAddon, loadModel } from "../../ts/index.js";
+import { mulberry32 } from "../fixture/random.js";
+import { collectGarbage } from "./collectGarbage.js";
 
 const { values } = parseArgs({
   options: {
@@ -48,21 +48,8 @@ const DEADLINE_MS = positive("deadline-ms", values["deadline-ms"]);
 const SEED = Math.round(positive("seed", values.seed));
 const THREADS = values.threads === undefined ? loadAddon().listDevices().cpu.threads : loadAddon().setThreads(Math.round(positive("threads", values.threads)));
 const RSS_GROWTH_TARGET = 0.05;
-v8.setFlagsFromString("--expose-gc");
-const collectGarbage = vm.runInNewContext("gc") as () => void;
 
-/** mulberry32: the same mix for the same --seed. */
-function rngOf(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rng = rngOf(SEED);
+const rng = mulberry32(SEED); // the same mix for the same --seed
 const int = (lo: number, hi: number): number => lo + Math.floor(rng() * (hi - lo + 1));
 
 const model = await loadModel(undefined, { kvPages: KV_PAGES });
