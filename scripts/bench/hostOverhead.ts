@@ -1,10 +1,11 @@
 // The engine's host work per step, with the forward itself free: a model that answers every step at once, so the
 // time per step is what the JS thread spends between GPU steps (scheduling, inputs, outputs, detokenization, stop
 // checks). Requests as bench:determinism's offline batch (128 prompt + 128 generated tokens each), greedy.
-//   npm run bench:host -- [--batch 256] [--tokenizer DIR] [--rounds 2] [--confidence] [--json]
+//   npm run bench:host -- [--batch 256] [--tokens 128] [--tokenizer DIR] [--rounds 2] [--confidence [--pairs 4]] [--json]
 // --confidence: also runs every request with DeepConf's confidence tracking and stop rule (request.confidence,
 // window 16, a threshold never reached: the bookkeeping runs, no request stops) beside the plain runs, byte-level
-// detokenizer, alternating, and reports the overhead ratio (the forward returns a token confidence per row).
+// detokenizer, alternating, and reports the overhead ratio (the forward returns a token confidence per row);
+// --pairs such pairs a round. --tokens: generated tokens per request (longer runs average over GC and JIT noise).
 // --tokenizer: a model folder whose tokenizer detokenizes the stream (default: the SmolLM-135M-shaped fixture of
 // the other benches, written on first use); each round runs the byte-level detokenizer and the windowed one.
 import { existsSync } from "node:fs";
@@ -22,10 +23,12 @@ const { values } = parseArgs({
     tokenizer: { type: "string" },
     rounds: { type: "string", default: "2" },
     confidence: { type: "boolean", default: false },
+    pairs: { type: "string", default: "4" },
+    tokens: { type: "string", default: "128" },
     json: { type: "boolean", default: false },
   },
 });
-const B = Number(values.batch), PROMPT = 128, MAX_TOKENS = 128;
+const B = Number(values.batch), PROMPT = 128, MAX_TOKENS = Number(values.tokens), PAIRS = Number(values.pairs);
 let dir = values.tokenizer;
 if (!dir) {
   dir = join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");
@@ -36,7 +39,7 @@ const tok = await ModelTokenizer.load(dir);
 async function msPerStep(windowed: boolean, confidence = false): Promise<{ steps: number; ms: number }> {
   let steps = 0;
   const model: EngineModel = {
-    numPages: B * 20, pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: 4096, eosTokenIds: [], device: "cuda",
+    numPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2), pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: Math.max(4096, PROMPT + MAX_TOKENS + 16), eosTokenIds: [], device: "cuda",
     async forward(b: ForwardBatch): Promise<ForwardResult[]> {
       steps++;
       return b.sequences.map((s) => {
@@ -68,7 +71,7 @@ for (let r = 0; r < Number(values.rounds); r++) {
   if (values.confidence) {
     // Four pairs a round, the order alternating (a run is ~0.1 s: JIT and GC noise is as large as the effect), the
     // first round's pairs a warm-up.
-    for (let k = 0; k < 4; k++) {
+    for (let k = 0; k < PAIRS; k++) {
       const confFirst = k % 2 === 1;
       const a = (await msPerStep(false, confFirst)).ms;
       const b = (await msPerStep(false, !confFirst)).ms;

@@ -45,15 +45,18 @@ export async function waitFor(p: Proc, re: RegExp, timeoutMs = 120_000): Promise
 export interface NatsHandle extends Proc {
   url: string;
   stop(): Promise<void>;
+  /** Kills the server and starts it again on the same port (`keepStore`: with its JetStream store, else empty). */
+  restart(keepStore: boolean): Promise<void>;
 }
 
 /** Starts nats-server with JetStream on a free loopback port (store in a temp folder, removed on stop). */
 export async function startNats(bin = findNatsServer()): Promise<NatsHandle> {
   if (bin === null) throw new Error("nats-server not found: install it (Debian: apt-get install nats-server) or put it on PATH");
   const store = mkdtempSync(path.join(tmpdir(), "deliberate-nats-"));
-  const p = watch(spawn(bin, ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }));
+  let p = watch(spawn(bin, ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }));
   const m = await waitFor(p, /Listening for client connections on ([0-9.]+:\d+)/, 20_000);
-  return {
+  const port = m[1].split(":")[1];
+  const handle: NatsHandle = {
     ...p,
     url: `nats://${m[1]}`,
     async stop() {
@@ -61,7 +64,16 @@ export async function startNats(bin = findNatsServer()): Promise<NatsHandle> {
       await p.exited;
       rmSync(store, { recursive: true, force: true });
     },
+    async restart(keepStore) {
+      p.child.kill("SIGKILL");
+      await p.exited;
+      if (!keepStore) rmSync(path.join(store, "jetstream"), { recursive: true, force: true });
+      p = watch(spawn(bin, ["-a", "127.0.0.1", "-p", port, "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }));
+      await waitFor(p, /Listening for client connections/, 20_000);
+      Object.assign(handle, { child: p.child, log: p.log, exited: p.exited });
+    },
   };
+  return handle;
 }
 
 export interface ReplicaHandle extends Proc {

@@ -225,6 +225,9 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     expect(text).not.toContain("[DONE]");
     expect(waited).toBeLessThan(10_000);
     await until("the dead replica leaves the ring", async () => !(await clusterView()).replicas.some((r) => r.id === victimId), 5_000);
+    // Its key outlives it (the bucket's TTL is a minute): the router's poll of the bucket must not bring it back.
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await clusterView()).replicas.map((r) => r.id)).not.toContain(victimId);
     // Bring a replica back for the drain test.
     replicas = replicas.filter((r) => r !== victim);
     replicas.push(await startReplica(nats.url, "rc"));
@@ -264,6 +267,22 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     const after = await post(url, { messages: question("What is 5+6?"), max_tokens: 8, program_id: "frozen" });
     expect(after.headers.get("x-deliberate-replica")).not.toBe(frozenId);
     await after.json();
+  });
+
+  it("survives a NATS server restart, with its store and without (replicas re-register, routers re-watch)", async () => {
+    const seqs = async (): Promise<Map<string, number>> => new Map((await clusterView()).replicas.map((r) => [r.id, (r as unknown as { seq: number }).seq]));
+    for (const keepStore of [true, false]) {
+      const before = await seqs();
+      await nats.restart(keepStore);
+      // Back means heartbeating again through the new server: each replica's report moved on by a few beats.
+      await until(`both replicas heartbeating into the router's view again (store ${keepStore ? "kept" : "lost"})`, async () => {
+        const now = await seqs();
+        return now.size === 2 && [...now].every(([id, seq]) => seq > (before.get(id) ?? 0) + 2);
+      }, 20_000);
+      const res = await post(url, { messages: question("What is 4+4?"), max_tokens: 8, program_id: `after-restart-${keepStore}` });
+      expect(res.status).toBe(200);
+      await res.json();
+    }
   });
 
   it("a replica drained by SIGTERM finishes its stream, takes no new work, then leaves and exits 0", async () => {

@@ -2,7 +2,7 @@
 // programs or its draining flag change) and deletes it when it leaves; routers watch the bucket. A replica whose
 // heartbeat stops (killed, partitioned) is dropped by each router after `staleMs` without a put. The bucket's TTL
 // only cleans up the keys of dead replicas; liveness is the routers' clock, so no clock is shared.
-import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
+import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { ReplicaReport, ReplicaView } from "./routing.js";
 
@@ -12,8 +12,8 @@ export const DEFAULT_STALE_MS = 2000;
 
 async function openBucket(nc: NatsConnection): Promise<KV> {
   try {
-    // Heartbeats need no disk: a memory-backed bucket, its keys expiring a minute after a replica's last put.
-    return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000, storage: "memory" as KvOptions["storage"] });
+    // One value per key; a dead replica's key expires a minute after its last put.
+    return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000 });
   } catch (e) {
     throw new Error(`cluster: cannot open the NATS KV bucket ${REPLICA_BUCKET} (${(e as Error).message}); the NATS server must run with JetStream on (nats-server -js)`);
   }
@@ -26,7 +26,8 @@ export class ReplicaRegistration {
   private putting: Promise<unknown> = Promise.resolve();
 
   private constructor(
-    private readonly kv: KV,
+    private readonly nc: NatsConnection,
+    private kv: KV,
     readonly id: string,
     private readonly report: () => Omit<ReplicaReport, "seq">,
   ) {}
@@ -45,7 +46,7 @@ export class ReplicaRegistration {
         throw new Error(`cluster: replica id '${id}' is taken by a live replica (its heartbeat is still being written); pass another --replica-id, or wait until it leaves`);
       }
     }
-    const r = new ReplicaRegistration(kv, id, report);
+    const r = new ReplicaRegistration(nc, kv, id, report);
     r.heartbeatMs = heartbeatMs;
     return r;
   }
@@ -63,8 +64,14 @@ export class ReplicaRegistration {
   beat(): Promise<void> {
     if (this.timer === null && this.seq > 0) return Promise.resolve();
     const value = JSON.stringify({ ...this.report(), seq: ++this.seq } satisfies ReplicaReport);
-    // Puts are chained so a later report never lands before an earlier one.
-    const p = this.putting.then(() => this.kv.put(this.id, value));
+    // Puts are chained so a later report never lands before an earlier one. A failed put re-opens (re-creates) the
+    // bucket for the next one: a NATS server restarted without its store has lost it.
+    const p = this.putting.then(() =>
+      this.kv.put(this.id, value).catch(async (e: unknown) => {
+        this.kv = await openBucket(this.nc).catch(() => this.kv);
+        throw e;
+      }),
+    );
     this.putting = p.catch(() => undefined);
     return p.then(() => undefined);
   }
@@ -104,50 +111,100 @@ export class ClusterView {
 
   private constructor(readonly staleMs: number) {}
 
-  /** Opens the view; it holds the bucket's current entries when this resolves. */
+  /**
+   * Opens the view; it holds the bucket's current entries when this resolves. Puts arrive by a watch (at once) and by
+   * a poll of the bucket every staleMs / 2 (so a watch that silently died — the NATS server restarted and lost its
+   * store — cannot make live replicas look dead); a watch that keeps missing puts, or ends, is opened again.
+   */
   static async open(nc: NatsConnection, staleMs = DEFAULT_STALE_MS): Promise<ClusterView> {
     const view = new ClusterView(staleMs);
+    const first = await view.watch(nc);
+    void (async () => {
+      let watching: { ended: Promise<void> } | null = first;
+      while (!view.closed) {
+        if (watching !== null) await watching.ended.catch(() => undefined);
+        if (view.closed) return;
+        await new Promise((r) => setTimeout(r, 500));
+        watching = await view.watch(nc).catch(() => null);
+      }
+    })();
+    let missed = 0;
+    const poll = async (): Promise<void> => {
+      const kv = await openBucket(nc);
+      let found = 0;
+      for await (const key of await kv.keys()) {
+        const e = await kv.get(key);
+        if (e !== null && e.operation === "PUT" && view.put(key, () => e.json<ReplicaReport>())) found++;
+      }
+      missed = found > 0 ? missed + 1 : 0;
+      if (missed >= 3) {
+        missed = 0;
+        view.stopWatch?.();
+      }
+    };
+    view.poller = setInterval(() => void poll().catch(() => undefined), Math.max(100, Math.floor(staleMs / 2)));
+    view.poller.unref();
+    view.sweeper = setInterval(() => view.sweep(), Math.max(50, Math.floor(staleMs / 8)));
+    view.sweeper.unref();
+    return view;
+  }
+
+  private closed = false;
+  private poller: NodeJS.Timeout | null = null;
+  /** The last report of each replica that left the view (so its leftover key does not bring it back). */
+  private readonly departed = new Map<string, ReplicaReport>();
+
+  /** Takes a report; true when it is news (a new replica, a restarted one, or a later heartbeat than held). Members
+   * are updated in place: this router's own counts there outlive any report (and its dispatches hold the member). */
+  private put(key: string, json: () => ReplicaReport): boolean {
+    let report: ReplicaReport;
+    try {
+      report = json();
+    } catch {
+      return false;
+    }
+    const m = this.members.get(key);
+    if (m === undefined) {
+      // A replica that left this view comes back only with a heartbeat written since (its key outlives it).
+      const gone = this.departed.get(key);
+      if (gone !== undefined && gone.startedAt === report.startedAt && report.seq <= gone.seq) return false;
+      this.departed.delete(key);
+      this.members.set(key, { report, seenAt: Date.now(), inFlight: 0, programsInFlight: new Map() });
+      return true;
+    }
+    if (report.startedAt === m.report.startedAt && report.seq <= m.report.seq) return false;
+    m.report = report;
+    m.seenAt = Date.now();
+    return true;
+  }
+
+  /** Starts a watch of the bucket and reads its entries; resolves, once they are read, with the watch's end. */
+  private async watch(nc: NatsConnection): Promise<{ ended: Promise<void> }> {
     const kv = await openBucket(nc);
     // The watch starts first so no put is missed; the entries already there are read once, each counted as seen now
     // (a dead replica's leftover key is swept after staleMs without a put, or evicted at its first request).
     const watch = await kv.watch({ key: ">", include: "updates" });
-    view.stopWatch = () => watch.stop();
-    const put = (key: string, json: () => ReplicaReport): void => {
-      let report: ReplicaReport;
-      try {
-        report = json();
-      } catch {
-        return;
-      }
-      // Updated in place: this router's own counts there outlive any report (and its dispatches hold the member).
-      const m = view.members.get(key);
-      if (m !== undefined) {
-        m.report = report;
-        m.seenAt = Date.now();
-      } else {
-        view.members.set(key, { report, seenAt: Date.now(), inFlight: 0, programsInFlight: new Map() });
-      }
-    };
-    void (async () => {
+    this.stopWatch = () => watch.stop();
+    const ended = (async () => {
       for await (const e of watch) {
-        if (e.operation === "PUT") put(e.key, () => e.json<ReplicaReport>());
-        else view.remove(e.key, "left");
+        if (e.operation === "PUT") this.put(e.key, () => e.json<ReplicaReport>());
+        else this.remove(e.key, "left");
       }
-    })().catch(() => undefined);
+    })();
     for await (const key of await kv.keys()) {
-      if (view.members.has(key)) continue;
+      if (this.members.has(key)) continue;
       const e = await kv.get(key);
-      if (e !== null && e.operation === "PUT") put(key, () => e.json<ReplicaReport>());
+      if (e !== null && e.operation === "PUT") this.put(key, () => e.json<ReplicaReport>());
     }
-    view.sweeper = setInterval(() => view.sweep(), Math.max(50, Math.floor(staleMs / 8)));
-    view.sweeper.unref();
-    return view;
+    return { ended };
   }
 
   private remove(id: string, reason: LeaveReason): void {
     const m = this.members.get(id);
     if (m === undefined) return;
     this.members.delete(id);
+    this.departed.set(id, m.report);
+    if (this.departed.size > 1024) this.departed.delete(this.departed.keys().next().value!);
     for (const l of this.leaveListeners) l(id, reason, m.report);
   }
 
@@ -201,7 +258,9 @@ export class ClusterView {
   }
 
   close(): void {
+    this.closed = true;
     if (this.sweeper !== null) clearInterval(this.sweeper);
+    if (this.poller !== null) clearInterval(this.poller);
     this.stopWatch?.();
   }
 }
