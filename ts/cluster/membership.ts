@@ -1,7 +1,8 @@
 // Membership over a NATS KV bucket: each replica puts its report under its id every heartbeat (and at once when its
-// programs or its draining flag change) and deletes it when it leaves; routers watch the bucket. A replica whose
-// heartbeat stops (killed, partitioned) is dropped by each router after `staleMs` without a put. The bucket's TTL
-// only cleans up the keys of dead replicas; liveness is the routers' clock, so no clock is shared.
+// programs or its draining flag change) and deletes it when it leaves; routers watch the bucket (and poll it, in
+// case the watch died). A replica whose heartbeat stops (killed, partitioned) is dropped by each router after
+// `staleMs` without a put. The bucket's TTL only cleans up the keys of dead replicas; liveness is the routers' clock,
+// so no clock is shared.
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { ReplicaReport, ReplicaView } from "./routing.js";
