@@ -13,7 +13,7 @@ import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Engine, loadAddon, loadModel, type GenerateRequest, type GenerationOutput, type RequestHandle } from "../../ts/index.js";
 import { mulberry32 } from "../fixture/random.js";
-import { collectGarbage } from "./collectGarbage.js";
+import { readSoak, type SoakReading } from "./soakReading.js";
 
 const { values } = parseArgs({
   options: {
@@ -139,34 +139,17 @@ async function runOne(kind: Kind): Promise<void> {
   }
 }
 
-interface Checkpoint {
+interface Checkpoint extends SoakReading {
   requests: number;
   seconds: number;
-  rssMiB: number;
-  heapUsedMiB: number;
-  externalMiB: number;
-  kvPagesUsed: number;
-  running: number;
-  waiting: number;
-  preemptions: number;
   generatedTokens: number;
 }
-const MiB = 2 ** 20;
 const t0 = performance.now();
 function checkpoint(): Checkpoint {
-  collectGarbage();
-  const mem = process.memoryUsage();
-  const m = engine.metrics();
   return {
     requests: count.settled,
     seconds: +((performance.now() - t0) / 1000).toFixed(1),
-    rssMiB: +(mem.rss / MiB).toFixed(1),
-    heapUsedMiB: +(mem.heapUsed / MiB).toFixed(1),
-    externalMiB: +(mem.external / MiB).toFixed(1),
-    kvPagesUsed: m.models[0].kvPagesUsed,
-    running: m.running,
-    waiting: m.waiting,
-    preemptions: m.preemptions,
+    ...readSoak(engine),
     generatedTokens: count.generatedTokens,
   };
 }

@@ -20,7 +20,7 @@ import { cpus, loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import { bundledModelDir, createServer, Engine, loadAddon, loadModel } from "../../ts/index.js";
 import { mulberry32 } from "../fixture/random.js";
-import { collectGarbage } from "./collectGarbage.js";
+import { readSoak, type SoakReading } from "./soakReading.js";
 
 const { values } = parseArgs({
   options: {
@@ -172,28 +172,17 @@ function runOne(kind: Kind): Promise<Outcome> {
   });
 }
 
-interface Checkpoint {
+interface Checkpoint extends SoakReading {
   minute: number;
   requests: number;
   completed: number;
   failed: number;
   disconnected: number;
   lost: number;
-  rssMiB: number;
-  heapUsedMiB: number;
-  externalMiB: number;
-  kvPagesUsed: number;
-  running: number;
-  waiting: number;
-  preemptions: number;
   generatedTokens: number;
 }
-const MiB = 2 ** 20;
 const t0 = performance.now();
 function checkpoint(): Checkpoint {
-  collectGarbage();
-  const mem = process.memoryUsage();
-  const m = engine.metrics();
   return {
     minute: +((performance.now() - t0) / 60_000).toFixed(2),
     requests: count.completed + count.failed + count.disconnected + count.lost,
@@ -201,14 +190,8 @@ function checkpoint(): Checkpoint {
     failed: count.failed,
     disconnected: count.disconnected,
     lost: count.lost,
-    rssMiB: +(mem.rss / MiB).toFixed(1),
-    heapUsedMiB: +(mem.heapUsed / MiB).toFixed(1),
-    externalMiB: +(mem.external / MiB).toFixed(1),
-    kvPagesUsed: m.models[0]!.kvPagesUsed,
-    running: m.running,
-    waiting: m.waiting,
-    preemptions: m.preemptions,
-    generatedTokens: m.generatedTokens,
+    ...readSoak(engine),
+    generatedTokens: engine.metrics().generatedTokens,
   };
 }
 const print = (c: Checkpoint, label: string): void =>
