@@ -58,6 +58,33 @@ double rowMax(const float* l, int64_t V) {
   return best;
 }
 
+// The n highest logits of a row (NaN as -inf), descending, ties by lower id -- the order of partial_sort with
+// (logit desc, id asc) -- in one pass in ascending id over a sorted buffer ids[0, n): a logit enters only when it
+// beats the buffer's last (an equal logit has a higher id than every buffered one, so it never displaces), and 8
+// logits at a time are skipped when none beats it. DeepConf asks for this on every generated token (its confidence
+// is the mean of the top 20 logprobs), so a partial_sort over the whole vocabulary per token showed in the step.
+void topLogits(const float* l, int64_t V, int64_t n, int32_t* ids) {
+  int64_t count = 0;
+  auto insert = [&](int64_t i) {
+    const double v = logitAt(l, i);
+    if (count == n) {
+      if (!(v > logitAt(l, ids[n - 1]))) return;
+      count--;
+    }
+    int64_t pos = count++;
+    for (; pos > 0 && logitAt(l, ids[pos - 1]) < v; pos--) ids[pos] = ids[pos - 1];
+    ids[pos] = int32_t(i);
+  };
+  int64_t i = 0;
+  for (; i < V && count < n; i++) insert(i);
+  for (; i + 8 <= V; i += 8) {
+    const double worst = logitAt(l, ids[n - 1]);  // -inf for a NaN: an ordered > is false for NaN lanes too
+    const __m256 beats = _mm256_cmp_ps(_mm256_loadu_ps(l + i), _mm256_set1_ps(float(worst)), _CMP_GT_OQ);
+    for (int mask = _mm256_movemask_ps(beats); mask != 0; mask &= mask - 1) insert(i + __builtin_ctz(mask));
+  }
+  for (; i < V; i++) insert(i);
+}
+
 // sum over i ascending of exp(logit_i - lmax), for a finite lmax.
 double sumExp(const float* l, int64_t V, double lmax) {
   const __m256d mx = _mm256_set1_pd(lmax), ninf = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
@@ -154,16 +181,9 @@ void sample(const SampleArgs& a) {
       a.logprobs.as<float>()[b] = float(logitAt(l, token) - lse);
       if (a.numTop > 0) {
         const int64_t n = a.numTop;
-        ids.resize(V);
-        std::iota(ids.begin(), ids.end(), 0);
-        std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t x, int32_t y) {
-          const double lx = logitAt(l, x), ly = logitAt(l, y);
-          return lx > ly || (lx == ly && x < y);
-        });
-        for (int64_t j = 0; j < n; j++) {
-          a.topIds.as<int32_t>()[b * n + j] = ids[j];
-          a.topLogprobs.as<float>()[b * n + j] = float(logitAt(l, ids[j]) - lse);
-        }
+        int32_t* top = a.topIds.as<int32_t>() + b * n;
+        topLogits(l, V, n, top);
+        for (int64_t j = 0; j < n; j++) a.topLogprobs.as<float>()[b * n + j] = float(logitAt(l, top[j]) - lse);
       }
     }
   });

@@ -3,6 +3,7 @@
 // can get wrong is checked here, on the JS thread, and rejected with an Error naming the field.
 #include <napi.h>
 
+#include <limits>
 #include <memory>
 #include "model.h"
 #include "napi_model.h"
@@ -161,52 +162,73 @@ class ForwardWorker : public Napi::AsyncWorker {
       SetError(m.rfind("forward", 0) == 0 ? m : "forward: " + m);
     }
   }
+  // The step's results packed (NativeForwardPacked in ts/native/addonTypes.ts): every sequence's token, logprob and
+  // (when any sequence asked) confidence in three typed arrays, and an object of extras only for the rows that have
+  // any. ts/model/model.ts builds the per-sequence results in JS, all of one shape: an N-API property set per field
+  // per sequence cost more host time than the engine's own bookkeeping, and a field present for some sequences only
+  // made the engine's hot loops polymorphic (bench:host --confidence).
   void OnOK() override {
     Napi::Env env = Env();
-    Napi::Array arr = Napi::Array::New(env, out_.size());
-    for (size_t i = 0; i < out_.size(); i++) {
+    const size_t n = out_.size();
+    auto tokens = Napi::Int32Array::New(env, n);
+    auto logprobs = Napi::Float32Array::New(env, n);
+    bool anyConfidence = false;
+    for (size_t i = 0; i < n; i++) anyConfidence |= batch_.seqs[i].confidenceK > 0 && batch_.seqs[i].emitToken;
+    Napi::Float32Array confidences;
+    if (anyConfidence) confidences = Napi::Float32Array::New(env, n);
+    Napi::Array extras = Napi::Array::New(env, n);
+    for (size_t i = 0; i < n; i++) {
       const SeqOutput& r = out_[i];
-      Napi::Object o = Napi::Object::New(env);
-      o.Set("token", r.token);
-      o.Set("logprob", double(r.logprob));
-      if (batch_.seqs[i].emitAll) {
+      const SeqInput& in = batch_.seqs[i];
+      tokens[i] = r.token;
+      logprobs[i] = r.logprob;
+      const bool confidence = in.confidenceK > 0 && in.emitToken;
+      if (anyConfidence) confidences[i] = confidence ? r.confidence : std::numeric_limits<float>::quiet_NaN();
+      Napi::Object o;
+      auto extra = [&]() -> Napi::Object& {
+        if (o.IsEmpty()) o = Napi::Object::New(env);
+        return o;
+      };
+      if (in.emitAll) {
         auto toks = Napi::Int32Array::New(env, r.tokens.size());
         auto lps = Napi::Float32Array::New(env, r.logprobs.size());
         std::copy(r.tokens.begin(), r.tokens.end(), toks.Data());
         std::copy(r.logprobs.begin(), r.logprobs.end(), lps.Data());
-        o.Set("tokens", toks);
-        o.Set("logprobs", lps);
+        extra().Set("tokens", toks);
+        extra().Set("logprobs", lps);
       }
       if (!r.topIds.empty()) {
         auto ids = Napi::Int32Array::New(env, r.topIds.size());
         auto lps = Napi::Float32Array::New(env, r.topLogprobs.size());
         std::copy(r.topIds.begin(), r.topIds.end(), ids.Data());
         std::copy(r.topLogprobs.begin(), r.topLogprobs.end(), lps.Data());
-        o.Set("topIds", ids);
-        o.Set("topLogprobs", lps);
+        extra().Set("topIds", ids);
+        extra().Set("topLogprobs", lps);
       }
-      if (batch_.seqs[i].confidenceK > 0 && batch_.seqs[i].emitToken) {
-        o.Set("confidence", double(r.confidence));
-        if (batch_.seqs[i].emitAll) {
-          auto c = Napi::Float32Array::New(env, r.confidences.size());
-          std::copy(r.confidences.begin(), r.confidences.end(), c.Data());
-          o.Set("confidences", c);
-        }
+      if (confidence && in.emitAll) {
+        auto c = Napi::Float32Array::New(env, r.confidences.size());
+        std::copy(r.confidences.begin(), r.confidences.end(), c.Data());
+        extra().Set("confidences", c);
       }
       if (!r.hidden.empty()) {
         auto h = Napi::Float32Array::New(env, r.hidden.size());
         std::copy(r.hidden.begin(), r.hidden.end(), h.Data());
-        o.Set("hidden", h);
+        extra().Set("hidden", h);
       }
       if (!r.logits.empty()) {
         auto l = Napi::Float32Array::New(env, r.logits.size());
         std::copy(r.logits.begin(), r.logits.end(), l.Data());
-        o.Set("logits", l);
+        extra().Set("logits", l);
       }
-      arr[uint32_t(i)] = o;
+      if (!o.IsEmpty()) extras[uint32_t(i)] = o;
     }
+    Napi::Object packed = Napi::Object::New(env);
+    packed.Set("tokens", tokens);
+    packed.Set("logprobs", logprobs);
+    if (anyConfidence) packed.Set("confidences", confidences);
+    packed.Set("extras", extras);
     model_.reset();
-    deferred_.Resolve(arr);
+    deferred_.Resolve(packed);
   }
   void OnError(const Napi::Error& e) override {
     model_.reset();

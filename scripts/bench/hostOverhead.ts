@@ -1,21 +1,28 @@
 // The engine's host work per step, with the forward itself free: a model that answers every step at once, so the
 // time per step is what the JS thread spends between GPU steps (scheduling, inputs, outputs, detokenization, stop
 // checks). Requests as bench:determinism's offline batch (128 prompt + 128 generated tokens each), greedy.
-//   npm run bench:host -- [--batch 256] [--tokens 128] [--tokenizer DIR] [--rounds 2] [--confidence [--pairs 4]] [--json]
-// --confidence: also runs every request with DeepConf's confidence tracking and stop rule (request.confidence,
-// window 16, a threshold never reached: the bookkeeping runs, no request stops) beside the plain runs, byte-level
-// detokenizer, alternating, and reports the overhead ratio (the forward returns a token confidence per row);
-// --pairs such pairs a round. --tokens: generated tokens per request (longer runs average over GC and JIT noise).
-// --tokenizer: a model folder whose tokenizer detokenizes the stream (default: the SmolLM-135M-shaped fixture of
-// the other benches, written on first use); each round runs the byte-level detokenizer and the windowed one.
+//   npm run bench:host -- [--batch 256] [--tokens 128] [--tokenizer DIR] [--rounds 2] [--confidence [--pairs 16]] [--json]
+// --confidence: instead, DeepConf's confidence tracking and stop rule (request.confidence, window 16, a threshold
+// never reached: the bookkeeping runs, no request stops) against plain runs, byte-level detokenizer: --pairs pairs
+// in alternating order after two warm-up pairs; reports the median of the per-pair time ratios with a bootstrap 95%
+// interval, the ratio of the summed times, and the cost in ns per generated token. One run is ~0.3 s on a 2-core VM
+// whose runs differ by +-20% with no change at all, so a 2% effect needs many pairs (the interval says how sure).
+// --model DIR: the same pairs over the model's real forward on this machine's device (the step's native cost of
+// the confidence, a top-k over the vocabulary per token, included); --prompt: prompt tokens (default 128).
+// --tokens: generated tokens per request. --tokenizer: a model folder whose tokenizer detokenizes the stream
+// (default: the SmolLM-135M-shaped fixture of the other benches, written on first use); each round runs the
+// byte-level detokenizer and the windowed one.
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../../ts/engine/engine.js";
 import type { EngineModel, ForwardBatch, ForwardResult } from "../../ts/engine/modelTypes.js";
+import { engineModelOf } from "../../ts/engine/loadedModel.js";
+import { loadModel } from "../../ts/model/model.js";
 import { ModelTokenizer } from "../../ts/model/tokenizer.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { collectGarbage } from "./soakReading.js";
 
 const { values } = parseArgs({
   options: {
@@ -23,69 +30,113 @@ const { values } = parseArgs({
     tokenizer: { type: "string" },
     rounds: { type: "string", default: "2" },
     confidence: { type: "boolean", default: false },
-    pairs: { type: "string", default: "4" },
+    pairs: { type: "string", default: "16" },
     tokens: { type: "string", default: "128" },
+    model: { type: "string" },
+    prompt: { type: "string" },
     json: { type: "boolean", default: false },
   },
 });
-const B = Number(values.batch), PROMPT = 128, MAX_TOKENS = Number(values.tokens), PAIRS = Number(values.pairs);
-let dir = values.tokenizer;
+const B = Number(values.batch), PROMPT = Number(values.prompt ?? 128), MAX_TOKENS = Number(values.tokens), PAIRS = Number(values.pairs);
+let dir = values.tokenizer ?? values.model;
 if (!dir) {
   dir = join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");
   if (!existsSync(join(dir, "config.json"))) await makeFixture({ ...PRESETS["smollm-135m"]!, out: dir, seed: 1 });
 }
 const tok = await ModelTokenizer.load(dir);
+// --model: the real forward (this machine's device), loaded once with room for every run's sequences.
+const realModel = values.model === undefined ? null : await loadModel(values.model, { kvPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2) });
 
-async function msPerStep(windowed: boolean, confidence = false): Promise<{ steps: number; ms: number }> {
+async function msPerStep(windowed: boolean, confidence = false): Promise<{ steps: number; ms: number; cpuMs: number }> {
   let steps = 0;
-  const model: EngineModel = {
+  const model: EngineModel = realModel !== null ? { ...engineModelOf(realModel), forward: (b) => (steps++, realModel.forward(b)) } : {
     numPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2), pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: Math.max(4096, PROMPT + MAX_TOKENS + 16), eosTokenIds: [], device: "cuda",
     async forward(b: ForwardBatch): Promise<ForwardResult[]> {
       steps++;
-      return b.sequences.map((s) => {
-        const r: ForwardResult = { token: 300 + ((s.startPos * 7919) % 2000), logprob: -1 };
-        if (s.confidenceTopK) r.confidence = 1 + ((s.startPos * 13) % 7) / 7;
-        return r;
-      });
+      // Built as Model.forward builds a step's results (ts/model/model.ts): one literal, confidence undefined when
+      // the sequence did not ask for it.
+      return b.sequences.map((s) => ({ token: 300 + ((s.startPos * 7919) % 2000), logprob: -1, confidence: s.confidenceTopK ? 1 + ((s.startPos * 13) % 7) / 7 : undefined }));
     },
   };
-  const tokenizer = { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
+  const tokenizer = realModel !== null ? realModel.tokenizer : { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
   const engine = new Engine({ models: { model, tokenizer }, maxBatchSeqs: B, maxBatchTokens: 1 << 16 });
+  collectGarbage(); // each run starts from a clean heap, not paying for the previous run's garbage
   const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   const prompt = (i: number) => Array.from({ length: PROMPT }, (_, j) => 300 + ((i * 31 + j) % 1000));
   const conf = confidence ? { confidence: { window: 16, threshold: -1 } } : {};
   await Promise.all(Array.from({ length: B }, (_, i) => engine.submit({ prompt: prompt(i), maxTokens: MAX_TOKENS, ignoreEos: true, ...conf }).result));
   const ms = (performance.now() - t0) / steps;
+  const cpu = process.cpuUsage(cpu0);
   await engine.dispose();
-  return { steps, ms };
+  return { steps, ms, cpuMs: (cpu.user + cpu.system) / 1000 / steps };
 }
 
-const best = new Map<string, number>();
-const confRuns: Array<{ plain: number; confidence: number }> = [];
-for (let r = 0; r < Number(values.rounds); r++) {
-  for (const windowed of [false, true]) {
-    const { ms } = await msPerStep(windowed);
-    const key = windowed ? "windowed" : "byte-level";
-    best.set(key, Math.min(best.get(key) ?? Infinity, ms));
+if (values.confidence) {
+  type Run = Awaited<ReturnType<typeof msPerStep>>;
+  const pairs: Array<{ plain: Run; confidence: Run }> = [];
+  for (let k = 0; k < PAIRS + 2; k++) {
+    const confFirst = k % 2 === 1;
+    const a = await msPerStep(false, confFirst);
+    const b = await msPerStep(false, !confFirst);
+    if (k >= 2) pairs.push(confFirst ? { plain: b, confidence: a } : { plain: a, confidence: b });
   }
-  if (values.confidence) {
-    // Four pairs a round, the order alternating (a run is ~0.1 s: JIT and GC noise is as large as the effect), the
-    // first round's pairs a warm-up.
-    for (let k = 0; k < PAIRS; k++) {
-      const confFirst = k % 2 === 1;
-      const a = (await msPerStep(false, confFirst)).ms;
-      const b = (await msPerStep(false, !confFirst)).ms;
-      if (r > 0) confRuns.push(confFirst ? { plain: b, confidence: a } : { plain: a, confidence: b });
+  const wall = overhead(pairs.map((p) => [p.plain.ms, p.confidence.ms]));
+  const cpu = overhead(pairs.map((p) => [p.plain.cpuMs, p.confidence.cpuMs]));
+  const line = { batch: B, tokens: MAX_TOKENS, pairs: pairs.length, confidenceOverhead: { wall, cpu } };
+  if (values.json) console.log(JSON.stringify(line));
+  else {
+    const pct = (x: number) => `${((x - 1) * 100).toFixed(1)}%`;
+    console.log(`batch ${B}, ${MAX_TOKENS} tokens, confidence tracking vs plain (${pairs.length} pairs, alternating, after 2 warm-up pairs; byte-level detokenizer):`);
+    for (const [what, o] of [["wall time", wall], ["process CPU time", cpu]] as const) {
+      console.log(`  ${what} per step: median ${pct(o.median)} (95% interval ${pct(o.ci95[0])} to ${pct(o.ci95[1])}), summed ${pct(o.sumRatio)}, ${o.nsPerToken} ns per generated token; pairs ${o.ratios.map((r) => r.toFixed(3)).join(" ")}`);
     }
   }
+  realModel?.dispose();
+} else {
+  const best = new Map<string, number>();
+  for (let r = 0; r < Number(values.rounds); r++) {
+    for (const windowed of [false, true]) {
+      const { ms } = await msPerStep(windowed);
+      const key = windowed ? "windowed" : "byte-level";
+      best.set(key, Math.min(best.get(key) ?? Infinity, ms));
+    }
+  }
+  for (const [detokenizer, ms] of best) {
+    if (values.json) console.log(JSON.stringify({ batch: B, detokenizer, msPerStep: +ms.toFixed(3), tokenizer: dir }));
+    else console.log(`batch ${B}, ${detokenizer} detokenizer: ${ms.toFixed(3)} ms of host work per step (best of ${values.rounds})`);
+  }
 }
-if (values.confidence) {
-  const ratios = confRuns.map((c) => c.confidence / c.plain).sort((a, b) => a - b);
-  const line = { batch: B, confidenceOverhead: { ratios: ratios.map((x) => +x.toFixed(4)), median: +ratios[Math.floor(ratios.length / 2)].toFixed(4), runs: confRuns } };
-  if (values.json) console.log(JSON.stringify(line));
-  else console.log(`batch ${B}, confidence tracking: ${((ratios[0] - 1) * 100).toFixed(1)}% to ${((ratios[ratios.length - 1] - 1) * 100).toFixed(1)}% more host time per step (median ${((line.confidenceOverhead.median - 1) * 100).toFixed(1)}% of ${ratios.length} pairs in alternating order after a warm-up round; byte-level)`);
+
+/** Paired [plain, confidence] ms per step -> the median ratio with its bootstrap 95% interval, the ratio of the sums
+ *  and the difference in ns per generated token. */
+function overhead(pairs: Array<[number, number]>) {
+  const ratios = pairs.map(([p, c]) => c / p);
+  const [lo, hi] = bootstrapMedian(ratios, 2000);
+  const plain = pairs.reduce((t, [p]) => t + p, 0), conf = pairs.reduce((t, [, c]) => t + c, 0);
+  return { median: round4(medianOf(ratios)), ci95: [round4(lo), round4(hi)] as [number, number], sumRatio: round4(conf / plain), nsPerToken: Math.round(((conf - plain) / pairs.length / B) * 1e6), ratios: ratios.map(round4), plainMs: pairs.map(([p]) => round4(p)), confidenceMs: pairs.map(([, c]) => round4(c)) };
 }
-for (const [detokenizer, ms] of best) {
-  if (values.json) console.log(JSON.stringify({ batch: B, detokenizer, msPerStep: +ms.toFixed(3), tokenizer: dir }));
-  else console.log(`batch ${B}, ${detokenizer} detokenizer: ${ms.toFixed(3)} ms of host work per step (best of ${values.rounds})`);
+
+function round4(x: number): number {
+  return +x.toFixed(4);
+}
+
+function medianOf(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+/** Percentile bootstrap 95% interval of the median (a fixed-seed generator, so the interval is reproducible). */
+function bootstrapMedian(xs: readonly number[], resamples: number): [number, number] {
+  let state = 0x9e3779b9;
+  const rand = () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const medians = Array.from({ length: resamples }, () => medianOf(xs.map(() => xs[Math.floor(rand() * xs.length)])));
+  medians.sort((a, b) => a - b);
+  return [medians[Math.floor(resamples * 0.025)], medians[Math.ceil(resamples * 0.975) - 1]];
 }

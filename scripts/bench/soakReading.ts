@@ -5,7 +5,7 @@ import vm from "node:vm";
 import type { Engine } from "../../ts/index.js";
 
 v8.setFlagsFromString("--expose-gc");
-const collectGarbage = vm.runInNewContext("gc") as () => void;
+export const collectGarbage = vm.runInNewContext("gc") as () => void;
 const MiB = 2 ** 20;
 
 export interface SoakReading {

@@ -83,6 +83,25 @@ describe("sample (cpu)", () => {
     expect(got.topIds).toEqual([1, 3, 4, 2]);
   });
 
+  it("ranks the top logprobs like a full sort over rows of many ties, NaN (as -inf), +-inf and few distinct values", async () => {
+    const V = 5003;
+    const values = [-3, -1, 0, 0.5, 2, 2, 7, Infinity, -Infinity, NaN];
+    const rows: Float32Array[] = [
+      Float32Array.from({ length: V }, () => values[Math.floor(rng() * values.length)]), // ties everywhere
+      Float32Array.from({ length: V }, (_, i) => (i % 97 === 0 ? NaN : -Infinity)), // fewer than 64 above -inf
+      Float32Array.from({ length: V }, (_, i) => i * 1e-3), // ascending: every logit beats the buffer
+      Float32Array.from({ length: V }, (_, i) => -i * 1e-3), // descending: nothing enters after the first 64
+      randomF32(rng, V, 4),
+    ];
+    for (const numTop of [1, 20, 64]) {
+      for (const row of rows) {
+        const got = await sample(row, V, [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }], numTop);
+        const asMinusInf = Array.from(row, (x) => (Number.isNaN(x) ? -Infinity : x));
+        expect(got.topIds).toEqual(rankByLogit(asMinusInf).slice(0, numTop));
+      }
+    }
+  });
+
   it("ties -0 and +0 (lower id first), for greedy, top-k 1 and the top logprobs", async () => {
     const logits = Float32Array.from([-1, -0, -2, 0, -3]);
     const greedy = await sample(logits, 5, [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }], 3);

@@ -7,40 +7,51 @@ import type { ConfidenceReport } from "./outputs.js";
 import type { ResolvedConfidence } from "./request.js";
 
 export class ConfidenceTracker {
-  private readonly values: number[] = [];
-  private readonly groups: number[] = [];
+  // Token confidences in a typed array grown by doubling; the group means are not stored: report() derives them from
+  // the values in one pass. add() runs once per generated token of every DeepConf sequence, on the engine's host
+  // path (bench:host --confidence measures it), so it does the least it can: a sliding sum and one comparison.
+  private values = new Float64Array(256);
+  private n = 0;
   private windowSum = 0;
+  private phase = 0;
   private total = 0;
+  private readonly window: number;
+  private readonly threshold: number | null;
 
-  constructor(private readonly c: ResolvedConfidence) {}
+  constructor(private readonly c: ResolvedConfidence) {
+    this.window = c.window;
+    this.threshold = c.threshold;
+  }
 
   /** Adds token i's confidence; true when the stop rule fires on the window it completes. */
   add(confidence: number): boolean {
-    this.values.push(confidence);
+    if (this.n === this.values.length) this.values = grow(this.values);
+    const w = this.window;
+    const n = ++this.n;
+    this.values[n - 1] = confidence;
     this.total += confidence;
     this.windowSum += confidence;
-    const n = this.values.length;
-    if (n > this.c.window) this.windowSum -= this.values[n - 1 - this.c.window];
-    if (n < this.c.window) return false;
-    // Re-sum every window tokens: a running sum over thousands of tokens would drift from the plain mean.
-    if (n % this.c.window === 0) this.windowSum = sum(this.values, n - this.c.window, n);
-    const group = this.windowSum / this.c.window;
-    this.groups.push(group);
-    return this.c.threshold !== null && group < this.c.threshold;
+    if (n > w) this.windowSum -= this.values[n - 1 - w];
+    // Re-sum at every multiple of window tokens: a running sum over thousands of tokens would drift from the plain
+    // mean. (A counter, not n % w: an integer division per token shows in bench:host.)
+    const resum = ++this.phase === w;
+    if (resum) this.phase = 0;
+    if (n < w) return false;
+    if (resum) this.windowSum = sum(this.values, n - w, n);
+    return this.threshold !== null && this.windowSum / w < this.threshold;
   }
 
   /** The latest full window's mean (the whole trace while it is shorter), or null before any token. */
   get current(): number | null {
-    const n = this.values.length;
+    const n = this.n;
     if (n === 0) return null;
-    return n < this.c.window ? this.total / n : this.groups[this.groups.length - 1];
+    return n < this.window ? this.total / n : this.windowSum / this.window;
   }
 
   report(): ConfidenceReport | undefined {
-    const n = this.values.length;
+    const n = this.n;
     if (n === 0) return undefined;
-    const groups = this.groups.length > 0 ? this.groups : [this.total / n];
-    const sorted = [...groups].sort((a, b) => a - b);
+    const sorted = this.groupMeans().sort(); // a typed array sorts numerically
     const lowest = Math.max(1, Math.ceil(sorted.length * 0.1));
     const tail = Math.min(this.c.tail, n);
     return {
@@ -51,9 +62,32 @@ export class ConfidenceTracker {
       tokens: n,
     };
   }
+
+  /** Every full window's mean, as add() computed them (the same sliding sum, re-summed every window tokens); the
+   *  whole trace's mean while it is shorter than a window. */
+  private groupMeans(): Float64Array {
+    const n = this.n, w = this.window, v = this.values;
+    if (n < w) return Float64Array.of(this.total / n);
+    const groups = new Float64Array(n - w + 1);
+    let windowSum = 0;
+    for (let i = 1; i <= n; i++) {
+      windowSum += v[i - 1];
+      if (i > w) windowSum -= v[i - 1 - w];
+      if (i < w) continue;
+      if (i % w === 0) windowSum = sum(v, i - w, i);
+      groups[i - w] = windowSum / w;
+    }
+    return groups;
+  }
 }
 
-function sum(xs: readonly number[], from: number, to: number): number {
+function grow(xs: Float64Array<ArrayBuffer>): Float64Array<ArrayBuffer> {
+  const bigger = new Float64Array(xs.length * 2);
+  bigger.set(xs);
+  return bigger;
+}
+
+function sum(xs: ArrayLike<number>, from: number, to: number): number {
   let s = 0;
   for (let i = from; i < to; i++) s += xs[i];
   return s;

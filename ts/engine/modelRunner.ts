@@ -86,9 +86,11 @@ export class ModelRunner {
         blockTable: Int32Array.from(seq.blockTable),
         sampling: s.sampling,
         numTopLogprobs: emitToken ? s.numTopLogprobs : 0,
+        // Always present, so every input has one shape: a field added only for some requests made this loop
+        // polymorphic and cost DeepConf requests several percent of the host step (bench:host --confidence).
+        confidenceTopK: emitToken ? s.confidenceTopK : 0,
         emitToken,
       };
-      if (emitToken && s.confidenceTopK > 0) input.confidenceTopK = s.confidenceTopK;
       if (emitToken && s.captureHiddenLayers !== null) input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
       if (extras.fixed?.(i)) input.fixedSchedule = anyFixed = true;
       return input;

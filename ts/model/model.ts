@@ -1,7 +1,7 @@
 // A loaded model: config, tokenizer, chat template, generation defaults and the native model with its paged KV
 // pool. `forward` is the engine's entry (one native call per step for a whole batch); generate(model, ...) in
 // ts/engine/generate.ts runs one prompt on an Engine for direct use.
-import type { DeviceKind, NativeForwardBatch, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
+import type { DeviceKind, NativeForwardBatch, NativeForwardPacked, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
 import { bundledModelDir } from "./bundled.js";
 import type { ChatMessage } from "./chatTemplate.js";
 import type { ModelConfig } from "./config.js";
@@ -115,7 +115,7 @@ export class Model implements AsyncDisposable {
    * order. One owner of the pages at a time: an Engine (or generate(), which runs one for its call).
    */
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
-    return this.native.forward(batch);
+    return this.native.forward(batch).then(unpackResults); // a disposed model throws here, synchronously
   }
 
   /** Op-by-op totals of the steps run with forward({profile: true}) since the last call; then cleared. */
@@ -202,4 +202,18 @@ function planPages(options: LoadModelOptions, pageSize: number, bytesPerPage: nu
  */
 export function loadModel(dir?: string, options: LoadModelOptions = {}): Promise<Model> {
   return Model.load(dir ?? bundledModelDir, options);
+}
+
+/** The addon's packed step results as one object per sequence, all built by one literal (`confidence` included,
+ *  undefined when not asked), so the engine's hot loops see one object shape whatever mix of requests a step carries. */
+function unpackResults({ tokens, logprobs, confidences, extras }: NativeForwardPacked): NativeForwardResult[] {
+  const results: NativeForwardResult[] = new Array(tokens.length);
+  for (let i = 0; i < tokens.length; i++) {
+    const c = confidences === undefined ? NaN : confidences[i];
+    const r: NativeForwardResult = { token: tokens[i], logprob: logprobs[i], confidence: Number.isNaN(c) ? undefined : c };
+    const extra = extras[i];
+    if (extra !== undefined) Object.assign(r, extra);
+    results[i] = r;
+  }
+  return results;
 }

@@ -195,6 +195,17 @@ export interface NativeForwardResult {
   logits?: Float32Array;
 }
 
+/** A step's results as the addon returns them: the fields every sequence has in typed arrays ([sequences]), the
+ *  rest per sequence only where present. */
+export interface NativeForwardPacked {
+  tokens: Int32Array;
+  logprobs: Float32Array;
+  /** Present when any sequence asked for confidence; NaN for those that did not (or did not emit). */
+  confidences?: Float32Array;
+  /** emitAll tokens / logprobs / confidences, top logprobs, hidden states and logits, for the rows that have any. */
+  extras: Array<Pick<NativeForwardResult, "tokens" | "logprobs" | "topIds" | "topLogprobs" | "confidences" | "hidden" | "logits"> | undefined>;
+}
+
 export interface NativeModelInfo {
   device: DeviceKind;
   activationDtype: DType;
@@ -223,8 +234,9 @@ export interface NativeModel {
   setWeight(name: string, dtype: "f32" | "bf16" | "f16", shape: number[], bytes: ArrayBufferView, byteOffset?: number): void;
   /** Checkpoint tensors not set yet. */
   missingWeights(): string[];
-  /** ONE native call for the whole model and batch (off the JS thread); results in input order. */
-  forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]>;
+  /** ONE native call for the whole model and batch (off the JS thread); results packed, in input order
+   *  (ts/model/model.ts's Model.forward unpacks them into NativeForwardResult objects of one shape). */
+  forward(batch: NativeForwardBatch): Promise<NativeForwardPacked>;
   /** Copies whole pages src[i] -> dst[i] in every layer's K and V cache. */
   copyPages(src: Int32Array, dst: Int32Array): Promise<void>;
   /** KV offloading: the pages' K and V of every layer, copied to host memory (CUDA: through page-locked staging). */
