@@ -3,7 +3,7 @@
 // below the threshold ends the sample, its pages are freed, and under deterministic: true the stop is the same
 // whatever else runs).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConfidenceTracker } from "../../ts/engine/confidence.js";
+import { ConfidenceTracker, smallest } from "../../ts/engine/confidence.js";
 import { Engine } from "../../ts/engine/engine.js";
 import { FIXED_SCHEDULE } from "../../ts/engine/kernelSchedule.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
@@ -65,6 +65,43 @@ describe("ConfidenceTracker", () => {
     const short = new ConfidenceTracker({ topK: 20, window: 10, threshold: 100, tail: 10 });
     expect([1, 2].map((x) => short.add(x))).toEqual([false, false]); // no full window: never stops
     expect(short.report()!.lowestGroup).toBeCloseTo(1.5, 12); // one group: the whole trace
+  });
+
+  it("reports, for a long random trace, exactly the figures of the plain rule (every window's mean, all sorted)", () => {
+    let seed = 7;
+    const rand = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 4294967296;
+    for (const [n, window] of [[3000, 16], [777, 50], [100, 1], [64, 64], [65, 64]]) {
+      const c = Array.from({ length: n }, () => (rand() < 0.2 ? 2 : 1 + rand() * 3)); // ties among the groups
+      const t = new ConfidenceTracker({ topK: 20, window, threshold: null, tail: 10 });
+      for (const x of c) t.add(x);
+      // The plain rule: a running window sum re-summed at every multiple of the window, every full window's mean.
+      const groups: number[] = [];
+      let ws = 0;
+      for (let i = 1; i <= n; i++) {
+        ws += c[i - 1];
+        if (i > window) ws -= c[i - 1 - window];
+        if (i % window === 0) ws = c.slice(i - window, i).reduce((a, b) => a + b, 0);
+        if (i >= window) groups.push(ws / window);
+      }
+      groups.sort((a, b) => a - b);
+      const k = Math.max(1, Math.ceil(groups.length * 0.1));
+      const r = t.report()!;
+      expect(r.lowestGroup).toBe(groups[0]);
+      expect(r.bottom10Group).toBe(groups.slice(0, k).reduce((a, b) => a + b, 0) / k);
+    }
+  });
+});
+
+describe("smallest", () => {
+  it("gives the k smallest ascending, as a full sort does, with duplicates and NaN", () => {
+    let seed = 11;
+    const rand = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 4294967296;
+    for (let round = 0; round < 500; round++) {
+      const n = 1 + Math.floor(rand() * 700);
+      const xs = Float64Array.from({ length: n }, () => (rand() < 0.3 ? Math.floor(rand() * 4) : rand() < 0.01 ? NaN : rand()));
+      const k = 1 + Math.floor(rand() * n);
+      expect(Array.from(smallest(Float64Array.from(xs), k))).toEqual(Array.from(Float64Array.from(xs).sort().subarray(0, k)));
+    }
   });
 });
 

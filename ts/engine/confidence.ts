@@ -10,7 +10,7 @@ export class ConfidenceTracker {
   // Token confidences in a typed array grown by doubling; the group means are not stored: report() derives them from
   // the values in one pass. add() runs once per generated token of every DeepConf sequence, on the engine's host
   // path (bench:host --confidence measures it), so it does the least it can: a sliding sum and one comparison.
-  private values = new Float64Array(256);
+  private readonly values: number[] = [];
   private n = 0;
   private windowSum = 0;
   private phase = 0;
@@ -25,10 +25,9 @@ export class ConfidenceTracker {
 
   /** Adds token i's confidence; true when the stop rule fires on the window it completes. */
   add(confidence: number): boolean {
-    if (this.n === this.values.length) this.values = grow(this.values);
     const w = this.window;
     const n = ++this.n;
-    this.values[n - 1] = confidence;
+    this.values.push(confidence);
     this.total += confidence;
     this.windowSum += confidence;
     if (n > w) this.windowSum -= this.values[n - 1 - w];
@@ -51,13 +50,14 @@ export class ConfidenceTracker {
   report(): ConfidenceReport | undefined {
     const n = this.n;
     if (n === 0) return undefined;
-    const sorted = this.groupMeans().sort(); // a typed array sorts numerically
-    const lowest = Math.max(1, Math.ceil(sorted.length * 0.1));
+    const groups = this.groupMeans();
+    const lowest = Math.max(1, Math.ceil(groups.length * 0.1));
+    const bottom = smallest(groups, lowest);
     const tail = Math.min(this.c.tail, n);
     return {
       mean: this.total / n,
-      lowestGroup: sorted[0],
-      bottom10Group: sum(sorted, 0, lowest) / lowest,
+      lowestGroup: bottom[0],
+      bottom10Group: sum(bottom, 0, lowest) / lowest,
       tail: sum(this.values, n - tail, n) / tail,
       tokens: n,
     };
@@ -81,10 +81,35 @@ export class ConfidenceTracker {
   }
 }
 
-function grow(xs: Float64Array<ArrayBuffer>): Float64Array<ArrayBuffer> {
-  const bigger = new Float64Array(xs.length * 2);
-  bigger.set(xs);
-  return bigger;
+/**
+ * The k smallest of xs, ascending (xs is reordered): a quickselect moves them to the front, then only they are
+ * sorted -- the same numbers, summed in the same order, as sorting all of xs (a trace has a group per token, and a
+ * full sort per finished trace showed in bench:host). NaN sorts last, as a typed array's sort() puts it.
+ */
+export function smallest(xs: Float64Array, k: number): Float64Array {
+  if (xs.some(Number.isNaN) || xs.length <= 64) return xs.sort().subarray(0, k);
+  let lo = 0, hi = xs.length - 1;
+  while (lo < hi) {
+    // Hoare partition around the median of three; afterwards [lo, j] <= pivot <= [j + 1, hi].
+    const mid = (lo + hi) >>> 1;
+    const pivot = median3(xs[lo], xs[mid], xs[hi]);
+    let i = lo - 1, j = hi + 1;
+    for (;;) {
+      do i++; while (xs[i] < pivot);
+      do j--; while (xs[j] > pivot);
+      if (i >= j) break;
+      const t = xs[i];
+      xs[i] = xs[j];
+      xs[j] = t;
+    }
+    if (k - 1 <= j) hi = j;
+    else lo = j + 1;
+  }
+  return xs.subarray(0, k).sort();
+}
+
+function median3(a: number, b: number, c: number): number {
+  return a < b ? (b < c ? b : a < c ? c : a) : a < c ? a : b < c ? c : b;
 }
 
 function sum(xs: ArrayLike<number>, from: number, to: number): number {
