@@ -77,10 +77,13 @@ void topLogits(const float* l, int64_t V, int64_t n, int32_t* ids) {
   };
   int64_t i = 0;
   for (; i < V && count < n; i++) insert(i);
+  // The buffer's last logit (-inf for a NaN: an ordered > is false for NaN lanes too), updated after each insert.
+  __m256 worst = _mm256_set1_ps(float(logitAt(l, ids[n - 1])));
   for (; i + 8 <= V; i += 8) {
-    const double worst = logitAt(l, ids[n - 1]);  // -inf for a NaN: an ordered > is false for NaN lanes too
-    const __m256 beats = _mm256_cmp_ps(_mm256_loadu_ps(l + i), _mm256_set1_ps(float(worst)), _CMP_GT_OQ);
-    for (int mask = _mm256_movemask_ps(beats); mask != 0; mask &= mask - 1) insert(i + __builtin_ctz(mask));
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), worst, _CMP_GT_OQ));
+    if (mask == 0) continue;
+    for (int m = mask; m != 0; m &= m - 1) insert(i + __builtin_ctz(m));
+    worst = _mm256_set1_ps(float(logitAt(l, ids[n - 1])));
   }
   for (; i < V; i++) insert(i);
 }
@@ -91,6 +94,18 @@ double sumExp(const float* l, int64_t V, double lmax) {
   double sum = 0;
   int64_t i = 0;
   alignas(32) double e[4];
+  // 16 at a time: four independent polynomials in flight (the exp's FMA chain is latency-bound one vector at a
+  // time); the sum still takes the terms one by one in ascending id.
+  alignas(32) double e16[16];
+  for (; i + 16 <= V; i += 16) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(l + i + 4 * u));
+      const __m256d x = _mm256_sub_pd(_mm256_blendv_pd(v, ninf, _mm256_cmp_pd(v, v, _CMP_UNORD_Q)), mx);
+      _mm256_store_pd(e16 + 4 * u, expNonPositive(x));
+    }
+    for (int u = 0; u < 16; u++) sum += e16[u];
+  }
   for (; i + 4 <= V; i += 4) {
     const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(l + i));
     const __m256d x = _mm256_sub_pd(_mm256_blendv_pd(v, ninf, _mm256_cmp_pd(v, v, _CMP_UNORD_Q)), mx);
@@ -121,7 +136,13 @@ int32_t sampleRow(const SampleArgs& a, int64_t b, const float* l, int64_t V, dou
   const int64_t topK = a.topK.as<int32_t>()[b];
   const double topP = a.topP.as<float>()[b];
   if (T == 0.0) {  // the first index of the max (0 when every logit is NaN or -inf)
-    for (int64_t i = 0; i < V; i++)
+    int64_t i = 0;
+    if (lmax > -std::numeric_limits<double>::infinity()) {  // lmax is a float widened: compare as floats, 8 at a time
+      const __m256 m = _mm256_set1_ps(float(lmax));
+      for (; i + 8 <= V; i += 8)
+        if (const int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), m, _CMP_EQ_OQ))) return int32_t(i + __builtin_ctz(eq));
+    }
+    for (; i < V; i++)
       if (logitAt(l, i) == lmax) return int32_t(i);
     return 0;
   }
