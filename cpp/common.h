@@ -34,6 +34,12 @@ struct View {
   Device device = Device::cpu;
   int ndim = 0;
   int64_t shape[4] = {1, 1, 1, 1};
+  // A CPU bf16 GEMM weight [N, K] may be packed for the decode kernels (cpu/cpu_gemm.h, "Packed W"): panels of
+  // packRows rows, each panel ceil(K / 32) groups of packRows x 32 values. 0: row-major.
+  int packRows = 0;
+
+  // Element offset of row r (a multiple of packRows when packed) of a [N, K] matrix.
+  int64_t rowOffset(int64_t r) const { return packRows ? r / packRows * ((shape[1] + 31) / 32 * 32 * packRows) : r * shape[1]; }
 
   int64_t numel() const {
     int64_t n = 1;

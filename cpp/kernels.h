@@ -122,7 +122,8 @@ void forEachGemmBlock(const View& x, const View& w, const View& bias, const View
     const int64_t c = cuts[j], n = cuts[j + 1] - c;
     if (n == 0) continue;
     View wj = w, bj = bias, yj = y;
-    wj.data = static_cast<char*>(w.data) + c * K * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
+    (void)K;  // packed W (View::packRows): the cuts are whole panels (ModelWeights packs qkv only then)
+    wj.data = static_cast<char*>(w.data) + w.rowOffset(c) * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
     if (bias) bj.data = static_cast<char*>(bias.data) + c * int64_t(dtypeSize(bias.dtype)), bj.ndim = 1, bj.shape[0] = n;
     yj.data = static_cast<char*>(y.data) + (rows * c + row0 * n) * int64_t(dtypeSize(y.dtype));
     yj.ndim = 2, yj.shape[0] = M, yj.shape[1] = n;

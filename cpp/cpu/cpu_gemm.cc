@@ -169,18 +169,20 @@ struct Prefetch {
 // partials are summed in partition order, bias last. pf's lines are fetched a few before each kernel call (spread
 // out, they do not fill the miss buffers at once), the rest at the end.
 void outputs(const Problem& P, int64_t m0, int64_t rows, int64_t n0, int nr, const void* w, DType wtype,
-             int64_t ldw, int64_t chunk, Prefetch pf = {}) {
+             int64_t ldw, int64_t chunk, Prefetch pf = {}, int wFlags = 0) {
   alignas(64) float acc[kSmallM * gemm_detail::kAvx512NR * 16];
   float partial[kSmallM * gemm_detail::kAvx512NR], total[kSmallM * gemm_detail::kAvx512NR];
   for (int p = 0; p < P.splitK; p++) {
     const int64_t k0 = P.kBounds[p], k1 = P.kBounds[p + 1];
     for (int64_t k = k0, ke; k < k1; k = ke) {
       ke = std::min(k1, (k / chunk + 1) * chunk);
-      const int flags = (k == k0 ? gemm_detail::kStartAtZero : 0) | (ke == k1 ? gemm_detail::kReduce : 0);
+      const int flags = (k == k0 ? gemm_detail::kStartAtZero : 0) | (ke == k1 ? gemm_detail::kReduce : 0) | wFlags;
       for (int64_t m = 0; m < rows; m += P.MR) {
         const int mr = int(std::min<int64_t>(P.MR, rows - m));
         pf.some(pf.step);
-        P.kernel(wtype, mr, nr)(static_cast<const char*>(P.x) + size_t((m0 + m) * P.ldx) * P.xsz, P.ldx, w, ldw, k, ke, acc + m * nr * 16, partial + m * nr, flags);
+        // packed W: only the first m-tile's call may prefetch ahead; the others read the same lines
+        const int f = m == 0 ? flags : flags | gemm_detail::kNoPrefetch;
+        P.kernel(wtype, mr, nr)(static_cast<const char*>(P.x) + size_t((m0 + m) * P.ldx) * P.xsz, P.ldx, w, ldw, k, ke, acc + m * nr * 16, partial + m * nr, f);
       }
     }
     for (int64_t o = 0; o < rows * nr; o++) total[o] = p == 0 ? partial[o] : total[o] + partial[o];
@@ -193,7 +195,36 @@ void outputs(const Problem& P, int64_t m0, int64_t rows, int64_t n0, int nr, con
     }
 }
 
+// Row n of packed W (gemm_detail::packBf16's layout) into dst[0, K).
+void unpackRow(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) {
+  const uint16_t* panel = packed + (n / gemm_detail::kPackRows) * gemm_detail::packedPanelElems(K) + (n % gemm_detail::kPackRows) * 32;
+  int64_t g = 0;
+  for (; g + 32 <= K; g += 32) std::memcpy(dst + g, panel + g * gemm_detail::kPackRows, 64);  // one line: inlined
+  if (g < K) std::memcpy(dst + g, panel + g * gemm_detail::kPackRows, size_t(K - g) * 2);
+}
+
 }  // namespace
+
+namespace gemm_detail {
+void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
+  std::fill_n(dst, packedElems(N, K), uint16_t(0));
+  parallelFor((N + kPackRows - 1) / kPackRows, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; t++) {
+      uint16_t* panel = dst + t * packedPanelElems(K);
+      for (int64_t n = t * kPackRows; n < std::min(N, (t + 1) * kPackRows); n++)
+        for (int64_t g = 0; g < K; g += 32)
+          std::copy_n(src + n * K + g, std::min<int64_t>(32, K - g), panel + g * kPackRows + (n % kPackRows) * 32);
+    }
+  });
+}
+void unpackBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
+  parallelFor(N, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; n++) unpackRow(src, K, n, dst + n * K);
+  });
+}
+void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) { unpackRow(packed, K, n, dst); }
+bool packedWSupported() { return simdLevel() == Simd::avx512bf16; }
+}  // namespace gemm_detail
 
 void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
   if (x.dtype != DType::f32) throw Error(std::string("gemm: the CPU backend takes x as f32, got ") + dtypeName(x.dtype));
@@ -214,6 +245,10 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
   }
   Problem P{x.as<float>(), K, 4, bias ? biasF32.data() : nullptr, y.as<float>(), N, kBounds.data(), splitK, 0, 0, nullptr};
   chooseKernels(P, w.dtype, M);
+  const bool wPacked = w.packRows != 0;
+  if (wPacked && (w.dtype != DType::bf16 || w.packRows != gemm_detail::kPackRows || !gemm_detail::packedWSupported()))
+    throw Error("gemm: packed W must be bf16 in panels of " + std::to_string(gemm_detail::kPackRows) +
+                " rows on a CPU with AVX512-BF16, got " + dtypeName(w.dtype) + " in panels of " + std::to_string(w.packRows));
   const bool bf16 = w.dtype == DType::bf16;
   const int64_t smallM = simdLevel() == Simd::avx2 ? kSmallMAvx2 : kSmallM;
   const size_t wsz = dtypeSize(w.dtype);
@@ -239,7 +274,37 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     ~Trim() { scratch(1, 0).trim(kKeepFloats); }
   } trimAfter;
 
-  if (M <= smallM) {
+  if (wPacked && M <= smallM) {
+    // Decode on packed W (chooseKernels gave the AVX512-BF16 tile, kAvx512NR = kPackRows rows: a tile is a panel,
+    // one contiguous stream). One m-tile: the kernel prefetches 4 KiB ahead of itself as it reads. Several: the
+    // panel kPrefetchPanels ahead, spread over the calls, as for row-major W; K in equal chunks, so that a chunk of
+    // the panel serves all m-tiles from L1.
+    const int64_t panels = (N + P.NR - 1) / P.NR, panelElems = gemm_detail::packedPanelElems(K);
+    const bool oneTile = M <= P.MR;
+    const int64_t nChunks = oneTile ? 1 : (K + kPanelK - 1) / kPanelK, chunk = ((K + nChunks - 1) / nChunks + 31) / 32 * 32;
+    const int64_t calls = (M + P.MR - 1) / P.MR * (splitK + nChunks - 1);
+    const uint16_t* base = w.as<uint16_t>();
+    auto lines = [&](int64_t from, int64_t to) {
+      return Prefetch{reinterpret_cast<const char*>(base + from * panelElems), reinterpret_cast<const char*>(base + to * panelElems), 0};
+    };
+    const int flags = gemm_detail::kPackedW | (oneTile ? 0 : gemm_detail::kNoPrefetch);
+    parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
+      if (oneTile) lines(lo, hi).some(64);
+      else lines(lo, std::min(hi, lo + kPrefetchPanels)).some(INT64_MAX);
+      for (int64_t t = lo; t < hi; t++) {
+        Prefetch pf;
+        if (!oneTile && t + kPrefetchPanels < hi) {
+          pf = lines(t + kPrefetchPanels, t + kPrefetchPanels + 1);
+          pf.step = ((pf.e - pf.a) / 64 + calls - 1) / calls;
+        }
+        const int64_t n0 = t * P.NR;
+        outputs(P, 0, M, n0, int(std::min<int64_t>(P.NR, N - n0)), base + t * panelElems, w.dtype, 32, chunk, pf, flags);
+      }
+    });
+    return;
+  }
+
+  if (M <= smallM && !wPacked) {
     // Decode: X stays in L1/L2; W streams from memory once (bf16/f16 widened in registers, prefetched a few panels
     // ahead), each thread a contiguous range of its rows.
     const int64_t panels = (N + P.NR - 1) / P.NR;
@@ -282,7 +347,8 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
       const int64_t cols = std::min(kBlockCols, N - n0), rows = std::min(kBlockRows, M - m0);
       if (packed != nb) {
         for (int64_t j = 0; j < cols; j++) {
-          if (w.dtype == DType::f32) std::copy_n(reinterpret_cast<const float*>(wRow(n0 + j)), K, wBlock.data + j * ld);
+          if (wPacked) unpackRow(w.as<uint16_t>(), K, n0 + j, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
+          else if (w.dtype == DType::f32) std::copy_n(reinterpret_cast<const float*>(wRow(n0 + j)), K, wBlock.data + j * ld);
           else if (bf16) std::copy_n(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), K, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
           else widen(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), w.dtype, K, wBlock.data + j * ld);
         }

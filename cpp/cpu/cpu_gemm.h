@@ -27,7 +27,10 @@ namespace dl::cpu::gemm_detail {
 // acc: [mr, nr, 16] f32 (bit-exact spills, so a partition may be fed in several chunks): loaded first unless
 // flags has kStartAtZero; stored at the end unless flags has kReduce, which writes sums[i * nr + j] instead (the
 // fixed tree above, in registers).
-constexpr int kStartAtZero = 1, kReduce = 2;
+// kPackedW: w is a panel of packed W (below): row j's values of the group of 32 at k = g are at w + j * ldw + g *
+// kPackRows (ldw = 32), not at w + j * ldw + g.
+// kNoPrefetch: a packed call that does not prefetch ahead (another m-tile's call of the same panel does).
+constexpr int kStartAtZero = 1, kReduce = 2, kPackedW = 4, kNoPrefetch = 8;
 using AccumFn = void (*)(const void* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, int64_t k1, float* acc,
                          float* sums, int flags);
 
@@ -48,5 +51,20 @@ AccumFn accumBf16Avx2(int mr, int nr);
 AccumFn accumBf16Avx2Row(int nr);  // mr = 1, nr <= kAvx2Bf16RowNR
 AccumFn accumBf16Avx512(int mr, int nr);
 AccumFn accumBf16Avx512Native(int mr, int nr);
+
+// Packed W (bf16, CPUs with AVX512-BF16): the decode GEMV streams W once per step, and row-major panels are
+// kAvx512NR separate streams of K * 2 bytes each, restarted every panel; packed, a panel is one contiguous stream.
+// Layout of W [N, K]: panels of kPackRows rows (the last padded with zero rows), each panel ceil(K / 32) groups, a
+// group kPackRows rows x 32 values (k past K zero). A panel is the decode path's tile (kAvx512NR rows), so the
+// kernels, their order of operations and so every bit are those of row-major W.
+constexpr int kPackRows = kAvx512NR;
+inline int64_t packedPanelElems(int64_t K) { return (K + 31) / 32 * 32 * kPackRows; }
+inline int64_t packedElems(int64_t N, int64_t K) { return (N + kPackRows - 1) / kPackRows * packedPanelElems(K); }
+// src [N, K] row-major bf16 -> dst (packedElems(N, K) values); and back.
+void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst);
+void unpackBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst);
+void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst);  // row n into dst[0, K)
+// Whether this CPU runs packed W (AVX512-BF16).
+bool packedWSupported();
 
 }  // namespace dl::cpu::gemm_detail

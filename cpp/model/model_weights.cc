@@ -1,6 +1,10 @@
 #include "model_weights.h"
 
+#include <algorithm>
 #include <cstring>
+#include <cstdlib>
+
+#include "cpu_gemm.h"
 
 namespace dl {
 namespace {
@@ -107,6 +111,15 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
         throw Error("setWeight: '" + name + "': " + std::to_string(length) + " bytes at offset " +
                     std::to_string(byteOffset) + " do not fit a " + dtypeName(dtype) + " tensor of " +
                     std::to_string(count) + " elements");
+      packChecked_ = false;
+      if (slot->packRows) {  // packed by packForCpu(): back to row-major (a buffer of its own) before writing into it
+        Buffer rowMajor(device_, DType::bf16, slot->rows * slot->cols);
+        cpu::gemm_detail::unpackBf16(reinterpret_cast<const uint16_t*>(slot->buf.at(slot->bufOffset)), slot->rows,
+                                     slot->cols, reinterpret_cast<uint16_t*>(rowMajor.data()));
+        slot->buf = rowMajor;
+        slot->bufOffset = 0;
+        slot->packRows = 0;
+      }
       if (!slot->buf) {
         // Vectors become f32 on the CPU (tiny; keeps norms and biases exact); matrices keep the checkpoint dtype.
         DType keep = isVector && device_ == Device::cpu ? DType::f32 : dtype;
@@ -136,6 +149,40 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
               " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", oProjBias " +
               (cfg_.oProjBias ? "true" : "false") + ", tieEmbeddings " +
               (cfg_.tieEmbeddings ? "true" : "false") + ")");
+}
+
+void ModelWeights::packForCpu() {
+  if (packChecked_) return;
+  packChecked_ = true;
+  // DELIBERATE_NO_PACK=1 keeps them row-major (read here, at the first forward after the weights were set).
+  if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || getenv("DELIBERATE_NO_PACK")) return;
+  // The slots to pack, in the order a forward step reads them.
+  std::vector<WeightSlot*> order;
+  const int64_t P = cpu::gemm_detail::kPackRows;
+  const bool qkvCutsWhole = cfg_.qDim() % P == 0 && cfg_.kvDim() % P == 0;
+  for (LayerWeights& L : layers) {
+    if (qkvCutsWhole) order.push_back(&L.qkv);
+    order.push_back(&L.o);
+    order.push_back(&L.gateUp);
+    order.push_back(&L.down);
+  }
+  order.push_back(cfg_.tieEmbeddings ? &embed : &lmHead);  // a tied table serves the embedding gather packed too
+  int64_t total = 0;
+  order.erase(std::remove_if(order.begin(), order.end(),
+                             [](WeightSlot* s) { return s->packRows || !s->buf || s->buf.dtype() != DType::bf16 || !s->complete(); }),
+              order.end());
+  for (WeightSlot* s : order) total += cpu::gemm_detail::packedElems(s->rows, s->cols);
+  if (total == 0) return;
+  Buffer arena(device_, DType::bf16, total);
+  int64_t at = 0;
+  for (WeightSlot* s : order) {
+    cpu::gemm_detail::packBf16(reinterpret_cast<const uint16_t*>(s->buf.at(s->bufOffset)), s->rows, s->cols,
+                               reinterpret_cast<uint16_t*>(arena.at(at)));
+    s->buf = arena;  // the row-major buffer is released here
+    s->bufOffset = at;
+    s->packRows = int(P);
+    at += cpu::gemm_detail::packedElems(s->rows, s->cols);
+  }
 }
 
 std::vector<std::string> ModelWeights::missing() const {

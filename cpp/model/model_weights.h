@@ -28,7 +28,14 @@ struct WeightSlot {
       if (p.bytesNeeded == 0 || p.bytesSet < p.bytesNeeded) return false;
     return true;
   }
-  View matrix() const { return buf.view({rows, cols}); }
+  // Packed for the CPU decode kernels (cpu/cpu_gemm.h "Packed W"; ModelWeights::packForCpu), or 0: row-major.
+  int packRows = 0;
+  int64_t bufOffset = 0;  // elements: packed slots share one arena (ModelWeights::packForCpu)
+  View matrix() const {
+    View v = buf.view({rows, cols}, bufOffset);
+    v.packRows = packRows;
+    return v;
+  }
   View vector() const { return buf.view({rows * cols}); }
   // Rows [r0, r0 + n) as a matrix view (a part of a stacked weight), or of a stacked bias.
 };
@@ -49,6 +56,11 @@ class ModelWeights {
            size_t length, size_t byteOffset);
   // Names of checkpoint tensors not (fully) set yet.
   std::vector<std::string> missing() const;
+  // On a CPU with AVX512-BF16: the complete bf16 GEMM weights (qkv when its q | k | v cuts are whole panels, o,
+  // gateUp, down, the head) repacked for the decode kernels into one arena, in the order a step reads them (each
+  // GEMM's prefetch runs on into the next one's first lines), the row-major copies released. Cheap once done;
+  // set() unpacks a slot again before writing into it.
+  void packForCpu();
 
   WeightSlot embed, finalNorm, lmHead;  // lmHead unused when embeddings are tied
   std::vector<LayerWeights> layers;
@@ -60,6 +72,7 @@ class ModelWeights {
   ModelConfig cfg_;
   Device device_;
   std::vector<std::pair<WeightSlot*, bool>> all_;  // slot, isVector
+  bool packChecked_ = false;  // packForCpu() has run since the last set()
 };
 
 }  // namespace dl

@@ -2,6 +2,7 @@
 // thread. Every op takes one options object and returns a Promise<void>; bad input rejects with a named Error.
 #include "napi_ops.h"
 
+#include "cpu_gemm.h"
 #include "kernels.h"
 #include "napi_op.h"
 
@@ -55,8 +56,24 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
     if (y.shape[0] != M || y.shape[1] != N) fail(a.op, "y must be [" + std::to_string(M) + "," + std::to_string(N) + "], got " + shapeString(y));
     if (bias && (bias.ndim != 1 || bias.shape[0] != N)) fail(a.op, "bias must be [" + std::to_string(N) + "], got " + shapeString(bias));
     if (splitK > K) fail(a.op, "splitK " + std::to_string(splitK) + " exceeds K = " + std::to_string(K));
+    // packW: 1 runs the CPU kernels on a packed copy of w (the layout a loaded model's bf16 weights take on an
+    // AVX512-BF16 CPU: cpu/cpu_gemm.h), so tests can hold it to row-major W's bits.
+    const bool packW = a.integer("packW", 0, 0, 1) == 1;
+    if (packW && (a.device != Device::cpu || w.dtype != DType::bf16))
+      fail(a.op, "packW needs a bf16 w on the CPU, got " + std::string(dtypeName(w.dtype)) + (a.device == Device::cpu ? "" : " on the GPU"));
+    if (packW && !cpu::gemm_detail::packedWSupported()) fail(a.op, "packW needs a CPU with AVX512-BF16");
     Device dev = a.device;
-    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, gemm(x, w, bias, y, splitK)); });
+    return runAsync(info.Env(), std::move(a), [=] {
+      if (!packW) {
+        DISPATCH(dev, gemm(x, w, bias, y, splitK));
+        return;
+      }
+      std::vector<uint16_t> packed(size_t(cpu::gemm_detail::packedElems(N, K)));
+      cpu::gemm_detail::packBf16(w.as<uint16_t>(), N, K, packed.data());
+      View wp = w;
+      wp.data = packed.data(), wp.packRows = cpu::gemm_detail::kPackRows;
+      cpu::gemm(x, wp, bias, y, splitK);
+    });
   });
 }
 

@@ -5,6 +5,8 @@
 //       cpp/cpu/cpu_gemm_avx512.cc cpp/cpu/cpu_gemm_avx2.cc cpp/cpu/cpu_gemm_bf16.cc cpp/cpu/threadpool.cc cpp/cpu/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
 //   /tmp/gemmStream 1 1 4 16 64        # threads, then the row counts M
 //   DELIBERATE_SIMD=avx2 /tmp/gemmStream 1 16   # the AVX2 path
+//   PACKED=1 /tmp/gemmStream 1 1                 # W packed as a loaded model's bf16 weights are on AVX512-BF16
+//   (every weight in one 2 MiB-aligned allocation advised for transparent huge pages, as cpp/storage.cc does)
 #include <time.h>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 
 #include "common.h"
 #include "threadpool.h"
+#include "cpu_gemm.h"
+#include <sys/mman.h>
 
 namespace dl::cpu {
 void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK);
@@ -45,6 +49,31 @@ int main(int argc, char** argv) {
   for (int l = 0; l < L; l++)
     for (const Shape& s : shapes) ws.push_back(filled(size_t(s.N) * s.K));
   const std::vector<uint16_t> head = filled(size_t(V) * C);
+  // PACKED=1: every weight packed (cpu_gemm.h) into one arena on huge pages, as a loaded model's are.
+  const bool packed = getenv("PACKED") && atoi(getenv("PACKED")) == 1;
+  std::vector<View> wv;
+  size_t arenaElems = 0;
+  for (int l = 0; l < L; l++)
+    for (const Shape& s : shapes) arenaElems += size_t(cpu::gemm_detail::packedElems(s.N, s.K));
+  arenaElems += size_t(cpu::gemm_detail::packedElems(V, C));
+  const size_t arenaBytes = (arenaElems * 2 + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20);
+  uint16_t* arena = packed ? static_cast<uint16_t*>(std::aligned_alloc(size_t(2) << 20, arenaBytes)) : nullptr;
+  if (packed) madvise(arena, arenaBytes, MADV_HUGEPAGE);
+  size_t at = 0;
+  auto viewOf = [&](const std::vector<uint16_t>& w, int N, int K) {
+    View v = mk(const_cast<uint16_t*>(w.data()), DType::bf16, N, K);
+    if (!packed) return v;
+    cpu::gemm_detail::packBf16(w.data(), N, K, arena + at);
+    v.data = arena + at, v.packRows = cpu::gemm_detail::kPackRows;
+    at += size_t(cpu::gemm_detail::packedElems(N, K));
+    return v;
+  };
+  {
+    size_t wi = 0;
+    for (int l = 0; l < L; l++)
+      for (const Shape& s : shapes) wv.push_back(viewOf(ws[wi++], s.N, s.K));
+  }
+  const View headView = viewOf(head, V, C);
   std::vector<int> rowsList;
   for (int i = 2; i < argc; i++) rowsList.push_back(atoi(argv[i]));
   if (rowsList.empty()) rowsList = {1, 16, 64};
@@ -58,9 +87,9 @@ int main(int argc, char** argv) {
       size_t wi = 0;
       for (int l = 0; l < L; l++)
         for (const Shape& s : shapes)
-          cpu::gemm(mk(x.data(), DType::f32, M, s.K), mk(ws[wi++].data(), DType::bf16, s.N, s.K), View{}, mk(y.data(), DType::f32, M, s.N), 1);
+          cpu::gemm(mk(x.data(), DType::f32, M, s.K), wv[wi++], View{}, mk(y.data(), DType::f32, M, s.N), 1);
       const double t1 = cpuNow();
-      cpu::gemm(mk(x.data(), DType::f32, M, C), mk(const_cast<uint16_t*>(head.data()), DType::bf16, V, C), View{}, mk(y.data(), DType::f32, M, V), 1);
+      cpu::gemm(mk(x.data(), DType::f32, M, C), headView, View{}, mk(y.data(), DType::f32, M, V), 1);
       const double t2 = cpuNow();
       best = std::min(best, t1 - t0), bestHead = std::min(bestHead, t2 - t1);
     }

@@ -113,6 +113,35 @@ describe("gemm (cpu)", () => {
     }
   });
 
+  it("gives row-major W's bits with W packed in panels (a loaded model's bf16 weights on an AVX512-BF16 CPU)", async (ctx) => {
+    if (addon.listDevices().cpu.simd !== "avx512-bf16") {
+      console.log("[gemm] packed W skipped: this CPU has no AVX512-BF16 (packed W is used only there)");
+      ctx.skip();
+    }
+    const rng = makeRng(5);
+    // N not a multiple of the 8-row panel, K not of 32, splitK cutting groups, M = 1 / several m-tiles / > 64
+    // (the large-M path unpacks its W blocks), one and two threads.
+    for (const [M, N, K] of [[1, 37, 576], [1, 8, 100], [2, 13, 1536], [5, 50, 161], [17, 960, 64], [64, 21, 600], [70, 19, 300]]) {
+      const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+      const w = tensorOf(addon, "cpu", "bf16", [N, K], randomF32(rng, N * K));
+      const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
+      for (const splitK of [1, 3]) {
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const y = addon.tensor("cpu", "f32", [M, N]);
+          await addon.ops.gemm({ x, w, bias, y, splitK, packW: 1 });
+          expect(bitsOf(y.readF32()), `M=${M} N=${N} K=${K} splitK=${splitK} threads=${threads}`).toEqual(bitsOf(await gemm(x, w, bias, splitK)));
+          y.dispose();
+        }
+      }
+      disposeAll(x, w, bias);
+    }
+    const y = addon.tensor("cpu", "f32", [1, 3]);
+    const f32w = addon.tensor("cpu", "f32", [3, 8]);
+    await expect(addon.ops.gemm({ x: addon.tensor("cpu", "f32", [1, 8]), w: f32w, y, packW: 1 })).rejects.toThrow(/gemm: packW needs a bf16 w on the CPU, got f32/);
+    disposeAll(y, f32w);
+  });
+
   it("gives different bits for different splitK on some inputs", async () => {
     const rng = makeRng(3);
     const M = 4, N = 64, K = 1000;

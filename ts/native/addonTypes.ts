@@ -38,7 +38,15 @@ export interface PagedKVArgs {
 
 export interface NativeOps {
   /** y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]); K cut into splitK partitions summed in a fixed order. */
-  gemm(a: { x: NativeTensor; w: NativeTensor; bias?: NativeTensor; y: NativeTensor; splitK?: number }): Promise<void>;
+  gemm(a: {
+    x: NativeTensor;
+    w: NativeTensor;
+    bias?: NativeTensor;
+    y: NativeTensor;
+    splitK?: number;
+    /** 1: run on a packed copy of bf16 `w` (the layout a loaded model's weights take on an AVX512-BF16 CPU); tests. */
+    packW?: 0 | 1;
+  }): Promise<void>;
   /** gemm with y's columns stored as blocks [0, cut1), [cut1, cut2), [cut2, N), each a (rows, width) matrix; x's row m
    * is row row0 + m of each (the fused q | k | v projection). y: rows * N elements. Same bits as gemm. */
   gemmBlocks(a: { x: NativeTensor; w: NativeTensor; bias?: NativeTensor; y: NativeTensor; splitK?: number; cut1: number; cut2: number; rows: number; row0?: number }): Promise<void>;

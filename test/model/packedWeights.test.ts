@@ -1,0 +1,83 @@
+// bf16 weights packed for the CPU decode kernels (cpp/cpu/cpu_gemm.h "Packed W", done at the first forward on a CPU
+// with AVX512-BF16): the same bits as row-major weights (DELIBERATE_NO_PACK=1) for decode and prefill rows in one
+// batch, tied and untied heads, a qkv whose q | k | v cuts are whole panels and one whose are not; a weight set
+// again after packing is unpacked first and written as any other.
+import { afterAll, describe, expect, it } from "vitest";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { openModelFiles } from "../../ts/model/modelFiles.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import { fixtureDir, randomTokens } from "./fixtureCache.js";
+
+const supported = loadAddon().listDevices().cpu.simd === "avx512-bf16";
+if (!supported) console.log("[packed weights] skipped: this CPU has no AVX512-BF16, so weights stay row-major here");
+const PAGE = 16;
+const open: Model[] = [];
+afterAll(() => open.forEach((m) => m.dispose()));
+
+/** Loads `dir` and runs its first forward with packing on or off (packForCpu reads the variable then). */
+async function load(dir: string, pack: boolean): Promise<Model> {
+  const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
+  open.push(model);
+  if (!pack) process.env.DELIBERATE_NO_PACK = "1";
+  try {
+    await model.forward({ gemmSplitK: 1, kvSplits: 1, sequences: [{ tokens: Int32Array.from([1]), startPos: 0, blockTable: Int32Array.from([63]) }] });
+  } finally {
+    delete process.env.DELIBERATE_NO_PACK;
+  }
+  return model;
+}
+
+/** A prefill of 37 tokens and two decodes of other sequences in one step, then 6 decode steps; logits and tokens. */
+async function run(model: Model, vocab: number): Promise<Uint32Array[]> {
+  const out: Uint32Array[] = [];
+  const table = (s: number) => Int32Array.from({ length: 4 }, (_, i) => s * 4 + i);
+  const prompts = [randomTokens(37, vocab, 1), randomTokens(9, vocab, 2), randomTokens(20, vocab, 3)];
+  const first = await model.forward({ gemmSplitK: 2, kvSplits: 1, returnLogits: true, sequences: prompts.map((p, s) => ({ tokens: Int32Array.from(p), startPos: 0, blockTable: table(s) })) });
+  const pos = prompts.map((p) => p.length);
+  let last = first.map((r) => r.token);
+  for (const r of first) out.push(new Uint32Array(r.logits!.buffer.slice(0)));
+  for (let step = 0; step < 6; step++) {
+    const rs = await model.forward({ gemmSplitK: 1, kvSplits: 2, returnLogits: true, sequences: last.map((t, s) => ({ tokens: Int32Array.from([t]), startPos: pos[s], blockTable: table(s) })) });
+    rs.forEach((r, s) => {
+      pos[s]++;
+      out.push(new Uint32Array(r.logits!.buffer.slice(0)));
+    });
+    last = rs.map((r) => r.token);
+  }
+  return out;
+}
+
+describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
+  // hidden 96 / 6 heads / 3 KV heads: q 96 and k, v 48 rows, whole panels of 6, so qkv is packed; 4 KV heads
+  // (k, v 64 rows) leave qkv row-major beside the packed others.
+  for (const extra of [{ hidden: 96, heads: 6, kvHeads: 3 }, { hidden: 96, heads: 6, kvHeads: 3, tieEmbeddings: true }, { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 }]) {
+    it(`gives row-major weights' bits: ${JSON.stringify(extra)}`, async () => {
+      const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
+      const rowMajor = await run(await load(dir, false), 600);
+      const packed = await run(await load(dir, true), 600);
+      expect(packed.length).toBe(rowMajor.length);
+      packed.forEach((p, i) => expect(p, `row ${i}`).toEqual(rowMajor[i]));
+    });
+  }
+
+  it("unpacks a packed weight before setting it again, then packs it back", async () => {
+    const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, hidden: 96, heads: 6, kvHeads: 3 });
+    const reference = await run(await load(dir, true), 600);
+    const model = await load(dir, true);
+    const files = await openModelFiles(dir);
+    try {
+      // the same values, written again in two halves: the slot goes back to row-major, then is repacked
+      for (const name of ["model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"]) {
+        const info = files.checkpoint.tensors.get(name)!;
+        const bytes = await files.checkpoint.read(name);
+        const half = Math.floor(bytes.length / 4) * 2;
+        model.native.setWeight(name, "bf16", info.shape, bytes.subarray(0, half), 0);
+        model.native.setWeight(name, "bf16", info.shape, bytes.subarray(half), half);
+      }
+    } finally {
+      await files.checkpoint.close();
+    }
+    const again = await run(model, 600);
+    again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
+  });
+});
