@@ -154,8 +154,11 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
 void ModelWeights::packForCpu() {
   if (packChecked_) return;
   packChecked_ = true;
-  // DELIBERATE_NO_PACK=1 keeps them row-major (read here, at the first forward after the weights were set).
-  if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || getenv("DELIBERATE_NO_PACK")) return;
+  // Opt-in, DELIBERATE_PACK_WEIGHTS=1 (read here, at the first forward after the weights were set): the packed GEMV
+  // streams faster on its own (scripts/bench/gemmStream.cc PACKED=1), but whole decode steps on the 2-core box it
+  // was built on measured within that machine's noise either way (bench/RESULTS-decode.md, 2026-11-26).
+  const char* on = getenv("DELIBERATE_PACK_WEIGHTS");
+  if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || on == nullptr || std::string(on) != "1") return;
   // The slots to pack, in the order a forward step reads them.
   std::vector<WeightSlot*> order;
   const int64_t P = cpu::gemm_detail::kPackRows;

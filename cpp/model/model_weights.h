@@ -56,7 +56,7 @@ class ModelWeights {
            size_t length, size_t byteOffset);
   // Names of checkpoint tensors not (fully) set yet.
   std::vector<std::string> missing() const;
-  // On a CPU with AVX512-BF16: the complete bf16 GEMM weights (qkv when its q | k | v cuts are whole panels, o,
+  // With DELIBERATE_PACK_WEIGHTS=1 on a CPU with AVX512-BF16: the complete bf16 GEMM weights (qkv when its q | k | v cuts are whole panels, o,
   // gateUp, down, the head) repacked for the decode kernels into one arena, in the order a step reads them (each
   // GEMM's prefetch runs on into the next one's first lines), the row-major copies released. Cheap once done;
   // set() unpacks a slot again before writing into it.

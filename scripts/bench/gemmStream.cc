@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
       size_t wi = 0;
       for (int l = 0; l < L; l++)
         for (const Shape& s : shapes)
-          cpu::gemm(mk(x.data(), DType::f32, M, s.K), wv[wi++], View{}, mk(y.data(), DType::f32, M, s.N), 1);
+          cpu::gemm(mk(x.data(), DType::f32, M, s.K), wv[wi++], View{}, mk(y.data(), DType::f32, M, s.N), getenv("SK") ? atoi(getenv("SK")) : 1);
       const double t1 = cpuNow();
-      cpu::gemm(mk(x.data(), DType::f32, M, C), headView, View{}, mk(y.data(), DType::f32, M, V), 1);
+      cpu::gemm(mk(x.data(), DType::f32, M, C), headView, View{}, mk(y.data(), DType::f32, M, V), getenv("SK") ? atoi(getenv("SK")) : 1);
       const double t2 = cpuNow();
       best = std::min(best, t1 - t0), bestHead = std::min(bestHead, t2 - t1);
     }

@@ -1,6 +1,6 @@
 // bf16 weights packed for the CPU decode kernels (cpp/cpu/cpu_gemm.h "Packed W", done at the first forward on a CPU
-// with AVX512-BF16): the same bits as row-major weights (DELIBERATE_NO_PACK=1) for decode and prefill rows in one
-// batch, tied and untied heads, a qkv whose q | k | v cuts are whole panels and one whose are not; a weight set
+// with AVX512-BF16 when DELIBERATE_PACK_WEIGHTS=1): the same bits as row-major weights for decode and prefill rows in
+// one batch, tied and untied heads, a qkv whose q | k | v cuts are whole panels and one whose are not; a weight set
 // again after packing is unpacked first and written as any other.
 import { afterAll, describe, expect, it } from "vitest";
 import { loadModel, type Model } from "../../ts/model/model.js";
@@ -18,11 +18,11 @@ afterAll(() => open.forEach((m) => m.dispose()));
 async function load(dir: string, pack: boolean): Promise<Model> {
   const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
   open.push(model);
-  if (!pack) process.env.DELIBERATE_NO_PACK = "1";
+  if (pack) process.env.DELIBERATE_PACK_WEIGHTS = "1";
   try {
     await model.forward({ gemmSplitK: 1, kvSplits: 1, sequences: [{ tokens: Int32Array.from([1]), startPos: 0, blockTable: Int32Array.from([63]) }] });
   } finally {
-    delete process.env.DELIBERATE_NO_PACK;
+    delete process.env.DELIBERATE_PACK_WEIGHTS;
   }
   return model;
 }
@@ -77,7 +77,13 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
     } finally {
       await files.checkpoint.close();
     }
-    const again = await run(model, 600);
+    process.env.DELIBERATE_PACK_WEIGHTS = "1"; // packed again at the next forward
+    let again: Uint32Array[];
+    try {
+      again = await run(model, 600);
+    } finally {
+      delete process.env.DELIBERATE_PACK_WEIGHTS;
+    }
     again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
   });
 });
