@@ -116,13 +116,14 @@ inline void checkGemmBlocks(const View& x, const View& w, const View& y, int64_t
 template <class Fn>
 void forEachGemmBlock(const View& x, const View& w, const View& bias, const View& y, int64_t cut1, int64_t cut2,
                       int64_t rows, int64_t row0, Fn fn) {
-  const int64_t M = x.shape[0], N = w.shape[0], K = w.shape[1];
+  const int64_t M = x.shape[0], N = w.shape[0];
   const int64_t cuts[4] = {0, cut1, cut2, N};
   for (int j = 0; j < 3; j++) {
     const int64_t c = cuts[j], n = cuts[j + 1] - c;
     if (n == 0) continue;
     View wj = w, bj = bias, yj = y;
-    (void)K;  // packed W (View::packRows): the cuts are whole panels (ModelWeights packs qkv only then)
+    if (w.packRows && c % w.packRows)
+      throw Error("gemmBlocks: packed W (panels of " + std::to_string(w.packRows) + " rows) cut at row " + std::to_string(c) + ", inside a panel");
     wj.data = static_cast<char*>(w.data) + w.rowOffset(c) * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
     if (bias) bj.data = static_cast<char*>(bias.data) + c * int64_t(dtypeSize(bias.dtype)), bj.ndim = 1, bj.shape[0] = n;
     yj.data = static_cast<char*>(y.data) + (rows * c + row0 * n) * int64_t(dtypeSize(y.dtype));

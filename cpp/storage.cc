@@ -10,7 +10,7 @@ namespace {
 std::atomic<int64_t> live[2];
 }
 
-Storage::Storage(Device d, size_t n) : device(d), bytes(n) {
+Storage::Storage(Device d, size_t n, bool zero) : device(d), bytes(n) {
   if (d == Device::cpu) {
     // 64-byte aligned for AVX-512 loads; one extra cache line so vector tails may over-read safely. Buffers of
     // 2 MiB and more (weights, the KV pool, large scratch) are 2 MiB aligned and asked for transparent huge pages:
@@ -24,7 +24,8 @@ Storage::Storage(Device d, size_t n) : device(d), bytes(n) {
 #ifdef MADV_HUGEPAGE
     if (huge) madvise(data, rounded, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
 #endif
-    std::memset(data, 0, rounded);
+    // The bytes asked for and the over-read line; a huge buffer's rounding past them stays untouched (not resident).
+    if (zero) std::memset(data, 0, ((n + 63) / 64) * 64 + 64);
   } else {
     data = gpu::malloc(n);
   }

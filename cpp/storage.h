@@ -8,7 +8,8 @@
 namespace dl {
 
 struct Storage {
-  Storage(Device device, size_t bytes);
+  // zero = false (CPU): the caller writes every byte; pages stay untouched (not resident) until it does.
+  Storage(Device device, size_t bytes, bool zero = true);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

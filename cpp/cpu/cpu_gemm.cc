@@ -207,10 +207,11 @@ void unpackRow(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) {
 
 namespace gemm_detail {
 void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
-  std::fill_n(dst, packedElems(N, K), uint16_t(0));
+  // Every element of dst is written (padding as zeros), panel by panel: dst may be fresh, untouched memory.
   parallelFor((N + kPackRows - 1) / kPackRows, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; t++) {
       uint16_t* panel = dst + t * packedPanelElems(K);
+      std::fill_n(panel, packedPanelElems(K), uint16_t(0));
       for (int64_t n = t * kPackRows; n < std::min(N, (t + 1) * kPackRows); n++)
         for (int64_t g = 0; g < K; g += 32)
           std::copy_n(src + n * K + g, std::min<int64_t>(32, K - g), panel + g * kPackRows + (n % kPackRows) * 32);

@@ -45,8 +45,8 @@ class Buffer {
   Buffer() = default;
   Buffer(Device d, DType t, int64_t n) { reset(d, t, n); }
 
-  void reset(Device d, DType t, int64_t n) {
-    mem_ = std::make_shared<Storage>(d, size_t(n > 0 ? n : 1) * dtypeSize(t));
+  void reset(Device d, DType t, int64_t n, bool zero = true) {
+    mem_ = std::make_shared<Storage>(d, size_t(n > 0 ? n : 1) * dtypeSize(t), zero);
     device_ = d;
     dtype_ = t;
     capacity_ = n;

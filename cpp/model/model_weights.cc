@@ -112,6 +112,9 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
                     std::to_string(byteOffset) + " do not fit a " + dtypeName(dtype) + " tensor of " +
                     std::to_string(count) + " elements");
       packChecked_ = false;
+      // read here, on the JS thread (setWeight), not in the forward's worker: getenv races with process.env writes
+      const char* pack = getenv("DELIBERATE_PACK_WEIGHTS");
+      packRequested_ = pack != nullptr && std::string(pack) == "1";
       if (slot->packRows) {  // packed by packForCpu(): back to row-major (a buffer of its own) before writing into it
         Buffer rowMajor(device_, DType::bf16, slot->rows * slot->cols);
         cpu::gemm_detail::unpackBf16(reinterpret_cast<const uint16_t*>(slot->buf.at(slot->bufOffset)), slot->rows,
@@ -154,11 +157,10 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
 void ModelWeights::packForCpu() {
   if (packChecked_) return;
   packChecked_ = true;
-  // Opt-in, DELIBERATE_PACK_WEIGHTS=1 (read here, at the first forward after the weights were set): the packed GEMV
-  // streams faster on its own (scripts/bench/gemmStream.cc PACKED=1), but whole decode steps on the 2-core box it
-  // was built on measured within that machine's noise either way (bench/RESULTS-decode.md, 2026-11-26).
-  const char* on = getenv("DELIBERATE_PACK_WEIGHTS");
-  if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || on == nullptr || std::string(on) != "1") return;
+  // Opt-in, DELIBERATE_PACK_WEIGHTS=1 when the weights were set: the packed GEMV streams faster on its own
+  // (scripts/bench/gemmStream.cc PACKED=1), but whole decode steps on the 2-core box it was built on measured within
+  // that machine's noise either way (bench/RESULTS-decode.md, 2026-11-26).
+  if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || !packRequested_) return;
   // The slots to pack, in the order a forward step reads them.
   std::vector<WeightSlot*> order;
   const int64_t P = cpu::gemm_detail::kPackRows;
@@ -176,7 +178,14 @@ void ModelWeights::packForCpu() {
               order.end());
   for (WeightSlot* s : order) total += cpu::gemm_detail::packedElems(s->rows, s->cols);
   if (total == 0) return;
-  Buffer arena(device_, DType::bf16, total);
+  // Not zeroed: packBf16 writes every element, slot by slot, and each row-major buffer is released as soon as it is
+  // copied, so the arena's pages become resident as the originals go (peak ~ the weights plus one slot).
+  Buffer arena;
+  try {
+    arena.reset(device_, DType::bf16, total, false);
+  } catch (const Error&) {
+    return;  // no room for the arena: the weights stay row-major (packing changes speed, never results)
+  }
   int64_t at = 0;
   for (WeightSlot* s : order) {
     cpu::gemm_detail::packBf16(reinterpret_cast<const uint16_t*>(s->buf.at(s->bufOffset)), s->rows, s->cols,

@@ -56,7 +56,7 @@ class ModelWeights {
            size_t length, size_t byteOffset);
   // Names of checkpoint tensors not (fully) set yet.
   std::vector<std::string> missing() const;
-  // With DELIBERATE_PACK_WEIGHTS=1 on a CPU with AVX512-BF16: the complete bf16 GEMM weights (qkv when its q | k | v cuts are whole panels, o,
+  // With DELIBERATE_PACK_WEIGHTS=1 (when the weights were set) on a CPU with AVX512-BF16: the complete bf16 GEMM weights (qkv when its q | k | v cuts are whole panels, o,
   // gateUp, down, the head) repacked for the decode kernels into one arena, in the order a step reads them (each
   // GEMM's prefetch runs on into the next one's first lines), the row-major copies released. Cheap once done;
   // set() unpacks a slot again before writing into it.
@@ -72,7 +72,8 @@ class ModelWeights {
   ModelConfig cfg_;
   Device device_;
   std::vector<std::pair<WeightSlot*, bool>> all_;  // slot, isVector
-  bool packChecked_ = false;  // packForCpu() has run since the last set()
+  bool packChecked_ = false;   // packForCpu() has run since the last set()
+  bool packRequested_ = false;  // DELIBERATE_PACK_WEIGHTS=1 at the last set()
 };
 
 }  // namespace dl

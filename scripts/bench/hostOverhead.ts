@@ -7,7 +7,7 @@
 // in alternating order after two warm-up pairs; reports the median of the per-pair time ratios with a bootstrap 95%
 // interval, the ratio of the summed times, and the cost in ns per generated token. One run is ~0.3 s on a 2-core VM
 // whose runs differ by +-20% with no change at all, so a 2% effect needs many pairs (the interval says how sure).
-// --model DIR: the same pairs over the model's real forward on this machine's device (the step's native cost of
+// --model DIR: the same pairs over the model's real forward on the CPU (the step's native cost of
 // the confidence, a top-k over the vocabulary per token, included); --prompt: prompt tokens (default 128).
 // --tokens: generated tokens per request. --tokenizer: a model folder whose tokenizer detokenizes the stream
 // (default: the SmolLM-135M-shaped fixture of the other benches, written on first use); each round runs the
@@ -38,6 +38,8 @@ const { values } = parseArgs({
   },
 });
 const B = Number(values.batch), PROMPT = Number(values.prompt ?? 128), MAX_TOKENS = Number(values.tokens), PAIRS = Number(values.pairs);
+for (const [flag, v] of [["--batch", B], ["--prompt", PROMPT], ["--tokens", MAX_TOKENS], ["--pairs", PAIRS]] as const)
+  if (!Number.isInteger(v) || v < 1) throw new Error(`${flag} must be a positive integer, got ${v}`);
 let dir = values.tokenizer ?? values.model;
 if (!dir) {
   dir = join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");

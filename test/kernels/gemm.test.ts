@@ -119,7 +119,7 @@ describe("gemm (cpu)", () => {
       ctx.skip();
     }
     const rng = makeRng(5);
-    // N not a multiple of the 8-row panel, K not of 32, splitK cutting groups, M = 1 / several m-tiles / > 64
+    // N not a multiple of the 6-row panel, K not of 32, splitK cutting groups, M = 1 / several m-tiles / > 64
     // (the large-M path unpacks its W blocks), one and two threads.
     for (const [M, N, K] of [[1, 37, 576], [1, 8, 100], [2, 13, 1536], [5, 50, 161], [17, 960, 64], [64, 21, 600], [70, 19, 300]]) {
       const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));

@@ -1,5 +1,5 @@
-// bf16 weights packed for the CPU decode kernels (cpp/cpu/cpu_gemm.h "Packed W", done at the first forward on a CPU
-// with AVX512-BF16 when DELIBERATE_PACK_WEIGHTS=1): the same bits as row-major weights for decode and prefill rows in
+// bf16 weights packed for the CPU decode kernels (cpp/cpu/cpu_gemm.h "Packed W": at the first forward on a CPU with
+// AVX512-BF16, when DELIBERATE_PACK_WEIGHTS=1 as the weights were set): the same bits as row-major weights for decode and prefill rows in
 // one batch, tied and untied heads, a qkv whose q | k | v cuts are whole panels and one whose are not; a weight set
 // again after packing is unpacked first and written as any other.
 import { afterAll, describe, expect, it } from "vitest";
@@ -14,17 +14,16 @@ const PAGE = 16;
 const open: Model[] = [];
 afterAll(() => open.forEach((m) => m.dispose()));
 
-/** Loads `dir` and runs its first forward with packing on or off (packForCpu reads the variable then). */
+/** Loads `dir` with packing asked for or not (the weights read the variable as they are set). */
 async function load(dir: string, pack: boolean): Promise<Model> {
-  const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
-  open.push(model);
   if (pack) process.env.DELIBERATE_PACK_WEIGHTS = "1";
   try {
-    await model.forward({ gemmSplitK: 1, kvSplits: 1, sequences: [{ tokens: Int32Array.from([1]), startPos: 0, blockTable: Int32Array.from([63]) }] });
+    const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
+    open.push(model);
+    return model;
   } finally {
     delete process.env.DELIBERATE_PACK_WEIGHTS;
   }
-  return model;
 }
 
 /** A prefill of 37 tokens and two decodes of other sequences in one step, then 6 decode steps; logits and tokens. */
@@ -64,7 +63,9 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
     const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, hidden: 96, heads: 6, kvHeads: 3 });
     const reference = await run(await load(dir, true), 600);
     const model = await load(dir, true);
+    await run(model, 600); // packed at this first forward
     const files = await openModelFiles(dir);
+    process.env.DELIBERATE_PACK_WEIGHTS = "1"; // still asked for when the weights are set again
     try {
       // the same values, written again in two halves: the slot goes back to row-major, then is repacked
       for (const name of ["model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"]) {
@@ -75,15 +76,10 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
         model.native.setWeight(name, "bf16", info.shape, bytes.subarray(half), half);
       }
     } finally {
+      delete process.env.DELIBERATE_PACK_WEIGHTS;
       await files.checkpoint.close();
     }
-    process.env.DELIBERATE_PACK_WEIGHTS = "1"; // packed again at the next forward
-    let again: Uint32Array[];
-    try {
-      again = await run(model, 600);
-    } finally {
-      delete process.env.DELIBERATE_PACK_WEIGHTS;
-    }
+    const again = await run(model, 600); // repacked at this forward
     again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
   });
 });

@@ -7,7 +7,7 @@ import type { ConfidenceReport } from "./outputs.js";
 import type { ResolvedConfidence } from "./request.js";
 
 export class ConfidenceTracker {
-  // Token confidences in a typed array grown by doubling; the group means are not stored: report() derives them from
+  // Token confidences in a plain array (doubles, on the heap); the group means are not stored: report() derives them from
   // the values in one pass. add() runs once per generated token of every DeepConf sequence, on the engine's host
   // path (bench:host --confidence measures it), so it does the least it can: a sliding sum and one comparison.
   private readonly values: number[] = [];

@@ -115,7 +115,7 @@ export class Model implements AsyncDisposable {
    * order. One owner of the pages at a time: an Engine (or generate(), which runs one for its call).
    */
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
-    return this.native.forward(batch).then(unpackResults); // a disposed model throws here, synchronously
+    return this.native.forward(batch).then((packed) => unpackResults(batch, packed)); // a disposed model throws here, synchronously
   }
 
   /** Op-by-op totals of the steps run with forward({profile: true}) since the last call; then cleared. */
@@ -206,11 +206,13 @@ export function loadModel(dir?: string, options: LoadModelOptions = {}): Promise
 
 /** The addon's packed step results as one object per sequence, all built by one literal (`confidence` included,
  *  undefined when not asked), so the engine's hot loops see one object shape whatever mix of requests a step carries. */
-function unpackResults({ tokens, logprobs, confidences, extras }: NativeForwardPacked): NativeForwardResult[] {
+function unpackResults(batch: NativeForwardBatch, { tokens, logprobs, confidences, extras }: NativeForwardPacked): NativeForwardResult[] {
   const results: NativeForwardResult[] = new Array(tokens.length);
   for (let i = 0; i < tokens.length; i++) {
-    const c = confidences === undefined ? NaN : confidences[i];
-    const r: NativeForwardResult = { token: tokens[i], logprob: logprobs[i], confidence: Number.isNaN(c) ? undefined : c };
+    // Asked for by the row itself (a NaN confidence of a row that asked is reported as NaN, not dropped).
+    const s = batch.sequences[i];
+    const asked = confidences !== undefined && (s.confidenceTopK ?? 0) > 0 && s.emitToken !== false;
+    const r: NativeForwardResult = { token: tokens[i], logprob: logprobs[i], confidence: asked ? confidences[i] : undefined };
     const extra = extras[i];
     if (extra !== undefined) Object.assign(r, extra);
     results[i] = r;
