@@ -7,6 +7,9 @@
 // in alternating order after two warm-up pairs; reports the median of the per-pair time ratios with a bootstrap 95%
 // interval, the ratio of the summed times, and the cost in ns per generated token. One run is ~0.3 s on a 2-core VM
 // whose runs differ by +-20% with no change at all, so a 2% effect needs many pairs (the interval says how sure).
+// For the overhead figure run it with V8's helper threads off, which takes most of that noise away (concurrent GC
+// and compilation share the two cores with the step):
+//   node --single-threaded --max-semi-space-size=64 --import tsx scripts/bench/hostOverhead.ts --confidence --tokens 512 --pairs 32
 // --model DIR: the same pairs over the model's real forward on the CPU (the step's native cost of
 // the confidence, a top-k over the vocabulary per token, included); --prompt: prompt tokens (default 128).
 // --tokens: generated tokens per request. --tokenizer: a model folder whose tokenizer detokenizes the stream
