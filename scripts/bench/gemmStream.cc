@@ -5,8 +5,11 @@
 //       cpp/cpu/cpu_gemm_avx512.cc cpp/cpu/cpu_gemm_avx2.cc cpp/cpu/cpu_gemm_bf16.cc cpp/cpu/threadpool.cc cpp/cpu/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
 //   /tmp/gemmStream 1 1 4 16 64        # threads, then the row counts M
 //   DELIBERATE_SIMD=avx2 /tmp/gemmStream 1 16   # the AVX2 path
-//   PACKED=1 /tmp/gemmStream 1 1                 # W packed as a loaded model's bf16 weights are on AVX512-BF16
+//   PACKED=1 /tmp/gemmStream 1 1                 # W packed as DELIBERATE_PACK_WEIGHTS=1 packs a model's bf16 weights
 //   (every weight in one 2 MiB-aligned allocation advised for transparent huge pages, as cpp/storage.cc does)
+//   SK=4 /tmp/gemmStream 1 1                     # every GEMM on splitK 4 (the CPU fast schedule's 1-row steps)
+// It first prints the plain read bandwidth (a sum over as many bytes as the layer stack), and each GEMV's share of it.
+#include <immintrin.h>
 #include <time.h>
 
 #include <algorithm>
@@ -79,6 +82,34 @@ int main(int argc, char** argv) {
   if (rowsList.empty()) rowsList = {1, 16, 64};
   double layerMacs = 0;
   for (const Shape& s : shapes) layerMacs += double(s.N) * s.K;
+  // The machine's plain read bandwidth in the same run and the same way (thread CPU time, best of 5): a STREAM-style
+  // sum over as many bytes as the layer stack, 4 independent AVX2 accumulators. The GEMV's GB/s below is also given
+  // as a share of it.
+  double readGBs = 0;
+  {
+    const size_t n = size_t(L * layerMacs);  // bf16 elements of the stack
+    std::vector<uint16_t> buf(n, 0x3f80);
+    double bestRead = 1e9;
+    float sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+      const double t0 = cpuNow();
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      const float* f = reinterpret_cast<const float*>(buf.data());
+      const size_t nf = n / 2;
+      for (size_t i = 0; i + 32 <= nf; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(f + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(f + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(f + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(f + i + 24));
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+      sink += lanes[0];
+      bestRead = std::min(bestRead, cpuNow() - t0);
+    }
+    readGBs = double(n) * 2 / bestRead / 1e9;
+    printf("read %.1f GB/s (plain sum over %.0f MB, 4 KiB pages; %g)\n", readGBs, double(n) * 2 / 1e6, double(sink) * 0);
+  }
   for (int M : rowsList) {
     std::vector<float> x(size_t(M) * I, 0.01f), y(size_t(M) * V);
     double best = 1e9, bestHead = 1e9;
@@ -94,7 +125,7 @@ int main(int argc, char** argv) {
       best = std::min(best, t1 - t0), bestHead = std::min(bestHead, t2 - t1);
     }
     const double fl = 2.0 * M * L * layerMacs, by = L * layerMacs * 2, flh = 2.0 * M * V * C, byh = double(V) * C * 2;
-    printf("M=%3d layers %.2f ms %.1f GFLOP/s %.1f GB/s | head %.2f ms %.1f GFLOP/s %.1f GB/s\n", M, best * 1e3, fl / best / 1e9,
-           by / best / 1e9, bestHead * 1e3, flh / bestHead / 1e9, byh / bestHead / 1e9);
+    printf("M=%3d layers %.2f ms %.1f GFLOP/s %.1f GB/s (%.0f%% of read) | head %.2f ms %.1f GFLOP/s %.1f GB/s\n", M, best * 1e3, fl / best / 1e9,
+           by / best / 1e9, 100 * by / best / 1e9 / readGBs, bestHead * 1e3, flh / bestHead / 1e9, byh / bestHead / 1e9);
   }
 }
