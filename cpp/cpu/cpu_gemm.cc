@@ -195,17 +195,15 @@ void outputs(const Problem& P, int64_t m0, int64_t rows, int64_t n0, int nr, con
     }
 }
 
-// Row n of packed W (gemm_detail::packBf16's layout) into dst[0, K).
-void unpackRow(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) {
-  const uint16_t* panel = packed + (n / gemm_detail::kPackRows) * gemm_detail::packedPanelElems(K) + (n % gemm_detail::kPackRows) * 32;
-  int64_t g = 0;
-  for (; g + 32 <= K; g += 32) std::memcpy(dst + g, panel + g * gemm_detail::kPackRows, 64);  // one line: inlined
-  if (g < K) std::memcpy(dst + g, panel + g * gemm_detail::kPackRows, size_t(K - g) * 2);
-}
-
 }  // namespace
 
 namespace gemm_detail {
+void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) {
+  const uint16_t* panel = packed + (n / kPackRows) * packedPanelElems(K) + (n % kPackRows) * 32;
+  int64_t g = 0;
+  for (; g + 32 <= K; g += 32) std::memcpy(dst + g, panel + g * kPackRows, 64);  // one line: inlined
+  if (g < K) std::memcpy(dst + g, panel + g * kPackRows, size_t(K - g) * 2);
+}
 void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
   // Every element of dst is written (padding as zeros), panel by panel: dst may be fresh, untouched memory.
   parallelFor((N + kPackRows - 1) / kPackRows, 16, [&](int64_t lo, int64_t hi) {
@@ -220,10 +218,9 @@ void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
 }
 void unpackBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
   parallelFor(N, 64, [&](int64_t lo, int64_t hi) {
-    for (int64_t n = lo; n < hi; n++) unpackRow(src, K, n, dst + n * K);
+    for (int64_t n = lo; n < hi; n++) unpackRowBf16(src, K, n, dst + n * K);
   });
 }
-void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) { unpackRow(packed, K, n, dst); }
 bool packedWSupported() { return simdLevel() == Simd::avx512bf16; }
 }  // namespace gemm_detail
 
@@ -275,58 +272,34 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     ~Trim() { scratch(1, 0).trim(kKeepFloats); }
   } trimAfter;
 
-  if (wPacked && M <= smallM) {
-    // Decode on packed W (chooseKernels gave the AVX512-BF16 tile, kAvx512NR = kPackRows rows: a tile is a panel,
-    // one contiguous stream). One m-tile: the kernel prefetches 4 KiB ahead of itself as it reads. Several: the
-    // panel kPrefetchPanels ahead, spread over the calls, as for row-major W; K in equal chunks, so that a chunk of
-    // the panel serves all m-tiles from L1.
-    const int64_t panels = (N + P.NR - 1) / P.NR, panelElems = gemm_detail::packedPanelElems(K);
-    const bool oneTile = M <= P.MR;
-    const int64_t nChunks = oneTile ? 1 : (K + kPanelK - 1) / kPanelK, chunk = ((K + nChunks - 1) / nChunks + 31) / 32 * 32;
-    const int64_t calls = (M + P.MR - 1) / P.MR * (splitK + nChunks - 1);
-    const uint16_t* base = w.as<uint16_t>();
-    auto lines = [&](int64_t from, int64_t to) {
-      return Prefetch{reinterpret_cast<const char*>(base + from * panelElems), reinterpret_cast<const char*>(base + to * panelElems), 0};
-    };
-    const int flags = gemm_detail::kPackedW | (oneTile ? 0 : gemm_detail::kNoPrefetch);
-    parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
-      if (oneTile) lines(lo, hi).some(64);
-      else lines(lo, std::min(hi, lo + kPrefetchPanels)).some(INT64_MAX);
-      for (int64_t t = lo; t < hi; t++) {
-        Prefetch pf;
-        if (!oneTile && t + kPrefetchPanels < hi) {
-          pf = lines(t + kPrefetchPanels, t + kPrefetchPanels + 1);
-          pf.step = ((pf.e - pf.a) / 64 + calls - 1) / calls;
-        }
-        const int64_t n0 = t * P.NR;
-        outputs(P, 0, M, n0, int(std::min<int64_t>(P.NR, N - n0)), base + t * panelElems, w.dtype, 32, chunk, pf, flags);
-      }
-    });
-    return;
-  }
-
-  if (M <= smallM && !wPacked) {
+  if (M <= smallM) {
     // Decode: X stays in L1/L2; W streams from memory once (bf16/f16 widened in registers, prefetched a few panels
-    // ahead), each thread a contiguous range of its rows.
-    const int64_t panels = (N + P.NR - 1) / P.NR;
-    auto panelLines = [&](int64_t from, int64_t to) {  // W rows of panels [from, to)
-      return Prefetch{wRow(from * P.NR), wRow(std::min(N, to * P.NR)), 0};
+    // ahead), each thread a contiguous range of its rows. Packed W (cpu_gemm.h): a panel (one tile, kPackRows =
+    // kAvx512NR rows) is one contiguous stream; with a single m-tile the kernel prefetches 4 KiB ahead of itself as
+    // it reads it, in one call over all of K.
+    const int64_t panels = (N + P.NR - 1) / P.NR, panelElems = wPacked ? gemm_detail::packedPanelElems(K) : 0;
+    auto panelAt = [&](int64_t t) {  // the first W byte of panel t (t <= panels)
+      return wPacked ? reinterpret_cast<const char*>(w.as<uint16_t>() + t * panelElems) : wRow(std::min(N, t * P.NR));
     };
-    const int64_t maxChunk = M <= P.MR ? kPanelKOneTile : kPanelK;
+    auto panelLines = [&](int64_t from, int64_t to) { return Prefetch{panelAt(from), panelAt(to), 0}; };
+    const bool kernelPrefetch = wPacked && M <= P.MR;
+    const int64_t maxChunk = kernelPrefetch ? K : M <= P.MR ? kPanelKOneTile : kPanelK;
     const int64_t group = bf16 ? 32 : 16;  // the kernels' k group
     const int64_t nChunks = (K + maxChunk - 1) / maxChunk, chunk = ((K + nChunks - 1) / nChunks + group - 1) / group * group;
     // kernel calls per panel (at most): m-tiles x (partition, chunk) pieces
     const int64_t calls = (M + P.MR - 1) / P.MR * (splitK + nChunks - 1);
+    const int flags = wPacked ? gemm_detail::kPackedW | (kernelPrefetch ? 0 : gemm_detail::kNoPrefetch) : 0;
     parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
-      panelLines(lo, std::min(hi, lo + kPrefetchPanels)).some(INT64_MAX);
+      if (kernelPrefetch) panelLines(lo, hi).some(64);
+      else panelLines(lo, std::min(hi, lo + kPrefetchPanels)).some(INT64_MAX);
       for (int64_t t = lo; t < hi; t++) {
         Prefetch pf;
-        if (t + kPrefetchPanels < hi) {
+        if (!kernelPrefetch && t + kPrefetchPanels < hi) {
           pf = panelLines(t + kPrefetchPanels, t + kPrefetchPanels + 1);
           pf.step = ((pf.e - pf.a) / 64 + calls - 1) / calls;
         }
         const int64_t n0 = t * P.NR;
-        outputs(P, 0, M, n0, int(std::min<int64_t>(P.NR, N - n0)), wRow(n0), w.dtype, K, chunk, pf);
+        outputs(P, 0, M, n0, int(std::min<int64_t>(P.NR, N - n0)), panelAt(t), w.dtype, wPacked ? 32 : K, chunk, pf, flags);
       }
     });
     return;
@@ -348,7 +321,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
       const int64_t cols = std::min(kBlockCols, N - n0), rows = std::min(kBlockRows, M - m0);
       if (packed != nb) {
         for (int64_t j = 0; j < cols; j++) {
-          if (wPacked) unpackRow(w.as<uint16_t>(), K, n0 + j, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
+          if (wPacked) gemm_detail::unpackRowBf16(w.as<uint16_t>(), K, n0 + j, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
           else if (w.dtype == DType::f32) std::copy_n(reinterpret_cast<const float*>(wRow(n0 + j)), K, wBlock.data + j * ld);
           else if (bf16) std::copy_n(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), K, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
           else widen(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), w.dtype, K, wBlock.data + j * ld);

@@ -25,6 +25,8 @@ import { engineModelOf } from "../../ts/engine/loadedModel.js";
 import { loadModel } from "../../ts/model/model.js";
 import { ModelTokenizer } from "../../ts/model/tokenizer.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { mulberry32 } from "../fixture/random.js";
+import { median } from "./repeats.js";
 import { collectGarbage } from "./soakReading.js";
 
 const { values } = parseArgs({
@@ -119,29 +121,17 @@ function overhead(pairs: Array<[number, number]>) {
   const ratios = pairs.map(([p, c]) => c / p);
   const [lo, hi] = bootstrapMedian(ratios, 2000);
   const plain = pairs.reduce((t, [p]) => t + p, 0), conf = pairs.reduce((t, [, c]) => t + c, 0);
-  return { median: round4(medianOf(ratios)), ci95: [round4(lo), round4(hi)] as [number, number], sumRatio: round4(conf / plain), nsPerToken: Math.round(((conf - plain) / pairs.length / B) * 1e6), ratios: ratios.map(round4), plainMs: pairs.map(([p]) => round4(p)), confidenceMs: pairs.map(([, c]) => round4(c)) };
+  return { median: round4(median(ratios)), ci95: [round4(lo), round4(hi)] as [number, number], sumRatio: round4(conf / plain), nsPerToken: Math.round(((conf - plain) / pairs.length / B) * 1e6), ratios: ratios.map(round4), plainMs: pairs.map(([p]) => round4(p)), confidenceMs: pairs.map(([, c]) => round4(c)) };
 }
 
 function round4(x: number): number {
   return +x.toFixed(4);
 }
 
-function medianOf(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
-
-/** Percentile bootstrap 95% interval of the median (a fixed-seed generator, so the interval is reproducible). */
+/** Percentile bootstrap 95% interval of the median (a fixed seed, so the interval is reproducible). */
 function bootstrapMedian(xs: readonly number[], resamples: number): [number, number] {
-  let state = 0x9e3779b9;
-  const rand = () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const medians = Array.from({ length: resamples }, () => medianOf(xs.map(() => xs[Math.floor(rand() * xs.length)])));
+  const rand = mulberry32(0x9e3779b9);
+  const medians = Array.from({ length: resamples }, () => median(xs.map(() => xs[Math.floor(rand() * xs.length)])));
   medians.sort((a, b) => a - b);
   return [medians[Math.floor(resamples * 0.025)], medians[Math.ceil(resamples * 0.975) - 1]];
 }
