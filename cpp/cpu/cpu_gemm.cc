@@ -204,22 +204,32 @@ void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) 
   for (; g + 32 <= K; g += 32) std::memcpy(dst + g, panel + g * kPackRows, 64);  // one line: inlined
   if (g < K) std::memcpy(dst + g, panel + g * kPackRows, size_t(K - g) * 2);
 }
-void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
-  // Every element of dst is written (padding as zeros), panel by panel: dst may be fresh, untouched memory.
-  parallelFor((N + kPackRows - 1) / kPackRows, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; t++) {
-      uint16_t* panel = dst + t * packedPanelElems(K);
-      std::fill_n(panel, packedPanelElems(K), uint16_t(0));
-      for (int64_t n = t * kPackRows; n < std::min(N, (t + 1) * kPackRows); n++)
-        for (int64_t g = 0; g < K; g += 32)
-          std::copy_n(src + n * K + g, std::min<int64_t>(32, K - g), panel + g * kPackRows + (n % kPackRows) * 32);
+void zeroPackedPadding(uint16_t* packed, int64_t N, int64_t K) {
+  const int64_t panels = (N + kPackRows - 1) / kPackRows, groups = (K + 31) / 32;
+  for (int64_t t = 0; t < panels; t++) {
+    uint16_t* panel = packed + t * packedPanelElems(K);
+    for (int64_t r = 0; r < kPackRows; r++) {
+      if (t * kPackRows + r >= N) {  // a padding row: every group
+        for (int64_t g = 0; g < groups; g++) std::fill_n(panel + g * 32 * kPackRows + r * 32, 32, uint16_t(0));
+      } else if (K % 32) {  // k past K in the row's last group
+        std::fill_n(panel + (groups - 1) * 32 * kPackRows + r * 32 + K % 32, 32 - K % 32, uint16_t(0));
+      }
     }
-  });
+  }
 }
-void unpackBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
-  parallelFor(N, 64, [&](int64_t lo, int64_t hi) {
-    for (int64_t n = lo; n < hi; n++) unpackRowBf16(src, K, n, dst + n * K);
-  });
+void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t* packed) {
+  const char* from = static_cast<const char*>(src);
+  for (int64_t e = e0, end = e0 + n; e < end;) {
+    const int64_t r = e / K, c = e % K, run = std::min({32 - c % 32, K - c, end - e});  // one group's piece of a row
+    std::memcpy(packed + (r / kPackRows) * packedPanelElems(K) + (c / 32) * 32 * kPackRows + (r % kPackRows) * 32 + c % 32, from,
+                size_t(run) * 2);
+    from += run * 2;
+    e += run;
+  }
+}
+void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
+  zeroPackedPadding(dst, N, K);
+  parallelFor(N, 64, [&](int64_t lo, int64_t hi) { packValuesBf16(src + lo * K, K, lo * K, (hi - lo) * K, dst); });
 }
 bool packedWSupported() { return simdLevel() == Simd::avx512bf16; }
 }  // namespace gemm_detail

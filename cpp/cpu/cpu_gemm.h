@@ -60,9 +60,13 @@ AccumFn accumBf16Avx512Native(int mr, int nr);
 constexpr int kPackRows = kAvx512NR;
 inline int64_t packedPanelElems(int64_t K) { return (K + 31) / 32 * 32 * kPackRows; }
 inline int64_t packedElems(int64_t N, int64_t K) { return (N + kPackRows - 1) / kPackRows * packedPanelElems(K); }
-// src [N, K] row-major bf16 -> dst (packedElems(N, K) values); and back.
+// src [N, K] row-major bf16 -> dst (packedElems(N, K) values).
 void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst);
-void unpackBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst);
+// The padding of a packed [N, K] W (rows past N in the last panel, k past K in each row's last group) set to zero.
+void zeroPackedPadding(uint16_t* packed, int64_t N, int64_t K);
+// n values of a row-major [N, K] W, starting at element e0 (row e0 / K, column e0 % K), written to their packed
+// places (a checkpoint tensor arriving in pieces); src may be unaligned.
+void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t* packed);
 void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst);  // row n into dst[0, K)
 // Whether this CPU runs packed W (AVX512-BF16).
 bool packedWSupported();

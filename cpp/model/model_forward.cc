@@ -253,7 +253,6 @@ int64_t Model::decodeBucket(const BatchInput& b) const {
 }
 
 std::vector<SeqOutput> Model::forward(BatchInput& b) {
-  weights.packForCpu();  // once, on the first forward after the weights were (re)set
   const int64_t bucket = decodeBucket(b);
   if (bucket == 0) return forwardStep(b);
   SeqInput pad;

@@ -78,6 +78,21 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
     define(L.gateUp, 2 * I, C, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, false);
     define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
   }
+  // The packed arena's places (placePacked), in the order a forward step reads the weights, so each GEMM's prefetch
+  // runs on into the next one's first lines; a qkv whose q | k | v cuts fall inside a panel stays row-major.
+  const int64_t P = cpu::gemm_detail::kPackRows;
+  int64_t at = 0;
+  auto plan = [&](WeightSlot& s) {
+    packPlan_.push_back({&s, at});
+    at += cpu::gemm_detail::packedElems(s.rows, s.cols);
+  };
+  for (LayerWeights& L : layers) {
+    if (Q % P == 0 && KV % P == 0) plan(L.qkv);
+    plan(L.o);
+    plan(L.gateUp);
+    plan(L.down);
+  }
+  plan(cfg.tieEmbeddings ? embed : lmHead);  // a tied table serves the embedding gather packed too
 }
 
 void ModelWeights::define(WeightSlot& s, int64_t rows, int64_t cols, std::vector<std::pair<std::string, int64_t>> parts,
@@ -111,28 +126,24 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
         throw Error("setWeight: '" + name + "': " + std::to_string(length) + " bytes at offset " +
                     std::to_string(byteOffset) + " do not fit a " + dtypeName(dtype) + " tensor of " +
                     std::to_string(count) + " elements");
-      packChecked_ = false;
-      // read here, on the JS thread (setWeight), not in the forward's worker: getenv races with process.env writes
-      const char* pack = getenv("DELIBERATE_PACK_WEIGHTS");
-      packRequested_ = pack != nullptr && std::string(pack) == "1";
-      if (slot->packRows) {  // packed by packForCpu(): back to row-major (a buffer of its own) before writing into it
-        Buffer rowMajor(device_, DType::bf16, slot->rows * slot->cols);
-        cpu::gemm_detail::unpackBf16(reinterpret_cast<const uint16_t*>(slot->buf.at(slot->bufOffset)), slot->rows,
-                                     slot->cols, reinterpret_cast<uint16_t*>(rowMajor.data()));
-        slot->buf = rowMajor;
-        slot->bufOffset = 0;
-        slot->packRows = 0;
-      }
-      if (!slot->buf) {
-        // Vectors become f32 on the CPU (tiny; keeps norms and biases exact); matrices keep the checkpoint dtype.
+      if (!slot->buf && (isVector || dtype != DType::bf16 || !placePacked(*slot))) {
+        // Vectors become f32 on the CPU (tiny; keeps norms and biases exact); matrices keep the checkpoint dtype
+        // (bf16 GEMM weights packed where placePacked says so).
         DType keep = isVector && device_ == Device::cpu ? DType::f32 : dtype;
         slot->buf.reset(device_, keep, slot->rows * slot->cols);
       }
       DType dst = slot->buf.dtype();
       size_t n = length / srcSize;
-      uint8_t* target = slot->buf.at(part.rowOffset * slot->cols + int64_t(byteOffset / srcSize));
+      const int64_t first = part.rowOffset * slot->cols + int64_t(byteOffset / srcSize);  // of the slot, row-major
+      // Writes m values (dst's dtype) from `from` at the slot's row-major element e: packed slots scatter them.
+      auto write = [&](const uint8_t* from, int64_t e, size_t m) {
+        if (slot->packRows)
+          cpu::gemm_detail::packValuesBf16(from, slot->cols, e, int64_t(m), reinterpret_cast<uint16_t*>(slot->buf.at(slot->bufOffset)));
+        else
+          copyToDevice(device_, slot->buf.at(e), from, m * dtypeSize(dst));
+      };
       if (dst == dtype) {
-        copyToDevice(device_, target, bytes, length);
+        write(bytes, first, n);
       } else {
         // Convert in bounded chunks so a large tensor never needs a second full-size host copy.
         const size_t chunk = 1 << 20;
@@ -140,7 +151,7 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
         for (size_t i = 0; i < n; i += chunk) {
           size_t m = std::min(chunk, n - i);
           convert(dtype, bytes + i * srcSize, dst, tmp.data(), m);
-          copyToDevice(device_, target + i * dtypeSize(dst), tmp.data(), m * dtypeSize(dst));
+          write(tmp.data(), first + int64_t(i), m);
         }
       }
       part.bytesNeeded = count * srcSize;
@@ -154,47 +165,28 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
               (cfg_.tieEmbeddings ? "true" : "false") + ")");
 }
 
-void ModelWeights::packForCpu() {
-  if (packChecked_) return;
-  packChecked_ = true;
-  // Opt-in, DELIBERATE_PACK_WEIGHTS=1 when the weights were set: the packed GEMV streams faster on its own
-  // (scripts/bench/gemmStream.cc PACKED=1), but whole decode steps on the 2-core box it was built on measured within
-  // that machine's noise either way (bench/RESULTS-decode.md, 2026-11-26).
-  if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || !packRequested_) return;
-  // The slots to pack, in the order a forward step reads them.
-  std::vector<WeightSlot*> order;
-  const int64_t P = cpu::gemm_detail::kPackRows;
-  const bool qkvCutsWhole = cfg_.qDim() % P == 0 && cfg_.kvDim() % P == 0;
-  for (LayerWeights& L : layers) {
-    if (qkvCutsWhole) order.push_back(&L.qkv);
-    order.push_back(&L.o);
-    order.push_back(&L.gateUp);
-    order.push_back(&L.down);
+bool ModelWeights::placePacked(WeightSlot& slot) {
+  auto place = std::find_if(packPlan_.begin(), packPlan_.end(), [&](const auto& p) { return p.first == &slot; });
+  if (place == packPlan_.end()) return false;
+  if (!packArena_) {
+    if (packDecided_) return false;
+    packDecided_ = true;
+    // read here, on the JS thread (setWeight), not in a forward's worker: getenv races with process.env writes
+    const char* env = getenv("DELIBERATE_PACK_WEIGHTS");
+    if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || (env && std::string(env) == "0")) return false;
+    int64_t total = 0;
+    for (auto& [s, at] : packPlan_) total = std::max(total, at + cpu::gemm_detail::packedElems(s->rows, s->cols));
+    try {
+      packArena_.reset(device_, DType::bf16, total, false);  // not zeroed: the values and the padding are written
+    } catch (const Error&) {
+      return false;  // no room for the arena: the weights stay row-major (packing changes speed, never results)
+    }
   }
-  order.push_back(cfg_.tieEmbeddings ? &embed : &lmHead);  // a tied table serves the embedding gather packed too
-  int64_t total = 0;
-  order.erase(std::remove_if(order.begin(), order.end(),
-                             [](WeightSlot* s) { return s->packRows || !s->buf || s->buf.dtype() != DType::bf16 || !s->complete(); }),
-              order.end());
-  for (WeightSlot* s : order) total += cpu::gemm_detail::packedElems(s->rows, s->cols);
-  if (total == 0) return;
-  // Not zeroed: packBf16 writes every element, slot by slot, and each row-major buffer is released as soon as it is
-  // copied, so the arena's pages become resident as the originals go (peak ~ the weights plus one slot).
-  Buffer arena;
-  try {
-    arena.reset(device_, DType::bf16, total, false);
-  } catch (const Error&) {
-    return;  // no room for the arena: the weights stay row-major (packing changes speed, never results)
-  }
-  int64_t at = 0;
-  for (WeightSlot* s : order) {
-    cpu::gemm_detail::packBf16(reinterpret_cast<const uint16_t*>(s->buf.at(s->bufOffset)), s->rows, s->cols,
-                               reinterpret_cast<uint16_t*>(arena.at(at)));
-    s->buf = arena;  // the row-major buffer is released here
-    s->bufOffset = at;
-    s->packRows = int(P);
-    at += cpu::gemm_detail::packedElems(s->rows, s->cols);
-  }
+  slot.buf = packArena_;
+  slot.bufOffset = place->second;
+  slot.packRows = int(cpu::gemm_detail::kPackRows);
+  cpu::gemm_detail::zeroPackedPadding(reinterpret_cast<uint16_t*>(slot.buf.at(slot.bufOffset)), slot.rows, slot.cols);
+  return true;
 }
 
 std::vector<std::string> ModelWeights::missing() const {

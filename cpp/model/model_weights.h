@@ -28,9 +28,9 @@ struct WeightSlot {
       if (p.bytesNeeded == 0 || p.bytesSet < p.bytesNeeded) return false;
     return true;
   }
-  // Packed for the CPU decode kernels (cpu/cpu_gemm.h "Packed W"; ModelWeights::packForCpu), or 0: row-major.
+  // Packed for the CPU decode kernels (cpu/cpu_gemm.h "Packed W"; ModelWeights::placePacked), or 0: row-major.
   int packRows = 0;
-  int64_t bufOffset = 0;  // elements: packed slots share one arena (ModelWeights::packForCpu)
+  int64_t bufOffset = 0;  // elements: packed slots share one arena (ModelWeights::placePacked)
   View matrix() const {
     View v = buf.view({rows, cols}, bufOffset);
     v.packRows = packRows;
@@ -56,11 +56,6 @@ class ModelWeights {
            size_t length, size_t byteOffset);
   // Names of checkpoint tensors not (fully) set yet.
   std::vector<std::string> missing() const;
-  // With DELIBERATE_PACK_WEIGHTS=1 (when the weights were set) on a CPU with AVX512-BF16: the complete bf16 GEMM weights (qkv when its q | k | v cuts are whole panels, o,
-  // gateUp, down, the head) repacked for the decode kernels into one arena, in the order a step reads them (each
-  // GEMM's prefetch runs on into the next one's first lines), the row-major copies released. Cheap once done;
-  // set() unpacks a slot again before writing into it.
-  void packForCpu();
 
   WeightSlot embed, finalNorm, lmHead;  // lmHead unused when embeddings are tied
   std::vector<LayerWeights> layers;
@@ -72,8 +67,15 @@ class ModelWeights {
   ModelConfig cfg_;
   Device device_;
   std::vector<std::pair<WeightSlot*, bool>> all_;  // slot, isVector
-  bool packChecked_ = false;   // packForCpu() has run since the last set()
-  bool packRequested_ = false;  // DELIBERATE_PACK_WEIGHTS=1 at the last set()
+  // Packed bf16 GEMM weights (cpu/cpu_gemm.h "Packed W"), on a CPU with AVX512-BF16 unless DELIBERATE_PACK_WEIGHTS=0
+  // when the first of them is set: the GEMM slots (qkv when its q | k | v cuts are whole panels, o, gateUp, down, the
+  // head) have places in one arena, allocated at the first bf16 set() of one of them, and set() writes each value
+  // straight to its packed place (a weight set again is simply written again). A slot whose first values are not
+  // bf16 stays row-major and leaves its place unused.
+  bool placePacked(WeightSlot& slot);  // slot's place in the arena, if it is packed: true
+  std::vector<std::pair<WeightSlot*, int64_t>> packPlan_;  // slot, first element in the arena
+  Buffer packArena_;
+  bool packDecided_ = false;  // the first packable set() has decided whether to pack
 };
 
 }  // namespace dl

@@ -1,7 +1,7 @@
-// bf16 weights packed for the CPU decode kernels (cpp/cpu/cpu_gemm.h "Packed W": at the first forward on a CPU with
-// AVX512-BF16, when DELIBERATE_PACK_WEIGHTS=1 as the weights were set): the same bits as row-major weights for decode and prefill rows in
-// one batch, tied and untied heads, a qkv whose q | k | v cuts are whole panels and one whose are not; a weight set
-// again after packing is unpacked first and written as any other.
+// bf16 weights packed for the CPU decode kernels (cpp/cpu/cpu_gemm.h "Packed W": written to their packed places as
+// they are set, on a CPU with AVX512-BF16, unless DELIBERATE_PACK_WEIGHTS=0): the same bits as row-major weights for
+// decode and prefill rows in one batch, tied and untied heads, a qkv whose q | k | v cuts are whole panels and one
+// whose are not; a weight set again after loading, in pieces, lands in the same places.
 import { afterAll, describe, expect, it } from "vitest";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { openModelFiles } from "../../ts/model/modelFiles.js";
@@ -14,9 +14,10 @@ const PAGE = 16;
 const open: Model[] = [];
 afterAll(() => open.forEach((m) => m.dispose()));
 
-/** Loads `dir` with packing asked for or not (the weights read the variable as they are set). */
+/** Loads `dir` packed (the default) or row-major (DELIBERATE_PACK_WEIGHTS=0; the weights read it as they are set). */
 async function load(dir: string, pack: boolean): Promise<Model> {
-  if (pack) process.env.DELIBERATE_PACK_WEIGHTS = "1";
+  if (pack) delete process.env.DELIBERATE_PACK_WEIGHTS;
+  else process.env.DELIBERATE_PACK_WEIGHTS = "0";
   try {
     const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
     open.push(model);
@@ -59,27 +60,30 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
     });
   }
 
-  it("unpacks a packed weight before setting it again, then packs it back", async () => {
+  it("writes a weight set again after loading, in pieces, to the same packed places", async () => {
     const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, hidden: 96, heads: 6, kvHeads: 3 });
     const reference = await run(await load(dir, true), 600);
     const model = await load(dir, true);
-    await run(model, 600); // packed at this first forward
+    await run(model, 600);
     const files = await openModelFiles(dir);
-    process.env.DELIBERATE_PACK_WEIGHTS = "1"; // still asked for when the weights are set again
+    const names = ["model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"];
+    // written in two pieces, cut inside a row and inside a group of 32
+    const setInPieces = (name: string, bytes: Uint8Array) => {
+      const shape = files.checkpoint.tensors.get(name)!.shape;
+      const cut = 2 * (3 * shape[1] + 5);
+      model.native.setWeight(name, "bf16", shape, bytes.subarray(0, cut), 0);
+      model.native.setWeight(name, "bf16", shape, bytes.subarray(cut), cut);
+    };
     try {
-      // the same values, written again in two halves: the slot goes back to row-major, then is repacked
-      for (const name of ["model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"]) {
-        const info = files.checkpoint.tensors.get(name)!;
-        const bytes = await files.checkpoint.read(name);
-        const half = Math.floor(bytes.length / 4) * 2;
-        model.native.setWeight(name, "bf16", info.shape, bytes.subarray(0, half), 0);
-        model.native.setWeight(name, "bf16", info.shape, bytes.subarray(half), half);
-      }
+      const originals = await Promise.all(names.map((name) => files.checkpoint.read(name)));
+      names.forEach((name, i) => setInPieces(name, originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b)))); // other values
+      const changed = await run(model, 600);
+      expect(changed.some((p, i) => p.some((v, j) => v !== reference[i][j]))).toBe(true);
+      names.forEach((name, i) => setInPieces(name, originals[i]));
     } finally {
-      delete process.env.DELIBERATE_PACK_WEIGHTS;
       await files.checkpoint.close();
     }
-    const again = await run(model, 600); // repacked at this forward
+    const again = await run(model, 600);
     again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
   });
 });
