@@ -13,7 +13,7 @@
 // request generates exactly --tokens tokens and both paths do identical work. The
 // tiny reasoner takes ~0.3 ms a step, so its rows show the HTTP layer's per-token cost at its most visible;
 // --preset smollm-135m (a generated SmolLM-135M-shaped checkpoint) shows it beside a step of realistic cost.
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -71,6 +71,41 @@ interface Run {
   ttftMs: number[];
   itlMs: number[];
   errors: number;
+}
+
+// Where the CPU goes during a run (Linux /proc; zeros elsewhere): this process's CPU time (every thread: the event
+// loop, the compute threads, the clients' worker on the HTTP path, and the kernel's work in their system calls,
+// loopback TCP included), the event loop's thread alone, and the whole machine's busy cores. If the event loop is
+// far from busy while the machine is, the HTTP layer's cost is CPU the cores lack, not a serialized JS thread.
+interface CpuSnap {
+  process: number; // s
+  loop: number; // s
+  machineBusy: number; // s of all cores
+  at: number; // ms
+}
+const TICK = 0.01; // USER_HZ
+function cpuSnap(): CpuSnap {
+  const u = process.cpuUsage();
+  let loop = 0;
+  let machineBusy = 0;
+  try {
+    const f = readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    loop = (Number(f[11]) + Number(f[12])) * TICK; // utime, stime (fields 14 and 15)
+    const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+    machineBusy = (cpu.reduce((a, b) => a + b, 0) - cpu[3]! - (cpu[4] ?? 0)) * TICK; // all but idle and iowait
+  } catch {
+    // not Linux: process time only
+  }
+  return { process: (u.user + u.system) / 1e6, loop, machineBusy, at: performance.now() };
+}
+interface CpuUse {
+  processUsPerToken: number;
+  loopBusy: number; // share of the wall time
+  machineCores: number; // busy cores on average
+}
+function cpuUse(a: CpuSnap, b: CpuSnap, tokens: number): CpuUse {
+  const wall = (b.at - a.at) / 1000;
+  return { processUsPerToken: ((b.process - a.process) / tokens) * 1e6, loopBusy: (b.loop - a.loop) / wall, machineCores: (b.machineBusy - a.machineBusy) / wall };
 }
 
 function pct(xs: number[], p: number): number {
@@ -178,20 +213,23 @@ interface Row {
   itlP50: number[];
   itlP99: number[];
   errors: number;
+  cpu: CpuUse[];
 }
 
 const rows: Row[] = [];
 let base = 0;
 for (const c of LEVELS) {
   const n = requestsAt(c);
-  const http: Row = { clients: c, path: "http", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0 };
-  const eng: Row = { clients: c, path: "engine", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0 };
+  const http: Row = { clients: c, path: "http", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0, cpu: [] };
+  const eng: Row = { clients: c, path: "engine", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0, cpu: [] };
   await inProcess(Math.min(c, 8), Math.min(n, 16), 100_000); // warm-up
   for (let r = 0; r < REPEATS; r++) {
     // Alternate which path goes first, so drift on the shared box does not favour one.
     const order: Array<[Row, (c: number, n: number, b: number) => Promise<Run>]> = r % 2 === 0 ? [[http, overHttp], [eng, inProcess]] : [[eng, inProcess], [http, overHttp]];
     for (const [row, fn] of order) {
+      const before = cpuSnap();
       const run = await fn(c, n, base);
+      row.cpu.push(cpuUse(before, cpuSnap(), run.tokens));
       row.tokensPerSecond.push(run.tokens / run.seconds);
       row.ttftP50.push(pct(run.ttftMs, 50));
       row.ttftP99.push(pct(run.ttftMs, 99));
@@ -269,9 +307,12 @@ const f = (x: number[], d = 1): string => `${median(x).toFixed(d)} (${Math.min(.
 const lines = [
   `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, ${TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
   "",
-  "| clients | path | tokens/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms | stream errors |",
-  "|---|---|---|---|---|---|---|---|",
-  ...rows.map((r) => `| ${r.clients} | ${r.path} | ${f(r.tokensPerSecond, 0)} | ${f(r.ttftP50)} | ${f(r.ttftP99)} | ${f(r.itlP50, 2)} | ${f(r.itlP99, 2)} | ${r.errors} |`),
+  "| clients | path | tokens/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms | stream errors | process CPU us/token | event loop busy | machine busy cores |",
+  "|---|---|---|---|---|---|---|---|---|---|---|",
+  ...rows.map(
+    (r) =>
+      `| ${r.clients} | ${r.path} | ${f(r.tokensPerSecond, 0)} | ${f(r.ttftP50)} | ${f(r.ttftP99)} | ${f(r.itlP50, 2)} | ${f(r.itlP99, 2)} | ${r.errors} | ${f(r.cpu.map((x) => x.processUsPerToken), 0)} | ${f(r.cpu.map((x) => 100 * x.loopBusy), 0)}% | ${f(r.cpu.map((x) => x.machineCores), 2)} |`,
+  ),
   "",
   "| clients | HTTP / in-process throughput | TTFT P50 added by HTTP |",
   "|---|---|---|",
