@@ -56,7 +56,11 @@ export function combineMetrics(models: ModelMetrics[], meter: ThroughputMeter, s
 
 /** Sliding-window token rates: per-step counts bucketed by time. */
 export class ThroughputMeter {
+  // Samples [head, length) are inside the window. Trimming moves head; the array is compacted only once the dropped
+  // part is the larger half, so a step costs O(1), not a shift of every sample of the window (5 s of 0.3 ms steps
+  // is ~16,000 samples: that shift was ~8 us of host work a step, serial with the forward).
   private readonly samples: Array<{ atMs: number; generated: number; prompt: number }> = [];
+  private head = 0;
   generatedTotal = 0;
   promptTotal = 0;
 
@@ -71,20 +75,24 @@ export class ThroughputMeter {
 
   rates(nowMs: number): { tokensPerSecond: number; promptTokensPerSecond: number } {
     this.trim(nowMs);
-    if (this.samples.length === 0) return { tokensPerSecond: 0, promptTokensPerSecond: 0 };
-    const spanSeconds = Math.max(nowMs - this.samples[0].atMs, 1) / 1000;
+    const s = this.samples;
+    if (this.head === s.length) return { tokensPerSecond: 0, promptTokensPerSecond: 0 };
+    const spanSeconds = Math.max(nowMs - s[this.head].atMs, 1) / 1000;
     let generated = 0;
     let prompt = 0;
-    for (const s of this.samples) {
-      generated += s.generated;
-      prompt += s.prompt;
+    for (let i = this.head; i < s.length; i++) {
+      generated += s[i].generated;
+      prompt += s[i].prompt;
     }
     return { tokensPerSecond: generated / spanSeconds, promptTokensPerSecond: prompt / spanSeconds };
   }
 
   private trim(nowMs: number): void {
-    let drop = 0;
-    while (drop < this.samples.length && this.samples[drop].atMs < nowMs - this.windowMs) drop++;
-    if (drop > 0) this.samples.splice(0, drop);
+    const s = this.samples;
+    while (this.head < s.length && s[this.head].atMs < nowMs - this.windowMs) this.head++;
+    if (this.head > 64 && this.head * 2 > s.length) {
+      s.splice(0, this.head);
+      this.head = 0;
+    }
   }
 }
