@@ -1,5 +1,7 @@
+import { fc, test } from "@fast-check/vitest";
 import { describe, expect, it } from "vitest";
 import { gang, orderRequests, parseSchedulingPolicy, sjf, type SchedContext, type SchedRequest } from "../../ts/sched/index.js";
+import { inPolicyOrder } from "../../ts/sched/policy.js";
 
 const ctx: SchedContext = { nowMs: 10_000, agingTokensPerSecond: 0 };
 const req = (id: number, over: Partial<SchedRequest> = {}): SchedRequest => ({
@@ -79,6 +81,21 @@ function secondsUntilLongJobServed(agingTokensPerSecond: number, horizonSeconds:
   }
   return null;
 }
+
+describe("inPolicyOrder (the scheduler's shortcut)", () => {
+  // Small ranges so that ties in priority and arrival are common.
+  const queue = fc.array(fc.record({ priority: fc.integer({ min: 0, max: 2 }), arrivalMs: fc.integer({ min: 0, max: 4 }) }), { maxLength: 12 }).map((rs) =>
+    rs.map((r, id) => req(id * 7 % 13, r)).filter((r, i, all) => all.findIndex((o) => o.id === r.id) === i),
+  );
+  test.prop([queue])("is true exactly when fcfs would leave the queue as it is", (q) => {
+    const unchanged = ids(orderRequests("fcfs", q, ctx)).join() === ids(q).join();
+    expect(inPolicyOrder("fcfs", q)).toBe(unchanged);
+  });
+  it("is never claimed for the other policies", () => {
+    const q = [req(0), req(1)];
+    for (const p of ["lpm", "gang", "sjf", "gang+sjf", "complexity", "gang+complexity"] as const) expect(inPolicyOrder(p, q)).toBe(false);
+  });
+});
 
 describe("sjf aging", () => {
   it("without aging a long job starves behind a stream of short ones", () => {

@@ -80,10 +80,12 @@ export class ModelRunner {
       const s = samplingOf(seq);
       returnLogits ||= emitToken && s.needsLogits;
       const start = seq.numComputedTokens;
+      const tokens = new Int32Array(numNewTokens);
+      for (let t = 0; t < numNewTokens; t++) tokens[t] = seq.tokens[start + t];
       const input: ForwardSequence = {
-        tokens: Int32Array.from(seq.tokens.slice(start, start + numNewTokens)),
+        tokens,
         startPos: start,
-        blockTable: Int32Array.from(seq.blockTable),
+        blockTable: seq.blockTableArray,
         sampling: s.sampling,
         numTopLogprobs: emitToken ? s.numTopLogprobs : 0,
         // Always present, so every input has one shape: a field added only for some requests made this loop

@@ -4,7 +4,7 @@
 // running sequence is preempted (its pages freed, recomputed later; full pages stay in the prefix cache, so the
 // recompute is mostly revival). Then, if nothing was preempted, waiting sequences are admitted in policy order.
 // The scheduler never touches tensors: it hands the runner page copies and (sequence, token count) pairs.
-import { orderRequests, readsPrefixMatch, type SchedulingPolicy } from "../sched/policy.js";
+import { inPolicyOrder, orderRequests, readsPrefixMatch, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn, SchedRequest } from "../sched/types.js";
 import { KV_POOL_ADVICE, type BlockManager, type PageCopy } from "./blockManager.js";
 import type { Sequence } from "./sequence.js";
@@ -212,9 +212,9 @@ export class Scheduler {
 
   /** Sequences in policy order (first = served first, last = preempted first). */
   private order(seqs: readonly Sequence[], nowMs: number, waiting: boolean): Sequence[] {
-    if (seqs.length <= 1) return seqs.slice();
-    const byId = new Map(seqs.map((s) => [s.id, s]));
     const policy = this.options.policy;
+    if (seqs.length <= 1 || (typeof policy === "string" && inPolicyOrder(policy, seqs))) return seqs.slice();
+    const byId = new Map(seqs.map((s) => [s.id, s]));
     const withPrefix = waiting && typeof policy === "string" && readsPrefixMatch(policy);
     const requests = seqs.map((s) => this.describe(s, withPrefix));
     const ctx = { nowMs, agingTokensPerSecond: this.options.agingTokensPerSecond };

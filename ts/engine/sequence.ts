@@ -58,6 +58,7 @@ export class Sequence {
 
   private readonly tokenList: number[];
   private pages: number[] = [];
+  private pagesArray: Int32Array | null = null; // blockTableArray's copy of pages, null after a change
   private computed = 0;
   private queueStatus: SequenceStatus = "waiting";
   private held = false;
@@ -86,6 +87,14 @@ export class Sequence {
   /** Page ids, in order; page i holds positions [i * pageSize, (i + 1) * pageSize). */
   get blockTable(): readonly number[] {
     return this.pages;
+  }
+  /**
+   * blockTable as the Int32Array a forward takes, built once per change of the pages (every pageSize tokens), not
+   * once per step: a copy per sequence per step was the engine's largest allocation on the host path. Never
+   * written after it is handed out (a change of the pages makes a new one).
+   */
+  get blockTableArray(): Int32Array {
+    return (this.pagesArray ??= Int32Array.from(this.pages));
   }
   get status(): SequenceStatus {
     return this.queueStatus;
@@ -140,16 +149,20 @@ export class Sequence {
 
   assignPages(pages: readonly number[], numComputedTokens: number): void {
     this.pages = pages.slice();
+    this.pagesArray = null;
     this.computed = numComputedTokens;
   }
   setPage(index: number, pageId: number): void {
     this.pages[index] = pageId;
+    this.pagesArray = null;
   }
   pushPage(pageId: number): void {
     this.pages.push(pageId);
+    this.pagesArray = null;
   }
   keepPages(numPages: number): void {
     this.pages.length = numPages;
+    this.pagesArray = null;
   }
   setNumComputed(numComputedTokens: number): void {
     this.computed = numComputedTokens;

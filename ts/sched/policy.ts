@@ -1,6 +1,6 @@
 // The inter-program scheduling policies the engine consults each step, chosen by name.
 import { complexity } from "./complexity.js";
-import { byProgramArrival, fcfs } from "./fcfs.js";
+import { byArrival, byProgramArrival, fcfs } from "./fcfs.js";
 import { gang } from "./gang.js";
 import { lpm } from "./lpm.js";
 import { sjf } from "./sjf.js";
@@ -20,7 +20,20 @@ export function readsPrefixMatch(policy: SchedulingPolicy): boolean {
 /** Queue order under `policy`; priority (higher first) always dominates, the policy orders within a priority. */
 export function orderRequests(policy: SchedulingPolicy, queue: readonly SchedRequest[], ctx: SchedContext): SchedRequest[] {
   const ordered = orderWithinPriority(policy, queue, ctx);
-  return ordered.sort((a, b) => b.priority - a.priority); // stable: keeps the policy's order within a priority
+  return ordered.sort(byPriority); // stable: keeps the policy's order within a priority
+}
+
+const byPriority = (a: Pick<SchedRequest, "priority">, b: Pick<SchedRequest, "priority">): number => b.priority - a.priority;
+
+/**
+ * Whether `queue` is already in `policy`'s order, so orderRequests would return it as it is: known only for fcfs
+ * (a queue of running sequences usually is: they join it in arrival order), false otherwise. Lets the scheduler skip
+ * building a record per sequence every step (bench:host).
+ */
+export function inPolicyOrder(policy: SchedulingPolicy, queue: ReadonlyArray<Pick<SchedRequest, "priority" | "arrivalMs" | "id">>): boolean {
+  if (policy !== "fcfs") return false;
+  for (let i = 1; i < queue.length; i++) if ((byPriority(queue[i - 1], queue[i]) || byArrival(queue[i - 1], queue[i])) > 0) return false;
+  return true;
 }
 
 function orderWithinPriority(policy: SchedulingPolicy, queue: readonly SchedRequest[], ctx: SchedContext): SchedRequest[] {
