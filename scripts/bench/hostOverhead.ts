@@ -7,8 +7,10 @@
 // in alternating order after two warm-up pairs; reports the median of the per-pair time ratios with a bootstrap 95%
 // interval, the ratio of the summed times, and the cost in ns per generated token. One run is ~0.3 s on a 2-core VM
 // whose runs differ by +-20% with no change at all, so a 2% effect needs many pairs (the interval says how sure).
-// For the overhead figure run it with V8's helper threads off, which takes most of that noise away (concurrent GC
-// and compilation share the two cores with the step):
+// Then, with the mock forward, the tracker's own cost measured inside runs, where that noise cancels: add() works on
+// a random half of the steps (the median host segment with it against without it) and report() is timed per
+// trace; the line gives both in ns a token and as a share of the median host work a token. Run it with V8's helper
+// threads off (concurrent GC and compilation share the two cores with the step):
 //   node --single-threaded --max-semi-space-size=64 --import tsx scripts/bench/hostOverhead.ts --confidence --tokens 512 --pairs 32
 // --model DIR: the same pairs over the model's real forward on the CPU (the step's native cost of
 // the confidence, a top-k over the vocabulary per token, included); --prompt: prompt tokens (default 128).
@@ -24,6 +26,7 @@ import type { EngineModel, ForwardBatch, ForwardResult } from "../../ts/engine/m
 import { engineModelOf } from "../../ts/engine/loadedModel.js";
 import { loadModel } from "../../ts/model/model.js";
 import { ModelTokenizer } from "../../ts/model/tokenizer.js";
+import { ConfidenceTracker } from "../../ts/engine/confidence.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { mulberry32 } from "../fixture/random.js";
 import { median } from "./repeats.js";
@@ -64,15 +67,38 @@ async function settledRun(windowed: boolean, confidence = false): Promise<{ step
   return msPerStep(windowed, confidence);
 }
 
+/**
+ * In-run alternation (--confidence): while a run's hooks are set, the mock forward times each host segment (from
+ * one forward's return to the next forward's call: everything the JS thread does between two steps) and the tracker
+ * of DeepConf's confidence works only on every other step's tokens, so that the two kinds of segment interleave
+ * step by step inside one run and share its drift and its GC pauses.
+ */
+interface StepSplit {
+  on: number[]; // ms of each segment whose tokens the tracker worked on
+  off: number[];
+}
+let split: StepSplit | null = null;
+let trackerOn = true;
+const coin = mulberry32(12345);
+
 async function msPerStep(windowed: boolean, confidence = false, maxTokens = MAX_TOKENS): Promise<{ steps: number; ms: number; cpuMs: number }> {
   let steps = 0;
+  let segmentStart = -1;
   const model: EngineModel = realModel !== null ? { ...engineModelOf(realModel), forward: (b) => (steps++, realModel.forward(b)) } : {
     numPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2), pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: Math.max(4096, PROMPT + MAX_TOKENS + 16), eosTokenIds: [], device: "cuda",
     async forward(b: ForwardBatch): Promise<ForwardResult[]> {
       steps++;
+      if (split !== null && segmentStart >= 0) {
+        (trackerOn ? split.on : split.off).push(performance.now() - segmentStart);
+      }
       // Built as Model.forward builds a step's results (ts/model/model.ts): one literal, confidence undefined when
       // the sequence did not ask for it.
-      return b.sequences.map((s) => ({ token: 300 + ((s.startPos * 7919) % 2000), logprob: -1, confidence: s.confidenceTopK ? 1 + ((s.startPos * 13) % 7) / 7 : undefined }));
+      const results = b.sequences.map((s) => ({ token: 300 + ((s.startPos * 7919) % 2000), logprob: -1, confidence: s.confidenceTopK ? 1 + ((s.startPos * 13) % 7) / 7 : undefined }));
+      if (split !== null) {
+        trackerOn = coin() < 0.5; // at random: a page is appended every 16th step, which alternation would pair with one side
+        segmentStart = performance.now();
+      }
+      return results;
     },
   };
   const tokenizer = realModel !== null ? realModel.tokenizer : { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
@@ -88,6 +114,50 @@ async function msPerStep(windowed: boolean, confidence = false, maxTokens = MAX_
   return { steps, ms, cpuMs: (cpu.user + cpu.system) / 1000 / steps };
 }
 
+/**
+ * The tracker's own cost, measured inside runs: add() is wrapped so that it works on a random half of the steps only (the
+ * wrapper runs on every step, so the difference is the body's cost); report(), once per trace, is timed around
+ * each call (tens of microseconds each, so the timer's cost is negligible). Every request asks for confidence.
+ */
+async function trackerCost(runs: number): Promise<{ addNsPerToken: number; reportNsPerToken: number; hostNsPerToken: number; share: number }> {
+  const proto = ConfidenceTracker.prototype;
+  const add = proto.add, report = proto.report;
+  let reportMs = 0, reportTokens = 0;
+  proto.add = function (this: ConfidenceTracker, c: number) {
+    return trackerOn ? add.call(this, c) : false;
+  };
+  proto.report = function (this: ConfidenceTracker) {
+    const t0 = performance.now();
+    const r = report.call(this);
+    reportMs += performance.now() - t0;
+    reportTokens += r?.tokens ?? 0;
+    return r;
+  };
+  const total: StepSplit = { on: [], off: [] };
+  try {
+    for (let r = 0; r < runs + 1; r++) {
+      split = { on: [], off: [] };
+      reportMs = 0;
+      reportTokens = 0;
+      await msPerStep(false, true);
+      if (r === 0) continue; // warm-up
+      total.on.push(...split.on);
+      total.off.push(...split.off);
+    }
+  } finally {
+    split = null;
+    trackerOn = true;
+    proto.add = add;
+    proto.report = report;
+  }
+  // Medians: a step that a GC pause lands in is many times the others, and those pauses would swamp a mean.
+  const onPerStep = median(total.on), offPerStep = median(total.off);
+  const addNsPerToken = ((onPerStep - offPerStep) / B) * 1e6;
+  const reportNsPerToken = (reportMs / reportTokens) * 1e6; // the last run's reports
+  const hostNsPerToken = (offPerStep / B) * 1e6;
+  return { addNsPerToken: Math.round(addNsPerToken), reportNsPerToken: Math.round(reportNsPerToken), hostNsPerToken: Math.round(hostNsPerToken), share: round4((addNsPerToken + reportNsPerToken) / hostNsPerToken) };
+}
+
 if (values.confidence) {
   type Run = Awaited<ReturnType<typeof msPerStep>>;
   const pairs: Array<{ plain: Run; confidence: Run }> = [];
@@ -99,13 +169,17 @@ if (values.confidence) {
   }
   const wall = overhead(pairs.map((p) => [p.plain.ms, p.confidence.ms]));
   const cpu = overhead(pairs.map((p) => [p.plain.cpuMs, p.confidence.cpuMs]));
-  const line = { batch: B, tokens: MAX_TOKENS, pairs: pairs.length, confidenceOverhead: { wall, cpu } };
+  const tracker = realModel === null ? await trackerCost(8) : null;
+  const line = { batch: B, tokens: MAX_TOKENS, pairs: pairs.length, confidenceOverhead: { wall, cpu }, tracker };
   if (values.json) console.log(JSON.stringify(line));
   else {
     const pct = (x: number) => `${((x - 1) * 100).toFixed(1)}%`;
     console.log(`batch ${B}, ${MAX_TOKENS} tokens, confidence tracking vs plain (${pairs.length} pairs, alternating, after 2 warm-up pairs; byte-level detokenizer):`);
     for (const [what, o] of [["wall time", wall], ["process CPU time", cpu]] as const) {
       console.log(`  ${what} per step: median ${pct(o.median)} (95% interval ${pct(o.ci95[0])} to ${pct(o.ci95[1])}), summed ${pct(o.sumRatio)}, ${o.nsPerToken} ns per generated token; pairs ${o.ratios.map((r) => r.toFixed(3)).join(" ")}`);
+    }
+    if (tracker !== null) {
+      console.log(`  the tracker itself, inside runs (a random half of the steps, 8 runs): add ${tracker.addNsPerToken} ns + report ${tracker.reportNsPerToken} ns a token against ${tracker.hostNsPerToken} ns of host work a token = ${pct(1 + tracker.share)}`);
     }
   }
   realModel?.dispose();
