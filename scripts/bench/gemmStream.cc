@@ -5,7 +5,7 @@
 //       cpp/cpu/cpu_gemm_avx512.cc cpp/cpu/cpu_gemm_avx2.cc cpp/cpu/cpu_gemm_bf16.cc cpp/cpu/threadpool.cc cpp/cpu/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
 //   /tmp/gemmStream 1 1 4 16 64        # threads, then the row counts M
 //   DELIBERATE_SIMD=avx2 /tmp/gemmStream 1 16   # the AVX2 path
-//   PACKED=1 /tmp/gemmStream 1 1                 # W packed as DELIBERATE_PACK_WEIGHTS=1 packs a model's bf16 weights
+//   PACKED=1 /tmp/gemmStream 1 1                 # W packed as a model's bf16 weights are by default (DELIBERATE_PACK_WEIGHTS=0: row-major)
 //   (every weight in one 2 MiB-aligned allocation advised for transparent huge pages, as cpp/storage.cc does)
 //   SK=4 /tmp/gemmStream 1 1                     # every GEMM on splitK 4 (the CPU fast schedule's 1-row steps)
 // It first prints the plain read bandwidth (a sum over as many bytes as the layer stack), and each GEMV's share of it.
