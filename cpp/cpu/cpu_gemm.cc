@@ -219,12 +219,16 @@ void zeroPackedPadding(uint16_t* packed, int64_t N, int64_t K) {
 }
 void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t* packed) {
   const char* from = static_cast<const char*>(src);
-  for (int64_t e = e0, end = e0 + n; e < end;) {
-    const int64_t r = e / K, c = e % K, run = std::min({32 - c % 32, K - c, end - e});  // one group's piece of a row
-    std::memcpy(packed + (r / kPackRows) * packedPanelElems(K) + (c / 32) * 32 * kPackRows + (r % kPackRows) * 32 + c % 32, from,
-                size_t(run) * 2);
-    from += run * 2;
-    e += run;
+  const int64_t end = e0 + n;
+  for (int64_t r = e0 / K, c = e0 % K; r * K + c < end; r++, c = 0) {  // row by row: one division per row
+    const int64_t rowEnd = std::min(K, end - r * K);
+    uint16_t* row = packed + (r / kPackRows) * packedPanelElems(K) + (r % kPackRows) * 32;
+    for (; c < rowEnd;) {
+      const int64_t run = std::min(32 - c % 32, rowEnd - c);  // one group's piece of the row
+      std::memcpy(row + (c / 32) * 32 * kPackRows + c % 32, from, size_t(run) * 2);
+      from += run * 2;
+      c += run;
+    }
   }
 }
 void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {

@@ -89,10 +89,12 @@ function cpuSnap(): CpuSnap {
   let loop = 0;
   let machineBusy = 0;
   try {
-    const f = readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" "); // after the thread's name, which may hold ") "
     loop = (Number(f[11]) + Number(f[12])) * TICK; // utime, stime (fields 14 and 15)
     const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    machineBusy = (cpu.reduce((a, b) => a + b, 0) - cpu[3]! - (cpu[4] ?? 0)) * TICK; // all but idle and iowait
+    // user, nice, system, irq, softirq: not idle or iowait, not steal (time the hypervisor took), not guest (in user)
+    machineBusy = (cpu[0]! + cpu[1]! + cpu[2]! + (cpu[5] ?? 0) + (cpu[6] ?? 0)) * TICK;
   } catch {
     // not Linux: process time only
   }
@@ -140,16 +142,17 @@ async function inProcess(c: number, n: number, base: number, maxTokens = TOKENS)
   return { tokens, seconds: (performance.now() - t0) / 1000, ttftMs: ttft, itlMs: itl, errors: 0 };
 }
 
-// The HTTP clients: plain JS in a worker thread (fetch + a small SSE reader), same closed loop.
+// The HTTP clients: plain JS in one worker thread for the whole bench (fetch + a small SSE reader), same closed
+// loop; each run is a message, so no run pays a worker's start-up or a cold client JIT in its CPU figures.
 const CLIENT = `
 const { parentPort, workerData } = require("node:worker_threads");
 const http = require("node:http");
-const { url, c, n, base, tokens: maxTokens, questions, model } = workerData;
+const { url, questions, model } = workerData;
 // node:http with keep-alive and a substring scan per event: a client as cheap as a client can be, since on a small
 // box it shares the cores with the server (JSON.parse only for the usage event).
-const agent = new http.Agent({ keepAlive: true, maxSockets: c });
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
 const target = new URL(url + "/v1/chat/completions");
-function one(i) {
+function one(i, base, maxTokens) {
   return new Promise((resolve, reject) => {
     const start = performance.now();
     const ttft = [], itl = [];
@@ -178,29 +181,40 @@ function one(i) {
       max_tokens: maxTokens, temperature: 1, top_p: 1, top_k: 0, seed: base + i, ignore_eos: true, stream: true, stream_options: { include_usage: true } }));
   });
 }
-(async () => {
-  const ttft = [], itl = [];
-  let tokens = 0, errors = 0, next = 0;
-  const t0 = performance.now();
-  const client = async () => {
-    for (let i = next++; i < n; i = next++) {
-      const r = await one(i);
-      tokens += r.tokens; errors += r.errors;
-      for (const x of r.ttft) ttft.push(x);
-      for (const x of r.itl) itl.push(x);
-    }
-  };
-  await Promise.all(Array.from({ length: c }, client));
-  agent.destroy();
-  parentPort.postMessage({ tokens, seconds: (performance.now() - t0) / 1000, ttftMs: ttft, itlMs: itl, errors });
-})().catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
+parentPort.on("message", ({ c, n, base, tokens: maxTokens }) => {
+  (async () => {
+    const ttft = [], itl = [];
+    let tokens = 0, errors = 0, next = 0;
+    const t0 = performance.now();
+    const client = async () => {
+      for (let i = next++; i < n; i = next++) {
+        const r = await one(i, base, maxTokens);
+        tokens += r.tokens; errors += r.errors;
+        for (const x of r.ttft) ttft.push(x);
+        for (const x of r.itl) itl.push(x);
+      }
+    };
+    await Promise.all(Array.from({ length: c }, client));
+    parentPort.postMessage({ tokens, seconds: (performance.now() - t0) / 1000, ttftMs: ttft, itlMs: itl, errors });
+  })().catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
+});
 `;
 
+const clients = new Worker(CLIENT, { eval: true, workerData: { url, questions: Array.from({ length: 4096 }, (_, i) => question(i)), model: SERVED } });
 function overHttp(c: number, n: number, base: number, tokens = TOKENS): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const w = new Worker(CLIENT, { eval: true, workerData: { url, c, n, base, tokens, questions: Array.from({ length: 4096 }, (_, i) => question(i)), model: SERVED } });
-    w.once("message", (m: Run & { error?: string }) => (m.error ? reject(new Error(m.error)) : resolve(m)));
-    w.once("error", reject);
+    const done = (m: Run & { error?: string }): void => {
+      clients.off("error", failed);
+      if (m.error) reject(new Error(m.error));
+      else resolve(m);
+    };
+    const failed = (e: Error): void => {
+      clients.off("message", done);
+      reject(e);
+    };
+    clients.once("message", done);
+    clients.once("error", failed);
+    clients.postMessage({ c, n, base, tokens });
   });
 }
 
@@ -293,6 +307,7 @@ async function disconnectStorm(total: number): Promise<{ requests: number; aband
 }
 const storm = DISCONNECTS > 0 ? await disconnectStorm(DISCONNECTS) : null;
 
+await clients.terminate();
 await server.close();
 await engine.dispose();
 model.dispose();

@@ -51,6 +51,7 @@ const { values } = parseArgs({
     seed: { type: "string", default: "1" },
     out: { type: "string", default: "bench" },
     repeats: { type: "string", default: "1" },
+    systems: { type: "string" },
   },
 });
 const REPEATS = parseRepeats(values.repeats);
@@ -134,13 +135,17 @@ log(`solo latency per level (ms): ${[...soloMs].map(([l, ms]) => `L${l} ${ms.toF
 
 // ---- 3. Replay the arrival trace per system and rate.
 interface System { name: string; sched: SchedulingPolicy; certaindex: boolean }
-const systems: System[] = [
+const ALL_SYSTEMS: System[] = [
   { name: "fcfs", sched: "fcfs", certaindex: false },
   { name: "lpm", sched: "lpm", certaindex: false },
   { name: "gang", sched: "gang", certaindex: false },
   { name: "gang+sjf", sched: "gang+sjf", certaindex: false },
   { name: "gang+sjf+certaindex", sched: "gang+sjf", certaindex: true },
 ];
+// --systems: a comma list of the names above (fcfs and gang+sjf+certaindex are always run: the target compares them)
+const asked = values.systems?.split(",").map((x) => x.trim());
+for (const name of asked ?? []) if (!ALL_SYSTEMS.some((s) => s.name === name)) throw new Error(`--systems: unknown system "${name}"; expected some of ${ALL_SYSTEMS.map((s) => s.name).join(", ")}`);
+const systems = ALL_SYSTEMS.filter((s) => asked === undefined || asked.includes(s.name) || s.name === "fcfs" || s.name === "gang+sjf+certaindex");
 const test = problemSet({ split: "test", n: NPROG, seed: Number(values.seed) });
 
 /** "min–max" of one figure over a point's repeats, scaled and rounded for the table. */
@@ -217,9 +222,12 @@ const sustainable = Object.fromEntries(systems.map((s) => [s.name, sustained[s.n
 const fcfsRate = sustainable.fcfs;
 const fullRate = sustainable["gang+sjf+certaindex"];
 const commandLine = `npm run bench:serving -- ${process.argv.slice(2).join(" ")}`.trim();
+// A rate at which a system never fell below 90% is only a lower bound on what it sustains: with fcfs's a lower
+// bound the ratio is undetermined; with only the full system's, it is a lower bound that may already meet the target.
+const fcfsBounded = sustained.fcfs.bounded, fullBounded = sustained["gang+sjf+certaindex"].bounded;
 const target = {
   target: "gang+sjf+certaindex sustains ≥ 1.5× the fcfs rate at ≥ 90% deadline attainment",
-  met: fcfsRate > 0 ? fullRate / fcfsRate >= 1.5 : fullRate > 0 ? null : false,
+  met: !fcfsBounded ? null : fcfsRate > 0 ? (fullRate / fcfsRate >= 1.5 ? true : fullBounded ? false : null) : fullRate > 0 ? null : false,
 };
 const result = {
   date: new Date().toISOString(),
@@ -257,7 +265,15 @@ const md = [
   "| --- | --- | --- | --- |",
   ...systems.map((s) => `| ${s.name} | ${sustained[s.name].swept.toFixed(2)} | ${sustained[s.name].interpolated.toFixed(2)}${sustained[s.name].bounded ? "" : " (never fell below 90%: a lower bound)"} | ${result.speedupOverFcfs[s.name]?.toFixed(2) ?? "n/a (fcfs sustains none)"} |`),
   "",
-  `Target (${target.target}): ${target.met === null ? "**undefined** (fcfs sustains none of the swept rates; add lower --rates)" : target.met ? "**met**" : "**not met**"} (${fcfsRate > 0 ? `${(fullRate / fcfsRate).toFixed(2)}×` : `fcfs 0, full system ${fullRate.toFixed(2)}/s`}).`,
+  `Target (${target.target}): ${
+    target.met !== null
+      ? `${target.met ? "**met**" : "**not met**"} (${fcfsRate > 0 ? `${(fullRate / fcfsRate).toFixed(2)}×${fullBounded ? "" : ", a lower bound"}` : `fcfs 0, full system ${fullRate.toFixed(2)}/s`})`
+      : !fcfsBounded
+        ? "**undetermined**: fcfs held ≥ 90% at every swept rate, so its sustained rate is only a lower bound; add higher --rates"
+        : fcfsRate > 0
+          ? `**undetermined**: the full system held ≥ 90% at every swept rate (≥ ${(fullRate / fcfsRate).toFixed(2)}×); add higher --rates`
+          : "**undefined** (fcfs sustains none of the swept rates; add lower --rates)"
+  }.`,
   "",
   "![deadline attainment](serving.svg)",
   "",

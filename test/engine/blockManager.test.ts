@@ -113,3 +113,29 @@ describe("BlockManager", () => {
     expect(() => bm.free(alias)).toThrow(/double free of page/);
   });
 });
+
+describe("Sequence.blockTableArray (the forward's copy of the pages)", () => {
+  it("is one array until the pages change, a new one after each change, and never rewritten once handed out", () => {
+    const seq = seqOf([1, 2, 3]);
+    seq.pushPage(7);
+    const first = seq.blockTableArray;
+    expect(Array.from(first)).toEqual([7]);
+    expect(seq.blockTableArray).toBe(first);
+    const changes: Array<[string, () => void, number[]]> = [
+      ["pushPage", () => seq.pushPage(9), [7, 9]],
+      ["setPage", () => seq.setPage(0, 4), [4, 9]],
+      ["keepPages", () => seq.keepPages(1), [4]],
+      ["assignPages", () => seq.assignPages([5, 6, 8], 3), [5, 6, 8]],
+    ];
+    let before = first;
+    for (const [what, change, want] of changes) {
+      const kept = Array.from(before);
+      change();
+      const now = seq.blockTableArray;
+      expect(now, what).not.toBe(before);
+      expect(Array.from(now), what).toEqual(want);
+      expect(Array.from(before), `${what}: the array handed out before`).toEqual(kept);
+      before = now;
+    }
+  });
+});

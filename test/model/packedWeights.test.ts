@@ -60,30 +60,43 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
     });
   }
 
-  it("writes a weight set again after loading, in pieces, to the same packed places", async () => {
-    const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, hidden: 96, heads: 6, kvHeads: 3 });
-    const reference = await run(await load(dir, true), 600);
-    const model = await load(dir, true);
-    await run(model, 600);
-    const files = await openModelFiles(dir);
-    const names = ["model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"];
-    // written in two pieces, cut inside a row and inside a group of 32
-    const setInPieces = (name: string, bytes: Uint8Array) => {
-      const shape = files.checkpoint.tensors.get(name)!.shape;
-      const cut = 2 * (3 * shape[1] + 5);
-      model.native.setWeight(name, "bf16", shape, bytes.subarray(0, cut), 0);
-      model.native.setWeight(name, "bf16", shape, bytes.subarray(cut), cut);
-    };
-    try {
-      const originals = await Promise.all(names.map((name) => files.checkpoint.read(name)));
-      names.forEach((name, i) => setInPieces(name, originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b)))); // other values
-      const changed = await run(model, 600);
-      expect(changed.some((p, i) => p.some((v, j) => v !== reference[i][j]))).toBe(true);
-      names.forEach((name, i) => setInPieces(name, originals[i]));
-    } finally {
-      await files.checkpoint.close();
-    }
-    const again = await run(model, 600);
-    again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
-  });
+  // The second fixture pads: down_proj's K = 200 ends inside a group of 32, gate|up's 400 rows end inside a panel,
+  // and its qkv stays row-major beside the packed others.
+  for (const extra of [{ hidden: 96, heads: 6, kvHeads: 3 }, { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 }]) {
+    it(`writes weights set again after loading, in pieces and converted from f32, to the same places: ${JSON.stringify(extra)}`, async () => {
+      const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
+      const reference = await run(await load(dir, true), 600);
+      const model = await load(dir, true);
+      await run(model, 600);
+      const files = await openModelFiles(dir);
+      const names = ["model.layers.1.mlp.down_proj.weight", "model.layers.0.mlp.gate_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"];
+      // written in two pieces, cut inside a row and inside a group of 32
+      const setInPieces = (name: string, dtype: "bf16" | "f32", bytes: Uint8Array) => {
+        const shape = files.checkpoint.tensors.get(name)!.shape;
+        const cut = (dtype === "bf16" ? 2 : 4) * (3 * shape[1] + 5);
+        model.native.setWeight(name, dtype, shape, bytes.subarray(0, cut), 0);
+        model.native.setWeight(name, dtype, shape, bytes.subarray(cut), cut);
+      };
+      /** The same values as f32 (exact: a bf16 value is the top half of its f32). */
+      const asF32 = (bf16: Uint8Array): Uint8Array => {
+        const src = new Uint16Array(bf16.buffer.slice(bf16.byteOffset, bf16.byteOffset + bf16.byteLength));
+        return new Uint8Array(Uint32Array.from(src, (v) => v << 16).buffer);
+      };
+      try {
+        const originals = await Promise.all(names.map((name) => files.checkpoint.read(name)));
+        names.forEach((name, i) => setInPieces(name, "bf16", originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b)))); // other values
+        const changed = await run(model, 600);
+        expect(changed.some((p, i) => p.some((v, j) => v !== reference[i][j]))).toBe(true);
+        names.forEach((name, i) => setInPieces(name, "bf16", originals[i]));
+        const again = await run(model, 600);
+        again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
+        names.forEach((name, i) => setInPieces(name, "bf16", originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b))));
+        names.forEach((name, i) => setInPieces(name, "f32", asF32(originals[i])));
+        const converted = await run(model, 600);
+        converted.forEach((p, i) => expect(p, `row ${i} (from f32)`).toEqual(reference[i]));
+      } finally {
+        await files.checkpoint.close();
+      }
+    });
+  }
 });

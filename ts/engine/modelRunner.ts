@@ -80,6 +80,7 @@ export class ModelRunner {
       const s = samplingOf(seq);
       returnLogits ||= emitToken && s.needsLogits;
       const start = seq.numComputedTokens;
+      if (start + numNewTokens > seq.tokens.length) throw new Error(`ModelRunner: sequence ${seq.id} was scheduled ${numNewTokens} tokens from ${start} but holds ${seq.tokens.length}`);
       const tokens = new Int32Array(numNewTokens);
       for (let t = 0; t < numNewTokens; t++) tokens[t] = seq.tokens[start + t];
       const input: ForwardSequence = {
