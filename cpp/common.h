@@ -39,7 +39,9 @@ struct View {
   int packRows = 0;
 
   // Element offset of row r (a multiple of packRows when packed) of a [N, K] matrix.
-  int64_t rowOffset(int64_t r) const { return packRows ? r / packRows * ((shape[1] + 31) / 32 * 32 * packRows) : r * shape[1]; }
+  int64_t rowOffset(int64_t r) const { return packRows ? r / packRows * packedPanelElems(shape[1], packRows) : r * shape[1]; }
+  // Elements of one packed panel of a [N, K] matrix: ceil(K / 32) groups of packRows x 32.
+  static int64_t packedPanelElems(int64_t K, int packRows) { return (K + 31) / 32 * 32 * packRows; }
 
   int64_t numel() const {
     int64_t n = 1;

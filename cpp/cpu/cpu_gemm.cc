@@ -199,21 +199,19 @@ void outputs(const Problem& P, int64_t m0, int64_t rows, int64_t n0, int nr, con
 
 namespace gemm_detail {
 void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) {
-  const uint16_t* panel = packed + (n / kPackRows) * packedPanelElems(K) + (n % kPackRows) * 32;
+  const uint16_t* row = packedRow(packed, K, n);
   int64_t g = 0;
-  for (; g + 32 <= K; g += 32) std::memcpy(dst + g, panel + g * kPackRows, 64);  // one line: inlined
-  if (g < K) std::memcpy(dst + g, panel + g * kPackRows, size_t(K - g) * 2);
+  for (; g + 32 <= K; g += 32) std::memcpy(dst + g, row + g * kPackRows, 64);  // one line: inlined
+  if (g < K) std::memcpy(dst + g, row + g * kPackRows, size_t(K - g) * 2);
 }
 void zeroPackedPadding(uint16_t* packed, int64_t N, int64_t K) {
-  const int64_t panels = (N + kPackRows - 1) / kPackRows, groups = (K + 31) / 32;
-  for (int64_t t = 0; t < panels; t++) {
-    uint16_t* panel = packed + t * packedPanelElems(K);
-    for (int64_t r = 0; r < kPackRows; r++) {
-      if (t * kPackRows + r >= N) {  // a padding row: every group
-        for (int64_t g = 0; g < groups; g++) std::fill_n(panel + g * 32 * kPackRows + r * 32, 32, uint16_t(0));
-      } else if (K % 32) {  // k past K in the row's last group
-        std::fill_n(panel + (groups - 1) * 32 * kPackRows + r * 32 + K % 32, 32 - K % 32, uint16_t(0));
-      }
+  const int64_t rows = (N + kPackRows - 1) / kPackRows * kPackRows, groups = (K + 31) / 32;
+  for (int64_t r = 0; r < rows; r++) {
+    uint16_t* row = packedRow(packed, K, r);
+    if (r >= N) {  // a padding row: every group
+      for (int64_t g = 0; g < groups; g++) std::fill_n(row + g * 32 * kPackRows, 32, uint16_t(0));
+    } else if (K % 32) {  // k past K in the row's last group
+      std::fill_n(row + (groups - 1) * 32 * kPackRows + K % 32, 32 - K % 32, uint16_t(0));
     }
   }
 }
@@ -222,7 +220,7 @@ void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t*
   const int64_t end = e0 + n;
   for (int64_t r = e0 / K, c = e0 % K; r * K + c < end; r++, c = 0) {  // row by row: one division per row
     const int64_t rowEnd = std::min(K, end - r * K);
-    uint16_t* row = packed + (r / kPackRows) * packedPanelElems(K) + (r % kPackRows) * 32;
+    uint16_t* row = packedRow(packed, K, r);
     for (; c < rowEnd;) {
       const int64_t run = std::min(32 - c % 32, rowEnd - c);  // one group's piece of the row
       std::memcpy(row + (c / 32) * 32 * kPackRows + c % 32, from, size_t(run) * 2);

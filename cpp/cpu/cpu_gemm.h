@@ -58,8 +58,12 @@ AccumFn accumBf16Avx512Native(int mr, int nr);
 // group kPackRows rows x 32 values (k past K zero). A panel is the decode path's tile (kAvx512NR rows), so the
 // kernels, their order of operations and so every bit are those of row-major W.
 constexpr int kPackRows = kAvx512NR;
-inline int64_t packedPanelElems(int64_t K) { return (K + 31) / 32 * 32 * kPackRows; }
+inline int64_t packedPanelElems(int64_t K) { return View::packedPanelElems(K, kPackRows); }
 inline int64_t packedElems(int64_t N, int64_t K) { return (N + kPackRows - 1) / kPackRows * packedPanelElems(K); }
+// Row r's values of its first group (those of the group of 32 at k = g follow at + g * kPackRows).
+template <class T> T* packedRow(T* packed, int64_t K, int64_t r) {
+  return packed + (r / kPackRows) * packedPanelElems(K) + (r % kPackRows) * 32;
+}
 // src [N, K] row-major bf16 -> dst (packedElems(N, K) values).
 void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst);
 // The padding of a packed [N, K] W (rows past N in the last panel, k past K in each row's last group) set to zero.
