@@ -68,10 +68,10 @@ async function settledRun(windowed: boolean, confidence = false): Promise<{ step
 }
 
 /**
- * In-run alternation (--confidence): while a run's hooks are set, the mock forward times each host segment (from
+ * In-run split (--confidence): while a run's hooks are set, the mock forward times each host segment (from
  * one forward's return to the next forward's call: everything the JS thread does between two steps) and the tracker
- * of DeepConf's confidence works only on every other step's tokens, so that the two kinds of segment interleave
- * step by step inside one run and share its drift and its GC pauses.
+ * of DeepConf's confidence works only on a random half of the steps' tokens, so that the two kinds of segment
+ * interleave step by step inside one run and share its drift and its GC pauses.
  */
 interface StepSplit {
   on: number[]; // ms of each segment whose tokens the tracker worked on
