@@ -19,18 +19,24 @@ struct Knobs {
   DecodePipe decodePipe = DecodePipe::c32s4;
   // DL_DECODE_MERGE=kernel: split-KV partials merged by a separate kernel (default: the decode kernel's last CTA).
   bool decodeMergeFused = true;
-  // DL_GEMM_REDUCE=kernel: split-K partials summed by a separate kernel (default: the GEMM's last CTA per tile).
-  bool gemmReduceFused = true;
+  // DL_GEMM_REDUCE: who sums split-K partials. auto (default): the GEMM's last CTA per tile for GEMMs of few rows, a
+  // separate kernel for more (cuda/gemm.cu fusedReduce, measured on an H100); fused / kernel: always one way (A/B
+  // timing). The same bits every way.
+  enum class GemmReduce { automatic, fused, kernel };
+  GemmReduce gemmReduce = GemmReduce::automatic;
   // DL_GEMM_BLOCKS=split: q | k | v as three GEMMs (default one gemmBlocks call).
   bool gemmBlocksSplit = false;
   // DL_ROPE_KV=split: rope then the KV write as two launches (default one).
   bool ropeKvSplit = false;
-  // DL_PREFILL_MMA=1: tensor-core prefill / verify attention (bits of its own; opt-in).
-  bool prefillMma = false;
+  // DL_PREFILL_MMA: tensor-core prefill / verify attention where it applies (bf16, head dim 64 / 128; default since
+  // its H100 run of 2026-11-27); 0: the SIMT kernel everywhere. The two kernels' bits differ.
+  bool prefillMma = true;
   // DL_PDL=1: programmatic dependent launch inside model steps on sm_90+ (opt-in).
   bool pdl = false;
-  // DL_GEMM_WGMMA=1: the sm_90a wgmma GEMM for M > 64 (opt-in).
-  bool gemmWgmma = false;
+  // DL_GEMM_WGMMA: the sm_90a wgmma GEMM for M > 64 rows. -1 (default): where it can run (an sm_90 GPU and a build
+  // with the sm_90a target), silently; 1: asked for (a warning where it cannot run); 0: never. Its bits equal the
+  // mma.sync kernels' (H100, 2026-11-27), so the switch changes speed only.
+  int gemmWgmma = -1;
   // DL_GEMM_TILE=<0..8>: force one GEMM config (benchmarks, test reruns); -1 = by shape.
   int gemmTile = -1;
   // Values that were set but not understood (each "NAME=value: expected ..."); the default is used for them.

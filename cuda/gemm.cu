@@ -3,11 +3,12 @@
 // Reduction schedule (the contract of kernels.h): K is cut into splitK partitions on multiples of kPartK = 64,
 // partition s = k-tiles [s*T/splitK, (s+1)*T/splitK) of the T = ceil(K/64) tiles. Inside a partition every
 // output is accumulated by one chain of mma.sync m16n8k16 (or FMAs on the SIMT path) in ascending k; partitions
-// are added in order 0..splitK-1 (never atomics) by the last CTA of each output tile to finish (an atomic arrival
-// count decides which; DL_GEMM_REDUCE=kernel: by a second kernel), then the bias. The tile shape (chosen from M)
+// are added in order 0..splitK-1 (never atomics), then the bias: by the last CTA of each output tile to finish (an
+// atomic arrival count decides which) for GEMMs of few rows, by a second kernel for more (fusedReduce), with the same
+// arithmetic either way. The tile shape (chosen from M)
 // changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK) only.
-// On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps; they are
-// opt-in (DL_GEMM_WGMMA=1, see wgmmaConfig) until an H100 run shows their bits equal these kernels'.
+// On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps and take GEMMs of
+// more than 64 rows (wgmmaConfig); an H100 run (2026-11-27, check.sh) showed their bits equal these kernels'.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -224,13 +225,15 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
   return c;
 }
 
-// The wgmma config (cuda/sm90/gemm_wgmma.cu) for this shape, or -1 for mma.sync. Opt-in with DL_GEMM_WGMMA=1 until
-// it is measured on an H100 and its bits are known to equal mma.sync's (the batch-invariance contract spans both:
-// a batch on wgmma and its sub-batches on mma.sync must agree; check.sh tests exactly that). From 65 rows, the
-// largest tiles whose grid keeps at least half the SMs busy.
+// The wgmma config (cuda/sm90/gemm_wgmma.cu) for this shape, or -1 for mma.sync. The batch-invariance contract spans
+// both kernel families (a batch on wgmma, its sub-batches on mma.sync must agree): check.sh's DL_GEMM_WGMMA=1 rerun
+// tests exactly that, and passed on an H100 (2026-11-27, 36 of 36 results bitwise equal), so it is on by default
+// (DL_GEMM_WGMMA=0 turns it off). From 65 rows, the largest tiles whose grid keeps at least half the SMs busy:
+// measured there, M = 2048 GEMMs 1.6-1.9x faster than mma.sync, a 128-row decode step 24% shorter; at 64 rows and
+// fewer mma.sync with split-K stays ahead on narrow projections (bench/RESULTS-gpu.md).
 int wgmmaConfig(int64_t M, int64_t N, int splitK) {
   if (forcedTile() >= 6) return forcedTile() - 6 < kWgmmaConfigs ? forcedTile() - 6 : -1;
-  if (!knob::knobs().gemmWgmma || M <= 64 || forcedTile() >= 0) return -1;
+  if (knob::knobs().gemmWgmma == 0 || M <= 64 || forcedTile() >= 0) return -1;
   const int64_t sms = std::max(smCount(), 2);
   for (int c = 0; c < kWgmmaConfigs; c++)
     if (2 * ceilDiv(M, kWgmmaBM[c]) * ceilDiv(N, kWgmmaBN[c]) * splitK >= sms) return c;
@@ -242,7 +245,7 @@ bool runWgmma(const GemmArgs& a) {
   if (c < 0) return false;
   if (gemmWgmma(a, c)) return true;
   static bool warned = false;
-  if (!warned && (forcedTile() >= 6 || knob::knobs().gemmWgmma)) {
+  if (!warned && (forcedTile() >= 6 || knob::knobs().gemmWgmma == 1)) {
     warned = true;
     std::fprintf(stderr, "deliberate: the wgmma GEMM was asked for (DL_GEMM_TILE / DL_GEMM_WGMMA) but cannot run here "
                          "(it needs an sm_90 GPU and a build with nvcc's sm_90a target); using the mma.sync kernels\n");
@@ -250,10 +253,18 @@ bool runWgmma(const GemmArgs& a) {
   return false;
 }
 
-// Split-K finished by the GEMM's last CTA per tile (default) or by a second kernel (DL_GEMM_REDUCE=kernel, for A/B
-// timing); the same bits either way.
-bool fusedReduce() {
-  return knob::knobs().gemmReduceFused;
+// Split-K finished by the GEMM's last CTA per tile, or by a second kernel: the same bits either way. The last CTA sums
+// its tile alone, a few warps each waiting on splitK dependent L2 reads per element, so it only pays (one launch
+// saved) while a tile holds few rows. H100, 2026-11-27 (bench/RESULTS-gpu.md): a 1-row Qwen2.5-1.5B decode step
+// 3.58 ms fused vs 3.89 with the second kernel; at 64 rows and splitK 4 9.70 vs 6.48, at 128 rows 15.4 vs 8.9, and
+// bench:cuda's 8- to 128-row split-K GEMMs 5-15% slower fused. DL_GEMM_REDUCE=fused / kernel force one way.
+constexpr int64_t kFusedReduceMaxRows = 4;
+bool fusedReduce(int64_t M) {
+  switch (knob::knobs().gemmReduce) {
+    case knob::Knobs::GemmReduce::fused: return true;
+    case knob::Knobs::GemmReduce::kernel: return false;
+    default: return M <= kFusedReduceMaxRows;
+  }
 }
 
 }  // namespace
@@ -284,7 +295,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
     ws = workspace(size_t(splitK) * size_t(M) * size_t(N) * sizeof(float));
     a.partial = static_cast<float*>(ws.data);
     // Enough counters for the smallest tiles any config uses (16 x 64); guarded by the workspace lock we hold.
-    if (fusedReduce()) a.counters = splitCounters(size_t(ceilDiv(M, 16) * ceilDiv(N, 64)));
+    if (fusedReduce(M)) a.counters = splitCounters(size_t(ceilDiv(M, 16) * ceilDiv(N, 64)));
   }
   const bool tensorCores = x.dtype == DType::bf16 && w.dtype == DType::bf16 && K % 8 == 0 && aligned16(x.data) &&
                            aligned16(w.data);

@@ -187,8 +187,8 @@ int main(int argc, char** argv) {
       View pq = dev(DType::bf16, {T, Hq, D}), pout = dev(DType::bf16, {T, Hq, D});
       randomBf16(pq, 13);
       double pms = timeMs([&] { gpu::attentionPrefill(pq, qIndptr, pkv, pout, 0.08838834764f, T); });
-      const char* mmaEnv = getenv("DL_PREFILL_MMA");  // the tensor-core kernel (opt-in) when set to 1
-      emit("attentionPrefill", "T=2048 Hq=32 Hk=8 D=128 causal", mmaEnv && !strcmp(mmaEnv, "1") ? "mma" : "fixed", pms, 2.0 * T * T * Hq * D, 2.0 * T * (Hq + 2 * Hk) * D * 2);
+      const char* mmaEnv = getenv("DL_PREFILL_MMA");  // the tensor-core kernel (the default) unless set to 0
+      emit("attentionPrefill", "T=2048 Hq=32 Hk=8 D=128 causal", mmaEnv && !strcmp(mmaEnv, "0") ? "fixed" : "mma", pms, 2.0 * T * T * Hq * D, 2.0 * T * (Hq + 2 * Hk) * D * 2);
     }
     // Sampling: batch 64 over the Llama-3 vocabulary, top-k 50 + top-p 0.9, and greedy.
     if (only.empty()) {

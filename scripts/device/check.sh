@@ -9,9 +9,10 @@
 #           npm run build:addon && bash scripts/device/build-bench.sh
 #   run:    carry [".device", "build/Release/deliberate.node", "build/bench_kernels"]  (the 64 MiB limit rules out
 #           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
-# Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark as the build before stop 15's launch cuts:
-# split-K and split-KV finished by second kernels, q | k | v as three GEMMs (DL_GEMM_REDUCE=kernel
-# DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
+# Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark once per launch-saving switch set the other way
+# (AB_KNOBS, default: DL_GEMM_REDUCE=fused, DL_GEMM_REDUCE=kernel, DL_GEMM_BLOCKS=split, DL_ROPE_KV=split,
+# DL_DECODE_MERGE=kernel; one at a time, so each one's effect is its own: the run of 2026-11-27 flipped all four
+# at once and could only say that together they moved a step by -1 to +6 ms), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
@@ -59,18 +60,21 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   for t in 2 3 5; do
     DL_GEMM_TILE=$t node node_modules/vitest/vitest.mjs run gemm.cuda.test > "$out/tests-tile$t.log" 2>&1 || { status=1; echo "gemm tests FAILED with DL_GEMM_TILE=$t"; tail -20 "$out/tests-tile$t.log"; }
   done
-  # The sm_90a wgmma GEMM is opt-in (DL_GEMM_WGMMA=1) until its bits are known to equal mma.sync's: with it on, the
-  # bitwise batch-invariance tests mix the two kernels (a large batch on wgmma, its sub-batches on mma.sync), so a
-  # pass here is what lets it become the default. Reported, not counted: off, nothing ships that depends on it.
-  if [ "$(node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.wgmmaGemm))")" = true ]; then
-    if DL_GEMM_WGMMA=1 node node_modules/vitest/vitest.mjs run gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-wgmma.log" 2>&1; then
-      echo "DL_GEMM_WGMMA=1: GEMM, model and determinism tests pass with wgmma beside mma.sync (it can become the default)"
-    else
-      echo "DL_GEMM_WGMMA=1: some tests FAIL (tests-wgmma.log): wgmma must stay opt-in / off the fixed schedule"; grep -E "×|✗|FAIL" "$out/tests-wgmma.log" | head -20
-    fi
-  else
-    echo "wgmma GEMM: unavailable on this GPU/build (its tests skipped)"
+  # The sm_90a wgmma GEMM takes GEMMs of more than 64 rows by default since its bits equaled mma.sync's on an H100
+  # (2026-11-27): the default run above mixes the two families in the bitwise batch-invariance tests (a large batch
+  # on wgmma, its sub-batches on mma.sync). Rerun the same tests on mma.sync alone (DL_GEMM_WGMMA=0, the path of
+  # every pre-Hopper GPU) and with split-K always finished by the GEMM's last CTA (DL_GEMM_REDUCE=fused; the default
+  # finishes GEMMs of more than 4 rows with a second kernel): both must give the same bits as the default.
+  if [ "$(node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.wgmmaGemm))")" != true ]; then
+    echo "wgmma GEMM: unavailable on this GPU/build (its tests skipped; the default run was mma.sync only)"
   fi
+  for alt in DL_GEMM_WGMMA=0 DL_GEMM_REDUCE=fused; do
+    if env $alt node node_modules/vitest/vitest.mjs run gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-$alt.log" 2>&1; then
+      echo "$alt: GEMM, model and determinism tests pass"
+    else
+      status=1; echo "$alt: some tests FAIL (tests-$alt.log)"; grep -E "×|✗|FAIL" "$out/tests-$alt.log" | head -20
+    fi
+  done
   # Programmatic dependent launch (opt-in, DL_PDL=1; stop 16, written without a GPU): a model step's kernels start
   # while their predecessor finishes. Same bits by construction: the model (graphs, padding) and determinism tests must pass.
   [ "$(DL_PDL=1 node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.programmaticLaunch))")" = true ] ||
@@ -80,12 +84,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   else
     echo "DL_PDL=1: some tests FAIL (tests-pdl.log): keep it off"; grep -E "×|✗|FAIL" "$out/tests-pdl.log" | head -20
   fi
-  # The tensor-core prefill/verify attention (opt-in, DL_PREFILL_MMA=1): kernel, model and determinism tests on it.
-  # Reported, not counted, like wgmma: a pass lets it become the default (its bits differ from the SIMT kernel's).
-  if DL_PREFILL_MMA=1 node node_modules/vitest/vitest.mjs run attention.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-prefill-mma.log" 2>&1; then
-    echo "DL_PREFILL_MMA=1: attention, model and determinism tests pass on the tensor-core prefill kernel"
+  # The tensor-core prefill/verify attention is the default since its H100 run (2026-11-27); the SIMT kernel
+  # (DL_PREFILL_MMA=0: other head dims and dtypes take it anyway) must still pass its tests.
+  if DL_PREFILL_MMA=0 node node_modules/vitest/vitest.mjs run attention.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-prefill-simt.log" 2>&1; then
+    echo "DL_PREFILL_MMA=0: attention, model and determinism tests pass on the SIMT prefill kernel"
   else
-    echo "DL_PREFILL_MMA=1: some tests FAIL (tests-prefill-mma.log)"; grep -E "×|✗|FAIL" "$out/tests-prefill-mma.log" | head -20
+    status=1; echo "DL_PREFILL_MMA=0: some tests FAIL (tests-prefill-simt.log)"; grep -E "×|✗|FAIL" "$out/tests-prefill-simt.log" | head -20
   fi
 fi
 # TUNE=1: sweep the tile/pipeline knobs (every config gives the same GEMM bits; decode pipelines differ in bits).
@@ -93,7 +97,7 @@ if [ "${TUNE:-0}" = 1 ]; then
   summary='const r=JSON.parse(require("fs").readFileSync(0,"utf8"));for(const x of r)console.log(process.env.TAG,x.op,x.shape,x.variant,x.ms.toFixed(4),(x.flops/x.ms/1e9).toFixed(1)+"TF",(x.bytes/x.ms/1e6).toFixed(0)+"GB/s")'
   for t in ${TILES:-3 4 5 6 7 8}; do DL_GEMM_TILE=$t build/bench_kernels --quick --only gemm | TAG=tile$t node -e "$summary" | grep -E "M=(128|2048) "; done
   for p in 32x4 32x6 32x8 64x3; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
-  DL_PREFILL_MMA=1 build/bench_kernels --quick --only decode | TAG=prefill-mma node -e "$summary" | grep attentionPrefill
+  DL_PREFILL_MMA=0 build/bench_kernels --quick --only decode | TAG=prefill-simt node -e "$summary" | grep attentionPrefill
   # The Qwen2.5-1.5B step GEMMs at M = 1, 16, 64, 256 over every config and splitK (full rows in qwen-gemms.json):
   # per shape the fastest variant, the fastest of the default choice (auto) and of wgmma, in GB/s of W streamed.
   build/bench_kernels --only qwen > "$out/qwen-gemms.json" && node -e '
@@ -123,9 +127,11 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
   echo "device-to-device copy: ${copy:-?} GB/s" | tee "$out/copy.txt"
   node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json --profile ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
   sed -n '/^# Single stream/,$p' "$out/gpu-bench.txt"
-  if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with split-K finished by a second kernel (the build before fused finishing)
-    DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-reduce-kernel.txt" 2>&1 || status=1
-    echo "## the same, DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-reduce-kernel.txt"
+  if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with one launch-saving switch the other way at a time (same bits)
+    for alt in ${AB_KNOBS:-DL_GEMM_REDUCE=fused DL_GEMM_REDUCE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_DECODE_MERGE=kernel}; do
+      env $alt node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-$alt.txt" 2>&1 || status=1
+      echo "## the same, $alt"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-$alt.txt"
+    done
   fi
   if [ "${PDL_AB:-0}" = 1 ]; then  # the same with programmatic dependent launch (DL_PDL=1), then engine throughput with it
     DL_PDL=1 node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-pdl.txt" 2>&1 || status=1

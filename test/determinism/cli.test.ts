@@ -62,7 +62,7 @@ describe("deliberate determinism", () => {
     expect(g.version).toBe(3);
     expect(g.provenance.modelHash).toMatch(/^[0-9a-f]{64}$/);
     expect(g.provenance.device).toMatch(/^cpu (avx2|avx512|avx512-bf16)$/);
-    expect(g.provenance.kernels).toMatchObject({ kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1, kvDtype: "f32", pageSize: 16, DL_PREFILL_MMA: "0" });
+    expect(g.provenance.kernels).toEqual({ kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1, kvDtype: "f32", pageSize: 16 }); // no DL_* knob on the CPU
     expect(g.provenance.verify).toEqual({ verifyWindow: 8, verifyGroup: 4, fuseVerify: true });
 
     const checked = await cli([...common, "--load", "1,3", "--check", golden]);
@@ -73,20 +73,25 @@ describe("deliberate determinism", () => {
     expect(separate.code, separate.stderr).toBe(0);
     expect(separate.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
 
-    // Recorded under other kernel switches: refused before the run, naming the switch and both values, unless
+    // The DL_* knobs choose CUDA kernels: on the CPU a knob set differently checks as usual.
+    const knobbed = await cli([...common, "--load", "1", "--check", golden], { ...process.env, DL_PREFILL_MMA: "0", DL_GEMM_REDUCE: "kernel" });
+    expect(knobbed.code, knobbed.stderr).toBe(0);
+    expect(knobbed.stderr).not.toMatch(/comparing across/);
+    // Recorded under another kernel configuration: refused before the run, naming the setting and both values, unless
     // --allow-device-change (which says what it compares across).
-    const env = { ...process.env, DL_PREFILL_MMA: "1" };
-    const refused = await cli([...common, "--load", "1", "--check", golden], env);
+    const other = join(dir, "golden-bf16-kv.json");
+    await writeFile(other, JSON.stringify({ ...g, provenance: { ...g.provenance, kernels: { ...g.provenance.kernels, kvDtype: "bf16" } } }));
+    const refused = await cli([...common, "--load", "1", "--check", other]);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/recorded under another device or kernel configuration: DL_PREFILL_MMA: recorded "0", now "1".*--allow-device-change/);
+    expect(refused.stderr).toMatch(/recorded under another device or kernel configuration: kvDtype: recorded "bf16", now "f32".*--allow-device-change/);
     expect(refused.stderr).not.toMatch(/\[determinism\] run 1/);
-    const allowed = await cli([...common, "--load", "1", "--check", golden, "--allow-device-change"], env);
-    expect(allowed.code, allowed.stderr).toBe(0); // the CPU backend has no such kernel: same bytes
-    expect(allowed.stderr).toMatch(/--allow-device-change: comparing across DL_PREFILL_MMA: recorded "0", now "1"/);
+    const allowed = await cli([...common, "--load", "1", "--check", other, "--allow-device-change"]);
+    expect(allowed.code, allowed.stderr).toBe(0); // the outputs were really recorded with an f32 KV: same bytes
+    expect(allowed.stderr).toMatch(/--allow-device-change: comparing across kvDtype: recorded "bf16", now "f32"/);
     // A golden of another model is refused whatever the flags.
-    const other = await cli([...common.map((a) => (a === model ? tinyModel : a)), "--load", "1", "--check", golden, "--allow-device-change"]);
-    expect(other.code).toBe(1);
-    expect(other.stderr).toMatch(/was recorded with another model \(weights hash [0-9a-f]{12}…/);
+    const otherModel = await cli([...common.map((a) => (a === model ? tinyModel : a)), "--load", "1", "--check", golden, "--allow-device-change"]);
+    expect(otherModel.code).toBe(1);
+    expect(otherModel.stderr).toMatch(/was recorded with another model \(weights hash [0-9a-f]{12}…/);
 
     g.outputs[2].hash = "0".repeat(64); // a golden file from some other build
     await writeFile(golden, JSON.stringify(g));

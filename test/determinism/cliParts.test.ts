@@ -53,10 +53,16 @@ describe("hashes and golden files", () => {
       /device: recorded on "cpu avx512-bf16", running on "cuda NVIDIA H100 \(sm 9.0\)".*--allow-device-change/,
     );
     expect(checkGolden(g, gpu, params, [[1, 2]], "g.json", { allowDeviceChange: true })).toEqual([]);
-    const knob = { ...prov, kernels: { ...prov.kernels, DL_PREFILL_MMA: "1", fixedGemmSplitK: 2, DL_PDL: "1" } };
-    expect(() => checkGolden(g, knob, params, [[1, 2]], "g.json")).toThrow(
+    // The DL_* knobs choose CUDA kernels: compared on CUDA, not between two CPU runs (a CPU golden of before
+    // 2026-11-27 lists them; a CPU run now records none).
+    const gc = parseGolden(JSON.stringify(makeGolden("m", gpu, params, [[1, 2]])), "gc.json");
+    const knob = { ...gpu, kernels: { ...gpu.kernels, DL_PREFILL_MMA: "1", fixedGemmSplitK: 2, DL_PDL: "1" } };
+    expect(() => checkGolden(gc, knob, params, [[1, 2]], "gc.json")).toThrow(
       /another device or kernel configuration: DL_PDL: recorded unset, now "1"; DL_PREFILL_MMA: recorded "0", now "1"; fixedGemmSplitK: recorded 1, now 2\. /,
     );
+    const { DL_PREFILL_MMA: _, ...noKnobs } = prov.kernels;
+    expect(checkGolden(g, { ...prov, kernels: { ...noKnobs, DL_PDL: "1" } }, params, [[1, 2]], "g.json")).toEqual([]);
+    expect(() => checkGolden(g, { ...prov, kernels: { ...noKnobs, fixedGemmSplitK: 2 } }, params, [[1, 2]], "g.json")).toThrow(/fixedGemmSplitK: recorded 1, now 2/);
     expect(() => checkGolden(g, { ...prov, kernels: { ...prov.kernels, kvDtype: "bf16" } }, params, [[1, 2]], "g.json")).toThrow(/kvDtype: recorded "f32", now "bf16"/);
     // Where and how long verify rows are changes no committed bit: recorded, not a reason to refuse.
     const separate = { ...prov, verify: { verifyWindow: 8, verifyGroup: 4, fuseVerify: false } };
@@ -93,6 +99,8 @@ describe("hashes and golden files", () => {
     const env = { DL_PAD_DECODE: "0", PATH: "/bin", DL_GEMM_REDUCE: "kernel" };
     expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "0", DL_GEMM_REDUCE: "fused" } }, env)).toEqual({ DL_GEMM_REDUCE: "fused", DL_PREFILL_MMA: "0" });
     expect(kernelKnobs({}, env)).toEqual({ DL_GEMM_REDUCE: "kernel", DL_PAD_DECODE: "0" });
+    expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "1" } }, env, "cuda")).toEqual({ DL_PREFILL_MMA: "1" });
+    expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "1" } }, env, "cpu")).toEqual({}); // CPU bits depend on no knob
   });
 });
 

@@ -30,11 +30,23 @@ export function describeDevice(device: DeviceKind, report: DeviceReport): string
 }
 
 /**
- * The native DL_* knobs in effect: listDevices().knobs (every knob, defaults included, as the addon parsed them), or,
- * from an addon that does not report them, the DL_* variables set in the environment (what it reads at load).
+ * Whether outputs on a device (describeDevice's text) depend on the native DL_* knobs. They choose CUDA kernels; the
+ * CPU backend reads only DL_PAD_DECODE, whose padding rows change no real row's bits. So a CPU golden records no
+ * knob and a CPU check compares none (a CPU golden recorded before this still lists them: ignored), and a knob's
+ * default moving on the GPU never refuses a CPU golden.
  */
-export function kernelKnobs(report: { knobs?: Record<string, string> }, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+function knobsApply(device: string): boolean {
+  return !device.startsWith("cpu");
+}
+
+/**
+ * The native DL_* knobs in effect: listDevices().knobs (every knob, defaults included, as the addon parsed them), or,
+ * from an addon that does not report them, the DL_* variables set in the environment (what it reads at load). None
+ * for a model on the CPU (knobsApply).
+ */
+export function kernelKnobs(report: { knobs?: Record<string, string> }, env: NodeJS.ProcessEnv = process.env, device?: DeviceKind): Record<string, string> {
   const out: Record<string, string> = {};
+  if (device === "cpu") return out;
   if (report.knobs !== undefined) {
     for (const key of Object.keys(report.knobs).sort()) out[key] = report.knobs[key];
     return out;
@@ -55,7 +67,9 @@ export function compareProvenance(recorded: Provenance, current: Provenance): Pr
   const what: string[] = [];
   if (recorded.device !== current.device) what.push(`device: recorded on "${recorded.device}", running on "${current.device}"`);
   const keys = [...new Set([...Object.keys(recorded.kernels), ...Object.keys(current.kernels)])].sort();
+  const knobs = knobsApply(recorded.device) || knobsApply(current.device);
   for (const k of keys) {
+    if (!knobs && k.startsWith("DL_")) continue;
     const a = recorded.kernels[k];
     const b = current.kernels[k];
     if (a !== b) what.push(`${k}: recorded ${a === undefined ? "unset" : JSON.stringify(a)}, now ${b === undefined ? "unset" : JSON.stringify(b)}`);

@@ -142,7 +142,7 @@ export function registerDeterminism(program: Command): void {
             fixedKvSplits: FIXED_SCHEDULE.kvSplits,
             kvDtype,
             pageSize: model.kv.pageSize,
-            ...kernelKnobs(report),
+            ...kernelKnobs(report, process.env, model.device),
           },
           verify: { verifyWindow, verifyGroup, fuseVerify },
         };
