@@ -326,7 +326,7 @@ const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS
 if (values.json) writeFileSync(`${stem}.json`, `${JSON.stringify(out, null, 1)}\n`);
 const f = (x: number[], d = 1): string => `${median(x).toFixed(d)} (${Math.min(...x).toFixed(d)}–${Math.max(...x).toFixed(d)})`;
 const lines = [
-  `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, ${TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
+  `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, device ${values.device}, ${TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
   "",
   "| clients | path | tokens/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms | stream errors | process CPU us/token | event loop busy | machine busy cores |",
   "|---|---|---|---|---|---|---|---|---|---|---|",
