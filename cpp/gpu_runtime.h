@@ -26,6 +26,9 @@ bool wgmmaGemm();
 // Test and benchmark hook: forces the GEMM kernel config for later calls (cuda/gemm.cu: 0-5 mma.sync tiles, 6-8 wgmma;
 // -1 chooses by shape, the default unless DL_GEMM_TILE is set); returns the previous setting. -1 without CUDA.
 int setGemmTile(int tile);
+// The splitK a fast-schedule GEMM of M rows and N columns should use when the step asks for `splitK`: 1 where its grid
+// at splitK 1 already covers every SM, else `splitK` (cuda/gemm.cu). Without CUDA: `splitK`.
+int fastGemmSplitK(int64_t M, int64_t N, int splitK);
 // Programmatic dependent launch (cuda/pdl.cuh): DL_PDL=1 on an sm_90+ device. Only launches made inside a PdlScope
 // (a model step's enqueue, cpp/model_forward.cc) use it; ops called on their own never do.
 bool pdlEnabled();

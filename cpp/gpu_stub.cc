@@ -19,6 +19,7 @@ std::vector<DeviceInfo> devices() { return {}; }
 std::string runtimeVersion() { return ""; }
 bool wgmmaGemm() { return false; }
 int setGemmTile(int) { return -1; }
+int fastGemmSplitK(int64_t, int64_t, int splitK) { return splitK; }
 void* eventRecord() { unavailable(); }
 float eventElapsedMs(void*, void*) { unavailable(); }
 void eventDestroy(void*) noexcept {}

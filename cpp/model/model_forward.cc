@@ -294,21 +294,27 @@ struct Model::Step {
   void mark(const char* label) const {
     if (prof) prof->mark(label);
   }
-  int sk(int64_t K) const { return int(std::min<int64_t>(b.gemmSplitK, K)); }
+  // The step's splitK for a GEMM of `rows` fast rows, K deep and N wide: on CUDA not split where the grid alone fills
+  // the SMs (gpu::fastGemmSplitK). A function of (rows, N, K, the step's splitK), never of the fixed rows beside them.
+  int sk(int64_t K, int64_t rows, int64_t N) const {
+    const int s = int(std::min<int64_t>(b.gemmSplitK, K));
+    return d == Device::cuda ? gpu::fastGemmSplitK(rows, N, s) : s;
+  }
   int skFixed(int64_t K) const { return int(std::min<int64_t>(b.fixedGemmSplitK, K)); }
-  // The rows [0, rows) of a GEMM over K: the first `fastRows` on the step's splitK, the rest on the fixed one (one
-  // call when the two agree; a row's bits depend on its own X, K and splitK only, so splitting changes no bits).
+  // The rows [0, rows) of an N-wide GEMM over K: the first `fastRows` on the step's splitK, the rest on the fixed one
+  // (one call when the two agree; a row's bits depend on its own X, K and splitK only, so splitting changes no bits).
   template <class Range>
-  void splitRows(int64_t K, int64_t rows, int64_t fastRows, Range range) const {
-    if (fastRows == rows || fastRows == 0 || sk(K) == skFixed(K)) return range(0, rows, fastRows == 0 ? skFixed(K) : sk(K));
-    range(0, fastRows, sk(K));
-    range(fastRows, rows - fastRows, skFixed(K));
+  void splitRows(int64_t K, int64_t N, int64_t rows, int64_t fastRows, Range range) const {
+    const int fast = fastRows == 0 ? 0 : sk(K, fastRows, N), fixed = skFixed(K);
+    if (fastRows == rows || fastRows == 0 || fast == fixed) return range(0, rows, fastRows == 0 ? fixed : fast);
+    range(0, fastRows, fast);
+    range(fastRows, rows - fastRows, fixed);
   }
   // y (rows, N) at yOffset = x (rows, K) . W^T + bias, rows split as above.
   void gemmSplit(const Buffer& x, int64_t K, const View& w, const View& bias, const Buffer& y, int64_t yOffset,
                  int64_t rows, int64_t fastRows) const {
     const int64_t N = w.shape[0];
-    splitRows(K, rows, fastRows, [&](int64_t r0, int64_t n, int splitK) {
+    splitRows(K, N, rows, fastRows, [&](int64_t r0, int64_t n, int splitK) {
       ops::gemm(d, x.view({n, K}, r0 * K), w, bias, y.view({n, N}, yOffset + r0 * N), splitK);
     });
   }
@@ -434,7 +440,7 @@ void Model::attentionBlock(Step& s, int l) {
   s.mark("gemm.qkv");
   // q | k | v in one GEMM, stored as the three matrices (T, Q), (T, KV), (T, KV) the q, k, v views read.
   View bias = L.qkvBias.buf ? L.qkvBias.vector() : View{};
-  s.splitRows(C, T, s.Tf, [&](int64_t r0, int64_t n, int splitK) {
+  s.splitRows(C, cfg.qkvDim(), T, s.Tf, [&](int64_t r0, int64_t n, int splitK) {
     ops::gemmBlocks(d, h_.view({n, C}, r0 * C), L.qkv.matrix(), bias, qkv_.view({T * cfg.qkvDim()}), splitK, Q, Q + KV, T, r0);
   });
   const int64_t pages = kv.numPages + 1;  // the pool and the scratch page

@@ -7,7 +7,10 @@ export type KernelMode = "fast" | "batch-invariant";
 export const KERNEL_MODES: readonly KernelMode[] = ["fast", "batch-invariant"];
 
 export interface KernelSchedule {
-  /** GEMM reduction (K) partitions, summed in a fixed order. */
+  /**
+   * GEMM reduction (K) partitions, summed in a fixed order. In fast mode on CUDA an upper bound: a GEMM whose grid
+   * at splitK 1 already fills the SMs (gate|up, the LM head) runs unsplit (cuda/gemm.cu fastGemmSplitK).
+   */
   gemmSplitK: number;
   /** Decode-attention KV partitions, merged by log-sum-exp. */
   kvSplits: number;
