@@ -256,8 +256,9 @@ bool runWgmma(const GemmArgs& a) {
 // Split-K finished by the GEMM's last CTA per tile, or by a second kernel: the same bits either way. The last CTA sums
 // its tile alone, a few warps each waiting on splitK dependent L2 reads per element, so it only pays (one launch
 // saved) while a tile holds few rows. H100, 2026-11-27 (bench/RESULTS-gpu.md): a 1-row Qwen2.5-1.5B decode step
-// 3.58 ms fused vs 3.89 with the second kernel; at 64 rows and splitK 4 9.70 vs 6.48, at 128 rows 15.4 vs 8.9, and
-// bench:cuda's 8- to 128-row split-K GEMMs 5-15% slower fused. DL_GEMM_REDUCE=fused / kernel force one way.
+// 3.58 ms fused vs 3.89 with the second kernel; at 64 rows and splitK 4 9.70 vs 6.48, at 128 rows 15.4 vs 8.9; and
+// bench:cuda's 8- and 32-row split-K GEMMs 2-23% slower than with the second kernel on 2026-11-22. DL_GEMM_REDUCE=fused
+// / kernel force one way.
 constexpr int64_t kFusedReduceMaxRows = 4;
 bool fusedReduce(int64_t M) {
   switch (knob::knobs().gemmReduce) {

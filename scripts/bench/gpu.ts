@@ -1,6 +1,7 @@
 // Single-stream prefill and decode speed of the native model on CUDA, against the weight-streaming bound.
 //   node --import tsx scripts/bench/gpu.ts [--preset qwen2.5-1.5b] [--prompt-tokens 512,2048] [--decode-tokens 128]
 //     [--copy-gbs 2970] [--rounds 3] [--batches 1,16,64,128] [--split-ks 1,2,4,8] [--json] [--profile]
+//     [--fixed-share 0.1] [--device cuda|cpu]
 // The model is a seeded random model of the preset's shape (weights random, shapes exact) written to the temp dir
 // on first use. Decode: one token per forward (greedy, the sampled token fed back), every step synchronized and
 // read back to JS, as generate() runs; after a 128-token prompt. The bound: every weight byte read once per token
@@ -9,6 +10,9 @@
 // so the GPU's fast-mode schedule can be chosen from measurements (bound: the weights read once per step; the KV
 // of these short prefixes adds < 5% at batch 64). --profile: then 4 more steps per batch at its fastest splitK with
 // forward({profile: true}) (eager, an event between ops), printed op by op: where the step's time goes.
+// --fixed-share S: in the batched sweep, the last ceil(S x B) sequences of each step run on the fixed schedule, as
+// deterministic requests' exact decodes and verify rows do (fixedSchedule rows: splitK 1, the prefill attention
+// kernel), so a run with and one without price them. --device cpu runs the same on the CPU backend (a smoke run).
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -30,8 +34,14 @@ const { values } = parseArgs({
     batches: { type: "string", default: "1,16,64,128" },
     "split-ks": { type: "string", default: "1,2,4,8" },
     profile: { type: "boolean", default: false },
+    "fixed-share": { type: "string", default: "0" },
+    device: { type: "string", default: "cuda" },
   },
 });
+const device = values.device === "cpu" ? "cpu" : values.device === "cuda" ? "cuda" : null;
+if (device === null) throw new Error(`--device must be cuda or cpu, got ${values.device}`);
+const fixedShare = Number(values["fixed-share"]);
+if (!(fixedShare >= 0 && fixedShare <= 1)) throw new Error(`--fixed-share must be a number in [0, 1], got ${values["fixed-share"]}`);
 const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
 const prefillLens = values["prompt-tokens"]!.split(",").map(Number);
@@ -59,7 +69,7 @@ const SWEEP_PREFIX = 64, SWEEP_STEPS = 8;
 const PROFILE_STEPS = 4;
 const sweepPages = Math.ceil((SWEEP_PREFIX + (rounds + 1) * SWEEP_STEPS * splitKs.length + PROFILE_STEPS) / PAGE);
 const kvPages = Math.max(Math.ceil(maxLen / PAGE), Math.max(...sweepBatches) * sweepPages) + 1;
-const model = await loadModel(dir, { device: "cuda", pageSize: PAGE, kvPages, prefillChunkTokens: Math.max(...prefillLens) });
+const model = await loadModel(dir, { device, pageSize: PAGE, kvPages, prefillChunkTokens: Math.max(...prefillLens) });
 const V = model.config.vocabSize;
 const table = Int32Array.from({ length: Math.ceil(maxLen / PAGE) }, (_, i) => i);
 const tokens = (n: number, seed: number): Int32Array => {
@@ -79,7 +89,7 @@ async function decodeSecondsPerToken(m: Model, fast: boolean): Promise<number> {
   const t = performance.now();
   for (let i = 0; i < decodeTokens; i++) {
     const pos = DECODE_PROMPT + i;
-    const schedule = fast ? chooseSchedule("fast", { numTokens: 1, numDecodeSeqs: 1, maxDecodeKvLen: pos + 1, device: "cuda" }) : FIXED_SCHEDULE;
+    const schedule = fast ? chooseSchedule("fast", { numTokens: 1, numDecodeSeqs: 1, maxDecodeKvLen: pos + 1, device }) : FIXED_SCHEDULE;
     [r] = await m.forward({ ...schedule, sequences: [{ tokens: Int32Array.of(r.token), startPos: pos, blockTable: table }] });
   }
   return (performance.now() - t) / 1000 / decodeTokens;
@@ -92,8 +102,15 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
     await model.forward({ ...FIXED_SCHEDULE, sequences: [{ tokens: tokens(SWEEP_PREFIX, 100 + b), startPos: 0, blockTable: tableOf(b), emitToken: false }] });
   }
   let pos = SWEEP_PREFIX;
+  const fixedFrom = B - Math.ceil(fixedShare * B); // sequences [fixedFrom, B) on the fixed schedule
   const step = (splitK: number, profile = false) =>
-    model.forward({ gemmSplitK: splitK, kvSplits: 1, profile, sequences: Array.from({ length: B }, (_, b) => ({ tokens: Int32Array.of(1 + b), startPos: pos, blockTable: tableOf(b) })) });
+    model.forward({
+      gemmSplitK: splitK,
+      kvSplits: 1,
+      profile,
+      ...(fixedFrom < B ? { fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK } : {}),
+      sequences: Array.from({ length: B }, (_, b) => ({ tokens: Int32Array.of(1 + b), startPos: pos, blockTable: tableOf(b), ...(b >= fixedFrom ? { fixedSchedule: true } : {}) })),
+    });
   const out = new Map<number, number>();
   for (const k of splitKs) {
     let best = Infinity;
@@ -108,7 +125,7 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
     const k = [...out].reduce((a, b) => (b[1] < a[1] ? b : a))[0];
     model.takeProfile();
     for (let i = 0; i < PROFILE_STEPS; i++, pos++) await step(k, true);
-    profiles.push(profileTable(model.takeProfile(), `batch ${B}, splitK ${k}, kvSplits 1`));
+    profiles.push(profileTable(model.takeProfile(), `batch ${B}${fixedFrom < B ? ` (${B - fixedFrom} rows fixed)` : ""}, splitK ${k}, kvSplits 1`));
   }
   return out;
 }
@@ -117,7 +134,7 @@ const profiles: string[] = [];
 const rows: Array<Record<string, string | number>> = [];
 const sweep: Array<{ batch: number; ms: Map<number, number> }> = [];
 try {
-  const fast = (n: number) => chooseSchedule("fast", { numTokens: n, numDecodeSeqs: 0, maxDecodeKvLen: 0, device: "cuda" });
+  const fast = (n: number) => chooseSchedule("fast", { numTokens: n, numDecodeSeqs: 0, maxDecodeKvLen: 0, device });
   for (const n of prefillLens) {
     await prefillSeconds(n, fast(n)); // warm-up: scratch growth, lazy module loads
     let best = Infinity;
@@ -140,13 +157,13 @@ try {
 } finally {
   model.dispose();
 }
-const dev = loadAddon().listDevices().cuda.devices[0];
+const dev = device === "cuda" ? loadAddon().listDevices().cuda.devices[0] : { name: `cpu (${loadAddon().listDevices().cpu.simd})` };
 if (values.json) for (const r of rows) console.log(JSON.stringify({ preset: values.preset, device: dev?.name, weightBytes, copyGBs, ...r }));
 console.log(`\n# Single stream on ${dev?.name ?? "cuda"}: ${values.preset} (random bf16, ${(weightBytes / 1e9).toFixed(3)} GB of weights)`);
 if (copyGBs) console.log(`bound: weights / copy rate = ${(weightBytes / 1e9).toFixed(3)} GB / ${copyGBs} GB/s = ${((weightBytes / copyGBs / 1e9) * 1e3).toFixed(3)} ms per token`);
 console.log("| step | schedule | tokens/s | ms/step | bound ms | of bound |\n| --- | --- | --- | --- | --- | --- |");
 for (const r of rows) console.log(`| ${r.what} | ${r.schedule} | ${r.tokensPerSecond} | ${r.msPerStep} | ${r.boundMs ?? ""} | ${r.ofBound ?? ""} |`);
-console.log(`\n# Batched decode step (kvSplits 1, ${SWEEP_PREFIX}-token prefixes): ms per step and tokens/s by gemmSplitK`);
+console.log(`\n# Batched decode step (kvSplits 1, ${SWEEP_PREFIX}-token prefixes${fixedShare > 0 ? `, ${fixedShare} of the rows on the fixed schedule` : ""}): ms per step and tokens/s by gemmSplitK`);
 console.log(`| batch | ${splitKs.map((k) => `splitK ${k}`).join(" | ")} | bound ms |\n| --- |${splitKs.map(() => " --- |").join("")} --- |`);
 for (const { batch, ms } of sweep) {
   const bound = copyGBs ? ((weightBytes / (copyGBs * 1e9)) * 1e3).toFixed(3) : "";

@@ -16,6 +16,8 @@
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
+# FIXED_AB=1 (with MODEL_BENCH=1) times SmolLM-shaped batched steps (32 and 256 rows) with 0, 10% and 100% of the
+# rows on the fixed schedule (gpu.ts --fixed-share, profiled): what determinism's exact decodes cost per step.
 # PDL_AB=1 (with MODEL_BENCH=1) reruns the model benchmark and the engine throughput with DL_PDL=1 (programmatic
 # dependent launch) beside the default.
 # DET_BENCH=1 adds issue #6's bench:determinism at full size (256 x (128 + 128)) on the GPU for the SmolLM-135M and
@@ -139,6 +141,13 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
     DL_PDL=1 node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda \
       --max-tokens ${TP_MAX_TOKENS:-64} ${TP_ARGS:-} > "$out/throughput-pdl.txt" 2>&1 || status=1
     echo "## engine throughput, DL_PDL=1"; tail -8 "$out/throughput-pdl.txt"
+  fi
+  if [ "${FIXED_AB:-0}" = 1 ]; then  # steps with a share of fixed-schedule rows (exact decodes, verify rows), SmolLM shape
+    for share in 0 0.1 1; do
+      node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --preset smollm-135m --prompt-tokens 512 --decode-tokens 16 \
+        --batches 32,256 --split-ks 1,4 --fixed-share $share --profile > "$out/gpu-fixed-$share.txt" 2>&1 || status=1
+      echo "## fixed-schedule share $share"; sed -n '/^# Batched/,$p' "$out/gpu-fixed-$share.txt" | grep -E "^#|^\| (32|256) |^batch|attention|gemm.gateUp|no op"
+    done
   fi
   node node_modules/tsx/dist/cli.mjs scripts/bench/throughput.ts --preset qwen2.5-1.5b --device cuda --max-tokens ${TP_MAX_TOKENS:-64} \
     ${TP_ARGS:-} > "$out/throughput.txt" 2>&1 || status=1

@@ -4,16 +4,6 @@
 import { z } from "zod";
 
 /**
- * A scalar field: `ok` decides, `expected` is the fix the error states ("expected an integer >= 1"). One message
- * for every way a value can be wrong, so the user reads the rule, not a list of zod checks.
- */
-export function field<T>(expected: string, ok: (v: unknown) => boolean): z.ZodType<T> {
-  const t = z.custom<T>((v) => ok(v), { error: expected });
-  accepts.set(t, ok);
-  return t;
-}
-
-/**
  * The plain predicate of a schema built from field() and strictObject() (through .optional() / .nullable()), where
  * there is one: what zod would accept, without zod's per-parse bookkeeping (a request's schema costs ~45 us through
  * safeParse, a few us as plain calls, paid once a request and once a fork). parseOptions tries it first and asks zod
@@ -31,6 +21,16 @@ function predicateOf(t: z.ZodType): ((v: unknown) => boolean) | undefined {
     return t instanceof z.ZodOptional ? (v) => v === undefined || inner(v) : (v) => v === null || inner(v);
   }
   return undefined;
+}
+
+/**
+ * A scalar field: `ok` decides, `expected` is the fix the error states ("expected an integer >= 1"). One message
+ * for every way a value can be wrong, so the user reads the rule, not a list of zod checks.
+ */
+export function field<T>(expected: string, ok: (v: unknown) => boolean): z.ZodType<T> {
+  const t = z.custom<T>((v) => ok(v), { error: expected });
+  accepts.set(t, ok);
+  return t;
 }
 
 /** A field whose value is one of `values` (a string union such as a kernel mode); `orElse` adds another accepted kind. */
