@@ -38,8 +38,8 @@ const { values } = parseArgs({
     device: { type: "string", default: "cuda" },
   },
 });
-const device = values.device === "cpu" ? "cpu" : values.device === "cuda" ? "cuda" : null;
-if (device === null) throw new Error(`--device must be cuda or cpu, got ${values.device}`);
+if (values.device !== "cpu" && values.device !== "cuda") throw new Error(`--device must be cuda or cpu, got ${values.device}`);
+const device: "cpu" | "cuda" = values.device;
 const fixedShare = Number(values["fixed-share"]);
 if (!(fixedShare >= 0 && fixedShare <= 1)) throw new Error(`--fixed-share must be a number in [0, 1], got ${values["fixed-share"]}`);
 const preset = PRESETS[values.preset!];

@@ -161,15 +161,15 @@ export class Engine implements AsyncDisposable {
 
   private start(slot: ModelSlot, state: RequestState, signal: AbortSignal | undefined): RequestHandle {
     this.stepper.live.add(state);
+    state.onAbort = () => this.wake?.();
     if (signal) {
-      const onAbort = (): void => state.abortController.abort();
+      const onAbort = (): void => state.abort();
       if (signal.aborted) onAbort();
       else signal.addEventListener("abort", onAbort, { once: true });
       state.result.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => undefined);
     }
-    state.abortController.signal.addEventListener("abort", () => this.wake?.(), { once: true });
     const handle = new RequestHandle(state.id, slot.name, state.channel, state.result, {
-      abort: () => state.abortController.abort(),
+      abort: () => state.abort(),
       updateMetadata: (patch) => {
         for (const seq of state.seqs) if (seq) Object.assign(seq.metadata, patch);
       },
