@@ -28,17 +28,14 @@
 # Without a carried build it builds both on the machine (needs node-gyp in the carried node_modules).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-/tmp/check-out}
+# Everything goes to one folder; on the GPU machine (OUT set) it comes back as one archive, $OUT/check-<time>.tgz (a
+# call brings back at most 8 files, and this script writes more than 20); the table it prints is the call's output.
+out=/tmp/check-out-$$
 mkdir -p "$out"
-if ! command -v node >/dev/null; then
-  xz -dc .device/node.xz > /tmp/node && chmod +x /tmp/node && export PATH=/tmp:$PATH
+if [ -n "${OUT:-}" ]; then
+  trap 'tar czf "$OUT/check-$(date +%H%M%S).tgz" -C "$out" . 2>/dev/null' EXIT
 fi
-[ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz
-# The addon and bench harness packed by scripts/device/pack.sh (carried as .device/build.tar.xz: 4 MB, not 23).
-# Only over an older build (a local run after a rebuild keeps the rebuild).
-if [ -f .device/build.tar.xz ] && { [ ! -f build/Release/deliberate.node ] || [ .device/build.tar.xz -nt build/Release/deliberate.node ]; }; then
-  tar -xJf .device/build.tar.xz
-fi
+source scripts/device/env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 if [ ! -f build/Release/deliberate.node ]; then node scripts/build-addon.mjs --force || exit 1; fi
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ ! -x build/bench_kernels ]; then bash scripts/device/build-bench.sh || exit 1; fi
