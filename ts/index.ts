@@ -27,7 +27,7 @@ export * from "./sched/index.js";
 
 // Options: zod schemas with one error format (field, value as given, fix); the engine checks them, an HTTP server reuses them
 export { generateRequestSchema, forkOptionsSchema, samplingShape, MAX_SAMPLES } from "./options/schemas.js";
-export { parseOptions } from "./options/validate.js";
+export { parseOptions, field } from "./options/validate.js";
 export { parseEngineOptions, engineOptionsSchema, engineModelSpecSchema } from "./engine/options.js";
 export type { ResolvedEngineOptions } from "./engine/options.js";
 

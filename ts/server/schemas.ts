@@ -2,12 +2,11 @@
 // ignores them (clients send fields of newer API versions); fields we know but do not implement are accepted at
 // their neutral value and rejected otherwise, naming the field. Every failure is a 400 naming the field (`param`).
 import { z } from "zod";
+import { field as rule } from "../index.js";
 import { badRequest } from "./errors.js";
 
-/** A scalar whose rule is one sentence ("expected ..."), as the library's own options say it. */
-function rule<T>(expected: string, ok: (v: unknown) => boolean): z.ZodType<T> {
-  return z.custom<T>((v) => ok(v), { error: expected });
-}
+// rule(): a scalar whose rule is one sentence ("expected ..."), as the library's own options say it (the library's
+// field(), so both speak alike).
 const isInt = (lo: number, hi = Number.MAX_SAFE_INTEGER) => (v: unknown): boolean => Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
 const isNum = (lo: number, hi: number) => (v: unknown): boolean => typeof v === "number" && Number.isFinite(v) && v >= lo && v <= hi;
 const isBool = (v: unknown): boolean => typeof v === "boolean";
