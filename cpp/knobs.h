@@ -35,7 +35,7 @@ struct Knobs {
   bool pdl = false;
   // DL_GEMM_WGMMA: the sm_90a wgmma GEMM for M > 64 rows. -1 (default): where it can run (an sm_90 GPU and a build
   // with the sm_90a target), silently; 1: asked for (a warning where it cannot run); 0: never. Its bits equal the
-  // mma.sync kernels' (H100, 2026-11-27), so the switch changes speed only.
+  // mma.sync kernels' (H100, 2026-11-27), so the switch changes no GEMM's bits, only its speed.
   int gemmWgmma = -1;
   // DL_GEMM_TILE=<0..8>: force one GEMM config (benchmarks, test reruns); -1 = by shape.
   int gemmTile = -1;

@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(256) gemmSimtKernel(GemmArgs a) {
 }
 
 // Second pass of split-K: y = ((p_0 + p_1) + ... + p_{S-1}) + bias, partitions in order. One thread per output.
-// Only with DL_GEMM_REDUCE=kernel: by default the GEMM's own last CTA per tile does this (finishSplitK).
+// For GEMMs of more than kFusedReduceMaxRows rows (fusedReduce; DL_GEMM_REDUCE=kernel: all); below that the GEMM's own
+// last CTA per tile does this (finishSplitK).
 __global__ void gemmReduceKernel(GemmArgs a) {
   pdlStart();  // cuda/pdl.cuh
   const int64_t total = int64_t(a.M) * a.N;
@@ -276,16 +277,15 @@ int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : 
 // splitK 1 already gives every SM a CTA, splitting only adds partial traffic and the finish. H100, 2026-11-27
 // (bench/gpu-2026-11-27/qwen-gemms.json, Qwen2.5-1.5B shapes, splitK 1 vs 4): gate|up (N = 17920, 280 CTAs) 35.2 vs
 // 39.6 us at 1 row, 36.8 vs 46.3 at 16, 75.8 vs 119.7 at 64; the LM head 192.5 vs 225.3, 199.4 vs 282.8, 320.3 vs
-// 720.5; the N = 1536 projections (24 CTAs) want the split (q at 1 row: 18.8 vs 10.8). The CTA count is the one the
-// GEMM would launch at splitK 1, and depends on M only through ceil(M / tile rows), so a decode batch and its padding
-// bucket (multiples of 8) always get the same answer.
+// 720.5; the N = 1536 projections (24 CTAs) want the split (q at 1 row: 18.8 vs 10.8). The CTA count is the mma.sync
+// tiles' at splitK 1 (so DL_GEMM_WGMMA never changes the answer; the engine splits only GEMMs of <= 64 rows, which
+// wgmma never takes), and depends on M only through ceil(M / tile rows), tile rows multiples of 8, so a decode batch
+// and its padding bucket always get the same answer.
 int fastGemmSplitK(int64_t M, int64_t N, int splitK) {
   const int64_t sms = smCount();
   if (splitK <= 1 || M <= 0 || N <= 0 || sms <= 0) return splitK;
-  const int wc = wgmmaAvailable() ? wgmmaConfig(M, N, 1) : -1;
   const int c = tileConfig(M, N, 1);
-  const int64_t ctas = wc >= 0 ? ceilDiv(M, kWgmmaBM[wc]) * ceilDiv(N, kWgmmaBN[wc]) : ceilDiv(M, kConfigBM[c]) * ceilDiv(N, kConfigBN[c]);
-  return ctas >= sms ? 1 : splitK;
+  return ceilDiv(M, kConfigBM[c]) * ceilDiv(N, kConfigBN[c]) >= sms ? 1 : splitK;
 }
 
 namespace {

@@ -37,6 +37,10 @@ struct BatchInput {
   // The step's (fast) schedule, for every sequence without fixedSchedule.
   int gemmSplitK = 1;  // clamped to each GEMM's K
   int kvSplits = 1;    // decode attention partitions
+  // gemmSplitK as an upper bound (the engine's fast mode): on CUDA a GEMM whose grid at splitK 1 already fills the SMs
+  // runs unsplit (gpu::fastGemmSplitK), so a fast row's bits then depend on how many fast rows share its GEMMs.
+  // Without it every fast GEMM splits exactly gemmSplitK ways (bits depend on K and gemmSplitK only).
+  bool fastSplitK = false;
   // The fixed schedule, for sequences with fixedSchedule (a verify row or a deterministic prefill chunk fused into
   // a fast step): GEMM rows with fixedGemmSplitK, and every position through the prefill attention kernel (one
   // query or many), so a fixed row's bits depend on its own sequence only, never on the fast rows beside it.

@@ -235,7 +235,9 @@ std::vector<std::vector<float>> readRows(Device d, const Buffer& buf, int64_t n,
 
 // Decode steps padded to a batch-size bucket (1, 2, 4, then multiples of 8 up to 256), as vLLM's CUDA graph sizes:
 // the padding rows decode token 0 at position 0 on the scratch page and their outputs are dropped. A row's bits do
-// not depend on the batch around it (kernels.h), so padding changes no real row's result; what it buys is one
+// not depend on the batch around it (kernels.h; with fastSplitK its GEMMs' splitK depends on the fast-row count only
+// through ceil(rows / tile rows), which a bucket, a multiple of 8 from 8 rows up, never changes: Step::sk), so
+// padding changes no real row's result; what it buys is one
 // graph per bucket instead of one per batch size while requests come and go. On CUDA with graphs on (DL_CUDA_GRAPHS
 // not 0); DL_PAD_DECODE=1 pads on any device (tests), 0 never.
 int64_t Model::decodeBucket(const BatchInput& b) const {
@@ -294,11 +296,13 @@ struct Model::Step {
   void mark(const char* label) const {
     if (prof) prof->mark(label);
   }
-  // The step's splitK for a GEMM of `rows` fast rows, K deep and N wide: on CUDA not split where the grid alone fills
-  // the SMs (gpu::fastGemmSplitK). A function of (rows, N, K, the step's splitK), never of the fixed rows beside them.
+  // The step's splitK for a GEMM of `rows` fast rows, K deep and N wide: with fastSplitK on CUDA, not split where the
+  // grid alone fills the SMs (gpu::fastGemmSplitK). A function of (rows, N, K, the step's splitK), never of the fixed
+  // rows beside them; rows enter only through ceil(rows / tile rows), tile rows multiples of 8, so a decode batch and
+  // its padding bucket (decodeBucket) get the same answer.
   int sk(int64_t K, int64_t rows, int64_t N) const {
     const int s = int(std::min<int64_t>(b.gemmSplitK, K));
-    return d == Device::cuda ? gpu::fastGemmSplitK(rows, N, s) : s;
+    return d == Device::cuda && b.fastSplitK ? gpu::fastGemmSplitK(rows, N, s) : s;
   }
   int skFixed(int64_t K) const { return int(std::min<int64_t>(b.fixedGemmSplitK, K)); }
   // The rows [0, rows) of an N-wide GEMM over K: the first `fastRows` on the step's splitK, the rest on the fixed one
@@ -379,7 +383,7 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
   const bool graphable = device == Device::cuda && p.captures.empty() && !s.finalCapture && knob::knobs().cudaGraphs && !prof;
   auto graphKey = [&] {
     std::vector<int64_t> k = {T, p.nd, p.Tf, p.maxPrefillQ, s.E, p.Ef, s.F, p.numTop, p.dNnz, p.pNnz, int64_t(b.seqs.size()), b.gemmSplitK,
-                              b.kvSplits, b.fixedGemmSplitK,
+                              b.kvSplits, b.fixedGemmSplitK, int64_t(b.fastSplitK),
                               int64_t(metaHost_.size()), p.ids, p.positions, p.slots, p.dIndptr, p.dIndices, p.dLast,
                               p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,
                               p.samplePos};

@@ -100,6 +100,7 @@ BatchInput parseBatch(const Napi::Value& v) {
   b.kvSplits = int(integer(o, "kvSplits", "forward", 1, 1, 1024));
   b.fixedGemmSplitK = int(integer(o, "fixedGemmSplitK", "forward", 1, 1, 4096));
   b.returnLogits = boolean(o, "returnLogits", "forward", false);
+  b.fastSplitK = boolean(o, "fastSplitK", "forward", false);
   b.profile = boolean(o, "profile", "forward", false);
   Napi::Value pc = o.Get("pageCopies");
   if (!pc.IsUndefined() && !pc.IsNull()) {

@@ -89,7 +89,7 @@ async function decodeSecondsPerToken(m: Model, fast: boolean): Promise<number> {
   const t = performance.now();
   for (let i = 0; i < decodeTokens; i++) {
     const pos = DECODE_PROMPT + i;
-    const schedule = fast ? chooseSchedule("fast", { numTokens: 1, numDecodeSeqs: 1, maxDecodeKvLen: pos + 1, device }) : FIXED_SCHEDULE;
+    const schedule = fast ? { ...chooseSchedule("fast", { numTokens: 1, numDecodeSeqs: 1, maxDecodeKvLen: pos + 1, device }), fastSplitK: true } : FIXED_SCHEDULE;
     [r] = await m.forward({ ...schedule, sequences: [{ tokens: Int32Array.of(r.token), startPos: pos, blockTable: table }] });
   }
   return (performance.now() - t) / 1000 / decodeTokens;
@@ -107,6 +107,7 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
     model.forward({
       gemmSplitK: splitK,
       kvSplits: 1,
+      fastSplitK: true, // as the engine's fast mode: splitK an upper bound per GEMM
       profile,
       ...(fixedFrom < B ? { fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK } : {}),
       sequences: Array.from({ length: B }, (_, b) => ({ tokens: Int32Array.of(1 + b), startPos: pos, blockTable: tableOf(b), ...(b >= fixedFrom ? { fixedSchedule: true } : {}) })),

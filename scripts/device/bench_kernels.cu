@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
           double ms = timeMs([&] { gpu::gemm(x, w, View{}, y, sk); });
           emit("gemm", shape, "splitK=" + std::to_string(sk), ms, flops, bytes);
         }
-        // The sm_90a wgmma kernels (opt-in in the addon: DL_GEMM_WGMMA=1), each config forced, when this GPU runs them.
+        // The sm_90a wgmma kernels (the addon's default above 64 rows), each config forced, when this GPU runs them.
         if (wgmma && !getenv("DL_GEMM_TILE"))
           for (int tile = 6; tile <= 8; tile++)
             for (int sk : splits) {

@@ -32,6 +32,8 @@ cd "$(dirname "$0")/../.."
 # call brings back at most 8 files, and this script writes more than 20); the table it prints is the call's output.
 out=/tmp/check-out-$$
 mkdir -p "$out"
+echo "check.sh: logs in $out"
+# (A timeout's SIGTERM still runs the EXIT trap; a SIGKILL does not, hence the snapshot after the tests below.)
 if [ -n "${OUT:-}" ]; then
   trap 'tar czf "$OUT/check-$(date +%H%M%S).tgz" -C "$out" . 2>/dev/null' EXIT
 fi
@@ -48,9 +50,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   if [ $status -ne 0 ]; then
     # Triage: the same tests with stop 15's (written without a GPU) launch cuts switched back to the earlier launches.
     # Passing here points at one of them; bisect with one variable at a time (bench/CUDA_NOTES.md, Knobs).
-    if DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0 \
+    if DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 \
       node node_modules/vitest/vitest.mjs run cuda.test > "$out/tests-fallbacks.log" 2>&1; then
-      echo "TRIAGE: the CUDA tests pass with DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0"
+      echo "TRIAGE: the CUDA tests pass with DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 (bisect one at a time)"
     else
       echo "TRIAGE: the CUDA tests fail with the fallbacks too:"; grep -E "×|✗|FAIL" "$out/tests-fallbacks.log" | head -10
     fi
@@ -91,6 +93,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
     status=1; echo "DL_PREFILL_MMA=0: some tests FAIL (tests-prefill-simt.log)"; grep -E "×|✗|FAIL" "$out/tests-prefill-simt.log" | head -20
   fi
 fi
+[ -n "${OUT:-}" ] && [ "${SKIP_TESTS:-0}" != 1 ] && tar czf "$OUT/check-tests.tgz" -C "$out" . 2>/dev/null
 # TUNE=1: sweep the tile/pipeline knobs (every config gives the same GEMM bits; decode pipelines differ in bits).
 if [ "${TUNE:-0}" = 1 ]; then
   summary='const r=JSON.parse(require("fs").readFileSync(0,"utf8"));for(const x of r)console.log(process.env.TAG,x.op,x.shape,x.variant,x.ms.toFixed(4),(x.flops/x.ms/1e9).toFixed(1)+"TF",(x.bytes/x.ms/1e6).toFixed(0)+"GB/s")'

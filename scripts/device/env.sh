@@ -1,6 +1,6 @@
 # Sourced on the GPU machine (by check.sh, or first in any command of a `run` call): puts the carried Node on PATH,
 # unpacks the pruned node_modules and the packed addon build (scripts/device/pack.sh made them). After it, `node`,
-# vitest and tsx work from the repository root: e.g.
+# vitest and tsx work from the repository root (sourcing it cd's there): e.g.
 #   source scripts/device/env.sh && node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --fixed-share 0.1
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 if ! command -v node >/dev/null; then

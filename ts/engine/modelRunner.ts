@@ -103,6 +103,7 @@ export class ModelRunner {
       anyFixed ||= s.fixedSchedule === true;
     }
     const forward: ForwardBatch = { sequences, gemmSplitK: schedule.gemmSplitK, kvSplits: schedule.kvSplits };
+    if (this.kernelMode === "fast" && schedule.gemmSplitK > 1) forward.fastSplitK = true;
     if (anyFixed) forward.fixedGemmSplitK = FIXED_SCHEDULE.gemmSplitK;
     if (returnLogits) forward.returnLogits = true;
     if (batch.pageCopies.length > 0) {

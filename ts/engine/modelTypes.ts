@@ -36,6 +36,8 @@ export interface ForwardBatch {
   sequences: ForwardSequence[];
   gemmSplitK: number;
   kvSplits: number;
+  /** gemmSplitK as an upper bound per GEMM (fast mode; NativeForwardBatch.fastSplitK). */
+  fastSplitK?: boolean;
   /** GEMM K partitions of fixedSchedule sequences (default 1: FIXED_SCHEDULE). */
   fixedGemmSplitK?: number;
   /** Whole-page copies (copy-on-write) done before anything else in the step. */

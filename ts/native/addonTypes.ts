@@ -166,6 +166,12 @@ export interface NativeForwardBatch {
   sequences: NativeForwardSequence[];
   /** GEMM K partitions (clamped to each GEMM's K). Fixed mode: a constant; fast mode: chosen from the batch. */
   gemmSplitK: number;
+  /**
+   * gemmSplitK as an upper bound (the engine's fast mode): on CUDA a GEMM whose grid at splitK 1 already fills the SMs
+   * runs unsplit, so a non-fixed row's bits then depend on how many such rows share the step. Default false: every
+   * non-fixed GEMM splits exactly gemmSplitK ways.
+   */
+  fastSplitK?: boolean;
   /** Decode-attention KV partitions. */
   kvSplits: number;
   /** GEMM K partitions of the fixedSchedule sequences (default 1). */
