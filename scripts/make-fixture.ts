@@ -3,7 +3,8 @@
 // tokenizer_config.json with a chat template.
 //   npx tsx scripts/make-fixture.ts --arch llama|qwen2 --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
 //     [--hidden H] [--heads N] [--kv-heads N] [--intermediate N] [--shards N] [--preset smollm-135m|qwen2.5-1.5b]
-import { mkdir, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
@@ -222,6 +223,39 @@ function initFor(name: string, shape: number[], config: ModelConfig): { mean: nu
   if (name === "model.embed_tokens.weight") return { mean: 0, std: config.tieWordEmbeddings ? 2.5 / Math.sqrt(config.hiddenSize) : 1 };
   if (name.endsWith("o_proj.weight") || name.endsWith("down_proj.weight")) return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
   return { mean: 0, std: 1 / Math.sqrt(fanIn) };
+}
+
+/**
+ * A trained model folder's tokenizer, chat template and side files (prm.json, generation_config.json) with the
+ * layer shapes of a preset and seeded random bf16 weights: the same task and tokens at another model's cost per step
+ * (bench:tts --scale: the tiny reasoner and PRM at Qwen2.5-1.5B's size on a GPU, where the tiny ones' steps cost less
+ * than the host loop around them). The vocabulary stays the source's. Written once; a folder with a config.json is
+ * reused. Returns `out`.
+ */
+export async function scaleModel(src: string, out: string, preset: Omit<FixtureOptions, "out">, seed = 1): Promise<string> {
+  if (existsSync(join(out, "config.json"))) return out;
+  const raw = JSON.parse(await readFile(join(src, "config.json"), "utf8")) as Record<string, unknown>;
+  const hidden = preset.hidden ?? 64, heads = preset.heads ?? 4;
+  const configJson = {
+    ...raw,
+    hidden_size: hidden,
+    intermediate_size: preset.intermediate ?? 2 * hidden,
+    num_hidden_layers: preset.layers ?? 2,
+    num_attention_heads: heads,
+    num_key_value_heads: preset.kvHeads ?? Math.max(1, heads / 2),
+    head_dim: preset.headDim ?? hidden / heads,
+    torch_dtype: "bfloat16",
+  };
+  const configFile = join(out, "config.json");
+  const config = parseModelConfig(configJson, configFile);
+  await mkdir(out, { recursive: true });
+  for (const f of await readdir(src)) {
+    if (f === "config.json" || f.endsWith(".safetensors") || f.endsWith(".safetensors.index.json") || !f.endsWith(".json")) continue;
+    await copyFile(join(src, f), join(out, f));
+  }
+  await writeWeights(config, out, "bf16", seed, 1);
+  await writeFile(configFile, JSON.stringify(configJson, null, 2) + "\n"); // last: its presence marks the folder complete
+  return out;
 }
 
 async function writeWeights(config: ModelConfig, dir: string, dtype: FixtureDType, seed: number, shards: number): Promise<void> {

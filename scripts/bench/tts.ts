@@ -2,7 +2,7 @@
 //   npm run bench:tts -- [--json] [--n-list 8,16,32,64] [--problems 12] [--beam-width 4] [--repeats 3]
 //     [--configs baseline,P,PM,PMS] [--kv-budget 16] [--ratios 0.5,0.85] [--kv-budgets 8,32] [--max-tokens 200]
 //     [--device cpu] [--model DIR] [--prm DIR] [--out bench] [--compare 100 [--methods "SC,beam + PRM"]]
-//     [--preemption recompute|swap]
+//     [--preemption recompute|swap] [--scale qwen2.5-1.5b]
 // One question at a time (batch size 1, the paper's interactive edge setting), the same questions and seeds for
 // every configuration, configurations interleaved within each repeat (so drift hits all alike):
 //   baseline: every FlashTTS switch off (continuations are new requests in random order, no speculation), the KV
@@ -17,9 +17,13 @@
 // --compare Q: accuracy against generated tokens on Q test questions (4 at a time) for beam search + PRM (N = 4, 8,
 // 16, the default switches), beam search + the task's step checker (what a perfect PRM would give), best-of-N + PRM, self-consistency (4, 8, 16 branches) and DUCHESS (4, 8, 12 branches,
 // the bundled probe's tuned settings): the equal-token comparison, bench/tts-compare.{md,svg}.
+// --scale PRESET: the generator and the PRM at a preset's layer shapes (make-fixture PRESETS) with random weights and
+// the bundled models' tokenizer (scripts/make-fixture.ts scaleModel; written once to the temp dir): the search's
+// speed where a step costs what a 1.5B model's does (on a GPU; accuracy is meaningless with random weights, and the
+// KV budget must grow with the model: --kv-budget in MiB).
 // Writes bench/tts.{md,json}.
 import { mkdirSync, writeFileSync } from "node:fs";
-import { loadavg } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../../ts/engine/engine.js";
@@ -39,6 +43,7 @@ import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { prmReward } from "../../ts/programs/rewards.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { machine, pool } from "./benchModel.js";
+import { PRESETS, scaleModel } from "../make-fixture.js";
 
 const { values } = parseArgs({
   options: {
@@ -60,6 +65,7 @@ const { values } = parseArgs({
     compare: { type: "string", default: "0" },
     methods: { type: "string" },
     preemption: { type: "string", default: "recompute" },
+    scale: { type: "string" },
   },
 });
 const list = (s: string) => s.split(",").filter((x) => x.trim() !== "").map(Number);
@@ -98,8 +104,16 @@ interface Run {
 }
 
 const problems = arithTask.problems({ split: "test", n: Number(values.problems), seed: Number(values.seed) });
-const genDir = values.model ?? bundledModelDir;
-const prmDir = values.prm ?? bundledPrmDir;
+let genDir = values.model ?? bundledModelDir;
+let prmDir = values.prm ?? bundledPrmDir;
+if (values.scale !== undefined) {
+  const preset = PRESETS[values.scale];
+  if (!preset) throw new Error(`--scale ${values.scale}: expected one of ${Object.keys(PRESETS).join(", ")}`);
+  const base = join(tmpdir(), "deliberate-bench", `tts-scaled-${values.scale}`);
+  log(`--scale ${values.scale}: random-weight generator and PRM in ${base}-{gen,prm} (written once) ...`);
+  genDir = await scaleModel(genDir, `${base}-gen`, preset, 1);
+  prmDir = await scaleModel(prmDir, `${base}-prm`, preset, 2);
+}
 const prmConfig = readPrmConfig(prmDir);
 if (prmConfig === null) throw new Error(`${prmDir} has no prm.json`);
 
@@ -335,6 +349,7 @@ async function main(): Promise<void> {
   const head = [
     `# bench:tts — FlashTTS beam search with the tiny PRM`,
     "",
+    ...(values.scale === undefined ? [] : [`Models scaled to ${values.scale}'s layer shapes with random weights (--scale): speed only; accuracy is meaningless.`, ""]),
     `${started.toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadavg()[0].toFixed(2)} at start.`,
     `Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ${problems.length} test-split questions one at a time, beam width ${M}, ` +
       `max ${maxTokens} tokens a solution, T = 1, ${repeats} repeats (median, min–max), configurations interleaved; KV budget ${budget} MiB for both pools.`,
