@@ -28,12 +28,19 @@ bool flag(const std::string& v, bool& out) {
   return false;
 }
 
+// A switch whose default (-1) is decided elsewhere: "0" or "1" set it.
+bool triState(const std::string& v, int& out) {
+  bool on = false;
+  return flag(v, on) && (out = on ? 1 : 0, true);
+}
+std::string triStateReport(int v) { return v < 0 ? "default" : std::to_string(v); }
+
 }  // namespace
 
 Knobs parseKnobs(const char* (*lookup)(const char*)) {
   Knobs k;
   Parser p{lookup, k};
-  p.read("DL_PAD_DECODE", "0 or 1", [&](const std::string& v) { return v == "0" ? (k.padDecode = 0, true) : v == "1" ? (k.padDecode = 1, true) : false; });
+  p.read("DL_PAD_DECODE", "0 or 1", [&](const std::string& v) { return triState(v, k.padDecode); });
   p.read("DL_CUDA_GRAPHS", "0 or 1", [&](const std::string& v) { return flag(v, k.cudaGraphs); });
   p.read("DL_DECODE_PIPE", "32x4, 32x6, 32x8 or 64x3", [&](const std::string& v) {
     if (v == "32x4") k.decodePipe = DecodePipe::c32s4;
@@ -55,7 +62,7 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
   p.read("DL_ROPE_KV", "split (or fused, the default)", [&](const std::string& v) { return v == "split" ? (k.ropeKvSplit = true, true) : v == "fused"; });
   p.read("DL_PREFILL_MMA", "0 or 1", [&](const std::string& v) { return flag(v, k.prefillMma); });
   p.read("DL_PDL", "0 or 1", [&](const std::string& v) { return flag(v, k.pdl); });
-  p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return v == "0" ? (k.gemmWgmma = 0, true) : v == "1" ? (k.gemmWgmma = 1, true) : false; });
+  p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return triState(v, k.gemmWgmma); });
   p.read("DL_GEMM_TILE", "an integer in [-1, 8]", [&](const std::string& v) {
     char* end = nullptr;
     const long t = std::strtol(v.c_str(), &end, 10);
@@ -77,7 +84,7 @@ std::vector<std::pair<std::string, std::string>> knobReport() {
   const char* reduces[] = {"auto", "fused", "kernel"};
   auto b = [](bool v) { return std::string(v ? "1" : "0"); };
   std::vector<std::pair<std::string, std::string>> r = {
-      {"DL_PAD_DECODE", k.padDecode < 0 ? "default" : std::to_string(k.padDecode)},
+      {"DL_PAD_DECODE", triStateReport(k.padDecode)},
       {"DL_CUDA_GRAPHS", b(k.cudaGraphs)},
       {"DL_DECODE_PIPE", pipes[int(k.decodePipe)]},
       {"DL_DECODE_MERGE", k.decodeMergeFused ? "fused" : "kernel"},
@@ -86,7 +93,7 @@ std::vector<std::pair<std::string, std::string>> knobReport() {
       {"DL_ROPE_KV", k.ropeKvSplit ? "split" : "fused"},
       {"DL_PREFILL_MMA", b(k.prefillMma)},
       {"DL_PDL", b(k.pdl)},
-      {"DL_GEMM_WGMMA", k.gemmWgmma < 0 ? "default" : std::to_string(k.gemmWgmma)},
+      {"DL_GEMM_WGMMA", triStateReport(k.gemmWgmma)},
       {"DL_GEMM_TILE", std::to_string(k.gemmTile)},
   };
   return r;

@@ -30,7 +30,7 @@ export function describeDevice(device: DeviceKind, report: DeviceReport): string
 }
 
 /**
- * Whether outputs on a device (describeDevice's text) depend on the native DL_* knobs. They choose CUDA kernels; the
+ * Whether outputs on a device (describeDevice's text, or the DeviceKind) depend on the native DL_* knobs. They choose CUDA kernels; the
  * CPU backend reads only DL_PAD_DECODE, whose padding rows change no real row's bits. So a CPU golden records no
  * knob and a CPU check compares none (a CPU golden recorded before this still lists them: ignored), and a knob's
  * default moving on the GPU never refuses a CPU golden.
@@ -46,7 +46,7 @@ function knobsApply(device: string): boolean {
  */
 export function kernelKnobs(report: { knobs?: Record<string, string> }, env: NodeJS.ProcessEnv = process.env, device?: DeviceKind): Record<string, string> {
   const out: Record<string, string> = {};
-  if (device === "cpu") return out;
+  if (device !== undefined && !knobsApply(device)) return out;
   if (report.knobs !== undefined) {
     for (const key of Object.keys(report.knobs).sort()) out[key] = report.knobs[key];
     return out;
