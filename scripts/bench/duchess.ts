@@ -1,10 +1,11 @@
 // DUCHESS benchmark (issue 20) on the arithmetic task with the bundled tiny reasoner and its trained probe.
-//   npm run bench:duchess -- [--json] [--model DIR] [--probe DIR] [--n 500] [--caps 4,8,12] [--max-tokens 256]
+//   npm run bench:duchess -- [--json] [--model DIR] [--probe DIR] [--probe-correct DIR] [--n 500] [--caps 4,8,12] [--max-tokens 256]
 //     [--tune 100] [--seed 1] [--concurrency 16] [--serve] [--serve-n 40] [--rates 0.5,0.8,1.1,1.5] [--repeats 3]
 //     [--out bench] [--methods sc,dynasor,...] (default: every method, the ablations included)
-// 1. (--tune N) DUCHESS's alpha, beta, lambda chosen on N validation questions at the middle cap: the fewest tokens
-//    among the settings whose accuracy is at least SC's there (the paper tunes on validation the same way); the
-//    choice is written into the probe's probe.json (orchestration) and used below.
+// 1. (--tune N) DUCHESS's settings chosen on N validation questions at the middle cap: the fewest tokens among the
+//    settings within one point of SC's accuracy there (the paper tunes on validation the same way), in two stages:
+//    the check interval and tau (the probe's validation percentiles 30-80), then branch-out, alpha, beta, lambda;
+//    the choice is written into the probe's probe.json (orchestration) and used below.
 // 2. Accuracy vs tokens on --n TEST questions, the same questions and seeds for every method, per cap c:
 //    SC (c branches, majority), SC + certaindex (Dynasor: the model's calibrated SC policy for cap c when the
 //    calibration has one, else SC's default threshold policy), Short-m@k (k = c, m = 3), DUCHESS (c branches), and
@@ -43,6 +44,7 @@ const { values } = parseArgs({
     json: { type: "boolean", default: false },
     model: { type: "string" },
     probe: { type: "string" },
+    "probe-correct": { type: "string" },
     n: { type: "string", default: "500" },
     caps: { type: "string", default: "4,8,12" },
     "max-tokens": { type: "string", default: "256" },
@@ -76,11 +78,15 @@ let probe: DuchessProbe = await loadProbe(probeDir, { hash: await modelHash(bm.d
 const cal = loadCalibration(bm.dir, { bundledDir: TINY_REASONER_DIR });
 const promptOf = (p: ArithProblem): number[] => model.tokenizer.encodeChat([{ role: "user", content: p.question }], { addGenerationPrompt: true });
 
-type Method = "sc" | "dynasor" | "short-m@k" | "deepconf-low" | "deepconf-high" | "deepconf-low:offline" | "deepconf-high:offline" | "duchess" | "duchess+confidence" | "duchess:paper" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
-const MAIN_METHODS = ["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper"] as const;
+type Method = "sc" | "dynasor" | "short-m@k" | "deepconf-low" | "deepconf-high" | "deepconf-low:offline" | "deepconf-high:offline" | "duchess" | "duchess+confidence" | "duchess:paper" | "duchess:correct-label" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
+const MAIN_METHODS = ["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper", "duchess:correct-label"] as const;
 const ABLATION_METHODS = ["duchess:terminate", "duchess:+branch-out", "duchess:+request-stop", "duchess:terminate+stop"] as const;
 /** --methods: the methods to run (default: all, ablations included). */
-const SELECTED: readonly Method[] = values.methods === undefined ? [...MAIN_METHODS, ...ABLATION_METHODS] : values.methods.split(",").map((m) => {
+// --probe-correct DIR: a probe trained with the paper's label (`probe train --label correct`) for the
+// duchess:correct-label curve, at that probe's own tuned settings (its probe.json orchestration).
+const probeCorrect: DuchessProbe | null = values["probe-correct"] === undefined ? null : await loadProbe(values["probe-correct"], { hash: await modelHash(bm.dir), hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers });
+const SELECTED: readonly Method[] = values.methods === undefined ? [...MAIN_METHODS, ...ABLATION_METHODS].filter((m) => m !== "duchess:correct-label" || probeCorrect !== null) : values.methods.split(",").map((m) => {
+  if (m === "duchess:correct-label" && probeCorrect === null) throw new Error("--methods duchess:correct-label needs --probe-correct DIR");
   if (![...MAIN_METHODS, ...ABLATION_METHODS].includes(m as never)) throw new Error(`--methods: unknown method ${m}; expected some of ${[...MAIN_METHODS, ...ABLATION_METHODS].join(", ")}`);
   return m as Method;
 });
@@ -132,6 +138,8 @@ function build(method: Method, p: ArithProblem, c: number, seed: number, over: P
       const paper = { interval: probe.meta.correctness.interval, tau: probe.meta.correctness.tau, alpha: 0.6, beta: 0.8, lambda: 1, branchOut: true, requestStop: true };
       return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...paper, ...over }), policy: even };
     }
+    case "duchess:correct-label":
+      return { program: new Duchess({ prompt, probe: probeCorrect!, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...over }), policy: even };
     default:
       // duchess (as tuned) and its ablations.
       return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...ABLATIONS[method], ...over }), policy: even };
@@ -194,25 +202,39 @@ if (TUNE > 0) {
   const cm = probe.meta.correctness;
   const taus = Object.entries(cm.tauByPercentile ?? { [String(cm.tauPercentile)]: cm.tau })
     .map(([q, tau]) => ({ q: Number(q), tau }))
-    .filter((t) => t.q >= 60 && t.q <= 80);
+    .filter((t) => t.q >= 30 && t.q <= 80);
+  const run = async (s: Setting): Promise<TuneRow> => {
+    const pt = await measure("duchess", val, c, { ...s, requestStop: true });
+    const row = { ...s, accuracy: pt.accuracy, meanTokens: pt.meanTokens };
+    grid.push(row);
+    log(`  interval ${s.interval} tau p${s.tauPercentile} branch-out ${s.branchOut ? "on " : "off"} alpha ${s.alpha} beta ${s.beta} lambda ${s.lambda}: accuracy ${(pt.accuracy * 100).toFixed(1)}%, ${pt.meanTokens.toFixed(0)} tokens`);
+    return row;
+  };
+  // The fewest tokens among the settings within one point of SC's validation accuracy (100-200 questions cannot
+  // tell closer apart); if none is, the most accurate.
+  const within = (g: TuneRow): boolean => g.accuracy >= sc.accuracy - 0.01 - 1e-9;
+  const choose = (rows: readonly TuneRow[]): TuneRow => {
+    const ok = rows.filter(within);
+    return (ok.length > 0 ? ok : [...rows].sort((a, b) => b.accuracy - a.accuracy).slice(0, 1)).sort((a, b) => a.meanTokens - b.meanTokens)[0];
+  };
+  // Two stages (a full grid is ~150 runs): the check interval and tau with the paper's request stop (alpha 0.6,
+  // beta 0.8) and no branch-out; then, at those, branch-out, alpha / beta and lambda.
+  const stage1: TuneRow[] = [];
   for (const interval of [...new Set([cm.interval, Math.max(1, cm.interval / 2)])]) {
-    for (const { q, tau } of taus) {
-      for (const branchOut of [true, false]) {
-        for (const [alpha, beta] of [[0.4, 0.8], [0.5, 0.75], [0.6, 0.8], [0.6, 1]] as const) {
-          for (const lambda of branchOut ? [0.8, 1] : [1]) {
-            const s: Setting = { interval, tauPercentile: q, tau, branchOut, alpha, beta, lambda };
-            const pt = await measure("duchess", val, c, { ...s, requestStop: true });
-            grid.push({ ...s, accuracy: pt.accuracy, meanTokens: pt.meanTokens });
-            log(`  interval ${interval} tau p${q} branch-out ${branchOut ? "on " : "off"} alpha ${alpha} beta ${beta} lambda ${lambda}: accuracy ${(pt.accuracy * 100).toFixed(1)}%, ${pt.meanTokens.toFixed(0)} tokens`);
-          }
-        }
+    for (const { q, tau } of taus) stage1.push(await run({ interval, tauPercentile: q, tau, branchOut: false, alpha: 0.6, beta: 0.8, lambda: 1 }));
+  }
+  const first = choose(stage1);
+  const stage2: TuneRow[] = [first];
+  for (const branchOut of [true, false]) {
+    for (const [alpha, beta] of [[0.4, 0.8], [0.5, 0.75], [0.6, 0.8], [0.6, 1]] as const) {
+      for (const lambda of branchOut ? [0.8, 1] : [1]) {
+        if (!branchOut && alpha === first.alpha && beta === first.beta) continue; // stage 1's row
+        stage2.push(await run({ interval: first.interval, tauPercentile: first.tauPercentile, tau: first.tau, branchOut, alpha, beta, lambda }));
       }
     }
   }
-  // The fewest tokens among the settings within one point of SC's validation accuracy (100-200 questions cannot
-  // tell closer apart); if none is, the most accurate.
-  const ok = grid.filter((g) => g.accuracy >= sc.accuracy - 0.01 - 1e-9);
-  const pick = (ok.length > 0 ? ok : [...grid].sort((a, b) => b.accuracy - a.accuracy).slice(0, 1)).sort((a, b) => a.meanTokens - b.meanTokens)[0];
+  const pick = choose(stage2);
+  const ok = grid.filter(within);
   const { accuracy: _a, meanTokens: _t, ...chosen } = pick;
   tuning = { grid, sc, chosen, cap: c };
   probe = { ...probe, meta: { ...probe.meta, orchestration: { branches: c, ...chosen } } };
@@ -270,7 +292,7 @@ const summary = {
   duchessBestAccuracy: best("duchess").accuracy,
   /** Tokens saved vs SC at SC's best accuracy, per method (null: never reaches it on this curve). */
   savedVsScByMethod: Object.fromEntries(
-    (["dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper"] as const).filter((m) => SELECTED.includes(m)).map((m) => {
+    (["dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper", "duchess:correct-label"] as const).filter((m) => SELECTED.includes(m)).map((m) => {
       const t = tokensAt(m, scBest.accuracy);
       return [m, t === null ? null : 1 - t / scBest.meanTokens];
     }),
@@ -365,6 +387,7 @@ const result = {
   command: commandLine,
   model: bm.label,
   probe: { dir: relative(process.cwd(), probeDir), correctness: probe.meta.correctness, difficulty: probe.meta.difficulty, orchestration: probe.meta.orchestration ?? null },
+  probeCorrect: probeCorrect === null ? null : { dir: values["probe-correct"], correctness: probeCorrect.meta.correctness, orchestration: probeCorrect.meta.orchestration ?? null },
   n: N,
   caps: CAPS,
   maxTokens: MAX_TOKENS,
@@ -381,7 +404,7 @@ const md = [
   "",
   `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max}. Command: \`${commandLine}\`. Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
-  `Probe: block ${probe.meta.correctness.layer} (validation AUROC by block ${JSON.stringify(probe.meta.correctness.aurocByLayer)}; test AUROC ${probe.meta.correctness.testAuroc}), trained on checkpoints every ${probe.meta.correctness.interval} tokens; difficulty classifier test accuracy ${probe.meta.difficulty?.testAccuracy ?? "—"}, Spearman ${probe.meta.difficulty?.testSpearman ?? "—"}. DUCHESS as run: ${settingsLine}${tuning ? ` (tuned on ${TUNE} validation questions at c = ${tuning.cap})` : ""}. \`duchess:paper\` is the paper's GSM8K settings whatever the tuning (interval ${probe.meta.correctness.interval}, tau at the 70th percentile, alpha 0.6, beta 0.8, lambda 1, branch-out on).`,
+  `Probe: label ${probe.meta.correctness.label ?? "correct"}${probe.meta.correctness.label === "settled" ? " (a checkpoint is positive when the next 3 CoT probes give the answer the branch ends with; the paper's label asks for the right answer)" : " (the paper's: the next 3 CoT probes give the right answer)"}, block ${probe.meta.correctness.layer} (validation AUROC by block ${JSON.stringify(probe.meta.correctness.aurocByLayer)}; test AUROC ${probe.meta.correctness.testAuroc}), trained on checkpoints every ${probe.meta.correctness.interval} tokens; difficulty classifier test accuracy ${probe.meta.difficulty?.testAccuracy ?? "—"}, Spearman ${probe.meta.difficulty?.testSpearman ?? "—"}. DUCHESS as run: ${settingsLine}${tuning ? ` (tuned on ${TUNE} validation questions at c = ${tuning.cap})` : ""}. \`duchess:paper\` is the paper's GSM8K settings whatever the tuning (interval ${probe.meta.correctness.interval}, tau at the 70th percentile, alpha 0.6, beta 0.8, lambda 1, branch-out on).${probeCorrect ? ` \`duchess:correct-label\` is DUCHESS with a probe trained with the paper's label (${values["probe-correct"]}: block ${probeCorrect.meta.correctness.layer}, test AUROC ${probeCorrect.meta.correctness.testAuroc}) at that probe's own tuned settings.` : ""}`,
   "",
   `## Accuracy vs tokens (${N} test questions, the same questions and seeds for every method; max ${MAX_TOKENS} tokens per branch)`,
   "",
@@ -395,7 +418,7 @@ const md = [
   "",
   ...(tuning
     ? [
-        `## Tuning (validation, ${TUNE} questions, c = ${tuning.cap}; SC there: ${(tuning.sc.accuracy * 100).toFixed(1)}%, ${tuning.sc.meanTokens.toFixed(0)} tokens; chosen: the fewest tokens within 1 point of SC)`,
+        `## Tuning (validation, ${TUNE} questions, c = ${tuning.cap}; SC there: ${(tuning.sc.accuracy * 100).toFixed(1)}%, ${tuning.sc.meanTokens.toFixed(0)} tokens; chosen: the fewest tokens within 1 point of SC; two stages: interval and tau at alpha 0.6, beta 0.8 without branch-out, then branch-out, alpha, beta, lambda at the chosen ones)`,
         "",
         "| interval | tau (percentile) | branch-out | alpha | beta | lambda | accuracy | tokens |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -424,7 +447,7 @@ function pointStr(m: Method, cap = cMax): string {
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "duchess.md"), `${md.join("\n")}\n`);
 writeFileSync(join(values.out!, "duchess.json"), `${JSON.stringify(result, null, 2)}\n`);
-const series = (["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "duchess", "duchess+confidence", "duchess:paper"] as const).filter((m) => SELECTED.includes(m)).map((m) => ({
+const series = (["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "duchess", "duchess+confidence", "duchess:paper", "duchess:correct-label"] as const).filter((m) => SELECTED.includes(m)).map((m) => ({
   name: m,
   points: points.filter((p) => p.method === m).sort((a, b) => a.cap - b.cap).map((p) => [p.meanTokens, p.accuracy * 100] as const),
 }));

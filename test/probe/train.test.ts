@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine } from "../../ts/engine/engine.js";
-import { trainProbe } from "../../ts/eval/probeTrain.js";
+import { checkpointLabel, trainProbe } from "../../ts/eval/probeTrain.js";
 import { loadModel } from "../../ts/model/model.js";
 import { modelHash } from "../../ts/model/modelHash.js";
 import { meanLoss, Mlp, Prng, trainMlp, type Example, type MlpShape } from "../../ts/probe/mlp.js";
@@ -99,6 +99,24 @@ describe("probe statistics", () => {
   });
 });
 
+describe("checkpoint labels", () => {
+  // A branch whose probes read wrong, then its (wrong) final answer from the third checkpoint on, and one whose
+  // probes reach the right answer at the second: the paper's label is about being right, "settled" about the branch's
+  // vote no longer changing.
+  const wrong = { correct: [false, false, false, false], settled: [false, false, true, true], finalCorrect: false };
+  const right = { correct: [false, true, true, true], settled: [false, true, true, true], finalCorrect: true };
+  it("correct (the paper's): the next 3 probes give the right answer; past the end, the final answer's rightness", () => {
+    expect([0, 1, 2, 3].map((j) => checkpointLabel(wrong, j, 3, "correct"))).toEqual([0, 0, 0, 0]);
+    expect([0, 1, 2, 3].map((j) => checkpointLabel(right, j, 3, "correct"))).toEqual([0, 1, 1, 1]);
+    expect(checkpointLabel({ ...right, finalCorrect: false }, 3, 3, "correct")).toBe(0); // past the end: its answer was wrong
+  });
+  it("settled: the next 3 probes give the branch's own final answer, right or wrong", () => {
+    expect([0, 1, 2, 3].map((j) => checkpointLabel(wrong, j, 3, "settled"))).toEqual([0, 0, 1, 1]);
+    expect([0, 1, 2, 3].map((j) => checkpointLabel(right, j, 3, "settled"))).toEqual([0, 1, 1, 1]);
+    expect([0, 1, 2, 3].map((j) => checkpointLabel(wrong, j, 1, "settled"))).toEqual([0, 0, 1, 1]);
+  });
+});
+
 describe("trainProbe", () => {
   it("on the bundled tiny reasoner: sweeps the blocks, sets tau from validation, and writes a probe that loads for that model only", async () => {
     const model = await loadModel(bundledModelDir, { kvPages: 512, pageSize: 16 });
@@ -118,6 +136,7 @@ describe("trainProbe", () => {
         layers: [1, 3],
         epochs: 2,
         maxTokens: 128,
+        label: "settled",
       });
       const m = r.probe.meta;
       expect(r.layers.map((l) => l.layer)).toEqual([1, 3]);
@@ -126,8 +145,9 @@ describe("trainProbe", () => {
       expect(m.correctness.layer).toBe(r.layers.reduce((a, b) => (b.validationAuroc > a.validationAuroc ? b : a)).layer);
       expect(m.correctness.interval).toBe(16);
       expect(r.examples.train).toBeGreaterThan(24);
-      expect(r.positiveRate).toBeGreaterThan(0); // late checkpoints of right branches are positive
+      expect(r.positiveRate).toBeGreaterThan(0); // late checkpoints are positive
       expect(r.positiveRate).toBeLessThan(1); // early ones are not
+      expect(m.correctness.label).toBe("settled");
       expect(m.difficulty!.classes).toEqual([1, 2, 3, 4, 5]);
       const dir = mkdtempSync(join(tmpdir(), "probe-train-"));
       await saveProbe(dir, r.probe);

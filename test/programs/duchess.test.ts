@@ -189,3 +189,16 @@ describe("DUCHESS with confidence (issue 28: compared with and without it)", () 
     }
   });
 });
+
+describe("the bundled tiny reasoner's probes", () => {
+  it("ships the settled-label probe as the default and the paper's-label probe beside it, both for this model", async () => {
+    const target = { hash: await modelHash(bundledModelDir), hiddenSize: 128, numLayers: 4 };
+    const settled = await loadProbe(join(bundledModelDir, PROBE_SUBDIR), target);
+    const correct = await loadProbe(join(bundledModelDir, "probe-correct"), target);
+    expect(settled.meta.correctness.label).toBe("settled");
+    expect(correct.meta.correctness.label ?? "correct").toBe("correct");
+    // Tuned on validation by bench:duchess --tune (the orchestration `--program duchess` runs with).
+    expect(settled.meta.orchestration).toBeDefined();
+    expect(Object.keys(settled.meta.correctness.tauByPercentile ?? {})).toEqual(["30", "40", "50", "60", "70", "80", "90"]);
+  });
+});

@@ -5,6 +5,7 @@
 //   2. label each checkpoint k by whether the CoT probes at k, k + i and k + 2i (the task's probe suffix after the
 //      thought cut there, decoded greedily) all give the right answer (a checkpoint past the branch's end uses the
 //      branch's own final answer, which no longer changes; a cut after the branch wrote its answer reads that answer);
+//      with label "settled" (not the paper's): whether they all give the answer the branch ends with, right or wrong;
 //   3. per block, train the MLP (LayerNorm -> FC -> ReLU -> Dropout -> FC -> ReLU -> Dropout -> FC, BCE, AdamW
 //      lr 3e-4 wd 0.1, StepLR(5, 0.8), ≤ 15 epochs, the epoch with the best validation accuracy kept) and report its
 //      validation AUROC; keep the best block; tau = the `tauPercentile` percentile of its validation predictions;
@@ -15,7 +16,7 @@ import type { Engine } from "../engine/engine.js";
 import type { Detokenizer } from "../engine/modelTypes.js";
 import type { ChatMessage } from "../model/chatTemplate.js";
 import { Mlp, PROBE_TRAINING, sigmoid, type Example, type MlpShape, trainMlp } from "../probe/mlp.js";
-import { PROBE_FILE_VERSION, type DuchessProbe, type ProbeMeta } from "../probe/probeFile.js";
+import { PROBE_FILE_VERSION, type DuchessProbe, type ProbeLabel, type ProbeMeta } from "../probe/probeFile.js";
 import { auroc, percentile, spearman } from "../probe/stats.js";
 import type { Task, TaskProblem } from "../tasks/task.js";
 
@@ -36,6 +37,9 @@ export interface ProbeTrainOptions {
   interval?: number;
   /** Consecutive correct probes that make a positive label (default 3). */
   lookahead?: number;
+  /** "correct" (default, the paper's): the lookahead probes give the right answer; "settled": they give the answer
+   *  the branch ends with (probeFile.ts ProbeLabel). */
+  label?: ProbeLabel;
   maxTokens?: number;
   temperature?: number;
   /** tau = this percentile of the validation predictions (default 70, the paper's GSM8K value). */
@@ -68,14 +72,28 @@ export interface ProbeTrainResult {
   meanBranchTokens: number;
 }
 
+/**
+ * The label of checkpoint j of a branch: 1 when the CoT probes at j, j + 1, …, j + lookahead - 1 all give the right
+ * answer ("correct", the paper's) or all give the answer the branch ends with ("settled"). Checkpoints past the
+ * branch's end read its final answer: right or not for "correct", its own (so a hit) for "settled".
+ */
+export function checkpointLabel(t: Pick<Trace, "correct" | "settled" | "finalCorrect">, j: number, lookahead: number, label: ProbeLabel): 0 | 1 {
+  const hits = label === "correct" ? t.correct : t.settled;
+  const past = label === "correct" ? t.finalCorrect : true;
+  for (let a = 0; a < lookahead; a++) if (!(j + a < hits.length ? hits[j + a] : past)) return 0;
+  return 1;
+}
+
 /** One sampled branch and what its checkpoints say. */
-interface Trace {
+export interface Trace {
   problem: number;
   level: number;
   /** Captures at k = interval, 2·interval, … ([layers, hidden] each). */
   checkpoints: Array<{ k: number; hidden: Float32Array }>;
   /** The CoT probe answer at each checkpoint was right. */
   correct: boolean[];
+  /** The CoT probe answer at each checkpoint was the branch's own final answer (false where it wrote none). */
+  settled: boolean[];
   /** The branch's own final answer was right. */
   finalCorrect: boolean;
   tokens: number;
@@ -93,6 +111,8 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const layers = o.layers ?? Array.from({ length: L }, (_, i) => i);
   const interval = o.interval ?? 16;
   const lookahead = o.lookahead ?? 3;
+  const label: ProbeLabel = o.label ?? "correct";
+  if (label !== "correct" && label !== "settled") throw new Error(`probe label must be "correct" or "settled", got '${String(label)}'`);
   const seed = o.seed ?? 1;
   const train = { ...PROBE_TRAINING, seed, epochs: o.epochs ?? PROBE_TRAINING.epochs };
   const data: Record<"train" | "validation" | "test", SplitData> = {
@@ -103,9 +123,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const examplesOf = (split: SplitData, li: number): Example[] =>
     split.traces.flatMap((t) =>
       t.checkpoints.map((c, j) => {
-        let y = 1;
-        for (let a = 0; a < lookahead; a++) if (!(j + a < t.correct.length ? t.correct[j + a] : t.finalCorrect)) y = 0;
-        return { x: c.hidden.subarray(li * C, (li + 1) * C), y };
+        return { x: c.hidden.subarray(li * C, (li + 1) * C), y: checkpointLabel(t, j, lookahead, label) };
       }),
     );
   const shape: MlpShape = { input: C, hidden: [Math.max(8, C / 2), Math.max(4, C / 4)], output: 1, activation: "relu", dropout: 0.15 };
@@ -133,7 +151,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const tauPercentile = o.tauPercentile ?? 70;
   const valPredictions = predict(chosen.mlp, va);
   const tau = percentile(valPredictions, tauPercentile);
-  const tauByPercentile = Object.fromEntries([50, 60, 70, 80, 90].map((q) => [String(q), round(percentile(valPredictions, q))]));
+  const tauByPercentile = Object.fromEntries([30, 40, 50, 60, 70, 80, 90].map((q) => [String(q), round(percentile(valPredictions, q))]));
   const trainExamples = examplesOf(data.train, chosen.li);
   const positiveRate = trainExamples.reduce((s, e) => s + e.y, 0) / Math.max(1, trainExamples.length);
 
@@ -176,6 +194,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
     model: o.model,
     task: o.task.name,
     correctness: {
+      label,
       layer: layers[chosen.li],
       interval,
       tau,
@@ -204,6 +223,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
       temperature: o.temperature ?? 0.8,
       maxTokens: o.maxTokens ?? 256,
       lookahead,
+      label,
       epochs: train.epochs,
       lr: train.lr,
       weightDecay: train.weightDecay,
@@ -274,12 +294,14 @@ async function collect(o: ProbeTrainOptions, split: "train" | "validation" | "te
             return r.text.trim();
           }),
         );
+        const final = o.task.extractAnswer(s.text);
         mine.push({
           problem: index,
           level: p.level,
           checkpoints: checkpoints.map((c) => ({ k: c.tokens, hidden: c.hidden })),
           correct: probeAnswers.map((a) => o.task.equivalent(a, p.answer)),
-          finalCorrect: o.task.equivalent(o.task.extractAnswer(s.text), p.answer),
+          settled: probeAnswers.map((a) => final !== null && o.task.equivalent(a, final)),
+          finalCorrect: o.task.equivalent(final, p.answer),
           tokens: s.tokens.length,
         });
       }

@@ -13,8 +13,18 @@ export const PROBE_FILE_VERSION = 1;
 /** The folder inside a model folder where `deliberate probe train` writes and `--program duchess` looks. */
 export const PROBE_SUBDIR = "probe";
 
-/** The correctness probe: p(a CoT probe here gives the right answer, and the next two do too). */
+/**
+ * What a positive checkpoint means. "correct" (the paper's label): the CoT probes here and at the next lookahead - 1
+ * checkpoints all give the right answer. "settled": they all give the answer the branch itself ends with (right or
+ * wrong), i.e. terminating here would not change the branch's vote.
+ */
+export type ProbeLabel = "correct" | "settled";
+
+/** The correctness probe: p(a CoT probe here gives the right answer, and the next two do too), or with the "settled"
+ *  label p(the answer the branch ends with is already reached). */
 export interface CorrectnessMeta {
+  /** How its checkpoints were labelled (absent: "correct", the paper's label; files before the option). */
+  label?: ProbeLabel;
   /** Block whose output it reads (the residual stream after it). */
   layer: number;
   /** Generated tokens between checks (the capture interval it was trained at). */
@@ -23,8 +33,9 @@ export interface CorrectnessMeta {
   tau: number;
   /** tau is this percentile of the validation predictions (the paper's rule). */
   tauPercentile: number;
-  /** The validation predictions' percentiles 50, 60, ..., 90: the other taus the paper's rule could pick (the
-   *  paper uses 70 for GSM8K, 80 for MATH / MMLU), for tuning on validation. */
+  /** The validation predictions' percentiles 30, 40, ..., 90 (files before the "settled" label: 50-90): the other
+   *  taus the paper's rule could pick (the paper uses 70 for GSM8K, 80 for MATH / MMLU, where positives are the
+   *  minority; a "settled" probe's positives are the majority, so its boundary sits lower), for tuning on validation. */
   tauByPercentile?: Record<string, number>;
   consecutive: number;
   hidden: number[];

@@ -17,6 +17,7 @@ interface ProbeTrainCliOptions {
   interval?: string;
   maxTokens: string;
   tauPercentile: string;
+  label: string;
   epochs: string;
   seed: string;
   device: string;
@@ -35,7 +36,7 @@ const DEFAULT_INTERVAL: Record<string, number> = { arith: 16, gsm8k: 80 };
 function report(r: ProbeTrainResult, out: string): string {
   const m = r.probe.meta;
   const lines = [
-    `examples:    train ${r.examples.train}, validation ${r.examples.validation}, test ${r.examples.test} checkpoints (every ${m.correctness.interval} tokens; ${(r.positiveRate * 100).toFixed(1)}% positive; CoT probes right ${(r.probeAccuracy * 100).toFixed(1)}%)`,
+    `examples:    train ${r.examples.train}, validation ${r.examples.validation}, test ${r.examples.test} checkpoints (every ${m.correctness.interval} tokens; label ${m.correctness.label ?? "correct"}, ${(r.positiveRate * 100).toFixed(1)}% positive; CoT probes right ${(r.probeAccuracy * 100).toFixed(1)}%)`,
     "block  validation AUROC  validation accuracy  best epoch",
     ...r.layers.map((l) => `${String(l.layer).padStart(5)}  ${l.validationAuroc.toFixed(4).padStart(16)}  ${l.validationAccuracy.toFixed(4).padStart(19)}  ${String(l.bestEpoch + 1).padStart(10)}`),
     `chosen:      block ${m.correctness.layer}; tau ${m.correctness.tau.toFixed(4)} (${m.correctness.tauPercentile}th percentile of validation predictions); test AUROC ${m.correctness.testAuroc.toFixed(4)}`,
@@ -62,6 +63,7 @@ export function registerProbe(program: Command): void {
     .option("--interval <n>", "generated tokens between checkpoints (default: 16 for arith, 80 otherwise)")
     .option("--max-tokens <n>", "most generated tokens per branch", "256")
     .option("--tau-percentile <q>", "tau = this percentile of the validation predictions", "70")
+    .option("--label <kind>", "positive checkpoints: 'correct' (the paper's: the next 3 CoT probes give the right answer) or 'settled' (they give the answer the branch ends with)", "correct")
     .option("--epochs <n>", "most training epochs", "15")
     .option("--seed <s>", "problems, sampling, initialisation, shuffling and dropout", "1")
     .option("--device <device>", "cpu or cuda", "cpu")
@@ -73,6 +75,7 @@ export function registerProbe(program: Command): void {
       const problems = { train: int("train", opts.train, 1), validation: int("validation", opts.validation, 1), test: int("test", opts.test, 1) };
       const interval = opts.interval === undefined ? (DEFAULT_INTERVAL[task.name] ?? 80) : int("interval", opts.interval, 1);
       const tauPercentile = Number(opts.tauPercentile);
+      if (opts.label !== "correct" && opts.label !== "settled") throw new Error(`--label must be 'correct' or 'settled', got '${opts.label}'`);
       if (!(tauPercentile >= 0 && tauPercentile <= 100)) throw new Error(`--tau-percentile must be in [0, 100], got '${opts.tauPercentile}'`);
       const model = await loadModel(opts.model, { device: opts.device });
       // Batch-invariant kernels: a trace's tokens do not depend on what else is in the batch, so the files are
@@ -94,6 +97,7 @@ export function registerProbe(program: Command): void {
           interval,
           maxTokens: int("max-tokens", opts.maxTokens, 1),
           tauPercentile,
+          label: opts.label,
           epochs: int("epochs", opts.epochs, 1),
           seed: int("seed", opts.seed, 0),
           onProgress: (s, done, total) => {
