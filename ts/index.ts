@@ -66,8 +66,8 @@ export { bundledModelDir, bundledPrmDir } from "./bundledModel.js";
 // DUCHESS probes: the MLPs, their file (checked against the model it steers) and their training (`deliberate probe train`)
 export { Mlp, trainMlp, PROBE_TRAINING } from "./probe/mlp.js";
 export type { MlpShape, TrainOptions, Example } from "./probe/mlp.js";
-export { loadProbe, saveProbe, correctnessOf, predictedTokensOf, PROBE_SUBDIR, PROBE_FILE_VERSION } from "./probe/probeFile.js";
-export type { DuchessProbe, ProbeMeta, ProbeTarget, CorrectnessMeta, DifficultyMeta, OrchestrationMeta } from "./probe/probeFile.js";
+export { loadProbe, saveProbe, correctnessOf, predictedTokensOf, isProbeLabel, PROBE_LABELS, PROBE_SUBDIR, PROBE_FILE_VERSION } from "./probe/probeFile.js";
+export type { DuchessProbe, ProbeLabel, ProbeMeta, ProbeTarget, CorrectnessMeta, DifficultyMeta, OrchestrationMeta } from "./probe/probeFile.js";
 export { auroc, percentile, spearman } from "./probe/stats.js";
 export { trainProbe } from "./eval/probeTrain.js";
 export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/probeTrain.js";

@@ -16,7 +16,7 @@ import type { Engine } from "../engine/engine.js";
 import type { Detokenizer } from "../engine/modelTypes.js";
 import type { ChatMessage } from "../model/chatTemplate.js";
 import { Mlp, PROBE_TRAINING, sigmoid, type Example, type MlpShape, trainMlp } from "../probe/mlp.js";
-import { PROBE_FILE_VERSION, type DuchessProbe, type ProbeLabel, type ProbeMeta } from "../probe/probeFile.js";
+import { isProbeLabel, PROBE_FILE_VERSION, PROBE_LABELS, type DuchessProbe, type ProbeLabel, type ProbeMeta } from "../probe/probeFile.js";
 import { auroc, percentile, spearman } from "../probe/stats.js";
 import type { Task, TaskProblem } from "../tasks/task.js";
 
@@ -112,7 +112,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const interval = o.interval ?? 16;
   const lookahead = o.lookahead ?? 3;
   const label: ProbeLabel = o.label ?? "correct";
-  if (label !== "correct" && label !== "settled") throw new Error(`probe label must be "correct" or "settled", got '${String(label)}'`);
+  if (!isProbeLabel(label)) throw new Error(`probe label must be one of ${PROBE_LABELS.join(", ")}, got '${String(label)}'`);
   const seed = o.seed ?? 1;
   const train = { ...PROBE_TRAINING, seed, epochs: o.epochs ?? PROBE_TRAINING.epochs };
   const data: Record<"train" | "validation" | "test", SplitData> = {
@@ -122,9 +122,7 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   };
   const examplesOf = (split: SplitData, li: number): Example[] =>
     split.traces.flatMap((t) =>
-      t.checkpoints.map((c, j) => {
-        return { x: c.hidden.subarray(li * C, (li + 1) * C), y: checkpointLabel(t, j, lookahead, label) };
-      }),
+      t.checkpoints.map((c, j) => ({ x: c.hidden.subarray(li * C, (li + 1) * C), y: checkpointLabel(t, j, lookahead, label) })),
     );
   const shape: MlpShape = { input: C, hidden: [Math.max(8, C / 2), Math.max(4, C / 4)], output: 1, activation: "relu", dropout: 0.15 };
   const predict = (m: Mlp, xs: readonly Example[]): number[] => xs.map((e) => sigmoid(m.forward(e.x)[0]));
@@ -223,7 +221,6 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
       temperature: o.temperature ?? 0.8,
       maxTokens: o.maxTokens ?? 256,
       lookahead,
-      label,
       epochs: train.epochs,
       lr: train.lr,
       weightDecay: train.weightDecay,

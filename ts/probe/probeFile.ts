@@ -19,6 +19,10 @@ export const PROBE_SUBDIR = "probe";
  * wrong), i.e. terminating here would not change the branch's vote.
  */
 export type ProbeLabel = "correct" | "settled";
+export const PROBE_LABELS: readonly ProbeLabel[] = ["correct", "settled"];
+export function isProbeLabel(x: unknown): x is ProbeLabel {
+  return PROBE_LABELS.includes(x as ProbeLabel);
+}
 
 /** The correctness probe: p(a CoT probe here gives the right answer, and the next two do too), or with the "settled"
  *  label p(the answer the branch ends with is already reached). */

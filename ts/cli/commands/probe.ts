@@ -3,7 +3,7 @@
 // and writes probe.safetensors + probe.json into <model>/probe (or --out), where `run --program duchess` finds them.
 import { join } from "node:path";
 import type { Command } from "commander";
-import { bundledModelDir, Engine, getTask, loadModel, modelHash, PROBE_SUBDIR, saveProbe, trainProbe, type ProbeTrainResult } from "../../index.js";
+import { bundledModelDir, Engine, getTask, isProbeLabel, loadModel, modelHash, PROBE_LABELS, PROBE_SUBDIR, saveProbe, trainProbe, type ProbeTrainResult } from "../../index.js";
 import { progressBar } from "../progress.js";
 
 interface ProbeTrainCliOptions {
@@ -75,7 +75,7 @@ export function registerProbe(program: Command): void {
       const problems = { train: int("train", opts.train, 1), validation: int("validation", opts.validation, 1), test: int("test", opts.test, 1) };
       const interval = opts.interval === undefined ? (DEFAULT_INTERVAL[task.name] ?? 80) : int("interval", opts.interval, 1);
       const tauPercentile = Number(opts.tauPercentile);
-      if (opts.label !== "correct" && opts.label !== "settled") throw new Error(`--label must be 'correct' or 'settled', got '${opts.label}'`);
+      if (!isProbeLabel(opts.label)) throw new Error(`--label must be one of ${PROBE_LABELS.join(", ")}, got '${opts.label}'`);
       if (!(tauPercentile >= 0 && tauPercentile <= 100)) throw new Error(`--tau-percentile must be in [0, 100], got '${opts.tauPercentile}'`);
       const model = await loadModel(opts.model, { device: opts.device });
       // Batch-invariant kernels: a trace's tokens do not depend on what else is in the batch, so the files are
