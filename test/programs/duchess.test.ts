@@ -8,7 +8,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { Mlp, type MlpShape } from "../../ts/probe/mlp.js";
 import { loadProbe, saveProbe, PROBE_FILE_VERSION, PROBE_SUBDIR, type DuchessProbe, type ProbeMeta } from "../../ts/probe/probeFile.js";
-import { Duchess, type DuchessOptions } from "../../ts/programs/duchess.js";
+import { Duchess, type DuchessBranch, type DuchessOptions } from "../../ts/programs/duchess.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
 import { bundledModelDir } from "../../ts/bundledModel.js";
@@ -56,6 +56,21 @@ async function run(engine: Engine, o: Partial<DuchessOptions> & Pick<DuchessOpti
   clearInterval(timer);
   return { d, tokens: r.tokensUsed, peak };
 }
+
+describe("Duchess's vote", () => {
+  const branch = (id: number, answer: string | null): DuchessBranch => ({ id, parent: null, offset: 0, tokens: 10, predictions: [], end: "terminated", answer, cachedTokens: 0, confidence: null, voted: true });
+  it("breaks a tie in branch order, as SC does, not in the order answers arrived", () => {
+    const d = new Duchess({ prompt: [1, 2, 3], probe: probeOf(0), branches: 4, task: arithTask });
+    // Branch 1's answer (a short trace) arrived first; branches 0 and 1 tie: branch 0's answer wins, as in SC.
+    d.state.branches.push(branch(0, "5"), branch(1, "7"), { ...branch(2, "9"), voted: false });
+    d.state.answers.push("7", "5");
+    expect(d.answer()).toBe("5");
+    // Not a tie: the majority, whatever the order.
+    d.state.branches.push(branch(3, "7"));
+    d.state.answers.push("7");
+    expect(d.answer()).toBe("7");
+  });
+});
 
 describe("Duchess", () => {
   it("terminate: after S checks above tau a branch is CoT-probed and aborted; its pages are freed", async () => {
