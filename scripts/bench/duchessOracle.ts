@@ -70,25 +70,33 @@ const questions: Array<{ answer: string; branches: Trace[] }> = [];
 model.dispose();
 
 type End = { end: number; answer: string | null };
-/** Branches ending in parallel; answers counted in end order (ties: the first reaching the top count wins, as the
- *  programs' vote); request stop at alpha*c identical or beta*c answers. */
-function replay(ends: End[], c: number, stop: [number, number] | null): { answer: string | null; tokens: number } {
-  const order = [...ends].sort((a, b) => a.end - b.end);
+/** The majority of `answers` in the order given (a tie goes to the first to reach the top count). */
+function vote(answers: ReadonlyArray<string | null>): { answer: string | null; votes: number } {
   const counts = new Map<string, number>();
-  let best: string | null = null, votes = 0, n = 0, stopAt = Infinity;
-  for (const e of order) {
-    n++;
-    if (e.answer !== null) {
-      const v = (counts.get(e.answer) ?? 0) + 1;
-      counts.set(e.answer, v);
-      if (v > votes) [best, votes] = [e.answer, v];
-    }
-    if (stop !== null && (votes >= stop[0] * c || n >= stop[1] * c)) {
-      stopAt = e.end;
-      break;
+  let answer: string | null = null, votes = 0;
+  for (const a of answers) {
+    if (a === null) continue;
+    const v = (counts.get(a) ?? 0) + 1;
+    counts.set(a, v);
+    if (v > votes) [answer, votes] = [a, v];
+  }
+  return { answer, votes };
+}
+/** Branches ending in parallel, answers arriving in end order; request stop at alpha*c identical or beta*c answers;
+ *  the vote over the answers counted, in branch order (DUCHESS's and SC's tie rule). */
+function replay(ends: End[], c: number, stop: [number, number] | null): { answer: string | null; tokens: number } {
+  const order = ends.map((e, i) => ({ ...e, i })).sort((a, b) => a.end - b.end);
+  let counted = order.length, stopAt = Infinity;
+  if (stop !== null) {
+    for (let n = 1; n <= order.length; n++) {
+      if (vote(order.slice(0, n).map((e) => e.answer)).votes >= stop[0] * c || n >= stop[1] * c) {
+        [counted, stopAt] = [n, order[n - 1].end];
+        break;
+      }
     }
   }
-  return { answer: best, tokens: ends.reduce((s, e) => s + Math.min(e.end, stopAt), 0) };
+  const inBranchOrder = order.slice(0, counted).sort((a, b) => a.i - b.i);
+  return { answer: vote(inBranchOrder.map((e) => e.answer)).answer, tokens: ends.reduce((s, e) => s + Math.min(e.end, stopAt), 0) };
 }
 const settled = (b: Trace): End => ({ end: b.settle + PROBE_COST, answer: b.answer });
 const rules: Array<[string, (b: Trace) => End]> = [
