@@ -16,17 +16,25 @@ interface Point {
   meanTokens: number;
   n: number;
 }
+interface Summary {
+  scBestAccuracy: number;
+  savedVsSc: number | null;
+  dynasorBestAccuracy: number;
+  savedVsDynasor: number | null;
+  duchessBestAccuracy: number;
+}
 interface Run {
   date: string;
   command: string;
   seed: number;
   points: Point[];
+  summary?: Summary;
 }
 
 const runs: Run[] = positionals.map((dir) => {
-  const j = JSON.parse(readFileSync(join(dir, "duchess.json"), "utf8")) as { date: string; command: string; points: Point[] };
+  const j = JSON.parse(readFileSync(join(dir, "duchess.json"), "utf8")) as { date: string; command: string; points: Point[]; summary?: Summary };
   const seed = Number(/--seed (\d+)/.exec(j.command)?.[1] ?? 1);
-  return { date: j.date, command: j.command, seed, points: j.points };
+  return { date: j.date, command: j.command, seed, points: j.points, summary: j.summary };
 });
 const stat = (xs: number[], f: (x: number) => string): string => {
   const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -54,6 +62,9 @@ const md = [
   "| method | c | accuracy | tokens / question | Δ accuracy vs SC (pts) | tokens / SC's | fewer tokens at ≥ SC accuracy |",
   "| --- | --- | --- | --- | --- | --- | --- |",
   ...rows,
+  "",
+  "DUCHESS's tokens saved at SC's best accuracy, per seed (read along its curve, bench:duchess's summary): " +
+    runs.map((r) => (r.summary ? `seed ${r.seed}: SC's best ${pct(r.summary.scBestAccuracy)}, DUCHESS's best ${pct(r.summary.duchessBestAccuracy)}, saved ${r.summary.savedVsSc === null ? "not reached" : pct(r.summary.savedVsSc)} (vs Dynasor at its best ${r.summary.savedVsDynasor === null ? "not reached" : pct(r.summary.savedVsDynasor)})` : `seed ${r.seed}: no summary`)).join("; ") + ".",
 ];
 writeFileSync(values.out!, `${md.join("\n")}\n`);
 console.log(md.join("\n"));
