@@ -13,7 +13,10 @@
 // threads off (concurrent GC and compilation share the two cores with the step):
 //   node --single-threaded --max-semi-space-size=64 --import tsx scripts/bench/hostOverhead.ts --confidence --tokens 512 --pairs 32
 // --model DIR: the same pairs over the model's real forward on the CPU (the step's native cost of
-// the confidence, a top-k over the vocabulary per token, included); --prompt: prompt tokens (default 128).
+// the confidence, a top-k over the vocabulary per token, included), then the two parts measured where the noise
+// cancels: the native top-k (one decode step forwarded again and again, alternately with and without it) and the
+// tracker (host-only runs, as above); their sum against the plain runs' median step is the confidence stop's share
+// of a real step. --prompt: prompt tokens (default 128).
 // --tokens: generated tokens per request. --tokenizer: a model folder whose tokenizer detokenizes the stream
 // (default: the SmolLM-135M-shaped fixture of the other benches, written on first use); each round runs the
 // byte-level detokenizer and the windowed one.
@@ -78,13 +81,15 @@ interface StepSplit {
   off: number[];
 }
 let split: StepSplit | null = null;
+/** Use the mock forward even with --model (the tracker's in-run cost is measured on host-only steps). */
+let mockForward = false;
 let trackerOn = true;
 const coin = mulberry32(12345);
 
 async function msPerStep(windowed: boolean, confidence = false, maxTokens = MAX_TOKENS): Promise<{ steps: number; ms: number; cpuMs: number }> {
   let steps = 0;
   let segmentStart = -1;
-  const model: EngineModel = realModel !== null ? { ...engineModelOf(realModel), forward: (b) => (steps++, realModel.forward(b)) } : {
+  const model: EngineModel = realModel !== null && !mockForward ? { ...engineModelOf(realModel), forward: (b) => (steps++, realModel.forward(b)) } : {
     numPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2), pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: Math.max(4096, PROMPT + MAX_TOKENS + 16), eosTokenIds: [], device: "cuda",
     async forward(b: ForwardBatch): Promise<ForwardResult[]> {
       steps++;
@@ -101,7 +106,7 @@ async function msPerStep(windowed: boolean, confidence = false, maxTokens = MAX_
       return results;
     },
   };
-  const tokenizer = realModel !== null ? realModel.tokenizer : { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
+  const tokenizer = realModel !== null && !mockForward ? realModel.tokenizer : { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
   const engine = new Engine({ models: { model, tokenizer }, maxBatchSeqs: B, maxBatchTokens: 1 << 16 });
   const t0 = performance.now();
   const cpu0 = process.cpuUsage();
@@ -177,8 +182,16 @@ if (values.confidence) {
   }
   const wall = overhead(pairs.map((p) => [p.plain.ms, p.confidence.ms]));
   const cpu = overhead(pairs.map((p) => [p.plain.cpuMs, p.confidence.cpuMs]));
-  const tracker = realModel === null ? await trackerCost(8) : null;
-  const line = { batch: B, tokens: MAX_TOKENS, pairs: pairs.length, confidenceOverhead: { wall, cpu }, tracker };
+  // With the real forward: the native cost itself, forwards alternated step by step; then the tracker on the mock.
+  const native = realModel !== null ? await nativeCost(realModel, 4 * PAIRS) : null;
+  mockForward = true;
+  const tracker = await trackerCost(8);
+  mockForward = false;
+  // The confidence stop's cost in a real step: the native top-k's extra time plus the tracker's per token, against
+  // the plain runs' median engine step.
+  const plainStepMs = median(pairs.map((p) => p.plain.ms));
+  const components = native === null ? null : { nativeMsPerStep: round4(native.deltaMs), trackerMsPerStep: round4(((tracker.addNsPerToken + tracker.reportNsPerToken) * B) / 1e6), plainStepMs: round4(plainStepMs), share: round4((native.deltaMs + ((tracker.addNsPerToken + tracker.reportNsPerToken) * B) / 1e6) / plainStepMs) };
+  const line = { batch: B, tokens: MAX_TOKENS, pairs: pairs.length, confidenceOverhead: { wall, cpu }, tracker, native, components };
   if (values.json) console.log(JSON.stringify(line));
   else {
     const pct = (x: number) => `${((x - 1) * 100).toFixed(1)}%`;
@@ -186,8 +199,12 @@ if (values.confidence) {
     for (const [what, o] of [["wall time", wall], ["process CPU time", cpu]] as const) {
       console.log(`  ${what} per step: median ${pct(o.median)} (95% interval ${pct(o.ci95[0])} to ${pct(o.ci95[1])}), summed ${pct(o.sumRatio)}, ${o.nsPerToken} ns per generated token; pairs ${o.ratios.map((r) => r.toFixed(3)).join(" ")}`);
     }
-    if (tracker !== null) {
-      console.log(`  the tracker itself, inside runs (a random half of the steps, 8 runs): add ${tracker.addNsPerToken} ns + report ${tracker.reportNsPerToken} ns a token against ${tracker.hostNsPerToken} ns of host work a token (medians: GC pauses left out of both) = ${pct(1 + tracker.share)}`);
+    if (native !== null && components !== null) {
+      console.log(`  the native top-${native.topK} and confidence, forwards alternated with and without it (${native.pairs} pairs, batch ${B} decode rows at ${PROMPT} tokens of context): median ${pct(native.median)} of a forward (95% interval ${pct(native.ci95[0])} to ${pct(native.ci95[1])}), ${native.deltaMs.toFixed(3)} ms a step`);
+      console.log(`  the confidence stop in a real step (native + tracker, against the plain runs' median step of ${plainStepMs.toFixed(2)} ms): ${(components.share * 100).toFixed(2)}%`);
+    }
+    {
+      console.log(`  the tracker itself, inside host-only runs (the mock forward; a random half of the steps, 8 runs): add ${tracker.addNsPerToken} ns + report ${tracker.reportNsPerToken} ns a token against ${tracker.hostNsPerToken} ns of host work a token (medians: GC pauses left out of both) = ${pct(1 + tracker.share)}`);
     }
   }
   realModel?.dispose();
@@ -204,6 +221,36 @@ if (values.confidence) {
     if (values.json) console.log(JSON.stringify({ batch: B, detokenizer, msPerStep: +ms.toFixed(3), tokenizer: dir }));
     else console.log(`batch ${B}, ${detokenizer} detokenizer: ${ms.toFixed(3)} ms of host work per step (best of ${values.rounds})`);
   }
+}
+
+/**
+ * The native side of the confidence stop, measured where the run-to-run noise cancels: one decode step of B rows
+ * (each after a PROMPT-token prefill) forwarded again and again at the same positions (the same KV slots rewritten),
+ * alternately with confidenceTopK 20 and without, each forward timed; the median of the per-pair ratios with its
+ * bootstrap interval, and the median difference in ms.
+ */
+async function nativeCost(m: NonNullable<typeof realModel>, n: number) {
+  const pagesPer = Math.ceil((PROMPT + 1) / 16) + 1;
+  const seqs = Array.from({ length: B }, (_, i) => ({ blockTable: Int32Array.from({ length: pagesPer }, (_, j) => i * pagesPer + j), prompt: Int32Array.from({ length: PROMPT }, (_, j) => 300 + ((i * 31 + j) % 1000)) }));
+  const sampling = { temperature: 0, topK: 0, topP: 1, seed: 0 };
+  const first = await m.forward({ gemmSplitK: 1, kvSplits: 1, sequences: seqs.map((s) => ({ tokens: s.prompt, startPos: 0, blockTable: s.blockTable, sampling, numTopLogprobs: 0, emitToken: true })) });
+  const step = (topK: number) => m.forward({ gemmSplitK: 1, kvSplits: 1, sequences: seqs.map((s, i) => ({ tokens: Int32Array.of(first[i].token), startPos: PROMPT, blockTable: s.blockTable, sampling, numTopLogprobs: 0, confidenceTopK: topK, emitToken: true })) });
+  const timed = async (topK: number): Promise<number> => {
+    const t0 = performance.now();
+    await step(topK);
+    return performance.now() - t0;
+  };
+  for (let k = 0; k < 4; k++) await timed(k % 2 === 0 ? 20 : 0); // warm-up
+  const pairs: Array<[number, number]> = [];
+  for (let k = 0; k < n; k++) {
+    const confFirst = k % 2 === 1;
+    const a = await timed(confFirst ? 20 : 0);
+    const b = await timed(confFirst ? 0 : 20);
+    pairs.push(confFirst ? [b, a] : [a, b]);
+  }
+  const ratios = pairs.map(([p, c]) => c / p);
+  const [lo, hi] = bootstrapMedian(ratios, 2000);
+  return { topK: 20, pairs: n, median: round4(median(ratios)), ci95: [round4(lo), round4(hi)] as [number, number], deltaMs: median(pairs.map(([p, c]) => c - p)), plainMs: round4(median(pairs.map(([p]) => p))) };
 }
 
 /** Paired [plain, confidence] ms per step -> the median ratio with its bootstrap 95% interval, the ratio of the sums
