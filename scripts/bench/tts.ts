@@ -8,7 +8,9 @@
 //   baseline: every FlashTTS switch off (continuations are new requests in random order, no speculation), the KV
 //   budget (--kv-budget MiB, both models' pools together) split evenly; +P: prefix-aware forks grouped by parent;
 //   +P+M: and the roofline-guided split of the same budget (kvSplit "auto", profiles cached per model and device);
-//   +P+M+S: and speculative beam extension with LookAhead verification.
+//   +P+M+S: and speculative beam extension with LookAhead verification, its rows capped at the generator's free
+//   decode batch (KvSplitPlan.speculativeRows, from the measured profile); PMSfull (+P+M+S full batch): speculation
+//   keeps the batch at N rows as the paper's GPU does.
 // Per configuration and N: precise goodput (mean tokens of a finished solution / mean time to finish it, as the
 // paper defines it), mean and P90 latency of a question, the verifier's share of the search time, accuracy
 // (score-weighted vote), speculation used / wasted, prefix-cache hit rate; the median over --repeats with min-max.
@@ -78,14 +80,17 @@ type Split = "even" | "auto";
 interface Config {
   sw: FlashTtsSwitches;
   split: Split;
+  /** Speculation keeps the batch full (N rows: the paper's) instead of the generator's free decode batch. */
+  fullBatch?: boolean;
 }
 const CONFIGS: Record<string, Config> = {
   baseline: { sw: { prefixAware: false, speculative: false, lookahead: false }, split: "even" },
   P: { sw: { prefixAware: true, speculative: false, lookahead: false }, split: "even" },
   PM: { sw: { prefixAware: true, speculative: false, lookahead: false }, split: "auto" },
   PMS: { sw: { prefixAware: true, speculative: true, lookahead: true }, split: "auto" },
+  PMSfull: { sw: { prefixAware: true, speculative: true, lookahead: true }, split: "auto", fullBatch: true },
 };
-const LABEL: Record<string, string> = { baseline: "baseline", P: "+P", PM: "+P+M", PMS: "+P+M+S" };
+const LABEL: Record<string, string> = { baseline: "baseline", P: "+P", PM: "+P+M", PMS: "+P+M+S", PMSfull: "+P+M+S full batch" };
 const MiB = 1024 * 1024;
 const configs = values.configs!.split(",");
 for (const c of configs) if (!(c in CONFIGS)) throw new Error(`--configs: unknown "${c}"; expected ${Object.keys(CONFIGS).join(", ")}`);
@@ -118,7 +123,8 @@ const prmConfig = readPrmConfig(prmDir);
 if (prmConfig === null) throw new Error(`${prmDir} has no prm.json`);
 
 const splitNote: string[] = [];
-async function load(budgetMiB: number, split: Split, n: number): Promise<{ gen: Model; prm: Model }> {
+type Pair = { gen: Model; prm: Model; speculativeRows: number };
+async function load(budgetMiB: number, split: Split, n: number): Promise<Pair> {
   const r = await loadSplitModels(genDir, prmDir, {
     device,
     budgetBytes: budgetMiB * MiB,
@@ -128,13 +134,13 @@ async function load(budgetMiB: number, split: Split, n: number): Promise<{ gen: 
     stepTokens: 16,
     verifierTokens: 40 + maxTokens,
   });
-  const note = `${budgetMiB} MiB, N=${n}, ${split}: generator ${r.generator.kv.numPages} pages, verifier ${r.verifier.kv.numPages} pages` + (r.plan ? ` (planned decode batch ${r.plan.decodeBatch}, prefill batch ${r.plan.prefillBatch})` : "");
+  const note = `${budgetMiB} MiB, N=${n}, ${split}: generator ${r.generator.kv.numPages} pages, verifier ${r.verifier.kv.numPages} pages` + (r.plan ? ` (planned decode batch ${r.plan.decodeBatch}, prefill batch ${r.plan.prefillBatch}; free decode batch ${r.plan.speculativeRows}: speculation's rows)` : "");
   if (!splitNote.includes(note)) splitNote.push(note);
-  return { gen: r.generator, prm: r.verifier };
+  return { gen: r.generator, prm: r.verifier, speculativeRows: r.plan?.speculativeRows ?? n };
 }
 
 /** Every problem once with one configuration; engine metrics over the pass. */
-async function pass(models: { gen: Model; prm: Model }, n: number, sw: FlashTtsSwitches, seed: number): Promise<{ runs: Run[]; hitRate: number; preemptions: number }> {
+async function pass(models: Pair, n: number, sw: FlashTtsSwitches, seed: number): Promise<{ runs: Run[]; hitRate: number; preemptions: number }> {
   const engine = new Engine({ models: [{ name: "gen", model: models.gen }, { name: "prm", model: models.prm }], preemption: values.preemption as "recompute" | "swap" });
   const reward = prmReward(prmConfig!, "prm");
   const runs: Run[] = [];
@@ -152,6 +158,7 @@ async function pass(models: { gen: Model; prm: Model }, n: number, sw: FlashTtsS
         seed: seed * 1000 + i,
         temperature: 1,
         maxTokens,
+        speculativeRows: models.speculativeRows,
         ...sw,
       });
       const r = await new ProgramRuntime(engine).run(program);
@@ -224,7 +231,7 @@ async function grid(budgetMiB: number, ns: number[], cfgs: Array<{ key: string }
   const acc: Record<string, Record<number, Summary[]>> = {};
   for (const n of ns) {
     // One loaded pair per split for this N (the auto split depends on N), reused by every repeat.
-    const pairs = new Map<Split, { gen: Model; prm: Model }>();
+    const pairs = new Map<Split, Pair>();
     try {
       for (const c of cfgs) if (!pairs.has(c.split)) pairs.set(c.split, await load(budgetMiB, c.split, n));
       for (let rep = 0; rep < repeats; rep++) {
@@ -232,7 +239,7 @@ async function grid(budgetMiB: number, ns: number[], cfgs: Array<{ key: string }
         const order = rep % 2 === 0 ? cfgs : [...cfgs].reverse();
         for (const c of order) {
           const t0 = Date.now();
-          const s = summarize(await pass(pairs.get(c.split)!, n, c.sw, Number(values.seed)));
+          const s = summarize(await pass(pairs.get(c.split)!, n, c.fullBatch ? { ...c.sw, speculativeRows: n } : c.sw, Number(values.seed)));
           ((acc[c.key] ??= {})[n] ??= []).push(s);
           log(`kv ${budgetMiB} MiB repeat ${rep + 1}/${repeats} N=${n} ${c.key}: goodput ${s.goodput.toFixed(0)} tok/s, latency ${s.meanLatencyMs.toFixed(0)} ms, verifier ${(100 * s.verifierShare).toFixed(0)}%, acc ${(100 * s.accuracy).toFixed(0)}% (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
         }

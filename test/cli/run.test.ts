@@ -69,6 +69,9 @@ describe("deliberate run", () => {
     expect(r.stopReason).toBe("done");
     const k = JSON.parse((await cli(["run", "What is 7+5?", "--program", "beam", "--cap", "4", "--beam-width", "2", "--kv-budget", "4", "--kv-split", "0.7,0.3", "--json"])).stdout) as { answer: string | null };
     expect(k.answer).toMatch(/^-?\d+$/);
+    const s = JSON.parse((await cli(["run", "What is 7+5?", "--program", "beam", "--cap", "4", "--beam-width", "2", "--speculative", "--speculative-rows", "2", "--json"])).stdout) as { answer: string | null };
+    expect(s.answer).toMatch(/^-?\d+$/);
+    await expect(cli(["run", "q", "--program", "beam", "--speculative-rows", "2"])).rejects.toThrow(/--speculative-rows caps speculative beam extension; give --speculative too/);
     await expect(cli(["run", "q", "--program", "beam", "--kv-budget", "0.01"])).rejects.toThrow(/kvSplit: a KV budget of \d+ bytes holds no generator \/ verifier pair/);
     await expect(cli(["run", "q", "--kv-budget", "4"])).rejects.toThrow(/--kv-budget splits the KV memory between the generator and a process reward model/);
     const b = JSON.parse((await cli(["run", "What is 7+5?", "--program", "best-of-n", "--cap", "4", "--verifier", "arith", "--json"])).stdout) as { reward: string; answer: string | null };

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { bundledModelDir, bundledPrmDir } from "../../ts/bundledModel.js";
-import { interpolate, loadSplitModels, planKvSplit, profilePath, profileThroughput, type KvSplitInput, type ThroughputProfile } from "../../ts/engine/kvSplit.js";
+import { freeDecodeBatch, interpolate, loadSplitModels, planKvSplit, profilePath, profileThroughput, type KvSplitInput, type ThroughputProfile } from "../../ts/engine/kvSplit.js";
 import { loadModel } from "../../ts/model/model.js";
 
 /** Decode: a fixed cost plus a little per sequence (memory-bound); prefill: per prompt cost, saturating at 4. */
@@ -48,6 +48,16 @@ describe("planKvSplit", () => {
   it("errors clearly when the budget holds no generator / verifier pair", () => {
     expect(() => planKvSplit(input(300_000))).toThrow(/kvSplit: a KV budget of 300000 bytes holds no generator \/ verifier pair: .* raise the budget to at least 524288 bytes/);
     expect(() => planKvSplit({ ...input(1e6), n: 0 })).toThrow(/kvSplit: n must be > 0/);
+  });
+
+  it("finds the free decode batch: the largest whose step costs at most 1.25x a one-row step", () => {
+    // The 2-core CPU's profile of a SmolLM-135M-shaped generator (flat to 8 rows, then ~1.6 ms a row).
+    const cpu: ThroughputProfile = { decode: [[1, 12.1], [2, 11.8], [4, 13.3], [8, 14.7], [16, 28.1], [32, 51.7], [64, 72.3]].map(([batch, ms]) => ({ batch, ms })), prefill: [] };
+    expect(freeDecodeBatch(cpu)).toBe(8);
+    expect(freeDecodeBatch(cpu, 0.1)).toBe(4); // 13.3 <= 1.1 x 12.1
+    expect(freeDecodeBatch(gpuLike(10, 0.05))).toBe(32); // 11.6 ms at 32 rows, 13.2 at 64 (> 12.56)
+    expect(planKvSplit({ ...input(4e6), generator: { ...input(4e6).generator, profile: cpu } }).speculativeRows).toBe(8);
+    expect(() => freeDecodeBatch({ decode: [], prefill: [] })).toThrow(/no decode points/);
   });
 
   it("interpolates step times between measured batch sizes and extrapolates beyond", () => {

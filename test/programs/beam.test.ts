@@ -114,6 +114,19 @@ describe("beam search", () => {
     }
   }, 240_000);
 
+  it("speculation capped at speculativeRows (the free decode batch) decides the same and keeps the cap", async () => {
+    const slow: RewardSource = { name: "slow-arith", score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 25)), arithStepScore(input)) };
+    const full = await search(base(QUESTION, { ...ON, reward: slow }));
+    const capped = await search(base(QUESTION, { ...ON, reward: slow, speculativeRows: 3 }));
+    expect(capped.solutions).toEqual(full.solutions);
+    expect(capped.answer).toBe(full.answer);
+    expect(full.program.stats.speculativePeakRows).toBeGreaterThan(3);
+    expect(capped.program.stats.speculativeIssued).toBeGreaterThan(0);
+    expect(capped.program.stats.speculativePeakRows).toBeLessThanOrEqual(3);
+    expect(capped.program.stats.speculativeIssued).toBeLessThan(full.program.stats.speculativeIssued);
+    expect(() => new BeamSearch(base(QUESTION, { speculativeRows: 0 }))).toThrow(/speculativeRows must be an integer ≥ 1, got 0/);
+  }, 240_000);
+
   it("dvts keeps one path per subtree", async () => {
     const r = await search(base(QUESTION, { ...ON, variant: "dvts" }));
     expect(r.program.name).toBe("dvts");

@@ -12,5 +12,5 @@ export { FIXED_SCHEDULE, chooseSchedule } from "./kernelSchedule.js";
 export { DEFAULT_VERIFY_GROUP, DEFAULT_VERIFY_WINDOW } from "./verifier/verifier.js";
 export type { SchedMetadata } from "./sequence.js";
 export type { EngineModel, TextCodec, Detokenizer, ForwardBatch, ForwardSequence, ForwardResult } from "./modelTypes.js";
-export { planKvSplit, profileThroughput, loadSplitModels, interpolate as interpolateProfile } from "./kvSplit.js";
+export { planKvSplit, profileThroughput, loadSplitModels, freeDecodeBatch, interpolate as interpolateProfile } from "./kvSplit.js";
 export type { ThroughputProfile, KvSplitInput, KvSplitPlan, KvSplitSpec, ProfileOptions, LoadSplitOptions } from "./kvSplit.js";

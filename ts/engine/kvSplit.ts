@@ -50,6 +50,25 @@ export interface KvSplitPlan {
   estimatedMs: number;
   /** Every candidate on the boundary (B_pre, B_dec, T_tot), for reports. */
   candidates: Array<{ prefillBatch: number; decodeBatch: number; ms: number }>;
+  /** The generator's free decode batch (freeDecodeBatch): how many rows speculation may keep in flight. */
+  speculativeRows: number;
+}
+
+/**
+ * The largest measured decode batch whose step costs at most (1 + slack) times a one-row step: up to it a decode row
+ * is nearly free (the step streams the weights whatever the batch: memory-bound), beyond it each row costs compute.
+ * Speculative beam extension fills idle rows only up to this batch (BeamSearchOptions.speculativeRows).
+ */
+export function freeDecodeBatch(profile: ThroughputProfile, slack = 0.25): number {
+  const p = [...profile.decode].sort((a, b) => a.batch - b.batch);
+  if (p.length === 0) throw new Error("freeDecodeBatch: the profile has no decode points; profile the model first");
+  const limit = (1 + slack) * p[0].ms;
+  let free = p[0].batch;
+  for (const x of p) {
+    if (x.ms > limit) break;
+    free = x.batch;
+  }
+  return free;
 }
 
 /** Piecewise-linear interpolation over batch size, clamped below and extrapolated linearly above. */
@@ -119,6 +138,7 @@ export function planKvSplit(o: KvSplitInput): KvSplitPlan {
     prefillBatch: b.prefillBatch,
     estimatedMs: b.ms,
     candidates,
+    speculativeRows: freeDecodeBatch(o.generator.profile),
   };
 }
 

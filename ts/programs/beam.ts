@@ -8,15 +8,17 @@
 // solution; the answer is the score-weighted vote of the finished solutions.
 //
 // FlashTTS techniques, each a switch (all off = the baseline of the paper's ablation). Defaults: prefix-aware on,
-// speculation and LookAhead off — measured on the 2-core CPU (bench/tts.md) speculation costs goodput (0.76x at
-// N = 64: every speculative row is compute there, and three in four are pruned); it is built for GPUs, where decode
-// rows are nearly free up to the memory-bound batch, and is to be measured there before it becomes a default.
+// speculation and LookAhead off — built for GPUs, where decode rows are nearly free up to the memory-bound batch, and
+// to be measured there before it becomes a default (on the 2-core CPU, bench/tts.md, speculation at the full batch
+// cost 12-24% at N = 32-64, every row being compute there and three in four pruned; capped at the free decode batch
+// it is level with no speculation).
 // - `prefixAware` (P): a kept path's continuations fork its request (KV shared while it lives, revived from the
 //   prefix cache after) and are issued grouped by parent, parents in the order they were kept. Off: every
 //   continuation is a new request with the whole path as its prompt, issued in a seeded random order (a serving
 //   system fed by a search script: only the prefix cache can find the shared prefixes).
 // - `speculative` (S): while stragglers still write their step, finished steps start their continuations early,
-//   filling the slots the finished steps freed (at most N requests in flight), highest previous score first, up to
+//   filling the slots the finished steps freed (at most N requests in flight, or `speculativeRows`: the batch up to
+//   which a decode step costs no more on this device, measured), highest previous score first, up to
 //   M_i = B - j + 1 continuations for a step whose parent's score is in bin C_j of B = M bins (paper §4.1.1). A
 //   continuation is exactly the request the search would issue if the step is kept (same tokens, same per-node
 //   seed), so a kept step's speculative tokens are the tokens the search would generate anyway: speculation never
@@ -45,12 +47,19 @@ export type ScoreAggregate = "last" | "min" | "prod";
 export interface FlashTtsSwitches {
   /** P: continuations fork their parent, grouped by parent (default true). */
   prefixAware?: boolean;
-  /** S: speculative beam extension (default false: it costs goodput on the CPU; see the file's comment). */
+  /** S: speculative beam extension (default false: unmeasured where it pays, on a GPU; see the file's comment). */
   speculative?: boolean;
   /** Duplicate-then-truncate ratio R in [0, 1) (default 0: off, exact). */
   truncateRatio?: number;
   /** LookAhead verification (default: on when speculative is; needs it). */
   lookahead?: boolean;
+  /**
+   * Most generator rows (continuations and speculation) in flight while speculating (default N: the paper keeps the
+   * batch full). Speculation is free only while a decode step costs what a smaller one does: give the generator's
+   * free decode batch (freeDecodeBatch of its measured profile; KvSplitPlan.speculativeRows) where rows beyond it
+   * cost compute, as on a CPU.
+   */
+  speculativeRows?: number;
 }
 
 export interface BeamSearchOptions extends FlashTtsSwitches {
@@ -126,6 +135,8 @@ export interface BeamStats {
   /** Speculative continuations the search used (kept) / aborted or left unused. */
   speculativeUsed: number;
   speculativeWasted: number;
+  /** The most generator rows (unfinished continuations + speculation) in flight once speculation started. */
+  speculativePeakRows: number;
   /** Verifier passes (scored steps) and the steps LookAhead scored ahead of time. */
   verifierCalls: number;
   lookaheadScored: number;
@@ -155,7 +166,7 @@ export class BeamSearch implements Program {
   readonly root: BeamNode;
   readonly finished: BeamNode[] = [];
   frontier: BeamNode[];
-  readonly stats: BeamStats = { iterations: 0, candidateTokens: 0, speculativeIssued: 0, speculativeUsed: 0, speculativeWasted: 0, verifierCalls: 0, lookaheadScored: 0, generationMs: 0, verificationMs: 0 };
+  readonly stats: BeamStats = { iterations: 0, candidateTokens: 0, speculativeIssued: 0, speculativeUsed: 0, speculativeWasted: 0, speculativePeakRows: 0, verifierCalls: 0, lookaheadScored: 0, generationMs: 0, verificationMs: 0 };
   private readonly n: number;
   private readonly m: number;
   private readonly variant: BeamVariant;
@@ -188,7 +199,9 @@ export class BeamSearch implements Program {
     const r = o.truncateRatio ?? 0;
     if (!(r >= 0 && r < 1)) throw new RangeError(`${this.name}.truncateRatio must be in [0, 1), got ${r}`);
     const speculative = o.speculative ?? false;
-    this.sw = { prefixAware: o.prefixAware ?? true, speculative, truncateRatio: r, lookahead: speculative && (o.lookahead ?? true) };
+    const rows = o.speculativeRows ?? this.n;
+    if (!Number.isInteger(rows) || rows < 1) throw new RangeError(`${this.name}.speculativeRows must be an integer ≥ 1, got ${rows}`);
+    this.sw = { prefixAware: o.prefixAware ?? true, speculative, truncateRatio: r, lookahead: speculative && (o.lookahead ?? true), speculativeRows: Math.min(rows, this.n) };
     this.stepMax = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
     this.maxTokens = o.maxTokens ?? 256;
@@ -282,7 +295,7 @@ export class BeamSearch implements Program {
       // Speculation fills the slots stragglers leave idle while the step is being generated (the paper's generation
       // loop); once every continuation has finished, no new speculation starts (what runs goes on, beside verification).
       if (!this.sw.speculative || results.length >= total) return;
-      const slots = this.n - (pending.length + reused.length - results.length) - inFlight;
+      const slots = this.sw.speculativeRows - (pending.length + reused.length - results.length) - inFlight;
       if (slots <= 0 || ready.length === 0) return;
       for (let s = 0; s < slots; s++) {
         const pick = this.nextSpeculation(ready, newSpec);
@@ -294,6 +307,7 @@ export class BeamSearch implements Program {
         newSpec.set(pick.node.id, list);
         this.stats.speculativeIssued++;
         inFlight++;
+        this.stats.speculativePeakRows = Math.max(this.stats.speculativePeakRows, pending.length + reused.length - results.length + inFlight);
         spec.done.then((out) => {
           spec.finished = out;
           inFlight--;

@@ -27,6 +27,9 @@ import {
   TASK_NAMES,
   VERIFIER_NAMES,
   loadSplitModels,
+  freeDecodeBatch,
+  profileThroughput,
+  type KvSplitPlan,
   type KvSplitSpec,
   type Model,
   type PolicySpec,
@@ -64,6 +67,7 @@ interface RunOptions {
   kvSplit?: string;
   truncateRatio?: string;
   speculative?: boolean;
+  speculativeRows?: string;
   prefixAware?: boolean;
   lookahead?: boolean;
 }
@@ -113,19 +117,26 @@ function rewardOf(kind: ProgramKind, opts: RunOptions, task: Task): { reward: Re
 
 /** The FlashTTS switches and beam width of beam / dvts (an error on other programs). */
 function flashTtsOf(kind: ProgramKind, opts: RunOptions): Pick<ProgramRequest, "beamWidth" | "flashTts"> {
-  const given = opts.beamWidth !== undefined || opts.truncateRatio !== undefined || opts.speculative === true || opts.prefixAware === false || opts.lookahead === false;
+  const given = opts.beamWidth !== undefined || opts.truncateRatio !== undefined || opts.speculative === true || opts.speculativeRows !== undefined || opts.prefixAware === false || opts.lookahead === false;
   if (kind !== "beam" && kind !== "dvts") {
-    if (given) throw new Error(`--beam-width, --truncate-ratio, --speculative, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`);
+    if (given) throw new Error(`--beam-width, --truncate-ratio, --speculative, --speculative-rows, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`);
     return {};
   }
+  if (opts.speculativeRows !== undefined && opts.speculative !== true) throw new Error("--speculative-rows caps speculative beam extension; give --speculative too");
   return {
     beamWidth: num("beam-width", opts.beamWidth, true),
-    flashTts: { speculative: opts.speculative, prefixAware: opts.prefixAware, lookahead: opts.lookahead, truncateRatio: num("truncate-ratio", opts.truncateRatio, false) },
+    flashTts: {
+      speculative: opts.speculative,
+      speculativeRows: num("speculative-rows", opts.speculativeRows, true),
+      prefixAware: opts.prefixAware,
+      lookahead: opts.lookahead,
+      truncateRatio: num("truncate-ratio", opts.truncateRatio, false),
+    },
   };
 }
 
 /** The generator and the PRM (if any); with --kv-budget their KV pools share that many MiB as --kv-split says. */
-async function loadModels(dir: string, prmDir: string | undefined, opts: RunOptions, n: number): Promise<{ model: Model; prm: Model | null }> {
+async function loadModels(dir: string, prmDir: string | undefined, opts: RunOptions, n: number): Promise<{ model: Model; prm: Model | null; plan: KvSplitPlan | null }> {
   const device = opts.device as "cpu" | "cuda";
   if (opts.kvBudget === undefined) {
     if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
@@ -134,7 +145,7 @@ async function loadModels(dir: string, prmDir: string | undefined, opts: RunOpti
       model.dispose();
       throw e;
     });
-    return { model, prm };
+    return { model, prm, plan: null };
   }
   if (prmDir === undefined) throw new Error("--kv-budget splits the KV memory between the generator and a process reward model; use it with --prm DIR or --program beam, dvts or best-of-n");
   const budget = num("kv-budget", opts.kvBudget, false)!;
@@ -146,7 +157,7 @@ async function loadModels(dir: string, prmDir: string | undefined, opts: RunOpti
   }
   const maxTokens = num("max-tokens", opts.maxTokens, true) ?? 256;
   const r = await loadSplitModels(dir, prmDir, { device, budgetBytes: Math.floor(budget * 1024 * 1024), n, kvSplit, generatorTokens: 64 + maxTokens, stepTokens: 16, verifierTokens: 64 + maxTokens });
-  return { model: r.generator, prm: r.verifier };
+  return { model: r.generator, prm: r.verifier, plan: r.plan };
 }
 
 /** What each program's knob counts (the compute a round spends), as `run --help` says. */
@@ -206,7 +217,8 @@ export function registerRun(program: Command): void {
     .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good); default: prm.json, else -)")
     .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline; default: prm.json, else \\n)")
     .option("--beam-width <m>", "beam / dvts: continuations per kept path (default 4; must divide --cap, the N candidates)")
-    .option("--speculative", "beam / dvts: speculative beam extension (FlashTTS; off by default: on the CPU it costs goodput)")
+    .option("--speculative", "beam / dvts: speculative beam extension (FlashTTS; off by default), filling the rows a decode step gets for free on this device (measured once, cached)")
+    .option("--speculative-rows <n>", "beam / dvts with --speculative: most rows (continuations and speculation) in flight while speculating (default: the measured free decode batch; the cap n: the paper's full batch)")
     .option("--no-prefix-aware", "beam / dvts: continuations as new requests in random order instead of forks grouped by parent")
     .option("--no-lookahead", "beam / dvts with --speculative: verify speculative steps next iteration instead of with their parent")
     .option("--kv-budget <MiB>", "with a PRM: the KV memory the generator and the PRM share (default: each its own default pool)")
@@ -235,7 +247,12 @@ export function registerRun(program: Command): void {
       if ((opts.variant !== undefined || opts.offline) && kind !== "deepconf") throw new Error(`--${opts.variant !== undefined ? "variant" : "offline"} is an option of --program deepconf`);
       if (opts.variant !== undefined && opts.variant !== "low" && opts.variant !== "high") throw new Error(`--variant must be low or high, got '${opts.variant}'`);
       if (opts.probe !== undefined && kind !== "duchess") throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
-      const { model, prm } = await loadModels(dir, prmDir, opts, cap ?? 16);
+      const { model, prm, plan } = await loadModels(dir, prmDir, opts, cap ?? 16);
+      // Speculation fills only the rows a decode step gets for free on this device (the generator's measured profile,
+      // cached per model and device) unless --speculative-rows says how many.
+      if (search.flashTts?.speculative && search.flashTts.speculativeRows === undefined) {
+        search.flashTts.speculativeRows = plan?.speculativeRows ?? freeDecodeBatch(await profileThroughput(model));
+      }
       const factory = ProgramFactory.open({ modelDir: dir, hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, calibration: opts.calibration, bundledDir: bundledModelDir, probeDir: opts.probe });
       const cal = factory.calibration;
       if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
