@@ -1,7 +1,7 @@
 // Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
 // the same run, with the same thread count.
 //   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
-//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer]
+//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer] [--kv-dtype f32|bf16|f16]
 // Rounds alternate deliberate and llama.cpp and each side reports its best round, so that load from other
 // processes on a shared machine biases neither side.
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
@@ -26,6 +26,7 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "3" },
     device: { type: "string", default: "cpu" },
     "no-peer": { type: "boolean" },
+    "kv-dtype": { type: "string" },
   },
 });
 const promptTokens = Number(values["prompt-tokens"]);
@@ -145,7 +146,8 @@ const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [
 
 const { dir, gguf } = await fixture();
 loadAddon().setThreads(threads);
-const model = await loadModel(dir, { device, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
+const kvDtype = values["kv-dtype"] as "f32" | "bf16" | "f16" | undefined;
+const model = await loadModel(dir, { device, kvDtype, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
 const ids = prompt(model.config.vocabSize);
 const peerModel = values["no-peer"] ? null : await openPeer(gguf, ids);
 await ours(model, ids); // warm-up (scratch allocation, page faults)
@@ -164,6 +166,7 @@ const theirs = peerModel ? best(theirRuns) : null;
 
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
+  kvDtype: kvDtype ?? (device === "cuda" ? "bf16" : "f32"),
   device,
   threads,
   promptTokens,
