@@ -14,6 +14,7 @@
 // Each stop costs 6 tokens of CoT probe. With request stop alpha/beta as DUCHESS's (consensus / coverage).
 import { parseArgs } from "node:util";
 import { join } from "node:path";
+import { majorityVote } from "../../ts/certaindex/signals.js";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel } from "../../ts/model/model.js";
 import { modelHash } from "../../ts/model/modelHash.js";
@@ -70,18 +71,8 @@ const questions: Array<{ answer: string; branches: Trace[] }> = [];
 model.dispose();
 
 type End = { end: number; answer: string | null };
-/** The majority of `answers` in the order given (a tie goes to the first to reach the top count). */
-function vote(answers: ReadonlyArray<string | null>): { answer: string | null; votes: number } {
-  const counts = new Map<string, number>();
-  let answer: string | null = null, votes = 0;
-  for (const a of answers) {
-    if (a === null) continue;
-    const v = (counts.get(a) ?? 0) + 1;
-    counts.set(a, v);
-    if (v > votes) [answer, votes] = [a, v];
-  }
-  return { answer, votes };
-}
+/** The vote of SC and DUCHESS (the project's one rule: equivalent answers merged, a tie to the first seen). */
+const vote = (answers: ReadonlyArray<string | null>) => majorityVote(answers, (a, b) => arithTask.equivalent(a, b));
 /** Branches ending in parallel, answers arriving in end order; request stop at alpha*c identical or beta*c answers;
  *  the vote over the answers counted, in branch order (DUCHESS's and SC's tie rule). */
 function replay(ends: End[], c: number, stop: [number, number] | null): { answer: string | null; tokens: number } {
