@@ -140,7 +140,8 @@ async function load(budgetMiB: number, split: Split, n: number): Promise<Pair> {
 }
 
 /** Every problem once with one configuration; engine metrics over the pass. */
-async function pass(models: Pair, n: number, sw: FlashTtsSwitches, seed: number): Promise<{ runs: Run[]; hitRate: number; preemptions: number }> {
+type PassResult = { runs: Run[]; hitRate: number; preemptions: number; verifierHitRate: number; verifierPreemptions: number };
+async function pass(models: Pair, n: number, sw: FlashTtsSwitches, seed: number): Promise<PassResult> {
   const engine = new Engine({ models: [{ name: "gen", model: models.gen }, { name: "prm", model: models.prm }], preemption: values.preemption as "recompute" | "swap" });
   const reward = prmReward(prmConfig!, "prm");
   const runs: Run[] = [];
@@ -178,7 +179,8 @@ async function pass(models: Pair, n: number, sw: FlashTtsSwitches, seed: number)
     }
     const m = engine.metrics();
     const gm = m.models.find((x) => x.name === "gen");
-    return { runs, hitRate: gm?.prefixCacheHitRate ?? m.prefixCacheHitRate, preemptions: gm?.preemptions ?? 0 };
+    const vm = m.models.find((x) => x.name === "prm");
+    return { runs, hitRate: gm?.prefixCacheHitRate ?? m.prefixCacheHitRate, preemptions: gm?.preemptions ?? 0, verifierHitRate: vm?.prefixCacheHitRate ?? 0, verifierPreemptions: vm?.preemptions ?? 0 };
   } finally {
     await engine.dispose();
   }
@@ -195,9 +197,11 @@ interface Summary {
   tokens: number;
   hitRate: number;
   preemptions: number;
+  verifierHitRate: number;
+  verifierPreemptions: number;
 }
 
-function summarize(p: { runs: Run[]; hitRate: number; preemptions: number }): Summary {
+function summarize(p: PassResult): Summary {
   const r = p.runs;
   const sum = (f: (x: Run) => number) => r.reduce((a, x) => a + f(x), 0);
   const lat = r.map((x) => x.latencyMs).sort((a, b) => a - b);
@@ -212,6 +216,8 @@ function summarize(p: { runs: Run[]; hitRate: number; preemptions: number }): Su
     tokens: sum((x) => x.tokens) / r.length,
     hitRate: p.hitRate,
     preemptions: p.preemptions,
+    verifierHitRate: p.verifierHitRate,
+    verifierPreemptions: p.verifierPreemptions,
   };
 }
 
@@ -257,7 +263,7 @@ const pct = (v: number) => (100 * v).toFixed(0) + "%";
 
 function table(res: Record<string, Record<number, Point>>, keys: string[], label: (k: string) => string, ns: number[]): string[] {
   const lines = [
-    "| N | config | goodput tok/s | vs baseline | mean latency ms | P90 latency ms | verifier share | accuracy | spec used / wasted | prefix hit | preemptions |",
+    "| N | config | goodput tok/s | vs baseline | mean latency ms | P90 latency ms | verifier share | accuracy | spec used / wasted | prefix hit gen / verifier | preemptions gen / verifier |",
     "|---|---|---|---|---|---|---|---|---|---|---|",
   ];
   for (const n of ns) {
@@ -267,7 +273,7 @@ function table(res: Record<string, Record<number, Point>>, keys: string[], label
       if (!p) continue;
       const ratio = b ? `${(p.median.goodput / b.median.goodput).toFixed(2)}×` : "";
       lines.push(
-        `| ${n} | ${label(k)} | ${fmt(p, "goodput", ms)} | ${ratio} | ${fmt(p, "meanLatencyMs", ms)} | ${fmt(p, "p90LatencyMs", ms)} | ${fmt(p, "verifierShare", pct)} | ${pct(p.median.accuracy)} | ${p.median.specUsed} / ${p.median.specWasted} | ${pct(p.median.hitRate)} | ${p.median.preemptions} |`,
+        `| ${n} | ${label(k)} | ${fmt(p, "goodput", ms)} | ${ratio} | ${fmt(p, "meanLatencyMs", ms)} | ${fmt(p, "p90LatencyMs", ms)} | ${fmt(p, "verifierShare", pct)} | ${pct(p.median.accuracy)} | ${p.median.specUsed} / ${p.median.specWasted} | ${pct(p.median.hitRate)} / ${pct(p.median.verifierHitRate)} | ${p.median.preemptions} / ${p.median.verifierPreemptions} |`,
       );
     }
   }
