@@ -105,19 +105,43 @@ template <DType CT> inline void accumulatePage(float* acc, float c, const float*
   }
 }
 
-// The rows of KV heads [hk0, hk1) of a page are (hk1 - hk0) * D values every Hk * D: fetching the next page into
-// L2 while this one is reduced hides the memory latency that the strided rows would expose.
-inline void prefetchPage(const PagedKV& kv, int64_t page, int64_t hk0, int64_t hk1, size_t es) {
+// The rows of KV heads [hk0, hk1) of a page are (hk1 - hk0) * D values every Hk * D. They are read ahead of the
+// reduction with plain loads (one byte a cache line, folded into a value the compiler must keep): a decode step's KV
+// is cold (the weight stream evicts it between layers), and the reduction's own loads, interleaved with its
+// arithmetic, keep few misses in flight. scripts/bench/attnCold.cc (SmolLM-135M shape, 200 tokens, Zen 4): a layer
+// took 55 us cold against 15 us warm; read ahead (and whole rows, cpu_attention_decode.cc) 34-36 us. Software
+// prefetches (T0, T1 or T2; the next page, or the whole run first) did less: 38-56 us. No value changes: no bits.
+inline void touchPage(const PagedKV& kv, int64_t page, int64_t hk0, int64_t hk1, size_t es) {
   const int64_t P = kv.pageSize, Hk = kv.kCache.shape[2], D = kv.kCache.shape[3];
   const size_t rowBytes = size_t((hk1 - hk0) * D) * es;
+  unsigned sum = 0;
   for (int64_t t = 0; t < P; t++) {
     const size_t off = size_t(((page * P + t) * Hk + hk0) * D) * es;
-    for (size_t b = 0; b < rowBytes; b += 64) {
-      _mm_prefetch(static_cast<const char*>(kv.kCache.data) + off + b, _MM_HINT_T1);
-      _mm_prefetch(static_cast<const char*>(kv.vCache.data) + off + b, _MM_HINT_T1);
-    }
+    const unsigned char* k = static_cast<const unsigned char*>(kv.kCache.data) + off;
+    const unsigned char* v = static_cast<const unsigned char*>(kv.vCache.data) + off;
+    for (size_t b = 0; b < rowBytes; b += 64) sum += k[b] ^ v[b];
   }
+  asm volatile("" : : "r"(sum));
 }
+
+// Reads a run's pages [begin / P, (end - 1) / P] ahead of its reduction, ~96 KiB of rows ahead (they stay in L2).
+class ReadAhead {
+ public:
+  ReadAhead(const PagedKV& kv, const int32_t* pages, int64_t hk0, int64_t hk1, size_t es, int64_t begin, int64_t end)
+      : kv_(kv), pages_(pages), hk0_(hk0), hk1_(hk1), es_(es), last_((end - 1) / kv.pageSize), next_(begin / kv.pageSize),
+        ahead_(std::max<int64_t>(1, (96 << 10) / std::max<int64_t>(1, 2 * kv.pageSize * (hk1 - hk0) * kv.kCache.shape[3] * int64_t(es)))) {}
+  // Before reducing the page holding token t0.
+  void before(int64_t t0) {
+    for (; next_ <= std::min(last_, t0 / kv_.pageSize + ahead_); next_++) touchPage(kv_, pages_[next_], hk0_, hk1_, es_);
+  }
+
+ private:
+  const PagedKV& kv_;
+  const int32_t* pages_;
+  int64_t hk0_, hk1_;
+  size_t es_;
+  int64_t last_, next_, ahead_;
+};
 
 // One page's n tokens (rows every `stride` bytes) for the G heads of st.
 template <DType CT>
@@ -181,9 +205,10 @@ void attendTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int64_t
   // bf16/f16 rows are widened once per page and KV head, not once per query head of the group
   thread_local std::vector<float> wide;
   if (CT != DType::f32) wide.resize(size_t(2 * P * D));
+  ReadAhead readAhead(kv, pages, hk0, hk1, es, begin, end);
   for (int64_t t0 = begin; t0 < end;) {
     const int64_t page = pages[t0 / P], off = t0 % P, n = std::min(end - t0, P - off);
-    if (t0 + n < end) prefetchPage(kv, pages[(t0 + n) / P], hk0, hk1, es);
+    readAhead.before(t0);
     for (int64_t hk = hk0; hk < hk1; hk++) {
       const size_t base = size_t(((page * P + off) * Hk + hk) * D) * es;
       const char* kRows = static_cast<const char*>(kv.kCache.data) + base;
@@ -216,9 +241,10 @@ void attendTileTyped(const PagedKV& kv, int64_t b, int64_t hk0, int64_t hk1, int
   const int64_t minBegin = *std::min_element(begins, begins + nq) / P * P;
   thread_local std::vector<float> wide;
   if (CT != DType::f32) wide.resize(size_t(2 * P * D));
+  ReadAhead readAhead(kv, pages, hk0, hk1, es, minBegin, maxEnd);
   for (int64_t t0 = minBegin; t0 < maxEnd; t0 += P) {
     const int64_t page = pages[t0 / P], nMax = std::min(maxEnd - t0, P);
-    if (t0 + nMax < maxEnd) prefetchPage(kv, pages[(t0 + nMax) / P], hk0, hk1, es);
+    readAhead.before(t0);
     for (int64_t hk = hk0; hk < hk1; hk++) {
       const size_t base = size_t((page * P * Hk + hk) * D) * es;
       const char* kRows = static_cast<const char*>(kv.kCache.data) + base;

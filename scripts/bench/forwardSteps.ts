@@ -1,7 +1,7 @@
 // Where a batch's CPU time goes, step by step: one prefill forward of B prompts, then decode forwards at batch B,
 // each timed in wall and process CPU time (the random SmolLM-135M-shaped checkpoint of bench:throughput).
 //   npx tsx scripts/bench/forwardSteps.ts [--batch 16] [--prompt-tokens 32] [--steps 16] [--threads N (0 = all cores)]
-//     [--profile]  (then also the decode steps op by op: forward({profile: true})) [--kv-dtype f32|bf16|f16]
+//     [--profile]  (then also the decode steps op by op: forward({profile: true})) [--kv-dtype f32|bf16|f16] [--kv-pages N]
 // The GEMM split and KV splits are those of the engine's fast mode for the step's shape.
 import { existsSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -21,6 +21,7 @@ const { values } = parseArgs({
     threads: { type: "string", default: "0" },
     profile: { type: "boolean", default: false },
     "kv-dtype": { type: "string", default: "f32" },
+    "kv-pages": { type: "string" },
   },
 });
 const B = Number(values.batch), P = Number(values["prompt-tokens"]), steps = Number(values.steps);
@@ -28,7 +29,7 @@ loadAddon().setThreads(Number(values.threads));
 const dir = join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");
 if (!existsSync(join(dir, "config.json"))) await makeFixture({ ...PRESETS["smollm-135m"]!, out: dir, seed: 1 });
 const pageSize = 16, pagesPer = Math.ceil((P + 2 * steps + 1) / pageSize);
-const model = await loadModel(dir, { device: "cpu", pageSize, kvPages: B * pagesPer + 8, kvDtype: values["kv-dtype"] as "f32" | "bf16" | "f16" });
+const model = await loadModel(dir, { device: "cpu", pageSize, kvPages: values["kv-pages"] ? Number(values["kv-pages"]) : B * pagesPer + 8, kvDtype: values["kv-dtype"] as "f32" | "bf16" | "f16" });
 const vocab = model.config.vocabSize;
 const tables = Array.from({ length: B }, (_, b) => Int32Array.from({ length: pagesPer }, (_, i) => b * pagesPer + i));
 const sampling = { temperature: 0, topK: 0, topP: 1, seed: 1 };
