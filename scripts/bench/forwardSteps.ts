@@ -44,7 +44,8 @@ async function timed(label: string, seqs: { tokens: Int32Array; startPos: number
 let s = 12345;
 const prompts = Array.from({ length: B }, () => Int32Array.from({ length: P }, () => 256 + ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) % (vocab - 256))));
 console.log(`batch ${B}, prompt ${P}, load ${loadavg()[0].toFixed(2)}`);
-let next = await timed(`prefill ${B}x${P}`, prompts.map((tokens) => ({ tokens, startPos: 0 })));
+let next = await timed(`prefill ${B}x${P}`, prompts.map((tokens) => ({ tokens, startPos: 0 })), values.profile);
+if (values.profile) console.log(`\n${profileTable(model.takeProfile(), `prefill ${B}x${P} op by op`)}`);
 const cpuStart = process.cpuUsage(), wallStart = performance.now();
 for (let i = 0; i < steps; i++) next = await timed("", next.map((t) => ({ tokens: Int32Array.of(t), startPos: P + i })));
 const cpu = process.cpuUsage(cpuStart), wall = performance.now() - wallStart;
