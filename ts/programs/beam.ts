@@ -10,7 +10,7 @@
 // FlashTTS techniques, each a switch (all off = the baseline of the paper's ablation). Defaults: prefix-aware on,
 // speculation and LookAhead off — built for GPUs, where decode rows are nearly free up to the memory-bound batch, and
 // to be measured there before it becomes a default (on the 2-core CPU, bench/tts.md, speculation at the full batch
-// cost 12-24% at N = 32-64, every row being compute there and three in four pruned; capped at the free decode batch
+// cost 8-16% at N = 16-64, every row being compute there and three in four pruned; capped at the free decode batch
 // it is level with no speculation).
 // - `prefixAware` (P): a kept path's continuations fork its request (KV shared while it lives, revived from the
 //   prefix cache after) and are issued grouped by parent, parents in the order they were kept. Off: every
