@@ -127,6 +127,33 @@ describe("beam search", () => {
     expect(() => new BeamSearch(base(QUESTION, { speculativeRows: 0 }))).toThrow(/speculativeRows must be an integer ≥ 1, got 0/);
   }, 240_000);
 
+  it("speculation yields to memory pressure: stops once the generator preempts, decides the same", async () => {
+    // A pool of 20 pages (320 tokens) for 8 paths of up to 200 tokens: the generator preempts, and speculation must
+    // stop rather than take pages from the search's own continuations.
+    const small = await loadModel(bundledModelDir, { kvPages: 20 });
+    try {
+      const run = async (o: BeamSearchOptions) => {
+        const engine = new Engine({ models: { model: small }, kernelMode: "batch-invariant" });
+        try {
+          const program = new BeamSearch(o);
+          const r = await new ProgramRuntime(engine).run(program);
+          return { program, answer: r.answer, solutions: program.finished.map((f) => `${program.path(f).join("\n")} @ ${f.score}`), preemptions: engine.metrics().preemptions };
+        } finally {
+          await engine.dispose();
+        }
+      };
+      const slow: RewardSource = { name: "slow-arith", score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 5)), arithStepScore(input)) };
+      const off = await run(base(QUESTION, { ...OFF, prefixAware: true, reward: slow }));
+      const on = await run(base(QUESTION, { ...ON, reward: slow }));
+      expect(off.preemptions).toBeGreaterThan(0);
+      expect(on.solutions).toEqual(off.solutions);
+      expect(on.answer).toBe(off.answer);
+      expect(on.program.stats.speculationStops).toBeGreaterThan(0);
+    } finally {
+      small.dispose();
+    }
+  }, 240_000);
+
   it("dvts keeps one path per subtree", async () => {
     const r = await search(base(QUESTION, { ...ON, variant: "dvts" }));
     expect(r.program.name).toBe("dvts");

@@ -22,7 +22,8 @@
 //   M_i = B - j + 1 continuations for a step whose parent's score is in bin C_j of B = M bins (paper §4.1.1). A
 //   continuation is exactly the request the search would issue if the step is kept (same tokens, same per-node
 //   seed), so a kept step's speculative tokens are the tokens the search would generate anyway: speculation never
-//   changes what the search decides. Pruned steps' speculation is aborted. `truncateRatio` R > 0 is the paper's
+//   changes what the search decides. Pruned steps' speculation is aborted, and so is an iteration's unfinished
+//   speculation once the generator preempts a sequence (memory pressure: the paper's speculation is preemptible). `truncateRatio` R > 0 is the paper's
 //   duplicate-then-truncate: a kept step's continuations that had no speculation of their own start from the
 //   first one's speculative tokens cut to R of their length (their own seed after that) — faster, but no longer
 //   the non-speculative search's samples (off by default).
@@ -137,6 +138,8 @@ export interface BeamStats {
   speculativeWasted: number;
   /** The most generator rows (unfinished continuations + speculation) in flight once speculation started. */
   speculativePeakRows: number;
+  /** Iterations whose speculation stopped for memory pressure (the generator preempted a sequence). */
+  speculationStops: number;
   /** Verifier passes (scored steps) and the steps LookAhead scored ahead of time. */
   verifierCalls: number;
   lookaheadScored: number;
@@ -166,7 +169,7 @@ export class BeamSearch implements Program {
   readonly root: BeamNode;
   readonly finished: BeamNode[] = [];
   frontier: BeamNode[];
-  readonly stats: BeamStats = { iterations: 0, candidateTokens: 0, speculativeIssued: 0, speculativeUsed: 0, speculativeWasted: 0, speculativePeakRows: 0, verifierCalls: 0, lookaheadScored: 0, generationMs: 0, verificationMs: 0 };
+  readonly stats: BeamStats = { iterations: 0, candidateTokens: 0, speculativeIssued: 0, speculativeUsed: 0, speculativeWasted: 0, speculativePeakRows: 0, speculationStops: 0, verifierCalls: 0, lookaheadScored: 0, generationMs: 0, verificationMs: 0 };
   private readonly n: number;
   private readonly m: number;
   private readonly variant: BeamVariant;
@@ -291,10 +294,28 @@ export class BeamSearch implements Program {
     const ready: BeamNode[] = [];
     let inFlight = 0;
     let wake: (() => void) | null = null;
+    // Speculation yields to memory (paper §4.1.2: fully preemptible): once the generator preempts a sequence during
+    // this iteration, its unfinished speculation is aborted and no more starts. (Not on requests waiting for
+    // admission: this iteration's own continuations wait until the next step.)
+    const kv = () => ctx.kvState?.(this.o.model);
+    const preemptionsAtStart = this.sw.speculative ? (kv()?.preemptions ?? 0) : 0;
+    let stopped = false;
+    const underPressure = (): boolean => (kv()?.preemptions ?? 0) > preemptionsAtStart;
+    const stopSpeculation = () => {
+      stopped = true;
+      this.stats.speculationStops++;
+      for (const [id, specs] of newSpec) {
+        const kept = specs.filter((sp) => sp.finished !== null);
+        for (const sp of specs) if (sp.finished === null) sp.handle.abort(), this.stats.speculativeWasted++;
+        if (kept.length > 0) newSpec.set(id, kept);
+        else newSpec.delete(id);
+      }
+    };
     const launch = () => {
       // Speculation fills the slots stragglers leave idle while the step is being generated (the paper's generation
       // loop); once every continuation has finished, no new speculation starts (what runs goes on, beside verification).
-      if (!this.sw.speculative || results.length >= total) return;
+      if (!this.sw.speculative || stopped || results.length >= total) return;
+      if (underPressure()) return stopSpeculation();
       const slots = this.sw.speculativeRows - (pending.length + reused.length - results.length) - inFlight;
       if (slots <= 0 || ready.length === 0) return;
       for (let s = 0; s < slots; s++) {
@@ -309,8 +330,9 @@ export class BeamSearch implements Program {
         inFlight++;
         this.stats.speculativePeakRows = Math.max(this.stats.speculativePeakRows, pending.length + reused.length - results.length + inFlight);
         spec.done.then((out) => {
-          spec.finished = out;
           inFlight--;
+          if (out.finishReason === "aborted") return; // stopped for memory pressure: not a step the search can use
+          spec.finished = out;
           launch();
         }, () => inFlight--);
       }

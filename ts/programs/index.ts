@@ -2,7 +2,7 @@
 export { ProgramRuntime } from "./runtime.js";
 export type { RunOptions } from "./runtime.js";
 export { withDefaults } from "./program.js";
-export type { Program, ProgramContext, ProgramResult, Knob, RoundRecord, StopReason, TokenPurpose } from "./program.js";
+export type { Program, ProgramContext, ProgramResult, Knob, KvState, RoundRecord, StopReason, TokenPurpose } from "./program.js";
 export { SelfConsistency } from "./selfConsistency.js";
 export type { SelfConsistencyOptions, Branch } from "./selfConsistency.js";
 export { Duchess } from "./duchess.js";

@@ -31,6 +31,21 @@ export interface ProgramContext {
   encode(prompt: string | readonly number[], options?: { model?: string; addSpecialTokens?: boolean }): number[];
   /** Generated tokens of this program's finished requests so far. */
   readonly tokensUsed: number;
+  /**
+   * A model's KV and queue state on the engine (default: the first model): what a program that adds optional work
+   * (speculation) checks so that the work yields to memory pressure. Optional: contexts without an engine omit it.
+   */
+  kvState?(model?: string): KvState;
+}
+
+/** See ProgramContext.kvState. */
+export interface KvState {
+  freePages: number;
+  totalPages: number;
+  /** Requests waiting for admission (for KV room or a batch slot). */
+  waiting: number;
+  /** Sequences preempted since the engine started. */
+  preemptions: number;
 }
 
 export interface Program {

@@ -8,7 +8,7 @@ import type { RequestHandle } from "../engine/handle.js";
 import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { decide, validatePolicy, type PolicySpec } from "../certaindex/policies.js";
-import type { Program, ProgramContext, ProgramResult, RoundRecord, StopReason, TokenPurpose } from "./program.js";
+import type { KvState, Program, ProgramContext, ProgramResult, RoundRecord, StopReason, TokenPurpose } from "./program.js";
 
 export interface RunOptions {
   /** Intra-program policy; default: the program's defaultPolicy, else baseline-even (run to the cap). */
@@ -65,6 +65,13 @@ class RunContext implements ProgramContext {
     const codec = this.engine.tokenizer(options.model);
     if (!codec) throw new Error(`program ${this.program.name}: the prompt is text but the model has no tokenizer; pass token ids`);
     return codec.encode(prompt, { addSpecialTokens: options.addSpecialTokens ?? true });
+  }
+
+  kvState(model?: string): KvState {
+    const models = this.engine.metrics().models;
+    const m = model === undefined ? models[0] : models.find((x) => x.name === model);
+    if (!m) throw new Error(`program ${this.program.name}: model "${model}" is not loaded; loaded: ${models.map((x) => x.name).join(", ")}`);
+    return { freePages: m.kvPagesFree, totalPages: m.kvPagesTotal, waiting: m.waiting, preemptions: m.preemptions };
   }
 
   submit(request: GenerateRequest, purpose: TokenPurpose = "generate"): RequestHandle {
