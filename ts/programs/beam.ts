@@ -9,9 +9,9 @@
 //
 // FlashTTS techniques, each a switch (all off = the baseline of the paper's ablation). Defaults: prefix-aware on,
 // speculation and LookAhead off — built for GPUs, where decode rows are nearly free up to the memory-bound batch, and
-// to be measured there before it becomes a default (on the 2-core CPU, bench/tts.md, speculation at the full batch
-// cost 8-16% at N = 16-64, every row being compute there and three in four pruned; capped at the free decode batch
-// it is level with no speculation).
+// to be measured there before it becomes a default (on the 2-core CPU, bench/tts.md, two runs: at the full batch
+// 0.84-0.99x the baseline at N = 8-64, every row being compute there and three in four pruned; capped at the free
+// decode batch 0.79-1.14x, within this VM's spread).
 // - `prefixAware` (P): a kept path's continuations fork its request (KV shared while it lives, revived from the
 //   prefix cache after) and are issued grouped by parent, parents in the order they were kept. Off: every
 //   continuation is a new request with the whole path as its prompt, issued in a seeded random order (a serving
