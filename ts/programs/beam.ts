@@ -23,10 +23,10 @@
 //   continuation is exactly the request the search would issue if the step is kept (same tokens, same per-node
 //   seed), so a kept step's speculative tokens are the tokens the search would generate anyway: speculation never
 //   changes what the search decides. Pruned steps' speculation is aborted, and so is an iteration's unfinished
-//   speculation once the generator preempts a sequence (memory pressure: the paper's speculation is preemptible). `truncateRatio` R > 0 is the paper's
-//   duplicate-then-truncate: a kept step's continuations that had no speculation of their own start from the
-//   first one's speculative tokens cut to R of their length (their own seed after that) — faster, but no longer
-//   the non-speculative search's samples (off by default).
+//   speculation once the generator preempts a sequence (memory pressure: the paper's speculation is preemptible).
+//   `truncateRatio` R > 0 is the paper's duplicate-then-truncate: a kept step's continuations that had no
+//   speculation of their own start from the first one's speculative tokens cut to R of their length (their own
+//   seed after that) — faster, but no longer the non-speculative search's samples (off by default).
 // - `lookahead`: a step whose first continuation has finished is verified together with it (one verifier KV:
 //   RewardSource.scoreAhead), so a kept speculative step needs no verifier pass the next iteration.
 //
