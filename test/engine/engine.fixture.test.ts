@@ -26,6 +26,14 @@ function engineWith(options: { maxBatchTokens?: number } = {}): Engine {
 const usedPages = (e: Engine): number => e.metrics().models[0].kvPagesUsed;
 
 describe("Engine on a native fixture model (batch-invariant mode)", () => {
+  it("modelMetrics gives one model's metrics as metrics() does, and names the loaded models for an unknown one", async () => {
+    await using engine = engineWith();
+    await engine.submit({ prompt: randomTokens(20, V, 3), maxTokens: 4, ignoreEos: true }).result;
+    expect(engine.modelMetrics()).toEqual(engine.metrics().models[0]);
+    expect(engine.modelMetrics("default")).toEqual(engine.metrics().models[0]);
+    expect(() => engine.modelMetrics("nope")).toThrow(/model "nope" is not loaded; loaded: default/);
+  });
+
   it("32 concurrent requests give exactly the tokens each gives alone, greedy and seeded", async () => {
     const reqs: GenerateRequest[] = Array.from({ length: 32 }, (_, i) => ({
       prompt: randomTokens(2 + ((i * 5) % 37), V, 100 + i),

@@ -8,7 +8,7 @@ import type { SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
 import { RequestHandle, WakeGate } from "./handle.js";
 import type { KernelMode } from "./kernelSchedule.js";
-import { combineMetrics, ThroughputMeter, type EngineMetrics } from "./metrics.js";
+import { combineMetrics, ThroughputMeter, type EngineMetrics, type ModelMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
 import type { EngineModel, TextCodec } from "./modelTypes.js";
@@ -129,6 +129,13 @@ export class Engine implements AsyncDisposable {
     const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
     if (!slot) throw new Error(`Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
     return slot.codec;
+  }
+
+  /** One model's metrics (default: the first model's) without the engine-wide throughput: cheap enough per event. */
+  modelMetrics(model?: string): ModelMetrics {
+    const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
+    if (!slot) throw new Error(`Engine.modelMetrics: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    return slot.metrics();
   }
 
   metrics(): EngineMetrics {

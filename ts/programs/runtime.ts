@@ -68,9 +68,7 @@ class RunContext implements ProgramContext {
   }
 
   kvState(model?: string): KvState {
-    const models = this.engine.metrics().models;
-    const m = model === undefined ? models[0] : models.find((x) => x.name === model);
-    if (!m) throw new Error(`program ${this.program.name}: model "${model}" is not loaded; loaded: ${models.map((x) => x.name).join(", ")}`);
+    const m = this.engine.modelMetrics(model);
     return { freePages: m.kvPagesFree, totalPages: m.kvPagesTotal, waiting: m.waiting, preemptions: m.preemptions };
   }
 
