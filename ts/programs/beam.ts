@@ -316,7 +316,7 @@ export class BeamSearch implements Program {
       // loop); once every continuation has finished, no new speculation starts (what runs goes on, beside verification).
       if (!this.sw.speculative || stopped || results.length >= total) return;
       if (underPressure()) return stopSpeculation();
-      const slots = this.sw.speculativeRows - (pending.length + reused.length - results.length) - inFlight;
+      const slots = this.sw.speculativeRows - (total - results.length) - inFlight;
       if (slots <= 0 || ready.length === 0) return;
       for (let s = 0; s < slots; s++) {
         const pick = this.nextSpeculation(ready, newSpec);
@@ -328,7 +328,7 @@ export class BeamSearch implements Program {
         newSpec.set(pick.node.id, list);
         this.stats.speculativeIssued++;
         inFlight++;
-        this.stats.speculativePeakRows = Math.max(this.stats.speculativePeakRows, pending.length + reused.length - results.length + inFlight);
+        this.stats.speculativePeakRows = Math.max(this.stats.speculativePeakRows, total - results.length + inFlight);
         spec.done.then((out) => {
           inFlight--;
           if (out.finishReason === "aborted") return; // stopped for memory pressure: not a step the search can use

@@ -32,7 +32,7 @@ export interface ProgramContext {
   /** Generated tokens of this program's finished requests so far. */
   readonly tokensUsed: number;
   /**
-   * A model's KV and queue state on the engine (default: the first model): what a program that adds optional work
+   * A model's KV state on the engine (default: the first model): what a program that adds optional work
    * (speculation) checks so that the work yields to memory pressure. Optional: contexts without an engine omit it.
    */
   kvState?(model?: string): KvState;
@@ -42,8 +42,6 @@ export interface ProgramContext {
 export interface KvState {
   freePages: number;
   totalPages: number;
-  /** Requests waiting for admission (for KV room or a batch slot). */
-  waiting: number;
   /** Sequences preempted since the engine started. */
   preemptions: number;
 }

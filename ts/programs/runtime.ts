@@ -69,7 +69,7 @@ class RunContext implements ProgramContext {
 
   kvState(model?: string): KvState {
     const m = this.engine.modelMetrics(model);
-    return { freePages: m.kvPagesFree, totalPages: m.kvPagesTotal, waiting: m.waiting, preemptions: m.preemptions };
+    return { freePages: m.kvPagesFree, totalPages: m.kvPagesTotal, preemptions: m.preemptions };
   }
 
   submit(request: GenerateRequest, purpose: TokenPurpose = "generate"): RequestHandle {
