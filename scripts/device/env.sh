@@ -3,8 +3,11 @@
 # vitest and tsx work from the repository root (sourcing it cd's there): e.g.
 #   source scripts/device/env.sh && node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --fixed-share 0.1
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# (A second script in the same call finds /tmp/node already there, maybe still running: rewriting it fails with
+# "Text file busy", as the 2026-11-27 lease's second check.sh did; only the PATH is missing then.)
 if ! command -v node >/dev/null; then
-  xz -dc .device/node.xz > /tmp/node && chmod +x /tmp/node && export PATH=/tmp:$PATH
+  [ -x /tmp/node ] || { xz -dc .device/node.xz > /tmp/node.part && chmod +x /tmp/node.part && mv /tmp/node.part /tmp/node; }
+  export PATH=/tmp:$PATH
 fi
 [ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz
 # The addon and bench harness packed by scripts/device/pack.sh (carried as .device/build.tar.xz: 4 MB, not 23).
