@@ -112,7 +112,7 @@ inline void checkGemmBlocks(const View& x, const View& w, const View& y, int64_t
 }
 
 // gemmBlocks as plain GEMMs, one per non-empty block: fn(w rows [c, c + n), bias [c, c + n), y block (M, n) at its
-// rows row0 ..) for each. What the CPU runs, and the CUDA fallback (DL_GEMM_BLOCKS=split).
+// rows row0 ..) for each. What the CPU runs (CUDA writes the blocks in one launch, same bits).
 template <class Fn>
 void forEachGemmBlock(const View& x, const View& w, const View& bias, const View& y, int64_t cut1, int64_t cut2,
                       int64_t rows, int64_t row0, Fn fn) {

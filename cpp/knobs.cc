@@ -51,15 +51,6 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
     return true;
   });
   p.read("DL_DECODE_MERGE", "kernel (or fused, the default)", [&](const std::string& v) { return v == "kernel" ? (k.decodeMergeFused = false, true) : v == "fused"; });
-  p.read("DL_GEMM_REDUCE", "auto (the default), fused or kernel", [&](const std::string& v) {
-    if (v == "auto") k.gemmReduce = Knobs::GemmReduce::automatic;
-    else if (v == "fused") k.gemmReduce = Knobs::GemmReduce::fused;
-    else if (v == "kernel") k.gemmReduce = Knobs::GemmReduce::kernel;
-    else return false;
-    return true;
-  });
-  p.read("DL_GEMM_BLOCKS", "split (or fused, the default)", [&](const std::string& v) { return v == "split" ? (k.gemmBlocksSplit = true, true) : v == "fused"; });
-  p.read("DL_ROPE_KV", "split (or fused, the default)", [&](const std::string& v) { return v == "split" ? (k.ropeKvSplit = true, true) : v == "fused"; });
   p.read("DL_PREFILL_MMA", "0 or 1", [&](const std::string& v) { return flag(v, k.prefillMma); });
   p.read("DL_PDL", "0 or 1", [&](const std::string& v) { return flag(v, k.pdl); });
   p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return triState(v, k.gemmWgmma); });
@@ -81,16 +72,12 @@ const Knobs& knobs() {
 std::vector<std::pair<std::string, std::string>> knobReport() {
   const Knobs& k = knobs();
   const char* pipes[] = {"32x4", "32x6", "32x8", "64x3"};
-  const char* reduces[] = {"auto", "fused", "kernel"};
   auto b = [](bool v) { return std::string(v ? "1" : "0"); };
   std::vector<std::pair<std::string, std::string>> r = {
       {"DL_PAD_DECODE", triStateReport(k.padDecode)},
       {"DL_CUDA_GRAPHS", b(k.cudaGraphs)},
       {"DL_DECODE_PIPE", pipes[int(k.decodePipe)]},
       {"DL_DECODE_MERGE", k.decodeMergeFused ? "fused" : "kernel"},
-      {"DL_GEMM_REDUCE", reduces[int(k.gemmReduce)]},
-      {"DL_GEMM_BLOCKS", k.gemmBlocksSplit ? "split" : "fused"},
-      {"DL_ROPE_KV", k.ropeKvSplit ? "split" : "fused"},
       {"DL_PREFILL_MMA", b(k.prefillMma)},
       {"DL_PDL", b(k.pdl)},
       {"DL_GEMM_WGMMA", triStateReport(k.gemmWgmma)},

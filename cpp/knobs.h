@@ -19,15 +19,8 @@ struct Knobs {
   DecodePipe decodePipe = DecodePipe::c32s4;
   // DL_DECODE_MERGE=kernel: split-KV partials merged by a separate kernel (default: the decode kernel's last CTA).
   bool decodeMergeFused = true;
-  // DL_GEMM_REDUCE: who sums split-K partials. auto (default): the GEMM's last CTA per tile for GEMMs of few rows, a
-  // separate kernel for more (cuda/gemm.cu fusedReduce, measured on an H100); fused / kernel: always one way (A/B
-  // timing). The same bits every way.
-  enum class GemmReduce { automatic, fused, kernel };
-  GemmReduce gemmReduce = GemmReduce::automatic;
-  // DL_GEMM_BLOCKS=split: q | k | v as three GEMMs (default one gemmBlocks call).
-  bool gemmBlocksSplit = false;
-  // DL_ROPE_KV=split: rope then the KV write as two launches (default one).
-  bool ropeKvSplit = false;
+  // (DL_GEMM_REDUCE, DL_GEMM_BLOCKS and DL_ROPE_KV, the A/B switches of stop 15's launch cuts, are gone since the
+  // H100 run of stop 38 timed each alone: bench/RESULTS-gpu.md.)
   // DL_PREFILL_MMA: tensor-core prefill / verify attention where it applies (bf16, head dim 64 / 128; default since
   // its H100 run of 2026-11-27); 0: the SIMT kernel everywhere. The two kernels' bits differ.
   bool prefillMma = true;

@@ -3,10 +3,10 @@
 // Reduction schedule (the contract of kernels.h): K is cut into splitK partitions on multiples of kPartK = 64,
 // partition s = k-tiles [s*T/splitK, (s+1)*T/splitK) of the T = ceil(K/64) tiles. Inside a partition every
 // output is accumulated by one chain of mma.sync m16n8k16 (or FMAs on the SIMT path) in ascending k; partitions
-// are added in order 0..splitK-1 (never atomics), then the bias: by the last CTA of each output tile to finish (an
-// atomic arrival count decides which) for GEMMs of few rows, by a second kernel for more (fusedReduce), with the same
-// arithmetic either way. The tile shape (chosen from M)
-// changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK) only.
+// are added in order 0..splitK-1 (never atomics), then the bias, by a second kernel (gemmReduceKernel). The tile shape
+// (chosen from M) changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK)
+// only. (A finish by each tile's last CTA, saving that launch, lost on an H100 at every row count, 1 row included:
+// bench/RESULTS-gpu.md stop 38; removed.)
 // On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps and take GEMMs of
 // more than 64 rows (wgmmaConfig); an H100 run (2026-11-27, check.sh) showed their bits equal these kernels'.
 #include <algorithm>
@@ -116,10 +116,6 @@ __global__ void __launch_bounds__(WM* WN * 32) gemmBf16Kernel(GemmArgs a) {
       storePair(a, split, row, col, acc[mt][nt][0], acc[mt][nt][1]);
       storePair(a, split, row + 8, col, acc[mt][nt][2], acc[mt][nt][3]);
     }
-  if (a.counters) {
-    __shared__ int last;
-    finishSplitK(a, m0, n0, BM, BN, tid, kThreads, &last, [] { __syncthreads(); });
-  }
 }
 
 // Any dtypes (f32/bf16/f16 X and W) on CUDA cores: 64 x 64 tile, 256 threads with 4 x 4 outputs each, one FMA
@@ -156,15 +152,9 @@ __global__ void __launch_bounds__(256) gemmSimtKernel(GemmArgs a) {
     storePair(a, split, m0 + ty * 4 + i, n0 + tx * 4, acc[i][0], acc[i][1]);
     storePair(a, split, m0 + ty * 4 + i, n0 + tx * 4 + 2, acc[i][2], acc[i][3]);
   }
-  if (a.counters) {
-    __shared__ int last;
-    finishSplitK(a, m0, n0, 64, 64, threadIdx.x, 256, &last, [] { __syncthreads(); });
-  }
 }
 
 // Second pass of split-K: y = ((p_0 + p_1) + ... + p_{S-1}) + bias, partitions in order. One thread per output.
-// For GEMMs of more than kFusedReduceMaxRows rows (fusedReduce; DL_GEMM_REDUCE=kernel: all); below that the GEMM's own
-// last CTA per tile does this (finishSplitK).
 __global__ void gemmReduceKernel(GemmArgs a) {
   pdlStart();  // cuda/pdl.cuh
   const int64_t total = int64_t(a.M) * a.N;
@@ -254,21 +244,6 @@ bool runWgmma(const GemmArgs& a) {
   return false;
 }
 
-// Split-K finished by the GEMM's last CTA per tile, or by a second kernel: the same bits either way. The last CTA sums
-// its tile alone, a few warps each waiting on splitK dependent L2 reads per element, so it only pays (one launch
-// saved) while a tile holds few rows. H100, 2026-11-27 (bench/RESULTS-gpu.md): a 1-row Qwen2.5-1.5B decode step
-// 3.58 ms fused vs 3.89 with the second kernel; at 64 rows and splitK 4 9.70 vs 6.48, at 128 rows 15.4 vs 8.9; and
-// bench:cuda's 8- and 32-row split-K GEMMs 2-23% slower than with the second kernel on 2026-11-22. DL_GEMM_REDUCE=fused
-// / kernel force one way.
-constexpr int64_t kFusedReduceMaxRows = 4;
-bool fusedReduce(int64_t M) {
-  switch (knob::knobs().gemmReduce) {
-    case knob::Knobs::GemmReduce::fused: return true;
-    case knob::Knobs::GemmReduce::kernel: return false;
-    default: return M <= kFusedReduceMaxRows;
-  }
-}
-
 }  // namespace
 
 int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : tile); }
@@ -305,14 +280,12 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
   if (M > 0x7fffffff / 2 || N > 0x7fffffff / 2 || K > 0x7fffffff / 2 || yRows > 0x7fffffff / 2) fail(op, "dimensions must be below 2^30");
   if (splitK < 1 || splitK > K) fail(op, "splitK must be in [1, K = " + std::to_string(K) + "], got " + std::to_string(splitK));
   if (M == 0 || N == 0) return;
-  GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, nullptr, int(M), int(N), int(K), splitK,
+  GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, int(M), int(N), int(K), splitK,
              int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype, int(cut1), int(cut2), int(yRows), int(yRow0)};
   Workspace ws{};
   if (splitK > 1) {
     ws = workspace(size_t(splitK) * size_t(M) * size_t(N) * sizeof(float));
     a.partial = static_cast<float*>(ws.data);
-    // Enough counters for the smallest tiles any config uses (16 x 64); guarded by the workspace lock we hold.
-    if (fusedReduce(M)) a.counters = splitCounters(size_t(ceilDiv(M, 16) * ceilDiv(N, 64)));
   }
   const bool tensorCores = x.dtype == DType::bf16 && w.dtype == DType::bf16 && K % 8 == 0 && aligned16(x.data) &&
                            aligned16(w.data);
@@ -329,7 +302,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
       default: launchBf16<128, 256, 2, 4, 3>(a); break;  // large M: 64 x 64 warp tiles
     }
   }
-  if (splitK > 1 && !a.counters) {
+  if (splitK > 1) {
     int64_t total = M * N;
     int blocks = int(std::min<int64_t>(ceilDiv(total, 256), 8192));
     launchKernel("gemmReduceKernel", gemmReduceKernel, blocks, 256, 0, a);
@@ -344,15 +317,12 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
   run("gemm", x, w, bias, y, splitK, w.shape[0], w.shape[0], x.shape[0], 0);
 }
 
-// One launch writing the blocks (default), or with DL_GEMM_BLOCKS=split one plain GEMM per block as the CPU does (the
-// build before the fused layout, for A/B timing and as a fallback): the same bits either way.
+// One launch writing the blocks: the bits of one plain GEMM per block, as the CPU runs it. (The per-block launches
+// cost a Qwen2.5-1.5B token 12% on an H100, bench/RESULTS-gpu.md stop 38; removed.)
 void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1, int64_t cut2,
                 int64_t rows, int64_t row0) {
   checkGemmBlocks(x, w, y, cut1, cut2, rows, row0);
-  if (!knob::knobs().gemmBlocksSplit) return run("gemmBlocks", x, w, bias, y, splitK, cut1, cut2, rows, row0);
-  forEachGemmBlock(x, w, bias, y, cut1, cut2, rows, row0, [&](const View& wj, const View& bj, const View& yj) {
-    run("gemmBlocks", x, wj, bj, yj, splitK, wj.shape[0], wj.shape[0], x.shape[0], 0);
-  });
+  run("gemmBlocks", x, w, bias, y, splitK, cut1, cut2, rows, row0);
 }
 
 }  // namespace dl::gpu

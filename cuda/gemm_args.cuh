@@ -12,8 +12,7 @@ struct GemmArgs {
   const void* w;  // (N, K)
   const void* bias;
   void* y;         // (M, N)
-  float* partial;  // (splitK, M, N) when splitK > 1
-  int* counters;   // splitK > 1 finished in the GEMM itself: one per output tile, 0 on entry and on exit (else null)
+  float* partial;  // (splitK, M, N) when splitK > 1, summed by gemm.cu's gemmReduceKernel
   int M, N, K, splitK, kTiles;
   DType xt, wt, bt, yt;
   // Y's layout (gemmBlocks): columns cut at cut1 <= cut2 into blocks, block j a (yRows, n_j) matrix at y + yRows * c_j,
@@ -51,33 +50,6 @@ static __device__ __noinline__ void storePair(const GemmArgs& a, int split, int 
   }
   if (col < a.N) storeF(a.y, yIndex(a, row, col), a.yt, a.bias ? v0 + loadF(a.bias, col, a.bt) : v0);
   if (col + 1 < a.N) storeF(a.y, yIndex(a, row, col + 1), a.yt, a.bias ? v1 + loadF(a.bias, col + 1, a.bt) : v1);
-}
-
-// Split-K finished inside the GEMM (counters set): every CTA stores its partial tile, and the last of a tile's splitK
-// CTAs to do so adds the tile's partials in partition order, then the bias, and writes y: the arithmetic of
-// gemm.cu's gemmReduceKernel, so the same bits, without its launch. Called by all `threads` threads of the CTA after
-// they stored their partials; sync() is a barrier over exactly them; flag is a shared int.
-template <class Sync>
-__device__ __forceinline__ void finishSplitK(const GemmArgs& a, int m0, int n0, int BM, int BN, int tid, int threads,
-                                             int* flag, Sync sync) {
-  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-  __threadfence();  // this thread's partials are visible device-wide before the count says so
-  sync();
-  if (tid == 0) *flag = atomicAdd(&a.counters[tile], 1) == a.splitK - 1;
-  sync();
-  if (!*flag) return;
-  __threadfence();
-  const int64_t total = int64_t(a.M) * a.N;
-  const int rows = min(BM, a.M - m0), cols = min(BN, a.N - n0);
-  for (int i = tid; i < rows * cols; i += threads) {
-    const int row = m0 + i / cols, col = n0 + i % cols;
-    const int64_t o = int64_t(row) * a.N + col;
-    float s = __ldcg(a.partial + o);  // L2, not a stale L1 line: other CTAs wrote these
-    for (int p = 1; p < a.splitK; p++) s += __ldcg(a.partial + p * total + o);
-    if (a.bias) s += loadF(a.bias, col, a.bt);
-    storeF(a.y, yIndex(a, row, col), a.yt, s);
-  }
-  if (tid == 0) a.counters[tile] = 0;  // ready for the next GEMM on the stream
 }
 
 // The wgmma path (cuda/sm90/gemm_wgmma.cu, built for sm_90a only). Config 0: 128 x 256 CTA tiles (two consumer

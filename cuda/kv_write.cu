@@ -3,7 +3,6 @@
 
 #include "common.cuh"
 #include "rope_kv.cuh"
-#include "knobs.h"
 
 namespace dl::gpu {
 
@@ -107,14 +106,13 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
                deviceErrorSlot());
 }
 
-// One launch (default), or with DL_ROPE_KV=split the two ops' own launches (the build before, for A/B timing and as
-// a fallback): the same bits either way.
+// One launch doing both: the bits of rope then kvWrite (level with the two launches on an H100, bench/RESULTS-gpu.md
+// stop 38).
 void ropeKvWrite(const View& q, const View& k, const View& v, const View& positions, const View& invFreq,
                  const View& kCache, const View& vCache, const View& slots) {
   const char* op = "ropeKvWrite";
   checkRope(op, q, k, positions, invFreq);
   checkKvWrite(op, k, v, kCache, vCache, slots);
-  if (knob::knobs().ropeKvSplit) return rope(q, k, positions, invFreq), kvWrite(k, v, kCache, vCache, slots);
   const int64_t T = q.shape[0];
   if (T == 0) return;
   RopeKvArgs a{q.data, k.data, v.data, q.dtype, k.dtype, q.shape[1], k.shape[1], q.shape[2], positions.as<int32_t>(),

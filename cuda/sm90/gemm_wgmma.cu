@@ -178,10 +178,6 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     const float2 v = *reinterpret_cast<const float2*>(stage + row * S::stagePitch + col);
     storePair(a, split, m0 + row, n0 + col, v.x, v.y);
   }
-  if (a.counters) {
-    __shared__ int last;
-    finishSplitK(a, m0, n0, S::BM, BN, threadIdx.x, CONSUMERS * 128, &last, [] { consumerSync<CONSUMERS * 128>(); });
-  }
 }
 
 // ---- host ----

@@ -9,10 +9,9 @@
 #           npm run build:addon && bash scripts/device/build-bench.sh
 #   run:    carry [".device", "build/Release/deliberate.node", "build/bench_kernels"]  (the 64 MiB limit rules out
 #           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
-# Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark once per launch-saving switch set the other way
-# (AB_KNOBS, default: DL_GEMM_REDUCE=fused, DL_GEMM_REDUCE=kernel, DL_GEMM_BLOCKS=split, DL_ROPE_KV=split,
-# DL_DECODE_MERGE=kernel; one at a time, so each one's effect is its own: the run of 2026-11-27 flipped all four
-# at once and could only say that together they moved a step by -1 to +6 ms), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
+# Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark once per switch in AB_KNOBS (default:
+# DL_DECODE_MERGE=kernel DL_GEMM_WGMMA=0; one at a time, so each one's effect is its own; stop 38's run timed the
+# launch cuts this way and retired the losers' switches), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
@@ -50,9 +49,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   if [ $status -ne 0 ]; then
     # Triage: the same tests with stop 15's (written without a GPU) launch cuts switched back to the earlier launches.
     # Passing here points at one of them; bisect with one variable at a time (bench/CUDA_NOTES.md, Knobs).
-    if DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 \
+    if DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 \
       node node_modules/vitest/vitest.mjs run cuda.test > "$out/tests-fallbacks.log" 2>&1; then
-      echo "TRIAGE: the CUDA tests pass with DL_GEMM_REDUCE=kernel DL_DECODE_MERGE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 (bisect one at a time)"
+      echo "TRIAGE: the CUDA tests pass with DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 (bisect one at a time)"
     else
       echo "TRIAGE: the CUDA tests fail with the fallbacks too:"; grep -E "×|✗|FAIL" "$out/tests-fallbacks.log" | head -10
     fi
@@ -64,12 +63,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   # The sm_90a wgmma GEMM takes GEMMs of more than 64 rows by default since its bits equaled mma.sync's on an H100
   # (2026-11-27): the default run above mixes the two families in the bitwise batch-invariance tests (a large batch
   # on wgmma, its sub-batches on mma.sync). Rerun the same tests on mma.sync alone (DL_GEMM_WGMMA=0, the path of
-  # every pre-Hopper GPU) and with split-K always finished by the GEMM's last CTA (DL_GEMM_REDUCE=fused; the default
-  # finishes GEMMs of more than 4 rows with a second kernel): both must give the same bits as the default.
+  # every pre-Hopper GPU) and with split-KV decode partials merged by a second kernel (DL_DECODE_MERGE=kernel): both
+  # must give the same bits as the default.
   if [ "$(node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.wgmmaGemm))")" != true ]; then
     echo "wgmma GEMM: unavailable on this GPU/build (its tests skipped; the default run was mma.sync only)"
   fi
-  for alt in DL_GEMM_WGMMA=0 DL_GEMM_REDUCE=fused; do
+  for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel; do
     if env $alt node node_modules/vitest/vitest.mjs run gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-$alt.log" 2>&1; then
       echo "$alt: GEMM, model and determinism tests pass"
     else
@@ -129,8 +128,8 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
   echo "device-to-device copy: ${copy:-?} GB/s" | tee "$out/copy.txt"
   node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json --profile ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench.txt" 2> "$out/gpu-bench.err" || { status=1; tail -20 "$out/gpu-bench.err"; }
   sed -n '/^# Single stream/,$p' "$out/gpu-bench.txt"
-  if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with one launch-saving switch the other way at a time (same bits)
-    for alt in ${AB_KNOBS:-DL_GEMM_REDUCE=fused DL_GEMM_REDUCE=kernel DL_GEMM_BLOCKS=split DL_ROPE_KV=split DL_DECODE_MERGE=kernel}; do
+  if [ "${REDUCE_AB:-0}" = 1 ]; then  # the same with one speed switch the other way at a time (same bits)
+    for alt in ${AB_KNOBS:-DL_DECODE_MERGE=kernel DL_GEMM_WGMMA=0}; do
       env $alt node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --json ${copy:+--copy-gbs $copy} ${GPU_BENCH_ARGS:-} > "$out/gpu-bench-$alt.txt" 2>&1 || status=1
       echo "## the same, $alt"; sed -n '/^# Single stream/,$p' "$out/gpu-bench-$alt.txt"
     done

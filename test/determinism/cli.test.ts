@@ -74,7 +74,7 @@ describe("deliberate determinism", () => {
     expect(separate.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
 
     // The DL_* knobs choose CUDA kernels: on the CPU a knob set differently checks as usual.
-    const knobbed = await cli([...common, "--load", "1", "--check", golden], { ...process.env, DL_PREFILL_MMA: "0", DL_GEMM_REDUCE: "kernel" });
+    const knobbed = await cli([...common, "--load", "1", "--check", golden], { ...process.env, DL_PREFILL_MMA: "0", DL_DECODE_MERGE: "kernel" });
     expect(knobbed.code, knobbed.stderr).toBe(0);
     expect(knobbed.stderr).not.toMatch(/comparing across/);
     // Recorded under another kernel configuration: refused before the run, naming the setting and both values, unless

@@ -60,6 +60,11 @@ describe("hashes and golden files", () => {
     expect(() => checkGolden(gc, knob, params, [[1, 2]], "gc.json")).toThrow(
       /another device or kernel configuration: DL_PDL: recorded unset, now "1"; DL_PREFILL_MMA: recorded "0", now "1"; fixedGemmSplitK: recorded 1, now 2\. /,
     );
+    // A CUDA golden recorded while the retired speed switches existed lists them; their absence now is no difference,
+    // another value still is.
+    const retired = parseGolden(JSON.stringify(makeGolden("m", { ...gpu, kernels: { ...gpu.kernels, DL_GEMM_REDUCE: "auto", DL_ROPE_KV: "fused" } }, params, [[1, 2]])), "r.json");
+    expect(checkGolden(retired, gpu, params, [[1, 2]], "r.json")).toEqual([]);
+    expect(() => checkGolden(retired, { ...gpu, kernels: { ...gpu.kernels, DL_GEMM_REDUCE: "kernel" } }, params, [[1, 2]], "r.json")).toThrow(/DL_GEMM_REDUCE: recorded "auto", now "kernel"/);
     const { DL_PREFILL_MMA: _, ...noKnobs } = prov.kernels;
     expect(checkGolden(g, { ...prov, kernels: { ...noKnobs, DL_PDL: "1" } }, params, [[1, 2]], "g.json")).toEqual([]);
     expect(() => checkGolden(g, { ...prov, kernels: { ...noKnobs, fixedGemmSplitK: 2 } }, params, [[1, 2]], "g.json")).toThrow(/fixedGemmSplitK: recorded 1, now 2/);
@@ -96,9 +101,9 @@ describe("hashes and golden files", () => {
     expect(describeDevice("cpu", report)).toBe("cpu avx2");
     expect(describeDevice("cuda", report)).toBe("cuda H100 (sm 9.0)");
     // The knobs in effect as the addon reports them (defaults included); from an addon without the report, the DL_* env.
-    const env = { DL_PAD_DECODE: "0", PATH: "/bin", DL_GEMM_REDUCE: "kernel" };
-    expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "0", DL_GEMM_REDUCE: "fused" } }, env)).toEqual({ DL_GEMM_REDUCE: "fused", DL_PREFILL_MMA: "0" });
-    expect(kernelKnobs({}, env)).toEqual({ DL_GEMM_REDUCE: "kernel", DL_PAD_DECODE: "0" });
+    const env = { DL_PAD_DECODE: "0", PATH: "/bin", DL_DECODE_MERGE: "kernel" };
+    expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "0", DL_DECODE_MERGE: "fused" } }, env)).toEqual({ DL_DECODE_MERGE: "fused", DL_PREFILL_MMA: "0" });
+    expect(kernelKnobs({}, env)).toEqual({ DL_DECODE_MERGE: "kernel", DL_PAD_DECODE: "0" });
     expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "1" } }, env, "cuda")).toEqual({ DL_PREFILL_MMA: "1" });
     expect(kernelKnobs({ knobs: { DL_PREFILL_MMA: "1" } }, env, "cpu")).toEqual({}); // CPU bits depend on no knob
   });

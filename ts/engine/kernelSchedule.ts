@@ -35,10 +35,14 @@ export const FIXED_SCHEDULE: Readonly<KernelSchedule> = Object.freeze({ gemmSpli
 const TARGET_PARALLELISM = 16;
 const MIN_KV_TOKENS_PER_SPLIT = 64;
 const MIN_ROWS_WITHOUT_SPLIT_K = 16;
-// CUDA: a GEMM's CTAs tile N only, so at up to 64 rows splitK 4 is what fills an H100's 132 SMs (measured on a
-// Qwen2.5-1.5B-shaped model, bench/RESULTS-gpu.md: batch 64 decode step 12.0 ms at splitK 1, 8.3 at 2, 7.1 at 4,
-// 7.3 at 8; batch 1: 5.8 / 4.7 / 4.1 / 4.0).
-const CUDA_MAX_ROWS_SPLIT_K_4 = 64;
+// CUDA: a GEMM's CTAs tile N only, so at up to 64 rows splitting K is what fills an H100's 132 SMs; the GEMMs whose
+// grid fills them unsplit (gate|up, the LM head) run unsplit anyway (cuda/gemm.cu fastGemmSplitK). Splits 8 since
+// stop 38's H100 run (bench/RESULTS-gpu.md, Qwen2.5-1.5B shape, ms per decode step at splitK 1 / 2 / 4 / 8, second-
+// kernel split-K finish): batch 1 5.53 / 4.13 / 3.49 / 3.38, 16 rows 5.82 / 4.24 / 3.65 / 3.56, 64 rows 7.50 / 6.34 /
+// 6.12 / 5.76, and splitK 8 ahead of 4 at 64 rows in all six reruns of that call; 128 rows want 1 (7.39 / 7.94 /
+// 8.15 / 8.00).
+const CUDA_MAX_ROWS_SPLIT_K = 64;
+const CUDA_SPLIT_K = 8;
 
 export function chooseSchedule(mode: KernelMode, shape: BatchShape): KernelSchedule {
   switch (mode) {
@@ -55,7 +59,7 @@ function fastSchedule(shape: BatchShape): KernelSchedule {
   // Few GEMM rows: split K so the reduction itself is parallel work (a 1-row decode GEMM otherwise idles cores).
   const gemmSplitK =
     shape.device === "cuda"
-      ? shape.numTokens <= CUDA_MAX_ROWS_SPLIT_K_4 ? 4 : 1
+      ? shape.numTokens <= CUDA_MAX_ROWS_SPLIT_K ? CUDA_SPLIT_K : 1
       : shape.numTokens >= MIN_ROWS_WITHOUT_SPLIT_K ? 1 : shape.numTokens >= 4 ? 2 : 4;
   // Few decode rows and long contexts: split the KV so each sequence's attention spreads over several workers.
   const byOccupancy = Math.max(1, Math.floor(TARGET_PARALLELISM / Math.max(1, shape.numDecodeSeqs)));
