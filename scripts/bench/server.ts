@@ -5,10 +5,13 @@
 // HTTP/in-process ratios. Then 1,000 streaming requests of which about half disconnect at a random chunk: every
 // page must be free afterwards and every stream that stayed must end in [DONE] with no error.
 //   npm run bench:server -- [--model DIR | --preset smollm-135m] [--clients 1,8,32,128] [--tokens 128]
-//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--threads N] [--device cpu|cuda] [--json]
+//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--threads N] [--device cpu|cuda] [--lengths fixed|mixed] [--json]
 // Workload: chat prompts of arithmetic questions (the chat template rendered and tokenized per request on both
 // paths, as an embedding user would) on the bundled tiny reasoner (default) or another model, T = 1 with a seed per
-// request, top_p 1 and top_k 0 (explicit: the server otherwise applies the model's generation_config.json, as vLLM
+// request (--lengths mixed, the default: request i generates between half and one and a half times --tokens, the
+// same lengths on both paths, as a served workload's answers vary (vLLM's benchmark_serving draws them from ShareGPT);
+// --lengths fixed: every request --tokens, so closed-loop clients finish together and resubmit in bursts, and a
+// burst's prefill, and how much of the burst reaches one step, sets TTFT), top_p 1 and top_k 0 (explicit: the server otherwise applies the model's generation_config.json, as vLLM
 // does, and a top_p of 0.9 there costs the CPU sampler more than the forward on SmolLM-135M) and ignore_eos, so every
 // request generates exactly --tokens tokens and both paths do identical work. The
 // tiny reasoner takes ~0.3 ms a step, so its rows show the HTTP layer's per-token cost at its most visible;
@@ -34,6 +37,7 @@ const { values } = parseArgs({
     "per-client": { type: "string", default: "4" },
     threads: { type: "string" },
     device: { type: "string", default: "cpu" },
+    lengths: { type: "string", default: "mixed" },
     json: { type: "boolean", default: false },
   },
 });
@@ -43,6 +47,11 @@ const REPEATS = parseRepeats(values.repeats);
 const DISCONNECTS = Number(values.disconnects);
 const PER_CLIENT = Number(values["per-client"]);
 const requestsAt = (c: number): number => Math.max(32, PER_CLIENT * c);
+if (values.lengths !== "fixed" && values.lengths !== "mixed") throw new Error(`--lengths must be fixed or mixed, got ${values.lengths}`);
+const MIXED = values.lengths === "mixed";
+/** max_tokens of requests base .. base + n - 1: all `tokens`, or (mixed) spread over [tokens / 2, 3 tokens / 2]. */
+const lengthsFor = (n: number, base: number, tokens: number): number[] =>
+  Array.from({ length: n }, (_, i) => (MIXED ? Math.max(1, Math.floor(tokens / 2) + (((base + i) * 37) % (tokens + 1))) : tokens));
 
 // --threads: the CPU backend's compute threads. On a 2-core box the HTTP path has two more busy threads (the
 // server's event loop, the clients' worker) than the in-process one; with 1 compute thread each path has a core
@@ -117,6 +126,7 @@ function pct(xs: number[], p: number): number {
 
 /** The in-process path: C closed-loop clients submitting and iterating deltas. */
 async function inProcess(c: number, n: number, base: number, maxTokens = TOKENS): Promise<Run> {
+  const lengths = lengthsFor(n, base, maxTokens);
   const ttft: number[] = [];
   const itl: number[] = [];
   let tokens = 0;
@@ -126,15 +136,17 @@ async function inProcess(c: number, n: number, base: number, maxTokens = TOKENS)
     for (let i = next++; i < n; i = next++) {
       const start = performance.now();
       const prompt = model.tokenizer.encodeChat([{ role: "user", content: question(base + i) }]);
-      const h = engine.submit({ prompt, maxTokens, temperature: 1, seed: base + i, ignoreEos: true });
+      const h = engine.submit({ prompt, maxTokens: lengths[i], temperature: 1, seed: base + i, ignoreEos: true });
       let last: number | null = null;
       for await (const d of h) {
         const now = performance.now();
-        if (d.tokens.length === 0) continue;
+        tokens += d.tokens.length;
+        // What the HTTP client times: deltas with text (a token without any, such as a reasoner's opening <think>,
+        // sends no SSE event, as in vLLM; counting it here made TTFT one step shorter on this path than on the other).
+        if (d.text.length === 0) continue;
         if (last === null) ttft.push(now - start);
         else itl.push(now - last);
         last = now;
-        tokens += d.tokens.length;
       }
     }
   };
@@ -181,14 +193,14 @@ function one(i, base, maxTokens) {
       max_tokens: maxTokens, temperature: 1, top_p: 1, top_k: 0, seed: base + i, ignore_eos: true, stream: true, stream_options: { include_usage: true } }));
   });
 }
-parentPort.on("message", ({ c, n, base, tokens: maxTokens }) => {
+parentPort.on("message", ({ c, n, base, lengths }) => {
   (async () => {
     const ttft = [], itl = [];
     let tokens = 0, errors = 0, next = 0;
     const t0 = performance.now();
     const client = async () => {
       for (let i = next++; i < n; i = next++) {
-        const r = await one(i, base, maxTokens);
+        const r = await one(i, base, lengths[i]);
         tokens += r.tokens; errors += r.errors;
         for (const x of r.ttft) ttft.push(x);
         for (const x of r.itl) itl.push(x);
@@ -214,7 +226,7 @@ function overHttp(c: number, n: number, base: number, tokens = TOKENS): Promise<
     };
     clients.once("message", done);
     clients.once("error", failed);
-    clients.postMessage({ c, n, base, tokens });
+    clients.postMessage({ c, n, base, lengths: lengthsFor(n, base, tokens) });
   });
 }
 
@@ -321,12 +333,12 @@ const summary = LEVELS.map((c) => {
     ttftP50AddedMs: median(h.ttftP50) - median(e.ttftP50),
   };
 });
-const out = { date: new Date().toISOString(), model: SERVED, threads: THREADS ?? loadAddon().listDevices().cpu.threads, tokens: TOKENS, repeats: REPEATS, rows, summary, storm };
-const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS}`}`;
+const out = { date: new Date().toISOString(), model: SERVED, threads: THREADS ?? loadAddon().listDevices().cpu.threads, tokens: TOKENS, lengths: values.lengths, repeats: REPEATS, rows, summary, storm };
+const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS}`}${MIXED ? "" : "-fixed"}`;
 if (values.json) writeFileSync(`${stem}.json`, `${JSON.stringify(out, null, 1)}\n`);
 const f = (x: number[], d = 1): string => `${median(x).toFixed(d)} (${Math.min(...x).toFixed(d)}–${Math.max(...x).toFixed(d)})`;
 const lines = [
-  `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, device ${values.device}, ${TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
+  `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, device ${values.device}, ${MIXED ? `${Math.floor(TOKENS / 2)}-${Math.floor(TOKENS / 2) + TOKENS} (mixed)` : TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
   "",
   "| clients | path | tokens/s | TTFT P50 ms | TTFT P99 ms | ITL P50 ms | ITL P99 ms | stream errors | process CPU us/token | event loop busy | machine busy cores |",
   "|---|---|---|---|---|---|---|---|---|---|---|",
