@@ -51,6 +51,11 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
     return true;
   });
   p.read("DL_DECODE_MERGE", "kernel (or fused, the default)", [&](const std::string& v) { return v == "kernel" ? (k.decodeMergeFused = false, true) : v == "fused"; });
+  // Retired A/B switches (stop 38 timed each on an H100 and removed the slower launches): reported, never silent.
+  for (const char* retired : {"DL_GEMM_REDUCE", "DL_GEMM_BLOCKS", "DL_ROPE_KV"}) {
+    const char* v = lookup(retired);
+    if (v != nullptr && *v != '\0') k.invalid.push_back(std::string(retired) + "=" + v + ": retired, no effect (bench/CUDA_NOTES.md, Knobs)");
+  }
   p.read("DL_PREFILL_MMA", "0 or 1", [&](const std::string& v) { return flag(v, k.prefillMma); });
   p.read("DL_PDL", "0 or 1", [&](const std::string& v) { return flag(v, k.pdl); });
   p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return triState(v, k.gemmWgmma); });

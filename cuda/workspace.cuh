@@ -12,7 +12,7 @@ struct Workspace {
   void* data;
 };
 Workspace workspace(size_t bytes);
-// Arrival counters for kernels whose last CTA finishes a split reduction (GEMM split-K, split-KV decode): at least n
+// Arrival counters for kernels whose last CTA finishes a split reduction (split-KV decode): at least n
 // ints, zero on entry, and every user leaves the ones it used at zero. Grow-only; call it while holding a Workspace
 // (its lock orders the growth with the other users).
 int* splitCounters(size_t n);

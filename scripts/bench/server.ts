@@ -11,10 +11,10 @@
 // request (--lengths mixed, the default: request i generates between half and one and a half times --tokens, the
 // same lengths on both paths, as a served workload's answers vary (vLLM's benchmark_serving draws them from ShareGPT);
 // --lengths fixed: every request --tokens, so closed-loop clients finish together and resubmit in bursts, and a
-// burst's prefill, and how much of the burst reaches one step, sets TTFT), top_p 1 and top_k 0 (explicit: the server otherwise applies the model's generation_config.json, as vLLM
-// does, and a top_p of 0.9 there costs the CPU sampler more than the forward on SmolLM-135M) and ignore_eos, so every
-// request generates exactly --tokens tokens and both paths do identical work. The
-// tiny reasoner takes ~0.3 ms a step, so its rows show the HTTP layer's per-token cost at its most visible;
+// burst's prefill, and how much of the burst reaches one step, sets TTFT), top_p 1 and top_k 0 (explicit: the server
+// otherwise applies the model's generation_config.json, as vLLM does, and a top_p of 0.9 there costs the CPU sampler
+// more than the forward on SmolLM-135M) and ignore_eos, so request i generates exactly its length on either path and
+// both paths do identical work (the same question, seed and length for request i). The tiny reasoner takes ~0.3 ms a step, so its rows show the HTTP layer's per-token cost at its most visible;
 // --preset smollm-135m (a generated SmolLM-135M-shaped checkpoint) shows it beside a step of realistic cost.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
@@ -49,9 +49,10 @@ const PER_CLIENT = Number(values["per-client"]);
 const requestsAt = (c: number): number => Math.max(32, PER_CLIENT * c);
 if (values.lengths !== "fixed" && values.lengths !== "mixed") throw new Error(`--lengths must be fixed or mixed, got ${values.lengths}`);
 const MIXED = values.lengths === "mixed";
-/** max_tokens of requests base .. base + n - 1: all `tokens`, or (mixed) spread over [tokens / 2, 3 tokens / 2]. */
+/** max_tokens of requests base .. base + n - 1: all `tokens`, or (mixed) spread over [tokens / 2, 3 tokens / 2] by a
+ *  multiplicative hash (2654435761 is prime, so every residue mod tokens + 1 occurs whatever --tokens is). */
 const lengthsFor = (n: number, base: number, tokens: number): number[] =>
-  Array.from({ length: n }, (_, i) => (MIXED ? Math.max(1, Math.floor(tokens / 2) + (((base + i) * 37) % (tokens + 1))) : tokens));
+  Array.from({ length: n }, (_, i) => (MIXED ? Math.max(1, Math.floor(tokens / 2) + (((base + i) * 2654435761) % (tokens + 1))) : tokens));
 
 // --threads: the CPU backend's compute threads. On a 2-core box the HTTP path has two more busy threads (the
 // server's event loop, the clients' worker) than the in-process one; with 1 compute thread each path has a core
@@ -72,7 +73,12 @@ const server = await createServer({ target: { engine, model, modelDir } });
 const url = await server.listen({ port: 0 });
 await new Promise((r) => setTimeout(r, 200));
 
-const question = (i: number): string => `What is ${(i % 89) + 11}*${(i % 7) + 3}-${(i * 37) % 101}?`;
+// Request i asks question(i mod QUESTIONS) on both paths (the HTTP clients get the list once).
+const QUESTIONS = 4096;
+const question = (i: number): string => {
+  const k = i % QUESTIONS;
+  return `What is ${(k % 89) + 11}*${(k % 7) + 3}-${(k * 37) % 101}?`;
+};
 
 interface Run {
   tokens: number;
@@ -212,7 +218,7 @@ parentPort.on("message", ({ c, n, base, lengths }) => {
 });
 `;
 
-const clients = new Worker(CLIENT, { eval: true, workerData: { url, questions: Array.from({ length: 4096 }, (_, i) => question(i)), model: SERVED } });
+const clients = new Worker(CLIENT, { eval: true, workerData: { url, questions: Array.from({ length: QUESTIONS }, (_, i) => question(i)), model: SERVED } });
 function overHttp(c: number, n: number, base: number, tokens = TOKENS): Promise<Run> {
   return new Promise((resolve, reject) => {
     const done = (m: Run & { error?: string }): void => {

@@ -68,9 +68,15 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   if [ "$(node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.wgmmaGemm))")" != true ]; then
     echo "wgmma GEMM: unavailable on this GPU/build (its tests skipped; the default run was mma.sync only)"
   fi
+  # Each switch with the tests of what it changes (the merge runs only where decode splits the KV: the attention
+  # kernel tests and the padded / graph-replayed steps).
   for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel; do
-    if env $alt node node_modules/vitest/vitest.mjs run gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-$alt.log" 2>&1; then
-      echo "$alt: GEMM, model and determinism tests pass"
+    case $alt in
+      DL_GEMM_WGMMA=0) files="gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda"; what="GEMM, model and determinism" ;;
+      *) files="attention.cuda.test padDecode.cuda forward.cuda.test deterministic.cuda"; what="attention, padded-step, model and determinism" ;;
+    esac
+    if env $alt node node_modules/vitest/vitest.mjs run $files > "$out/tests-$alt.log" 2>&1; then
+      echo "$alt: $what tests pass"
     else
       status=1; echo "$alt: some tests FAIL (tests-$alt.log)"; grep -E "×|✗|FAIL" "$out/tests-$alt.log" | head -20
     fi

@@ -6,7 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # (A second script in the same call finds /tmp/node already there, maybe still running: rewriting it fails with
 # "Text file busy", as the 2026-11-27 lease's second check.sh did; only the PATH is missing then.)
 if ! command -v node >/dev/null; then
-  [ -x /tmp/node ] || { xz -dc .device/node.xz > /tmp/node.part && chmod +x /tmp/node.part && mv /tmp/node.part /tmp/node; }
+  [ -x /tmp/node ] || { xz -dc .device/node.xz > /tmp/node.$$ && chmod +x /tmp/node.$$ && mv /tmp/node.$$ /tmp/node; }
   export PATH=/tmp:$PATH
 fi
 [ -d node_modules/vitest ] || tar -xJf .device/node_modules.tar.xz

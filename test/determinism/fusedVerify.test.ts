@@ -63,7 +63,7 @@ describe("decode-verify-rollback: where the verify rows run", () => {
   });
 
   it("fused: where the rows would cost a second pass over the weights (split-K fast steps), they go as a group", async () => {
-    // A CUDA-like model: fast steps of <= 64 tokens run splitK 4, so verify rows (splitK 1) cannot share their GEMMs.
+    // A CUDA-like model: fast steps of <= 64 tokens split K (8 on CUDA), so verify rows (splitK 1) cannot share their GEMMs.
     const model = Object.assign(new PagedToyModel(256, 4), { device: "cuda" as const });
     await using engine = new Engine({ models: { model, tokenizer: toyCodec }, verifyWindow: 32, verifyGroup: 4 });
     const plain = engine.submit({ prompt: randomPrompt(50, 6), maxTokens: 150, ignoreEos: true });
