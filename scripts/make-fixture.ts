@@ -60,6 +60,12 @@ export const PRESETS: Record<string, Omit<FixtureOptions, "out">> = {
     arch: "qwen2", dtype: "bf16", layers: 28, hidden: 1536, heads: 12, kvHeads: 2, intermediate: 8960, vocab: 151936,
     maxPositions: 32768, ropeTheta: 1_000_000, tieEmbeddings: true, rmsNormEps: 1e-6,
   },
+  // The shape of FlashTTS's 7B models (Qwen2.5-Math-7B; its verifier-heavy pair is a 1.5B generator with a 7B PRM):
+  // 13.1 GB of bf16 layer weights at the bundled tokenizer's vocabulary (bench:tts --prm-scale), 15.2 GB at its own.
+  "qwen2.5-7b": {
+    arch: "qwen2", dtype: "bf16", layers: 28, hidden: 3584, heads: 28, kvHeads: 4, intermediate: 18944, vocab: 152064,
+    maxPositions: 32768, ropeTheta: 1_000_000, tieEmbeddings: false, rmsNormEps: 1e-6,
+  },
 };
 
 export interface Fixture {

@@ -2,7 +2,7 @@
 //   npm run bench:tts -- [--json] [--n-list 8,16,32,64] [--problems 12] [--beam-width 4] [--repeats 3]
 //     [--configs baseline,P,PM,PMS] [--kv-budget 16] [--ratios 0.5,0.85] [--kv-budgets 8,32] [--max-tokens 200]
 //     [--device cpu] [--model DIR] [--prm DIR] [--out bench] [--compare 100 [--methods "SC,beam + PRM"]]
-//     [--preemption recompute|swap] [--scale qwen2.5-1.5b]
+//     [--preemption recompute|swap] [--scale qwen2.5-1.5b [--prm-scale qwen2.5-7b]]
 // One question at a time (batch size 1, the paper's interactive edge setting), the same questions and seeds for
 // every configuration, configurations interleaved within each repeat (so drift hits all alike):
 //   baseline: every FlashTTS switch off (continuations are new requests in random order, no speculation), the KV
@@ -22,7 +22,10 @@
 // --scale PRESET: the generator and the PRM at a preset's layer shapes (make-fixture PRESETS) with random weights and
 // the bundled models' tokenizer (scripts/make-fixture.ts scaleModel; written once to the temp dir): the search's
 // speed where a step costs what a 1.5B model's does (on a GPU; accuracy is meaningless with random weights, and the
-// KV budget must grow with the model: --kv-budget in MiB).
+// KV budget must grow with the model: --kv-budget in MiB). --prm-scale PRESET: the PRM at another preset's shapes
+// (default --scale's): e.g. qwen2.5-1.5b with qwen2.5-7b is the paper's verifier-heavy 1.5B + 7B pair (13 GB of
+// random PRM weights written on first use; a GPU with room for both).
+
 // Writes bench/tts.{md,json}.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -68,6 +71,7 @@ const { values } = parseArgs({
     methods: { type: "string" },
     preemption: { type: "string", default: "recompute" },
     scale: { type: "string" },
+    "prm-scale": { type: "string" },
   },
 });
 const list = (s: string) => s.split(",").filter((x) => x.trim() !== "").map(Number);
@@ -111,13 +115,19 @@ interface Run {
 const problems = arithTask.problems({ split: "test", n: Number(values.problems), seed: Number(values.seed) });
 let genDir = values.model ?? bundledModelDir;
 let prmDir = values.prm ?? bundledPrmDir;
-if (values.scale !== undefined) {
-  const preset = PRESETS[values.scale];
-  if (!preset) throw new Error(`--scale ${values.scale}: expected one of ${Object.keys(PRESETS).join(", ")}`);
-  const base = join(tmpdir(), "deliberate-bench", `tts-scaled-${values.scale}`);
-  log(`--scale ${values.scale}: random-weight generator and PRM in ${base}-{gen,prm} (written once) ...`);
-  genDir = await scaleModel(genDir, `${base}-gen`, preset, 1);
-  prmDir = await scaleModel(prmDir, `${base}-prm`, preset, 2);
+if (values["prm-scale"] !== undefined && values.scale === undefined) throw new Error("--prm-scale needs --scale (the generator's preset)");
+const scaled = values.scale === undefined ? null : { gen: values.scale, prm: values["prm-scale"] ?? values.scale };
+if (scaled !== null) {
+  const presetOf = (name: string, flag: string) => {
+    const preset = PRESETS[name];
+    if (!preset) throw new Error(`${flag} ${name}: expected one of ${Object.keys(PRESETS).join(", ")}`);
+    return preset;
+  };
+  const [genPreset, prmPreset] = [presetOf(scaled.gen, "--scale"), presetOf(scaled.prm, "--prm-scale")];
+  const base = join(tmpdir(), "deliberate-bench", "tts-scaled");
+  log(`--scale ${scaled.gen}${scaled.prm === scaled.gen ? "" : ` --prm-scale ${scaled.prm}`}: random-weight generator and PRM in ${base}-{${scaled.gen}-gen,${scaled.prm}-prm} (written once) ...`);
+  genDir = await scaleModel(genDir, `${base}-${scaled.gen}-gen`, genPreset, 1);
+  prmDir = await scaleModel(prmDir, `${base}-${scaled.prm}-prm`, prmPreset, 2);
 }
 const prmConfig = readPrmConfig(prmDir);
 if (prmConfig === null) throw new Error(`${prmDir} has no prm.json`);
@@ -362,7 +372,7 @@ async function main(): Promise<void> {
   const head = [
     `# bench:tts — FlashTTS beam search with the tiny PRM`,
     "",
-    ...(values.scale === undefined ? [] : [`Models scaled to ${values.scale}'s layer shapes with random weights (--scale): speed only; accuracy is meaningless.`, ""]),
+    ...(scaled === null ? [] : [`Models scaled to layer shapes with random weights (--scale: generator ${scaled.gen}, PRM ${scaled.prm}): speed only; accuracy is meaningless.`, ""]),
     `${started.toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadavg()[0].toFixed(2)} at start.`,
     `Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ${problems.length} test-split questions one at a time, beam width ${M}, ` +
       `max ${maxTokens} tokens a solution, T = 1, ${repeats} repeats (median, min–max), configurations interleaved; KV budget ${budget} MiB for both pools.`,
