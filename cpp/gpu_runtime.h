@@ -38,6 +38,24 @@ struct PdlScope {
   PdlScope(const PdlScope&) = delete;
   PdlScope& operator=(const PdlScope&) = delete;
 };
+// Two launches of a step that may overlap (cuda/runtime.cu): constructed with on = true it forks a side stream off this
+// thread's current stream (the side waits for everything enqueued so far); run(fn) enqueues fn's launches on the side
+// (on the current stream when off); the destructor joins (the current stream waits for the side's work). Works
+// eagerly and inside a graph capture (the side joins the capture through the fork). Never throws from the destructor.
+// prepare() creates this thread's side stream and events; call it outside any capture before the first use.
+class SideStream {
+ public:
+  static void prepare();
+  explicit SideStream(bool on);
+  ~SideStream();
+  void run(const std::function<void()>& fn);
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+ private:
+  bool on_;
+  void* main_ = nullptr;  // the stream forked from (a cudaStream_t), joined back in the destructor
+};
 // Timing events on the backend stream (StepProfile): record one, milliseconds between two recorded ones (after a
 // synchronize), destroy.
 void* eventRecord();

@@ -36,6 +36,12 @@ void copyDeviceToHostAsync(void*, const void*, size_t) { unavailable(); }
 bool pdlEnabled() { return false; }
 PdlScope::PdlScope() {}
 PdlScope::~PdlScope() {}
+void SideStream::prepare() { unavailable(); }
+SideStream::SideStream(bool on) : on_(on) {
+  if (on_) unavailable();
+}
+SideStream::~SideStream() {}
+void SideStream::run(const std::function<void()>& fn) { fn(); }
 struct StepGraphs::Impl {};
 StepGraphs::StepGraphs() : impl_(nullptr) {}
 StepGraphs::~StepGraphs() = default;

@@ -56,6 +56,7 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
     const char* v = lookup(retired);
     if (v != nullptr && *v != '\0') k.invalid.push_back(std::string(retired) + "=" + v + ": retired, no effect (bench/CUDA_NOTES.md, Knobs)");
   }
+  p.read("DL_ATTN_OVERLAP", "0 or 1", [&](const std::string& v) { return flag(v, k.attnOverlap); });
   p.read("DL_PREFILL_MMA", "0 or 1", [&](const std::string& v) { return flag(v, k.prefillMma); });
   p.read("DL_PDL", "0 or 1", [&](const std::string& v) { return flag(v, k.pdl); });
   p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return triState(v, k.gemmWgmma); });
@@ -83,6 +84,7 @@ std::vector<std::pair<std::string, std::string>> knobReport() {
       {"DL_CUDA_GRAPHS", b(k.cudaGraphs)},
       {"DL_DECODE_PIPE", pipes[int(k.decodePipe)]},
       {"DL_DECODE_MERGE", k.decodeMergeFused ? "fused" : "kernel"},
+      {"DL_ATTN_OVERLAP", b(k.attnOverlap)},
       {"DL_PREFILL_MMA", b(k.prefillMma)},
       {"DL_PDL", b(k.pdl)},
       {"DL_GEMM_WGMMA", triStateReport(k.gemmWgmma)},

@@ -21,6 +21,9 @@ struct Knobs {
   bool decodeMergeFused = true;
   // (DL_GEMM_REDUCE, DL_GEMM_BLOCKS and DL_ROPE_KV, the A/B switches of stop 15's launch cuts, are gone since the
   // H100 run of stop 38 timed each alone: bench/RESULTS-gpu.md.)
+  // DL_ATTN_OVERLAP=0: a step's prefill / verify attention launch after its decode launch on one stream (default: the
+  // two overlap, the prefill one on a side stream, where both run; model_forward.cc attentionBlock). The same bits.
+  bool attnOverlap = true;
   // DL_PREFILL_MMA: tensor-core prefill / verify attention where it applies (bf16, head dim 64 / 128; default since
   // its H100 run of 2026-11-27); 0: the SIMT kernel everywhere. The two kernels' bits differ.
   bool prefillMma = true;

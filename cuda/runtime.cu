@@ -64,11 +64,67 @@ void require() {
 // A thread capturing a CUDA graph (cuda/step_graph.cu) redirects its own launches to its capture stream; every
 // other thread keeps enqueuing on the backend stream, so nobody else's work lands in the graph.
 thread_local cudaStream_t captureStream = nullptr;
+// While a SideStream runs its launches, this thread's stream(): see SideStream below.
+thread_local cudaStream_t sideOverride = nullptr;
 
 cudaStream_t stream() {
+  if (sideOverride) return sideOverride;
   if (captureStream) return captureStream;
   require();
   return theStream;
+}
+
+// One side stream and its fork / join events per thread that runs steps (forwards of different models may run on
+// different threads at once); created on first use, kept for the thread's life.
+namespace {
+struct Side {
+  cudaStream_t s = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+thread_local Side side;
+}  // namespace
+
+void SideStream::prepare() {
+  if (side.s) return;
+  require();
+  Side made;  // all three or none
+  cudaError_t e = cudaStreamCreateWithFlags(&made.s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&made.fork, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&made.join, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    if (made.join) (void)cudaEventDestroy(made.join);
+    if (made.fork) (void)cudaEventDestroy(made.fork);
+    if (made.s) (void)cudaStreamDestroy(made.s);
+  }
+  CUDA_CHECK(e);
+  side = made;
+}
+
+SideStream::SideStream(bool on) : on_(on) {
+  if (!on_) return;
+  cudaStream_t main = stream();
+  prepare();  // a no-op after the forward's own call, made before any capture
+  CUDA_CHECK(cudaEventRecord(side.fork, main));
+  CUDA_CHECK(cudaStreamWaitEvent(side.s, side.fork, 0));
+  main_ = main;
+}
+
+void SideStream::run(const std::function<void()>& fn) {
+  if (!main_) return fn();
+  struct Restore {
+    ~Restore() { sideOverride = nullptr; }
+  } restore;
+  sideOverride = side.s;
+  fn();
+}
+
+SideStream::~SideStream() {
+  if (!main_) return;
+  // A failure here (an invalidated capture, say) is left to the step's end: the capture reports it, or the next
+  // synchronize does.
+  if (cudaEventRecord(side.join, side.s) != cudaSuccess ||
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(main_), side.join, 0) != cudaSuccess)
+    (void)cudaGetLastError();
 }
 
 void setCaptureStream(cudaStream_t s) { captureStream = s; }

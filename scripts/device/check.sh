@@ -49,9 +49,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   if [ $status -ne 0 ]; then
     # Triage: the same tests with stop 15's (written without a GPU) launch cuts switched back to the earlier launches.
     # Passing here points at one of them; bisect with one variable at a time (bench/CUDA_NOTES.md, Knobs).
-    if DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 \
+    if DL_ATTN_OVERLAP=0 DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 \
       node node_modules/vitest/vitest.mjs run cuda.test > "$out/tests-fallbacks.log" 2>&1; then
-      echo "TRIAGE: the CUDA tests pass with DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 (bisect one at a time)"
+      echo "TRIAGE: the CUDA tests pass with DL_ATTN_OVERLAP=0 DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 (bisect one at a time)"
     else
       echo "TRIAGE: the CUDA tests fail with the fallbacks too:"; grep -E "×|✗|FAIL" "$out/tests-fallbacks.log" | head -10
     fi
@@ -70,9 +70,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   fi
   # Each switch with the tests of what it changes (the merge runs only where decode splits the KV: the attention
   # kernel tests and the padded / graph-replayed steps).
-  for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel; do
+  # DL_ATTN_OVERLAP=0 puts a step's prefill / verify attention back on the one stream (the default overlaps it with
+  # the decode launch on a side stream: stop 38, first run on a GPU then): the mixed steps are the fixed-schedule
+  # and determinism tests'.
+  for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel DL_ATTN_OVERLAP=0; do
     case $alt in
       DL_GEMM_WGMMA=0) files="gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda"; what="GEMM, model and determinism" ;;
+      DL_ATTN_OVERLAP=0) files="forward.cuda.test fixedSchedule.cuda deterministic.cuda swap.cuda"; what="model and determinism" ;;
       *) files="attention.cuda.test padDecode.cuda forward.cuda.test deterministic.cuda"; what="attention, padded-step, model and determinism" ;;
     esac
     if env $alt node node_modules/vitest/vitest.mjs run $files > "$out/tests-$alt.log" 2>&1; then
@@ -148,9 +152,11 @@ ts.sort(); print(round(2 * a.numel() * 2 / (ts[len(ts) // 2] / 1e3) / 1e9))' 2>"
     echo "## engine throughput, DL_PDL=1"; tail -8 "$out/throughput-pdl.txt"
   fi
   if [ "${FIXED_AB:-0}" = 1 ]; then  # steps with a share of fixed-schedule rows (exact decodes, verify rows), SmolLM shape
-    for share in 0 0.1 1; do
-      node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --preset smollm-135m --prompt-tokens 512 --decode-tokens 16 \
-        --batches 32,256 --split-ks 1,4 --fixed-share $share --profile > "$out/gpu-fixed-$share.txt" 2>&1 || status=1
+    # The 10% row again with the prefill attention launch on the main stream (DL_ATTN_OVERLAP=0): the step times
+    # (graph-replayed, not the profile, which never overlaps) show what the side stream hides.
+    for share in 0 0.1 0.1-serial 1; do
+      env $([ $share = 0.1-serial ] && echo DL_ATTN_OVERLAP=0) node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --preset smollm-135m --prompt-tokens 512 --decode-tokens 16 \
+        --batches 32,256 --split-ks 1,4 --fixed-share ${share%-serial} --profile > "$out/gpu-fixed-$share.txt" 2>&1 || status=1
       echo "## fixed-schedule share $share"; sed -n '/^# Batched/,$p' "$out/gpu-fixed-$share.txt" | grep -E "^#|^\| (32|256) |^batch|attention|gemm.gateUp|no op"
     done
   fi

@@ -24,8 +24,8 @@ describe("native knobs", () => {
   });
 
   it("defaults to what the H100 run of 2026-11-27 measured best, each default switchable back", () => {
-    const d = devicesWith({ DL_DECODE_MERGE: "", DL_GEMM_WGMMA: "", DL_PREFILL_MMA: "", DL_PDL: "" });
-    expect(d.knobs).toMatchObject({ DL_DECODE_MERGE: "fused", DL_GEMM_WGMMA: "default", DL_PREFILL_MMA: "1", DL_PDL: "0" });
+    const d = devicesWith({ DL_DECODE_MERGE: "", DL_GEMM_WGMMA: "", DL_PREFILL_MMA: "", DL_PDL: "", DL_ATTN_OVERLAP: "" });
+    expect(d.knobs).toMatchObject({ DL_ATTN_OVERLAP: "1", DL_DECODE_MERGE: "fused", DL_GEMM_WGMMA: "default", DL_PREFILL_MMA: "1", DL_PDL: "0" });
     const back = devicesWith({ DL_DECODE_MERGE: "kernel", DL_GEMM_WGMMA: "0", DL_PREFILL_MMA: "0" });
     expect(back.knobs).toMatchObject({ DL_DECODE_MERGE: "kernel", DL_GEMM_WGMMA: "0", DL_PREFILL_MMA: "0" });
     expect(back.invalidKnobs).toEqual([]);
@@ -38,8 +38,8 @@ describe("native knobs", () => {
   });
 
   it("reads the environment once at load, typed, and reports values it did not understand", () => {
-    const d = devicesWith({ DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_DECODE_MERGE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "yes" });
-    expect(d.knobs).toMatchObject({ DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_DECODE_MERGE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "0" });
+    const d = devicesWith({ DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_DECODE_MERGE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "yes", DL_ATTN_OVERLAP: "0" });
+    expect(d.knobs).toMatchObject({ DL_ATTN_OVERLAP: "0", DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_DECODE_MERGE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "0" });
     expect(d.invalidKnobs).toEqual(["DL_PDL=yes: expected 0 or 1"]);
     const bad = devicesWith({ DL_GEMM_TILE: "12", DL_DECODE_PIPE: "16x2" });
     expect(bad.knobs).toMatchObject({ DL_GEMM_TILE: "-1", DL_DECODE_PIPE: "32x4" });
