@@ -88,7 +88,11 @@ void SideStream::prepare() {
   if (side.s) return;
   require();
   Side made;  // all three or none
-  cudaError_t e = cudaStreamCreateWithFlags(&made.s, cudaStreamNonBlocking);
+  // The highest priority: the prefill launch's few CTAs each walk their keys alone, so they should start before the
+  // decode launch's many fill the SMs.
+  int least = 0, greatest = 0;
+  cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&made.s, cudaStreamNonBlocking, greatest);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&made.fork, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&made.join, cudaEventDisableTiming);
   if (e != cudaSuccess) {
@@ -128,6 +132,19 @@ SideStream::~SideStream() {
 }
 
 void setCaptureStream(cudaStream_t s) { captureStream = s; }
+
+// After a graph capture ended (cuda/step_graph.cu): if it ended badly with the side stream still part of it, the side
+// stream is dropped (the next prepare() makes a new one) rather than left capturing.
+void discardSideIfCapturing() {
+  if (!side.s) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(side.s, &status) == cudaSuccess && status == cudaStreamCaptureStatusNone) return;
+  (void)cudaGetLastError();
+  (void)cudaEventDestroy(side.join);
+  (void)cudaEventDestroy(side.fork);
+  (void)cudaStreamDestroy(side.s);
+  side = Side{};
+}
 
 bool compiled() { return true; }
 

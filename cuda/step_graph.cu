@@ -8,6 +8,7 @@
 // (the split workspace included). A graph is only replayed while the workspace and split-counter buffers it baked in
 // are current, and it is launched under the workspace lock: another thread (a second model's forward) growing the
 // buffers frees the old ones, which must not happen between checking them and the launch.
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include "check.cuh"
@@ -19,6 +20,7 @@ namespace dl::gpu {
 // they are): runtime.cu redirects this thread's stream() while it captures; workspace.cu's current buffer, which
 // changes when it grows, so a graph that baked in an older one must not be replayed.
 void setCaptureStream(cudaStream_t s);
+void discardSideIfCapturing();  // runtime.cu
 std::unique_lock<std::mutex> currentBuffers(const void*& work, const void*& count);
 
 struct StepGraphs::Impl {
@@ -79,8 +81,18 @@ bool StepGraphs::run(std::vector<int64_t> key, const std::function<void()>& enqu
   if (ok && end == cudaSuccess && graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) e.exec = exec;
   if (graph) (void)cudaGraphDestroy(graph);
   (void)cudaGetLastError();  // clear the error an invalidated capture leaves behind
+  discardSideIfCapturing();   // a capture that ended badly must not leave the attention side stream capturing
   if (!e.exec) {
     e.eagerOnly = true;
+    // Once per process: a step that cannot be captured runs eagerly every time (slower, same bits), and nothing
+    // else would show it (the CUDA tests pass either way).
+    // (An op that threw during the capture throws again in the caller's eager run: that error is the report.)
+    static bool warned = false;
+    if (ok && !warned) {
+      warned = true;
+      std::fprintf(stderr, "deliberate: a model step could not be captured into a CUDA graph (%s); steps of its shape run without graphs\n",
+                   end != cudaSuccess ? cudaGetErrorString(end) : "instantiation failed");
+    }
     return false;
   }
   // Launch only over the buffers the key names. If they grew during the capture (another thread's forward), the

@@ -65,6 +65,9 @@ describe("hashes and golden files", () => {
     const retired = parseGolden(JSON.stringify(makeGolden("m", { ...gpu, kernels: { ...gpu.kernels, DL_GEMM_REDUCE: "auto", DL_ROPE_KV: "fused" } }, params, [[1, 2]])), "r.json");
     expect(checkGolden(retired, gpu, params, [[1, 2]], "r.json")).toEqual([]);
     expect(() => checkGolden(retired, { ...gpu, kernels: { ...gpu.kernels, DL_GEMM_REDUCE: "kernel" } }, params, [[1, 2]], "r.json")).toThrow(/DL_GEMM_REDUCE: recorded "auto", now "kernel"/);
+    // A switch added since (DL_ATTN_OVERLAP) reads as its default in a golden that predates it.
+    expect(checkGolden(retired, { ...gpu, kernels: { ...gpu.kernels, DL_ATTN_OVERLAP: "1" } }, params, [[1, 2]], "r.json")).toEqual([]);
+    expect(() => checkGolden(retired, { ...gpu, kernels: { ...gpu.kernels, DL_ATTN_OVERLAP: "0" } }, params, [[1, 2]], "r.json")).toThrow(/DL_ATTN_OVERLAP: recorded "1", now "0"/);
     const { DL_PREFILL_MMA: _, ...noKnobs } = prov.kernels;
     expect(checkGolden(g, { ...prov, kernels: { ...noKnobs, DL_PDL: "1" } }, params, [[1, 2]], "g.json")).toEqual([]);
     expect(() => checkGolden(g, { ...prov, kernels: { ...noKnobs, fixedGemmSplitK: 2 } }, params, [[1, 2]], "g.json")).toThrow(/fixedGemmSplitK: recorded 1, now 2/);

@@ -65,6 +65,9 @@ export interface ProvenanceMismatch {
 /** Speed switches the addon no longer has (removed after the H100 run of stop 38 timed them; they never changed bits):
  *  a golden recorded while they existed lists them, and their absence now is no difference. */
 const RETIRED_KNOBS: ReadonlySet<string> = new Set(["DL_GEMM_REDUCE", "DL_GEMM_BLOCKS", "DL_ROPE_KV"]);
+/** Speed switches added after goldens were recorded (no bits of their own), with their defaults: a golden without one
+ *  matches a run at its default. */
+const ADDED_KNOB_DEFAULTS: Readonly<Record<string, string>> = { DL_ATTN_OVERLAP: "1" };
 
 /** Which parts of two provenances differ, each named with both values. */
 export function compareProvenance(recorded: Provenance, current: Provenance): ProvenanceMismatch {
@@ -74,7 +77,7 @@ export function compareProvenance(recorded: Provenance, current: Provenance): Pr
   const knobs = knobsApply(recorded.device) || knobsApply(current.device);
   for (const k of keys) {
     if ((!knobs && k.startsWith("DL_")) || (RETIRED_KNOBS.has(k) && current.kernels[k] === undefined)) continue;
-    const a = recorded.kernels[k];
+    const a = recorded.kernels[k] ?? ADDED_KNOB_DEFAULTS[k];
     const b = current.kernels[k];
     if (a !== b) what.push(`${k}: recorded ${a === undefined ? "unset" : JSON.stringify(a)}, now ${b === undefined ? "unset" : JSON.stringify(b)}`);
   }
