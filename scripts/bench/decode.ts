@@ -166,7 +166,7 @@ const theirs = peerModel ? best(theirRuns) : null;
 
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
-  kvDtype: kvDtype ?? (device === "cuda" ? "bf16" : "f32"),
+  kvDtype: model.kv.dtype,
   device,
   threads,
   promptTokens,

@@ -158,6 +158,7 @@ describe("bf16 KV cache", () => {
     const f32 = await loadModel(dir, { device, kvPages: 32, pageSize: PAGE });
     try {
       expect(model.kv.bytesPerPage * 2).toBe(f32.kv.bytesPerPage);
+      expect([model.kv.dtype, f32.kv.dtype]).toEqual(["bf16", "f32"]); // the CPU default, as the model reports it
       const tokens = randomTokens(20, model.config.vocabSize, 5);
       const want = (await ReferenceModel.load(dir)).logits(tokens);
       const got = await runChunks(model, tokens, [17, 1, 1, 1], 0);

@@ -35,6 +35,8 @@ export interface KvInfo {
   numPages: number;
   pageSize: number;
   bytesPerPage: number;
+  /** The cache's element type (loadModel's kvDtype, or its default for the device). */
+  dtype: "f32" | "bf16" | "f16";
 }
 
 const DEFAULT_PAGE_SIZE = 16;
@@ -96,7 +98,7 @@ export class Model implements AsyncDisposable {
       await checkpoint.close();
     }
     const numPages = native.info.numPages;
-    return new Model(files.dir, config, tokenizer, generationDefaults, device, native, { numPages, pageSize, bytesPerPage }, contextLength, prefillChunkTokens);
+    return new Model(files.dir, config, tokenizer, generationDefaults, device, native, { numPages, pageSize, bytesPerPage, dtype: kvDtype }, contextLength, prefillChunkTokens);
   }
 
   get disposed(): boolean {

@@ -124,8 +124,7 @@ export function registerDeterminism(program: Command): void {
       if (golden && golden.outputs.length !== prompts.length) {
         throw new Error(`${opts.check} holds ${golden.outputs.length} outputs but ${opts.prompts} has ${prompts.length} prompts; use the prompts it was recorded with, or re-record`);
       }
-      const kvDtype = opts.device === "cuda" ? "bf16" : "f32"; // loadModel's defaults, pinned here so the golden records them
-      const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device, kvDtype });
+      const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device });
       let result;
       let provenance: Provenance;
       try {
@@ -140,7 +139,7 @@ export function registerDeterminism(program: Command): void {
             kernelMode: "fast",
             fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK,
             fixedKvSplits: FIXED_SCHEDULE.kvSplits,
-            kvDtype,
+            kvDtype: model.kv.dtype,
             pageSize: model.kv.pageSize,
             ...kernelKnobs(report, process.env, model.device),
           },
