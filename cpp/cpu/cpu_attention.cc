@@ -79,25 +79,40 @@ template <DType CT> inline void dot8(const float* q, const char* k, size_t kStri
   _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
-// acc[d] = acc[d] * c (skipped when c == 1: exact), then acc[d] += p[t] * v_t[d] (one fused multiply-add each) for
-// t = 0..n-1 in order. Chunks of 64 floats stay in registers across the page's tokens.
-template <DType CT> inline void accumulatePage(float* acc, float c, const float* p, const char* v, size_t vStride, int64_t n, int64_t D) {
+// NC chunks of 8 floats of acc from d on, in registers across the page's n tokens (accumulatePage's order).
+template <DType CT, int NC>
+inline void accumulateChunks(float* acc, float c, const float* p, const char* v, size_t vStride, int64_t n, int64_t d) {
   const __m256 cv = _mm256_set1_ps(c);
+  __m256 a[NC];
+#pragma GCC unroll 8
+  for (int j = 0; j < NC; j++) a[j] = c == 1.f ? _mm256_loadu_ps(acc + d + 8 * j) : _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * j), cv);
+  for (int64_t t = 0; t < n; t++) {
+    const __m256 pv = _mm256_set1_ps(p[t]);
+#pragma GCC unroll 8
+    for (int j = 0; j < NC; j++) a[j] = _mm256_fmadd_ps(pv, load8<CT>(v + t * vStride, d + 8 * j), a[j]);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NC; j++) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+}
+
+// acc[d] = acc[d] * c (skipped when c == 1: exact), then acc[d] += p[t] * v_t[d] (one fused multiply-add each) for
+// t = 0..n-1 in order. Chunks of 64 floats stay in registers across the page's tokens, and so do the 8-float chunks
+// of a remainder (D = 32: four chains side by side; one chunk after another, each chunk's chain of n dependent FMAs
+// was latency-bound: the tiny reasoner's 16-row decode attention spent most of its time there).
+template <DType CT> inline void accumulatePage(float* acc, float c, const float* p, const char* v, size_t vStride, int64_t n, int64_t D) {
   int64_t d = 0;
-  for (; d + 64 <= D; d += 64) {
-    __m256 a[8];
-    for (int j = 0; j < 8; j++) a[j] = c == 1.f ? _mm256_loadu_ps(acc + d + 8 * j) : _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * j), cv);
-    for (int64_t t = 0; t < n; t++) {
-      const __m256 pv = _mm256_set1_ps(p[t]);
-      for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(pv, load8<CT>(v + t * vStride, d + 8 * j), a[j]);
-    }
-    for (int j = 0; j < 8; j++) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+  for (; d + 64 <= D; d += 64) accumulateChunks<CT, 8>(acc, c, p, v, vStride, n, d);
+  switch ((D - d) / 8) {
+    case 1: accumulateChunks<CT, 1>(acc, c, p, v, vStride, n, d); break;
+    case 2: accumulateChunks<CT, 2>(acc, c, p, v, vStride, n, d); break;
+    case 3: accumulateChunks<CT, 3>(acc, c, p, v, vStride, n, d); break;
+    case 4: accumulateChunks<CT, 4>(acc, c, p, v, vStride, n, d); break;
+    case 5: accumulateChunks<CT, 5>(acc, c, p, v, vStride, n, d); break;
+    case 6: accumulateChunks<CT, 6>(acc, c, p, v, vStride, n, d); break;
+    case 7: accumulateChunks<CT, 7>(acc, c, p, v, vStride, n, d); break;
+    default: break;
   }
-  for (; d + 8 <= D; d += 8) {
-    __m256 a = c == 1.f ? _mm256_loadu_ps(acc + d) : _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv);
-    for (int64_t t = 0; t < n; t++) a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), load8<CT>(v + t * vStride, d), a);
-    _mm256_storeu_ps(acc + d, a);
-  }
+  d += (D - d) / 8 * 8;
   for (; d < D; d++) {
     float a = c == 1.f ? acc[d] : acc[d] * c;
     for (int64_t t = 0; t < n; t++) a = std::fma(p[t], load1<CT>(v + t * vStride, d), a);
