@@ -28,13 +28,17 @@ double num(const Napi::Object& o, const char* name, const std::string& where, do
   return v.As<Napi::Number>().DoubleValue();
 }
 
-int64_t integer(const Napi::Object& o, const char* name, const std::string& where, int64_t def, int64_t lo, int64_t hi,
-                bool required = false) {
-  double d = num(o, name, where, double(def), required);
+// The one range rule of every integer field, for the object batch and the packed one alike.
+int64_t inRange(double d, const char* name, const std::string& where, int64_t lo, int64_t hi) {
   if (!isIntegerIn(d, double(lo), double(hi)))
     fail(where + ": '" + name + "' must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
          std::to_string(d));
   return int64_t(d);
+}
+
+int64_t integer(const Napi::Object& o, const char* name, const std::string& where, int64_t def, int64_t lo, int64_t hi,
+                bool required = false) {
+  return inRange(num(o, name, where, double(def), required), name, where, lo, hi);
 }
 
 bool boolean(const Napi::Object& o, const char* name, const std::string& where, bool def) {
@@ -144,6 +148,71 @@ BatchInput parseBatch(const Napi::Value& v) {
     }
     b.seqs.push_back(std::move(s));
   }
+  return b;
+}
+
+// Ints before the page copies, and before each sequence's tokens (layout: NativeForwardPackedBatch in addonTypes.ts).
+constexpr size_t kPackedHeader = 6, kPackedSeqHeader = 10;
+
+// The packed batch of NativeModel.forwardPacked (layout in ts/native/addonTypes.ts, written by
+// ts/model/packForward.ts): the object batch's fields as int32 and float32 values, so a step of n sequences costs
+// two N-API calls instead of ~20 per sequence (that had cost ~4 us a sequence on the JS thread, serial before
+// every forward). The JS side packs only what the arrays hold exactly (anything else takes the object path); the
+// ranges are checked here by the same rule and words as the object path's.
+BatchInput parsePacked(const Napi::Value& intsV, const Napi::Value& floatsV) {
+  auto typed = [](const Napi::Value& v, napi_typedarray_type t, const char* what) {
+    if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != t) fail(std::string("forwardPacked: ") + what);
+  };
+  typed(intsV, napi_int32_array, "ints must be an Int32Array");
+  typed(floatsV, napi_float32_array, "floats must be a Float32Array");
+  auto ia = intsV.As<Napi::Int32Array>();
+  auto fa = floatsV.As<Napi::Float32Array>();
+  const int32_t* ints = ia.Data();
+  const float* floats = fa.Data();
+  const size_t ni = ia.ElementLength(), nf = fa.ElementLength();
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    if (n > ni - at) fail("forwardPacked: the packed batch is truncated (" + std::to_string(ni) + " ints)");
+    const int32_t* p = ints + at;
+    at += n;
+    return p;
+  };
+  const std::string fw = "forward";
+  BatchInput b;
+  const int32_t* h = take(kPackedHeader);
+  const int64_t n = h[0];
+  b.gemmSplitK = int(inRange(h[1], "gemmSplitK", fw, 1, 4096));
+  b.kvSplits = int(inRange(h[2], "kvSplits", fw, 1, 1024));
+  b.fixedGemmSplitK = int(inRange(h[3], "fixedGemmSplitK", fw, 1, 4096));
+  b.returnLogits = h[4] & 1, b.fastSplitK = h[4] & 2, b.profile = h[4] & 4;
+  if (n < 0 || h[5] < 0) fail("forwardPacked: negative counts in the header");
+  const size_t copies = size_t(h[5]);
+  const int32_t* src = take(copies);
+  b.copySrc.assign(src, src + copies);
+  const int32_t* dst = take(copies);
+  b.copyDst.assign(dst, dst + copies);
+  if (size_t(n) * 2 > nf) fail("forwardPacked: floats holds " + std::to_string(nf) + " values, not 2 per sequence");
+  b.seqs.resize(size_t(n));
+  for (int64_t i = 0; i < n; i++) {
+    const std::string w = "forward: sequence " + std::to_string(i);
+    SeqInput& s = b.seqs[size_t(i)];
+    const int32_t* sh = take(kPackedSeqHeader);
+    if (sh[0] < 0 || sh[2] < 0 || sh[7] < 0) fail("forwardPacked: negative lengths in sequence " + std::to_string(i));
+    s.startPos = int32_t(inRange(sh[1], "startPos", w, 0, INT32_MAX / 2));
+    s.numTop = int(inRange(sh[3], "numTopLogprobs", w, 0, 64));
+    s.confidenceK = int(inRange(sh[4], "confidenceTopK", w, 0, 64));
+    s.emitToken = sh[5] & 1, s.emitAll = sh[5] & 2, s.fixedSchedule = sh[5] & 4;
+    s.topK = int32_t(inRange(sh[6], "topK", w, 0, INT32_MAX));
+    s.seed = uint64_t(uint32_t(sh[8])) | uint64_t(uint32_t(sh[9])) << 32;
+    const int32_t* t = take(size_t(sh[0]));
+    s.tokens.assign(t, t + sh[0]);
+    const int32_t* bt = take(size_t(sh[2]));
+    s.blockTable.assign(bt, bt + sh[2]);
+    const int32_t* c = take(size_t(sh[7]));
+    s.captureLayers.assign(c, c + sh[7]);
+    s.temperature = floats[2 * i], s.topP = floats[2 * i + 1];
+  }
+  if (at != ni) fail("forwardPacked: " + std::to_string(ni - at) + " ints past the last sequence");
   return b;
 }
 
@@ -327,6 +396,7 @@ Napi::Function NativeModel::Init(Napi::Env env) {
                                      InstanceMethod<&NativeModel::SetWeight>("setWeight"),
                                      InstanceMethod<&NativeModel::MissingWeights>("missingWeights"),
                                      InstanceMethod<&NativeModel::Forward>("forward"),
+                                     InstanceMethod<&NativeModel::ForwardPacked>("forwardPacked"),
                                      InstanceMethod<&NativeModel::CopyPages>("copyPages"),
                                      InstanceMethod<&NativeModel::ReadPages>("readPages"),
                                      InstanceMethod<&NativeModel::WritePages>("writePages"),
@@ -444,11 +514,15 @@ Napi::Value NativeModel::TakeProfile(const Napi::CallbackInfo& info) {
   }
 }
 
-Napi::Value NativeModel::Forward(const Napi::CallbackInfo& info) {
+Napi::Value NativeModel::Forward(const Napi::CallbackInfo& info) { return forward(info, false); }
+Napi::Value NativeModel::ForwardPacked(const Napi::CallbackInfo& info) { return forward(info, true); }
+
+Napi::Value NativeModel::forward(const Napi::CallbackInfo& info, bool packed) {
   Napi::Env env = info.Env();
   try {
     auto m = model("forward");
-    BatchInput b = parseBatch(info.Length() > 0 ? info[0] : env.Undefined());
+    auto arg = [&](size_t i) { return info.Length() > i ? info[i] : env.Undefined(); };
+    BatchInput b = packed ? parsePacked(arg(0), arg(1)) : parseBatch(arg(0));
     m->validate(b);
     m->requireWeights();
     auto* w = new ForwardWorker(env, m, std::move(b));

@@ -17,6 +17,8 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
   Napi::Value SetWeight(const Napi::CallbackInfo& info);
   Napi::Value MissingWeights(const Napi::CallbackInfo& info);
   Napi::Value Forward(const Napi::CallbackInfo& info);
+  Napi::Value ForwardPacked(const Napi::CallbackInfo& info);
+  Napi::Value forward(const Napi::CallbackInfo& info, bool packed);  // both: parse, validate, queue the step
   Napi::Value CopyPages(const Napi::CallbackInfo& info);
   Napi::Value ReadPages(const Napi::CallbackInfo& info);
   Napi::Value WritePages(const Napi::CallbackInfo& info);

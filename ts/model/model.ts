@@ -8,6 +8,7 @@ import type { ModelConfig } from "./config.js";
 import type { GenerationDefaults } from "./generationConfig.js";
 import { createNativeModel, kvBytesPerToken, uploadWeights } from "./loadWeights.js";
 import { openModelFiles } from "./modelFiles.js";
+import { packForward } from "./packForward.js";
 import type { ModelTokenizer } from "./tokenizer.js";
 
 export interface LoadModelOptions {
@@ -117,7 +118,10 @@ export class Model implements AsyncDisposable {
    * order. One owner of the pages at a time: an Engine (or generate(), which runs one for its call).
    */
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
-    return this.native.forward(batch).then((packed) => unpackResults(batch, packed)); // a disposed model throws here, synchronously
+    const native = this.native; // a disposed model throws here, synchronously
+    const packed = packForward(batch);
+    const step = packed === null ? native.forward(batch) : native.forwardPacked(packed.ints, packed.floats);
+    return step.then((out) => unpackResults(batch, out));
   }
 
   /** Op-by-op totals of the steps run with forward({profile: true}) since the last call; then cleared. */

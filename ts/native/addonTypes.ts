@@ -251,6 +251,16 @@ export interface NativeModel {
   /** ONE native call for the whole model and batch (off the JS thread); results packed, in input order
    *  (ts/model/model.ts's Model.forward unpacks them into NativeForwardResult objects of one shape). */
   forward(batch: NativeForwardBatch): Promise<NativeForwardPacked>;
+  /**
+   * forward() of a batch packed into two typed arrays (ts/model/packForward.ts; layout below): two N-API calls per
+   * step instead of ~20 per sequence. The same checks and errors as forward() for what the arrays can hold.
+   *   ints: header [sequences, gemmSplitK, kvSplits, fixedGemmSplitK, flags (1 returnLogits, 2 fastSplitK,
+   *         4 profile), page copies c], c sources, c destinations; then per sequence [tokens t, startPos, block
+   *         table entries p, numTopLogprobs, confidenceTopK, flags (1 emitToken, 2 emitAll, 4 fixedSchedule), topK,
+   *         captures h, seed low 32 bits, seed high 32 bits], t tokens, p page ids, h capture indices.
+   *   floats: per sequence [temperature, topP].
+   */
+  forwardPacked(ints: Int32Array, floats: Float32Array): Promise<NativeForwardPacked>;
   /** Copies whole pages src[i] -> dst[i] in every layer's K and V cache. */
   copyPages(src: Int32Array, dst: Int32Array): Promise<void>;
   /** KV offloading: the pages' K and V of every layer, copied to host memory (CUDA: through page-locked staging). */
