@@ -2,6 +2,7 @@
 // each timed in wall and process CPU time (the random SmolLM-135M-shaped checkpoint of bench:throughput).
 //   npx tsx scripts/bench/forwardSteps.ts [--batch 16] [--prompt-tokens 32] [--steps 16] [--threads N (0 = all cores)]
 //     [--profile]  (then also the decode steps op by op: forward({profile: true})) [--kv-dtype f32|bf16|f16] [--kv-pages N]
+//     [--model DIR]  (a checkpoint on disk instead, e.g. models/tiny-reasoner)
 // The GEMM split and KV splits are those of the engine's fast mode for the step's shape.
 import { existsSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -22,12 +23,13 @@ const { values } = parseArgs({
     profile: { type: "boolean", default: false },
     "kv-dtype": { type: "string", default: "f32" },
     "kv-pages": { type: "string" },
+    model: { type: "string" },
   },
 });
 const B = Number(values.batch), P = Number(values["prompt-tokens"]), steps = Number(values.steps);
 loadAddon().setThreads(Number(values.threads));
-const dir = join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");
-if (!existsSync(join(dir, "config.json"))) await makeFixture({ ...PRESETS["smollm-135m"]!, out: dir, seed: 1 });
+const dir = values.model ?? join(tmpdir(), "deliberate-bench", "smollm-135m-seed1");
+if (values.model === undefined && !existsSync(join(dir, "config.json"))) await makeFixture({ ...PRESETS["smollm-135m"]!, out: dir, seed: 1 });
 const pageSize = 16, pagesPer = Math.ceil((P + 2 * steps + 1) / pageSize);
 const model = await loadModel(dir, { device: "cpu", pageSize, kvPages: values["kv-pages"] ? Number(values["kv-pages"]) : B * pagesPer + 8, kvDtype: values["kv-dtype"] as "f32" | "bf16" | "f16" });
 const vocab = model.config.vocabSize;
@@ -42,7 +44,8 @@ async function timed(label: string, seqs: { tokens: Int32Array; startPos: number
   return out.map((r) => r.token);
 }
 let s = 12345;
-const prompts = Array.from({ length: B }, () => Int32Array.from({ length: P }, () => 256 + ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) % (vocab - 256))));
+const first = vocab > 512 ? 256 : 3; // skip byte tokens and specials (a small vocabulary: past the 3 specials)
+const prompts = Array.from({ length: B }, () => Int32Array.from({ length: P }, () => first + ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) % (vocab - first))));
 console.log(`batch ${B}, prompt ${P}, load ${loadavg()[0].toFixed(2)}`);
 let next = await timed(`prefill ${B}x${P}`, prompts.map((tokens) => ({ tokens, startPos: 0 })), values.profile);
 if (values.profile) console.log(`\n${profileTable(model.takeProfile(), `prefill ${B}x${P} op by op`)}`);

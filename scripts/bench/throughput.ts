@@ -1,6 +1,7 @@
 // Engine throughput vs batch size on a random model of a real model's shape (weights random, shapes exact).
-//   npm run bench:throughput -- [--json] [--preset smollm-135m|qwen2.5-1.5b] [--device cpu|cuda]
+//   npm run bench:throughput -- [--json] [--preset smollm-135m|qwen2.5-1.5b | --model DIR] [--device cpu|cuda]
 //     [--batches 1,4,16,64] [--prompt-tokens 32] [--max-tokens 32] [--kernel-mode fast|batch-invariant] [--repeats 3]
+// --model DIR: a checkpoint on disk instead (e.g. models/tiny-reasoner, issue 25's other 16-way shape).
 // Each row: `batch` concurrent greedy requests (random prompts, eos ignored) submitted at once; tokensPerSecond =
 // generated tokens / wall time from submit to the last result (prefill included); decodeTokensPerSecond = tokens
 // after the first of each request / time after every request had its first one. The batches run in `repeats`
@@ -9,7 +10,7 @@
 // {model, device, batch, tokensPerSecond, ...} per line; otherwise a table.
 import { existsSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../../ts/engine/engine.js";
 import { parseKernelMode } from "../../ts/engine/kernelSchedule.js";
@@ -21,6 +22,7 @@ const { values } = parseArgs({
   options: {
     json: { type: "boolean", default: false },
     preset: { type: "string", default: "smollm-135m" },
+    model: { type: "string" },
     device: { type: "string", default: "cpu" },
     batches: { type: "string", default: "1,4,16,64" },
     "prompt-tokens": { type: "string", default: "32" },
@@ -40,8 +42,9 @@ const kernelMode = parseKernelMode(values["kernel-mode"]!);
 const repeats = parseRepeats(values.repeats);
 const log = (msg: string): void => void (values.json ? process.stderr : process.stdout).write(`${msg}\n`);
 
-/** The preset's random checkpoint, written once and cached in the temp dir (135M params take a while). */
+/** --model, or the preset's random checkpoint, written once and cached in the temp dir (135M params take a while). */
 async function presetDir(): Promise<string> {
+  if (values.model !== undefined) return values.model;
   const dir = join(tmpdir(), "deliberate-bench", `${values.preset}-seed1`);
   if (!existsSync(join(dir, "config.json"))) {
     log(`writing random ${values.preset} checkpoint to ${dir} ...`);
@@ -54,7 +57,9 @@ function prompt(i: number, vocab: number): number[] {
   let s = (i + 1) * 2654435761;
   return Array.from({ length: promptTokens }, () => {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return 256 + (s % (vocab - 256)); // skip byte tokens and specials: any ids work for a random model
+    // skip byte tokens and specials: any ids work for a random model (a small vocabulary: past the 3 specials)
+    const first = vocab > 512 ? 256 : 3;
+    return first + (s % (vocab - first));
   });
 }
 
@@ -67,6 +72,7 @@ interface Sample {
 }
 
 const maxBatch = Math.max(...batches);
+const modelName = values.model === undefined ? values.preset! : basename(values.model);
 const model = await loadModel(await presetDir(), {
   device,
   pageSize: 16,
@@ -75,7 +81,7 @@ const model = await loadModel(await presetDir(), {
 const vocab = model.config.vocabSize;
 const rows = [];
 try {
-  await using engine = new Engine({ models: { name: values.preset, model }, kernelMode });
+  await using engine = new Engine({ models: { name: modelName, model }, kernelMode });
   await engine.submit({ prompt: prompt(999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
   const samples = new Map<number, Sample[]>(batches.map((b) => [b, []]));
   for (let round = 0; round < repeats; round++) {
@@ -116,7 +122,7 @@ try {
     const med = (k: keyof Sample, digits: number): number => Number(median(got.map((x) => x[k])).toFixed(digits));
     const tps = got.map((x) => x.tokensPerSecond);
     const row = {
-      model: values.preset,
+      model: modelName,
       device,
       batch,
       tokensPerSecond: med("tokensPerSecond", 2),
@@ -133,7 +139,7 @@ try {
     };
     rows.push(row);
     if (values.json) console.log(JSON.stringify(row));
-    else log(`${values.preset} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`);
+    else log(`${modelName} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`);
   }
 } finally {
   model.dispose();
