@@ -123,10 +123,12 @@ Bytes bytesOf(Napi::Env env, Napi::Value v, const char* what) {
   throw Napi::TypeError::New(env, std::string(what) + ": expected a TypedArray, Buffer or ArrayBuffer");
 }
 void copyIn(const Storage& s, size_t offset, const void* src, size_t n) {
+  if (n == 0) return;  // an empty typed array may hand over a null pointer, which memcpy must not get
   if (s.device == Device::cpu) std::memcpy(static_cast<uint8_t*>(s.data) + offset, src, n);
   else gpu::copyHostToDevice(static_cast<uint8_t*>(s.data) + offset, src, n);
 }
 void copyOut(const Storage& s, void* dst) {
+  if (s.bytes == 0) return;
   if (s.device == Device::cpu) std::memcpy(dst, s.data, s.bytes);
   else gpu::copyDeviceToHost(dst, s.data, s.bytes);
 }

@@ -1,11 +1,12 @@
 // The native entry points fed generated input (fast-check): the tensor constructor and its read/write methods, every
-// op in addon.ops, and NativeModel (constructor, setWeight, forward, copyPages, readPages, writePages). Each op starts
+// op in addon.ops, and NativeModel (constructor, setWeight, forward, forwardPacked, copyPages, readPages, writePages). Each op starts
 // from a valid call and has up to three of its fields replaced by junk (wrong types, NaN, huge or negative numbers),
 // a tensor of another shape or dtype, a disposed tensor, a missing field, or index data out of range. Every call must
 // succeed or throw / reject an Error whose message names the entry point — never a non-Error, never an abort: a native
 // crash kills this vitest fork, which vitest reports as a failure, so the file passing is the proof. (issue 27)
 import { fc, test } from "@fast-check/vitest";
 import { afterAll, afterEach, describe, expect } from "vitest";
+import { packForward } from "../../ts/model/packForward.js";
 import type { NativeModel, NativeTensor } from "../../ts/native/addonTypes.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 
@@ -242,8 +243,25 @@ describe("NativeModel", () => {
       const m = disposedModel && muts.length === 0 ? tinyModel() : model;
       if (m !== model) m.dispose();
       await okOrNamedError(() => m.forward(batch as never), /^forward/);
+      // the same batch as Model.forward sends it: packed where every value packs exactly (else it takes the path above)
+      const packed = packForward(batch as never);
+      if (packed !== null) await okOrNamedError(() => m.forwardPacked(packed.ints, packed.floats), /^forward/);
     },
   );
+
+  // forwardPacked's arrays as anything may write them: counts negative or past the end, ranges broken, floats junk.
+  const packedInt = fc.oneof(fc.integer({ min: -2, max: 40 }), fc.constantFrom(...EXTREME_INTS));
+  test.prop([fc.array(packedInt, { maxLength: 48 }), fc.array(fc.constantFrom(0, 0.5, 1, 2, -1, NaN, Infinity, -Infinity, 1e30), { maxLength: 8 }), fc.boolean()], { numRuns: 300 })(
+    "forwardPacked(ints, floats) with any contents",
+    async (ints, floats, asValid) => {
+      // half the runs start from a valid header and sequence, so the checks past the header are reached too
+      const head = asValid ? [1, 1, 1, 1, 0, 0, 1, 2, 2, 0, 0, 1, 0, 0, 7, 0, 3, 1, 2] : [];
+      await okOrNamedError(() => model.forwardPacked(Int32Array.from([...head, ...ints]), Float32Array.from(asValid ? [0.8, 0.9, ...floats] : floats)), /^forward/);
+    },
+  );
+  test.prop([fc.constantFrom<unknown>(undefined, null, 3, [1, 2], new Float32Array(4), new Uint32Array(4), new Int32Array(6))], { numRuns: 20 })("forwardPacked with arguments of other types", async (arg) => {
+    await okOrNamedError(() => (model.forwardPacked as (...a: unknown[]) => unknown).call(model, arg, arg), /^forward/);
+  });
 
   test.prop([fc.constantFrom("copyPages", "readPages", "writePages", "setWeight"), fc.array(fc.oneof(value, fc.constantFrom(...WEIGHTS.map(([n]) => n), "f32", "bf16", [8], [8, 8], [NaN], ["8"], new Uint8Array(0), new Float32Array(8))), { maxLength: 5 })], { numRuns: 300 })(
     "copyPages / readPages / writePages / setWeight with any arguments",
