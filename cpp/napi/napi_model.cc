@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <memory>
+#include <new>
 #include "model.h"
 #include "napi_model.h"
 #include "napi_tensor.h"
@@ -151,7 +152,8 @@ BatchInput parseBatch(const Napi::Value& v) {
   return b;
 }
 
-// Ints before the page copies, and before each sequence's tokens (layout: NativeForwardPackedBatch in addonTypes.ts).
+// Ints before the page copies, and before each sequence's tokens (layout: NativeModel.forwardPacked in
+// ts/native/addonTypes.ts).
 constexpr size_t kPackedHeader = 6, kPackedSeqHeader = 10;
 
 // The packed batch of NativeModel.forwardPacked (layout in ts/native/addonTypes.ts, written by
@@ -191,6 +193,9 @@ BatchInput parsePacked(const Napi::Value& intsV, const Napi::Value& floatsV) {
   b.copySrc.assign(src, src + copies);
   const int32_t* dst = take(copies);
   b.copyDst.assign(dst, dst + copies);
+  // every sequence needs its header in ints: a count the arrays cannot hold allocates nothing
+  if (size_t(n) > (ni - at) / kPackedSeqHeader)
+    fail("forwardPacked: " + std::to_string(n) + " sequences do not fit in " + std::to_string(ni) + " ints");
   if (size_t(n) * 2 > nf) fail("forwardPacked: floats holds " + std::to_string(nf) + " values, not 2 per sequence");
   b.seqs.resize(size_t(n));
   for (int64_t i = 0; i < n; i++) {
@@ -532,6 +537,8 @@ Napi::Value NativeModel::forward(const Napi::CallbackInfo& info, bool packed) {
   } catch (const Error& e) {
     std::string msg = e.what();
     return rejected(env, msg.rfind("forward", 0) == 0 ? msg : "forward: " + msg);
+  } catch (const std::bad_alloc&) {
+    return rejected(env, "forward: out of host memory reading the batch; send fewer or shorter sequences");
   }
 }
 

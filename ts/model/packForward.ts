@@ -1,9 +1,10 @@
 // A forward batch packed into two typed arrays for NativeModel.forwardPacked (layout in ts/native/addonTypes.ts):
 // reading a batch object through N-API cost ~4 us a sequence on the JS thread before every step (~1 ms at 256
 // sequences, while the device waits), reading these two arrays costs next to nothing. Only values the arrays hold
-// exactly are packed (integers in int32, booleans, Int32Arrays, numbers, u64 seeds); a batch with anything else
-// returns null and goes through forward(batch), whose checks name what is wrong. The ranges are checked natively,
-// by the one rule both paths share.
+// exactly are packed (integers in int32 but -0, booleans, plain Int32Arrays, numbers, u64 seeds); a batch with
+// anything else (a Proxy, a subclass, a look-alike object) returns null and goes through forward(batch), whose checks
+// name what is wrong. The ranges are checked natively, by the one rule both paths share.
+import { types } from "node:util";
 import type { NativeForwardBatch, NativeForwardSequence } from "../native/addonTypes.js";
 
 const HEADER = 6;
@@ -12,8 +13,13 @@ const TWO_32 = 2 ** 32;
 
 let ints = new Int32Array(1024);
 let floats = new Float32Array(64);
+/** Set while a batch is being packed: a getter in a batch that packs another one gets the object path. */
+let packing = false;
 
-const isInt32 = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= -(2 ** 31) && v < 2 ** 31;
+// -0 is left to the object path, whose messages print it as such.
+const isInt32 = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= -(2 ** 31) && v < 2 ** 31 && !Object.is(v, -0);
+/** A plain Int32Array: not a subclass (its length could lie), a Proxy or an object that only inherits from one. */
+const isPlainInt32Array = (v: unknown): v is Int32Array => types.isInt32Array(v) && Object.getPrototypeOf(v) === Int32Array.prototype;
 /** An optional integer field: its value (default when absent), or null when it cannot be packed. */
 const intOr = (v: unknown, def: number): number | null => (v === undefined || v === null ? def : isInt32(v) ? v : null);
 /** An optional boolean field as a flag bit, or null when it is not a boolean. */
@@ -42,11 +48,11 @@ function ensure(n: number): void {
 /** Writes one sequence at `at`; returns the next offset, or -1 when it cannot be packed. */
 function packSequence(s: NativeForwardSequence, i: number, at: number): number {
   const { tokens, blockTable } = s;
-  if (!(tokens instanceof Int32Array) || !(blockTable instanceof Int32Array)) return -1;
+  if (!isPlainInt32Array(tokens) || !isPlainInt32Array(blockTable)) return -1;
   // One capture index: forward(batch) turns it into a list after checking it; rare, so it takes that path.
   if (s.captureHiddenLayer !== undefined && s.captureHiddenLayer !== null && s.captureHiddenLayer !== -1) return -1;
   const captures = s.captureHiddenLayers;
-  if (captures !== undefined && captures !== null && !(captures instanceof Int32Array)) return -1;
+  if (captures !== undefined && captures !== null && !isPlainInt32Array(captures)) return -1;
   const startPos = isInt32(s.startPos) ? s.startPos : null;
   const numTop = intOr(s.numTopLogprobs, 0);
   const confidenceK = intOr(s.confidenceTopK, 0);
@@ -84,8 +90,18 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
 /** The batch packed for forwardPacked (views of module buffers, valid until the next call), or null when some
  *  field cannot be packed exactly (forward(batch) then checks it and names it). */
 export function packForward(batch: NativeForwardBatch): { ints: Int32Array; floats: Float32Array } | null {
+  if (packing || batch === null || typeof batch !== "object") return null;
+  packing = true;
+  try {
+    return pack(batch);
+  } finally {
+    packing = false;
+  }
+}
+
+function pack(batch: NativeForwardBatch): { ints: Int32Array; floats: Float32Array } | null {
   const seqs = batch.sequences;
-  if (!Array.isArray(seqs)) return null;
+  if (!Array.isArray(seqs) || types.isProxy(seqs)) return null;
   const gemmSplitK = intOr(batch.gemmSplitK, NaN), kvSplits = intOr(batch.kvSplits, NaN), fixedSplitK = intOr(batch.fixedGemmSplitK, 1);
   const logits = flag(batch.returnLogits, false, 1), fast = flag(batch.fastSplitK, false, 2), profile = flag(batch.profile, false, 4);
   if (gemmSplitK === null || kvSplits === null || fixedSplitK === null || logits === null || fast === null || profile === null) return null;
@@ -93,7 +109,7 @@ export function packForward(batch: NativeForwardBatch): { ints: Int32Array; floa
   const copies = batch.pageCopies;
   let nCopies = 0;
   if (copies !== undefined && copies !== null) {
-    if (!(copies.src instanceof Int32Array) || !(copies.dst instanceof Int32Array)) return null;
+    if (!isPlainInt32Array(copies.src) || !isPlainInt32Array(copies.dst)) return null;
     if (copies.src.length !== copies.dst.length) return null; // forward(batch) names the mismatch
     nCopies = copies.src.length;
   }
