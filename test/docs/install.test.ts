@@ -68,7 +68,9 @@ describe("the packed package", () => {
     const sh = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes("deliberate serve"))!;
     const port = String(await freePort());
     const serveLine = sh.split("\n")[0].replace(/\s*&\s*$/, "").replaceAll("8000", port);
-    const server = spawn("bash", ["-c", `exec ${serveLine}`], { cwd: app, env, stdio: "ignore" });
+    // its own process group: npx runs the server as a child that a SIGTERM to npx alone would leave running
+    const server = spawn("bash", ["-c", `exec ${serveLine}`], { cwd: app, env, stdio: "ignore", detached: true });
+    const exited = new Promise((resolve) => server.once("exit", resolve));
     try {
       const url = `http://127.0.0.1:${port}`;
       for (let i = 0; i < 600; i++) {
@@ -84,7 +86,11 @@ describe("the packed package", () => {
       const out = await run(process.execPath, ["client.mjs"], { cwd: app, timeout: 60_000 });
       expect(out.stdout.trim()).toMatch(/^72 (0|1|0\.\d+) \d+$/);
     } finally {
-      server.kill("SIGTERM");
+      process.kill(-server.pid!, "SIGTERM");
+      await exited;
+      // the server itself (npx's child) drains and exits too: nothing answers on the port afterwards
+      for (let i = 0; i < 100 && (await fetch(`http://127.0.0.1:${port}/health`).then(() => true, () => false)); i++) await new Promise((r) => setTimeout(r, 50));
+      expect(await fetch(`http://127.0.0.1:${port}/health`).then(() => "answering", () => "gone")).toBe("gone");
     }
   }, 600_000);
 });
