@@ -4,6 +4,7 @@
 import { fc, test as fcTest } from "@fast-check/vitest";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NativeForwardBatch, NativeForwardPacked, NativeForwardSequence } from "../../ts/native/addonTypes.js";
+import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { packForward } from "../../ts/model/packForward.js";
 import { fixtureDir } from "./fixtureCache.js";
@@ -96,6 +97,37 @@ describe("packed forward batches", () => {
       expect(r.logprob).toBe(a.logprobs[i]);
       for (const [k, v] of Object.entries(a.extras[i] ?? {})) expect((r as unknown as Record<string, unknown>)[k]).toEqual(v);
     });
+  });
+
+  it("carry every forward the engine makes (none falls back to the object path unnoticed)", async () => {
+    const engineModel = await loadModel(await fixtureDir("llama", "f32"), { device, kvPages: 64, pageSize: PAGE });
+    const native = engineModel.native;
+    const calls = { packed: 0, object: 0 };
+    const forward = (b: NativeForwardBatch) => (calls.object++, native.forward(b));
+    const forwardPacked = (i: Int32Array, f: Float32Array) => (calls.packed++, native.forwardPacked(i, f));
+    const counting = new Proxy(native, {
+      get: (target, key) => {
+        if (key === "forward") return forward;
+        if (key === "forwardPacked") return forwardPacked;
+        const v: unknown = Reflect.get(target, key, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    Object.defineProperty(engineModel, "native", { get: () => counting });
+    const engine = new Engine({ models: { name: "m", model: engineModel } });
+    try {
+      // sampled with n = 2 (forked samples), top logprobs, greedy, and a deterministic request (its verify rows)
+      await Promise.all([
+        ...[1, 2, 3].map((i) => engine.submit({ prompt: [3, 4, 5, 6 + i], maxTokens: 12, n: 2, temperature: 0.7, seed: i, logprobs: 2 }).result),
+        engine.submit({ prompt: [7, 8, 9], maxTokens: 12 }).result,
+        engine.submit({ prompt: [3, 4, 5], maxTokens: 8, deterministic: true }).result,
+      ]);
+    } finally {
+      await engine.dispose();
+      engineModel.dispose();
+    }
+    expect(calls.packed).toBeGreaterThan(10);
+    expect(calls.object).toBe(0);
   });
 
   it("catch each field packed wrong (the full batch is sensitive to every one)", async () => {
