@@ -199,15 +199,19 @@ BatchInput parsePacked(const Napi::Value& intsV, const Napi::Value& floatsV) {
   if (size_t(n) * 2 > nf) fail("forwardPacked: floats holds " + std::to_string(nf) + " values, not 2 per sequence");
   b.seqs.resize(size_t(n));
   for (int64_t i = 0; i < n; i++) {
-    const std::string w = "forward: sequence " + std::to_string(i);
+    // inRange's message names the sequence; the name is built only for a value out of range (a step of n
+    // sequences would otherwise format n strings it never shows)
+    auto ranged = [&](int32_t v, const char* name, int64_t lo, int64_t hi) {
+      return v >= lo && v <= hi ? int64_t(v) : inRange(v, name, "forward: sequence " + std::to_string(i), lo, hi);
+    };
     SeqInput& s = b.seqs[size_t(i)];
     const int32_t* sh = take(kPackedSeqHeader);
     if (sh[0] < 0 || sh[2] < 0 || sh[7] < 0) fail("forwardPacked: negative lengths in sequence " + std::to_string(i));
-    s.startPos = int32_t(inRange(sh[1], "startPos", w, 0, INT32_MAX / 2));
-    s.numTop = int(inRange(sh[3], "numTopLogprobs", w, 0, 64));
-    s.confidenceK = int(inRange(sh[4], "confidenceTopK", w, 0, 64));
+    s.startPos = int32_t(ranged(sh[1], "startPos", 0, INT32_MAX / 2));
+    s.numTop = int(ranged(sh[3], "numTopLogprobs", 0, 64));
+    s.confidenceK = int(ranged(sh[4], "confidenceTopK", 0, 64));
     s.emitToken = sh[5] & 1, s.emitAll = sh[5] & 2, s.fixedSchedule = sh[5] & 4;
-    s.topK = int32_t(inRange(sh[6], "topK", w, 0, INT32_MAX));
+    s.topK = int32_t(ranged(sh[6], "topK", 0, INT32_MAX));
     s.seed = uint64_t(uint32_t(sh[8])) | uint64_t(uint32_t(sh[9])) << 32;
     const int32_t* t = take(size_t(sh[0]));
     s.tokens.assign(t, t + sh[0]);
