@@ -206,11 +206,15 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
   if (forcedTile() >= 0 && forcedTile() < 6) return forcedTile();
   // Measured on H100 (bench/CUDA_NOTES.md): 128 x 256 tiles win for large M and for the LM head at M = 128.
   int c = M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
+  // 33-64 rows of a wide projection (gate|up, the LM head at a 64-row decode batch): 64 x 128 tiles, when their grid
+  // alone covers the SMs. Qwen2.5-1.5B at 64 rows, splitK 1 (bench/RESULTS-gpu.md stop 40): gate|up 50.9 against
+  // 69.3 us on an H200 (51.4 against 73.0 on an H100), the LM head 236 against 299 (271 against 320).
+  const int64_t sms = smCount();
+  auto ctas = [&](int k) { return ceilDiv(M, kConfigBM[k]) * ceilDiv(N, kConfigBN[k]) * splitK; };
+  if (c == 2 && sms > 0 && ctas(3) >= sms) c = 3;
   // A grid that leaves most SMs idle (a narrow projection at mid-size M on splitK 1, e.g. N = 576 at M = 256 is six
   // 128 x 256 CTAs for 132 SMs): smaller tiles until the CTAs cover the SMs. Not measured yet (no GPU lent when it
   // was written); the cases it leaves alone (at least half the SMs busy) are the measured ones.
-  const int64_t sms = smCount();
-  auto ctas = [&](int k) { return ceilDiv(M, kConfigBM[k]) * ceilDiv(N, kConfigBN[k]) * splitK; };
   if (sms > 0 && 2 * ctas(c) < sms)
     while (c > 0 && ctas(c) < sms) c--;
   return c;
@@ -220,15 +224,17 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
 // both kernel families (a batch on wgmma, its sub-batches on mma.sync must agree): check.sh's DL_GEMM_WGMMA=1 rerun
 // tests exactly that, and passed on an H100 (2026-11-27, 36 of 36 results bitwise equal), so it is on by default
 // (DL_GEMM_WGMMA=0 turns it off). From 65 rows, the largest tiles whose grid keeps at least half the SMs busy:
-// measured there, M = 2048 GEMMs 1.6-1.9x faster than mma.sync, a 128-row decode step 24% shorter; at 64 rows and
-// fewer mma.sync with split-K stays ahead on narrow projections (bench/RESULTS-gpu.md).
+// measured there, M = 2048 GEMMs 1.6-1.9x faster than mma.sync, a 128-row decode step 24% shorter. At 33-64 rows
+// only an unsplit wide projection, where such a grid exists (H200, stop 40: gate|up at 64 rows 44.7 us against
+// mma.sync's best 50.9, the LM head 230 against 236); narrow or split-K GEMMs of up to 64 rows stay on mma.sync,
+// which is ahead there (q at 64 rows, splitK 8: 15.1 against 16.6; k|v 10.5 against 14.9; bench/RESULTS-gpu.md).
 int wgmmaConfig(int64_t M, int64_t N, int splitK) {
   if (forcedTile() >= 6) return forcedTile() - 6 < kWgmmaConfigs ? forcedTile() - 6 : -1;
-  if (knob::knobs().gemmWgmma == 0 || M <= 64 || forcedTile() >= 0) return -1;
+  if (knob::knobs().gemmWgmma == 0 || M <= 32 || (M <= 64 && splitK > 1) || forcedTile() >= 0) return -1;
   const int64_t sms = std::max(smCount(), 2);
   for (int c = 0; c < kWgmmaConfigs; c++)
     if (2 * ceilDiv(M, kWgmmaBM[c]) * ceilDiv(N, kWgmmaBN[c]) * splitK >= sms) return c;
-  return kWgmmaConfigs - 1;
+  return M <= 64 ? -1 : kWgmmaConfigs - 1;
 }
 
 bool runWgmma(const GemmArgs& a) {
@@ -254,8 +260,9 @@ int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : 
 // 39.6 us at 1 row, 36.8 vs 46.3 at 16, 75.8 vs 119.7 at 64; the LM head 192.5 vs 225.3, 199.4 vs 282.8, 320.3 vs
 // 720.5; the N = 1536 projections (24 CTAs) want the split (q at 1 row: 18.8 vs 10.8). The CTA count is the mma.sync
 // tiles' at splitK 1 (so DL_GEMM_WGMMA never changes the answer; the engine splits only GEMMs of <= 64 rows, which
-// wgmma never takes), and depends on M only through ceil(M / tile rows), tile rows multiples of 8, so a decode batch
-// and its padding bucket always get the same answer.
+// wgmma takes only unsplit), and depends on M only through ceil(M / tile rows), tile rows multiples of 8 (the 64 x 128
+// tile of 33-64 rows is chosen only where the 64 x 64 one's grid covers the SMs too), so a decode batch and its
+// padding bucket always get the same answer.
 int fastGemmSplitK(int64_t M, int64_t N, int splitK) {
   const int64_t sms = smCount();
   if (splitK <= 1 || M <= 0 || N <= 0 || sms <= 0) return splitK;
