@@ -8,7 +8,8 @@
 // only. (A finish by each tile's last CTA, saving that launch, lost on an H100 at every row count, 1 row included:
 // bench/RESULTS-gpu.md stop 38; removed.)
 // On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps and take GEMMs of
-// more than 64 rows (wgmmaConfig); an H100 run (2026-11-27, check.sh) showed their bits equal these kernels'.
+// more than 64 rows and unsplit wide ones of 33-64 (wgmmaConfig); H100 and H200 runs (2026-11-27, check.sh) showed
+// their bits equal these kernels'.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>

@@ -95,7 +95,7 @@ describe.skipIf(!!cudaUnavailable)("gemm (cuda)", () => {
   });
 });
 
-// The sm_90a wgmma kernels (cuda/sm90/gemm_wgmma.cu; by default for more than 64 rows), forced through the tile hook.
+// The sm_90a wgmma kernels (cuda/sm90/gemm_wgmma.cu; by default for more than 64 rows and unsplit wide GEMMs of 33-64), forced through the tile hook.
 const wgmmaUnavailable = cudaUnavailable ?? (addon.listDevices().cuda.wgmmaGemm ? undefined : "no sm_90 GPU, or a build without nvcc's sm_90a target");
 const wgmmaTiles = [6, 7, 8]; // 128 x 256, 128 x 128, 64 x 128 CTA tiles
 

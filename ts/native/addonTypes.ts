@@ -292,7 +292,7 @@ export interface DeviceReport {
     reason?: string;
     runtimeVersion: string;
     devices: CudaDeviceInfo[];
-    /** The sm_90a wgmma GEMM can run on the current device (it then takes GEMMs of more than 64 rows unless DL_GEMM_WGMMA=0; see cuda/gemm.cu). */
+    /** The sm_90a wgmma GEMM can run on the current device (it then takes GEMMs of more than 64 rows, and unsplit wide ones of 33-64, unless DL_GEMM_WGMMA=0; see cuda/gemm.cu). */
     wgmmaGemm: boolean;
     /** Model steps use programmatic dependent launch: DL_PDL=1 on an sm_90+ device (cuda/pdl.cuh). */
     programmaticLaunch: boolean;
