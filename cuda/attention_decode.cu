@@ -97,10 +97,25 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
   const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
   const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
 
-  auto loadChunk = [&](int stage, int c) {
-    for (int e = tid; e < kChunk * kRowChunks; e += kThreads) {
-      int r = e / kRowChunks, ch = e % kRowChunks, t = t0 + c * kChunk + r;
-      int64_t row = t < t1 ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage) : -1;
+  // A chunk's K/V rows move as 16-byte pieces, kLoads per thread. Each piece's page id is loaded one chunk before its
+  // cp.async is issued (fetchPages), so that dependent global load overlaps a chunk's arithmetic instead of stalling
+  // every thread right after the barrier. Only when bytes move changes: the same bits.
+  constexpr int kLoads = kChunk * kRowChunks / kThreads;
+  static_assert(kChunk * kRowChunks % kThreads == 0, "a chunk's pieces must divide evenly among the threads");
+  const int32_t* pageIds = a.kv.indices + a.kv.indptr[b];
+  int pg[kLoads] = {};
+  auto fetchPages = [&](int c) {
+#pragma unroll
+    for (int i = 0; i < kLoads; i++) {
+      int t = t0 + c * kChunk + (tid + i * kThreads) / kRowChunks;
+      if (t < t1) pg[i] = pageIds[t / a.kv.pageSize];
+    }
+  };
+  auto loadChunk = [&](int stage, int c) {  // chunk c, its page ids fetched into pg
+#pragma unroll
+    for (int i = 0; i < kLoads; i++) {
+      int e = tid + i * kThreads, r = e / kRowChunks, ch = e % kRowChunks, t = t0 + c * kChunk + r;
+      int64_t row = t < t1 ? pageRow(a.kv, pg[i], t, kvh, a.err, DeviceErrorCode::decodePage) : -1;
       int bytes = row >= 0 ? 16 : 0;
       int64_t off = row >= 0 ? row + ch * 8 : 0;
       mma::cpAsync16(sK + (stage * kChunk + r) * D + ch * 8, K + off, bytes);
@@ -128,13 +143,17 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
-    if (s < nChunks) loadChunk(s, s);
+    if (s < nChunks) fetchPages(s), loadChunk(s, s);
     mma::cpAsyncCommit();
   }
+  fetchPages(kStages - 1);
   for (int c = 0; c < nChunks; c++) {
     mma::cpAsyncWait<kStages - 2>();
     __syncthreads();
-    if (c + kStages - 1 < nChunks) loadChunk((c + kStages - 1) % kStages, c + kStages - 1);
+    if (c + kStages - 1 < nChunks) {
+      loadChunk((c + kStages - 1) % kStages, c + kStages - 1);
+      fetchPages(c + kStages);  // used at the next chunk
+    }
     mma::cpAsyncCommit();
     const uint16_t* tK = sK + (c % kStages) * kChunk * D;
     const uint16_t* tV = sV + (c % kStages) * kChunk * D;

@@ -42,15 +42,20 @@ __device__ __forceinline__ int seqTokens(const PagedKVDev& kv, int b) {
   int pages = kv.indptr[b + 1] - kv.indptr[b];
   return pages > 0 ? (pages - 1) * kv.pageSize + kv.lastPageLen[b] : 0;
 }
-// Element offset of token t's row for KV head h, or -1 (and an error report) if its page id is out of range.
-__device__ __forceinline__ int64_t tokenRow(const PagedKVDev& kv, int b, int t, int h, DeviceErrorSlot* err,
-                                            DeviceErrorCode code) {
-  int page = kv.indices[kv.indptr[b] + t / kv.pageSize];
+// Element offset of token t's row for KV head h in page `page` (the page id that holds t), or -1 (and an error
+// report) if that id is out of range.
+__device__ __forceinline__ int64_t pageRow(const PagedKVDev& kv, int page, int t, int h, DeviceErrorSlot* err,
+                                           DeviceErrorCode code) {
   if (page < 0 || page >= kv.numPages) {
     reportDeviceError(err, code, page, kv.numPages);
     return -1;
   }
   return ((int64_t(page) * kv.pageSize + t % kv.pageSize) * kv.Hk + h) * kv.D;
+}
+// The same, looking up the page id of sequence b's token t.
+__device__ __forceinline__ int64_t tokenRow(const PagedKVDev& kv, int b, int t, int h, DeviceErrorSlot* err,
+                                            DeviceErrorCode code) {
+  return pageRow(kv, kv.indices[kv.indptr[b] + t / kv.pageSize], t, h, err, code);
 }
 #endif
 
