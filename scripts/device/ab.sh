@@ -4,7 +4,8 @@
 #   build/bench_kernels --quick --only ${AB_KERNELS:-decode}        (skipped with AB_KERNELS=none)
 #   scripts/bench/gpu.ts ${AB_GPU_ARGS:-...}                         (skipped with AB_GPU_ARGS=none)
 # and, with AB_ENGINE=1, engine throughput (throughput.ts, Qwen2.5-1.5B shape) once per build per round. With
-# AB_TESTS=1 the CUDA tests run first on the new build. The table of each run is printed as it finishes. The rule of bench/CUDA_NOTES.md applies: compare only within one call.
+# AB_TESTS=1 the CUDA tests run first on the new build. The table of each run is printed as it finishes. As
+# bench/CUDA_NOTES.md says: compare builds only within one call.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"  # cd's to the repo root, Node on PATH, this tree's build unpacked
 # Everything goes to one folder, returned as one archive ($OUT/ab-<time>.tgz: a call brings back at most 8 files).
