@@ -208,11 +208,12 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
   // Measured on H100 (bench/CUDA_NOTES.md): 128 x 256 tiles win for large M and for the LM head at M = 128.
   int c = M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
   // 33-64 rows of a wide projection (gate|up, the LM head at a 64-row decode batch): 64 x 128 tiles, when their grid
-  // alone covers the SMs. Qwen2.5-1.5B at 64 rows, splitK 1 (bench/RESULTS-gpu.md stop 40): gate|up 50.9 against
-  // 69.3 us on an H200 (51.4 against 73.0 on an H100), the LM head 236 against 299 (271 against 320).
+  // alone (splitK 1) covers the SMs. Qwen2.5-1.5B at 64 rows, splitK 1 (bench/RESULTS-gpu.md stop 40): gate|up 50.9
+  // against 69.3 us on an H200 (51.4 against 73.0 on an H100), the LM head 236 against 299 (271 against 320). Narrow
+  // split-K GEMMs keep the 64 x 64 tile (there 64 x 128 was level or slower: q at 64 rows, splitK 8, 16.3 against 15.3).
   const int64_t sms = smCount();
   auto ctas = [&](int k) { return ceilDiv(M, kConfigBM[k]) * ceilDiv(N, kConfigBN[k]) * splitK; };
-  if (c == 2 && sms > 0 && ctas(3) >= sms) c = 3;
+  if (c == 2 && sms > 0 && ceilDiv(M, kConfigBM[3]) * ceilDiv(N, kConfigBN[3]) >= sms) c = 3;
   // A grid that leaves most SMs idle (a narrow projection at mid-size M on splitK 1, e.g. N = 576 at M = 256 is six
   // 128 x 256 CTAs for 132 SMs): smaller tiles until the CTAs cover the SMs. Not measured yet (no GPU lent when it
   // was written); the cases it leaves alone (at least half the SMs busy) are the measured ones.
@@ -226,9 +227,11 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
 // tests exactly that, and passed on an H100 (2026-11-27, 36 of 36 results bitwise equal), so it is on by default
 // (DL_GEMM_WGMMA=0 turns it off). From 65 rows, the largest tiles whose grid keeps at least half the SMs busy:
 // measured there, M = 2048 GEMMs 1.6-1.9x faster than mma.sync, a 128-row decode step 24% shorter. At 33-64 rows
-// only an unsplit wide projection, where such a grid exists (H200, stop 40: gate|up at 64 rows 44.7 us against
-// mma.sync's best 50.9, the LM head 230 against 236); narrow or split-K GEMMs of up to 64 rows stay on mma.sync,
-// which is ahead there (q at 64 rows, splitK 8: 15.1 against 16.6; k|v 10.5 against 14.9; bench/RESULTS-gpu.md).
+// only an unsplit wide projection, where such a grid exists (H200, stop 40: gate|up at 64 rows 44.7 us on the 128 x
+// 256 config, 48.4 on 128 x 128, 52.7 on 64 x 128, against mma.sync's best 50.9; the LM head 230 / 242 / 236 against
+// 236: so the largest config whose grid qualifies, half its rows zero); narrow or split-K GEMMs of up to 64 rows
+// stay on mma.sync, which is ahead there (q at 64 rows, splitK 8: 15.1 against 16.6; k|v 10.5 against 14.9;
+// bench/RESULTS-gpu.md).
 int wgmmaConfig(int64_t M, int64_t N, int splitK) {
   if (forcedTile() >= 6) return forcedTile() - 6 < kWgmmaConfigs ? forcedTile() - 6 : -1;
   if (knob::knobs().gemmWgmma == 0 || M <= 32 || (M <= 64 && splitK > 1) || forcedTile() >= 0) return -1;

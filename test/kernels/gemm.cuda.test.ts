@@ -59,15 +59,18 @@ describe.skipIf(!!cudaUnavailable)("gemm (cuda)", () => {
   it("keeps a row's bits where 33-64-row batches of a wide GEMM take the 64x128 tile (or wgmma, unsplit)", async () => {
     // N = 17920 (Qwen2.5-1.5B's gate|up): at 33-64 rows the 64x128 grid covers 132 SMs, so the default leaves the
     // 64x64 tile (cuda/gemm.cu tileConfig; wgmma on sm_90a at splitK 1); sub-batches of 1-32 rows keep 16/32-row tiles.
-    const K = 264, N = 17920, M = 64;
-    const xv = roundTo(randn(M * K), "bf16"), wv = roundTo(randn(N * K), "bf16"), bias = randn(N);
-    const ref = refGemm(xv, wv, bias, M, N, K);
-    for (const splitK of [1, 3]) {
-      const batch = await gpuGemm(xv, wv, M, N, K, "bf16", "bf16", "f32", splitK, bias);
-      expect(relL2(batch, ref), `splitK=${splitK}`).toBeLessThan(1e-5);
-      for (const [row, rows] of [[0, 1], [63, 1], [5, 16], [10, 32], [0, 33], [20, 40], [1, 48]]) {
-        const alone = await gpuGemm(xv.subarray(row * K, (row + rows) * K), wv, rows, N, K, "bf16", "bf16", "f32", splitK, bias);
-        expect(bitsEqual(alone, batch.subarray(row * N, (row + rows) * N)), `splitK=${splitK} rows ${row}+${rows}`).toBe(true);
+    // N = 12288: wgmma's 128 x 128 config instead of 128 x 256.
+    const K = 264, M = 64;
+    for (const N of [17920, 12288]) {
+      const xv = roundTo(randn(M * K), "bf16"), wv = roundTo(randn(N * K), "bf16"), bias = randn(N);
+      const ref = refGemm(xv, wv, bias, M, N, K);
+      for (const splitK of [1, 3]) {
+        const batch = await gpuGemm(xv, wv, M, N, K, "bf16", "bf16", "f32", splitK, bias);
+        expect(relL2(batch, ref), `N=${N} splitK=${splitK}`).toBeLessThan(1e-5);
+        for (const [row, rows] of [[0, 1], [63, 1], [5, 16], [10, 32], [0, 33], [20, 40], [1, 48]]) {
+          const alone = await gpuGemm(xv.subarray(row * K, (row + rows) * K), wv, rows, N, K, "bf16", "bf16", "f32", splitK, bias);
+          expect(bitsEqual(alone, batch.subarray(row * N, (row + rows) * N)), `N=${N} splitK=${splitK} rows ${row}+${rows}`).toBe(true);
+        }
       }
     }
   });
