@@ -42,11 +42,12 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
   Parser p{lookup, k};
   p.read("DL_PAD_DECODE", "0 or 1", [&](const std::string& v) { return triState(v, k.padDecode); });
   p.read("DL_CUDA_GRAPHS", "0 or 1", [&](const std::string& v) { return flag(v, k.cudaGraphs); });
-  p.read("DL_DECODE_PIPE", "32x4, 32x6, 32x8 or 64x3", [&](const std::string& v) {
+  p.read("DL_DECODE_PIPE", "32x4, 32x6, 32x8, 64x3 or mma", [&](const std::string& v) {
     if (v == "32x4") k.decodePipe = DecodePipe::c32s4;
     else if (v == "32x6") k.decodePipe = DecodePipe::c32s6;
     else if (v == "32x8") k.decodePipe = DecodePipe::c32s8;
     else if (v == "64" || v == "64x3") k.decodePipe = DecodePipe::c64s3;
+    else if (v == "mma") k.decodePipe = DecodePipe::mma;
     else return false;
     return true;
   });
@@ -77,7 +78,7 @@ const Knobs& knobs() {
 
 std::vector<std::pair<std::string, std::string>> knobReport() {
   const Knobs& k = knobs();
-  const char* pipes[] = {"32x4", "32x6", "32x8", "64x3"};
+  const char* pipes[] = {"32x4", "32x6", "32x8", "64x3", "mma"};
   auto b = [](bool v) { return std::string(v ? "1" : "0"); };
   std::vector<std::pair<std::string, std::string>> r = {
       {"DL_PAD_DECODE", triStateReport(k.padDecode)},

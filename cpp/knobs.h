@@ -8,14 +8,15 @@
 
 namespace knob {
 
-enum class DecodePipe { c32s4, c32s6, c32s8, c64s3 };
+enum class DecodePipe { c32s4, c32s6, c32s8, c64s3, mma };
 
 struct Knobs {
   // DL_PAD_DECODE: -1 = default (pad decode steps to graph buckets on CUDA while graphs are on), 0 never, 1 always.
   int padDecode = -1;
   // DL_CUDA_GRAPHS=0 turns step graphs off (they change no bits; for profiling and triage).
   bool cudaGraphs = true;
-  // DL_DECODE_PIPE=32x4 (default) | 32x6 | 32x8 | 64x3: the decode kernel's chunk size x ring depth.
+  // DL_DECODE_PIPE=32x4 (default) | 32x6 | 32x8 | 64x3: the decode kernel's chunk size x ring depth; mma: the
+  // tensor-core decode kernel (bf16, head dim 64 / 128; opt-in, bits of its own).
   DecodePipe decodePipe = DecodePipe::c32s4;
   // DL_DECODE_MERGE=kernel: split-KV partials merged by a separate kernel (default: the decode kernel's last CTA).
   bool decodeMergeFused = true;

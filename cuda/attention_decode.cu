@@ -65,6 +65,24 @@ __device__ __noinline__ void writeResult(const DecodeArgs& a, int b, int h, int 
   if (writeML) a.partialML[row * 2] = m, a.partialML[row * 2 + 1] = l;
 }
 
+// Split-KV merged by the last of this CTA column's (sequence b, query heads [h0, h0 + nh)) splits CTAs to finish, so
+// no merge launch is needed; every thread of the CTA calls it. The column's counter is back to 0 afterwards.
+template <int D>
+__device__ __forceinline__ void mergeIfLast(const DecodeArgs& a, int b, int h0, int nh) {
+  __shared__ int last;
+  __threadfence();  // this thread's partials are visible device-wide before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&a.counters[blockIdx.x], 1) == a.splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < nh * D; i += kThreads) {
+    const int64_t bh = int64_t(b) * a.Hq + h0 + i / D;
+    storeF(a.out, bh * D + i % D, a.ot, mergedValue(a, bh, i % D));
+  }
+  if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
+}
+
 __device__ __forceinline__ float2 load2(const uint16_t* p, bool f16) {
   unsigned u = *reinterpret_cast<const unsigned*>(p);
   if (f16) return __half22float2(*reinterpret_cast<const __half2*>(&u));
@@ -97,25 +115,25 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
   const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
   const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
 
-  // A chunk's K/V rows move as 16-byte pieces, kLoads per thread. Each piece's page id is loaded one chunk before its
-  // cp.async is issued (fetchPages), so that dependent global load overlaps a chunk's arithmetic instead of stalling
-  // every thread right after the barrier. Only when bytes move changes: the same bits.
-  constexpr int kLoads = kChunk * kRowChunks / kThreads;
-  static_assert(kChunk * kRowChunks % kThreads == 0, "a chunk's pieces must divide evenly among the threads");
-  const int32_t* pageIds = a.kv.indices + a.kv.indptr[b];
-  int pg[kLoads] = {};
-  auto fetchPages = [&](int c) {
-#pragma unroll
-    for (int i = 0; i < kLoads; i++) {
-      int t = t0 + c * kChunk + (tid + i * kThreads) / kRowChunks;
-      if (t < t1) pg[i] = pageIds[t / a.kv.pageSize];
-    }
+  // Page ids a chunk ahead: thread r < kChunk loads the page id of token r of the chunk issued next round into a
+  // register (nextPage) while this chunk computes, and publishes it to sPage (two buffers, by round parity: a thread
+  // writes one while a slower one may still read the other) before the next round's barrier; loadChunk reads ids from
+  // shared memory instead of stalling every thread on a dependent global load right after the barrier. Only when
+  // bytes move changes: the same bits. (The prologue's chunks look their ids up directly, and so does every chunk at
+  // D = 64 with four query heads: there the extra registers would cost that kernel its fifth CTA an SM, 96 -> 114.)
+  constexpr bool kAhead = D == 128 || GP <= 2;
+  __shared__ int sPage[2][kChunk];
+  int nextPage = 0;
+  auto fetchPage = [&](int c) {
+    const int t = t0 + c * kChunk + tid;
+    if (kAhead && tid < kChunk && t < t1) nextPage = a.kv.indices[a.kv.indptr[b] + t / a.kv.pageSize];
   };
-  auto loadChunk = [&](int stage, int c) {  // chunk c, its page ids fetched into pg
-#pragma unroll
-    for (int i = 0; i < kLoads; i++) {
-      int e = tid + i * kThreads, r = e / kRowChunks, ch = e % kRowChunks, t = t0 + c * kChunk + r;
-      int64_t row = t < t1 ? pageRow(a.kv, pg[i], t, kvh, a.err, DeviceErrorCode::decodePage) : -1;
+  auto loadChunk = [&](int stage, int c, bool direct) {  // direct: ids looked up, else from sPage
+    for (int e = tid; e < kChunk * kRowChunks; e += kThreads) {
+      int r = e / kRowChunks, ch = e % kRowChunks, t = t0 + c * kChunk + r;
+      int64_t row = t >= t1 ? -1
+                    : direct ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage)
+                             : pageRow(a.kv, sPage[c & 1][r], t, kvh, a.err, DeviceErrorCode::decodePage);
       int bytes = row >= 0 ? 16 : 0;
       int64_t off = row >= 0 ? row + ch * 8 : 0;
       mma::cpAsync16(sK + (stage * kChunk + r) * D + ch * 8, K + off, bytes);
@@ -143,16 +161,17 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; s++) {
-    if (s < nChunks) fetchPages(s), loadChunk(s, s);
+    if (s < nChunks) loadChunk(s, s, true);
     mma::cpAsyncCommit();
   }
-  fetchPages(kStages - 1);
+  fetchPage(kStages - 1);
   for (int c = 0; c < nChunks; c++) {
     mma::cpAsyncWait<kStages - 2>();
+    if (kAhead && tid < kChunk) sPage[(c + kStages - 1) & 1][tid] = nextPage;  // chunk c + kStages - 1's ids
     __syncthreads();
     if (c + kStages - 1 < nChunks) {
-      loadChunk((c + kStages - 1) % kStages, c + kStages - 1);
-      fetchPages(c + kStages);  // used at the next chunk
+      loadChunk((c + kStages - 1) % kStages, c + kStages - 1, !kAhead);
+      fetchPage(c + kStages);  // published next chunk
     }
     mma::cpAsyncCommit();
     const uint16_t* tK = sK + (c % kStages) * kChunk * D;
@@ -241,21 +260,184 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
       writeResult(a, b, h0 + h, split, dp * 2 + 1, acc[i][1], hm, hl, false);
     }
   }
-  // Split-KV merged here by the last of this (sequence, head group)'s splits CTAs to finish: no merge launch.
-  if (a.counters) {
-    __shared__ int last;
-    __threadfence();  // this thread's partials are visible device-wide before the count says so
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(&a.counters[blockIdx.x], 1) == a.splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int i = tid; i < nh * D; i += kThreads) {
-      const int64_t bh = int64_t(b) * a.Hq + h0 + i / D;
-      storeF(a.out, bh * D + i % D, a.ot, mergedValue(a, bh, i % D));
-    }
-    if (tid == 0) a.counters[blockIdx.x] = 0;
+  if (a.counters) mergeIfLast<D>(a, b, h0, nh);
+}
+
+// ---- tensor-core variant (DL_DECODE_PIPE=mma: opt-in; written at stop 40 without a GPU) ----
+// bf16 q and cache, D in {64, 128}. The SIMT kernel above is bound by its instruction chain per token (three CTAs an
+// SM at D = 128; the same 1.8 TB/s on an H100 and an H200), not by DRAM. Here a CTA serves up to 16 query heads of
+// one KV head as one m16 row tile (rows past the group are zeros) over split s's tokens, in rounds of kMmaRound keys
+// through a kMmaStages-deep cp.async ring; warp w takes keys [16w, 16w + 16) of every round with an online softmax of
+// its own (S = Q.K^T and O += P.V on mma.sync m16n8k16, P rounded to bf16 as the prefill kernel does), and the four
+// warps' (m, l, O) are merged at the end in warp order, then written like the SIMT kernel's (split-KV partials and
+// their merge unchanged). Its own bits (the chunking, the bf16 P): one decode kernel per deployment.
+constexpr int kMmaRows = 16, kMmaRound = 64, kMmaStages = 3, kMmaWarps = kThreads / 32;
+static_assert(kMmaRound == 16 * kMmaWarps, "a round is 16 keys per warp");
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) decodeMmaKernel(DecodeArgs a) {
+  pdlStart();  // cuda/pdl.cuh
+  constexpr int CH = D / 8;  // 16-byte pieces per K/V row
+  extern __shared__ __align__(128) uint16_t smem16[];
+  uint16_t* sQ = smem16;                           // kMmaRows x D
+  uint16_t* sK = sQ + kMmaRows * D;                // kMmaStages x kMmaRound x D
+  uint16_t* sV = sK + kMmaStages * kMmaRound * D;  // kMmaStages x kMmaRound x D
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const int hg = blockIdx.x % a.headGroups, kvh = (blockIdx.x / a.headGroups) % a.kv.Hk;
+  const int b = blockIdx.x / (a.headGroups * a.kv.Hk), split = blockIdx.y;
+  const int h0 = kvh * a.G + hg * kMmaRows, nh = min(kMmaRows, a.G - hg * kMmaRows);
+  int t0, t1;
+  splitRange(a, b, split, t0, t1);
+  const int nRounds = (t1 - t0 + kMmaRound - 1) / kMmaRound;
+  const uint16_t* Q = static_cast<const uint16_t*>(a.q);
+  const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
+  const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
+
+  // Q tile (lands with the first round's group): row r is query head h0 + r; rows past nh are zeros.
+  for (int e = tid; e < kMmaRows * CH; e += kThreads) {
+    const int r = e / CH, c = e % CH;
+    const bool ok = r < nh;
+    mma::cpAsync16(sQ + mma::swzD<D>(r, c), Q + (ok ? (int64_t(b) * a.Hq + h0 + r) * D + c * 8 : 0), ok ? 16 : 0);
   }
+  // Page ids a round ahead, published through sPage (two buffers) before the round's barrier, as the SIMT kernel does.
+  __shared__ int sPage[2][kMmaRound];
+  static_assert(kMmaRound <= kThreads, "one thread per key of a round fetches its page id");
+  int nextPage = 0;
+  auto fetchPage = [&](int c) {
+    const int t = t0 + c * kMmaRound + tid;
+    if (tid < kMmaRound && t < t1) nextPage = a.kv.indices[a.kv.indptr[b] + t / a.kv.pageSize];
+  };
+  auto loadRound = [&](int stage, int c, bool direct) {  // direct: ids looked up, else from sPage
+    for (int e = tid; e < kMmaRound * CH; e += kThreads) {
+      const int r = e / CH, ch = e % CH, t = t0 + c * kMmaRound + r;
+      const int64_t row = t >= t1 ? -1
+                          : direct ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage)
+                                   : pageRow(a.kv, sPage[c & 1][r], t, kvh, a.err, DeviceErrorCode::decodePage);
+      const int64_t off = row >= 0 ? row + ch * 8 : 0;
+      mma::cpAsync16(sK + stage * kMmaRound * D + mma::swzD<D>(r, ch), K + off, row >= 0 ? 16 : 0);
+      mma::cpAsync16(sV + stage * kMmaRound * D + mma::swzD<D>(r, ch), V + off, row >= 0 ? 16 : 0);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kMmaStages - 1; s++) {
+    if (s < nRounds) loadRound(s, s, true);
+    mma::cpAsyncCommit();  // group 0 holds Q too
+  }
+  fetchPage(kMmaStages - 1);
+
+  // This thread's rows of the warp's tile: g (fragment elements 0, 1) and g + 8 (2, 3).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  unsigned qf[D / 16][4];
+  const int kb = warp * 16;  // this warp's keys of each round
+
+  for (int c = 0; c < nRounds; c++) {
+    mma::cpAsyncWait<kMmaStages - 2>();
+    if (tid < kMmaRound) sPage[(c + kMmaStages - 1) & 1][tid] = nextPage;  // round c + kMmaStages - 1's ids
+    __syncthreads();  // round c (and Q) landed for every thread; round c - 1's stage and sPage's readers are done
+    if (c + kMmaStages - 1 < nRounds) {
+      loadRound((c + kMmaStages - 1) % kMmaStages, c + kMmaStages - 1, false);
+      fetchPage(c + kMmaStages);  // published next round
+    }
+    mma::cpAsyncCommit();
+    if (c == 0)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) mma::ldmatrixX4(qf[kk], sQ + mma::swzD<D>(lane & 15, kk * 2 + (lane >> 4)));
+    const uint16_t* tK = sK + (c % kMmaStages) * kMmaRound * D;
+    const uint16_t* tV = sV + (c % kMmaStages) * kMmaRound * D;
+
+    // S = Q K^T over the warp's 16 keys (n-tile j: keys kb + 8j .. + 7), k ascending over D.
+    float s[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      unsigned bk[4];
+      mma::ldmatrixX4(bk, tK + mma::swzD<D>(kb + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+      mma::mmaBf16(s[0], qf[kk], bk[0], bk[1]);
+      mma::mmaBf16(s[1], qf[kk], bk[2], bk[3]);
+    }
+    // Scale to the exp2 domain, mask keys past the split, online softmax of rows g and g + 8 over the quad.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int i = e >> 1, t = t0 + c * kMmaRound + kb + j * 8 + t4 * 2 + (e & 1);
+        const float x = t < t1 ? s[j][e] * a.scaleLog2 : -INFINITY;
+        s[j][e] = x;
+        mx[i] = fmaxf(mx[i], x);
+      }
+    float alpha[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m[i] - mx[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int i = e >> 1;
+        const float p = mx[i] == -INFINITY ? 0.f : exp2f(s[j][e] - mx[i]);
+        s[j][e] = p;
+        rs[i] += p;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+      l[i] = l[i] * alpha[i] + rs[i];
+      m[i] = mx[i];
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+    // O += P V over the 16 keys; V^T fragments by transposing ldmatrix.
+    const unsigned pa[4] = {mma::packBf16(s[0][0], s[0][1]), mma::packBf16(s[0][2], s[0][3]),
+                            mma::packBf16(s[1][0], s[1][1]), mma::packBf16(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; dp++) {
+      unsigned bv[4];
+      mma::ldmatrixX4Trans(bv, tV + mma::swzD<D>(kb + (lane & 15), dp * 2 + (lane >> 4)));
+      mma::mmaBf16(o[2 * dp], pa, bv[0], bv[1]);
+      mma::mmaBf16(o[2 * dp + 1], pa, bv[2], bv[3]);
+    }
+  }
+  mma::cpAsyncWait<0>();
+  __syncthreads();  // the ring is free: it holds the warps' partial results now
+
+  // The warps' (m, l, O) through shared memory, merged in warp order.
+  float* sO = reinterpret_cast<float*>(sK);   // kMmaWarps x kMmaRows x D
+  float* sML = reinterpret_cast<float*>(sV);  // kMmaWarps x kMmaRows x 2
+  static_assert(kMmaWarps * kMmaRows * D * 4 <= kMmaStages * kMmaRound * D * 2, "the warps' O fit in the K ring");
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int r = warp * kMmaRows + g + 8 * i;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+      sO[r * D + j * 8 + t4 * 2] = o[j][2 * i];
+      sO[r * D + j * 8 + t4 * 2 + 1] = o[j][2 * i + 1];
+    }
+    if (t4 == 0) sML[r * 2] = m[i], sML[r * 2 + 1] = l[i];
+  }
+  __syncthreads();
+  for (int e = tid; e < nh * D; e += kThreads) {
+    const int r = e / D, d = e % D;
+    float mAll = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; w++) mAll = fmaxf(mAll, sML[(w * kMmaRows + r) * 2]);
+    float oAll = 0.f, lAll = 0.f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; w++) {
+      const float mw = sML[(w * kMmaRows + r) * 2];
+      const float wt = mw == -INFINITY ? 0.f : exp2f(mw - mAll);
+      oAll = fmaf(wt, sO[(w * kMmaRows + r) * D + d], oAll);
+      lAll = fmaf(wt, sML[(w * kMmaRows + r) * 2 + 1], lAll);
+    }
+    writeResult(a, b, h0 + r, split, d, oAll, mAll, lAll, d == 0);
+  }
+  if (a.counters) mergeIfLast<D>(a, b, h0, nh);
 }
 
 // Any cache dtype and head dim <= 256: one warp per (b, query head, split), token by token (lanes own dims
@@ -315,14 +497,25 @@ void launchDecode(const DecodeArgs& a) {
 // Pipeline shape: 32 tokens x 4 stages by default (64 KB for D = 128: three CTAs per SM). DL_DECODE_PIPE=CxS picks
 // another, for the benchmark's sweep: 32x6 and 32x8 (deeper, two CTAs per SM at D = 128) compute the same bits as
 // 32x4 (stages move no arithmetic); 64x3 (the old 64 = 64x3) differs in bits, as the chunk sets the rescale points.
-enum class Pipe { c32s4, c32s6, c32s8, c64s3 };
+// DL_DECODE_PIPE=mma takes decodeMmaKernel where it applies (bf16 q and cache, D 64 / 128; its own bits).
+enum class Pipe { c32s4, c32s6, c32s8, c64s3, mma };
 Pipe decodePipe() {
   switch (knob::knobs().decodePipe) {
     case knob::DecodePipe::c32s6: return Pipe::c32s6;
     case knob::DecodePipe::c32s8: return Pipe::c32s8;
     case knob::DecodePipe::c64s3: return Pipe::c64s3;
+    case knob::DecodePipe::mma: return Pipe::mma;
     default: return Pipe::c32s4;
   }
+}
+
+template <int D>
+void launchDecodeMma(const DecodeArgs& a) {
+  constexpr int smemBytes = (kMmaRows * D + 2 * kMmaStages * kMmaRound * D) * 2;
+  constexpr auto kernel = decodeMmaKernel<D>;
+  allowDynamicSmem<kernel>(smemBytes);
+  dim3 grid(unsigned(int64_t(a.B) * a.kv.Hk * a.headGroups), unsigned(a.splits));
+  launchKernel("decodeMmaKernel", kernel, grid, kThreads, smemBytes, a);
 }
 
 template <int D, int GP>
@@ -363,7 +556,11 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
   if (B == 0) return;
   DecodeArgs a{q.data, out.data, q.dtype, out.dtype, pagedKVDev(kv), int(B), int(Hq), int(Hq / Hk), 1, kvSplits,
                scale * kLog2e, nullptr, nullptr, deviceErrorSlot(), nullptr};
-  a.headGroups = int(ceilDiv(a.G, kMaxGroup));
+  const bool fast = kv.kCache.dtype != DType::f32 && (D == 64 || D == 128) && aligned16(kv.kCache.data) &&
+                    aligned16(kv.vCache.data);
+  const bool mmaKernel = fast && decodePipe() == Pipe::mma && q.dtype == DType::bf16 &&
+                         kv.kCache.dtype == DType::bf16 && aligned16(q.data);
+  a.headGroups = int(ceilDiv(a.G, mmaKernel ? kMmaRows : kMaxGroup));
   Workspace ws{};
   if (kvSplits > 1) {
     size_t rows = size_t(B) * size_t(Hq) * size_t(kvSplits);
@@ -371,10 +568,10 @@ void attentionDecode(const View& q, const PagedKV& kv, const View& out, float sc
     a.partialO = static_cast<float*>(ws.data);
     a.partialML = a.partialO + rows * size_t(D);
   }
-  const bool fast = kv.kCache.dtype != DType::f32 && (D == 64 || D == 128) && aligned16(kv.kCache.data) &&
-                    aligned16(kv.vCache.data);
   if (fast && kvSplits > 1 && fusedMerge()) a.counters = splitCounters(size_t(B) * size_t(Hk) * size_t(a.headGroups));
-  if (fast && D == 128) launchDecodeD<128>(a);
+  if (mmaKernel && D == 128) launchDecodeMma<128>(a);
+  else if (mmaKernel) launchDecodeMma<64>(a);
+  else if (fast && D == 128) launchDecodeD<128>(a);
   else if (fast) launchDecodeD<64>(a);
   else {
     int64_t warps = B * Hq * kvSplits;

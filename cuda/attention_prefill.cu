@@ -190,14 +190,8 @@ __global__ void __launch_bounds__(kThreads) prefillKernel(PrefillArgs a) {
 // one kernel per deployment, never both.
 constexpr int kMmaKeys = 64;
 
-// Rows of D bf16 (D / 8 chunks of 16 bytes); chunk c of row r at c ^ (r & 7), conflict-free for ldmatrix.
-template <int D>
-__device__ __forceinline__ int swzD(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
-
-__device__ __forceinline__ unsigned packBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<unsigned*>(&v);
-}
+using mma::packBf16;
+using mma::swzD;
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include <cuda_bf16.h>
+
 namespace dl::gpu::mma {
 
 // 16-byte global -> shared copy; bytes beyond srcBytes (0 or 16) are zero-filled, so padding rows/columns add 0.
@@ -16,6 +18,16 @@ __device__ __forceinline__ void cpAsyncWait() { asm volatile("cp.async.wait_grou
 // Tiles are rows of 64 bf16 (128 bytes = 8 chunks of 16 bytes); chunk c of row r lives at c ^ (r & 7), so the 8
 // rows an ldmatrix phase reads hit 8 different bank groups.
 __device__ __forceinline__ int swz(int row, int chunk) { return row * 64 + ((chunk ^ (row & 7)) << 3); }
+
+// The same for rows of D bf16 (D / 8 chunks of 16 bytes, D a multiple of 64): the attention kernels' Q / K / V tiles.
+template <int D>
+__device__ __forceinline__ int swzD(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
+
+// Two floats rounded to bf16 and packed as one mma operand register (lo in the low half).
+__device__ __forceinline__ unsigned packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&v);
+}
 
 __device__ __forceinline__ void ldmatrixX4(unsigned (&r)[4], const void* smem) {
   unsigned s = unsigned(__cvta_generic_to_shared(smem));

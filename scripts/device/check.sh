@@ -73,10 +73,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   # DL_ATTN_OVERLAP=0 puts a step's prefill / verify attention back on the one stream (the default overlaps it with
   # the decode launch on a side stream: stop 38, first run on a GPU then): the mixed steps are the fixed-schedule
   # and determinism tests'.
-  for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel DL_ATTN_OVERLAP=0; do
+  # DL_DECODE_PIPE=mma: the tensor-core decode kernel (opt-in, written at stop 40 without a GPU; its own bits).
+  for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel DL_ATTN_OVERLAP=0 DL_DECODE_PIPE=mma; do
     case $alt in
       DL_GEMM_WGMMA=0) files="gemm.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda"; what="GEMM, model and determinism" ;;
       DL_ATTN_OVERLAP=0) files="forward.cuda.test fixedSchedule.cuda deterministic.cuda swap.cuda"; what="model and determinism" ;;
+      DL_DECODE_PIPE=mma) files="attention.cuda.test padDecode.cuda forward.cuda.test deterministic.cuda"; what="attention, padded-step, model and determinism" ;;
       *) files="attention.cuda.test padDecode.cuda forward.cuda.test deterministic.cuda"; what="attention, padded-step, model and determinism" ;;
     esac
     if env $alt node node_modules/vitest/vitest.mjs run $files > "$out/tests-$alt.log" 2>&1; then
@@ -111,7 +113,7 @@ fi
 if [ "${TUNE:-0}" = 1 ]; then
   summary='const r=JSON.parse(require("fs").readFileSync(0,"utf8"));for(const x of r)console.log(process.env.TAG,x.op,x.shape,x.variant,x.ms.toFixed(4),(x.flops/x.ms/1e9).toFixed(1)+"TF",(x.bytes/x.ms/1e6).toFixed(0)+"GB/s")'
   for t in ${TILES:-3 4 5 6 7 8}; do DL_GEMM_TILE=$t build/bench_kernels --quick --only gemm | TAG=tile$t node -e "$summary" | grep -E "M=(128|2048) "; done
-  for p in 32x4 32x6 32x8 64x3; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
+  for p in 32x4 32x6 32x8 64x3 mma; do DL_DECODE_PIPE=$p build/bench_kernels --quick --only decode | TAG=pipe$p node -e "$summary"; done
   DL_PREFILL_MMA=0 build/bench_kernels --quick --only decode | TAG=prefill-simt node -e "$summary" | grep attentionPrefill
   # The Qwen2.5-1.5B step GEMMs at M = 1, 16, 64, 256 over every config and splitK (full rows in qwen-gemms.json):
   # per shape the fastest variant, the fastest of the default choice (auto) and of wgmma, in GB/s of W streamed.

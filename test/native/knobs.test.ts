@@ -43,6 +43,7 @@ describe("native knobs", () => {
     expect(d.invalidKnobs).toEqual(["DL_PDL=yes: expected 0 or 1"]);
     const bad = devicesWith({ DL_GEMM_TILE: "12", DL_DECODE_PIPE: "16x2" });
     expect(bad.knobs).toMatchObject({ DL_GEMM_TILE: "-1", DL_DECODE_PIPE: "32x4" });
-    expect(bad.invalidKnobs).toEqual(["DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8 or 64x3", "DL_GEMM_TILE=12: expected an integer in [-1, 8]"]);
+    expect(bad.invalidKnobs).toEqual(["DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8, 64x3 or mma", "DL_GEMM_TILE=12: expected an integer in [-1, 8]"]);
+    expect(devicesWith({ DL_DECODE_PIPE: "mma" }).knobs).toMatchObject({ DL_DECODE_PIPE: "mma" });
   });
 });
