@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
 import { type PagedKVData, makeRng, randomPagedKV, refAttentionDecode, refAttentionPrefill } from "./reference.js";
-import { addon, bitsEqual, cpuHas, cudaUnavailable, disposeAll, poisoned, randn, rand, relL2, roundTo, tensor } from "./cudaReference.js";
+import { addon, bitsEqual, cpuHas, cudaUnavailable, disposeAll, maxRowRelL2, poisoned, randn, rand, relL2, roundTo, tensor } from "./cudaReference.js";
 
 afterEach(disposeAll);
 
@@ -40,21 +40,24 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
     const small = randomKV([3], 16, 1, 64, "f32");
     const cpuDecode = await cpuHas(async () => void (await decode("cpu", small, "f32", randn(64), 1, 1)));
     const mmaDecode = addon.listDevices().knobs.DL_DECODE_PIPE === "mma";
-    // G = 20 (with DL_DECODE_PIPE=mma: two 16-row head groups), page 1 (every key its own page).
-    for (const [D, Hk, G, pageSize, dtype] of [[128, 2, 4, 16, "bf16"], [64, 1, 2, 16, "bf16"], [128, 1, 1, 7, "f16"], [64, 2, 8, 16, "bf16"], [128, 2, 3, 16, "bf16"], [96, 1, 4, 16, "bf16"], [128, 2, 4, 16, "f32"], [64, 1, 20, 1, "bf16"], [128, 1, 6, 16, "bf16"]] as [number, number, number, number, DType][]) {
+    // G = 20 (with DL_DECODE_PIPE=mma: two 16-row head groups), G = 12 at D = 128 (rows 8-15 of a 16-row tile),
+    // page 1 (every key its own page).
+    for (const [D, Hk, G, pageSize, dtype] of [[128, 2, 4, 16, "bf16"], [64, 1, 2, 16, "bf16"], [128, 1, 1, 7, "f16"], [64, 2, 8, 16, "bf16"], [128, 2, 3, 16, "bf16"], [96, 1, 4, 16, "bf16"], [128, 2, 4, 16, "f32"], [64, 1, 20, 1, "bf16"], [128, 1, 6, 16, "bf16"], [128, 1, 12, 16, "bf16"]] as [number, number, number, number, DType][]) {
       const lens = [1, 37, 300, 129];
       const kv = randomKV(lens, pageSize, Hk, D, dtype), Hq = Hk * G;
-      const q = roundTo(randn(lens.length * Hq * D), dtype);
+      // Queries scaled up so the softmax is peaked (uniform K in [-1, 1] and unit queries give nearly flat weights,
+      // where a wrong rescale or merge hardly shows); errors are judged per (sequence, head) row, not over the batch.
+      const q = roundTo(randn(lens.length * Hq * D).map((x) => 4 * x), dtype);
       const ref = refAttentionDecode(q, kv, Hq, 1 / Math.sqrt(D));
       // The tensor-core decode kernel (DL_DECODE_PIPE=mma, opt-in; bf16, D 64 / 128) rounds the probabilities to
       // bf16 for P.V, as the tensor-core prefill kernel does.
-      const tol = mmaDecode && dtype === "bf16" && (D === 64 || D === 128) ? 5e-3 : 1e-5;
+      const tol = mmaDecode && dtype === "bf16" && (D === 64 || D === 128) ? 1e-2 : 1e-5;
       for (const kvSplits of [1, 3, 40]) {
         const tag = `D=${D} Hk=${Hk} G=${G} page=${pageSize} ${dtype} kvSplits=${kvSplits}`;
         const got = await decode("cuda", kv, dtype, q, Hq, kvSplits);
-        expect(relL2(got, ref), tag).toBeLessThan(tol);
-        expect(relL2(await decode("cuda", kv, dtype, q, Hq, kvSplits, "bf16"), ref), `${tag} -> bf16`).toBeLessThan(1e-2);
-        if (cpuDecode) expect(relL2(got, await decode("cpu", kv, dtype, q, Hq, kvSplits)), `${tag} vs cpu`).toBeLessThan(tol);
+        expect(maxRowRelL2(got, ref, D), tag).toBeLessThan(tol);
+        expect(maxRowRelL2(await decode("cuda", kv, dtype, q, Hq, kvSplits, "bf16"), ref, D), `${tag} -> bf16`).toBeLessThan(2e-2);
+        if (cpuDecode) expect(maxRowRelL2(got, await decode("cpu", kv, dtype, q, Hq, kvSplits), D), `${tag} vs cpu`).toBeLessThan(tol);
       }
     }
   });
@@ -104,6 +107,11 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
     const kv = randomKV([40], 16, 1, 128, "bf16");
     const bad = { ...kv, indices: Int32Array.from(kv.indices, (p, i) => (i === 1 ? kv.numPages + 5 : p)) };
     await expect(decode("cuda", bad, "bf16", randn(4 * 128), 4, 1)).rejects.toThrow(/page id \d+ .*out of range/);
+    // A bad id past the kernels' first chunks: looked up a chunk ahead (shared memory), not in the prologue.
+    const long = randomKV([200], 16, 1, 128, "bf16");
+    const badLate = { ...long, indices: Int32Array.from(long.indices, (p, i) => (i === 10 ? long.numPages + 7 : p)) };
+    for (const kvSplits of [1, 2])
+      await expect(decode("cuda", badLate, "bf16", randn(4 * 128), 4, kvSplits), `kvSplits=${kvSplits}`).rejects.toThrow(/page id \d+ .*out of range/);
     await expect(prefill("cuda", bad, "bf16", randn(3 * 4 * 128), [0, 3], 4)).rejects.toThrow(/page id \d+ .*out of range/);
     await expect(prefill("cuda", kv, "bf16", randn(3 * 4 * 128), [0, 3], 4, 2)).rejects.toThrow(/3 queries, more than maxQueryLen 2/);
     const ok = await decode("cuda", kv, "bf16", roundTo(randn(4 * 128), "bf16"), 4, 2);

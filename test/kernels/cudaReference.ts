@@ -93,6 +93,16 @@ export async function cpuHas(fn: () => Promise<void>): Promise<boolean> {
 
 // ---- error measures ----
 /** ||out - ref|| / ||ref||; Infinity when out holds a NaN or differs in length. */
+/** The largest relL2 over consecutive rows of `row` values: an error confined to some heads or sequences shows in
+ *  full, where one relL2 over the whole output can hide it behind rows that are easy to get right. */
+export function maxRowRelL2(out: ArrayLike<number>, ref: ArrayLike<number>, row: number): number {
+  if (out.length !== ref.length || ref.length % row) return Infinity;
+  let worst = 0;
+  for (let i = 0; i < ref.length; i += row)
+    worst = Math.max(worst, relL2(Array.prototype.slice.call(out, i, i + row), Array.prototype.slice.call(ref, i, i + row)));
+  return worst;
+}
+
 export function relL2(out: ArrayLike<number>, ref: ArrayLike<number>): number {
   if (out.length !== ref.length) return Infinity;
   let num = 0, den = 0;
