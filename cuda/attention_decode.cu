@@ -358,41 +358,14 @@ __global__ void __launch_bounds__(kThreads) decodeMmaKernel(DecodeArgs a) {
       mma::mmaBf16(s[1], qf[kk], bk[2], bk[3]);
     }
     // Scale to the exp2 domain, mask keys past the split, online softmax of rows g and g + 8 over the quad.
-    float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int i = e >> 1, t = t0 + c * kMmaRound + kb + j * 8 + t4 * 2 + (e & 1);
-        const float x = t < t1 ? s[j][e] * a.scaleLog2 : -INFINITY;
-        s[j][e] = x;
-        mx[i] = fmaxf(mx[i], x);
+        const int t = t0 + c * kMmaRound + kb + j * 8 + t4 * 2 + (e & 1);
+        s[j][e] = t < t1 ? s[j][e] * a.scaleLog2 : -INFINITY;
       }
-    float alpha[2], rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m[i] - mx[i]);
-    }
-#pragma unroll
-    for (int j = 0; j < 2; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int i = e >> 1;
-        const float p = mx[i] == -INFINITY ? 0.f : exp2f(s[j][e] - mx[i]);
-        s[j][e] = p;
-        rs[i] += p;
-      }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-      l[i] = l[i] * alpha[i] + rs[i];
-      m[i] = mx[i];
-    }
-#pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+    mma::softmaxTile(s, m, l, o);
     // O += P V over the 16 keys; V^T fragments by transposing ldmatrix.
     const unsigned pa[4] = {mma::packBf16(s[0][0], s[0][1]), mma::packBf16(s[0][2], s[0][3]),
                             mma::packBf16(s[1][0], s[1][1]), mma::packBf16(s[1][2], s[1][3])};

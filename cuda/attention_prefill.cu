@@ -267,41 +267,14 @@ __global__ void __launch_bounds__(kThreads) prefillMmaKernel(PrefillArgs a) {
       }
 
     // Scale to the exp2 domain, mask, and the online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3).
-    float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int j = 0; j < kMmaKeys / 8; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int i = e >> 1, key = c * kMmaKeys + j * 8 + t4 * 2 + (e & 1);
-        const float x = key <= pos[i] ? s[j][e] * a.scaleLog2 : -INFINITY;
-        s[j][e] = x;
-        mx[i] = fmaxf(mx[i], x);
+        s[j][e] = key <= pos[i] ? s[j][e] * a.scaleLog2 : -INFINITY;
       }
-    float alpha[2], rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m[i] - mx[i]);
-    }
-#pragma unroll
-    for (int j = 0; j < kMmaKeys / 8; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int i = e >> 1;
-        const float p = mx[i] == -INFINITY ? 0.f : exp2f(s[j][e] - mx[i]);
-        s[j][e] = p;
-        rs[i] += p;
-      }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
-      rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
-      l[i] = l[i] * alpha[i] + rs[i];
-      m[i] = mx[i];
-    }
-#pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+    mma::softmaxTile(s, m, l, o);
 
     // O += P V over the chunk in steps of 16 keys (k ascending); V^T fragments by transposing ldmatrix.
 #pragma unroll

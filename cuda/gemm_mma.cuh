@@ -53,4 +53,42 @@ __device__ __forceinline__ void mmaBf16(float (&d)[4], const unsigned (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The online-softmax update of a warp's 16-row mma tile over one block of keys (the attention kernels): s holds the
+// block's scores, already in the exp2 domain and masked to -inf, as NT n-tiles of C fragments (row g: elements 0, 1;
+// row g + 8: 2, 3); each row's max and sum are reduced over its quad in one shuffle order. On return s holds the
+// probabilities, (m, l) each row's running max and sum, and the OT output n-tiles o are rescaled.
+template <int NT, int OT>
+__device__ __forceinline__ void softmaxTile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&o)[OT][4]) {
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+  float alpha[2], rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    alpha[i] = mx[i] == -INFINITY ? 1.f : exp2f(m[i] - mx[i]);
+  }
+#pragma unroll
+  for (int j = 0; j < NT; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int i = e >> 1;
+      const float p = mx[i] == -INFINITY ? 0.f : exp2f(s[j][e] - mx[i]);
+      s[j][e] = p;
+      rs[i] += p;
+    }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 1);
+    rs[i] += __shfl_xor_sync(0xffffffffu, rs[i], 2);
+    l[i] = l[i] * alpha[i] + rs[i];
+    m[i] = mx[i];
+  }
+#pragma unroll
+  for (int j = 0; j < OT; j++) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+}
+
 }  // namespace dl::gpu::mma
