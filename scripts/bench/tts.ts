@@ -369,6 +369,11 @@ async function main(): Promise<void> {
   const kvRes: Record<number, Record<string, Record<number, Point>>> = {};
   for (const kv of list(values["kv-budgets"]!)) kvRes[kv] = await grid(kv, [nMax], [{ key: "baseline", ...CONFIGS.baseline }, { key: "PMS", ...CONFIGS.PMS }]);
 
+  // 1 / (1 - v) for the baseline's median verifier share v at each N: what hiding the verifier could win at most.
+  const ceilings: [number, number][] = nList.flatMap((n) => {
+    const v = main.baseline?.[n]?.median.verifierShare;
+    return v === undefined || v >= 1 ? [] : [[n, 1 / (1 - v)] as [number, number]];
+  });
   const head = [
     `# bench:tts — FlashTTS beam search with the tiny PRM`,
     "",
@@ -380,6 +385,9 @@ async function main(): Promise<void> {
     "Goodput = precise goodput (mean tokens of a finished solution / mean time until it finished). Verifier share = time in verification / search time.",
     "",
     ...table(main, configs, (k) => LABEL[k], nList),
+    ...(ceilings.length === 0
+      ? []
+      : ["", `Ceiling of hiding verification (speculation, LookAhead): with the baseline's verifier share v, a search whose verification cost nothing would reach at most 1 / (1 − v) × the baseline's goodput: ${ceilings.map(([n, c]) => `N = ${n} ${c.toFixed(2)}×`).join(", ")}. +P and +M act on the generator's time instead (cache hits, preemptions).`]),
     "",
     "KV pools:",
     "",
@@ -390,7 +398,7 @@ async function main(): Promise<void> {
   const md = head.join("\n") + "\n";
   mkdirSync(values.out!, { recursive: true });
   writeFileSync(join(values.out!, "tts.md"), md);
-  const json = { date: started.toISOString(), machine: machine(), device, argv: process.argv.slice(2), problems: problems.length, beamWidth: M, repeats, kvBudgetMiB: budget, pools: splitNote, main, ratios: ratioRes, kv: kvRes };
+  const json = { date: started.toISOString(), machine: machine(), device, argv: process.argv.slice(2), problems: problems.length, beamWidth: M, repeats, kvBudgetMiB: budget, pools: splitNote, main, verifierCeiling: Object.fromEntries(ceilings), ratios: ratioRes, kv: kvRes };
   writeFileSync(join(values.out!, "tts.json"), JSON.stringify(json, null, 2) + "\n");
   if (values.json) console.log(JSON.stringify(json));
   else console.log(md);
