@@ -369,7 +369,8 @@ async function main(): Promise<void> {
   const kvRes: Record<number, Record<string, Record<number, Point>>> = {};
   for (const kv of list(values["kv-budgets"]!)) kvRes[kv] = await grid(kv, [nMax], [{ key: "baseline", ...CONFIGS.baseline }, { key: "PMS", ...CONFIGS.PMS }]);
 
-  // 1 / (1 - v) for the baseline's median verifier share v at each N: what hiding the verifier could win at most.
+  // 1 / (1 - v) for the baseline's median verifier share v at each N: what hiding verification could win at most
+  // (speculation into stragglers' idle rows is not bounded by it).
   const ceilings: [number, number][] = nList.flatMap((n) => {
     const v = main.baseline?.[n]?.median.verifierShare;
     return v === undefined || v >= 1 ? [] : [[n, 1 / (1 - v)] as [number, number]];
@@ -387,7 +388,7 @@ async function main(): Promise<void> {
     ...table(main, configs, (k) => LABEL[k], nList),
     ...(ceilings.length === 0
       ? []
-      : ["", `Ceiling of hiding verification (speculation, LookAhead): with the baseline's verifier share v, a search whose verification cost nothing would reach at most 1 / (1 − v) × the baseline's goodput: ${ceilings.map(([n, c]) => `N = ${n} ${c.toFixed(2)}×`).join(", ")}. +P and +M act on the generator's time instead (cache hits, preemptions).`]),
+      : ["", `Ceiling of hiding verification (LookAhead, speculation while steps are scored): with the baseline's verifier share v, a search whose verification cost nothing would reach at most 1 / (1 − v) × the baseline's goodput: ${ceilings.map(([n, c]) => `N = ${n} ${c.toFixed(2)}×`).join(", ")}. Speculation in the slots stragglers leave idle, +P and +M act on the generator's time instead (idle rows, cache hits, preemptions).`]),
     "",
     "KV pools:",
     "",
