@@ -2,11 +2,11 @@
 // and routers in this process. Program affinity, streaming through the router with the openai client, two routers
 // routing alike, a killed replica's stream ending with an error event while new requests of its program re-route,
 // and a SIGTERM'd replica draining its stream while new work goes elsewhere. Skipped, visibly, without nats-server.
-import { connect, headers as natsHeaders } from "@nats-io/transport-node";
+import { connect, headers as natsHeaders, NoRespondersError, RequestError } from "@nats-io/transport-node";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRouter, promptPrefix, route, type DeliberateRouter } from "../../ts/index.js";
-import { TunnelCall } from "../../ts/cluster/transport.js";
+import { httpSubject, TunnelCall } from "../../ts/cluster/transport.js";
 import { findNatsServer, startNats, startReplica, type NatsHandle, type ReplicaHandle } from "../../scripts/cluster/localCluster.js";
 
 const natsBin = findNatsServer();
@@ -202,6 +202,23 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     expect(first.done).toBe(false);
     victim.child.kill("SIGKILL");
     await victim.exited;
+    // The NATS server drops a dead connection's subscriptions once it reads the socket's close; on a loaded machine
+    // that can come after the next request is published, which then goes nowhere until the heartbeat goes stale (a
+    // 502, by design: the router cannot tell it from a request the replica had started). The re-route at once that
+    // this test checks is the "no responders" case, so wait until the server answers that for the dead subject.
+    const probe = await connect({ servers: nats.url });
+    try {
+      await until("the NATS server to drop the killed replica's subscription", async () => {
+        try {
+          await probe.request(httpSubject(victimId), "", { timeout: 500 });
+          return false;
+        } catch (e) {
+          return e instanceof NoRespondersError || (e instanceof RequestError && e.isNoResponders());
+        }
+      }, 5_000);
+    } finally {
+      await probe.close();
+    }
     const t0 = Date.now();
     // Before the router notices (heartbeats stop only after staleMs), the program's next request finds no listener on
     // the dead replica's subject and goes to the survivor at once.
