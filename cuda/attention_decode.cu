@@ -89,6 +89,29 @@ __device__ __forceinline__ float2 load2(const uint16_t* p, bool f16) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
 }
 
+// K/V page ids one round ahead, for both decode kernels (decodeKernel says why). Thread r < kRows fetches into a
+// register the id of token r of the chunk the next round issues, while this round computes; publish(n), before the
+// next round's barrier, stores it in ids[n & 1] (two buffers by chunk parity: a thread writes one while a slower one
+// may still read the other); row() reads it back for chunk n, or with `direct` looks the id up (the prologue's
+// chunks). Only when bytes move changes: the same bits.
+template <int kRows>
+struct PagesAhead {
+  int (&ids)[2][kRows];  // __shared__, the kernel's
+  int next = 0;
+  __device__ __forceinline__ void fetch(const DecodeArgs& a, int b, int chunkStart, int t1) {
+    const int t = chunkStart + int(threadIdx.x);
+    if (threadIdx.x < kRows && t < t1) next = a.kv.indices[a.kv.indptr[b] + t / a.kv.pageSize];
+  }
+  __device__ __forceinline__ void publish(int n) {
+    if (threadIdx.x < kRows) ids[n & 1][threadIdx.x] = next;
+  }
+  // Element offset of token t (row r of chunk n) for KV head kvh, or -1 (reported) for a bad page id.
+  __device__ __forceinline__ int64_t row(const DecodeArgs& a, int b, int n, int r, int t, int kvh, bool direct) const {
+    return direct ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage)
+                  : pageRow(a.kv, ids[n & 1][r], t, kvh, a.err, DeviceErrorCode::decodePage);
+  }
+};
+
 // ---- kernels ----
 
 // 16-bit caches, head dim D in {64, 128}, GP >= the query heads this CTA serves (GP <= kMaxGroup); kChunk tokens
@@ -115,25 +138,17 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
   const uint16_t* K = static_cast<const uint16_t*>(a.kv.k);
   const uint16_t* V = static_cast<const uint16_t*>(a.kv.v);
 
-  // Page ids a chunk ahead: thread r < kChunk loads the page id of token r of the chunk issued next round into a
-  // register (nextPage) while this chunk computes, and publishes it to sPage (two buffers, by round parity: a thread
-  // writes one while a slower one may still read the other) before the next round's barrier; loadChunk reads ids from
-  // shared memory instead of stalling every thread on a dependent global load right after the barrier. Only when
-  // bytes move changes: the same bits. (The prologue's chunks look their ids up directly, and so does every chunk at
-  // D = 64 with four query heads: there the extra registers would cost that kernel its fifth CTA an SM, 96 -> 114.)
+  // Page ids a chunk ahead (PagesAhead), so that loadChunk reads them from shared memory instead of stalling every
+  // thread on a dependent global load right after the barrier. The prologue's chunks look their ids up directly, and
+  // so does every chunk at D = 64 with four query heads: there the extra registers would cost that kernel its fifth
+  // CTA an SM (96 -> 114).
   constexpr bool kAhead = D == 128 || GP <= 2;
   __shared__ int sPage[2][kChunk];
-  int nextPage = 0;
-  auto fetchPage = [&](int c) {
-    const int t = t0 + c * kChunk + tid;
-    if (kAhead && tid < kChunk && t < t1) nextPage = a.kv.indices[a.kv.indptr[b] + t / a.kv.pageSize];
-  };
-  auto loadChunk = [&](int stage, int c, bool direct) {  // direct: ids looked up, else from sPage
+  PagesAhead<kChunk> pages{sPage};
+  auto loadChunk = [&](int stage, int c, bool direct) {
     for (int e = tid; e < kChunk * kRowChunks; e += kThreads) {
       int r = e / kRowChunks, ch = e % kRowChunks, t = t0 + c * kChunk + r;
-      int64_t row = t >= t1 ? -1
-                    : direct ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage)
-                             : pageRow(a.kv, sPage[c & 1][r], t, kvh, a.err, DeviceErrorCode::decodePage);
+      int64_t row = t < t1 ? pages.row(a, b, c, r, t, kvh, direct) : -1;
       int bytes = row >= 0 ? 16 : 0;
       int64_t off = row >= 0 ? row + ch * 8 : 0;
       mma::cpAsync16(sK + (stage * kChunk + r) * D + ch * 8, K + off, bytes);
@@ -164,14 +179,14 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
     if (s < nChunks) loadChunk(s, s, true);
     mma::cpAsyncCommit();
   }
-  fetchPage(kStages - 1);
+  if (kAhead) pages.fetch(a, b, t0 + (kStages - 1) * kChunk, t1);
   for (int c = 0; c < nChunks; c++) {
     mma::cpAsyncWait<kStages - 2>();
-    if (kAhead && tid < kChunk) sPage[(c + kStages - 1) & 1][tid] = nextPage;  // chunk c + kStages - 1's ids
+    if (kAhead) pages.publish(c + kStages - 1);  // the ids of the chunk this round issues
     __syncthreads();
     if (c + kStages - 1 < nChunks) {
       loadChunk((c + kStages - 1) % kStages, c + kStages - 1, !kAhead);
-      fetchPage(c + kStages);  // published next chunk
+      if (kAhead) pages.fetch(a, b, t0 + (c + kStages) * kChunk, t1);  // published next round
     }
     mma::cpAsyncCommit();
     const uint16_t* tK = sK + (c % kStages) * kChunk * D;
@@ -299,20 +314,14 @@ __global__ void __launch_bounds__(kThreads) decodeMmaKernel(DecodeArgs a) {
     const bool ok = r < nh;
     mma::cpAsync16(sQ + mma::swzD<D>(r, c), Q + (ok ? (int64_t(b) * a.Hq + h0 + r) * D + c * 8 : 0), ok ? 16 : 0);
   }
-  // Page ids a round ahead, published through sPage (two buffers) before the round's barrier, as the SIMT kernel does.
+  // Page ids a round ahead (PagesAhead), as the SIMT kernel does.
   __shared__ int sPage[2][kMmaRound];
   static_assert(kMmaRound <= kThreads, "one thread per key of a round fetches its page id");
-  int nextPage = 0;
-  auto fetchPage = [&](int c) {
-    const int t = t0 + c * kMmaRound + tid;
-    if (tid < kMmaRound && t < t1) nextPage = a.kv.indices[a.kv.indptr[b] + t / a.kv.pageSize];
-  };
-  auto loadRound = [&](int stage, int c, bool direct) {  // direct: ids looked up, else from sPage
+  PagesAhead<kMmaRound> pages{sPage};
+  auto loadRound = [&](int stage, int c, bool direct) {
     for (int e = tid; e < kMmaRound * CH; e += kThreads) {
       const int r = e / CH, ch = e % CH, t = t0 + c * kMmaRound + r;
-      const int64_t row = t >= t1 ? -1
-                          : direct ? tokenRow(a.kv, b, t, kvh, a.err, DeviceErrorCode::decodePage)
-                                   : pageRow(a.kv, sPage[c & 1][r], t, kvh, a.err, DeviceErrorCode::decodePage);
+      const int64_t row = t < t1 ? pages.row(a, b, c, r, t, kvh, direct) : -1;
       const int64_t off = row >= 0 ? row + ch * 8 : 0;
       mma::cpAsync16(sK + stage * kMmaRound * D + mma::swzD<D>(r, ch), K + off, row >= 0 ? 16 : 0);
       mma::cpAsync16(sV + stage * kMmaRound * D + mma::swzD<D>(r, ch), V + off, row >= 0 ? 16 : 0);
@@ -323,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) decodeMmaKernel(DecodeArgs a) {
     if (s < nRounds) loadRound(s, s, true);
     mma::cpAsyncCommit();  // group 0 holds Q too
   }
-  fetchPage(kMmaStages - 1);
+  pages.fetch(a, b, t0 + (kMmaStages - 1) * kMmaRound, t1);
 
   // This thread's rows of the warp's tile: g (fragment elements 0, 1) and g + 8 (2, 3).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -335,11 +344,11 @@ __global__ void __launch_bounds__(kThreads) decodeMmaKernel(DecodeArgs a) {
 
   for (int c = 0; c < nRounds; c++) {
     mma::cpAsyncWait<kMmaStages - 2>();
-    if (tid < kMmaRound) sPage[(c + kMmaStages - 1) & 1][tid] = nextPage;  // round c + kMmaStages - 1's ids
+    pages.publish(c + kMmaStages - 1);  // the ids of the round this one issues
     __syncthreads();  // round c (and Q) landed for every thread; round c - 1's stage and sPage's readers are done
     if (c + kMmaStages - 1 < nRounds) {
       loadRound((c + kMmaStages - 1) % kMmaStages, c + kMmaStages - 1, false);
-      fetchPage(c + kMmaStages);  // published next round
+      pages.fetch(a, b, t0 + (c + kMmaStages) * kMmaRound, t1);  // published next round
     }
     mma::cpAsyncCommit();
     if (c == 0)
