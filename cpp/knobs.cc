@@ -33,6 +33,14 @@ bool triState(const std::string& v, int& out) {
   bool on = false;
   return flag(v, on) && (out = on ? 1 : 0, true);
 }
+// A whole decimal number in [lo, hi].
+bool intIn(const std::string& v, long lo, long hi, int& out) {
+  char* end = nullptr;
+  const long t = std::strtol(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0' || t < lo || t > hi) return false;
+  return out = int(t), true;
+}
+
 std::string triStateReport(int v) { return v < 0 ? "default" : std::to_string(v); }
 
 }  // namespace
@@ -61,13 +69,8 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
   p.read("DL_PREFILL_MMA", "0 or 1", [&](const std::string& v) { return flag(v, k.prefillMma); });
   p.read("DL_PDL", "0 or 1", [&](const std::string& v) { return flag(v, k.pdl); });
   p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return triState(v, k.gemmWgmma); });
-  p.read("DL_GEMM_TILE", "an integer in [-1, 8]", [&](const std::string& v) {
-    char* end = nullptr;
-    const long t = std::strtol(v.c_str(), &end, 10);
-    if (end == v.c_str() || *end != '\0' || t < -1 || t > 8) return false;
-    k.gemmTile = int(t);
-    return true;
-  });
+  p.read("DL_GEMM_TILE", "an integer in [-1, 8]", [&](const std::string& v) { return intIn(v, -1, 8, k.gemmTile); });
+  p.read("DL_POOL_SPIN_US", "an integer in [0, 100000]", [&](const std::string& v) { return intIn(v, 0, 100000, k.poolSpinUs); });
   return k;
 }
 
@@ -90,6 +93,7 @@ std::vector<std::pair<std::string, std::string>> knobReport() {
       {"DL_PDL", b(k.pdl)},
       {"DL_GEMM_WGMMA", triStateReport(k.gemmWgmma)},
       {"DL_GEMM_TILE", std::to_string(k.gemmTile)},
+      {"DL_POOL_SPIN_US", std::to_string(k.poolSpinUs)},
   };
   return r;
 }

@@ -36,6 +36,10 @@ struct Knobs {
   int gemmWgmma = -1;
   // DL_GEMM_TILE=<0..8>: force one GEMM config (benchmarks, test reruns); -1 = by shape.
   int gemmTile = -1;
+  // DL_POOL_SPIN_US=<0..100000>: how long a CPU pool thread with nothing to do keeps polling for the next parallel
+  // region before it sleeps (cpp/cpu/threadpool.cc), as llama.cpp's --poll and OpenMP's GOMP_SPINCOUNT. 0: sleep at
+  // once (least CPU burnt on a shared box); the default covers the host's work between two engine steps.
+  int poolSpinUs = 500;
   // Values that were set but not understood (each "NAME=value: expected ..."); the default is used for them.
   std::vector<std::string> invalid;
 };

@@ -1,11 +1,14 @@
 #include "threadpool.h"
 
+#include "knobs.h"
+
 #ifdef __linux__
 #include <sched.h>
 #endif
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -17,11 +20,29 @@
 namespace dl {
 namespace {
 
-// A model step is hundreds of parallel regions microseconds apart: a thread that finds nothing to do first spins
-// this many pause iterations (~25 us on the Zen 4 measured here) before it sleeps on the condition variable, so that
-// consecutive regions neither pay a futex wake-up nor a context switch each (measured: those cost ~7% of the CPU
-// time of a batch-16 SmolLM-135M decode step on 2 threads).
-constexpr int kSpins = 1 << 10;
+// A model step is hundreds of parallel regions microseconds apart, and engine steps follow each other after ~0.1-0.3
+// ms of host work: a thread that finds nothing to do polls for DL_POOL_SPIN_US (knobs.h; default 500 us) before it
+// sleeps on the condition variable, so that neither the next region nor the next step pays a futex wake-up and a
+// context switch (tens of microseconds on a VM, and the region waits for its slowest thread). Measured on the 2-core
+// Zen 4 VM, tiny reasoner, 3000 forwards a run, 6 alternating runs, against the ~26 us spin before: one row p50
+// 0.16 against 0.22 ms a step, p90 0.23 against 0.38; 16 rows p50 0.65 against 0.69, p90 0.87 against 1.18
+// (bench/RESULTS-throughput.md, 2026-11-27). A pool with more threads than the CPUs it may run on polls at most
+// kOversubscribedSpin: there a polling thread can hold the core the working one needs.
+int defaultThreads();
+
+constexpr auto kOversubscribedSpin = std::chrono::microseconds(25);
+
+// Polls done() until it holds or `budget` has passed; returns done().
+template <class Done> bool spinUntil(Done done, std::chrono::nanoseconds budget) {
+  if (done()) return true;
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (std::chrono::steady_clock::now() < until)
+    for (int i = 0; i < 64; i++) {
+      if (done()) return true;
+      _mm_pause();
+    }
+  return done();
+}
 
 class Pool {
  public:
@@ -34,6 +55,8 @@ class Pool {
     std::lock_guard<std::mutex> call(callMu_);  // never while a parallel region runs
     stop();
     stopping_ = false;
+    spin_ = std::chrono::microseconds(knob::knobs().poolSpinUs);
+    if (n > defaultThreads()) spin_ = std::min<std::chrono::nanoseconds>(spin_, kOversubscribedSpin);
     for (int i = 0; i < n - 1; i++) workers_.emplace_back([this, i] { loop(i + 1); });
   }
 
@@ -64,7 +87,7 @@ class Pool {
     }
     cv_.notify_all();
     work();
-    for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) != 0; i++) _mm_pause();
+    spinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; }, spin_);
     std::unique_lock<std::mutex> lk(mu_);
     done_.wait(lk, [this] { return pending_.load() == 0; });
     next_.store(0);  // zero chunks: late claims (a worker still looping in work()) fail until the next region opens
@@ -95,7 +118,7 @@ class Pool {
   void loop(int) {
     uint64_t seen = 0;
     for (;;) {
-      for (int i = 0; i < kSpins && generation_.load(std::memory_order_acquire) == seen; i++) _mm_pause();
+      spinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; }, spin_);
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stopping_ || (generation_ != seen && fn_ != nullptr); });
@@ -127,6 +150,7 @@ class Pool {
   std::atomic<int64_t> pending_{0};
   std::atomic<uint64_t> generation_{0};
   bool stopping_ = false;
+  std::chrono::nanoseconds spin_{0};  // how long an idle thread polls before it sleeps (set before workers start)
   std::exception_ptr error_;
 };
 

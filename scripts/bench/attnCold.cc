@@ -4,7 +4,7 @@
 // (warm); best of 7 passes. Also a plain read of the same KV lines (the floor) and two prefetch variants. Build and
 // run from the repository root:
 //   g++ -std=c++17 -O3 -march=x86-64-v3 -fno-math-errno -pthread -Icpp -Icpp/cpu scripts/bench/attnCold.cc
-//       cpp/cpu/cpu_attention.cc cpp/cpu/cpu_attention_decode.cc cpp/cpu/threadpool.cc cpp/cpu/cpu_features.cc
+//       cpp/cpu/cpu_attention.cc cpp/cpu/cpu_attention_decode.cc cpp/cpu/threadpool.cc cpp/knobs.cc cpp/cpu/cpu_features.cc
 //       cpp/common.cc -o /tmp/attnCold
 //   /tmp/attnCold 200          # ctx tokens; T=2 /tmp/attnCold 200 for two threads; B=16 for 16 sequences
 #include <time.h>

@@ -2,7 +2,7 @@
 // that W streams from DRAM as in a real decode step, then the 49152 x 576 head; per M, the best of 5 passes in
 // thread CPU time (stable on a shared machine). Build and run from the repository root:
 //   g++ -std=c++17 -O3 -march=x86-64-v3 -fno-math-errno -pthread -Icpp -Icpp/cpu scripts/bench/gemmStream.cc cpp/cpu/cpu_gemm.cc
-//       cpp/cpu/cpu_gemm_avx512.cc cpp/cpu/cpu_gemm_avx2.cc cpp/cpu/cpu_gemm_bf16.cc cpp/cpu/threadpool.cc cpp/cpu/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
+//       cpp/cpu/cpu_gemm_avx512.cc cpp/cpu/cpu_gemm_avx2.cc cpp/cpu/cpu_gemm_bf16.cc cpp/cpu/threadpool.cc cpp/knobs.cc cpp/cpu/cpu_features.cc cpp/common.cc -o /tmp/gemmStream
 //   /tmp/gemmStream 1 1 4 16 64        # threads, then the row counts M
 //   DELIBERATE_SIMD=avx2 /tmp/gemmStream 1 16   # the AVX2 path
 //   PACKED=1 /tmp/gemmStream 1 1                 # W packed as a model's bf16 weights are by default (DELIBERATE_PACK_WEIGHTS=0: row-major)

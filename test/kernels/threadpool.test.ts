@@ -4,6 +4,8 @@
 // run a chunk of the next one a second time (two bugs of that kind, cpp/cpu/threadpool.cc): the caller then slept for
 // ever (bench:serving hung at 0% CPU) or returned while a chunk still ran (a crash). Before the fix, 1 M regions on
 // 4 threads hung or crashed in 3 of 3 runs here (300 k: 1 of 3). Two callers at once exercise the call lock.
+import { execFileSync } from "node:child_process";
+import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 
@@ -26,6 +28,17 @@ describe("CPU thread pool", () => {
     const [a, b] = await withTimeout(Promise.all([addon.stressThreadPool(regions), addon.stressThreadPool(regions)]), 90_000, `2 x ${regions} regions`);
     expect(a).toBe(0);
     expect(b).toBe(0);
+  });
+
+  it("hands over through sleep and wake-up alike when idle threads do not poll (DL_POOL_SPIN_US=0)", { timeout: 60_000 }, () => {
+    // Every idle moment of every thread goes through the condition variables (the default polls up to 500 us first).
+    const override = process.env.DELIBERATE_ADDON_PATH;
+    const load = override
+      ? `require(${JSON.stringify(path.resolve(override))})`
+      : `require(${JSON.stringify(path.resolve("node_modules/node-gyp-build/index.js"))})(${JSON.stringify(process.cwd())})`;
+    const script = `const a = ${load}; a.setThreads(2); a.stressThreadPool(20000).then((bad) => console.log(JSON.stringify({ bad, spin: a.listDevices().knobs.DL_POOL_SPIN_US })));`;
+    const out = execFileSync(process.execPath, ["-e", script], { env: { ...process.env, DL_POOL_SPIN_US: "0" }, encoding: "utf8", timeout: 50_000 });
+    expect(JSON.parse(out)).toEqual({ bad: 0, spin: "0" });
   });
 
   it("rejects a bad region count", () => {

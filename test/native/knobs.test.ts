@@ -20,7 +20,7 @@ function devicesWith(env: Record<string, string>): DeviceReport {
 describe("native knobs", () => {
   it("reports every switch with its default in this process", () => {
     const d = loadAddon().listDevices();
-    expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_DECODE_MERGE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE"]));
+    expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_DECODE_MERGE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE", "DL_POOL_SPIN_US"]));
   });
 
   it("defaults to what the H100 run of 2026-11-27 measured best, each default switchable back", () => {
@@ -45,5 +45,13 @@ describe("native knobs", () => {
     expect(bad.knobs).toMatchObject({ DL_GEMM_TILE: "-1", DL_DECODE_PIPE: "32x4" });
     expect(bad.invalidKnobs).toEqual(["DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8, 64x3 or mma", "DL_GEMM_TILE=12: expected an integer in [-1, 8]"]);
     expect(devicesWith({ DL_DECODE_PIPE: "mma" }).knobs).toMatchObject({ DL_DECODE_PIPE: "mma" });
+  });
+
+  it("takes the CPU pool's polling time in microseconds, 500 by default", () => {
+    expect(devicesWith({ DL_POOL_SPIN_US: "" }).knobs).toMatchObject({ DL_POOL_SPIN_US: "500" });
+    expect(devicesWith({ DL_POOL_SPIN_US: "0" }).knobs).toMatchObject({ DL_POOL_SPIN_US: "0" });
+    const bad = devicesWith({ DL_POOL_SPIN_US: "-5" });
+    expect(bad.knobs).toMatchObject({ DL_POOL_SPIN_US: "500" });
+    expect(bad.invalidKnobs).toEqual(["DL_POOL_SPIN_US=-5: expected an integer in [0, 100000]"]);
   });
 });
