@@ -50,9 +50,16 @@ console.log(`batch ${B}, prompt ${P}, load ${loadavg()[0].toFixed(2)}`);
 let next = await timed(`prefill ${B}x${P}`, prompts.map((tokens) => ({ tokens, startPos: 0 })), values.profile);
 if (values.profile) console.log(`\n${profileTable(model.takeProfile(), `prefill ${B}x${P} op by op`)}`);
 const cpuStart = process.cpuUsage(), wallStart = performance.now();
-for (let i = 0; i < steps; i++) next = await timed("", next.map((t) => ({ tokens: Int32Array.of(t), startPos: P + i })));
+const stepMs: number[] = [];
+for (let i = 0; i < steps; i++) {
+  const t0 = performance.now();
+  next = await timed("", next.map((t) => ({ tokens: Int32Array.of(t), startPos: P + i })));
+  stepMs.push(performance.now() - t0);
+}
 const cpu = process.cpuUsage(cpuStart), wall = performance.now() - wallStart;
-console.log(`decode batch ${B}: ${(wall / steps).toFixed(1)} ms wall, ${((cpu.user + cpu.system) / 1e3 / steps).toFixed(1)} ms CPU per step (${steps} steps, load ${loadavg()[0].toFixed(2)})`);
+stepMs.sort((a, b) => a - b);
+const pct = (q: number) => stepMs[Math.min(steps - 1, Math.floor(q * steps))]!.toFixed(3);
+console.log(`decode batch ${B}: ${(wall / steps).toFixed(1)} ms wall, ${((cpu.user + cpu.system) / 1e3 / steps).toFixed(1)} ms CPU per step (${steps} steps, load ${loadavg()[0].toFixed(2)}); step wall p10 / p50 / p90 ${pct(0.1)} / ${pct(0.5)} / ${pct(0.9)} ms`);
 if (values.profile) {
   for (let i = 0; i < steps; i++) next = await timed("", next.map((t) => ({ tokens: Int32Array.of(t), startPos: P + steps + i })), true);
   console.log(`\n${profileTable(model.takeProfile(), `decode batch ${B} op by op`)}`);
