@@ -107,9 +107,11 @@ describe.skipIf(!!cudaUnavailable)("attention (cuda)", () => {
     const kv = randomKV([40], 16, 1, 128, "bf16");
     const bad = { ...kv, indices: Int32Array.from(kv.indices, (p, i) => (i === 1 ? kv.numPages + 5 : p)) };
     await expect(decode("cuda", bad, "bf16", randn(4 * 128), 4, 1)).rejects.toThrow(/page id \d+ .*out of range/);
-    // A bad id past the kernels' first chunks: looked up a chunk ahead (shared memory), not in the prologue.
-    const long = randomKV([200], 16, 1, 128, "bf16");
-    const badLate = { ...long, indices: Int32Array.from(long.indices, (p, i) => (i === 10 ? long.numPages + 7 : p)) };
+    // A bad id past the kernels' first chunks: looked up a chunk ahead (shared memory), not in the prologue. Page 30
+    // of 600 tokens is past the prologue of every pipe (32x4..32x8, 64x3, mma) at kvSplits 1 and 2 (a review's
+    // emulation of the pipelines: at 200 tokens and page 10, 32x8 and kvSplits 2 met it in the prologue).
+    const long = randomKV([600], 16, 1, 128, "bf16");
+    const badLate = { ...long, indices: Int32Array.from(long.indices, (p, i) => (i === 30 ? long.numPages + 7 : p)) };
     for (const kvSplits of [1, 2])
       await expect(decode("cuda", badLate, "bf16", randn(4 * 128), 4, kvSplits), `kvSplits=${kvSplits}`).rejects.toThrow(/page id \d+ .*out of range/);
     await expect(prefill("cuda", bad, "bf16", randn(3 * 4 * 128), [0, 3], 4)).rejects.toThrow(/page id \d+ .*out of range/);
