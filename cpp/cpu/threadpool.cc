@@ -21,16 +21,18 @@ namespace dl {
 namespace {
 
 // A model step is hundreds of parallel regions microseconds apart, and engine steps follow each other after ~0.1-0.3
-// ms of host work: a thread that finds nothing to do polls for DL_POOL_SPIN_US (knobs.h; default 500 us) before it
+// ms of host work: an idle worker polls for the next region for DL_POOL_SPIN_US (knobs.h; default 500 us) before it
 // sleeps on the condition variable, so that neither the next region nor the next step pays a futex wake-up and a
 // context switch (tens of microseconds on a VM, and the region waits for its slowest thread). Measured on the 2-core
 // Zen 4 VM, tiny reasoner, 3000 forwards a run, 6 alternating runs, against the ~26 us spin before: one row p50
 // 0.16 against 0.22 ms a step, p90 0.23 against 0.38; 16 rows p50 0.65 against 0.69, p90 0.87 against 1.18
-// (bench/RESULTS-throughput.md, 2026-11-27). A pool with more threads than the CPUs it may run on polls at most
-// kOversubscribedSpin: there a polling thread can hold the core the working one needs.
+// (bench/RESULTS-throughput.md, 2026-11-27). Two waits poll at most kShortSpin: the caller's for the workers' chunks
+// of its region (a worker that is running finishes within a region's imbalance; one that is not needs the core the
+// poller holds: polling 500 us there measured no faster), and every wait of a pool with more threads than the CPUs it
+// may run on.
 int defaultThreads();
 
-constexpr auto kOversubscribedSpin = std::chrono::microseconds(25);
+constexpr auto kShortSpin = std::chrono::microseconds(25);
 
 // Polls done() until it holds or `budget` has passed; returns done().
 template <class Done> bool spinUntil(Done done, std::chrono::nanoseconds budget) {
@@ -56,7 +58,7 @@ class Pool {
     stop();
     stopping_ = false;
     spin_ = std::chrono::microseconds(knob::knobs().poolSpinUs);
-    if (n > defaultThreads()) spin_ = std::min<std::chrono::nanoseconds>(spin_, kOversubscribedSpin);
+    if (n > defaultThreads()) spin_ = std::min<std::chrono::nanoseconds>(spin_, kShortSpin);
     for (int i = 0; i < n - 1; i++) workers_.emplace_back([this, i] { loop(i + 1); });
   }
 
@@ -87,7 +89,7 @@ class Pool {
     }
     cv_.notify_all();
     work();
-    spinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; }, spin_);
+    spinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; }, std::min<std::chrono::nanoseconds>(spin_, kShortSpin));
     std::unique_lock<std::mutex> lk(mu_);
     done_.wait(lk, [this] { return pending_.load() == 0; });
     next_.store(0);  // zero chunks: late claims (a worker still looping in work()) fail until the next region opens
