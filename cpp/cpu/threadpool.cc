@@ -51,16 +51,21 @@ class Pool {
   explicit Pool(int n) { resize(n); }
   ~Pool() { stop(); }
 
-  int size() const { return int(workers_.size()) + 1; }
+  // Read without the call lock (a region's chunk count; setThreads may run beside a forward): any count is safe,
+  // since the caller and the workers claim whatever chunks a region has.
+  int size() const { return threads_.load(std::memory_order_relaxed); }
 
   void resize(int n) {
     std::lock_guard<std::mutex> call(callMu_);  // never while a parallel region runs
     stop();
-    stopping_ = false;
+    stopping_.store(false);
     spin_ = std::chrono::microseconds(knob::knobs().poolSpinUs);
     if (n > defaultThreads()) spin_ = std::min<std::chrono::nanoseconds>(spin_, kShortSpin);
     for (int i = 0; i < n - 1; i++) workers_.emplace_back([this, i] { loop(i + 1); });
+    threads_.store(n, std::memory_order_relaxed);
   }
+
+  PoolStats stats() const { return {workerChunks_.load(), workerSleeps_.load(), callerSleeps_.load()}; }
 
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     int threads = size();
@@ -88,21 +93,25 @@ class Pool {
       generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
-    work();
+    work(false);
     spinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; }, std::min<std::chrono::nanoseconds>(spin_, kShortSpin));
     std::unique_lock<std::mutex> lk(mu_);
-    done_.wait(lk, [this] { return pending_.load() == 0; });
+    if (pending_.load() != 0) {
+      callerSleeps_.fetch_add(1, std::memory_order_relaxed);
+      done_.wait(lk, [this] { return pending_.load() == 0; });
+    }
     next_.store(0);  // zero chunks: late claims (a worker still looping in work()) fail until the next region opens
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
-  void work() {
+  void work(bool worker) {
     for (;;) {
       const uint64_t claim = next_.fetch_add(1);
       const int64_t k = int64_t(claim >> 32), c = int64_t(claim & 0xffffffffu);
       if (c >= k) return;
+      if (worker) workerChunks_.fetch_add(1, std::memory_order_relaxed);
       int64_t b = n_ * c / k, e = n_ * (c + 1) / k;
       try {
         (*fn_)(b, e);
@@ -120,21 +129,29 @@ class Pool {
   void loop(int) {
     uint64_t seen = 0;
     for (;;) {
-      spinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; }, spin_);
+      spinUntil([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed); }, spin_);
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || (generation_ != seen && fn_ != nullptr); });
+        if (!stopping_ && generation_ != seen && fn_ == nullptr) {  // a region opened and closed while this thread
+          seen = generation_;                                        // polled: nothing to do there, poll on
+          continue;
+        }
+        auto ready = [&] { return stopping_ || (generation_ != seen && fn_ != nullptr); };
+        if (!ready()) {
+          workerSleeps_.fetch_add(1, std::memory_order_relaxed);
+          cv_.wait(lk, ready);
+        }
         if (stopping_) return;
         seen = generation_;
       }
-      work();
+      work(true);
     }
   }
 
   void stop() {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      stopping_ = true;
+      stopping_.store(true);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -151,8 +168,10 @@ class Pool {
   std::atomic<uint64_t> next_{0};
   std::atomic<int64_t> pending_{0};
   std::atomic<uint64_t> generation_{0};
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // written under mu_; read by polling workers without it
+  std::atomic<int> threads_{1};
   std::chrono::nanoseconds spin_{0};  // how long an idle thread polls before it sleeps (set before workers start)
+  std::atomic<uint64_t> workerChunks_{0}, workerSleeps_{0}, callerSleeps_{0};  // since the process started
   std::exception_ptr error_;
 };
 
@@ -188,7 +207,9 @@ void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
   pool().run(n, grain, fn);
 }
 
-int64_t stressParallelFor(int64_t regions) {
+PoolStats poolStats() { return pool().stats(); }
+
+int64_t stressParallelFor(int64_t regions, int64_t chunkMicros) {
   const int64_t maxN = 4 * int64_t(numThreads());
   std::vector<std::atomic<int>> hits(size_t(maxN + 1));
   int64_t bad = 0;
@@ -197,6 +218,8 @@ int64_t stressParallelFor(int64_t regions) {
     for (int64_t i = 0; i <= n; i++) hits[size_t(i)].store(0, std::memory_order_relaxed);
     parallelFor(n, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; i++) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(chunkMicros);
+      while (std::chrono::steady_clock::now() < until) _mm_pause();
     });
     bool ok = hits[size_t(n)].load() == 0;
     for (int64_t i = 0; i < n; i++) ok = ok && hits[size_t(i)].load() == 1;

@@ -13,10 +13,19 @@ void setNumThreads(int n);  // n <= 0: hardware concurrency
 // when all are done. Exceptions thrown by fn are rethrown on the calling thread (the first one wins).
 void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-// Runs `regions` small parallel regions back to back (chunk counts cycling from 1 to the pool size), checking that
-// every index of every region ran exactly once; returns the number of regions in which one did not (0 when the pool
-// is sound). A broken hand-over between regions shows as a non-zero count or as a call that never returns: the
-// regression test of the pool (test/kernels/threadpool.test.ts) runs it on more threads than cores.
-int64_t stressParallelFor(int64_t regions);
+// Counts since the process started: chunks run by worker threads (not callers), times a worker slept on its
+// condition variable waiting for a region, times a caller slept waiting for its region's other chunks.
+struct PoolStats {
+  uint64_t workerChunks = 0, workerSleeps = 0, callerSleeps = 0;
+};
+PoolStats poolStats();
+
+// Runs `regions` small parallel regions back to back (chunk counts cycling from 1 to the pool size), each chunk busy
+// for `chunkMicros` (0: only its bookkeeping), checking that every index of every region ran exactly once; returns
+// the number of regions in which one did not (0 when the pool is sound). A broken hand-over between regions shows as
+// a non-zero count or as a call that never returns: the regression test of the pool
+// (test/kernels/threadpool.test.ts) runs it on more threads than cores, and with chunks long enough that workers run
+// them and callers wait, polling or asleep (DL_POOL_SPIN_US).
+int64_t stressParallelFor(int64_t regions, int64_t chunkMicros = 0);
 
 }  // namespace dl

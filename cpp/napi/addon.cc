@@ -92,27 +92,49 @@ Napi::Value LiveBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(liveBytes(d)));
 }
 
-// stressThreadPool(regions) -> Promise<number of regions that went wrong>, on a libuv thread (as model steps run), so
+// stressThreadPool(regions, chunkMicros = 0) -> Promise<{bad, workerChunks, workerSleeps, callerSleeps}>: the regions
+// that went wrong, and the pool's counters over the run (threadpool.h); on a libuv thread (as model steps run), so
 // that a pool that hangs leaves the event loop free for the caller's timeout.
 class StressWorker : public Napi::AsyncWorker {
  public:
-  StressWorker(Napi::Env env, int64_t regions)
-      : Napi::AsyncWorker(env, "stressThreadPool"), deferred_(Napi::Promise::Deferred::New(env)), regions_(regions) {}
+  StressWorker(Napi::Env env, int64_t regions, int64_t chunkMicros)
+      : Napi::AsyncWorker(env, "stressThreadPool"), deferred_(Napi::Promise::Deferred::New(env)), regions_(regions),
+        chunkMicros_(chunkMicros) {}
   Napi::Promise promise() { return deferred_.Promise(); }
-  void Execute() override { bad_ = stressParallelFor(regions_); }
-  void OnOK() override { deferred_.Resolve(Napi::Number::New(Env(), double(bad_))); }
+  void Execute() override {
+    before_ = poolStats();
+    bad_ = stressParallelFor(regions_, chunkMicros_);
+    after_ = poolStats();
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("bad", double(bad_));
+    r.Set("workerChunks", double(after_.workerChunks - before_.workerChunks));
+    r.Set("workerSleeps", double(after_.workerSleeps - before_.workerSleeps));
+    r.Set("callerSleeps", double(after_.callerSleeps - before_.callerSleeps));
+    deferred_.Resolve(r);
+  }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
  private:
   Napi::Promise::Deferred deferred_;
-  int64_t regions_, bad_ = 0;
+  int64_t regions_, chunkMicros_, bad_ = 0;
+  PoolStats before_, after_;
 };
 
 Napi::Value StressThreadPool(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsNumber() || !isIntegerIn(info[0].As<Napi::Number>().DoubleValue(), 1, 1e8))
-    throw Napi::TypeError::New(info.Env(), "stressThreadPool(regions): regions must be an integer in [1, 1e8], got " +
-                                               describeValue(info.Length() < 1 ? info.Env().Undefined() : info[0]));
-  auto* w = new StressWorker(info.Env(), int64_t(info[0].As<Napi::Number>().DoubleValue()));
+    throw Napi::TypeError::New(env, "stressThreadPool(regions): regions must be an integer in [1, 1e8], got " +
+                                        describeValue(info.Length() < 1 ? env.Undefined() : info[0]));
+  int64_t chunkMicros = 0;
+  if (info.Length() >= 2 && !info[1].IsUndefined()) {
+    if (!info[1].IsNumber() || !isIntegerIn(info[1].As<Napi::Number>().DoubleValue(), 0, 1e4))
+      throw Napi::TypeError::New(env, "stressThreadPool(regions, chunkMicros): chunkMicros must be an integer in [0, 10000], got " + describeValue(info[1]));
+    chunkMicros = int64_t(info[1].As<Napi::Number>().DoubleValue());
+  }
+  auto* w = new StressWorker(env, int64_t(info[0].As<Napi::Number>().DoubleValue()), chunkMicros);
   Napi::Promise p = w->promise();
   w->Queue();
   return p;

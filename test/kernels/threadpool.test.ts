@@ -5,6 +5,7 @@
 // ever (bench:serving hung at 0% CPU) or returned while a chunk still ran (a crash). Before the fix, 1 M regions on
 // 4 threads hung or crashed in 3 of 3 runs here (300 k: 1 of 3). Two callers at once exercise the call lock.
 import { execFileSync } from "node:child_process";
+import { availableParallelism } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
@@ -26,19 +27,47 @@ describe("CPU thread pool", () => {
     expect(addon.setThreads(4)).toBe(4);
     const regions = 500_000;
     const [a, b] = await withTimeout(Promise.all([addon.stressThreadPool(regions), addon.stressThreadPool(regions)]), 90_000, `2 x ${regions} regions`);
-    expect(a).toBe(0);
-    expect(b).toBe(0);
+    expect(a.bad).toBe(0);
+    expect(b.bad).toBe(0);
   });
 
-  it("hands over through sleep and wake-up alike when idle threads do not poll (DL_POOL_SPIN_US=0)", { timeout: 60_000 }, () => {
-    // Every idle moment of every thread goes through the condition variables (the default polls up to 500 us first).
+  // A fresh process per setting (the knob is read once): 2 threads, 2000 regions of 20 us chunks, so that the worker
+  // runs chunks and the caller waits for it. DL_POOL_SPIN_US=0: idle threads sleep at once, every hand-over goes
+  // through the condition variables; 100000: the worker polls instead (where the pool has a CPU for each thread).
+  function stressChild(spinUs: string, script: string): Record<string, number> {
     const override = process.env.DELIBERATE_ADDON_PATH;
     const load = override
       ? `require(${JSON.stringify(path.resolve(override))})`
       : `require(${JSON.stringify(path.resolve("node_modules/node-gyp-build/index.js"))})(${JSON.stringify(process.cwd())})`;
-    const script = `const a = ${load}; a.setThreads(2); a.stressThreadPool(20000).then((bad) => console.log(JSON.stringify({ bad, spin: a.listDevices().knobs.DL_POOL_SPIN_US })));`;
-    const out = execFileSync(process.execPath, ["-e", script], { env: { ...process.env, DL_POOL_SPIN_US: "0" }, encoding: "utf8", timeout: 50_000 });
-    expect(JSON.parse(out)).toEqual({ bad: 0, spin: "0" });
+    const out = execFileSync(process.execPath, ["-e", `const a = ${load}; a.setThreads(2); (async () => { ${script} })();`], {
+      env: { ...process.env, DL_POOL_SPIN_US: spinUs },
+      encoding: "utf8",
+      timeout: 50_000,
+    });
+    return JSON.parse(out) as Record<string, number>;
+  }
+  const stress = "const r = await a.stressThreadPool(2000, 20); console.log(JSON.stringify(r));";
+
+  it("hands over through sleep and wake-up when idle threads do not poll (DL_POOL_SPIN_US=0)", { timeout: 60_000 }, () => {
+    const r = stressChild("0", stress);
+    expect(r.bad).toBe(0);
+    expect(r.workerChunks).toBeGreaterThan(100);
+    // The worker sleeps between most regions, and the caller often waits asleep for the worker's chunk.
+    expect(r.workerSleeps).toBeGreaterThan(200);
+    expect(r.callerSleeps).toBeGreaterThan(0);
+  });
+
+  it.runIf(availableParallelism() >= 2)("keeps an idle worker polling, not asleep, within DL_POOL_SPIN_US", { timeout: 60_000 }, () => {
+    const r = stressChild("100000", stress);
+    expect(r.bad).toBe(0);
+    expect(r.workerChunks).toBeGreaterThan(100);
+    expect(r.workerSleeps).toBeLessThan(20);
+  });
+
+  it("stops polling workers at once when the pool is resized", { timeout: 60_000 }, () => {
+    // A worker polls for up to DL_POOL_SPIN_US; setThreads (on the JS thread) must not wait that out.
+    const r = stressChild("100000", "await a.stressThreadPool(10, 20); const t = performance.now(); a.setThreads(2); console.log(JSON.stringify({ ms: performance.now() - t }));");
+    expect(r.ms).toBeLessThan(50);
   });
 
   it("rejects a bad region count", () => {

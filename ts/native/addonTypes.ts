@@ -315,8 +315,12 @@ export interface Addon {
    */
   setGemmTile(tile: number): number;
   liveBytes(device: DeviceKind): number;
-  /** Test hook: runs `regions` small CPU parallel regions back to back; resolves to how many went wrong (0 = sound). */
-  stressThreadPool(regions: number): Promise<number>;
+  /**
+   * Test hook: runs `regions` small CPU parallel regions back to back, each chunk busy `chunkMicros` (default 0);
+   * resolves to how many went wrong (`bad`, 0 = sound) and the pool's counters over the run: chunks run by worker
+   * threads, worker sleeps waiting for a region, caller sleeps waiting for a region's other chunks.
+   */
+  stressThreadPool(regions: number, chunkMicros?: number): Promise<{ bad: number; workerChunks: number; workerSleeps: number; callerSleeps: number }>;
   readonly cudaCompiled: boolean;
   readonly ops: NativeOps;
   readonly NativeModel: new (options: NativeModelOptions) => NativeModel;
