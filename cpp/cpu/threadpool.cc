@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -175,16 +179,81 @@ class Pool {
   std::exception_ptr error_;
 };
 
+// The smallest CPU bandwidth limit (quota / period, in CPUs) along `path` and its ancestors under a cgroup mount, read
+// by `limitAt(dir)` (0: none there); 0 when there is none.
+template <class LimitAt> double smallestLimit(const std::string& mount, std::string path, LimitAt limitAt) {
+  double best = 0;
+  for (;;) {
+    const double l = limitAt(mount + path);
+    if (l > 0 && (best == 0 || l < best)) best = l;
+    const size_t slash = path.find_last_of('/');
+    if (path.empty() || path == "/" || slash == std::string::npos) return best;
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+}
+
+// Two numbers of a cgroup file ("quota period" of v2's cpu.max; v1's cpu.cfs_quota_us, cpu.cfs_period_us): quota /
+// period, or 0 where the file is missing or says "max" / -1 (no limit).
+double ratio(const std::string& quotaFile, const std::string& periodFile) {
+  std::ifstream q(quotaFile);
+  std::string quota, period;
+  if (!(q >> quota)) return 0;
+  if (quotaFile == periodFile) q >> period;
+  else std::ifstream(periodFile) >> period;
+  char* end = nullptr;
+  const double a = std::strtod(quota.c_str(), &end), b = std::strtod(period.c_str(), nullptr);
+  return end != quota.c_str() && a > 0 && b > 0 ? a / b : 0;
+}
+
+}  // namespace
+
+int cgroupCpuLimit() {
+#ifdef __linux__
+  // /proc/self/cgroup: "0::path" (v2), "id:controller,controller:path" (v1). A container's own cgroup is its mount's
+  // root where the runtime gives it a cgroup namespace (or bind-mounts it there): the walk up reaches it either way.
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  double best = 0;
+  auto keep = [&](double l) {
+    if (l > 0 && (best == 0 || l < best)) best = l;
+  };
+  while (std::getline(f, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"})
+        keep(smallestLimit(mount, path, [](const std::string& dir) { return ratio(dir + "/cpu.max", dir + "/cpu.max"); }));
+    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
+      for (const std::string& mount : {"/sys/fs/cgroup/" + controllers, std::string("/sys/fs/cgroup/cpu")})
+        keep(smallestLimit(mount, path, [](const std::string& dir) { return ratio(dir + "/cpu.cfs_quota_us", dir + "/cpu.cfs_period_us"); }));
+    }
+  }
+  return best > 0 ? std::max(1, int(std::ceil(best - 1e-9))) : 0;
+#else
+  return 0;
+#endif
+}
+
+namespace {
+
 // One thread per CPU this process may run on: the affinity mask (taskset, cpusets) where Linux gives one, so a
-// process pinned to one core of many does not spin two workers on it; else every hardware thread.
+// process pinned to one core of many does not spin two workers on it, else every hardware thread; and no more than
+// its cgroup's CPU limit (a container started with --cpus 2 on a 16-core host: 2 threads, not 16 that poll between
+// regions and are throttled).
 int defaultThreads() {
+  int n = 0;
 #ifdef __linux__
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
 #endif
-  unsigned h = std::thread::hardware_concurrency();
-  return h == 0 ? 1 : int(h);
+  if (n == 0) {
+    const unsigned h = std::thread::hardware_concurrency();
+    n = h == 0 ? 1 : int(h);
+  }
+  const int limit = cgroupCpuLimit();
+  return limit > 0 ? std::min(n, limit) : n;
 }
 
 Pool& pool() {

@@ -7,6 +7,9 @@
 namespace dl {
 
 int numThreads();
+// This process's cgroup CPU limit (v2 cpu.max or v1 CFS quota, the smallest along its cgroup's ancestors) in whole
+// CPUs rounded up; 0 when there is none. The default thread count never exceeds it.
+int cgroupCpuLimit();
 void setNumThreads(int n);  // n <= 0: hardware concurrency
 
 // Runs fn(begin, end) over [0, n) cut into contiguous chunks of at least `grain`, one or more per thread; returns

@@ -27,6 +27,8 @@ Napi::Value ListDevices(const Napi::CallbackInfo& info) {
   Napi::Object cpuInfo = Napi::Object::New(env);
   cpuInfo.Set("threads", numThreads());
   cpuInfo.Set("hardwareThreads", double(std::thread::hardware_concurrency()));
+  const int limit = cgroupCpuLimit();
+  cpuInfo.Set("cgroupCpuLimit", limit > 0 ? Napi::Value(Napi::Number::New(env, limit)) : env.Null());
   cpuInfo.Set("simd", simdName(simdLevel()));
   out.Set("cpu", cpuInfo);
   Napi::Object cuda = Napi::Object::New(env);

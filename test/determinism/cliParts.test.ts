@@ -100,7 +100,7 @@ describe("hashes and golden files", () => {
     }
   });
   it("describes the device as specifically as bits depend on it, and reads the DL_* switches", () => {
-    const report = { cpu: { threads: 2, hardwareThreads: 2, simd: "avx2" as const }, cuda: { compiled: true, available: true, runtimeVersion: "13.0", wgmmaGemm: true, programmaticLaunch: false, devices: [{ index: 0, name: "H100", computeCapability: "9.0", totalMemoryBytes: 1, freeMemoryBytes: 1, multiprocessors: 132 }] }, knobs: {}, invalidKnobs: [] };
+    const report = { cpu: { threads: 2, hardwareThreads: 2, cgroupCpuLimit: null, simd: "avx2" as const }, cuda: { compiled: true, available: true, runtimeVersion: "13.0", wgmmaGemm: true, programmaticLaunch: false, devices: [{ index: 0, name: "H100", computeCapability: "9.0", totalMemoryBytes: 1, freeMemoryBytes: 1, multiprocessors: 132 }] }, knobs: {}, invalidKnobs: [] };
     expect(describeDevice("cpu", report)).toBe("cpu avx2");
     expect(describeDevice("cuda", report)).toBe("cuda H100 (sm 9.0)");
     // The knobs in effect as the addon reports them (defaults included); from an addon without the report, the DL_* env.

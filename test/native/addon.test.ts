@@ -1,4 +1,6 @@
 import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 
@@ -65,4 +67,61 @@ describe("devices", () => {
     expect(r.stderr).toBe("");
     expect(r.stdout.trim()).toBe("1");
   });
+
+  it("starts no more compute threads than its cgroup's CPU limit (a container's --cpus), its ancestors' included", (ctx) => {
+    // A cpu cgroup (v1 CFS quota, or v2 cpu.max) made for one child process; a machine that does not let this
+    // process make one (no root, no writable cpu controller) skips, saying why.
+    const made = makeCpuCgroup();
+    if (typeof made === "string") {
+      console.warn(`[cgroup test] skipped: ${made}`);
+      ctx.skip();
+      return;
+    }
+    try {
+      const child = (dir: string) => {
+        // The addon this process loads (DELIBERATE_ADDON_PATH's, e.g. the sanitized build, when set).
+        const override = process.env.DELIBERATE_ADDON_PATH;
+        const load = override ? `require(${JSON.stringify(resolve(override))})` : `require(${JSON.stringify(resolve("node_modules/node-gyp-build/index.js"))})(${JSON.stringify(process.cwd())})`;
+        const js = `console.log(JSON.stringify(${load}.listDevices().cpu))`;
+        const r = spawnSync("sh", ["-c", `echo $$ > ${dir}/cgroup.procs && exec "$0" -e "$1"`, process.execPath, js], { encoding: "utf8" });
+        expect(r.stderr).toBe("");
+        return JSON.parse(r.stdout) as { threads: number; cgroupCpuLimit: number | null };
+      };
+      made.setQuota(made.dir, 0.5);
+      expect(child(made.dir)).toMatchObject({ threads: 1, cgroupCpuLimit: 1 });
+      // The limit on a parent bounds a child cgroup without one of its own.
+      expect(child(made.child)).toMatchObject({ threads: 1, cgroupCpuLimit: 1 });
+      made.setQuota(made.dir, 1.5);
+      expect(child(made.dir).cgroupCpuLimit).toBe(2);
+    } finally {
+      made.remove();
+    }
+  });
 });
+
+/** A cpu cgroup with a child cgroup, both without a limit until setQuota(dir, cpus); or why none can be made. */
+function makeCpuCgroup(): { dir: string; child: string; setQuota(dir: string, cpus: number): void; remove(): void } | string {
+  const name = `deliberate-test-${process.pid}`;
+  const v1 = "/sys/fs/cgroup/cpu";
+  const v2 = "/sys/fs/cgroup";
+  const attempts: string[] = [];
+  for (const [root, setQuota] of [
+    [v1, (dir: string, cpus: number) => writeFileSync(join(dir, "cpu.cfs_quota_us"), String(Math.round(cpus * 100_000)))],
+    [v2, (dir: string, cpus: number) => writeFileSync(join(dir, "cpu.max"), `${Math.round(cpus * 100_000)} 100000`)],
+  ] as const) {
+    const dir = join(root, name), child = join(dir, "child");
+    try {
+      if (root === v1 ? !existsSync(join(v1, "cpu.cfs_quota_us")) : !readFileSync(join(v2, "cgroup.subtree_control"), "utf8").split(/\s+/).includes("cpu"))
+        throw new Error(root === v1 ? "no cgroup v1 cpu controller" : "cgroup v2 root does not delegate the cpu controller");
+      mkdirSync(dir);
+      mkdirSync(child);
+      if (root === v1) writeFileSync(join(dir, "cpu.cfs_period_us"), "100000");
+      setQuota(dir, 1);
+      return { dir, child, setQuota, remove: () => [child, dir].forEach((d) => existsSync(d) && rmdirSync(d)) };
+    } catch (e) {
+      [child, dir].forEach((d) => existsSync(d) && rmdirSync(d));
+      attempts.push(`${root}: ${(e as Error).message}`);
+    }
+  }
+  return `cannot make a cpu cgroup here (${attempts.join("; ")})`;
+}

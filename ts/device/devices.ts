@@ -11,7 +11,8 @@ export function listDevices(): DeviceReport {
 
 /** Human-readable lines for the CLI. */
 export function formatDevices(d: DeviceReport): string {
-  const lines = [`cpu   ${d.cpu.threads} threads (${d.cpu.hardwareThreads} hardware), SIMD ${d.cpu.simd}`];
+  const limit = d.cpu.cgroupCpuLimit === null ? "" : `, cgroup limit ${d.cpu.cgroupCpuLimit} CPUs`;
+  const lines = [`cpu   ${d.cpu.threads} threads (${d.cpu.hardwareThreads} hardware${limit}), SIMD ${d.cpu.simd}`];
   if (d.cuda.available) {
     for (const g of d.cuda.devices) {
       const gib = (g.totalMemoryBytes / 2 ** 30).toFixed(1);

@@ -285,7 +285,9 @@ export interface CudaDeviceInfo {
 }
 
 export interface DeviceReport {
-  cpu: { threads: number; hardwareThreads: number; simd: "avx2" | "avx512" | "avx512-bf16" };
+  /** cgroupCpuLimit: this process's cgroup CPU limit (a container's --cpus), whole CPUs rounded up; null when none.
+   *  threads defaults to the CPUs of the affinity mask, at most that limit. */
+  cpu: { threads: number; hardwareThreads: number; cgroupCpuLimit: number | null; simd: "avx2" | "avx512" | "avx512-bf16" };
   cuda: {
     compiled: boolean;
     available: boolean;
