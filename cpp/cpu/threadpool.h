@@ -10,7 +10,7 @@ int numThreads();
 // This process's cgroup CPU limit (v2 cpu.max or v1 CFS quota, the smallest along its cgroup's ancestors) in whole
 // CPUs rounded up; 0 when there is none. The default thread count never exceeds it.
 int cgroupCpuLimit();
-void setNumThreads(int n);  // n <= 0: hardware concurrency
+void setNumThreads(int n);  // n <= 0: the default (the CPUs of the affinity mask, at most the cgroup CPU limit)
 
 // Runs fn(begin, end) over [0, n) cut into contiguous chunks of at least `grain`, one or more per thread; returns
 // when all are done. Exceptions thrown by fn are rethrown on the calling thread (the first one wins).

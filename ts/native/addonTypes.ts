@@ -308,7 +308,8 @@ export interface DeviceReport {
 export interface Addon {
   tensor(device: DeviceKind, dtype: DType, shape: number[]): NativeTensor;
   listDevices(): DeviceReport;
-  /** Sets the CPU thread pool size (<= 0: hardware concurrency); returns the new size. Results never depend on it. */
+  /** Sets the CPU thread pool size (<= 0: the default, the CPUs of the affinity mask at most the cgroup CPU limit);
+   *  returns the new size. Results never depend on it. */
   setThreads(n: number): number;
   /**
    * Test / benchmark hook: forces the CUDA GEMM kernel config of later calls (0-5 mma.sync tiles, 6-8 the sm_90a
