@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <condition_variable>
 #include <exception>
@@ -207,29 +208,37 @@ double ratio(const std::string& quotaFile, const std::string& periodFile) {
 
 }  // namespace
 
-int cgroupCpuLimit() {
-#ifdef __linux__
+int cgroupCpuLimitFrom(const std::string& procSelfCgroup, const std::string& fsRoot) {
   // /proc/self/cgroup: "0::path" (v2), "id:controller,controller:path" (v1). A container's own cgroup is its mount's
   // root where the runtime gives it a cgroup namespace (or bind-mounts it there): the walk up reaches it either way.
-  std::ifstream f("/proc/self/cgroup");
+  std::istringstream f(procSelfCgroup);
   std::string line;
   double best = 0;
   auto keep = [&](double l) {
     if (l > 0 && (best == 0 || l < best)) best = l;
   };
+  const std::string cg = fsRoot + "/sys/fs/cgroup";
   while (std::getline(f, line)) {
-    const size_t a = line.find(':'), b = line.find(':', a == std::string::npos ? a : a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
     if (line.compare(0, a, "0") == 0 && controllers.empty()) {
-      for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"})
+      for (const std::string& mount : {cg, cg + "/unified"})
         keep(smallestLimit(mount, path, [](const std::string& dir) { return ratio(dir + "/cpu.max", dir + "/cpu.max"); }));
     } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
-      for (const std::string& mount : {"/sys/fs/cgroup/" + controllers, std::string("/sys/fs/cgroup/cpu")})
+      for (const std::string& mount : {cg + "/" + controllers, cg + "/cpu"})
         keep(smallestLimit(mount, path, [](const std::string& dir) { return ratio(dir + "/cpu.cfs_quota_us", dir + "/cpu.cfs_period_us"); }));
     }
   }
   return best > 0 ? std::max(1, int(std::ceil(best - 1e-9))) : 0;
+}
+
+int cgroupCpuLimit() {
+#ifdef __linux__
+  std::ifstream f("/proc/self/cgroup");
+  std::stringstream text;
+  text << f.rdbuf();
+  return cgroupCpuLimitFrom(text.str(), "");
 #else
   return 0;
 #endif

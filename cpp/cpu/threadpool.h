@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace dl {
 
@@ -10,6 +11,8 @@ int numThreads();
 // This process's cgroup CPU limit (v2 cpu.max or v1 CFS quota, the smallest along its cgroup's ancestors) in whole
 // CPUs rounded up; 0 when there is none. The default thread count never exceeds it.
 int cgroupCpuLimit();
+// The same from a /proc/self/cgroup text and a root the /sys/fs/cgroup files are read under ("" = /): tests.
+int cgroupCpuLimitFrom(const std::string& procSelfCgroup, const std::string& fsRoot);
 void setNumThreads(int n);  // n <= 0: the default (the CPUs of the affinity mask, at most the cgroup CPU limit)
 
 // Runs fn(begin, end) over [0, n) cut into contiguous chunks of at least `grain`, one or more per thread; returns

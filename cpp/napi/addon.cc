@@ -142,6 +142,15 @@ Napi::Value StressThreadPool(const Napi::CallbackInfo& info) {
   return p;
 }
 
+// cgroupCpuLimitFor(procSelfCgroup, fsRoot) -> number | null: the thread cap's cgroup reading on files a test lays out.
+Napi::Value CgroupCpuLimitFor(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString())
+    throw Napi::TypeError::New(env, "cgroupCpuLimitFor(procSelfCgroup, fsRoot): two strings expected");
+  const int limit = cgroupCpuLimitFrom(info[0].As<Napi::String>().Utf8Value(), info[1].As<Napi::String>().Utf8Value());
+  return limit > 0 ? Napi::Value(Napi::Number::New(env, limit)) : env.Null();
+}
+
 }  // namespace
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -152,6 +161,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("setGemmTile", Napi::Function::New(env, SetGemmTile, "setGemmTile"));
   exports.Set("liveBytes", Napi::Function::New(env, LiveBytes, "liveBytes"));
   exports.Set("stressThreadPool", Napi::Function::New(env, StressThreadPool, "stressThreadPool"));
+  exports.Set("cgroupCpuLimitFor", Napi::Function::New(env, CgroupCpuLimitFor, "cgroupCpuLimitFor"));
   exports.Set("cudaCompiled", Napi::Boolean::New(env, gpu::compiled()));
   registerOps(env, exports);
   registerModel(env, exports);

@@ -1,7 +1,8 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { describe, expect, it } from "vitest";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 
 const addon = loadAddon();
@@ -96,6 +97,56 @@ describe("devices", () => {
     } finally {
       made.remove();
     }
+  });
+});
+
+describe("cgroup CPU limit (the default thread count's cap), read from laid-out files", () => {
+  const root = mkdtempSync(join(tmpdir(), "dl-cgroup-"));
+  afterAll(() => rmSync(root, { recursive: true, force: true }));
+  function file(rel: string, text: string): void {
+    mkdirSync(dirname(join(root, rel)), { recursive: true });
+    writeFileSync(join(root, rel), text);
+  }
+  const limit = (proc: string, at = root) => addon.cgroupCpuLimitFor(proc, at);
+
+  it("v2: the smallest cpu.max along the cgroup's ancestors, rounded up; 'max' is none", () => {
+    file("v2/sys/fs/cgroup/cpu.max", "max 100000\n");
+    file("v2/sys/fs/cgroup/kubepods/cpu.max", "max 100000\n");
+    file("v2/sys/fs/cgroup/kubepods/pod1/cpu.max", "250000 100000\n");
+    file("v2/sys/fs/cgroup/kubepods/pod1/c1/cpu.max", "max 100000\n");
+    expect(limit("0::/kubepods/pod1/c1\n", join(root, "v2"))).toBe(3);
+    file("v2/sys/fs/cgroup/kubepods/cpu.max", "150000 100000\n");
+    expect(limit("0::/kubepods/pod1/c1\n", join(root, "v2"))).toBe(2);
+    expect(limit("0::/\n", join(root, "v2"))).toBeNull();
+    // A container with its own cgroup namespace sees its cgroup as the root; without one, the host's path does not
+    // exist under its mount and the walk ends at the mount's root, its own cgroup's files.
+    file("v2ns/sys/fs/cgroup/cpu.max", "50000 100000\n");
+    expect(limit("0::/\n", join(root, "v2ns"))).toBe(1);
+    expect(limit("0::/system.slice/docker-abc.scope\n", join(root, "v2ns"))).toBe(1);
+    // Hybrid hierarchy: the v2 tree under /sys/fs/cgroup/unified.
+    file("hy/sys/fs/cgroup/unified/app/cpu.max", "400000 100000\n");
+    expect(limit("0::/app\n", join(root, "hy"))).toBe(4);
+  });
+
+  it("v1: the CFS quota / period of the cpu controller's hierarchy (-1: none), its ancestors' included", () => {
+    file("v1/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+    file("v1/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+    file("v1/sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us", "-1\n");
+    file("v1/sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
+    file("v1/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n");
+    file("v1/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    const proc = "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n";
+    expect(limit(proc, join(root, "v1"))).toBe(2);
+    expect(limit("4:cpu,cpuacct:/docker\n", join(root, "v1"))).toBeNull();
+    // Controllers whose names only contain "cpu" (cpuset, cpuacct alone) are not the cpu controller.
+    expect(limit("3:cpuset:/docker/abc\n2:cpuacct:/docker/abc\n", join(root, "v1"))).toBeNull();
+    // No files at all (not Linux, nothing mounted): none.
+    expect(limit(proc, join(root, "nothing"))).toBeNull();
+    expect(limit("garbage", join(root, "v1"))).toBeNull();
+  });
+
+  it("reads this process's real cgroup the same way listDevices reports it", () => {
+    expect(limit(readFileSync("/proc/self/cgroup", "utf8"), "")).toBe(addon.listDevices().cpu.cgroupCpuLimit);
   });
 });
 

@@ -166,8 +166,8 @@ describe("the addon's other functions", () => {
     addon.setThreads(threads);
     addon.setGemmTile(-1);
   });
-  test.prop([fc.constantFrom("setThreads", "setGemmTile", "liveBytes", "stressThreadPool", "listDevices"), fc.array(fc.oneof(junk, fc.constantFrom("cpu", "cuda", 1, 2)), { maxLength: 2 })], { numRuns: 200 })(
-    "setThreads / setGemmTile / liveBytes / stressThreadPool / listDevices with any arguments",
+  test.prop([fc.constantFrom("setThreads", "setGemmTile", "liveBytes", "stressThreadPool", "listDevices", "cgroupCpuLimitFor"), fc.array(fc.oneof(junk, fc.constantFrom("cpu", "cuda", 1, 2, "0::/", "4:cpu:/a/b", "/nonexistent")), { maxLength: 2 })], { numRuns: 200 })(
+    "setThreads / setGemmTile / liveBytes / stressThreadPool / listDevices / cgroupCpuLimitFor with any arguments",
     async (fn, args) => {
       await okOrNamedError(() => (addon[fn as "setThreads"] as (...a: unknown[]) => unknown)(...args), new RegExp(`^${fn}|device`));
     },

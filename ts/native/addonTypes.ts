@@ -323,6 +323,9 @@ export interface Addon {
    * resolves to how many went wrong (`bad`, 0 = sound) and the pool's counters over the run: chunks run by worker
    * threads, worker sleeps waiting for a region, caller sleeps waiting for a region's other chunks.
    */
+  /** Test hook: the cgroup CPU limit (listDevices().cpu.cgroupCpuLimit) read from a /proc/self/cgroup text and the
+   *  /sys/fs/cgroup files under `fsRoot` ("" = the real ones). */
+  cgroupCpuLimitFor(procSelfCgroup: string, fsRoot: string): number | null;
   stressThreadPool(regions: number, chunkMicros?: number): Promise<{ bad: number; workerChunks: number; workerSleeps: number; callerSleeps: number }>;
   readonly cudaCompiled: boolean;
   readonly ops: NativeOps;
