@@ -4,7 +4,8 @@
 // GEMM.
 import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
-import { loadAddon, packageRoot } from "../../ts/native/loadAddon.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
 import { bitsOf, blocksMismatch, disposeAll, stored, tensorOf } from "./tensors.js";
@@ -156,7 +157,7 @@ describe("gemm (cpu)", () => {
     // the same path and the test still checks determinism across processes. The children load the addon the
     // parent does where DELIBERATE_ADDON_PATH names one (the sanitized build: scripts/asan/run.sh).
     const script = `
-      const addon = process.env.DELIBERATE_ADDON_PATH ? require(require("path").resolve(process.env.DELIBERATE_ADDON_PATH)) : require("node-gyp-build")(${JSON.stringify(packageRoot())});
+      const addon = ${childAddonExpr()};
       let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
       (async () => {
         const out = [];

@@ -6,9 +6,9 @@
 // 4 threads hung or crashed in 3 of 3 runs here (300 k: 1 of 3). Two callers at once exercise the call lock.
 import { execFileSync } from "node:child_process";
 import { availableParallelism } from "node:os";
-import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
 
 const addon = loadAddon();
 const before = addon.listDevices().cpu.threads;
@@ -35,11 +35,7 @@ describe("CPU thread pool", () => {
   // runs chunks and the caller waits for it. DL_POOL_SPIN_US=0: idle threads sleep at once, every hand-over goes
   // through the condition variables; 100000: the worker polls instead (where the pool has a CPU for each thread).
   function stressChild(spinUs: string, script: string): Record<string, number> {
-    const override = process.env.DELIBERATE_ADDON_PATH;
-    const load = override
-      ? `require(${JSON.stringify(path.resolve(override))})`
-      : `require(${JSON.stringify(path.resolve("node_modules/node-gyp-build/index.js"))})(${JSON.stringify(process.cwd())})`;
-    const out = execFileSync(process.execPath, ["-e", `const a = ${load}; a.setThreads(2); (async () => { ${script} })();`], {
+    const out = execFileSync(process.execPath, ["-e", `const a = ${childAddonExpr()}; a.setThreads(2); (async () => { ${script} })();`], {
       env: { ...process.env, DL_POOL_SPIN_US: spinUs },
       encoding: "utf8",
       timeout: 50_000,

@@ -1,9 +1,10 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
 
 const addon = loadAddon();
 
@@ -80,10 +81,7 @@ describe("devices", () => {
     }
     try {
       const child = (dir: string) => {
-        // The addon this process loads (DELIBERATE_ADDON_PATH's, e.g. the sanitized build, when set).
-        const override = process.env.DELIBERATE_ADDON_PATH;
-        const load = override ? `require(${JSON.stringify(resolve(override))})` : `require(${JSON.stringify(resolve("node_modules/node-gyp-build/index.js"))})(${JSON.stringify(process.cwd())})`;
-        const js = `console.log(JSON.stringify(${load}.listDevices().cpu))`;
+        const js = `console.log(JSON.stringify(${childAddonExpr()}.listDevices().cpu))`;
         const r = spawnSync("sh", ["-c", `echo $$ > ${dir}/cgroup.procs && exec "$0" -e "$1"`, process.execPath, js], { encoding: "utf8" });
         expect(r.stderr).toBe("");
         return JSON.parse(r.stdout) as { threads: number; cgroupCpuLimit: number | null };

@@ -1,18 +1,15 @@
 // The native DL_* switches are one typed struct read once when the addon loads (cpp/knobs.h): listDevices()
 // reports the values in effect, and a value that is not understood is reported (its default applies), never fatal.
 import { execFileSync } from "node:child_process";
-import path from "node:path";
 import { describe, expect, it } from "vitest";
 import type { DeviceReport } from "../../ts/native/addonTypes.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
 
 /** listDevices() of a fresh process with `env` added (the knobs are read once per process), on the addon this
  *  process loads (DELIBERATE_ADDON_PATH's, e.g. the sanitized build, when set). */
 function devicesWith(env: Record<string, string>): DeviceReport {
-  const override = process.env.DELIBERATE_ADDON_PATH;
-  const script = override
-    ? `console.log(JSON.stringify(require(${JSON.stringify(path.resolve(override))}).listDevices()))`
-    : `import("${process.cwd()}/node_modules/node-gyp-build/index.js").then(({ default: load }) => console.log(JSON.stringify(load("${process.cwd()}").listDevices())))`;
+  const script = `console.log(JSON.stringify(${childAddonExpr()}.listDevices()))`;
   const out = execFileSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
   return JSON.parse(out) as DeviceReport;
 }
