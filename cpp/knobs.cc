@@ -71,6 +71,7 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
   p.read("DL_GEMM_WGMMA", "0 or 1", [&](const std::string& v) { return triState(v, k.gemmWgmma); });
   p.read("DL_GEMM_TILE", "an integer in [-1, 8]", [&](const std::string& v) { return intIn(v, -1, 8, k.gemmTile); });
   p.read("DL_POOL_SPIN_US", "an integer in [0, 100000]", [&](const std::string& v) { return intIn(v, 0, 100000, k.poolSpinUs); });
+  p.read("DL_CPU_THREADS", "an integer in [0, 1024]", [&](const std::string& v) { return intIn(v, 0, 1024, k.cpuThreads); });
   return k;
 }
 
@@ -94,6 +95,7 @@ std::vector<std::pair<std::string, std::string>> knobReport() {
       {"DL_GEMM_WGMMA", triStateReport(k.gemmWgmma)},
       {"DL_GEMM_TILE", std::to_string(k.gemmTile)},
       {"DL_POOL_SPIN_US", std::to_string(k.poolSpinUs)},
+      {"DL_CPU_THREADS", std::to_string(k.cpuThreads)},
   };
   return r;
 }

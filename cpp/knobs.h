@@ -40,6 +40,9 @@ struct Knobs {
   // region before it sleeps (cpp/cpu/threadpool.cc), as llama.cpp's --poll and OpenMP's GOMP_SPINCOUNT. 0: sleep at
   // once (least CPU burnt on a shared box); the default covers the host's work between two engine steps.
   int poolSpinUs = 500;
+  // DL_CPU_THREADS=<1..1024>: the CPU pool's default size (like OMP_NUM_THREADS); 0 / unset: one thread per CPU the
+  // process may use (its affinity mask, at most its cgroup's CPU limit). setThreads() still overrides it.
+  int cpuThreads = 0;
   // Values that were set but not understood (each "NAME=value: expected ..."); the default is used for them.
   std::vector<std::string> invalid;
 };

@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -33,9 +35,9 @@ namespace {
 // 0.16 against 0.22 ms a step, p90 0.23 against 0.38; 16 rows p50 0.65 against 0.69, p90 0.87 against 1.18
 // (bench/RESULTS-throughput.md, 2026-11-27). Two waits poll at most kShortSpin: the caller's for the workers' chunks
 // of its region (a worker that is running finishes within a region's imbalance; one that is not needs the core the
-// poller holds: polling 500 us there measured no faster), and every wait of a pool with more threads than the CPUs it
-// may run on.
-int defaultThreads();
+// poller holds: polling 500 us there measured no faster), and every wait of a pool with more threads than the CPUs
+// available to it (availableCpus: its affinity mask, at most its cgroup's CPU limit).
+int availableCpus();
 
 constexpr auto kShortSpin = std::chrono::microseconds(25);
 
@@ -65,7 +67,7 @@ class Pool {
     stop();
     stopping_.store(false);
     spin_ = std::chrono::microseconds(knob::knobs().poolSpinUs);
-    if (n > defaultThreads()) spin_ = std::min<std::chrono::nanoseconds>(spin_, kShortSpin);
+    if (n > availableCpus()) spin_ = std::min<std::chrono::nanoseconds>(spin_, kShortSpin);
     for (int i = 0; i < n - 1; i++) workers_.emplace_back([this, i] { loop(i + 1); });
     threads_.store(n, std::memory_order_relaxed);
   }
@@ -180,21 +182,8 @@ class Pool {
   std::exception_ptr error_;
 };
 
-// The smallest CPU bandwidth limit (quota / period, in CPUs) along `path` and its ancestors under a cgroup mount, read
-// by `limitAt(dir)` (0: none there); 0 when there is none.
-template <class LimitAt> double smallestLimit(const std::string& mount, std::string path, LimitAt limitAt) {
-  double best = 0;
-  for (;;) {
-    const double l = limitAt(mount + path);
-    if (l > 0 && (best == 0 || l < best)) best = l;
-    const size_t slash = path.find_last_of('/');
-    if (path.empty() || path == "/" || slash == std::string::npos) return best;
-    path = slash == 0 ? "/" : path.substr(0, slash);
-  }
-}
-
 // Two numbers of a cgroup file ("quota period" of v2's cpu.max; v1's cpu.cfs_quota_us, cpu.cfs_period_us): quota /
-// period, or 0 where the file is missing or says "max" / -1 (no limit).
+// period in CPUs, or 0 where the file is missing or says "max" / -1 (no limit) or holds no finite positive numbers.
 double ratio(const std::string& quotaFile, const std::string& periodFile) {
   std::ifstream q(quotaFile);
   std::string quota, period;
@@ -203,42 +192,89 @@ double ratio(const std::string& quotaFile, const std::string& periodFile) {
   else std::ifstream(periodFile) >> period;
   char* end = nullptr;
   const double a = std::strtod(quota.c_str(), &end), b = std::strtod(period.c_str(), nullptr);
-  return end != quota.c_str() && a > 0 && b > 0 ? a / b : 0;
+  return end != quota.c_str() && std::isfinite(a) && std::isfinite(b) && a > 0 && b > 0 ? a / b : 0;
+}
+
+// mountinfo's octal escapes (\040 for a space, ...) decoded.
+std::string unescapeMount(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) {
+    auto digit = [&](size_t j) { return std::isdigit(static_cast<unsigned char>(s[j])) != 0; };
+    if (s[i] == '\\' && i + 3 < s.size() && digit(i + 1) && digit(i + 2) && digit(i + 3)) {
+      out += char(std::strtol(s.substr(i + 1, 3).c_str(), nullptr, 8));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// `path` relative to `root` ("" when equal), component-wise; false when it is not under root or climbs ("..": a
+// process outside its cgroup namespace's root, whose limits this mount does not show).
+bool relativeTo(const std::string& path, const std::string& root, std::string& rel) {
+  if (path.empty() || path[0] != '/' || (path + "/").find("/../") != std::string::npos) return false;
+  if (root == "/") return rel = path == "/" ? "" : path, true;
+  if (path == root) return rel = "", true;
+  if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/') return rel = path.substr(root.size()), true;
+  return false;
 }
 
 }  // namespace
 
-int cgroupCpuLimitFrom(const std::string& procSelfCgroup, const std::string& fsRoot) {
-  // /proc/self/cgroup: "0::path" (v2), "id:controller,controller:path" (v1). A container's own cgroup is its mount's
-  // root where the runtime gives it a cgroup namespace (or bind-mounts it there): the walk up reaches it either way.
-  std::istringstream f(procSelfCgroup);
-  std::string line;
-  double best = 0;
-  auto keep = [&](double l) {
-    if (l > 0 && (best == 0 || l < best)) best = l;
-  };
-  const std::string cg = fsRoot + "/sys/fs/cgroup";
-  while (std::getline(f, line)) {
-    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
-      for (const std::string& mount : {cg, cg + "/unified"})
-        keep(smallestLimit(mount, path, [](const std::string& dir) { return ratio(dir + "/cpu.max", dir + "/cpu.max"); }));
-    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
-      for (const std::string& mount : {cg + "/" + controllers, cg + "/cpu"})
-        keep(smallestLimit(mount, path, [](const std::string& dir) { return ratio(dir + "/cpu.cfs_quota_us", dir + "/cpu.cfs_period_us"); }));
+int cgroupCpuLimitFrom(const std::string& procSelfCgroup, const std::string& mountinfo, const std::string& fsRoot) {
+  // /proc/self/cgroup: "0::path" (v2), "id:controller,controller:path" (v1), paths as this process's cgroup
+  // namespace names them.
+  std::string v2Path, v1Path;
+  {
+    std::istringstream f(procSelfCgroup);
+    std::string line;
+    while (std::getline(f, line)) {
+      const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+      if (b == std::string::npos) continue;
+      const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+      if (line.compare(0, a, "0") == 0 && controllers.empty()) v2Path = path;
+      else if (("," + controllers + ",").find(",cpu,") != std::string::npos) v1Path = path;
     }
   }
-  return best > 0 ? std::max(1, int(std::ceil(best - 1e-9))) : 0;
+  // /proc/self/mountinfo: "id parent dev root mountpoint options [optional...] - fstype source superoptions". A
+  // cgroup mount shows the cgroup its root is and where it is mounted: only a mount whose root holds this
+  // process's cgroup shows its limits, walked from the process's cgroup up to the mount's root (a container
+  // usually sees its own cgroup as the root of its mount; a host's bind-mounted tree or a sibling's is skipped).
+  double best = 0;
+  std::istringstream f(mountinfo);
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream fields(line);
+    std::vector<std::string> v;
+    for (std::string w; fields >> w;) v.push_back(w);
+    const auto dash = std::find(v.begin(), v.end(), "-");
+    if (v.size() < 5 || dash == v.end() || v.end() - dash < 4) continue;
+    const std::string fstype = dash[1], superOptions = "," + dash[3] + ",";
+    const bool v2 = fstype == "cgroup2", v1 = fstype == "cgroup" && superOptions.find(",cpu,") != std::string::npos;
+    std::string rel;
+    if (!(v2 || v1) || !relativeTo(v2 ? v2Path : v1Path, unescapeMount(v[3]), rel)) continue;
+    const std::string point = fsRoot + unescapeMount(v[4]);
+    for (std::string dir = point + rel;;) {
+      const double l = v2 ? ratio(dir + "/cpu.max", dir + "/cpu.max") : ratio(dir + "/cpu.cfs_quota_us", dir + "/cpu.cfs_period_us");
+      if (l > 0 && (best == 0 || l < best)) best = l;
+      if (dir.size() <= point.size()) break;
+      dir = dir.substr(0, dir.find_last_of('/'));
+    }
+  }
+  // Whole CPUs, rounded up (as Go's runtime does); a limit past any real machine is none.
+  return best > 0 && best < 1e6 ? std::max(1, int(std::ceil(best - 1e-9))) : 0;
 }
 
 int cgroupCpuLimit() {
 #ifdef __linux__
-  std::ifstream f("/proc/self/cgroup");
-  std::stringstream text;
-  text << f.rdbuf();
-  return cgroupCpuLimitFrom(text.str(), "");
+  auto read = [](const char* file) {
+    std::ifstream f(file);
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  };
+  return cgroupCpuLimitFrom(read("/proc/self/cgroup"), read("/proc/self/mountinfo"), "");
 #else
   return 0;
 #endif
@@ -246,11 +282,10 @@ int cgroupCpuLimit() {
 
 namespace {
 
-// One thread per CPU this process may run on: the affinity mask (taskset, cpusets) where Linux gives one, so a
-// process pinned to one core of many does not spin two workers on it, else every hardware thread; and no more than
-// its cgroup's CPU limit (a container started with --cpus 2 on a 16-core host: 2 threads, not 16 that poll between
-// regions and are throttled).
-int defaultThreads() {
+// The CPUs this process may use: those of its affinity mask (taskset, cpusets) where Linux gives one, else every
+// hardware thread; at most its cgroup's CPU limit (a container started with --cpus 2 on a 16-core host: 2, not 16
+// threads that poll between regions and are throttled).
+int availableCpus() {
   int n = 0;
 #ifdef __linux__
   cpu_set_t set;
@@ -263,6 +298,13 @@ int defaultThreads() {
   }
   const int limit = cgroupCpuLimit();
   return limit > 0 ? std::min(n, limit) : n;
+}
+
+// The pool's size unless setThreads says otherwise: DL_CPU_THREADS where set (knobs.h), else one thread per
+// available CPU.
+int defaultThreads() {
+  const int forced = knob::knobs().cpuThreads;
+  return forced > 0 ? forced : availableCpus();
 }
 
 Pool& pool() {
@@ -287,7 +329,13 @@ void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
 
 PoolStats poolStats() { return pool().stats(); }
 
-int64_t stressParallelFor(int64_t regions, int64_t chunkMicros) {
+// Busy (not asleep) for `micros`: a chunk's work, or a caller's serial work between regions.
+void busyFor(int64_t micros) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+  while (std::chrono::steady_clock::now() < until) _mm_pause();
+}
+
+int64_t stressParallelFor(int64_t regions, int64_t chunkMicros, int64_t gapMicros) {
   const int64_t maxN = 4 * int64_t(numThreads());
   std::vector<std::atomic<int>> hits(size_t(maxN + 1));
   int64_t bad = 0;
@@ -296,9 +344,9 @@ int64_t stressParallelFor(int64_t regions, int64_t chunkMicros) {
     for (int64_t i = 0; i <= n; i++) hits[size_t(i)].store(0, std::memory_order_relaxed);
     parallelFor(n, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; i++) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(chunkMicros);
-      while (std::chrono::steady_clock::now() < until) _mm_pause();
+      busyFor(chunkMicros);
     });
+    if (gapMicros > 0) busyFor(gapMicros);
     bool ok = hits[size_t(n)].load() == 0;
     for (int64_t i = 0; i < n; i++) ok = ok && hits[size_t(i)].load() == 1;
     bad += ok ? 0 : 1;

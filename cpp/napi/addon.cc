@@ -94,18 +94,18 @@ Napi::Value LiveBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(liveBytes(d)));
 }
 
-// stressThreadPool(regions, chunkMicros = 0) -> Promise<{bad, workerChunks, workerSleeps, callerSleeps}>: the regions
+// stressThreadPool(regions, chunkMicros = 0, gapMicros = 0) -> Promise<{bad, workerChunks, workerSleeps, callerSleeps}>: the regions
 // that went wrong, and the pool's counters over the run (threadpool.h); on a libuv thread (as model steps run), so
 // that a pool that hangs leaves the event loop free for the caller's timeout.
 class StressWorker : public Napi::AsyncWorker {
  public:
-  StressWorker(Napi::Env env, int64_t regions, int64_t chunkMicros)
+  StressWorker(Napi::Env env, int64_t regions, int64_t chunkMicros, int64_t gapMicros)
       : Napi::AsyncWorker(env, "stressThreadPool"), deferred_(Napi::Promise::Deferred::New(env)), regions_(regions),
-        chunkMicros_(chunkMicros) {}
+        chunkMicros_(chunkMicros), gapMicros_(gapMicros) {}
   Napi::Promise promise() { return deferred_.Promise(); }
   void Execute() override {
     before_ = poolStats();
-    bad_ = stressParallelFor(regions_, chunkMicros_);
+    bad_ = stressParallelFor(regions_, chunkMicros_, gapMicros_);
     after_ = poolStats();
   }
   void OnOK() override {
@@ -121,7 +121,7 @@ class StressWorker : public Napi::AsyncWorker {
 
  private:
   Napi::Promise::Deferred deferred_;
-  int64_t regions_, chunkMicros_, bad_ = 0;
+  int64_t regions_, chunkMicros_, gapMicros_, bad_ = 0;
   PoolStats before_, after_;
 };
 
@@ -130,24 +130,28 @@ Napi::Value StressThreadPool(const Napi::CallbackInfo& info) {
   if (info.Length() < 1 || !info[0].IsNumber() || !isIntegerIn(info[0].As<Napi::Number>().DoubleValue(), 1, 1e8))
     throw Napi::TypeError::New(env, "stressThreadPool(regions): regions must be an integer in [1, 1e8], got " +
                                         describeValue(info.Length() < 1 ? env.Undefined() : info[0]));
-  int64_t chunkMicros = 0;
-  if (info.Length() >= 2 && !info[1].IsUndefined()) {
-    if (!info[1].IsNumber() || !isIntegerIn(info[1].As<Napi::Number>().DoubleValue(), 0, 1e4))
-      throw Napi::TypeError::New(env, "stressThreadPool(regions, chunkMicros): chunkMicros must be an integer in [0, 10000], got " + describeValue(info[1]));
-    chunkMicros = int64_t(info[1].As<Napi::Number>().DoubleValue());
-  }
-  auto* w = new StressWorker(env, int64_t(info[0].As<Napi::Number>().DoubleValue()), chunkMicros);
+  auto micros = [&](size_t i, const char* name) -> int64_t {
+    if (info.Length() <= i || info[i].IsUndefined()) return 0;
+    if (!info[i].IsNumber() || !isIntegerIn(info[i].As<Napi::Number>().DoubleValue(), 0, 1e4))
+      throw Napi::TypeError::New(env, std::string("stressThreadPool(regions, chunkMicros, gapMicros): ") + name +
+                                          " must be an integer in [0, 10000], got " + describeValue(info[i]));
+    return int64_t(info[i].As<Napi::Number>().DoubleValue());
+  };
+  const int64_t chunkMicros = micros(1, "chunkMicros"), gapMicros = micros(2, "gapMicros");
+  auto* w = new StressWorker(env, int64_t(info[0].As<Napi::Number>().DoubleValue()), chunkMicros, gapMicros);
   Napi::Promise p = w->promise();
   w->Queue();
   return p;
 }
 
-// cgroupCpuLimitFor(procSelfCgroup, fsRoot) -> number | null: the thread cap's cgroup reading on files a test lays out.
+// cgroupCpuLimitFor(procSelfCgroup, mountinfo, fsRoot) -> number | null: the thread cap's cgroup reading on files a
+// test lays out.
 Napi::Value CgroupCpuLimitFor(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() < 2 || !info[0].IsString() || !info[1].IsString())
-    throw Napi::TypeError::New(env, "cgroupCpuLimitFor(procSelfCgroup, fsRoot): two strings expected");
-  const int limit = cgroupCpuLimitFrom(info[0].As<Napi::String>().Utf8Value(), info[1].As<Napi::String>().Utf8Value());
+  if (info.Length() < 3 || !info[0].IsString() || !info[1].IsString() || !info[2].IsString())
+    throw Napi::TypeError::New(env, "cgroupCpuLimitFor(procSelfCgroup, mountinfo, fsRoot): three strings expected");
+  const int limit = cgroupCpuLimitFrom(info[0].As<Napi::String>().Utf8Value(), info[1].As<Napi::String>().Utf8Value(),
+                                       info[2].As<Napi::String>().Utf8Value());
   return limit > 0 ? Napi::Value(Napi::Number::New(env, limit)) : env.Null();
 }
 

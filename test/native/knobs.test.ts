@@ -1,6 +1,7 @@
 // The native DL_* switches are one typed struct read once when the addon loads (cpp/knobs.h): listDevices()
 // reports the values in effect, and a value that is not understood is reported (its default applies), never fatal.
 import { execFileSync } from "node:child_process";
+import { availableParallelism } from "node:os";
 import { describe, expect, it } from "vitest";
 import type { DeviceReport } from "../../ts/native/addonTypes.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
@@ -17,7 +18,7 @@ function devicesWith(env: Record<string, string>): DeviceReport {
 describe("native knobs", () => {
   it("reports every switch with its default in this process", () => {
     const d = loadAddon().listDevices();
-    expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_DECODE_MERGE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE", "DL_POOL_SPIN_US"]));
+    expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_DECODE_MERGE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE", "DL_POOL_SPIN_US", "DL_CPU_THREADS"]));
   });
 
   it("defaults to what the H100 run of 2026-11-27 measured best, each default switchable back", () => {
@@ -42,6 +43,16 @@ describe("native knobs", () => {
     expect(bad.knobs).toMatchObject({ DL_GEMM_TILE: "-1", DL_DECODE_PIPE: "32x4" });
     expect(bad.invalidKnobs).toEqual(["DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8, 64x3 or mma", "DL_GEMM_TILE=12: expected an integer in [-1, 8]"]);
     expect(devicesWith({ DL_DECODE_PIPE: "mma" }).knobs).toMatchObject({ DL_DECODE_PIPE: "mma" });
+  });
+
+  it("sets the CPU pool's default size with DL_CPU_THREADS (0 / unset: one per available CPU)", () => {
+    expect(devicesWith({ DL_CPU_THREADS: "3" })).toMatchObject({ knobs: { DL_CPU_THREADS: "3" }, cpu: { threads: 3 } });
+    const auto = devicesWith({ DL_CPU_THREADS: "" });
+    expect(auto.knobs).toMatchObject({ DL_CPU_THREADS: "0" });
+    expect(auto.cpu.threads).toBe(Math.min(availableParallelism(), auto.cpu.cgroupCpuLimit ?? Infinity));
+    const bad = devicesWith({ DL_CPU_THREADS: "many" });
+    expect(bad.invalidKnobs).toEqual(["DL_CPU_THREADS=many: expected an integer in [0, 1024]"]);
+    expect(bad.cpu.threads).toBe(auto.cpu.threads);
   });
 
   it("takes the CPU pool's polling time in microseconds, 500 by default", () => {

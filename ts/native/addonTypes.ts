@@ -318,15 +318,16 @@ export interface Addon {
    */
   setGemmTile(tile: number): number;
   liveBytes(device: DeviceKind): number;
+  /** Test hook: the cgroup CPU limit (listDevices().cpu.cgroupCpuLimit) read from /proc/self/cgroup and
+   *  /proc/self/mountinfo texts and the cgroup files under `fsRoot` ("" = the real ones). */
+  cgroupCpuLimitFor(procSelfCgroup: string, mountinfo: string, fsRoot: string): number | null;
   /**
-   * Test hook: runs `regions` small CPU parallel regions back to back, each chunk busy `chunkMicros` (default 0);
-   * resolves to how many went wrong (`bad`, 0 = sound) and the pool's counters over the run: chunks run by worker
-   * threads, worker sleeps waiting for a region, caller sleeps waiting for a region's other chunks.
+   * Test hook: runs `regions` small CPU parallel regions, each chunk busy `chunkMicros` and the caller busy
+   * `gapMicros` between regions (both default 0); resolves to how many went wrong (`bad`, 0 = sound) and the pool's
+   * counters over the run: chunks run by worker threads, worker sleeps waiting for a region, caller sleeps waiting
+   * for a region's other chunks.
    */
-  /** Test hook: the cgroup CPU limit (listDevices().cpu.cgroupCpuLimit) read from a /proc/self/cgroup text and the
-   *  /sys/fs/cgroup files under `fsRoot` ("" = the real ones). */
-  cgroupCpuLimitFor(procSelfCgroup: string, fsRoot: string): number | null;
-  stressThreadPool(regions: number, chunkMicros?: number): Promise<{ bad: number; workerChunks: number; workerSleeps: number; callerSleeps: number }>;
+  stressThreadPool(regions: number, chunkMicros?: number, gapMicros?: number): Promise<{ bad: number; workerChunks: number; workerSleeps: number; callerSleeps: number }>;
   readonly cudaCompiled: boolean;
   readonly ops: NativeOps;
   readonly NativeModel: new (options: NativeModelOptions) => NativeModel;
