@@ -330,10 +330,7 @@ void parallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
 PoolStats poolStats() { return pool().stats(); }
 
 // Busy (not asleep) for `micros`: a chunk's work, or a caller's serial work between regions.
-void busyFor(int64_t micros) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
-  while (std::chrono::steady_clock::now() < until) _mm_pause();
-}
+static void busyFor(int64_t micros) { spinUntil([] { return false; }, std::chrono::microseconds(micros)); }
 
 int64_t stressParallelFor(int64_t regions, int64_t chunkMicros, int64_t gapMicros) {
   const int64_t maxN = 4 * int64_t(numThreads());
