@@ -10,18 +10,19 @@ const TS = join(process.cwd(), "ts");
 
 /** What each top-level folder of ts/ may import besides itself. `index` is the public entry (ts/index.ts). */
 const ALLOWED: Record<string, readonly string[]> = {
-  native: [],
-  options: [],
-  sched: [],
-  device: ["native"],
-  model: ["native"],
-  engine: ["model", "native", "sched", "options"],
-  probe: ["model"], // the DUCHESS MLPs and their file: programs run them, eval trains them
-  certaindex: ["engine", "model", "sched"],
-  programs: ["engine", "certaindex", "model", "sched", "options", "probe"],
-  tasks: ["programs", "model"],
-  eval: ["engine", "model", "programs", "certaindex", "tasks", "probe"],
-  determinism: ["engine", "model", "native", "device"],
+  errors: [], // DeliberateError and its codes: every layer throws them
+  native: ["errors"],
+  options: ["errors"],
+  sched: ["errors"],
+  device: ["native", "errors"],
+  model: ["native", "errors"],
+  engine: ["model", "native", "sched", "options", "errors"],
+  probe: ["model", "errors"], // the DUCHESS MLPs and their file: programs run them, eval trains them
+  certaindex: ["engine", "model", "sched", "errors"],
+  programs: ["engine", "certaindex", "model", "sched", "options", "probe", "errors"],
+  tasks: ["programs", "model", "errors"],
+  eval: ["engine", "model", "programs", "certaindex", "tasks", "probe", "errors"],
+  determinism: ["engine", "model", "native", "device", "errors"],
   cli: ["index"], // the CLI is built on the public API only
   server: ["index"], // so is the HTTP server (ts/index.ts re-exports it last)
   cluster: ["index"], // and the cluster (replicas, router) on top of the server
@@ -84,8 +85,8 @@ describe("layers only look down", () => {
     put("widgets/w.ts", "export {};\n");
     expect(violations(root)).toEqual([
       "ts/cli/commands/run.ts imports ../../engine/engine.js (cli may import only index)",
-      "ts/eval/generator.ts imports ../native/addonTypes.js (eval may import only engine, model, programs, certaindex, tasks, probe)",
-      "ts/programs/sc.ts imports ../tasks/arith/answer.js (programs may import only engine, certaindex, model, sched, options, probe)",
+      "ts/eval/generator.ts imports ../native/addonTypes.js (eval may import only engine, model, programs, certaindex, tasks, probe, errors)",
+      "ts/programs/sc.ts imports ../tasks/arith/answer.js (programs may import only engine, certaindex, model, sched, options, probe, errors)",
       "ts/widgets/ has no entry in the layer table of test/cli/layering.test.ts",
     ]);
   });
