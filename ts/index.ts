@@ -1,22 +1,20 @@
-// The one public entry: named exports only.
+// The library's entry, `deliberate`: what an app embedding the engine needs, named exports only. The HTTP server
+// and the cluster are entries of their own (`deliberate/server`, `deliberate/cluster`: ts/server/index.ts,
+// ts/cluster/index.ts), so importing the library loads neither fastify nor NATS. Nothing inside ts/ imports this file.
 
 // Devices and the native surface
 export { listDevices, formatDevices } from "./device/devices.js";
 export type { DeviceReport } from "./device/devices.js";
-export { loadAddon } from "./native/loadAddon.js";
 export type { Addon, DType, DeviceKind, NativeOps, NativeTensor } from "./native/addonTypes.js";
 
 // Models: Hugging Face checkpoints, tokenizers, chat templates, single-sequence generation
 export { loadModel, Model } from "./model/model.js";
 export type { LoadModelOptions, GenerateInput } from "./model/model.js";
 export type { GenerateParams, GenerateResult } from "./model/generate.js";
-export { openModelFiles } from "./model/modelFiles.js";
-export { readModelConfig, parseModelConfig, computeInvFreq } from "./model/config.js";
+export { readModelConfig } from "./model/config.js";
 export { readPrmConfig, PRM_FILE } from "./model/prmConfig.js";
 export type { PrmConfig } from "./model/prmConfig.js";
 export type { ModelConfig } from "./model/config.js";
-export { openSafetensors } from "./model/safetensors.js";
-export { writeSafetensors } from "./model/safetensorsWriter.js";
 export { ModelTokenizer } from "./model/tokenizer.js";
 export { ByteLevelDetokenizer, IncrementalDetokenizer } from "./model/detokenizer.js";
 export type { ChatMessage } from "./model/chatTemplate.js";
@@ -25,11 +23,6 @@ export type { ChatMessage } from "./model/chatTemplate.js";
 export * from "./engine/index.js";
 export * from "./sched/index.js";
 
-// Options: zod schemas with one error format (field, value as given, fix); the engine checks them, an HTTP server reuses them
-export { generateRequestSchema, forkOptionsSchema, samplingShape, MAX_SAMPLES } from "./options/schemas.js";
-export { parseOptions, field } from "./options/validate.js";
-export { parseEngineOptions, engineOptionsSchema, engineModelSpecSchema } from "./engine/options.js";
-export type { ResolvedEngineOptions } from "./engine/options.js";
 
 // Determinism regression tooling (what `deliberate determinism` runs): golden files carry their provenance
 export { hashTokens, firstDivergence, makeGolden, parseGolden, checkProvenance, checkGolden } from "./determinism/golden.js";
@@ -64,19 +57,7 @@ export type { EvalReport, LevelReport } from "./eval/report.js";
 export { bundledModelDir, bundledPrmDir } from "./bundledModel.js";
 
 // DUCHESS probes: the MLPs, their file (checked against the model it steers) and their training (`deliberate probe train`)
-export { Mlp, trainMlp, PROBE_TRAINING } from "./probe/mlp.js";
-export type { MlpShape, TrainOptions, Example } from "./probe/mlp.js";
 export { loadProbe, saveProbe, correctnessOf, predictedTokensOf, isProbeLabel, PROBE_LABELS, PROBE_SUBDIR, PROBE_FILE_VERSION } from "./probe/probeFile.js";
 export type { DuchessProbe, ProbeLabel, ProbeMeta, ProbeTarget, CorrectnessMeta, DifficultyMeta, OrchestrationMeta } from "./probe/probeFile.js";
-export { auroc, percentile, spearman } from "./probe/stats.js";
 export { trainProbe } from "./eval/probeTrain.js";
 export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/probeTrain.js";
-
-// The OpenAI-compatible HTTP server (`deliberate serve`): a fastify plugin and a ready app. Last: it is built on the
-// exports above (ts/server imports only this file), so they are initialised before it loads.
-export { createServer, deliberatePlugin, ServerState, ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "./server/index.js";
-export type { CreateServerOptions, DeliberatePluginOptions, DeliberateServer, ServeTarget } from "./server/index.js";
-
-// Past one machine: replicas over NATS and the program-aware router (`deliberate serve --cluster`, `deliberate
-// router`). Built on the server above, so it comes after it.
-export * from "./cluster/index.js";

@@ -13,7 +13,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { availableParallelism, cpus } from "node:os";
 import { parseArgs } from "node:util";
-import { createRouter, type DeliberateRouter, type RoutingPolicy } from "../../ts/index.js";
+import { createRouter, type DeliberateRouter, type RoutingPolicy } from "../../ts/cluster/index.js";
 import { startNats, startReplica, type NatsHandle, type ReplicaHandle } from "../cluster/localCluster.js";
 import { median, parseRepeats } from "./repeats.js";
 

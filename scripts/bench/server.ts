@@ -22,7 +22,9 @@ import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { Worker } from "node:worker_threads";
-import { bundledModelDir, createServer, Engine, loadAddon, loadModel } from "../../ts/index.js";
+import { bundledModelDir, Engine, loadModel } from "../../ts/index.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import { createServer } from "../../ts/server/index.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { median, parseRepeats } from "./repeats.js";
 

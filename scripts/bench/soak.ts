@@ -11,7 +11,8 @@
 // --json writes bench/soak.json and bench/soak.md. The exit status is 1 when a target is missed.
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { Engine, loadAddon, loadModel, type GenerateRequest, type GenerationOutput, type RequestHandle } from "../../ts/index.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import { Engine, loadModel, type GenerateRequest, type GenerationOutput, type RequestHandle } from "../../ts/index.js";
 import { mulberry32 } from "../fixture/random.js";
 import { readSoak, type SoakReading } from "./soakReading.js";
 

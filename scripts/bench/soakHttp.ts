@@ -18,7 +18,9 @@ import { writeFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { cpus, loadavg } from "node:os";
 import { parseArgs } from "node:util";
-import { bundledModelDir, createServer, Engine, loadAddon, loadModel } from "../../ts/index.js";
+import { bundledModelDir, Engine, loadModel } from "../../ts/index.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import { createServer } from "../../ts/server/index.js";
 import { mulberry32 } from "../fixture/random.js";
 import { readSoak, type SoakReading } from "./soakReading.js";
 

@@ -5,7 +5,8 @@
 import { connect, headers as natsHeaders, NoRespondersError, RequestError } from "@nats-io/transport-node";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRouter, promptPrefix, route, type DeliberateRouter } from "../../ts/index.js";
+import { createRouter, type DeliberateRouter } from "../../ts/cluster/index.js";
+import { promptPrefix, route } from "../../ts/cluster/routing.js";
 import { httpSubject, TunnelCall } from "../../ts/cluster/transport.js";
 import { findNatsServer, startNats, startReplica, type NatsHandle, type ReplicaHandle } from "../../scripts/cluster/localCluster.js";
 

@@ -2,7 +2,8 @@
 // fallbacks. No NATS here (test/cluster/cluster.test.ts runs the real thing).
 import { fc, test as propTest } from "@fast-check/vitest";
 import { describe, expect, it } from "vitest";
-import { eligible, HashRing, hash32, loadCap, promptPrefix, route, type ReplicaReport, type ReplicaView } from "../../ts/index.js";
+import { HashRing, hash32 } from "../../ts/cluster/hashRing.js";
+import { eligible, loadCap, promptPrefix, route, type ReplicaReport, type ReplicaView } from "../../ts/cluster/routing.js";
 
 function replica(id: string, o: Partial<ReplicaReport> = {}, inFlight = 0, programsInFlight: string[] = []): ReplicaView {
   return {

@@ -3,7 +3,8 @@
 import { request as httpRequest } from "node:http";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundledModelDir, createServer, Engine, loadModel, type DeliberateServer, type Model } from "../../ts/index.js";
+import { bundledModelDir, Engine, loadModel, type Model } from "../../ts/index.js";
+import { createServer, type DeliberateServer } from "../../ts/server/index.js";
 
 const MODEL = "tiny-reasoner";
 const QUESTION = "What is 7*(8+5)-19?";

@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connect } from "@nats-io/transport-node";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { DeliberateServer } from "../index.js";
+import type { DeliberateServer } from "../server/server.js";
 import { DEFAULT_HEARTBEAT_MS, ReplicaRegistration } from "./membership.js";
 import type { ReplicaReport } from "./routing.js";
 import { serveTunnel, type TunnelRequest } from "./transport.js";

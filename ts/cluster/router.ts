@@ -7,7 +7,7 @@ import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Counter, Gauge, Registry } from "prom-client";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "../index.js";
+import { ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "../server/errors.js";
 import { ClusterView, DEFAULT_STALE_MS, type Dispatch } from "./membership.js";
 import { connectCluster } from "./replica.js";
 import { programIdOf, promptPrefix, RingCache, route, type RouteDecision, type RouteKey, type RoutingPolicy } from "./routing.js";

@@ -3,7 +3,7 @@
 // a thought forks each sample still thinking at the tokens the client has seen, appends the model's end-of-thought
 // token and goes on from there (the KV is shared with the parent), and aborts the parent: the client sees one
 // continuous completion. It owns the sources of every sample and the per-sample counts usage is made of.
-import type { Engine, FinishReason, GenerateRequest, RequestHandle, StreamDelta, TokenLogprob } from "../index.js";
+import type { Engine, FinishReason, GenerateRequest, RequestHandle, StreamDelta, TokenLogprob } from "../engine/index.js";
 
 /** A model's reasoning tokens: the thought runs from `start` (generated first, or opened by the prompt) to `end`. */
 export interface ThinkTokens {

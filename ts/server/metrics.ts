@@ -2,7 +2,7 @@
 // engine at scrape time; counters and histograms are fed by the routes as requests finish. One registry per server,
 // so two servers in one process (tests, a router) never share counts.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { Engine, ModelMetrics } from "../index.js";
+import type { Engine, ModelMetrics } from "../engine/index.js";
 
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];

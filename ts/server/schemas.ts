@@ -2,7 +2,7 @@
 // ignores them (clients send fields of newer API versions); fields we know but do not implement are accepted at
 // their neutral value and rejected otherwise, naming the field. Every failure is a 400 naming the field (`param`).
 import { z } from "zod";
-import { field as rule } from "../index.js";
+import { field as rule } from "../options/validate.js";
 import { badRequest } from "./errors.js";
 
 // rule(): a scalar whose rule is one sentence ("expected ..."), as the library's own options say it (the library's

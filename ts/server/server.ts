@@ -4,20 +4,11 @@
 // extensions (`program`, `deterministic`, POST /v1/chat/completions/control). Built on the public API only.
 import { basename } from "node:path";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
-import {
-  arithTask,
-  Engine,
-  loadModel,
-  parseProgramKind,
-  ProgramFactory,
-  ProgramRuntime,
-  type ChatMessage,
-  type GenerateRequest,
-  type Model,
-  type PolicySpec,
-  type ProgramKind,
-  type Task,
-} from "../index.js";
+import { Engine, type GenerateRequest } from "../engine/index.js";
+import type { ChatMessage } from "../model/chatTemplate.js";
+import { loadModel, type Model } from "../model/model.js";
+import { parseProgramKind, ProgramFactory, ProgramRuntime, type PolicySpec, type ProgramKind } from "../programs/index.js";
+import { arithTask, type Task } from "../tasks/index.js";
 import { ApiError, badRequest, modelNotFound, toApiError, unauthorized, unavailable } from "./errors.js";
 import { Generation, type GenerationEvent, type ThinkTokens } from "./generation.js";
 import { ServerMetrics } from "./metrics.js";

@@ -2,7 +2,7 @@
 // the openai client sends `Accept: application/json` even when it streams).
 import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import type { FinishReason, TokenLogprob } from "../index.js";
+import type { FinishReason, TokenLogprob } from "../engine/index.js";
 
 // vLLM's form (prefix-<uuid4 hex>). randomUUID draws from a cached entropy pool: 0.8 us against 3.8 us for a
 // randomBytes(12) call per request (2-core box; 21 us a request in the server's profile, with its GC).

@@ -1,7 +1,7 @@
 // `deliberate router`: the OpenAI-compatible routes of `deliberate serve`, in front of the replicas that joined a NATS
 // cluster (`deliberate serve --cluster URL`). Stateless: start several behind a load balancer, restart any time.
 import type { Command } from "commander";
-import { createRouter, ROUTING_POLICIES, type RoutingPolicy } from "../../index.js";
+import { createRouter, ROUTING_POLICIES, type RoutingPolicy } from "../../cluster/index.js";
 import { intOption } from "../intOption.js";
 
 interface RouterCliOptions {

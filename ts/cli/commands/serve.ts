@@ -3,7 +3,9 @@
 // then exit.
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
-import { bundledModelDir, createServer, getTask, joinCluster, TASK_NAMES, type ClusterMember } from "../../index.js";
+import { joinCluster, type ClusterMember } from "../../cluster/index.js";
+import { bundledModelDir, getTask, TASK_NAMES } from "../../index.js";
+import { createServer } from "../../server/index.js";
 import { intOption } from "../intOption.js";
 
 interface ServeOptions {
