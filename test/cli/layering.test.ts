@@ -18,6 +18,7 @@ const ENTRY_FILES: Record<string, string> = { "index.ts": ENTRIES[0], "server/in
 /** What each top-level folder of ts/ may import besides itself. `index` is the public entry (ts/index.ts). */
 const ALLOWED: Record<string, readonly string[]> = {
   errors: [], // DeliberateError and its codes: every layer throws them
+  util: [], // the seeded PRNG and shuffle: no layer of its own, imported by any
   native: ["errors"],
   options: ["errors"],
   sched: ["errors"],
@@ -29,7 +30,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   programs: ["engine", "certaindex", "model", "sched", "options", "probe", "errors"],
   tasks: ["programs", "model", "errors"],
   eval: ["engine", "model", "programs", "certaindex", "tasks", "probe", "errors"],
-  determinism: ["engine", "model", "native", "device", "errors"],
+  determinism: ["engine", "model", "native", "device", "errors", "util"],
   server: ["engine", "programs", "model", "options", "tasks", "errors"], // the HTTP server
   cluster: ["server", "errors"], // replicas and the router, on top of the server
   cli: ENTRIES, // the CLI is built on the three public entries only

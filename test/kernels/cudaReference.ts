@@ -2,6 +2,7 @@
 // devices, and the relative-L2 error of METHOD.md. The float64 references themselves are in reference.ts.
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
+import { mulberry32 } from "../../ts/util/random.js";
 
 export const addon = loadAddon();
 const report = addon.listDevices();
@@ -14,14 +15,8 @@ if (cudaUnavailable) console.warn(`[cuda tests] skipped: ${cudaUnavailable}`);
 // ---- fresh random inputs (a new seed per run, printed so a failure can be replayed) ----
 const runSeed = Number(process.env.DL_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
 if (!cudaUnavailable) console.log(`[cuda tests] DL_TEST_SEED=${runSeed}`);
-let state = runSeed >>> 0;
-export function rand(): number {
-  state = (state + 0x6d2b79f5) >>> 0;
-  let t = state;
-  t = Math.imul(t ^ (t >>> 15), t | 1);
-  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
+/** Uniform in [0, 1): mulberry32 from DL_TEST_SEED. */
+export const rand = mulberry32(runSeed);
 export const randInt = (lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo)); // [lo, hi)
 /** Uniform in [-scale, scale), never exactly zero. */
 export function randn(n: number, scale = 1): Float32Array {

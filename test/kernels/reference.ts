@@ -1,18 +1,10 @@
 // Float64 references for every kernel of cpp/kernels.h, plus seeded random inputs. Plain TypeScript with no
 // addon dependency, shared by the CPU tests (test/kernels/*.test.ts) and the CUDA tests (*.cuda.test.ts).
 // Shapes follow cpp/kernels.h; arrays are row-major.
+import { mulberry32, shuffleInPlace } from "../../ts/util/random.js";
 
 /** A seeded PRNG (mulberry32): uniform in [0, 1). */
-export function makeRng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export const makeRng = mulberry32;
 
 /** n values uniform in [-scale, scale), as f32. */
 export function randomF32(rng: () => number, n: number, scale = 1): Float32Array {
@@ -30,12 +22,7 @@ export function randomInts(rng: () => number, n: number, lo: number, hi: number)
 
 /** A random permutation of 0..n-1 (Fisher-Yates). */
 export function shuffled(rng: () => number, n: number): Int32Array {
-  const p = Int32Array.from({ length: n }, (_, i) => i);
-  for (let i = n - 1; i > 0; i--) {
-    const j = Math.floor(rng() * (i + 1));
-    [p[i], p[j]] = [p[j], p[i]];
-  }
-  return p;
+  return shuffleInPlace(Int32Array.from({ length: n }, (_, i) => i), rng);
 }
 
 /** f32 -> bf16 -> f32 with round-to-nearest-even (what a bf16 tensor stores). */

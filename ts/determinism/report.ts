@@ -1,4 +1,5 @@
 // Per-prompt agreement across runs and the summary line of the determinism CLI.
+import { mulberry32, shuffleInPlace } from "../util/random.js";
 import { firstDivergence, hashTokens } from "./golden.js";
 
 export interface RunRecord {
@@ -79,18 +80,5 @@ export function summarize(reports: readonly PromptReport[]): DeterminismSummary 
 
 /** Seeded Fisher–Yates shuffle (mulberry32) for choosing background companions reproducibly. */
 export function shuffled<T>(items: readonly T[], seed: number): T[] {
-  let s = seed >>> 0;
-  const rand = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(rand() * (i + 1));
-    [out[i], out[j]] = [out[j], out[i]];
-  }
-  return out;
+  return shuffleInPlace([...items], mulberry32(seed));
 }
