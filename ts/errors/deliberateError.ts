@@ -1,0 +1,134 @@
+// The library's errors: a stable `code` a caller (or the HTTP server) branches on, the `field` at fault where one
+// is, and a subclass per case a caller would catch by type (`e instanceof KvExhaustedError`). Messages stay the
+// sentences they were (the field, the value and the fix); only the class says what kind of failure it is.
+
+/**
+ * What went wrong, as a stable string:
+ * - `invalid_option`: an option, request or fork field is outside its domain (`field` names it)
+ * - `context_length`: a prompt leaves no room in the model's context
+ * - `kv_exhausted`: a sequence needs more KV pages than its model's pool holds
+ * - `model_format`: a model folder's file is missing, malformed, or disagrees with another (config vs weights)
+ * - `disposed`: a call on an engine or model after dispose()
+ * - `aborted`: a call given up because its AbortSignal fired (aborted requests resolve, so nothing throws it yet)
+ * - `unsupported`: a valid combination this build does not run yet (e.g. probes with deterministic: true)
+ * - `not_found`: a model name or request handle the engine does not know
+ * - `native`: the native addon failed (it did not load, or a call into it threw); `cause` holds its error
+ */
+export type DeliberateErrorCode =
+  | "invalid_option"
+  | "context_length"
+  | "kv_exhausted"
+  | "model_format"
+  | "disposed"
+  | "aborted"
+  | "unsupported"
+  | "not_found"
+  | "native";
+
+export interface DeliberateErrorOptions {
+  /** The option at fault, dotted as the message names it: "request.stopTokenIds[]", "fork.length". */
+  field?: string | null;
+  /** The error this one wraps (a native or file-system failure). */
+  cause?: unknown;
+}
+
+export class DeliberateError extends Error {
+  readonly code: DeliberateErrorCode;
+  readonly field: string | null;
+
+  constructor(code: DeliberateErrorCode, message: string, options: DeliberateErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.field = options.field ?? null;
+  }
+
+  static {
+    this.prototype.name = "DeliberateError";
+  }
+}
+
+export class InvalidOptionError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("invalid_option", message, options);
+  }
+  static {
+    this.prototype.name = "InvalidOptionError";
+  }
+}
+
+export class ContextLengthError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("context_length", message, options);
+  }
+  static {
+    this.prototype.name = "ContextLengthError";
+  }
+}
+
+export class KvExhaustedError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("kv_exhausted", message, options);
+  }
+  static {
+    this.prototype.name = "KvExhaustedError";
+  }
+}
+
+export class ModelFormatError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("model_format", message, options);
+  }
+  static {
+    this.prototype.name = "ModelFormatError";
+  }
+}
+
+export class DisposedError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("disposed", message, options);
+  }
+  static {
+    this.prototype.name = "DisposedError";
+  }
+}
+
+export class UnsupportedError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("unsupported", message, options);
+  }
+  static {
+    this.prototype.name = "UnsupportedError";
+  }
+}
+
+export class NotFoundError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("not_found", message, options);
+  }
+  static {
+    this.prototype.name = "NotFoundError";
+  }
+}
+
+export class NativeError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("native", message, options);
+  }
+  static {
+    this.prototype.name = "NativeError";
+  }
+}
+
+/**
+ * A failure the addon threw or rejected with, as a NativeError keeping its message (and the original as `cause`);
+ * a DeliberateError passes through. For the failure path only: `promise.catch(rethrowNative)`.
+ */
+export function asNativeError(e: unknown): DeliberateError {
+  if (e instanceof DeliberateError) return e;
+  return new NativeError(e instanceof Error ? e.message : String(e), { cause: e });
+}
+
+/** `promise.then(ok, rethrowNative)`: a rejection from the addon becomes a NativeError. */
+export function rethrowNative(e: unknown): never {
+  throw asNativeError(e);
+}

@@ -1,0 +1,15 @@
+// The errors layer: every other layer throws these; callers and the HTTP server branch on their class or `code`.
+export {
+  asNativeError,
+  ContextLengthError,
+  DeliberateError,
+  DisposedError,
+  InvalidOptionError,
+  KvExhaustedError,
+  ModelFormatError,
+  NativeError,
+  NotFoundError,
+  rethrowNative,
+  UnsupportedError,
+} from "./deliberateError.js";
+export type { DeliberateErrorCode, DeliberateErrorOptions } from "./deliberateError.js";
