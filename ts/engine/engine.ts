@@ -4,6 +4,7 @@
 // it never blocks it. Requests enter through submit() / fork() and leave
 // through their RequestHandle (stream of deltas, promise of the output).
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
+import { DisposedError, NotFoundError } from "../errors/index.js";
 import type { SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn } from "../sched/types.js";
 import { RequestHandle, WakeGate } from "./handle.js";
@@ -127,14 +128,14 @@ export class Engine implements AsyncDisposable {
   /** A loaded model's tokenizer (null if loaded without one), to encode prompts exactly as submit() does. */
   tokenizer(model?: string): TextCodec | null {
     const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
-    if (!slot) throw new Error(`Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    if (!slot) throw new NotFoundError(`Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
     return slot.codec;
   }
 
   /** One model's metrics (default: the first model's) without the engine-wide throughput: cheap enough per event. */
   modelMetrics(model?: string): ModelMetrics {
     const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
-    if (!slot) throw new Error(`Engine.modelMetrics: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    if (!slot) throw new NotFoundError(`Engine.modelMetrics: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
     return slot.metrics();
   }
 
@@ -163,7 +164,7 @@ export class Engine implements AsyncDisposable {
   }
 
   private checkAlive(what: string): void {
-    if (this.isDisposed) throw new Error(`Engine.${what}: the engine is disposed`);
+    if (this.isDisposed) throw new DisposedError(`Engine.${what}: the engine is disposed`);
   }
 
   private start(slot: ModelSlot, state: RequestState, signal: AbortSignal | undefined): RequestHandle {

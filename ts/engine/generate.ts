@@ -3,6 +3,7 @@
 // that never splits a character) and one set of defaults (the model's generation_config.json, as
 // Model.samplingDefaults() reads it; the HTTP server uses the same). The engine owns the model's KV pages while the
 // call runs: do not run it beside another Engine on the same model (submit to that engine instead).
+import { InvalidOptionError } from "../errors/index.js";
 import type { GenerateParams, GenerateResult } from "../model/generate.js";
 import type { GenerateInput, Model } from "../model/model.js";
 import { Engine } from "./engine.js";
@@ -70,7 +71,7 @@ function contextOf(model: Model): number {
 
 function seedOf(seed: number | bigint): number {
   if (typeof seed === "bigint") {
-    if (seed < 0n || seed > BigInt(Number.MAX_SAFE_INTEGER)) throw new Error(`generate: seed is ${seed}; expected an integer in [0, ${Number.MAX_SAFE_INTEGER}]`);
+    if (seed < 0n || seed > BigInt(Number.MAX_SAFE_INTEGER)) throw new InvalidOptionError(`generate: seed is ${seed}; expected an integer in [0, ${Number.MAX_SAFE_INTEGER}]`, { field: "generate: seed" });
     return Number(seed);
   }
   return seed;

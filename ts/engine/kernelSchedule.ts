@@ -2,6 +2,7 @@
 // fast: picked from the batch shape as production kernels do (split the reduction when the batch alone cannot
 // fill the machine), so a sequence's numbers depend on what it is batched with. batch-invariant: fixed constants
 // for every step, so a sequence's numbers never depend on its companions (the baseline deterministic mode).
+import { InvalidOptionError } from "../errors/index.js";
 
 export type KernelMode = "fast" | "batch-invariant";
 export const KERNEL_MODES: readonly KernelMode[] = ["fast", "batch-invariant"];
@@ -69,6 +70,6 @@ function fastSchedule(shape: BatchShape): KernelSchedule {
 
 export function parseKernelMode(value: string): KernelMode {
   const mode = KERNEL_MODES.find((m) => m === value);
-  if (mode === undefined) throw new Error(`kernelMode: unknown mode "${value}"; expected "fast" or "batch-invariant"`);
+  if (mode === undefined) throw new InvalidOptionError(`kernelMode: unknown mode "${value}"; expected "fast" or "batch-invariant"`, { field: "kernelMode" });
   return mode;
 }

@@ -11,6 +11,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import { InvalidOptionError, KvExhaustedError } from "../errors/index.js";
 import { modelHash } from "../model/modelHash.js";
 import { loadModel, type Model } from "../model/model.js";
 import { Engine } from "./engine.js";
@@ -97,7 +98,7 @@ function checkPairFits(o: Pick<KvSplitInput, "budgetBytes" | "generatorTokens" |
   const genSeqBytes = pagesFor(o.generatorTokens, g.pageSize) * g.pageSize * g.bytesPerToken;
   const verSeqBytes = pagesFor(o.verifierTokens, v.pageSize) * v.pageSize * v.bytesPerToken;
   if (genSeqBytes + verSeqBytes > o.budgetBytes) {
-    throw new Error(
+    throw new KvExhaustedError(
       `kvSplit: a KV budget of ${o.budgetBytes} bytes holds no generator / verifier pair: one generator sequence (${o.generatorTokens} tokens) ` +
         `needs ${genSeqBytes} bytes and one verifier input (${o.verifierTokens} tokens) ${verSeqBytes}; raise the budget to at least ` +
         `${genSeqBytes + verSeqBytes} bytes or shorten the solutions (maxTokens)`,
@@ -109,7 +110,7 @@ function checkPairFits(o: Pick<KvSplitInput, "budgetBytes" | "generatorTokens" |
 /** The split of `budgetBytes` with the least estimated T_tot (see the file's comment). */
 export function planKvSplit(o: KvSplitInput): KvSplitPlan {
   for (const [k, v] of Object.entries({ budgetBytes: o.budgetBytes, n: o.n, generatorTokens: o.generatorTokens, stepTokens: o.stepTokens, verifierTokens: o.verifierTokens })) {
-    if (!(Number.isFinite(v) && v > 0)) throw new RangeError(`kvSplit: ${k} must be > 0, got ${v}`);
+    if (!(Number.isFinite(v) && v > 0)) throw new InvalidOptionError(`kvSplit: ${k} must be > 0, got ${v}`, { field: `kvSplit: ${k}` });
   }
   const { genSeqBytes, verSeqBytes } = checkPairFits(o, o.generator, o.verifier);
   const prefillMs = (b: number) => interpolate(o.verifier.profile.prefill.map((p) => ({ batch: p.batch, ms: (p.ms * o.verifierTokens) / p.tokens })), b);
@@ -198,7 +199,7 @@ export async function profileThroughput(model: Model, o: ProfileOptions = {}): P
   } finally {
     await engine.dispose();
   }
-  if (profile.decode.length === 0) throw new Error(`profileThroughput: model ${model.dir}'s KV pool (${model.kv.numPages} pages) holds no profiling batch; load it with more kvPages`);
+  if (profile.decode.length === 0) throw new KvExhaustedError(`profileThroughput: model ${model.dir}'s KV pool (${model.kv.numPages} pages) holds no profiling batch; load it with more kvPages`);
   if (path !== null) {
     mkdirSync(join(path, ".."), { recursive: true });
     writeFileSync(`${path}.${process.pid}.tmp`, JSON.stringify({ key, model: model.dir, device: model.device, profile }, null, 2) + "\n");
@@ -245,7 +246,9 @@ export async function loadSplitModels(generatorDir: string, verifierDir: string,
     verifierBytes = plan.verifierBytes;
   } else {
     const { generator: g, verifier: v } = o.kvSplit;
-    if (!(g > 0 && v > 0 && g + v <= 1 + 1e-9)) throw new RangeError(`kvSplit: {generator, verifier} are fractions of the budget, each > 0, summing to at most 1; got {generator: ${g}, verifier: ${v}}`);
+    if (!(g > 0 && v > 0 && g + v <= 1 + 1e-9)) {
+      throw new InvalidOptionError(`kvSplit: {generator, verifier} are fractions of the budget, each > 0, summing to at most 1; got {generator: ${g}, verifier: ${v}}`, { field: "kvSplit" });
+    }
     generatorBytes = Math.floor(o.budgetBytes * g);
     verifierBytes = Math.floor(o.budgetBytes * v);
   }

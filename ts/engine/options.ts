@@ -1,6 +1,7 @@
 // The engine's options resolved: checked against one schema (field rules in ts/options/schemas.ts; here the rules
 // that need the engine's names: kernel modes, scheduling policies, model specs) and filled with their defaults, so
 // the constructor reads settled values and never a raw option.
+import { InvalidOptionError } from "../errors/index.js";
 import { engineOptionsShape } from "../options/schemas.js";
 import { field, oneOf, parseOptions, show, strictObject } from "../options/validate.js";
 import { DEFAULT_AGING_TOKENS_PER_SECOND, SCHEDULING_POLICIES } from "../sched/policy.js";
@@ -58,7 +59,7 @@ export function parseEngineOptions(options: EngineOptions): ResolvedEngineOption
   const names = models.map((m) => m.name);
   const repeated = names.find((n, i) => names.indexOf(n) !== i);
   if (repeated !== undefined) {
-    throw new Error(`${where}.models names ${show(repeated)} twice (${names.join(", ")}); give each model a unique name`);
+    throw new InvalidOptionError(`${where}.models names ${show(repeated)} twice (${names.join(", ")}); give each model a unique name`, { field: `${where}.models` });
   }
   return {
     models,

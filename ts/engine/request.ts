@@ -1,5 +1,6 @@
 // What a caller asks the engine for (its schema is ts/options/schemas.ts), and its resolution against the model's
 // limits. Inside the engine only ResolvedParams travel.
+import { ContextLengthError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import { show } from "../options/validate.js";
 import type { SchedMetadata } from "./sequence.js";
 
@@ -140,7 +141,7 @@ export interface ParamLimits {
  */
 export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: ResolvedParams): ResolvedParams {
   const fail = (field: string, value: unknown, fix: string): never => {
-    throw new Error(`request.${field} is ${show(value)}; ${fix}`);
+    throw new InvalidOptionError(`request.${field} is ${show(value)}; ${fix}`, { field: `request.${field}` });
   };
   const int = (field: string, value: number, lo: number, hi: number): number => {
     if (!Number.isInteger(value) || value < lo || value > hi) fail(field, value, `expected an integer in [${lo}, ${hi}]`);
@@ -151,7 +152,7 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const topP = p.topP ?? base?.topP ?? 1;
   const seed = p.seed ?? base?.seed ?? Math.floor(Math.random() * 2 ** 32);
   if (limits.maxNewTokens < 1) {
-    throw new Error(`request: the prompt leaves no room in the model's context; shorten it by at least ${1 - limits.maxNewTokens} tokens`);
+    throw new ContextLengthError(`request: the prompt leaves no room in the model's context; shorten it by at least ${1 - limits.maxNewTokens} tokens`, { field: "request.prompt" });
   }
   const maxTokens = p.maxTokens ?? Math.min(base?.maxTokens ?? Infinity, limits.maxNewTokens);
   if (maxTokens > limits.maxNewTokens) {
@@ -173,7 +174,7 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
   if (deterministic && (captureHiddenLayer !== null || probe !== null)) {
     const [field, value] = probe !== null ? ["probe", p.probe] : ["captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }];
-    fail(field, value, "hidden-state capture is not supported with deterministic: true yet; drop one of them");
+    throw new UnsupportedError(`request.${field} is ${show(value)}; hidden-state capture is not supported with deterministic: true yet; drop one of them`, { field: `request.${field}` });
   }
   return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, probe, confidence, deterministic };
 }
@@ -209,7 +210,7 @@ export function checkTokenIds(field: string, ids: readonly number[], vocabSize: 
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i];
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
-      throw new Error(`request.${field}[${i}] is ${show(id)}; token ids must be integers in [0, ${vocabSize - 1}]`);
+      throw new InvalidOptionError(`request.${field}[${i}] is ${show(id)}; token ids must be integers in [0, ${vocabSize - 1}]`, { field: `request.${field}[${i}]` });
     }
   }
   return [...ids];

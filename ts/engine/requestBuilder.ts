@@ -5,6 +5,7 @@ import type { RequestHandle, WakeGate } from "./handle.js";
 import { KV_POOL_ADVICE } from "./blockManager.js";
 import type { ModelSlot } from "./modelSlot.js";
 import { hashPage } from "./pageHash.js";
+import { ContextLengthError, InvalidOptionError, KvExhaustedError, NotFoundError } from "../errors/index.js";
 import { forkOptionsSchema, generateRequestSchema } from "../options/schemas.js";
 import { parseOptions } from "../options/validate.js";
 import { checkTokenIds, resolveParams, type ForkOptions, type GenerateRequest, type ResolvedParams } from "./request.js";
@@ -39,7 +40,7 @@ export class RequestBuilder {
     parseOptions(generateRequestSchema, req, "request");
     const slot = this.pickSlot(req.model);
     const prompt = this.tokensOf(slot, req.prompt, "prompt", req.addSpecialTokens ?? true);
-    if (prompt.length === 0) throw new Error("request.prompt is empty; give at least one token");
+    if (prompt.length === 0) throw new InvalidOptionError("request.prompt is empty; give at least one token", { field: "request.prompt" });
     const n = req.n ?? 1;
     const params = this.params(slot, req, prompt.length);
     const state = this.newState(slot, prompt, params, n, req.eagerDeltas === true);
@@ -53,17 +54,17 @@ export class RequestBuilder {
     parseOptions(forkOptionsSchema, opts, "fork");
     const parent = this.states.get(handle);
     const slot = parent && this.slotOf.get(parent);
-    if (!parent || !slot) throw new Error("Engine.fork: the handle was not returned by this engine");
+    if (!parent || !slot) throw new NotFoundError("Engine.fork: the handle was not returned by this engine");
     const sample = opts.sample ?? 0;
     if (sample >= parent.samples.length) {
-      throw new Error(`fork.sample is ${sample}; the request has samples 0..${parent.samples.length - 1}`);
+      throw new InvalidOptionError(`fork.sample is ${sample}; the request has samples 0..${parent.samples.length - 1}`, { field: "fork.sample" });
     }
     const src = parent.seqs[sample];
-    if (src === undefined) throw new Error(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`);
+    if (src === undefined) throw new InvalidOptionError(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`, { field: "fork.sample" });
     const visible = slot.visibleTokens(src); // a deterministic parent's unverified candidates are not forkable
     const length = opts.length ?? visible;
     if (length > visible) {
-      throw new Error(`fork.length is ${length}; expected an integer in [1, ${visible}] (the parent's tokens so far)`);
+      throw new InvalidOptionError(`fork.length is ${length}; expected an integer in [1, ${visible}] (the parent's tokens so far)`, { field: "fork.length" });
     }
     const append = opts.append === undefined ? [] : this.tokensOf(slot, opts.append, "append", false);
     const tokens = src.tokens.slice(0, length).concat(append);
@@ -98,18 +99,21 @@ export class RequestBuilder {
   private pickSlot(name: string | undefined): ModelSlot {
     if (name === undefined) return this.slots[0];
     const slot = this.slots.find((s) => s.name === name);
-    if (!slot) throw new Error(`request.model is "${name}"; loaded models: ${this.slots.map((s) => s.name).join(", ")}`);
+    if (!slot) throw new NotFoundError(`request.model is "${name}"; loaded models: ${this.slots.map((s) => s.name).join(", ")}`, { field: "request.model" });
     return slot;
   }
 
   private tokensOf(slot: ModelSlot, input: string | readonly number[], field: string, addSpecialTokens: boolean): number[] {
     if (typeof input !== "string") return checkTokenIds(field, input, slot.model.vocabSize);
-    if (!slot.codec) throw new Error(`request.${field} is text but model "${slot.name}" has no tokenizer; pass token ids`);
+    if (!slot.codec) throw new InvalidOptionError(`request.${field} is text but model "${slot.name}" has no tokenizer; pass token ids`, { field: `request.${field}` });
     try {
       return slot.codec.encode(input, { addSpecialTokens });
     } catch (e) {
       // A tokenizer that rejects the text (a custom TextCodec, an unknown character): name the field, not its guts.
-      throw new Error(`request.${field}: model "${slot.name}"'s tokenizer could not encode it (${e instanceof Error ? e.message : String(e)}); pass other text or token ids`);
+      throw new InvalidOptionError(`request.${field}: model "${slot.name}"'s tokenizer could not encode it (${e instanceof Error ? e.message : String(e)}); pass other text or token ids`, {
+        field: `request.${field}`,
+        cause: e,
+      });
     }
   }
 
@@ -118,14 +122,15 @@ export class RequestBuilder {
     // The model's context first: a prompt past it fails whatever the pool, and saying "KV pool" would send the
     // user to the wrong knob.
     if (numTokens >= model.maxContextTokens) {
-      throw new Error(
+      throw new ContextLengthError(
         `request: the prompt is ${numTokens} tokens and model "${slot.name}"'s context is ${model.maxContextTokens} tokens ` +
           `(max_position_embeddings), leaving no room to generate; shorten the prompt to at most ${model.maxContextTokens - 1} tokens`,
+        { field: "request.prompt" },
       );
     }
     const pool = slot.blockManager;
     if (pagesFor(numTokens, pool.pageSize) > pool.numPages) {
-      throw new Error(
+      throw new KvExhaustedError(
         `KV pool too small: the prompt (${numTokens} tokens) needs ${pagesFor(numTokens, pool.pageSize)} pages, ` +
           `model "${slot.name}" has ${pool.numPages} in total; ${KV_POOL_ADVICE} or shorten the prompt`,
       );
@@ -133,7 +138,7 @@ export class RequestBuilder {
     const limits = { vocabSize: model.vocabSize, numLayers: model.numLayers, maxNewTokens: model.maxContextTokens - numTokens };
     const params = resolveParams(p, limits, base);
     if (params.stop.length > 0 && !slot.codec) {
-      throw new Error(`request.stop needs a tokenizer, and model "${slot.name}" was loaded without one; use stopTokenIds`);
+      throw new InvalidOptionError(`request.stop needs a tokenizer, and model "${slot.name}" was loaded without one; use stopTokenIds`, { field: "request.stop" });
     }
     return params;
   }

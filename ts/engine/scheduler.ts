@@ -4,6 +4,7 @@
 // running sequence is preempted (its pages freed, recomputed later; full pages stay in the prefix cache, so the
 // recompute is mostly revival). Then, if nothing was preempted, waiting sequences are admitted in policy order.
 // The scheduler never touches tensors: it hands the runner page copies and (sequence, token count) pairs.
+import { KvExhaustedError } from "../errors/index.js";
 import { inPolicyOrder, orderRequests, readsPrefixMatch, type SchedulingPolicy } from "../sched/policy.js";
 import type { OrderFn, SchedRequest } from "../sched/types.js";
 import { KV_POOL_ADVICE, type BlockManager, type PageCopy } from "./blockManager.js";
@@ -163,7 +164,7 @@ export class Scheduler {
         const needed = seq.numPages + bm.pagesNeeded(seq, n);
         batch.failed.push({
           seq,
-          error: new Error(
+          error: new KvExhaustedError(
             `KV pool exhausted: sequence ${seq.id} needs ${needed} pages of ${bm.pageSize} tokens for ` +
               `${seq.numComputedTokens + n} tokens, the pool has ${bm.numPages} in total; ${KV_POOL_ADVICE} or shorten the prompt / maxTokens`,
           ),

@@ -2,6 +2,7 @@
 // forward per model that has work (concurrently), appends and streams the sampled tokens, forks the n samples of a
 // request once its prompt is computed, and finishes, aborts and fails requests. A model's step goes through its
 // verifier only while that model has deterministic sequences (ModelSlot.verifier); otherwise the runner alone.
+import { NativeError } from "../errors/index.js";
 import type { WakeGate } from "./handle.js";
 import type { ThroughputMeter } from "./metrics.js";
 import type { ModelSlot } from "./modelSlot.js";
@@ -133,7 +134,7 @@ export class Stepper {
         await model.writeKvPages!(Int32Array.from(pages), data);
       } catch (e) {
         batch.seqs = batch.seqs.filter((s) => s.seq !== seq);
-        batch.failed.push({ seq, error: new Error(`KV swap-in failed for sequence ${seq.id}: ${(e as Error).message}; the request cannot continue`) });
+        batch.failed.push({ seq, error: new NativeError(`KV swap-in failed for sequence ${seq.id}: ${(e as Error).message}; the request cannot continue`, { cause: e }) });
       }
     }
   }

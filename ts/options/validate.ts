@@ -1,7 +1,9 @@
 // One validator for every options object users hand the library (engine options, requests, forks; the HTTP
-// server's bodies reuse the same schemas): zod schemas checked here, every failure one Error naming the field, the
-// value as given (NaN as NaN, not null) and the fix; unknown fields are rejected naming the closest known one.
+// server's bodies reuse the same schemas): zod schemas checked here, every failure one InvalidOptionError naming the
+// field (in its message and its `field`), the value as given (NaN as NaN, not null) and the fix; unknown fields are
+// rejected naming the closest known one.
 import { z } from "zod";
+import { InvalidOptionError } from "../errors/index.js";
 
 /**
  * The plain predicate of a schema built from field() and strictObject() (through .optional() / .nullable()), where
@@ -44,16 +46,20 @@ export const isInt = (lo: number, hi = Number.MAX_SAFE_INTEGER) => (v: unknown):
 export const isBool = (v: unknown): boolean => typeof v === "boolean";
 export const isFiniteNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
 
-/** Parses `value` with `schema`; throws an Error whose message starts with `where` (e.g. "request", "Engine: options"). */
+/**
+ * Parses `value` with `schema`; throws an InvalidOptionError whose message and `field` start with `where` (e.g.
+ * "request", "Engine: options"): field "request.stopTokenIds[2]".
+ */
 export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
   if (accepts.get(schema)?.(value) === true) return value as z.output<S>; // every field plain: the value as given
   const r = schema.safeParse(value);
   if (r.success) return r.data;
-  throw new Error(describeIssue(r.error.issues[0], value, where));
+  const issue = r.error.issues[0];
+  const at = issue.path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : `${s}.${String(k)}`), where);
+  throw new InvalidOptionError(describeIssue(issue, value, at), { field: at });
 }
 
-function describeIssue(issue: z.core.$ZodIssue, root: unknown, where: string): string {
-  const at = issue.path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : `${s}.${String(k)}`), where);
+function describeIssue(issue: z.core.$ZodIssue, root: unknown, at: string): string {
   if (issue.code === "custom" && (issue.params as { unknownField?: boolean } | undefined)?.unknownField) return `${at} ${issue.message}`;
   return `${at} is ${show(valueAt(root, issue.path))}; ${issue.message}`;
 }

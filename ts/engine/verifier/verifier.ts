@@ -24,6 +24,7 @@
 // and prefill attention kernels agree bitwise, it is exactly what batch-invariant mode produces (tested); on the GPU
 // the verifier runs every position through the prefill attention kernel, so a near tie may break differently
 // from batch-invariant mode's decode kernel, the same way every time.
+import { KvExhaustedError } from "../../errors/index.js";
 import { FIXED_SCHEDULE, type KernelSchedule } from "../kernelSchedule.js";
 import { KV_POOL_ADVICE, type BlockManager } from "../blockManager.js";
 import type { ForwardResult } from "../modelTypes.js";
@@ -329,7 +330,7 @@ export class Verifier {
     const total = perRow * g.group;
     const holder = new Sequence(-1, [], 0, g.pageSize, 0);
     if (!this.blockManager.canAppend(holder, total * g.pageSize)) {
-      throw new Error(
+      throw new KvExhaustedError(
         `deterministic: the verifier needs ${total} scratch KV pages (verifyGroup ${g.group} × ${perRow} for a window of ` +
           `${g.window}); ${this.blockManager.numFreePages} of ${this.blockManager.numPages} pages are free now; ${KV_POOL_ADVICE} or lower verifyGroup / verifyWindow`,
       );
