@@ -4,6 +4,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Template } from "@huggingface/jinja";
+import { InvalidOptionError, ModelFormatError } from "../errors/index.js";
 
 export interface ChatMessage {
   role: "system" | "user" | "assistant" | "tool" | (string & {});
@@ -32,17 +33,17 @@ export class ChatTemplate {
     try {
       this.template = new Template(text);
     } catch (e) {
-      throw new Error(`${source}: the chat template does not parse (${(e as Error).message}); fix or replace the template`);
+      throw new ModelFormatError(`${source}: the chat template does not parse (${(e as Error).message}); fix or replace the template`, { cause: e });
     }
   }
 
   render(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
     if (!Array.isArray(messages) || messages.length === 0) {
-      throw new Error("applyChatTemplate: messages must be a non-empty array of {role, content}");
+      throw new InvalidOptionError("applyChatTemplate: messages must be a non-empty array of {role, content}", { field: "messages" });
     }
     messages.forEach((m, i) => {
       if (typeof m?.role !== "string" || typeof m.content !== "string") {
-        throw new Error(`applyChatTemplate: messages[${i}] must have string 'role' and 'content', got ${JSON.stringify(m)}`);
+        throw new InvalidOptionError(`applyChatTemplate: messages[${i}] must have string 'role' and 'content', got ${JSON.stringify(m)}`, { field: `messages[${i}]` });
       }
     });
     const vars: Record<string, unknown> = {
@@ -56,7 +57,7 @@ export class ChatTemplate {
     try {
       return this.template.render(vars);
     } catch (e) {
-      throw new Error(`${this.source}: rendering the chat template failed: ${(e as Error).message}`);
+      throw new InvalidOptionError(`${this.source}: rendering the chat template failed: ${(e as Error).message}`, { field: "messages", cause: e });
     }
   }
 }
@@ -77,7 +78,7 @@ export async function loadChatTemplate(dir: string, tokenizerConfig: Record<stri
     try {
       parsed = JSON.parse(json);
     } catch (e) {
-      throw new Error(`${jsonFile}: not valid JSON (${(e as Error).message}); re-download the file`);
+      throw new ModelFormatError(`${jsonFile}: not valid JSON (${(e as Error).message}); re-download the file`, { cause: e });
     }
     const t = pickTemplate((parsed as { chat_template?: unknown })?.chat_template, jsonFile);
     if (t !== null) return new ChatTemplate(t, jsonFile);
@@ -95,5 +96,5 @@ function pickTemplate(raw: unknown, file: string): string | null {
     const chosen = named.find((t) => t?.name === "default") ?? named[0];
     if (typeof chosen?.template === "string") return chosen.template;
   }
-  throw new Error(`${file}: field 'chat_template' is neither a string nor a list of {name, template}; re-download the file`);
+  throw new ModelFormatError(`${file}: field 'chat_template' is neither a string nor a list of {name, template}; re-download the file`);
 }

@@ -1,6 +1,7 @@
 // config.json -> ModelConfig: the typed, validated architecture description of a Hugging Face Llama-family
 // checkpoint (Llama, Qwen2, Mistral). Every later stage (weights check, forward pass, KV planning) trusts it.
 import { join } from "node:path";
+import { ModelFormatError } from "../errors/index.js";
 import { readJsonFile } from "./jsonFile.js";
 
 export const SUPPORTED_ARCHITECTURES = ["LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"] as const;
@@ -63,11 +64,11 @@ export async function readModelConfig(dir: string): Promise<ModelConfig> {
 /** Validates a parsed config.json object; `file` is only used in error messages. */
 export function parseModelConfig(json: unknown, file: string): ModelConfig {
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    throw new Error(`${file}: expected a JSON object, got ${describe(json)}; is this a Hugging Face config.json?`);
+    throw new ModelFormatError(`${file}: expected a JSON object, got ${describe(json)}; is this a Hugging Face config.json?`);
   }
   const c = json as Json;
   const fail = (field: string, value: unknown, fix: string): never => {
-    throw new Error(`${file}: field '${field}' is ${describe(value)}; ${fix}`);
+    throw new ModelFormatError(`${file}: field '${field}' is ${describe(value)}; ${fix}`);
   };
   const int = (field: string, min = 1): number => {
     const v = c[field];

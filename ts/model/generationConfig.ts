@@ -1,5 +1,6 @@
 // generation_config.json -> sampling defaults a model ships with (all optional; absent file = no defaults).
 import { join } from "node:path";
+import { ModelFormatError } from "../errors/index.js";
 import { readOptionalJsonFile } from "./jsonFile.js";
 
 export interface GenerationDefaults {
@@ -25,11 +26,11 @@ export async function readGenerationConfig(dir: string): Promise<GenerationDefau
 
 export function parseGenerationConfig(json: unknown, file: string): GenerationDefaults {
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    throw new Error(`${file}: expected a JSON object; delete the file or re-download it`);
+    throw new ModelFormatError(`${file}: expected a JSON object; delete the file or re-download it`);
   }
   const g = json as Record<string, unknown>;
   const fail = (field: string, why: string): never => {
-    throw new Error(`${file}: field '${field}' is ${JSON.stringify(g[field])}; ${why}`);
+    throw new ModelFormatError(`${file}: field '${field}' is ${JSON.stringify(g[field])}; ${why}`);
   };
   const out: GenerationDefaults = {};
   const number = (field: string, check: (v: number) => boolean, why: string): number | undefined => {

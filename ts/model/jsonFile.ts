@@ -1,5 +1,6 @@
 // Reading the small JSON files of a model folder with errors that name the file and say what to do.
 import { access, readFile } from "node:fs/promises";
+import { ModelFormatError } from "../errors/index.js";
 
 /**
  * Reads and parses a JSON file. `what` says what the file is for, so a missing-file error can explain itself:
@@ -12,14 +13,14 @@ export async function readJsonFile(file: string, what: string): Promise<unknown>
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === "ENOENT") {
-      throw new Error(`${file}: file not found (${what}); point --model at a Hugging Face model folder that contains it`);
+      throw new ModelFormatError(`${file}: file not found (${what}); point --model at a Hugging Face model folder that contains it`, { cause: e });
     }
-    throw new Error(`${file}: cannot read (${what}): ${(e as Error).message}`);
+    throw new ModelFormatError(`${file}: cannot read (${what}): ${(e as Error).message}`, { cause: e });
   }
   try {
     return JSON.parse(text) as unknown;
   } catch (e) {
-    throw new Error(`${file}: not valid JSON (${(e as Error).message}); re-download the file`);
+    throw new ModelFormatError(`${file}: not valid JSON (${(e as Error).message}); re-download the file`, { cause: e });
   }
 }
 

@@ -1,6 +1,7 @@
 // Builds the NativeModel for a checked config and streams the checkpoint into it one tensor at a time, so host
 // memory never holds more than one tensor of a multi-GB checkpoint.
-import type { DeviceKind, NativeModel } from "../native/addonTypes.js";
+import type { Addon, DeviceKind, NativeModel } from "../native/addonTypes.js";
+import { asNativeError, rethrowNative } from "../errors/index.js";
 import { loadAddon } from "../native/loadAddon.js";
 import { computeInvFreq, type ModelConfig } from "./config.js";
 import { nativeDType } from "./dtype.js";
@@ -26,6 +27,14 @@ export function kvBytesPerToken(config: ModelConfig, kvDtypeBytes: number): numb
 
 export function createNativeModel(config: ModelConfig, plan: NativeModelPlan): NativeModel {
   const addon = loadAddon();
+  try {
+    return newNativeModel(addon, config, plan);
+  } catch (e) {
+    throw asNativeError(e); // e.g. device memory for the KV pool could not be allocated
+  }
+}
+
+function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan): NativeModel {
   return new addon.NativeModel({
     numLayers: config.numLayers,
     hidden: config.hiddenSize,
@@ -53,7 +62,11 @@ export async function uploadWeights(native: NativeModel, config: ModelConfig, ch
   for (const { name } of expectedTensors(config)) {
     const t = checkpoint.tensors.get(name)!;
     const bytes = await checkpoint.read(name);
-    native.setWeight(name, nativeDType(t.dtype), t.shape, bytes);
+    try {
+      native.setWeight(name, nativeDType(t.dtype), t.shape, bytes);
+    } catch (e) {
+      rethrowNative(e);
+    }
   }
   const missing = native.missingWeights();
   if (missing.length > 0) throw new Error(`internal: weights not uploaded: ${missing.slice(0, 5).join(", ")}`);

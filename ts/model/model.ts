@@ -1,6 +1,7 @@
 // A loaded model: config, tokenizer, chat template, generation defaults and the native model with its paged KV
 // pool. `forward` is the engine's entry (one native call per step for a whole batch); generate(model, ...) in
 // ts/engine/generate.ts runs one prompt on an Engine for direct use.
+import { asNativeError, DisposedError, InvalidOptionError, rethrowNative, UnsupportedError } from "../errors/index.js";
 import type { DeviceKind, NativeForwardBatch, NativeForwardPacked, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
 import { bundledModelDir } from "./bundled.js";
 import type { ChatMessage } from "./chatTemplate.js";
@@ -64,15 +65,15 @@ export class Model implements AsyncDisposable {
 
   static async load(dir: string, options: LoadModelOptions = {}): Promise<Model> {
     const device = options.device ?? "cpu";
-    if (device !== "cpu" && device !== "cuda") throw new Error(`loadModel: device must be "cpu" or "cuda", got ${String(device)}`);
+    if (device !== "cpu" && device !== "cuda") throw new InvalidOptionError(`loadModel: device must be "cpu" or "cuda", got ${String(device)}`, { field: "loadModel: device" });
     const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
-    if (!Number.isInteger(pageSize) || pageSize < 1) throw new Error(`loadModel: pageSize must be an integer >= 1, got ${pageSize}`);
+    if (!Number.isInteger(pageSize) || pageSize < 1) throw new InvalidOptionError(`loadModel: pageSize must be an integer >= 1, got ${pageSize}`, { field: "loadModel: pageSize" });
     const prefillChunkTokens = options.prefillChunkTokens ?? 512;
     if (!Number.isInteger(prefillChunkTokens) || prefillChunkTokens < 1) {
-      throw new Error(`loadModel: prefillChunkTokens must be an integer >= 1, got ${prefillChunkTokens}`);
+      throw new InvalidOptionError(`loadModel: prefillChunkTokens must be an integer >= 1, got ${prefillChunkTokens}`, { field: "loadModel: prefillChunkTokens" });
     }
     const kvDtype = options.kvDtype ?? (device === "cuda" ? "bf16" : "f32");
-    if (!["f32", "bf16", "f16"].includes(kvDtype)) throw new Error(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`);
+    if (!["f32", "bf16", "f16"].includes(kvDtype)) throw new InvalidOptionError(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`, { field: "loadModel: kvDtype" });
     // Every file is opened and checked (config, tokenizer, checkpoint headers vs config) before any upload.
     const files = await openModelFiles(dir);
     const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
@@ -80,8 +81,9 @@ export class Model implements AsyncDisposable {
     // Only the CPU kernels mask it so far: refuse here rather than at the first forward.
     if (config.slidingWindow !== null && device === "cuda") {
       await checkpoint.close();
-      throw new Error(
+      throw new UnsupportedError(
         `loadModel: ${config.file} sets a sliding window of ${config.slidingWindow} tokens, which the CUDA attention kernels do not mask yet; load it with device: "cpu"`,
+        { field: "loadModel: device" },
       );
     }
     const contextLength = config.maxPositionEmbeddings;
@@ -106,9 +108,9 @@ export class Model implements AsyncDisposable {
     return this.nativeModel === null;
   }
 
-  /** The native model; throws "Model is disposed" after dispose(). */
+  /** The native model; throws a DisposedError "Model is disposed" after dispose(). */
   get native(): NativeModel {
-    if (!this.nativeModel) throw new Error("Model is disposed");
+    if (!this.nativeModel) throw new DisposedError("Model is disposed");
     return this.nativeModel;
   }
 
@@ -120,8 +122,14 @@ export class Model implements AsyncDisposable {
   forward(batch: NativeForwardBatch): Promise<NativeForwardResult[]> {
     const native = this.native; // a disposed model throws here, synchronously
     const packed = packForward(batch);
-    const step = packed === null ? native.forward(batch) : native.forwardPacked(packed.ints, packed.floats);
-    return step.then((out) => unpackResults(batch, out));
+    let step: Promise<NativeForwardPacked>;
+    try {
+      step = packed === null ? native.forward(batch) : native.forwardPacked(packed.ints, packed.floats);
+    } catch (e) {
+      return Promise.reject(asNativeError(e)); // the addon refused the batch (a malformed argument)
+    }
+    // The rejection handler rides on the one then() the success path already pays for.
+    return step.then((out) => unpackResults(batch, out), rethrowNative);
   }
 
   /** Op-by-op totals of the steps run with forward({profile: true}) since the last call; then cleared. */
@@ -132,15 +140,15 @@ export class Model implements AsyncDisposable {
   /** Copies whole KV pages src[i] -> dst[i] in every layer (copy-on-write of a shared partial page). */
   /** KV offloading (EngineModel): pages to host memory and back, bitwise. */
   readKvPages(pages: Int32Array): Promise<Uint8Array> {
-    return this.native.readPages(pages);
+    return this.native.readPages(pages).catch(rethrowNative);
   }
 
   writeKvPages(pages: Int32Array, data: Uint8Array): Promise<void> {
-    return this.native.writePages(pages, data);
+    return this.native.writePages(pages, data).catch(rethrowNative);
   }
 
   copyPages(src: Int32Array, dst: Int32Array): Promise<void> {
-    return this.native.copyPages(src, dst);
+    return this.native.copyPages(src, dst).catch(rethrowNative);
   }
 
   /** Token ids of a prompt: text through the tokenizer (with its special tokens), a chat through the template. */
@@ -148,10 +156,10 @@ export class Model implements AsyncDisposable {
     if (typeof input === "string") return this.tokenizer.encode(input);
     if (Array.isArray(input)) return this.tokenizer.encodeChat(input);
     const ids = (input as { tokens?: readonly number[] }).tokens;
-    if (!Array.isArray(ids)) throw new Error("generate: the prompt must be a string, a list of chat messages, or {tokens: number[]}");
+    if (!Array.isArray(ids)) throw new InvalidOptionError("generate: the prompt must be a string, a list of chat messages, or {tokens: number[]}", { field: "generate: prompt" });
     ids.forEach((id, i) => {
       if (!Number.isInteger(id) || id < 0 || id >= this.config.vocabSize) {
-        throw new Error(`generate: prompt token ${i} is ${id}; expected an id in [0, ${this.config.vocabSize})`);
+        throw new InvalidOptionError(`generate: prompt token ${i} is ${id}; expected an id in [0, ${this.config.vocabSize})`, { field: `generate: prompt.tokens[${i}]` });
       }
     });
     return [...ids];
@@ -190,12 +198,12 @@ export class Model implements AsyncDisposable {
  */
 function planPages(options: LoadModelOptions, pageSize: number, bytesPerPage: number): number {
   if (options.kvPages !== undefined) {
-    if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new Error(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`);
+    if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new InvalidOptionError(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`, { field: "loadModel: kvPages" });
     return options.kvPages;
   }
   if (options.kvMemoryBytes !== undefined) {
     const n = Math.floor(options.kvMemoryBytes / bytesPerPage);
-    if (!(n >= 1)) throw new Error(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`);
+    if (!(n >= 1)) throw new InvalidOptionError(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`, { field: "loadModel: kvMemoryBytes" });
     return n;
   }
   return Math.ceil(DEFAULT_KV_TOKENS / pageSize);

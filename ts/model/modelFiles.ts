@@ -3,6 +3,7 @@
 // generation defaults. loadModel() builds the native model from this.
 import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
+import { ModelFormatError } from "../errors/index.js";
 import { readModelConfig, type ModelConfig } from "./config.js";
 import { readGenerationConfig, type GenerationDefaults } from "./generationConfig.js";
 import { openSafetensors, type SafetensorsCheckpoint } from "./safetensors.js";
@@ -31,7 +32,7 @@ export async function openModelFiles(dir: string): Promise<ModelFiles> {
   const info = await stat(abs).catch(() => null);
   if (!info?.isDirectory()) {
     const bundled = /(^|\/)models\/tiny-reasoner\/?$/.test(dir) ? "; for the bundled tiny reasoner call loadModel() with no folder (or pass bundledModelDir)" : "";
-    throw new Error(`${abs}: model folder not found (${dir} resolved against ${process.cwd()}); pass the folder that holds config.json, *.safetensors and tokenizer.json${bundled}`);
+    throw new ModelFormatError(`${abs}: model folder not found (${dir} resolved against ${process.cwd()}); pass the folder that holds config.json, *.safetensors and tokenizer.json${bundled}`);
   }
   const config = await readModelConfig(abs);
   const generation = await readGenerationConfig(abs);
@@ -40,7 +41,7 @@ export async function openModelFiles(dir: string): Promise<ModelFiles> {
   try {
     checkWeights(config, checkpoint);
     if (tokenizer.vocabSize > config.vocabSize) {
-      throw new Error(
+      throw new ModelFormatError(
         `${abs}/tokenizer.json: has ${tokenizer.vocabSize} tokens but config.json's vocab_size is ${config.vocabSize}; ` +
           `the tokenizer and the weights come from different models`,
       );

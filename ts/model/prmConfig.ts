@@ -3,6 +3,7 @@
 // model and which tokens mean good / bad, so `--prm DIR` needs no further flags.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { ModelFormatError } from "../errors/index.js";
 
 export const PRM_FILE = "prm.json";
 
@@ -25,11 +26,13 @@ export function readPrmConfig(dir: string): PrmConfig | null {
   try {
     raw = JSON.parse(readFileSync(path, "utf8"));
   } catch (e) {
-    throw new Error(`${path} is not valid JSON (${(e as Error).message}); restore the file or delete it and pass --prm-good / --prm-bad / --prm-tag`);
+    throw new ModelFormatError(`${path} is not valid JSON (${(e as Error).message}); restore the file or delete it and pass --prm-good / --prm-bad / --prm-tag`, {
+      cause: e,
+    });
   }
   const o = raw as Partial<PrmConfig>;
   const strings = (v: unknown) => Array.isArray(v) && v.length > 0 && v.every((t) => typeof t === "string" && t.length > 0);
-  const bad = (field: string, expected: string) => new Error(`${path}: ${field} must be ${expected}`);
+  const bad = (field: string, expected: string) => new ModelFormatError(`${path}: ${field} must be ${expected}`);
   if (o.format !== "tagged-steps") throw bad("format", '"tagged-steps"');
   if (typeof o.prefix !== "string") throw bad("prefix", "a string (may be empty)");
   if (typeof o.stepTag !== "string" || o.stepTag.length === 0) throw bad("stepTag", "a non-empty string (one token)");

@@ -5,6 +5,7 @@
 // through one Buffer.
 import { open, stat, type FileHandle } from "node:fs/promises";
 import { basename, join } from "node:path";
+import { DisposedError, ModelFormatError, NotFoundError } from "../errors/index.js";
 import { DTYPE_BYTES, SAFETENSORS_DTYPES, type SafetensorsDType } from "./dtype.js";
 import { readOptionalJsonFile } from "./jsonFile.js";
 
@@ -52,7 +53,7 @@ export async function openSafetensors(dir: string): Promise<SafetensorsCheckpoin
     try {
       await stat(file);
     } catch {
-      throw new Error(
+      throw new ModelFormatError(
         `${file}: file not found (the model weights), and no model.safetensors.index.json either; ` +
           `download the *.safetensors files of the model (PyTorch .bin checkpoints are not supported)`,
       );
@@ -61,12 +62,12 @@ export async function openSafetensors(dir: string): Promise<SafetensorsCheckpoin
   }
   const weightMap = (index as { weight_map?: unknown }).weight_map;
   if (typeof weightMap !== "object" || weightMap === null || Array.isArray(weightMap)) {
-    throw new Error(`${indexFile}: field 'weight_map' is missing or not an object; re-download the index file`);
+    throw new ModelFormatError(`${indexFile}: field 'weight_map' is missing or not an object; re-download the index file`);
   }
   const shards = new Map<string, string>();
   for (const [name, shard] of Object.entries(weightMap as Record<string, unknown>)) {
     if (typeof shard !== "string" || shard.includes("/") || shard.includes("\\")) {
-      throw new Error(`${indexFile}: weight_map['${name}'] is ${JSON.stringify(shard)}; expected a shard file name`);
+      throw new ModelFormatError(`${indexFile}: weight_map['${name}'] is ${JSON.stringify(shard)}; expected a shard file name`);
     }
     shards.set(name, join(dir, shard));
   }
@@ -90,22 +91,22 @@ async function openFiles(files: string[], source: string, weightMap: Map<string,
         handle = await open(file, "r");
       } catch (e) {
         const why = (e as NodeJS.ErrnoException).code === "ENOENT" ? "file not found" : (e as Error).message;
-        throw new Error(`${file}: ${why} (a weight shard listed in ${basename(source)}); re-download the checkpoint`);
+        throw new ModelFormatError(`${file}: ${why} (a weight shard listed in ${basename(source)}); re-download the checkpoint`, { cause: e });
       }
       handles.set(file, handle);
       const header = await readHeader(handle, file);
       if (handles.size === 1) metadata = header.metadata;
       for (const t of header.tensors) {
         const prev = tensors.get(t.name);
-        if (prev) throw new Error(`${file}: tensor '${t.name}' is also stored in ${prev.file}; the shards overlap`);
+        if (prev) throw new ModelFormatError(`${file}: tensor '${t.name}' is also stored in ${prev.file}; the shards overlap`);
         tensors.set(t.name, t);
       }
     }
     if (weightMap) {
       for (const [name, file] of weightMap) {
         const t = tensors.get(name);
-        if (!t) throw new Error(`${source}: weight_map lists '${name}' in ${basename(file)}, but that shard has no such tensor`);
-        if (t.file !== file) throw new Error(`${source}: weight_map puts '${name}' in ${basename(file)}, but it is in ${basename(t.file)}`);
+        if (!t) throw new ModelFormatError(`${source}: weight_map lists '${name}' in ${basename(file)}, but that shard has no such tensor`);
+        if (t.file !== file) throw new ModelFormatError(`${source}: weight_map puts '${name}' in ${basename(file)}, but it is in ${basename(t.file)}`);
       }
     }
   } catch (e) {
@@ -115,9 +116,9 @@ async function openFiles(files: string[], source: string, weightMap: Map<string,
 
   let closed = false;
   const info = (name: string): TensorInfo => {
-    if (closed) throw new Error(`safetensors checkpoint ${source} is closed`);
+    if (closed) throw new DisposedError(`safetensors checkpoint ${source} is closed`);
     const t = tensors.get(name);
-    if (!t) throw new Error(`${source}: no tensor named '${name}'`);
+    if (!t) throw new NotFoundError(`${source}: no tensor named '${name}'`);
     return t;
   };
   const readInto = async (name: string, target: Uint8Array): Promise<void> => {
@@ -150,7 +151,7 @@ async function readFully(handle: FileHandle, target: Uint8Array, position: numbe
   while (done < target.byteLength) {
     const len = Math.min(MAX_READ_CHUNK, target.byteLength - done);
     const { bytesRead } = await handle.read(target, done, len, position + done);
-    if (bytesRead === 0) throw new Error(`${file}: file ended while reading tensor '${name}'; the file is truncated, re-download it`);
+    if (bytesRead === 0) throw new ModelFormatError(`${file}: file ended while reading tensor '${name}'; the file is truncated, re-download it`);
     done += bytesRead;
   }
 }
@@ -163,12 +164,12 @@ interface ParsedHeader {
 /** Reads and validates the header of one .safetensors file. */
 async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeader> {
   const fileSize = (await handle.stat()).size;
-  if (fileSize < 8) throw new Error(`${file}: only ${fileSize} bytes, too short for a safetensors header; the file is truncated`);
+  if (fileSize < 8) throw new ModelFormatError(`${file}: only ${fileSize} bytes, too short for a safetensors header; the file is truncated`);
   const lenBuf = new Uint8Array(8);
   await readFully(handle, lenBuf, 0, file, "(header length)");
   const headerLen = Number(new DataView(lenBuf.buffer).getBigUint64(0, true));
   if (headerLen < 2 || headerLen > MAX_HEADER_BYTES || 8 + headerLen > fileSize) {
-    throw new Error(
+    throw new ModelFormatError(
       `${file}: header length ${headerLen} is impossible for a ${fileSize}-byte file ` +
         `(expected 2..${Math.min(MAX_HEADER_BYTES, fileSize - 8)}); the file is truncated or not a safetensors file`,
     );
@@ -179,10 +180,10 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
   try {
     json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(headerBytes));
   } catch (e) {
-    throw new Error(`${file}: malformed safetensors header (${(e as Error).message}); the file is corrupt, re-download it`);
+    throw new ModelFormatError(`${file}: malformed safetensors header (${(e as Error).message}); the file is corrupt, re-download it`, { cause: e });
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    throw new Error(`${file}: malformed safetensors header (expected a JSON object); the file is corrupt, re-download it`);
+    throw new ModelFormatError(`${file}: malformed safetensors header (expected a JSON object); the file is corrupt, re-download it`);
   }
   const dataStart = 8 + headerLen;
   const dataSize = fileSize - dataStart;
@@ -195,13 +196,13 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
       continue;
     }
     const bad = (why: string): never => {
-      throw new Error(`${file}: tensor '${name}' ${why}; the file is corrupt or not a safetensors file`);
+      throw new ModelFormatError(`${file}: tensor '${name}' ${why}; the file is corrupt or not a safetensors file`);
     };
     if (typeof entry !== "object" || entry === null) bad("has no {dtype, shape, data_offsets} entry");
     const { dtype, shape, data_offsets: offsets } = entry as Record<string, unknown>;
     if (typeof dtype !== "string") bad(`has dtype ${JSON.stringify(dtype)}`);
     if (!SAFETENSORS_DTYPES.includes(dtype as SafetensorsDType)) {
-      throw new Error(
+      throw new ModelFormatError(
         `${file}: tensor '${name}' has dtype ${String(dtype)}, which deliberate cannot load ` +
           `(supported: F32, F16, BF16; I32/I64 for non-weight tensors); convert the checkpoint to bf16 or f16`,
       );
@@ -213,7 +214,7 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
     const [begin, end] = offsets as [number, number];
     if (end < begin) bad(`has data_offsets [${begin}, ${end}] with end before begin`);
     if (end > dataSize) {
-      throw new Error(
+      throw new ModelFormatError(
         `${file}: tensor '${name}' ends at data byte ${end}, past the end of the file's ${dataSize} data bytes; ` +
           `the file is truncated, re-download it`,
       );
@@ -230,7 +231,7 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
   for (let i = 1; i < spans.length; i++) {
     const [, pe, pn] = spans[i - 1];
     const [b, , n] = spans[i];
-    if (b < pe) throw new Error(`${file}: tensors '${pn}' and '${n}' overlap in the data section; the file is corrupt`);
+    if (b < pe) throw new ModelFormatError(`${file}: tensors '${pn}' and '${n}' overlap in the data section; the file is corrupt`);
   }
   return { tensors, metadata };
 }

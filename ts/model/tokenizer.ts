@@ -3,6 +3,7 @@
 // template, and streaming detokenization.
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
+import { ModelFormatError, UnsupportedError } from "../errors/index.js";
 import { ChatTemplate, loadChatTemplate, type ChatMessage, type ChatTemplateOptions } from "./chatTemplate.js";
 import { ByteLevelDetokenizer, IncrementalDetokenizer, type ByteLevelPieces, type DetokenizerOptions, type TokenPiece } from "./detokenizer.js";
 import { readJsonFile, readOptionalJsonFile } from "./jsonFile.js";
@@ -68,13 +69,13 @@ export class ModelTokenizer {
       unknown
     >;
     if (typeof tokenizerJson !== "object" || tokenizerJson === null || !("model" in tokenizerJson)) {
-      throw new Error(`${jsonFile}: has no 'model' section; is this a Hugging Face tokenizers file?`);
+      throw new ModelFormatError(`${jsonFile}: has no 'model' section; is this a Hugging Face tokenizers file?`);
     }
     let hf: Tokenizer;
     try {
       hf = new Tokenizer(tokenizerJson, tokenizerConfig);
     } catch (e) {
-      throw new Error(`${jsonFile}: cannot build the tokenizer (${(e as Error).message})`);
+      throw new ModelFormatError(`${jsonFile}: cannot build the tokenizer (${(e as Error).message})`, { cause: e });
     }
     const template = await loadChatTemplate(dir, tokenizerConfig);
     return new ModelTokenizer(hf, tokenizerConfig, template, options, tokenizerJson as Record<string, unknown>);
@@ -112,7 +113,7 @@ export class ModelTokenizer {
   /** Renders a conversation with the model's chat template (bos/eos token variables filled in). */
   applyChatTemplate(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
     if (!this.chatTemplate) {
-      throw new Error("this model has no chat template (tokenizer_config.json has no chat_template); pass a plain prompt instead");
+      throw new UnsupportedError("this model has no chat template (tokenizer_config.json has no chat_template); pass a plain prompt instead");
     }
     return this.chatTemplate.render(messages, { bosToken: this.bosToken, eosToken: this.eosToken, ...options });
   }

@@ -2,6 +2,7 @@
 // Names and shapes follow transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM state dicts;
 // linear weights are [out_features, in_features], row-major.
 import { basename } from "node:path";
+import { ModelFormatError } from "../errors/index.js";
 import { FLOAT_DTYPES, type SafetensorsDType } from "./dtype.js";
 import type { ModelConfig } from "./config.js";
 
@@ -115,7 +116,7 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
   if (problems.length === 0) return;
   const shown = problems.slice(0, 8).join("\n  ");
   const more = problems.length > 8 ? `\n  ... and ${problems.length - 8} more` : "";
-  throw new Error(
+  throw new ModelFormatError(
     `weights in ${basename(checkpoint.source)} do not match ${config.file}:\n  ${shown}${more}\n` +
       `check that config.json and the safetensors files come from the same model`,
   );
@@ -132,7 +133,7 @@ function checkLayerCount(config: ModelConfig, checkpoint: TensorDirectory): void
     if (m) found = Math.max(found, Number(m[1]) + 1);
   }
   if (config.numLayers <= found) return;
-  throw new Error(
+  throw new ModelFormatError(
     `${config.file}: num_hidden_layers is ${config.numLayers} but ${basename(checkpoint.source)} has tensors for ${found} ` +
       `layers (model.layers.0 .. ${found - 1}); check that config.json and the safetensors files come from the same model`,
   );

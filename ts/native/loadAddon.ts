@@ -1,11 +1,12 @@
 // Loads the native addon once: a local build (build/Release, via node-gyp-build) if there is one, else the shipped
-// prebuild (prebuilds/<platform>-<arch>/*.node: `npm run pack:prebuilt` / `npm pack` put it in the tarball), else an
-// Error that says how to build it. DELIBERATE_ADDON_PATH names a .node file that overrides all of these (the
+// prebuild (prebuilds/<platform>-<arch>/*.node: `npm run pack:prebuilt` / `npm pack` put it in the tarball), else
+// a NativeError that says how to build it. DELIBERATE_ADDON_PATH names a .node file that overrides all of these (the
 // sanitized build in build-asan/, which scripts/asan/run.sh loads).
 import { existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { NativeError } from "../errors/index.js";
 import type { Addon } from "./addonTypes.js";
 
 const require = createRequire(import.meta.url);
@@ -32,7 +33,9 @@ export function loadAddon(): Addon {
     try {
       cached = require(file) as Addon;
     } catch (e) {
-      throw new Error(`DELIBERATE_ADDON_PATH is ${override}, and the addon could not be loaded from ${file} (${(e as Error).message.split("\n")[0]}); point it at a built deliberate.node or unset it`);
+      throw new NativeError(`DELIBERATE_ADDON_PATH is ${override}, and the addon could not be loaded from ${file} (${(e as Error).message.split("\n")[0]}); point it at a built deliberate.node or unset it`, {
+        cause: e,
+      });
     }
     return cached;
   }
@@ -49,7 +52,7 @@ export function loadAddon(): Addon {
     const fix = installed
       ? "Build it from source with `DELIBERATE_BUILD_FROM_SOURCE=1 npm rebuild deliberate` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it)."
       : "Build it with `npm run build:addon` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it), or make a prebuild with `npm run build:prebuilt`.";
-    throw new Error(`the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ${fix}`);
+    throw new NativeError(`the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ${fix}`, { cause: e });
   }
   return cached;
 }
