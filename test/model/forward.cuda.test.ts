@@ -1,146 +1,41 @@
 // The native model forward on CUDA (bf16 weights, bf16 activations and KV, f32 logits) against the float64
-// reference: logits after prefill and after decode steps, chunked prefill, batch invariance under a fixed
-// schedule, CUDA-graph replay of repeated steps, greedy generate, and the engine on top. Skipped, with the
-// reason printed, where no GPU is usable.
+// reference: the suite both backends run (forwardSuite.ts: logits after prefill and decode steps, chunked prefill,
+// batch invariance under a fixed schedule, copy-on-write pages, boundary errors), then what only CUDA has: CUDA-graph
+// replay of repeated steps, greedy generate, and the engine on top. Skipped, with the reason printed, where no GPU
+// is usable.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
 import type { GenerationOutput } from "../../ts/engine/outputs.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
-import type { NativeForwardBatch, NativeForwardResult, NativeForwardSequence } from "../../ts/native/addonTypes.js";
+import type { NativeForwardResult } from "../../ts/native/addonTypes.js";
 import { generate } from "../../ts/engine/generate.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
-import type { FixtureOptions } from "../../scripts/make-fixture.js";
 import { cudaUnavailable } from "../kernels/cudaReference.js";
-import { fixtureDir, randomTokens, relL2 } from "./fixtureCache.js";
+import { fixtureDir, randomTokens } from "./fixtureCache.js";
+import { FIXED, forwardSuite, type ForwardBackend } from "./forwardSuite.js";
 import { ReferenceModel } from "./reference.js";
 
-const PAGE = 4; // small pages: every prompt spans several, with partial last pages
-const FIXED = { gemmSplitK: 1, kvSplits: 1 };
-// bf16 weights are exact in the reference; the error is bf16 activations (rounded at every op boundary) and KV.
-const TOL = 2e-2;
+const CUDA: ForwardBackend = {
+  device: "cuda",
+  // Default fixtures (head dim 16: the generic attention kernels), and head dims 64 and 128 (the fast decode path
+  // and tensor-core GEMMs with K = 256 / 512).
+  cases: [
+    { arch: "llama", dtype: "bf16", what: "default" },
+    { arch: "qwen2", dtype: "bf16", what: "default" },
+    { arch: "llama", dtype: "bf16", extra: { hidden: 256, heads: 4, kvHeads: 2 }, what: "head dim 64, GQA 2" },
+    { arch: "qwen2", dtype: "bf16", extra: { hidden: 512, heads: 4, kvHeads: 1 }, what: "head dim 128, GQA 4" },
+  ],
+  // bf16 weights are exact in the reference; the error is bf16 activations (rounded at every op boundary) and KV.
+  tolerance: () => 2e-2,
+  // bf16 KV of the earlier chunks is what the one-step prefill reads too: only the packing differs.
+  chunkedTolerance: 1e-2,
+  prefillLengths: [1, 6, 23, 70],
+  batchFixture: { arch: "qwen2", dtype: "bf16", extra: { hidden: 256, heads: 4, kvHeads: 2 }, what: "head dim 64" },
+};
 
-/** Runs `tokens` in chunks of the given sizes on fresh pages; returns the logits after each chunk. */
-async function runChunks(model: Model, tokens: number[], chunks: number[], firstPage: number, schedule = FIXED): Promise<Float32Array[]> {
-  const pages = Int32Array.from({ length: Math.ceil(tokens.length / PAGE) }, (_, i) => firstPage + i);
-  const out: Float32Array[] = [];
-  let pos = 0;
-  for (const n of chunks) {
-    const [r] = await model.forward({
-      ...schedule,
-      returnLogits: true,
-      sequences: [{ tokens: Int32Array.from(tokens.slice(pos, pos + n)), startPos: pos, blockTable: pages }],
-    });
-    out.push(r.logits!);
-    pos += n;
-  }
-  return out;
-}
-
-// Default fixtures (head dim 16: the generic attention kernels), and head dims 64 and 128 (the fast decode path
-// and tensor-core GEMMs with K = 256 / 512).
-const CASES: Array<{ arch: "llama" | "qwen2"; extra: Partial<FixtureOptions>; what: string }> = [
-  { arch: "llama", extra: {}, what: "default" },
-  { arch: "qwen2", extra: {}, what: "default" },
-  { arch: "llama", extra: { hidden: 256, heads: 4, kvHeads: 2 }, what: "head dim 64, GQA 2" },
-  { arch: "qwen2", extra: { hidden: 512, heads: 4, kvHeads: 1 }, what: "head dim 128, GQA 4" },
-];
-
-for (const { arch, extra, what } of CASES) {
-  describe.skipIf(!!cudaUnavailable)(`${arch} bf16 (${what}) forward on cuda vs float64 reference`, () => {
-    let model: Model;
-    let ref: ReferenceModel;
-    beforeAll(async () => {
-      const dir = await fixtureDir(arch, "bf16", extra);
-      model = await loadModel(dir, { device: "cuda", kvPages: 256, pageSize: PAGE });
-      ref = await ReferenceModel.load(dir);
-    });
-    afterAll(() => model?.dispose());
-
-    it("gives the reference logits after prefill and at every decode step", async () => {
-      const V = model.config.vocabSize;
-      for (const [len, seed] of [[1, 1], [6, 2], [23, 3], [70, 4]] as const) {
-        const tokens = randomTokens(len + 3, V, seed);
-        const want = ref.logits(tokens);
-        const got = await runChunks(model, tokens, [len, 1, 1, 1], 0);
-        got.forEach((g, i) => {
-          expect(g.length).toBe(V);
-          expect(relL2(g, want[len - 1 + i])).toBeLessThan(TOL);
-        });
-        // kvSplits 2 and split-K GEMMs compute the same function (other bits, same tolerance).
-        const split = await runChunks(model, tokens, [len, 1], 0, { gemmSplitK: 2, kvSplits: 2 });
-        expect(relL2(split[1], want[len])).toBeLessThan(TOL);
-      }
-    });
-
-    it("gives the same logits for a prompt prefilled in chunks as in one step", async () => {
-      const tokens = randomTokens(29, model.config.vocabSize, 7);
-      const [whole] = await runChunks(model, tokens, [29], 0);
-      const chunked = await runChunks(model, tokens, [10, 12, 7], 16);
-      // bf16 KV of the earlier chunks is what the one-step prefill reads too: only the packing differs.
-      expect(relL2(chunked[2], whole)).toBeLessThan(1e-2);
-      const want = ref.logits(tokens);
-      expect(relL2(chunked[0], want[9])).toBeLessThan(TOL);
-      expect(relL2(chunked[1], want[21])).toBeLessThan(TOL);
-    });
-  });
-}
-
-describe.skipIf(!!cudaUnavailable)("batched forward on cuda", () => {
-  let model: Model;
-  beforeAll(async () => {
-    model = await loadModel(await fixtureDir("qwen2", "bf16", { hidden: 256, heads: 4, kvHeads: 2 }), { device: "cuda", kvPages: 256, pageSize: PAGE });
-  });
-  afterAll(() => model?.dispose());
-
-  it("gives each sequence bitwise the result it gets alone under the same fixed schedule", async () => {
-    const V = model.config.vocabSize;
-    const schedule = { gemmSplitK: 2, kvSplits: 2 };
-    const prompts = [randomTokens(7, V, 21), randomTokens(18, V, 22), randomTokens(1, V, 23), randomTokens(12, V, 24)];
-    // Sequences 2 and 3 decode one token after a cached prefix; 0 and 1 are prefill chunks.
-    const prefixes = [[], [], randomTokens(9, V, 25), randomTokens(30, V, 26)];
-    const table = (i: number) => Int32Array.from({ length: 12 }, (_, j) => i * 12 + j);
-    const setup = async () => {
-      for (const i of [2, 3]) {
-        await model.forward({ ...schedule, sequences: [{ tokens: Int32Array.from(prefixes[i]), startPos: 0, blockTable: table(i), emitToken: false }] });
-      }
-    };
-    const seq = (i: number): NativeForwardSequence => ({
-      tokens: Int32Array.from(prompts[i]),
-      startPos: prefixes[i].length,
-      blockTable: table(i),
-      sampling: { temperature: 0.9, seed: 1000 + i, topK: 50, topP: 0.9 },
-      numTopLogprobs: 3,
-      // Odd sequences capture several layers, the final norm's output (numLayers) and input (numLayers + 1) included.
-      captureHiddenLayers: Int32Array.from(i % 2 === 0 ? [1] : [0, 1, model.config.numLayers, model.config.numLayers + 1]),
-    });
-    await setup();
-    const alone: NativeForwardResult[] = [];
-    for (let i = 0; i < 4; i++) alone.push((await model.forward({ ...schedule, returnLogits: true, sequences: [seq(i)] }))[0]);
-    await setup();
-    const batch: NativeForwardBatch = { ...schedule, returnLogits: true, sequences: [seq(3), seq(0), seq(2), seq(1)] };
-    const together = await model.forward(batch);
-    [3, 0, 2, 1].forEach((i, k) => {
-      expect(together[k].token).toBe(alone[i].token);
-      expect(together[k].logprob).toBe(alone[i].logprob);
-      expect(Array.from(together[k].logits!)).toEqual(Array.from(alone[i].logits!));
-      expect(Array.from(together[k].hidden!)).toEqual(Array.from(alone[i].hidden!));
-      expect(Array.from(together[k].topIds!)).toEqual(Array.from(alone[i].topIds!));
-    });
-  });
-
-  it("copies pages (copy-on-write) so a forked sequence continues from the same state", async () => {
-    const V = model.config.vocabSize;
-    const prefix = randomTokens(6, V, 31);
-    const next = randomTokens(1, V, 32);
-    await model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(prefix), startPos: 0, blockTable: Int32Array.from([100, 101]), emitToken: false }] });
-    await model.copyPages(Int32Array.from([101]), Int32Array.from([102]));
-    const run = (last: number) =>
-      model.forward({ ...FIXED, returnLogits: true, sequences: [{ tokens: Int32Array.from(next), startPos: 6, blockTable: Int32Array.from([100, last]) }] });
-    const [a] = await run(101);
-    const [b] = await run(102);
-    expect(Array.from(b.logits!)).toEqual(Array.from(a.logits!));
-  });
-});
+const skipReason = cudaUnavailable;
+if (skipReason) describe("forward on cuda vs float64 reference", () => it.skip(skipReason, () => {}));
+else forwardSuite(CUDA);
 
 describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
   let model: Model;
