@@ -17,13 +17,14 @@ describe("SampleTracker", () => {
     const alphabet = ["a", "b", "</", "ans", "wer>", "</answer>", " ", "xy", "é", "🙂", ""];
     for (let round = 0; round < 400; round++) {
       const stop = rng.next() < 0.5 ? ["</answer>"] : ["</answer>", "xyx", "b a"];
-      const t = new SampleTracker(0, params(stop, rng.int(1, 200)), new Set(), detok(alphabet));
+      const maxTokens = rng.int(1, 200);
+      const t = new SampleTracker(0, params(stop, maxTokens), detok(alphabet));
       const deltas: string[] = [];
       let full = "";
-      while (!t.finished) {
+      for (let n = 1; !t.finished; n++) {
         const id = rng.int(0, alphabet.length - 1);
         full += alphabet[id];
-        deltas.push(t.add({ token: id, logprob: 0 }).text);
+        deltas.push(t.add({ token: id, logprob: 0 }, n >= maxTokens ? "length" : null).text);
       }
       const out = t.output();
       expect(deltas.join(""), `round ${round}`).toBe(out.text);
@@ -36,10 +37,10 @@ describe("SampleTracker", () => {
   });
 
   it("keeps a long output whole (50k tokens streamed in pieces) and still stops at the end", () => {
-    const t = new SampleTracker(0, params(["</answer>"]), new Set(), detok(["word ", "</ans", "wer>"]));
+    const t = new SampleTracker(0, params(["</answer>"]), detok(["word ", "</ans", "wer>"]));
     let streamed = "";
-    for (let i = 0; i < 50_000; i++) streamed += t.add({ token: 0, logprob: 0 }).text;
-    streamed += t.add({ token: 1, logprob: 0 }).text + t.add({ token: 2, logprob: 0 }).text;
+    for (let i = 0; i < 50_000; i++) streamed += t.add({ token: 0, logprob: 0 }, null).text;
+    streamed += t.add({ token: 1, logprob: 0 }, null).text + t.add({ token: 2, logprob: 0 }, null).text;
     expect(t.output().finishReason).toBe("stop");
     expect(t.output().text).toBe("word ".repeat(50_000));
     expect(streamed).toBe(t.output().text);

@@ -1,7 +1,7 @@
 // Engine: continuous batching over paged KV for one or more models; the public face (options, submit, fork,
-// metrics, dispose) and the loop. Each step (stepper.ts) is three calls per model, schedule() -> run() ->
-// postprocess(), one forward per model per step; the loop awaits it and yields to the event loop between steps, so
-// it never blocks it. Requests enter through submit() / fork() and leave
+// metrics, dispose) and the loop. Each step (stepper.ts) runs every model's ModelSlot.step() (schedule, one
+// forward, tokens committed) and then the output processor; the loop awaits it and yields to the event loop between
+// steps, so it never blocks it. Requests enter through submit() / fork() and leave
 // through their RequestHandle (stream of deltas, promise of the output).
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { DisposedError, NotFoundError } from "../errors/index.js";
@@ -109,7 +109,7 @@ export class Engine implements AsyncDisposable {
   submit(request: GenerateRequest): RequestHandle {
     this.checkAlive("submit");
     const built = this.builder.submit(request);
-    this.stepper.trackDeterministic(built.slot, built.state, built.seqs);
+    this.stepper.admit(built.slot, built.state, built.seqs);
     return this.start(built.slot, built.state, request.signal);
   }
 
@@ -121,7 +121,7 @@ export class Engine implements AsyncDisposable {
   fork(handle: RequestHandle, options: ForkOptions = {}): RequestHandle {
     this.checkAlive("fork");
     const built = this.builder.fork(handle, options);
-    this.stepper.trackDeterministic(built.slot, built.state, built.seqs);
+    this.stepper.admit(built.slot, built.state, built.seqs);
     return this.start(built.slot, built.state, options.signal);
   }
 

@@ -1,14 +1,43 @@
 // One loaded model inside the engine: its KV pool's block manager, its scheduler, its runner and, while it has
-// deterministic sequences, its verifier. Models never share pages, queues or forwards; each step runs one forward
-// per model that has work.
+// deterministic sequences, its verifier. Models never share pages, queues or forwards. `step()` is vLLM v1's
+// EngineCore step for one model, in terms of sequences only: schedule, swap, run (the runner, or the verifier while
+// deterministic sequences exist), commit KV, append tokens, check stop ids / eos / max tokens, and report per
+// sequence what became final. It knows nothing of requests: the Stepper (the output processor) maps sequences to
+// requests, turns tokens into text and deltas, and calls finish().
 import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
-import { ModelRunner } from "./modelRunner.js";
-import type { EngineModel, TextCodec } from "./modelTypes.js";
+import { ModelRunner, type SequenceSampling } from "./modelRunner.js";
+import type { EngineModel, ForwardResult, SampledToken, TextCodec } from "./modelTypes.js";
 import type { ModelMetrics } from "./metrics.js";
-import { Scheduler, type SchedulerOptions } from "./scheduler.js";
+import type { DeterminismStats, SequenceEnd } from "./outputs.js";
+import { Scheduler, type ScheduledBatch, type SchedulerOptions } from "./scheduler.js";
 import type { Sequence } from "./sequence.js";
-import { forkableKv, Verifier, type VerifyOptions } from "./verifier/verifier.js";
+import { forkableKv, Verifier, type ChunkKind, type Commit, type VerifyOptions } from "./verifier/verifier.js";
+
+/** What one step made final for one sequence. */
+export interface SequenceOutput {
+  seq: Sequence;
+  /** Tokens now final, in order (one for a decode; a verify pass commits up to a window), already appended. */
+  tokens: SampledToken[];
+  /** The last of `tokens` ended the sequence; tokens the step produced past it were dropped. */
+  end: SequenceEnd | null;
+}
+
+/** What one step of one model did. */
+export interface SlotStep {
+  outputs: SequenceOutput[];
+  /** Sequences whose request cannot go on (no room in the pool even alone, a failed forward or KV swap). */
+  failed: Array<{ seq: Sequence; error: unknown }>;
+  /** Sequences whose shared prompt KV is now computed (computeLimit reached): their request forks its samples. */
+  prefilled: Sequence[];
+  /** Prompt tokens whose KV the step computed (throughput accounting). */
+  promptTokens: number;
+  /** Anything happened: tokens computed, sequences preempted, failed or prefilled, verify rows committed. */
+  progressed: boolean;
+}
+
+/** What a step needs from the requests' side: each sequence's sampling settings. */
+export type SamplingOf = (seq: Sequence) => SequenceSampling;
 
 export class ModelSlot {
   readonly blockManager: BlockManager;
@@ -16,7 +45,7 @@ export class ModelSlot {
   readonly runner: ModelRunner;
   readonly eosTokenIds: ReadonlySet<number>;
   /** Decode-verify-rollback of this model's deterministic sequences; null while it has none. */
-  verifier: Verifier | null = null;
+  private verifier: Verifier | null = null;
   /** Fast mode: deterministic requests need a verifier (batch-invariant mode runs every step on the fixed schedule). */
   readonly verifies: boolean;
   private readonly verifyOptions: VerifyOptions;
@@ -41,20 +70,50 @@ export class ModelSlot {
     return this.model.pageSize;
   }
 
-  /** The verifier, created for the first deterministic sequence; null in batch-invariant mode. */
-  verifierForNewSequence(): Verifier | null {
-    if (!this.verifies) return null;
-    return (this.verifier ??= new Verifier(this.blockManager, this.runner, this.verifyOptions));
+  /** Whether a step would do anything: sequences queued or running. */
+  get hasWork(): boolean {
+    return this.scheduler.hasWork;
   }
 
-  /** A sequence is done: the verifier forgets it, and goes (scratch pages back to the pool) if it was the last. */
-  forgetSequence(seq: Sequence): void {
-    if (this.verifier === null) return;
-    this.verifier.forget(seq);
-    if (this.verifier.idle) {
-      this.verifier.dispose();
-      this.verifier = null;
+  /** Queues a sequence holding no pages (a new request, or a fork whose parent's pages are gone). */
+  addWaiting(seq: Sequence): void {
+    this.scheduler.addWaiting(seq);
+  }
+
+  /** A running fork of `parent` sharing its pages, keeping at most `keepKv` positions of its KV. */
+  addFork(parent: Sequence, child: Sequence, keepKv: number = Number.POSITIVE_INFINITY): void {
+    this.blockManager.fork(parent, child);
+    if (keepKv < child.numComputedTokens) this.blockManager.truncate(child, keepKv);
+    this.scheduler.addRunning(child);
+  }
+
+  /**
+   * Hands new deterministic sequences to the verifier (created for the first; none in batch-invariant mode, where
+   * every step is on the fixed schedule already). If the verifier cannot start (no scratch pages) the sequences are
+   * finished and the error thrown.
+   */
+  trackDeterministic(seqs: readonly Sequence[], stats: DeterminismStats): void {
+    if (!this.verifies) return;
+    const verifier = (this.verifier ??= new Verifier(this.blockManager, this.runner, this.verifyOptions));
+    try {
+      for (const seq of seqs) verifier.track(seq, { maxTokens: seq.maxCompletionTokens, stopIds: seq.stopIds, stats });
+    } catch (e) {
+      for (const seq of seqs) this.finish(seq);
+      throw e;
     }
+  }
+
+  /** Ends a sequence: the verifier forgets it (and goes, scratch pages back to the pool, with the last), its pages are freed. */
+  finish(seq: Sequence): void {
+    if (seq.status === "finished") return;
+    if (this.verifier !== null) {
+      this.verifier.forget(seq);
+      if (this.verifier.idle) {
+        this.verifier.dispose();
+        this.verifier = null;
+      }
+    }
+    this.scheduler.finish(seq);
   }
 
   /** Tokens of `seq` a caller may see and fork from (a deterministic sequence's candidates are not final). */
@@ -65,6 +124,118 @@ export class ModelSlot {
   /** Positions of `parent`'s KV a fork may keep (verifier.ts forkableKv). */
   forkableKv(parent: Sequence, childDeterministic: boolean): number {
     return forkableKv(this.verifies, this.verifier, parent, childDeterministic);
+  }
+
+  /**
+   * One step of this model: schedule, swap, one forward (a fused verifier's due rows ride in it), then, unfused,
+   * the verify passes now due. `step` numbers the engine's steps (verify rows wait a bounded number of them).
+   */
+  async step(nowMs: number, step: number, samplingOf: SamplingOf): Promise<SlotStep> {
+    const batch = this.scheduler.schedule(nowMs);
+    const out: SlotStep = { outputs: [], failed: [...batch.failed], prefilled: [], promptTokens: 0, progressed: false };
+    out.progressed = batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
+    if (batch.swapOut.length > 0 || batch.swapIn.length > 0) await this.swap(batch, out);
+    for (const seq of batch.preempted) this.verifier?.preempted(seq);
+    // A request admitted with its shared prompt already cached forks its samples now, to run next step.
+    this.collectPrefilled(out);
+    // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
+    if (batch.seqs.length > 0 || this.verifier?.hasDueFusedRows) {
+      try {
+        const run = await this.run(batch, samplingOf, step);
+        this.postprocess(batch, run.results, run.kinds, step, out);
+        this.commitVerified(run.commits, out);
+      } catch (error) {
+        for (const { seq } of batch.seqs) out.failed.push({ seq, error });
+        if (this.verifier?.fused) this.failHeld(error, out);
+      }
+    }
+    // Not fused: deterministic sequences holding enough candidates are verified now, in passes of their own.
+    const verifier = this.verifier;
+    if (verifier !== null && !verifier.fused && verifier.hasPendingVerification) {
+      try {
+        this.commitVerified(await verifier.verify(step + 1, samplingOf), out);
+      } catch (error) {
+        this.failHeld(error, out);
+      }
+    }
+    this.collectPrefilled(out);
+    return out;
+  }
+
+  /** The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. */
+  private async run(batch: ScheduledBatch, samplingOf: SamplingOf, step: number): Promise<{ results: ForwardResult[]; kinds: ChunkKind[] | null; commits: readonly Commit[] }> {
+    if (this.verifier !== null) return this.verifier.run(batch, samplingOf, step);
+    return { results: await this.runner.run(batch, samplingOf), kinds: null, commits: [] };
+  }
+
+  /** kinds: how each chunk ran, when the verifier ran the step (null: every chunk plain). */
+  private postprocess(batch: ScheduledBatch, results: ForwardResult[], kinds: ChunkKind[] | null, step: number, out: SlotStep): void {
+    batch.seqs.forEach(({ seq, numNewTokens, emitToken }, i) => {
+      if (seq.status !== "running") return; // finished or failed while in flight
+      const kind = kinds === null ? "plain" : kinds[i];
+      // A deterministic candidate's KV (fast schedule) stays out of the prefix cache: the verifier rewrites it.
+      this.blockManager.commitComputed(seq, seq.numComputedTokens + numNewTokens, kind !== "candidate");
+      out.promptTokens += emitToken ? numNewTokens - 1 : numNewTokens;
+      if (!emitToken || seq.cancelled) return;
+      const r = results[i];
+      if (kind === "plain") seq.appendToken(r.token);
+      else if (!this.verifier!.accept(seq, kind, r.token, step)) return; // a candidate: final once verified
+      out.outputs.push({ seq, tokens: [r], end: endOf(seq, r.token) });
+    });
+  }
+
+  /** What verify rows committed: final tokens up to the first that ends the sequence (the rest are dropped). */
+  private commitVerified(commits: readonly Commit[], out: SlotStep): void {
+    if (commits.length > 0) out.progressed = true;
+    for (const { seq, tokens } of commits) {
+      if (seq.status !== "running" || seq.cancelled) continue;
+      const firstNew = seq.numTokens - tokens.length;
+      let used = 0;
+      let end: SequenceEnd | null = null;
+      while (used < tokens.length && end === null) end = endOfAt(seq, firstNew + used, tokens[used++].token);
+      if (used < tokens.length) seq.truncateTokens(firstNew + used); // committed past the end: not part of the output
+      out.outputs.push({ seq, tokens: tokens.slice(0, used), end });
+    }
+  }
+
+  /** The sequences held for a verify pass that failed. */
+  private failHeld(error: unknown, out: SlotStep): void {
+    for (const seq of this.scheduler.running) if (seq.heldForVerify) out.failed.push({ seq, error });
+  }
+
+  /** Running sequences whose compute limit (the shared prompt of n samples) is reached: their samples fork now. */
+  private collectPrefilled(out: SlotStep): void {
+    for (const seq of this.scheduler.running) {
+      if (seq.computeLimit === null || seq.numComputedTokens < seq.computeLimit) continue;
+      seq.computeLimit = null;
+      out.prefilled.push(seq);
+      out.progressed = true;
+    }
+  }
+
+  /**
+   * Swap preemption's copies, before the step's forward: preempted sequences' KV to host memory (their pages are
+   * free but not yet rewritten), readmitted ones' back into their new pages. A read that fails leaves the sequence
+   * to recompute; a write that fails fails its request (its KV would be garbage).
+   */
+  private async swap(batch: ScheduledBatch, out: SlotStep): Promise<void> {
+    const model = this.model;
+    for (const { seq, pages } of batch.swapOut) {
+      try {
+        if (model.readKvPages === undefined) throw new Error("the model cannot copy KV to host memory");
+        seq.swapped = { tokens: seq.swapped!.tokens, data: await model.readKvPages(Int32Array.from(pages)) };
+      } catch {
+        seq.swapped = null; // readmitted by recompute instead
+      }
+    }
+    for (const { seq, pages, data } of batch.swapIn) {
+      try {
+        await model.writeKvPages!(Int32Array.from(pages), data);
+      } catch (e) {
+        batch.seqs = batch.seqs.filter((s) => s.seq !== seq);
+        out.failed.push({ seq, error: new Error(`KV swap-in failed for sequence ${seq.id}: ${(e as Error).message}; the request cannot continue`) });
+      }
+    }
   }
 
   metrics(): ModelMetrics {
@@ -86,4 +257,15 @@ export class ModelSlot {
       verifyingSequences: this.verifier?.numTracked ?? 0,
     };
   }
+}
+
+/** Whether `token`, just appended as the sequence's newest, ends it. */
+function endOf(seq: Sequence, token: number): SequenceEnd | null {
+  return endOfAt(seq, seq.numTokens - 1, token);
+}
+
+/** Whether `token` at position `pos` of the sequence ends it: a stop id (or eos), else its last allowed token. */
+function endOfAt(seq: Sequence, pos: number, token: number): SequenceEnd | null {
+  if (seq.stopIds.has(token)) return "stop";
+  return pos + 1 - seq.numPromptTokens >= seq.maxCompletionTokens ? "length" : null;
 }

@@ -65,6 +65,18 @@ export interface ForwardResult {
   logits?: Float32Array;
 }
 
+/** One token a sequence produced, with what its request asked to see of it (from a ForwardResult or a verify row). */
+export interface SampledToken {
+  token: number;
+  logprob: number;
+  topIds?: Int32Array;
+  topLogprobs?: Float32Array;
+  hidden?: Float32Array;
+  logits?: Float32Array;
+  /** DeepConf token confidence, when the request asked for it. */
+  confidence?: number;
+}
+
 /** A model as the engine drives it: its KV pool geometry and the batched forward. */
 export interface EngineModel {
   readonly numPages: number;

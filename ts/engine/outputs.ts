@@ -4,6 +4,9 @@
  * "low_confidence": the group confidence fell below request.confidence.threshold (DeepConf's early stop). */
 export type FinishReason = "stop" | "length" | "aborted" | "low_confidence";
 
+/** How a model step ends a sequence (ModelSlot): a stop id or eos ("stop"), or its maxTokens-th token ("length"). */
+export type SequenceEnd = Extract<FinishReason, "stop" | "length">;
+
 /** A trace's DeepConf confidence (request.confidence): token confidence C_i = -mean of the top-k logprobs at token i;
  *  group confidence = the mean of C over a sliding window of `window` tokens (the whole trace while it is shorter). */
 export interface ConfidenceReport {

@@ -46,7 +46,7 @@ export class RequestBuilder {
     const state = this.newState(slot, prompt, params, n, req.eagerDeltas === true);
     const seq = this.newSequence(slot, state, 0, prompt, params, { ...req.metadata });
     if (n > 1) seq.computeLimit = prompt.length - 1; // samples fork off once the shared prompt KV exists
-    slot.scheduler.addWaiting(seq);
+    slot.addWaiting(seq);
     return { slot, state, seqs: [seq] };
   }
 
@@ -74,12 +74,10 @@ export class RequestBuilder {
     const state = this.newState(slot, tokens, params, 1, opts.eagerDeltas === true);
     const seq = this.newSequence(slot, state, 0, tokens, params, { ...src.metadata, ...opts.metadata });
     if (src.status === "running" && src.numPages > 0) {
-      slot.blockManager.fork(src, seq);
-      slot.blockManager.truncate(seq, Math.min(length, tokens.length - 1, slot.forkableKv(src, params.deterministic)));
+      slot.addFork(src, seq, Math.min(length, tokens.length - 1, slot.forkableKv(src, params.deterministic)));
       seq.numCachedTokens = seq.numComputedTokens;
-      slot.scheduler.addRunning(seq);
     } else {
-      slot.scheduler.addWaiting(seq); // no live pages: the prefix cache revives what survived
+      slot.addWaiting(seq); // no live pages: the prefix cache revives what survived
     }
     return { slot, state, seqs: [seq] };
   }
@@ -89,8 +87,7 @@ export class RequestBuilder {
     const children: Sequence[] = [];
     for (let i = 1; i < state.samples.length; i++) {
       const child = this.newSequence(slot, state, i, primary.tokens, state.params, { ...primary.metadata });
-      slot.blockManager.fork(primary, child);
-      slot.scheduler.addRunning(child);
+      slot.addFork(primary, child);
       children.push(child);
     }
     return children;
@@ -144,20 +141,20 @@ export class RequestBuilder {
   }
 
   private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number, eager: boolean): RequestState {
-    const trackers = Array.from({ length: n }, (_, i) => {
-      const detokenizer = slot.codec ? slot.codec.createDetokenizer() : null;
-      return new SampleTracker(i, params, slot.eosTokenIds, detokenizer);
-    });
-    const state = new RequestState(this.nextRequestId++, slot.name, prompt, params, trackers, eager ? null : this.gate);
+    const trackers = Array.from({ length: n }, (_, i) => new SampleTracker(i, params, slot.codec ? slot.codec.createDetokenizer() : null));
+    // The token ids that end each of its sequences: its stop ids, and the model's eos unless it ignores eos.
+    const stopIds = params.ignoreEos ? params.stopTokenIds : new Set([...params.stopTokenIds, ...slot.eosTokenIds]);
+    const state = new RequestState(this.nextRequestId++, slot.name, prompt, params, trackers, stopIds, eager ? null : this.gate);
     this.slotOf.set(state, slot);
     return state;
   }
 
-  /** Sample `sample` of `state`: a new sequence owned by it (seq.owner) and registered in state.seqs. */
+  /** Sample `sample` of `state`: a new sequence with its request's limits, registered in state.seqs. */
   private newSequence(slot: ModelSlot, state: RequestState, sample: number, tokens: readonly number[], params: ResolvedParams, metadata: SchedMetadata): Sequence {
     const seq = new Sequence(this.nextSeqId++, tokens, tokens.length, slot.pageSize, Date.now(), metadata);
     seq.maxCompletionTokens = params.maxTokens;
-    seq.owner = { state, sample, slot };
+    seq.stopIds = state.stopIds;
+    seq.deterministic = params.deterministic;
     state.seqs[sample] = seq;
     return seq;
   }

@@ -30,6 +30,8 @@ export class RequestState {
     readonly promptTokens: number[],
     readonly params: ResolvedParams,
     readonly samples: SampleTracker[],
+    /** Token ids that end each of its sequences (stop ids, plus eos unless ignoreEos). */
+    readonly stopIds: ReadonlySet<number>,
     gate: WakeGate | null = null,
   ) {
     this.channel = new DeltaChannel(gate);
@@ -43,10 +45,12 @@ export class RequestState {
   get aborted(): boolean {
     return this.isAborted;
   }
-  /** Aborts the request (idempotent); the stepper finishes its samples "aborted" at the next step. */
+  /** Aborts the request (idempotent): its sequences take no more tokens; the stepper finishes its samples "aborted" at
+   *  the next step. */
   abort(): void {
     if (this.isAborted) return;
     this.isAborted = true;
+    for (const seq of this.seqs) if (seq) seq.cancelled = true;
     this.onAbort?.();
   }
   get done(): boolean {

@@ -1,21 +1,11 @@
-// One sample's output as it grows: tokens, incremental text, stop conditions (stop ids, eos, stop strings,
-// maxTokens) and logprobs. Text that could still turn out to be the start of a stop string is held back from
-// the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
+// One sample's output as it grows: tokens, incremental text, logprobs and the stops that need text or confidence
+// (stop strings, DeepConf's low confidence); stop ids, eos and maxTokens are the model step's to decide (ModelSlot),
+// and add() is told when one ended the sample. Text that could still turn out to be the start of a stop string is held
+// back from the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
 import { ConfidenceTracker } from "./confidence.js";
-import type { Detokenizer } from "./modelTypes.js";
-import type { FinishReason, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
+import type { Detokenizer, SampledToken } from "./modelTypes.js";
+import type { FinishReason, SequenceEnd, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
-
-export interface SampledToken {
-  token: number;
-  logprob: number;
-  topIds?: Int32Array;
-  topLogprobs?: Float32Array;
-  hidden?: Float32Array;
-  logits?: Float32Array;
-  /** DeepConf token confidence, when the request asked for it. */
-  confidence?: number;
-}
 
 export class SampleTracker {
   readonly tokens: number[] = [];
@@ -35,7 +25,6 @@ export class SampleTracker {
   constructor(
     readonly index: number,
     private readonly params: ResolvedParams,
-    private readonly eosTokenIds: ReadonlySet<number>,
     private readonly detokenizer: Detokenizer | null,
   ) {
     this.logprobs = params.logprobs === null && params.tokenLogprobs === null ? undefined : [];
@@ -48,8 +37,11 @@ export class SampleTracker {
     return this.finishReason !== null;
   }
 
-  /** Adds one sampled token; returns the delta to stream (with finishReason set if this token ended the sample). */
-  add(s: SampledToken): StreamDelta {
+  /**
+   * Adds one sampled token, `end` saying whether the step ended the sample with it (a stop id or eos: "stop"; its
+   * maxTokens-th token: "length"); returns the delta to stream (with finishReason set if this token ended the sample).
+   */
+  add(s: SampledToken, end: SequenceEnd | null): StreamDelta {
     const tailBefore = this.tail.length;
     // A capture is at the row that produced this token: its input was the tokens.length-th generated token.
     const probe = s.hidden && this.probes ? { tokens: this.tokens.length, hidden: s.hidden } : undefined;
@@ -64,19 +56,19 @@ export class SampleTracker {
       if (this.params.tokenLogprobs !== null && s.logits) logprob.requested = logprobsOf(s.logits, this.params.tokenLogprobs);
       this.logprobs.push(logprob);
     }
-    if (this.params.stopTokenIds.has(s.token) || (!this.params.ignoreEos && this.eosTokenIds.has(s.token))) {
+    if (end === "stop") {
       this.finishReason = "stop";
       this.stoppedBy = s.token;
       if (this.detokenizer) this.tail += this.detokenizer.flush();
     } else if (this.detokenizer) {
       this.tail += this.detokenizer.push(s.token);
       this.checkStopStrings(tailBefore);
-      if (!this.finished && this.tokens.length >= this.params.maxTokens) {
+      if (!this.finished && end === "length") {
         this.tail += this.detokenizer.flush();
         this.checkStopStrings(tailBefore);
       }
     }
-    if (!this.finished && this.tokens.length >= this.params.maxTokens) this.finishReason = "length";
+    if (!this.finished && end === "length") this.finishReason = "length";
     // DeepConf's early stop: this token completed a window whose mean confidence is below the threshold.
     if (this.confidence && s.confidence !== undefined && this.confidence.add(s.confidence) && !this.finished) {
       if (this.detokenizer) this.tail += this.detokenizer.flush();

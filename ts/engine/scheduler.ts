@@ -198,8 +198,8 @@ export class Scheduler {
   private preempt(seq: Sequence, batch: ScheduledBatch): void {
     removeFrom(this.running, seq);
     const tokens = seq.numComputedTokens;
-    if (this.options.preemption === "swap" && tokens > 0 && seq.owner?.state.params.deterministic !== true) {
-      // data is filled in by the stepper before the forward (the pages' contents are intact until then).
+    if (this.options.preemption === "swap" && tokens > 0 && seq.swappable) {
+      // data is filled in by ModelSlot.step before the forward (the pages' contents are intact until then).
       seq.swapped = { tokens, data: null };
       batch.swapOut.push({ seq, pages: seq.blockTable.slice(0, Math.ceil(tokens / this.blockManager.pageSize)) });
       this.numSwapOuts++;

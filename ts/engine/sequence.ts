@@ -1,4 +1,5 @@
-// Sequence: one token stream (one sample of one request) and the one owner of its state. Tokens are prompt +
+// Sequence: one token stream (one sample of one request) and the one owner of its state: plain facts, no pointer to
+// the request it serves (the Stepper maps sequence ids to requests, as vLLM v1's scheduler does). Tokens are prompt +
 // generated; the KV of tokens[0, numComputedTokens) lives in the pages of `blockTable`. Every change goes through a
 // method of this class, so a reader finds each kind of change in one place:
 //   tokens          appendToken / truncateTokens            (the engine step, the verifier's rollback)
@@ -7,8 +8,7 @@
 //   verification    holdForVerify / releaseVerifyHold                    (the verifier only)
 // Invariant while the sequence is alive: numComputedTokens <= numTokens - 1, because the newest token is always
 // the one fed to the next forward (its logits give the following token).
-import type { RequestState } from "./requestState.js";
-import type { ModelSlot } from "./modelSlot.js";
+const NO_STOP_IDS: ReadonlySet<number> = new Set();
 
 export type SequenceStatus = "waiting" | "running" | "finished";
 
@@ -28,13 +28,6 @@ export interface SchedMetadata {
   predictedTokens?: number;
 }
 
-/** The request (and which of its samples) a sequence serves, and the model it runs on; set by the RequestBuilder. */
-export interface SequenceOwner {
-  state: RequestState;
-  sample: number;
-  slot: ModelSlot;
-}
-
 export class Sequence {
   /** Tokens whose KV came from the prefix cache at admission (usage accounting). */
   numCachedTokens = 0;
@@ -44,8 +37,14 @@ export class Sequence {
   swapped: { tokens: number; data: Uint8Array | null } | null = null;
   /** When the scheduler first admitted the sequence (null while it has only waited): the Scheduler's. */
   firstScheduledMs: number | null = null;
-  /** Most completion tokens it may generate (SJF's fallback estimate of remaining work). */
+  /** Most completion tokens it may generate: the step finishes it there ("length"); SJF's fallback estimate. */
   maxCompletionTokens = Number.POSITIVE_INFINITY;
+  /** Token ids that end it ("stop"): its request's stop ids, plus the model's eos unless the request ignores eos. */
+  stopIds: ReadonlySet<number> = NO_STOP_IDS;
+  /** Decoded under decode-verify-rollback (its model's verifier tracks it); never swapped to host memory. */
+  deterministic = false;
+  /** Its request was aborted: a step appends nothing more to it, and the Stepper finishes it at its next sweep. */
+  cancelled = false;
   /** When set, KV is computed no further than this many tokens (e.g. until n samples fork off the prompt). */
   computeLimit: number | null = null;
   /**
@@ -53,8 +52,6 @@ export class Sequence {
    * deterministic request's pages hold fixed-schedule KV only and live in their own, see verifier/verifier.ts).
    */
   kvNamespace = 0;
-  /** Its request and model (null for a bare sequence, e.g. in block-manager tests). */
-  owner: SequenceOwner | null = null;
 
   private readonly tokenList: number[];
   private pages: number[] = [];
@@ -123,6 +120,10 @@ export class Sequence {
   }
   get lastToken(): number {
     return this.tokenList[this.tokenList.length - 1];
+  }
+  /** Preemption may copy its KV to host memory and back (a deterministic sequence's KV is the verifier's: never). */
+  get swappable(): boolean {
+    return !this.deterministic;
   }
   get priority(): number {
     return this.metadata.priority ?? 0;

@@ -3,10 +3,9 @@
 // its last committed position and gives it slots for [last committed token, candidates…]; applyVerdicts keeps the
 // candidates the verifier agrees with plus the verifier's own next token and rolls back the rest.
 import type { BlockManager, PageCopy } from "../blockManager.js";
-import type { ForwardResult } from "../modelTypes.js";
+import type { ForwardResult, SampledToken } from "../modelTypes.js";
 import type { SequenceSampling } from "../modelRunner.js";
 import type { DeterminismStats } from "../outputs.js";
-import type { SampledToken } from "../sampleTracker.js";
 import type { Sequence } from "../sequence.js";
 import { acceptedCandidates, type VerifyRow } from "./pass.js";
 
