@@ -1,5 +1,6 @@
 // Intra-program policies: given how sure a program is and how much compute (knob) it has used, grant or deny the
 // next round. Pure functions over a snapshot; chosen by a string union checked with `satisfies never`.
+import { InvalidOptionError } from "../errors/index.js";
 
 /** What a policy sees of a program after a round. `used`/`max` count knob units (branches, probe intervals...). */
 export interface ProgramSnapshot {
@@ -60,7 +61,7 @@ export function decide(policy: PolicySpec, s: ProgramSnapshot): Decision {
 
 export function validatePolicy(p: PolicySpec): PolicySpec {
   const bad = (m: string): never => {
-    throw new RangeError(`policy ${p.kind}: ${m}`);
+    throw new InvalidOptionError(`policy ${p.kind}: ${m}`, { field: "policy" });
   };
   if (p.kind === "threshold" || p.kind === "baseline-length") {
     if (!(p.threshold >= 0 && p.threshold <= 1)) bad(`threshold must be in [0, 1], got ${p.threshold}`);

@@ -1,6 +1,7 @@
 // Certaindex signals (Dynasor, arXiv 2412.20993): how sure a reasoning program is, in [0, 1].
 
 import type { ConfidenceReport } from "../engine/outputs.js";
+import { InvalidOptionError } from "../errors/index.js";
 
 /** Decides whether two extracted answers are the same answer (default: exact string match after trimming). */
 export type AnswerEquivalence = (a: string, b: string) => boolean;
@@ -115,7 +116,7 @@ export interface ThresholdedSignal {
 
 /** A program option's per-signal threshold, checked at the boundary (`field` names the option in the message). */
 export function checkThreshold(field: string, threshold: number): number {
-  if (!(threshold >= 0 && threshold <= 1)) throw new RangeError(`${field} must be in [0, 1] (0 turns the signal off), got ${threshold}`);
+  if (!(threshold >= 0 && threshold <= 1)) throw new InvalidOptionError(`${field} must be in [0, 1] (0 turns the signal off), got ${threshold}`, { field });
   return threshold;
 }
 

@@ -32,6 +32,7 @@
 //
 // Seeds are per node (a node's k-th continuation samples with mixSeed(node.seed, k)), never from a counter, so the
 // search samples the same tokens whatever order the requests run in.
+import { InvalidOptionError } from "../errors/index.js";
 import { confidenceCertaindex, weightedMajority, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import type { RequestHandle } from "../engine/handle.js";
@@ -190,20 +191,20 @@ export class BeamSearch implements Program {
     this.name = this.variant;
     this.n = o.n ?? 16;
     this.m = o.beamWidth ?? 4;
-    if (!Number.isInteger(this.n) || this.n < 1) throw new RangeError(`${this.name}.n must be an integer ≥ 1, got ${this.n}`);
+    if (!Number.isInteger(this.n) || this.n < 1) throw new InvalidOptionError(`${this.name}.n must be an integer ≥ 1, got ${this.n}`, { field: `${this.name}.n` });
     if (!Number.isInteger(this.m) || this.m < 1 || this.n % this.m !== 0) {
-      throw new RangeError(`${this.name}.beamWidth must be an integer ≥ 1 dividing n (${this.n}), got ${this.m}`);
+      throw new InvalidOptionError(`${this.name}.beamWidth must be an integer ≥ 1 dividing n (${this.n}), got ${this.m}`, { field: `${this.name}.beamWidth` });
     }
     this.task = o.task ?? boxedAnswers;
     const reward = o.reward ?? this.task.stepVerifier;
-    if (reward === undefined) throw new Error(`${this.name} scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)`);
+    if (reward === undefined) throw new InvalidOptionError(`${this.name} scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)`, { field: "reward" });
     this.reward = reward;
     this.eq = o.equivalent ?? ((a, b) => this.task.equivalent(a, b));
     const r = o.truncateRatio ?? 0;
-    if (!(r >= 0 && r < 1)) throw new RangeError(`${this.name}.truncateRatio must be in [0, 1), got ${r}`);
+    if (!(r >= 0 && r < 1)) throw new InvalidOptionError(`${this.name}.truncateRatio must be in [0, 1), got ${r}`, { field: `${this.name}.truncateRatio` });
     const speculative = o.speculative ?? false;
     const rows = o.speculativeRows ?? this.n;
-    if (!Number.isInteger(rows) || rows < 1) throw new RangeError(`${this.name}.speculativeRows must be an integer ≥ 1, got ${rows}`);
+    if (!Number.isInteger(rows) || rows < 1) throw new InvalidOptionError(`${this.name}.speculativeRows must be an integer ≥ 1, got ${rows}`, { field: `${this.name}.speculativeRows` });
     this.sw = { prefixAware: o.prefixAware ?? true, speculative, truncateRatio: r, lookahead: speculative && (o.lookahead ?? true), speculativeRows: Math.min(rows, this.n) };
     this.stepMax = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;

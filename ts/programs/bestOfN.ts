@@ -2,6 +2,7 @@
 // sampled independently (one request, N samples sharing the prompt), every line of each scored by the reward source
 // (a PRM scores a solution's steps along one KV: RewardSource.scoreAhead), a solution's score the aggregate of its
 // steps' ("min" by default, "last", "prod"), and the answer the score-weighted vote. One round.
+import { InvalidOptionError } from "../errors/index.js";
 import { confidenceCertaindex, weightedMajority, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
@@ -48,10 +49,10 @@ export class BestOfN implements Program {
 
   constructor(private readonly o: BestOfNOptions) {
     this.n = o.n ?? 16;
-    if (!Number.isInteger(this.n) || this.n < 1) throw new RangeError(`best-of-n.n must be an integer ≥ 1, got ${this.n}`);
+    if (!Number.isInteger(this.n) || this.n < 1) throw new InvalidOptionError(`best-of-n.n must be an integer ≥ 1, got ${this.n}`, { field: "best-of-n.n" });
     this.task = o.task ?? boxedAnswers;
     const reward = o.reward ?? this.task.stepVerifier;
-    if (reward === undefined) throw new Error("best-of-n scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)");
+    if (reward === undefined) throw new InvalidOptionError("best-of-n scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)", { field: "reward" });
     this.reward = reward;
     this.eq = o.equivalent ?? ((a, b) => this.task.equivalent(a, b));
     this.tokenBudget = this.n * (o.maxTokens ?? 256);

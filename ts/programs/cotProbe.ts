@@ -6,6 +6,7 @@
 // windowed consistency, ts/certaindex/probe.ts; probeCertaindex reaches 1 exactly then). Because
 // a probe cuts the main branch at a fixed length, its answer does not depend on how far the main branch ran
 // meanwhile.
+import { InvalidOptionError } from "../errors/index.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { agreeCount, DEFAULT_PROBE_RULE, probeCertaindex, type ProbeRule } from "../certaindex/probe.js";
@@ -74,7 +75,7 @@ export class CotProbe implements Program {
 
   constructor(options: CotProbeOptions) {
     const interval = options.interval ?? 64;
-    if (!Number.isInteger(interval) || interval < 1) throw new RangeError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`);
+    if (!Number.isInteger(interval) || interval < 1) throw new InvalidOptionError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`, { field: "cot-probe.interval" });
     const task = options.task ?? boxedAnswers;
     const defaults = {
       maxTokens: 1024,

@@ -11,6 +11,7 @@
 //   offline  every trace of the budget runs to the end; the top eta% by the chosen measure (lowest group,
 //            bottom-10% groups or tail) vote, weighted by that measure.
 // certaindex = the weighted majority's share (the paper's consensus beta), so it reports what the other programs do.
+import { InvalidOptionError } from "../errors/index.js";
 import { confidenceCertaindex, measureOf, weightedMajority, type ConfidenceMeasure } from "../certaindex/signals.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
@@ -71,16 +72,16 @@ export class DeepConf implements Program {
 
   constructor(options: DeepConfOptions) {
     const variant = options.variant ?? "low";
-    if (variant !== "low" && variant !== "high") throw new RangeError(`deepconf.variant must be "low" or "high", got ${String(variant)}`);
+    if (variant !== "low" && variant !== "high") throw new InvalidOptionError(`deepconf.variant must be "low" or "high", got ${String(variant)}`, { field: "deepconf.variant" });
     const mode = options.mode ?? "online";
-    if (mode !== "online" && mode !== "offline") throw new RangeError(`deepconf.mode must be "online" or "offline", got ${String(mode)}`);
+    if (mode !== "online" && mode !== "offline") throw new InvalidOptionError(`deepconf.mode must be "online" or "offline", got ${String(mode)}`, { field: "deepconf.mode" });
     const budget = options.budget ?? 32;
     const warmup = Math.min(options.warmup ?? 16, budget);
     for (const [k, v, lo] of [["budget", budget, 1], ["warmup", warmup, 1], ["window", options.window ?? 16, 1], ["parallel", options.parallel ?? 8, 1]] as const) {
-      if (!Number.isInteger(v) || v < lo) throw new RangeError(`deepconf.${k} must be an integer ≥ ${lo}, got ${v}`);
+      if (!Number.isInteger(v) || v < lo) throw new InvalidOptionError(`deepconf.${k} must be an integer ≥ ${lo}, got ${v}`, { field: `deepconf.${k}` });
     }
     const consensus = options.consensus ?? 0.95;
-    if (!(consensus > 0 && consensus <= 1)) throw new RangeError(`deepconf.consensus must be in (0, 1], got ${consensus}`);
+    if (!(consensus > 0 && consensus <= 1)) throw new InvalidOptionError(`deepconf.consensus must be in (0, 1], got ${consensus}`, { field: "deepconf.consensus" });
     this.task = options.task ?? boxedAnswers;
     this.o = {
       prompt: options.prompt,

@@ -11,6 +11,7 @@
 // aborted. The answer is the majority vote; certaindex is the answer entropy (as SC's), so the program reports what
 // the others report. Optionally the prompt's last-token activation goes through the probe's difficulty classifier
 // first and every request carries the predicted length (metadata.predictedTokens) for complexity-aware SJF.
+import { InvalidOptionError } from "../errors/index.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
 import type { SchedMetadata } from "../engine/sequence.js";
@@ -120,10 +121,10 @@ export class Duchess implements Program {
     const alpha = options.alpha ?? tuned?.alpha ?? 0.6;
     const beta = options.beta ?? tuned?.beta ?? 0.8;
     const lambda = options.lambda ?? tuned?.lambda ?? 1;
-    if (!Number.isInteger(c) || c < 1) throw new RangeError(`duchess.branches must be an integer ≥ 1, got ${c}`);
-    if (!(alpha > 0 && alpha < beta && beta <= 1)) throw new RangeError(`duchess: expected 0 < alpha < beta ≤ 1, got alpha ${alpha}, beta ${beta}`);
-    if (!(lambda > 0)) throw new RangeError(`duchess.lambda must be > 0, got ${lambda}`);
-    if (options.interval !== undefined && !(Number.isInteger(options.interval) && options.interval >= 1)) throw new RangeError(`duchess.interval must be an integer ≥ 1, got ${options.interval}`);
+    if (!Number.isInteger(c) || c < 1) throw new InvalidOptionError(`duchess.branches must be an integer ≥ 1, got ${c}`, { field: "duchess.branches" });
+    if (!(alpha > 0 && alpha < beta && beta <= 1)) throw new InvalidOptionError(`duchess: expected 0 < alpha < beta ≤ 1, got alpha ${alpha}, beta ${beta}`, { field: "duchess.alpha" });
+    if (!(lambda > 0)) throw new InvalidOptionError(`duchess.lambda must be > 0, got ${lambda}`, { field: "duchess.lambda" });
+    if (options.interval !== undefined && !(Number.isInteger(options.interval) && options.interval >= 1)) throw new InvalidOptionError(`duchess.interval must be an integer ≥ 1, got ${options.interval}`, { field: "duchess.interval" });
     this.task = options.task ?? boxedAnswers;
     this.o = {
       prompt: options.prompt,

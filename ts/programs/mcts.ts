@@ -8,6 +8,7 @@
 // the mean reward of the solutions found (mean aggregation) against `rewardThreshold`, and their answer entropy H̃
 // against `entropyThreshold` (off by default); 1 exactly when every signal meets its threshold, which is what the
 // default policy waits for.
+import { InvalidOptionError } from "../errors/index.js";
 import { checkThreshold, combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence, type ThresholdedSignal } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
@@ -65,7 +66,7 @@ export class Mcts implements Program {
 
   constructor(private readonly o: MctsOptions) {
     const max = o.maxSimulations ?? 32;
-    if (!Number.isInteger(max) || max < 1) throw new RangeError(`mcts.maxSimulations must be an integer ≥ 1, got ${max}`);
+    if (!Number.isInteger(max) || max < 1) throw new InvalidOptionError(`mcts.maxSimulations must be an integer ≥ 1, got ${max}`, { field: "mcts.maxSimulations" });
     this.perRound = Math.min(o.simulationsPerRound ?? 4, max);
     this.branching = o.branching ?? 3;
     this.c = o.exploration ?? 1;

@@ -7,6 +7,7 @@
 // search as soon as a finished solution is rewarded ≥ 0.99 and the finished solutions agree (H̃ ≥ 0.85, at least two
 // of them), not only when the width is spent or maxDepth reached. H̃ of fewer than two solutions is 0: one finished
 // solution never stops the search on its own.
+import { InvalidOptionError } from "../errors/index.js";
 import { checkThreshold, combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence, type ThresholdedSignal } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
@@ -63,9 +64,9 @@ export class Rebase implements Program {
 
   constructor(private readonly o: RebaseOptions) {
     this.width = o.width ?? 8;
-    if (!Number.isInteger(this.width) || this.width < 1) throw new RangeError(`rebase.width must be an integer ≥ 1, got ${this.width}`);
+    if (!Number.isInteger(this.width) || this.width < 1) throw new InvalidOptionError(`rebase.width must be an integer ≥ 1, got ${this.width}`, { field: "rebase.width" });
     this.tau = o.balanceTemperature ?? 0.2;
-    if (!(this.tau > 0)) throw new RangeError(`rebase.balanceTemperature must be > 0, got ${this.tau}`);
+    if (!(this.tau > 0)) throw new InvalidOptionError(`rebase.balanceTemperature must be > 0, got ${this.tau}`, { field: "rebase.balanceTemperature" });
     this.eq = o.equivalent ?? ((a, b) => (o.task ?? boxedAnswers).equivalent(a, b));
     this.rewardThreshold = checkThreshold("rebase.rewardThreshold", o.rewardThreshold ?? 0.99);
     this.entropyThreshold = checkThreshold("rebase.entropyThreshold", o.entropyThreshold ?? 0.85);

@@ -1,6 +1,7 @@
 // The built-in programs by name, built for one question (CLI, benchmarks). Strategies are chosen by a string union
 // checked with `satisfies never`.
 import { DEFAULT_PROBE_RULE } from "../certaindex/probe.js";
+import { InvalidOptionError } from "../errors/index.js";
 import { CotProbe } from "./cotProbe.js";
 import { Duchess } from "./duchess.js";
 import { ShortMK } from "./shortMK.js";
@@ -60,7 +61,7 @@ export interface BuildProgramOptions {
 
 export function parseProgramKind(value: string): ProgramKind {
   const kind = PROGRAM_KINDS.find((k) => k === value);
-  if (kind === undefined) throw new Error(`program "${value}" is unknown; expected one of ${PROGRAM_KINDS.join(", ")}`);
+  if (kind === undefined) throw new InvalidOptionError(`program "${value}" is unknown; expected one of ${PROGRAM_KINDS.join(", ")}`, { field: "program" });
   return kind;
 }
 
@@ -88,7 +89,11 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
     case "best-of-n":
       return new BestOfN({ ...tree, n: o.cap });
     case "duchess":
-      if (o.probe === undefined) throw new Error("program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`");
+      if (o.probe === undefined) {
+        throw new InvalidOptionError("program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`", {
+          field: "probe",
+        });
+      }
       return new Duchess({ ...common, probe: o.probe, branches: o.cap, maxTokens: o.maxTokens, temperature: o.temperature });
     default:
       return kind satisfies never;

@@ -4,6 +4,7 @@
 // probability of designated "good" tokens after a step-end tag, from a second model loaded on the same engine; its
 // tokens count towards the program's, under purpose "reward").
 import type { GenerationOutput } from "../engine/outputs.js";
+import { InvalidOptionError } from "../errors/index.js";
 import type { PrmConfig } from "../model/prmConfig.js";
 import type { ProgramContext } from "./program.js";
 
@@ -147,7 +148,7 @@ export function modelProcessReward(o: ModelRewardOptions): RewardSource {
 
 function singleToken(ctx: ProgramContext, model: string, text: string, what = "good/bad token"): number {
   const ids = ctx.encode(text, { model, addSpecialTokens: false });
-  if (ids.length !== 1) throw new Error(`reward model ${model}: the ${what} ${JSON.stringify(text)} encodes to ${ids.length} tokens; pick one that is a single token of its tokenizer`);
+  if (ids.length !== 1) throw new InvalidOptionError(`reward model ${model}: the ${what} ${JSON.stringify(text)} encodes to ${ids.length} tokens; pick one that is a single token of its tokenizer`);
   return ids[0];
 }
 

@@ -8,6 +8,7 @@ import type { RequestHandle } from "../engine/handle.js";
 import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { decide, validatePolicy, type PolicySpec } from "../certaindex/policies.js";
+import { InvalidOptionError } from "../errors/index.js";
 import type { KvState, Program, ProgramContext, ProgramResult, RoundRecord, StopReason, TokenPurpose } from "./program.js";
 
 export interface RunOptions {
@@ -63,7 +64,7 @@ class RunContext implements ProgramContext {
   encode(prompt: string | readonly number[], options: { model?: string; addSpecialTokens?: boolean } = {}): number[] {
     if (typeof prompt !== "string") return [...prompt];
     const codec = this.engine.tokenizer(options.model);
-    if (!codec) throw new Error(`program ${this.program.name}: the prompt is text but the model has no tokenizer; pass token ids`);
+    if (!codec) throw new InvalidOptionError(`program ${this.program.name}: the prompt is text but the model has no tokenizer; pass token ids`, { field: "prompt" });
     return codec.encode(prompt, { addSpecialTokens: options.addSpecialTokens ?? true });
   }
 

@@ -3,6 +3,7 @@
 // answer is the majority vote. Certaindex is the normalised answer entropy H̃ over the answer clusters, so a policy
 // can stop once the branches agree. Branch i always uses seed + i, so a run capped at k branches sees exactly the
 // first k branches of a longer run: traces of one long run replay every cap (calibration, benchmarks).
+import { InvalidOptionError } from "../errors/index.js";
 import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
@@ -41,9 +42,9 @@ export class SelfConsistency implements Program {
 
   constructor(options: SelfConsistencyOptions) {
     const maxBranches = options.maxBranches ?? 16;
-    if (!Number.isInteger(maxBranches) || maxBranches < 1) throw new RangeError(`sc.maxBranches must be an integer ≥ 1, got ${maxBranches}`);
+    if (!Number.isInteger(maxBranches) || maxBranches < 1) throw new InvalidOptionError(`sc.maxBranches must be an integer ≥ 1, got ${maxBranches}`, { field: "sc.maxBranches" });
     const branchesPerRound = Math.min(options.branchesPerRound ?? 4, maxBranches);
-    if (!Number.isInteger(branchesPerRound) || branchesPerRound < 1) throw new RangeError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`);
+    if (!Number.isInteger(branchesPerRound) || branchesPerRound < 1) throw new InvalidOptionError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`, { field: "sc.branchesPerRound" });
     const task = options.task ?? boxedAnswers;
     this.opts = {
       ...withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0, extractAnswer: (t: string) => task.extractAnswer(t), equivalent: (a: string, b: string) => task.equivalent(a, b) }, options),

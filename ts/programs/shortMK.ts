@@ -6,6 +6,7 @@
 // aborted, which stops the rest at the next engine step and frees their pages. One execute() runs the whole
 // program; certaindex is the answer entropy H̃ of the m answers (reported; no policy acts on it, there is no next
 // round). Branch i uses seed + i, as in SelfConsistency.
+import { InvalidOptionError } from "../errors/index.js";
 import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import type { FinishReason } from "../engine/outputs.js";
@@ -56,11 +57,11 @@ export class ShortMK implements Program {
 
   constructor(options: ShortMKOptions) {
     this.k = options.k ?? 8;
-    if (!Number.isInteger(this.k) || this.k < 1) throw new RangeError(`short-m@k.k must be an integer ≥ 1, got ${this.k}`);
+    if (!Number.isInteger(this.k) || this.k < 1) throw new InvalidOptionError(`short-m@k.k must be an integer ≥ 1, got ${this.k}`, { field: "short-m@k.k" });
     this.m = options.m ?? Math.min(3, this.k);
-    if (!Number.isInteger(this.m) || this.m < 1 || this.m > this.k) throw new RangeError(`short-m@k.m must be an integer in [1, k = ${this.k}], got ${this.m}`);
+    if (!Number.isInteger(this.m) || this.m < 1 || this.m > this.k) throw new InvalidOptionError(`short-m@k.m must be an integer in [1, k = ${this.k}], got ${this.m}`, { field: "short-m@k.m" });
     this.o = withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0 }, options);
-    if (!Number.isInteger(this.o.maxTokens) || this.o.maxTokens < 1) throw new RangeError(`short-m@k.maxTokens must be an integer ≥ 1, got ${this.o.maxTokens}`);
+    if (!Number.isInteger(this.o.maxTokens) || this.o.maxTokens < 1) throw new InvalidOptionError(`short-m@k.maxTokens must be an integer ≥ 1, got ${this.o.maxTokens}`, { field: "short-m@k.maxTokens" });
     const task = options.task ?? boxedAnswers;
     this.extract = (text) => task.extractAnswer(text);
     this.eq = (a, b) => task.equivalent(a, b);

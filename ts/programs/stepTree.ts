@@ -3,6 +3,7 @@
 // lives and revived from the prefix cache after. Each new step is scored by a RewardSource (default: the task's step
 // verifier); a node's reward is the minimum over its path (a solution is as good as its worst step). A step that
 // writes the task's answer marker (`\boxed{`) ends its solution.
+import { InvalidOptionError } from "../errors/index.js";
 import { weightedMajority } from "../certaindex/signals.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { GenerationOutput, SampleOutput } from "../engine/outputs.js";
@@ -69,10 +70,10 @@ export class StepTree {
     this.stepMaxTokens = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
     this.maxTokens = o.maxTokens ?? 256;
-    if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1) throw new RangeError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`);
+    if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1) throw new InvalidOptionError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`, { field: "maxTokens" });
     const task = o.task ?? boxedAnswers;
     const reward = o.reward ?? task.stepVerifier;
-    if (reward === undefined) throw new Error("tree search scores steps: give a reward (verifierReward, modelProcessReward) or a task with a stepVerifier (arithTask)");
+    if (reward === undefined) throw new InvalidOptionError("tree search scores steps: give a reward (verifierReward, modelProcessReward) or a task with a stepVerifier (arithTask)", { field: "reward" });
     this.reward = reward;
     this.extract = o.extractAnswer ?? ((text) => task.extractAnswer(text));
     this.answerMarker = task.answerMarker;
