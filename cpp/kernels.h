@@ -1,5 +1,5 @@
 // The op set every backend implements with one signature: dl::cpu (cpp/*.cc) and dl::gpu (cuda/*.cu).
-// Shapes in comments; every reducing op takes its reduction schedule as an argument (DESIGN.md "Native contract").
+// Shapes in comments; every reducing op takes its reduction schedule as an argument (docs/architecture.md "Native contract").
 // GPU ops enqueue on the backend's stream (gpu::stream()); the N-API layer synchronizes before resolving.
 #pragma once
 #include "common.h"

@@ -60,7 +60,7 @@ Knobs parseKnobs(const char* (*lookup)(const char*)) {
     return true;
   });
   p.read("DL_DECODE_MERGE", "kernel (or fused, the default)", [&](const std::string& v) { return v == "kernel" ? (k.decodeMergeFused = false, true) : v == "fused"; });
-  // Retired A/B switches (stop 38 timed each on an H100 and removed the slower launches): reported, never silent.
+  // Retired A/B switches (an H100 run timed each and the slower launches were removed): reported, never silent.
   for (const char* retired : {"DL_GEMM_REDUCE", "DL_GEMM_BLOCKS", "DL_ROPE_KV"}) {
     const char* v = lookup(retired);
     if (v != nullptr && *v != '\0') k.invalid.push_back(std::string(retired) + "=" + v + ": retired, no effect (bench/CUDA_NOTES.md, Knobs)");

@@ -20,19 +20,19 @@ struct Knobs {
   DecodePipe decodePipe = DecodePipe::c32s4;
   // DL_DECODE_MERGE=kernel: split-KV partials merged by a separate kernel (default: the decode kernel's last CTA).
   bool decodeMergeFused = true;
-  // (DL_GEMM_REDUCE, DL_GEMM_BLOCKS and DL_ROPE_KV, the A/B switches of stop 15's launch cuts, are gone since the
-  // H100 run of stop 38 timed each alone: bench/RESULTS-gpu.md.)
+  // (DL_GEMM_REDUCE, DL_GEMM_BLOCKS and DL_ROPE_KV, A/B switches of earlier launch cuts, are gone since an
+  // H100 run timed each alone: bench/RESULTS-gpu.md.)
   // DL_ATTN_OVERLAP=0: a step's prefill / verify attention launch after its decode launch on one stream (default: the
   // two overlap, the prefill one on a side stream, where both run; model_forward.cc attentionBlock). The same bits.
   bool attnOverlap = true;
   // DL_PREFILL_MMA: tensor-core prefill / verify attention where it applies (bf16, head dim 64 / 128; default since
-  // its H100 run of 2026-11-27); 0: the SIMT kernel everywhere. The two kernels' bits differ.
+  // its H100 run); 0: the SIMT kernel everywhere. The two kernels' bits differ.
   bool prefillMma = true;
   // DL_PDL=1: programmatic dependent launch inside model steps on sm_90+ (opt-in).
   bool pdl = false;
   // DL_GEMM_WGMMA: the sm_90a wgmma GEMM for M > 64 rows. -1 (default): where it can run (an sm_90 GPU and a build
   // with the sm_90a target), silently; 1: asked for (a warning where it cannot run); 0: never. Its bits equal the
-  // mma.sync kernels' (H100, 2026-11-27), so the switch changes no GEMM's bits, only its speed.
+  // mma.sync kernels' (on an H100), so the switch changes no GEMM's bits, only its speed.
   int gemmWgmma = -1;
   // DL_GEMM_TILE=<0..8>: force one GEMM config (benchmarks, test reruns); -1 = by shape.
   int gemmTile = -1;

@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(DecodeArgs a) {
   if (a.counters) mergeIfLast<D>(a, b, h0, nh);
 }
 
-// ---- tensor-core variant (DL_DECODE_PIPE=mma: opt-in; written at stop 40 without a GPU) ----
+// ---- tensor-core variant (DL_DECODE_PIPE=mma: opt-in; not yet run on a GPU) ----
 // bf16 q and cache, D in {64, 128}. The SIMT kernel above is bound by its instruction chain per token (three CTAs an
 // SM at D = 128; the same 1.8 TB/s on an H100 and an H200), not by DRAM. Here a CTA serves up to 16 query heads of
 // one KV head as one m16 row tile (rows past the group are zeros) over split s's tokens, in rounds of kMmaRound keys

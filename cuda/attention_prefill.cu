@@ -320,7 +320,7 @@ void launchPrefillMma(const PrefillArgs& a, int B) {
 }
 
 // The tensor-core kernel where it applies (bf16 q and cache, head dim 64 or 128), unless DL_PREFILL_MMA=0. Default
-// since its H100 run (2026-11-27): attention, model and determinism tests pass on it, and a 2048-token causal prefill
+// since its H100 run: attention, model and determinism tests pass on it, and a 2048-token causal prefill
 // (32 heads, D 128) takes 0.40 ms against the SIMT kernel's 5.72.
 bool mmaPrefill() {
   return knob::knobs().prefillMma;

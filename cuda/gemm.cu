@@ -6,9 +6,9 @@
 // are added in order 0..splitK-1 (never atomics), then the bias, by a second kernel (gemmReduceKernel). The tile shape
 // (chosen from M) changes how outputs are spread over warps, never that chain, so a row's bits depend on (K, splitK)
 // only. (A finish by each tile's last CTA, saving that launch, lost on an H100 at every row count, 1 row included:
-// bench/RESULTS-gpu.md stop 38; removed.)
+// bench/RESULTS-gpu.md; removed.)
 // On sm_90 the wgmma kernels (cuda/sm90/gemm_wgmma.cu) follow the same schedule with k16 wgmma steps and take GEMMs of
-// more than 64 rows and unsplit wide ones of 33-64 (wgmmaConfig); H100 and H200 runs (2026-11-27, check.sh) showed
+// more than 64 rows and unsplit wide ones of 33-64 (wgmmaConfig); H100 and H200 runs (check.sh) showed
 // their bits equal these kernels'.
 #include <algorithm>
 #include <atomic>
@@ -208,7 +208,7 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
   // Measured on H100 (bench/CUDA_NOTES.md): 128 x 256 tiles win for large M and for the LM head at M = 128.
   int c = M <= 16 ? 0 : M <= 32 ? 1 : M <= 64 ? 2 : (M <= 128 && N < 32768) ? 4 : 5;
   // 33-64 rows of a wide projection (gate|up, the LM head at a 64-row decode batch): 64 x 128 tiles, when their grid
-  // alone (splitK 1) covers the SMs. Qwen2.5-1.5B at 64 rows, splitK 1 (bench/RESULTS-gpu.md stop 40): gate|up 50.9
+  // alone (splitK 1) covers the SMs. Qwen2.5-1.5B at 64 rows, splitK 1 (bench/RESULTS-gpu.md): gate|up 50.9
   // against 69.3 us on an H200 (51.4 against 73.0 on an H100), the LM head 236 against 299 (271 against 320). Narrow
   // split-K GEMMs keep the 64 x 64 tile (there 64 x 128 was level or slower: q at 64 rows, splitK 8, 16.3 against 15.3).
   const int64_t sms = smCount();
@@ -224,10 +224,10 @@ int tileConfig(int64_t M, int64_t N, int splitK) {
 
 // The wgmma config (cuda/sm90/gemm_wgmma.cu) for this shape, or -1 for mma.sync. The batch-invariance contract spans
 // both kernel families (a batch on wgmma, its sub-batches on mma.sync must agree): check.sh's DL_GEMM_WGMMA=1 rerun
-// tests exactly that, and passed on an H100 (2026-11-27, 36 of 36 results bitwise equal), so it is on by default
+// tests exactly that, and passed on an H100 (36 of 36 results bitwise equal), so it is on by default
 // (DL_GEMM_WGMMA=0 turns it off). From 65 rows, the largest tiles whose grid keeps at least half the SMs busy:
 // measured there, M = 2048 GEMMs 1.6-1.9x faster than mma.sync, a 128-row decode step 24% shorter. At 33-64 rows
-// only an unsplit wide projection, where such a grid exists (H200, stop 40: gate|up at 64 rows 44.7 us on the 128 x
+// only an unsplit wide projection, where such a grid exists (H200: gate|up at 64 rows 44.7 us on the 128 x
 // 256 config, 48.4 on 128 x 128, 52.7 on 64 x 128, against mma.sync's best 50.9; the LM head 230 / 242 / 236 against
 // 236: so the largest config whose grid qualifies, half its rows zero); narrow or split-K GEMMs of up to 64 rows
 // stay on mma.sync, which is ahead there (q at 64 rows, splitK 8: 15.1 against 16.6; k|v 10.5 against 14.9;
@@ -259,7 +259,7 @@ bool runWgmma(const GemmArgs& a) {
 int setGemmTile(int tile) { return forcedTileSetting().exchange(tile < 0 ? -1 : tile); }
 
 // A fast-schedule GEMM splits K to make parallel work when its grid alone cannot fill the SMs; where the grid at
-// splitK 1 already gives every SM a CTA, splitting only adds partial traffic and the finish. H100, 2026-11-27
+// splitK 1 already gives every SM a CTA, splitting only adds partial traffic and the finish. H100
 // (bench/gpu-2026-11-27/qwen-gemms.json, Qwen2.5-1.5B shapes, splitK 1 vs 4): gate|up (N = 17920, 280 CTAs) 35.2 vs
 // 39.6 us at 1 row, 36.8 vs 46.3 at 16, 75.8 vs 119.7 at 64; the LM head 192.5 vs 225.3, 199.4 vs 282.8, 320.3 vs
 // 720.5; the N = 1536 projections (24 CTAs) want the split (q at 1 row: 18.8 vs 10.8). The CTA count is the mma.sync
@@ -329,7 +329,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
 }
 
 // One launch writing the blocks: the bits of one plain GEMM per block, as the CPU runs it. (The per-block launches
-// cost a Qwen2.5-1.5B token 12% on an H100, bench/RESULTS-gpu.md stop 38; removed.)
+// cost a Qwen2.5-1.5B token 12% on an H100, bench/RESULTS-gpu.md; removed.)
 void gemmBlocks(const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1, int64_t cut2,
                 int64_t rows, int64_t row0) {
   checkGemmBlocks(x, w, y, cut1, cut2, rows, row0);

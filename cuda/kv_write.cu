@@ -106,8 +106,7 @@ void kvWrite(const View& k, const View& v, const View& kCache, const View& vCach
                deviceErrorSlot());
 }
 
-// One launch doing both: the bits of rope then kvWrite (level with the two launches on an H100, bench/RESULTS-gpu.md
-// stop 38).
+// One launch doing both: the bits of rope then kvWrite (level with the two launches on an H100, bench/RESULTS-gpu.md).
 void ropeKvWrite(const View& q, const View& k, const View& v, const View& positions, const View& invFreq,
                  const View& kCache, const View& vCache, const View& slots) {
   const char* op = "ropeKvWrite";

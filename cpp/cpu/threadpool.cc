@@ -33,7 +33,7 @@ namespace {
 // context switch (tens of microseconds on a VM, and the region waits for its slowest thread). Measured on the 2-core
 // Zen 4 VM, tiny reasoner, 3000 forwards a run, 6 alternating runs, against the ~26 us spin before: one row p50
 // 0.16 against 0.22 ms a step, p90 0.23 against 0.38; 16 rows p50 0.65 against 0.69, p90 0.87 against 1.18
-// (bench/RESULTS-throughput.md, 2026-11-27). Two waits poll at most kShortSpin: the caller's for the workers' chunks
+// (bench/RESULTS-throughput.md). Two waits poll at most kShortSpin: the caller's for the workers' chunks
 // of its region (a worker that is running finishes within a region's imbalance; one that is not needs the core the
 // poller holds: polling 500 us there measured no faster), and every wait of a pool with more threads than the CPUs
 // available to it (availableCpus: its affinity mask, at most its cgroup's CPU limit).

@@ -1,5 +1,5 @@
 // The native model: config, weights, the paged KV pool and reusable scratch; forward() runs the whole model for a
-// whole batch in one call (DESIGN.md "Native contract"). Shapes: C hidden, Hq/Hk heads, D head dim, I intermediate,
+// whole batch in one call (docs/architecture.md "Native contract"). Shapes: C hidden, Hq/Hk heads, D head dim, I intermediate,
 // V vocab, T packed tokens of the step, B sequences.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// One engine step: the whole model over the whole batch (DESIGN.md "Native contract").
+// One engine step: the whole model over the whole batch (docs/architecture.md "Native contract").
 //   pack: decode sequences (1 new token) first, then prefill chunks, then fixed-schedule sequences; T packed tokens
 //   (rows [0, Tf) run on the step's fast schedule, rows [Tf, T) on the fixed one: model.h BatchInput)
 //   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope + kvWrite -> attention -> o_proj ->
@@ -457,7 +457,7 @@ void Model::attentionBlock(Step& s, int l) {
     // The two attention launches write disjoint rows of attn_ from the KV written above. On CUDA, with both present,
     // the prefill one runs on a side stream beside the decode one: its CTAs are few (a step's verify rows, exact
     // decodes, prompt chunks) and each walks its keys alone, so on one stream it is ~10 us a layer of a mostly idle
-    // GPU (H100, 2026-11-27: 0.32 ms of a 256-row SmolLM step with 26 fixed rows). Not while profiling (its marks time
+    // GPU (H100: 0.32 ms of a 256-row SmolLM step with 26 fixed rows). Not while profiling (its marks time
     // each op alone); DL_ATTN_OVERLAP=0 keeps one stream. The same bits either way.
     gpu::SideStream side(d == Device::cuda && nd > 0 && npre > 0 && !s.prof && knob::knobs().attnOverlap);
     if (npre > 0) {

@@ -7,7 +7,7 @@
 // one chain of wgmma k16 steps in ascending k, started from zero; partials go through the same epilogue and the
 // same ordered second pass (gemm.cu). Whether a wgmma k16 step rounds exactly as mma.sync's m16n8k16 does is not
 // documented, so scripts/device/check.sh ran the bitwise batch-invariance test with wgmma for the large batch and
-// mma.sync for its sub-batches: bitwise equal on an H100 and an H200 (2026-11-27, 36 of 36), so GEMMs of more than
+// mma.sync for its sub-batches: bitwise equal on an H100 and an H200 (36 of 36), so GEMMs of more than
 // 64 rows, and unsplit wide ones of 33-64, take wgmma by default (cuda/gemm.cu wgmmaConfig; DL_GEMM_WGMMA=0 turns it off).
 #include <cuda.h>
 #include <cudaTypedefs.h>

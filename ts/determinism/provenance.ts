@@ -62,7 +62,7 @@ export interface ProvenanceMismatch {
   what: string[];
 }
 
-/** Speed switches the addon no longer has (removed after the H100 run of stop 38 timed them; they never changed bits):
+/** Speed switches the addon no longer has (removed once an H100 run timed them; they never changed bits):
  *  a golden recorded while they existed lists them, and their absence now is no difference. */
 const RETIRED_KNOBS: ReadonlySet<string> = new Set(["DL_GEMM_REDUCE", "DL_GEMM_BLOCKS", "DL_ROPE_KV"]);
 /** Speed switches added after goldens were recorded (no bits of their own), with their defaults: a golden without one

@@ -1,4 +1,5 @@
-// The one place a step's reduction schedule is chosen (DESIGN.md "Reduction schedules are explicit").
+// The one place a step's reduction schedule is chosen (docs/architecture.md "Native contract": reduction schedules are
+// explicit).
 // fast: picked from the batch shape as production kernels do (split the reduction when the batch alone cannot
 // fill the machine), so a sequence's numbers depend on what it is batched with. batch-invariant: fixed constants
 // for every step, so a sequence's numbers never depend on its companions (the baseline deterministic mode).
@@ -37,8 +38,8 @@ const TARGET_PARALLELISM = 16;
 const MIN_KV_TOKENS_PER_SPLIT = 64;
 const MIN_ROWS_WITHOUT_SPLIT_K = 16;
 // CUDA: a GEMM's CTAs tile N only, so at up to 64 rows splitting K is what fills an H100's 132 SMs; the GEMMs whose
-// grid fills them unsplit (gate|up, the LM head) run unsplit anyway (cuda/gemm.cu fastGemmSplitK). Splits 8 since
-// stop 38's H100 run (bench/RESULTS-gpu.md, Qwen2.5-1.5B shape, ms per decode step at splitK 1 / 2 / 4 / 8, split-K
+// grid fills them unsplit (gate|up, the LM head) run unsplit anyway (cuda/gemm.cu fastGemmSplitK). Splits 8 from an
+// H100 run (bench/RESULTS-gpu.md, Qwen2.5-1.5B shape, ms per decode step at splitK 1 / 2 / 4 / 8, split-K
 // finished by the second kernel, DL_GEMM_REDUCE=kernel then, the only way now): batch 1 5.43 / 4.08 / 3.47 / 3.28,
 // 16 rows 5.77 / 4.30 / 3.67 / 3.50, 64 rows 7.52 / 6.45 / 6.06 / 5.74; splitK 8 ahead of 4 at 64 rows in all five
 // runs of that call with that finish (5-11%); 128 rows want 1 (7.39 / 7.94 / 8.15 / 8.00).

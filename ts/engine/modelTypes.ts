@@ -1,5 +1,5 @@
 // The contract between the engine and a loaded model: one forward call per step for the whole batch
-// (DESIGN.md "Native contract"), plus the facts the engine plans with. ts/model's Model satisfies it.
+// (docs/architecture.md "Native contract"), plus the facts the engine plans with. ts/model's Model satisfies it.
 
 export interface SamplingSpec {
   /** 0 = greedy (first index of the max). */

@@ -113,7 +113,7 @@ export interface NativeModelOptions {
   pageSize?: number;
 }
 
-/** Sampling of one sequence's next token: Gumbel-max keyed by (seed, position, token id), see DESIGN.md. */
+/** Sampling of one sequence's next token: Gumbel-max keyed by (seed, position, token id), see docs/architecture.md "Native contract". */
 export interface NativeSampling {
   /** 0 = greedy (first index of the max). */
   temperature?: number;

@@ -1,4 +1,4 @@
-// The shape of one decode-verify-rollback verify pass (DESIGN.md "Determinism"), as pure functions: `group` rows
+// The shape of one decode-verify-rollback verify pass (docs/determinism.md), as pure functions: `group` rows
 // of exactly `window` tokens on the fixed schedule, whatever is being verified. A real row replays
 // [last committed token, candidates…] from the last committed position, padded with PAD_TOKEN to `window`;
 // missing rows are dummies (PAD_TOKEN × window from position 0). Pads and dummies write their KV only into

@@ -1,4 +1,4 @@
-// Decode-verify-rollback for `deterministic: true` requests (DESIGN.md "Determinism", after LLM-42): a step
+// Decode-verify-rollback for `deterministic: true` requests (docs/determinism.md, after LLM-42): a step
 // participant of one model that exists only while that model has deterministic sequences (ModelSlot creates it with
 // the first and drops it with the last), so a step with none runs the plain path, which has no determinism code. A deterministic sequence decodes on the fast path like any other, but its sampled tokens are only
 // candidates: once it holds verifyWindow - 1 of them (or a stop token, or enough to reach maxTokens) it is held
