@@ -252,6 +252,44 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
     expect(long.json.error.message).toMatch(/However, your request has \d+ input tokens/);
   });
 
+  it("library errors map by type: the field's wire name and the error's code; a plain engine throw is a 500", async () => {
+    const bad = await post("/v1/chat/completions", { model: MODEL, messages: ask(), max_tokens: 4, stop_token_ids: [1, 999999] });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error).toMatchObject({ type: "invalid_request_error", param: "stop_token_ids", code: "invalid_option" });
+    // A KV pool of 2 pages (32 tokens): a longer prompt fits the context (512) but not the pool.
+    const model: Model = await loadModel(bundledModelDir, { kvPages: 2 });
+    const engine = new Engine({ models: { model } });
+    const small = await createServer({ target: { engine, model, modelDir: bundledModelDir } });
+    const surl = await small.listen({ port: 0 });
+    const complete = async (): Promise<{ status: number; error: Record<string, unknown> }> => {
+      const r = await fetch(`${surl}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: MODEL, prompt: "1+".repeat(40), max_tokens: 4 }) });
+      return { status: r.status, error: ((await r.json()) as { error: Record<string, unknown> }).error };
+    };
+    try {
+      const pool = await complete();
+      expect(pool.status).toBe(400);
+      expect(pool.error).toMatchObject({ type: "invalid_request_error", param: null, code: "kv_exhausted" });
+      expect(pool.error.message).toMatch(/^KV pool too small: the prompt \(\d+ tokens\) needs \d+ pages/);
+      // Not a DeliberateError: a bug in the engine, not the client's fault.
+      const submit = engine.submit;
+      engine.submit = () => {
+        throw new Error("boom");
+      };
+      const bug = await complete();
+      engine.submit = submit;
+      expect(bug.status).toBe(500);
+      expect(bug.error).toMatchObject({ type: "server_error", message: "internal error: boom" });
+      await engine.dispose();
+      const gone = await complete();
+      expect(gone.status).toBe(503);
+      expect(gone.error).toMatchObject({ type: "service_unavailable_error", code: "disposed" });
+    } finally {
+      await small.close();
+      await engine.dispose();
+      model.dispose();
+    }
+  });
+
   it("404 for an unknown model, 401 for a bad key, 503 + Retry-After when the queue is full", async () => {
     await expect(client.chat.completions.create({ model: "gpt-9", messages: ask() })).rejects.toMatchObject({ status: 404, error: { code: "model_not_found", param: "model" } });
     const model: Model = await loadModel(bundledModelDir);

@@ -1,6 +1,7 @@
 // Errors as OpenAI (and vLLM) return them: a status and a nested body { error: { message, type, param, code } }.
-// Every route throws ApiError for what the client got wrong; anything else is a 500 whose message still says what
-// failed.
+// Every route throws ApiError for what the client got wrong; the library's DeliberateErrors are mapped by their code
+// (fromDeliberateError); anything else is a 500 whose message still says what failed.
+import { DeliberateError } from "../errors/index.js";
 
 export class ApiError extends Error {
   constructor(
@@ -31,9 +32,49 @@ export const modelNotFound = (model: string, served: readonly string[]): ApiErro
 export const unavailable = (message: string, retryAfterSeconds: number): ApiError =>
   new ApiError(503, message, "service_unavailable_error", null, "service_unavailable", { "retry-after": String(retryAfterSeconds) });
 
-/** Any thrown value as an ApiError: ApiErrors as they are, an Error from a fastify body parser as a 400, else a 500. */
+/**
+ * The wire name of the request field a DeliberateError names: the engine's "request.stopTokenIds[]" is the client's
+ * "stop_token_ids" (its top-level field, snake_case), and "request.prompt" is `promptParam` ("messages" on the chat
+ * route). Fields outside the request (engine options, forks) are not the client's: null.
+ */
+export function wireParam(field: string | null, promptParam = "prompt"): string | null {
+  const name = field === null ? undefined : /^request\.([A-Za-z]+)/.exec(field)?.[1];
+  if (name === undefined) return null;
+  return name === "prompt" ? promptParam : name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/**
+ * A library error as OpenAI's error object, by its code: the client's request at fault (a bad field, a prompt over
+ * the context, a request larger than the whole KV pool, an unsupported combination) is a 400 naming the field; an
+ * unknown model or handle a 404; a disposed engine (shutting down) a 503; the addon or the model files a 500.
+ */
+export function fromDeliberateError(e: DeliberateError, promptParam = "prompt"): ApiError {
+  switch (e.code) {
+    case "invalid_option":
+    case "context_length":
+    case "kv_exhausted":
+    case "unsupported":
+      return new ApiError(400, e.message, "invalid_request_error", wireParam(e.field, promptParam), e.code);
+    case "not_found":
+      return new ApiError(404, e.message, "not_found_error", wireParam(e.field, promptParam), e.code);
+    case "disposed":
+      return new ApiError(503, e.message, "service_unavailable_error", null, e.code);
+    case "aborted":
+    case "native":
+    case "model_format":
+      return new ApiError(500, e.message, "server_error", null, e.code);
+    default:
+      return e.code satisfies never;
+  }
+}
+
+/**
+ * Any thrown value as an ApiError: ApiErrors as they are, DeliberateErrors by their code, an Error from a fastify
+ * body parser as a 400, else a 500.
+ */
 export function toApiError(e: unknown): ApiError {
   if (e instanceof ApiError) return e;
+  if (e instanceof DeliberateError) return fromDeliberateError(e);
   const err = e as { statusCode?: number; message?: string; code?: string };
   if (typeof err?.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
     return new ApiError(err.statusCode, err.message ?? "bad request", "invalid_request_error", null, err.code ?? null);

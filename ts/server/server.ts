@@ -9,7 +9,8 @@ import type { ChatMessage } from "../model/chatTemplate.js";
 import { loadModel, type Model } from "../model/model.js";
 import { parseProgramKind, ProgramFactory, ProgramRuntime, type PolicySpec, type ProgramKind } from "../programs/index.js";
 import { arithTask, type Task } from "../tasks/index.js";
-import { ApiError, badRequest, modelNotFound, toApiError, unauthorized, unavailable } from "./errors.js";
+import { DeliberateError } from "../errors/index.js";
+import { ApiError, badRequest, fromDeliberateError, modelNotFound, toApiError, unauthorized, unavailable } from "./errors.js";
 import { Generation, type GenerationEvent, type ThinkTokens } from "./generation.js";
 import { ServerMetrics } from "./metrics.js";
 import {
@@ -207,15 +208,16 @@ function engineRequest(t: ServeTarget, b: SamplingBody, prompt: number[], maxTok
   return r;
 }
 
-/** Starts a generation; the engine's synchronous refusals (bad token ids, a prompt over the KV pool) are 400s. */
-function startGeneration(state: ServerState, t: ServeTarget, req: ReturnType<typeof engineRequest>, opensThought: boolean, thinkingBudget: number | undefined): Generation {
+/**
+ * Starts a generation. The engine's synchronous refusals are DeliberateErrors mapped by code (a bad token id, a
+ * prompt over the KV pool: 400s naming the wire field; the prompt is `promptParam`); anything else it throws is a
+ * bug, a 500.
+ */
+function startGeneration(state: ServerState, t: ServeTarget, req: ReturnType<typeof engineRequest>, opensThought: boolean, thinkingBudget: number | undefined, promptParam: "messages" | "prompt"): Generation {
   try {
     return new Generation(t.engine, req, { think: state.think, promptOpensThought: opensThought, thinkingBudget, codec: t.model.tokenizer });
   } catch (e) {
-    // The engine names its own field (request.stopTokenIds[] ...): the client's is its snake_case wire name.
-    const message = (e as Error).message;
-    const field = /^request\.([A-Za-z]+)/.exec(message)?.[1];
-    throw badRequest(message, field === undefined ? null : field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`));
+    throw e instanceof DeliberateError ? fromDeliberateError(e, promptParam) : e;
   }
 }
 
@@ -280,7 +282,7 @@ async function chatCompletions(state: ServerState, request: FastifyRequest, repl
     throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
   }
   const req = engineRequest(t, body, prompt.ids, maxTokens, wantLogprobs ? (body.top_logprobs ?? 0) : undefined);
-  const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget);
+  const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget, "messages");
   const id = newId("chatcmpl");
   const created = nowSeconds();
   const model = state.servedName;
@@ -376,7 +378,7 @@ async function completions(state: ServerState, request: FastifyRequest, reply: F
   const logprobs = body.logprobs ?? undefined;
   const gens: Generation[] = [];
   try {
-    for (let p = 0; p < prompts.length; p++) gens.push(startGeneration(state, t, engineRequest(t, body, prompts[p], maxTokens[p], logprobs), false, undefined));
+    for (let p = 0; p < prompts.length; p++) gens.push(startGeneration(state, t, engineRequest(t, body, prompts[p], maxTokens[p], logprobs), false, undefined, "prompt"));
   } catch (e) {
     for (const g of gens) g.abort();
     throw e;
