@@ -10,6 +10,7 @@
 //
 // The reference implementation's `should_early_exit` returns true whenever enough probes exist, whatever they say
 // (hao-ai-lab/Dynasor issue #25). Here the answers must agree as above.
+import { InvalidOptionError } from "../errors/index.js";
 
 /** Words that mark a probe answer as a guess rather than a conclusion (matched as whole words, any case). */
 export const DEFAULT_HESITATION_WORDS: readonly string[] = ["wait", "hmm", "hold", "but", "maybe", "perhaps", "unsure", "not sure", "double-check", "recheck", "alternatively"];
@@ -27,9 +28,9 @@ export const DEFAULT_PROBE_RULE: ProbeRule = { window: 3, hesitationWords: DEFAU
 
 /** The rule's `agree`, checked: an integer in [1, window] (absent: window). */
 export function agreeCount(rule: ProbeRule): number {
-  if (!Number.isInteger(rule.window) || rule.window < 1) throw new RangeError(`probe window must be an integer ≥ 1, got ${rule.window}`);
+  if (!Number.isInteger(rule.window) || rule.window < 1) throw new InvalidOptionError(`probe window must be an integer ≥ 1, got ${rule.window}`, { field: "probe.window" });
   const agree = rule.agree ?? rule.window;
-  if (!Number.isInteger(agree) || agree < 1 || agree > rule.window) throw new RangeError(`probe agree must be an integer in [1, window = ${rule.window}], got ${agree}`);
+  if (!Number.isInteger(agree) || agree < 1 || agree > rule.window) throw new InvalidOptionError(`probe agree must be an integer in [1, window = ${rule.window}], got ${agree}`, { field: "probe.agree" });
   return agree;
 }
 
