@@ -1,6 +1,5 @@
 // The errors layer: every other layer throws these; callers and the HTTP server branch on their class or `code`.
 export {
-  asNativeError,
   ContextLengthError,
   DeliberateError,
   DisposedError,
@@ -9,7 +8,6 @@ export {
   ModelFormatError,
   NativeError,
   NotFoundError,
-  rethrowNative,
   UnsupportedError,
 } from "./deliberateError.js";
 export type { DeliberateErrorCode, DeliberateErrorOptions } from "./deliberateError.js";

@@ -1,7 +1,7 @@
 // Builds the NativeModel for a checked config and streams the checkpoint into it one tensor at a time, so host
 // memory never holds more than one tensor of a multi-GB checkpoint.
 import type { Addon, DeviceKind, NativeModel } from "../native/addonTypes.js";
-import { asNativeError, rethrowNative } from "../errors/index.js";
+import { asNativeError, rethrowNative } from "../errors/native.js";
 import { loadAddon } from "../native/loadAddon.js";
 import { computeInvFreq, type ModelConfig } from "./config.js";
 import { nativeDType } from "./dtype.js";

@@ -1,7 +1,8 @@
 // A loaded model: config, tokenizer, chat template, generation defaults and the native model with its paged KV
 // pool. `forward` is the engine's entry (one native call per step for a whole batch); generate(model, ...) in
 // ts/engine/generate.ts runs one prompt on an Engine for direct use.
-import { asNativeError, DisposedError, InvalidOptionError, rethrowNative, UnsupportedError } from "../errors/index.js";
+import { DisposedError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
+import { asNativeError, rethrowNative } from "../errors/native.js";
 import type { DeviceKind, NativeForwardBatch, NativeForwardPacked, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
 import { bundledModelDir } from "./bundled.js";
 import type { ChatMessage } from "./chatTemplate.js";
