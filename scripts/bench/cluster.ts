@@ -15,7 +15,7 @@ import { availableParallelism, cpus } from "node:os";
 import { parseArgs } from "node:util";
 import { createRouter, type DeliberateRouter, type RoutingPolicy } from "../../ts/cluster/index.js";
 import { startNats, startReplica, type NatsHandle, type ReplicaHandle } from "../cluster/localCluster.js";
-import { median, parseRepeats } from "./repeats.js";
+import { formatSpread, median, parseRepeats, percentileNearestRank } from "./stats.js";
 
 const { values } = parseArgs({
   options: {
@@ -148,10 +148,8 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
   return { wallMs: performance.now() - t0, cpuMs: (cpu.user + cpu.system) / 1000, requests, programMs, programReplicas };
 }
 
-function p90(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil(0.9 * s.length) - 1)] ?? 0;
-}
+/** P90 of a run's latencies; 0 for a run with none. */
+const p90 = (xs: number[]): number => (xs.length === 0 ? 0 : percentileNearestRank(xs, 90));
 
 interface RunRow {
   tokensPerSecond: number;
@@ -318,9 +316,22 @@ const fault = values["no-fault"] ? null : await faultRun();
 
 // ---- report ----
 
-const fmtRange = (xs: number[], f: (x: number) => string): string => `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
 const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
 const num = (x: number): string => x.toFixed(0);
+const cores = (x: number): string => x.toFixed(2);
+
+/** What killing one of two replicas mid-run cost: failed and re-routed requests, the ring's and programs' recovery. */
+function faultParagraph(fault: FaultResult): string {
+  const recovered = fault.firstRecoveredMs === null ? "never" : `${num(fault.firstRecoveredMs)} ms`;
+  return [
+    `Fault run (2 replicas, affinity; replica-2 SIGKILLed at ${num(fault.killedAtMs)} ms, 40% of programs done):`,
+    `${fault.failedRequests} requests failed (${fault.failedOnVictim} of them named the killed replica; ${fault.failedAfterRetry} failed again on the client's one retry),`,
+    `${fault.rerouted} re-routed by the router, the victim left the ring ${num(fault.leftRingMs)} ms after the kill,`,
+    `the first request of a program that had run on it succeeded ${recovered} after the kill;`,
+    `${fault.programsCompleted}/${PROGRAMS} programs completed, ${num(fault.row.tokensPerSecond)} tok/s over the run.`,
+  ].join(" ");
+}
+
 const date = new Date().toISOString();
 const lines = [
   `# bench:cluster (${date.slice(0, 10)}; ${cpus()[0]?.model ?? "cpu"}, ${CORES} cores; tiny reasoner; each replica pinned to core i mod ${CORES})`,
@@ -332,8 +343,8 @@ const lines = [
 ];
 for (const n of REPLICAS) {
   for (const policy of POLICIES) {
-    const rs = rows[n][policy];
-    lines.push(`| ${n} | ${policy} | ${fmtRange(rs.map((r) => r.tokensPerSecond), num)} | ${fmtRange(rs.map((r) => r.programsPerSecond), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.p90ProgramMs), num)} | ${fmtRange(rs.map((r) => r.p90RequestMs), num)} | ${fmtRange(rs.map((r) => r.prefixHitRate), pct)} | ${fmtRange(rs.map((r) => r.oneReplicaShare), pct)} | ${fmtRange(rs.map((r) => r.programsOnOneReplica), pct)} | ${fmtRange(rs.map((r) => r.routerClientCores), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.natsCores), (x) => x.toFixed(2))} | ${fmtRange(rs.map((r) => r.replicaCores), (x) => x.toFixed(2))} |`);
+    const cell = (k: keyof RunRow, f: (x: number) => string): string => formatSpread(rows[n][policy].map((r) => r[k]), f);
+    lines.push(`| ${n} | ${policy} | ${cell("tokensPerSecond", num)} | ${cell("programsPerSecond", cores)} | ${cell("p90ProgramMs", num)} | ${cell("p90RequestMs", num)} | ${cell("prefixHitRate", pct)} | ${cell("oneReplicaShare", pct)} | ${cell("programsOnOneReplica", pct)} | ${cell("routerClientCores", cores)} | ${cell("natsCores", cores)} | ${cell("replicaCores", cores)} |`);
   }
 }
 const scaling: string[] = [];
@@ -345,12 +356,7 @@ for (const policy of POLICIES) {
   }
 }
 if (scaling.length > 0) lines.push("", `Throughput scaling (medians): ${scaling.join("; ")}.`);
-if (fault !== null) {
-  lines.push(
-    "",
-    `Fault run (2 replicas, affinity; replica-2 SIGKILLed at ${num(fault.killedAtMs)} ms, 40% of programs done): ${fault.failedRequests} requests failed (${fault.failedOnVictim} of them named the killed replica; ${fault.failedAfterRetry} failed again on the client's one retry), ${fault.rerouted} re-routed by the router, the victim left the ring ${num(fault.leftRingMs)} ms after the kill, the first request of a program that had run on it succeeded ${fault.firstRecoveredMs === null ? "never" : `${num(fault.firstRecoveredMs)} ms`} after the kill; ${fault.programsCompleted}/${PROGRAMS} programs completed, ${num(fault.row.tokensPerSecond)} tok/s over the run.`,
-  );
-}
+if (fault !== null) lines.push("", faultParagraph(fault));
 const md = lines.join("\n");
 console.log(md);
 if (values.json) {

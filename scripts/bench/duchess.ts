@@ -38,6 +38,7 @@ import type { SchedulingPolicy } from "../../ts/sched/policy.js";
 import { arithTask } from "../../ts/tasks/arith/task.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
+import { formatRange, formatSpread, mean, median, parseRepeats, percentileNearestRank, poissonArrivalsMs, runOpenLoop } from "./stats.js";
 import { lineChart } from "./svg.js";
 
 const { values } = parseArgs({
@@ -215,8 +216,8 @@ if (TUNE > 0) {
     return row;
   };
   // The fewest tokens among the settings at least as accurate as SC on validation, less --tune-slack points; if
-  // none is, the most accurate. (A slack of 1 point, this bench's rule until 2026-11-27, let the tuning trade a
-  // point of accuracy for tokens, so DUCHESS's curve stayed a point under SC's and never reached SC's best.)
+  // none is, the most accurate. (With a slack of 1 point the tuning trades a point of accuracy for tokens, and
+  // DUCHESS's curve stays a point under SC's, never reaching SC's best: hence the default 0.)
   const within = (g: TuneRow): boolean => g.accuracy >= sc.accuracy - TUNE_SLACK / 100 - 1e-9;
   const choose = (rows: readonly TuneRow[]): TuneRow => {
     const ok = rows.filter(within);
@@ -316,7 +317,7 @@ const soloMs = new Map<number, number>();
 const SERVE_CAP = Number(values["serve-cap"]);
 if (values.serve) {
   const serveN = Number(values["serve-n"]);
-  const repeats = Number(values.repeats);
+  const repeats = parseRepeats(values.repeats);
   const qs = problemSet({ split: "test", n: serveN, seed: SEED + 11 });
   // Capacity: SC to its cap on these questions, all at once.
   {
@@ -328,7 +329,7 @@ if (values.serve) {
     for (const level of [1, 2, 3, 4, 5]) {
       const ms: number[] = [];
       for (const p of problemSet({ split: "validation", n: 3, seed: 3, levels: [level as 1] })) ms.push((await rt.run(build("sc", p, SERVE_CAP, 0).program, { policy: { kind: "baseline-even" } })).elapsedMs);
-      soloMs.set(level, ms.sort((a, b) => a - b)[1]);
+      soloMs.set(level, median(ms));
     }
   }
   log(`serving: capacity ≈ ${capacity.toFixed(2)} SC programs/s (cap ${SERVE_CAP}); solo SC latency per level ${[...soloMs].map(([l, ms]) => `L${l} ${ms} ms`).join(", ")}`);
@@ -343,41 +344,30 @@ if (values.serve) {
     for (const sys of systems) {
       const row: ServeRow = { system: sys.name, rate: mult, ratePerSecond: rate, repeats: [], load: 0 };
       for (let rep = 0; rep < repeats; rep++) {
-        let s = (SEED * 7919 + rep * 104729 + Math.round(mult * 1000)) >>> 0;
-        let t = 0;
-        const at = qs.map(() => {
-          s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-          t += -Math.log(1 - s / 2 ** 32) / rate;
-          return t * 1000;
-        });
         await using engine = new Engine({ models: { model }, schedulingPolicy: sys.sched, maxBatchSeqs: 32 });
         const rt = new ProgramRuntime(engine);
-        const t0 = Date.now();
-        const rs = await Promise.all(
-          qs.map(async (p, i) => {
-            await new Promise((r) => setTimeout(r, Math.max(0, t0 + at[i] - Date.now())));
-            const arrived = Date.now();
-            const b = build(sys.method, p, SERVE_CAP, i);
-            const r = await rt.run(b.program, { policy: b.policy });
-            const latency = Date.now() - arrived;
-            return { latency, deadline: 3 * soloMs.get(p.level)!, correct: task.equivalent(r.answer, p.answer), tokens: r.tokensUsed };
-          }),
-        );
-        const lat = rs.map((r) => r.latency).sort((a, b) => a - b);
+        const arrivals = poissonArrivalsMs(qs.length, rate, SEED * 7919 + rep * 104729 + Math.round(mult * 1000));
+        const rs = await runOpenLoop(qs, arrivals, async (p, i) => {
+          const b = build(sys.method, p, SERVE_CAP, i);
+          const r = await rt.run(b.program, { policy: b.policy });
+          return { deadline: 3 * soloMs.get(p.level)!, correct: task.equivalent(r.answer, p.answer), tokens: r.tokensUsed };
+        });
+        const lat = rs.map((r) => r.latencyMs);
         row.repeats.push({
-          meanMs: lat.reduce((a, b) => a + b, 0) / lat.length,
-          p90Ms: lat[Math.min(lat.length - 1, Math.ceil(0.9 * lat.length) - 1)],
-          attainment: rs.filter((r) => r.latency <= r.deadline).length / rs.length,
-          accuracy: rs.filter((r) => r.correct).length / rs.length,
-          meanTokens: rs.reduce((a, r) => a + r.tokens, 0) / rs.length,
+          meanMs: mean(lat),
+          p90Ms: percentileNearestRank(lat, 90),
+          attainment: rs.filter((r) => r.latencyMs <= r.result.deadline).length / rs.length,
+          accuracy: rs.filter((r) => r.result.correct).length / rs.length,
+          meanTokens: mean(rs.map((r) => r.result.tokens)),
         });
       }
       row.load = load1m();
       loads.push(row.load);
       serveRows.push(row);
       const med = (k: "meanMs" | "p90Ms" | "attainment"): string => {
-        const xs = row.repeats.map((r) => r[k]).sort((a, b) => a - b);
-        return `${xs[Math.floor(xs.length / 2)].toFixed(k === "attainment" ? 2 : 0)} [${xs[0].toFixed(k === "attainment" ? 2 : 0)}–${xs[xs.length - 1].toFixed(k === "attainment" ? 2 : 0)}]`;
+        const xs = row.repeats.map((r) => r[k]);
+        const f = (x: number): string => x.toFixed(k === "attainment" ? 2 : 0);
+        return `${f(median(xs))} [${formatRange(xs, f)}]`;
       };
       log(`${sys.name.padEnd(32)} rate ${mult}× (${rate.toFixed(2)}/s): mean ${med("meanMs")} ms, p90 ${med("p90Ms")} ms, attainment ${med("attainment")}, load ${row.load}`);
     }
@@ -404,14 +394,41 @@ const result = {
   serving: values.serve ? { cap: SERVE_CAP, capacityProgramsPerSecond: capacity, soloMsByLevel: Object.fromEntries(soloMs), rows: serveRows } : null,
   wallSeconds: (Date.now() - started) / 1000,
 };
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const spread = (xs: number[], digits: number): string => `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)})`;
+/** The probe as trained and the DUCHESS settings as run, with what the paper-settings and paper-label curves are. */
+function probeParagraph(): string {
+  const cm = probe.meta.correctness;
+  const label =
+    cm.label === "settled"
+      ? " (a checkpoint is positive when the next 3 CoT probes give the answer the branch ends with; the paper's label asks for the right answer)"
+      : " (the paper's: the next 3 CoT probes give the right answer)";
+  return [
+    `Probe: label ${cm.label ?? "correct"}${label}, block ${cm.layer} (validation AUROC by block ${JSON.stringify(cm.aurocByLayer)}; test AUROC ${cm.testAuroc}), trained on checkpoints every ${cm.interval} tokens;`,
+    `difficulty classifier test accuracy ${probe.meta.difficulty?.testAccuracy ?? "—"}, Spearman ${probe.meta.difficulty?.testSpearman ?? "—"}.`,
+    `DUCHESS as run: ${settingsLine}${tuning ? ` (tuned on ${TUNE} validation questions at c = ${tuning.cap})` : ""}.`,
+    `\`duchess:paper\` is the paper's GSM8K settings whatever the tuning (interval ${cm.interval}, tau at the 70th percentile, alpha 0.6, beta 0.8, lambda 1, branch-out on).${
+      probeCorrect
+        ? ` \`duchess:correct-label\` is DUCHESS with a probe trained with the paper's label (${values["probe-correct"]}: block ${probeCorrect.meta.correctness.layer}, test AUROC ${probeCorrect.meta.correctness.testAuroc}) at that probe's own tuned settings.`
+        : ""
+    }`,
+  ].join(" ");
+}
+
+/** Tokens DUCHESS saves at SC's and at Dynasor's best accuracy, and the ablations at the largest cap. */
+function summaryParagraph(): string {
+  return [
+    `**Summary.** SC's best accuracy ${(scBest.accuracy * 100).toFixed(1)}% (c = ${scBest.cap}) costs ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS reaches it with ${dAtSc?.toFixed(0) ?? "—"} tokens: **${pct(summary.savedVsSc)} saved** (paper 42–63%; target ≥ 40%).`,
+    `Dynasor's best ${(dynBest.accuracy * 100).toFixed(1)}% (c = ${dynBest.cap}) costs ${dynBest.meanTokens.toFixed(0)}; DUCHESS there: ${dAtDyn?.toFixed(0) ?? "—"} (${pct(summary.savedVsDynasor)} saved).`,
+    `Ablations at c = ${cMax} (tuned interval and tau): terminate only ${pointStr("duchess:terminate")}, + branch-out ${pointStr("duchess:+branch-out")}, + request stop ${pointStr("duchess:+request-stop")}; terminate + request stop without branch-out ${pointStr("duchess:terminate+stop")}.`,
+  ].join(" ");
+}
+
+const spread = (xs: number[], digits: number): string => formatSpread(xs, (x) => x.toFixed(digits));
 const md = [
   `# DUCHESS benchmark — ${bm.label}`,
   "",
   `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max}. Command: \`${commandLine}\`. Wall ${result.wallSeconds.toFixed(0)} s.`,
   "",
-  `Probe: label ${probe.meta.correctness.label ?? "correct"}${probe.meta.correctness.label === "settled" ? " (a checkpoint is positive when the next 3 CoT probes give the answer the branch ends with; the paper's label asks for the right answer)" : " (the paper's: the next 3 CoT probes give the right answer)"}, block ${probe.meta.correctness.layer} (validation AUROC by block ${JSON.stringify(probe.meta.correctness.aurocByLayer)}; test AUROC ${probe.meta.correctness.testAuroc}), trained on checkpoints every ${probe.meta.correctness.interval} tokens; difficulty classifier test accuracy ${probe.meta.difficulty?.testAccuracy ?? "—"}, Spearman ${probe.meta.difficulty?.testSpearman ?? "—"}. DUCHESS as run: ${settingsLine}${tuning ? ` (tuned on ${TUNE} validation questions at c = ${tuning.cap})` : ""}. \`duchess:paper\` is the paper's GSM8K settings whatever the tuning (interval ${probe.meta.correctness.interval}, tau at the 70th percentile, alpha 0.6, beta 0.8, lambda 1, branch-out on).${probeCorrect ? ` \`duchess:correct-label\` is DUCHESS with a probe trained with the paper's label (${values["probe-correct"]}: block ${probeCorrect.meta.correctness.layer}, test AUROC ${probeCorrect.meta.correctness.testAuroc}) at that probe's own tuned settings.` : ""}`,
+  probeParagraph(),
   "",
   `## Accuracy vs tokens (${N} test questions, the same questions and seeds for every method; max ${MAX_TOKENS} tokens per branch)`,
   "",
@@ -421,7 +438,7 @@ const md = [
   "",
   `Tokens saved vs SC at SC's best accuracy (${(scBest.accuracy * 100).toFixed(1)}%), read along each method's curve: ${Object.entries(summary.savedVsScByMethod).map(([m, v]) => `${m} ${pct(v)}`).join(", ")}.`,
   "",
-  `**Summary.** SC's best accuracy ${(scBest.accuracy * 100).toFixed(1)}% (c = ${scBest.cap}) costs ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS reaches it with ${dAtSc?.toFixed(0) ?? "—"} tokens: **${pct(summary.savedVsSc)} saved** (paper 42–63%; target ≥ 40%). Dynasor's best ${(dynBest.accuracy * 100).toFixed(1)}% (c = ${dynBest.cap}) costs ${dynBest.meanTokens.toFixed(0)}; DUCHESS there: ${dAtDyn?.toFixed(0) ?? "—"} (${pct(summary.savedVsDynasor)} saved). Ablations at c = ${cMax} (tuned interval and tau): terminate only ${pointStr("duchess:terminate")}, + branch-out ${pointStr("duchess:+branch-out")}, + request stop ${pointStr("duchess:+request-stop")}; terminate + request stop without branch-out ${pointStr("duchess:terminate+stop")}.`,
+  summaryParagraph(),
   "",
   ...(tuning
     ? [

@@ -13,6 +13,7 @@ import { loadModel } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { profileTable } from "./profileTable.js";
+import { percentileNearestRank } from "./stats.js";
 
 const { values } = parseArgs({
   options: {
@@ -57,9 +58,8 @@ for (let i = 0; i < steps; i++) {
   stepMs.push(performance.now() - t0);
 }
 const cpu = process.cpuUsage(cpuStart), wall = performance.now() - wallStart;
-stepMs.sort((a, b) => a - b);
-const pct = (q: number) => stepMs[Math.min(steps - 1, Math.floor(q * steps))]!.toFixed(3);
-console.log(`decode batch ${B}: ${(wall / steps).toFixed(1)} ms wall, ${((cpu.user + cpu.system) / 1e3 / steps).toFixed(1)} ms CPU per step (${steps} steps, load ${loadavg()[0].toFixed(2)}); step wall p10 / p50 / p90 ${pct(0.1)} / ${pct(0.5)} / ${pct(0.9)} ms`);
+const pct = (q: number) => percentileNearestRank(stepMs, q).toFixed(3);
+console.log(`decode batch ${B}: ${(wall / steps).toFixed(1)} ms wall, ${((cpu.user + cpu.system) / 1e3 / steps).toFixed(1)} ms CPU per step (${steps} steps, load ${loadavg()[0].toFixed(2)}); step wall p10 / p50 / p90 ${pct(10)} / ${pct(50)} / ${pct(90)} ms`);
 if (values.profile) {
   for (let i = 0; i < steps; i++) next = await timed("", next.map((t) => ({ tokens: Int32Array.of(t), startPos: P + steps + i })), true);
   console.log(`\n${profileTable(model.takeProfile(), `decode batch ${B} op by op`)}`);

@@ -32,7 +32,7 @@ import { ModelTokenizer } from "../../ts/model/tokenizer.js";
 import { ConfidenceTracker } from "../../ts/engine/confidence.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { mulberry32 } from "../fixture/random.js";
-import { median } from "./repeats.js";
+import { median } from "./stats.js";
 
 const { values } = parseArgs({
   options: {
@@ -61,9 +61,8 @@ const realModel = values.model === undefined ? null : await loadModel(values.mod
 
 /**
  * One timed run after an untimed run of the same kind, so the timed one finds the JIT warm for its own path. No
- * forced full GC between runs: one (gc() before each run, as this bench did until 2026-11-27) left the runs after
- * it 2-4x slower, even after a warm-up run (batch 64: 0.24-0.52 against 0.115-0.130 ms a step), which is what the
- * earlier figures of this bench paid.
+ * forced full GC between runs: a gc() before each run leaves the runs after it 2-4x slower, even after a warm-up
+ * run (batch 64: 0.24-0.52 against 0.115-0.130 ms a step).
  */
 async function settledRun(windowed: boolean, confidence = false): Promise<{ steps: number; ms: number; cpuMs: number }> {
   await msPerStep(windowed, confidence, Math.min(MAX_TOKENS, 64));

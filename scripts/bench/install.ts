@@ -9,7 +9,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 // @ts-expect-error: a plain .mjs script without types
 import { packPrebuilt } from "../pack.mjs";
-import { median, parseRepeats } from "./repeats.js";
+import { formatRange, median, parseRepeats } from "./stats.js";
 
 const { values } = parseArgs({ options: { repeats: { type: "string", default: "3" }, json: { type: "boolean", default: false } } });
 const repeats = parseRepeats(values.repeats);
@@ -35,6 +35,6 @@ try {
 } finally {
   rmSync(work, { recursive: true, force: true });
 }
-const f = (xs: number[]): string => `${median(xs).toFixed(1)} s (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
+const f = (xs: number[]): string => `${median(xs).toFixed(1)} s (${formatRange(xs, (x) => x.toFixed(1))})`;
 const line = `install from the tarball ${f(installs)}, first \`npx deliberate run\` ${f(firstAnswers)} (median of ${repeats}, range)`;
 console.log(values.json ? JSON.stringify({ date: new Date().toISOString(), repeats, installSeconds: installs, firstAnswerSeconds: firstAnswers }) : line);

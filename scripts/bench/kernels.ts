@@ -9,6 +9,7 @@ import { spawnSync } from "node:child_process";
 import { Worker } from "node:worker_threads";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
+import { median } from "./stats.js";
 
 const addon = loadAddon();
 const json = process.argv.includes("--json");
@@ -28,8 +29,7 @@ async function medianSeconds(fn: () => Promise<unknown> | unknown): Promise<numb
     times.push((performance.now() - t) / 1e3);
     if (times.length >= 200) break;
   }
-  times.sort((a, b) => a - b);
-  return times[times.length >> 1];
+  return median(times);
 }
 
 function filled(dtype: DType, shape: number[], seed: number): NativeTensor {

@@ -5,6 +5,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { formatRange, mean } from "./stats.js";
 
 const { values, positionals } = parseArgs({ allowPositionals: true, options: { out: { type: "string", default: "bench/duchess-seeds.md" } } });
 if (positionals.length < 2) throw new Error("give at least two bench:duchess --out folders (one per seed)");
@@ -36,10 +37,8 @@ const runs: Run[] = positionals.map((dir) => {
   const seed = Number(/--seed (\d+)/.exec(j.command)?.[1] ?? 1);
   return { date: j.date, command: j.command, seed, points: j.points, summary: j.summary };
 });
-const stat = (xs: number[], f: (x: number) => string): string => {
-  const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
-  return `${f(mean)} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
-};
+/** "mean (min–max)" over the seeds. */
+const stat = (xs: number[], f: (x: number) => string): string => `${f(mean(xs))} (${formatRange(xs, f)})`;
 const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
 const keys = [...new Set(runs[0].points.map((p) => `${p.method}@${p.cap}`))];
 const rows = keys.map((k) => {

@@ -26,7 +26,7 @@ import { bundledModelDir, Engine, loadModel } from "../../ts/index.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import { createServer } from "../../ts/server/index.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
-import { median, parseRepeats } from "./repeats.js";
+import { formatSpread, median, parseRepeats, percentileNearestRank } from "./stats.js";
 
 const { values } = parseArgs({
   options: {
@@ -125,11 +125,6 @@ interface CpuUse {
 function cpuUse(a: CpuSnap, b: CpuSnap, tokens: number): CpuUse {
   const wall = (b.at - a.at) / 1000;
   return { processUsPerToken: ((b.process - a.process) / tokens) * 1e6, loopBusy: (b.loop - a.loop) / wall, machineCores: (b.machineBusy - a.machineBusy) / wall };
-}
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
 }
 
 /** The in-process path: C closed-loop clients submitting and iterating deltas. */
@@ -271,16 +266,16 @@ for (const c of LEVELS) {
       const run = await fn(c, n, base);
       row.cpu.push(cpuUse(before, cpuSnap(), run.tokens));
       row.tokensPerSecond.push(run.tokens / run.seconds);
-      row.ttftP50.push(pct(run.ttftMs, 50));
-      row.ttftP99.push(pct(run.ttftMs, 99));
-      row.itlP50.push(pct(run.itlMs, 50));
-      row.itlP99.push(pct(run.itlMs, 99));
+      row.ttftP50.push(percentileNearestRank(run.ttftMs, 50));
+      row.ttftP99.push(percentileNearestRank(run.ttftMs, 99));
+      row.itlP50.push(percentileNearestRank(run.itlMs, 50));
+      row.itlP99.push(percentileNearestRank(run.itlMs, 99));
       row.errors += run.errors;
     }
     base += n;
   }
   rows.push(http, eng);
-  const f = (x: number[]): string => `${median(x).toFixed(1)} [${Math.min(...x).toFixed(1)}-${Math.max(...x).toFixed(1)}]`;
+  const f = (x: number[]): string => formatSpread(x, (v) => v.toFixed(1));
   process.stderr.write(`clients ${c}: http ${f(http.tokensPerSecond)} tok/s, engine ${f(eng.tokensPerSecond)} tok/s; TTFT P50 http ${f(http.ttftP50)} ms, engine ${f(eng.ttftP50)} ms\n`);
 }
 
@@ -344,7 +339,7 @@ const summary = LEVELS.map((c) => {
 const out = { date: new Date().toISOString(), model: SERVED, threads: THREADS ?? loadAddon().listDevices().cpu.threads, tokens: TOKENS, lengths: values.lengths, repeats: REPEATS, rows, summary, storm };
 const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS}`}${MIXED ? "" : "-fixed"}`;
 if (values.json) writeFileSync(`${stem}.json`, `${JSON.stringify(out, null, 1)}\n`);
-const f = (x: number[], d = 1): string => `${median(x).toFixed(d)} (${Math.min(...x).toFixed(d)}–${Math.max(...x).toFixed(d)})`;
+const f = (x: number[], d = 1): string => formatSpread(x, (v) => v.toFixed(d));
 const lines = [
   `# bench:server on ${SERVED} (${out.date.slice(0, 10)}, device ${values.device}, ${MIXED ? `${Math.floor(TOKENS / 2)}-${Math.floor(TOKENS / 2) + TOKENS} (mixed)` : TOKENS} tokens per request, ${out.threads} CPU compute thread(s), ${PER_CLIENT} requests per client (at least 32), median of ${REPEATS} with the range)`,
   "",

@@ -31,7 +31,7 @@ import { answersEquivalent } from "../../ts/tasks/arith/answer.js";
 import type { Level } from "../../ts/tasks/arith/levels.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
-import { median, parseRepeats } from "./repeats.js";
+import { formatRange, mean, median, parseRepeats, percentileNearestRank, poissonArrivalsMs, runOpenLoop } from "./stats.js";
 import { lineChart } from "./svg.js";
 import { sustainedRate, type SustainedRate } from "./sustainedRate.js";
 
@@ -126,8 +126,7 @@ const soloMs = new Map<Level, number>();
     const qs = problemSet({ split: "validation", n: SOLO_RUNS, seed: 3, levels: [level] });
     const ms: number[] = [];
     for (const p of qs) ms.push((await rt.run(scOf(p), { policy: { kind: "baseline-even" } })).elapsedMs);
-    ms.sort((a, b) => a - b);
-    soloMs.set(level, ms.length % 2 === 1 ? ms[(ms.length - 1) / 2] : (ms[ms.length / 2 - 1] + ms[ms.length / 2]) / 2);
+    soloMs.set(level, median(ms));
   }
 }
 const base = [...soloMs.values()].reduce((a, b) => a + b, 0) / soloMs.size;
@@ -149,19 +148,8 @@ const systems = ALL_SYSTEMS.filter((s) => asked === undefined || asked.includes(
 const test = problemSet({ split: "test", n: NPROG, seed: Number(values.seed) });
 
 /** "min–max" of one figure over a point's repeats, scaled and rounded for the table. */
-function spreadOf(runs: readonly Run[], k: keyof Run, scale: number, digits: number): string {
-  const xs = runs.map((r) => r[k] * scale);
-  return `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;
-}
-
-function arrivals(rate: number, seed: number): number[] {
-  let s = seed >>> 0;
-  let t = 0;
-  return test.map(() => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    t += -Math.log(1 - s / 2 ** 32) / rate;
-    return t * 1000;
-  });
+function rangeOf(runs: readonly Run[], k: keyof Run, scale: number, digits: number): string {
+  return formatRange(runs.map((r) => r[k] * scale), (x) => x.toFixed(digits));
 }
 
 interface Run { attainment: number; p90LatencyOverDeadline: number; meanTokens: number; accuracy: number }
@@ -174,26 +162,17 @@ for (const mult of rateMultipliers) {
   for (const sys of systems) {
     const runs: Run[] = [];
     for (let rep = 0; rep < REPEATS; rep++) {
-      const at = arrivals(rate, Number(values.seed) + rep);
       await using engine = new Engine({ models: { model }, schedulingPolicy: sys.sched, maxBatchSeqs: MAX_SEQS });
       const rt = new ProgramRuntime(engine);
-      const t0 = Date.now();
-      const results = await Promise.all(
-        test.map(async (p, i) => {
-          await new Promise((r) => setTimeout(r, Math.max(0, t0 + at[i] - Date.now())));
-          const arrived = Date.now();
-          const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
-          const latency = Date.now() - arrived;
-          const deadline = SCALE * soloMs.get(p.level)!;
-          return { latency, deadline, tokens: r.tokensUsed, correct: r.answer !== null && eq(r.answer, p.answer) };
-        }),
-      );
-      const ratios = results.map((r) => r.latency / r.deadline).sort((a, b) => a - b);
+      const results = await runOpenLoop(test, poissonArrivalsMs(test.length, rate, Number(values.seed) + rep), async (p) => {
+        const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
+        return { deadline: SCALE * soloMs.get(p.level)!, tokens: r.tokensUsed, correct: r.answer !== null && eq(r.answer, p.answer) };
+      });
       runs.push({
-        attainment: results.filter((r) => r.latency <= r.deadline).length / results.length,
-        p90LatencyOverDeadline: ratios[Math.min(ratios.length - 1, Math.ceil(0.9 * ratios.length) - 1)],
-        meanTokens: results.reduce((s, r) => s + r.tokens, 0) / results.length,
-        accuracy: results.filter((r) => r.correct).length / results.length,
+        attainment: results.filter((r) => r.latencyMs <= r.result.deadline).length / results.length,
+        p90LatencyOverDeadline: percentileNearestRank(results.map((r) => r.latencyMs / r.result.deadline), 90),
+        meanTokens: mean(results.map((r) => r.result.tokens)),
+        accuracy: results.filter((r) => r.result.correct).length / results.length,
       });
     }
     const med = (k: keyof Run): number => median(runs.map((r) => r[k]));
@@ -210,7 +189,7 @@ for (const mult of rateMultipliers) {
     };
     loads.push(row.loadAverage1m);
     rows.push(row);
-    log(`${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` [${spreadOf(runs, "attainment", 100, 0)}]` : ""}, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%, load ${row.loadAverage1m}`);
+    log(`${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` [${rangeOf(runs, "attainment", 100, 0)}]` : ""}, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%, load ${row.loadAverage1m}`);
   }
 }
 model.dispose();
@@ -257,14 +236,27 @@ const result = {
   target,
   wallSeconds: (Date.now() - started) / 1000,
 };
+/** The report's opening paragraph: when and where it ran, the command, and how each row was measured. */
+function setupParagraph(): string {
+  const solo = [...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)} ms`).join(", ");
+  return [
+    `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (per row below; the machine is shared, timings are noisy).`,
+    `Command: \`${commandLine}\`: ${NPROG} SC programs (cap ${CAP}, ${PER_ROUND} branches per round, ${MAX_TOKENS} tokens per branch) per run,`,
+    `${REPEATS} run${REPEATS > 1 ? "s" : ""} per (system, rate) with arrival seeds ${values.seed}..${Number(values.seed) + REPEATS - 1}${REPEATS > 1 ? " (rows: the median, min–max in brackets; the sustained rate is read off the medians)" : ""},`,
+    `Poisson arrivals, deadline = ${SCALE} × solo latency of the question's level (median of ${SOLO_RUNS} solo runs: ${solo}), maxBatchSeqs ${MAX_SEQS}.`,
+    `Capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s.`,
+    `Certaindex policy ${JSON.stringify(policy)} (${policySource}).`,
+    `Wall ${result.wallSeconds.toFixed(0)} s.`,
+  ].join(" ");
+}
 const md = [
   `# Serving benchmark — ${bm.label}`,
   "",
-  `${result.date}, ${result.machine}, 1-min load average ${result.loadAverage1m.min}–${result.loadAverage1m.max} (per row below; the machine is shared, timings are noisy). Command: \`${commandLine}\`: ${NPROG} SC programs (cap ${CAP}, ${PER_ROUND} branches per round, ${MAX_TOKENS} tokens per branch) per run, ${REPEATS} run${REPEATS > 1 ? "s" : ""} per (system, rate) with arrival seeds ${values.seed}..${Number(values.seed) + REPEATS - 1}${REPEATS > 1 ? " (rows: the median, min–max in brackets; the sustained rate is read off the medians)" : ""}, Poisson arrivals, deadline = ${SCALE} × solo latency of the question's level (median of ${SOLO_RUNS} solo runs: ${[...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)} ms`).join(", ")}), maxBatchSeqs ${MAX_SEQS}. Capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s. Certaindex policy ${JSON.stringify(policy)} (${policySource}). Wall ${result.wallSeconds.toFixed(0)} s.`,
+  setupParagraph(),
   "",
   "| system | rate (×capacity) | programs/s | deadline attainment | p90 latency / deadline | tokens / program | accuracy | load (1 min) |",
   "| --- | --- | --- | --- | --- | --- | --- | --- |",
-  ...rows.map((r) => `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` (${spreadOf(r.repeats, "attainment", 100, 0)})` : ""} | ${r.p90LatencyOverDeadline.toFixed(2)}${REPEATS > 1 ? ` (${spreadOf(r.repeats, "p90LatencyOverDeadline", 1, 2)})` : ""} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% | ${r.loadAverage1m} |`),
+  ...rows.map((r) => `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` (${rangeOf(r.repeats, "attainment", 100, 0)})` : ""} | ${r.p90LatencyOverDeadline.toFixed(2)}${REPEATS > 1 ? ` (${rangeOf(r.repeats, "p90LatencyOverDeadline", 1, 2)})` : ""} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% | ${r.loadAverage1m} |`),
   "",
   "| system | last swept rate ≥ 90% (programs/s) | 90% crossing, interpolated (programs/s) | × fcfs |",
   "| --- | --- | --- | --- |",

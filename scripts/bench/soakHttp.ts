@@ -23,6 +23,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import { createServer } from "../../ts/server/index.js";
 import { mulberry32 } from "../fixture/random.js";
 import { readSoak, type SoakReading } from "./soakReading.js";
+import { formatRange } from "./stats.js";
 
 const { values } = parseArgs({
   options: {
@@ -240,6 +241,15 @@ const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "CPU"}`;
 const load = `load average ${loadBefore[0]!.toFixed(2)} at the start, ${loadAfter[0]!.toFixed(2)} at the end (1-minute)`;
 const out = { date: new Date().toISOString(), minutes: MINUTES, clients: CLIENTS, kvPages: KV_PAGES, threads: THREADS, seed: SEED, machine, load, mix: Object.fromEntries(byKind), counts: count, failures: Object.fromEntries(failures), losses: Object.fromEntries(losses), checkpoints, drained, rssGrowth, rssGrowthFromLowest, pass };
 const list = (m: Map<string, number>): string => [...m].map(([msg, n]) => `${n}× ${msg}`).join("; ");
+/** The drained server against the targets: nothing lost, no page in use, RSS growth under RSS_GROWTH_TARGET. */
+function targetsParagraph(): string {
+  const heap = heaps.length ? `; live heap from the second checkpoint on ${formatRange(heaps)} MiB` : "";
+  return [
+    `Last row: drained (clients stopped, engine empty). Lost: ${count.lost} (target 0). Pages in use after drain: ${drained.kvPagesUsed} (target 0).`,
+    `RSS growth after warm-up (first checkpoint to drained): ${(100 * rssGrowth).toFixed(2)}% (target < ${100 * RSS_GROWTH_TARGET}%);`,
+    `from the lowest reading (${lowest} MiB) to drained: ${(100 * rssGrowthFromLowest).toFixed(2)}%${heap}. ${pass ? "All targets met." : "TARGET MISSED."}`,
+  ].join(" ");
+}
 const lines = [
   `# soak over HTTP (${out.date.slice(0, 10)}): ${MINUTES} min, ${CLIENTS} keep-alive clients, ${KV_PAGES} KV pages, ${THREADS} CPU thread(s), seed ${SEED}`,
   "",
@@ -251,7 +261,7 @@ const lines = [
   "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ...[...checkpoints, drained].map((c) => `| ${c.minute} | ${c.requests} | ${c.completed} | ${c.failed} | ${c.disconnected} | ${c.lost} | ${c.rssMiB} | ${c.heapUsedMiB} | ${c.externalMiB} | ${c.kvPagesUsed} | ${c.running} | ${c.waiting} | ${c.preemptions} |`),
   "",
-  `Last row: drained (clients stopped, engine empty). Lost: ${count.lost} (target 0). Pages in use after drain: ${drained.kvPagesUsed} (target 0). RSS growth after warm-up (first checkpoint to drained): ${(100 * rssGrowth).toFixed(2)}% (target < ${100 * RSS_GROWTH_TARGET}%); from the lowest reading (${lowest} MiB) to drained: ${(100 * rssGrowthFromLowest).toFixed(2)}%${heaps.length ? `; live heap from the second checkpoint on ${Math.min(...heaps)}–${Math.max(...heaps)} MiB` : ""}. ${pass ? "All targets met." : "TARGET MISSED."}`,
+  targetsParagraph(),
 ];
 console.log(lines.join("\n"));
 if (values.json) {

@@ -16,7 +16,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import { parseKernelMode } from "../../ts/engine/kernelSchedule.js";
 import { loadModel } from "../../ts/model/model.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
-import { median, parseRepeats } from "./repeats.js";
+import { median, parseRepeats } from "./stats.js";
 
 const { values } = parseArgs({
   options: {

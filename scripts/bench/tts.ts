@@ -48,6 +48,7 @@ import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { prmReward } from "../../ts/programs/rewards.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { machine, pool } from "./benchModel.js";
+import { formatSpread, median, percentileNearestRank } from "./stats.js";
 import { PRESETS, scaleModel } from "../make-fixture.js";
 
 const { values } = parseArgs({
@@ -214,11 +215,11 @@ interface Summary {
 function summarize(p: PassResult): Summary {
   const r = p.runs;
   const sum = (f: (x: Run) => number) => r.reduce((a, x) => a + f(x), 0);
-  const lat = r.map((x) => x.latencyMs).sort((a, b) => a - b);
+  const lat = r.map((x) => x.latencyMs);
   return {
     goodput: (1000 * sum((x) => x.goodputTokens)) / Math.max(1, sum((x) => x.goodputMs)),
     meanLatencyMs: sum((x) => x.latencyMs) / r.length,
-    p90LatencyMs: lat[Math.min(lat.length - 1, Math.ceil(0.9 * lat.length) - 1)],
+    p90LatencyMs: percentileNearestRank(lat, 90),
     verifierShare: sum((x) => x.verifierMs) / Math.max(1, sum((x) => x.searchMs)),
     accuracy: sum((x) => (x.correct ? 1 : 0)) / r.length,
     specUsed: sum((x) => x.specUsed),
@@ -231,7 +232,6 @@ function summarize(p: PassResult): Summary {
   };
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 interface Point {
   median: Summary;
   min: Summary;
@@ -267,9 +267,18 @@ async function grid(budgetMiB: number, ns: number[], cfgs: Array<{ key: string }
   return Object.fromEntries(Object.entries(acc).map(([k, byN]) => [k, Object.fromEntries(Object.entries(byN).map(([n, ss]) => [n, combine(ss)]))]));
 }
 
-const fmt = (p: Point, k: keyof Summary, f: (v: number) => string) => `${f(p.median[k])} (${f(p.min[k])}–${f(p.max[k])})`;
+const fmt = (p: Point, k: keyof Summary, f: (v: number) => string) => formatSpread({ median: p.median[k], min: p.min[k], max: p.max[k] }, f);
 const ms = (v: number) => v.toFixed(0);
 const pct = (v: number) => (100 * v).toFixed(0) + "%";
+
+/** What hiding verification could win at most, per N (`ceilings`: [N, 1 / (1 − v)]), and what it does not bound. */
+function ceilingParagraph(ceilings: [number, number][]): string {
+  return [
+    "Ceiling of hiding verification (LookAhead, speculation while steps are scored): with the baseline's verifier share v,",
+    `a search whose verification cost nothing would reach at most 1 / (1 − v) × the baseline's goodput: ${ceilings.map(([n, c]) => `N = ${n} ${c.toFixed(2)}×`).join(", ")}.`,
+    "Speculation in the slots stragglers leave idle, +P and +M act on the generator's time instead (idle rows, cache hits, preemptions).",
+  ].join(" ");
+}
 
 function table(res: Record<string, Record<number, Point>>, keys: string[], label: (k: string) => string, ns: number[]): string[] {
   const lines = [
@@ -388,7 +397,7 @@ async function main(): Promise<void> {
     ...table(main, configs, (k) => LABEL[k], nList),
     ...(ceilings.length === 0
       ? []
-      : ["", `Ceiling of hiding verification (LookAhead, speculation while steps are scored): with the baseline's verifier share v, a search whose verification cost nothing would reach at most 1 / (1 − v) × the baseline's goodput: ${ceilings.map(([n, c]) => `N = ${n} ${c.toFixed(2)}×`).join(", ")}. Speculation in the slots stragglers leave idle, +P and +M act on the generator's time instead (idle rows, cache hits, preemptions).`]),
+      : ["", ceilingParagraph(ceilings)]),
     "",
     "KV pools:",
     "",
