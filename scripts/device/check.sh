@@ -10,8 +10,8 @@
 #   run:    carry [".device", "build/Release/deliberate.node", "build/bench_kernels"]  (the 64 MiB limit rules out
 #           carrying all of build/ and node_modules/ as they are), command: bash scripts/device/check.sh
 # Knobs: REDUCE_AB=1 (with MODEL_BENCH=1) reruns the model benchmark once per switch in AB_KNOBS (default:
-# DL_DECODE_MERGE=kernel DL_GEMM_WGMMA=0; one at a time, so each one's effect is its own; stop 38's run timed the
-# launch cuts this way and retired the losers' switches), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
+# DL_DECODE_MERGE=kernel DL_GEMM_WGMMA=0; one at a time, so each one's effect is its own: how a launch variant earns
+# its default or its switch's retirement), for an A/B; SKIP_BENCH=1 skips the kernel benchmark (then build/bench_kernels is not needed); MODEL_BENCH=1 adds the
 # model benchmarks (a random Qwen2.5-1.5B-shaped checkpoint written on the machine, ~3 GB, never carried):
 # torch device-to-device copy rate, single-stream prefill/decode vs the weight-streaming bound (scripts/bench/gpu.ts)
 # and engine throughput at batch 1, 4, 16, 64 (scripts/bench/throughput.ts).
@@ -43,11 +43,11 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ ! -x build/bench_kernels ]; then bash script
 node -e "const a=require('node-gyp-build')('.');console.log(JSON.stringify(a.listDevices().cuda))"
 
 status=0
-if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later call of a session whose tests passed)
+if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later call, once the tests have passed)
   node node_modules/vitest/vitest.mjs run cuda.test --reporter=verbose 2>&1 | tee "$out/tests.log" | grep -E "✓|✗|×|FAIL|Tests|Test Files|Error|expected|DL_TEST_SEED|wgmma bits" | head -120
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   if [ $status -ne 0 ]; then
-    # Triage: the same tests with stop 15's (written without a GPU) launch cuts switched back to the earlier launches.
+    # Triage: the same tests with every launch variant switched back to its plain launch (the switches on the next line).
     # Passing here points at one of them; bisect with one variable at a time (bench/CUDA_NOTES.md, Knobs).
     if DL_ATTN_OVERLAP=0 DL_DECODE_MERGE=kernel DL_PAD_DECODE=0 DL_GEMM_WGMMA=0 DL_PREFILL_MMA=0 \
       node node_modules/vitest/vitest.mjs run cuda.test > "$out/tests-fallbacks.log" 2>&1; then
@@ -60,8 +60,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   for t in 2 3 5; do
     DL_GEMM_TILE=$t node node_modules/vitest/vitest.mjs run gemm.cuda.test > "$out/tests-tile$t.log" 2>&1 || { status=1; echo "gemm tests FAILED with DL_GEMM_TILE=$t"; tail -20 "$out/tests-tile$t.log"; }
   done
-  # The sm_90a wgmma GEMM takes GEMMs of more than 64 rows by default since its bits equaled mma.sync's on an H100
-  # (2026-11-27): the default run above mixes the two families in the bitwise batch-invariance tests (a large batch
+  # The sm_90a wgmma GEMM takes GEMMs of more than 64 rows by default (its bits equal mma.sync's on an H100): the
+  # default run above mixes the two families in the bitwise batch-invariance tests (a large batch
   # on wgmma, its sub-batches on mma.sync). Rerun the same tests on mma.sync alone (DL_GEMM_WGMMA=0, the path of
   # every pre-Hopper GPU) and with split-KV decode partials merged by a second kernel (DL_DECODE_MERGE=kernel): both
   # must give the same bits as the default.
@@ -71,9 +71,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   # Each switch with the tests of what it changes (the merge runs only where decode splits the KV: the attention
   # kernel tests and the padded / graph-replayed steps).
   # DL_ATTN_OVERLAP=0 puts a step's prefill / verify attention back on the one stream (the default overlaps it with
-  # the decode launch on a side stream: stop 38, first run on a GPU then): the mixed steps are the fixed-schedule
-  # and determinism tests'.
-  # DL_DECODE_PIPE=mma: the tensor-core decode kernel (opt-in, written at stop 40 without a GPU; its own bits). Only
+  # the decode launch on a side stream): the mixed steps are the fixed-schedule and determinism tests'.
+  # DL_DECODE_PIPE=mma: the tensor-core decode kernel (opt-in; its own bits). Only
   # the bf16 fixtures with head dim 64 / 128 reach it (padDecode's and deterministic's are D 16 or f32).
   for alt in DL_GEMM_WGMMA=0 DL_DECODE_MERGE=kernel DL_ATTN_OVERLAP=0 DL_DECODE_PIPE=mma; do
     case $alt in
@@ -88,7 +87,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
       status=1; echo "$alt: some tests FAIL (tests-$alt.log)"; grep -E "×|✗|FAIL" "$out/tests-$alt.log" | head -20
     fi
   done
-  # Programmatic dependent launch (opt-in, DL_PDL=1; stop 16, written without a GPU): a model step's kernels start
+  # Programmatic dependent launch (opt-in, DL_PDL=1): a model step's kernels start
   # while their predecessor finishes. Same bits by construction: the model (graphs, padding) and determinism tests must pass.
   [ "$(DL_PDL=1 node -e "process.stdout.write(String(require('node-gyp-build')('.').listDevices().cuda.programmaticLaunch))")" = true ] ||
     echo "DL_PDL=1: programmaticLaunch is false on this device (before sm_90?): the run below tests nothing new"
@@ -97,7 +96,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later c
   else
     echo "DL_PDL=1: some tests FAIL (tests-pdl.log): keep it off"; grep -E "×|✗|FAIL" "$out/tests-pdl.log" | head -20
   fi
-  # The tensor-core prefill/verify attention is the default since its H100 run (2026-11-27); the SIMT kernel
+  # The tensor-core prefill/verify attention is the default; the SIMT kernel
   # (DL_PREFILL_MMA=0: other head dims and dtypes take it anyway) must still pass its tests.
   if DL_PREFILL_MMA=0 node node_modules/vitest/vitest.mjs run attention.cuda.test forward.cuda.test fixedSchedule.cuda deterministic.cuda > "$out/tests-prefill-simt.log" 2>&1; then
     echo "DL_PREFILL_MMA=0: attention, model and determinism tests pass on the SIMT prefill kernel"

@@ -3,8 +3,8 @@
 # vitest and tsx work from the repository root (sourcing it cd's there): e.g.
 #   source scripts/device/env.sh && node node_modules/tsx/dist/cli.mjs scripts/bench/gpu.ts --fixed-share 0.1
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-# (A second script in the same call finds /tmp/node already there, maybe still running: rewriting it fails with
-# "Text file busy", as the 2026-11-27 lease's second check.sh did; only the PATH is missing then.)
+# (A second script in the same call finds /tmp/node already there, maybe still running: rewriting it would fail
+# with "Text file busy"; only the PATH is missing then.)
 if ! command -v node >/dev/null; then
   [ -x /tmp/node ] || { xz -dc .device/node.xz > /tmp/node.$$ && chmod +x /tmp/node.$$ && mv /tmp/node.$$ /tmp/node; }
   export PATH=/tmp:$PATH

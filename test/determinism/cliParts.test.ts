@@ -53,8 +53,8 @@ describe("hashes and golden files", () => {
       /device: recorded on "cpu avx512-bf16", running on "cuda NVIDIA H100 \(sm 9.0\)".*--allow-device-change/,
     );
     expect(checkGolden(g, gpu, params, [[1, 2]], "g.json", { allowDeviceChange: true })).toEqual([]);
-    // The DL_* knobs choose CUDA kernels: compared on CUDA, not between two CPU runs (a CPU golden of before
-    // 2026-11-27 lists them; a CPU run now records none).
+    // The DL_* knobs choose CUDA kernels: compared on CUDA, not between two CPU runs (an older CPU golden may list
+    // them; a CPU run records none).
     const gc = parseGolden(JSON.stringify(makeGolden("m", gpu, params, [[1, 2]])), "gc.json");
     const knob = { ...gpu, kernels: { ...gpu.kernels, DL_PREFILL_MMA: "1", fixedGemmSplitK: 2, DL_PDL: "1" } };
     expect(() => checkGolden(gc, knob, params, [[1, 2]], "gc.json")).toThrow(

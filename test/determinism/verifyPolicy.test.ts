@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { exactDecodesFree, fusedRowCount, type FusedStep } from "../../ts/engine/verifier/policy.js";
 
 const rows = (n: number, rowTokens = 8, readySince = 10) => Array.from({ length: n }, () => ({ rowTokens, readySince }));
-// CUDA-like fast schedule: split K up to 64 tokens (4 here; 8 on CUDA since stop 38), 1 beyond.
+// CUDA-like fast schedule: split K up to 64 tokens (4 here; CUDA's is 8), 1 beyond.
 const cudaSplitK = (scheduled: number) => (extra: number) => (scheduled + extra <= 64 ? 4 : 1);
 const step = (over: Partial<FusedStep> = {}): FusedStep => ({
   ready: rows(3),

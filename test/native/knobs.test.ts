@@ -21,15 +21,15 @@ describe("native knobs", () => {
     expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_DECODE_MERGE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE", "DL_POOL_SPIN_US", "DL_CPU_THREADS"]));
   });
 
-  it("defaults to what the H100 run of 2026-11-27 measured best, each default switchable back", () => {
+  it("defaults to the launches an H100 run measured best, each default switchable back", () => {
     const d = devicesWith({ DL_DECODE_MERGE: "", DL_GEMM_WGMMA: "", DL_PREFILL_MMA: "", DL_PDL: "", DL_ATTN_OVERLAP: "" });
     expect(d.knobs).toMatchObject({ DL_ATTN_OVERLAP: "1", DL_DECODE_MERGE: "fused", DL_GEMM_WGMMA: "default", DL_PREFILL_MMA: "1", DL_PDL: "0" });
     const back = devicesWith({ DL_DECODE_MERGE: "kernel", DL_GEMM_WGMMA: "0", DL_PREFILL_MMA: "0" });
     expect(back.knobs).toMatchObject({ DL_DECODE_MERGE: "kernel", DL_GEMM_WGMMA: "0", DL_PREFILL_MMA: "0" });
     expect(back.invalidKnobs).toEqual([]);
     expect(devicesWith({ DL_DECODE_MERGE: "last-cta" }).invalidKnobs).toEqual(["DL_DECODE_MERGE=last-cta: expected kernel (or fused, the default)"]);
-    // The A/B switches of stop 15's launch cuts are gone (the H100 run of stop 38 timed each): not in the report, and
-    // setting one says so rather than being silently ignored.
+    // A retired A/B switch (its launch lost the timing, bench/CUDA_NOTES.md) is not in the report, and setting one
+    // says so rather than being silently ignored.
     const retired = devicesWith({ DL_GEMM_REDUCE: "fused" });
     expect(Object.keys(retired.knobs)).not.toContain("DL_GEMM_REDUCE");
     expect(retired.invalidKnobs).toEqual(["DL_GEMM_REDUCE=fused: retired, no effect (bench/CUDA_NOTES.md, Knobs)"]);
