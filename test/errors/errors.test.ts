@@ -68,7 +68,8 @@ describe("the classes", () => {
 });
 
 describe("the engine", () => {
-  const engine = (numPages = 64, maxContextTokens = 4096) => new Engine({ models: { name: "toy", model: new PagedToyModel(numPages, 4, maxContextTokens) } });
+  const engine = (numPages = 64, maxContextTokens = 4096) =>
+    new Engine({ models: { name: "toy", model: new PagedToyModel(numPages, 4, maxContextTokens) } });
 
   it("a bad request field: InvalidOptionError naming it", async () => {
     await using e = engine();
@@ -79,8 +80,14 @@ describe("the engine", () => {
     const prompt = await thrown(() => e.submit({ prompt: [1, 64] }));
     expect(prompt).toMatchObject({ code: "invalid_option", field: "request.prompt[1]" });
     // The schema's failures (parseOptions) carry the path too.
-    expect(await thrown(() => e.submit({ prompt: [1], temperature: -1 }))).toMatchObject({ code: "invalid_option", field: "request.temperature" });
-    expect(await thrown(() => e.submit({ prompt: [1], maxTokenz: 3 } as never))).toMatchObject({ code: "invalid_option", field: "request.maxTokenz" });
+    expect(await thrown(() => e.submit({ prompt: [1], temperature: -1 }))).toMatchObject({
+      code: "invalid_option",
+      field: "request.temperature",
+    });
+    expect(await thrown(() => e.submit({ prompt: [1], maxTokenz: 3 } as never))).toMatchObject({
+      code: "invalid_option",
+      field: "request.maxTokenz",
+    });
     const options = await thrown(() => new Engine({ models: { model: new PagedToyModel(8) }, maxBatchTokens: 0 }));
     expect(options).toMatchObject({ code: "invalid_option", field: "Engine: options.maxBatchTokens" });
     expect(options.message).toMatch(/^Engine: options\.maxBatchTokens is 0;/);
@@ -147,11 +154,15 @@ describe("the model loader and the native boundary", () => {
   }
 
   it("a corrupt config.json, a truncated safetensors file, a missing file or folder: ModelFormatError", async () => {
-    const config = await thrown(async () => openModelFiles(await broken((d) => writeFile(join(d, "config.json"), "{ not json"))));
+    const config = await thrown(async () =>
+      openModelFiles(await broken((d) => writeFile(join(d, "config.json"), "{ not json"))),
+    );
     expect(config).toBeInstanceOf(ModelFormatError);
     expect(config.message).toMatch(/config\.json: not valid JSON/);
     expect(config.cause).toBeInstanceOf(SyntaxError);
-    const weights = await thrown(async () => openModelFiles(await broken((d) => truncate(join(d, "model.safetensors"), 4))));
+    const weights = await thrown(async () =>
+      openModelFiles(await broken((d) => truncate(join(d, "model.safetensors"), 4))),
+    );
     expect(weights).toBeInstanceOf(ModelFormatError);
     expect(weights.message).toMatch(/model\.safetensors: only 4 bytes, too short for a safetensors header/);
     const tokenizer = await thrown(async () => openModelFiles(await broken((d) => rm(join(d, "tokenizer.json")))));
@@ -173,7 +184,9 @@ describe("the model loader and the native boundary", () => {
     expect(err.cause).toBeInstanceOf(Error);
     expect((err.cause as Error).message).toBe(err.message);
     expect(err.cause).not.toBeInstanceOf(DeliberateError);
-    const forward = await thrown(() => model.forward({ sequences: [{ tokens: Int32Array.of(1), startPos: 0, blockTable: Int32Array.of(99) }] } as never));
+    const forward = await thrown(() =>
+      model.forward({ sequences: [{ tokens: Int32Array.of(1), startPos: 0, blockTable: Int32Array.of(99) }] } as never),
+    );
     expect(forward).toBeInstanceOf(NativeError);
     expect(forward.message).toMatch(/^forward: sequence 0: blockTable\[0\] = 99 is not a page id/);
     model.dispose();
@@ -207,7 +220,16 @@ describe("the server's mapping, by code", () => {
       expect(api.status, e.name).toBe(status);
       expect(api.body().error).toMatchObject({ message: "m", type, code: e.code });
     }
-    expect(cases.map(([e]) => fromDeliberateError(e, "messages").param)).toEqual(["stop_token_ids", "messages", null, "capture_hidden", "model", null, null, null]);
+    expect(cases.map(([e]) => fromDeliberateError(e, "messages").param)).toEqual([
+      "stop_token_ids",
+      "messages",
+      null,
+      "capture_hidden",
+      "model",
+      null,
+      null,
+      null,
+    ]);
   });
 
   it("wireParam: the request's top-level field in snake_case; fields outside the request are not the client's", () => {
