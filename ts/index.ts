@@ -61,3 +61,6 @@ export { loadProbe, saveProbe, correctnessOf, predictedTokensOf, isProbeLabel, P
 export type { DuchessProbe, ProbeLabel, ProbeMeta, ProbeTarget, CorrectnessMeta, DifficultyMeta, OrchestrationMeta } from "./probe/probeFile.js";
 export { trainProbe } from "./eval/probeTrain.js";
 export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/probeTrain.js";
+
+// Errors: every library error is a DeliberateError with a stable code and the field at fault (docs/errors.md)
+export * from "./errors/index.js";

@@ -5,60 +5,19 @@
 // through their RequestHandle (stream of deltas, promise of the output).
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { DisposedError, NotFoundError } from "../errors/index.js";
-import type { SchedulingPolicy } from "../sched/policy.js";
-import type { OrderFn } from "../sched/types.js";
 import { RequestHandle, WakeGate } from "./handle.js";
-import type { KernelMode } from "./kernelSchedule.js";
 import { combineMetrics, ThroughputMeter, type EngineMetrics, type ModelMetrics } from "./metrics.js";
 import type { Model } from "../model/model.js";
 import { codecOf, engineModelOf, isModel, loadModels, type EngineModelSource } from "./loadedModel.js";
-import type { EngineModel, TextCodec } from "./modelTypes.js";
+import type { TextCodec } from "./modelTypes.js";
 import { ModelSlot } from "./modelSlot.js";
 import type { ForkOptions, GenerateRequest } from "./request.js";
 import { RequestBuilder } from "./requestBuilder.js";
 import { Stepper } from "./stepper.js";
-import { parseEngineOptions } from "./options.js";
+import { parseEngineOptions, type EngineOptions } from "./options.js";
 import type { RequestState } from "./requestState.js";
 
-export interface EngineModelSpec {
-  /** Name requests use to pick it (request.model); default "default" for the first, then "model<i>". */
-  name?: string;
-  /** A loaded Model (its tokenizer is used), or anything implementing the engine's model contract. */
-  model: Model | EngineModel;
-  /** For an EngineModel: needed for text prompts, text output and stop strings; omit to work in token ids. */
-  tokenizer?: TextCodec | null;
-}
-
-export interface EngineOptions {
-  models: EngineModelSpec | EngineModelSpec[];
-  /** "fast" (default): reduction schedules from the batch shape; "batch-invariant": fixed schedules. */
-  kernelMode?: KernelMode;
-  /** Inter-program policy ordering admission and preemption (default "fcfs"); see ts/sched. */
-  schedulingPolicy?: SchedulingPolicy | OrderFn;
-  /** Token budget per step per model (decode tokens + prefill chunks). Default 2048. */
-  maxBatchTokens?: number;
-  /** Most sequences per step per model. Default 256. */
-  maxBatchSeqs?: number;
-  /** SJF aging rate, tokens of estimate forgiven per second waited. Default 64. */
-  agingTokensPerSecond?: number;
-  /**
-   * What a sequence preempted for KV room loses: "recompute" (default, vLLM's) frees its pages and recomputes them
-   * on readmission (full pages mostly revive from the prefix cache); "swap" copies its KV to host memory first and
-   * writes it back on readmission, so nothing is recomputed (models that cannot, and deterministic requests,
-   * recompute).
-   */
-  preemption?: "recompute" | "swap";
-  /** Deterministic requests: tokens per verify row (last committed + candidates). Default 32; at least 2. */
-  verifyWindow?: number;
-  /** Deterministic requests, fuseVerify false: rows per verify pass (padded with dummies on the GPU). Default 8. */
-  verifyGroup?: number;
-  /**
-   * Deterministic requests: verify rows ride in the next step's one forward on the fixed schedule beside the fast
-   * rows, as many as maxBatchTokens leaves room for (default true); or, false, run as verify passes of their own
-   * of verifyGroup rows (LLM-42's fixed-shape passes on the GPU).
-   */
-  fuseVerify?: boolean;
-}
+export type { EngineModelSpec, EngineOptions } from "./options.js";
 
 export class Engine implements AsyncDisposable {
   private readonly slots: ModelSlot[];

@@ -4,6 +4,7 @@
 // deterministic sequences exist), commit KV, append tokens, check stop ids / eos / max tokens, and report per
 // sequence what became final. It knows nothing of requests: the Stepper (the output processor) maps sequences to
 // requests, turns tokens into text and deltas, and calls finish().
+import { NativeError } from "../errors/index.js";
 import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { ModelRunner, type SequenceSampling } from "./modelRunner.js";
@@ -233,7 +234,8 @@ export class ModelSlot {
         await model.writeKvPages!(Int32Array.from(pages), data);
       } catch (e) {
         batch.seqs = batch.seqs.filter((s) => s.seq !== seq);
-        out.failed.push({ seq, error: new Error(`KV swap-in failed for sequence ${seq.id}: ${(e as Error).message}; the request cannot continue`) });
+        const message = `KV swap-in failed for sequence ${seq.id}: ${(e as Error).message}; the request cannot continue`;
+        out.failed.push({ seq, error: new NativeError(message, { cause: e }) });
       }
     }
   }
