@@ -1,7 +1,7 @@
 // ModelSlot.step() on bare sequences, with no request, tracker or stepper: the model step alone schedules, pages,
 // preempts, appends tokens and ends sequences at a stop id or their token limit, bitwise what the reference gives.
 import { describe, expect, it } from "vitest";
-import { ModelSlot, type SamplingOf, type SequenceOutput } from "../../ts/engine/modelSlot.js";
+import { ModelSlot, type SamplingOf, type SequenceOutput, type SlotStep } from "../../ts/engine/modelSlot.js";
 import { Sequence } from "../../ts/engine/sequence.js";
 import { PagedToyModel, TOY_EOS, toyReference } from "../helpers/pagedToyModel.js";
 
@@ -25,6 +25,12 @@ function sequence(id: number, prompt: number[], maxTokens: number, stopIds: numb
   return seq;
 }
 
+/** A step's final tokens per sequence, decodes and commits alike. */
+function outputsOf(out: SlotStep): SequenceOutput[] {
+  const { seqs, tokens, ends } = out.decoded;
+  return [...seqs.map((seq, i) => ({ seq, tokens: [tokens[i]], end: ends[i] })), ...out.committed];
+}
+
 /** Steps until no sequence is left, finishing each as the step says; returns every output per sequence id. */
 async function drain(slot: ModelSlot): Promise<{ outputs: Map<number, SequenceOutput[]>; preempted: number }> {
   const outputs = new Map<number, SequenceOutput[]>();
@@ -32,7 +38,7 @@ async function drain(slot: ModelSlot): Promise<{ outputs: Map<number, SequenceOu
     if (step > 10_000) throw new Error("no progress");
     const out = await slot.step(step, step, greedy);
     expect(out.failed).toEqual([]);
-    for (const o of out.outputs) {
+    for (const o of outputsOf(out)) {
       outputs.set(o.seq.id, [...(outputs.get(o.seq.id) ?? []), o]);
       if (o.end !== null) slot.finish(o.seq);
     }
@@ -82,12 +88,12 @@ describe("ModelSlot.step without requests", () => {
     seq.computeLimit = 4;
     slot.addWaiting(seq);
     const first = await slot.step(0, 0, greedy);
-    expect(first.outputs).toEqual([]);
+    expect(outputsOf(first)).toEqual([]);
     expect(first.prefilled).toEqual([seq]);
     expect(seq.numComputedTokens).toBe(4);
     const second = await slot.step(1, 1, greedy);
     expect(second.prefilled).toEqual([]);
-    expect(second.outputs.map((o) => o.seq)).toEqual([seq]);
+    expect(outputsOf(second).map((o) => o.seq)).toEqual([seq]);
   });
 
   it("a cancelled sequence takes no more tokens", async () => {
@@ -97,7 +103,7 @@ describe("ModelSlot.step without requests", () => {
     await slot.step(0, 0, greedy);
     seq.cancelled = true;
     const out = await slot.step(1, 1, greedy);
-    expect(out.outputs).toEqual([]);
+    expect(outputsOf(out)).toEqual([]);
     expect(seq.numTokens).toBe(3);
   });
 });

@@ -15,18 +15,30 @@ import { Scheduler, type ScheduledBatch, type SchedulerOptions } from "./schedul
 import type { Sequence } from "./sequence.js";
 import { forkableKv, Verifier, type ChunkKind, type Commit, type VerifyOptions } from "./verifier/verifier.js";
 
-/** What one step made final for one sequence. */
+/** Several tokens a step made final for one sequence (a verify row commits up to a window), already appended. */
 export interface SequenceOutput {
   seq: Sequence;
-  /** Tokens now final, in order (one for a decode; a verify pass commits up to a window), already appended. */
   tokens: SampledToken[];
   /** The last of `tokens` ended the sequence; tokens the step produced past it were dropped. */
   end: SequenceEnd | null;
 }
 
+/**
+ * The step's single final tokens (every plain decode, fixed prefill and exact decode), already appended: row i is
+ * tokens[i] of seqs[i], ends[i] saying whether it ended the sequence. Parallel arrays, so a step of hundreds of rows
+ * allocates no object per row on the host path between forwards (bench:host).
+ */
+export interface DecodedTokens {
+  seqs: Sequence[];
+  tokens: SampledToken[];
+  ends: Array<SequenceEnd | null>;
+}
+
 /** What one step of one model did. */
 export interface SlotStep {
-  outputs: SequenceOutput[];
+  decoded: DecodedTokens;
+  /** What verify rows committed, per sequence, after the step's forward. */
+  committed: SequenceOutput[];
   /** Sequences whose request cannot go on (no room in the pool even alone, a failed forward or KV swap). */
   failed: Array<{ seq: Sequence; error: unknown }>;
   /** Sequences whose shared prompt KV is now computed (computeLimit reached): their request forks its samples. */
@@ -81,10 +93,10 @@ export class ModelSlot {
     this.scheduler.addWaiting(seq);
   }
 
-  /** A running fork of `parent` sharing its pages, keeping at most `keepKv` positions of its KV. */
-  addFork(parent: Sequence, child: Sequence, keepKv: number = Number.POSITIVE_INFINITY): void {
+  /** A running fork of `parent` sharing its pages; given `keepKv`, cut to at most that many positions of its KV. */
+  addFork(parent: Sequence, child: Sequence, keepKv?: number): void {
     this.blockManager.fork(parent, child);
-    if (keepKv < child.numComputedTokens) this.blockManager.truncate(child, keepKv);
+    if (keepKv !== undefined) this.blockManager.truncate(child, keepKv);
     this.scheduler.addRunning(child);
   }
 
@@ -133,7 +145,8 @@ export class ModelSlot {
    */
   async step(nowMs: number, step: number, samplingOf: SamplingOf): Promise<SlotStep> {
     const batch = this.scheduler.schedule(nowMs);
-    const out: SlotStep = { outputs: [], failed: [...batch.failed], prefilled: [], promptTokens: 0, progressed: false };
+    const decoded: DecodedTokens = { seqs: [], tokens: [], ends: [] };
+    const out: SlotStep = { decoded, committed: [], failed: [...batch.failed], prefilled: [], promptTokens: 0, progressed: false };
     out.progressed = batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     if (batch.swapOut.length > 0 || batch.swapIn.length > 0) await this.swap(batch, out);
     for (const seq of batch.preempted) this.verifier?.preempted(seq);
@@ -181,7 +194,9 @@ export class ModelSlot {
       const r = results[i];
       if (kind === "plain") seq.appendToken(r.token);
       else if (!this.verifier!.accept(seq, kind, r.token, step)) return; // a candidate: final once verified
-      out.outputs.push({ seq, tokens: [r], end: endOf(seq, r.token) });
+      out.decoded.seqs.push(seq);
+      out.decoded.tokens.push(r);
+      out.decoded.ends.push(endOf(seq, r.token));
     });
   }
 
@@ -195,7 +210,7 @@ export class ModelSlot {
       let end: SequenceEnd | null = null;
       while (used < tokens.length && end === null) end = endOfAt(seq, firstNew + used, tokens[used++].token);
       if (used < tokens.length) seq.truncateTokens(firstNew + used); // committed past the end: not part of the output
-      out.outputs.push({ seq, tokens: tokens.slice(0, used), end });
+      out.committed.push({ seq, tokens: tokens.slice(0, used), end });
     }
   }
 

@@ -7,7 +7,8 @@ import type { WakeGate } from "./handle.js";
 import type { ThroughputMeter } from "./metrics.js";
 import type { ModelSlot, SequenceOutput, SlotStep } from "./modelSlot.js";
 import type { SequenceSampling } from "./modelRunner.js";
-import type { StreamDelta } from "./outputs.js";
+import type { SampledToken } from "./modelTypes.js";
+import type { SequenceEnd, StreamDelta } from "./outputs.js";
 import type { RequestBuilder } from "./requestBuilder.js";
 import type { ResolvedParams } from "./request.js";
 import type { RequestState } from "./requestState.js";
@@ -77,13 +78,25 @@ export class Stepper {
   private process(slot: ModelSlot, out: SlotStep): boolean {
     for (const { seq, error } of out.failed) this.failRequest(this.samples.get(seq.id)?.state, error);
     let generated = 0;
-    for (const o of out.outputs) generated += this.deliver(o);
+    const { seqs, tokens, ends } = out.decoded;
+    for (let i = 0; i < seqs.length; i++) generated += this.deliverOne(seqs[i], tokens[i], ends[i]);
+    for (const o of out.committed) generated += this.deliver(o);
     this.meter.record(Date.now(), generated, out.promptTokens);
     for (const primary of out.prefilled) {
       const ref = this.samples.get(primary.id);
       if (ref !== undefined && !ref.state.done) this.admit(slot, ref.state, this.builder.expandSamples(ref.state, primary, slot));
     }
     return out.progressed;
+  }
+
+  /** Streams one final token to its sample; 1 if it was taken. */
+  private deliverOne(seq: Sequence, token: SampledToken, end: SequenceEnd | null): number {
+    const ref = this.samples.get(seq.id);
+    if (ref === undefined || ref.state.aborted || seq.status !== "running") return 0;
+    const tracker = ref.state.samples[ref.sample];
+    ref.state.channel.push(tracker.add(token, end));
+    if (tracker.finished) this.finishSequence(seq);
+    return 1;
   }
 
   /** Streams a sequence's final tokens to its sample (one delta); a sample that ends drops what came after. */
