@@ -25,8 +25,13 @@ const prebuildDir = path.join(root, "prebuilds", `${process.platform}-${process.
 const fromSource = force || process.env.DELIBERATE_BUILD_FROM_SOURCE === "1";
 const sanitize = process.env.DELIBERATE_SANITIZE ?? "";
 if (sanitize !== "") process.exit(buildSanitized(sanitize) ? 0 : 1);
-if (!fromSource && (existsSync(built) || (existsSync(prebuildDir) && readdirSync(prebuildDir).some((f) => f.endsWith(".node"))))) {
-  console.log("[deliberate] addon already built (or prebuilt); DELIBERATE_BUILD_FROM_SOURCE=1 or `npm run build:addon` compiles it");
+if (
+  !fromSource &&
+  (existsSync(built) || (existsSync(prebuildDir) && readdirSync(prebuildDir).some((f) => f.endsWith(".node"))))
+) {
+  console.log(
+    "[deliberate] addon already built (or prebuilt); DELIBERATE_BUILD_FROM_SOURCE=1 or `npm run build:addon` compiles it",
+  );
   process.exit(0);
 }
 
@@ -44,11 +49,15 @@ function gyp(env, commands = ["rebuild"], cwd = root) {
   const args = existsSync(gypBin) ? [gypBin] : [];
   const dir = nodeDir();
   const cmd = existsSync(gypBin) ? process.execPath : "node-gyp";
-  const r = spawnSync(cmd, [...args, ...commands, `-j`, String(Math.max(1, os.cpus().length)), ...(dir ? [`--nodedir=${dir}`] : [])], {
-    cwd,
-    stdio: "inherit",
-    env: { ...process.env, ...env },
-  });
+  const r = spawnSync(
+    cmd,
+    [...args, ...commands, `-j`, String(Math.max(1, os.cpus().length)), ...(dir ? [`--nodedir=${dir}`] : [])],
+    {
+      cwd,
+      stdio: "inherit",
+      env: { ...process.env, ...env },
+    },
+  );
   return r.status === 0;
 }
 
@@ -60,7 +69,9 @@ function buildSanitized(value) {
   const known = ["address", "undefined"];
   const parts = value.split(",");
   if (parts.some((p) => !known.includes(p))) {
-    console.error(`[deliberate] DELIBERATE_SANITIZE is "${value}"; expected a comma-separated list of ${known.join(", ")} (e.g. address,undefined)`);
+    console.error(
+      `[deliberate] DELIBERATE_SANITIZE is "${value}"; expected a comma-separated list of ${known.join(", ")} (e.g. address,undefined)`,
+    );
     return false;
   }
   const tree = path.join(root, "build-asan");
@@ -68,17 +79,27 @@ function buildSanitized(value) {
   for (const entry of ["binding.gyp", "cpp", "cuda", "scripts"]) {
     if (!existsSync(path.join(tree, entry))) symlinkSync(path.join(root, entry), path.join(tree, entry));
   }
-  console.log(`[deliberate] building the CPU backend under -fsanitize=${value} into ${path.join(tree, "build", "Release")}`);
+  console.log(
+    `[deliberate] building the CPU backend under -fsanitize=${value} into ${path.join(tree, "build", "Release")}`,
+  );
   // configure + build rather than rebuild: make recompiles only what changed (gyp tracks the flags too).
   return gyp({ DELIBERATE_NO_CUDA: "1", DELIBERATE_SANITIZE: value }, ["configure", "build"], tree);
 }
 
 const cuda = detectCuda();
-console.log(cuda.found ? `[deliberate] building CPU + CUDA backends (nvcc ${cuda.version} in ${cuda.home})` : `[deliberate] building the CPU backend only: ${cuda.reason}`);
+console.log(
+  cuda.found
+    ? `[deliberate] building CPU + CUDA backends (nvcc ${cuda.version} in ${cuda.home})`
+    : `[deliberate] building the CPU backend only: ${cuda.reason}`,
+);
 if (gyp({})) process.exit(0);
 if (cuda.found && process.env.DELIBERATE_REQUIRE_CUDA !== "1") {
-  console.warn("[deliberate] the CUDA build failed; retrying with the CPU backend only (set DELIBERATE_REQUIRE_CUDA=1 to make this an error)");
+  console.warn(
+    "[deliberate] the CUDA build failed; retrying with the CPU backend only (set DELIBERATE_REQUIRE_CUDA=1 to make this an error)",
+  );
   if (gyp({ DELIBERATE_NO_CUDA: "1" })) process.exit(0);
 }
-console.error("[deliberate] building the native addon failed. Needs python3, make and a C++17 compiler; Node headers via --nodedir (npm_config_nodedir).");
+console.error(
+  "[deliberate] building the native addon failed. Needs python3, make and a C++17 compiler; Node headers via --nodedir (npm_config_nodedir).",
+);
 process.exit(1);

@@ -12,7 +12,8 @@ export function detectCuda() {
   for (const nvcc of candidates) {
     try {
       const out = execFileSync(nvcc, ["--version"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
-      const resolved = nvcc === "nvcc" ? execFileSync("sh", ["-c", "command -v nvcc"], { encoding: "utf8" }).trim() : nvcc;
+      const resolved =
+        nvcc === "nvcc" ? execFileSync("sh", ["-c", "command -v nvcc"], { encoding: "utf8" }).trim() : nvcc;
       const home = path.dirname(path.dirname(path.resolve(resolved)));
       const real = existsSync(path.join(home, "lib64", "libcudart_static.a")) ? home : "/usr/local/cuda";
       if (!existsSync(path.join(real, "lib64", "libcudart_static.a"))) continue;

@@ -39,7 +39,12 @@ export interface FixtureOptions {
   maxPositions?: number;
   ropeTheta?: number;
   /** Llama 3 RoPE scaling; default (llama only) factor 8 over an original context of 64, so all three bands occur. */
-  ropeScaling?: { factor: number; lowFreqFactor: number; highFreqFactor: number; originalMaxPositionEmbeddings: number } | null;
+  ropeScaling?: {
+    factor: number;
+    lowFreqFactor: number;
+    highFreqFactor: number;
+    originalMaxPositionEmbeddings: number;
+  } | null;
   tieEmbeddings?: boolean;
   /** Llama `attention_bias` (q/k/v/o biases); Qwen2 always has q/k/v biases. */
   attentionBias?: boolean;
@@ -53,18 +58,49 @@ export interface FixtureOptions {
 
 export const PRESETS: Record<string, Omit<FixtureOptions, "out">> = {
   "smollm-135m": {
-    arch: "llama", dtype: "bf16", layers: 30, hidden: 576, heads: 9, kvHeads: 3, intermediate: 1536, vocab: 49152,
-    maxPositions: 2048, ropeTheta: 10000, ropeScaling: null, tieEmbeddings: true, rmsNormEps: 1e-5,
+    arch: "llama",
+    dtype: "bf16",
+    layers: 30,
+    hidden: 576,
+    heads: 9,
+    kvHeads: 3,
+    intermediate: 1536,
+    vocab: 49152,
+    maxPositions: 2048,
+    ropeTheta: 10000,
+    ropeScaling: null,
+    tieEmbeddings: true,
+    rmsNormEps: 1e-5,
   },
   "qwen2.5-1.5b": {
-    arch: "qwen2", dtype: "bf16", layers: 28, hidden: 1536, heads: 12, kvHeads: 2, intermediate: 8960, vocab: 151936,
-    maxPositions: 32768, ropeTheta: 1_000_000, tieEmbeddings: true, rmsNormEps: 1e-6,
+    arch: "qwen2",
+    dtype: "bf16",
+    layers: 28,
+    hidden: 1536,
+    heads: 12,
+    kvHeads: 2,
+    intermediate: 8960,
+    vocab: 151936,
+    maxPositions: 32768,
+    ropeTheta: 1_000_000,
+    tieEmbeddings: true,
+    rmsNormEps: 1e-6,
   },
   // The shape of FlashTTS's 7B models (Qwen2.5-Math-7B; its verifier-heavy pair is a 1.5B generator with a 7B PRM):
   // 13.1 GB of bf16 layer weights at the bundled tokenizer's vocabulary (bench:tts --prm-scale), 15.2 GB at its own.
   "qwen2.5-7b": {
-    arch: "qwen2", dtype: "bf16", layers: 28, hidden: 3584, heads: 28, kvHeads: 4, intermediate: 18944, vocab: 152064,
-    maxPositions: 32768, ropeTheta: 1_000_000, tieEmbeddings: false, rmsNormEps: 1e-6,
+    arch: "qwen2",
+    dtype: "bf16",
+    layers: 28,
+    hidden: 3584,
+    heads: 28,
+    kvHeads: 4,
+    intermediate: 18944,
+    vocab: 152064,
+    maxPositions: 32768,
+    ropeTheta: 1_000_000,
+    tieEmbeddings: false,
+    rmsNormEps: 1e-6,
   },
 };
 
@@ -76,7 +112,8 @@ export interface Fixture {
 }
 
 export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
-  if (opts.slidingWindow !== undefined && opts.arch !== "llama") throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
+  if (opts.slidingWindow !== undefined && opts.arch !== "llama")
+    throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
   const mistral = opts.slidingWindow !== undefined;
   const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch];
   const seed = opts.seed ?? 1;
@@ -88,7 +125,8 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   const bpe = trainedBpe(family.flavor, opts.bpeVocab ?? 512);
   const tokenizerSize = bpe.vocab.size + family.added.length;
   const vocab = opts.vocab ?? tokenizerSize;
-  if (vocab < tokenizerSize) throw new Error(`makeFixture: vocab ${vocab} is smaller than the tokenizer (${tokenizerSize} tokens)`);
+  if (vocab < tokenizerSize)
+    throw new Error(`makeFixture: vocab ${vocab} is smaller than the tokenizer (${tokenizerSize} tokens)`);
   const { json: tokenizerJson, ids } = buildTokenizerJson(bpe, {
     flavor: family.flavor,
     added: family.added,
@@ -136,7 +174,12 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
     transformers_version: "4.46.0",
     ...(isLlama
       ? { attention_bias: opts.attentionBias ?? false, attention_dropout: 0, mlp_bias: false, pretraining_tp: 1 }
-      : { use_sliding_window: false, sliding_window: opts.maxPositions ?? 256, max_window_layers: layers, attention_dropout: 0 }),
+      : {
+          use_sliding_window: false,
+          sliding_window: opts.maxPositions ?? 256,
+          max_window_layers: layers,
+          attention_dropout: 0,
+        }),
   };
   const configFile = join(opts.out, "config.json");
   const config = parseModelConfig(configJson, configFile);
@@ -187,7 +230,14 @@ function trainedBpe(flavor: PreTokenizerFlavor, size: number): TrainedBpe {
 const ST_DTYPE: Record<FixtureDType, SafetensorsDType> = { f32: "F32", bf16: "BF16", f16: "F16" };
 
 /** Uniform noise with the given std (and mean) for one tensor, streamed in chunks of raw `dtype` bytes. */
-function* noise(name: string, count: number, mean: number, std: number, dtype: FixtureDType, seed: number): Generator<Uint8Array> {
+function* noise(
+  name: string,
+  count: number,
+  mean: number,
+  std: number,
+  dtype: FixtureDType,
+  seed: number,
+): Generator<Uint8Array> {
   let state = hashSeed(seed, name);
   const a = std * Math.sqrt(3); // uniform on [-a, a] has standard deviation std
   const chunk = 1 << 20;
@@ -204,7 +254,10 @@ function* noise(name: string, count: number, mean: number, std: number, dtype: F
         const bits = new Uint32Array(values.buffer);
         for (let i = 0; i < n; i++) {
           const b = bits[i];
-          out[i] = (b & 0x7fffffff) > 0x7f800000 ? ((b >>> 16) | 0x40) & 0xffff : ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff;
+          out[i] =
+            (b & 0x7fffffff) > 0x7f800000
+              ? ((b >>> 16) | 0x40) & 0xffff
+              : ((b + 0x7fff + ((b >>> 16) & 1)) >>> 16) & 0xffff;
         }
       } else {
         for (let i = 0; i < n; i++) out[i] = f32ToF16Bits(values[i]);
@@ -226,8 +279,10 @@ function initFor(name: string, shape: number[], config: ModelConfig): { mean: nu
   if (name.endsWith("norm.weight")) return { mean: 1, std: 0.1 };
   if (name.endsWith(".bias")) return { mean: 0, std: 0.2 };
   if (name === "lm_head.weight") return { mean: 0, std: 2.5 / Math.sqrt(config.hiddenSize) };
-  if (name === "model.embed_tokens.weight") return { mean: 0, std: config.tieWordEmbeddings ? 2.5 / Math.sqrt(config.hiddenSize) : 1 };
-  if (name.endsWith("o_proj.weight") || name.endsWith("down_proj.weight")) return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
+  if (name === "model.embed_tokens.weight")
+    return { mean: 0, std: config.tieWordEmbeddings ? 2.5 / Math.sqrt(config.hiddenSize) : 1 };
+  if (name.endsWith("o_proj.weight") || name.endsWith("down_proj.weight"))
+    return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
   return { mean: 0, std: 1 / Math.sqrt(fanIn) };
 }
 
@@ -238,10 +293,16 @@ function initFor(name: string, shape: number[], config: ModelConfig): { mean: nu
  * than the host loop around them). The vocabulary stays the source's. Written once; a folder with a config.json is
  * reused. Returns `out`.
  */
-export async function scaleModel(src: string, out: string, preset: Omit<FixtureOptions, "out">, seed = 1): Promise<string> {
+export async function scaleModel(
+  src: string,
+  out: string,
+  preset: Omit<FixtureOptions, "out">,
+  seed = 1,
+): Promise<string> {
   if (existsSync(join(out, "config.json"))) return out;
   const raw = JSON.parse(await readFile(join(src, "config.json"), "utf8")) as Record<string, unknown>;
-  const hidden = preset.hidden ?? 64, heads = preset.heads ?? 4;
+  const hidden = preset.hidden ?? 64,
+    heads = preset.heads ?? 4;
   const configJson = {
     ...raw,
     hidden_size: hidden,
@@ -256,7 +317,13 @@ export async function scaleModel(src: string, out: string, preset: Omit<FixtureO
   const config = parseModelConfig(configJson, configFile);
   await mkdir(out, { recursive: true });
   for (const f of await readdir(src)) {
-    if (f === "config.json" || f.endsWith(".safetensors") || f.endsWith(".safetensors.index.json") || !f.endsWith(".json")) continue;
+    if (
+      f === "config.json" ||
+      f.endsWith(".safetensors") ||
+      f.endsWith(".safetensors.index.json") ||
+      !f.endsWith(".json")
+    )
+      continue;
     await copyFile(join(src, f), join(out, f));
   }
   await writeWeights(config, out, "bf16", seed, 1);
@@ -264,7 +331,13 @@ export async function scaleModel(src: string, out: string, preset: Omit<FixtureO
   return out;
 }
 
-async function writeWeights(config: ModelConfig, dir: string, dtype: FixtureDType, seed: number, shards: number): Promise<void> {
+async function writeWeights(
+  config: ModelConfig,
+  dir: string,
+  dtype: FixtureDType,
+  seed: number,
+  shards: number,
+): Promise<void> {
   const tensors = expectedTensors(config).map(({ name, shape }) => {
     const count = shape.reduce((a, b) => a * b, 1);
     const { mean, std } = initFor(name, shape, config);
@@ -272,7 +345,9 @@ async function writeWeights(config: ModelConfig, dir: string, dtype: FixtureDTyp
     return { name, t, bytes: count * (dtype === "f32" ? 4 : 2) };
   });
   if (shards <= 1) {
-    await writeSafetensors(join(dir, "model.safetensors"), new Map(tensors.map((x) => [x.name, x.t])), { format: "pt" });
+    await writeSafetensors(join(dir, "model.safetensors"), new Map(tensors.map((x) => [x.name, x.t])), {
+      format: "pt",
+    });
     return;
   }
   const total = tensors.reduce((a, x) => a + x.bytes, 0);
@@ -295,15 +370,25 @@ async function writeWeights(config: ModelConfig, dir: string, dtype: FixtureDTyp
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
-      arch: { type: "string" }, dtype: { type: "string" }, out: { type: "string" }, seed: { type: "string" },
-      layers: { type: "string" }, hidden: { type: "string" }, heads: { type: "string" }, "kv-heads": { type: "string" },
-      intermediate: { type: "string" }, vocab: { type: "string" }, shards: { type: "string" }, preset: { type: "string" },
+      arch: { type: "string" },
+      dtype: { type: "string" },
+      out: { type: "string" },
+      seed: { type: "string" },
+      layers: { type: "string" },
+      hidden: { type: "string" },
+      heads: { type: "string" },
+      "kv-heads": { type: "string" },
+      intermediate: { type: "string" },
+      vocab: { type: "string" },
+      shards: { type: "string" },
+      preset: { type: "string" },
       "tie-embeddings": { type: "boolean" },
     },
   });
   const int = (v: string | undefined) => (v === undefined ? undefined : Number.parseInt(v, 10));
   const preset = values.preset === undefined ? undefined : PRESETS[values.preset];
-  if (values.preset !== undefined && !preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
+  if (values.preset !== undefined && !preset)
+    throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
   if (!values.out) throw new Error("--out DIR is required");
   const opts: FixtureOptions = {
     ...preset,
@@ -311,7 +396,8 @@ async function main(): Promise<void> {
     dtype: (values.dtype ?? preset?.dtype ?? "f32") as FixtureDType,
     out: resolve(values.out),
   };
-  const set = <K extends keyof FixtureOptions>(k: K, v: FixtureOptions[K] | undefined) => v !== undefined && (opts[k] = v);
+  const set = <K extends keyof FixtureOptions>(k: K, v: FixtureOptions[K] | undefined) =>
+    v !== undefined && (opts[k] = v);
   set("seed", int(values.seed));
   set("layers", int(values.layers));
   set("hidden", int(values.hidden));
@@ -322,9 +408,12 @@ async function main(): Promise<void> {
   set("shards", int(values.shards));
   set("tieEmbeddings", values["tie-embeddings"]);
   if (!["llama", "qwen2"].includes(opts.arch)) throw new Error(`--arch must be llama or qwen2, got ${opts.arch}`);
-  if (!["f32", "bf16", "f16"].includes(opts.dtype)) throw new Error(`--dtype must be f32, bf16 or f16, got ${opts.dtype}`);
+  if (!["f32", "bf16", "f16"].includes(opts.dtype))
+    throw new Error(`--dtype must be f32, bf16 or f16, got ${opts.dtype}`);
   const f = await makeFixture(opts);
-  console.log(`wrote ${f.config.architecture} fixture to ${f.dir} (${f.config.numLayers} layers, hidden ${f.config.hiddenSize}, vocab ${f.config.vocabSize})`);
+  console.log(
+    `wrote ${f.config.architecture} fixture to ${f.dir} (${f.config.numLayers} layers, hidden ${f.config.hiddenSize}, vocab ${f.config.vocabSize})`,
+  );
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {

@@ -19,7 +19,8 @@ const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 export function packPrebuilt(outDir = path.join(root, "bench", "out")) {
   const addon = path.join(root, "build", "Release", "deliberate.node");
   if (!existsSync(addon)) throw new Error(`${addon} is missing: build the addon first (npm run build:addon)`);
-  if (!existsSync(path.join(root, "dist", "index.js"))) throw new Error("dist/ is missing: build it first (npm run build:ts)");
+  if (!existsSync(path.join(root, "dist", "index.js")))
+    throw new Error("dist/ is missing: build it first (npm run build:ts)");
   const pkg = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
   const stage = mkdtempSync(path.join(os.tmpdir(), "deliberate-pack-"));
   try {
@@ -35,7 +36,11 @@ export function packPrebuilt(outDir = path.join(root, "bench", "out")) {
     spawnSync("strip", ["--strip-debug", target], { stdio: "ignore" });
     mkdirSync(outDir, { recursive: true });
     // --ignore-scripts: the staging folder has no sources to run `prepare` on; dist/ is already in it.
-    const out = execFileSync("npm", ["pack", "--ignore-scripts", "--pack-destination", path.resolve(outDir)], { cwd: stage, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    const out = execFileSync("npm", ["pack", "--ignore-scripts", "--pack-destination", path.resolve(outDir)], {
+      cwd: stage,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const name = out.trim().split("\n").at(-1);
     return path.resolve(outDir, name);
   } finally {
@@ -52,7 +57,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     // build/Release, so the staged copy shadows nothing); without a build the tarball builds from source on install.
     const addon = path.join(root, "build", "Release", "deliberate.node");
     if (!existsSync(addon)) {
-      console.warn("[deliberate] no build/Release/deliberate.node to ship as a prebuild; the tarball will build from source on install");
+      console.warn(
+        "[deliberate] no build/Release/deliberate.node to ship as a prebuild; the tarball will build from source on install",
+      );
     } else {
       mkdirSync(path.dirname(staged), { recursive: true });
       copyFileSync(addon, staged);

@@ -23,9 +23,15 @@ export type { ChatMessage } from "./model/chatTemplate.js";
 export * from "./engine/index.js";
 export * from "./sched/index.js";
 
-
 // Determinism regression tooling (what `deliberate determinism` runs): golden files carry their provenance
-export { hashTokens, firstDivergence, makeGolden, parseGolden, checkProvenance, checkGolden } from "./determinism/golden.js";
+export {
+  hashTokens,
+  firstDivergence,
+  makeGolden,
+  parseGolden,
+  checkProvenance,
+  checkGolden,
+} from "./determinism/golden.js";
 export type { GoldenFile, GoldenMismatch, CheckGoldenOptions } from "./determinism/golden.js";
 export { modelHash, describeDevice, kernelKnobs, compareProvenance } from "./determinism/provenance.js";
 export type { Provenance, ProvenanceMismatch } from "./determinism/provenance.js";
@@ -57,8 +63,25 @@ export type { EvalReport, LevelReport } from "./eval/report.js";
 export { bundledModelDir, bundledPrmDir } from "./bundledModel.js";
 
 // DUCHESS probes: the MLPs, their file (checked against the model it steers) and their training (`deliberate probe train`)
-export { loadProbe, saveProbe, correctnessOf, predictedTokensOf, isProbeLabel, PROBE_LABELS, PROBE_SUBDIR, PROBE_FILE_VERSION } from "./probe/probeFile.js";
-export type { DuchessProbe, ProbeLabel, ProbeMeta, ProbeTarget, CorrectnessMeta, DifficultyMeta, OrchestrationMeta } from "./probe/probeFile.js";
+export {
+  loadProbe,
+  saveProbe,
+  correctnessOf,
+  predictedTokensOf,
+  isProbeLabel,
+  PROBE_LABELS,
+  PROBE_SUBDIR,
+  PROBE_FILE_VERSION,
+} from "./probe/probeFile.js";
+export type {
+  DuchessProbe,
+  ProbeLabel,
+  ProbeMeta,
+  ProbeTarget,
+  CorrectnessMeta,
+  DifficultyMeta,
+  OrchestrationMeta,
+} from "./probe/probeFile.js";
 export { trainProbe } from "./eval/probeTrain.js";
 export type { ProbeTrainOptions, ProbeTrainResult, LayerReport } from "./eval/probeTrain.js";
 

@@ -18,11 +18,17 @@ export interface BenchModel {
 
 export async function resolveBenchModel(dir: string | undefined, log: (m: string) => void): Promise<BenchModel> {
   if (dir !== undefined) return { dir, label: `model at ${dir}`, isTinyReasoner: dir === TINY_REASONER_DIR };
-  if (existsSync(join(TINY_REASONER_DIR, "config.json"))) return { dir: TINY_REASONER_DIR, label: "tiny reasoner (models/tiny-reasoner)", isTinyReasoner: true };
+  if (existsSync(join(TINY_REASONER_DIR, "config.json")))
+    return { dir: TINY_REASONER_DIR, label: "tiny reasoner (models/tiny-reasoner)", isTinyReasoner: true };
   const out = join(tmpdir(), "deliberate-bench", "random-llama-fixture");
-  if (!existsSync(join(out, "config.json"))) await makeFixture({ arch: "llama", dtype: "f32", out, layers: 2, hidden: 64 });
+  if (!existsSync(join(out, "config.json")))
+    await makeFixture({ arch: "llama", dtype: "f32", out, layers: 2, hidden: 64 });
   log("models/tiny-reasoner is missing: running on a RANDOM fixture model; accuracy figures are meaningless");
-  return { dir: out, label: "RANDOM fixture model (tiny reasoner not available; accuracies meaningless)", isTinyReasoner: false };
+  return {
+    dir: out,
+    label: "RANDOM fixture model (tiny reasoner not available; accuracies meaningless)",
+    isTinyReasoner: false,
+  };
 }
 
 export function machine(): string {
@@ -31,7 +37,11 @@ export function machine(): string {
 }
 
 /** Runs `fn` over `items` with at most `limit` in flight (programs batch together on the engine). */
-export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+export async function pool<T, R>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
   const out = new Array<R>(items.length);
   let next = 0;
   const worker = async (): Promise<void> => {

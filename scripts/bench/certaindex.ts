@@ -21,7 +21,13 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
-import { calibrate, evaluatePolicy, replay, type CalibrationResult, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import {
+  calibrate,
+  evaluatePolicy,
+  replay,
+  type CalibrationResult,
+  type ProgramTrace,
+} from "../../ts/certaindex/calibrate.js";
 import {
   CALIBRATION_FORMAT,
   defaultCalibrationOut,
@@ -69,7 +75,8 @@ const { values } = parseArgs({
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
 const intArg = (name: string): number => {
   const v = Number(values[name as keyof typeof values]);
-  if (!Number.isInteger(v) || v < 1) throw new Error(`--${name} must be an integer ≥ 1, got ${String(values[name as keyof typeof values])}`);
+  if (!Number.isInteger(v) || v < 1)
+    throw new Error(`--${name} must be an integer ≥ 1, got ${String(values[name as keyof typeof values])}`);
   return v;
 };
 const N = intArg("n");
@@ -108,13 +115,22 @@ const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
 const engine = new Engine({ models: { model } });
 const runtime = new ProgramRuntime(engine);
 const promptOf = (p: ArithProblem): number[] | string =>
-  model.tokenizer.chatTemplate === null ? p.question : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
+  model.tokenizer.chatTemplate === null
+    ? p.question
+    : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
 const ok = (a: string | null, p: ArithProblem): boolean => a !== null && eq(a, p.answer);
 
 // ---- Traces: one run to the cap per question, recorded so every policy (and every smaller cap) can be replayed.
 
 async function branchesOf(p: ArithProblem): Promise<Branch[]> {
-  const sc = new SelfConsistency({ prompt: promptOf(p), maxBranches: 32, branchesPerRound: 8, maxTokens: MAX_TOKENS, temperature: 0.8, seed: 0 });
+  const sc = new SelfConsistency({
+    prompt: promptOf(p),
+    maxBranches: 32,
+    branchesPerRound: 8,
+    maxTokens: MAX_TOKENS,
+    temperature: 0.8,
+    seed: 0,
+  });
   await runtime.run(sc, { policy: { kind: "baseline-even" } });
   return sc.state.branches;
 }
@@ -131,7 +147,13 @@ function scTrace(branches: readonly Branch[], cap: number, per = Math.max(1, cap
     const b = branches.slice(0, used);
     const answers = b.map((x) => x.answer);
     const tokens = b.reduce((s, x) => s + x.tokens, 0);
-    steps.push({ used, certaindex: entropyCertaindex(answers, eq), answer: majorityVote(answers, eq).answer, tokensUsed: tokens, lengthSignal: 1 - tokens / used / MAX_TOKENS });
+    steps.push({
+      used,
+      certaindex: entropyCertaindex(answers, eq),
+      answer: majorityVote(answers, eq).answer,
+      tokensUsed: tokens,
+      lengthSignal: 1 - tokens / used / MAX_TOKENS,
+    });
   }
   return { steps };
 }
@@ -145,7 +167,12 @@ async function cotRun(p: ArithProblem, interval: number): Promise<CotProbe> {
 
 /** A probed thought as a trace for probes every `interval` tokens (a multiple of the run's own interval): step k =
  * after the k-th probe (tokens: the thought up to it + every probe so far); the last step is the finished thought. */
-function cotTrace(c: CotProbe, runInterval: number, interval: number, window: number): { trace: ProgramTrace; plainTokens: number; plainAnswer: string | null } {
+function cotTrace(
+  c: CotProbe,
+  runInterval: number,
+  interval: number,
+  window: number,
+): { trace: ProgramTrace; plainTokens: number; plainAnswer: string | null } {
   const s = c.state;
   const plainAnswer = c.answer();
   const every = interval / runInterval;
@@ -157,31 +184,72 @@ function cotTrace(c: CotProbe, runInterval: number, interval: number, window: nu
     if (s.probeAt[k] >= s.mainTokens) break; // the thought ended there: no saving left
     probes.push(s.probes[k]);
     probeTokens += s.probeTokens[k];
-    steps.push({ used: steps.length + 1, certaindex: probeCertaindex(probes, rule), answer: s.probes[k], tokensUsed: s.probeAt[k] + probeTokens });
+    steps.push({
+      used: steps.length + 1,
+      certaindex: probeCertaindex(probes, rule),
+      answer: s.probes[k],
+      tokensUsed: s.probeAt[k] + probeTokens,
+    });
   }
   steps.push({ used: steps.length + 1, certaindex: 0, answer: plainAnswer, tokensUsed: s.mainTokens + probeTokens });
   return { trace: { steps }, plainTokens: s.mainTokens, plainAnswer };
 }
 
-function treeTrace(history: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; knobUsed: number }>): ProgramTrace {
-  return { steps: history.map((h) => ({ used: h.knobUsed, certaindex: h.certaindex, answer: h.answer, tokensUsed: h.tokensUsed })) };
+function treeTrace(
+  history: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; knobUsed: number }>,
+): ProgramTrace {
+  return {
+    steps: history.map((h) => ({
+      used: h.knobUsed,
+      certaindex: h.certaindex,
+      answer: h.answer,
+      tokensUsed: h.tokensUsed,
+    })),
+  };
 }
 
 async function treeTraces(kind: "rebase" | "mcts", problems: readonly ArithProblem[]): Promise<ProgramTrace[]> {
   return pool(problems, CONC, async (p) => {
     const prog: Program =
       kind === "rebase"
-        ? new Rebase({ prompt: promptOf(p), question: p.question, reward: arithVerifier, width: REBASE_WIDTH, maxTokens: MAX_TOKENS, seed: 0 })
-        : new Mcts({ prompt: promptOf(p), question: p.question, reward: arithVerifier, maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS, seed: 0 });
+        ? new Rebase({
+            prompt: promptOf(p),
+            question: p.question,
+            reward: arithVerifier,
+            width: REBASE_WIDTH,
+            maxTokens: MAX_TOKENS,
+            seed: 0,
+          })
+        : new Mcts({
+            prompt: promptOf(p),
+            question: p.question,
+            reward: arithVerifier,
+            maxSimulations: MCTS_SIMS,
+            simulationsPerRound: MCTS_PER_ROUND,
+            maxTokens: MAX_TOKENS,
+            seed: 0,
+          });
     const r = await runtime.run(prog, { policy: { kind: "baseline-even" } });
     return treeTrace(r.history);
   });
 }
 
-function outcome(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], baseline?: { accuracy: number; meanTokens: number }): CalibrationOutcome {
+function outcome(
+  policy: PolicySpec,
+  traces: readonly ProgramTrace[],
+  labels: readonly string[],
+  baseline?: { accuracy: number; meanTokens: number },
+): CalibrationOutcome {
   const o = evaluatePolicy(policy, traces, labels, eq);
   const b = baseline ?? evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
-  return { n: traces.length, accuracy: o.accuracy, meanTokens: o.meanTokens, baselineAccuracy: b.accuracy, baselineMeanTokens: b.meanTokens, tokenSavings: 1 - o.meanTokens / b.meanTokens };
+  return {
+    n: traces.length,
+    accuracy: o.accuracy,
+    meanTokens: o.meanTokens,
+    baselineAccuracy: b.accuracy,
+    baselineMeanTokens: b.meanTokens,
+    tokenSavings: 1 - o.meanTokens / b.meanTokens,
+  };
 }
 
 // ---- 1. Calibration on the validation split (--calibrate), or the stored calibration.
@@ -211,40 +279,59 @@ if (values.calibrate) {
       baselineLength: length.policy,
     };
   }
-  log(`  sc: ${((Date.now() - t0) / 1000).toFixed(0)} s; cap 16 ${JSON.stringify(scByCap["16"].policy)}, saves ${(scByCap["16"].validation.tokenSavings * 100).toFixed(1)}% on validation`);
+  log(
+    `  sc: ${((Date.now() - t0) / 1000).toFixed(0)} s; cap 16 ${JSON.stringify(scByCap["16"].policy)}, saves ${(scByCap["16"].validation.tokenSavings * 100).toFixed(1)}% on validation`,
+  );
 
   // CoT: one run probing every PROBE_GRID tokens serves every interval that is a multiple of it.
   const t1 = Date.now();
   const cotRuns = await pool(validation, CONC, (p) => cotRun(p, PROBE_GRID));
   let cot: ProgramCalibration | null = null;
-  for (const interval of COT_INTERVALS) for (const window of COT_WINDOWS) {
-    const built = cotRuns.map((c) => cotTrace(c, PROBE_GRID, interval, window));
-    const traces = built.map((b) => b.trace);
-    const plain = {
-      accuracy: built.filter((b, i) => ok(b.plainAnswer, validation[i])).length / built.length,
-      meanTokens: built.reduce((s, b) => s + b.plainTokens, 0) / built.length,
-    };
-    const c = calibrate(traces, labels, CERTAINDEX);
-    const o = outcome(c.policy, traces, labels, plain);
-    if (o.accuracy >= plain.accuracy - 1e-12 && (cot === null || o.meanTokens < cot.validation.meanTokens)) {
-      cot = { policy: c.policy, settings: { interval, probeWindow: window, maxTokens: COT_MAX }, validation: o };
+  for (const interval of COT_INTERVALS)
+    for (const window of COT_WINDOWS) {
+      const built = cotRuns.map((c) => cotTrace(c, PROBE_GRID, interval, window));
+      const traces = built.map((b) => b.trace);
+      const plain = {
+        accuracy: built.filter((b, i) => ok(b.plainAnswer, validation[i])).length / built.length,
+        meanTokens: built.reduce((s, b) => s + b.plainTokens, 0) / built.length,
+      };
+      const c = calibrate(traces, labels, CERTAINDEX);
+      const o = outcome(c.policy, traces, labels, plain);
+      if (o.accuracy >= plain.accuracy - 1e-12 && (cot === null || o.meanTokens < cot.validation.meanTokens)) {
+        cot = { policy: c.policy, settings: { interval, probeWindow: window, maxTokens: COT_MAX }, validation: o };
+      }
     }
-  }
-  if (cot === null) throw new Error("CoT calibration found no setting; this cannot happen (running to the end always qualifies)");
-  log(`  cot-probe: ${((Date.now() - t1) / 1000).toFixed(0)} s; interval ${cot.settings.interval} window ${cot.settings.probeWindow} ${JSON.stringify(cot.policy)}, saves ${(cot.validation.tokenSavings * 100).toFixed(1)}% vs no probing on validation`);
+  if (cot === null)
+    throw new Error("CoT calibration found no setting; this cannot happen (running to the end always qualifies)");
+  log(
+    `  cot-probe: ${((Date.now() - t1) / 1000).toFixed(0)} s; interval ${cot.settings.interval} window ${cot.settings.probeWindow} ${JSON.stringify(cot.policy)}, saves ${(cot.validation.tokenSavings * 100).toFixed(1)}% vs no probing on validation`,
+  );
 
   const trees: Partial<Record<"rebase" | "mcts", ProgramCalibration>> = {};
   for (const kind of ["rebase", "mcts"] as const) {
     const t2 = Date.now();
     const tv = validation.slice(0, Math.min(CAL, TREE_N * 2));
     const traces = await treeTraces(kind, tv);
-    const c = calibrate(traces, tv.map((p) => p.answer), CERTAINDEX);
+    const c = calibrate(
+      traces,
+      tv.map((p) => p.answer),
+      CERTAINDEX,
+    );
     trees[kind] = {
       policy: c.policy,
-      settings: kind === "rebase" ? { width: REBASE_WIDTH, maxTokens: MAX_TOKENS } : { maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS },
-      validation: outcome(c.policy, traces, tv.map((p) => p.answer)),
+      settings:
+        kind === "rebase"
+          ? { width: REBASE_WIDTH, maxTokens: MAX_TOKENS }
+          : { maxSimulations: MCTS_SIMS, simulationsPerRound: MCTS_PER_ROUND, maxTokens: MAX_TOKENS },
+      validation: outcome(
+        c.policy,
+        traces,
+        tv.map((p) => p.answer),
+      ),
     };
-    log(`  ${kind}: ${((Date.now() - t2) / 1000).toFixed(0)} s on ${tv.length} questions; ${JSON.stringify(c.policy)}, saves ${(trees[kind]!.validation.tokenSavings * 100).toFixed(1)}%`);
+    log(
+      `  ${kind}: ${((Date.now() - t2) / 1000).toFixed(0)} s on ${tv.length} questions; ${JSON.stringify(c.policy)}, saves ${(trees[kind]!.validation.tokenSavings * 100).toFixed(1)}%`,
+    );
   }
   calFile = values["calibration-out"] ?? defaultCalibrationOut(bm.dir, TINY_REASONER_DIR);
   cal = {
@@ -262,11 +349,17 @@ if (values.calibrate) {
   log(`wrote ${calFile}`);
 } else {
   const loaded = loadCalibration(bm.dir, { file: values.calibration, bundledDir: TINY_REASONER_DIR });
-  if (loaded === null) throw new Error(`no certaindex calibration for ${bm.dir}; run \`${RECALIBRATE_COMMAND}\` first (or pass --calibration FILE)`);
+  if (loaded === null)
+    throw new Error(
+      `no certaindex calibration for ${bm.dir}; run \`${RECALIBRATE_COMMAND}\` first (or pass --calibration FILE)`,
+    );
   cal = loaded.calibration;
   calFile = loaded.file;
   calStale = loaded.stale;
-  if (calStale) log(`WARNING: ${calFile} was calibrated on other weights; the figures below use stale policies. Rerun with --calibrate.`);
+  if (calStale)
+    log(
+      `WARNING: ${calFile} was calibrated on other weights; the figures below use stale policies. Rerun with --calibrate.`,
+    );
 }
 const scPolicy = (cap: number): ProgramCalibration & { baselineLength?: PolicySpec } => {
   const e = cal.scByCap?.[String(cap)];
@@ -280,14 +373,39 @@ const testLabels = test.map((p) => p.answer);
 log(`SC: ${test.length} test questions × 32 branches, load ${sampleLoad()}`);
 const testBranches = await pool(test, CONC, branchesOf);
 
-interface Point { program: string; cap: number; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }
+interface Point {
+  program: string;
+  cap: number;
+  policy: string;
+  accuracy: number;
+  meanTokens: number;
+  spec?: PolicySpec;
+}
 const points: Point[] = [];
 for (const cap of CAPS) {
   const entry = scPolicy(cap);
   const tr = testBranches.map((b) => scTrace(b, cap, entry.settings.branchesPerRound as number | undefined));
-  points.push({ program: "sc", cap, policy: "baseline-even", ...evaluatePolicy({ kind: "baseline-even" }, tr, testLabels, eq) });
-  points.push({ program: "sc", cap, policy: "certaindex", ...evaluatePolicy(entry.policy, tr, testLabels, eq), spec: entry.policy });
-  if (entry.baselineLength) points.push({ program: "sc", cap, policy: "baseline-length", ...evaluatePolicy(entry.baselineLength, tr, testLabels, eq), spec: entry.baselineLength });
+  points.push({
+    program: "sc",
+    cap,
+    policy: "baseline-even",
+    ...evaluatePolicy({ kind: "baseline-even" }, tr, testLabels, eq),
+  });
+  points.push({
+    program: "sc",
+    cap,
+    policy: "certaindex",
+    ...evaluatePolicy(entry.policy, tr, testLabels, eq),
+    spec: entry.policy,
+  });
+  if (entry.baselineLength)
+    points.push({
+      program: "sc",
+      cap,
+      policy: "baseline-length",
+      ...evaluatePolicy(entry.baselineLength, tr, testLabels, eq),
+      spec: entry.baselineLength,
+    });
 }
 const evens = points.filter((p) => p.policy === "baseline-even");
 const peak = evens.reduce((a, b) => (b.accuracy > a.accuracy ? b : a));
@@ -300,17 +418,31 @@ const scSummary = {
   policy: scPolicy(peak.cap).policy,
 };
 
-let scLive: { cap: number; accuracy: number; meanTokens: number; tokenSavings: number; accuracyDelta: number } | null = null;
+let scLive: { cap: number; accuracy: number; meanTokens: number; tokenSavings: number; accuracyDelta: number } | null =
+  null;
 if (!values["no-live"]) {
   const entry = scPolicy(peak.cap);
   log(`SC live at cap ${peak.cap} with ${JSON.stringify(entry.policy)}, load ${sampleLoad()}`);
   const live = await pool(test, CONC, async (p) => {
-    const sc = new SelfConsistency({ prompt: promptOf(p), maxBranches: peak.cap, branchesPerRound: entry.settings.branchesPerRound, maxTokens: MAX_TOKENS, temperature: 0.8, seed: 0 });
+    const sc = new SelfConsistency({
+      prompt: promptOf(p),
+      maxBranches: peak.cap,
+      branchesPerRound: entry.settings.branchesPerRound,
+      maxTokens: MAX_TOKENS,
+      temperature: 0.8,
+      seed: 0,
+    });
     return runtime.run(sc, { policy: entry.policy });
   });
   const accuracy = live.filter((r, i) => ok(r.answer, test[i])).length / N;
   const meanTokens = live.reduce((s, r) => s + r.tokensUsed, 0) / N;
-  scLive = { cap: peak.cap, accuracy, meanTokens, tokenSavings: 1 - meanTokens / peak.meanTokens, accuracyDelta: (accuracy - peak.accuracy) * 100 };
+  scLive = {
+    cap: peak.cap,
+    accuracy,
+    meanTokens,
+    tokenSavings: 1 - meanTokens / peak.meanTokens,
+    accuracyDelta: (accuracy - peak.accuracy) * 100,
+  };
 }
 
 // ---- 3. CoT with and without probing at the calibrated interval.
@@ -318,10 +450,17 @@ const cotCal = cal.programs["cot-probe"];
 if (cotCal === undefined) throw new Error(`${calFile} has no cot-probe calibration; rerun with --calibrate`);
 const INTERVAL = cotCal.settings.interval;
 const WINDOW = cotCal.settings.probeWindow ?? DEFAULT_PROBE_RULE.window;
-log(`CoT: ${test.length} questions, greedy, probe every ${INTERVAL} tokens, ${JSON.stringify(cotCal.policy)}, load ${sampleLoad()}`);
+log(
+  `CoT: ${test.length} questions, greedy, probe every ${INTERVAL} tokens, ${JSON.stringify(cotCal.policy)}, load ${sampleLoad()}`,
+);
 const cot = await pool(test, CONC, (p) => cotRun(p, INTERVAL));
 const cotBuilt = cot.map((c) => cotTrace(c, INTERVAL, INTERVAL, WINDOW));
-let plainCorrect = 0, plainTokens = 0, probedCorrect = 0, probedTokens = 0, ruleCorrect = 0, ruleTokens = 0;
+let plainCorrect = 0,
+  plainTokens = 0,
+  probedCorrect = 0,
+  probedTokens = 0,
+  ruleCorrect = 0,
+  ruleTokens = 0;
 // The exit rule alone (exit the first time it fires, from the first probe on), separately from the calibrated
 // policy, which may add a cap per probe step: the paper's Dynasor-CoT is the rule.
 const RULE_ONLY: PolicySpec = { kind: "threshold", threshold: 1, detectAt: 1 };
@@ -340,14 +479,29 @@ const cotPoints = [
   { program: "cot", policy: "probe", accuracy: probedCorrect / N, meanTokens: probedTokens / N },
   { program: "cot", policy: "probe, exit rule alone", accuracy: ruleCorrect / N, meanTokens: ruleTokens / N },
 ];
-const cotSummary = { program: "cot", interval: INTERVAL, tokenSavings: 1 - cotPoints[1].meanTokens / cotPoints[0].meanTokens, accuracyDelta: (cotPoints[1].accuracy - cotPoints[0].accuracy) * 100, policy: cotCal.policy };
+const cotSummary = {
+  program: "cot",
+  interval: INTERVAL,
+  tokenSavings: 1 - cotPoints[1].meanTokens / cotPoints[0].meanTokens,
+  accuracyDelta: (cotPoints[1].accuracy - cotPoints[0].accuracy) * 100,
+  policy: cotCal.policy,
+};
 let cotLive: { accuracy: number; meanTokens: number; tokenSavings: number; accuracyDelta: number } | null = null;
 if (!values["no-live"]) {
   const rule = { ...DEFAULT_PROBE_RULE, window: WINDOW };
-  const live = await pool(test, CONC, (p) => runtime.run(new CotProbe({ prompt: promptOf(p), interval: INTERVAL, maxTokens: COT_MAX, rule }), { policy: cotCal.policy }));
+  const live = await pool(test, CONC, (p) =>
+    runtime.run(new CotProbe({ prompt: promptOf(p), interval: INTERVAL, maxTokens: COT_MAX, rule }), {
+      policy: cotCal.policy,
+    }),
+  );
   const accuracy = live.filter((r, i) => ok(r.answer, test[i])).length / N;
   const meanTokens = live.reduce((s, r) => s + r.tokensUsed, 0) / N;
-  cotLive = { accuracy, meanTokens, tokenSavings: 1 - meanTokens / cotPoints[0].meanTokens, accuracyDelta: (accuracy - cotPoints[0].accuracy) * 100 };
+  cotLive = {
+    accuracy,
+    meanTokens,
+    tokenSavings: 1 - meanTokens / cotPoints[0].meanTokens,
+    accuracyDelta: (accuracy - cotPoints[0].accuracy) * 100,
+  };
 }
 
 // Upper bound for any probing exit rule (diagnostic): probes free, exit at the first probe point (every
@@ -358,14 +512,32 @@ for (const c of grid) {
   const s = c.state;
   const final = c.answer();
   let k = s.probes.length;
-  while (k > 0 && final !== null && s.probes[k - 1] !== null && eq(s.probes[k - 1]!, final) && s.probeAt[k - 1] < s.mainTokens) k--;
+  while (
+    k > 0 &&
+    final !== null &&
+    s.probes[k - 1] !== null &&
+    eq(s.probes[k - 1]!, final) &&
+    s.probeAt[k - 1] < s.mainTokens
+  )
+    k--;
   oracleTokens += k < s.probes.length ? s.probeAt[k] : s.mainTokens;
 }
-const cotOracle = { probeEvery: PROBE_GRID, meanTokens: oracleTokens / N, tokenSavings: 1 - oracleTokens / Math.max(1, grid.reduce((a, c) => a + c.state.mainTokens, 0)) };
+const cotOracle = {
+  probeEvery: PROBE_GRID,
+  meanTokens: oracleTokens / N,
+  tokenSavings:
+    1 -
+    oracleTokens /
+      Math.max(
+        1,
+        grid.reduce((a, c) => a + c.state.mainTokens, 0),
+      ),
+};
 
 // ---- 4. Rebase and MCTS (arith verifier) on the first --tree-n test questions, replayed under their policies.
 const treeTest = test.slice(0, Math.min(N, TREE_N));
-const treeRows: Array<{ program: string; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }> = [];
+const treeRows: Array<{ program: string; policy: string; accuracy: number; meanTokens: number; spec?: PolicySpec }> =
+  [];
 const treeSummary: Array<{ program: string; tokenSavings: number; accuracyDelta: number; policy: PolicySpec }> = [];
 for (const kind of ["rebase", "mcts"] as const) {
   const pc = cal.programs[kind];
@@ -375,8 +547,16 @@ for (const kind of ["rebase", "mcts"] as const) {
   const labels = treeTest.map((p) => p.answer);
   const even = evaluatePolicy({ kind: "baseline-even" }, traces, labels, eq);
   const cx = evaluatePolicy(pc.policy, traces, labels, eq);
-  treeRows.push({ program: kind, policy: "baseline-even", ...even }, { program: kind, policy: "certaindex", ...cx, spec: pc.policy });
-  treeSummary.push({ program: kind, tokenSavings: 1 - cx.meanTokens / even.meanTokens, accuracyDelta: (cx.accuracy - even.accuracy) * 100, policy: pc.policy });
+  treeRows.push(
+    { program: kind, policy: "baseline-even", ...even },
+    { program: kind, policy: "certaindex", ...cx, spec: pc.policy },
+  );
+  treeSummary.push({
+    program: kind,
+    tokenSavings: 1 - cx.meanTokens / even.meanTokens,
+    accuracyDelta: (cx.accuracy - even.accuracy) * 100,
+    policy: pc.policy,
+  });
 }
 
 await engine.dispose();
@@ -385,9 +565,15 @@ sampleLoad();
 
 // ---- Report.
 const targets = {
-  sc: { target: "≥ 25% fewer tokens than baseline-even, accuracy within 0.5 points, at the cap where baseline-even peaks", met: scSummary.tokenSavings >= 0.25 && scSummary.accuracyDelta >= -0.5 },
+  sc: {
+    target: "≥ 25% fewer tokens than baseline-even, accuracy within 0.5 points, at the cap where baseline-even peaks",
+    met: scSummary.tokenSavings >= 0.25 && scSummary.accuracyDelta >= -0.5,
+  },
   scLive: scLive && { met: scLive.tokenSavings >= 0.25 && scLive.accuracyDelta >= -0.5 },
-  cot: { target: "probing saves ≥ 15% tokens at equal accuracy", met: cotSummary.tokenSavings >= 0.15 && cotSummary.accuracyDelta >= 0 },
+  cot: {
+    target: "probing saves ≥ 15% tokens at equal accuracy",
+    met: cotSummary.tokenSavings >= 0.15 && cotSummary.accuracyDelta >= 0,
+  },
   cotLive: cotLive && { met: cotLive.tokenSavings >= 0.15 && cotLive.accuracyDelta >= 0 },
 };
 const command = `npm run bench:certaindex --${values.calibrate ? " --calibrate" : ""} --json${values.model ? ` --model ${values.model}` : ""} --n ${N} --cal ${CAL} --tree-n ${TREE_N}`;
@@ -412,9 +598,16 @@ const result = {
 };
 const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
 const specText = (s?: PolicySpec): string => {
-  if (s && (s.kind === "threshold" || s.kind === "baseline-length")) return ` (≥${s.threshold.toFixed(3)} from ${s.detectAt})`;
+  if (s && (s.kind === "threshold" || s.kind === "baseline-length"))
+    return ` (≥${s.threshold.toFixed(3)} from ${s.detectAt})`;
   // A staircase (staircaseCurve): every other point is (threshold, the knob step it applies from).
-  if (s?.kind === "curve") return ` (${s.points.filter((_, i) => i % 2 === 1).map(([t, u]) => `≥${t.toFixed(3)} from ${u}`).join(", ") || "never stops early"})`;
+  if (s?.kind === "curve")
+    return ` (${
+      s.points
+        .filter((_, i) => i % 2 === 1)
+        .map(([t, u]) => `≥${t.toFixed(3)} from ${u}`)
+        .join(", ") || "never stops early"
+    })`;
   return "";
 };
 const yes = (m: boolean | undefined): string => (m ? "**met**" : "**not met**");
@@ -429,7 +622,9 @@ const md = [
   "",
   "| cap | policy | accuracy | mean tokens |",
   "| --- | --- | --- | --- |",
-  ...points.map((p) => `| ${p.cap} | ${p.policy}${specText(p.spec)} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
+  ...points.map(
+    (p) => `| ${p.cap} | ${p.policy}${specText(p.spec)} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`,
+  ),
   "",
   `Certaindex and baseline-length rows stop only at round ends; branches per round, chosen by the calibration per cap: ${CAPS.map((c) => `cap ${c}: ${scPolicy(c).settings.branchesPerRound}`).join(", ")}.`,
   "",
@@ -440,7 +635,11 @@ const md = [
   "| policy | accuracy | mean tokens (probe tokens included) |",
   "| --- | --- | --- |",
   ...cotPoints.map((p) => `| ${p.policy} | ${pct(p.accuracy)} | ${p.meanTokens.toFixed(1)} |`),
-  ...(cotLive ? [`| probe, live CotProbe | ${pct(cotLive.accuracy)} | ${cotLive.meanTokens.toFixed(1)} (includes the main branch's overshoot while probes decode) |`] : []),
+  ...(cotLive
+    ? [
+        `| probe, live CotProbe | ${pct(cotLive.accuracy)} | ${cotLive.meanTokens.toFixed(1)} (includes the main branch's overshoot while probes decode) |`,
+      ]
+    : []),
   "",
   `Ceiling for any probe exit rule (probes free of cost, exit at the first point — every ${PROBE_GRID} tokens — after which every probe already gives the final answer): ${cotOracle.meanTokens.toFixed(1)} tokens, ${pct(cotOracle.tokenSavings)} fewer than the whole thought.`,
   "",
@@ -448,16 +647,26 @@ const md = [
   "",
   "| program | policy | accuracy | mean tokens |",
   "| --- | --- | --- | --- |",
-  ...treeRows.map((r) => `| ${r.program} | ${r.policy}${specText(r.spec)} | ${pct(r.accuracy)} | ${r.meanTokens.toFixed(1)} |`),
+  ...treeRows.map(
+    (r) => `| ${r.program} | ${r.policy}${specText(r.spec)} | ${pct(r.accuracy)} | ${r.meanTokens.toFixed(1)} |`,
+  ),
   "",
   "## Summary",
   "",
   "| program | token savings | accuracy delta (points) | target |",
   "| --- | --- | --- | --- |",
   `| sc (cap ${scSummary.cap}, replay) | ${pct(scSummary.tokenSavings)} | ${scSummary.accuracyDelta.toFixed(2)} | ≥ 25%, ≥ −0.5: ${yes(targets.sc.met)} |`,
-  ...(scLive ? [`| sc (cap ${scLive.cap}, live) | ${pct(scLive.tokenSavings)} | ${scLive.accuracyDelta.toFixed(2)} | ≥ 25%, ≥ −0.5: ${yes(targets.scLive?.met)} |`] : []),
+  ...(scLive
+    ? [
+        `| sc (cap ${scLive.cap}, live) | ${pct(scLive.tokenSavings)} | ${scLive.accuracyDelta.toFixed(2)} | ≥ 25%, ≥ −0.5: ${yes(targets.scLive?.met)} |`,
+      ]
+    : []),
   `| cot probing (replay) | ${pct(cotSummary.tokenSavings)} | ${cotSummary.accuracyDelta.toFixed(2)} | ≥ 15%, ≥ 0: ${yes(targets.cot.met)} |`,
-  ...(cotLive ? [`| cot probing (live) | ${pct(cotLive.tokenSavings)} | ${cotLive.accuracyDelta.toFixed(2)} | ≥ 15%, ≥ 0: ${yes(targets.cotLive?.met)} |`] : []),
+  ...(cotLive
+    ? [
+        `| cot probing (live) | ${pct(cotLive.tokenSavings)} | ${cotLive.accuracyDelta.toFixed(2)} | ≥ 15%, ≥ 0: ${yes(targets.cotLive?.met)} |`,
+      ]
+    : []),
   ...treeSummary.map((s) => `| ${s.program} (replay) | ${pct(s.tokenSavings)} | ${s.accuracyDelta.toFixed(2)} | – |`),
   "",
   "![SC tokens to accuracy](certaindex-sc.svg)",
@@ -470,7 +679,11 @@ const svg = lineChart(
     name: policy,
     points: points.filter((p) => p.policy === policy).map((p) => [p.meanTokens, p.accuracy * 100] as const),
   })),
-  { title: `SC tokens → accuracy (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"}, test split)`, xLabel: "mean generated tokens per question", yLabel: "accuracy (%)" },
+  {
+    title: `SC tokens → accuracy (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"}, test split)`,
+    xLabel: "mean generated tokens per question",
+    yLabel: "accuracy (%)",
+  },
 );
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "certaindex.md"), md);

@@ -48,7 +48,8 @@ const CORES = availableParallelism();
 /** A long shared context (~150 tokens of worked sums), distinct from its first characters on. */
 function doc(salt: string, d: number): string {
   const lines = [`Notes ${salt}-${d}: worked sums to keep in mind.`];
-  for (let i = 0; i < 24; i++) lines.push(`${(d * 7 + i * 3) % 50}+${(i * 11 + d) % 40}=${((d * 7 + i * 3) % 50) + ((i * 11 + d) % 40)}`);
+  for (let i = 0; i < 24; i++)
+    lines.push(`${(d * 7 + i * 3) % 50}+${(i * 11 + d) % 40}=${((d * 7 + i * 3) % 50) + ((i * 11 + d) % 40)}`);
   return lines.join("\n");
 }
 
@@ -67,24 +68,39 @@ interface RequestRecord {
 
 const agent = new Agent({ keepAlive: true, maxSockets: 256 });
 
-function post(url: string, body: unknown): Promise<{ status: number; replica: string | null; json: Record<string, unknown> }> {
+function post(
+  url: string,
+  body: unknown,
+): Promise<{ status: number; replica: string | null; json: Record<string, unknown> }> {
   const data = JSON.stringify(body);
   return new Promise((resolve, reject) => {
-    const req = httpRequest(`${url}/v1/chat/completions`, { method: "POST", agent, headers: { "content-type": "application/json", "content-length": Buffer.byteLength(data) } }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (c: string) => (text += c));
-      res.on("end", () => {
-        let json: Record<string, unknown> = {};
-        try {
-          json = JSON.parse(text) as Record<string, unknown>;
-        } catch {
-          json = { error: { message: text } };
-        }
-        resolve({ status: res.statusCode ?? 0, replica: (res.headers["x-deliberate-replica"] as string | undefined) ?? null, json });
-      });
-      res.on("error", reject);
-    });
+    const req = httpRequest(
+      `${url}/v1/chat/completions`,
+      {
+        method: "POST",
+        agent,
+        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(data) },
+      },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => {
+          let json: Record<string, unknown> = {};
+          try {
+            json = JSON.parse(text) as Record<string, unknown>;
+          } catch {
+            json = { error: { message: text } };
+          }
+          resolve({
+            status: res.statusCode ?? 0,
+            replica: (res.headers["x-deliberate-replica"] as string | undefined) ?? null,
+            json,
+          });
+        });
+        res.on("error", reject);
+      },
+    );
     req.on("error", reject);
     req.end(data);
   });
@@ -100,7 +116,12 @@ interface TraceResult {
 }
 
 /** Runs the trace through the router at `url`; `onProgress(done)` after each program (the fault run kills there). */
-async function runTrace(url: string, salt: string, onProgress?: (done: number) => void, programs = PROGRAMS): Promise<TraceResult> {
+async function runTrace(
+  url: string,
+  salt: string,
+  onProgress?: (done: number) => void,
+  programs = PROGRAMS,
+): Promise<TraceResult> {
   const requests: RequestRecord[] = [];
   const programMs: number[] = [];
   const programReplicas = new Map<number, string[]>();
@@ -108,17 +129,56 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
   let done = 0;
   const t0 = performance.now();
   const cpu0 = process.cpuUsage();
-  const one = async (program: number, prompt: string, round: number, b: number, retried: boolean): Promise<RequestRecord> => {
+  const one = async (
+    program: number,
+    prompt: string,
+    round: number,
+    b: number,
+    retried: boolean,
+  ): Promise<RequestRecord> => {
     const startedAt = performance.now();
-    const body = { messages: [{ role: "user", content: prompt }], max_tokens: MAX_TOKENS, ignore_eos: true, temperature: 1, top_p: 1, top_k: 0, seed: program * 1000 + round * 10 + b, program_id: `${salt}-p${program}` };
+    const body = {
+      messages: [{ role: "user", content: prompt }],
+      max_tokens: MAX_TOKENS,
+      ignore_eos: true,
+      temperature: 1,
+      top_p: 1,
+      top_k: 0,
+      seed: program * 1000 + round * 10 + b,
+      program_id: `${salt}-p${program}`,
+    };
     let rec: RequestRecord;
     try {
       const r = await post(url, body);
-      const usage = r.json.usage as { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } | undefined;
+      const usage = r.json.usage as
+        | { prompt_tokens: number; completion_tokens: number; prompt_tokens_details?: { cached_tokens?: number } }
+        | undefined;
       const err = r.json.error as { message?: string } | undefined;
-      rec = { program, replica: r.replica, status: r.status, error: err?.message, promptTokens: usage?.prompt_tokens ?? 0, cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? 0, completionTokens: usage?.completion_tokens ?? 0, ms: performance.now() - startedAt, startedAt, retried };
+      rec = {
+        program,
+        replica: r.replica,
+        status: r.status,
+        error: err?.message,
+        promptTokens: usage?.prompt_tokens ?? 0,
+        cachedTokens: usage?.prompt_tokens_details?.cached_tokens ?? 0,
+        completionTokens: usage?.completion_tokens ?? 0,
+        ms: performance.now() - startedAt,
+        startedAt,
+        retried,
+      };
     } catch (e) {
-      rec = { program, replica: null, status: 0, error: (e as Error).message, promptTokens: 0, cachedTokens: 0, completionTokens: 0, ms: performance.now() - startedAt, startedAt, retried };
+      rec = {
+        program,
+        replica: null,
+        status: 0,
+        error: (e as Error).message,
+        promptTokens: 0,
+        cachedTokens: 0,
+        completionTokens: 0,
+        ms: performance.now() - startedAt,
+        startedAt,
+        retried,
+      };
     }
     requests.push(rec);
     if (rec.status !== 200 && !retried) {
@@ -135,7 +195,9 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
       const start = performance.now();
       const where: string[] = [];
       for (let round = 0; round < ROUNDS; round++) {
-        const recs = await Promise.all(Array.from({ length: BRANCHES }, (_, b) => one(program, prompt, round, b, false)));
+        const recs = await Promise.all(
+          Array.from({ length: BRANCHES }, (_, b) => one(program, prompt, round, b, false)),
+        );
         for (const r of recs) if (r.status === 200 && r.replica !== null) where.push(r.replica);
       }
       programMs.push(performance.now() - start);
@@ -145,7 +207,13 @@ async function runTrace(url: string, salt: string, onProgress?: (done: number) =
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, () => worker()));
   const cpu = process.cpuUsage(cpu0);
-  return { wallMs: performance.now() - t0, cpuMs: (cpu.user + cpu.system) / 1000, requests, programMs, programReplicas };
+  return {
+    wallMs: performance.now() - t0,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    requests,
+    programMs,
+    programReplicas,
+  };
 }
 
 /** P90 of a run's latencies; 0 for a run with none. */
@@ -179,7 +247,10 @@ function cpuSeconds(pid: number | undefined): number {
   }
 }
 
-function summarize(t: TraceResult, others: { natsCpuS: number; replicaCpuS: number } = { natsCpuS: 0, replicaCpuS: 0 }): RunRow {
+function summarize(
+  t: TraceResult,
+  others: { natsCpuS: number; replicaCpuS: number } = { natsCpuS: 0, replicaCpuS: 0 },
+): RunRow {
   const programs = t.programMs.length;
   const ok = t.requests.filter((r) => r.status === 200);
   const tokens = ok.reduce((n, r) => n + r.completionTokens, 0);
@@ -211,7 +282,8 @@ async function withCluster<T>(n: number, f: (nats: NatsHandle, replicas: Replica
   const nats = await startNats();
   const replicas: ReplicaHandle[] = [];
   try {
-    for (let i = 0; i < n; i++) replicas.push(await startReplica(nats.url, `replica-${i + 1}`, { cpus: String(i % CORES) }));
+    for (let i = 0; i < n; i++)
+      replicas.push(await startReplica(nats.url, `replica-${i + 1}`, { cpus: String(i % CORES) }));
     return await f(nats, replicas);
   } finally {
     for (const r of replicas) if (r.child.exitCode === null) r.child.kill("SIGKILL");
@@ -220,12 +292,17 @@ async function withCluster<T>(n: number, f: (nats: NatsHandle, replicas: Replica
   }
 }
 
-async function openRouter(natsUrl: string, policy: RoutingPolicy, n: number): Promise<{ router: DeliberateRouter; url: string }> {
+async function openRouter(
+  natsUrl: string,
+  policy: RoutingPolicy,
+  n: number,
+): Promise<{ router: DeliberateRouter; url: string }> {
   const router = await createRouter({ cluster: natsUrl, policy });
   const url = await router.listen({ port: 0 });
   const t0 = Date.now();
   while (router.view.replicas().filter((r) => !r.report.draining).length < n) {
-    if (Date.now() - t0 > 120_000) throw new Error(`only ${router.view.replicas().length} of ${n} replicas became live`);
+    if (Date.now() - t0 > 120_000)
+      throw new Error(`only ${router.view.replicas().length} of ${n} replicas became live`);
     await new Promise((r) => setTimeout(r, 50));
   }
   return { router, url };
@@ -247,14 +324,22 @@ for (const n of REPLICAS) {
       const order = rep % 2 === 0 ? POLICIES : [...POLICIES].reverse();
       for (const policy of order) {
         const { router, url } = await openRouter(nats.url, policy, n);
-        const cpu = (): { natsCpuS: number; replicaCpuS: number } => ({ natsCpuS: cpuSeconds(nats.child.pid), replicaCpuS: replicas.reduce((s, r) => s + cpuSeconds(r.child.pid), 0) });
+        const cpu = (): { natsCpuS: number; replicaCpuS: number } => ({
+          natsCpuS: cpuSeconds(nats.child.pid),
+          replicaCpuS: replicas.reduce((s, r) => s + cpuSeconds(r.child.pid), 0),
+        });
         const before = cpu();
         const trace = await runTrace(url, `n${n}-${policy}-r${rep}`);
         const after = cpu();
-        const row = summarize(trace, { natsCpuS: after.natsCpuS - before.natsCpuS, replicaCpuS: after.replicaCpuS - before.replicaCpuS });
+        const row = summarize(trace, {
+          natsCpuS: after.natsCpuS - before.natsCpuS,
+          replicaCpuS: after.replicaCpuS - before.replicaCpuS,
+        });
         await router.close();
         (rows[n][policy] ??= []).push(row);
-        process.stderr.write(`${n} replica(s), ${policy}, repeat ${rep + 1}: ${row.tokensPerSecond.toFixed(0)} tok/s, P90 program ${row.p90ProgramMs.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(1)}%, on one replica ${(row.programsOnOneReplica * 100).toFixed(0)}%\n`);
+        process.stderr.write(
+          `${n} replica(s), ${policy}, repeat ${rep + 1}: ${row.tokensPerSecond.toFixed(0)} tok/s, P90 program ${row.p90ProgramMs.toFixed(0)} ms, hit ${(row.prefixHitRate * 100).toFixed(1)}%, on one replica ${(row.programsOnOneReplica * 100).toFixed(0)}%\n`,
+        );
       }
     }
   });
@@ -297,7 +382,9 @@ async function faultRun(): Promise<FaultResult> {
     await router.close();
     const failed = trace.requests.filter((r) => r.status !== 200);
     const victimPrograms = new Set(trace.requests.filter((r) => r.replica === victim.id).map((r) => r.program));
-    const recovered = trace.requests.filter((r) => r.status === 200 && r.startedAt >= killedAt && victimPrograms.has(r.program)).map((r) => r.startedAt + r.ms - killedAt);
+    const recovered = trace.requests
+      .filter((r) => r.status === 200 && r.startedAt >= killedAt && victimPrograms.has(r.program))
+      .map((r) => r.startedAt + r.ms - killedAt);
     return {
       killedAtMs: killedAt - t0,
       failedRequests: failed.length,
@@ -343,8 +430,14 @@ const lines = [
 ];
 for (const n of REPLICAS) {
   for (const policy of POLICIES) {
-    const cell = (k: keyof RunRow, f: (x: number) => string): string => formatSpread(rows[n][policy].map((r) => r[k]), f);
-    lines.push(`| ${n} | ${policy} | ${cell("tokensPerSecond", num)} | ${cell("programsPerSecond", cores)} | ${cell("p90ProgramMs", num)} | ${cell("p90RequestMs", num)} | ${cell("prefixHitRate", pct)} | ${cell("oneReplicaShare", pct)} | ${cell("programsOnOneReplica", pct)} | ${cell("routerClientCores", cores)} | ${cell("natsCores", cores)} | ${cell("replicaCores", cores)} |`);
+    const cell = (k: keyof RunRow, f: (x: number) => string): string =>
+      formatSpread(
+        rows[n][policy].map((r) => r[k]),
+        f,
+      );
+    lines.push(
+      `| ${n} | ${policy} | ${cell("tokensPerSecond", num)} | ${cell("programsPerSecond", cores)} | ${cell("p90ProgramMs", num)} | ${cell("p90RequestMs", num)} | ${cell("prefixHitRate", pct)} | ${cell("oneReplicaShare", pct)} | ${cell("programsOnOneReplica", pct)} | ${cell("routerClientCores", cores)} | ${cell("natsCores", cores)} | ${cell("replicaCores", cores)} |`,
+    );
   }
 }
 const scaling: string[] = [];
@@ -352,7 +445,10 @@ for (const policy of POLICIES) {
   const one = rows[1]?.[policy];
   for (const n of REPLICAS.filter((x) => x > 1)) {
     const many = rows[n]?.[policy];
-    if (one && many) scaling.push(`${policy}: ${n} replicas / 1 = ${(median(many.map((r) => r.tokensPerSecond)) / median(one.map((r) => r.tokensPerSecond))).toFixed(2)}×${n > CORES ? ` (${n} replicas on ${CORES} cores)` : ""}`);
+    if (one && many)
+      scaling.push(
+        `${policy}: ${n} replicas / 1 = ${(median(many.map((r) => r.tokensPerSecond)) / median(one.map((r) => r.tokensPerSecond))).toFixed(2)}×${n > CORES ? ` (${n} replicas on ${CORES} cores)` : ""}`,
+      );
   }
 }
 if (scaling.length > 0) lines.push("", `Throughput scaling (medians): ${scaling.join("; ")}.`);
@@ -360,7 +456,20 @@ if (fault !== null) lines.push("", faultParagraph(fault));
 const md = lines.join("\n");
 console.log(md);
 if (values.json) {
-  writeFileSync("bench/cluster.json", JSON.stringify({ date, cores: CORES, config: { PROGRAMS, CONCURRENCY, BRANCHES, ROUNDS, MAX_TOKENS, DOCS, REPEATS }, rows, fault }, null, 2) + "\n");
+  writeFileSync(
+    "bench/cluster.json",
+    JSON.stringify(
+      {
+        date,
+        cores: CORES,
+        config: { PROGRAMS, CONCURRENCY, BRANCHES, ROUNDS, MAX_TOKENS, DOCS, REPEATS },
+        rows,
+        fault,
+      },
+      null,
+      2,
+    ) + "\n",
+  );
   writeFileSync("bench/cluster.md", md + "\n");
 }
 process.exit(0);

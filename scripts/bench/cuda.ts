@@ -9,9 +9,32 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-interface Timing { op: string; shape: string; variant: string; ms: number; flops: number; bytes: number }
-interface RefTiming { op: string; shape: string; ms: number; ref?: string }
-export interface Row { op: string; shape: string; ms: number; tflops?: number; gbps?: number; refMs?: number; ratio?: number; fixedMs: number; fastSchedule: string; ref?: string }
+interface Timing {
+  op: string;
+  shape: string;
+  variant: string;
+  ms: number;
+  flops: number;
+  bytes: number;
+}
+interface RefTiming {
+  op: string;
+  shape: string;
+  ms: number;
+  ref?: string;
+}
+export interface Row {
+  op: string;
+  shape: string;
+  ms: number;
+  tflops?: number;
+  gbps?: number;
+  refMs?: number;
+  ratio?: number;
+  fixedMs: number;
+  fastSchedule: string;
+  ref?: string;
+}
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const args = process.argv.slice(2);
@@ -19,16 +42,23 @@ const quick = args.includes("--quick");
 
 function ours(): Timing[] {
   const bin = path.join(root, "build", "bench_kernels");
-  if (!existsSync(bin)) execFileSync("bash", [path.join(root, "scripts", "device", "build-bench.sh")], { cwd: root, stdio: "inherit" });
+  if (!existsSync(bin))
+    execFileSync("bash", [path.join(root, "scripts", "device", "build-bench.sh")], { cwd: root, stdio: "inherit" });
   const r = spawnSync(bin, quick ? ["--quick"] : [], { cwd: root, encoding: "utf8", maxBuffer: 1 << 26 });
   if (r.status !== 0) throw new Error(`bench_kernels failed (${r.status}): ${r.stderr}`);
   return JSON.parse(r.stdout) as Timing[];
 }
 
 function reference(): RefTiming[] {
-  const r = spawnSync(process.env.PYTHON ?? "python3", [path.join(root, "scripts", "bench", "cuda_ref.py"), ...(quick ? ["--quick"] : [])], { cwd: root, encoding: "utf8", maxBuffer: 1 << 26 });
+  const r = spawnSync(
+    process.env.PYTHON ?? "python3",
+    [path.join(root, "scripts", "bench", "cuda_ref.py"), ...(quick ? ["--quick"] : [])],
+    { cwd: root, encoding: "utf8", maxBuffer: 1 << 26 },
+  );
   if (r.status !== 0) {
-    console.error(`[bench:cuda] no PyTorch reference (${(r.stderr || r.error?.message || "").trim().split("\n").pop()})`);
+    console.error(
+      `[bench:cuda] no PyTorch reference (${(r.stderr || r.error?.message || "").trim().split("\n").pop()})`,
+    );
     return [];
   }
   return JSON.parse(r.stdout.trim().split("\n").pop() ?? "[]") as RefTiming[];
@@ -62,7 +92,9 @@ export function merge(times: Timing[], refs: RefTiming[]): Row[] {
 
 function table(rows: Row[]): string {
   const f = (x: number | undefined, d = 3) => (x === undefined ? "-" : x.toFixed(d));
-  const lines = ["op               | shape                                  |  ms (fast) | fixed ms | TFLOP/s | GB/s  | ref ms  | ratio | fast schedule"];
+  const lines = [
+    "op               | shape                                  |  ms (fast) | fixed ms | TFLOP/s | GB/s  | ref ms  | ratio | fast schedule",
+  ];
   for (const r of rows)
     lines.push(
       `${r.op.padEnd(16)} | ${r.shape.padEnd(38)} | ${f(r.ms, 4).padStart(10)} | ${f(r.fixedMs, 4).padStart(8)} | ${f(r.tflops, 1).padStart(7)} | ${f(r.gbps, 0).padStart(5)} | ${f(r.refMs, 4).padStart(7)} | ${f(r.ratio, 2).padStart(5)} | ${r.fastSchedule}`,
@@ -72,7 +104,9 @@ function table(rows: Row[]): string {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const rows = merge(ours(), reference());
-  const device = spawnSync("nvidia-smi", ["--query-gpu=name", "--format=csv,noheader"], { encoding: "utf8" }).stdout?.trim() || "unknown GPU";
+  const device =
+    spawnSync("nvidia-smi", ["--query-gpu=name", "--format=csv,noheader"], { encoding: "utf8" }).stdout?.trim() ||
+    "unknown GPU";
   if (args.includes("--json")) console.log(JSON.stringify(rows, null, 1));
   console.log(`\n# CUDA kernels on ${device}, ${new Date().toISOString().slice(0, 10)}\n${table(rows)}`);
 }

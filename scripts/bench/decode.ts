@@ -94,7 +94,10 @@ async function timeStream(next: () => Promise<boolean>): Promise<Speed> {
 
 async function ours(model: Model, ids: number[]): Promise<Speed> {
   // Model.forward directly (no detokenizer): one forward per token, the prompt as a single prefill step.
-  const pages = Int32Array.from({ length: Math.ceil((promptTokens + decodeTokens + 1) / model.kv.pageSize) }, (_, i) => i);
+  const pages = Int32Array.from(
+    { length: Math.ceil((promptTokens + decodeTokens + 1) / model.kv.pageSize) },
+    (_, i) => i,
+  );
   let pos = 0;
   let input = ids;
   return timeStream(async () => {
@@ -120,7 +123,10 @@ async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
   return {
     async run() {
       const context = await model.createContext({ contextSize: 1024, batchSize: Math.max(512, promptTokens), threads });
-      const it = context.getSequence().evaluate(ids as Token[], { temperature: 0 })[Symbol.asyncIterator]();
+      const it = context
+        .getSequence()
+        .evaluate(ids as Token[], { temperature: 0 })
+        [Symbol.asyncIterator]();
       const speed = await timeStream(async () => !(await it.next()).done);
       await it.return?.();
       await context.dispose();
@@ -157,7 +163,9 @@ const theirRuns: Speed[] = [];
 for (let r = 0; r < rounds; r++) {
   mineRuns.push(await ours(model, ids));
   if (peerModel) theirRuns.push(await peerModel.run());
-  log(`round ${r + 1}: ours ${JSON.stringify(fmt(mineRuns[r]))}${peerModel ? ` llama.cpp ${JSON.stringify(fmt(theirRuns[r]))}` : ""}`);
+  log(
+    `round ${r + 1}: ours ${JSON.stringify(fmt(mineRuns[r]))}${peerModel ? ` llama.cpp ${JSON.stringify(fmt(theirRuns[r]))}` : ""}`,
+  );
 }
 model.dispose();
 await peerModel?.dispose();

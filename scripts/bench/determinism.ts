@@ -53,7 +53,8 @@ const ratios = values.ratios!.split(",").map(Number);
 const verifyWindow = Number(values["verify-window"]);
 const verifyGroup = Number(values["verify-group"]);
 const verifyPlacements = values.verify!.split(",").map((v) => {
-  if (v !== "fused" && v !== "separate") throw new Error(`--verify ${values.verify}: expected a list of fused, separate`);
+  if (v !== "fused" && v !== "separate")
+    throw new Error(`--verify ${values.verify}: expected a list of fused, separate`);
   return v;
 });
 const maxBatchSeqs = Number(values["max-batch-seqs"]);
@@ -81,14 +82,28 @@ function prompt(i: number, vocab: number): number[] {
 const isDeterministic = (i: number, ratio: number): boolean => Math.floor((i + 1) * ratio) > Math.floor(i * ratio);
 
 async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fused" | "separate" = "fused") {
-  await using engine = new Engine({ models: { model }, kernelMode: mode, verifyWindow, verifyGroup, fuseVerify: verify === "fused", maxBatchSeqs });
+  await using engine = new Engine({
+    models: { model },
+    kernelMode: mode,
+    verifyWindow,
+    verifyGroup,
+    fuseVerify: verify === "fused",
+    maxBatchSeqs,
+  });
   const vocab = model.config.vocabSize;
   await engine.submit({ prompt: prompt(99_999, vocab), maxTokens: 4, ignoreEos: true }).result; // warm-up
   const start = performance.now();
   const cpuStart = process.cpuUsage();
   const outs = await Promise.all(
-    Array.from({ length: numRequests }, (_, i) =>
-      engine.submit({ prompt: prompt(i, vocab), maxTokens, ignoreEos: true, deterministic: isDeterministic(i, ratio) }).result,
+    Array.from(
+      { length: numRequests },
+      (_, i) =>
+        engine.submit({
+          prompt: prompt(i, vocab),
+          maxTokens,
+          ignoreEos: true,
+          deterministic: isDeterministic(i, ratio),
+        }).result,
     ),
   );
   const seconds = (performance.now() - start) / 1000;
@@ -134,13 +149,15 @@ const model = await loadModel(await presetDir(), {
 try {
   const configs: Array<{ mode: KernelMode; ratio: number; verify: "fused" | "separate" }> = [];
   for (const verify of verifyPlacements)
-    for (const ratio of ratios) if (ratio > 0 || verify === verifyPlacements[0]) configs.push({ mode: "fast", ratio, verify });
+    for (const ratio of ratios)
+      if (ratio > 0 || verify === verifyPlacements[0]) configs.push({ mode: "fast", ratio, verify });
   configs.push({ mode: "batch-invariant", ratio: 1, verify: "fused" });
   const runs: Array<Array<Awaited<ReturnType<typeof runRow>>>> = configs.map(() => []);
   for (let round = 0; round < repeats; round++) {
     for (const [i, c] of configs.entries()) {
       runs[i].push(await runRow(model, c.mode, c.ratio, c.verify));
-      if (repeats > 1) log(`round ${round + 1}/${repeats}: ${c.mode} ${c.verify} ${c.ratio}: ${runs[i][round].tokensPerSecond} tok/s`);
+      if (repeats > 1)
+        log(`round ${round + 1}/${repeats}: ${c.mode} ${c.verify} ${c.ratio}: ${runs[i][round].tokensPerSecond} tok/s`);
     }
   }
   const rows = runs.map((rs) => {
@@ -148,7 +165,10 @@ try {
     return {
       ...mid,
       tokensPerSecond: Number(median(rs.map((r) => r.tokensPerSecond)).toFixed(2)),
-      tokensPerSecondRange: [Math.min(...rs.map((r) => r.tokensPerSecond)), Math.max(...rs.map((r) => r.tokensPerSecond))],
+      tokensPerSecondRange: [
+        Math.min(...rs.map((r) => r.tokensPerSecond)),
+        Math.max(...rs.map((r) => r.tokensPerSecond)),
+      ],
       tokensPerCpuSecond: Number(median(rs.map((r) => r.tokensPerCpuSecond)).toFixed(2)),
       repeats,
     };

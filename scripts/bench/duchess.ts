@@ -38,7 +38,16 @@ import type { SchedulingPolicy } from "../../ts/sched/policy.js";
 import { arithTask } from "../../ts/tasks/arith/task.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
-import { formatRange, formatSpread, mean, median, parseRepeats, percentileNearestRank, poissonArrivalsMs, runOpenLoop } from "./stats.js";
+import {
+  formatRange,
+  formatSpread,
+  mean,
+  median,
+  parseRepeats,
+  percentileNearestRank,
+  poissonArrivalsMs,
+  runOpenLoop,
+} from "./stats.js";
 import { lineChart } from "./svg.js";
 
 const { values } = parseArgs({
@@ -77,23 +86,75 @@ const task = arithTask;
 const bm = await resolveBenchModel(values.model, log);
 const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
 const probeDir = values.probe ?? join(bm.dir, PROBE_SUBDIR);
-let probe: DuchessProbe = await loadProbe(probeDir, { hash: await modelHash(bm.dir), hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers });
+let probe: DuchessProbe = await loadProbe(probeDir, {
+  hash: await modelHash(bm.dir),
+  hiddenSize: model.config.hiddenSize,
+  numLayers: model.config.numLayers,
+});
 const cal = loadCalibration(bm.dir, { bundledDir: TINY_REASONER_DIR });
-const promptOf = (p: ArithProblem): number[] => model.tokenizer.encodeChat([{ role: "user", content: p.question }], { addGenerationPrompt: true });
+const promptOf = (p: ArithProblem): number[] =>
+  model.tokenizer.encodeChat([{ role: "user", content: p.question }], { addGenerationPrompt: true });
 
-type Method = "sc" | "dynasor" | "short-m@k" | "deepconf-low" | "deepconf-high" | "deepconf-low:offline" | "deepconf-high:offline" | "duchess" | "duchess+confidence" | "duchess:paper" | "duchess:correct-label" | "duchess:terminate" | "duchess:+branch-out" | "duchess:+request-stop" | "duchess:terminate+stop";
-const MAIN_METHODS = ["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper", "duchess:correct-label"] as const;
-const ABLATION_METHODS = ["duchess:terminate", "duchess:+branch-out", "duchess:+request-stop", "duchess:terminate+stop"] as const;
+type Method =
+  | "sc"
+  | "dynasor"
+  | "short-m@k"
+  | "deepconf-low"
+  | "deepconf-high"
+  | "deepconf-low:offline"
+  | "deepconf-high:offline"
+  | "duchess"
+  | "duchess+confidence"
+  | "duchess:paper"
+  | "duchess:correct-label"
+  | "duchess:terminate"
+  | "duchess:+branch-out"
+  | "duchess:+request-stop"
+  | "duchess:terminate+stop";
+const MAIN_METHODS = [
+  "sc",
+  "dynasor",
+  "short-m@k",
+  "deepconf-low",
+  "deepconf-high",
+  "deepconf-low:offline",
+  "deepconf-high:offline",
+  "duchess",
+  "duchess+confidence",
+  "duchess:paper",
+  "duchess:correct-label",
+] as const;
+const ABLATION_METHODS = [
+  "duchess:terminate",
+  "duchess:+branch-out",
+  "duchess:+request-stop",
+  "duchess:terminate+stop",
+] as const;
 /** --methods: the methods to run (default: all, ablations included). */
 // --probe-correct DIR: a probe trained with the paper's label (`probe train --label correct`) for the
 // duchess:correct-label curve, at that probe's own tuned settings (its probe.json orchestration).
-const probeCorrect: DuchessProbe | null = values["probe-correct"] === undefined ? null : await loadProbe(values["probe-correct"], { hash: await modelHash(bm.dir), hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers });
-const SELECTED: readonly Method[] = values.methods === undefined ? [...MAIN_METHODS, ...ABLATION_METHODS].filter((m) => m !== "duchess:correct-label" || probeCorrect !== null) : values.methods.split(",").map((m) => {
-  if (m === "duchess:correct-label" && probeCorrect === null) throw new Error("--methods duchess:correct-label needs --probe-correct DIR");
-  if (![...MAIN_METHODS, ...ABLATION_METHODS].includes(m as never)) throw new Error(`--methods: unknown method ${m}; expected some of ${[...MAIN_METHODS, ...ABLATION_METHODS].join(", ")}`);
-  return m as Method;
-});
-for (const need of ["sc", "dynasor", "duchess"] as const) if (!SELECTED.includes(need)) throw new Error(`--methods must include ${need}: the summary compares against it`);
+const probeCorrect: DuchessProbe | null =
+  values["probe-correct"] === undefined
+    ? null
+    : await loadProbe(values["probe-correct"], {
+        hash: await modelHash(bm.dir),
+        hiddenSize: model.config.hiddenSize,
+        numLayers: model.config.numLayers,
+      });
+const SELECTED: readonly Method[] =
+  values.methods === undefined
+    ? [...MAIN_METHODS, ...ABLATION_METHODS].filter((m) => m !== "duchess:correct-label" || probeCorrect !== null)
+    : values.methods.split(",").map((m) => {
+        if (m === "duchess:correct-label" && probeCorrect === null)
+          throw new Error("--methods duchess:correct-label needs --probe-correct DIR");
+        if (![...MAIN_METHODS, ...ABLATION_METHODS].includes(m as never))
+          throw new Error(
+            `--methods: unknown method ${m}; expected some of ${[...MAIN_METHODS, ...ABLATION_METHODS].join(", ")}`,
+          );
+        return m as Method;
+      });
+for (const need of ["sc", "dynasor", "duchess"] as const)
+  if (!SELECTED.includes(need)) throw new Error(`--methods must include ${need}: the summary compares against it`);
 const ABLATIONS: Partial<Record<Method, Partial<DuchessOptions>>> = {
   // DUCHESS with DeepConf's confidence (issue 28): votes and certaindex weighted by each branch's lowest group
   // confidence over 16-token windows (DeepConf's window here), the tuned actions unchanged.
@@ -112,7 +173,15 @@ interface Built {
 function dynasorOf(prompt: number[], c: number, seed: number): Built {
   const entry = cal === null ? undefined : programCalibration(cal.calibration, "sc", c);
   const per = entry?.settings.branchesPerRound ?? Math.max(1, Math.floor(c / 4));
-  const sc = new SelfConsistency({ prompt, maxBranches: c, branchesPerRound: per, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task });
+  const sc = new SelfConsistency({
+    prompt,
+    maxBranches: c,
+    branchesPerRound: per,
+    maxTokens: MAX_TOKENS,
+    temperature: 0.8,
+    seed,
+    task,
+  });
   return { program: sc, policy: entry?.policy ?? sc.defaultPolicy };
 }
 
@@ -121,7 +190,18 @@ function build(method: Method, p: ArithProblem, c: number, seed: number, over: P
   const even: PolicySpec = { kind: "baseline-even" };
   switch (method) {
     case "sc":
-      return { program: new SelfConsistency({ prompt, maxBranches: c, branchesPerRound: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
+      return {
+        program: new SelfConsistency({
+          prompt,
+          maxBranches: c,
+          branchesPerRound: c,
+          maxTokens: MAX_TOKENS,
+          temperature: 0.8,
+          seed,
+          task,
+        }),
+        policy: even,
+      };
     case "dynasor":
       return dynasorOf(prompt, c, seed);
     case "deepconf-low":
@@ -131,21 +211,84 @@ function build(method: Method, p: ArithProblem, c: number, seed: number, over: P
       // Budget c traces; the warm-up is half of them (the paper's 16 of 512 leaves no online phase at these budgets).
       const variant = method.startsWith("deepconf-low") ? "low" : "high";
       const mode = method.endsWith(":offline") ? "offline" : "online";
-      return { program: new DeepConf({ prompt, variant, mode, budget: c, warmup: Math.max(1, Math.floor(c / 2)), parallel: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
+      return {
+        program: new DeepConf({
+          prompt,
+          variant,
+          mode,
+          budget: c,
+          warmup: Math.max(1, Math.floor(c / 2)),
+          parallel: c,
+          maxTokens: MAX_TOKENS,
+          temperature: 0.8,
+          seed,
+          task,
+        }),
+        policy: even,
+      };
     }
     case "short-m@k":
-      return { program: new ShortMK({ prompt, k: c, m: Math.min(3, c), maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }), policy: even };
+      return {
+        program: new ShortMK({ prompt, k: c, m: Math.min(3, c), maxTokens: MAX_TOKENS, temperature: 0.8, seed, task }),
+        policy: even,
+      };
     case "duchess:paper": {
       // The paper's GSM8K settings whatever the tuning: the training interval, the 70th-percentile tau, alpha 0.6,
       // beta 0.8, lambda 1, every action on.
-      const paper = { interval: probe.meta.correctness.interval, tau: probe.meta.correctness.tau, alpha: 0.6, beta: 0.8, lambda: 1, branchOut: true, requestStop: true };
-      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...paper, ...over }), policy: even };
+      const paper = {
+        interval: probe.meta.correctness.interval,
+        tau: probe.meta.correctness.tau,
+        alpha: 0.6,
+        beta: 0.8,
+        lambda: 1,
+        branchOut: true,
+        requestStop: true,
+      };
+      return {
+        program: new Duchess({
+          prompt,
+          probe,
+          branches: c,
+          maxTokens: MAX_TOKENS,
+          temperature: 0.8,
+          seed,
+          task,
+          ...paper,
+          ...over,
+        }),
+        policy: even,
+      };
     }
     case "duchess:correct-label":
-      return { program: new Duchess({ prompt, probe: probeCorrect!, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...over }), policy: even };
+      return {
+        program: new Duchess({
+          prompt,
+          probe: probeCorrect!,
+          branches: c,
+          maxTokens: MAX_TOKENS,
+          temperature: 0.8,
+          seed,
+          task,
+          ...over,
+        }),
+        policy: even,
+      };
     default:
       // duchess (as tuned) and its ablations.
-      return { program: new Duchess({ prompt, probe, branches: c, maxTokens: MAX_TOKENS, temperature: 0.8, seed, task, ...ABLATIONS[method], ...over }), policy: even };
+      return {
+        program: new Duchess({
+          prompt,
+          probe,
+          branches: c,
+          maxTokens: MAX_TOKENS,
+          temperature: 0.8,
+          seed,
+          task,
+          ...ABLATIONS[method],
+          ...over,
+        }),
+        policy: even,
+      };
   }
 }
 
@@ -158,7 +301,12 @@ interface Point {
   seconds: number;
 }
 
-async function measure(method: Method, problems: readonly ArithProblem[], c: number, over: Partial<DuchessOptions> = {}): Promise<Point> {
+async function measure(
+  method: Method,
+  problems: readonly ArithProblem[],
+  c: number,
+  over: Partial<DuchessOptions> = {},
+): Promise<Point> {
   await using engine = new Engine({ models: { model } });
   const rt = new ProgramRuntime(engine);
   const t0 = Date.now();
@@ -178,7 +326,8 @@ async function measure(method: Method, problems: readonly ArithProblem[], c: num
   };
 }
 
-const fmt = (p: Point): string => `${p.method.padEnd(20)} c=${String(p.cap).padStart(2)}: accuracy ${(p.accuracy * 100).toFixed(1)}%, ${p.meanTokens.toFixed(0)} tokens/question (${p.seconds.toFixed(0)} s, load ${load1m()})`;
+const fmt = (p: Point): string =>
+  `${p.method.padEnd(20)} c=${String(p.cap).padStart(2)}: accuracy ${(p.accuracy * 100).toFixed(1)}%, ${p.meanTokens.toFixed(0)} tokens/question (${p.seconds.toFixed(0)} s, load ${load1m()})`;
 
 // ---- 1. Tuning on validation.
 const TUNE = Number(values.tune);
@@ -212,7 +361,9 @@ if (TUNE > 0) {
     const pt = await measure("duchess", val, c, { ...s, requestStop: true });
     const row = { ...s, accuracy: pt.accuracy, meanTokens: pt.meanTokens };
     grid.push(row);
-    log(`  interval ${s.interval} tau p${s.tauPercentile} branch-out ${s.branchOut ? "on " : "off"} alpha ${s.alpha} beta ${s.beta} lambda ${s.lambda}: accuracy ${(pt.accuracy * 100).toFixed(1)}%, ${pt.meanTokens.toFixed(0)} tokens`);
+    log(
+      `  interval ${s.interval} tau p${s.tauPercentile} branch-out ${s.branchOut ? "on " : "off"} alpha ${s.alpha} beta ${s.beta} lambda ${s.lambda}: accuracy ${(pt.accuracy * 100).toFixed(1)}%, ${pt.meanTokens.toFixed(0)} tokens`,
+    );
     return row;
   };
   // The fewest tokens among the settings at least as accurate as SC on validation, less --tune-slack points; if
@@ -221,7 +372,9 @@ if (TUNE > 0) {
   const within = (g: TuneRow): boolean => g.accuracy >= sc.accuracy - TUNE_SLACK / 100 - 1e-9;
   const choose = (rows: readonly TuneRow[]): TuneRow => {
     const ok = rows.filter(within);
-    return (ok.length > 0 ? ok : [...rows].sort((a, b) => b.accuracy - a.accuracy).slice(0, 1)).sort((a, b) => a.meanTokens - b.meanTokens)[0];
+    return (ok.length > 0 ? ok : [...rows].sort((a, b) => b.accuracy - a.accuracy).slice(0, 1)).sort(
+      (a, b) => a.meanTokens - b.meanTokens,
+    )[0];
   };
   // Two stages (a full grid is ~150 runs): the check interval and tau with no branch-out and a request stop that
   // cannot change the vote (alpha 0.6 > 1/2: consensus stops only on an answer the rest could not outvote; beta 1:
@@ -229,15 +382,31 @@ if (TUNE > 0) {
   // and lambda.
   const stage1: TuneRow[] = [];
   for (const interval of [...new Set([cm.interval, Math.max(1, cm.interval / 2)])]) {
-    for (const { q, tau } of taus) stage1.push(await run({ interval, tauPercentile: q, tau, branchOut: false, alpha: 0.6, beta: 1, lambda: 1 }));
+    for (const { q, tau } of taus)
+      stage1.push(await run({ interval, tauPercentile: q, tau, branchOut: false, alpha: 0.6, beta: 1, lambda: 1 }));
   }
   const first = choose(stage1);
   const stage2: TuneRow[] = [first];
   for (const branchOut of [true, false]) {
-    for (const [alpha, beta] of [[0.4, 0.8], [0.5, 0.75], [0.6, 0.8], [0.6, 1]] as const) {
+    for (const [alpha, beta] of [
+      [0.4, 0.8],
+      [0.5, 0.75],
+      [0.6, 0.8],
+      [0.6, 1],
+    ] as const) {
       for (const lambda of branchOut ? [0.8, 1] : [1]) {
         if (!branchOut && alpha === first.alpha && beta === first.beta) continue; // stage 1's row
-        stage2.push(await run({ interval: first.interval, tauPercentile: first.tauPercentile, tau: first.tau, branchOut, alpha, beta, lambda }));
+        stage2.push(
+          await run({
+            interval: first.interval,
+            tauPercentile: first.tauPercentile,
+            tau: first.tau,
+            branchOut,
+            alpha,
+            beta,
+            lambda,
+          }),
+        );
       }
     }
   }
@@ -247,10 +416,12 @@ if (TUNE > 0) {
   tuning = { grid, sc, chosen, cap: c };
   probe = { ...probe, meta: { ...probe.meta, orchestration: { branches: c, ...chosen } } };
   await saveProbe(probeDir, probe);
-  log(`chosen: ${JSON.stringify(chosen)} (${ok.length > 0 ? `fewest tokens within ${TUNE_SLACK} points of SC's validation accuracy` : `no setting came within ${TUNE_SLACK} points of SC's accuracy: the most accurate`}); written to ${join(probeDir, "probe.json")}`);
+  log(
+    `chosen: ${JSON.stringify(chosen)} (${ok.length > 0 ? `fewest tokens within ${TUNE_SLACK} points of SC's validation accuracy` : `no setting came within ${TUNE_SLACK} points of SC's accuracy: the most accurate`}); written to ${join(probeDir, "probe.json")}`,
+  );
 }
 const orch = probe.meta.orchestration;
-const settingsLine = `block ${probe.meta.correctness.layer}, every ${orch?.interval ?? probe.meta.correctness.interval} tokens, tau ${(orch?.tau ?? probe.meta.correctness.tau).toFixed(4)} (${orch?.tauPercentile ?? probe.meta.correctness.tauPercentile}th percentile of validation predictions), S = ${probe.meta.correctness.consecutive}, alpha ${orch?.alpha ?? 0.6}, beta ${orch?.beta ?? 0.8}, lambda ${orch?.lambda ?? 1}, branch-out ${orch?.branchOut ?? true ? "on" : "off"}`;
+const settingsLine = `block ${probe.meta.correctness.layer}, every ${orch?.interval ?? probe.meta.correctness.interval} tokens, tau ${(orch?.tau ?? probe.meta.correctness.tau).toFixed(4)} (${orch?.tauPercentile ?? probe.meta.correctness.tauPercentile}th percentile of validation predictions), S = ${probe.meta.correctness.consecutive}, alpha ${orch?.alpha ?? 0.6}, beta ${orch?.beta ?? 0.8}, lambda ${orch?.lambda ?? 1}, branch-out ${(orch?.branchOut ?? true) ? "on" : "off"}`;
 log(`DUCHESS settings: ${settingsLine}`);
 
 // ---- 2. Accuracy vs tokens on the test split.
@@ -283,7 +454,10 @@ function tokensAt(method: Method, accuracy: number): number | null {
   }
   return null;
 }
-const best = (m: Method): Point => points.filter((p) => p.method === m).reduce((a, b) => (b.accuracy > a.accuracy || (b.accuracy === a.accuracy && b.meanTokens < a.meanTokens) ? b : a));
+const best = (m: Method): Point =>
+  points
+    .filter((p) => p.method === m)
+    .reduce((a, b) => (b.accuracy > a.accuracy || (b.accuracy === a.accuracy && b.meanTokens < a.meanTokens) ? b : a));
 const scBest = best("sc");
 const dynBest = best("dynasor");
 const dAtSc = tokensAt("duchess", scBest.accuracy);
@@ -300,17 +474,40 @@ const summary = {
   duchessBestAccuracy: best("duchess").accuracy,
   /** Tokens saved vs SC at SC's best accuracy, per method (null: never reaches it on this curve). */
   savedVsScByMethod: Object.fromEntries(
-    (["dynasor", "short-m@k", "deepconf-low", "deepconf-high", "deepconf-low:offline", "deepconf-high:offline", "duchess", "duchess+confidence", "duchess:paper", "duchess:correct-label"] as const).filter((m) => SELECTED.includes(m)).map((m) => {
-      const t = tokensAt(m, scBest.accuracy);
-      return [m, t === null ? null : 1 - t / scBest.meanTokens];
-    }),
+    (
+      [
+        "dynasor",
+        "short-m@k",
+        "deepconf-low",
+        "deepconf-high",
+        "deepconf-low:offline",
+        "deepconf-high:offline",
+        "duchess",
+        "duchess+confidence",
+        "duchess:paper",
+        "duchess:correct-label",
+      ] as const
+    )
+      .filter((m) => SELECTED.includes(m))
+      .map((m) => {
+        const t = tokensAt(m, scBest.accuracy);
+        return [m, t === null ? null : 1 - t / scBest.meanTokens];
+      }),
   ),
 };
 const pct = (x: number | null): string => (x === null ? "not reached" : `${(x * 100).toFixed(1)}%`);
-log(`summary: SC best ${(scBest.accuracy * 100).toFixed(1)}% at ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS there: ${dAtSc?.toFixed(0) ?? "not reached"} tokens (saved ${pct(summary.savedVsSc)}); vs Dynasor best ${(dynBest.accuracy * 100).toFixed(1)}% at ${dynBest.meanTokens.toFixed(0)}: saved ${pct(summary.savedVsDynasor)}`);
+log(
+  `summary: SC best ${(scBest.accuracy * 100).toFixed(1)}% at ${scBest.meanTokens.toFixed(0)} tokens; DUCHESS there: ${dAtSc?.toFixed(0) ?? "not reached"} tokens (saved ${pct(summary.savedVsSc)}); vs Dynasor best ${(dynBest.accuracy * 100).toFixed(1)}% at ${dynBest.meanTokens.toFixed(0)}: saved ${pct(summary.savedVsDynasor)}`,
+);
 
 // ---- 3. Serving.
-interface ServeRow { system: string; rate: number; ratePerSecond: number; repeats: Array<{ meanMs: number; p90Ms: number; attainment: number; accuracy: number; meanTokens: number }>; load: number }
+interface ServeRow {
+  system: string;
+  rate: number;
+  ratePerSecond: number;
+  repeats: Array<{ meanMs: number; p90Ms: number; attainment: number; accuracy: number; meanTokens: number }>;
+  load: number;
+}
 const serveRows: ServeRow[] = [];
 let capacity = 0;
 const soloMs = new Map<number, number>();
@@ -328,11 +525,14 @@ if (values.serve) {
     capacity = qs.length / ((Date.now() - t0) / 1000);
     for (const level of [1, 2, 3, 4, 5]) {
       const ms: number[] = [];
-      for (const p of problemSet({ split: "validation", n: 3, seed: 3, levels: [level as 1] })) ms.push((await rt.run(build("sc", p, SERVE_CAP, 0).program, { policy: { kind: "baseline-even" } })).elapsedMs);
+      for (const p of problemSet({ split: "validation", n: 3, seed: 3, levels: [level as 1] }))
+        ms.push((await rt.run(build("sc", p, SERVE_CAP, 0).program, { policy: { kind: "baseline-even" } })).elapsedMs);
       soloMs.set(level, median(ms));
     }
   }
-  log(`serving: capacity ≈ ${capacity.toFixed(2)} SC programs/s (cap ${SERVE_CAP}); solo SC latency per level ${[...soloMs].map(([l, ms]) => `L${l} ${ms} ms`).join(", ")}`);
+  log(
+    `serving: capacity ≈ ${capacity.toFixed(2)} SC programs/s (cap ${SERVE_CAP}); solo SC latency per level ${[...soloMs].map(([l, ms]) => `L${l} ${ms} ms`).join(", ")}`,
+  );
   const systems: Array<{ name: string; sched: SchedulingPolicy; method: Method }> = [
     { name: "SC, fcfs", sched: "fcfs", method: "sc" },
     { name: "Dynasor (gang+sjf+certaindex)", sched: "gang+sjf", method: "dynasor" },
@@ -350,7 +550,11 @@ if (values.serve) {
         const rs = await runOpenLoop(qs, arrivals, async (p, i) => {
           const b = build(sys.method, p, SERVE_CAP, i);
           const r = await rt.run(b.program, { policy: b.policy });
-          return { deadline: 3 * soloMs.get(p.level)!, correct: task.equivalent(r.answer, p.answer), tokens: r.tokensUsed };
+          return {
+            deadline: 3 * soloMs.get(p.level)!,
+            correct: task.equivalent(r.answer, p.answer),
+            tokens: r.tokensUsed,
+          };
         });
         const lat = rs.map((r) => r.latencyMs);
         row.repeats.push({
@@ -369,7 +573,9 @@ if (values.serve) {
         const f = (x: number): string => x.toFixed(k === "attainment" ? 2 : 0);
         return `${f(median(xs))} [${formatRange(xs, f)}]`;
       };
-      log(`${sys.name.padEnd(32)} rate ${mult}× (${rate.toFixed(2)}/s): mean ${med("meanMs")} ms, p90 ${med("p90Ms")} ms, attainment ${med("attainment")}, load ${row.load}`);
+      log(
+        `${sys.name.padEnd(32)} rate ${mult}× (${rate.toFixed(2)}/s): mean ${med("meanMs")} ms, p90 ${med("p90Ms")} ms, attainment ${med("attainment")}, load ${row.load}`,
+      );
     }
   }
 }
@@ -383,15 +589,34 @@ const result = {
   loadAverage1m: { min: Math.min(...loads), max: Math.max(...loads) },
   command: commandLine,
   model: bm.label,
-  probe: { dir: relative(process.cwd(), probeDir), correctness: probe.meta.correctness, difficulty: probe.meta.difficulty, orchestration: probe.meta.orchestration ?? null },
-  probeCorrect: probeCorrect === null ? null : { dir: values["probe-correct"], correctness: probeCorrect.meta.correctness, orchestration: probeCorrect.meta.orchestration ?? null },
+  probe: {
+    dir: relative(process.cwd(), probeDir),
+    correctness: probe.meta.correctness,
+    difficulty: probe.meta.difficulty,
+    orchestration: probe.meta.orchestration ?? null,
+  },
+  probeCorrect:
+    probeCorrect === null
+      ? null
+      : {
+          dir: values["probe-correct"],
+          correctness: probeCorrect.meta.correctness,
+          orchestration: probeCorrect.meta.orchestration ?? null,
+        },
   n: N,
   caps: CAPS,
   maxTokens: MAX_TOKENS,
   tuning,
   points,
   summary,
-  serving: values.serve ? { cap: SERVE_CAP, capacityProgramsPerSecond: capacity, soloMsByLevel: Object.fromEntries(soloMs), rows: serveRows } : null,
+  serving: values.serve
+    ? {
+        cap: SERVE_CAP,
+        capacityProgramsPerSecond: capacity,
+        soloMsByLevel: Object.fromEntries(soloMs),
+        rows: serveRows,
+      }
+    : null,
   wallSeconds: (Date.now() - started) / 1000,
 };
 /** The probe as trained and the DUCHESS settings as run, with what the paper-settings and paper-label curves are. */
@@ -434,9 +659,16 @@ const md = [
   "",
   "| method | c | accuracy | tokens / question | wall (s) |",
   "| --- | --- | --- | --- | --- |",
-  ...points.map((p) => `| ${p.method} | ${p.cap} | ${(p.accuracy * 100).toFixed(1)}% | ${p.meanTokens.toFixed(0)} | ${p.seconds.toFixed(0)} |`),
+  ...points.map(
+    (p) =>
+      `| ${p.method} | ${p.cap} | ${(p.accuracy * 100).toFixed(1)}% | ${p.meanTokens.toFixed(0)} | ${p.seconds.toFixed(0)} |`,
+  ),
   "",
-  `Tokens saved vs SC at SC's best accuracy (${(scBest.accuracy * 100).toFixed(1)}%), read along each method's curve: ${Object.entries(summary.savedVsScByMethod).map(([m, v]) => `${m} ${pct(v)}`).join(", ")}.`,
+  `Tokens saved vs SC at SC's best accuracy (${(scBest.accuracy * 100).toFixed(1)}%), read along each method's curve: ${Object.entries(
+    summary.savedVsScByMethod,
+  )
+    .map(([m, v]) => `${m} ${pct(v)}`)
+    .join(", ")}.`,
   "",
   summaryParagraph(),
   "",
@@ -446,7 +678,10 @@ const md = [
         "",
         "| interval | tau (percentile) | branch-out | alpha | beta | lambda | accuracy | tokens |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ...tuning.grid.map((g) => `| ${g.interval} | ${g.tau.toFixed(3)} (${g.tauPercentile}) | ${g.branchOut ? "on" : "off"} | ${g.alpha} | ${g.beta} | ${g.lambda} | ${(g.accuracy * 100).toFixed(1)}% | ${g.meanTokens.toFixed(0)} |`),
+        ...tuning.grid.map(
+          (g) =>
+            `| ${g.interval} | ${g.tau.toFixed(3)} (${g.tauPercentile}) | ${g.branchOut ? "on" : "off"} | ${g.alpha} | ${g.beta} | ${g.lambda} | ${(g.accuracy * 100).toFixed(1)}% | ${g.meanTokens.toFixed(0)} |`,
+        ),
         "",
       ]
     : []),
@@ -458,7 +693,22 @@ const md = [
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ...serveRows.map(
           (r) =>
-            `| ${r.system} | ${r.rate} | ${spread(r.repeats.map((x) => x.meanMs), 0)} | ${spread(r.repeats.map((x) => x.p90Ms), 0)} | ${spread(r.repeats.map((x) => x.attainment), 2)} | ${spread(r.repeats.map((x) => x.accuracy), 2)} | ${spread(r.repeats.map((x) => x.meanTokens), 0)} | ${r.load} |`,
+            `| ${r.system} | ${r.rate} | ${spread(
+              r.repeats.map((x) => x.meanMs),
+              0,
+            )} | ${spread(
+              r.repeats.map((x) => x.p90Ms),
+              0,
+            )} | ${spread(
+              r.repeats.map((x) => x.attainment),
+              2,
+            )} | ${spread(
+              r.repeats.map((x) => x.accuracy),
+              2,
+            )} | ${spread(
+              r.repeats.map((x) => x.meanTokens),
+              0,
+            )} | ${r.load} |`,
         ),
         "",
       ]
@@ -471,15 +721,53 @@ function pointStr(m: Method, cap = cMax): string {
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "duchess.md"), `${md.join("\n")}\n`);
 writeFileSync(join(values.out!, "duchess.json"), `${JSON.stringify(result, null, 2)}\n`);
-const series = (["sc", "dynasor", "short-m@k", "deepconf-low", "deepconf-high", "duchess", "duchess+confidence", "duchess:paper", "duchess:correct-label"] as const).filter((m) => SELECTED.includes(m)).map((m) => ({
-  name: m,
-  points: points.filter((p) => p.method === m).sort((a, b) => a.cap - b.cap).map((p) => [p.meanTokens, p.accuracy * 100] as const),
-}));
-writeFileSync(join(values.out!, "duchess-tokens.svg"), lineChart(series, { title: `Accuracy vs tokens (${N} test questions, caps ${CAPS.join("/")})`, xLabel: "generated tokens per question", yLabel: "accuracy (%)" }));
+const series = (
+  [
+    "sc",
+    "dynasor",
+    "short-m@k",
+    "deepconf-low",
+    "deepconf-high",
+    "duchess",
+    "duchess+confidence",
+    "duchess:paper",
+    "duchess:correct-label",
+  ] as const
+)
+  .filter((m) => SELECTED.includes(m))
+  .map((m) => ({
+    name: m,
+    points: points
+      .filter((p) => p.method === m)
+      .sort((a, b) => a.cap - b.cap)
+      .map((p) => [p.meanTokens, p.accuracy * 100] as const),
+  }));
+writeFileSync(
+  join(values.out!, "duchess-tokens.svg"),
+  lineChart(series, {
+    title: `Accuracy vs tokens (${N} test questions, caps ${CAPS.join("/")})`,
+    xLabel: "generated tokens per question",
+    yLabel: "accuracy (%)",
+  }),
+);
 if (values.serve) {
   const names = [...new Set(serveRows.map((r) => r.system))];
-  const s2 = names.map((name) => ({ name, points: serveRows.filter((r) => r.system === name).map((r) => [r.ratePerSecond, median(r.repeats.map((x) => x.meanMs))] as const) }));
-  writeFileSync(join(values.out!, "duchess-serving.svg"), lineChart(s2, { title: "Mean latency vs arrival rate (median of repeats)", xLabel: "programs / s", yLabel: "mean latency (ms)" }));
+  const s2 = names.map((name) => ({
+    name,
+    points: serveRows
+      .filter((r) => r.system === name)
+      .map((r) => [r.ratePerSecond, median(r.repeats.map((x) => x.meanMs))] as const),
+  }));
+  writeFileSync(
+    join(values.out!, "duchess-serving.svg"),
+    lineChart(s2, {
+      title: "Mean latency vs arrival rate (median of repeats)",
+      xLabel: "programs / s",
+      yLabel: "mean latency (ms)",
+    }),
+  );
 }
 if (values.json) console.log(JSON.stringify(result));
-log(`wrote ${join(values.out!, "duchess.md")}, duchess.json, duchess-tokens.svg${values.serve ? ", duchess-serving.svg" : ""}`);
+log(
+  `wrote ${join(values.out!, "duchess.md")}, duchess.json, duchess-tokens.svg${values.serve ? ", duchess-serving.svg" : ""}`,
+);

@@ -38,10 +38,12 @@ const { values } = parseArgs({
     device: { type: "string", default: "cuda" },
   },
 });
-if (values.device !== "cpu" && values.device !== "cuda") throw new Error(`--device must be cuda or cpu, got ${values.device}`);
+if (values.device !== "cpu" && values.device !== "cuda")
+  throw new Error(`--device must be cuda or cpu, got ${values.device}`);
 const device: "cpu" | "cuda" = values.device;
 const fixedShare = Number(values["fixed-share"]);
-if (!(fixedShare >= 0 && fixedShare <= 1)) throw new Error(`--fixed-share must be a number in [0, 1], got ${values["fixed-share"]}`);
+if (!(fixedShare >= 0 && fixedShare <= 1))
+  throw new Error(`--fixed-share must be a number in [0, 1], got ${values["fixed-share"]}`);
 const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
 const prefillLens = values["prompt-tokens"]!.split(",").map(Number);
@@ -65,7 +67,8 @@ const weightBytes = readdirSync(dir)
 const maxLen = Math.max(...prefillLens, DECODE_PROMPT + decodeTokens);
 const sweepBatches = values.batches!.split(",").map(Number);
 const splitKs = values["split-ks"]!.split(",").map(Number);
-const SWEEP_PREFIX = 64, SWEEP_STEPS = 8;
+const SWEEP_PREFIX = 64,
+  SWEEP_STEPS = 8;
 const PROFILE_STEPS = 4;
 const sweepPages = Math.ceil((SWEEP_PREFIX + (rounds + 1) * SWEEP_STEPS * splitKs.length + PROFILE_STEPS) / PAGE);
 const kvPages = Math.max(Math.ceil(maxLen / PAGE), Math.max(...sweepBatches) * sweepPages) + 1;
@@ -85,12 +88,23 @@ async function prefillSeconds(n: number, schedule: KernelSchedule): Promise<numb
 
 /** Seconds per decode token after a DECODE_PROMPT-token prefill; `fast` picks the schedule per step as the engine does. */
 async function decodeSecondsPerToken(m: Model, fast: boolean): Promise<number> {
-  let [r] = await m.forward({ ...FIXED_SCHEDULE, sequences: [{ tokens: tokens(DECODE_PROMPT, 5), startPos: 0, blockTable: table }] });
+  let [r] = await m.forward({
+    ...FIXED_SCHEDULE,
+    sequences: [{ tokens: tokens(DECODE_PROMPT, 5), startPos: 0, blockTable: table }],
+  });
   const t = performance.now();
   for (let i = 0; i < decodeTokens; i++) {
     const pos = DECODE_PROMPT + i;
-    const schedule = fast ? { ...chooseSchedule("fast", { numTokens: 1, numDecodeSeqs: 1, maxDecodeKvLen: pos + 1, device }), fastSplitK: true } : FIXED_SCHEDULE;
-    [r] = await m.forward({ ...schedule, sequences: [{ tokens: Int32Array.of(r.token), startPos: pos, blockTable: table }] });
+    const schedule = fast
+      ? {
+          ...chooseSchedule("fast", { numTokens: 1, numDecodeSeqs: 1, maxDecodeKvLen: pos + 1, device }),
+          fastSplitK: true,
+        }
+      : FIXED_SCHEDULE;
+    [r] = await m.forward({
+      ...schedule,
+      sequences: [{ tokens: Int32Array.of(r.token), startPos: pos, blockTable: table }],
+    });
   }
   return (performance.now() - t) / 1000 / decodeTokens;
 }
@@ -99,7 +113,10 @@ async function decodeSecondsPerToken(m: Model, fast: boolean): Promise<number> {
 async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
   const tableOf = (b: number) => Int32Array.from({ length: sweepPages }, (_, i) => b * sweepPages + i);
   for (let b = 0; b < B; b++) {
-    await model.forward({ ...FIXED_SCHEDULE, sequences: [{ tokens: tokens(SWEEP_PREFIX, 100 + b), startPos: 0, blockTable: tableOf(b), emitToken: false }] });
+    await model.forward({
+      ...FIXED_SCHEDULE,
+      sequences: [{ tokens: tokens(SWEEP_PREFIX, 100 + b), startPos: 0, blockTable: tableOf(b), emitToken: false }],
+    });
   }
   let pos = SWEEP_PREFIX;
   const fixedFrom = B - Math.ceil(fixedShare * B); // sequences [fixedFrom, B) on the fixed schedule
@@ -110,7 +127,12 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
       fastSplitK: true, // as the engine's fast mode: splitK an upper bound per GEMM
       profile,
       ...(fixedFrom < B ? { fixedGemmSplitK: FIXED_SCHEDULE.gemmSplitK } : {}),
-      sequences: Array.from({ length: B }, (_, b) => ({ tokens: Int32Array.of(1 + b), startPos: pos, blockTable: tableOf(b), ...(b >= fixedFrom ? { fixedSchedule: true } : {}) })),
+      sequences: Array.from({ length: B }, (_, b) => ({
+        tokens: Int32Array.of(1 + b),
+        startPos: pos,
+        blockTable: tableOf(b),
+        ...(b >= fixedFrom ? { fixedSchedule: true } : {}),
+      })),
     });
   const out = new Map<number, number>();
   for (const k of splitKs) {
@@ -126,7 +148,12 @@ async function batchedDecodeMs(B: number): Promise<Map<number, number>> {
     const k = [...out].reduce((a, b) => (b[1] < a[1] ? b : a))[0];
     model.takeProfile();
     for (let i = 0; i < PROFILE_STEPS; i++, pos++) await step(k, true);
-    profiles.push(profileTable(model.takeProfile(), `batch ${B}${fixedFrom < B ? ` (${B - fixedFrom} rows fixed)` : ""}, splitK ${k}, kvSplits 1`));
+    profiles.push(
+      profileTable(
+        model.takeProfile(),
+        `batch ${B}${fixedFrom < B ? ` (${B - fixedFrom} rows fixed)` : ""}, splitK ${k}, kvSplits 1`,
+      ),
+    );
   }
   return out;
 }
@@ -140,13 +167,26 @@ try {
     await prefillSeconds(n, fast(n)); // warm-up: scratch growth, lazy module loads
     let best = Infinity;
     for (let r = 0; r < rounds; r++) best = Math.min(best, await prefillSeconds(n, fast(n)));
-    rows.push({ what: `prefill ${n} tokens`, schedule: "fast", tokensPerSecond: Math.round(n / best), msPerStep: +(best * 1e3).toFixed(2) });
+    rows.push({
+      what: `prefill ${n} tokens`,
+      schedule: "fast",
+      tokensPerSecond: Math.round(n / best),
+      msPerStep: +(best * 1e3).toFixed(2),
+    });
   }
-  for (const [name, isFast] of [["fast", true], ["batch-invariant", false]] as const) {
+  for (const [name, isFast] of [
+    ["fast", true],
+    ["batch-invariant", false],
+  ] as const) {
     await decodeSecondsPerToken(model, isFast);
     let best = Infinity;
     for (let r = 0; r < rounds; r++) best = Math.min(best, await decodeSecondsPerToken(model, isFast));
-    const row: Record<string, string | number> = { what: `decode (after ${DECODE_PROMPT} tokens)`, schedule: name, tokensPerSecond: +(1 / best).toFixed(1), msPerStep: +(best * 1e3).toFixed(3) };
+    const row: Record<string, string | number> = {
+      what: `decode (after ${DECODE_PROMPT} tokens)`,
+      schedule: name,
+      tokensPerSecond: +(1 / best).toFixed(1),
+      msPerStep: +(best * 1e3).toFixed(3),
+    };
     if (copyGBs) {
       const boundMs = (weightBytes / (copyGBs * 1e9)) * 1e3;
       row.boundMs = +boundMs.toFixed(3);
@@ -158,16 +198,38 @@ try {
 } finally {
   model.dispose();
 }
-const dev = device === "cuda" ? loadAddon().listDevices().cuda.devices[0] : { name: `cpu (${loadAddon().listDevices().cpu.simd})` };
-if (values.json) for (const r of rows) console.log(JSON.stringify({ preset: values.preset, device: dev?.name, weightBytes, copyGBs, ...r }));
-console.log(`\n# Single stream on ${dev?.name ?? "cuda"}: ${values.preset} (random bf16, ${(weightBytes / 1e9).toFixed(3)} GB of weights)`);
-if (copyGBs) console.log(`bound: weights / copy rate = ${(weightBytes / 1e9).toFixed(3)} GB / ${copyGBs} GB/s = ${((weightBytes / copyGBs / 1e9) * 1e3).toFixed(3)} ms per token`);
+const dev =
+  device === "cuda"
+    ? loadAddon().listDevices().cuda.devices[0]
+    : { name: `cpu (${loadAddon().listDevices().cpu.simd})` };
+if (values.json)
+  for (const r of rows)
+    console.log(JSON.stringify({ preset: values.preset, device: dev?.name, weightBytes, copyGBs, ...r }));
+console.log(
+  `\n# Single stream on ${dev?.name ?? "cuda"}: ${values.preset} (random bf16, ${(weightBytes / 1e9).toFixed(3)} GB of weights)`,
+);
+if (copyGBs)
+  console.log(
+    `bound: weights / copy rate = ${(weightBytes / 1e9).toFixed(3)} GB / ${copyGBs} GB/s = ${((weightBytes / copyGBs / 1e9) * 1e3).toFixed(3)} ms per token`,
+  );
 console.log("| step | schedule | tokens/s | ms/step | bound ms | of bound |\n| --- | --- | --- | --- | --- | --- |");
-for (const r of rows) console.log(`| ${r.what} | ${r.schedule} | ${r.tokensPerSecond} | ${r.msPerStep} | ${r.boundMs ?? ""} | ${r.ofBound ?? ""} |`);
-console.log(`\n# Batched decode step (kvSplits 1, ${SWEEP_PREFIX}-token prefixes${fixedShare > 0 ? `, ${fixedShare} of the rows on the fixed schedule` : ""}): ms per step and tokens/s by gemmSplitK`);
-console.log(`| batch | ${splitKs.map((k) => `splitK ${k}`).join(" | ")} | bound ms |\n| --- |${splitKs.map(() => " --- |").join("")} --- |`);
+for (const r of rows)
+  console.log(
+    `| ${r.what} | ${r.schedule} | ${r.tokensPerSecond} | ${r.msPerStep} | ${r.boundMs ?? ""} | ${r.ofBound ?? ""} |`,
+  );
+console.log(
+  `\n# Batched decode step (kvSplits 1, ${SWEEP_PREFIX}-token prefixes${fixedShare > 0 ? `, ${fixedShare} of the rows on the fixed schedule` : ""}): ms per step and tokens/s by gemmSplitK`,
+);
+console.log(
+  `| batch | ${splitKs.map((k) => `splitK ${k}`).join(" | ")} | bound ms |\n| --- |${splitKs.map(() => " --- |").join("")} --- |`,
+);
 for (const { batch, ms } of sweep) {
   const bound = copyGBs ? ((weightBytes / (copyGBs * 1e9)) * 1e3).toFixed(3) : "";
-  console.log(`| ${batch} | ${splitKs.map((k) => `${ms.get(k)!.toFixed(3)} (${Math.round((batch * 1e3) / ms.get(k)!)})`).join(" | ")} | ${bound} |`);
+  console.log(
+    `| ${batch} | ${splitKs.map((k) => `${ms.get(k)!.toFixed(3)} (${Math.round((batch * 1e3) / ms.get(k)!)})`).join(" | ")} | ${bound} |`,
+  );
 }
-if (profiles.length) console.log(`\n# Where a batched decode step's time goes (profiled steps run eagerly, an event between ops)\n\n${profiles.join("\n\n")}`);
+if (profiles.length)
+  console.log(
+    `\n# Where a batched decode step's time goes (profiled steps run eagerly, an event between ops)\n\n${profiles.join("\n\n")}`,
+  );

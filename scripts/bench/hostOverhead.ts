@@ -47,8 +47,16 @@ const { values } = parseArgs({
     json: { type: "boolean", default: false },
   },
 });
-const B = Number(values.batch), PROMPT = Number(values.prompt ?? 128), MAX_TOKENS = Number(values.tokens), PAIRS = Number(values.pairs);
-for (const [flag, v] of [["--batch", B], ["--prompt", PROMPT], ["--tokens", MAX_TOKENS], ["--pairs", PAIRS]] as const)
+const B = Number(values.batch),
+  PROMPT = Number(values.prompt ?? 128),
+  MAX_TOKENS = Number(values.tokens),
+  PAIRS = Number(values.pairs);
+for (const [flag, v] of [
+  ["--batch", B],
+  ["--prompt", PROMPT],
+  ["--tokens", MAX_TOKENS],
+  ["--pairs", PAIRS],
+] as const)
   if (!Number.isInteger(v) || v < 1) throw new Error(`${flag} must be a positive integer, got ${v}`);
 let dir = values.tokenizer ?? values.model;
 if (!dir) {
@@ -57,14 +65,20 @@ if (!dir) {
 }
 const tok = await ModelTokenizer.load(dir);
 // --model: the real forward (this machine's device), loaded once with room for every run's sequences.
-const realModel = values.model === undefined ? null : await loadModel(values.model, { kvPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2) });
+const realModel =
+  values.model === undefined
+    ? null
+    : await loadModel(values.model, { kvPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2) });
 
 /**
  * One timed run after an untimed run of the same kind, so the timed one finds the JIT warm for its own path. No
  * forced full GC between runs: a gc() before each run leaves the runs after it 2-4x slower, even after a warm-up
  * run (batch 64: 0.24-0.52 against 0.115-0.130 ms a step).
  */
-async function settledRun(windowed: boolean, confidence = false): Promise<{ steps: number; ms: number; cpuMs: number }> {
+async function settledRun(
+  windowed: boolean,
+  confidence = false,
+): Promise<{ steps: number; ms: number; cpuMs: number }> {
   await msPerStep(windowed, confidence, Math.min(MAX_TOKENS, 64));
   return msPerStep(windowed, confidence);
 }
@@ -85,33 +99,61 @@ let mockForward = false;
 let trackerOn = true;
 const coin = mulberry32(12345);
 
-async function msPerStep(windowed: boolean, confidence = false, maxTokens = MAX_TOKENS): Promise<{ steps: number; ms: number; cpuMs: number }> {
+async function msPerStep(
+  windowed: boolean,
+  confidence = false,
+  maxTokens = MAX_TOKENS,
+): Promise<{ steps: number; ms: number; cpuMs: number }> {
   let steps = 0;
   let segmentStart = -1;
-  const model: EngineModel = realModel !== null && !mockForward ? { ...engineModelOf(realModel), forward: (b) => (steps++, realModel.forward(b)) } : {
-    numPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2), pageSize: 16, numLayers: 30, vocabSize: tok.vocabSize, maxContextTokens: Math.max(4096, PROMPT + MAX_TOKENS + 16), eosTokenIds: [], device: "cuda",
-    async forward(b: ForwardBatch): Promise<ForwardResult[]> {
-      steps++;
-      if (split !== null && segmentStart >= 0) {
-        (trackerOn ? split.on : split.off).push(performance.now() - segmentStart);
-      }
-      // Built as Model.forward builds a step's results (ts/model/model.ts): one literal, confidence undefined when
-      // the sequence did not ask for it.
-      const results = b.sequences.map((s) => ({ token: 300 + ((s.startPos * 7919) % 2000), logprob: -1, confidence: s.confidenceTopK ? 1 + ((s.startPos * 13) % 7) / 7 : undefined }));
-      if (split !== null) {
-        trackerOn = coin() < 0.5; // at random: a page is appended every 16th step, which alternation would pair with one side
-        segmentStart = performance.now();
-      }
-      return results;
-    },
-  };
-  const tokenizer = realModel !== null && !mockForward ? realModel.tokenizer : { encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o), createDetokenizer: () => tok.createDetokenizer({ windowed }) };
+  const model: EngineModel =
+    realModel !== null && !mockForward
+      ? { ...engineModelOf(realModel), forward: (b) => (steps++, realModel.forward(b)) }
+      : {
+          numPages: B * (Math.ceil((PROMPT + MAX_TOKENS) / 16) + 2),
+          pageSize: 16,
+          numLayers: 30,
+          vocabSize: tok.vocabSize,
+          maxContextTokens: Math.max(4096, PROMPT + MAX_TOKENS + 16),
+          eosTokenIds: [],
+          device: "cuda",
+          async forward(b: ForwardBatch): Promise<ForwardResult[]> {
+            steps++;
+            if (split !== null && segmentStart >= 0) {
+              (trackerOn ? split.on : split.off).push(performance.now() - segmentStart);
+            }
+            // Built as Model.forward builds a step's results (ts/model/model.ts): one literal, confidence undefined when
+            // the sequence did not ask for it.
+            const results = b.sequences.map((s) => ({
+              token: 300 + ((s.startPos * 7919) % 2000),
+              logprob: -1,
+              confidence: s.confidenceTopK ? 1 + ((s.startPos * 13) % 7) / 7 : undefined,
+            }));
+            if (split !== null) {
+              trackerOn = coin() < 0.5; // at random: a page is appended every 16th step, which alternation would pair with one side
+              segmentStart = performance.now();
+            }
+            return results;
+          },
+        };
+  const tokenizer =
+    realModel !== null && !mockForward
+      ? realModel.tokenizer
+      : {
+          encode: (t: string, o?: { addSpecialTokens?: boolean }) => tok.encode(t, o),
+          createDetokenizer: () => tok.createDetokenizer({ windowed }),
+        };
   const engine = new Engine({ models: { model, tokenizer }, maxBatchSeqs: B, maxBatchTokens: 1 << 16 });
   const t0 = performance.now();
   const cpu0 = process.cpuUsage();
   const prompt = (i: number) => Array.from({ length: PROMPT }, (_, j) => 300 + ((i * 31 + j) % 1000));
   const conf = confidence ? { confidence: { window: 16, threshold: -1 } } : {};
-  await Promise.all(Array.from({ length: B }, (_, i) => engine.submit({ prompt: prompt(i), maxTokens, ignoreEos: true, ...conf }).result));
+  await Promise.all(
+    Array.from(
+      { length: B },
+      (_, i) => engine.submit({ prompt: prompt(i), maxTokens, ignoreEos: true, ...conf }).result,
+    ),
+  );
   const ms = (performance.now() - t0) / steps;
   const cpu = process.cpuUsage(cpu0);
   await engine.dispose();
@@ -124,10 +166,14 @@ async function msPerStep(windowed: boolean, confidence = false, maxTokens = MAX_
  * it); report(), once per trace, is timed around each call in one more run where the tracker works on every step
  * (tens of microseconds each, so the timer's cost is negligible). Every request asks for confidence.
  */
-async function trackerCost(runs: number): Promise<{ addNsPerToken: number; reportNsPerToken: number; hostNsPerToken: number; share: number }> {
+async function trackerCost(
+  runs: number,
+): Promise<{ addNsPerToken: number; reportNsPerToken: number; hostNsPerToken: number; share: number }> {
   const proto = ConfidenceTracker.prototype;
-  const add = proto.add, report = proto.report;
-  let reportMs = 0, reportTokens = 0;
+  const add = proto.add,
+    report = proto.report;
+  let reportMs = 0,
+    reportTokens = 0;
   proto.add = function (this: ConfidenceTracker, c: number) {
     return trackerOn ? add.call(this, c) : false;
   };
@@ -163,11 +209,17 @@ async function trackerCost(runs: number): Promise<{ addNsPerToken: number; repor
   }
   // Medians: a step that a GC pause lands in is many times the others, and those pauses would swamp a mean. So
   // neither side counts GC: the tracker's share of it (its values array growing) is not in this figure.
-  const onPerStep = median(total.on), offPerStep = median(total.off);
+  const onPerStep = median(total.on),
+    offPerStep = median(total.off);
   const addNsPerToken = ((onPerStep - offPerStep) / B) * 1e6;
   const reportNsPerToken = (reportMs / reportTokens) * 1e6;
   const hostNsPerToken = (offPerStep / B) * 1e6;
-  return { addNsPerToken: Math.round(addNsPerToken), reportNsPerToken: Math.round(reportNsPerToken), hostNsPerToken: Math.round(hostNsPerToken), share: round4((addNsPerToken + reportNsPerToken) / hostNsPerToken) };
+  return {
+    addNsPerToken: Math.round(addNsPerToken),
+    reportNsPerToken: Math.round(reportNsPerToken),
+    hostNsPerToken: Math.round(hostNsPerToken),
+    share: round4((addNsPerToken + reportNsPerToken) / hostNsPerToken),
+  };
 }
 
 if (values.confidence) {
@@ -190,20 +242,49 @@ if (values.confidence) {
   // the plain runs' median engine step.
   const plainStepMs = median(pairs.map((p) => p.plain.ms));
   const trackerMsPerStep = ((tracker.addNsPerToken + tracker.reportNsPerToken) * B) / 1e6;
-  const components = native === null ? null : { nativeMsPerStep: round4(native.deltaMs), trackerMsPerStep: round4(trackerMsPerStep), plainStepMs: round4(plainStepMs), share: round4((native.deltaMs + trackerMsPerStep) / plainStepMs) };
-  const line = { batch: B, tokens: MAX_TOKENS, pairs: pairs.length, confidenceOverhead: { wall, cpu }, tracker, native, components };
+  const components =
+    native === null
+      ? null
+      : {
+          nativeMsPerStep: round4(native.deltaMs),
+          trackerMsPerStep: round4(trackerMsPerStep),
+          plainStepMs: round4(plainStepMs),
+          share: round4((native.deltaMs + trackerMsPerStep) / plainStepMs),
+        };
+  const line = {
+    batch: B,
+    tokens: MAX_TOKENS,
+    pairs: pairs.length,
+    confidenceOverhead: { wall, cpu },
+    tracker,
+    native,
+    components,
+  };
   if (values.json) console.log(JSON.stringify(line));
   else {
     const pct = (x: number) => `${((x - 1) * 100).toFixed(1)}%`;
-    console.log(`batch ${B}, ${MAX_TOKENS} tokens, confidence tracking vs plain (${pairs.length} pairs, alternating, after 2 warm-up pairs; byte-level detokenizer):`);
-    for (const [what, o] of [["wall time", wall], ["process CPU time", cpu]] as const) {
-      console.log(`  ${what} per step: median ${pct(o.median)} (95% interval ${pct(o.ci95[0])} to ${pct(o.ci95[1])}), summed ${pct(o.sumRatio)}, ${o.nsPerToken} ns per generated token; pairs ${o.ratios.map((r) => r.toFixed(3)).join(" ")}`);
+    console.log(
+      `batch ${B}, ${MAX_TOKENS} tokens, confidence tracking vs plain (${pairs.length} pairs, alternating, after 2 warm-up pairs; byte-level detokenizer):`,
+    );
+    for (const [what, o] of [
+      ["wall time", wall],
+      ["process CPU time", cpu],
+    ] as const) {
+      console.log(
+        `  ${what} per step: median ${pct(o.median)} (95% interval ${pct(o.ci95[0])} to ${pct(o.ci95[1])}), summed ${pct(o.sumRatio)}, ${o.nsPerToken} ns per generated token; pairs ${o.ratios.map((r) => r.toFixed(3)).join(" ")}`,
+      );
     }
     if (native !== null && components !== null) {
-      console.log(`  the native top-${native.topK} and confidence, forwards alternated with and without it (${native.pairs} pairs, batch ${B} decode rows at ${PROMPT} tokens of context): median ${pct(native.median)} of a forward (95% interval ${pct(native.ci95[0])} to ${pct(native.ci95[1])}), ${native.deltaMs.toFixed(3)} ms a step`);
-      console.log(`  the confidence stop in a real step (native + tracker, against the plain runs' median step of ${plainStepMs.toFixed(2)} ms): ${(components.share * 100).toFixed(2)}%`);
+      console.log(
+        `  the native top-${native.topK} and confidence, forwards alternated with and without it (${native.pairs} pairs, batch ${B} decode rows at ${PROMPT} tokens of context): median ${pct(native.median)} of a forward (95% interval ${pct(native.ci95[0])} to ${pct(native.ci95[1])}), ${native.deltaMs.toFixed(3)} ms a step`,
+      );
+      console.log(
+        `  the confidence stop in a real step (native + tracker, against the plain runs' median step of ${plainStepMs.toFixed(2)} ms): ${(components.share * 100).toFixed(2)}%`,
+      );
     }
-    console.log(`  the tracker itself, inside host-only runs (the mock forward; a random half of the steps, 8 runs): add ${tracker.addNsPerToken} ns + report ${tracker.reportNsPerToken} ns a token against ${tracker.hostNsPerToken} ns of host work a token (medians: GC pauses left out of both) = ${pct(1 + tracker.share)}`);
+    console.log(
+      `  the tracker itself, inside host-only runs (the mock forward; a random half of the steps, 8 runs): add ${tracker.addNsPerToken} ns + report ${tracker.reportNsPerToken} ns a token against ${tracker.hostNsPerToken} ns of host work a token (medians: GC pauses left out of both) = ${pct(1 + tracker.share)}`,
+    );
   }
   realModel?.dispose();
 } else {
@@ -217,7 +298,10 @@ if (values.confidence) {
   }
   for (const [detokenizer, ms] of best) {
     if (values.json) console.log(JSON.stringify({ batch: B, detokenizer, msPerStep: +ms.toFixed(3), tokenizer: dir }));
-    else console.log(`batch ${B}, ${detokenizer} detokenizer: ${ms.toFixed(3)} ms of host work per step (best of ${values.rounds})`);
+    else
+      console.log(
+        `batch ${B}, ${detokenizer} detokenizer: ${ms.toFixed(3)} ms of host work per step (best of ${values.rounds})`,
+      );
   }
 }
 
@@ -229,10 +313,37 @@ if (values.confidence) {
  */
 async function nativeCost(m: NonNullable<typeof realModel>, n: number) {
   const pagesPer = Math.ceil((PROMPT + 1) / 16) + 1;
-  const seqs = Array.from({ length: B }, (_, i) => ({ blockTable: Int32Array.from({ length: pagesPer }, (_, j) => i * pagesPer + j), prompt: Int32Array.from({ length: PROMPT }, (_, j) => 300 + ((i * 31 + j) % 1000)) }));
+  const seqs = Array.from({ length: B }, (_, i) => ({
+    blockTable: Int32Array.from({ length: pagesPer }, (_, j) => i * pagesPer + j),
+    prompt: Int32Array.from({ length: PROMPT }, (_, j) => 300 + ((i * 31 + j) % 1000)),
+  }));
   const sampling = { temperature: 0, topK: 0, topP: 1, seed: 0 };
-  const first = await m.forward({ gemmSplitK: 1, kvSplits: 1, sequences: seqs.map((s) => ({ tokens: s.prompt, startPos: 0, blockTable: s.blockTable, sampling, numTopLogprobs: 0, emitToken: true })) });
-  const step = (topK: number) => m.forward({ gemmSplitK: 1, kvSplits: 1, sequences: seqs.map((s, i) => ({ tokens: Int32Array.of(first[i].token), startPos: PROMPT, blockTable: s.blockTable, sampling, numTopLogprobs: 0, confidenceTopK: topK, emitToken: true })) });
+  const first = await m.forward({
+    gemmSplitK: 1,
+    kvSplits: 1,
+    sequences: seqs.map((s) => ({
+      tokens: s.prompt,
+      startPos: 0,
+      blockTable: s.blockTable,
+      sampling,
+      numTopLogprobs: 0,
+      emitToken: true,
+    })),
+  });
+  const step = (topK: number) =>
+    m.forward({
+      gemmSplitK: 1,
+      kvSplits: 1,
+      sequences: seqs.map((s, i) => ({
+        tokens: Int32Array.of(first[i].token),
+        startPos: PROMPT,
+        blockTable: s.blockTable,
+        sampling,
+        numTopLogprobs: 0,
+        confidenceTopK: topK,
+        emitToken: true,
+      })),
+    });
   const timed = async (topK: number): Promise<number> => {
     const t0 = performance.now();
     await step(topK);
@@ -248,7 +359,14 @@ async function nativeCost(m: NonNullable<typeof realModel>, n: number) {
   }
   const ratios = pairs.map(([p, c]) => c / p);
   const [lo, hi] = bootstrapMedian(ratios, 2000);
-  return { topK: 20, pairs: n, median: round4(median(ratios)), ci95: [round4(lo), round4(hi)] as [number, number], deltaMs: median(pairs.map(([p, c]) => c - p)), plainMs: round4(median(pairs.map(([p]) => p))) };
+  return {
+    topK: 20,
+    pairs: n,
+    median: round4(median(ratios)),
+    ci95: [round4(lo), round4(hi)] as [number, number],
+    deltaMs: median(pairs.map(([p, c]) => c - p)),
+    plainMs: round4(median(pairs.map(([p]) => p))),
+  };
 }
 
 /** Paired [plain, confidence] ms per step -> the median ratio with its bootstrap 95% interval, the ratio of the sums
@@ -256,8 +374,17 @@ async function nativeCost(m: NonNullable<typeof realModel>, n: number) {
 function overhead(pairs: Array<[number, number]>) {
   const ratios = pairs.map(([p, c]) => c / p);
   const [lo, hi] = bootstrapMedian(ratios, 2000);
-  const plain = pairs.reduce((t, [p]) => t + p, 0), conf = pairs.reduce((t, [, c]) => t + c, 0);
-  return { median: round4(median(ratios)), ci95: [round4(lo), round4(hi)] as [number, number], sumRatio: round4(conf / plain), nsPerToken: Math.round(((conf - plain) / pairs.length / B) * 1e6), ratios: ratios.map(round4), plainMs: pairs.map(([p]) => round4(p)), confidenceMs: pairs.map(([, c]) => round4(c)) };
+  const plain = pairs.reduce((t, [p]) => t + p, 0),
+    conf = pairs.reduce((t, [, c]) => t + c, 0);
+  return {
+    median: round4(median(ratios)),
+    ci95: [round4(lo), round4(hi)] as [number, number],
+    sumRatio: round4(conf / plain),
+    nsPerToken: Math.round(((conf - plain) / pairs.length / B) * 1e6),
+    ratios: ratios.map(round4),
+    plainMs: pairs.map(([p]) => round4(p)),
+    confidenceMs: pairs.map(([, c]) => round4(c)),
+  };
 }
 
 function round4(x: number): number {

@@ -80,14 +80,16 @@ print(json.dumps({"gflops": out, "kernel": f"OpenBLAS {core}, numpy {np.__versio
 
 /** Plain copy bandwidth (bytes copied per second) with `threads` worker threads each copying a slice. */
 async function copyGbps(bytes: number, threads: number): Promise<number> {
-  const src = new SharedArrayBuffer(bytes), dst = new SharedArrayBuffer(bytes);
+  const src = new SharedArrayBuffer(bytes),
+    dst = new SharedArrayBuffer(bytes);
   new Uint8Array(src).fill(1);
   const code = `
     const { parentPort, workerData: { src, dst, lo, hi } } = require("node:worker_threads");
     const a = new Uint8Array(src, lo, hi - lo), b = new Uint8Array(dst, lo, hi - lo);
     parentPort.on("message", () => { b.set(a); parentPort.postMessage(0); });`;
   const workers = Array.from({ length: threads }, (_, i) => {
-    const lo = Math.floor((bytes * i) / threads / 64) * 64, hi = i === threads - 1 ? bytes : Math.floor((bytes * (i + 1)) / threads / 64) * 64;
+    const lo = Math.floor((bytes * i) / threads / 64) * 64,
+      hi = i === threads - 1 ? bytes : Math.floor((bytes * (i + 1)) / threads / 64) * 64;
     return new Worker(code, { eval: true, workerData: { src, dst, lo, hi } });
   });
   const round = () => Promise.all(workers.map((w) => new Promise((r) => (w.once("message", r), w.postMessage(0)))));
@@ -102,54 +104,122 @@ interface Row {
 }
 
 async function benchGemm(rows: Row[]): Promise<void> {
-  const N = 2048, K = 2048;
-  const cases: [number, DType][] = [[1, "f32"], [8, "f32"], [64, "f32"], [256, "f32"], [1, "bf16"], [8, "bf16"], [64, "bf16"], [256, "bf16"]];
+  const N = 2048,
+    K = 2048;
+  const cases: [number, DType][] = [
+    [1, "f32"],
+    [8, "f32"],
+    [64, "f32"],
+    [256, "f32"],
+    [1, "bf16"],
+    [8, "bf16"],
+    [64, "bf16"],
+    [256, "bf16"],
+  ];
   const shapes = [...new Set(cases.map(([M]) => M))].map((M) => [M, N, K] as [number, number, number]);
   const ref = numpyGflops(shapes);
   for (const [M, dtype] of cases) {
-    const x = filled("f32", [M, K], 1), w = filled(dtype, [N, K], 2), y = addon.tensor("cpu", "f32", [M, N]);
+    const x = filled("f32", [M, K], 1),
+      w = filled(dtype, [N, K], 2),
+      y = addon.tensor("cpu", "f32", [M, N]);
     const s = await medianSeconds(() => addon.ops.gemm({ x, w, y, splitK: 1 }));
     const gflops = (2 * M * N * K) / s / 1e9;
     const refGflops = ref.gflops[shapes.findIndex(([m]) => m === M)];
-    rows.push({ op: "gemm", M, N, K, dtype, gflops: round(gflops), refGflops: round(refGflops), ratio: round(gflops / refGflops, 2), reference: `${ref.kernel}, f32` });
-    x.dispose(), w.dispose(), y.dispose();
+    rows.push({
+      op: "gemm",
+      M,
+      N,
+      K,
+      dtype,
+      gflops: round(gflops),
+      refGflops: round(refGflops),
+      ratio: round(gflops / refGflops, 2),
+      reference: `${ref.kernel}, f32`,
+    });
+    (x.dispose(), w.dispose(), y.dispose());
   }
 }
 
 async function benchGemv(rows: Row[]): Promise<void> {
-  const N = quick ? 4096 : 8192, K = 4096; // bf16 W: 64 MiB, larger than the 48 MiB L3 here
+  const N = quick ? 4096 : 8192,
+    K = 4096; // bf16 W: 64 MiB, larger than the 48 MiB L3 here
   const wBytes = N * K * 2;
   const copy = Math.max(await copyGbps(wBytes, 1), await copyGbps(wBytes, 2));
-  rows.push({ op: "memcpy", bytes: wBytes, gbps: round(copy), note: "bytes copied per second (read + write = 2x), best of 1 and 2 threads" });
+  rows.push({
+    op: "memcpy",
+    bytes: wBytes,
+    gbps: round(copy),
+    note: "bytes copied per second (read + write = 2x), best of 1 and 2 threads",
+  });
   const w = filled("bf16", [N, K], 3);
   for (const M of [1, 4, 8]) {
-    const x = filled("f32", [M, K], 4), y = addon.tensor("cpu", "f32", [M, N]);
+    const x = filled("f32", [M, K], 4),
+      y = addon.tensor("cpu", "f32", [M, N]);
     const s = await medianSeconds(() => addon.ops.gemm({ x, w, y, splitK: 1 }));
     const gbps = wBytes / s / 1e9;
-    rows.push({ op: "gemv", M, N, K, dtype: "bf16", gflops: round((2 * M * N * K) / s / 1e9), gbps: round(gbps), copyGbps: round(copy), ratio: round(gbps / copy, 2) });
-    x.dispose(), y.dispose();
+    rows.push({
+      op: "gemv",
+      M,
+      N,
+      K,
+      dtype: "bf16",
+      gflops: round((2 * M * N * K) / s / 1e9),
+      gbps: round(gbps),
+      copyGbps: round(copy),
+      ratio: round(gbps / copy, 2),
+    });
+    (x.dispose(), y.dispose());
   }
   w.dispose();
 }
 
 async function benchDecode(rows: Row[]): Promise<void> {
-  const Hq = 32, Hk = 8, D = 128, P = 16;
-  for (const [batch, ctx] of [[1, 4096], [8, 1024], [8, 4096]]) {
-    const pagesPer = Math.ceil(ctx / P), numPages = batch * pagesPer;
-    const kCache = filled("bf16", [numPages, P, Hk, D], 5), vCache = filled("bf16", [numPages, P, Hk, D], 6);
+  const Hq = 32,
+    Hk = 8,
+    D = 128,
+    P = 16;
+  for (const [batch, ctx] of [
+    [1, 4096],
+    [8, 1024],
+    [8, 4096],
+  ]) {
+    const pagesPer = Math.ceil(ctx / P),
+      numPages = batch * pagesPer;
+    const kCache = filled("bf16", [numPages, P, Hk, D], 5),
+      vCache = filled("bf16", [numPages, P, Hk, D], 6);
     const t = (shape: number[], v: number[]) => {
       const r = addon.tensor("cpu", "i32", shape);
       r.write(Int32Array.from(v));
       return r;
     };
-    const indptr = t([batch + 1], Array.from({ length: batch + 1 }, (_, b) => b * pagesPer));
-    const indices = t([numPages], Array.from({ length: numPages }, (_, i) => i));
+    const indptr = t(
+      [batch + 1],
+      Array.from({ length: batch + 1 }, (_, b) => b * pagesPer),
+    );
+    const indices = t(
+      [numPages],
+      Array.from({ length: numPages }, (_, i) => i),
+    );
     const lastPageLen = t([batch], Array(batch).fill(ctx - (pagesPer - 1) * P));
-    const q = filled("f32", [batch, Hq, D], 7), out = addon.tensor("cpu", "f32", [batch, Hq, D]);
+    const q = filled("f32", [batch, Hq, D], 7),
+      out = addon.tensor("cpu", "f32", [batch, Hq, D]);
     for (const kvSplits of [1, 4]) {
-      const s = await medianSeconds(() => addon.ops.attentionDecode({ q, out, kCache, vCache, indptr, indices, lastPageLen, kvSplits }));
+      const s = await medianSeconds(() =>
+        addon.ops.attentionDecode({ q, out, kCache, vCache, indptr, indices, lastPageLen, kvSplits }),
+      );
       const kvBytes = batch * ctx * Hk * D * 2 * 2;
-      rows.push({ op: "attentionDecode", batch, ctx, Hq, Hk, D, dtype: "bf16", kvSplits, ms: round(s * 1e3, 3), gbps: round(kvBytes / s / 1e9) });
+      rows.push({
+        op: "attentionDecode",
+        batch,
+        ctx,
+        Hq,
+        Hk,
+        D,
+        dtype: "bf16",
+        kvSplits,
+        ms: round(s * 1e3, 3),
+        gbps: round(kvBytes / s / 1e9),
+      });
     }
     for (const x of [kCache, vCache, indptr, indices, lastPageLen, q, out]) x.dispose();
   }
@@ -168,5 +238,10 @@ const simd = addon.listDevices().cpu;
 if (json) console.log(JSON.stringify(rows.map((r) => ({ ...r, simd: simd.simd, threads: simd.threads }))));
 else {
   console.log(`CPU: ${simd.threads} threads, ${simd.simd}`);
-  for (const r of rows) console.log(Object.entries(r).map(([k, v]) => `${k}=${v}`).join("  "));
+  for (const r of rows)
+    console.log(
+      Object.entries(r)
+        .map(([k, v]) => `${k}=${v}`)
+        .join("  "),
+    );
 }

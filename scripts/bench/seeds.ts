@@ -7,7 +7,10 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { formatRange, mean } from "./stats.js";
 
-const { values, positionals } = parseArgs({ allowPositionals: true, options: { out: { type: "string", default: "bench/duchess-seeds.md" } } });
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { out: { type: "string", default: "bench/duchess-seeds.md" } },
+});
 if (positionals.length < 2) throw new Error("give at least two bench:duchess --out folders (one per seed)");
 
 interface Point {
@@ -33,7 +36,12 @@ interface Run {
 }
 
 const runs: Run[] = positionals.map((dir) => {
-  const j = JSON.parse(readFileSync(join(dir, "duchess.json"), "utf8")) as { date: string; command: string; points: Point[]; summary?: Summary };
+  const j = JSON.parse(readFileSync(join(dir, "duchess.json"), "utf8")) as {
+    date: string;
+    command: string;
+    points: Point[];
+    summary?: Summary;
+  };
   const seed = Number(/--seed (\d+)/.exec(j.command)?.[1] ?? 1);
   return { date: j.date, command: j.command, seed, points: j.points, summary: j.summary };
 });
@@ -46,10 +54,27 @@ const rows = keys.map((k) => {
   const per = runs.map((r) => {
     const p = r.points.find((x) => x.method === method && x.cap === cap)!;
     const sc = r.points.find((x) => x.method === "sc" && x.cap === cap)!;
-    return { acc: p.accuracy, tokens: p.meanTokens, dAcc: (p.accuracy - sc.accuracy) * 100, ratio: p.meanTokens / sc.meanTokens };
+    return {
+      acc: p.accuracy,
+      tokens: p.meanTokens,
+      dAcc: (p.accuracy - sc.accuracy) * 100,
+      ratio: p.meanTokens / sc.meanTokens,
+    };
   });
   const wins = per.filter((x) => x.dAcc >= 0 && x.ratio < 1).length;
-  return `| ${method} | ${cap} | ${stat(per.map((x) => x.acc), pct)} | ${stat(per.map((x) => x.tokens), (x) => x.toFixed(0))} | ${stat(per.map((x) => x.dAcc), (x) => (x >= 0 ? "+" : "") + x.toFixed(1))} | ${stat(per.map((x) => x.ratio), (x) => x.toFixed(2))} | ${wins}/${per.length} |`;
+  return `| ${method} | ${cap} | ${stat(
+    per.map((x) => x.acc),
+    pct,
+  )} | ${stat(
+    per.map((x) => x.tokens),
+    (x) => x.toFixed(0),
+  )} | ${stat(
+    per.map((x) => x.dAcc),
+    (x) => (x >= 0 ? "+" : "") + x.toFixed(1),
+  )} | ${stat(
+    per.map((x) => x.ratio),
+    (x) => x.toFixed(2),
+  )} | ${wins}/${per.length} |`;
 });
 const md = [
   `# bench:duchess over ${runs.length} seeds`,
@@ -63,7 +88,14 @@ const md = [
   ...rows,
   "",
   "DUCHESS's tokens saved at SC's best accuracy, per seed (read along its curve, bench:duchess's summary): " +
-    runs.map((r) => (r.summary ? `seed ${r.seed}: SC's best ${pct(r.summary.scBestAccuracy)}, DUCHESS's best ${pct(r.summary.duchessBestAccuracy)}, saved ${r.summary.savedVsSc === null ? "not reached" : pct(r.summary.savedVsSc)} (vs Dynasor at its best ${r.summary.savedVsDynasor === null ? "not reached" : pct(r.summary.savedVsDynasor)})` : `seed ${r.seed}: no summary`)).join("; ") + ".",
+    runs
+      .map((r) =>
+        r.summary
+          ? `seed ${r.seed}: SC's best ${pct(r.summary.scBestAccuracy)}, DUCHESS's best ${pct(r.summary.duchessBestAccuracy)}, saved ${r.summary.savedVsSc === null ? "not reached" : pct(r.summary.savedVsSc)} (vs Dynasor at its best ${r.summary.savedVsDynasor === null ? "not reached" : pct(r.summary.savedVsDynasor)})`
+          : `seed ${r.seed}: no summary`,
+      )
+      .join("; ") +
+    ".",
 ];
 writeFileSync(values.out!, `${md.join("\n")}\n`);
 console.log(md.join("\n"));

@@ -49,12 +49,15 @@ const REPEATS = parseRepeats(values.repeats);
 const DISCONNECTS = Number(values.disconnects);
 const PER_CLIENT = Number(values["per-client"]);
 const requestsAt = (c: number): number => Math.max(32, PER_CLIENT * c);
-if (values.lengths !== "fixed" && values.lengths !== "mixed") throw new Error(`--lengths must be fixed or mixed, got ${values.lengths}`);
+if (values.lengths !== "fixed" && values.lengths !== "mixed")
+  throw new Error(`--lengths must be fixed or mixed, got ${values.lengths}`);
 const MIXED = values.lengths === "mixed";
 /** max_tokens of requests base .. base + n - 1: all `tokens`, or (mixed) spread over [tokens / 2, 3 tokens / 2] by a
  *  multiplicative hash (2654435761 is prime, so every residue mod tokens + 1 occurs whatever --tokens is). */
 const lengthsFor = (n: number, base: number, tokens: number): number[] =>
-  Array.from({ length: n }, (_, i) => (MIXED ? Math.max(1, Math.floor(tokens / 2) + (((base + i) * 2654435761) % (tokens + 1))) : tokens));
+  Array.from({ length: n }, (_, i) =>
+    MIXED ? Math.max(1, Math.floor(tokens / 2) + (((base + i) * 2654435761) % (tokens + 1))) : tokens,
+  );
 
 // --threads: the CPU backend's compute threads. On a 2-core box the HTTP path has two more busy threads (the
 // server's event loop, the clients' worker) than the in-process one; with 1 compute thread each path has a core
@@ -67,7 +70,8 @@ if (values.preset !== undefined) {
   modelDir = join(tmpdir(), "deliberate-bench", `${values.preset}-seed1`);
   if (!existsSync(join(modelDir, "config.json"))) await makeFixture({ ...preset, out: modelDir, seed: 1 });
 }
-if (values.device !== "cpu" && values.device !== "cuda") throw new Error(`--device must be cpu or cuda, got ${values.device}`);
+if (values.device !== "cpu" && values.device !== "cuda")
+  throw new Error(`--device must be cpu or cuda, got ${values.device}`);
 const model = await loadModel(modelDir, { device: values.device });
 const engine = new Engine({ models: { model } });
 const SERVED = basename(modelDir);
@@ -124,7 +128,11 @@ interface CpuUse {
 }
 function cpuUse(a: CpuSnap, b: CpuSnap, tokens: number): CpuUse {
   const wall = (b.at - a.at) / 1000;
-  return { processUsPerToken: ((b.process - a.process) / tokens) * 1e6, loopBusy: (b.loop - a.loop) / wall, machineCores: (b.machineBusy - a.machineBusy) / wall };
+  return {
+    processUsPerToken: ((b.process - a.process) / tokens) * 1e6,
+    loopBusy: (b.loop - a.loop) / wall,
+    machineCores: (b.machineBusy - a.machineBusy) / wall,
+  };
 }
 
 /** The in-process path: C closed-loop clients submitting and iterating deltas. */
@@ -215,7 +223,10 @@ parentPort.on("message", ({ c, n, base, lengths }) => {
 });
 `;
 
-const clients = new Worker(CLIENT, { eval: true, workerData: { url, questions: Array.from({ length: QUESTIONS }, (_, i) => question(i)), model: SERVED } });
+const clients = new Worker(CLIENT, {
+  eval: true,
+  workerData: { url, questions: Array.from({ length: QUESTIONS }, (_, i) => question(i)), model: SERVED },
+});
 function overHttp(c: number, n: number, base: number, tokens = TOKENS): Promise<Run> {
   return new Promise((resolve, reject) => {
     const done = (m: Run & { error?: string }): void => {
@@ -255,12 +266,41 @@ const rows: Row[] = [];
 let base = 0;
 for (const c of LEVELS) {
   const n = requestsAt(c);
-  const http: Row = { clients: c, path: "http", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0, cpu: [] };
-  const eng: Row = { clients: c, path: "engine", tokensPerSecond: [], ttftP50: [], ttftP99: [], itlP50: [], itlP99: [], errors: 0, cpu: [] };
+  const http: Row = {
+    clients: c,
+    path: "http",
+    tokensPerSecond: [],
+    ttftP50: [],
+    ttftP99: [],
+    itlP50: [],
+    itlP99: [],
+    errors: 0,
+    cpu: [],
+  };
+  const eng: Row = {
+    clients: c,
+    path: "engine",
+    tokensPerSecond: [],
+    ttftP50: [],
+    ttftP99: [],
+    itlP50: [],
+    itlP99: [],
+    errors: 0,
+    cpu: [],
+  };
   await inProcess(Math.min(c, 8), Math.min(n, 16), 100_000); // warm-up
   for (let r = 0; r < REPEATS; r++) {
     // Alternate which path goes first, so drift on the shared box does not favour one.
-    const order: Array<[Row, (c: number, n: number, b: number) => Promise<Run>]> = r % 2 === 0 ? [[http, overHttp], [eng, inProcess]] : [[eng, inProcess], [http, overHttp]];
+    const order: Array<[Row, (c: number, n: number, b: number) => Promise<Run>]> =
+      r % 2 === 0
+        ? [
+            [http, overHttp],
+            [eng, inProcess],
+          ]
+        : [
+            [eng, inProcess],
+            [http, overHttp],
+          ];
     for (const [row, fn] of order) {
       const before = cpuSnap();
       const run = await fn(c, n, base);
@@ -276,11 +316,20 @@ for (const c of LEVELS) {
   }
   rows.push(http, eng);
   const f = (x: number[]): string => formatSpread(x, (v) => v.toFixed(1));
-  process.stderr.write(`clients ${c}: http ${f(http.tokensPerSecond)} tok/s, engine ${f(eng.tokensPerSecond)} tok/s; TTFT P50 http ${f(http.ttftP50)} ms, engine ${f(eng.ttftP50)} ms\n`);
+  process.stderr.write(
+    `clients ${c}: http ${f(http.tokensPerSecond)} tok/s, engine ${f(eng.tokensPerSecond)} tok/s; TTFT P50 http ${f(http.ttftP50)} ms, engine ${f(eng.ttftP50)} ms\n`,
+  );
 }
 
 // 1,000 requests, about half abandoned at a random chunk.
-async function disconnectStorm(total: number): Promise<{ requests: number; abandoned: number; completed: number; errors: number; pagesUsedAfter: number; runningAfter: number }> {
+async function disconnectStorm(total: number): Promise<{
+  requests: number;
+  abandoned: number;
+  completed: number;
+  errors: number;
+  pagesUsedAfter: number;
+  runningAfter: number;
+}> {
   let abandoned = 0;
   let completed = 0;
   let errors = 0;
@@ -288,27 +337,40 @@ async function disconnectStorm(total: number): Promise<{ requests: number; aband
   const one = (i: number): Promise<void> =>
     new Promise((resolve) => {
       const leaveAt = i % 2 === 0 ? 1 + ((i * 7919) % 40) : Infinity;
-      const req = httpRequest(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
-        let chunks = 0;
-        let body = "";
-        res.on("data", (b: Buffer) => {
-          body += b.toString();
-          if (++chunks >= leaveAt) {
-            abandoned++;
-            req.destroy();
+      const req = httpRequest(
+        `${url}/v1/chat/completions`,
+        { method: "POST", headers: { "content-type": "application/json" } },
+        (res) => {
+          let chunks = 0;
+          let body = "";
+          res.on("data", (b: Buffer) => {
+            body += b.toString();
+            if (++chunks >= leaveAt) {
+              abandoned++;
+              req.destroy();
+              resolve();
+            }
+          });
+          res.on("end", () => {
+            if (chunks >= leaveAt) return;
+            if (!body.trimEnd().endsWith("data: [DONE]") || body.includes('"error"')) errors++;
+            else completed++;
             resolve();
-          }
-        });
-        res.on("end", () => {
-          if (chunks >= leaveAt) return;
-          if (!body.trimEnd().endsWith("data: [DONE]") || body.includes('"error"')) errors++;
-          else completed++;
-          resolve();
-        });
-        res.on("error", () => resolve());
-      });
+          });
+          res.on("error", () => resolve());
+        },
+      );
       req.on("error", () => resolve());
-      req.end(JSON.stringify({ model: SERVED, messages: [{ role: "user", content: question(i) }], max_tokens: 64, temperature: 1, seed: i, stream: true }));
+      req.end(
+        JSON.stringify({
+          model: SERVED,
+          messages: [{ role: "user", content: question(i) }],
+          max_tokens: 64,
+          temperature: 1,
+          seed: i,
+          stream: true,
+        }),
+      );
     });
   await Promise.all(
     Array.from({ length: 32 }, async () => {
@@ -316,9 +378,17 @@ async function disconnectStorm(total: number): Promise<{ requests: number; aband
     }),
   );
   const end = Date.now() + 10_000;
-  while ((engine.metrics().running > 0 || engine.metrics().waiting > 0) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  while ((engine.metrics().running > 0 || engine.metrics().waiting > 0) && Date.now() < end)
+    await new Promise((r) => setTimeout(r, 20));
   const m = engine.metrics();
-  return { requests: total, abandoned, completed, errors, pagesUsedAfter: m.models[0]!.kvPagesUsed, runningAfter: m.running };
+  return {
+    requests: total,
+    abandoned,
+    completed,
+    errors,
+    pagesUsedAfter: m.models[0]!.kvPagesUsed,
+    runningAfter: m.running,
+  };
 }
 const storm = DISCONNECTS > 0 ? await disconnectStorm(DISCONNECTS) : null;
 
@@ -336,7 +406,17 @@ const summary = LEVELS.map((c) => {
     ttftP50AddedMs: median(h.ttftP50) - median(e.ttftP50),
   };
 });
-const out = { date: new Date().toISOString(), model: SERVED, threads: THREADS ?? loadAddon().listDevices().cpu.threads, tokens: TOKENS, lengths: values.lengths, repeats: REPEATS, rows, summary, storm };
+const out = {
+  date: new Date().toISOString(),
+  model: SERVED,
+  threads: THREADS ?? loadAddon().listDevices().cpu.threads,
+  tokens: TOKENS,
+  lengths: values.lengths,
+  repeats: REPEATS,
+  rows,
+  summary,
+  storm,
+};
 const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS}`}${MIXED ? "" : "-fixed"}`;
 if (values.json) writeFileSync(`${stem}.json`, `${JSON.stringify(out, null, 1)}\n`);
 const f = (x: number[], d = 1): string => formatSpread(x, (v) => v.toFixed(d));
@@ -347,7 +427,16 @@ const lines = [
   "|---|---|---|---|---|---|---|---|---|---|---|",
   ...rows.map(
     (r) =>
-      `| ${r.clients} | ${r.path} | ${f(r.tokensPerSecond, 0)} | ${f(r.ttftP50)} | ${f(r.ttftP99)} | ${f(r.itlP50, 2)} | ${f(r.itlP99, 2)} | ${r.errors} | ${f(r.cpu.map((x) => x.processUsPerToken), 0)} | ${f(r.cpu.map((x) => 100 * x.loopBusy), 0)}% | ${f(r.cpu.map((x) => x.machineCores), 2)} |`,
+      `| ${r.clients} | ${r.path} | ${f(r.tokensPerSecond, 0)} | ${f(r.ttftP50)} | ${f(r.ttftP99)} | ${f(r.itlP50, 2)} | ${f(r.itlP99, 2)} | ${r.errors} | ${f(
+        r.cpu.map((x) => x.processUsPerToken),
+        0,
+      )} | ${f(
+        r.cpu.map((x) => 100 * x.loopBusy),
+        0,
+      )}% | ${f(
+        r.cpu.map((x) => x.machineCores),
+        2,
+      )} |`,
   ),
   "",
   "| clients | HTTP / in-process throughput | TTFT P50 added by HTTP |",

@@ -31,7 +31,15 @@ import { answersEquivalent } from "../../ts/tasks/arith/answer.js";
 import type { Level } from "../../ts/tasks/arith/levels.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
-import { formatRange, mean, median, parseRepeats, percentileNearestRank, poissonArrivalsMs, runOpenLoop } from "./stats.js";
+import {
+  formatRange,
+  mean,
+  median,
+  parseRepeats,
+  percentileNearestRank,
+  poissonArrivalsMs,
+  runOpenLoop,
+} from "./stats.js";
 import { lineChart } from "./svg.js";
 import { sustainedRate, type SustainedRate } from "./sustainedRate.js";
 
@@ -78,9 +86,18 @@ const entry = storedEntry?.settings.maxTokens === MAX_TOKENS ? storedEntry : und
 const PER_ROUND = entry?.settings.branchesPerRound ?? Math.max(1, CAP / 4);
 const ROUNDS = Math.ceil(CAP / PER_ROUND);
 const promptOf = (p: ArithProblem): number[] | string =>
-  model.tokenizer.chatTemplate === null ? p.question : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
+  model.tokenizer.chatTemplate === null
+    ? p.question
+    : model.tokenizer.encodeChat([{ role: "user", content: p.question }]);
 const scOf = (p: ArithProblem, seed = 0): SelfConsistency =>
-  new SelfConsistency({ prompt: promptOf(p), maxBranches: CAP, branchesPerRound: PER_ROUND, maxTokens: MAX_TOKENS, temperature: 0.8, seed });
+  new SelfConsistency({
+    prompt: promptOf(p),
+    maxBranches: CAP,
+    branchesPerRound: PER_ROUND,
+    maxTokens: MAX_TOKENS,
+    temperature: 0.8,
+    seed,
+  });
 
 // ---- 1. Calibrate the certaindex threshold (validation split) and measure capacity in the same batch run.
 const validation = problemSet({ split: "validation", n: Number(values.cal), seed: 2 });
@@ -101,18 +118,29 @@ let capacityProgramsPerSecond: number;
     steps: Array.from({ length: ROUNDS }, (_, k) => {
       const used = Math.min(CAP, (k + 1) * PER_ROUND);
       const answers = b.slice(0, used).map((x) => x.answer);
-      return { used, certaindex: entropyCertaindex(answers, eq), answer: majorityVote(answers, eq).answer, tokensUsed: b.slice(0, used).reduce((s, x) => s + x.tokens, 0) };
+      return {
+        used,
+        certaindex: entropyCertaindex(answers, eq),
+        answer: majorityVote(answers, eq).answer,
+        tokensUsed: b.slice(0, used).reduce((s, x) => s + x.tokens, 0),
+      };
     }),
   }));
   if (entry !== undefined) {
     policy = entry.policy;
     policySource = `${relative(process.cwd(), stored!.file)}${stored!.stale ? " (STALE: other weights)" : ""}, calibrated on ${entry.validation.n} validation questions`;
   } else {
-    const c = calibrate(traces, validation.map((p) => p.answer), { equivalent: eq, maxRegressions: 0, kind: "curve" });
+    const c = calibrate(
+      traces,
+      validation.map((p) => p.answer),
+      { equivalent: eq, maxRegressions: 0, kind: "curve" },
+    );
     policy = c.policy;
     policySource = `calibrated here on ${validation.length} validation questions (no matching entry in a calibration file; \`${RECALIBRATE_COMMAND}\` writes one)`;
   }
-  log(`capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s (cap ${CAP}, to the cap), load ${load1m()}; certaindex policy ${JSON.stringify(policy)} from ${policySource}`);
+  log(
+    `capacity ≈ ${capacityProgramsPerSecond.toFixed(2)} programs/s (cap ${CAP}, to the cap), load ${load1m()}; certaindex policy ${JSON.stringify(policy)} from ${policySource}`,
+  );
 }
 
 // ---- 2. Solo latency per level: the deadline's base × difficulty factor.
@@ -133,7 +161,11 @@ const base = [...soloMs.values()].reduce((a, b) => a + b, 0) / soloMs.size;
 log(`solo latency per level (ms): ${[...soloMs].map(([l, ms]) => `L${l} ${ms.toFixed(0)}`).join(", ")}`);
 
 // ---- 3. Replay the arrival trace per system and rate.
-interface System { name: string; sched: SchedulingPolicy; certaindex: boolean }
+interface System {
+  name: string;
+  sched: SchedulingPolicy;
+  certaindex: boolean;
+}
 const ALL_SYSTEMS: System[] = [
   { name: "fcfs", sched: "fcfs", certaindex: false },
   { name: "lpm", sched: "lpm", certaindex: false },
@@ -143,18 +175,38 @@ const ALL_SYSTEMS: System[] = [
 ];
 // --systems: a comma list of the names above (fcfs and gang+sjf+certaindex are always run: the target compares them)
 const asked = values.systems?.split(",").map((x) => x.trim());
-for (const name of asked ?? []) if (!ALL_SYSTEMS.some((s) => s.name === name)) throw new Error(`--systems: unknown system "${name}"; expected some of ${ALL_SYSTEMS.map((s) => s.name).join(", ")}`);
-const systems = ALL_SYSTEMS.filter((s) => asked === undefined || asked.includes(s.name) || s.name === "fcfs" || s.name === "gang+sjf+certaindex");
+for (const name of asked ?? [])
+  if (!ALL_SYSTEMS.some((s) => s.name === name))
+    throw new Error(
+      `--systems: unknown system "${name}"; expected some of ${ALL_SYSTEMS.map((s) => s.name).join(", ")}`,
+    );
+const systems = ALL_SYSTEMS.filter(
+  (s) => asked === undefined || asked.includes(s.name) || s.name === "fcfs" || s.name === "gang+sjf+certaindex",
+);
 const test = problemSet({ split: "test", n: NPROG, seed: Number(values.seed) });
 
 /** "min–max" of one figure over a point's repeats, scaled and rounded for the table. */
 function rangeOf(runs: readonly Run[], k: keyof Run, scale: number, digits: number): string {
-  return formatRange(runs.map((r) => r[k] * scale), (x) => x.toFixed(digits));
+  return formatRange(
+    runs.map((r) => r[k] * scale),
+    (x) => x.toFixed(digits),
+  );
 }
 
-interface Run { attainment: number; p90LatencyOverDeadline: number; meanTokens: number; accuracy: number }
+interface Run {
+  attainment: number;
+  p90LatencyOverDeadline: number;
+  meanTokens: number;
+  accuracy: number;
+}
 /** A (system, rate) point: the median of its repeats' figures, and every repeat. */
-interface Row extends Run { system: string; rate: number; ratePerSecond: number; loadAverage1m: number; repeats: Run[] }
+interface Row extends Run {
+  system: string;
+  rate: number;
+  ratePerSecond: number;
+  loadAverage1m: number;
+  repeats: Run[];
+}
 const rows: Row[] = [];
 const rateMultipliers = values.rates!.split(",").map(Number);
 for (const mult of rateMultipliers) {
@@ -164,13 +216,24 @@ for (const mult of rateMultipliers) {
     for (let rep = 0; rep < REPEATS; rep++) {
       await using engine = new Engine({ models: { model }, schedulingPolicy: sys.sched, maxBatchSeqs: MAX_SEQS });
       const rt = new ProgramRuntime(engine);
-      const results = await runOpenLoop(test, poissonArrivalsMs(test.length, rate, Number(values.seed) + rep), async (p) => {
-        const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
-        return { deadline: SCALE * soloMs.get(p.level)!, tokens: r.tokensUsed, correct: r.answer !== null && eq(r.answer, p.answer) };
-      });
+      const results = await runOpenLoop(
+        test,
+        poissonArrivalsMs(test.length, rate, Number(values.seed) + rep),
+        async (p) => {
+          const r = await rt.run(scOf(p), { policy: sys.certaindex ? policy : { kind: "baseline-even" } });
+          return {
+            deadline: SCALE * soloMs.get(p.level)!,
+            tokens: r.tokensUsed,
+            correct: r.answer !== null && eq(r.answer, p.answer),
+          };
+        },
+      );
       runs.push({
         attainment: results.filter((r) => r.latencyMs <= r.result.deadline).length / results.length,
-        p90LatencyOverDeadline: percentileNearestRank(results.map((r) => r.latencyMs / r.result.deadline), 90),
+        p90LatencyOverDeadline: percentileNearestRank(
+          results.map((r) => r.latencyMs / r.result.deadline),
+          90,
+        ),
         meanTokens: mean(results.map((r) => r.result.tokens)),
         accuracy: results.filter((r) => r.result.correct).length / results.length,
       });
@@ -189,13 +252,20 @@ for (const mult of rateMultipliers) {
     };
     loads.push(row.loadAverage1m);
     rows.push(row);
-    log(`${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` [${rangeOf(runs, "attainment", 100, 0)}]` : ""}, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%, load ${row.loadAverage1m}`);
+    log(
+      `${sys.name.padEnd(20)} rate ${mult.toFixed(2)}× (${rate.toFixed(2)}/s): attainment ${(row.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` [${rangeOf(runs, "attainment", 100, 0)}]` : ""}, p90 latency/deadline ${row.p90LatencyOverDeadline.toFixed(2)}, ${row.meanTokens.toFixed(0)} tokens/program, accuracy ${(row.accuracy * 100).toFixed(0)}%, load ${row.loadAverage1m}`,
+    );
   }
 }
 model.dispose();
 
 const sustained: Record<string, SustainedRate> = Object.fromEntries(
-  systems.map((s) => [s.name, sustainedRate(rows.filter((r) => r.system === s.name).map((r) => ({ rate: r.ratePerSecond, attainment: r.attainment })))]),
+  systems.map((s) => [
+    s.name,
+    sustainedRate(
+      rows.filter((r) => r.system === s.name).map((r) => ({ rate: r.ratePerSecond, attainment: r.attainment })),
+    ),
+  ]),
 );
 const sustainable = Object.fromEntries(systems.map((s) => [s.name, sustained[s.name].interpolated]));
 const fcfsRate = sustainable.fcfs;
@@ -205,11 +275,24 @@ const commandLine = `npm run bench:serving -- ${process.argv.slice(2).join(" ")}
 // bound the ratio is undetermined; with only the full system's, it is a lower bound that may already meet the target.
 function judge(): { met: boolean | null; verdict: string } {
   const fullBounded = sustained["gang+sjf+certaindex"].bounded;
-  if (!sustained.fcfs.bounded) return { met: null, verdict: "**undetermined**: fcfs held ≥ 90% at every swept rate, so its sustained rate is only a lower bound; add higher --rates" };
-  if (fcfsRate === 0) return fullRate > 0 ? { met: null, verdict: "**undefined** (fcfs sustains none of the swept rates; add lower --rates)" } : { met: false, verdict: "**not met** (neither system sustains a swept rate)" };
+  if (!sustained.fcfs.bounded)
+    return {
+      met: null,
+      verdict:
+        "**undetermined**: fcfs held ≥ 90% at every swept rate, so its sustained rate is only a lower bound; add higher --rates",
+    };
+  if (fcfsRate === 0)
+    return fullRate > 0
+      ? { met: null, verdict: "**undefined** (fcfs sustains none of the swept rates; add lower --rates)" }
+      : { met: false, verdict: "**not met** (neither system sustains a swept rate)" };
   const ratio = `${(fullRate / fcfsRate).toFixed(2)}×`;
-  if (fullRate / fcfsRate >= 1.5) return { met: true, verdict: `**met** (${ratio}${fullBounded ? "" : ", a lower bound"})` };
-  if (!fullBounded) return { met: null, verdict: `**undetermined**: the full system held ≥ 90% at every swept rate (≥ ${ratio}); add higher --rates` };
+  if (fullRate / fcfsRate >= 1.5)
+    return { met: true, verdict: `**met** (${ratio}${fullBounded ? "" : ", a lower bound"})` };
+  if (!fullBounded)
+    return {
+      met: null,
+      verdict: `**undetermined**: the full system held ≥ 90% at every swept rate (≥ ${ratio}); add higher --rates`,
+    };
   return { met: false, verdict: `**not met** (${ratio})` };
 }
 const target = { target: "gang+sjf+certaindex sustains ≥ 1.5× the fcfs rate at ≥ 90% deadline attainment", ...judge() };
@@ -232,7 +315,9 @@ const result = {
   rows,
   sustainableRate: sustainable,
   sustained,
-  speedupOverFcfs: Object.fromEntries(systems.map((s) => [s.name, fcfsRate > 0 ? sustainable[s.name] / fcfsRate : null])),
+  speedupOverFcfs: Object.fromEntries(
+    systems.map((s) => [s.name, fcfsRate > 0 ? sustainable[s.name] / fcfsRate : null]),
+  ),
   target,
   wallSeconds: (Date.now() - started) / 1000,
 };
@@ -256,11 +341,17 @@ const md = [
   "",
   "| system | rate (×capacity) | programs/s | deadline attainment | p90 latency / deadline | tokens / program | accuracy | load (1 min) |",
   "| --- | --- | --- | --- | --- | --- | --- | --- |",
-  ...rows.map((r) => `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` (${rangeOf(r.repeats, "attainment", 100, 0)})` : ""} | ${r.p90LatencyOverDeadline.toFixed(2)}${REPEATS > 1 ? ` (${rangeOf(r.repeats, "p90LatencyOverDeadline", 1, 2)})` : ""} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% | ${r.loadAverage1m} |`),
+  ...rows.map(
+    (r) =>
+      `| ${r.system} | ${r.rate} | ${r.ratePerSecond.toFixed(2)} | ${(r.attainment * 100).toFixed(0)}%${REPEATS > 1 ? ` (${rangeOf(r.repeats, "attainment", 100, 0)})` : ""} | ${r.p90LatencyOverDeadline.toFixed(2)}${REPEATS > 1 ? ` (${rangeOf(r.repeats, "p90LatencyOverDeadline", 1, 2)})` : ""} | ${r.meanTokens.toFixed(0)} | ${(r.accuracy * 100).toFixed(0)}% | ${r.loadAverage1m} |`,
+  ),
   "",
   "| system | last swept rate ≥ 90% (programs/s) | 90% crossing, interpolated (programs/s) | × fcfs |",
   "| --- | --- | --- | --- |",
-  ...systems.map((s) => `| ${s.name} | ${sustained[s.name].swept.toFixed(2)} | ${sustained[s.name].interpolated.toFixed(2)}${sustained[s.name].bounded ? "" : " (never fell below 90%: a lower bound)"} | ${result.speedupOverFcfs[s.name]?.toFixed(2) ?? "n/a (fcfs sustains none)"} |`),
+  ...systems.map(
+    (s) =>
+      `| ${s.name} | ${sustained[s.name].swept.toFixed(2)} | ${sustained[s.name].interpolated.toFixed(2)}${sustained[s.name].bounded ? "" : " (never fell below 90%: a lower bound)"} | ${result.speedupOverFcfs[s.name]?.toFixed(2) ?? "n/a (fcfs sustains none)"} |`,
+  ),
   "",
   `Target (${target.target}): ${target.verdict}.`,
   "",
@@ -268,8 +359,15 @@ const md = [
   "",
 ].join("\n");
 const svg = lineChart(
-  systems.map((s) => ({ name: s.name, points: rows.filter((r) => r.system === s.name).map((r) => [r.ratePerSecond, r.attainment * 100] as const) })),
-  { title: `Deadline attainment vs arrival rate (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"})`, xLabel: "arrival rate (programs/s)", yLabel: "programs within deadline (%)" },
+  systems.map((s) => ({
+    name: s.name,
+    points: rows.filter((r) => r.system === s.name).map((r) => [r.ratePerSecond, r.attainment * 100] as const),
+  })),
+  {
+    title: `Deadline attainment vs arrival rate (${bm.isTinyReasoner ? "tiny reasoner" : "RANDOM fixture"})`,
+    xLabel: "arrival rate (programs/s)",
+    yLabel: "programs within deadline (%)",
+  },
 );
 mkdirSync(values.out!, { recursive: true });
 writeFileSync(join(values.out!, "serving.md"), md);

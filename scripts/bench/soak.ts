@@ -39,7 +39,10 @@ const KV_PAGES = positiveInt("kv-pages", values["kv-pages"]);
 const REPORT_EVERY = positiveInt("report-every", values["report-every"]);
 const DEADLINE_MS = positiveInt("deadline-ms", values["deadline-ms"]);
 const SEED = positiveInt("seed", values.seed);
-const THREADS = values.threads === undefined ? loadAddon().listDevices().cpu.threads : loadAddon().setThreads(positiveInt("threads", values.threads));
+const THREADS =
+  values.threads === undefined
+    ? loadAddon().listDevices().cpu.threads
+    : loadAddon().setThreads(positiveInt("threads", values.threads));
 const RSS_GROWTH_TARGET = 0.05;
 
 const rng = mulberry32(SEED); // the same mix for the same --seed
@@ -49,7 +52,16 @@ const model = await loadModel(undefined, { kvPages: KV_PAGES });
 const engine = new Engine({ models: { model } });
 const question = (): string => `What is ${int(2, 999)}${"+-*"[int(0, 2)]}${int(2, 99)}${"+-*"[int(0, 2)]}${int(2, 9)}?`;
 
-type Kind = "plain" | "samples" | "logprobs" | "stop" | "deterministic" | "abort-stream" | "abort-timer" | "fork-finished" | "fork-running";
+type Kind =
+  | "plain"
+  | "samples"
+  | "logprobs"
+  | "stop"
+  | "deterministic"
+  | "abort-stream"
+  | "abort-timer"
+  | "fork-finished"
+  | "fork-running";
 // Shares of the mix, in order; "plain" takes the rest.
 const MIX: Array<[Kind, number]> = [
   ["samples", 0.12],
@@ -126,7 +138,10 @@ async function runOne(kind: Kind): Promise<void> {
     clearTimeout(timer);
     account(out);
     if (kind === "fork-finished" && out !== null) {
-      child = engine.fork(handle, { length: out.promptTokens.length + Math.floor(out.tokens.length / 2), maxTokens: 16 });
+      child = engine.fork(handle, {
+        length: out.promptTokens.length + Math.floor(out.tokens.length / 2),
+        maxTokens: 16,
+      });
     }
     if (child) {
       count.forks++;
@@ -166,7 +181,9 @@ const client = async (): Promise<void> => {
       nextReport += REPORT_EVERY;
       const c = checkpoint();
       checkpoints.push(c);
-      console.log(`[soak] ${c.requests} requests, ${c.seconds} s: RSS ${c.rssMiB} MiB, heap ${c.heapUsedMiB} MiB, external ${c.externalMiB} MiB, ${c.kvPagesUsed} pages in use, ${c.running} running / ${c.waiting} waiting`);
+      console.log(
+        `[soak] ${c.requests} requests, ${c.seconds} s: RSS ${c.rssMiB} MiB, heap ${c.heapUsedMiB} MiB, external ${c.externalMiB} MiB, ${c.kvPagesUsed} pages in use, ${c.running} running / ${c.waiting} waiting`,
+      );
     }
   }
 };
@@ -178,7 +195,12 @@ model.dispose();
 const first = checkpoints[0] ?? drained;
 const rssGrowth = (drained.rssMiB - first.rssMiB) / first.rssMiB;
 const unexpectedErrors = [...errors.values()].reduce((a, b) => a + b, 0);
-const pass = count.lost === 0 && unexpectedErrors === 0 && drained.kvPagesUsed === 0 && drained.running + drained.waiting === 0 && rssGrowth < RSS_GROWTH_TARGET;
+const pass =
+  count.lost === 0 &&
+  unexpectedErrors === 0 &&
+  drained.kvPagesUsed === 0 &&
+  drained.running + drained.waiting === 0 &&
+  rssGrowth < RSS_GROWTH_TARGET;
 const out = {
   date: new Date().toISOString(),
   requests: REQUESTS,
@@ -201,7 +223,10 @@ const lines = [
   "",
   "| requests | s | RSS MiB | heap MiB | external MiB | KV pages in use | running | waiting | preemptions |",
   "|---|---|---|---|---|---|---|---|---|",
-  ...[...checkpoints, drained].map((c) => `| ${c.requests} | ${c.seconds} | ${c.rssMiB} | ${c.heapUsedMiB} | ${c.externalMiB} | ${c.kvPagesUsed} | ${c.running} | ${c.waiting} | ${c.preemptions} |`),
+  ...[...checkpoints, drained].map(
+    (c) =>
+      `| ${c.requests} | ${c.seconds} | ${c.rssMiB} | ${c.heapUsedMiB} | ${c.externalMiB} | ${c.kvPagesUsed} | ${c.running} | ${c.waiting} | ${c.preemptions} |`,
+  ),
   "",
   `RSS growth after warm-up (first checkpoint to drained): ${(100 * rssGrowth).toFixed(2)}% (target < ${100 * RSS_GROWTH_TARGET}%). ${pass ? "All targets met." : "TARGET MISSED."}`,
 ];

@@ -49,7 +49,10 @@ const KV_PAGES = Math.round(positive("kv-pages", values["kv-pages"]));
 const REPORT_MS = positive("report-minutes", values["report-minutes"]) * 60_000;
 const DEADLINE_MS = positive("deadline-ms", values["deadline-ms"]);
 const SEED = Math.round(positive("seed", values.seed));
-const THREADS = values.threads === undefined ? loadAddon().listDevices().cpu.threads : loadAddon().setThreads(Math.round(positive("threads", values.threads)));
+const THREADS =
+  values.threads === undefined
+    ? loadAddon().listDevices().cpu.threads
+    : loadAddon().setThreads(Math.round(positive("threads", values.threads)));
 const RSS_GROWTH_TARGET = 0.05;
 
 const rng = mulberry32(SEED); // the same mix for the same --seed
@@ -112,7 +115,9 @@ function runOne(kind: Kind): Promise<Outcome> {
     ...(kind === "logprobs" ? { logprobs: true, top_logprobs: 2 } : {}),
     ...(kind === "stop" ? { stop: ["\n", "."] } : {}),
     ...(kind === "deterministic" ? { deterministic: true } : {}),
-    ...(kind === "program" ? { program: "sc", program_options: { cap: 3, policy: "baseline-even" }, max_tokens: 48 } : {}),
+    ...(kind === "program"
+      ? { program: "sc", program_options: { cap: 3, policy: "baseline-even" }, max_tokens: 48 }
+      : {}),
   };
   const leaveAfterChunks = kind === "disconnect" && stream ? int(1, 24) : Infinity;
   const leaveAfterMs = kind === "disconnect" && !stream ? int(0, 40) : Infinity;
@@ -129,38 +134,49 @@ function runOne(kind: Kind): Promise<Outcome> {
       count[o]++;
       resolve(o);
     };
-    const req = httpRequest(`${url}/v1/chat/completions`, { method: "POST", agent, headers: { "content-type": "application/json" } }, (res) => {
-      let text = "";
-      let chunks = 0;
-      res.setEncoding("utf8");
-      res.on("data", (s: string) => {
-        text += s;
-        if (++chunks >= leaveAfterChunks && res.statusCode === 200) {
-          req.destroy();
-          finish("disconnected");
-        }
-      });
-      res.on("end", () => {
-        const status = res.statusCode ?? 0;
-        if (status >= 400) {
-          const m = errorMessage(text);
-          return m === null ? finish("lost", `HTTP ${status} without an error body`) : finish("failed", `HTTP ${status}: ${m}`);
-        }
-        if (status !== 200) return finish("lost", `HTTP ${status}`);
-        if (!stream) {
-          try {
-            const r = JSON.parse(text) as { choices?: Array<{ finish_reason?: string }> };
-            return r.choices?.length && r.choices.every((c) => typeof c.finish_reason === "string") ? finish("completed") : finish("lost", "a 200 body without choices and finish reasons");
-          } catch {
-            return finish("lost", "a 200 body that is not JSON");
+    const req = httpRequest(
+      `${url}/v1/chat/completions`,
+      { method: "POST", agent, headers: { "content-type": "application/json" } },
+      (res) => {
+        let text = "";
+        let chunks = 0;
+        res.setEncoding("utf8");
+        res.on("data", (s: string) => {
+          text += s;
+          if (++chunks >= leaveAfterChunks && res.statusCode === 200) {
+            req.destroy();
+            finish("disconnected");
           }
-        }
-        const errorEvent = text.split("\n\n").find((ev) => ev.startsWith("data: {") && ev.includes('"error":'));
-        if (errorEvent !== undefined) return finish("failed", `stream error: ${errorMessage(errorEvent.slice(6)) ?? errorEvent.slice(0, 120)}`);
-        return text.trimEnd().endsWith("data: [DONE]") ? finish("completed") : finish("lost", "a stream that ended without [DONE]");
-      });
-      res.on("error", (e) => finish("lost", `response: ${e.message}`));
-    });
+        });
+        res.on("end", () => {
+          const status = res.statusCode ?? 0;
+          if (status >= 400) {
+            const m = errorMessage(text);
+            return m === null
+              ? finish("lost", `HTTP ${status} without an error body`)
+              : finish("failed", `HTTP ${status}: ${m}`);
+          }
+          if (status !== 200) return finish("lost", `HTTP ${status}`);
+          if (!stream) {
+            try {
+              const r = JSON.parse(text) as { choices?: Array<{ finish_reason?: string }> };
+              return r.choices?.length && r.choices.every((c) => typeof c.finish_reason === "string")
+                ? finish("completed")
+                : finish("lost", "a 200 body without choices and finish reasons");
+            } catch {
+              return finish("lost", "a 200 body that is not JSON");
+            }
+          }
+          const errorEvent = text.split("\n\n").find((ev) => ev.startsWith("data: {") && ev.includes('"error":'));
+          if (errorEvent !== undefined)
+            return finish("failed", `stream error: ${errorMessage(errorEvent.slice(6)) ?? errorEvent.slice(0, 120)}`);
+          return text.trimEnd().endsWith("data: [DONE]")
+            ? finish("completed")
+            : finish("lost", "a stream that ended without [DONE]");
+        });
+        res.on("error", (e) => finish("lost", `response: ${e.message}`));
+      },
+    );
     req.on("error", (e) => finish("lost", `request: ${e.message}`));
     const deadline = setTimeout(() => {
       req.destroy();
@@ -198,7 +214,9 @@ function checkpoint(): Checkpoint {
   };
 }
 const print = (c: Checkpoint, label: string): void =>
-  console.log(`[soak-http] ${label} ${c.minute} min: ${c.requests} requests (${c.completed} completed, ${c.failed} failed, ${c.disconnected} disconnected, ${c.lost} lost), RSS ${c.rssMiB} MiB, heap ${c.heapUsedMiB} MiB, ${c.kvPagesUsed} pages in use, ${c.running} running / ${c.waiting} waiting`);
+  console.log(
+    `[soak-http] ${label} ${c.minute} min: ${c.requests} requests (${c.completed} completed, ${c.failed} failed, ${c.disconnected} disconnected, ${c.lost} lost), RSS ${c.rssMiB} MiB, heap ${c.heapUsedMiB} MiB, ${c.kvPagesUsed} pages in use, ${c.running} running / ${c.waiting} waiting`,
+  );
 
 const checkpoints: Checkpoint[] = [];
 const endAt = Date.now() + MINUTES * 60_000;
@@ -219,7 +237,8 @@ await Promise.all(
 clearInterval(reporter);
 // Drain: disconnected requests are aborted by the server as their sockets close; wait for the engine to empty.
 const drainUntil = Date.now() + 30_000;
-while ((engine.metrics().running > 0 || engine.metrics().waiting > 0) && Date.now() < drainUntil) await new Promise((r) => setTimeout(r, 50));
+while ((engine.metrics().running > 0 || engine.metrics().waiting > 0) && Date.now() < drainUntil)
+  await new Promise((r) => setTimeout(r, 50));
 agent.destroy();
 await new Promise((r) => setTimeout(r, 200));
 const drained = checkpoint();
@@ -236,10 +255,32 @@ const rssGrowth = (drained.rssMiB - first.rssMiB) / first.rssMiB;
 const lowest = Math.min(...[...checkpoints, drained].map((c) => c.rssMiB));
 const rssGrowthFromLowest = (drained.rssMiB - lowest) / lowest;
 const heaps = checkpoints.slice(1).map((c) => c.heapUsedMiB);
-const pass = count.lost === 0 && drained.kvPagesUsed === 0 && drained.running + drained.waiting === 0 && rssGrowth < RSS_GROWTH_TARGET;
+const pass =
+  count.lost === 0 &&
+  drained.kvPagesUsed === 0 &&
+  drained.running + drained.waiting === 0 &&
+  rssGrowth < RSS_GROWTH_TARGET;
 const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "CPU"}`;
 const load = `load average ${loadBefore[0]!.toFixed(2)} at the start, ${loadAfter[0]!.toFixed(2)} at the end (1-minute)`;
-const out = { date: new Date().toISOString(), minutes: MINUTES, clients: CLIENTS, kvPages: KV_PAGES, threads: THREADS, seed: SEED, machine, load, mix: Object.fromEntries(byKind), counts: count, failures: Object.fromEntries(failures), losses: Object.fromEntries(losses), checkpoints, drained, rssGrowth, rssGrowthFromLowest, pass };
+const out = {
+  date: new Date().toISOString(),
+  minutes: MINUTES,
+  clients: CLIENTS,
+  kvPages: KV_PAGES,
+  threads: THREADS,
+  seed: SEED,
+  machine,
+  load,
+  mix: Object.fromEntries(byKind),
+  counts: count,
+  failures: Object.fromEntries(failures),
+  losses: Object.fromEntries(losses),
+  checkpoints,
+  drained,
+  rssGrowth,
+  rssGrowthFromLowest,
+  pass,
+};
 const list = (m: Map<string, number>): string => [...m].map(([msg, n]) => `${n}× ${msg}`).join("; ");
 /** The drained server against the targets: nothing lost, no page in use, RSS growth under RSS_GROWTH_TARGET. */
 function targetsParagraph(): string {
@@ -253,13 +294,19 @@ function targetsParagraph(): string {
 const lines = [
   `# soak over HTTP (${out.date.slice(0, 10)}): ${MINUTES} min, ${CLIENTS} keep-alive clients, ${KV_PAGES} KV pages, ${THREADS} CPU thread(s), seed ${SEED}`,
   "",
-  `Command: \`npx tsx scripts/bench/soakHttp.ts ${process.argv.slice(2).map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(" ")}\`. Machine: ${machine}; ${load}.${values.note ? ` ${values.note}` : ""}`,
+  `Command: \`npx tsx scripts/bench/soakHttp.ts ${process.argv
+    .slice(2)
+    .map((a) => (/\s/.test(a) ? JSON.stringify(a) : a))
+    .join(" ")}\`. Machine: ${machine}; ${load}.${values.note ? ` ${values.note}` : ""}`,
   "",
   `Mix: ${[...byKind].map(([k, n]) => `${k} ${n}`).join(", ")}. ${drained.requests} requests (${count.streamed} streamed): ${count.completed} completed, ${count.disconnected} disconnected by the client, ${count.failed} failed with a proper HTTP error${count.failed ? ` (${list(failures)})` : ""}, ${count.lost} lost${count.lost ? ` (${list(losses)})` : ""}; ${drained.generatedTokens} tokens generated.`,
   "",
   "| minute | requests | completed | failed | disconnected | lost | RSS MiB | heap MiB | external MiB | KV pages in use | running | waiting | preemptions |",
   "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-  ...[...checkpoints, drained].map((c) => `| ${c.minute} | ${c.requests} | ${c.completed} | ${c.failed} | ${c.disconnected} | ${c.lost} | ${c.rssMiB} | ${c.heapUsedMiB} | ${c.externalMiB} | ${c.kvPagesUsed} | ${c.running} | ${c.waiting} | ${c.preemptions} |`),
+  ...[...checkpoints, drained].map(
+    (c) =>
+      `| ${c.minute} | ${c.requests} | ${c.completed} | ${c.failed} | ${c.disconnected} | ${c.lost} | ${c.rssMiB} | ${c.heapUsedMiB} | ${c.externalMiB} | ${c.kvPagesUsed} | ${c.running} | ${c.waiting} | ${c.preemptions} |`,
+  ),
   "",
   targetsParagraph(),
 ];

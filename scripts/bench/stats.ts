@@ -73,7 +73,11 @@ export function poissonArrivalsMs(n: number, ratePerSecond: number, seed: number
  * finished (clients do not wait for each other), and resolves with each result, in item order, and its latency:
  * ms from when it started to when it finished.
  */
-export async function runOpenLoop<T, R>(items: readonly T[], arrivalsMs: readonly number[], run: (item: T, i: number) => Promise<R>): Promise<Array<{ latencyMs: number; result: R }>> {
+export async function runOpenLoop<T, R>(
+  items: readonly T[],
+  arrivalsMs: readonly number[],
+  run: (item: T, i: number) => Promise<R>,
+): Promise<Array<{ latencyMs: number; result: R }>> {
   const t0 = Date.now();
   return Promise.all(
     items.map(async (item, i) => {

@@ -55,8 +55,11 @@ export function lineChart(series: readonly Series[], o: ChartOptions): string {
   series.forEach((s, i) => {
     const c = COLORS[i % COLORS.length];
     const pts = [...s.points].sort((a, b) => a[0] - b[0]);
-    parts.push(`<polyline fill="none" stroke="${c}" stroke-width="2" points="${pts.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" ")}"/>`);
-    for (const p of pts) parts.push(`<circle cx="${px(p[0]).toFixed(1)}" cy="${py(p[1]).toFixed(1)}" r="3" fill="${c}"/>`);
+    parts.push(
+      `<polyline fill="none" stroke="${c}" stroke-width="2" points="${pts.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" ")}"/>`,
+    );
+    for (const p of pts)
+      parts.push(`<circle cx="${px(p[0]).toFixed(1)}" cy="${py(p[1]).toFixed(1)}" r="3" fill="${c}"/>`);
     parts.push(`<rect x="${W - m.r + 12}" y="${m.t + i * 18}" width="12" height="3" fill="${c}"/>`);
     parts.push(`<text x="${W - m.r + 30}" y="${m.t + i * 18 + 5}">${esc(s.name)}</text>`);
   });

@@ -92,7 +92,11 @@ try {
       const outs = await Promise.all(
         Array.from({ length: batch }, async (_, i) => {
           // fresh prompts every round: no prefix-cache hits between rounds
-          const handle = engine.submit({ prompt: prompt(i + batch * 1000 + round * 100_000, vocab), maxTokens, ignoreEos: true });
+          const handle = engine.submit({
+            prompt: prompt(i + batch * 1000 + round * 100_000, vocab),
+            maxTokens,
+            ignoreEos: true,
+          });
           for await (const _delta of handle) {
             firstTokenAt.push(performance.now());
             break;
@@ -139,7 +143,10 @@ try {
     };
     rows.push(row);
     if (values.json) console.log(JSON.stringify(row));
-    else log(`${modelName} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`);
+    else
+      log(
+        `${modelName} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`,
+      );
   }
 } finally {
   model.dispose();
@@ -148,7 +155,10 @@ if (!values.json) {
   const one = rows.find((r) => r.batch === 1);
   const sixteen = rows.find((r) => r.batch === 16);
   if (one && sixteen) {
-    const ratio = (k: "tokensPerSecond" | "decodeTokensPerSecond" | "tokensPerCpuSecond"): string => (sixteen[k] / one[k]).toFixed(2);
-    log(`16-way / single-stream (medians): ${ratio("tokensPerSecond")}x end to end, ${ratio("decodeTokensPerSecond")}x decode, ${ratio("tokensPerCpuSecond")}x per CPU-second`);
+    const ratio = (k: "tokensPerSecond" | "decodeTokensPerSecond" | "tokensPerCpuSecond"): string =>
+      (sixteen[k] / one[k]).toFixed(2);
+    log(
+      `16-way / single-stream (medians): ${ratio("tokensPerSecond")}x end to end, ${ratio("decodeTokensPerSecond")}x decode, ${ratio("tokensPerCpuSecond")}x per CPU-second`,
+    );
   }
 }

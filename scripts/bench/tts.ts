@@ -75,7 +75,11 @@ const { values } = parseArgs({
     "prm-scale": { type: "string" },
   },
 });
-const list = (s: string) => s.split(",").filter((x) => x.trim() !== "").map(Number);
+const list = (s: string) =>
+  s
+    .split(",")
+    .filter((x) => x.trim() !== "")
+    .map(Number);
 const nList = list(values["n-list"]!);
 const M = Number(values["beam-width"]);
 const repeats = Number(values.repeats);
@@ -95,10 +99,17 @@ const CONFIGS: Record<string, Config> = {
   PMS: { sw: { prefixAware: true, speculative: true, lookahead: true }, split: "auto" },
   PMSfull: { sw: { prefixAware: true, speculative: true, lookahead: true }, split: "auto", fullBatch: true },
 };
-const LABEL: Record<string, string> = { baseline: "baseline", P: "+P", PM: "+P+M", PMS: "+P+M+S", PMSfull: "+P+M+S full batch" };
+const LABEL: Record<string, string> = {
+  baseline: "baseline",
+  P: "+P",
+  PM: "+P+M",
+  PMS: "+P+M+S",
+  PMSfull: "+P+M+S full batch",
+};
 const MiB = 1024 * 1024;
 const configs = values.configs!.split(",");
-for (const c of configs) if (!(c in CONFIGS)) throw new Error(`--configs: unknown "${c}"; expected ${Object.keys(CONFIGS).join(", ")}`);
+for (const c of configs)
+  if (!(c in CONFIGS)) throw new Error(`--configs: unknown "${c}"; expected ${Object.keys(CONFIGS).join(", ")}`);
 const log = (m: string) => process.stderr.write(m + "\n");
 
 interface Run {
@@ -116,7 +127,8 @@ interface Run {
 const problems = arithTask.problems({ split: "test", n: Number(values.problems), seed: Number(values.seed) });
 let genDir = values.model ?? bundledModelDir;
 let prmDir = values.prm ?? bundledPrmDir;
-if (values["prm-scale"] !== undefined && values.scale === undefined) throw new Error("--prm-scale needs --scale (the generator's preset)");
+if (values["prm-scale"] !== undefined && values.scale === undefined)
+  throw new Error("--prm-scale needs --scale (the generator's preset)");
 const scaled = values.scale === undefined ? null : { gen: values.scale, prm: values["prm-scale"] ?? values.scale };
 if (scaled !== null) {
   const presetOf = (name: string, flag: string) => {
@@ -126,7 +138,9 @@ if (scaled !== null) {
   };
   const [genPreset, prmPreset] = [presetOf(scaled.gen, "--scale"), presetOf(scaled.prm, "--prm-scale")];
   const base = join(tmpdir(), "deliberate-bench", "tts-scaled");
-  log(`--scale ${scaled.gen}${scaled.prm === scaled.gen ? "" : ` --prm-scale ${scaled.prm}`}: random-weight generator and PRM in ${base}-{${scaled.gen}-gen,${scaled.prm}-prm} (written once) ...`);
+  log(
+    `--scale ${scaled.gen}${scaled.prm === scaled.gen ? "" : ` --prm-scale ${scaled.prm}`}: random-weight generator and PRM in ${base}-{${scaled.gen}-gen,${scaled.prm}-prm} (written once) ...`,
+  );
   genDir = await scaleModel(genDir, `${base}-${scaled.gen}-gen`, genPreset, 1);
   prmDir = await scaleModel(prmDir, `${base}-${scaled.prm}-prm`, prmPreset, 2);
 }
@@ -145,15 +159,31 @@ async function load(budgetMiB: number, split: Split, n: number): Promise<Pair> {
     stepTokens: 16,
     verifierTokens: 40 + maxTokens,
   });
-  const note = `${budgetMiB} MiB, N=${n}, ${split}: generator ${r.generator.kv.numPages} pages, verifier ${r.verifier.kv.numPages} pages` + (r.plan ? ` (planned decode batch ${r.plan.decodeBatch}, prefill batch ${r.plan.prefillBatch}; free decode batch ${r.plan.speculativeRows}: speculation's rows)` : "");
+  const note =
+    `${budgetMiB} MiB, N=${n}, ${split}: generator ${r.generator.kv.numPages} pages, verifier ${r.verifier.kv.numPages} pages` +
+    (r.plan
+      ? ` (planned decode batch ${r.plan.decodeBatch}, prefill batch ${r.plan.prefillBatch}; free decode batch ${r.plan.speculativeRows}: speculation's rows)`
+      : "");
   if (!splitNote.includes(note)) splitNote.push(note);
   return { gen: r.generator, prm: r.verifier, speculativeRows: r.plan?.speculativeRows ?? n };
 }
 
 /** Every problem once with one configuration; engine metrics over the pass. */
-type PassResult = { runs: Run[]; hitRate: number; preemptions: number; verifierHitRate: number; verifierPreemptions: number };
+type PassResult = {
+  runs: Run[];
+  hitRate: number;
+  preemptions: number;
+  verifierHitRate: number;
+  verifierPreemptions: number;
+};
 async function pass(models: Pair, n: number, sw: FlashTtsSwitches, seed: number): Promise<PassResult> {
-  const engine = new Engine({ models: [{ name: "gen", model: models.gen }, { name: "prm", model: models.prm }], preemption: values.preemption as "recompute" | "swap" });
+  const engine = new Engine({
+    models: [
+      { name: "gen", model: models.gen },
+      { name: "prm", model: models.prm },
+    ],
+    preemption: values.preemption as "recompute" | "swap",
+  });
   const reward = prmReward(prmConfig!, "prm");
   const runs: Run[] = [];
   try {
@@ -191,7 +221,13 @@ async function pass(models: Pair, n: number, sw: FlashTtsSwitches, seed: number)
     const m = engine.metrics();
     const gm = m.models.find((x) => x.name === "gen");
     const vm = m.models.find((x) => x.name === "prm");
-    return { runs, hitRate: gm?.prefixCacheHitRate ?? m.prefixCacheHitRate, preemptions: gm?.preemptions ?? 0, verifierHitRate: vm?.prefixCacheHitRate ?? 0, verifierPreemptions: vm?.preemptions ?? 0 };
+    return {
+      runs,
+      hitRate: gm?.prefixCacheHitRate ?? m.prefixCacheHitRate,
+      preemptions: gm?.preemptions ?? 0,
+      verifierHitRate: vm?.prefixCacheHitRate ?? 0,
+      verifierPreemptions: vm?.preemptions ?? 0,
+    };
   } finally {
     await engine.dispose();
   }
@@ -217,10 +253,20 @@ function summarize(p: PassResult): Summary {
   const sum = (f: (x: Run) => number) => r.reduce((a, x) => a + f(x), 0);
   const lat = r.map((x) => x.latencyMs);
   return {
-    goodput: (1000 * sum((x) => x.goodputTokens)) / Math.max(1, sum((x) => x.goodputMs)),
+    goodput:
+      (1000 * sum((x) => x.goodputTokens)) /
+      Math.max(
+        1,
+        sum((x) => x.goodputMs),
+      ),
     meanLatencyMs: sum((x) => x.latencyMs) / r.length,
     p90LatencyMs: percentileNearestRank(lat, 90),
-    verifierShare: sum((x) => x.verifierMs) / Math.max(1, sum((x) => x.searchMs)),
+    verifierShare:
+      sum((x) => x.verifierMs) /
+      Math.max(
+        1,
+        sum((x) => x.searchMs),
+      ),
     accuracy: sum((x) => (x.correct ? 1 : 0)) / r.length,
     specUsed: sum((x) => x.specUsed),
     specWasted: sum((x) => x.specWasted),
@@ -239,11 +285,16 @@ interface Point {
 }
 function combine(ss: Summary[]): Point {
   const keys = Object.keys(ss[0]) as (keyof Summary)[];
-  const pick = (f: (xs: number[]) => number) => Object.fromEntries(keys.map((k) => [k, f(ss.map((s) => s[k]))])) as unknown as Summary;
+  const pick = (f: (xs: number[]) => number) =>
+    Object.fromEntries(keys.map((k) => [k, f(ss.map((s) => s[k]))])) as unknown as Summary;
   return { median: pick(median), min: pick((xs) => Math.min(...xs)), max: pick((xs) => Math.max(...xs)) };
 }
 
-async function grid(budgetMiB: number, ns: number[], cfgs: Array<{ key: string } & Config>): Promise<Record<string, Record<number, Point>>> {
+async function grid(
+  budgetMiB: number,
+  ns: number[],
+  cfgs: Array<{ key: string } & Config>,
+): Promise<Record<string, Record<number, Point>>> {
   const acc: Record<string, Record<number, Summary[]>> = {};
   for (const n of ns) {
     // One loaded pair per split for this N (the auto split depends on N), reused by every repeat.
@@ -255,19 +306,34 @@ async function grid(budgetMiB: number, ns: number[], cfgs: Array<{ key: string }
         const order = rep % 2 === 0 ? cfgs : [...cfgs].reverse();
         for (const c of order) {
           const t0 = Date.now();
-          const s = summarize(await pass(pairs.get(c.split)!, n, c.fullBatch ? { ...c.sw, speculativeRows: n } : c.sw, Number(values.seed)));
+          const s = summarize(
+            await pass(
+              pairs.get(c.split)!,
+              n,
+              c.fullBatch ? { ...c.sw, speculativeRows: n } : c.sw,
+              Number(values.seed),
+            ),
+          );
           ((acc[c.key] ??= {})[n] ??= []).push(s);
-          log(`kv ${budgetMiB} MiB repeat ${rep + 1}/${repeats} N=${n} ${c.key}: goodput ${s.goodput.toFixed(0)} tok/s, latency ${s.meanLatencyMs.toFixed(0)} ms, verifier ${(100 * s.verifierShare).toFixed(0)}%, acc ${(100 * s.accuracy).toFixed(0)}% (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+          log(
+            `kv ${budgetMiB} MiB repeat ${rep + 1}/${repeats} N=${n} ${c.key}: goodput ${s.goodput.toFixed(0)} tok/s, latency ${s.meanLatencyMs.toFixed(0)} ms, verifier ${(100 * s.verifierShare).toFixed(0)}%, acc ${(100 * s.accuracy).toFixed(0)}% (${((Date.now() - t0) / 1000).toFixed(0)} s)`,
+          );
         }
       }
     } finally {
-      for (const p of pairs.values()) p.gen.dispose(), p.prm.dispose();
+      for (const p of pairs.values()) (p.gen.dispose(), p.prm.dispose());
     }
   }
-  return Object.fromEntries(Object.entries(acc).map(([k, byN]) => [k, Object.fromEntries(Object.entries(byN).map(([n, ss]) => [n, combine(ss)]))]));
+  return Object.fromEntries(
+    Object.entries(acc).map(([k, byN]) => [
+      k,
+      Object.fromEntries(Object.entries(byN).map(([n, ss]) => [n, combine(ss)])),
+    ]),
+  );
 }
 
-const fmt = (p: Point, k: keyof Summary, f: (v: number) => string) => formatSpread({ median: p.median[k], min: p.min[k], max: p.max[k] }, f);
+const fmt = (p: Point, k: keyof Summary, f: (v: number) => string) =>
+  formatSpread({ median: p.median[k], min: p.min[k], max: p.max[k] }, f);
 const ms = (v: number) => v.toFixed(0);
 const pct = (v: number) => (100 * v).toFixed(0) + "%";
 
@@ -280,7 +346,12 @@ function ceilingParagraph(ceilings: [number, number][]): string {
   ].join(" ");
 }
 
-function table(res: Record<string, Record<number, Point>>, keys: string[], label: (k: string) => string, ns: number[]): string[] {
+function table(
+  res: Record<string, Record<number, Point>>,
+  keys: string[],
+  label: (k: string) => string,
+  ns: number[],
+): string[] {
   const lines = [
     "| N | config | goodput tok/s | vs baseline | mean latency ms | P90 latency ms | verifier share | accuracy | spec used / wasted | prefix hit gen / verifier | preemptions gen / verifier |",
     "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -304,19 +375,74 @@ async function compare(q: number): Promise<void> {
   const qs = arithTask.problems({ split: "test", n: q, seed: Number(values.seed) + 1 });
   const gen = await loadModel(genDir, { device });
   const prm = await loadModel(prmDir, { device });
-  const probe = await loadProbe(join(genDir, PROBE_SUBDIR), { hash: await modelHash(genDir), hiddenSize: gen.config.hiddenSize, numLayers: gen.config.numLayers });
-  const engine = new Engine({ models: [{ name: "gen", model: gen }, { name: "prm", model: prm }] });
+  const probe = await loadProbe(join(genDir, PROBE_SUBDIR), {
+    hash: await modelHash(genDir),
+    hiddenSize: gen.config.hiddenSize,
+    numLayers: gen.config.numLayers,
+  });
+  const engine = new Engine({
+    models: [
+      { name: "gen", model: gen },
+      { name: "prm", model: prm },
+    ],
+  });
   const reward = prmReward(prmConfig!, "prm");
   const common = { model: "gen", maxTokens, temperature: 1, task: arithTask };
   type Make = (prompt: number[], question: string, seed: number) => Program;
   const methods: Array<{ name: string; cap: number; make: Make }> = [
-    ...[4, 8, 16].map((n) => ({ name: "beam + PRM", cap: n, make: ((prompt, question, seed) => new BeamSearch({ ...common, prompt, question, reward, n, beamWidth: Math.min(4, n), seed })) as Make })),
-    ...[4, 8, 16].map((n) => ({ name: "beam + step checker", cap: n, make: ((prompt, question, seed) => new BeamSearch({ ...common, prompt, question, reward: arithTask.stepVerifier, n, beamWidth: Math.min(4, n), seed })) as Make })),
-    ...[4, 8, 16].map((n) => ({ name: "best-of-N + PRM", cap: n, make: ((prompt, question, seed) => new BestOfN({ ...common, prompt, question, reward, n, seed })) as Make })),
-    ...[4, 8, 16].map((c) => ({ name: "SC", cap: c, make: ((prompt, _q, seed) => new SelfConsistency({ ...common, temperature: 0.8, prompt, maxBranches: c, branchesPerRound: c, seed })) as Make })),
-    ...[4, 8, 12].map((c) => ({ name: "DUCHESS", cap: c, make: ((prompt, _q, seed) => new Duchess({ ...common, temperature: 0.8, prompt, probe, branches: c, seed })) as Make })),
+    ...[4, 8, 16].map((n) => ({
+      name: "beam + PRM",
+      cap: n,
+      make: ((prompt, question, seed) =>
+        new BeamSearch({ ...common, prompt, question, reward, n, beamWidth: Math.min(4, n), seed })) as Make,
+    })),
+    ...[4, 8, 16].map((n) => ({
+      name: "beam + step checker",
+      cap: n,
+      make: ((prompt, question, seed) =>
+        new BeamSearch({
+          ...common,
+          prompt,
+          question,
+          reward: arithTask.stepVerifier,
+          n,
+          beamWidth: Math.min(4, n),
+          seed,
+        })) as Make,
+    })),
+    ...[4, 8, 16].map((n) => ({
+      name: "best-of-N + PRM",
+      cap: n,
+      make: ((prompt, question, seed) => new BestOfN({ ...common, prompt, question, reward, n, seed })) as Make,
+    })),
+    ...[4, 8, 16].map((c) => ({
+      name: "SC",
+      cap: c,
+      make: ((prompt, _q, seed) =>
+        new SelfConsistency({
+          ...common,
+          temperature: 0.8,
+          prompt,
+          maxBranches: c,
+          branchesPerRound: c,
+          seed,
+        })) as Make,
+    })),
+    ...[4, 8, 12].map((c) => ({
+      name: "DUCHESS",
+      cap: c,
+      make: ((prompt, _q, seed) =>
+        new Duchess({ ...common, temperature: 0.8, prompt, probe, branches: c, seed })) as Make,
+    })),
   ];
-  const rows: Array<{ name: string; cap: number; accuracy: number; tokens: number; rewardTokens: number; seconds: number }> = [];
+  const rows: Array<{
+    name: string;
+    cap: number;
+    accuracy: number;
+    tokens: number;
+    rewardTokens: number;
+    seconds: number;
+  }> = [];
   const only = values.methods?.split(",");
   try {
     for (const m of methods.filter((x) => only === undefined || only.includes(x.name))) {
@@ -331,8 +457,17 @@ async function compare(q: number): Promise<void> {
         tokens += r.tokensUsed - (r.tokensByPurpose.reward ?? 0);
         rewardTokens += r.tokensByPurpose.reward ?? 0;
       });
-      rows.push({ name: m.name, cap: m.cap, accuracy: right / qs.length, tokens: tokens / qs.length, rewardTokens: rewardTokens / qs.length, seconds: (Date.now() - t0) / 1000 });
-      log(`compare ${m.name} ${m.cap}: ${((100 * right) / qs.length).toFixed(1)}%, ${(tokens / qs.length).toFixed(0)} tokens (${((Date.now() - t0) / 1000).toFixed(0)} s)`);
+      rows.push({
+        name: m.name,
+        cap: m.cap,
+        accuracy: right / qs.length,
+        tokens: tokens / qs.length,
+        rewardTokens: rewardTokens / qs.length,
+        seconds: (Date.now() - t0) / 1000,
+      });
+      log(
+        `compare ${m.name} ${m.cap}: ${((100 * right) / qs.length).toFixed(1)}%, ${(tokens / qs.length).toFixed(0)} tokens (${((Date.now() - t0) / 1000).toFixed(0)} s)`,
+      );
     }
   } finally {
     await engine.dispose();
@@ -341,8 +476,16 @@ async function compare(q: number): Promise<void> {
   }
   const names = [...new Set(rows.map((r) => r.name))];
   const svg = lineChart(
-    names.map((name) => ({ name, points: rows.filter((r) => r.name === name).map((r) => [r.tokens, 100 * r.accuracy] as const) })),
-    { title: `Accuracy vs generated tokens (${qs.length} test questions)`, xLabel: "generated tokens per question (generator)", yLabel: "accuracy %", logX: true },
+    names.map((name) => ({
+      name,
+      points: rows.filter((r) => r.name === name).map((r) => [r.tokens, 100 * r.accuracy] as const),
+    })),
+    {
+      title: `Accuracy vs generated tokens (${qs.length} test questions)`,
+      xLabel: "generated tokens per question (generator)",
+      yLabel: "accuracy %",
+      logX: true,
+    },
   );
   const md = [
     `# bench:tts --compare — beam search + PRM against SC and DUCHESS at equal tokens`,
@@ -353,7 +496,10 @@ async function compare(q: number): Promise<void> {
     "",
     "| method | N / branches | accuracy | tokens / question | PRM tokens / question | wall s |",
     "|---|---|---|---|---|---|",
-    ...rows.map((r) => `| ${r.name} | ${r.cap} | ${(100 * r.accuracy).toFixed(1)}% | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.name} | ${r.cap} | ${(100 * r.accuracy).toFixed(1)}% | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} |`,
+    ),
     "",
     "![accuracy vs tokens](tts-compare.svg)",
     "",
@@ -361,7 +507,14 @@ async function compare(q: number): Promise<void> {
   mkdirSync(values.out!, { recursive: true });
   writeFileSync(join(values.out!, "tts-compare.md"), md);
   writeFileSync(join(values.out!, "tts-compare.svg"), svg);
-  writeFileSync(join(values.out!, "tts-compare.json"), JSON.stringify({ date: new Date().toISOString(), machine: machine(), argv: process.argv.slice(2), questions: qs.length, rows }, null, 2) + "\n");
+  writeFileSync(
+    join(values.out!, "tts-compare.json"),
+    JSON.stringify(
+      { date: new Date().toISOString(), machine: machine(), argv: process.argv.slice(2), questions: qs.length, rows },
+      null,
+      2,
+    ) + "\n",
+  );
   console.log(md);
 }
 
@@ -374,9 +527,31 @@ async function main(): Promise<void> {
   const main = await grid(budget, nList, cfgs);
   const nMax = Math.max(...nList);
   const ratios = list(values.ratios!);
-  const ratioRes = ratios.length === 0 ? null : await grid(budget, [nMax], [{ key: "baseline", ...CONFIGS.baseline }, ...ratios.map((r) => ({ key: `R=${r}`, sw: { ...CONFIGS.PMS.sw, truncateRatio: r }, split: "auto" as const }))]);
+  const ratioRes =
+    ratios.length === 0
+      ? null
+      : await grid(
+          budget,
+          [nMax],
+          [
+            { key: "baseline", ...CONFIGS.baseline },
+            ...ratios.map((r) => ({
+              key: `R=${r}`,
+              sw: { ...CONFIGS.PMS.sw, truncateRatio: r },
+              split: "auto" as const,
+            })),
+          ],
+        );
   const kvRes: Record<number, Record<string, Record<number, Point>>> = {};
-  for (const kv of list(values["kv-budgets"]!)) kvRes[kv] = await grid(kv, [nMax], [{ key: "baseline", ...CONFIGS.baseline }, { key: "PMS", ...CONFIGS.PMS }]);
+  for (const kv of list(values["kv-budgets"]!))
+    kvRes[kv] = await grid(
+      kv,
+      [nMax],
+      [
+        { key: "baseline", ...CONFIGS.baseline },
+        { key: "PMS", ...CONFIGS.PMS },
+      ],
+    );
 
   // 1 / (1 - v) for the baseline's median verifier share v at each N: what hiding verification could win at most
   // (speculation into stragglers' idle rows is not bounded by it).
@@ -387,7 +562,12 @@ async function main(): Promise<void> {
   const head = [
     `# bench:tts — FlashTTS beam search with the tiny PRM`,
     "",
-    ...(scaled === null ? [] : [`Models scaled to layer shapes with random weights (--scale: generator ${scaled.gen}, PRM ${scaled.prm}): speed only; accuracy is meaningless.`, ""]),
+    ...(scaled === null
+      ? []
+      : [
+          `Models scaled to layer shapes with random weights (--scale: generator ${scaled.gen}, PRM ${scaled.prm}): speed only; accuracy is meaningless.`,
+          "",
+        ]),
     `${started.toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadavg()[0].toFixed(2)} at start.`,
     `Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ${problems.length} test-split questions one at a time, beam width ${M}, ` +
       `max ${maxTokens} tokens a solution, T = 1, ${repeats} repeats (median, min–max), configurations interleaved; KV budget ${budget} MiB for both pools.`,
@@ -395,20 +575,49 @@ async function main(): Promise<void> {
     "Goodput = precise goodput (mean tokens of a finished solution / mean time until it finished). Verifier share = time in verification / search time.",
     "",
     ...table(main, configs, (k) => LABEL[k], nList),
-    ...(ceilings.length === 0
-      ? []
-      : ["", ceilingParagraph(ceilings)]),
+    ...(ceilings.length === 0 ? [] : ["", ceilingParagraph(ceilings)]),
     "",
     "KV pools:",
     "",
     ...splitNote.map((x) => `- ${x}`),
   ];
-  if (ratioRes) head.push("", `## Duplicate-then-truncate ratio R (+P+S, N = ${nMax})`, "", ...table(ratioRes, ["baseline", ...ratios.map((r) => `R=${r}`)], (k) => (k === "baseline" ? "baseline" : `+P+M+S ${k}`), [nMax]));
-  for (const [kv, res] of Object.entries(kvRes)) head.push("", `## KV budget ${kv} MiB (N = ${nMax})`, "", ...table(res, ["baseline", "PMS"], (k) => LABEL[k], [nMax]));
+  if (ratioRes)
+    head.push(
+      "",
+      `## Duplicate-then-truncate ratio R (+P+S, N = ${nMax})`,
+      "",
+      ...table(
+        ratioRes,
+        ["baseline", ...ratios.map((r) => `R=${r}`)],
+        (k) => (k === "baseline" ? "baseline" : `+P+M+S ${k}`),
+        [nMax],
+      ),
+    );
+  for (const [kv, res] of Object.entries(kvRes))
+    head.push(
+      "",
+      `## KV budget ${kv} MiB (N = ${nMax})`,
+      "",
+      ...table(res, ["baseline", "PMS"], (k) => LABEL[k], [nMax]),
+    );
   const md = head.join("\n") + "\n";
   mkdirSync(values.out!, { recursive: true });
   writeFileSync(join(values.out!, "tts.md"), md);
-  const json = { date: started.toISOString(), machine: machine(), device, argv: process.argv.slice(2), problems: problems.length, beamWidth: M, repeats, kvBudgetMiB: budget, pools: splitNote, main, verifierCeiling: Object.fromEntries(ceilings), ratios: ratioRes, kv: kvRes };
+  const json = {
+    date: started.toISOString(),
+    machine: machine(),
+    device,
+    argv: process.argv.slice(2),
+    problems: problems.length,
+    beamWidth: M,
+    repeats,
+    kvBudgetMiB: budget,
+    pools: splitNote,
+    main,
+    verifierCeiling: Object.fromEntries(ceilings),
+    ratios: ratioRes,
+    kv: kvRes,
+  };
   writeFileSync(join(values.out!, "tts.json"), JSON.stringify(json, null, 2) + "\n");
   if (values.json) console.log(JSON.stringify(json));
   else console.log(md);

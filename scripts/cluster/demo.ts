@@ -7,9 +7,16 @@ import { parseArgs } from "node:util";
 import { startNats, startReplica, waitFor, type ReplicaHandle } from "./localCluster.js";
 
 const root = path.resolve(import.meta.dirname, "../..");
-const { values } = parseArgs({ options: { replicas: { type: "string", default: "2" }, port: { type: "string", default: "8000" }, smoke: { type: "boolean", default: false } } });
+const { values } = parseArgs({
+  options: {
+    replicas: { type: "string", default: "2" },
+    port: { type: "string", default: "8000" },
+    smoke: { type: "boolean", default: false },
+  },
+});
 const n = Number(values.replicas);
-if (!Number.isInteger(n) || n < 1 || n > 16) throw new Error(`--replicas must be an integer in [1, 16], got '${values.replicas}'`);
+if (!Number.isInteger(n) || n < 1 || n > 16)
+  throw new Error(`--replicas must be an integer in [1, 16], got '${values.replicas}'`);
 
 const nats = await startNats();
 console.log(`nats-server (JetStream) on ${nats.url}`);
@@ -24,12 +31,21 @@ for (let i = 0; i < n; i++) {
   replicas.push(await startReplica(nats.url, `replica-${i + 1}`));
   console.log(`replica-${i + 1}: ${replicas[i].url} (deliberate serve --cluster ${nats.url})`);
 }
-const router = spawn(process.execPath, ["--import", "tsx", "ts/cli/main.ts", "router", "--cluster", nats.url, "--port", values.port], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+const router = spawn(
+  process.execPath,
+  ["--import", "tsx", "ts/cli/main.ts", "router", "--cluster", nats.url, "--port", values.port],
+  { cwd: root, stdio: ["ignore", "pipe", "pipe"] },
+);
 let routerLog = "";
 router.stderr.on("data", (b: Buffer) => (routerLog += b.toString()));
-const routerProc = { child: router, log: () => routerLog, exited: new Promise<number | null>((r) => router.on("exit", r)) };
+const routerProc = {
+  child: router,
+  log: () => routerLog,
+  exited: new Promise<number | null>((r) => router.on("exit", r)),
+};
 const url = (await waitFor(routerProc, /routing (http:\/\/[^ ]+)\/v1/))[1];
-for (let i = 0; i < 400 && (await fetch(`${url}/health`)).status !== 200; i++) await new Promise((r) => setTimeout(r, 50));
+for (let i = 0; i < 400 && (await fetch(`${url}/health`)).status !== 200; i++)
+  await new Promise((r) => setTimeout(r, 50));
 console.log(`router: ${url}/v1 (deliberate router --cluster ${nats.url})
 
 Try it:
@@ -42,10 +58,16 @@ if (values.smoke) {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ messages: [{ role: "user", content: "What is 7*(8+5)-19?" }], program: "sc", program_id: "demo-1" }),
+    body: JSON.stringify({
+      messages: [{ role: "user", content: "What is 7*(8+5)-19?" }],
+      program: "sc",
+      program_id: "demo-1",
+    }),
   });
   const body = (await res.json()) as { choices?: { message: { content: string } }[] };
-  console.log(`\nsmoke: ${res.status} from ${res.headers.get("x-deliberate-replica")}: ${body.choices?.[0]?.message.content}`);
+  console.log(
+    `\nsmoke: ${res.status} from ${res.headers.get("x-deliberate-replica")}: ${body.choices?.[0]?.message.content}`,
+  );
   await stopAll();
   process.exit(res.status === 200 ? 0 : 1);
 }

@@ -36,7 +36,8 @@ export async function waitFor(p: Proc, re: RegExp, timeoutMs = 120_000): Promise
   for (;;) {
     const m = re.exec(p.log());
     if (m) return m;
-    if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before printing ${re}: ${p.log().slice(-2000)}`);
+    if (p.child.exitCode !== null)
+      throw new Error(`process exited (${p.child.exitCode}) before printing ${re}: ${p.log().slice(-2000)}`);
     if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${re}: ${p.log().slice(-2000)}`);
     await new Promise((r) => setTimeout(r, 25));
   }
@@ -51,9 +52,12 @@ export interface NatsHandle extends Proc {
 
 /** Starts nats-server with JetStream on a free loopback port (store in a temp folder, removed on stop). */
 export async function startNats(bin = findNatsServer()): Promise<NatsHandle> {
-  if (bin === null) throw new Error("nats-server not found: install it (Debian: apt-get install nats-server) or put it on PATH");
+  if (bin === null)
+    throw new Error("nats-server not found: install it (Debian: apt-get install nats-server) or put it on PATH");
   const store = mkdtempSync(path.join(tmpdir(), "deliberate-nats-"));
-  let p = watch(spawn(bin, ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }));
+  let p = watch(
+    spawn(bin, ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }),
+  );
   const m = await waitFor(p, /Listening for client connections on ([0-9.]+:\d+)/, 20_000);
   const port = m[1].split(":")[1];
   const handle: NatsHandle = {
@@ -68,7 +72,9 @@ export async function startNats(bin = findNatsServer()): Promise<NatsHandle> {
       p.child.kill("SIGKILL");
       await p.exited;
       if (!keepStore) rmSync(path.join(store, "jetstream"), { recursive: true, force: true });
-      p = watch(spawn(bin, ["-a", "127.0.0.1", "-p", port, "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }));
+      p = watch(
+        spawn(bin, ["-a", "127.0.0.1", "-p", port, "-js", "-sd", store], { stdio: ["ignore", "pipe", "pipe"] }),
+      );
       await waitFor(p, /Listening for client connections/, 20_000);
       Object.assign(handle, { child: p.child, log: p.log, exited: p.exited });
     },
@@ -82,11 +88,33 @@ export interface ReplicaHandle extends Proc {
 }
 
 /** Starts `deliberate serve --cluster` (the bundled model unless `args` says otherwise); resolves once it joined. */
-export async function startReplica(natsUrl: string, id: string, o: { args?: string[]; cpus?: string; env?: NodeJS.ProcessEnv } = {}): Promise<ReplicaHandle> {
+export async function startReplica(
+  natsUrl: string,
+  id: string,
+  o: { args?: string[]; cpus?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<ReplicaHandle> {
   // node itself with tsx as a loader (not the tsx CLI, which runs a second process): a signal reaches the server.
-  const cmd = ["--import", "tsx", "ts/cli/main.ts", "serve", "--port", "0", "--cluster", natsUrl, "--replica-id", id, ...(o.args ?? [])];
+  const cmd = [
+    "--import",
+    "tsx",
+    "ts/cli/main.ts",
+    "serve",
+    "--port",
+    "0",
+    "--cluster",
+    natsUrl,
+    "--replica-id",
+    id,
+    ...(o.args ?? []),
+  ];
   const pin = o.cpus !== undefined && spawnSync("taskset", ["--version"]).status === 0;
-  const child = pin ? spawn("taskset", ["-c", o.cpus!, process.execPath, ...cmd], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: o.env ?? process.env }) : spawn(process.execPath, cmd, { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: o.env ?? process.env });
+  const child = pin
+    ? spawn("taskset", ["-c", o.cpus!, process.execPath, ...cmd], {
+        cwd: root,
+        stdio: ["ignore", "pipe", "pipe"],
+        env: o.env ?? process.env,
+      })
+    : spawn(process.execPath, cmd, { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: o.env ?? process.env });
   const p = watch(child);
   const m = await waitFor(p, / on (http:\/\/[^ ]+) /);
   await waitFor(p, /joined the cluster/);

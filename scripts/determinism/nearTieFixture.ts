@@ -22,14 +22,18 @@ export interface NearTieOptions {
 export async function plantNearTies(dir: string, options: NearTieOptions = {}): Promise<{ pairs: number }> {
   const every = options.every ?? 2;
   const epsilon = options.epsilon ?? 2e-6;
-  if (!Number.isInteger(every) || every < 2) throw new Error(`plantNearTies: every must be an integer >= 2, got ${every}`);
+  if (!Number.isInteger(every) || every < 2)
+    throw new Error(`plantNearTies: every must be an integer >= 2, got ${every}`);
   const config = await readModelConfig(dir);
   const ckpt = await openSafetensors(dir);
   const name = config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const info = ckpt.tensors.get(name);
   try {
     if (!info) throw new Error(`plantNearTies: ${dir} has no ${name}`);
-    if (info.dtype !== "F32") throw new Error(`plantNearTies: ${name} is ${info.dtype}; near ties need an f32 fixture (make one with --dtype f32)`);
+    if (info.dtype !== "F32")
+      throw new Error(
+        `plantNearTies: ${name} is ${info.dtype}; near ties need an f32 fixture (make one with --dtype f32)`,
+      );
     const bytes = await ckpt.read(name);
     const w = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
     const [rows, cols] = info.shape;
@@ -57,7 +61,10 @@ export async function plantNearTies(dir: string, options: NearTieOptions = {}): 
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { every: { type: "string" }, epsilon: { type: "string" } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { every: { type: "string" }, epsilon: { type: "string" } },
+  });
   if (positionals.length !== 1) throw new Error("usage: nearTieFixture.ts DIR [--every N] [--epsilon E]");
   const r = await plantNearTies(positionals[0], {
     every: values.every === undefined ? undefined : Number(values.every),

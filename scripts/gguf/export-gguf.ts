@@ -50,7 +50,8 @@ export function llama3RopeFactors(config: ModelConfig): number[] {
     if (wavelen < highWavelen) factors.push(1);
     else if (wavelen > lowWavelen) factors.push(s.factor);
     else {
-      const smooth = (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+      const smooth =
+        (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
       factors.push(1 / ((1 - smooth) / s.factor + smooth));
     }
   }
@@ -78,7 +79,8 @@ async function tokenizerMetadata(dir: string, config: ModelConfig): Promise<Map<
     if (id < config.vocabSize) [tokens[id], types[id]] = [t, TOKEN_TYPE.NORMAL];
   }
   for (const a of tj.added_tokens) {
-    if (a.id < config.vocabSize) [tokens[a.id], types[a.id]] = [a.content, a.special ? TOKEN_TYPE.CONTROL : TOKEN_TYPE.USER_DEFINED];
+    if (a.id < config.vocabSize)
+      [tokens[a.id], types[a.id]] = [a.content, a.special ? TOKEN_TYPE.CONTROL : TOKEN_TYPE.USER_DEFINED];
   }
   const id = (raw: unknown): number | undefined => {
     const s = typeof raw === "string" ? raw : (raw as { content?: string } | null)?.content;
@@ -91,7 +93,10 @@ async function tokenizerMetadata(dir: string, config: ModelConfig): Promise<Map<
     ["tokenizer.ggml.pre", { type: "string", value: pre }],
     ["tokenizer.ggml.tokens", { type: "string[]", value: tokens }],
     ["tokenizer.ggml.token_type", { type: "i32[]", value: types }],
-    ["tokenizer.ggml.merges", { type: "string[]", value: tj.model.merges.map((x) => (Array.isArray(x) ? x.join(" ") : x)) }],
+    [
+      "tokenizer.ggml.merges",
+      { type: "string[]", value: tj.model.merges.map((x) => (Array.isArray(x) ? x.join(" ") : x)) },
+    ],
     ["tokenizer.ggml.add_bos_token", { type: "bool", value: addsBos }],
   ]);
   const bos = id(tc.bos_token) ?? config.bosTokenId ?? undefined;
@@ -127,7 +132,17 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
     meta.set(`${arch}.rope.freq_base`, { type: "f32", value: config.ropeTheta });
 
     const matType = (src: SafetensorsDType): GgmlType =>
-      dtype === "keep" ? (src === "F32" ? "F32" : src === "F16" ? "F16" : "BF16") : dtype === "f32" ? "F32" : dtype === "f16" ? "F16" : "BF16";
+      dtype === "keep"
+        ? src === "F32"
+          ? "F32"
+          : src === "F16"
+            ? "F16"
+            : "BF16"
+        : dtype === "f32"
+          ? "F32"
+          : dtype === "f16"
+            ? "F16"
+            : "BF16";
     const tensors: GgufTensor[] = [];
     const add = (ggufName: string, hfName: string, permuteHeads = 0) => {
       const info = ckpt.tensors.get(hfName)!;
@@ -157,7 +172,12 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
     if (!config.tieWordEmbeddings) add("output.weight", names.lmHead);
     if (config.ropeScaling) {
       const factors = new Float32Array(llama3RopeFactors(config));
-      tensors.push({ name: "rope_freqs.weight", shape: [factors.length], type: "F32", data: async () => new Uint8Array(factors.buffer) });
+      tensors.push({
+        name: "rope_freqs.weight",
+        shape: [factors.length],
+        type: "F32",
+        data: async () => new Uint8Array(factors.buffer),
+      });
     }
     const fileType = tensors.find((t) => t.name === "token_embd.weight")!.type;
     meta.set("general.file_type", { type: "u32", value: FILE_TYPE[fileType] });
@@ -168,10 +188,18 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
   }
 }
 
-async function convert(ckpt: SafetensorsCheckpoint, name: string, type: GgmlType, permuteHeads: number): Promise<Uint8Array> {
+async function convert(
+  ckpt: SafetensorsCheckpoint,
+  name: string,
+  type: GgmlType,
+  permuteHeads: number,
+): Promise<Uint8Array> {
   const info = ckpt.tensors.get(name)!;
   const raw = await ckpt.read(name);
-  const same = (type === "F32" && info.dtype === "F32") || (type === "F16" && info.dtype === "F16") || (type === "BF16" && info.dtype === "BF16");
+  const same =
+    (type === "F32" && info.dtype === "F32") ||
+    (type === "F16" && info.dtype === "F16") ||
+    (type === "BF16" && info.dtype === "BF16");
   if (same && permuteHeads === 0) return raw;
   let values = bytesToF32(raw, info.dtype);
   if (permuteHeads > 0) values = permuteForGgmlRope(values, info.shape[0], info.shape[1] ?? 1, permuteHeads);
@@ -179,10 +207,14 @@ async function convert(ckpt: SafetensorsCheckpoint, name: string, type: GgmlType
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { model: { type: "string" }, out: { type: "string" }, dtype: { type: "string" } } });
-  if (!values.model || !values.out) throw new Error("usage: export-gguf --model DIR --out FILE.gguf [--dtype f32|f16|bf16|keep]");
+  const { values } = parseArgs({
+    options: { model: { type: "string" }, out: { type: "string" }, dtype: { type: "string" } },
+  });
+  if (!values.model || !values.out)
+    throw new Error("usage: export-gguf --model DIR --out FILE.gguf [--dtype f32|f16|bf16|keep]");
   const dtype = (values.dtype ?? "f32") as GgufDType;
-  if (!["f32", "f16", "bf16", "keep"].includes(dtype)) throw new Error(`--dtype must be f32, f16, bf16 or keep, got ${dtype}`);
+  if (!["f32", "f16", "bf16", "keep"].includes(dtype))
+    throw new Error(`--dtype must be f32, f16, bf16 or keep, got ${dtype}`);
   await exportGguf(resolve(values.model), resolve(values.out), dtype);
   console.log(`wrote ${values.out}`);
 }

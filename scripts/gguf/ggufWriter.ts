@@ -9,7 +9,19 @@ export type GgmlType = keyof typeof GGML_TYPE;
 const GGML_TYPE_BYTES: Record<GgmlType, number> = { F32: 4, F16: 2, BF16: 2 };
 
 const enum Kv {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 }
 
 /** Metadata values; numbers need an explicit GGUF type because llama.cpp checks them. */
@@ -42,11 +54,31 @@ class Bytes {
     this.buf.copy(next, 0, 0, this.length);
     this.buf = next;
   }
-  u32(v: number) { this.ensure(4); this.buf.writeUInt32LE(v, this.length); this.length += 4; }
-  i32(v: number) { this.ensure(4); this.buf.writeInt32LE(v, this.length); this.length += 4; }
-  u64(v: number) { this.ensure(8); this.buf.writeBigUInt64LE(BigInt(v), this.length); this.length += 8; }
-  f32(v: number) { this.ensure(4); this.buf.writeFloatLE(v, this.length); this.length += 4; }
-  u8(v: number) { this.ensure(1); this.buf.writeUInt8(v, this.length); this.length += 1; }
+  u32(v: number) {
+    this.ensure(4);
+    this.buf.writeUInt32LE(v, this.length);
+    this.length += 4;
+  }
+  i32(v: number) {
+    this.ensure(4);
+    this.buf.writeInt32LE(v, this.length);
+    this.length += 4;
+  }
+  u64(v: number) {
+    this.ensure(8);
+    this.buf.writeBigUInt64LE(BigInt(v), this.length);
+    this.length += 8;
+  }
+  f32(v: number) {
+    this.ensure(4);
+    this.buf.writeFloatLE(v, this.length);
+    this.length += 4;
+  }
+  u8(v: number) {
+    this.ensure(1);
+    this.buf.writeUInt8(v, this.length);
+    this.length += 1;
+  }
   str(s: string) {
     const b = Buffer.from(s, "utf8");
     this.u64(b.length);
@@ -54,21 +86,58 @@ class Bytes {
     b.copy(this.buf, this.length);
     this.length += b.length;
   }
-  zeros(n: number) { this.ensure(n); this.buf.fill(0, this.length, this.length + n); this.length += n; }
-  bytes(): Buffer { return this.buf.subarray(0, this.length); }
+  zeros(n: number) {
+    this.ensure(n);
+    this.buf.fill(0, this.length, this.length + n);
+    this.length += n;
+  }
+  bytes(): Buffer {
+    return this.buf.subarray(0, this.length);
+  }
 }
 
 function writeValue(b: Bytes, v: GgufValue): void {
   switch (v.type) {
-    case "u32": b.u32(Kv.U32); b.u32(v.value); break;
-    case "i32": b.u32(Kv.I32); b.i32(v.value); break;
-    case "f32": b.u32(Kv.F32); b.f32(v.value); break;
-    case "bool": b.u32(Kv.BOOL); b.u8(v.value ? 1 : 0); break;
-    case "string": b.u32(Kv.STRING); b.str(v.value); break;
-    case "string[]": b.u32(Kv.ARRAY); b.u32(Kv.STRING); b.u64(v.value.length); v.value.forEach((s) => b.str(s)); break;
-    case "i32[]": b.u32(Kv.ARRAY); b.u32(Kv.I32); b.u64(v.value.length); v.value.forEach((x) => b.i32(x)); break;
-    case "f32[]": b.u32(Kv.ARRAY); b.u32(Kv.F32); b.u64(v.value.length); v.value.forEach((x) => b.f32(x)); break;
-    default: v satisfies never;
+    case "u32":
+      b.u32(Kv.U32);
+      b.u32(v.value);
+      break;
+    case "i32":
+      b.u32(Kv.I32);
+      b.i32(v.value);
+      break;
+    case "f32":
+      b.u32(Kv.F32);
+      b.f32(v.value);
+      break;
+    case "bool":
+      b.u32(Kv.BOOL);
+      b.u8(v.value ? 1 : 0);
+      break;
+    case "string":
+      b.u32(Kv.STRING);
+      b.str(v.value);
+      break;
+    case "string[]":
+      b.u32(Kv.ARRAY);
+      b.u32(Kv.STRING);
+      b.u64(v.value.length);
+      v.value.forEach((s) => b.str(s));
+      break;
+    case "i32[]":
+      b.u32(Kv.ARRAY);
+      b.u32(Kv.I32);
+      b.u64(v.value.length);
+      v.value.forEach((x) => b.i32(x));
+      break;
+    case "f32[]":
+      b.u32(Kv.ARRAY);
+      b.u32(Kv.F32);
+      b.u64(v.value.length);
+      v.value.forEach((x) => b.f32(x));
+      break;
+    default:
+      v satisfies never;
   }
 }
 

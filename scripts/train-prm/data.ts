@@ -18,7 +18,11 @@ export interface LabelledSolution {
 
 /** A sampled completion's steps: its lines, `<think>` markers and the end of turn dropped, empty lines skipped. */
 export function stepsOf(completion: string): string[] {
-  return completion.replace(/<\|eos\|>/g, "").split("\n").map(cleanStep).filter((l) => l !== "");
+  return completion
+    .replace(/<\|eos\|>/g, "")
+    .split("\n")
+    .map(cleanStep)
+    .filter((l) => l !== "");
 }
 
 export function labelSolution(question: string, completion: string): LabelledSolution {
@@ -46,18 +50,31 @@ function nearMiss(x: number, r: () => number): number {
  * solution puts the same step right and wrong side by side. null when no step has a result to corrupt.
  */
 export function corruptSolution(s: LabelledSolution, r: () => number): LabelledSolution | null {
-  const at = s.steps.map((step, i) => ({ step, i })).filter(({ step }) => /=\s*-?\d+\s*$/.test(step) || /\\boxed\{-?\d+\}/.test(step));
+  const at = s.steps
+    .map((step, i) => ({ step, i }))
+    .filter(({ step }) => /=\s*-?\d+\s*$/.test(step) || /\\boxed\{-?\d+\}/.test(step));
   if (at.length === 0) return null;
   const { step, i } = at[Math.floor(r() * at.length)];
   const swap = (_m: string, head: string, v: string, tail: string) => `${head}${nearMiss(Number(v), r)}${tail}`;
-  const wrong = /\\boxed\{/.test(step) ? step.replace(/(\\boxed\{)(-?\d+)(\})/, swap) : step.replace(/(=\s*)(-?\d+)(\s*)$/, swap);
+  const wrong = /\\boxed\{/.test(step)
+    ? step.replace(/(\\boxed\{)(-?\d+)(\})/, swap)
+    : step.replace(/(=\s*)(-?\d+)(\s*)$/, swap);
   const steps = [...s.steps.slice(0, i), wrong, ...s.steps.slice(i + 1)];
-  return { question: s.question, steps, labels: steps.map((x, j) => arithStepScore({ question: s.question, previous: steps.slice(0, j), step: x }) >= 0.5) };
+  return {
+    question: s.question,
+    steps,
+    labels: steps.map((x, j) => arithStepScore({ question: s.question, previous: steps.slice(0, j), step: x }) >= 0.5),
+  };
 }
 
 /** The PRM's text for a whole solution: every step followed by its tag (what scoring the last step sees). */
 export function solutionText(prm: PrmConfig, s: LabelledSolution): string {
-  return taggedSteps(prm.prefix, prm.stepTag)({ question: s.question, previous: s.steps.slice(0, -1), step: s.steps.at(-1) ?? "" }) + prm.stepTag;
+  return (
+    taggedSteps(
+      prm.prefix,
+      prm.stepTag,
+    )({ question: s.question, previous: s.steps.slice(0, -1), step: s.steps.at(-1) ?? "" }) + prm.stepTag
+  );
 }
 
 export interface WrittenSet {
@@ -70,7 +87,13 @@ export interface WrittenSet {
 }
 
 /** Writes `solutions` as TRD2: loss only at each step tag, towards the good or the bad token. */
-export function writePrmSet(tok: ChatTokenizer, prm: PrmConfig, solutions: readonly LabelledSolution[], maxPos: number, path: string): WrittenSet {
+export function writePrmSet(
+  tok: ChatTokenizer,
+  prm: PrmConfig,
+  solutions: readonly LabelledSolution[],
+  maxPos: number,
+  path: string,
+): WrittenSet {
   const tag = tok.tokenId(prm.stepTag);
   const good = tok.tokenId(prm.goodTokens[0]);
   const bad = tok.tokenId(prm.badTokens[0]);
@@ -78,13 +101,20 @@ export function writePrmSet(tok: ChatTokenizer, prm: PrmConfig, solutions: reado
   const header = Buffer.alloc(8);
   header.write("TRD2", 0, "ascii");
   chunks.push(header);
-  let steps = 0, goodSteps = 0, tokens = 0, maxLength = 0, sequences = 0;
+  let steps = 0,
+    goodSteps = 0,
+    tokens = 0,
+    maxLength = 0,
+    sequences = 0;
   for (const s of solutions) {
     if (s.steps.length === 0) continue;
     const ids = tok.encode(solutionText(prm, s));
     if (ids.length > maxPos) continue; // a runaway sample: nothing a search would keep
     const tagAt = ids.flatMap((id, i) => (id === tag ? [i] : []));
-    if (tagAt.length !== s.steps.length) throw new Error(`step tag ${JSON.stringify(prm.stepTag)} appears inside a step of "${s.question}"; pick a tag the steps never contain`);
+    if (tagAt.length !== s.steps.length)
+      throw new Error(
+        `step tag ${JSON.stringify(prm.stepTag)} appears inside a step of "${s.question}"; pick a tag the steps never contain`,
+      );
     const rec = Buffer.alloc(4 + 2 * ids.length + 2 + 4 * tagAt.length);
     rec.writeUInt16LE(ids.length, 0);
     rec.writeUInt16LE(ids.length, 2); // no contiguous loss

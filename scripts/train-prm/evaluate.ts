@@ -7,7 +7,16 @@
 import { writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { Engine, loadModel, ProgramRuntime, prmReward, readPrmConfig, scoreAhead, type Program, type ProgramContext } from "../../ts/index.js";
+import {
+  Engine,
+  loadModel,
+  ProgramRuntime,
+  prmReward,
+  readPrmConfig,
+  scoreAhead,
+  type Program,
+  type ProgramContext,
+} from "../../ts/index.js";
 import { auroc } from "../../ts/probe/stats.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { buildTrainer } from "../train-reasoner/buildTrainer.js";
@@ -42,19 +51,30 @@ async function main(): Promise<void> {
   if (config === null) throw new Error(`${prmDir} has no prm.json`);
   const tok = loadChatTokenizer(gen);
   const problems = arithTask.problems({ split: "test", n, seed });
-  const outs = await generateWithTrainer(buildTrainer("release"), gen, recipeOfConfig(gen), problems.map((p) => tok.encodeChat(p.messages as never, true)), {
-    samples,
-    temperature: Number(values.temperature),
-    seed,
-    maxNew: 448,
-    eos: tok.tokenId("<|eos|>"),
-  });
+  const outs = await generateWithTrainer(
+    buildTrainer("release"),
+    gen,
+    recipeOfConfig(gen),
+    problems.map((p) => tok.encodeChat(p.messages as never, true)),
+    {
+      samples,
+      temperature: Number(values.temperature),
+      seed,
+      maxNew: 448,
+      eos: tok.tokenId("<|eos|>"),
+    },
+  );
   const solutions: Array<Omit<Scored, "scores">> = [];
   problems.forEach((p, i) => {
     for (const ids of outs.slice(i * samples, (i + 1) * samples)) {
       const text = tok.decode(ids);
       const s = labelSolution(p.messages[0].content, text);
-      if (s.steps.length > 0) solutions.push({ ...s, level: p.level, correct: arithTask.equivalent(arithTask.extractAnswer(text), p.answer) });
+      if (s.steps.length > 0)
+        solutions.push({
+          ...s,
+          level: p.level,
+          correct: arithTask.equivalent(arithTask.extractAnswer(text), p.answer),
+        });
     }
   });
 
@@ -72,7 +92,11 @@ async function main(): Promise<void> {
       return this.knob.used > 0;
     },
     async execute(ctx: ProgramContext) {
-      const all = await Promise.all(solutions.map((s) => scoreAhead(reward, ctx, { question: s.question, previous: [], step: s.steps[0] }, s.steps.slice(1))));
+      const all = await Promise.all(
+        solutions.map((s) =>
+          scoreAhead(reward, ctx, { question: s.question, previous: [], step: s.steps[0] }, s.steps.slice(1)),
+        ),
+      );
       solutions.forEach((s, i) => scored.push({ ...s, scores: all[i] }));
       this.knob.used = 1;
     },
@@ -87,7 +111,10 @@ async function main(): Promise<void> {
   }
   const seconds = (Date.now() - t0) / 1000;
 
-  const rows: Record<string, { steps: number; bad: number; accuracy: number; balanced: number; auroc: number; solutionAuroc: number }> = {};
+  const rows: Record<
+    string,
+    { steps: number; bad: number; accuracy: number; balanced: number; auroc: number; solutionAuroc: number }
+  > = {};
   for (const key of ["1", "2", "3", "4", "5", "all"]) {
     const ss = scored.filter((s) => key === "all" || String(s.level) === key);
     const x = ss.flatMap((s) => s.scores);
@@ -101,14 +128,24 @@ async function main(): Promise<void> {
       accuracy: right / x.length,
       balanced: (tpr + tnr) / 2,
       auroc: auroc(x, y),
-      solutionAuroc: auroc(ss.map((s) => Math.min(...s.scores)), ss.map((s) => (s.correct ? 1 : 0))),
+      solutionAuroc: auroc(
+        ss.map((s) => Math.min(...s.scores)),
+        ss.map((s) => (s.correct ? 1 : 0)),
+      ),
     };
   }
   const pct = (v: number) => (Number.isNaN(v) ? "n/a" : (100 * v).toFixed(1));
-  console.log(`test split: ${n} problems x ${samples} samples, ${scored.length} solutions, ${rows.all.steps} steps scored in ${seconds.toFixed(1)} s`);
-  console.log("| level | steps | bad steps | step accuracy | balanced accuracy | step AUROC | solution AUROC (min step score vs answer right) |");
+  console.log(
+    `test split: ${n} problems x ${samples} samples, ${scored.length} solutions, ${rows.all.steps} steps scored in ${seconds.toFixed(1)} s`,
+  );
+  console.log(
+    "| level | steps | bad steps | step accuracy | balanced accuracy | step AUROC | solution AUROC (min step score vs answer right) |",
+  );
   console.log("|---|---|---|---|---|---|---|");
-  for (const [k, r] of Object.entries(rows)) console.log(`| ${k} | ${r.steps} | ${r.bad} | ${pct(r.accuracy)}% | ${pct(r.balanced)}% | ${r.auroc.toFixed(3)} | ${r.solutionAuroc.toFixed(3)} |`);
+  for (const [k, r] of Object.entries(rows))
+    console.log(
+      `| ${k} | ${r.steps} | ${r.bad} | ${pct(r.accuracy)}% | ${pct(r.balanced)}% | ${r.auroc.toFixed(3)} | ${r.solutionAuroc.toFixed(3)} |`,
+    );
   if (values.out) writeFileSync(values.out, JSON.stringify({ n, samples, seed, seconds, rows }, null, 2) + "\n");
 }
 

@@ -17,7 +17,13 @@ import { generateWithTrainer, modelFlags, recipeOfConfig, runTrainer } from "../
 import { Rng } from "../../ts/tasks/arith/rng.js";
 import { corruptSolution, labelSolution, writePrmSet, type LabelledSolution } from "./data.js";
 
-export const TINY_PRM: PrmConfig = { format: "tagged-steps", prefix: "<|bos|>", stepTag: "#", goodTokens: ["+"], badTokens: ["-"] };
+export const TINY_PRM: PrmConfig = {
+  format: "tagged-steps",
+  prefix: "<|bos|>",
+  stepTag: "#",
+  goodTokens: ["+"],
+  badTokens: ["-"],
+};
 
 export const prmRecipe = {
   seed: 1,
@@ -39,10 +45,24 @@ export const prmRecipe = {
 };
 
 /** Samples `samples` solutions per problem and labels their steps; identical solutions of a problem kept once. */
-export async function sampleSolutions(bin: string, dir: string, tok: ChatTokenizer, split: string, n: number, o: { samples: number; temperature: number; seed: number; threads: number; corrupt: boolean }): Promise<LabelledSolution[]> {
+export async function sampleSolutions(
+  bin: string,
+  dir: string,
+  tok: ChatTokenizer,
+  split: string,
+  n: number,
+  o: { samples: number; temperature: number; seed: number; threads: number; corrupt: boolean },
+): Promise<LabelledSolution[]> {
   const problems = arithTask.problems({ split, n, seed: o.seed });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
-  const outs = await generateWithTrainer(bin, dir, recipeOfConfig(dir), prompts, { samples: o.samples, temperature: o.temperature, seed: o.seed, maxNew: 448, eos: tok.tokenId("<|eos|>"), threads: o.threads });
+  const outs = await generateWithTrainer(bin, dir, recipeOfConfig(dir), prompts, {
+    samples: o.samples,
+    temperature: o.temperature,
+    seed: o.seed,
+    maxNew: 448,
+    eos: tok.tokenId("<|eos|>"),
+    threads: o.threads,
+  });
   const out: LabelledSolution[] = [];
   const rng = new Rng(o.seed).fork(`prm-corrupt/${split}`);
   problems.forEach((p, i) => {
@@ -95,30 +115,87 @@ async function main(): Promise<void> {
   const tok = loadChatTokenizer(gen);
   const m = recipeOfConfig(gen);
 
-  console.log(`sampling ${r.samples} solutions per problem (T=${r.temperature}) for ${r.trainProblems} train + ${r.validationProblems} validation problems ...`);
-  const s = { samples: r.samples, temperature: r.temperature, seed: r.seed, threads: r.threads, corrupt: r.corruptedCopies };
+  console.log(
+    `sampling ${r.samples} solutions per problem (T=${r.temperature}) for ${r.trainProblems} train + ${r.validationProblems} validation problems ...`,
+  );
+  const s = {
+    samples: r.samples,
+    temperature: r.temperature,
+    seed: r.seed,
+    threads: r.threads,
+    corrupt: r.corruptedCopies,
+  };
   const trainSolutions = await sampleSolutions(bin, gen, tok, "train", r.trainProblems, s);
   const valSolutions = await sampleSolutions(bin, gen, tok, "validation", r.validationProblems, s);
   const sampleSeconds = Math.round((Date.now() - started) / 1000);
   const train = writePrmSet(tok, TINY_PRM, trainSolutions, m.maxPos, join(work, "train.bin"));
   const val = writePrmSet(tok, TINY_PRM, valSolutions, m.maxPos, join(work, "val.bin"));
-  const share = (w: typeof train) => `${w.sequences} solutions, ${w.steps} steps (${((100 * (w.steps - w.goodSteps)) / w.steps).toFixed(1)}% bad), ${w.tokens} tokens (max ${w.maxLength})`;
+  const share = (w: typeof train) =>
+    `${w.sequences} solutions, ${w.steps} steps (${((100 * (w.steps - w.goodSteps)) / w.steps).toFixed(1)}% bad), ${w.tokens} tokens (max ${w.maxLength})`;
   console.log(`train: ${share(train)}; validation: ${share(val)}; sampled in ${sampleSeconds} s`);
 
   await runTrainer(bin, [
-    "train", "--data", train.path, "--val", val.path, "--out", join(out, "model.safetensors"), "--init", join(gen, "model.safetensors"),
-    "--log", join(out, "training-curve.csv"), ...modelFlags(m),
-    "--steps", String(r.steps), "--batch", String(r.batch), "--lr", String(r.lr), "--warmup", String(r.warmup),
-    "--min-lr-frac", String(r.minLrFrac), "--wd", String(r.weightDecay), "--beta2", String(r.beta2),
-    "--clip", String(r.clip), "--seed", String(r.seed), "--threads", String(r.threads), "--val-seqs", String(Math.min(400, val.sequences)),
-    "--eval-every", String(Math.max(1, Math.round(r.steps / 20))), "--log-every", String(Math.max(1, Math.round(r.steps / 100))),
+    "train",
+    "--data",
+    train.path,
+    "--val",
+    val.path,
+    "--out",
+    join(out, "model.safetensors"),
+    "--init",
+    join(gen, "model.safetensors"),
+    "--log",
+    join(out, "training-curve.csv"),
+    ...modelFlags(m),
+    "--steps",
+    String(r.steps),
+    "--batch",
+    String(r.batch),
+    "--lr",
+    String(r.lr),
+    "--warmup",
+    String(r.warmup),
+    "--min-lr-frac",
+    String(r.minLrFrac),
+    "--wd",
+    String(r.weightDecay),
+    "--beta2",
+    String(r.beta2),
+    "--clip",
+    String(r.clip),
+    "--seed",
+    String(r.seed),
+    "--threads",
+    String(r.threads),
+    "--val-seqs",
+    String(Math.min(400, val.sequences)),
+    "--eval-every",
+    String(Math.max(1, Math.round(r.steps / 20))),
+    "--log-every",
+    String(Math.max(1, Math.round(r.steps / 100))),
   ]);
-  for (const f of ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]) copyFileSync(join(gen, f), join(out, f));
+  for (const f of ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"])
+    copyFileSync(join(gen, f), join(out, f));
   writeFileSync(join(out, PRM_FILE), JSON.stringify(TINY_PRM, null, 2) + "\n");
-  writeFileSync(join(out, "training-curve.svg"), curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-prm: cross-entropy on the step tags"));
+  writeFileSync(
+    join(out, "training-curve.svg"),
+    curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-prm: cross-entropy on the step tags"),
+  );
   const wallSeconds = Math.round((Date.now() - started) / 1000);
-  const data = { train: { solutions: train.sequences, steps: train.steps, badSteps: train.steps - train.goodSteps, tokens: train.tokens }, validation: { solutions: val.sequences, steps: val.steps, badSteps: val.steps - val.goodSteps, tokens: val.tokens } };
-  writeFileSync(join(out, "recipe.json"), JSON.stringify({ generator: "tiny-reasoner", prm: TINY_PRM, train: r, data, sampleSeconds, wallSeconds }, null, 2) + "\n");
+  const data = {
+    train: {
+      solutions: train.sequences,
+      steps: train.steps,
+      badSteps: train.steps - train.goodSteps,
+      tokens: train.tokens,
+    },
+    validation: { solutions: val.sequences, steps: val.steps, badSteps: val.steps - val.goodSteps, tokens: val.tokens },
+  };
+  writeFileSync(
+    join(out, "recipe.json"),
+    JSON.stringify({ generator: "tiny-reasoner", prm: TINY_PRM, train: r, data, sampleSeconds, wallSeconds }, null, 2) +
+      "\n",
+  );
   console.log(`done in ${wallSeconds} s: ${out}`);
 }
 

@@ -27,26 +27,43 @@ const flags: Record<TrainerVariant, string[]> = {
 };
 
 function plan(variant: TrainerVariant): { bin: string; unity: string; args: string[]; sources: string[] } {
-  const sources = readdirSync(cppDir).filter((f) => f.endsWith(".cc") || f.endsWith(".h")).sort();
+  const sources = readdirSync(cppDir)
+    .filter((f) => f.endsWith(".cc") || f.endsWith(".h"))
+    .sort();
   const args = ["-std=c++17", "-fopenmp", "-Wall", ...flags[variant]];
   const hash = createHash("sha256").update(args.join(" "));
   for (const f of sources) hash.update(f).update(readFileSync(join(cppDir, f)));
   const digest = hash.digest("hex").slice(0, 16);
   mkdirSync(buildDir, { recursive: true });
-  return { bin: join(buildDir, `trainer-${variant}-${digest}`), unity: join(buildDir, `unity-${variant}.cc`), args, sources };
+  return {
+    bin: join(buildDir, `trainer-${variant}-${digest}`),
+    unity: join(buildDir, `unity-${variant}.cc`),
+    args,
+    sources,
+  };
 }
 
 function compileError(variant: TrainerVariant, e: unknown): Error {
-  return new Error(`compiling the trainer (${variant}) failed: ${(e as Error).message}; it needs g++ >= 9 with OpenMP (set CXX to use another compiler)`);
+  return new Error(
+    `compiling the trainer (${variant}) failed: ${(e as Error).message}; it needs g++ >= 9 with OpenMP (set CXX to use another compiler)`,
+  );
 }
 
 /** Path of the compiled binary for `variant`, compiling it first if the sources changed. */
 export function buildTrainer(variant: TrainerVariant): string {
   const { bin, unity, args, sources } = plan(variant);
   if (existsSync(bin)) return bin;
-  writeFileSync(unity, sources.filter((f) => f.endsWith(".cc")).map((f) => `#include "${join(cppDir, f)}"\n`).join(""));
+  writeFileSync(
+    unity,
+    sources
+      .filter((f) => f.endsWith(".cc"))
+      .map((f) => `#include "${join(cppDir, f)}"\n`)
+      .join(""),
+  );
   try {
-    execFileSync(process.env.CXX ?? "g++", [...args, unity, "-o", `${bin}.${process.pid}.tmp`], { stdio: ["ignore", "inherit", "inherit"] });
+    execFileSync(process.env.CXX ?? "g++", [...args, unity, "-o", `${bin}.${process.pid}.tmp`], {
+      stdio: ["ignore", "inherit", "inherit"],
+    });
   } catch (e) {
     throw compileError(variant, e);
   }
@@ -58,7 +75,13 @@ export function buildTrainer(variant: TrainerVariant): string {
 export async function buildTrainerAsync(variant: TrainerVariant): Promise<string> {
   const { bin, unity, args, sources } = plan(variant);
   if (existsSync(bin)) return bin;
-  writeFileSync(unity, sources.filter((f) => f.endsWith(".cc")).map((f) => `#include "${join(cppDir, f)}"\n`).join(""));
+  writeFileSync(
+    unity,
+    sources
+      .filter((f) => f.endsWith(".cc"))
+      .map((f) => `#include "${join(cppDir, f)}"\n`)
+      .join(""),
+  );
   try {
     await promisify(execFile)(process.env.CXX ?? "g++", [...args, unity, "-o", `${bin}.${process.pid}.tmp`]);
   } catch (e) {

@@ -50,7 +50,8 @@ async function main(): Promise<void> {
   const endThink = tok.tokenId("</think>");
   const problems = arithTask.problems({ split: "test", n, seed: 0 });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
-  const gen = (ps: number[][], k: number, t: number, maxNew = 448) => generateWithTrainer(bin, dir, m, ps, { samples: k, temperature: t, topP, seed, maxNew, eos });
+  const gen = (ps: number[][], k: number, t: number, maxNew = 448) =>
+    generateWithTrainer(bin, dir, m, ps, { samples: k, temperature: t, topP, seed, maxNew, eos });
   const answerOf = (ids: number[]) => arithTask.extractAnswer(tok.decode(ids));
   const boxed = (ids: number[]) => tok.decode(ids).includes("\\boxed{");
 
@@ -65,18 +66,19 @@ async function main(): Promise<void> {
   const rows: Record<string, Row> = {};
   const add = (key: string, g: boolean, sc: boolean, mean: number, tokens: number) => {
     const r = (rows[key] ??= { n: 0, greedy: 0, sc: 0, sampleMean: 0, tokens: 0 });
-    r.n++, (r.greedy += +g), (r.sc += +sc), (r.sampleMean += mean), (r.tokens += tokens);
+    (r.n++, (r.greedy += +g), (r.sc += +sc), (r.sampleMean += mean), (r.tokens += tokens));
   };
   let extractable = 0;
   let boxedCount = 0;
   const all = [...greedy, ...sampled];
-  for (const ids of all) (extractable += +(answerOf(ids) !== null)), (boxedCount += +boxed(ids));
+  for (const ids of all) ((extractable += +(answerOf(ids) !== null)), (boxedCount += +boxed(ids)));
   problems.forEach((p, i) => {
     const g = arithTask.equivalent(answerOf(greedy[i]), p.answer);
     const answers = sampled.slice(i * samples, (i + 1) * samples).map(answerOf);
     const vote = majorityVote(answers, (a, b) => arithTask.equivalent(a, b));
     const mean = answers.filter((a) => arithTask.equivalent(a, p.answer)).length / samples;
-    for (const key of [String(p.level), "all"]) add(key, g, arithTask.equivalent(vote.answer, p.answer), mean, greedy[i].length);
+    for (const key of [String(p.level), "all"])
+      add(key, g, arithTask.equivalent(vote.answer, p.answer), mean, greedy[i].length);
   });
 
   // CoT probing on the greedy thoughts.
@@ -87,13 +89,17 @@ async function main(): Promise<void> {
     const start = g.indexOf(think) + 1;
     const end = g.indexOf(endThink) >= 0 ? g.indexOf(endThink) : g.length;
     const thought = start > 0 ? g.slice(start, end) : [];
-    for (const f of PROBE_FRACTIONS) probePrompts.push([...prompts[i], think, ...thought.slice(0, Math.round(f * thought.length)), ...suffix]);
+    for (const f of PROBE_FRACTIONS)
+      probePrompts.push([...prompts[i], think, ...thought.slice(0, Math.round(f * thought.length)), ...suffix]);
   });
   const probes = await gen(probePrompts, 1, 0, 20);
   const probeAcc: Record<string, Record<string, number>> = {};
   problems.forEach((p, i) => {
     PROBE_FRACTIONS.forEach((f, j) => {
-      const ok = arithTask.equivalent(arithTask.extractAnswer("\\boxed{" + tok.decode(probes[i * PROBE_FRACTIONS.length + j])), p.answer);
+      const ok = arithTask.equivalent(
+        arithTask.extractAnswer("\\boxed{" + tok.decode(probes[i * PROBE_FRACTIONS.length + j])),
+        p.answer,
+      );
       for (const key of [String(p.level), "all"]) {
         const r = (probeAcc[key] ??= {});
         r[String(f)] = (r[String(f)] ?? 0) + +ok;
@@ -102,17 +108,37 @@ async function main(): Promise<void> {
   });
 
   const pct = (x: number) => (100 * x).toFixed(1);
-  console.log(`test split, ${n} problems; greedy ${greedySeconds.toFixed(0)} s, ${samples} samples at T=${temperature} ${scSeconds.toFixed(0)} s`);
-  console.log(`| level | n | greedy | SC@${samples} | mean sample | tokens/problem (greedy) | probe@${PROBE_FRACTIONS.map((f) => `${f * 100}%`).join(" / ")} |`);
+  console.log(
+    `test split, ${n} problems; greedy ${greedySeconds.toFixed(0)} s, ${samples} samples at T=${temperature} ${scSeconds.toFixed(0)} s`,
+  );
+  console.log(
+    `| level | n | greedy | SC@${samples} | mean sample | tokens/problem (greedy) | probe@${PROBE_FRACTIONS.map((f) => `${f * 100}%`).join(" / ")} |`,
+  );
   console.log(`|---|---|---|---|---|---|---|`);
   for (const key of [...levels.map(String), "all"]) {
     const r = rows[key];
     const probe = PROBE_FRACTIONS.map((f) => pct(probeAcc[key][String(f)] / r.n)).join(" / ");
-    console.log(`| ${key} | ${r.n} | ${pct(r.greedy / r.n)}% | ${pct(r.sc / r.n)}% | ${pct(r.sampleMean / r.n)}% | ${(r.tokens / r.n).toFixed(1)} | ${probe} |`);
+    console.log(
+      `| ${key} | ${r.n} | ${pct(r.greedy / r.n)}% | ${pct(r.sc / r.n)}% | ${pct(r.sampleMean / r.n)}% | ${(r.tokens / r.n).toFixed(1)} | ${probe} |`,
+    );
   }
-  console.log(`answer extractable: ${pct(extractable / all.length)}% of ${all.length} completions (boxed: ${pct(boxedCount / all.length)}%)`);
+  console.log(
+    `answer extractable: ${pct(extractable / all.length)}% of ${all.length} completions (boxed: ${pct(boxedCount / all.length)}%)`,
+  );
   if (values.out) {
-    const result = { n, samples, temperature, seed, rows, probeFractions: PROBE_FRACTIONS, probeAcc, extractable: extractable / all.length, boxed: boxedCount / all.length, greedySeconds, scSeconds };
+    const result = {
+      n,
+      samples,
+      temperature,
+      seed,
+      rows,
+      probeFractions: PROBE_FRACTIONS,
+      probeAcc,
+      extractable: extractable / all.length,
+      boxed: boxedCount / all.length,
+      greedySeconds,
+      scSeconds,
+    };
     writeFileSync(values.out, JSON.stringify(result, null, 2) + "\n");
   }
 }

@@ -3,7 +3,16 @@
 import type { ModelRecipe } from "./recipe.js";
 
 /** Special tokens first (ids 0..), then `\boxed{` as one ordinary added token (the answer marker). */
-export const specialTokens = ["<|pad|>", "<|bos|>", "<|eos|>", "<|unk|>", "<|user|>", "<|assistant|>", "<think>", "</think>"] as const;
+export const specialTokens = [
+  "<|pad|>",
+  "<|bos|>",
+  "<|eos|>",
+  "<|unk|>",
+  "<|user|>",
+  "<|assistant|>",
+  "<think>",
+  "</think>",
+] as const;
 export const boxedToken = "\\boxed{";
 
 /** Printable ASCII and newline: every character a question or an answer can contain. */
@@ -68,7 +77,14 @@ export function tokenizerJson(): object {
 export function tokenizerConfigJson(maxLength: number): object {
   const addedTokensDecoder: Record<string, object> = {};
   [...specialTokens, boxedToken].forEach((content, id) => {
-    addedTokensDecoder[String(id)] = { content, lstrip: false, normalized: false, rstrip: false, single_word: false, special: content !== boxedToken };
+    addedTokensDecoder[String(id)] = {
+      content,
+      lstrip: false,
+      normalized: false,
+      rstrip: false,
+      single_word: false,
+      special: content !== boxedToken,
+    };
   });
   return {
     tokenizer_class: "PreTrainedTokenizerFast",

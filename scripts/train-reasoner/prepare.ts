@@ -1,7 +1,14 @@
 // Tokenised training and validation sets for the trainer (TRD1 format, see cpp/data.h), built from the task
 // generator's train and validation splits through the model's own chat template and tokenizer.
 import { writeFileSync } from "node:fs";
-import { problemSet, renderCompletion, renderThought, thoughtLines, type ArithProblem, type Split } from "../../ts/tasks/arith/index.js";
+import {
+  problemSet,
+  renderCompletion,
+  renderThought,
+  thoughtLines,
+  type ArithProblem,
+  type Split,
+} from "../../ts/tasks/arith/index.js";
 import { Rng } from "../../ts/tasks/arith/rng.js";
 import type { ChatTokenizer } from "./chatTokenizer.js";
 
@@ -29,7 +36,16 @@ export function probeCompletion(p: ArithProblem, lines: { steps: string[]; check
  * share of the problems also gives a probe example (loss on the answer after `\boxed{` only). With
  * `stepsOnlyShare` > 0, that share of the problems is cut after its steps (no check lines, no answer, no eos): the
  * steps get more of the training tokens than the re-checks, which are easy once the steps are known. */
-export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: number, maxPos: number, path: string, probeShare = 0, stepsOnlyShare = 0): PreparedSet {
+export function prepareSet(
+  tok: ChatTokenizer,
+  split: Split,
+  n: number,
+  seed: number,
+  maxPos: number,
+  path: string,
+  probeShare = 0,
+  stepsOnlyShare = 0,
+): PreparedSet {
   const assistant = tok.tokenId("<|assistant|>");
   const boxed = tok.tokenId("\\boxed{");
   const problems = problemSet({ split, n, seed });
@@ -46,9 +62,16 @@ export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: nu
   let maxLength = 0;
   let probes = 0;
   const add = (p: ArithProblem, content: string, lossFrom: (ids: number[]) => number, open = false): void => {
-    const ids = tok.encodeChat([{ role: "user", content: p.question }, { role: "assistant", content }], false);
+    const ids = tok.encodeChat(
+      [
+        { role: "user", content: p.question },
+        { role: "assistant", content },
+      ],
+      false,
+    );
     if (open && ids.at(-1) === eos) ids.pop(); // an unfinished turn: nothing is learned about how it ends
-    if (ids.length > maxPos) throw new Error(`problem ${p.expression} encodes to ${ids.length} tokens > maxPos ${maxPos}`);
+    if (ids.length > maxPos)
+      throw new Error(`problem ${p.expression} encodes to ${ids.length} tokens > maxPos ${maxPos}`);
     const rec = Buffer.alloc(4 + 2 * ids.length);
     rec.writeUInt16LE(ids.length, 0);
     rec.writeUInt16LE(lossFrom(ids), 2);
@@ -60,7 +83,8 @@ export function prepareSet(tok: ChatTokenizer, split: Split, n: number, seed: nu
   for (const p of problems) {
     const lines = thoughtLines(p, order);
     // Loss on the assistant turn: <think> ... <|eos|> (or <think> and the steps only).
-    if (stepsOnlyShare > 0 && cutRng.next() < stepsOnlyShare) add(p, renderThought({ steps: lines.steps, checks: [] }), (ids) => ids.indexOf(assistant) + 1, true);
+    if (stepsOnlyShare > 0 && cutRng.next() < stepsOnlyShare)
+      add(p, renderThought({ steps: lines.steps, checks: [] }), (ids) => ids.indexOf(assistant) + 1, true);
     else add(p, renderCompletion(lines, p.answer), (ids) => ids.indexOf(assistant) + 1);
     if (probeShare > 0 && probeRng.next() < probeShare) {
       add(p, probeCompletion(p, lines, probeRng), (ids) => ids.lastIndexOf(boxed) + 1);

@@ -31,7 +31,12 @@ async function main(): Promise<void> {
     },
   });
   const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
-  const m: ModelRecipe = { ...modelRecipe, hidden: num(values.hidden, modelRecipe.hidden), layers: num(values.layers, modelRecipe.layers), ffn: num(values.ffn, modelRecipe.ffn) };
+  const m: ModelRecipe = {
+    ...modelRecipe,
+    hidden: num(values.hidden, modelRecipe.hidden),
+    layers: num(values.layers, modelRecipe.layers),
+    ffn: num(values.ffn, modelRecipe.ffn),
+  };
   const t: TrainRecipe = {
     ...trainRecipe,
     steps: num(values.steps, trainRecipe.steps),
@@ -52,20 +57,67 @@ async function main(): Promise<void> {
   writeModelFiles(out, m);
   const tok = loadChatTokenizer(out);
   console.log(`tokenising ${t.trainProblems} train + ${t.validationProblems} validation problems ...`);
-  const train = prepareSet(tok, "train", t.trainProblems, t.seed, m.maxPos, join(work, "train.bin"), t.probeShare, t.stepsOnlyShare);
+  const train = prepareSet(
+    tok,
+    "train",
+    t.trainProblems,
+    t.seed,
+    m.maxPos,
+    join(work, "train.bin"),
+    t.probeShare,
+    t.stepsOnlyShare,
+  );
   const val = prepareSet(tok, "validation", t.validationProblems, t.seed, m.maxPos, join(work, "val.bin"));
-  console.log(`train: ${train.sequences} sequences (${train.probes} probe examples), ${train.tokens} tokens (max ${train.maxLength}); validation: ${val.sequences}`);
+  console.log(
+    `train: ${train.sequences} sequences (${train.probes} probe examples), ${train.tokens} tokens (max ${train.maxLength}); validation: ${val.sequences}`,
+  );
 
   await runTrainer(bin, [
-    "train", "--data", train.path, "--val", val.path, "--out", join(out, "model.safetensors"),
-    "--log", join(out, "training-curve.csv"), ...modelFlags(m),
-    "--steps", String(t.steps), "--batch", String(t.batch), "--lr", String(t.lr), "--warmup", String(t.warmup),
-    "--min-lr-frac", String(t.minLrFrac), "--wd", String(t.weightDecay), "--beta2", String(t.beta2),
-    "--clip", String(t.clip), "--seed", String(t.seed), "--threads", String(t.threads),
-    "--eval-every", String(Math.max(1, Math.round(t.steps / 20))), "--save-every", String(Math.max(1, Math.round(t.steps / 10))), "--log-every", String(Math.max(1, Math.round(t.steps / 160))),
+    "train",
+    "--data",
+    train.path,
+    "--val",
+    val.path,
+    "--out",
+    join(out, "model.safetensors"),
+    "--log",
+    join(out, "training-curve.csv"),
+    ...modelFlags(m),
+    "--steps",
+    String(t.steps),
+    "--batch",
+    String(t.batch),
+    "--lr",
+    String(t.lr),
+    "--warmup",
+    String(t.warmup),
+    "--min-lr-frac",
+    String(t.minLrFrac),
+    "--wd",
+    String(t.weightDecay),
+    "--beta2",
+    String(t.beta2),
+    "--clip",
+    String(t.clip),
+    "--seed",
+    String(t.seed),
+    "--threads",
+    String(t.threads),
+    "--eval-every",
+    String(Math.max(1, Math.round(t.steps / 20))),
+    "--save-every",
+    String(Math.max(1, Math.round(t.steps / 10))),
+    "--log-every",
+    String(Math.max(1, Math.round(t.steps / 160))),
   ]);
   const wallSeconds = Math.round((Date.now() - started) / 1000);
-  writeFileSync(join(out, "training-curve.svg"), curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-reasoner: cross-entropy on the assistant turn"));
+  writeFileSync(
+    join(out, "training-curve.svg"),
+    curveSvg(
+      readFileSync(join(out, "training-curve.csv"), "utf8"),
+      "tiny-reasoner: cross-entropy on the assistant turn",
+    ),
+  );
   writeFileSync(join(out, "recipe.json"), JSON.stringify({ model: m, train: t, wallSeconds }, null, 2) + "\n");
   console.log(`done in ${wallSeconds} s: ${out}`);
 }

@@ -2,7 +2,15 @@
 // and the open-loop load (seeded Poisson arrivals, programs started at their arrival times).
 import { describe, expect, it } from "vitest";
 import { percentile } from "../../ts/probe/stats.js";
-import { formatRange, formatSpread, median, parseRepeats, percentileNearestRank, poissonArrivalsMs, runOpenLoop } from "../../scripts/bench/stats.js";
+import {
+  formatRange,
+  formatSpread,
+  median,
+  parseRepeats,
+  percentileNearestRank,
+  poissonArrivalsMs,
+  runOpenLoop,
+} from "../../scripts/bench/stats.js";
 
 describe("repeats", () => {
   it("takes the median of an even count as the mean of the middle two", () => {

@@ -25,8 +25,18 @@ describe("sustainedRate", () => {
   });
 
   it("is 0 when the lowest rate already misses, and a lower bound when none does", () => {
-    expect(sustainedRate([{ rate: 1, attainment: 0.5 }, { rate: 2, attainment: 0.4 }])).toEqual({ swept: 0, interpolated: 0, bounded: true });
-    expect(sustainedRate([{ rate: 1, attainment: 1 }, { rate: 2, attainment: 0.9 }])).toEqual({ swept: 2, interpolated: 2, bounded: false });
+    expect(
+      sustainedRate([
+        { rate: 1, attainment: 0.5 },
+        { rate: 2, attainment: 0.4 },
+      ]),
+    ).toEqual({ swept: 0, interpolated: 0, bounded: true });
+    expect(
+      sustainedRate([
+        { rate: 1, attainment: 1 },
+        { rate: 2, attainment: 0.9 },
+      ]),
+    ).toEqual({ swept: 2, interpolated: 2, bounded: false });
     expect(sustainedRate([])).toEqual({ swept: 0, interpolated: 0, bounded: false });
   });
 });

@@ -17,8 +17,19 @@ import {
 } from "../../ts/certaindex/calibrationFile.js";
 import { fixtureDir } from "../model/fixtureCache.js";
 
-const outcome = { n: 10, accuracy: 0.8, meanTokens: 50, baselineAccuracy: 0.8, baselineMeanTokens: 100, tokenSavings: 0.5 };
-const entry = (policy: ProgramCalibration["policy"], settings: Record<string, number>): ProgramCalibration => ({ policy, settings, validation: outcome });
+const outcome = {
+  n: 10,
+  accuracy: 0.8,
+  meanTokens: 50,
+  baselineAccuracy: 0.8,
+  baselineMeanTokens: 100,
+  tokenSavings: 0.5,
+};
+const entry = (policy: ProgramCalibration["policy"], settings: Record<string, number>): ProgramCalibration => ({
+  policy,
+  settings,
+  validation: outcome,
+});
 
 function sampleCalibration(sha256: string): CalibrationFile {
   return {
@@ -53,14 +64,22 @@ describe("calibration file", () => {
   it("rejects malformed files with the file and field named", () => {
     const good = sampleCalibration("abc");
     expect(() => parseCalibration("{", "f.json")).toThrow(/f\.json: not JSON/);
-    expect(() => parseCalibration(JSON.stringify({ ...good, format: "x" }), "f.json")).toThrow(/f\.json: not a certaindex calibration/);
-    expect(() => parseCalibration(JSON.stringify({ ...good, version: 2 }), "f.json")).toThrow(/version 2 is not supported/);
+    expect(() => parseCalibration(JSON.stringify({ ...good, format: "x" }), "f.json")).toThrow(
+      /f\.json: not a certaindex calibration/,
+    );
+    expect(() => parseCalibration(JSON.stringify({ ...good, version: 2 }), "f.json")).toThrow(
+      /version 2 is not supported/,
+    );
     const badPolicy = { ...good, programs: { sc: entry({ kind: "threshold", threshold: 1.5, detectAt: 1 }, {}) } };
-    expect(() => parseCalibration(JSON.stringify(badPolicy), "f.json")).toThrow(/programs\.sc\.policy: policy threshold: threshold must be in \[0, 1\], got 1\.5/);
+    expect(() => parseCalibration(JSON.stringify(badPolicy), "f.json")).toThrow(
+      /programs\.sc\.policy: policy threshold: threshold must be in \[0, 1\], got 1\.5/,
+    );
     const badKind = { ...good, programs: { beam: good.programs.sc } };
     expect(() => parseCalibration(JSON.stringify(badKind), "f.json")).toThrow(/programs\.beam is not a program/);
     const badSetting = { ...good, programs: { sc: { ...good.programs.sc, settings: { maxBranches: "16" } } } };
-    expect(() => parseCalibration(JSON.stringify(badSetting), "f.json")).toThrow(/settings\.maxBranches must be a number/);
+    expect(() => parseCalibration(JSON.stringify(badSetting), "f.json")).toThrow(
+      /settings\.maxBranches must be a number/,
+    );
   });
 
   it("prefers the model's own certaindex.json, knows the bundled default, and flags other weights as stale", async () => {

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { calibrate, countRegressions, evaluatePolicy, replay, staircaseCurve, type ProgramTrace } from "../../ts/certaindex/calibrate.js";
+import {
+  calibrate,
+  countRegressions,
+  evaluatePolicy,
+  replay,
+  staircaseCurve,
+  type ProgramTrace,
+} from "../../ts/certaindex/calibrate.js";
 import { curveLimit, decide, validatePolicy } from "../../ts/certaindex/policies.js";
 
 describe("policies", () => {
@@ -11,21 +18,31 @@ describe("policies", () => {
   });
   it("every policy respects the cap; baseline-even runs to it", () => {
     const capped = { ...snap, used: 8 };
-    for (const p of [{ kind: "baseline-even" }, { kind: "threshold", threshold: 1, detectAt: 1 }] as const) expect(decide(p, capped)).toEqual({ grant: false, reason: "cap" });
+    for (const p of [{ kind: "baseline-even" }, { kind: "threshold", threshold: 1, detectAt: 1 }] as const)
+      expect(decide(p, capped)).toEqual({ grant: false, reason: "cap" });
     expect(decide({ kind: "baseline-even" }, { ...snap, certaindex: 1 }).grant).toBe(true);
   });
   it("curve interpolates certaindex → max knob", () => {
-    const points = [[0, 8], [1, 2]] as const;
+    const points = [
+      [0, 8],
+      [1, 2],
+    ] as const;
     expect(curveLimit(points, 0.5)).toBe(5);
     expect(decide({ kind: "curve", points }, { ...snap, certaindex: 1, used: 2 }).grant).toBe(false);
     expect(decide({ kind: "curve", points }, { ...snap, certaindex: 0, used: 7 }).grant).toBe(true);
   });
   it("baseline-length uses the token-count signal", () => {
-    expect(decide({ kind: "baseline-length", threshold: 0.5, detectAt: 1 }, { ...snap, lengthSignal: 0.7 }).grant).toBe(false);
-    expect(decide({ kind: "baseline-length", threshold: 0.5, detectAt: 1 }, { ...snap, lengthSignal: 0.2 }).grant).toBe(true);
+    expect(decide({ kind: "baseline-length", threshold: 0.5, detectAt: 1 }, { ...snap, lengthSignal: 0.7 }).grant).toBe(
+      false,
+    );
+    expect(decide({ kind: "baseline-length", threshold: 0.5, detectAt: 1 }, { ...snap, lengthSignal: 0.2 }).grant).toBe(
+      true,
+    );
   });
   it("rejects bad parameters with the field named", () => {
-    expect(() => validatePolicy({ kind: "threshold", threshold: 2, detectAt: 1 })).toThrow(/threshold must be in \[0, 1\]/);
+    expect(() => validatePolicy({ kind: "threshold", threshold: 2, detectAt: 1 })).toThrow(
+      /threshold must be in \[0, 1\]/,
+    );
     expect(() => validatePolicy({ kind: "threshold", threshold: 0.5, detectAt: 0 })).toThrow(/detectAt/);
   });
 });
@@ -33,7 +50,13 @@ describe("policies", () => {
 describe("calibration", () => {
   // Easy programs converge on the right answer early; hard ones keep changing their mind and get it right late.
   const easy: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: 1, answer: "A", tokensUsed: 100 * k })) };
-  const hard: ProgramTrace = { steps: [0.1, 0.3, 0.5, 0.6].map((c, k) => ({ certaindex: c, answer: k === 3 ? "B" : "X", tokensUsed: 100 * (k + 1) })) };
+  const hard: ProgramTrace = {
+    steps: [0.1, 0.3, 0.5, 0.6].map((c, k) => ({
+      certaindex: c,
+      answer: k === 3 ? "B" : "X",
+      tokensUsed: 100 * (k + 1),
+    })),
+  };
   const traces = [easy, easy, hard];
   const labels = ["A", "A", "B"];
 
@@ -53,8 +76,12 @@ describe("calibration", () => {
   it("with maxRegressions, an early lucky answer cannot pay for a question the cap answered right", () => {
     // lucky: certain and right at step 1, the cap drifts to a wrong answer; unlucky: certain and wrong at step 1,
     // the cap gets it right. Stopping at step 1 keeps accuracy (1 of 2) but loses the unlucky question.
-    const lucky: ProgramTrace = { steps: [1, 2, 3].map((k) => ({ certaindex: 1, answer: k === 3 ? "Y" : "C", tokensUsed: 10 * k })) };
-    const unlucky: ProgramTrace = { steps: [1, 2, 3].map((k) => ({ certaindex: k === 1 ? 1 : 0.2, answer: k === 3 ? "D" : "Z", tokensUsed: 10 * k })) };
+    const lucky: ProgramTrace = {
+      steps: [1, 2, 3].map((k) => ({ certaindex: 1, answer: k === 3 ? "Y" : "C", tokensUsed: 10 * k })),
+    };
+    const unlucky: ProgramTrace = {
+      steps: [1, 2, 3].map((k) => ({ certaindex: k === 1 ? 1 : 0.2, answer: k === 3 ? "D" : "Z", tokensUsed: 10 * k })),
+    };
     const loose = calibrate([lucky, unlucky], ["C", "D"]);
     expect(loose.outcome.accuracy).toBe(0.5);
     expect(loose.regressions).toBe(1);
@@ -66,7 +93,14 @@ describe("calibration", () => {
     expect(() => calibrate([lucky], ["C"], { maxRegressions: -1 })).toThrow(/maxRegressions must be ≥ 0/);
   });
   it("replays rounds that spend several knob units (steps with `used`)", () => {
-    const wide: ProgramTrace = { steps: [4, 8, 12, 16].map((used, k) => ({ used, certaindex: k === 0 ? 0.5 : 1, answer: "A", tokensUsed: 10 * used })) };
+    const wide: ProgramTrace = {
+      steps: [4, 8, 12, 16].map((used, k) => ({
+        used,
+        certaindex: k === 0 ? 0.5 : 1,
+        answer: "A",
+        tokensUsed: 10 * used,
+      })),
+    };
     expect(replay({ kind: "threshold", threshold: 0.9, detectAt: 8 }, wide).stepIndex).toBe(1);
     expect(replay({ kind: "threshold", threshold: 0.9, detectAt: 9 }, wide).stepIndex).toBe(2);
     expect(replay({ kind: "baseline-even" }, wide).tokensUsed).toBe(160);
@@ -80,8 +114,16 @@ describe("calibration", () => {
     // a: certain (0.9) and right from step 1. b: 0.9 at step 1 but wrong then, right and 0.6 from step 2.
     // One threshold must be > 0.9 at step 1 (b) or exclude step 1; per step, 0.9 is unsafe at 1 but 0.6 is safe at 2.
     const a: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: 0.95, answer: "A", tokensUsed: 10 * k })) };
-    const b: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: k === 1 ? 0.9 : 0.6, answer: k === 1 ? "X" : "B", tokensUsed: 10 * k })) };
-    const c: ProgramTrace = { steps: [1, 2, 3, 4].map((k) => ({ certaindex: 0.3, answer: k === 4 ? "C" : "Y", tokensUsed: 10 * k })) };
+    const b: ProgramTrace = {
+      steps: [1, 2, 3, 4].map((k) => ({
+        certaindex: k === 1 ? 0.9 : 0.6,
+        answer: k === 1 ? "X" : "B",
+        tokensUsed: 10 * k,
+      })),
+    };
+    const c: ProgramTrace = {
+      steps: [1, 2, 3, 4].map((k) => ({ certaindex: 0.3, answer: k === 4 ? "C" : "Y", tokensUsed: 10 * k })),
+    };
     const traces = [a, b, c];
     const labels = ["A", "B", "C"];
     const single = calibrate(traces, labels, { maxRegressions: 0 });
@@ -99,9 +141,25 @@ describe("calibration", () => {
   });
 
   it("staircaseCurve: thresholds apply from their step on, the running minimum wins, Infinity never stops", () => {
-    const p = staircaseCurve([{ used: 1, threshold: 0.9 }, { used: 2, threshold: Infinity }, { used: 3, threshold: 0.5 }], 4);
+    const p = staircaseCurve(
+      [
+        { used: 1, threshold: 0.9 },
+        { used: 2, threshold: Infinity },
+        { used: 3, threshold: 0.5 },
+      ],
+      4,
+    );
     const stopAt = (certaindex: number): number => {
-      for (let used = 1; used < 4; used++) if (replay(p, { steps: [{ used, certaindex, answer: "a", tokensUsed: used }, { used: 4, certaindex, answer: "a", tokensUsed: 4 }] }).stepIndex === 0) return used;
+      for (let used = 1; used < 4; used++)
+        if (
+          replay(p, {
+            steps: [
+              { used, certaindex, answer: "a", tokensUsed: used },
+              { used: 4, certaindex, answer: "a", tokensUsed: 4 },
+            ],
+          }).stepIndex === 0
+        )
+          return used;
       return 4;
     };
     expect(stopAt(0.95)).toBe(1);

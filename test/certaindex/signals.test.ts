@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { clusterAnswers, combineCertaindex, confidenceCertaindex, entropyCertaindex, measureOf, meetsAll, rewardCertaindex } from "../../ts/certaindex/signals.js";
+import {
+  clusterAnswers,
+  combineCertaindex,
+  confidenceCertaindex,
+  entropyCertaindex,
+  measureOf,
+  meetsAll,
+  rewardCertaindex,
+} from "../../ts/certaindex/signals.js";
 import { agreeingProbes, hasHesitation, probeCertaindex, shouldExitOnProbes } from "../../ts/certaindex/probe.js";
 import { decide } from "../../ts/certaindex/policies.js";
 
@@ -17,7 +25,10 @@ describe("entropy certaindex", () => {
     expect(entropyCertaindex(["5", "5", null, ""])).toBeLessThan(entropyCertaindex(["5", "5", "5", "5"]));
     const numeric = (a: string, b: string) => Number(a) === Number(b);
     expect(entropyCertaindex(["3", "3.0", "03"], numeric)).toBeCloseTo(1, 12);
-    expect(clusterAnswers(["b", "a", "a"])).toEqual([{ answer: "a", count: 2 }, { answer: "b", count: 1 }]);
+    expect(clusterAnswers(["b", "a", "a"])).toEqual([
+      { answer: "a", count: 2 },
+      { answer: "b", count: 1 },
+    ]);
   });
   it("gives 0 below two samples; rewards aggregate by mean or max", () => {
     expect(entropyCertaindex(["1"])).toBe(0);
@@ -31,22 +42,48 @@ describe("combining certaindex signals, each against its own threshold (Dynasor 
   it("is 1 exactly when every signal meets its own threshold, whatever the signals' sizes", () => {
     // Reward 0.5 meets R_τ 0.4 and entropy 0.7 misses H̃_τ 0.99: not certain, although min(values) = 0.5 would pass
     // a single threshold of 0.4 and 0.7 > 0.5.
-    const mcts = [{ value: 0.5, threshold: 0.4 }, { value: 0.7, threshold: 0.99 }];
+    const mcts = [
+      { value: 0.5, threshold: 0.4 },
+      { value: 0.7, threshold: 0.99 },
+    ];
     expect(combineCertaindex(mcts)).toBeCloseTo(0.7 / 0.99, 12);
     expect(meetsAll(mcts)).toBe(false);
     // Entropy 0.995 ≥ 0.99 and reward 0.45 ≥ 0.4: certain, although both values differ from their thresholds.
-    const met = [{ value: 0.45, threshold: 0.4 }, { value: 0.995, threshold: 0.99 }];
+    const met = [
+      { value: 0.45, threshold: 0.4 },
+      { value: 0.995, threshold: 0.99 },
+    ];
     expect(combineCertaindex(met)).toBe(1);
     expect(meetsAll(met)).toBe(true);
     // A low value against a low threshold can be met while a higher value against a higher one is not.
-    expect(combineCertaindex([{ value: 0.3, threshold: 0.3 }, { value: 0.8, threshold: 0.85 }])).toBeCloseTo(0.8 / 0.85, 12);
+    expect(
+      combineCertaindex([
+        { value: 0.3, threshold: 0.3 },
+        { value: 0.8, threshold: 0.85 },
+      ]),
+    ).toBeCloseTo(0.8 / 0.85, 12);
   });
 
   it("is the least progress towards a threshold; a threshold of 0 is always met; a value at its threshold meets it", () => {
-    expect(combineCertaindex([{ value: 0.2, threshold: 0.8 }, { value: 0.9, threshold: 0.9 }])).toBeCloseTo(0.25, 12);
+    expect(
+      combineCertaindex([
+        { value: 0.2, threshold: 0.8 },
+        { value: 0.9, threshold: 0.9 },
+      ]),
+    ).toBeCloseTo(0.25, 12);
     expect(combineCertaindex([{ value: 0, threshold: 0 }])).toBe(1);
-    expect(combineCertaindex([{ value: 0.6, threshold: 0.6 }, { value: 0.3, threshold: 0.3 }])).toBe(1);
-    expect(combineCertaindex([{ value: 0, threshold: 0.5 }, { value: 1, threshold: 0 }])).toBe(0);
+    expect(
+      combineCertaindex([
+        { value: 0.6, threshold: 0.6 },
+        { value: 0.3, threshold: 0.3 },
+      ]),
+    ).toBe(1);
+    expect(
+      combineCertaindex([
+        { value: 0, threshold: 0.5 },
+        { value: 1, threshold: 0 },
+      ]),
+    ).toBe(0);
     // Just below the threshold never rounds up to "met".
     const below = 0.3 - 2 ** -54;
     expect(below).toBeLessThan(0.3);
@@ -62,10 +99,29 @@ describe("combining certaindex signals, each against its own threshold (Dynasor 
   });
 
   it("a threshold policy at 1 stops exactly when every signal is met", () => {
-    const at = (signals: { value: number; threshold: number }[]) => decide({ kind: "threshold", threshold: 1, detectAt: 1 }, { certaindex: combineCertaindex(signals), used: 1, max: 4, tokensUsed: 0 }).grant;
-    expect(at([{ value: 0.99, threshold: 0.99 }, { value: 0.9, threshold: 0.85 }])).toBe(false);
-    expect(at([{ value: 0.99, threshold: 0.99 }, { value: 0.84, threshold: 0.85 }])).toBe(true);
-    expect(at([{ value: 0.98, threshold: 0.99 }, { value: 1, threshold: 0.85 }])).toBe(true);
+    const at = (signals: { value: number; threshold: number }[]) =>
+      decide(
+        { kind: "threshold", threshold: 1, detectAt: 1 },
+        { certaindex: combineCertaindex(signals), used: 1, max: 4, tokensUsed: 0 },
+      ).grant;
+    expect(
+      at([
+        { value: 0.99, threshold: 0.99 },
+        { value: 0.9, threshold: 0.85 },
+      ]),
+    ).toBe(false);
+    expect(
+      at([
+        { value: 0.99, threshold: 0.99 },
+        { value: 0.84, threshold: 0.85 },
+      ]),
+    ).toBe(true);
+    expect(
+      at([
+        { value: 0.98, threshold: 0.99 },
+        { value: 1, threshold: 0.85 },
+      ]),
+    ).toBe(true);
   });
 });
 
@@ -122,7 +178,8 @@ describe("CoT probe early exit", () => {
     const pool = ["1", "2", "wait 1", "", null];
     // Every sequence of up to 6 probes over the pool.
     const seqs: Array<Array<string | null>> = [[]];
-    for (let len = 1; len <= 6; len++) for (const s of seqs.filter((x) => x.length === len - 1)) for (const p of pool) seqs.push([...s, p]);
+    for (let len = 1; len <= 6; len++)
+      for (const s of seqs.filter((x) => x.length === len - 1)) for (const p of pool) seqs.push([...s, p]);
     let fired = 0;
     for (const s of seqs) {
       const exit = shouldExitOnProbes(s, rule);
@@ -133,7 +190,9 @@ describe("CoT probe early exit", () => {
     expect(fired).toBeGreaterThan(0);
   });
   it("rejects agree outside [1, window]", () => {
-    expect(() => shouldExitOnProbes(["1"], { window: 3, agree: 4, hesitationWords: words })).toThrow(/agree must be an integer in \[1, window = 3\], got 4/);
+    expect(() => shouldExitOnProbes(["1"], { window: 3, agree: 4, hesitationWords: words })).toThrow(
+      /agree must be an integer in \[1, window = 3\], got 4/,
+    );
     expect(() => probeCertaindex(["1"], { window: 3, agree: 0, hesitationWords: words })).toThrow(/agree/);
     expect(() => probeCertaindex(["1"], { window: 0, hesitationWords: words })).toThrow(/window must be/);
   });
@@ -149,7 +208,17 @@ describe("confidence certaindex (DeepConf's weighted consensus as a signal)", ()
   it("is the top answer's share of the confidence-weighted vote; unanswered and unweighted votes carry nothing", () => {
     const numeric = (a: string, b: string): boolean => Number(a) === Number(b);
     // "7" and "07" are one answer: 0.2 + 0.5 of the 1.0 that answered votes weigh.
-    expect(confidenceCertaindex([{ answer: "7", weight: 0.2 }, { answer: "07", weight: 0.5 }, { answer: "8", weight: 0.3 }, { answer: null, weight: 9 }], numeric)).toBeCloseTo(0.7, 12);
+    expect(
+      confidenceCertaindex(
+        [
+          { answer: "7", weight: 0.2 },
+          { answer: "07", weight: 0.5 },
+          { answer: "8", weight: 0.3 },
+          { answer: null, weight: 9 },
+        ],
+        numeric,
+      ),
+    ).toBeCloseTo(0.7, 12);
     expect(confidenceCertaindex([{ answer: "7", weight: 0 }])).toBe(0);
     expect(confidenceCertaindex([])).toBe(0);
     const report = { mean: 5, lowestGroup: 2, bottom10Group: 3, tail: 4, tokens: 10 };

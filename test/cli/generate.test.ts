@@ -6,13 +6,25 @@ import { fixtureDir } from "../model/fixtureCache.js";
 import { ReferenceModel } from "../model/reference.js";
 
 const run = promisify(execFile);
-const cli = (args: string[]) => run("npx", ["tsx", "ts/cli/main.ts", ...args], { cwd: process.cwd(), timeout: 120_000 });
+const cli = (args: string[]) =>
+  run("npx", ["tsx", "ts/cli/main.ts", ...args], { cwd: process.cwd(), timeout: 120_000 });
 
 describe("deliberate generate", () => {
   it("--json prints the generated token ids and text; greedy ids match the reference", async () => {
     const dir = await fixtureDir("qwen2", "f32");
     const prompt = [5, 17, 300, 42, 9];
-    const { stdout } = await cli(["generate", "--model", dir, "--prompt-ids", prompt.join(","), "--max-tokens", "6", "--temperature", "0", "--json"]);
+    const { stdout } = await cli([
+      "generate",
+      "--model",
+      dir,
+      "--prompt-ids",
+      prompt.join(","),
+      "--max-tokens",
+      "6",
+      "--temperature",
+      "0",
+      "--json",
+    ]);
     const out = JSON.parse(stdout) as { tokens: number[]; text: string; finishReason: string };
     const ref = (await ReferenceModel.load(dir)).greedy(prompt, 6);
     // Generation may end early at an eos; compare up to there and up to the first near-tie of the reference.
@@ -28,15 +40,31 @@ describe("deliberate generate", () => {
     const { stdout } = await cli(["generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "3", "--seed", "1"]);
     expect(stdout.endsWith("\n")).toBe(true);
     await expect(cli(["generate", "--model", dir])).rejects.toThrow(/exactly one of --prompt TEXT or --prompt-ids/);
-    await expect(cli(["generate", "--model", dir, "--prompt-ids", "1,x"])).rejects.toThrow(/--prompt-ids entry 1 is 'x'/);
-    await expect(cli(["generate", "--model", "/nonexistent", "--prompt", "a"])).rejects.toThrow(/nonexistent: model folder not found/);
+    await expect(cli(["generate", "--model", dir, "--prompt-ids", "1,x"])).rejects.toThrow(
+      /--prompt-ids entry 1 is 'x'/,
+    );
+    await expect(cli(["generate", "--model", "/nonexistent", "--prompt", "a"])).rejects.toThrow(
+      /nonexistent: model folder not found/,
+    );
   });
 
   it("defaults to the bundled model and asks --prompt as a chat (--raw sends it as is)", async () => {
     const chat = await cli(["generate", "--prompt", "What is 3+4?", "--temperature", "0", "--json"]);
     expect((JSON.parse(chat.stdout) as { text: string }).text).toMatch(/\\boxed\{7\}$/);
-    const raw = await cli(["generate", "--prompt", "What is 3+4?", "--raw", "--temperature", "0", "--max-tokens", "8", "--json"]);
+    const raw = await cli([
+      "generate",
+      "--prompt",
+      "What is 3+4?",
+      "--raw",
+      "--temperature",
+      "0",
+      "--max-tokens",
+      "8",
+      "--json",
+    ]);
     expect((JSON.parse(raw.stdout) as { text: string }).text).not.toMatch(/\\boxed\{7\}/);
-    await expect(cli(["generate", "--model", "models/tiny-reasonr", "--prompt", "a"])).rejects.toThrow(/models\/tiny-reasonr resolved against /);
+    await expect(cli(["generate", "--model", "models/tiny-reasonr", "--prompt", "a"])).rejects.toThrow(
+      /models\/tiny-reasonr resolved against /,
+    );
   });
 });

@@ -13,7 +13,11 @@ const TS = join(process.cwd(), "ts");
 /** The public entries as layers: an import of ts/index.ts, ts/server/index.ts or ts/cluster/index.ts. */
 const ENTRIES = ["deliberate", "deliberate/server", "deliberate/cluster"] as const;
 const ENTRY_NAMES: ReadonlySet<string> = new Set(ENTRIES);
-const ENTRY_FILES: Record<string, string> = { "index.ts": ENTRIES[0], "server/index.ts": ENTRIES[1], "cluster/index.ts": ENTRIES[2] };
+const ENTRY_FILES: Record<string, string> = {
+  "index.ts": ENTRIES[0],
+  "server/index.ts": ENTRIES[1],
+  "cluster/index.ts": ENTRIES[2],
+};
 
 /** What each top-level folder of ts/ may import besides itself. `index` is the public entry (ts/index.ts). */
 const ALLOWED: Record<string, readonly string[]> = {
@@ -37,10 +41,12 @@ const ALLOWED: Record<string, readonly string[]> = {
 };
 
 function files(dir: string): string[] {
-  return readdirSync(dir).sort().flatMap((f) => {
-    const p = join(dir, f);
-    return statSync(p).isDirectory() ? files(p) : p.endsWith(".ts") ? [p] : [];
-  });
+  return readdirSync(dir)
+    .sort()
+    .flatMap((f) => {
+      const p = join(dir, f);
+      return statSync(p).isDirectory() ? files(p) : p.endsWith(".ts") ? [p] : [];
+    });
 }
 
 /** The layer under `root` an import from `file` reaches (an entry's name for an entry file, the top folder
@@ -72,7 +78,9 @@ function violations(root: string): string[] {
       const layer = layerOf(root, file, m[1]);
       if (layer === null || layer === own || allowed.includes(layer)) continue;
       if (ENTRY_NAMES.has(layer)) {
-        out.push(`ts/${rel} imports ${m[1]}, the public entry "${layer}"; only ts/cli imports entries (import the module itself)`);
+        out.push(
+          `ts/${rel} imports ${m[1]}, the public entry "${layer}"; only ts/cli imports entries (import the module itself)`,
+        );
         continue;
       }
       out.push(`ts/${rel} imports ${m[1]} (${own} may import only ${allowed.join(", ") || "nothing outside itself"})`);
@@ -93,14 +101,29 @@ describe("layers only look down", () => {
       writeFileSync(join(root, path), text);
     };
     put("index.ts", 'export * from "./programs/sc.js";\n');
-    put("cli/commands/run.ts", 'import type { Command } from "commander";\nimport { Engine } from "../../engine/engine.js";\nimport { runEval } from "../../index.js";\n');
-    put("programs/sc.ts", 'import { Engine } from "../engine/engine.js";\nimport {\n  extractAnswer,\n} from "../tasks/arith/answer.js";\n');
-    put("eval/generator.ts", 'import type { DeviceKind } from "../native/addonTypes.js";\nconst m = await import("../model/model.js");\n');
+    put(
+      "cli/commands/run.ts",
+      'import type { Command } from "commander";\nimport { Engine } from "../../engine/engine.js";\nimport { runEval } from "../../index.js";\n',
+    );
+    put(
+      "programs/sc.ts",
+      'import { Engine } from "../engine/engine.js";\nimport {\n  extractAnswer,\n} from "../tasks/arith/answer.js";\n',
+    );
+    put(
+      "eval/generator.ts",
+      'import type { DeviceKind } from "../native/addonTypes.js";\nconst m = await import("../model/model.js");\n',
+    );
     put("widgets/w.ts", "export {};\n");
     put("server/index.ts", 'export { createServer } from "./server.js";\n');
     put("server/server.ts", 'import { Engine } from "../index.js";\n');
-    put("cluster/router.ts", 'import { ApiError } from "../server/index.js";\nimport { createServer } from "../server/server.js";\n');
-    put("cli/commands/serve.ts", 'import { createServer } from "../../server/index.js";\nimport { createRouter } from "../../cluster/index.js";\n');
+    put(
+      "cluster/router.ts",
+      'import { ApiError } from "../server/index.js";\nimport { createServer } from "../server/server.js";\n',
+    );
+    put(
+      "cli/commands/serve.ts",
+      'import { createServer } from "../../server/index.js";\nimport { createRouter } from "../../cluster/index.js";\n',
+    );
     expect(violations(root)).toEqual([
       "ts/cli/commands/run.ts imports ../../engine/engine.js (cli may import only deliberate, deliberate/server, deliberate/cluster)",
       'ts/cluster/router.ts imports ../server/index.js, the public entry "deliberate/server"; only ts/cli imports entries (import the module itself)',
@@ -118,7 +141,9 @@ function valueImports(root: string): Map<string, string[]> {
   for (const file of files(root)) {
     const text = readFileSync(file, "utf8");
     const deps: string[] = [];
-    for (const m of text.matchAll(/^(?:import|export)(?!\s+type\b)[^;]*?from\s*"(\.[^"]+)"|import\s*\(\s*"(\.[^"]+)"\s*\)/gms)) {
+    for (const m of text.matchAll(
+      /^(?:import|export)(?!\s+type\b)[^;]*?from\s*"(\.[^"]+)"|import\s*\(\s*"(\.[^"]+)"\s*\)/gms,
+    )) {
       deps.push(relative(root, join(file, "..", (m[1] ?? m[2]).replace(/\.js$/, ".ts"))));
     }
     graph.set(relative(root, file), deps);

@@ -8,10 +8,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRouter, type DeliberateRouter } from "../../ts/cluster/index.js";
 import { promptPrefix, route } from "../../ts/cluster/routing.js";
 import { httpSubject, TunnelCall } from "../../ts/cluster/transport.js";
-import { findNatsServer, startNats, startReplica, type NatsHandle, type ReplicaHandle } from "../../scripts/cluster/localCluster.js";
+import {
+  findNatsServer,
+  startNats,
+  startReplica,
+  type NatsHandle,
+  type ReplicaHandle,
+} from "../../scripts/cluster/localCluster.js";
 
 const natsBin = findNatsServer();
-if (natsBin === null) console.warn("test/cluster/cluster.test.ts: SKIPPED — no nats-server binary (Debian: apt-get install nats-server); .ci/run installs it");
+if (natsBin === null)
+  console.warn(
+    "test/cluster/cluster.test.ts: SKIPPED — no nats-server binary (Debian: apt-get install nats-server); .ci/run installs it",
+  );
 
 const question = (q: string): { role: "user"; content: string }[] => [{ role: "user", content: q }];
 
@@ -34,9 +43,18 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
   let url: string;
 
   const post = (base: string, body: unknown): Promise<Response> =>
-    fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  const clusterView = async (base = url): Promise<ClusterReport> => (await (await fetch(`${base}/cluster`)).json()) as ClusterReport;
-  const liveIds = async (): Promise<string[]> => (await clusterView()).replicas.filter((r) => !r.draining).map((r) => r.id).sort();
+    fetch(`${base}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  const clusterView = async (base = url): Promise<ClusterReport> =>
+    (await (await fetch(`${base}/cluster`)).json()) as ClusterReport;
+  const liveIds = async (): Promise<string[]> =>
+    (await clusterView()).replicas
+      .filter((r) => !r.draining)
+      .map((r) => r.id)
+      .sort();
 
   beforeAll(async () => {
     nats = await startNats(natsBin);
@@ -46,7 +64,11 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     for (const s of started) if (s.status === "rejected") throw s.reason;
     router = await createRouter({ cluster: nats.url, staleMs: 1500 });
     url = await router.listen({ port: 0 });
-    await until("both replicas loaded and live in the router's view", async () => (await liveIds()).join() === "ra,rb", 60_000);
+    await until(
+      "both replicas loaded and live in the router's view",
+      async () => (await liveIds()).join() === "ra,rb",
+      60_000,
+    );
   });
 
   afterAll(async () => {
@@ -65,7 +87,13 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
         await Promise.all(
           ["p1", "p2", "p3", "p4", "p5", "p6"].map(async (pid, i) => {
             // Rounds alternate routers: the second router must send each program where the first did.
-            const res = await post((round + i) % 2 === 0 ? url : url2, { messages: question(`What is ${i}+${round}?`), max_tokens: 24, program_id: pid, temperature: 1, seed: round });
+            const res = await post((round + i) % 2 === 0 ? url : url2, {
+              messages: question(`What is ${i}+${round}?`),
+              max_tokens: 24,
+              program_id: pid,
+              temperature: 1,
+              seed: round,
+            });
             expect(res.status).toBe(200);
             await res.json();
             const replica = res.headers.get("x-deliberate-replica")!;
@@ -83,7 +111,11 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
       expect([...router.view.replicas(), ...second.view.replicas()].map((r) => r.inFlight)).toEqual([0, 0, 0, 0]);
       for (let i = 0; i < 6; i++) {
         const body = { messages: question(`What is ${i}*7?`), max_tokens: 8, program_id: `fresh-${i}` };
-        const expected = route(router.view.replicas(), { programId: body.program_id, prefix: promptPrefix(body, 64) }, { policy: "affinity", loadFactor: 1.25 })!.replica;
+        const expected = route(
+          router.view.replicas(),
+          { programId: body.program_id, prefix: promptPrefix(body, 64) },
+          { policy: "affinity", loadFactor: 1.25 },
+        )!.replica;
         const res = await post(url2, body);
         await res.json();
         expect([body.program_id, res.headers.get("x-deliberate-replica")]).toEqual([body.program_id, expected]);
@@ -101,10 +133,16 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
       const denied = await post(gurl, { messages: question("What is 1+2?"), max_tokens: 4 });
       expect(denied.status).toBe(401);
       expect(((await denied.json()) as { error: { code: string } }).error.code).toBe("invalid_api_key");
-      const ok = await fetch(`${gurl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sesame" }, body: JSON.stringify({ messages: question("What is 1+2?"), max_tokens: 4 }) });
+      const ok = await fetch(`${gurl}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: "Bearer sesame" },
+        body: JSON.stringify({ messages: question("What is 1+2?"), max_tokens: 4 }),
+      });
       expect(ok.status).toBe(200);
       await ok.json();
-      const models = (await (await fetch(`${gurl}/v1/models`, { headers: { authorization: "Bearer sesame" } })).json()) as { data: { id: string; replicas: number; max_model_len: number }[] };
+      const models = (await (
+        await fetch(`${gurl}/v1/models`, { headers: { authorization: "Bearer sesame" } })
+      ).json()) as { data: { id: string; replicas: number; max_model_len: number }[] };
       expect(models.data).toEqual([expect.objectContaining({ id: "tiny-reasoner", replicas: 2, max_model_len: 512 })]);
     } finally {
       await guarded.close();
@@ -113,7 +151,13 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
 
   it("streams through the router as the openai client reads it, and answers errors in OpenAI's shape", async () => {
     const openai = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none" });
-    const stream = await openai.chat.completions.create({ model: "tiny-reasoner", messages: question("What is 7*(8+5)-19?"), max_tokens: 200, stream: true, stream_options: { include_usage: true } });
+    const stream = await openai.chat.completions.create({
+      model: "tiny-reasoner",
+      messages: question("What is 7*(8+5)-19?"),
+      max_tokens: 200,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let text = "";
     let usage: OpenAI.CompletionUsage | undefined;
     for await (const chunk of stream) {
@@ -125,15 +169,25 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     expect(usage!.completion_tokens).toBeGreaterThan(5);
     const models = await openai.models.list();
     expect(models.data.map((m) => m.id)).toEqual(["tiny-reasoner"]);
-    await expect(openai.chat.completions.create({ model: "nope", messages: question("hi") })).rejects.toMatchObject({ status: 404, code: "model_not_found" });
-    await expect(openai.chat.completions.create({ model: "tiny-reasoner", messages: question("hi"), temperature: "hot" as unknown as number })).rejects.toMatchObject({ status: 400, param: "temperature" });
+    await expect(openai.chat.completions.create({ model: "nope", messages: question("hi") })).rejects.toMatchObject({
+      status: 404,
+      code: "model_not_found",
+    });
+    await expect(
+      openai.chat.completions.create({
+        model: "tiny-reasoner",
+        messages: question("hi"),
+        temperature: "hot" as unknown as number,
+      }),
+    ).rejects.toMatchObject({ status: 400, param: "temperature" });
   });
 
   it("a client that disconnects through the router aborts the replica's work and frees its pages (streamed or not)", async () => {
     interface Load {
       replicas: { id: string; running: number; kvPagesUsed: number }[];
     }
-    const load = async (): Promise<Load["replicas"]> => ((await (await fetch(`${url}/cluster`)).json()) as Load).replicas;
+    const load = async (): Promise<Load["replicas"]> =>
+      ((await (await fetch(`${url}/cluster`)).json()) as Load).replicas;
     // The replicas' own metrics count requests aborted by a disconnect (a generation that ran to its end is not one).
     const aborted = async (): Promise<number> => {
       let n = 0;
@@ -149,7 +203,15 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
       const res = fetch(`${url}/v1/chat/completions`, {
         method: "POST",
         headers: { "content-type": "application/json" },
-        body: JSON.stringify({ messages: question("What is 2+2?"), max_tokens: 480, ignore_eos: true, n: 32, temperature: 1, stream, program_id: `gone-${stream}` }),
+        body: JSON.stringify({
+          messages: question("What is 2+2?"),
+          max_tokens: 480,
+          ignore_eos: true,
+          n: 32,
+          temperature: 1,
+          stream,
+          program_id: `gone-${stream}`,
+        }),
         signal: ctl.signal,
       });
       if (stream) {
@@ -161,7 +223,11 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
       await res.catch(() => undefined);
       await until("the replica counts the request aborted", async () => (await aborted()) > abortedBefore, 20_000);
       // Heartbeats (every 500 ms) carry the engine metrics: nothing running, no page in use.
-      await until("every replica idle with no page in use", async () => (await load()).every((r) => r.running === 0 && r.kvPagesUsed === 0), 10_000);
+      await until(
+        "every replica idle with no page in use",
+        async () => (await load()).every((r) => r.running === 0 && r.kvPagesUsed === 0),
+        10_000,
+      );
     }
   });
 
@@ -169,7 +235,11 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     const nc = await connect({ servers: nats.url });
     try {
       // A stand-in replica answering by hand: head, a ping, then frame #3 where #2 was due.
-      const frames: [string, string][] = [["head", JSON.stringify({ status: 200, headers: { "content-type": "text/event-stream" } })], ["ping", ""], ["data", "data: 1\n\n"]];
+      const frames: [string, string][] = [
+        ["head", JSON.stringify({ status: 200, headers: { "content-type": "text/event-stream" } })],
+        ["ping", ""],
+        ["data", "data: 1\n\n"],
+      ];
       nc.subscribe("deliberate.replica.hand.http", {
         callback: (_err, msg) => {
           frames.forEach(([kind, data], i) => {
@@ -181,7 +251,13 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
         },
       });
       await nc.flush();
-      const call = new TunnelCall(nc, "hand", { rid: "r1", method: "POST", path: "/v1/chat/completions", headers: {}, body: new Uint8Array(0) });
+      const call = new TunnelCall(nc, "hand", {
+        rid: "r1",
+        method: "POST",
+        path: "/v1/chat/completions",
+        headers: {},
+        body: new Uint8Array(0),
+      });
       const res = await call.response();
       expect(res.status).toBe(200);
       const read = (async () => {
@@ -195,7 +271,15 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
 
   it("ends a killed replica's stream with an error event (no hang), and re-routes new requests of its program", async () => {
     // n = 16 samples of 480 tokens: about 1.3 s of work on a 2-core CPU, so the kill lands mid-stream.
-    const res = await post(url, { messages: question("What is 3+4?"), max_tokens: 480, ignore_eos: true, n: 16, temperature: 1, stream: true, program_id: "doomed" });
+    const res = await post(url, {
+      messages: question("What is 3+4?"),
+      max_tokens: 480,
+      ignore_eos: true,
+      n: 16,
+      temperature: 1,
+      stream: true,
+      program_id: "doomed",
+    });
     const victimId = res.headers.get("x-deliberate-replica")!;
     const victim = replicas.find((r) => r.id === victimId)!;
     const reader = res.body!.getReader();
@@ -209,14 +293,18 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     // this test checks is the "no responders" case, so wait until the server answers that for the dead subject.
     const probe = await connect({ servers: nats.url });
     try {
-      await until("the NATS server to drop the killed replica's subscription", async () => {
-        try {
-          await probe.request(httpSubject(victimId), "", { timeout: 500 });
-          return false;
-        } catch (e) {
-          return e instanceof NoRespondersError || (e instanceof RequestError && e.isNoResponders());
-        }
-      }, 5_000);
+      await until(
+        "the NATS server to drop the killed replica's subscription",
+        async () => {
+          try {
+            await probe.request(httpSubject(victimId), "", { timeout: 500 });
+            return false;
+          } catch (e) {
+            return e instanceof NoRespondersError || (e instanceof RequestError && e.isNoResponders());
+          }
+        },
+        5_000,
+      );
     } finally {
       await probe.close();
     }
@@ -242,7 +330,11 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     expect(last.error?.message).toContain(victimId);
     expect(text).not.toContain("[DONE]");
     expect(waited).toBeLessThan(10_000);
-    await until("the dead replica leaves the ring", async () => !(await clusterView()).replicas.some((r) => r.id === victimId), 5_000);
+    await until(
+      "the dead replica leaves the ring",
+      async () => !(await clusterView()).replicas.some((r) => r.id === victimId),
+      5_000,
+    );
     // Its key outlives it (the bucket's TTL is a minute): the router's poll of the bucket must not bring it back.
     await new Promise((r) => setTimeout(r, 2_500));
     expect((await clusterView()).replicas.map((r) => r.id)).not.toContain(victimId);
@@ -253,7 +345,15 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
   });
 
   it("drops a replica that stops heartbeating (SIGSTOP): its stream ends with an error, its program moves, and it rejoins on SIGCONT", async () => {
-    const res = await post(url, { messages: question("What is 5+6?"), max_tokens: 480, ignore_eos: true, n: 16, temperature: 1, stream: true, program_id: "frozen" });
+    const res = await post(url, {
+      messages: question("What is 5+6?"),
+      max_tokens: 480,
+      ignore_eos: true,
+      n: 16,
+      temperature: 1,
+      stream: true,
+      program_id: "frozen",
+    });
     const frozenId = res.headers.get("x-deliberate-replica")!;
     const frozen = replicas.find((r) => r.id === frozenId)!;
     const reader = res.body!.getReader();
@@ -281,36 +381,61 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     }
     await until("the resumed replica is back in the view", async () => (await liveIds()).includes(frozenId), 10_000);
     // Back, it no longer claims the program (the router told it the program moved), so the program stays put.
-    await until("the resumed replica drops the moved program", async () => !(await clusterView()).replicas.find((r) => r.id === frozenId)!.programs.includes("frozen"), 5_000);
+    await until(
+      "the resumed replica drops the moved program",
+      async () => !(await clusterView()).replicas.find((r) => r.id === frozenId)!.programs.includes("frozen"),
+      5_000,
+    );
     const after = await post(url, { messages: question("What is 5+6?"), max_tokens: 8, program_id: "frozen" });
     expect(after.headers.get("x-deliberate-replica")).not.toBe(frozenId);
     await after.json();
   });
 
   it("survives a NATS server restart, with its store and without (replicas re-register, routers re-watch)", async () => {
-    const seqs = async (): Promise<Map<string, number>> => new Map((await clusterView()).replicas.map((r) => [r.id, (r as unknown as { seq: number }).seq]));
+    const seqs = async (): Promise<Map<string, number>> =>
+      new Map((await clusterView()).replicas.map((r) => [r.id, (r as unknown as { seq: number }).seq]));
     for (const keepStore of [true, false]) {
       const before = await seqs();
       await nats.restart(keepStore);
       // Back means heartbeating again through the new server: each replica's report moved on by a few beats.
-      await until(`both replicas heartbeating into the router's view again (store ${keepStore ? "kept" : "lost"})`, async () => {
-        const now = await seqs();
-        return now.size === 2 && [...now].every(([id, seq]) => seq > (before.get(id) ?? 0) + 2);
-      }, 20_000);
-      const res = await post(url, { messages: question("What is 4+4?"), max_tokens: 8, program_id: `after-restart-${keepStore}` });
+      await until(
+        `both replicas heartbeating into the router's view again (store ${keepStore ? "kept" : "lost"})`,
+        async () => {
+          const now = await seqs();
+          return now.size === 2 && [...now].every(([id, seq]) => seq > (before.get(id) ?? 0) + 2);
+        },
+        20_000,
+      );
+      const res = await post(url, {
+        messages: question("What is 4+4?"),
+        max_tokens: 8,
+        program_id: `after-restart-${keepStore}`,
+      });
       expect(res.status).toBe(200);
       await res.json();
     }
   });
 
   it("a replica drained by SIGTERM finishes its stream, takes no new work, then leaves and exits 0", async () => {
-    const res = await post(url, { messages: question("What is 9+9?"), max_tokens: 400, ignore_eos: true, n: 8, temperature: 1, stream: true, program_id: "draining" });
+    const res = await post(url, {
+      messages: question("What is 9+9?"),
+      max_tokens: 400,
+      ignore_eos: true,
+      n: 8,
+      temperature: 1,
+      stream: true,
+      program_id: "draining",
+    });
     const drainingId = res.headers.get("x-deliberate-replica")!;
     const target = replicas.find((r) => r.id === drainingId)!;
     const reader = res.body!.getReader();
     expect((await reader.read()).done).toBe(false);
     target.child.kill("SIGTERM");
-    await until("the router sees it draining", async () => (await clusterView()).replicas.find((r) => r.id === drainingId)?.draining !== false, 5_000);
+    await until(
+      "the router sees it draining",
+      async () => (await clusterView()).replicas.find((r) => r.id === drainingId)?.draining !== false,
+      5_000,
+    );
     // New work — even of the draining replica's own program — goes to the other replica.
     const other = await post(url, { messages: question("What is 1+1?"), max_tokens: 8, program_id: "draining" });
     expect(other.status).toBe(200);
@@ -324,6 +449,10 @@ describe.skipIf(natsBin === null)("a cluster over NATS", () => {
     }
     expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
     expect(await target.exited).toBe(0);
-    await until("the drained replica leaves the view", async () => !(await clusterView()).replicas.some((r) => r.id === drainingId), 5_000);
+    await until(
+      "the drained replica leaves the view",
+      async () => !(await clusterView()).replicas.some((r) => r.id === drainingId),
+      5_000,
+    );
   });
 });

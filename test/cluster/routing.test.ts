@@ -3,11 +3,39 @@
 import { fc, test as propTest } from "@fast-check/vitest";
 import { describe, expect, it } from "vitest";
 import { HashRing, hash32 } from "../../ts/cluster/hashRing.js";
-import { eligible, loadCap, promptPrefix, route, type ReplicaReport, type ReplicaView } from "../../ts/cluster/routing.js";
+import {
+  eligible,
+  loadCap,
+  promptPrefix,
+  route,
+  type ReplicaReport,
+  type ReplicaView,
+} from "../../ts/cluster/routing.js";
 
-function replica(id: string, o: Partial<ReplicaReport> = {}, inFlight = 0, programsInFlight: string[] = []): ReplicaView {
+function replica(
+  id: string,
+  o: Partial<ReplicaReport> = {},
+  inFlight = 0,
+  programsInFlight: string[] = [],
+): ReplicaView {
   return {
-    report: { id, model: "m", maxModelLen: 512, url: "", running: 0, waiting: 0, kvPagesUsed: 0, kvPagesTotal: 64, prefixCacheHitRate: 0, programs: [], draining: false, loading: false, startedAt: 0, seq: 1, ...o },
+    report: {
+      id,
+      model: "m",
+      maxModelLen: 512,
+      url: "",
+      running: 0,
+      waiting: 0,
+      kvPagesUsed: 0,
+      kvPagesTotal: 64,
+      prefixCacheHitRate: 0,
+      programs: [],
+      draining: false,
+      loading: false,
+      startedAt: 0,
+      seq: 1,
+      ...o,
+    },
     inFlight,
     programsInFlight: new Set(programsInFlight),
   };
@@ -68,9 +96,15 @@ describe("route", () => {
     // that replica is far over the bounded-load cap.
     const other = three.map((r) => r.report.id).find((id) => id !== d.replica)!;
     const busy = three.map((r) => (r.report.id === other ? replica(other, { programs: ["p7"], running: 50 }) : r));
-    expect(route(busy, { programId: "p7" }, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({ replica: other, reason: "program-sticky" });
+    expect(route(busy, { programId: "p7" }, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({
+      replica: other,
+      reason: "program-sticky",
+    });
     const pending = three.map((r) => (r.report.id === other ? replica(other, {}, 9, ["p7"]) : r));
-    expect(route(pending, { programId: "p7" }, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({ replica: other, reason: "program-sticky" });
+    expect(route(pending, { programId: "p7" }, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({
+      replica: other,
+      reason: "program-sticky",
+    });
   });
 
   it("spills a new program clockwise when its owner is at the bounded-load cap", () => {
@@ -85,20 +119,33 @@ describe("route", () => {
 
   it("places a new program by its prompt prefix when it has one, so programs sharing a prefix land together", () => {
     const owner = new HashRing(["r1", "r2", "r3"]).owner("prefix:user:Notes 3");
-    for (const pid of ["a", "b", "c", "d"]) expect(route(three, { programId: pid, prefix: "user:Notes 3" }, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({ replica: owner, reason: "program-ring" });
+    for (const pid of ["a", "b", "c", "d"])
+      expect(
+        route(three, { programId: pid, prefix: "user:Notes 3" }, { policy: "affinity", loadFactor: 1.25 }),
+      ).toMatchObject({ replica: owner, reason: "program-ring" });
   });
 
   it("routes requests without a program by prompt prefix, and with neither by least load (ties by id)", () => {
     const a = route(three, { prefix: "user:What is 7*(8+5)-19?" }, { policy: "affinity", loadFactor: 1.25 })!;
     expect(a.reason).toBe("prefix-ring");
-    expect(route(three, { prefix: "user:What is 7*(8+5)-19?" }, { policy: "affinity", loadFactor: 1.25 })!.replica).toBe(a.replica);
+    expect(
+      route(three, { prefix: "user:What is 7*(8+5)-19?" }, { policy: "affinity", loadFactor: 1.25 })!.replica,
+    ).toBe(a.replica);
     const loaded = [replica("r1", { running: 2 }), replica("r2", { waiting: 1 }), replica("r3", {}, 1)];
-    expect(route(loaded, {}, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({ replica: "r2", reason: "least-load", order: ["r2", "r3", "r1"] });
+    expect(route(loaded, {}, { policy: "affinity", loadFactor: 1.25 })).toMatchObject({
+      replica: "r2",
+      reason: "least-load",
+      order: ["r2", "r3", "r1"],
+    });
     expect(route(loaded, { prefix: "x" }, { policy: "least-load", loadFactor: 1.25 })!.replica).toBe("r2");
   });
 
   it("round-robin takes turns over the eligible replicas sorted by id", () => {
-    expect([0, 1, 2, 3].map((turn) => route(three, { programId: "p" }, { policy: "round-robin", loadFactor: 1.25, turn })!.replica)).toEqual(["r1", "r2", "r3", "r1"]);
+    expect(
+      [0, 1, 2, 3].map(
+        (turn) => route(three, { programId: "p" }, { policy: "round-robin", loadFactor: 1.25, turn })!.replica,
+      ),
+    ).toEqual(["r1", "r2", "r3", "r1"]);
   });
 
   it("only replicas serving the model, not draining and not excluded are eligible; none left is null", () => {
@@ -112,7 +159,17 @@ describe("route", () => {
     expect(route(drainingHolder, { programId: "p" }, { policy: "affinity", loadFactor: 1.25 })!.replica).toBe("r2");
   });
 
-  propTest.prop([fc.array(fc.record({ running: fc.nat(40), waiting: fc.nat(40), inFlight: fc.nat(60) }), { minLength: 1, maxLength: 6 }), fc.string(), fc.double({ min: 1, max: 3, noNaN: true })], { numRuns: 300 })(
+  propTest.prop(
+    [
+      fc.array(fc.record({ running: fc.nat(40), waiting: fc.nat(40), inFlight: fc.nat(60) }), {
+        minLength: 1,
+        maxLength: 6,
+      }),
+      fc.string(),
+      fc.double({ min: 1, max: 3, noNaN: true }),
+    ],
+    { numRuns: 300 },
+  )(
     "a new key always lands under the bounded-load cap when some replica is under it, and the decision is a function of the view",
     (loads, key, c) => {
       const rs = loads.map((l, i) => replica(`r${i}`, { running: l.running, waiting: l.waiting }, l.inFlight));
@@ -132,7 +189,17 @@ describe("route", () => {
 
 describe("promptPrefix", () => {
   it("takes roles and contents of chat messages, a prompt string, or the first of a batch", () => {
-    expect(promptPrefix({ messages: [{ role: "system", content: "Be brief." }, { role: "user", content: [{ type: "text", text: "Hi" }] }] }, 64)).toBe("system:Be brief.\nuser:Hi\n");
+    expect(
+      promptPrefix(
+        {
+          messages: [
+            { role: "system", content: "Be brief." },
+            { role: "user", content: [{ type: "text", text: "Hi" }] },
+          ],
+        },
+        64,
+      ),
+    ).toBe("system:Be brief.\nuser:Hi\n");
     expect(promptPrefix({ prompt: "abcdef" }, 3)).toBe("abc");
     expect(promptPrefix({ prompt: ["first", "second"] }, 64)).toBe("first");
     expect(promptPrefix({ prompt: [1, 2, 3] }, 64)).toBe("[1,2,3]");

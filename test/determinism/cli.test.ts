@@ -20,7 +20,11 @@ interface CliRun {
 }
 async function cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<CliRun> {
   try {
-    const { stdout, stderr } = await exec("npx", ["tsx", "ts/cli/main.ts", "determinism", ...args], { cwd: process.cwd(), timeout: 120_000, env });
+    const { stdout, stderr } = await exec("npx", ["tsx", "ts/cli/main.ts", "determinism", ...args], {
+      cwd: process.cwd(),
+      timeout: 120_000,
+      env,
+    });
     return { code: 0, stdout, stderr };
   } catch (e) {
     const err = e as { code?: number; stdout?: string; stderr?: string };
@@ -42,9 +46,24 @@ beforeAll(async () => {
   model = await nearTieModelDir(30);
   tinyModel = await nearTieModelDir(4);
   prompts = join(dir, "prompts.jsonl");
-  const lines = Array.from({ length: 6 }, (_, i) => JSON.stringify({ promptIds: randomTokens(4 + 3 * i, 512, 20 + i) }));
+  const lines = Array.from({ length: 6 }, (_, i) =>
+    JSON.stringify({ promptIds: randomTokens(4 + 3 * i, 512, 20 + i) }),
+  );
   await writeFile(prompts, lines.join("\n") + "\n");
-  common = ["--model", model, "--prompts", prompts, "--load", "1,6", "--max-tokens", "24", "--verify-window", "8", "--verify-group", "4"];
+  common = [
+    "--model",
+    model,
+    "--prompts",
+    prompts,
+    "--load",
+    "1,6",
+    "--max-tokens",
+    "24",
+    "--verify-window",
+    "8",
+    "--verify-group",
+    "4",
+  ];
 }, 60_000);
 afterAll(() => rm(dir, { recursive: true, force: true }));
 
@@ -62,7 +81,13 @@ describe("deliberate determinism", () => {
     expect(g.version).toBe(3);
     expect(g.provenance.modelHash).toMatch(/^[0-9a-f]{64}$/);
     expect(g.provenance.device).toMatch(/^cpu (avx2|avx512|avx512-bf16)$/);
-    expect(g.provenance.kernels).toEqual({ kernelMode: "fast", fixedGemmSplitK: 1, fixedKvSplits: 1, kvDtype: "f32", pageSize: 16 }); // no DL_* knob on the CPU
+    expect(g.provenance.kernels).toEqual({
+      kernelMode: "fast",
+      fixedGemmSplitK: 1,
+      fixedKvSplits: 1,
+      kvDtype: "f32",
+      pageSize: 16,
+    }); // no DL_* knob on the CPU
     expect(g.provenance.verify).toEqual({ verifyWindow: 8, verifyGroup: 4, fuseVerify: true });
 
     const checked = await cli([...common, "--load", "1,3", "--check", golden]);
@@ -74,22 +99,38 @@ describe("deliberate determinism", () => {
     expect(separate.stdout).toMatch(/6 prompts, 12 runs: 0 diverge/);
 
     // The DL_* knobs choose CUDA kernels: on the CPU a knob set differently checks as usual.
-    const knobbed = await cli([...common, "--load", "1", "--check", golden], { ...process.env, DL_PREFILL_MMA: "0", DL_DECODE_MERGE: "kernel" });
+    const knobbed = await cli([...common, "--load", "1", "--check", golden], {
+      ...process.env,
+      DL_PREFILL_MMA: "0",
+      DL_DECODE_MERGE: "kernel",
+    });
     expect(knobbed.code, knobbed.stderr).toBe(0);
     expect(knobbed.stderr).not.toMatch(/comparing across/);
     // Recorded under another kernel configuration: refused before the run, naming the setting and both values, unless
     // --allow-device-change (which says what it compares across).
     const other = join(dir, "golden-bf16-kv.json");
-    await writeFile(other, JSON.stringify({ ...g, provenance: { ...g.provenance, kernels: { ...g.provenance.kernels, kvDtype: "bf16" } } }));
+    await writeFile(
+      other,
+      JSON.stringify({ ...g, provenance: { ...g.provenance, kernels: { ...g.provenance.kernels, kvDtype: "bf16" } } }),
+    );
     const refused = await cli([...common, "--load", "1", "--check", other]);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/recorded under another device or kernel configuration: kvDtype: recorded "bf16", now "f32".*--allow-device-change/);
+    expect(refused.stderr).toMatch(
+      /recorded under another device or kernel configuration: kvDtype: recorded "bf16", now "f32".*--allow-device-change/,
+    );
     expect(refused.stderr).not.toMatch(/\[determinism\] run 1/);
     const allowed = await cli([...common, "--load", "1", "--check", other, "--allow-device-change"]);
     expect(allowed.code, allowed.stderr).toBe(0); // the outputs were really recorded with an f32 KV: same bytes
     expect(allowed.stderr).toMatch(/--allow-device-change: comparing across kvDtype: recorded "bf16", now "f32"/);
     // A golden of another model is refused whatever the flags.
-    const otherModel = await cli([...common.map((a) => (a === model ? tinyModel : a)), "--load", "1", "--check", golden, "--allow-device-change"]);
+    const otherModel = await cli([
+      ...common.map((a) => (a === model ? tinyModel : a)),
+      "--load",
+      "1",
+      "--check",
+      golden,
+      "--allow-device-change",
+    ]);
     expect(otherModel.code).toBe(1);
     expect(otherModel.stderr).toMatch(/was recorded with another model \(weights hash [0-9a-f]{12}…/);
 

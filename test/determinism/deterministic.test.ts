@@ -23,7 +23,8 @@ let reference: GenerationOutput[];
 const det = (r: GenerateRequest): GenerateRequest => ({ ...r, deterministic: true });
 
 /** Runs requests concurrently on `engine`; returns their outputs in input order. */
-const together = (engine: Engine, reqs: GenerateRequest[]): Promise<GenerationOutput[]> => Promise.all(reqs.map((r) => engine.submit(r).result));
+const together = (engine: Engine, reqs: GenerateRequest[]): Promise<GenerationOutput[]> =>
+  Promise.all(reqs.map((r) => engine.submit(r).result));
 
 function expectSameAsReference(out: GenerationOutput, i: number): void {
   expect(out.tokens, `request ${i}`).toEqual(reference[i].tokens);
@@ -32,7 +33,13 @@ function expectSameAsReference(out: GenerationOutput, i: number): void {
 
 /** Plain fast-path companions with their own prompts. */
 const companions = (n: number, seed: number): GenerateRequest[] =>
-  Array.from({ length: n }, (_, i) => ({ prompt: randomTokens(3 + ((i * 7) % 13), V, seed + i), maxTokens: 8 + (i % 9), ignoreEos: true, temperature: i % 2 ? 0.7 : 0, seed: i }));
+  Array.from({ length: n }, (_, i) => ({
+    prompt: randomTokens(3 + ((i * 7) % 13), V, seed + i),
+    maxTokens: 8 + (i % 9),
+    ignoreEos: true,
+    temperature: i % 2 ? 0.7 : 0,
+    seed: i,
+  }));
 
 beforeAll(async () => {
   model = await loadModel(await nearTieModelDir(4), { kvPages: 256, pageSize: PAGE });
@@ -59,7 +66,8 @@ afterAll(() => {
 // Both placements of the verify rows: fused into the steps' forwards (the default) and passes of their own.
 describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: true (%o)", ({ fuseVerify }) => {
   const DVR = { verifyWindow: 8, verifyGroup: 4, fuseVerify };
-  const engineWith = (options: Partial<EngineOptions> = {}): Engine => new Engine({ models: { model }, ...DVR, ...options });
+  const engineWith = (options: Partial<EngineOptions> = {}): Engine =>
+    new Engine({ models: { model }, ...DVR, ...options });
 
   it("commits exactly the batch-invariant tokens beside a plain request, rolling back the fast path's flips", async () => {
     await using engine = engineWith();
@@ -67,7 +75,10 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     let plainDiffers = 0;
     for (const [i, r] of requests.entries()) {
       // One plain companion keeps the steps mixed and small (split K): the deterministic tokens are candidates.
-      const [out] = await together(engine, [det(r), { prompt: randomTokens(6, V, 900 + i), maxTokens: 30, ignoreEos: true }]);
+      const [out] = await together(engine, [
+        det(r),
+        { prompt: randomTokens(6, V, 900 + i), maxTokens: 30, ignoreEos: true },
+      ]);
       expectSameAsReference(out, i);
       expect(out.determinism!.verifyPasses).toBeGreaterThanOrEqual(Math.ceil((24 - 1) / DVR.verifyWindow));
       rollbacks += out.determinism!.rollbacks;
@@ -91,10 +102,20 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
 
   it("holds across batch size, composition and position in the batch", async () => {
     await using engine = engineWith();
-    for (const [load, seed] of [[3, 1], [12, 2], [30, 3]] as const) {
-      const tagged = [...requests.map((r, i) => ({ r: det(r), i })), ...companions(load, 100 * seed).map((r) => ({ r, i: -1 }))];
+    for (const [load, seed] of [
+      [3, 1],
+      [12, 2],
+      [30, 3],
+    ] as const) {
+      const tagged = [
+        ...requests.map((r, i) => ({ r: det(r), i })),
+        ...companions(load, 100 * seed).map((r) => ({ r, i: -1 })),
+      ];
       const order = shuffled(tagged, seed);
-      const outs = await together(engine, order.map((x) => x.r));
+      const outs = await together(
+        engine,
+        order.map((x) => x.r),
+      );
       order.forEach(({ i }, k) => {
         if (i >= 0) expectSameAsReference(outs[k], i);
       });
@@ -128,7 +149,10 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     // Every token after the prefill's (which the fixed prefill commits) was an exact decode.
     outs.forEach((o) => expect(o.determinism!.exactTokens).toBe(o.tokens.length - 1));
     // Beside one plain request the fast schedule splits K: those tokens are candidates and get verified.
-    const [mixed] = await together(engine, [reqs[0], { prompt: randomTokens(6, V, 901), maxTokens: 30, ignoreEos: true }]);
+    const [mixed] = await together(engine, [
+      reqs[0],
+      { prompt: randomTokens(6, V, 901), maxTokens: 30, ignoreEos: true },
+    ]);
     expect(mixed.determinism!.verifyPasses).toBeGreaterThan(0);
   });
 
@@ -142,7 +166,8 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     await using engine = engineWith();
     // Each deterministic request runs beside plain companions, so its fast-path tokens would drift (alone on the CPU
     // every decode is exact and would match without any verifier).
-    const withLoad = async (req: GenerateRequest, seed: number): Promise<GenerationOutput> => (await together(engine, [req, ...companions(4, seed)]))[0];
+    const withLoad = async (req: GenerateRequest, seed: number): Promise<GenerationOutput> =>
+      (await together(engine, [req, ...companions(4, seed)]))[0];
     const r = requests[4]; // greedy, a 21-token prompt: 5 full pages
     const plain = await engine.submit(r).result; // fills the default namespace with fast-schedule KV
     expect(plain.usage.cachedTokens).toBe(0);
@@ -233,7 +258,10 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
   it("batch-invariant mode (the baseline) gives the same tokens under chunked prefill and load, with no verification", async () => {
     await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant", maxBatchTokens: 5 });
     const order = shuffled([...requests.map((r, i) => ({ r, i })), ...companions(8, 13).map((r) => ({ r, i: -1 }))], 5);
-    const outs = await together(engine, order.map((x) => x.r));
+    const outs = await together(
+      engine,
+      order.map((x) => x.r),
+    );
     order.forEach(({ i }, k) => {
       if (i >= 0) expectSameAsReference(outs[k], i);
     });
@@ -241,9 +269,15 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
 
   it("rejects bad flags at the boundary", async () => {
     await using engine = engineWith();
-    expect(() => engine.submit({ prompt: [1, 2], deterministic: "yes" as unknown as boolean })).toThrow(/request.deterministic is "yes"/);
-    expect(() => engine.submit({ prompt: [1, 2], deterministic: true, captureHidden: { layer: 1 } })).toThrow(/not supported with deterministic/);
+    expect(() => engine.submit({ prompt: [1, 2], deterministic: "yes" as unknown as boolean })).toThrow(
+      /request.deterministic is "yes"/,
+    );
+    expect(() => engine.submit({ prompt: [1, 2], deterministic: true, captureHidden: { layer: 1 } })).toThrow(
+      /not supported with deterministic/,
+    );
     expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/verifyWindow is 1/);
-    expect(() => new Engine({ models: { model }, fuseVerify: "yes" as unknown as boolean })).toThrow(/options.fuseVerify is "yes"; expected true or false/);
+    expect(() => new Engine({ models: { model }, fuseVerify: "yes" as unknown as boolean })).toThrow(
+      /options.fuseVerify is "yes"; expected true or false/,
+    );
   });
 });

@@ -21,9 +21,16 @@ const pages = (first: number, n: number): Int32Array => Int32Array.from({ length
 const sampling = { temperature: 0.9, topK: 0, topP: 1, seed: 42 };
 
 /** Prefills `prompt` on fresh pages, then decodes `n` tokens one by one on the fixed schedule. */
-async function decode(prompt: number[], n: number, firstPage: number): Promise<{ tokens: number[]; logprobs: number[] }> {
+async function decode(
+  prompt: number[],
+  n: number,
+  firstPage: number,
+): Promise<{ tokens: number[]; logprobs: number[] }> {
   const bt = pages(firstPage, 16);
-  const [first] = await model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(prompt), startPos: 0, blockTable: bt, sampling }] });
+  const [first] = await model.forward({
+    ...FIXED,
+    sequences: [{ tokens: Int32Array.from(prompt), startPos: 0, blockTable: bt, sampling }],
+  });
   const tokens = [first.token];
   const logprobs = [first.logprob];
   for (let i = 1; i < n; i++) {
@@ -44,11 +51,16 @@ describe("forward emitAll (verify rows)", () => {
     // Replay [last prompt token, generated tokens but the last] from position 8 over the prompt's KV (pages 20..):
     // row j must sample generated token j.
     const bt = pages(20, 16);
-    await model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(prompt.slice(0, 8)), startPos: 0, blockTable: bt, emitToken: false }] });
+    await model.forward({
+      ...FIXED,
+      sequences: [{ tokens: Int32Array.from(prompt.slice(0, 8)), startPos: 0, blockTable: bt, emitToken: false }],
+    });
     const replay = [prompt[8], ...want.tokens.slice(0, 11)];
     const [r] = await model.forward({
       ...FIXED,
-      sequences: [{ tokens: Int32Array.from(replay), startPos: 8, blockTable: bt, sampling, emitAll: true, numTopLogprobs: 3 }],
+      sequences: [
+        { tokens: Int32Array.from(replay), startPos: 8, blockTable: bt, sampling, emitAll: true, numTopLogprobs: 3 },
+      ],
     });
     expect([...r.tokens!]).toEqual(want.tokens);
     expect([...r.logprobs!]).toEqual(want.logprobs.map((x) => Math.fround(x)));
@@ -85,7 +97,12 @@ describe("forward emitAll (verify rows)", () => {
 
   it("rejects emitAll on a row that emits nothing", async () => {
     await expect(
-      model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.of(1, 2), startPos: 0, blockTable: pages(0, 1), emitToken: false, emitAll: true }] }),
+      model.forward({
+        ...FIXED,
+        sequences: [
+          { tokens: Int32Array.of(1, 2), startPos: 0, blockTable: pages(0, 1), emitToken: false, emitAll: true },
+        ],
+      }),
     ).rejects.toThrow(/emitAll needs emitToken/);
   });
 });

@@ -14,7 +14,11 @@ describe.skipIf(!!cudaUnavailable)("forward on cuda: fixedSchedule rows inside a
   let runs: FixedScheduleRuns;
   beforeAll(async () => {
     // hidden 256: K = 256 is four 64-wide partitions, so splitK 4 really reorders the GEMM sums.
-    model = await loadModel(await fixtureDir("qwen2", "bf16", { hidden: 256, heads: 4, kvHeads: 2 }), { device: "cuda", kvPages: 64, pageSize: PAGE });
+    model = await loadModel(await fixtureDir("qwen2", "bf16", { hidden: 256, heads: 4, kvHeads: 2 }), {
+      device: "cuda",
+      kvPages: 64,
+      pageSize: PAGE,
+    });
     runs = await runFixedScheduleScenario(model, PAGE);
   });
   afterAll(() => model?.dispose());

@@ -35,7 +35,12 @@ describe("forward: fixedSchedule rows inside a fast step (CPU)", () => {
 
   it("rejects a bad fixedGemmSplitK with a clear error", async () => {
     await expect(
-      model.forward({ gemmSplitK: 1, kvSplits: 1, fixedGemmSplitK: 0, sequences: [{ tokens: Int32Array.of(1), startPos: 0, blockTable: Int32Array.of(60) }] }),
+      model.forward({
+        gemmSplitK: 1,
+        kvSplits: 1,
+        fixedGemmSplitK: 0,
+        sequences: [{ tokens: Int32Array.of(1), startPos: 0, blockTable: Int32Array.of(60) }],
+      }),
     ).rejects.toThrow(/'fixedGemmSplitK' must be/);
   });
 });

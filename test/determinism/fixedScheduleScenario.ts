@@ -27,14 +27,30 @@ export interface FixedScheduleRuns {
 export async function runFixedScheduleScenario(model: Model, pageSize: number): Promise<FixedScheduleRuns> {
   const V = model.config.vocabSize;
   const sampling = { temperature: 0.8, topK: 0, topP: 1, seed: 9 };
-  const pages = (first: number, tokens: number) => Int32Array.from({ length: Math.ceil(tokens / pageSize) }, (_, i) => first + i);
-  const ctx = { A: randomTokens(10, V, 61), B: randomTokens(7, V, 62), R: randomTokens(8, V, 63), S: randomTokens(12, V, 64) };
+  const pages = (first: number, tokens: number) =>
+    Int32Array.from({ length: Math.ceil(tokens / pageSize) }, (_, i) => first + i);
+  const ctx = {
+    A: randomTokens(10, V, 61),
+    B: randomTokens(7, V, 62),
+    R: randomTokens(8, V, 63),
+    S: randomTokens(12, V, 64),
+  };
   const first = { A: 0, B: 10, C: 20, R: 30, S: 40 };
   for (const k of ["A", "B", "R", "S"] as const) {
     const t = ctx[k];
-    await model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(t), startPos: 0, blockTable: pages(first[k], t.length + 8), emitToken: false }] });
+    await model.forward({
+      ...FIXED,
+      sequences: [
+        { tokens: Int32Array.from(t), startPos: 0, blockTable: pages(first[k], t.length + 8), emitToken: false },
+      ],
+    });
   }
-  const seq = (k: keyof typeof first, tokens: number[], startPos: number, extra: Partial<NativeForwardSequence> = {}): NativeForwardSequence => ({
+  const seq = (
+    k: keyof typeof first,
+    tokens: number[],
+    startPos: number,
+    extra: Partial<NativeForwardSequence> = {},
+  ): NativeForwardSequence => ({
     tokens: Int32Array.from(tokens),
     startPos,
     blockTable: pages(first[k], startPos + tokens.length),
@@ -49,17 +65,31 @@ export async function runFixedScheduleScenario(model: Model, pageSize: number): 
   const S = seq("S", randomTokens(1, V, 75), ctx.S.length, { fixedSchedule: true });
   const plain = (s: NativeForwardSequence): NativeForwardSequence => ({ ...s, fixedSchedule: false });
 
-  const one = async (s: NativeForwardSequence) => (await model.forward({ ...FIXED, returnLogits: true, sequences: [s] }))[0];
+  const one = async (s: NativeForwardSequence) =>
+    (await model.forward({ ...FIXED, returnLogits: true, sequences: [s] }))[0];
   const fixedAlone = [await one(R), await one(S)];
   const plainFixed = [await one(plain(R)), await one(plain(S))];
   const fastAlone = await model.forward({ ...FAST, returnLogits: true, sequences: [A, B, C] });
   const m = await model.forward({ ...FAST, fixedGemmSplitK: 1, returnLogits: true, sequences: [A, R, B, S, C] });
   const fastUnderFixed = await model.forward({ ...FIXED, returnLogits: true, sequences: [A, B, C] });
-  return { fixedAlone, plainFixed, fastAlone, fastUnderFixed, mixed: { fixed: [m[1], m[3]], fast: [m[0], m[2], m[4]] } };
+  return {
+    fixedAlone,
+    plainFixed,
+    fastAlone,
+    fastUnderFixed,
+    mixed: { fixed: [m[1], m[3]], fast: [m[0], m[2], m[4]] },
+  };
 }
 
 /** The bytes a row's result is judged by: its tokens, logprobs and logits. */
 export function resultBytes(r: NativeForwardResult): string {
-  const parts = [String(r.token), String(r.logprob), Array.from(r.tokens ?? []).join(","), Array.from(r.logprobs ?? []).join(",")];
-  return parts.join("|") + "|" + Buffer.from(r.logits!.buffer, r.logits!.byteOffset, r.logits!.byteLength).toString("base64");
+  const parts = [
+    String(r.token),
+    String(r.logprob),
+    Array.from(r.tokens ?? []).join(","),
+    Array.from(r.logprobs ?? []).join(","),
+  ];
+  return (
+    parts.join("|") + "|" + Buffer.from(r.logits!.buffer, r.logits!.byteOffset, r.logits!.byteLength).toString("base64")
+  );
 }

@@ -19,7 +19,13 @@ function randomPrompt(seed: number, length: number): number[] {
  *  and 2 plain); returns the model's forward calls and checks every output. */
 async function run(fuseVerify: boolean, maxBatchTokens?: number, aligned = false): Promise<ForwardBatch[]> {
   const model = new PagedToyModel(256, 4);
-  await using engine = new Engine({ models: { model, tokenizer: toyCodec }, verifyWindow: WINDOW, verifyGroup: 2, fuseVerify, maxBatchTokens });
+  await using engine = new Engine({
+    models: { model, tokenizer: toyCodec },
+    verifyWindow: WINDOW,
+    verifyGroup: 2,
+    fuseVerify,
+    maxBatchTokens,
+  });
   const reqs = Array.from({ length: 8 }, (_, i) => ({
     prompt: randomPrompt(i, aligned ? 4 : 5 + 3 * i),
     maxTokens: 20 + i,
@@ -50,7 +56,9 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     // Verify rows share forwards with fast rows.
     expect(calls.some((c) => c.sequences.some(isVerifyRow) && c.sequences.some((s) => !s.fixedSchedule))).toBe(true);
     // Deterministic prompts (requests 0, 3, 6: 5, 14, 23 tokens) prefill on the fixed schedule in the shared step.
-    const fixedPrefill = calls.flatMap((c) => c.sequences.filter((s) => s.fixedSchedule && !isVerifyRow(s) && s.startPos === 0));
+    const fixedPrefill = calls.flatMap((c) =>
+      c.sequences.filter((s) => s.fixedSchedule && !isVerifyRow(s) && s.startPos === 0),
+    );
     expect(fixedPrefill.map((s) => s.tokens.length).sort((a, b) => a - b)).toEqual([5, 14, 23]);
     for (const c of calls) if (c.sequences.some((s) => s.fixedSchedule)) expect(c.fixedGemmSplitK).toBe(1);
   });
@@ -71,11 +79,15 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     const dets = [];
     for (let i = 0; i < 4; i++) {
       for (let k = 0; k < 3; k++) await stream.next(); // deterministic requests start 3 steps apart
-      dets.push(engine.submit({ prompt: randomPrompt(60 + i, 5), maxTokens: 60, ignoreEos: true, deterministic: true }).result);
+      dets.push(
+        engine.submit({ prompt: randomPrompt(60 + i, 5), maxTokens: 60, ignoreEos: true, deterministic: true }).result,
+      );
     }
     for (let r = await stream.next(); !r.done; r = await stream.next());
     const outs = await Promise.all(dets);
-    outs.forEach((o, i) => expect(o.tokens).toEqual(toyReference(randomPrompt(60 + i, 5), 60, { temperature: 0, seed: 0 }, false)));
+    outs.forEach((o, i) =>
+      expect(o.tokens).toEqual(toyReference(randomPrompt(60 + i, 5), 60, { temperature: 0, seed: 0 }, false)),
+    );
     const carrying = model.calls.filter((c) => c.sequences.some(isVerifyRow));
     const rows = carrying.reduce((n, c) => n + c.sequences.filter(isVerifyRow).length, 0);
     expect(rows).toBeGreaterThanOrEqual(8); // 4 requests x 2 windows
@@ -90,7 +102,13 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     const other = engine.submit({ prompt: randomPrompt(8, 9), maxTokens: 40, ignoreEos: true, deterministic: true });
     // A plain companion keeps the steps mixed, so the deterministic tokens are candidates with verify rows.
     const plain = engine.submit({ prompt: randomPrompt(9, 5), maxTokens: 80, ignoreEos: true });
-    const victim = engine.submit({ prompt: randomPrompt(7, 9), maxTokens: 1000, ignoreEos: true, deterministic: true, signal: controller.signal });
+    const victim = engine.submit({
+      prompt: randomPrompt(7, 9),
+      maxTokens: 1000,
+      ignoreEos: true,
+      deterministic: true,
+      signal: controller.signal,
+    });
     let n = 0;
     for await (const d of victim) {
       n += d.tokens.length;
@@ -112,7 +130,9 @@ describe("decode-verify-rollback: where the verify rows run", () => {
     expect(separate.length).toBeGreaterThan(0);
     for (const c of separate) expect(c.sequences.every(isVerifyRow)).toBe(true);
     // Deterministic prefill chunks are forwards of their own (fixed rows, alone).
-    for (const c of calls) if (c.sequences.some((s) => s.fixedSchedule && !isVerifyRow(s) && s.tokens.length > 1)) expect(c.sequences).toHaveLength(1);
+    for (const c of calls)
+      if (c.sequences.some((s) => s.fixedSchedule && !isVerifyRow(s) && s.tokens.length > 1))
+        expect(c.sequences).toHaveLength(1);
     // More forwards than fused for the same work.
     expect(calls.length).toBeGreaterThan((await run(true)).length);
   });

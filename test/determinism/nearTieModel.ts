@@ -15,7 +15,13 @@ export function nearTieModelDir(layers: number): Promise<string> {
   let p = made.get(layers);
   if (!p) {
     p = (async () => {
-      const f = await makeFixture({ arch: "llama", dtype: "f32", out: join(root, `near-tie-${layers}`), layers, maxPositions: 512 });
+      const f = await makeFixture({
+        arch: "llama",
+        dtype: "f32",
+        out: join(root, `near-tie-${layers}`),
+        layers,
+        maxPositions: 512,
+      });
       await plantNearTies(f.dir, { epsilon: 1e-6 });
       return f.dir;
     })();

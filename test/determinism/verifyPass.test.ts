@@ -16,7 +16,11 @@ describe("verify pass shape", () => {
   it("pads every row to the window and fills the group with dummy rows on scratch pages", () => {
     expect(scratchPagesPerRow(g)).toBe(3);
     // A row of 3 tokens from position 9 (pages 0..2 cover positions 0..11): pads at 12..16 go to scratch.
-    const one = buildVerifyBatch(g, [{ tokens: [5, 6, 7], startPos: 9, blockTable: [10, 11, 12], sampling, numTopLogprobs: 2 }], scratch);
+    const one = buildVerifyBatch(
+      g,
+      [{ tokens: [5, 6, 7], startPos: 9, blockTable: [10, 11, 12], sampling, numTopLogprobs: 2 }],
+      scratch,
+    );
     expect(one.gemmSplitK).toBe(FIXED_SCHEDULE.gemmSplitK);
     expect(one.kvSplits).toBe(FIXED_SCHEDULE.kvSplits);
     expect(one.sequences).toHaveLength(3);
@@ -32,7 +36,17 @@ describe("verify pass shape", () => {
     expect([...one.sequences[1].blockTable]).toEqual([103, 104, 105]);
     expect([...one.sequences[2].blockTable]).toEqual([106, 107, 108]);
     // A full row needs no scratch; the token count of the pass never changes.
-    const full = buildVerifyBatch(g, [0, 1, 2].map((r) => ({ tokens: [1, 2, 3, 4, 5, 6, 7, 8], startPos: 3, blockTable: [r, r + 10, r + 20], sampling, numTopLogprobs: 0 })), scratch);
+    const full = buildVerifyBatch(
+      g,
+      [0, 1, 2].map((r) => ({
+        tokens: [1, 2, 3, 4, 5, 6, 7, 8],
+        startPos: 3,
+        blockTable: [r, r + 10, r + 20],
+        sampling,
+        numTopLogprobs: 0,
+      })),
+      scratch,
+    );
     expect(full.sequences.map((s) => s.tokens.length)).toEqual([8, 8, 8]);
     expect([...full.sequences[2].blockTable]).toEqual([2, 12, 22]);
     expect(() => buildVerifyBatch(g, [], scratch)).toThrow(/0 rows/);
@@ -46,8 +60,14 @@ describe("verify pass shape", () => {
     const b = buildVerifyBatch(g, rows, scratch, undefined, false);
     expect(b.gemmSplitK).toBe(FIXED_SCHEDULE.gemmSplitK);
     expect(b.kvSplits).toBe(FIXED_SCHEDULE.kvSplits);
-    expect(b.sequences.map((s) => [...s.tokens])).toEqual([[5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8]]);
-    expect(b.sequences.map((s) => [...s.blockTable])).toEqual([[10, 11, 12], [20, 21, 22]]); // no scratch pages
+    expect(b.sequences.map((s) => [...s.tokens])).toEqual([
+      [5, 6, 7],
+      [1, 2, 3, 4, 5, 6, 7, 8],
+    ]);
+    expect(b.sequences.map((s) => [...s.blockTable])).toEqual([
+      [10, 11, 12],
+      [20, 21, 22],
+    ]); // no scratch pages
     expect(b.sequences.every((s) => s.emitAll && s.emitToken)).toBe(true);
   });
 

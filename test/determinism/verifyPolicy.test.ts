@@ -2,7 +2,8 @@
 import { describe, expect, it } from "vitest";
 import { exactDecodesFree, fusedRowCount, type FusedStep } from "../../ts/engine/verifier/policy.js";
 
-const rows = (n: number, rowTokens = 8, readySince = 10) => Array.from({ length: n }, () => ({ rowTokens, readySince }));
+const rows = (n: number, rowTokens = 8, readySince = 10) =>
+  Array.from({ length: n }, () => ({ rowTokens, readySince }));
 // CUDA-like fast schedule: split K up to 64 tokens (4 here; CUDA's is 8), 1 beyond.
 const cudaSplitK = (scheduled: number) => (extra: number) => (scheduled + extra <= 64 ? 4 : 1);
 const step = (over: Partial<FusedStep> = {}): FusedStep => ({
@@ -20,9 +21,15 @@ const step = (over: Partial<FusedStep> = {}): FusedStep => ({
 describe("fusedRowCount", () => {
   it("rides every ready row at once when the step's GEMMs run splitK 1 anyway, within the token budget", () => {
     expect(fusedRowCount(step({ scheduledTokens: 100, gemmSplitKWith: cudaSplitK(100) }))).toBe(3);
-    expect(fusedRowCount(step({ ready: rows(10, 32), scheduledTokens: 100, gemmSplitKWith: cudaSplitK(100), tokenBudget: 200 }))).toBe(3);
+    expect(
+      fusedRowCount(
+        step({ ready: rows(10, 32), scheduledTokens: 100, gemmSplitKWith: cudaSplitK(100), tokenBudget: 200 }),
+      ),
+    ).toBe(3);
     // At least one row even when the scheduled tokens fill the budget.
-    expect(fusedRowCount(step({ ready: rows(2, 32), scheduledTokens: 2048, gemmSplitKWith: cudaSplitK(2048) }))).toBe(1);
+    expect(fusedRowCount(step({ ready: rows(2, 32), scheduledTokens: 2048, gemmSplitKWith: cudaSplitK(2048) }))).toBe(
+      1,
+    );
   });
 
   it("rides rows that push the step past the split-K range themselves", () => {

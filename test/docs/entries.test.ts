@@ -26,14 +26,28 @@ async function importFresh(entry: string): Promise<{ names: string[]; heavy: str
 
 describe("package entries", () => {
   it("dist/ is built", () => {
-    expect(existsSync(path.join(root, "dist/index.js")), "dist/ is missing: run `npm run build:ts` (npm install / npm ci do it)").toBe(true);
+    expect(
+      existsSync(path.join(root, "dist/index.js")),
+      "dist/ is missing: run `npm run build:ts` (npm install / npm ci do it)",
+    ).toBe(true);
   });
 
   it('"deliberate" gives the engine, programs and models and loads neither fastify, prom-client nor NATS', async () => {
     const { names, heavy } = await importFresh("deliberate");
     expect(heavy).toEqual([]);
-    for (const name of ["Engine", "loadModel", "ProgramRuntime", "SelfConsistency", "generate", "DeliberateError"]) expect(names).toContain(name);
-    for (const name of ["createServer", "deliberatePlugin", "createRouter", "joinCluster", "toApiError", "field", "hash32", "RingCache", "loadCap"]) {
+    for (const name of ["Engine", "loadModel", "ProgramRuntime", "SelfConsistency", "generate", "DeliberateError"])
+      expect(names).toContain(name);
+    for (const name of [
+      "createServer",
+      "deliberatePlugin",
+      "createRouter",
+      "joinCluster",
+      "toApiError",
+      "field",
+      "hash32",
+      "RingCache",
+      "loadCap",
+    ]) {
       expect(names).not.toContain(name);
     }
   });
@@ -43,6 +57,7 @@ describe("package entries", () => {
     expect(server.names.sort()).toEqual(["ApiError", "ServerState", "createServer", "deliberatePlugin"]);
     expect(server.heavy).toContain("fastify");
     const cluster = await importFresh("deliberate/cluster");
-    for (const name of ["joinCluster", "connectCluster", "createRouter", "ROUTING_POLICIES"]) expect(cluster.names).toContain(name);
+    for (const name of ["joinCluster", "connectCluster", "createRouter", "ROUTING_POLICIES"])
+      expect(cluster.names).toContain(name);
   });
 });

@@ -21,7 +21,8 @@ afterAll(() => rmSync(work, { recursive: true, force: true }));
 function noCompilers(): string {
   const dir = path.join(work, "no-compilers");
   mkdirSync(dir, { recursive: true });
-  for (const tool of ["cc", "c++", "gcc", "g++", "nvcc", "make"]) writeFileSync(path.join(dir, tool), "#!/bin/sh\necho \"$0: no compiler here\" >&2\nexit 1\n", { mode: 0o755 });
+  for (const tool of ["cc", "c++", "gcc", "g++", "nvcc", "make"])
+    writeFileSync(path.join(dir, tool), '#!/bin/sh\necho "$0: no compiler here" >&2\nexit 1\n', { mode: 0o755 });
   return dir;
 }
 
@@ -43,15 +44,33 @@ describe("the packed package", () => {
     expect(existsSync(tarball)).toBe(true);
     const app = path.join(work, "app");
     mkdirSync(app);
-    writeFileSync(path.join(app, "package.json"), JSON.stringify({ name: "readme-app", private: true, type: "module" }));
-    const env = { ...process.env, PATH: `${noCompilers()}:${process.env.PATH}`, CC: "false", CXX: "false", DELIBERATE_REQUIRE_CUDA: "" };
-    await run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", tarball], { cwd: app, env, timeout: 300_000 });
+    writeFileSync(
+      path.join(app, "package.json"),
+      JSON.stringify({ name: "readme-app", private: true, type: "module" }),
+    );
+    const env = {
+      ...process.env,
+      PATH: `${noCompilers()}:${process.env.PATH}`,
+      CC: "false",
+      CXX: "false",
+      DELIBERATE_REQUIRE_CUDA: "",
+    };
+    await run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", tarball], {
+      cwd: app,
+      env,
+      timeout: 300_000,
+    });
     const installed = path.join(app, "node_modules", "deliberate");
-    expect(existsSync(path.join(installed, "build")), "the install compiled the addon instead of using the prebuild").toBe(false);
+    expect(
+      existsSync(path.join(installed, "build")),
+      "the install compiled the addon instead of using the prebuild",
+    ).toBe(false);
     expect(existsSync(path.join(installed, "prebuilds", `${process.platform}-${process.arch}`))).toBe(true);
 
     const readme = readFileSync(path.join(root, "README.md"), "utf8");
-    const block = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes('from "deliberate"'));
+    const block = [...readme.matchAll(/```js\n([\s\S]*?)```/g)]
+      .map((m) => m[1])
+      .find((b) => b.includes('from "deliberate"'));
     writeFileSync(path.join(app, "example.mjs"), block!);
     const lib = await run(process.execPath, ["example.mjs"], { cwd: app, timeout: 120_000 });
     expect(lib.stdout).toContain(" \\boxed{72}\n[stop]\n");
@@ -64,24 +83,47 @@ describe("the packed package", () => {
 
     // The server section: `npx deliberate serve` from the app, then its curl line and its openai-client example (the
     // app installs openai as a user would), with port 8000 swapped for a free one.
-    await run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "openai@6"], { cwd: app, env, timeout: 300_000 });
-    const sh = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes("deliberate serve"))!;
+    await run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "openai@6"], {
+      cwd: app,
+      env,
+      timeout: 300_000,
+    });
+    const sh = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)]
+      .map((m) => m[1])
+      .find((b) => b.includes("deliberate serve"))!;
     const port = String(await freePort());
-    const serveLine = sh.split("\n")[0].replace(/\s*&\s*$/, "").replaceAll("8000", port);
+    const serveLine = sh
+      .split("\n")[0]
+      .replace(/\s*&\s*$/, "")
+      .replaceAll("8000", port);
     // its own process group: npx runs the server as a child that a SIGTERM to npx alone would leave running
     const server = spawn("bash", ["-c", `exec ${serveLine}`], { cwd: app, env, stdio: "ignore", detached: true });
     const exited = new Promise((resolve) => server.once("exit", resolve));
     try {
       const url = `http://127.0.0.1:${port}`;
       for (let i = 0; i < 600; i++) {
-        if ((await fetch(`${url}/health`).then((r) => r.status, () => 0)) === 200) break;
+        if (
+          (await fetch(`${url}/health`).then(
+            (r) => r.status,
+            () => 0,
+          )) === 200
+        )
+          break;
         await new Promise((r) => setTimeout(r, 50));
       }
-      const curl = sh.slice(sh.indexOf("curl ")).replace(/\\\n\s*/g, " ").trim().replaceAll("8000", port);
-      const chat = JSON.parse((await run("bash", ["-c", curl], { cwd: app, timeout: 60_000 })).stdout) as { choices: Array<{ message: { content: string; reasoning: string } }> };
+      const curl = sh
+        .slice(sh.indexOf("curl "))
+        .replace(/\\\n\s*/g, " ")
+        .trim()
+        .replaceAll("8000", port);
+      const chat = JSON.parse((await run("bash", ["-c", curl], { cwd: app, timeout: 60_000 })).stdout) as {
+        choices: Array<{ message: { content: string; reasoning: string } }>;
+      };
       expect(chat.choices[0].message.content).toBe(" \\boxed{72}");
       expect(chat.choices[0].message.reasoning).toMatch(/check:/);
-      const js = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes('from "openai"'))!;
+      const js = [...readme.matchAll(/```js\n([\s\S]*?)```/g)]
+        .map((m) => m[1])
+        .find((b) => b.includes('from "openai"'))!;
       writeFileSync(path.join(app, "client.mjs"), js.replaceAll("8000", port));
       const out = await run(process.execPath, ["client.mjs"], { cwd: app, timeout: 60_000 });
       expect(out.stdout.trim()).toMatch(/^72 (0|1|0\.\d+) \d+$/);
@@ -89,8 +131,22 @@ describe("the packed package", () => {
       process.kill(-server.pid!, "SIGTERM");
       await exited;
       // the server itself (npx's child) drains and exits too: nothing answers on the port afterwards
-      for (let i = 0; i < 100 && (await fetch(`http://127.0.0.1:${port}/health`).then(() => true, () => false)); i++) await new Promise((r) => setTimeout(r, 50));
-      expect(await fetch(`http://127.0.0.1:${port}/health`).then(() => "answering", () => "gone")).toBe("gone");
+      for (
+        let i = 0;
+        i < 100 &&
+        (await fetch(`http://127.0.0.1:${port}/health`).then(
+          () => true,
+          () => false,
+        ));
+        i++
+      )
+        await new Promise((r) => setTimeout(r, 50));
+      expect(
+        await fetch(`http://127.0.0.1:${port}/health`).then(
+          () => "answering",
+          () => "gone",
+        ),
+      ).toBe("gone");
     }
   }, 600_000);
 });

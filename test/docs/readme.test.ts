@@ -13,7 +13,9 @@ const root = path.resolve(import.meta.dirname, "../..");
 describe("README", () => {
   it("the library example runs with node and prints the thought, the finish reason and an answer line", async () => {
     const readme = readFileSync(path.join(root, "README.md"), "utf8");
-    const block = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]).find((b) => b.includes('from "deliberate"'));
+    const block = [...readme.matchAll(/```js\n([\s\S]*?)```/g)]
+      .map((m) => m[1])
+      .find((b) => b.includes('from "deliberate"'));
     expect(block).toBeDefined();
     expect(block).not.toMatch(/await using/);
     const dist = path.join(root, "dist/index.js");

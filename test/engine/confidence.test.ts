@@ -32,7 +32,16 @@ describe("token confidence (native)", () => {
       const [r] = await model.forward({
         ...FIXED_SCHEDULE,
         returnLogits: true,
-        sequences: [{ tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([0]), confidenceTopK: k, emitAll: true, numTopLogprobs: 2 }],
+        sequences: [
+          {
+            tokens: Int32Array.from(tokens),
+            startPos: 0,
+            blockTable: Int32Array.from([0]),
+            confidenceTopK: k,
+            emitAll: true,
+            numTopLogprobs: 2,
+          },
+        ],
       });
       expect(r.confidences!.length).toBe(tokens.length);
       expect(r.topIds!.length).toBe(tokens.length * 2); // the row's own numTopLogprobs, not the confidence's k
@@ -43,7 +52,12 @@ describe("token confidence (native)", () => {
       expect(r.confidence).toBe(r.confidences![tokens.length - 1]);
     }
     await expect(
-      model.forward({ ...FIXED_SCHEDULE, sequences: [{ tokens: Int32Array.from([1]), startPos: 0, blockTable: Int32Array.from([0]), confidenceTopK: 65 }] }),
+      model.forward({
+        ...FIXED_SCHEDULE,
+        sequences: [
+          { tokens: Int32Array.from([1]), startPos: 0, blockTable: Int32Array.from([0]), confidenceTopK: 65 },
+        ],
+      }),
     ).rejects.toThrow(/confidenceTopK/);
   });
 });
@@ -70,7 +84,13 @@ describe("ConfidenceTracker", () => {
   it("reports, for a long random trace, exactly the figures of the plain rule (every window's mean, all sorted)", () => {
     let seed = 7;
     const rand = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 4294967296;
-    for (const [n, window] of [[3000, 16], [777, 50], [100, 1], [64, 64], [65, 64]]) {
+    for (const [n, window] of [
+      [3000, 16],
+      [777, 50],
+      [100, 1],
+      [64, 64],
+      [65, 64],
+    ]) {
       const c = Array.from({ length: n }, () => (rand() < 0.2 ? 2 : 1 + rand() * 3)); // ties among the groups
       const t = new ConfidenceTracker({ topK: 20, window, threshold: null, tail: 10 });
       for (const x of c) t.add(x);
@@ -98,9 +118,13 @@ describe("smallest", () => {
     const rand = () => (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 4294967296;
     for (let round = 0; round < 500; round++) {
       const n = 1 + Math.floor(rand() * 700);
-      const xs = Float64Array.from({ length: n }, () => (rand() < 0.3 ? Math.floor(rand() * 4) : rand() < 0.01 ? NaN : rand()));
+      const xs = Float64Array.from({ length: n }, () =>
+        rand() < 0.3 ? Math.floor(rand() * 4) : rand() < 0.01 ? NaN : rand(),
+      );
       const k = 1 + Math.floor(rand() * n);
-      expect(Array.from(smallest(Float64Array.from(xs), k))).toEqual(Array.from(Float64Array.from(xs).sort().subarray(0, k)));
+      expect(Array.from(smallest(Float64Array.from(xs), k))).toEqual(
+        Array.from(Float64Array.from(xs).sort().subarray(0, k)),
+      );
     }
   });
 });
@@ -118,13 +142,23 @@ describe("confidence on the engine", () => {
     // The per-token confidences, from one forward over the trace (batch-invariant: the same bits as the decode steps).
     const [r] = await model.forward({
       ...FIXED_SCHEDULE,
-      sequences: [{ tokens: Int32Array.from([...prompt, ...all.tokens.slice(0, -1)]), startPos: 0, blockTable: Int32Array.from([100, 101, 102, 103]), confidenceTopK: 20, emitAll: true }],
+      sequences: [
+        {
+          tokens: Int32Array.from([...prompt, ...all.tokens.slice(0, -1)]),
+          startPos: 0,
+          blockTable: Int32Array.from([100, 101, 102, 103]),
+          confidenceTopK: 20,
+          emitAll: true,
+        },
+      ],
     });
     const perToken = Array.from(r.confidences!.slice(prompt.length - 1));
     expect(perToken).toHaveLength(40);
     expect(all.confidence!.mean).toBeCloseTo(perToken.reduce((a, b) => a + b, 0) / 40, 5);
     // Group i (a full window) completes at token i + 4; the threshold just above the lowest group stops there.
-    const groups = perToken.slice(3).map((_, i) => (perToken[i] + perToken[i + 1] + perToken[i + 2] + perToken[i + 3]) / 4);
+    const groups = perToken
+      .slice(3)
+      .map((_, i) => (perToken[i] + perToken[i + 1] + perToken[i + 2] + perToken[i + 3]) / 4);
     expect(all.confidence!.lowestGroup).toBeCloseTo(Math.min(...groups), 5);
     const threshold = Math.min(...groups) + 1e-6;
     const stopAt = groups.findIndex((g) => g < threshold) + 4;
@@ -138,13 +172,29 @@ describe("confidence on the engine", () => {
   it("deterministic: true with the stop gives the same tokens alone and under load", async () => {
     await using engine = new Engine({ models: { model } });
     const prompt = randomTokens(12, V(), 10);
-    const req = { prompt, maxTokens: 32, ignoreEos: true, temperature: 0.8, seed: 5, deterministic: true, confidence: { window: 3, threshold: 1e9 } };
+    const req = {
+      prompt,
+      maxTokens: 32,
+      ignoreEos: true,
+      temperature: 0.8,
+      seed: 5,
+      deterministic: true,
+      confidence: { window: 3, threshold: 1e9 },
+    };
     const alone = await engine.submit(req).result;
     expect(alone.finishReason).toBe("low_confidence");
     expect(alone.tokens).toHaveLength(3); // the first full window is below any finite confidence
     const reqLow = { ...req, confidence: { window: 5, threshold: -1e9 } }; // never stops
     const aloneLow = await engine.submit(reqLow).result;
-    const others = Array.from({ length: 6 }, (_, i) => engine.submit({ prompt: randomTokens(5 + i, V(), 20 + i), maxTokens: 30, ignoreEos: true, temperature: 1, seed: i }));
+    const others = Array.from({ length: 6 }, (_, i) =>
+      engine.submit({
+        prompt: randomTokens(5 + i, V(), 20 + i),
+        maxTokens: 30,
+        ignoreEos: true,
+        temperature: 1,
+        seed: i,
+      }),
+    );
     const [loaded, loadedLow] = await Promise.all([engine.submit(req).result, engine.submit(reqLow).result]);
     await Promise.all(others.map((o) => o.result));
     expect(loaded.tokens).toEqual(alone.tokens);

@@ -106,7 +106,12 @@ describe("Engine on a native fixture model (batch-invariant mode)", () => {
     })();
     await using engine = engineWith();
     const controller = new AbortController();
-    const victim = engine.submit({ prompt: randomTokens(10, V, 1), maxTokens: 200, ignoreEos: true, signal: controller.signal });
+    const victim = engine.submit({
+      prompt: randomTokens(10, V, 1),
+      maxTokens: 200,
+      ignoreEos: true,
+      signal: controller.signal,
+    });
     const other = engine.submit({ prompt: randomTokens(10, V, 2), maxTokens: 24, ignoreEos: true });
     let n = 0;
     for await (const d of victim) if ((n += d.tokens.length) === 4) controller.abort();
@@ -119,13 +124,18 @@ describe("Engine on a native fixture model (batch-invariant mode)", () => {
     const small = await loadModel(await fixtureDir("llama", "f32", { layers: 2 }), { kvPages: 8, pageSize: PAGE });
     try {
       await using engine = new Engine({ models: { model: small }, kernelMode: "batch-invariant" });
-      const reqs: GenerateRequest[] = Array.from({ length: 6 }, (_, i) => ({ prompt: randomTokens(12 + i, V, 40 + i), maxTokens: 24, ignoreEos: true }));
+      const reqs: GenerateRequest[] = Array.from({ length: 6 }, (_, i) => ({
+        prompt: randomTokens(12 + i, V, 40 + i),
+        maxTokens: 24,
+        ignoreEos: true,
+      }));
       const outs = await Promise.all(reqs.map((r) => engine.submit(r).result));
       expect(engine.metrics().preemptions).toBeGreaterThan(0);
       // Preempted requests recompute their KV (prefill kernel where they had decoded; the CPU's agree bitwise): each
       // must still give exactly the tokens it gives alone on a roomy pool.
       await using roomy = engineWith();
-      for (const [i, r] of reqs.entries()) expect(outs[i].tokens, `request ${i}`).toEqual((await roomy.submit(r).result).tokens);
+      for (const [i, r] of reqs.entries())
+        expect(outs[i].tokens, `request ${i}`).toEqual((await roomy.submit(r).result).tokens);
       // No page leaked: the whole pool is free again (cached prefix pages count as free: a later hit revives them).
       const pool = engine.metrics().models[0];
       expect([pool.kvPagesUsed, pool.kvPagesFree, pool.kvPagesTotal]).toEqual([0, 8, 8]);

@@ -21,10 +21,16 @@ function randomTokens(rng: Rng, n: number): number[] {
   return Array.from({ length: n }, () => rng.int(1, 63));
 }
 
-async function runWorkload(seed: number): Promise<{ preemptions: number; hitRate: number; aborted: number; copies: number }> {
+async function runWorkload(
+  seed: number,
+): Promise<{ preemptions: number; hitRate: number; aborted: number; copies: number }> {
   const rng = makeRng(seed);
   const model = new PagedToyModel(24, 4); // 96 token slots
-  await using engine = new Engine({ models: { model, tokenizer: toyCodec }, maxBatchTokens: rng.int(3, 24), maxBatchSeqs: rng.int(2, 8) });
+  await using engine = new Engine({
+    models: { model, tokenizer: toyCodec },
+    maxBatchTokens: rng.int(3, 24),
+    maxBatchSeqs: rng.int(2, 8),
+  });
   const stems = [randomTokens(rng, 10), randomTokens(rng, 6)];
   const issued: Issued[] = [];
   for (let op = 0; op < 40; op++) {
@@ -34,7 +40,14 @@ async function runWorkload(seed: number): Promise<{ preemptions: number; hitRate
       const temperature = rng.int(0, 1);
       const ignoreEos = rng.int(0, 1) === 1;
       const maxTokens = rng.int(1, 16);
-      const handle = engine.submit({ prompt, n: rng.int(1, 3), maxTokens, temperature, seed: rng.int(0, 1000), ignoreEos });
+      const handle = engine.submit({
+        prompt,
+        n: rng.int(1, 3),
+        maxTokens,
+        temperature,
+        seed: rng.int(0, 1000),
+        ignoreEos,
+      });
       issued.push({ handle, maxTokens, temperature, ignoreEos });
     } else if (roll <= 7) {
       const parent = rng.pick(issued);
@@ -45,7 +58,13 @@ async function runWorkload(seed: number): Promise<{ preemptions: number; hitRate
       const maxTokens = rng.int(1, 12);
       const temperature = rng.int(0, 1);
       try {
-        const handle = engine.fork(parent.handle, { length, append, maxTokens, temperature, ignoreEos: parent.ignoreEos });
+        const handle = engine.fork(parent.handle, {
+          length,
+          append,
+          maxTokens,
+          temperature,
+          ignoreEos: parent.ignoreEos,
+        });
         issued.push({ handle, maxTokens, temperature, ignoreEos: parent.ignoreEos });
       } catch (e) {
         expect((e as Error).message).toMatch(/has not started yet|context/);
@@ -66,7 +85,12 @@ async function runWorkload(seed: number): Promise<{ preemptions: number; hitRate
   });
   const m = engine.metrics();
   expect([m.running, m.waiting, m.models[0].kvPagesUsed]).toEqual([0, 0, 0]);
-  return { preemptions: m.preemptions, hitRate: m.prefixCacheHitRate, aborted: outs.filter((o) => o.finishReason === "aborted").length, copies: model.calls.filter((c) => c.pageCopies).length };
+  return {
+    preemptions: m.preemptions,
+    hitRate: m.prefixCacheHitRate,
+    aborted: outs.filter((o) => o.finishReason === "aborted").length,
+    copies: model.calls.filter((c) => c.pageCopies).length,
+  };
 }
 
 describe("Engine under random workloads", () => {

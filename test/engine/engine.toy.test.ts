@@ -6,7 +6,11 @@ import type { GenerateRequest } from "../../ts/engine/request.js";
 import { makeRng } from "../helpers/prng.js";
 import { PagedToyModel, TOY_EOS, toyCodec, toyLogits, toyReference, toyText } from "../helpers/pagedToyModel.js";
 
-function makeEngine(numPages: number, options: Partial<EngineOptions> = {}, pageSize = 4): { engine: Engine; model: PagedToyModel } {
+function makeEngine(
+  numPages: number,
+  options: Partial<EngineOptions> = {},
+  pageSize = 4,
+): { engine: Engine; model: PagedToyModel } {
   const model = new PagedToyModel(numPages, pageSize);
   return { engine: new Engine({ models: { model, tokenizer: toyCodec }, ...options }), model };
 }
@@ -31,7 +35,9 @@ describe("Engine on the paged reference model", () => {
     const outs = await Promise.all(reqs.map((r) => engine.submit(r).result));
     outs.forEach((out, i) => {
       const r = reqs[i];
-      expect(out.tokens).toEqual(toyReference(r.prompt as number[], r.maxTokens!, { temperature: r.temperature!, seed: r.seed! }));
+      expect(out.tokens).toEqual(
+        toyReference(r.prompt as number[], r.maxTokens!, { temperature: r.temperature!, seed: r.seed! }),
+      );
     });
     expect(outs[5].tokens).toEqual(alone.tokens);
   });
@@ -42,7 +48,8 @@ describe("Engine on the paged reference model", () => {
     const prompts = [randomPrompt(1, 30), randomPrompt(2, 19), randomPrompt(3, 5)];
     const outs = await Promise.all(prompts.map((prompt) => engine.submit({ prompt, maxTokens: 10 }).result));
     outs.forEach((o, i) => expect(o.tokens).toEqual(toyReference(prompts[i], 10, { temperature: 0, seed: 0 })));
-    for (const call of model.calls) expect(call.sequences.reduce((n, s) => n + s.tokens.length, 0)).toBeLessThanOrEqual(8);
+    for (const call of model.calls)
+      expect(call.sequences.reduce((n, s) => n + s.tokens.length, 0)).toBeLessThanOrEqual(8);
   });
 
   it("streams deltas that add up to the output, text included", async () => {
@@ -105,8 +112,15 @@ describe("Engine on the paged reference model", () => {
     const shared = await engine.fork(running, { length: prompt.length + 2, maxTokens: 18, seed: 3 }).result;
     expect(shared.usage.cachedTokens).toBe(prompt.length + 1); // the last kept token is fed again for its logits
     expect(shared.tokens).toEqual(parentOut.tokens.slice(2));
-    const probe = await engine.fork(parent, { length: prompt.length + 4, append: [1, 2, 3], maxTokens: 5, temperature: 0 }).result;
-    expect(probe.tokens).toEqual(toyReference([...prompt, ...parentOut.tokens.slice(0, 4), 1, 2, 3], 5, { temperature: 0, seed: 0 }));
+    const probe = await engine.fork(parent, {
+      length: prompt.length + 4,
+      append: [1, 2, 3],
+      maxTokens: 5,
+      temperature: 0,
+    }).result;
+    expect(probe.tokens).toEqual(
+      toyReference([...prompt, ...parentOut.tokens.slice(0, 4), 1, 2, 3], 5, { temperature: 0, seed: 0 }),
+    );
   });
 
   it("n samples share the prompt's pages and differ by seed", async () => {
@@ -117,7 +131,10 @@ describe("Engine on the paged reference model", () => {
     expect(out.samples).toHaveLength(4);
     out.samples.forEach((s, i) => expect(s.tokens).toEqual(toyReference(prompt, 3, { temperature: 1, seed: 50 + i })));
     // Prompt positions 0..20 are computed once; position 21 (the last prompt token) once per sample.
-    const promptTokens = model.calls.reduce((n, c) => n + c.sequences.reduce((m, s) => m + (s.startPos <= 21 ? s.tokens.length : 0), 0), 0);
+    const promptTokens = model.calls.reduce(
+      (n, c) => n + c.sequences.reduce((m, s) => m + (s.startPos <= 21 ? s.tokens.length : 0), 0),
+      0,
+    );
     expect(promptTokens).toBe(21 + 4);
     // The shared partial page holding position 20 is copied for 3 samples; the 4th writes it in place.
     expect(model.calls.reduce((n, c) => n + (c.pageCopies?.src.length ?? 0), 0)).toBe(3);
@@ -126,20 +143,28 @@ describe("Engine on the paged reference model", () => {
 
   it("n samples also start when the shared prompt is one token or already cached", async () => {
     await using engine = makeEngine(64).engine;
-    const one = await engine.submit({ prompt: [9], n: 3, maxTokens: 4, temperature: 1, seed: 8, ignoreEos: true }).result;
+    const one = await engine.submit({ prompt: [9], n: 3, maxTokens: 4, temperature: 1, seed: 8, ignoreEos: true })
+      .result;
     one.samples.forEach((s, i) => expect(s.tokens).toEqual(toyReference([9], 4, { temperature: 1, seed: 8 + i })));
     const prompt = randomPrompt(3, 9); // 8 shared tokens = 2 full pages
     await engine.submit({ prompt, maxTokens: 1 }).result;
     const cached = await engine.submit({ prompt, n: 2, maxTokens: 4, temperature: 1, seed: 1, ignoreEos: true }).result;
     expect(cached.usage.cachedTokens).toBe(8);
-    cached.samples.forEach((s, i) => expect(s.tokens).toEqual(toyReference(prompt, 4, { temperature: 1, seed: 1 + i })));
+    cached.samples.forEach((s, i) =>
+      expect(s.tokens).toEqual(toyReference(prompt, 4, { temperature: 1, seed: 1 + i })),
+    );
   });
 
   it("abort mid-stream stops the request, frees its pages and leaves others alone", async () => {
     await using engine = makeEngine(64).engine;
     const controller = new AbortController();
     const other = engine.submit({ prompt: randomPrompt(8, 9), maxTokens: 30, ignoreEos: true });
-    const victim = engine.submit({ prompt: randomPrompt(7, 9), maxTokens: 1000, ignoreEos: true, signal: controller.signal });
+    const victim = engine.submit({
+      prompt: randomPrompt(7, 9),
+      maxTokens: 1000,
+      ignoreEos: true,
+      signal: controller.signal,
+    });
     let n = 0;
     for await (const d of victim) {
       n += d.tokens.length;
@@ -156,7 +181,9 @@ describe("Engine on the paged reference model", () => {
   it("preempts under a tiny KV budget and still completes every request exactly", async () => {
     await using engine = makeEngine(12).engine; // 48 token slots for 6 requests of ~30 tokens each
     const prompts = Array.from({ length: 6 }, (_, i) => randomPrompt(20 + i, 8 + i));
-    const outs = await Promise.all(prompts.map((prompt) => engine.submit({ prompt, maxTokens: 20, ignoreEos: true }).result));
+    const outs = await Promise.all(
+      prompts.map((prompt) => engine.submit({ prompt, maxTokens: 20, ignoreEos: true }).result),
+    );
     outs.forEach((o, i) => expect(o.tokens).toEqual(toyReference(prompts[i], 20, { temperature: 0, seed: 0 }, false)));
     expect(engine.metrics().preemptions).toBeGreaterThan(0);
     expect(usedPages(engine)).toBe(0);
@@ -164,9 +191,13 @@ describe("Engine on the paged reference model", () => {
 
   it("rejects what cannot fit even alone with a clear error", async () => {
     await using engine = makeEngine(4).engine; // 16 token slots
-    expect(() => engine.submit({ prompt: randomPrompt(1, 17) })).toThrow(/KV pool too small: the prompt \(17 tokens\) needs 5 pages.*raise the KV pool \(loadModel's kvPages or kvMemoryBytes\)/);
+    expect(() => engine.submit({ prompt: randomPrompt(1, 17) })).toThrow(
+      /KV pool too small: the prompt \(17 tokens\) needs 5 pages.*raise the KV pool \(loadModel's kvPages or kvMemoryBytes\)/,
+    );
     const grows = engine.submit({ prompt: randomPrompt(1, 10), maxTokens: 20, ignoreEos: true });
-    await expect(grows.result).rejects.toThrow(/KV pool exhausted: sequence \d+ needs 5 pages .* the pool has 4 in total/);
+    await expect(grows.result).rejects.toThrow(
+      /KV pool exhausted: sequence \d+ needs 5 pages .* the pool has 4 in total/,
+    );
     const fine = await engine.submit({ prompt: randomPrompt(2, 10), maxTokens: 5, ignoreEos: true }).result;
     expect(fine.tokens).toHaveLength(5);
   });
@@ -174,7 +205,9 @@ describe("Engine on the paged reference model", () => {
   it("names the model's context, not the KV pool, when the prompt is longer than the context", async () => {
     const model = new PagedToyModel(64, 4, 16);
     await using engine = new Engine({ models: { model, tokenizer: toyCodec } });
-    expect(() => engine.submit({ prompt: randomPrompt(1, 16) })).toThrow(/the prompt is 16 tokens and model "default"'s context is 16 tokens.*shorten the prompt to at most 15 tokens/);
+    expect(() => engine.submit({ prompt: randomPrompt(1, 16) })).toThrow(
+      /the prompt is 16 tokens and model "default"'s context is 16 tokens.*shorten the prompt to at most 15 tokens/,
+    );
     expect(() => engine.submit({ prompt: randomPrompt(1, 15), maxTokens: 2 })).toThrow(/maxTokens/);
     expect((await engine.submit({ prompt: randomPrompt(1, 15), maxTokens: 1 }).result).tokens).toHaveLength(1);
   });
@@ -197,21 +230,30 @@ describe("Engine on the paged reference model", () => {
     expect(byId.tokens.at(-1)).toBe(stopId);
     expect(byId.stoppedBy).toBe(stopId);
     // some seed makes the toy model emit eos early
-    const outs = await Promise.all(Array.from({ length: 40 }, (_, i) => engine.submit({ prompt, maxTokens: 60, temperature: 2, seed: i }).result));
+    const outs = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => engine.submit({ prompt, maxTokens: 60, temperature: 2, seed: i }).result),
+    );
     const eos = outs.find((o) => o.finishReason === "stop");
     expect(eos?.tokens.at(-1)).toBe(TOY_EOS);
   });
 
   it("returns logprobs and captured hidden states when asked", async () => {
     await using engine = makeEngine(64).engine;
-    const out = await engine.submit({ prompt: [5, 6, 7], maxTokens: 4, logprobs: 3, captureHidden: { layer: 1 }, ignoreEos: true }).result;
+    const out = await engine.submit({
+      prompt: [5, 6, 7],
+      maxTokens: 4,
+      logprobs: 3,
+      captureHidden: { layer: 1 },
+      ignoreEos: true,
+    }).result;
     expect(out.logprobs).toHaveLength(4);
     for (const lp of out.logprobs!) {
       expect(lp.top).toHaveLength(3);
       expect(lp.top[0].token).toBe(lp.token); // greedy picks the top token
     }
     expect(Array.from(out.hidden!)).toEqual([6, 1]); // context length at the last step, layer
-    const scored = await engine.submit({ prompt: [5, 6, 7], maxTokens: 2, tokenLogprobs: [3, 40], ignoreEos: true }).result;
+    const scored = await engine.submit({ prompt: [5, 6, 7], maxTokens: 2, tokenLogprobs: [3, 40], ignoreEos: true })
+      .result;
     const logits = toyLogits([5, 6, 7]);
     const logZ = Math.log(logits.reduce((sum, l) => sum + Math.exp(l), 0));
     expect(scored.logprobs![0].top).toEqual([]);
@@ -226,9 +268,20 @@ describe("Engine on the paged reference model", () => {
       const done: string[] = [];
       const submit = (name: string, programId: string, remainingKnob: number, priority = 0): Promise<void> =>
         engine
-          .submit({ prompt: [1, 2, 3], maxTokens: 2, ignoreEos: true, metadata: { programId, remainingKnob, meanTokensPerRound: 10, priority } })
+          .submit({
+            prompt: [1, 2, 3],
+            maxTokens: 2,
+            ignoreEos: true,
+            metadata: { programId, remainingKnob, meanTokensPerRound: 10, priority },
+          })
           .result.then(() => void done.push(name));
-      await Promise.all([submit("long-1", "long", 8), submit("short-1", "short", 1), submit("long-2", "long", 8), submit("short-2", "short", 1), submit("urgent", "x", 99, 5)]);
+      await Promise.all([
+        submit("long-1", "long", 8),
+        submit("short-1", "short", 1),
+        submit("long-2", "long", 8),
+        submit("short-2", "short", 1),
+        submit("urgent", "x", 99, 5),
+      ]);
       return done;
     };
     expect(await order("fcfs")).toEqual(["urgent", "long-1", "short-1", "long-2", "short-2"]);
@@ -244,11 +297,19 @@ describe("Engine on the paged reference model", () => {
     expect(() => engine.submit({ prompt: [1], n: 0 })).toThrow(/request.n is 0/);
     expect(() => engine.submit({ prompt: [] })).toThrow(/prompt is empty/);
     const model = new PagedToyModel(8);
-    expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(/Engine: options.kernelMode is "exact"; expected "fast" or "batch-invariant"/);
-    expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(/options.schedulingPolicy is "lifo"; expected one of/);
+    expect(() => new Engine({ models: { model }, kernelMode: "exact" as never })).toThrow(
+      /Engine: options.kernelMode is "exact"; expected "fast" or "batch-invariant"/,
+    );
+    expect(() => new Engine({ models: { model }, schedulingPolicy: "lifo" as never })).toThrow(
+      /options.schedulingPolicy is "lifo"; expected one of/,
+    );
     expect(() => new Engine({ models: { model }, maxBatchTokens: 0 })).toThrow(/options.maxBatchTokens is 0/);
-    expect(() => new Engine({ models: { model }, maxBatchToken: 64 } as never)).toThrow(/Engine: options.maxBatchToken is not a known field; did you mean maxBatchTokens\?/);
-    expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/options.verifyWindow is 1; expected an integer >= 2/);
+    expect(() => new Engine({ models: { model }, maxBatchToken: 64 } as never)).toThrow(
+      /Engine: options.maxBatchToken is not a known field; did you mean maxBatchTokens\?/,
+    );
+    expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(
+      /options.verifyWindow is 1; expected an integer >= 2/,
+    );
   });
 
   it("turns wrong-typed and unknown request fields into boundary errors, never raw TypeErrors", async () => {
@@ -260,13 +321,21 @@ describe("Engine on the paged reference model", () => {
     expect(submit({ prompt: 42 })).toThrow(/^request.prompt is 42; expected text/);
     expect(submit({ prompt: { text: "hi" } })).toThrow(/^request.prompt is \{"text":"hi"\}; expected text/);
     expect(submit({})).toThrow(/^request.prompt is undefined; expected text/);
-    expect(submit({ prompt: [1], temperature: NaN })).toThrow(/^request.temperature is NaN; expected a finite number >= 0/);
-    expect(submit({ prompt: [1], maxTokenz: 5 })).toThrow(/^request.maxTokenz is not a known field; did you mean maxTokens\?/);
-    expect(submit({ prompt: [1], metadata: { priorty: 1 } })).toThrow(/^request.metadata.priorty is not a known field; did you mean priority\?/);
+    expect(submit({ prompt: [1], temperature: NaN })).toThrow(
+      /^request.temperature is NaN; expected a finite number >= 0/,
+    );
+    expect(submit({ prompt: [1], maxTokenz: 5 })).toThrow(
+      /^request.maxTokenz is not a known field; did you mean maxTokens\?/,
+    );
+    expect(submit({ prompt: [1], metadata: { priorty: 1 } })).toThrow(
+      /^request.metadata.priorty is not a known field; did you mean priority\?/,
+    );
     expect(submit({ prompt: [1], stop: [""] })).toThrow(/^request.stop is \[""\]; expected a non-empty string/);
     const parent = engine.submit({ prompt: [1, 2], maxTokens: 2 });
     await parent.result;
-    expect(() => engine.fork(parent, { lenght: 1 } as never)).toThrow(/^fork.lenght is not a known field; did you mean length\?/);
+    expect(() => engine.fork(parent, { lenght: 1 } as never)).toThrow(
+      /^fork.lenght is not a known field; did you mean length\?/,
+    );
     expect(() => engine.fork(parent, { sample: -1 })).toThrow(/^fork.sample is -1; expected an integer >= 0/);
     // None of these left anything behind.
     expect(engine.metrics().running + engine.metrics().waiting).toBe(0);

@@ -6,7 +6,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { bundledModelDir, bundledPrmDir } from "../../ts/bundledModel.js";
-import { freeDecodeBatch, interpolate, loadSplitModels, planKvSplit, profilePath, profileThroughput, type KvSplitInput, type ThroughputProfile } from "../../ts/engine/kvSplit.js";
+import {
+  freeDecodeBatch,
+  interpolate,
+  loadSplitModels,
+  planKvSplit,
+  profilePath,
+  profileThroughput,
+  type KvSplitInput,
+  type ThroughputProfile,
+} from "../../ts/engine/kvSplit.js";
 import { loadModel } from "../../ts/model/model.js";
 
 /** Decode: a fixed cost plus a little per sequence (memory-bound); prefill: per prompt cost, saturating at 4. */
@@ -26,18 +35,21 @@ const input = (budgetBytes: number, n = 64): KvSplitInput => ({
 });
 
 describe("planKvSplit", () => {
-  fcTest.prop([fc.integer({ min: 600_000, max: 80_000_000 }), fc.integer({ min: 1, max: 128 })])("obeys the budget and is the least T_tot on the boundary", (budget, n) => {
-    const o = input(budget, n);
-    const p = planKvSplit(o);
-    expect(p.generatorBytes + p.verifierBytes).toBeLessThanOrEqual(budget);
-    expect(p.decodeBatch).toBeGreaterThanOrEqual(1);
-    expect(p.prefillBatch).toBeGreaterThanOrEqual(1);
-    // The generator's pool holds its batch, the verifier's its own.
-    expect(p.generatorPages).toBeGreaterThanOrEqual(p.decodeBatch * 16);
-    expect(p.verifierPages).toBe(p.prefillBatch * 16);
-    const least = Math.min(...p.candidates.map((c) => c.ms));
-    expect(p.estimatedMs).toBe(least);
-  });
+  fcTest.prop([fc.integer({ min: 600_000, max: 80_000_000 }), fc.integer({ min: 1, max: 128 })])(
+    "obeys the budget and is the least T_tot on the boundary",
+    (budget, n) => {
+      const o = input(budget, n);
+      const p = planKvSplit(o);
+      expect(p.generatorBytes + p.verifierBytes).toBeLessThanOrEqual(budget);
+      expect(p.decodeBatch).toBeGreaterThanOrEqual(1);
+      expect(p.prefillBatch).toBeGreaterThanOrEqual(1);
+      // The generator's pool holds its batch, the verifier's its own.
+      expect(p.generatorPages).toBeGreaterThanOrEqual(p.decodeBatch * 16);
+      expect(p.verifierPages).toBe(p.prefillBatch * 16);
+      const least = Math.min(...p.candidates.map((c) => c.ms));
+      expect(p.estimatedMs).toBe(least);
+    },
+  );
 
   it("gives decoding the memory when prefill saturates early (the paper's asymmetry)", () => {
     const p = planKvSplit(input(64 * 256 * 1024 * 1.2, 64));
@@ -46,22 +58,40 @@ describe("planKvSplit", () => {
   });
 
   it("errors clearly when the budget holds no generator / verifier pair", () => {
-    expect(() => planKvSplit(input(300_000))).toThrow(/kvSplit: a KV budget of 300000 bytes holds no generator \/ verifier pair: .* raise the budget to at least 524288 bytes/);
+    expect(() => planKvSplit(input(300_000))).toThrow(
+      /kvSplit: a KV budget of 300000 bytes holds no generator \/ verifier pair: .* raise the budget to at least 524288 bytes/,
+    );
     expect(() => planKvSplit({ ...input(1e6), n: 0 })).toThrow(/kvSplit: n must be > 0/);
   });
 
   it("finds the free decode batch: the largest whose step costs at most 1.25x a one-row step", () => {
     // The 2-core CPU's profile of a SmolLM-135M-shaped generator (flat to 8 rows, then ~1.6 ms a row).
-    const cpu: ThroughputProfile = { decode: [[1, 12.1], [2, 11.8], [4, 13.3], [8, 14.7], [16, 28.1], [32, 51.7], [64, 72.3]].map(([batch, ms]) => ({ batch, ms })), prefill: [] };
+    const cpu: ThroughputProfile = {
+      decode: [
+        [1, 12.1],
+        [2, 11.8],
+        [4, 13.3],
+        [8, 14.7],
+        [16, 28.1],
+        [32, 51.7],
+        [64, 72.3],
+      ].map(([batch, ms]) => ({ batch, ms })),
+      prefill: [],
+    };
     expect(freeDecodeBatch(cpu)).toBe(8);
     expect(freeDecodeBatch(cpu, 0.1)).toBe(4); // 13.3 <= 1.1 x 12.1
     expect(freeDecodeBatch(gpuLike(10, 0.05))).toBe(32); // 11.6 ms at 32 rows, 13.2 at 64 (> 12.56)
-    expect(planKvSplit({ ...input(4e6), generator: { ...input(4e6).generator, profile: cpu } }).speculativeRows).toBe(8);
+    expect(planKvSplit({ ...input(4e6), generator: { ...input(4e6).generator, profile: cpu } }).speculativeRows).toBe(
+      8,
+    );
     expect(() => freeDecodeBatch({ decode: [], prefill: [] })).toThrow(/no decode points/);
   });
 
   it("interpolates step times between measured batch sizes and extrapolates beyond", () => {
-    const pts = [{ batch: 1, ms: 10 }, { batch: 4, ms: 16 }];
+    const pts = [
+      { batch: 1, ms: 10 },
+      { batch: 4, ms: 16 },
+    ];
     expect(interpolate(pts, 1)).toBe(10);
     expect(interpolate(pts, 2)).toBe(12);
     expect(interpolate(pts, 7)).toBe(22);
@@ -89,7 +119,14 @@ describe("profileThroughput and loadSplitModels", () => {
 
   it("loads the pair with pools sized by the split", async () => {
     const budgetBytes = 4 * 1024 * 1024;
-    const { generator, verifier } = await loadSplitModels(bundledModelDir, bundledPrmDir, { budgetBytes, n: 8, kvSplit: { generator: 0.75, verifier: 0.25 }, generatorTokens: 200, stepTokens: 16, verifierTokens: 200 });
+    const { generator, verifier } = await loadSplitModels(bundledModelDir, bundledPrmDir, {
+      budgetBytes,
+      n: 8,
+      kvSplit: { generator: 0.75, verifier: 0.25 },
+      generatorTokens: 200,
+      stepTokens: 16,
+      verifierTokens: 200,
+    });
     try {
       const g = generator.kv.numPages * generator.kv.bytesPerPage;
       const v = verifier.kv.numPages * verifier.kv.bytesPerPage;
@@ -100,6 +137,15 @@ describe("profileThroughput and loadSplitModels", () => {
       generator.dispose();
       verifier.dispose();
     }
-    await expect(loadSplitModels(bundledModelDir, bundledPrmDir, { budgetBytes, n: 8, kvSplit: { generator: 0.9, verifier: 0.3 }, generatorTokens: 200, stepTokens: 16, verifierTokens: 200 })).rejects.toThrow(/summing to at most 1/);
+    await expect(
+      loadSplitModels(bundledModelDir, bundledPrmDir, {
+        budgetBytes,
+        n: 8,
+        kvSplit: { generator: 0.9, verifier: 0.3 },
+        generatorTokens: 200,
+        stepTokens: 16,
+        verifierTokens: 200,
+      }),
+    ).rejects.toThrow(/summing to at most 1/);
   }, 60_000);
 });

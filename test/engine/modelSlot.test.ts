@@ -15,7 +15,10 @@ const greedy: SamplingOf = () => ({
 
 function slotOf(numPages: number, maxBatchTokens = 64): ModelSlot {
   const scheduler = { maxBatchTokens, maxBatchSeqs: 16, policy: "fcfs" as const, agingTokensPerSecond: 0 };
-  return new ModelSlot("toy", new PagedToyModel(numPages, 4), null, "fast", scheduler, { verifyWindow: 8, verifyGroup: 2 });
+  return new ModelSlot("toy", new PagedToyModel(numPages, 4), null, "fast", scheduler, {
+    verifyWindow: 8,
+    verifyGroup: 2,
+  });
 }
 
 function sequence(id: number, prompt: number[], maxTokens: number, stopIds: number[] = []): Sequence {
@@ -71,7 +74,12 @@ describe("ModelSlot.step without requests", () => {
 
   it("preempts under a small pool and recomputes: every sequence still gets exactly its reference", async () => {
     const slot = slotOf(10, 16); // 40 KV slots for 4 sequences of up to 3 + 14 tokens
-    const prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]];
+    const prompts = [
+      [1, 2, 3],
+      [4, 5, 6],
+      [7, 8, 9],
+      [10, 11, 12],
+    ];
     const seqs = prompts.map((p, i) => sequence(i + 1, p, 14, [TOY_EOS]));
     for (const s of seqs) slot.addWaiting(s);
     const { outputs, preempted } = await drain(slot);

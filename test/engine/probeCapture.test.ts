@@ -41,8 +41,22 @@ describe("request.probe", () => {
     const blocks = [0, 1, 2];
     const C = model.config.hiddenSize;
     // Two samples and a second request beside them: captures are per sequence, whatever else is in the step.
-    const other = engine.submit({ prompt: randomTokens(9, model.config.vocabSize, 6), maxTokens: 30, ignoreEos: true, temperature: 1, seed: 3 });
-    const h = engine.submit({ prompt, n: 2, maxTokens: 23, ignoreEos: true, temperature: 0.9, seed: 11, probe: { layer: blocks, every: 5 } });
+    const other = engine.submit({
+      prompt: randomTokens(9, model.config.vocabSize, 6),
+      maxTokens: 30,
+      ignoreEos: true,
+      temperature: 1,
+      seed: 3,
+    });
+    const h = engine.submit({
+      prompt,
+      n: 2,
+      maxTokens: 23,
+      ignoreEos: true,
+      temperature: 0.9,
+      seed: 11,
+      probe: { layer: blocks, every: 5 },
+    });
     const streamed: Array<{ sample: number; tokens: number }> = [];
     for await (const d of h) if (d.probe) streamed.push({ sample: d.sample, tokens: d.probe.tokens });
     const out = await h.result;
@@ -74,10 +88,16 @@ describe("request.probe", () => {
   it("refuses bad probe options with the field and the fix", async () => {
     await using engine = new Engine({ models: { model } });
     const L = model.config.numLayers;
-    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: L, every: 4 } })).toThrow(new RegExp(`probe.layer .*\\[-1, ${L - 1}\\]`));
+    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: L, every: 4 } })).toThrow(
+      new RegExp(`probe.layer .*\\[-1, ${L - 1}\\]`),
+    );
     expect(() => engine.submit({ prompt: [1, 2], probe: { layer: [1, 0], every: 4 } })).toThrow(/ascending/);
     expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 0 } })).toThrow(/probe.every/);
-    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 2 }, captureHidden: { layer: 1 } })).toThrow(/probe or captureHidden/);
-    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 2 }, deterministic: true })).toThrow(/not supported with deterministic/);
+    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 2 }, captureHidden: { layer: 1 } })).toThrow(
+      /probe or captureHidden/,
+    );
+    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 2 }, deterministic: true })).toThrow(
+      /not supported with deterministic/,
+    );
   });
 });

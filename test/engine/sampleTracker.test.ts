@@ -6,7 +6,22 @@ import { SampleTracker } from "../../ts/engine/sampleTracker.js";
 import { makeRng } from "../helpers/prng.js";
 
 const params = (stop: string[], maxTokens = 1 << 20): ResolvedParams =>
-  ({ temperature: 0, topK: 0, topP: 1, seed: 0, maxTokens, stop, stopTokenIds: new Set<number>(), ignoreEos: true, logprobs: null, tokenLogprobs: null, captureHiddenLayer: null, probe: null, confidence: null, deterministic: false }) satisfies ResolvedParams;
+  ({
+    temperature: 0,
+    topK: 0,
+    topP: 1,
+    seed: 0,
+    maxTokens,
+    stop,
+    stopTokenIds: new Set<number>(),
+    ignoreEos: true,
+    logprobs: null,
+    tokenLogprobs: null,
+    captureHiddenLayer: null,
+    probe: null,
+    confidence: null,
+    deterministic: false,
+  }) satisfies ResolvedParams;
 
 /** A detokenizer that turns token id i into pieces[i]. */
 const detok = (pieces: string[]) => ({ push: (id: number) => pieces[id]!, flush: () => "" });

@@ -15,7 +15,14 @@ const options = (over: Partial<SchedulerOptions> = {}): SchedulerOptions => ({
 });
 function seqOf(length: number, priority = 0, arrivalMs = nextId): Sequence {
   const id = nextId++;
-  return new Sequence(id, Array.from({ length }, (_, i) => id * 100 + i), length, PAGE, arrivalMs, { priority });
+  return new Sequence(
+    id,
+    Array.from({ length }, (_, i) => id * 100 + i),
+    length,
+    PAGE,
+    arrivalMs,
+    { priority },
+  );
 }
 /** Runs a step's bookkeeping as the engine would: commit the KV, append a token for emitting sequences. */
 function step(s: Scheduler): ReturnType<Scheduler["schedule"]> {
@@ -69,7 +76,9 @@ describe("Scheduler", () => {
     step(s);
     const batch = step(s);
     expect(batch.failed.map((f) => f.seq)).toEqual([seq]);
-    expect(batch.failed[0].error.message).toMatch(/KV pool exhausted: sequence \d+ needs 3 pages of 4 tokens for 9 tokens, the pool has 2 in total/);
+    expect(batch.failed[0].error.message).toMatch(
+      /KV pool exhausted: sequence \d+ needs 3 pages of 4 tokens for 9 tokens, the pool has 2 in total/,
+    );
   });
 
   it("counts a prefix lookup once per admission, not once per blocked attempt", () => {
@@ -111,6 +120,8 @@ describe("kernel schedule", () => {
     expect(batched).toEqual({ gemmSplitK: 1, kvSplits: 1 });
     // On CUDA the GEMMs split K up to 64 rows (the measured best on an H100), not beyond.
     expect(chooseSchedule("fast", { ...shapes[1], device: "cuda" })).toEqual({ gemmSplitK: 8, kvSplits: 1 });
-    expect(chooseSchedule("fast", { numTokens: 512, numDecodeSeqs: 0, maxDecodeKvLen: 0, device: "cuda" }).gemmSplitK).toBe(1);
+    expect(
+      chooseSchedule("fast", { numTokens: 512, numDecodeSeqs: 0, maxDecodeKvLen: 0, device: "cuda" }).gemmSplitK,
+    ).toBe(1);
   });
 });

@@ -30,7 +30,9 @@ describe("delta delivery", () => {
     expect(total).toBe(6); // one prefill step that samples the first token, then 5 decode steps
     // The delta of step k (1-based) is seen after forward k+1 started (the last step has none: it is seen at once);
     // a fallback timer delivers it earlier if the next dispatch is slow in coming (a busy machine), never later.
-    seen.forEach((s, i) => expect(s === Math.min(i + 2, 6) || s === i + 1, `delta ${i} seen after ${s} forwards`).toBe(true));
+    seen.forEach((s, i) =>
+      expect(s === Math.min(i + 2, 6) || s === i + 1, `delta ${i} seen after ${s} forwards`).toBe(true),
+    );
     expect(seen.slice(0, 5).filter((s, i) => s === i + 2).length).toBeGreaterThan(0);
     expect(seen[5]).toBe(6);
   });
@@ -54,11 +56,23 @@ describe("streaming text with stop strings", () => {
     const engine = new Engine({ models: { model, tokenizer: codec } });
     try {
       for (let seed = 0; seed < 8; seed++) {
-        const h = engine.submit({ prompt: [1, 2, 3], maxTokens: 24, temperature: 1, seed, ignoreEos: true, stop: "zz" });
+        const h = engine.submit({
+          prompt: [1, 2, 3],
+          maxTokens: 24,
+          temperature: 1,
+          seed,
+          ignoreEos: true,
+          stop: "zz",
+        });
         let text = "";
         for await (const d of h) {
-          expect(/[\ud800-\udbff]$/.test(d.text), `delta ends inside a surrogate pair: ${JSON.stringify(d.text)}`).toBe(false);
-          expect(/^[\udc00-\udfff]/.test(d.text), `delta starts inside a surrogate pair: ${JSON.stringify(d.text)}`).toBe(false);
+          expect(/[\ud800-\udbff]$/.test(d.text), `delta ends inside a surrogate pair: ${JSON.stringify(d.text)}`).toBe(
+            false,
+          );
+          expect(
+            /^[\udc00-\udfff]/.test(d.text),
+            `delta starts inside a surrogate pair: ${JSON.stringify(d.text)}`,
+          ).toBe(false);
           text += d.text;
         }
         expect(text).toBe((await h.result).text);

@@ -17,16 +17,40 @@ afterAll(() => {
   small?.dispose();
 });
 
-const QUESTIONS = ["What is 68*23-17?", "What is 12*(7+5)-9?", "What is 345+78*6?", "What is (56-19)*14?", "What is 9*87-654?", "What is 23*(45-17)+8?"];
+const QUESTIONS = [
+  "What is 68*23-17?",
+  "What is 12*(7+5)-9?",
+  "What is 345+78*6?",
+  "What is (56-19)*14?",
+  "What is 9*87-654?",
+  "What is 23*(45-17)+8?",
+];
 
-async function run(model: Model, preemption: "recompute" | "swap"): Promise<{ texts: string[]; swapOuts: number; swapIns: number; preemptions: number }> {
+async function run(
+  model: Model,
+  preemption: "recompute" | "swap",
+): Promise<{ texts: string[]; swapOuts: number; swapIns: number; preemptions: number }> {
   const engine = new Engine({ models: { model }, kernelMode: "batch-invariant", preemption });
   try {
     const outs = await Promise.all(
-      QUESTIONS.map((q, i) => engine.submit({ prompt: model.tokenizer.encodeChat([{ role: "user", content: q }]), seed: 40 + i, temperature: 1, maxTokens: 120, ignoreEos: true }).result),
+      QUESTIONS.map(
+        (q, i) =>
+          engine.submit({
+            prompt: model.tokenizer.encodeChat([{ role: "user", content: q }]),
+            seed: 40 + i,
+            temperature: 1,
+            maxTokens: 120,
+            ignoreEos: true,
+          }).result,
+      ),
     );
     const m = engine.metrics().models[0];
-    return { texts: outs.map((o) => o.samples[0].tokens.join(",")), swapOuts: m.kvSwapOuts, swapIns: m.kvSwapIns, preemptions: m.preemptions };
+    return {
+      texts: outs.map((o) => o.samples[0].tokens.join(",")),
+      swapOuts: m.kvSwapOuts,
+      swapIns: m.kvSwapIns,
+      preemptions: m.preemptions,
+    };
   } finally {
     await engine.dispose();
   }
@@ -35,7 +59,8 @@ async function run(model: Model, preemption: "recompute" | "swap"): Promise<{ te
 describe(`KV pages to host memory and back (${device})`, () => {
   it("round-trips bitwise, and checks its arguments", async () => {
     const engine = new Engine({ models: { model: big } });
-    await engine.submit({ prompt: big.tokenizer.encodeChat([{ role: "user", content: QUESTIONS[0] }]), maxTokens: 40 }).result;
+    await engine.submit({ prompt: big.tokenizer.encodeChat([{ role: "user", content: QUESTIONS[0] }]), maxTokens: 40 })
+      .result;
     await engine.dispose();
     // Whatever the pool holds now: pages 0-2 out, into 100-102, and out again.
     const data = await big.readKvPages(Int32Array.from([0, 1, 2]));
@@ -43,8 +68,12 @@ describe(`KV pages to host memory and back (${device})`, () => {
     expect(data.some((b) => b !== 0)).toBe(true);
     await big.writeKvPages(Int32Array.from([100, 101, 102]), data);
     expect(Buffer.from(await big.readKvPages(Int32Array.from([100, 101, 102])))).toEqual(Buffer.from(data));
-    await expect(big.readKvPages(Int32Array.from([512]))).rejects.toThrow(/readPages: pages\[0\] = 512 is not a page id in \[0, 512\)/);
-    await expect(big.writeKvPages(Int32Array.from([1, 2]), data)).rejects.toThrow(/writePages: data holds \d+ bytes; 2 pages of this model's KV are \d+/);
+    await expect(big.readKvPages(Int32Array.from([512]))).rejects.toThrow(
+      /readPages: pages\[0\] = 512 is not a page id in \[0, 512\)/,
+    );
+    await expect(big.writeKvPages(Int32Array.from([1, 2]), data)).rejects.toThrow(
+      /writePages: data holds \d+ bytes; 2 pages of this model's KV are \d+/,
+    );
   });
 });
 
@@ -63,6 +92,8 @@ describe("preemption by swap", () => {
   }, 60_000);
 
   it("rejects an unknown preemption mode", () => {
-    expect(() => new Engine({ models: { model: big }, preemption: "spill" as never })).toThrow(/preemption.*expected "recompute" or "swap"/);
+    expect(() => new Engine({ models: { model: big }, preemption: "spill" as never })).toThrow(
+      /preemption.*expected "recompute" or "swap"/,
+    );
   });
 });

@@ -29,22 +29,25 @@ describe("ThroughputMeter", () => {
     expect(m.promptTotal).toBe(100);
   });
 
-  test.prop([fc.array(fc.tuple(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 64 }), fc.integer({ min: 0, max: 512 })), { maxLength: 3000 }), fc.integer({ min: 1, max: 400 })])(
-    "equals the plain rule after any run of steps",
-    (steps, windowMs) => {
-      const m = new ThroughputMeter(windowMs);
-      const samples: Array<[number, number, number]> = [];
-      let at = 0;
-      for (const [dt, g, p] of steps) {
-        at += dt;
-        m.record(at, g, p);
-        samples.push([at, g, p]);
-      }
-      const now = at + 3;
-      const want = plainRates(samples, now, windowMs);
-      const got = m.rates(now);
-      expect(got.tokensPerSecond).toBeCloseTo(want.tokensPerSecond, 9);
-      expect(got.promptTokensPerSecond).toBeCloseTo(want.promptTokensPerSecond, 9);
-    },
-  );
+  test.prop([
+    fc.array(
+      fc.tuple(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 64 }), fc.integer({ min: 0, max: 512 })),
+      { maxLength: 3000 },
+    ),
+    fc.integer({ min: 1, max: 400 }),
+  ])("equals the plain rule after any run of steps", (steps, windowMs) => {
+    const m = new ThroughputMeter(windowMs);
+    const samples: Array<[number, number, number]> = [];
+    let at = 0;
+    for (const [dt, g, p] of steps) {
+      at += dt;
+      m.record(at, g, p);
+      samples.push([at, g, p]);
+    }
+    const now = at + 3;
+    const want = plainRates(samples, now, windowMs);
+    const got = m.rates(now);
+    expect(got.tokensPerSecond).toBeCloseTo(want.tokensPerSecond, 9);
+    expect(got.promptTokensPerSecond).toBeCloseTo(want.promptTokensPerSecond, 9);
+  });
 });

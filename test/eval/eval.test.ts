@@ -35,14 +35,26 @@ describe("parseProgram / getTask", () => {
  * A fake backend under the real ProgramRuntime: prompt [i] is problem i; sample j of a request answers
  * `texts(problem, n)[j]`, 10 tokens each. It records every request the programs make.
  */
-function fakeGenerator(problems: readonly TaskProblem[], texts: (p: TaskProblem, n: number) => string[]): EvalGenerator & { requests: GenerateRequest[] } {
+function fakeGenerator(
+  problems: readonly TaskProblem[],
+  texts: (p: TaskProblem, n: number) => string[],
+): EvalGenerator & { requests: GenerateRequest[] } {
   const requests: GenerateRequest[] = [];
   const engine = {
     submit(req: GenerateRequest) {
       requests.push(req);
       const n = req.n ?? 1;
-      const samples = texts(problems[(req.prompt as number[])[0]], n).map((text, index) => ({ index, text, tokens: new Array<number>(10).fill(7), finishReason: "stop" as const }));
-      const result = Promise.resolve({ promptTokens: [...(req.prompt as number[])], samples, usage: { promptTokens: 1, generatedTokens: 10 * n, cachedTokens: 0 } });
+      const samples = texts(problems[(req.prompt as number[])[0]], n).map((text, index) => ({
+        index,
+        text,
+        tokens: new Array<number>(10).fill(7),
+        finishReason: "stop" as const,
+      }));
+      const result = Promise.resolve({
+        promptTokens: [...(req.prompt as number[])],
+        samples,
+        usage: { promptTokens: 1, generatedTokens: 10 * n, cachedTokens: 0 },
+      });
       return { result, updateMetadata() {} };
     },
   };
@@ -61,9 +73,21 @@ describe("runEval", () => {
     const problems = arithTask.problems({ split: "test", n: 10, seed: 0 });
     // Level-1 problems are answered right; the others by 3 of 4 samples (and wrongly when greedy).
     const gen = fakeGenerator(problems, (p, n) =>
-      Array.from({ length: n }, (_, i) => (p.level === 1 || (n > 1 && i % 4 !== 3) ? `<think>x</think> \\boxed{${p.answer}}` : "<think>no idea</think> \\boxed{-1}")),
+      Array.from({ length: n }, (_, i) =>
+        p.level === 1 || (n > 1 && i % 4 !== 3)
+          ? `<think>x</think> \\boxed{${p.answer}}`
+          : "<think>no idea</think> \\boxed{-1}",
+      ),
     );
-    const greedy = await runEval({ generator: gen, task: arithTask, problems, program: parseProgram("greedy"), seed: 5, maxTokens: 100, concurrency: 1 });
+    const greedy = await runEval({
+      generator: gen,
+      task: arithTask,
+      problems,
+      program: parseProgram("greedy"),
+      seed: 5,
+      maxTokens: 100,
+      concurrency: 1,
+    });
     const report = buildReport("arith", "test", "greedy", greedy, 1);
     expect(report.byLevel["1"].accuracy).toBe(1);
     expect(report.byLevel["2"].accuracy).toBe(0);
@@ -75,7 +99,15 @@ describe("runEval", () => {
     expect(gen.requests.map((r) => [r.n, r.temperature])).toEqual(problems.map(() => [1, 0]));
 
     gen.requests.length = 0;
-    const sc = await runEval({ generator: gen, task: arithTask, problems, program: parseProgram("sc:4"), seed: 5, maxTokens: 100, concurrency: 3 });
+    const sc = await runEval({
+      generator: gen,
+      task: arithTask,
+      problems,
+      program: parseProgram("sc:4"),
+      seed: 5,
+      maxTokens: 100,
+      concurrency: 3,
+    });
     expect(buildReport("arith", "test", "sc", sc, 1).accuracy).toBe(1);
     expect(sc.every((r) => r.samples === 4 && r.extracted === 4 && r.generatedTokens === 40)).toBe(true);
     // sc:K is SelfConsistency run to its cap in one round: one request of K samples per problem, and every sample of
@@ -88,12 +120,29 @@ describe("runEval", () => {
 
   it("reads and compares answers with the task it is given", async () => {
     const problems: TaskProblem[] = [
-      { id: "a", level: 1, messages: [{ role: "user", content: "Tom has $1,000 and earns 250 more. How much?" }], answer: "1250" },
+      {
+        id: "a",
+        level: 1,
+        messages: [{ role: "user", content: "Tom has $1,000 and earns 250 more. How much?" }],
+        answer: "1250",
+      },
       { id: "b", level: 1, messages: [{ role: "user", content: "Half of 18?" }], answer: "9" },
     ];
     // GSM8K-style completions whose last \boxed{} disagrees with their #### line.
-    const texts = (p: TaskProblem, n: number) => Array.from({ length: n }, () => (p.id === "a" ? "1,000 + 250 = 1,250 \\boxed{3}\n#### $1,250" : "18/2 = 9\n#### 9."));
-    const run = (task: typeof arithTask) => runEval({ generator: fakeGenerator(problems, texts), task, problems, program: parseProgram("sc:2"), seed: 0, maxTokens: 50, concurrency: 1 });
+    const texts = (p: TaskProblem, n: number) =>
+      Array.from({ length: n }, () =>
+        p.id === "a" ? "1,000 + 250 = 1,250 \\boxed{3}\n#### $1,250" : "18/2 = 9\n#### 9.",
+      );
+    const run = (task: typeof arithTask) =>
+      runEval({
+        generator: fakeGenerator(problems, texts),
+        task,
+        problems,
+        program: parseProgram("sc:2"),
+        seed: 0,
+        maxTokens: 50,
+        concurrency: 1,
+      });
     expect((await run(gsm8kTask)).map((r) => [r.predicted, r.correct])).toEqual([
       ["1250", true],
       ["9", true],

@@ -38,7 +38,10 @@ export function toyNextToken(context: readonly number[], s: ToySampling): { toke
   let best = 0;
   let bestScore = -Infinity;
   for (let t = 0; t < TOY_VOCAB; t++) {
-    const score = s.temperature === 0 ? logits[t] : logits[t] / s.temperature - Math.log(-Math.log(uniform(s.seed, context.length, t)));
+    const score =
+      s.temperature === 0
+        ? logits[t]
+        : logits[t] / s.temperature - Math.log(-Math.log(uniform(s.seed, context.length, t)));
     if (score > bestScore) {
       bestScore = score;
       best = t;
@@ -102,7 +105,8 @@ export class PagedToyModel implements EngineModel {
       const context: number[] = [];
       for (let pos = 0; pos < s.startPos + s.tokens.length; pos++) {
         const slot = s.blockTable[Math.floor(pos / ps)] * ps + (pos % ps);
-        if (this.slotPos[slot] !== pos) throw new Error(`toy forward: sequence ${b} reads position ${pos} from a slot holding ${this.slotPos[slot]}`);
+        if (this.slotPos[slot] !== pos)
+          throw new Error(`toy forward: sequence ${b} reads position ${pos} from a slot holding ${this.slotPos[slot]}`);
         context.push(this.slotToken[slot]);
       }
       const { token, logprob } = toyNextToken(context, s.sampling);
@@ -120,7 +124,8 @@ export class PagedToyModel implements EngineModel {
         result.topLogprobs = Float32Array.from(order, (t) => logits[t] - logits[order[0]]);
       }
       if (batch.returnLogits) result.logits = Float32Array.from(toyLogits(context));
-      if (s.captureHiddenLayers !== undefined) result.hidden = Float32Array.from([context.length, ...s.captureHiddenLayers]);
+      if (s.captureHiddenLayers !== undefined)
+        result.hidden = Float32Array.from([context.length, ...s.captureHiddenLayers]);
       return result;
     });
   }

@@ -21,7 +21,7 @@ export const randInt = (lo: number, hi: number) => lo + Math.floor(rand() * (hi 
 /** Uniform in [-scale, scale), never exactly zero. */
 export function randn(n: number, scale = 1): Float32Array {
   const a = new Float32Array(n);
-  for (let i = 0; i < n; i++) a[i] = ((rand() * 2 - 1) || 0.5) * scale;
+  for (let i = 0; i < n; i++) a[i] = (rand() * 2 - 1 || 0.5) * scale;
   return a;
 }
 export function shuffle<T>(a: T[]): T[] {
@@ -56,7 +56,12 @@ export function roundTo(values: Float32Array, dtype: DType): Float32Array {
 // ---- tensors ----
 const live: NativeTensor[] = [];
 /** A tensor on `device` holding `values` (converted to dtype); disposed by disposeAll(). */
-export function tensor(device: "cpu" | "cuda", dtype: DType, shape: number[], values?: ArrayLike<number>): NativeTensor {
+export function tensor(
+  device: "cpu" | "cuda",
+  dtype: DType,
+  shape: number[],
+  values?: ArrayLike<number>,
+): NativeTensor {
   const t = addon.tensor(device, dtype, shape);
   live.push(t);
   if (values) {
@@ -94,13 +99,17 @@ export function maxRowRelL2(out: ArrayLike<number>, ref: ArrayLike<number>, row:
   if (out.length !== ref.length || ref.length % row) return Infinity;
   let worst = 0;
   for (let i = 0; i < ref.length; i += row)
-    worst = Math.max(worst, relL2(Array.prototype.slice.call(out, i, i + row), Array.prototype.slice.call(ref, i, i + row)));
+    worst = Math.max(
+      worst,
+      relL2(Array.prototype.slice.call(out, i, i + row), Array.prototype.slice.call(ref, i, i + row)),
+    );
   return worst;
 }
 
 export function relL2(out: ArrayLike<number>, ref: ArrayLike<number>): number {
   if (out.length !== ref.length) return Infinity;
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < ref.length; i++) {
     if (Number.isNaN(out[i])) return Infinity;
     num += (out[i] - ref[i]) ** 2;
@@ -109,6 +118,7 @@ export function relL2(out: ArrayLike<number>, ref: ArrayLike<number>): number {
   return Math.sqrt(num / Math.max(den, 1e-300));
 }
 export function bitsEqual(a: Float32Array, b: Float32Array): boolean {
-  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length), ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  const ua = new Uint32Array(a.buffer, a.byteOffset, a.length),
+    ub = new Uint32Array(b.buffer, b.byteOffset, b.length);
   return ua.length === ub.length && ua.every((v, i) => v === ub[i]);
 }

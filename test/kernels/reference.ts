@@ -22,7 +22,10 @@ export function randomInts(rng: () => number, n: number, lo: number, hi: number)
 
 /** A random permutation of 0..n-1 (Fisher-Yates). */
 export function shuffled(rng: () => number, n: number): Int32Array {
-  return shuffleInPlace(Int32Array.from({ length: n }, (_, i) => i), rng);
+  return shuffleInPlace(
+    Int32Array.from({ length: n }, (_, i) => i),
+    rng,
+  );
 }
 
 /** f32 -> bf16 -> f32 with round-to-nearest-even (what a bf16 tensor stores). */
@@ -53,7 +56,14 @@ export function worstViolation(
 }
 
 /** Y[M,N] = X[M,K] . W[N,K]^T (+ bias[N]). */
-export function refGemm(x: ArrayLike<number>, w: ArrayLike<number>, bias: ArrayLike<number> | undefined, M: number, N: number, K: number): Float64Array {
+export function refGemm(
+  x: ArrayLike<number>,
+  w: ArrayLike<number>,
+  bias: ArrayLike<number> | undefined,
+  M: number,
+  N: number,
+  K: number,
+): Float64Array {
   const y = new Float64Array(M * N);
   for (let m = 0; m < M; m++)
     for (let n = 0; n < N; n++) {
@@ -86,16 +96,25 @@ export function refRmsnorm(
 }
 
 /** HF rotate-half RoPE of one tensor [T,H,D]; angle = position * invFreq[i] (invFreq [D/2]). */
-export function refRope(x: ArrayLike<number>, positions: ArrayLike<number>, invFreq: ArrayLike<number>, T: number, H: number, D: number): Float64Array {
+export function refRope(
+  x: ArrayLike<number>,
+  positions: ArrayLike<number>,
+  invFreq: ArrayLike<number>,
+  T: number,
+  H: number,
+  D: number,
+): Float64Array {
   const out = Float64Array.from(x);
   const half = D / 2;
   for (let t = 0; t < T; t++)
     for (let h = 0; h < H; h++)
       for (let i = 0; i < half; i++) {
         const angle = positions[t] * invFreq[i];
-        const c = Math.cos(angle), s = Math.sin(angle);
+        const c = Math.cos(angle),
+          s = Math.sin(angle);
         const o = (t * H + h) * D;
-        const a = x[o + i], b = x[o + i + half];
+        const a = x[o + i],
+          b = x[o + i + half];
         out[o + i] = a * c - b * s;
         out[o + i + half] = b * c + a * s;
       }
@@ -107,7 +126,8 @@ export function refSiluMul(gateUp: ArrayLike<number>, M: number, I: number): Flo
   const out = new Float64Array(M * I);
   for (let m = 0; m < M; m++)
     for (let i = 0; i < I; i++) {
-      const g = gateUp[m * 2 * I + i], u = gateUp[m * 2 * I + I + i];
+      const g = gateUp[m * 2 * I + i],
+        u = gateUp[m * 2 * I + I + i];
       out[m * I + i] = (g / (1 + Math.exp(-g))) * u;
     }
   return out;
@@ -134,7 +154,14 @@ export interface PagedKVData {
 }
 
 /** Random K/V for sequences of the given token counts on shuffled pages, plus `sparePages` unused pages. */
-export function randomPagedKV(rng: () => number, seqLens: number[], pageSize: number, Hk: number, D: number, sparePages = 2): PagedKVData {
+export function randomPagedKV(
+  rng: () => number,
+  seqLens: number[],
+  pageSize: number,
+  Hk: number,
+  D: number,
+  sparePages = 2,
+): PagedKVData {
   const pagesPer = seqLens.map((n) => Math.ceil(n / pageSize));
   const used = pagesPer.reduce((a, b) => a + b, 0);
   const numPages = used + sparePages;
@@ -166,7 +193,18 @@ export function seqLen(kv: PagedKVData, b: number): number {
 }
 
 /** softmax(scale * q . k_t) . v over tokens [first, n) of sequence b, one query head q [D] reading KV head hk. */
-function attendRef(kv: PagedKVData, b: number, hk: number, q: ArrayLike<number>, qOff: number, n: number, scale: number, out: Float64Array, oOff: number, first = 0): void {
+function attendRef(
+  kv: PagedKVData,
+  b: number,
+  hk: number,
+  q: ArrayLike<number>,
+  qOff: number,
+  n: number,
+  scale: number,
+  out: Float64Array,
+  oOff: number,
+  first = 0,
+): void {
   const s = new Float64Array(n).fill(-Infinity);
   let mx = -Infinity;
   for (let t = first; t < n; t++) {
@@ -177,7 +215,7 @@ function attendRef(kv: PagedKVData, b: number, hk: number, q: ArrayLike<number>,
     mx = Math.max(mx, s[t]);
   }
   let l = 0;
-  for (let t = first; t < n; t++) l += (s[t] = Math.exp(s[t] - mx));
+  for (let t = first; t < n; t++) l += s[t] = Math.exp(s[t] - mx);
   for (let t = first; t < n; t++) {
     const o = slotOffset(kv, b, t, hk);
     for (let i = 0; i < kv.D; i++) out[oOff + i] += (s[t] / l) * kv.v[o + i];
@@ -189,26 +227,68 @@ export const firstKey = (pos: number, window = 0): number => (window > 0 ? Math.
 
 /** Decode: q [B,Hq,D], one query per sequence attending to all its tokens (the last `window` with a sliding
  * window); GQA head h reads KV head h / (Hq/Hk). */
-export function refAttentionDecode(q: ArrayLike<number>, kv: PagedKVData, Hq: number, scale: number, window = 0): Float64Array {
-  const B = kv.lastPageLen.length, D = kv.D, G = Hq / kv.Hk;
+export function refAttentionDecode(
+  q: ArrayLike<number>,
+  kv: PagedKVData,
+  Hq: number,
+  scale: number,
+  window = 0,
+): Float64Array {
+  const B = kv.lastPageLen.length,
+    D = kv.D,
+    G = Hq / kv.Hk;
   const out = new Float64Array(B * Hq * D);
   for (let b = 0; b < B; b++) {
     const L = seqLen(kv, b);
-    for (let h = 0; h < Hq; h++) attendRef(kv, b, Math.floor(h / G), q, (b * Hq + h) * D, L, scale, out, (b * Hq + h) * D, firstKey(L - 1, window));
+    for (let h = 0; h < Hq; h++)
+      attendRef(
+        kv,
+        b,
+        Math.floor(h / G),
+        q,
+        (b * Hq + h) * D,
+        L,
+        scale,
+        out,
+        (b * Hq + h) * D,
+        firstKey(L - 1, window),
+      );
   }
   return out;
 }
 
 /** Prefill: q [Ttot,Hq,D]; sequence b's rows qIndptr[b]..qIndptr[b+1] are its last positions, causal. */
-export function refAttentionPrefill(q: ArrayLike<number>, qIndptr: ArrayLike<number>, kv: PagedKVData, Hq: number, scale: number, window = 0): Float64Array {
-  const B = kv.lastPageLen.length, D = kv.D, G = Hq / kv.Hk;
+export function refAttentionPrefill(
+  q: ArrayLike<number>,
+  qIndptr: ArrayLike<number>,
+  kv: PagedKVData,
+  Hq: number,
+  scale: number,
+  window = 0,
+): Float64Array {
+  const B = kv.lastPageLen.length,
+    D = kv.D,
+    G = Hq / kv.Hk;
   const out = new Float64Array(qIndptr[B] * Hq * D);
   for (let b = 0; b < B; b++) {
-    const T = qIndptr[b + 1] - qIndptr[b], L = seqLen(kv, b);
+    const T = qIndptr[b + 1] - qIndptr[b],
+      L = seqLen(kv, b);
     for (let i = 0; i < T; i++) {
       const row = qIndptr[b] + i;
       const pos = L - T + i;
-      for (let h = 0; h < Hq; h++) attendRef(kv, b, Math.floor(h / G), q, (row * Hq + h) * D, pos + 1, scale, out, (row * Hq + h) * D, firstKey(pos, window));
+      for (let h = 0; h < Hq; h++)
+        attendRef(
+          kv,
+          b,
+          Math.floor(h / G),
+          q,
+          (row * Hq + h) * D,
+          pos + 1,
+          scale,
+          out,
+          (row * Hq + h) * D,
+          firstKey(pos, window),
+        );
     }
   }
   return out;

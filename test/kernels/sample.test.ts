@@ -3,7 +3,16 @@
 // top-k logprobs (descending, ties by lower id); invalid parameters reject naming the row.
 import { describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
-import { makeRng, randomF32, rankByLogit, refLogSoftmax, refSample, seedOf, worstViolation, type SampleParams } from "./reference.js";
+import {
+  makeRng,
+  randomF32,
+  rankByLogit,
+  refLogSoftmax,
+  refSample,
+  seedOf,
+  worstViolation,
+  type SampleParams,
+} from "./reference.js";
 import { disposeAll, readI32, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
@@ -18,11 +27,41 @@ async function sample(logits: Float32Array, V: number, rows: Row[], numTop = 0) 
   const B = rows.length;
   const t = {
     logits: tensorOf(addon, "cpu", "f32", [B, V], logits),
-    temperature: tensorOf(addon, "cpu", "f32", [B], rows.map((r) => r.temperature)),
-    topK: tensorOf(addon, "cpu", "i32", [B], rows.map((r) => r.topK)),
-    topP: tensorOf(addon, "cpu", "f32", [B], rows.map((r) => r.topP)),
-    seeds: tensorOf(addon, "cpu", "i32", [B, 2], rows.flatMap((r) => [r.seedLow, r.seedHigh])),
-    positions: tensorOf(addon, "cpu", "i32", [B], rows.map((r) => r.position)),
+    temperature: tensorOf(
+      addon,
+      "cpu",
+      "f32",
+      [B],
+      rows.map((r) => r.temperature),
+    ),
+    topK: tensorOf(
+      addon,
+      "cpu",
+      "i32",
+      [B],
+      rows.map((r) => r.topK),
+    ),
+    topP: tensorOf(
+      addon,
+      "cpu",
+      "f32",
+      [B],
+      rows.map((r) => r.topP),
+    ),
+    seeds: tensorOf(
+      addon,
+      "cpu",
+      "i32",
+      [B, 2],
+      rows.flatMap((r) => [r.seedLow, r.seedHigh]),
+    ),
+    positions: tensorOf(
+      addon,
+      "cpu",
+      "i32",
+      [B],
+      rows.map((r) => r.position),
+    ),
     tokens: addon.tensor("cpu", "i32", [B]),
     logprobs: addon.tensor("cpu", "f32", [B]),
     topIds: numTop ? addon.tensor("cpu", "i32", [B, numTop]) : undefined,
@@ -48,8 +87,21 @@ describe("sample (cpu)", () => {
     const V = 1000;
     const rows: Row[] = [];
     for (const temperature of [0, 0.5, 1, 2])
-      for (const [topK, topP] of [[0, 1], [5, 1], [0, 0.9], [40, 0.5], [1, 1]])
-        rows.push({ temperature, topK, topP, seedLow: rows.length * 7919, seedHigh: -rows.length, position: 100 + rows.length });
+      for (const [topK, topP] of [
+        [0, 1],
+        [5, 1],
+        [0, 0.9],
+        [40, 0.5],
+        [1, 1],
+      ])
+        rows.push({
+          temperature,
+          topK,
+          topP,
+          seedLow: rows.length * 7919,
+          seedHigh: -rows.length,
+          position: 100 + rows.length,
+        });
     const logits = randomF32(rng, rows.length * V, 4);
     const got = await sample(logits, V, rows, 5);
     for (let b = 0; b < rows.length; b++) {
@@ -59,7 +111,14 @@ describe("sample (cpu)", () => {
       expect(worstViolation([got.logprobs[b]], [lp[got.tokens[b]]], 1e-5, 1e-6)).toBeUndefined();
       const top = rankByLogit(row).slice(0, 5);
       expect(got.topIds.slice(b * 5, b * 5 + 5)).toEqual(top);
-      expect(worstViolation(got.topLogprobs.subarray(b * 5, b * 5 + 5), top.map((id) => lp[id]), 1e-5, 1e-6)).toBeUndefined();
+      expect(
+        worstViolation(
+          got.topLogprobs.subarray(b * 5, b * 5 + 5),
+          top.map((id) => lp[id]),
+          1e-5,
+          1e-6,
+        ),
+      ).toBeUndefined();
     }
   });
 
@@ -67,18 +126,36 @@ describe("sample (cpu)", () => {
     const V = 50;
     const row = randomF32(rng, V, 2);
     const ranked = rankByLogit(row);
-    const rows: Row[] = Array.from({ length: 64 }, (_, i) => ({ temperature: 1.5, topK: 3, topP: 1, seedLow: i, seedHigh: 0, position: i % 5 }));
-    const got = await sample(new Float32Array(rows.length * V).map((_, i) => row[i % V]), V, rows);
+    const rows: Row[] = Array.from({ length: 64 }, (_, i) => ({
+      temperature: 1.5,
+      topK: 3,
+      topP: 1,
+      seedLow: i,
+      seedHigh: 0,
+      position: i % 5,
+    }));
+    const got = await sample(
+      new Float32Array(rows.length * V).map((_, i) => row[i % V]),
+      V,
+      rows,
+    );
     expect(new Set(got.tokens).size).toBeGreaterThan(1);
     for (const t of got.tokens) expect(ranked.slice(0, 3)).toContain(t);
     // top-p 0.01 leaves only the most likely token
-    const narrow = await sample(row, V, [{ temperature: 1, topK: 0, topP: 0.01, seedLow: 3, seedHigh: 4, position: 0 }]);
+    const narrow = await sample(row, V, [
+      { temperature: 1, topK: 0, topP: 0.01, seedLow: 3, seedHigh: 4, position: 0 },
+    ]);
     expect(narrow.tokens[0]).toBe(ranked[0]);
   });
 
   it("picks the first index of the max when greedy, and ranks ties by lower id", async () => {
     const logits = Float32Array.from([1, 5, 2, 5, 5, -1]);
-    const got = await sample(logits, 6, [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }], 4);
+    const got = await sample(
+      logits,
+      6,
+      [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }],
+      4,
+    );
     expect(got.tokens).toEqual([1]);
     expect(got.topIds).toEqual([1, 3, 4, 2]);
   });
@@ -95,7 +172,12 @@ describe("sample (cpu)", () => {
     ];
     for (const numTop of [1, 20, 64]) {
       for (const row of rows) {
-        const got = await sample(row, V, [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }], numTop);
+        const got = await sample(
+          row,
+          V,
+          [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }],
+          numTop,
+        );
         const asMinusInf = Array.from(row, (x) => (Number.isNaN(x) ? -Infinity : x));
         expect(got.topIds).toEqual(rankByLogit(asMinusInf).slice(0, numTop));
       }
@@ -104,7 +186,12 @@ describe("sample (cpu)", () => {
 
   it("ties -0 and +0 (lower id first), for greedy, top-k 1 and the top logprobs", async () => {
     const logits = Float32Array.from([-1, -0, -2, 0, -3]);
-    const greedy = await sample(logits, 5, [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }], 3);
+    const greedy = await sample(
+      logits,
+      5,
+      [{ temperature: 0, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 }],
+      3,
+    );
     expect(greedy.tokens).toEqual([1]);
     expect(greedy.topIds).toEqual([1, 3, 0]);
     const k1 = await sample(logits, 5, [{ temperature: 1, topK: 1, topP: 1, seedLow: 5, seedHigh: 6, position: 7 }]);
@@ -130,8 +217,12 @@ describe("sample (cpu)", () => {
   it("rejects invalid parameters naming the row", async () => {
     const ok: Row = { temperature: 1, topK: 0, topP: 1, seedLow: 0, seedHigh: 0, position: 0 };
     const logits = randomF32(rng, 2 * 4);
-    await expect(sample(logits, 4, [ok, { ...ok, temperature: -1 }])).rejects.toThrow(/sample: row 1: temperature -1.* must be finite and >= 0/);
-    await expect(sample(logits, 4, [{ ...ok, topP: 0 }, ok])).rejects.toThrow(/sample: row 0: topP 0.* must be in \(0, 1\]/);
+    await expect(sample(logits, 4, [ok, { ...ok, temperature: -1 }])).rejects.toThrow(
+      /sample: row 1: temperature -1.* must be finite and >= 0/,
+    );
+    await expect(sample(logits, 4, [{ ...ok, topP: 0 }, ok])).rejects.toThrow(
+      /sample: row 0: topP 0.* must be in \(0, 1\]/,
+    );
     await expect(sample(logits, 4, [ok, { ...ok, topK: -2 }])).rejects.toThrow(/sample: row 1: topK -2 must be >= 0/);
   });
 });

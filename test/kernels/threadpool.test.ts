@@ -26,7 +26,11 @@ describe("CPU thread pool", () => {
   it("runs every chunk of every region once and never hangs between regions", { timeout: 120_000 }, async () => {
     expect(addon.setThreads(4)).toBe(4);
     const regions = 500_000;
-    const [a, b] = await withTimeout(Promise.all([addon.stressThreadPool(regions), addon.stressThreadPool(regions)]), 90_000, `2 x ${regions} regions`);
+    const [a, b] = await withTimeout(
+      Promise.all([addon.stressThreadPool(regions), addon.stressThreadPool(regions)]),
+      90_000,
+      `2 x ${regions} regions`,
+    );
     expect(a.bad).toBe(0);
     expect(b.bad).toBe(0);
   });
@@ -37,11 +41,15 @@ describe("CPU thread pool", () => {
   // through the condition variables; 100000: the worker polls through the gaps instead. (Counts under load: a
   // preempted worker leaves its chunks to the caller, so the bounds are loose.)
   function stressChild(spinUs: string, script: string): Record<string, number> {
-    const out = execFileSync(process.execPath, ["-e", `const a = ${childAddonExpr()}; a.setThreads(2); (async () => { ${script} })();`], {
-      env: { ...process.env, DL_POOL_SPIN_US: spinUs },
-      encoding: "utf8",
-      timeout: 50_000,
-    });
+    const out = execFileSync(
+      process.execPath,
+      ["-e", `const a = ${childAddonExpr()}; a.setThreads(2); (async () => { ${script} })();`],
+      {
+        env: { ...process.env, DL_POOL_SPIN_US: spinUs },
+        encoding: "utf8",
+        timeout: 50_000,
+      },
+    );
     return JSON.parse(out) as Record<string, number>;
   }
   const stress = "const r = await a.stressThreadPool(2000, 20, 200); console.log(JSON.stringify(r));";
@@ -49,13 +57,17 @@ describe("CPU thread pool", () => {
   const cgroupLimit = addon.listDevices().cpu.cgroupCpuLimit;
   const twoCpus = availableParallelism() >= 2 && (cgroupLimit === null || cgroupLimit >= 2);
 
-  it("hands over through sleep and wake-up when idle threads do not poll (DL_POOL_SPIN_US=0)", { timeout: 60_000 }, () => {
-    const r = stressChild("0", stress);
-    expect(r.bad).toBe(0);
-    expect(r.workerChunks).toBeGreaterThan(10);
-    // The worker sleeps through most gaps; the caller, when the worker's chunk outlasts its own, sleeps too.
-    expect(r.workerSleeps + r.callerSleeps).toBeGreaterThan(500);
-  });
+  it(
+    "hands over through sleep and wake-up when idle threads do not poll (DL_POOL_SPIN_US=0)",
+    { timeout: 60_000 },
+    () => {
+      const r = stressChild("0", stress);
+      expect(r.bad).toBe(0);
+      expect(r.workerChunks).toBeGreaterThan(10);
+      // The worker sleeps through most gaps; the caller, when the worker's chunk outlasts its own, sleeps too.
+      expect(r.workerSleeps + r.callerSleeps).toBeGreaterThan(500);
+    },
+  );
 
   it.runIf(twoCpus)("keeps an idle worker polling, not asleep, through DL_POOL_SPIN_US", { timeout: 60_000 }, () => {
     const r = stressChild("100000", stress);
@@ -67,7 +79,10 @@ describe("CPU thread pool", () => {
 
   it("stops polling workers at once when the pool is resized", { timeout: 60_000 }, () => {
     // A worker polls for up to DL_POOL_SPIN_US; setThreads (on the JS thread) must not wait that out.
-    const r = stressChild("100000", "await a.stressThreadPool(10, 20); const t = performance.now(); a.setThreads(2); console.log(JSON.stringify({ ms: performance.now() - t }));");
+    const r = stressChild(
+      "100000",
+      "await a.stressThreadPool(10, 20); const t = performance.now(); a.setThreads(2); console.log(JSON.stringify({ ms: performance.now() - t }));",
+    );
     expect(r.ms).toBeLessThan(50);
   });
 

@@ -16,7 +16,11 @@ describe("the bundled model", () => {
   });
 
   it("a relative path that is not there names the absolute path, the cwd and, for the bundled one, the fix", async () => {
-    await expect(loadModel("nowhere/model")).rejects.toThrow(`${resolve("nowhere/model")}: model folder not found (nowhere/model resolved against ${process.cwd()})`);
-    await expect(loadModel("somewhere/models/tiny-reasoner")).rejects.toThrow(/call loadModel\(\) with no folder \(or pass bundledModelDir\)/);
+    await expect(loadModel("nowhere/model")).rejects.toThrow(
+      `${resolve("nowhere/model")}: model folder not found (nowhere/model resolved against ${process.cwd()})`,
+    );
+    await expect(loadModel("somewhere/models/tiny-reasoner")).rejects.toThrow(
+      /call loadModel\(\) with no folder \(or pass bundledModelDir\)/,
+    );
   });
 });

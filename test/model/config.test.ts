@@ -29,7 +29,15 @@ describe("parseModelConfig", () => {
 
   it("reads GQA, explicit head_dim, eos lists and Llama attention_bias", () => {
     const c = parseModelConfig(
-      { ...base, num_key_value_heads: 2, head_dim: 16, eos_token_id: [5, 7], bos_token_id: 1, attention_bias: true, torch_dtype: "bfloat16" },
+      {
+        ...base,
+        num_key_value_heads: 2,
+        head_dim: 16,
+        eos_token_id: [5, 7],
+        bos_token_id: 1,
+        attention_bias: true,
+        torch_dtype: "bfloat16",
+      },
       "m/config.json",
     );
     expect([c.numKvHeads, c.headDim, c.bosTokenId, c.torchDtype]).toEqual([2, 16, 1, "bfloat16"]);
@@ -39,19 +47,34 @@ describe("parseModelConfig", () => {
 
   it("gives Qwen2 q/k/v biases (no o_proj bias) and ignores an unused sliding window", () => {
     const c = parseModelConfig(
-      { ...base, architectures: ["Qwen2ForCausalLM"], use_sliding_window: false, sliding_window: 4096, tie_word_embeddings: true },
+      {
+        ...base,
+        architectures: ["Qwen2ForCausalLM"],
+        use_sliding_window: false,
+        sliding_window: 4096,
+        tie_word_embeddings: true,
+      },
       "m/config.json",
     );
     expect([c.qkvBias, c.oProjBias, c.slidingWindow, c.tieWordEmbeddings]).toEqual([true, false, null, true]);
-    const mistral = parseModelConfig({ ...base, architectures: ["MistralForCausalLM"], sliding_window: 128 }, "m/config.json");
+    const mistral = parseModelConfig(
+      { ...base, architectures: ["MistralForCausalLM"], sliding_window: 128 },
+      "m/config.json",
+    );
     expect(mistral.slidingWindow).toBe(128);
   });
 
   it("follows transformers' Qwen2 max_window_layers: a window on every layer, on none, or an Error for some", () => {
-    const qwen = (extra: object) => parseModelConfig({ ...base, architectures: ["Qwen2ForCausalLM"], use_sliding_window: true, sliding_window: 64, ...extra }, "m/config.json");
+    const qwen = (extra: object) =>
+      parseModelConfig(
+        { ...base, architectures: ["Qwen2ForCausalLM"], use_sliding_window: true, sliding_window: 64, ...extra },
+        "m/config.json",
+      );
     expect(qwen({ max_window_layers: 0 }).slidingWindow).toBe(64);
     expect(qwen({ max_window_layers: base.num_hidden_layers }).slidingWindow).toBeNull();
-    expect(() => qwen({ max_window_layers: 1 })).toThrow(/'max_window_layers' is 1; a sliding window on layers 1\.\.\d+ only is not supported/);
+    expect(() => qwen({ max_window_layers: 1 })).toThrow(
+      /'max_window_layers' is 1; a sliding window on layers 1\.\.\d+ only is not supported/,
+    );
   });
 
   it.each([
@@ -79,7 +102,13 @@ describe("computeInvFreq", () => {
     const f = computeInvFreq({
       headDim: 8,
       ropeTheta: 10000,
-      ropeScaling: { type: "llama3", factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 64 },
+      ropeScaling: {
+        type: "llama3",
+        factor: 8,
+        lowFreqFactor: 1,
+        highFreqFactor: 4,
+        originalMaxPositionEmbeddings: 64,
+      },
     });
     // smooth = (64 / (2pi / 0.1) - 1) / 3 = 0.0061972119; f = 0.1 * ((1 - smooth) / 8 + smooth)
     const expected = [1, 0.013042256043820461, 0.00125, 0.000125];
@@ -91,7 +120,13 @@ describe("computeInvFreq", () => {
     const config = {
       headDim: 128,
       ropeTheta: 500000,
-      ropeScaling: { type: "llama3" as const, factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 },
+      ropeScaling: {
+        type: "llama3" as const,
+        factor: 8,
+        lowFreqFactor: 1,
+        highFreqFactor: 4,
+        originalMaxPositionEmbeddings: 8192,
+      },
     };
     const scaled = computeInvFreq(config);
     const factors = llama3RopeFactors(config as never);

@@ -9,7 +9,8 @@ import { ReferenceModel } from "./reference.js";
 
 afterAll(cleanupFixtures);
 
-const same = (a: Uint8Array, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+const same = (a: Uint8Array, b: Uint8Array) =>
+  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
 
 describe("make-fixture", () => {
   it("writes the same weights whatever the sharding and dtype (seeded per tensor)", async () => {
@@ -30,9 +31,24 @@ describe("make-fixture", () => {
   });
 
   it("writes HF-layout metadata: config, generation defaults, tokenizer sized to the vocabulary", async () => {
-    const f = await tempFixture({ arch: "qwen2", dtype: "bf16", layers: 3, hidden: 96, heads: 6, kvHeads: 2, vocab: 1000 });
+    const f = await tempFixture({
+      arch: "qwen2",
+      dtype: "bf16",
+      layers: 3,
+      hidden: 96,
+      heads: 6,
+      kvHeads: 2,
+      vocab: 1000,
+    });
     const files = await openModelFiles(f.dir);
-    expect(files.config).toMatchObject({ numLayers: 3, hiddenSize: 96, numHeads: 6, numKvHeads: 2, headDim: 16, vocabSize: 1000 });
+    expect(files.config).toMatchObject({
+      numLayers: 3,
+      hiddenSize: 96,
+      numHeads: 6,
+      numKvHeads: 2,
+      headDim: 16,
+      vocabSize: 1000,
+    });
     expect(files.config).toMatchObject({ qkvBias: true, tieWordEmbeddings: true, torchDtype: "bfloat16" });
     expect(files.tokenizer.vocabSize).toBe(1000); // padded with unused tokens up to vocab_size
     expect(files.generation).toMatchObject({ doSample: true, topK: 20 });

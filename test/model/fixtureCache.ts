@@ -9,7 +9,11 @@ const made = new Map<string, Promise<string>>();
 process.on("exit", () => rmSync(root, { recursive: true, force: true }));
 
 /** The folder of a fixture model (created on first use). */
-export function fixtureDir(arch: FixtureArch, dtype: FixtureDType, extra: Partial<FixtureOptions> = {}): Promise<string> {
+export function fixtureDir(
+  arch: FixtureArch,
+  dtype: FixtureDType,
+  extra: Partial<FixtureOptions> = {},
+): Promise<string> {
   const key = `${arch}-${dtype}-${JSON.stringify(extra)}`;
   let p = made.get(key);
   if (!p) {

@@ -66,8 +66,18 @@ describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
     const prompt = randomTokens(20, V, 41);
     const table = Int32Array.from([200, 201]);
     const step = async () =>
-      (await model.forward({ gemmSplitK: 4, kvSplits: 2, returnLogits: true, sequences: [{ tokens: Int32Array.of(prompt[19]), startPos: 19, blockTable: table, numTopLogprobs: 2 }] }))[0];
-    await model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(prompt.slice(0, 19)), startPos: 0, blockTable: table, emitToken: false }] });
+      (
+        await model.forward({
+          gemmSplitK: 4,
+          kvSplits: 2,
+          returnLogits: true,
+          sequences: [{ tokens: Int32Array.of(prompt[19]), startPos: 19, blockTable: table, numTopLogprobs: 2 }],
+        })
+      )[0];
+    await model.forward({
+      ...FIXED,
+      sequences: [{ tokens: Int32Array.from(prompt.slice(0, 19)), startPos: 0, blockTable: table, emitToken: false }],
+    });
     let eager: NativeForwardResult;
     process.env.DL_CUDA_GRAPHS = "0";
     try {
@@ -97,11 +107,21 @@ describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
     // Six sequences at different lengths cross page boundaries on different steps; the page table's room is
     // rounded up (model_forward.cc pageTableCapacity), so most of these steps replay one graph while the page ids
     // and counts under it change.
-    const V = model.config.vocabSize, B = 6, steps = 24;
+    const V = model.config.vocabSize,
+      B = 6,
+      steps = 24;
     const prompts = Array.from({ length: B }, (_, b) => randomTokens(3 + 5 * b, V, 300 + b));
     const tables = prompts.map((_, b) => Int32Array.from({ length: 4 }, (_, i) => 100 + 4 * b + i)); // 16-token pages
     const run = async (): Promise<number[][]> => {
-      await model.forward({ ...FIXED, sequences: prompts.map((p, b) => ({ tokens: Int32Array.from(p), startPos: 0, blockTable: tables[b], emitToken: false })) });
+      await model.forward({
+        ...FIXED,
+        sequences: prompts.map((p, b) => ({
+          tokens: Int32Array.from(p),
+          startPos: 0,
+          blockTable: tables[b],
+          emitToken: false,
+        })),
+      });
       let next = prompts.map((p) => p[p.length - 1]);
       const out: number[][] = [];
       for (let s = 0; s < steps; s++) {
@@ -109,7 +129,11 @@ describe.skipIf(!!cudaUnavailable)("generate and the engine on cuda", () => {
           gemmSplitK: 4,
           kvSplits: 2,
           returnLogits: s % 8 === 0,
-          sequences: prompts.map((p, b) => ({ tokens: Int32Array.of(next[b]), startPos: p.length + s, blockTable: tables[b] })),
+          sequences: prompts.map((p, b) => ({
+            tokens: Int32Array.of(next[b]),
+            startPos: p.length + s,
+            blockTable: tables[b],
+          })),
         });
         next = rs.map((r) => r.token);
         out.push(rs.flatMap((r) => [r.token, ...(r.logits ? Array.from(r.logits.subarray(0, 64)) : [])]));

@@ -17,11 +17,21 @@ const CASES: FixtureCase[] = [
   { arch: "qwen2", dtype: "f32" },
   { arch: "qwen2", dtype: "bf16" },
   // f16 weights, o_proj bias (Llama attention_bias), plain multi-head attention, tied embeddings.
-  { arch: "llama", dtype: "f16", extra: { attentionBias: true, kvHeads: 4, tieEmbeddings: true }, what: "attention_bias MHA tied" },
+  {
+    arch: "llama",
+    dtype: "f16",
+    extra: { attentionBias: true, kvHeads: 4, tieEmbeddings: true },
+    what: "attention_bias MHA tied",
+  },
   // Mistral: a sliding window of 5 keys, shorter than most prompts below (the CUDA kernels refuse a window).
-  ...(device === "cpu" ? [{ arch: "llama" as const, dtype: "f32" as const, extra: { slidingWindow: 5 }, what: "Mistral sliding_window 5" }] : []),
+  ...(device === "cpu"
+    ? [{ arch: "llama" as const, dtype: "f32" as const, extra: { slidingWindow: 5 }, what: "Mistral sliding_window 5" }]
+    : []),
 ];
-if (device !== "cpu") console.warn("[forward tests] the Mistral sliding-window case runs on the CPU only: the CUDA attention kernels do not mask a window yet");
+if (device !== "cpu")
+  console.warn(
+    "[forward tests] the Mistral sliding-window case runs on the CPU only: the CUDA attention kernels do not mask a window yet",
+  );
 
 /** Hidden states captured at the last position against the reference's, on each case's model. */
 function hiddenStateTests(loaded: () => LoadedCase): void {
@@ -32,7 +42,14 @@ function hiddenStateTests(loaded: () => LoadedCase): void {
     for (let layer = 0; layer <= model.config.numLayers; layer++) {
       const [r] = await model.forward({
         ...FIXED,
-        sequences: [{ tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([40, 41, 42]), captureHiddenLayer: layer }],
+        sequences: [
+          {
+            tokens: Int32Array.from(tokens),
+            startPos: 0,
+            blockTable: Int32Array.from([40, 41, 42]),
+            captureHiddenLayer: layer,
+          },
+        ],
       });
       expect(r.hidden!.length).toBe(model.config.hiddenSize);
       expect(relL2(r.hidden!, hs[layer][8])).toBeLessThan(tolerance);
@@ -47,13 +64,19 @@ function hiddenStateTests(loaded: () => LoadedCase): void {
     const C = model.config.hiddenSize;
     const layers = [0, 1, L, L + 1];
     const run = (capture: Partial<NativeForwardSequence>) =>
-      model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([40, 41, 42]), ...capture }] });
+      model.forward({
+        ...FIXED,
+        sequences: [
+          { tokens: Int32Array.from(tokens), startPos: 0, blockTable: Int32Array.from([40, 41, 42]), ...capture },
+        ],
+      });
     const [all] = await run({ captureHiddenLayers: Int32Array.from(layers) });
     expect(all.hidden!.length).toBe(layers.length * C);
     for (const [k, layer] of layers.entries()) {
       const got = all.hidden!.subarray(k * C, (k + 1) * C);
       expect(relL2(got, hs[layer][8])).toBeLessThan(tolerance);
-      if (layer <= L) expect(Array.from(got)).toEqual(Array.from((await run({ captureHiddenLayer: layer }))[0].hidden!));
+      if (layer <= L)
+        expect(Array.from(got)).toEqual(Array.from((await run({ captureHiddenLayer: layer }))[0].hidden!));
     }
     // The final norm's input is not the normed output.
     expect(relL2(all.hidden!.subarray(3 * C), hs[L][8])).toBeGreaterThan(0.01);
@@ -77,13 +100,20 @@ forwardSuite({
 
 describe("Mistral sliding window", () => {
   it("renders Mistral's chat template and its special tokens", async () => {
-    const model = await loadModel(await fixtureDir("llama", "f32", { slidingWindow: 5 }), { kvPages: 16, pageSize: PAGE });
+    const model = await loadModel(await fixtureDir("llama", "f32", { slidingWindow: 5 }), {
+      kvPages: 16,
+      pageSize: PAGE,
+    });
     try {
       const tok = model.tokenizer;
       const ids = tok.encodeChat([{ role: "user", content: "What is 2+2?" }]);
       expect(tok.decode(ids, { skipSpecialTokens: false })).toBe("<s>[INST] What is 2+2? [/INST]");
       expect(model.config.architecture).toBe("MistralForCausalLM");
-      const turns = tok.encodeChat([{ role: "user", content: "hi" }, { role: "assistant", content: "4" }, { role: "user", content: "why?" }]);
+      const turns = tok.encodeChat([
+        { role: "user", content: "hi" },
+        { role: "assistant", content: "4" },
+        { role: "user", content: "why?" },
+      ]);
       expect(tok.decode(turns, { skipSpecialTokens: false })).toBe("<s>[INST] hi [/INST]4</s> [INST] why? [/INST]");
       expect(() => tok.encodeChat([{ role: "assistant", content: "x" }])).toThrow(/alternate user\/assistant/);
     } finally {
@@ -100,7 +130,9 @@ describe("Mistral sliding window", () => {
     try {
       expect(windowed.config.slidingWindow).toBe(5);
       expect(windowed.contextLength).toBe(windowed.config.maxPositionEmbeddings); // masked, not clamped
-      await expect(loadModel(dir, { device: "cuda" })).rejects.toThrow(/sliding window of 5 tokens, which the CUDA attention kernels do not mask yet; load it with device: "cpu"/);
+      await expect(loadModel(dir, { device: "cuda" })).rejects.toThrow(
+        /sliding window of 5 tokens, which the CUDA attention kernels do not mask yet; load it with device: "cpu"/,
+      );
       const tokens = randomTokens(12, windowed.config.vocabSize, 5);
       const [last] = await runChunks(windowed, tokens, [12], 0);
       const want = full.logits(tokens);

@@ -13,7 +13,13 @@ export const PAGE = 4; // small pages so every prompt spans several, with partia
 export const FIXED = { gemmSplitK: 1, kvSplits: 1 };
 
 /** Runs `tokens` in chunks of the given sizes on fresh pages; returns the logits after each chunk. */
-export async function runChunks(model: Model, tokens: number[], chunks: number[], firstPage: number, schedule = FIXED): Promise<Float32Array[]> {
+export async function runChunks(
+  model: Model,
+  tokens: number[],
+  chunks: number[],
+  firstPage: number,
+  schedule = FIXED,
+): Promise<Float32Array[]> {
   const pages = Int32Array.from({ length: Math.ceil(tokens.length / PAGE) }, (_, i) => firstPage + i);
   const out: Float32Array[] = [];
   let pos = 0;
@@ -79,13 +85,21 @@ export function forwardSuite(backend: ForwardBackend): void {
       const V = model.config.vocabSize;
       const L = model.config.numLayers;
       const schedule = { gemmSplitK: 2, kvSplits: 2 };
-      const prompts = [randomTokens(7, V, 21), randomTokens(18, V, 22), randomTokens(1, V, 23), randomTokens(12, V, 24)];
+      const prompts = [
+        randomTokens(7, V, 21),
+        randomTokens(18, V, 22),
+        randomTokens(1, V, 23),
+        randomTokens(12, V, 24),
+      ];
       // Sequences 2 and 3 decode one token after a cached prefix; 0 and 1 are prefill chunks.
       const prefixes = [[], [], randomTokens(9, V, 25), randomTokens(30, V, 26)];
       const table = (i: number) => Int32Array.from({ length: 12 }, (_, j) => i * 12 + j);
       const setup = async () => {
         for (const i of [2, 3]) {
-          await model.forward({ ...schedule, sequences: [{ tokens: Int32Array.from(prefixes[i]), startPos: 0, blockTable: table(i), emitToken: false }] });
+          await model.forward({
+            ...schedule,
+            sequences: [{ tokens: Int32Array.from(prefixes[i]), startPos: 0, blockTable: table(i), emitToken: false }],
+          });
         }
       };
       // Even sequences sample from the whole vocabulary and capture one layer; odd ones sample under top-k / top-p and
@@ -97,13 +111,21 @@ export function forwardSuite(backend: ForwardBackend): void {
         numTopLogprobs: 3,
         ...(i % 2 === 0
           ? { sampling: { temperature: 0.9, seed: 1000 + i }, captureHiddenLayer: 1 }
-          : { sampling: { temperature: 0.9, seed: 1000 + i, topK: 50, topP: 0.9 }, captureHiddenLayers: Int32Array.from([0, 1, L, L + 1]) }),
+          : {
+              sampling: { temperature: 0.9, seed: 1000 + i, topK: 50, topP: 0.9 },
+              captureHiddenLayers: Int32Array.from([0, 1, L, L + 1]),
+            }),
       });
       await setup();
       const alone: NativeForwardResult[] = [];
-      for (let i = 0; i < 4; i++) alone.push((await model.forward({ ...schedule, returnLogits: true, sequences: [seq(i)] }))[0]);
+      for (let i = 0; i < 4; i++)
+        alone.push((await model.forward({ ...schedule, returnLogits: true, sequences: [seq(i)] }))[0]);
       await setup();
-      const batch: NativeForwardBatch = { ...schedule, returnLogits: true, sequences: [seq(3), seq(0), seq(2), seq(1)] };
+      const batch: NativeForwardBatch = {
+        ...schedule,
+        returnLogits: true,
+        sequences: [seq(3), seq(0), seq(2), seq(1)],
+      };
       const together = await model.forward(batch);
       [3, 0, 2, 1].forEach((i, k) => {
         expect(together[k].token).toBe(alone[i].token);
@@ -125,10 +147,19 @@ export function forwardSuite(backend: ForwardBackend): void {
       const V = model.config.vocabSize;
       const prefix = randomTokens(6, V, 31); // pages 100, 101 (2 of 4 used)
       const next = randomTokens(1, V, 32);
-      await model.forward({ ...FIXED, sequences: [{ tokens: Int32Array.from(prefix), startPos: 0, blockTable: Int32Array.from([100, 101]), emitToken: false }] });
+      await model.forward({
+        ...FIXED,
+        sequences: [
+          { tokens: Int32Array.from(prefix), startPos: 0, blockTable: Int32Array.from([100, 101]), emitToken: false },
+        ],
+      });
       await model.copyPages(Int32Array.from([101]), Int32Array.from([102]));
       const run = (last: number) =>
-        model.forward({ ...FIXED, returnLogits: true, sequences: [{ tokens: Int32Array.from(next), startPos: 6, blockTable: Int32Array.from([100, last]) }] });
+        model.forward({
+          ...FIXED,
+          returnLogits: true,
+          sequences: [{ tokens: Int32Array.from(next), startPos: 6, blockTable: Int32Array.from([100, last]) }],
+        });
       const [a] = await run(101);
       const [b] = await run(102);
       expect(Array.from(b.logits!)).toEqual(Array.from(a.logits!));
@@ -148,15 +179,21 @@ export function forwardSuite(backend: ForwardBackend): void {
       const fwd = (s: Partial<NativeForwardSequence>, extra: Partial<NativeForwardBatch> = {}) =>
         model.forward({ ...FIXED, ...extra, sequences: [ok, { ...ok, ...s }] });
       await expect(fwd({ startPos: 2 })).rejects.toThrow(/sequence 1: blockTable holds 1 pages .* needs 2 pages/);
-      await expect(fwd({ blockTable: Int32Array.from([256]) })).rejects.toThrow(/sequence 1: blockTable\[0\] = 256 is not a page id in \[0, 256\)/);
-      await expect(fwd({ tokens: Int32Array.from([1, V]) })).rejects.toThrow(new RegExp(`sequence 1: token id ${V} at index 1 is out of range`));
+      await expect(fwd({ blockTable: Int32Array.from([256]) })).rejects.toThrow(
+        /sequence 1: blockTable\[0\] = 256 is not a page id in \[0, 256\)/,
+      );
+      await expect(fwd({ tokens: Int32Array.from([1, V]) })).rejects.toThrow(
+        new RegExp(`sequence 1: token id ${V} at index 1 is out of range`),
+      );
       await expect(fwd({ tokens: new Int32Array(0) })).rejects.toThrow(/sequence 1: tokens is empty/);
       await expect(fwd({ sampling: { temperature: -1 } })).rejects.toThrow(/sequence 1: temperature/);
       await expect(fwd({ sampling: { topP: 0 } })).rejects.toThrow(/sequence 1: topP/);
       await expect(fwd({ captureHiddenLayer: 99 })).rejects.toThrow(/captureHiddenLayer/);
       await expect(fwd({ tokens: [1, 2] as unknown as Int32Array })).rejects.toThrow(/'tokens' must be an Int32Array/);
       await expect(fwd({}, { kvSplits: 0 })).rejects.toThrow(/kvSplits/);
-      await expect(model.copyPages(Int32Array.from([0]), Int32Array.from([999]))).rejects.toThrow(/not a pair of page ids/);
+      await expect(model.copyPages(Int32Array.from([0]), Int32Array.from([999]))).rejects.toThrow(
+        /not a pair of page ids/,
+      );
     });
   });
 }

@@ -11,7 +11,10 @@ const device = (process.env.DELIBERATE_TEST_DEVICE ?? "cpu") as "cpu" | "cuda";
 const MIN_MARGIN = 1e-3;
 
 /** Compares greedy continuations token by token up to the first step whose reference margin is tiny. */
-function agreeingPrefix(got: number[], want: { tokens: number[]; margins: number[] }): { compared: number; ok: boolean } {
+function agreeingPrefix(
+  got: number[],
+  want: { tokens: number[]; margins: number[] },
+): { compared: number; ok: boolean } {
   let compared = 0;
   for (let i = 0; i < want.tokens.length && i < got.length; i++) {
     if (want.margins[i] < MIN_MARGIN) break;
@@ -54,7 +57,12 @@ describe("generate", () => {
   });
 
   it("streams text deltas that concatenate to the result's text", async () => {
-    const stream = generateStream(model, "The answer is", { maxTokens: 10, temperature: 0.8, seed: 3, ignoreEos: true });
+    const stream = generateStream(model, "The answer is", {
+      maxTokens: 10,
+      temperature: 0.8,
+      seed: 3,
+      ignoreEos: true,
+    });
     let text = "";
     for (;;) {
       const r = await stream.next();
@@ -73,7 +81,12 @@ describe("generate", () => {
     const free = await generate(model, prompt, { maxTokens: 12, temperature: 0, ignoreEos: true });
     const stopId = free.tokens[4];
     const first = free.tokens.indexOf(stopId);
-    const byId = await generate(model, prompt, { maxTokens: 12, temperature: 0, ignoreEos: true, stopTokenIds: [stopId] });
+    const byId = await generate(model, prompt, {
+      maxTokens: 12,
+      temperature: 0,
+      ignoreEos: true,
+      stopTokenIds: [stopId],
+    });
     expect(byId.finishReason).toBe("stop");
     expect(byId.tokens).toEqual(free.tokens.slice(0, first + 1));
 
@@ -97,20 +110,34 @@ describe("generate", () => {
     expect(r.value.finishReason).toBe("aborted");
     expect(r.value.tokens.length).toBeLessThan(50);
     // Every page is back: a generation filling the whole pool (64 pages of 4 = the 256-token context) still fits.
-    const all = await generate(model, { tokens: randomTokens(250, model.config.vocabSize, 4) }, { maxTokens: 50, temperature: 0, ignoreEos: true });
+    const all = await generate(
+      model,
+      { tokens: randomTokens(250, model.config.vocabSize, 4) },
+      { maxTokens: 50, temperature: 0, ignoreEos: true },
+    );
     expect(all.tokens.length).toBe(6);
     expect(all.finishReason).toBe("length");
   });
 
   it("rejects a prompt longer than the context, naming both lengths", async () => {
     const tooLong = { tokens: randomTokens(300, model.config.vocabSize, 1) };
-    await expect(generate(model, tooLong)).rejects.toThrow(/the prompt is 300 tokens and model "default"'s context is 256 tokens/);
-    await expect(generate(model, { tokens: [model.config.vocabSize] })).rejects.toThrow(/prompt token 0 is \d+; expected an id in/);
-    await expect(generate(model, "x", { temperature: -1 })).rejects.toThrow(/request\.temperature is -1; expected a finite number >= 0/);
+    await expect(generate(model, tooLong)).rejects.toThrow(
+      /the prompt is 300 tokens and model "default"'s context is 256 tokens/,
+    );
+    await expect(generate(model, { tokens: [model.config.vocabSize] })).rejects.toThrow(
+      /prompt token 0 is \d+; expected an id in/,
+    );
+    await expect(generate(model, "x", { temperature: -1 })).rejects.toThrow(
+      /request\.temperature is -1; expected a finite number >= 0/,
+    );
   });
 
   it("renders chat messages with the model's template", async () => {
-    const r = await generate(model, [{ role: "user", content: "hi" }], { maxTokens: 3, temperature: 0, ignoreEos: true });
+    const r = await generate(model, [{ role: "user", content: "hi" }], {
+      maxTokens: 3,
+      temperature: 0,
+      ignoreEos: true,
+    });
     expect(r.usage.promptTokens).toBe(model.tokenizer.encodeChat([{ role: "user", content: "hi" }]).length);
   });
 });

@@ -48,7 +48,9 @@ for (const arch of ["llama", "qwen2"] as const) {
         let compared = 0;
         for (const seed of [1, 2]) {
           const prompt = randomTokens(9 + seed, model.config.vocabSize, seed + 40);
-          const ours = (await generate(model, { tokens: prompt }, { maxTokens: STEPS, temperature: 0, ignoreEos: true })).tokens;
+          const ours = (
+            await generate(model, { tokens: prompt }, { maxTokens: STEPS, temperature: 0, ignoreEos: true })
+          ).tokens;
           const theirs = await llamaCppGreedy(gguf, prompt, STEPS);
           const want = ref.greedy(prompt, STEPS);
           const tie = want.margins.findIndex((m) => m < MIN_MARGIN);

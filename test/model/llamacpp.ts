@@ -6,7 +6,13 @@ let llamaPromise: Promise<Llama> | null = null;
 
 /** The shared CPU-only llama.cpp instance (prebuilt binary only: build "never", skipDownload). */
 export function cpuLlama(): Promise<Llama> {
-  llamaPromise ??= getLlama({ gpu: false, build: "never", skipDownload: true, logLevel: LlamaLogLevel.error, maxThreads: 2 });
+  llamaPromise ??= getLlama({
+    gpu: false,
+    build: "never",
+    skipDownload: true,
+    logLevel: LlamaLogLevel.error,
+    maxThreads: 2,
+  });
   return llamaPromise;
 }
 
@@ -28,7 +34,9 @@ export async function loadLlamaCpp(ggufPath: string, vocabSize: number, contextS
       const ctx = await model.createContext({ contextSize, batchSize: contextSize, sequences: 1, threads: 1 });
       try {
         const seq = ctx.getSequence();
-        const input = tokens.map((t) => [t, { generateNext: { logits: true } }] as [number, { generateNext: { logits: true } }]);
+        const input = tokens.map(
+          (t) => [t, { generateNext: { logits: true } }] as [number, { generateNext: { logits: true } }],
+        );
         const out = await seq.controlledEvaluate(input as never);
         return out.map((o, i) => {
           const dense = new Float64Array(vocabSize);

@@ -24,11 +24,29 @@ interface Case {
 
 const CASES: Case[] = [
   // Llama: untied lm_head, GQA 4/2, llama3 RoPE scaling over all three bands, bf16 weights (exact in f32).
-  { name: "llama bf16 -> f32 gguf", fixture: { arch: "llama", dtype: "bf16", layers: 3, seed: 11 }, gguf: "f32", logitTol: 1e-2, minMargin: 0.02 },
+  {
+    name: "llama bf16 -> f32 gguf",
+    fixture: { arch: "llama", dtype: "bf16", layers: 3, seed: 11 },
+    gguf: "f32",
+    logitTol: 1e-2,
+    minMargin: 0.02,
+  },
   // Qwen2: tied embeddings, q/k/v biases, NEOX RoPE; exported to f16, so weights are rounded for llama.cpp only.
-  { name: "qwen2 f32 -> f16 gguf", fixture: { arch: "qwen2", dtype: "f32", layers: 2, seed: 12 }, gguf: "f16", logitTol: 0.03, minMargin: 0.06 },
+  {
+    name: "qwen2 f32 -> f16 gguf",
+    fixture: { arch: "qwen2", dtype: "f32", layers: 2, seed: 12 },
+    gguf: "f16",
+    logitTol: 0.03,
+    minMargin: 0.06,
+  },
   // The benchmark path: bf16 weights kept as bf16 in the GGUF (llama.cpp then rounds activations to bf16 too).
-  { name: "llama bf16 -> bf16 gguf", fixture: { arch: "llama", dtype: "bf16", layers: 2, seed: 14 }, gguf: "keep", logitTol: 0.06, minMargin: 0.1 },
+  {
+    name: "llama bf16 -> bf16 gguf",
+    fixture: { arch: "llama", dtype: "bf16", layers: 2, seed: 14 },
+    gguf: "keep",
+    logitTol: 0.06,
+    minMargin: 0.1,
+  },
   // Llama with attention biases (q/k biases permuted like their rows) and MHA.
   {
     name: "llama attention_bias f32",
@@ -82,7 +100,13 @@ describe.each(CASES)("llama.cpp oracle: $name", (c) => {
 
   it("continues prompts greedily token for token until the reference's top-2 margin gets tiny", async () => {
     let comparedTotal = 0;
-    for (const text of ["Let's think step by step.", "12 + 7 =", "The answer is", "Hello! How are you today?", "Question: What is"]) {
+    for (const text of [
+      "Let's think step by step.",
+      "12 + 7 =",
+      "The answer is",
+      "Hello! How are you today?",
+      "Question: What is",
+    ]) {
       const prompt = tokenizer.encode(text);
       const { tokens, margins } = ref.greedy(prompt, 16);
       const got = await cpp.greedy(prompt, 16);

@@ -32,12 +32,22 @@ async function run(model: Model, vocab: number): Promise<Uint32Array[]> {
   const out: Uint32Array[] = [];
   const table = (s: number) => Int32Array.from({ length: 4 }, (_, i) => s * 4 + i);
   const prompts = [randomTokens(37, vocab, 1), randomTokens(9, vocab, 2), randomTokens(20, vocab, 3)];
-  const first = await model.forward({ gemmSplitK: 2, kvSplits: 1, returnLogits: true, sequences: prompts.map((p, s) => ({ tokens: Int32Array.from(p), startPos: 0, blockTable: table(s) })) });
+  const first = await model.forward({
+    gemmSplitK: 2,
+    kvSplits: 1,
+    returnLogits: true,
+    sequences: prompts.map((p, s) => ({ tokens: Int32Array.from(p), startPos: 0, blockTable: table(s) })),
+  });
   const pos = prompts.map((p) => p.length);
   let last = first.map((r) => r.token);
   for (const r of first) out.push(new Uint32Array(r.logits!.buffer.slice(0)));
   for (let step = 0; step < 6; step++) {
-    const rs = await model.forward({ gemmSplitK: 1, kvSplits: 2, returnLogits: true, sequences: last.map((t, s) => ({ tokens: Int32Array.from([t]), startPos: pos[s], blockTable: table(s) })) });
+    const rs = await model.forward({
+      gemmSplitK: 1,
+      kvSplits: 2,
+      returnLogits: true,
+      sequences: last.map((t, s) => ({ tokens: Int32Array.from([t]), startPos: pos[s], blockTable: table(s) })),
+    });
     rs.forEach((r, s) => {
       pos[s]++;
       out.push(new Uint32Array(r.logits!.buffer.slice(0)));
@@ -50,7 +60,11 @@ async function run(model: Model, vocab: number): Promise<Uint32Array[]> {
 describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
   // hidden 96 / 6 heads / 3 KV heads: q 96 and k, v 48 rows, whole panels of 6, so qkv is packed; 4 KV heads
   // (k, v 64 rows) leave qkv row-major beside the packed others.
-  for (const extra of [{ hidden: 96, heads: 6, kvHeads: 3 }, { hidden: 96, heads: 6, kvHeads: 3, tieEmbeddings: true }, { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 }]) {
+  for (const extra of [
+    { hidden: 96, heads: 6, kvHeads: 3 },
+    { hidden: 96, heads: 6, kvHeads: 3, tieEmbeddings: true },
+    { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 },
+  ]) {
     it(`gives row-major weights' bits: ${JSON.stringify(extra)}`, async () => {
       const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
       const rowMajor = await run(await load(dir, false), 600);
@@ -62,14 +76,22 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
 
   // The second fixture pads: down_proj's K = 200 ends inside a group of 32, gate|up's 400 rows end inside a panel,
   // and its qkv stays row-major beside the packed others.
-  for (const extra of [{ hidden: 96, heads: 6, kvHeads: 3 }, { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 }]) {
+  for (const extra of [
+    { hidden: 96, heads: 6, kvHeads: 3 },
+    { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 },
+  ]) {
     it(`writes weights set again after loading, in pieces and converted from f32, to the same places: ${JSON.stringify(extra)}`, async () => {
       const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
       const reference = await run(await load(dir, true), 600);
       const model = await load(dir, true);
       await run(model, 600);
       const files = await openModelFiles(dir);
-      const names = ["model.layers.1.mlp.down_proj.weight", "model.layers.0.mlp.gate_proj.weight", "model.layers.0.self_attn.k_proj.weight", "lm_head.weight"];
+      const names = [
+        "model.layers.1.mlp.down_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "lm_head.weight",
+      ];
       // written in two pieces, cut inside a row and inside a group of 32
       const setInPieces = (name: string, dtype: "bf16" | "f32", bytes: Uint8Array) => {
         const shape = files.checkpoint.tensors.get(name)!.shape;
@@ -84,13 +106,25 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
       };
       try {
         const originals = await Promise.all(names.map((name) => files.checkpoint.read(name)));
-        names.forEach((name, i) => setInPieces(name, "bf16", originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b)))); // other values
+        names.forEach((name, i) =>
+          setInPieces(
+            name,
+            "bf16",
+            originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b)),
+          ),
+        ); // other values
         const changed = await run(model, 600);
         expect(changed.some((p, i) => p.some((v, j) => v !== reference[i][j]))).toBe(true);
         names.forEach((name, i) => setInPieces(name, "bf16", originals[i]));
         const again = await run(model, 600);
         again.forEach((p, i) => expect(p, `row ${i}`).toEqual(reference[i]));
-        names.forEach((name, i) => setInPieces(name, "bf16", originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b))));
+        names.forEach((name, i) =>
+          setInPieces(
+            name,
+            "bf16",
+            originals[i].map((b, j) => (j % 2 ? b ^ 0x01 : b)),
+          ),
+        );
         names.forEach((name, i) => setInPieces(name, "f32", asF32(originals[i])));
         const converted = await run(model, 600);
         converted.forEach((p, i) => expect(p, `row ${i} (from f32)`).toEqual(reference[i]));

@@ -24,7 +24,16 @@ export function padDecodeSuite(device: "cpu" | "cuda", dtype: FixtureDType): voi
       const V = model.config.vocabSize;
       const prompts = Array.from({ length: B }, (_, b) => randomTokens(2 + ((3 * b) % 7), V, 50 + b));
       const tables = prompts.map((_, b) => Int32Array.from({ length: 6 }, (_, i) => 6 * b + i));
-      await model.forward({ gemmSplitK: 1, kvSplits: 1, sequences: prompts.map((p, b) => ({ tokens: Int32Array.from(p.slice(0, -1)), startPos: 0, blockTable: tables[b]!, emitToken: false })) });
+      await model.forward({
+        gemmSplitK: 1,
+        kvSplits: 1,
+        sequences: prompts.map((p, b) => ({
+          tokens: Int32Array.from(p.slice(0, -1)),
+          startPos: 0,
+          blockTable: tables[b]!,
+          emitToken: false,
+        })),
+      });
       let next = prompts.map((p) => p[p.length - 1]!);
       const steps: NativeForwardResult[][] = [];
       for (let s = 0; s < 5; s++) {

@@ -24,24 +24,61 @@ for (const device of devices) {
       returnLogits: true,
       profile,
       sequences: [
-        { tokens: Int32Array.from(randomTokens(6, model.config.vocabSize, 1)), startPos: 0, blockTable: Int32Array.of(0, 1) },
-        { tokens: Int32Array.from(randomTokens(1, model.config.vocabSize, 2)), startPos: 5, blockTable: Int32Array.of(8, 9) },
+        {
+          tokens: Int32Array.from(randomTokens(6, model.config.vocabSize, 1)),
+          startPos: 0,
+          blockTable: Int32Array.of(0, 1),
+        },
+        {
+          tokens: Int32Array.from(randomTokens(1, model.config.vocabSize, 2)),
+          startPos: 5,
+          blockTable: Int32Array.of(8, 9),
+        },
       ],
     });
 
     it("charges every op of a step to its label, per layer, and changes no result", async () => {
       const L = model.config.numLayers;
-      await model.forward({ ...batch(false), sequences: [{ tokens: Int32Array.from(randomTokens(5, model.config.vocabSize, 3)), startPos: 0, blockTable: Int32Array.of(8, 9) }] });
+      await model.forward({
+        ...batch(false),
+        sequences: [
+          {
+            tokens: Int32Array.from(randomTokens(5, model.config.vocabSize, 3)),
+            startPos: 0,
+            blockTable: Int32Array.of(8, 9),
+          },
+        ],
+      });
       expect(model.takeProfile()).toEqual([]); // unprofiled steps add nothing
       const plain = await model.forward(batch(false));
       const profiled = await model.forward(batch(true));
-      profiled.forEach((r, i) => expect(Buffer.from(r.logits!.buffer).equals(Buffer.from(plain[i]!.logits!.buffer))).toBe(true));
+      profiled.forEach((r, i) =>
+        expect(Buffer.from(r.logits!.buffer).equals(Buffer.from(plain[i]!.logits!.buffer))).toBe(true),
+      );
       const entries = model.takeProfile();
       const by = new Map(entries.map((e) => [e.label, e]));
-      const perLayer = ["gemm.qkv", "ropeKvWrite", "attention.decode", "attention.prefill", "gemm.o", "gemm.gateUp", "siluMul", "gemm.down"];
+      const perLayer = [
+        "gemm.qkv",
+        "ropeKvWrite",
+        "attention.decode",
+        "attention.prefill",
+        "gemm.o",
+        "gemm.gateUp",
+        "siluMul",
+        "gemm.down",
+      ];
       for (const label of perLayer) expect(by.get(label)?.calls, label).toBe(L);
       expect(by.get("rmsnorm")?.calls).toBe(2 * L);
-      for (const label of ["plan", "meta.upload", "embedding", "finalNorm", "gemm.lmHead", "sample", "readback", "step.wall"])
+      for (const label of [
+        "plan",
+        "meta.upload",
+        "embedding",
+        "finalNorm",
+        "gemm.lmHead",
+        "sample",
+        "readback",
+        "step.wall",
+      ])
         expect(by.get(label)?.calls, label).toBe(1);
       expect(by.has("pageCopy")).toBe(false);
       for (const e of entries) expect(e.ms, e.label).toBeGreaterThanOrEqual(0);

@@ -1,7 +1,15 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { bytesToF32, DTYPE_BYTES, f16BitsToF32, f32ToBf16Bits, f32ToBytes, f32ToF16Bits, type SafetensorsDType } from "../../ts/model/dtype.js";
+import {
+  bytesToF32,
+  DTYPE_BYTES,
+  f16BitsToF32,
+  f32ToBf16Bits,
+  f32ToBytes,
+  f32ToF16Bits,
+  type SafetensorsDType,
+} from "../../ts/model/dtype.js";
 import { openSafetensors, openSafetensorsFile } from "../../ts/model/safetensors.js";
 import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
 import { mulberry32 } from "../../scripts/fixture/random.js";
@@ -26,7 +34,8 @@ describe("safetensors writer/reader", () => {
     for (let trial = 0; trial < 20; trial++) {
       const tensors = new Map<string, TensorToWrite>();
       const n = 1 + Math.floor(rand() * 6);
-      for (let i = 0; i < n; i++) tensors.set(`t${trial}.${i}`, randomTensor(rand, dtypes[Math.floor(rand() * dtypes.length)]));
+      for (let i = 0; i < n; i++)
+        tensors.set(`t${trial}.${i}`, randomTensor(rand, dtypes[Math.floor(rand() * dtypes.length)]));
       const file = join(dir, `f${trial}.safetensors`);
       await writeSafetensors(file, tensors, { format: "pt", trial: String(trial) });
       const ckpt = await openSafetensorsFile(file);
@@ -66,16 +75,23 @@ describe("safetensors writer/reader", () => {
 
   it("rejects data of the wrong size when writing", async () => {
     const file = join(await tempDir(), "x.safetensors");
-    await expect(writeSafetensors(file, { a: { dtype: "F32", shape: [3], data: new Float32Array(2) } })).rejects.toThrow(
-      /tensor 'a' \[3\] F32 needs 12 bytes, got 8/,
-    );
+    await expect(
+      writeSafetensors(file, { a: { dtype: "F32", shape: [3], data: new Float32Array(2) } }),
+    ).rejects.toThrow(/tensor 'a' \[3\] F32 needs 12 bytes, got 8/);
   });
 
   it("reads sharded checkpoints through model.safetensors.index.json", async () => {
     const dir = await tempDir();
-    await writeSafetensors(join(dir, "s1.safetensors"), { x: { dtype: "F32", shape: [2], data: new Float32Array([1, 2]) } });
-    await writeSafetensors(join(dir, "s2.safetensors"), { y: { dtype: "F16", shape: [1], data: f32ToBytes([3], "F16") } });
-    await writeFile(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: { x: "s1.safetensors", y: "s2.safetensors" } }));
+    await writeSafetensors(join(dir, "s1.safetensors"), {
+      x: { dtype: "F32", shape: [2], data: new Float32Array([1, 2]) },
+    });
+    await writeSafetensors(join(dir, "s2.safetensors"), {
+      y: { dtype: "F16", shape: [1], data: f32ToBytes([3], "F16") },
+    });
+    await writeFile(
+      join(dir, "model.safetensors.index.json"),
+      JSON.stringify({ metadata: {}, weight_map: { x: "s1.safetensors", y: "s2.safetensors" } }),
+    );
     const ckpt = await openSafetensors(dir);
     expect(ckpt.source).toBe(join(dir, "model.safetensors.index.json"));
     expect(ckpt.tensors.get("y")!.file).toBe(join(dir, "s2.safetensors"));
@@ -84,7 +100,9 @@ describe("safetensors writer/reader", () => {
     await ckpt.close();
 
     await writeFile(join(dir, "model.safetensors.index.json"), JSON.stringify({ weight_map: { x: "s2.safetensors" } }));
-    await expect(openSafetensors(dir)).rejects.toThrow(/weight_map lists 'x' in s2\.safetensors, but that shard has no such tensor/);
+    await expect(openSafetensors(dir)).rejects.toThrow(
+      /weight_map lists 'x' in s2\.safetensors, but that shard has no such tensor/,
+    );
   });
 });
 

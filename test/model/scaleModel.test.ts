@@ -14,10 +14,27 @@ afterAll(() => rm(out, { recursive: true, force: true }));
 
 describe("scaleModel", () => {
   it("writes the source's tokens at the preset's shapes, loadable, once", async () => {
-    await scaleModel(bundledPrmDir, out, { arch: "llama", dtype: "bf16", layers: 2, hidden: 64, heads: 4, kvHeads: 2, intermediate: 96 });
+    await scaleModel(bundledPrmDir, out, {
+      arch: "llama",
+      dtype: "bf16",
+      layers: 2,
+      hidden: 64,
+      heads: 4,
+      kvHeads: 2,
+      intermediate: 96,
+    });
     const src = JSON.parse(await readFile(join(bundledPrmDir, "config.json"), "utf8"));
     const cfg = JSON.parse(await readFile(join(out, "config.json"), "utf8"));
-    expect(cfg).toMatchObject({ vocab_size: src.vocab_size, hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, intermediate_size: 96, head_dim: 16, torch_dtype: "bfloat16" });
+    expect(cfg).toMatchObject({
+      vocab_size: src.vocab_size,
+      hidden_size: 64,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      intermediate_size: 96,
+      head_dim: 16,
+      torch_dtype: "bfloat16",
+    });
     for (const f of ["tokenizer.json", "tokenizer_config.json", "prm.json"]) {
       expect(await readFile(join(out, f), "utf8"), f).toBe(await readFile(join(bundledPrmDir, f), "utf8"));
     }

@@ -92,7 +92,9 @@ describe("chat template", () => {
 
   it("rejects malformed messages", () => {
     expect(() => qwen.applyChatTemplate([])).toThrow(/non-empty array/);
-    expect(() => qwen.applyChatTemplate([{ role: "user" } as never])).toThrow(/messages\[0\] must have string 'role' and 'content'/);
+    expect(() => qwen.applyChatTemplate([{ role: "user" } as never])).toThrow(
+      /messages\[0\] must have string 'role' and 'content'/,
+    );
   });
 });
 
@@ -141,17 +143,23 @@ describe("incremental detokenizer", () => {
     // Random ids over the whole vocabulary (lone and split multi-byte characters, added and special tokens), and
     // random runs of the tokens clean-up rewrites (Llama 3's tokenizer_config asks for it, Qwen's does not).
     const rng = makeRng(7);
-    const cleanupIds = (tok: ModelTokenizer) => tok.encode(" . ? ! , ' n't 'm 's 've 're a  x 🙂 𝔘 中", { addSpecialTokens: false });
+    const cleanupIds = (tok: ModelTokenizer) =>
+      tok.encode(" . ? ! , ' n't 'm 's 've 're a  x 🙂 𝔘 中", { addSpecialTokens: false });
     for (const tok of [qwen, llama]) {
       const near = cleanupIds(tok);
       for (let round = 0; round < 300; round++) {
-        const ids = Array.from({ length: rng.int(1, 40) }, () => (rng.next() < 0.5 ? rng.pick(near) : rng.int(0, tok.vocabSize - 1)));
+        const ids = Array.from({ length: rng.int(1, 40) }, () =>
+          rng.next() < 0.5 ? rng.pick(near) : rng.int(0, tok.vocabSize - 1),
+        );
         for (const skipSpecialTokens of [true, false]) {
           const d = tok.createDetokenizer({ skipSpecialTokens });
           const pieces = ids.map((id) => d.push(id));
           pieces.push(d.flush());
-          expect(pieces.join(""), `round ${round} skip ${skipSpecialTokens}: ${ids}`).toBe(tok.decode(ids, { skipSpecialTokens }));
-          for (const p of pieces.slice(0, -1)) expect(/[\uD800-\uDBFF]$/.test(p), "a piece ends inside a surrogate pair").toBe(false);
+          expect(pieces.join(""), `round ${round} skip ${skipSpecialTokens}: ${ids}`).toBe(
+            tok.decode(ids, { skipSpecialTokens }),
+          );
+          for (const p of pieces.slice(0, -1))
+            expect(/[\uD800-\uDBFF]$/.test(p), "a piece ends inside a surrogate pair").toBe(false);
         }
       }
     }

@@ -63,12 +63,19 @@ describe("devices", () => {
     else expect(d.cuda.reason).toMatch(/\w/);
   });
 
-  it.skipIf(spawnSync("taskset", ["--version"]).status !== 0)("starts one compute thread per CPU the process may run on (taskset -c 0: one)", () => {
-    const script = `import { loadAddon } from ${JSON.stringify(new URL("../../ts/native/loadAddon.ts", import.meta.url).pathname)}; console.log(loadAddon().listDevices().cpu.threads);`;
-    const r = spawnSync("taskset", ["-c", "0", process.execPath, "--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8" });
-    expect(r.stderr).toBe("");
-    expect(r.stdout.trim()).toBe("1");
-  });
+  it.skipIf(spawnSync("taskset", ["--version"]).status !== 0)(
+    "starts one compute thread per CPU the process may run on (taskset -c 0: one)",
+    () => {
+      const script = `import { loadAddon } from ${JSON.stringify(new URL("../../ts/native/loadAddon.ts", import.meta.url).pathname)}; console.log(loadAddon().listDevices().cpu.threads);`;
+      const r = spawnSync(
+        "taskset",
+        ["-c", "0", process.execPath, "--import", "tsx", "--input-type=module", "-e", script],
+        { encoding: "utf8" },
+      );
+      expect(r.stderr).toBe("");
+      expect(r.stdout.trim()).toBe("1");
+    },
+  );
 
   it("starts no more compute threads than its cgroup's CPU limit (a container's --cpus), its ancestors' included", (ctx) => {
     // A cpu cgroup (v1 CFS quota, or v2 cpu.max) made for one child process; a machine that does not let this
@@ -81,7 +88,9 @@ describe("devices", () => {
     try {
       const child = (dir: string) => {
         const js = `console.log(JSON.stringify(${childAddonExpr()}.listDevices().cpu))`;
-        const r = spawnSync("sh", ["-c", `echo $$ > ${dir}/cgroup.procs && exec "$0" -e "$1"`, process.execPath, js], { encoding: "utf8" });
+        const r = spawnSync("sh", ["-c", `echo $$ > ${dir}/cgroup.procs && exec "$0" -e "$1"`, process.execPath, js], {
+          encoding: "utf8",
+        });
         expect(r.stderr).toBe("");
         return JSON.parse(r.stdout) as { threads: number; cgroupCpuLimit: number | null };
       };
@@ -113,8 +122,10 @@ describe("cgroup CPU limit (the default thread count's cap), read from laid-out 
     writeFileSync(join(root, rel), text);
   }
   // One /proc/self/mountinfo line: a cgroup2 mount, or a v1 one with these controllers.
-  const v2Mount = (cgroupRoot: string, point = "/sys/fs/cgroup") => `30 1 0:26 ${cgroupRoot} ${point} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n`;
-  const v1Mount = (controllers: string, cgroupRoot = "/", point = `/sys/fs/cgroup/${controllers}`) => `32 31 0:29 ${cgroupRoot} ${point} rw,relatime - cgroup cgroup rw,${controllers}\n`;
+  const v2Mount = (cgroupRoot: string, point = "/sys/fs/cgroup") =>
+    `30 1 0:26 ${cgroupRoot} ${point} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n`;
+  const v1Mount = (controllers: string, cgroupRoot = "/", point = `/sys/fs/cgroup/${controllers}`) =>
+    `32 31 0:29 ${cgroupRoot} ${point} rw,relatime - cgroup cgroup rw,${controllers}\n`;
   const limit = (proc: string, mounts: string, tree: string) => addon.cgroupCpuLimitFor(proc, mounts, join(root, tree));
 
   it("v2: the smallest cpu.max from the process's cgroup up to its mount's root, rounded up; 'max' is none", () => {
@@ -164,7 +175,9 @@ describe("cgroup CPU limit (the default thread count's cap), read from laid-out 
     const proc = "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n";
     expect(limit(proc, v1Mount("cpu,cpuacct"), "v1")).toBe(2);
     expect(limit("4:cpu,cpuacct:/docker\n", v1Mount("cpu,cpuacct"), "v1")).toBeNull();
-    expect(limit("3:cpuset:/docker/abc\n2:cpuacct:/docker/abc\n", v1Mount("cpuset") + v1Mount("cpuacct"), "v1")).toBeNull();
+    expect(
+      limit("3:cpuset:/docker/abc\n2:cpuacct:/docker/abc\n", v1Mount("cpuset") + v1Mount("cpuacct"), "v1"),
+    ).toBeNull();
     // Garbage in either text: none, no crash.
     expect(limit("garbage", v1Mount("cpu,cpuacct"), "v1")).toBeNull();
     expect(limit(proc, "1 2 3 - -\n- - - -\n", "v1")).toBeNull();
@@ -178,24 +191,41 @@ describe("cgroup CPU limit (the default thread count's cap), read from laid-out 
   });
 
   it("reads this process's real cgroup the same way listDevices reports it", () => {
-    expect(addon.cgroupCpuLimitFor(readFileSync("/proc/self/cgroup", "utf8"), readFileSync("/proc/self/mountinfo", "utf8"), "")).toBe(addon.listDevices().cpu.cgroupCpuLimit);
+    expect(
+      addon.cgroupCpuLimitFor(
+        readFileSync("/proc/self/cgroup", "utf8"),
+        readFileSync("/proc/self/mountinfo", "utf8"),
+        "",
+      ),
+    ).toBe(addon.listDevices().cpu.cgroupCpuLimit);
   });
 });
 
 /** A cpu cgroup with a child cgroup, both without a limit until setQuota(dir, cpus); or why none can be made. */
-function makeCpuCgroup(): { dir: string; child: string; setQuota(dir: string, cpus: number): void; remove(): void } | string {
+function makeCpuCgroup():
+  { dir: string; child: string; setQuota(dir: string, cpus: number): void; remove(): void } | string {
   const name = `deliberate-test-${process.pid}`;
   const v1 = "/sys/fs/cgroup/cpu";
   const v2 = "/sys/fs/cgroup";
   const attempts: string[] = [];
   for (const [root, setQuota] of [
-    [v1, (dir: string, cpus: number) => writeFileSync(join(dir, "cpu.cfs_quota_us"), String(Math.round(cpus * 100_000)))],
+    [
+      v1,
+      (dir: string, cpus: number) => writeFileSync(join(dir, "cpu.cfs_quota_us"), String(Math.round(cpus * 100_000))),
+    ],
     [v2, (dir: string, cpus: number) => writeFileSync(join(dir, "cpu.max"), `${Math.round(cpus * 100_000)} 100000`)],
   ] as const) {
-    const dir = join(root, name), child = join(dir, "child");
+    const dir = join(root, name),
+      child = join(dir, "child");
     try {
-      if (root === v1 ? !existsSync(join(v1, "cpu.cfs_quota_us")) : !readFileSync(join(v2, "cgroup.subtree_control"), "utf8").split(/\s+/).includes("cpu"))
-        throw new Error(root === v1 ? "no cgroup v1 cpu controller" : "cgroup v2 root does not delegate the cpu controller");
+      if (
+        root === v1
+          ? !existsSync(join(v1, "cpu.cfs_quota_us"))
+          : !readFileSync(join(v2, "cgroup.subtree_control"), "utf8").split(/\s+/).includes("cpu")
+      )
+        throw new Error(
+          root === v1 ? "no cgroup v1 cpu controller" : "cgroup v2 root does not delegate the cpu controller",
+        );
       mkdirSync(dir);
       mkdirSync(child);
       if (root === v1) writeFileSync(join(dir, "cpu.cfs_period_us"), "100000");

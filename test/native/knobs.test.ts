@@ -18,16 +18,42 @@ function devicesWith(env: Record<string, string>): DeviceReport {
 describe("native knobs", () => {
   it("reports every switch with its default in this process", () => {
     const d = loadAddon().listDevices();
-    expect(Object.keys(d.knobs)).toEqual(expect.arrayContaining(["DL_PAD_DECODE", "DL_CUDA_GRAPHS", "DL_DECODE_PIPE", "DL_DECODE_MERGE", "DL_PREFILL_MMA", "DL_PDL", "DL_GEMM_TILE", "DL_POOL_SPIN_US", "DL_CPU_THREADS"]));
+    expect(Object.keys(d.knobs)).toEqual(
+      expect.arrayContaining([
+        "DL_PAD_DECODE",
+        "DL_CUDA_GRAPHS",
+        "DL_DECODE_PIPE",
+        "DL_DECODE_MERGE",
+        "DL_PREFILL_MMA",
+        "DL_PDL",
+        "DL_GEMM_TILE",
+        "DL_POOL_SPIN_US",
+        "DL_CPU_THREADS",
+      ]),
+    );
   });
 
   it("defaults to the launches an H100 run measured best, each default switchable back", () => {
-    const d = devicesWith({ DL_DECODE_MERGE: "", DL_GEMM_WGMMA: "", DL_PREFILL_MMA: "", DL_PDL: "", DL_ATTN_OVERLAP: "" });
-    expect(d.knobs).toMatchObject({ DL_ATTN_OVERLAP: "1", DL_DECODE_MERGE: "fused", DL_GEMM_WGMMA: "default", DL_PREFILL_MMA: "1", DL_PDL: "0" });
+    const d = devicesWith({
+      DL_DECODE_MERGE: "",
+      DL_GEMM_WGMMA: "",
+      DL_PREFILL_MMA: "",
+      DL_PDL: "",
+      DL_ATTN_OVERLAP: "",
+    });
+    expect(d.knobs).toMatchObject({
+      DL_ATTN_OVERLAP: "1",
+      DL_DECODE_MERGE: "fused",
+      DL_GEMM_WGMMA: "default",
+      DL_PREFILL_MMA: "1",
+      DL_PDL: "0",
+    });
     const back = devicesWith({ DL_DECODE_MERGE: "kernel", DL_GEMM_WGMMA: "0", DL_PREFILL_MMA: "0" });
     expect(back.knobs).toMatchObject({ DL_DECODE_MERGE: "kernel", DL_GEMM_WGMMA: "0", DL_PREFILL_MMA: "0" });
     expect(back.invalidKnobs).toEqual([]);
-    expect(devicesWith({ DL_DECODE_MERGE: "last-cta" }).invalidKnobs).toEqual(["DL_DECODE_MERGE=last-cta: expected kernel (or fused, the default)"]);
+    expect(devicesWith({ DL_DECODE_MERGE: "last-cta" }).invalidKnobs).toEqual([
+      "DL_DECODE_MERGE=last-cta: expected kernel (or fused, the default)",
+    ]);
     // A retired A/B switch (its launch lost the timing, bench/CUDA_NOTES.md) is not in the report, and setting one
     // says so rather than being silently ignored.
     const retired = devicesWith({ DL_GEMM_REDUCE: "fused" });
@@ -36,12 +62,29 @@ describe("native knobs", () => {
   });
 
   it("reads the environment once at load, typed, and reports values it did not understand", () => {
-    const d = devicesWith({ DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_DECODE_MERGE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "yes", DL_ATTN_OVERLAP: "0" });
-    expect(d.knobs).toMatchObject({ DL_ATTN_OVERLAP: "0", DL_PAD_DECODE: "0", DL_DECODE_PIPE: "32x8", DL_DECODE_MERGE: "kernel", DL_GEMM_TILE: "3", DL_PDL: "0" });
+    const d = devicesWith({
+      DL_PAD_DECODE: "0",
+      DL_DECODE_PIPE: "32x8",
+      DL_DECODE_MERGE: "kernel",
+      DL_GEMM_TILE: "3",
+      DL_PDL: "yes",
+      DL_ATTN_OVERLAP: "0",
+    });
+    expect(d.knobs).toMatchObject({
+      DL_ATTN_OVERLAP: "0",
+      DL_PAD_DECODE: "0",
+      DL_DECODE_PIPE: "32x8",
+      DL_DECODE_MERGE: "kernel",
+      DL_GEMM_TILE: "3",
+      DL_PDL: "0",
+    });
     expect(d.invalidKnobs).toEqual(["DL_PDL=yes: expected 0 or 1"]);
     const bad = devicesWith({ DL_GEMM_TILE: "12", DL_DECODE_PIPE: "16x2" });
     expect(bad.knobs).toMatchObject({ DL_GEMM_TILE: "-1", DL_DECODE_PIPE: "32x4" });
-    expect(bad.invalidKnobs).toEqual(["DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8, 64x3 or mma", "DL_GEMM_TILE=12: expected an integer in [-1, 8]"]);
+    expect(bad.invalidKnobs).toEqual([
+      "DL_DECODE_PIPE=16x2: expected 32x4, 32x6, 32x8, 64x3 or mma",
+      "DL_GEMM_TILE=12: expected an integer in [-1, 8]",
+    ]);
     expect(devicesWith({ DL_DECODE_PIPE: "mma" }).knobs).toMatchObject({ DL_DECODE_PIPE: "mma" });
   });
 

@@ -31,7 +31,9 @@ describe("addon loader", () => {
     try {
       expect((await fresh(copy)).loadAddon().listDevices().cpu.threads).toBeGreaterThan(0);
       const missing = path.join(dir, "missing.node");
-      expect((await fresh(missing)).loadAddon).toThrow(`DELIBERATE_ADDON_PATH is ${missing}, and the addon could not be loaded from ${missing} (`);
+      expect((await fresh(missing)).loadAddon).toThrow(
+        `DELIBERATE_ADDON_PATH is ${missing}, and the addon could not be loaded from ${missing} (`,
+      );
     } finally {
       if (before === undefined) delete process.env.DELIBERATE_ADDON_PATH;
       else process.env.DELIBERATE_ADDON_PATH = before;

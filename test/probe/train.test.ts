@@ -27,7 +27,10 @@ function dataset(n: number, dim: number, seed: number, classes = 2): Example[] {
 }
 
 describe("the probe MLP", () => {
-  for (const [activation, output] of [["relu", 1], ["gelu", 3]] as const) {
+  for (const [activation, output] of [
+    ["relu", 1],
+    ["gelu", 3],
+  ] as const) {
     it(`back-propagates exactly (${activation}, ${output} output${output > 1 ? "s" : ""}): gradients match finite differences`, () => {
       const shape: MlpShape = { input: 6, hidden: [5, 4], output, activation, dropout: 0 };
       const mlp = new Mlp(shape, undefined, 3);
@@ -72,7 +75,12 @@ describe("the probe MLP", () => {
     const val = dataset(100, 16, 2);
     const fit = (): { mlp: Mlp; r: ReturnType<typeof trainMlp> } => {
       const mlp = new Mlp(shape, undefined, 9);
-      const r = trainMlp(mlp, train, { epochs: 12, batchSize: 32, lr: 1e-2, weightDecay: 0.1, stepSize: 5, gamma: 0.8, seed: 4 }, (m) => -meanLoss(m, val));
+      const r = trainMlp(
+        mlp,
+        train,
+        { epochs: 12, batchSize: 32, lr: 1e-2, weightDecay: 0.1, stepSize: 5, gamma: 0.8, seed: 4 },
+        (m) => -meanLoss(m, val),
+      );
       return { mlp, r };
     };
     const before = meanLoss(new Mlp(shape, undefined, 9), val);
@@ -142,7 +150,9 @@ describe("trainProbe", () => {
       expect(r.layers.map((l) => l.layer)).toEqual([1, 3]);
       expect(Object.keys(m.correctness.aurocByLayer)).toEqual(["1", "3"]);
       expect([1, 3]).toContain(m.correctness.layer);
-      expect(m.correctness.layer).toBe(r.layers.reduce((a, b) => (b.validationAuroc > a.validationAuroc ? b : a)).layer);
+      expect(m.correctness.layer).toBe(
+        r.layers.reduce((a, b) => (b.validationAuroc > a.validationAuroc ? b : a)).layer,
+      );
       expect(m.correctness.interval).toBe(16);
       expect(r.examples.train).toBeGreaterThan(24);
       expect(r.positiveRate).toBeGreaterThan(0); // late checkpoints are positive

@@ -37,7 +37,9 @@ const base = (q: string, extra: Partial<BeamSearchOptions> = {}): BeamSearchOpti
   ...extra,
 });
 
-async function search(o: BeamSearchOptions): Promise<{ program: BeamSearch; answer: string | null; solutions: string[] }> {
+async function search(
+  o: BeamSearchOptions,
+): Promise<{ program: BeamSearch; answer: string | null; solutions: string[] }> {
   const engine = engineOf();
   try {
     const program = new BeamSearch(o);
@@ -50,8 +52,24 @@ async function search(o: BeamSearchOptions): Promise<{ program: BeamSearch; answ
 }
 
 /** The same beam search written plainly: every continuation a new request with the whole path as its prompt. */
-async function referenceBeam(q: string, n: number, m: number, seed: number, maxTokens: number, maxDepth = 16, stepMax = 48): Promise<{ answer: string | null; solutions: string[] }> {
-  type Cand = { ids: number[]; steps: string[]; seed: number; tokens: number; score: number; terminal: boolean; answer: string | null };
+async function referenceBeam(
+  q: string,
+  n: number,
+  m: number,
+  seed: number,
+  maxTokens: number,
+  maxDepth = 16,
+  stepMax = 48,
+): Promise<{ answer: string | null; solutions: string[] }> {
+  type Cand = {
+    ids: number[];
+    steps: string[];
+    seed: number;
+    tokens: number;
+    score: number;
+    terminal: boolean;
+    answer: string | null;
+  };
   const engine = engineOf();
   try {
     const prompt = promptOf(q);
@@ -59,15 +77,35 @@ async function referenceBeam(q: string, n: number, m: number, seed: number, maxT
       const steps = [...(parent?.steps ?? []), s.text];
       const tokens = (parent?.tokens ?? 0) + s.tokens.length;
       const score = arithStepScore({ question: q, previous: parent?.steps ?? [], step: s.text });
-      const terminal = (s.finishReason === "stop" && s.stoppedBy !== "\n") || s.text.includes("\\boxed{") || tokens >= maxTokens;
-      return { ids: [...(parent?.ids ?? prompt), ...s.tokens], steps, seed: seedOf, tokens, score, terminal, answer: terminal ? arithTask.extractAnswer(steps.join("\n")) : null };
+      const terminal =
+        (s.finishReason === "stop" && s.stoppedBy !== "\n") || s.text.includes("\\boxed{") || tokens >= maxTokens;
+      return {
+        ids: [...(parent?.ids ?? prompt), ...s.tokens],
+        steps,
+        seed: seedOf,
+        tokens,
+        score,
+        terminal,
+        answer: terminal ? arithTask.extractAnswer(steps.join("\n")) : null,
+      };
     };
-    const first = await engine.submit({ prompt, n, seed, maxTokens: Math.min(stepMax, maxTokens), temperature: 1, stop: ["\n"] }).result;
+    const first = await engine.submit({
+      prompt,
+      n,
+      seed,
+      maxTokens: Math.min(stepMax, maxTokens),
+      temperature: 1,
+      stop: ["\n"],
+    }).result;
     let cands = first.samples.map((s, i) => make(null, s, seed + i));
     const finished: Cand[] = [];
     for (let depth = 0; ; depth++) {
       finished.push(...cands.filter((c) => c.terminal));
-      const open = cands.filter((c) => !c.terminal).map((c, i) => ({ c, i })).sort((a, b) => b.c.score - a.c.score || a.i - b.i).map((x) => x.c);
+      const open = cands
+        .filter((c) => !c.terminal)
+        .map((c, i) => ({ c, i }))
+        .sort((a, b) => b.c.score - a.c.score || a.i - b.i)
+        .map((x) => x.c);
       let kept = open.slice(0, Math.min(n / m, Math.ceil((n - finished.length) / m)));
       if (finished.length >= n || depth + 1 >= maxDepth) kept = [];
       if (kept.length === 0) break;
@@ -75,13 +113,22 @@ async function referenceBeam(q: string, n: number, m: number, seed: number, maxT
       for (const p of kept) {
         for (let k = 0; k < m; k++) {
           const s = mixSeed(p.seed, k);
-          const out = await engine.submit({ prompt: p.ids, seed: s, maxTokens: Math.min(stepMax, maxTokens - p.tokens), temperature: 1, stop: ["\n"] }).result;
+          const out = await engine.submit({
+            prompt: p.ids,
+            seed: s,
+            maxTokens: Math.min(stepMax, maxTokens - p.tokens),
+            temperature: 1,
+            stop: ["\n"],
+          }).result;
           next.push(make(p, out.samples[0], s));
         }
       }
       cands = next;
     }
-    const answer = weightedMajority(finished.map((f) => ({ answer: f.answer, weight: f.score })), (a, b) => arithTask.equivalent(a, b)).answer;
+    const answer = weightedMajority(
+      finished.map((f) => ({ answer: f.answer, weight: f.score })),
+      (a, b) => arithTask.equivalent(a, b),
+    ).answer;
     return { answer, solutions: finished.map((f) => `${f.steps.join("\n")} @ ${f.score}`) };
   } finally {
     await engine.dispose();
@@ -101,7 +148,10 @@ describe("beam search", () => {
   it("speculation, LookAhead and prefix-aware forks decide exactly what the baseline decides", async () => {
     // A verifier that takes a while (as a PRM's pass does), so speculative steps finish before their parent is
     // verified and LookAhead has something to score ahead.
-    const slow: RewardSource = { name: "slow-arith", score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 25)), arithStepScore(input)) };
+    const slow: RewardSource = {
+      name: "slow-arith",
+      score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 25)), arithStepScore(input)),
+    };
     for (const q of [QUESTION, "What is 68*23-17?"]) {
       const off = await search(base(q, { ...OFF, reward: slow }));
       const on = await search(base(q, { ...ON, reward: slow }));
@@ -115,7 +165,10 @@ describe("beam search", () => {
   }, 240_000);
 
   it("speculation capped at speculativeRows (the free decode batch) decides the same and keeps the cap", async () => {
-    const slow: RewardSource = { name: "slow-arith", score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 25)), arithStepScore(input)) };
+    const slow: RewardSource = {
+      name: "slow-arith",
+      score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 25)), arithStepScore(input)),
+    };
     const full = await search(base(QUESTION, { ...ON, reward: slow }));
     const capped = await search(base(QUESTION, { ...ON, reward: slow, speculativeRows: 3 }));
     expect(capped.solutions).toEqual(full.solutions);
@@ -124,7 +177,9 @@ describe("beam search", () => {
     expect(capped.program.stats.speculativeIssued).toBeGreaterThan(0);
     expect(capped.program.stats.speculativePeakRows).toBeLessThanOrEqual(3);
     expect(capped.program.stats.speculativeIssued).toBeLessThan(full.program.stats.speculativeIssued);
-    expect(() => new BeamSearch(base(QUESTION, { speculativeRows: 0 }))).toThrow(/speculativeRows must be an integer ≥ 1, got 0/);
+    expect(() => new BeamSearch(base(QUESTION, { speculativeRows: 0 }))).toThrow(
+      /speculativeRows must be an integer ≥ 1, got 0/,
+    );
   }, 240_000);
 
   it("speculation yields to memory pressure: stops once the generator preempts, decides the same", async () => {
@@ -137,12 +192,20 @@ describe("beam search", () => {
         try {
           const program = new BeamSearch(o);
           const r = await new ProgramRuntime(engine).run(program);
-          return { program, answer: r.answer, solutions: program.finished.map((f) => `${program.path(f).join("\n")} @ ${f.score}`), preemptions: engine.metrics().preemptions };
+          return {
+            program,
+            answer: r.answer,
+            solutions: program.finished.map((f) => `${program.path(f).join("\n")} @ ${f.score}`),
+            preemptions: engine.metrics().preemptions,
+          };
         } finally {
           await engine.dispose();
         }
       };
-      const slow: RewardSource = { name: "slow-arith", score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 5)), arithStepScore(input)) };
+      const slow: RewardSource = {
+        name: "slow-arith",
+        score: async (_ctx, input) => (await new Promise((r) => setTimeout(r, 5)), arithStepScore(input)),
+      };
       const off = await run(base(QUESTION, { ...OFF, prefixAware: true, reward: slow }));
       const on = await run(base(QUESTION, { ...ON, reward: slow }));
       expect(off.preemptions).toBeGreaterThan(0);
@@ -169,7 +232,9 @@ describe("beam search", () => {
   }, 120_000);
 
   it("rejects a beam width that does not divide n, and a truncate ratio out of range", () => {
-    expect(() => new BeamSearch(base(QUESTION, { n: 8, beamWidth: 3 }))).toThrow(/beamWidth must be an integer ≥ 1 dividing n \(8\)/);
+    expect(() => new BeamSearch(base(QUESTION, { n: 8, beamWidth: 3 }))).toThrow(
+      /beamWidth must be an integer ≥ 1 dividing n \(8\)/,
+    );
     expect(() => new BeamSearch(base(QUESTION, { truncateRatio: 1 }))).toThrow(/truncateRatio must be in \[0, 1\)/);
   });
 });
@@ -178,14 +243,25 @@ describe("best-of-n weighted", () => {
   it("scores every step of N solutions and votes by score", async () => {
     const engine = engineOf();
     try {
-      const p = new BestOfN({ prompt: promptOf(QUESTION), question: QUESTION, task: arithTask, n: 6, seed: 3, temperature: 1, maxTokens: 200 });
+      const p = new BestOfN({
+        prompt: promptOf(QUESTION),
+        question: QUESTION,
+        task: arithTask,
+        n: 6,
+        seed: 3,
+        temperature: 1,
+        maxTokens: 200,
+      });
       const r = await new ProgramRuntime(engine).run(p);
       expect(p.solutions).toHaveLength(6);
       for (const s of p.solutions) {
         expect(s.stepScores).toHaveLength(s.steps.length);
         expect(s.score).toBe(s.stepScores.length === 0 ? 0 : Math.min(...s.stepScores));
       }
-      const vote = weightedMajority(p.solutions.map((s) => ({ answer: s.answer, weight: s.score })), (a, b) => arithTask.equivalent(a, b));
+      const vote = weightedMajority(
+        p.solutions.map((s) => ({ answer: s.answer, weight: s.score })),
+        (a, b) => arithTask.equivalent(a, b),
+      );
       expect(r.answer).toBe(vote.answer);
     } finally {
       await engine.dispose();

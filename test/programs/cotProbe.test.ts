@@ -59,7 +59,13 @@ describe("CotProbe", () => {
     const main = engine.submit({ prompt, maxTokens: 30, seed: 9, temperature: 0.9 });
     await main.result;
     for (const [i, at] of p.state.probeAt.entries()) {
-      const again = await engine.fork(main, { length: prompt.length + at, append: suffix, maxTokens: 20, temperature: 0, stop: ["}"] }).result;
+      const again = await engine.fork(main, {
+        length: prompt.length + at,
+        append: suffix,
+        maxTokens: 20,
+        temperature: 0,
+        stop: ["}"],
+      }).result;
       expect(p.state.probes[i]).toBe(again.text.trim());
     }
   });
@@ -67,10 +73,21 @@ describe("CotProbe", () => {
   it("exits exactly when `agree` of the last `window` probes are confident and equal to the latest", async () => {
     await using engine = engineOf();
     // window 2 (agree = window: two in a row) and window 3 with agree 2 (two of the last three).
-    for (const rule of [{ window: 2, hesitationWords: ["wait"] }, { window: 3, agree: 2, hesitationWords: ["wait"] }]) {
+    for (const rule of [
+      { window: 2, hesitationWords: ["wait"] },
+      { window: 3, agree: 2, hesitationWords: ["wait"] },
+    ]) {
       let exits = 0;
       for (const seed of [1, 2, 3, 4, 5, 6]) {
-        const p = new CotProbe({ prompt: randomTokens(16, V, 30 + seed), interval: 4, maxTokens: 64, seed, temperature: 0, rule, probeMaxTokens: 2 });
+        const p = new CotProbe({
+          prompt: randomTokens(16, V, 30 + seed),
+          interval: 4,
+          maxTokens: 64,
+          seed,
+          temperature: 0,
+          rule,
+          probeMaxTokens: 2,
+        });
         const r = await new ProgramRuntime(engine).run(p);
         const exitAt = p.state.probes.findIndex((_, i) => shouldExitOnProbes(p.state.probes.slice(0, i + 1), rule));
         if (exitAt >= 0) {
@@ -87,7 +104,9 @@ describe("CotProbe", () => {
       expect(exits, `rule ${JSON.stringify(rule)}`).toBeGreaterThan(0); // the exit path ran
     }
     expect(usedPages(engine)).toBe(0);
-    expect(() => new CotProbe({ prompt: [1, 2], rule: { window: 2, agree: 3, hesitationWords: [] } })).toThrow(/agree must be an integer in \[1, window = 2\]/);
+    expect(() => new CotProbe({ prompt: [1, 2], rule: { window: 2, agree: 3, hesitationWords: [] } })).toThrow(
+      /agree must be an integer in \[1, window = 2\]/,
+    );
   });
 
   it("makes no probe once the main branch is writing its answer (the bundled reasoner's `\\boxed{` tail)", async () => {

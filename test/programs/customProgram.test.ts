@@ -76,7 +76,9 @@ describe("a custom program", () => {
 
   it("is the example printed in docs/programs.md", () => {
     const test = readFileSync(new URL(import.meta.url), "utf8");
-    const example = test.slice(test.indexOf("// --- example start\n") + 22, test.indexOf("// --- example end")).replace("../../ts/index.js", "deliberate");
+    const example = test
+      .slice(test.indexOf("// --- example start\n") + 22, test.indexOf("// --- example end"))
+      .replace("../../ts/index.js", "deliberate");
     const docs = readFileSync(new URL("../../docs/programs.md", import.meta.url), "utf8");
     expect(docs).toContain(example.trim());
     expect(example.trim().split("\n").length).toBeLessThanOrEqual(55);

@@ -12,12 +12,31 @@ import { DeepConf, keepTop, measureOf, type DeepConfTrace } from "../../ts/progr
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { arithTask } from "../../ts/tasks/arith/task.js";
 
-const conf = (lowestGroup: number, bottom10Group = lowestGroup, tail = lowestGroup): ConfidenceReport => ({ mean: 0, lowestGroup, bottom10Group, tail, tokens: 10 });
-const trace = (index: number, answer: string, c: ConfidenceReport): DeepConfTrace => ({ index, answer, tokens: 10, finishReason: "stop", confidence: c, warmup: false });
+const conf = (lowestGroup: number, bottom10Group = lowestGroup, tail = lowestGroup): ConfidenceReport => ({
+  mean: 0,
+  lowestGroup,
+  bottom10Group,
+  tail,
+  tokens: 10,
+});
+const trace = (index: number, answer: string, c: ConfidenceReport): DeepConfTrace => ({
+  index,
+  answer,
+  tokens: 10,
+  finishReason: "stop",
+  confidence: c,
+  warmup: false,
+});
 
 describe("DeepConf's rules", () => {
   it("keeps the top eta% by the chosen measure and weighs the vote by it", () => {
-    const ts = [trace(0, "1", conf(1, 5, 9)), trace(1, "2", conf(2, 4, 8)), trace(2, "2", conf(3, 3, 7)), trace(3, "1", conf(4, 2, 6)), trace(4, "3", conf(5, 1, 5))];
+    const ts = [
+      trace(0, "1", conf(1, 5, 9)),
+      trace(1, "2", conf(2, 4, 8)),
+      trace(2, "2", conf(3, 3, 7)),
+      trace(3, "1", conf(4, 2, 6)),
+      trace(4, "3", conf(5, 1, 5)),
+    ];
     // 90th percentile of [1..5] = 4.6: the top 10% is the one trace above it.
     expect(keepTop(ts, "lowest", 10).map((t) => t.index)).toEqual([4]);
     expect(keepTop(ts, "bottom10", 10).map((t) => t.index)).toEqual([0]);
@@ -25,9 +44,21 @@ describe("DeepConf's rules", () => {
     expect(keepTop(ts, "tail", 90).map((t) => t.index)).toEqual([0, 1, 2, 3]);
     expect(measureOf(conf(1, 2, 3), "tail")).toBe(3);
     // Weighted: "1" carries 1 + 4 = 5, "2" carries 2 + 3 = 5 (a tie: the first seen), "3" carries 5 (later).
-    const v = weightedMajority(ts.map((t) => ({ answer: t.answer, weight: t.confidence!.lowestGroup })), arithTask.equivalent);
+    const v = weightedMajority(
+      ts.map((t) => ({ answer: t.answer, weight: t.confidence!.lowestGroup })),
+      arithTask.equivalent,
+    );
     expect(v).toEqual({ answer: "1", weight: 5, total: 15 });
-    expect(weightedMajority([{ answer: "7", weight: 0.2 }, { answer: "07", weight: 0.5 }, { answer: null, weight: 9 }], arithTask.equivalent)).toEqual({ answer: "7", weight: 0.7, total: 0.7 });
+    expect(
+      weightedMajority(
+        [
+          { answer: "7", weight: 0.2 },
+          { answer: "07", weight: 0.5 },
+          { answer: null, weight: 9 },
+        ],
+        arithTask.equivalent,
+      ),
+    ).toEqual({ answer: "7", weight: 0.7, total: 0.7 });
     expect(percentile([3, 1, 2, 4, 5], 90)).toBeCloseTo(4.6, 12);
   });
 
@@ -44,16 +75,32 @@ describe("DeepConf on the tiny reasoner", () => {
     model = await loadModel(bundledModelDir, { kvPages: 1024, pageSize: 16 });
   });
   afterAll(() => model?.dispose());
-  const prompt = (q: string): number[] => model.tokenizer.encodeChat([{ role: "user", content: q }], { addGenerationPrompt: true });
+  const prompt = (q: string): number[] =>
+    model.tokenizer.encodeChat([{ role: "user", content: q }], { addGenerationPrompt: true });
 
   it("online: the warm-up sets the threshold at the (100 - eta)th percentile of its lowest group confidences; stopped traces do not vote", async () => {
     await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });
     // A hard question (level 5) so the traces disagree and the run goes past the warm-up.
-    const d = new DeepConf({ prompt: prompt("What is 87*(56-19)+4523-968?"), variant: "low", budget: 16, warmup: 6, parallel: 4, seed: 2, task: arithTask, consensus: 1 });
+    const d = new DeepConf({
+      prompt: prompt("What is 87*(56-19)+4523-968?"),
+      variant: "low",
+      budget: 16,
+      warmup: 6,
+      parallel: 4,
+      seed: 2,
+      task: arithTask,
+      consensus: 1,
+    });
     const r = await new ProgramRuntime(engine).run(d);
     const warm = d.state.traces.filter((t) => t.warmup);
     expect(warm).toHaveLength(6);
-    expect(d.state.threshold).toBeCloseTo(percentile(warm.map((t) => t.confidence!.lowestGroup), 90), 12);
+    expect(d.state.threshold).toBeCloseTo(
+      percentile(
+        warm.map((t) => t.confidence!.lowestGroup),
+        90,
+      ),
+      12,
+    );
     const online = d.state.traces.filter((t) => !t.warmup);
     expect(online.length).toBeGreaterThan(0);
     for (const t of online) {
@@ -77,7 +124,14 @@ describe("DeepConf on the tiny reasoner", () => {
     expect(easy.state.stop).toBe("consensus");
     expect(easy.state.traces.length).toBeLessThan(24);
     expect(r.answer).toBe("7");
-    const off = new DeepConf({ prompt: prompt("What is 3+4?"), mode: "offline", variant: "high", budget: 10, seed: 1, task: arithTask });
+    const off = new DeepConf({
+      prompt: prompt("What is 3+4?"),
+      mode: "offline",
+      variant: "high",
+      budget: 10,
+      seed: 1,
+      task: arithTask,
+    });
     const o = await new ProgramRuntime(engine).run(off);
     expect(off.state.traces).toHaveLength(10);
     expect(off.state.voters.map((t) => t.index)).toEqual(keepTop(off.state.traces, "lowest", 90).map((t) => t.index));

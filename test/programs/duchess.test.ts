@@ -7,7 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { Mlp, type MlpShape } from "../../ts/probe/mlp.js";
-import { loadProbe, saveProbe, PROBE_FILE_VERSION, PROBE_SUBDIR, type DuchessProbe, type ProbeMeta } from "../../ts/probe/probeFile.js";
+import {
+  loadProbe,
+  saveProbe,
+  PROBE_FILE_VERSION,
+  PROBE_SUBDIR,
+  type DuchessProbe,
+  type ProbeMeta,
+} from "../../ts/probe/probeFile.js";
 import { Duchess, type DuchessBranch, type DuchessOptions } from "../../ts/programs/duchess.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
@@ -29,7 +36,19 @@ function metaOf(over: Partial<ProbeMeta["correctness"]> = {}): ProbeMeta {
     version: PROBE_FILE_VERSION,
     model: { hash: "h", hiddenSize: C(), numLayers: model.config.numLayers },
     task: "arith",
-    correctness: { layer: 0, interval: 4, tau: 0.5, tauPercentile: 70, consecutive: 2, hidden: [8, 4], dropout: 0.15, aurocByLayer: {}, testAuroc: 0, positiveRate: 0, ...over },
+    correctness: {
+      layer: 0,
+      interval: 4,
+      tau: 0.5,
+      tauPercentile: 70,
+      consecutive: 2,
+      hidden: [8, 4],
+      dropout: 0.15,
+      aurocByLayer: {},
+      testAuroc: 0,
+      positiveRate: 0,
+      ...over,
+    },
     training: {},
   };
 }
@@ -48,8 +67,19 @@ function probeOf(logit: number | "random", over: Partial<ProbeMeta["correctness"
 const usedPages = (e: Engine): number => e.metrics().models[0].kvPagesUsed;
 const engineOf = (): Engine => new Engine({ models: { model }, kernelMode: "batch-invariant" });
 
-async function run(engine: Engine, o: Partial<DuchessOptions> & Pick<DuchessOptions, "probe">): Promise<{ d: Duchess; tokens: number; peak: number }> {
-  const d = new Duchess({ prompt: randomTokens(20, model.config.vocabSize, 3), branches: 3, maxTokens: 40, temperature: 0.9, seed: 5, probeMaxTokens: 4, ...o });
+async function run(
+  engine: Engine,
+  o: Partial<DuchessOptions> & Pick<DuchessOptions, "probe">,
+): Promise<{ d: Duchess; tokens: number; peak: number }> {
+  const d = new Duchess({
+    prompt: randomTokens(20, model.config.vocabSize, 3),
+    branches: 3,
+    maxTokens: 40,
+    temperature: 0.9,
+    seed: 5,
+    probeMaxTokens: 4,
+    ...o,
+  });
   let peak = 0;
   const timer = setInterval(() => (peak = Math.max(peak, usedPages(engine))), 1);
   const r = await new ProgramRuntime(engine).run(d);
@@ -58,7 +88,18 @@ async function run(engine: Engine, o: Partial<DuchessOptions> & Pick<DuchessOpti
 }
 
 describe("Duchess's vote", () => {
-  const branch = (id: number, answer: string | null): DuchessBranch => ({ id, parent: null, offset: 0, tokens: 10, predictions: [], end: "terminated", answer, cachedTokens: 0, confidence: null, voted: true });
+  const branch = (id: number, answer: string | null): DuchessBranch => ({
+    id,
+    parent: null,
+    offset: 0,
+    tokens: 10,
+    predictions: [],
+    end: "terminated",
+    answer,
+    cachedTokens: 0,
+    confidence: null,
+    voted: true,
+  });
   it("breaks a tie in branch order, as SC does, not in the order answers arrived", () => {
     const d = new Duchess({ prompt: [1, 2, 3], probe: probeOf(0), branches: 4, task: arithTask });
     // Branch 1's answer (a short trace) arrived first; branches 0 and 1 tie: branch 0's answer wins, as in SC.
@@ -132,14 +173,33 @@ describe("Duchess", () => {
   });
 
   it("classifies the prompt first when the probe has a difficulty classifier, and tags every request with the prediction", async () => {
-    await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant", schedulingPolicy: "gang+complexity" });
+    await using engine = new Engine({
+      models: { model },
+      kernelMode: "batch-invariant",
+      schedulingPolicy: "gang+complexity",
+    });
     const probe = probeOf(-5);
     const dShape: MlpShape = { input: C(), hidden: [8], output: 3, activation: "gelu", dropout: 0.15 };
     const difficulty = new Mlp(dShape, undefined, 3);
     for (const p of difficulty.parameters().slice(2)) p.fill(0); // uniform over the classes
     probe.difficulty = difficulty;
-    probe.meta.difficulty = { layer: 1, classes: [1, 2, 3], meanTokens: [10, 20, 60], hidden: [8], dropout: 0.15, testAccuracy: 0, testSpearman: 0 };
-    const d = new Duchess({ prompt: randomTokens(20, model.config.vocabSize, 3), probe, branches: 2, maxTokens: 12, seed: 1, requestStop: false });
+    probe.meta.difficulty = {
+      layer: 1,
+      classes: [1, 2, 3],
+      meanTokens: [10, 20, 60],
+      hidden: [8],
+      dropout: 0.15,
+      testAccuracy: 0,
+      testSpearman: 0,
+    };
+    const d = new Duchess({
+      prompt: randomTokens(20, model.config.vocabSize, 3),
+      probe,
+      branches: 2,
+      maxTokens: 12,
+      seed: 1,
+      requestStop: false,
+    });
     const seen: number[] = [];
     const submit = engine.submit.bind(engine);
     engine.submit = (r) => {
@@ -173,9 +233,15 @@ describe("probe files", () => {
     const x = Float32Array.from({ length: C() }, (_, i) => Math.sin(i));
     expect(back.correctness.forward(x)).toEqual(probe.correctness.forward(x));
     expect(back.meta).toEqual(probe.meta);
-    await expect(loadProbe(dir, { ...target, hash: "b".repeat(64) })).rejects.toThrow(/trained on other weights \(model hash aaaaaaaaaaaa…\) than the model "fixture" \(bbbbbbbbbbbb…\).*deliberate probe train/);
-    await expect(loadProbe(dir, { ...target, hiddenSize: C() + 8 })).rejects.toThrow(new RegExp(`hidden states of size ${C()} but the model "fixture" has hidden size ${C() + 8}`));
-    await expect(loadProbe(dir, { ...target, numLayers: 0 })).rejects.toThrow(/reads block 0 but the model "fixture" has blocks 0..-1/);
+    await expect(loadProbe(dir, { ...target, hash: "b".repeat(64) })).rejects.toThrow(
+      /trained on other weights \(model hash aaaaaaaaaaaa…\) than the model "fixture" \(bbbbbbbbbbbb…\).*deliberate probe train/,
+    );
+    await expect(loadProbe(dir, { ...target, hiddenSize: C() + 8 })).rejects.toThrow(
+      new RegExp(`hidden states of size ${C()} but the model "fixture" has hidden size ${C() + 8}`),
+    );
+    await expect(loadProbe(dir, { ...target, numLayers: 0 })).rejects.toThrow(
+      /reads block 0 but the model "fixture" has blocks 0..-1/,
+    );
     await expect(loadProbe(join(dir, "none"), target)).rejects.toThrow(/no DUCHESS probe in .*deliberate probe train/);
   });
 });
@@ -184,7 +250,11 @@ describe("DUCHESS with confidence (issue 28: compared with and without it)", () 
   it("weighs each counted answer by its branch's lowest group confidence: answer and certaindex are the weighted vote's", async () => {
     const tiny = await loadModel(bundledModelDir);
     try {
-      const probe = await loadProbe(join(bundledModelDir, PROBE_SUBDIR), { hash: await modelHash(bundledModelDir), hiddenSize: tiny.config.hiddenSize, numLayers: tiny.config.numLayers });
+      const probe = await loadProbe(join(bundledModelDir, PROBE_SUBDIR), {
+        hash: await modelHash(bundledModelDir),
+        hiddenSize: tiny.config.hiddenSize,
+        numLayers: tiny.config.numLayers,
+      });
       await using engine = new Engine({ models: { model: tiny } });
       const prompt = tiny.tokenizer.encodeChat([{ role: "user", content: "What is 68*23-509?" }]);
       const d = new Duchess({ prompt, probe, branches: 6, seed: 11, task: arithTask, confidence: { window: 16 } });
@@ -214,6 +284,14 @@ describe("the bundled tiny reasoner's probes", () => {
     expect(correct.meta.correctness.label ?? "correct").toBe("correct");
     // Tuned on validation by bench:duchess --tune (the orchestration `--program duchess` runs with).
     expect(settled.meta.orchestration).toBeDefined();
-    expect(Object.keys(settled.meta.correctness.tauByPercentile ?? {})).toEqual(["30", "40", "50", "60", "70", "80", "90"]);
+    expect(Object.keys(settled.meta.correctness.tauByPercentile ?? {})).toEqual([
+      "30",
+      "40",
+      "50",
+      "60",
+      "70",
+      "80",
+      "90",
+    ]);
   });
 });

@@ -26,7 +26,15 @@ describe("SelfConsistency", () => {
   it("runs to its cap under baseline-even, votes the majority, and reports tokens and certaindex history", async () => {
     await using engine = engineOf();
     const prompt = randomTokens(40, V, 3);
-    const sc = new SelfConsistency({ prompt, maxBranches: 8, branchesPerRound: 4, maxTokens: 12, temperature: 1, seed: 5, extractAnswer: firstCharClass });
+    const sc = new SelfConsistency({
+      prompt,
+      maxBranches: 8,
+      branchesPerRound: 4,
+      maxTokens: 12,
+      temperature: 1,
+      seed: 5,
+      extractAnswer: firstCharClass,
+    });
     const r = await new ProgramRuntime(engine).run(sc, { policy: { kind: "baseline-even" } });
     expect(r.stopReason).toBe("cap");
     expect(r.rounds).toBe(2);
@@ -48,7 +56,14 @@ describe("SelfConsistency", () => {
 
   it("stops as soon as the branches agree (threshold policy) and spends fewer tokens", async () => {
     await using engine = engineOf();
-    const sc = new SelfConsistency({ prompt: randomTokens(20, V, 4), maxBranches: 16, branchesPerRound: 4, maxTokens: 8, temperature: 1, extractAnswer: () => "42" });
+    const sc = new SelfConsistency({
+      prompt: randomTokens(20, V, 4),
+      maxBranches: 16,
+      branchesPerRound: 4,
+      maxTokens: 8,
+      temperature: 1,
+      extractAnswer: () => "42",
+    });
     const r = await new ProgramRuntime(engine).run(sc, { policy: { kind: "threshold", threshold: 0.9, detectAt: 4 } });
     expect(r.stopReason).toBe("certain");
     expect(r.rounds).toBe(1);
@@ -72,7 +87,14 @@ describe("SelfConsistency", () => {
   it("tags requests with the program's metadata; aborting stops its running requests at the next step", async () => {
     await using engine = engineOf();
     const ac = new AbortController();
-    const sc = new SelfConsistency({ prompt: randomTokens(20, V, 8), maxBranches: 64, branchesPerRound: 4, maxTokens: 200, temperature: 1, extractAnswer: firstCharClass });
+    const sc = new SelfConsistency({
+      prompt: randomTokens(20, V, 8),
+      maxBranches: 64,
+      branchesPerRound: 4,
+      maxTokens: 200,
+      temperature: 1,
+      extractAnswer: firstCharClass,
+    });
     // Abort from the first delta of the first request (not a timer: the outcome must not depend on machine speed).
     // The engine yields to the event loop between steps, so the abort lands before the step after that delta.
     const submitted: { request: GenerateRequest; output: Promise<GenerationOutput> }[] = [];
@@ -85,7 +107,11 @@ describe("SelfConsistency", () => {
       })();
       return handle;
     };
-    const r = await new ProgramRuntime(engine).run(sc, { policy: { kind: "baseline-even" }, signal: ac.signal, programId: "prog-x" });
+    const r = await new ProgramRuntime(engine).run(sc, {
+      policy: { kind: "baseline-even" },
+      signal: ac.signal,
+      programId: "prog-x",
+    });
     expect(r.stopReason).toBe("aborted");
     expect(r.programId).toBe("prog-x");
     // One request (the first round's 4 samples), tagged with the program; no round completed, no vote was cast.
@@ -93,7 +119,9 @@ describe("SelfConsistency", () => {
     expect(submitted[0].request.metadata).toMatchObject({ programId: "prog-x", remainingKnob: 64 });
     expect(submitted[0].request.signal?.aborted).toBe(true);
     const out = await submitted[0].output;
-    expect(out.samples.map((s) => [s.finishReason, s.tokens.length])).toEqual(Array.from({ length: 4 }, () => ["aborted", 1]));
+    expect(out.samples.map((s) => [s.finishReason, s.tokens.length])).toEqual(
+      Array.from({ length: 4 }, () => ["aborted", 1]),
+    );
     expect(r.rounds).toBe(0);
     expect(sc.state.branches).toHaveLength(0);
     expect(r.tokensUsed).toBe(4);

@@ -27,8 +27,19 @@ describe("program metadata reaches the scheduler", () => {
         return fcfs(queue);
       },
     });
-    const sc = new SelfConsistency({ prompt: randomTokens(12, V, 1), maxBranches: 8, branchesPerRound: 4, maxTokens: 6, temperature: 1, extractAnswer: () => null });
-    const r = await new ProgramRuntime(engine).run(sc, { policy: { kind: "baseline-even" }, programId: "prog-a", priority: 2 });
+    const sc = new SelfConsistency({
+      prompt: randomTokens(12, V, 1),
+      maxBranches: 8,
+      branchesPerRound: 4,
+      maxTokens: 6,
+      temperature: 1,
+      extractAnswer: () => null,
+    });
+    const r = await new ProgramRuntime(engine).run(sc, {
+      policy: { kind: "baseline-even" },
+      programId: "prog-a",
+      priority: 2,
+    });
     expect(seen.length).toBeGreaterThan(0);
     for (const q of seen) {
       expect(q.programId).toBe("prog-a");
@@ -52,7 +63,14 @@ describe("program metadata reaches the scheduler", () => {
     expect(orderRequests("gang", q, ctx).map((r) => r.id)).toEqual([2, 1, 3]);
     expect(orderRequests("fcfs", q, ctx).map((r) => r.id)).toEqual([1, 3, 2]);
     // SJF ages from the program's arrival: the old program has waited 300 ms.
-    const aged = orderRequests("sjf", [{ ...q[0], remainingTokens: 5 }, { ...q[1], remainingTokens: 12 }], { nowMs: 300, agingTokensPerSecond: 100 });
+    const aged = orderRequests(
+      "sjf",
+      [
+        { ...q[0], remainingTokens: 5 },
+        { ...q[1], remainingTokens: 12 },
+      ],
+      { nowMs: 300, agingTokensPerSecond: 100 },
+    );
     expect(aged.map((r) => r.id)).toEqual([2, 1]);
   });
 });

@@ -105,7 +105,13 @@ describe("ShortMK", () => {
 
   it("breaks a tie by the shortest branch among the tied answers", () => {
     const p = new ShortMK({ prompt: [1], k: 4, m: 3 });
-    const branch = (index: number, answer: string | null, tokens: number) => ({ index, text: "", answer, tokens, finishReason: "stop" as const });
+    const branch = (index: number, answer: string | null, tokens: number) => ({
+      index,
+      text: "",
+      answer,
+      tokens,
+      finishReason: "stop" as const,
+    });
     // Finishing order is not length order here (the vote must not rely on it): 9 has the shortest branch.
     p.state.finished = [branch(0, "7", 50), branch(1, "8", 45), branch(2, "9", 40)];
     expect(p.answer()).toBe("9");

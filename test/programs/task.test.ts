@@ -14,7 +14,10 @@ import { arithTask, gsm8kTask } from "../../ts/tasks/index.js";
 
 /** Every submitted request's samples answer `texts` (one sample each, in order); forks answer `probe`. The main
  * branch of a CoT probe streams `thought` one character per token. */
-function fakeContext(texts: string[], opts: { thought?: string; probe?: string } = {}): ProgramContext & { forks: ForkOptions[]; requests: GenerateRequest[] } {
+function fakeContext(
+  texts: string[],
+  opts: { thought?: string; probe?: string } = {},
+): ProgramContext & { forks: ForkOptions[]; requests: GenerateRequest[] } {
   const forks: ForkOptions[] = [];
   const requests: GenerateRequest[] = [];
   const handle = (out: object, stream: string[] = []): RequestHandle =>
@@ -34,9 +37,18 @@ function fakeContext(texts: string[], opts: { thought?: string; probe?: string }
     submit(request) {
       requests.push(request);
       const n = request.n ?? 1;
-      const samples = Array.from({ length: n }, (_, index) => ({ index, text: texts[index % texts.length], tokens: [1, 2], finishReason: "stop", stoppedBy: "\n" }));
+      const samples = Array.from({ length: n }, (_, index) => ({
+        index,
+        text: texts[index % texts.length],
+        tokens: [1, 2],
+        finishReason: "stop",
+        stoppedBy: "\n",
+      }));
       const thought = opts.thought ?? "";
-      return handle({ promptTokens: [1, 2, 3], samples, text: thought, finishReason: "length", usage: { generatedTokens: 2 * n } }, [...thought]);
+      return handle(
+        { promptTokens: [1, 2, 3], samples, text: thought, finishReason: "length", usage: { generatedTokens: 2 * n } },
+        [...thought],
+      );
     },
     fork(_parent, options = {}) {
       forks.push(options);
@@ -83,7 +95,9 @@ describe("programs take their task as an option", () => {
     await boxed.execute(fakeContext(["#### 1,000", "#### 1000"]));
     expect(boxed.state.finished).toEqual([]); // without \boxed{ the steps go on
 
-    expect(() => new Rebase({ prompt: [1], question: "q", task: gsm8kTask })).toThrow(/give a reward .* or a task with a stepVerifier/);
+    expect(() => new Rebase({ prompt: [1], question: "q", task: gsm8kTask })).toThrow(
+      /give a reward .* or a task with a stepVerifier/,
+    );
     expect(() => new Rebase({ prompt: [1], question: "q" })).toThrow(/give a reward/);
     const arith = new Rebase({ prompt: [1], question: "What is 2+3?", width: 2, task: arithTask });
     await arith.execute(fakeContext(["2+3=5", "2+3=6"]));
@@ -91,6 +105,7 @@ describe("programs take their task as an option", () => {
   });
 
   it("the default format is the arithmetic task's", () => {
-    for (const k of ["extractAnswer", "equivalent", "answerMarker", "probeSuffix"] as const) expect(arithTask[k]).toBe(boxedAnswers[k]);
+    for (const k of ["extractAnswer", "equivalent", "answerMarker", "probeSuffix"] as const)
+      expect(arithTask[k]).toBe(boxedAnswers[k]);
   });
 });

@@ -26,7 +26,14 @@ afterAll(() => {
   prm?.dispose();
 });
 
-const engineOf = (): Engine => new Engine({ models: [{ name: "policy", model: policy }, { name: "prm", model: prm }], kernelMode: "batch-invariant" });
+const engineOf = (): Engine =>
+  new Engine({
+    models: [
+      { name: "policy", model: policy },
+      { name: "prm", model: prm },
+    ],
+    kernelMode: "batch-invariant",
+  });
 /** A deterministic stand-in verifier: longer steps score higher, in [0, 1]. */
 const byLength = verifierReward("by-length", ({ step }) => Math.min(1, step.length / 20));
 const firstChar = (text: string): string | null => (text.length === 0 ? null : String(text.codePointAt(0)! % 2));
@@ -38,8 +45,12 @@ describe("reward sources", () => {
     expect(arithStepScore({ question: q, previous: [], step: "7+5=13" })).toBe(0);
     expect(arithStepScore({ question: q, previous: ["7+5=12"], step: "12*12=144" })).toBe(1);
     expect(arithStepScore({ question: q, previous: ["7+5=12"], step: "3*4=12" })).toBe(0.5); // 3 came from nowhere
-    expect(arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{135}" })).toBe(1);
-    expect(arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{136}" })).toBe(0);
+    expect(
+      arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{135}" }),
+    ).toBe(1);
+    expect(
+      arithStepScore({ question: q, previous: ["7+5=12", "12*12=144", "144-9=135"], step: "</think> \\boxed{136}" }),
+    ).toBe(0);
     expect(arithStepScore({ question: q, previous: [], step: "\\boxed{135}" })).toBe(1);
     expect(arithStepScore({ question: q, previous: [], step: "hmm" })).toBe(0.25);
   });
@@ -50,8 +61,12 @@ describe("reward sources", () => {
     // The check verifies the last step; it is not a result, so the boxed answer is still the last step's.
     expect(arithStepScore({ question: q, previous: path, step: "check: 135+9=144" })).toBe(1);
     expect(arithStepScore({ question: q, previous: path, step: "check: 135+9=145" })).toBe(0);
-    expect(arithStepScore({ question: q, previous: [...path, "check: 135+9=144"], step: "</think> \\boxed{135}" })).toBe(1);
-    expect(arithStepScore({ question: q, previous: [...path, "check: 135+9=144"], step: "</think> \\boxed{144}" })).toBe(0);
+    expect(
+      arithStepScore({ question: q, previous: [...path, "check: 135+9=144"], step: "</think> \\boxed{135}" }),
+    ).toBe(1);
+    expect(
+      arithStepScore({ question: q, previous: [...path, "check: 135+9=144"], step: "</think> \\boxed{144}" }),
+    ).toBe(0);
     // 68*23 as partial products: 20 and 3 are place-value parts of 23.
     const p = "What is 68*23+5?";
     expect(arithStepScore({ question: p, previous: [], step: "68*20=1360" })).toBe(1);
@@ -66,15 +81,30 @@ describe("reward sources", () => {
   it("the model process reward is P(good) / (P(good) + P(bad)) at the step tag, from the second model", async () => {
     await using engine = engineOf();
     const reward = modelProcessReward({ model: "prm", goodTokens: ["+"], badTokens: ["-"], stepTag: "\n" });
-    const rb = new Rebase({ prompt: randomTokens(10, V, 1), question: "What is 1+2?", reward, width: 2, maxDepth: 1, stepMaxTokens: 4, model: "policy" });
+    const rb = new Rebase({
+      prompt: randomTokens(10, V, 1),
+      question: "What is 1+2?",
+      reward,
+      width: 2,
+      maxDepth: 1,
+      stepMaxTokens: 4,
+      model: "policy",
+    });
     const r = await new ProgramRuntime(engine).run(rb, { policy: { kind: "baseline-even" } });
     expect(r.tokensByPurpose.reward).toBe(2); // one token per scored step
     const codec = engine.tokenizer("prm")!;
     const [plus] = codec.encode("+", { addSpecialTokens: false });
     const [minus] = codec.encode("-", { addSpecialTokens: false });
     for (const node of rb.state.finished) {
-      const out = await engine.submit({ model: "prm", prompt: `What is 1+2?\n${node.step}\n`, maxTokens: 1, temperature: 0, logprobs: 64 }).result;
-      const p = (id: number): number => Math.exp(out.logprobs![0].top.find((t) => t.token === id)?.logprob ?? -Infinity);
+      const out = await engine.submit({
+        model: "prm",
+        prompt: `What is 1+2?\n${node.step}\n`,
+        maxTokens: 1,
+        temperature: 0,
+        logprobs: 64,
+      }).result;
+      const p = (id: number): number =>
+        Math.exp(out.logprobs![0].top.find((t) => t.token === id)?.logprob ?? -Infinity);
       expect(node.reward).toBeCloseTo(p(plus) / (p(plus) + p(minus)), 10);
     }
   });
@@ -90,7 +120,17 @@ describe("Rebase", () => {
 
   it("keeps `width` live paths per depth, stops at maxDepth, certaindex = max finished reward and answer entropy, each against its threshold", async () => {
     await using engine = engineOf();
-    const rb = new Rebase({ prompt: randomTokens(12, V, 2), question: "q", reward: byLength, width: 4, maxDepth: 3, stepMaxTokens: 5, seed: 3, extractAnswer: firstChar, model: "policy" });
+    const rb = new Rebase({
+      prompt: randomTokens(12, V, 2),
+      question: "q",
+      reward: byLength,
+      width: 4,
+      maxDepth: 3,
+      stepMaxTokens: 5,
+      seed: 3,
+      extractAnswer: firstChar,
+      model: "policy",
+    });
     const r = await new ProgramRuntime(engine).run(rb, { policy: { kind: "baseline-even" } });
     const byDepth = (d: number): TreeNode[] => rb.tree.nodes.filter((n) => n.depth === d);
     expect(byDepth(1)).toHaveLength(4);
@@ -102,9 +142,13 @@ describe("Rebase", () => {
     expect(rb.state.finished).toHaveLength(4); // everything ends by depth 3
     const maxReward = Math.max(...rb.state.finished.map((n) => n.reward));
     const entropy = entropyCertaindex(rb.state.finished.map((n) => n.answer));
-    expect(rb.signals()).toEqual([{ value: maxReward, threshold: 0.99 }, { value: entropy, threshold: 0.85 }]);
+    expect(rb.signals()).toEqual([
+      { value: maxReward, threshold: 0.99 },
+      { value: entropy, threshold: 0.85 },
+    ]);
     expect(r.certaindex).toBe(combineCertaindex(rb.signals()));
-    for (const n of rb.tree.nodes) if (n.parent && n.parent.parent) expect(n.reward).toBeLessThanOrEqual(n.parent.reward);
+    for (const n of rb.tree.nodes)
+      if (n.parent && n.parent.parent) expect(n.reward).toBeLessThanOrEqual(n.parent.reward);
     expect(r.answer).not.toBeNull();
     expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
   });
@@ -124,7 +168,10 @@ function expectMctsStats(m: Mcts, simulations: number, maxDepth: number): void {
   const sum = (ns: TreeNode[], f: (n: TreeNode) => number): number => ns.reduce((a, n) => a + f(n), 0);
   expect(root.visits).toBe(simulations);
   expect(root.visits).toBe(sum(root.children, (c) => c.visits));
-  expect(root.valueSum).toBeCloseTo(sum(root.children, (c) => c.valueSum), 12);
+  expect(root.valueSum).toBeCloseTo(
+    sum(root.children, (c) => c.valueSum),
+    12,
+  );
   for (const n of m.tree.nodes) {
     if (n === root) continue;
     const own = solutionOf.get(n);
@@ -145,7 +192,20 @@ function expectMctsStats(m: Mcts, simulations: number, maxDepth: number): void {
 describe("MCTS", () => {
   it("back-propagates every simulation to the root and stops on mean reward", async () => {
     await using engine = engineOf();
-    const m = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: byLength, maxSimulations: 12, simulationsPerRound: 4, branching: 2, maxDepth: 3, stepMaxTokens: 5, maxTokens: 24, seed: 1, extractAnswer: firstChar, model: "policy" });
+    const m = new Mcts({
+      prompt: randomTokens(12, V, 5),
+      question: "q",
+      reward: byLength,
+      maxSimulations: 12,
+      simulationsPerRound: 4,
+      branching: 2,
+      maxDepth: 3,
+      stepMaxTokens: 5,
+      maxTokens: 24,
+      seed: 1,
+      extractAnswer: firstChar,
+      model: "policy",
+    });
     const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
     expect(r.stopReason).toBe("cap");
     expect(r.rounds).toBe(3);
@@ -164,8 +224,21 @@ describe("MCTS", () => {
     expect(weight.get(r.answer)).toBe(best);
     expect(r.tokensUsed).toBeLessThanOrEqual(r.tokenBudget);
     // A threshold the first solutions already pass stops it early.
-    const early = new Mcts({ prompt: randomTokens(12, V, 5), question: "q", reward: verifierReward("one", () => 1), maxSimulations: 40, simulationsPerRound: 4, branching: 2, maxDepth: 2, stepMaxTokens: 4, maxTokens: 16, model: "policy" });
-    const e = await new ProgramRuntime(engine).run(early, { policy: { kind: "threshold", threshold: 0.9, detectAt: 4 } });
+    const early = new Mcts({
+      prompt: randomTokens(12, V, 5),
+      question: "q",
+      reward: verifierReward("one", () => 1),
+      maxSimulations: 40,
+      simulationsPerRound: 4,
+      branching: 2,
+      maxDepth: 2,
+      stepMaxTokens: 4,
+      maxTokens: 16,
+      model: "policy",
+    });
+    const e = await new ProgramRuntime(engine).run(early, {
+      policy: { kind: "threshold", threshold: 0.9, detectAt: 4 },
+    });
     // Every solution scores 1, so the first check (after detectAt = 4 simulations) passes the threshold.
     expect(e.stopReason).toBe("certain");
     expect(e.certaindex).toBe(1);
@@ -181,7 +254,14 @@ describe("MCTS", () => {
       const prompt = model.tokenizer.encodeChat([{ role: "user", content: question }]);
       const greedy = await engine.submit({ prompt, maxTokens: 200 }).result;
       expect(greedy.text).toMatch(/\\boxed\{3\}$/); // the fixture: it multiplies by 1, not 12
-      const m = new Mcts({ prompt, question, reward: arithVerifier, maxSimulations: 8, simulationsPerRound: 4, maxTokens: 200 });
+      const m = new Mcts({
+        prompt,
+        question,
+        reward: arithVerifier,
+        maxSimulations: 8,
+        simulationsPerRound: 4,
+        maxTokens: 200,
+      });
       const r = await new ProgramRuntime(engine).run(m, { policy: { kind: "baseline-even" } });
       expect(r.rounds).toBe(2);
       expect(r.answer).toBe("135");

@@ -19,16 +19,29 @@ function scriptedEngine(script: (depth: number, seed: number) => string): Engine
   const handle = (depth: number, seeds: number[]) => {
     const samples: SampleOutput[] = seeds.map((seed, index) => {
       const text = script(depth, seed);
-      return { index, text, tokens: Array.from({ length: text.length + 1 }, () => 1), finishReason: "stop", stoppedBy: "\n" };
+      return {
+        index,
+        text,
+        tokens: Array.from({ length: text.length + 1 }, () => 1),
+        finishReason: "stop",
+        stoppedBy: "\n",
+      };
     });
     const generated = samples.reduce((n, s) => n + s.tokens.length, 0);
-    const output = { samples, usage: { promptTokens: 0, generatedTokens: generated, cachedTokens: 0 } } as unknown as GenerationOutput;
+    const output = {
+      samples,
+      usage: { promptTokens: 0, generatedTokens: generated, cachedTokens: 0 },
+    } as unknown as GenerationOutput;
     const h = { result: Promise.resolve(output), updateMetadata: () => undefined, abort: () => undefined };
     depthOf.set(h, depth);
     return h;
   };
   const engine = {
-    submit: (r: GenerateRequest) => handle(1, Array.from({ length: r.n ?? 1 }, (_, i) => (r.seed ?? 0) + i)),
+    submit: (r: GenerateRequest) =>
+      handle(
+        1,
+        Array.from({ length: r.n ?? 1 }, (_, i) => (r.seed ?? 0) + i),
+      ),
     fork: (parent: object, o: ForkOptions) => handle(depthOf.get(parent)! + 1, [o.seed ?? 0]),
   };
   return engine as unknown as Engine;
@@ -36,13 +49,16 @@ function scriptedEngine(script: (depth: number, seed: number) => string): Engine
 
 /** Width 4: round 1 grows 4 open steps (seeds 0–3); round 2 gives each one child (seeds 4–7), of which the even
  * seeds answer `answerAt2(seed)`; every later step answers 5. */
-const twoFinishAtDepth2 = (answerAt2: (seed: number) => string) => (depth: number, seed: number): string => {
-  if (depth === 1) return `step ${seed}`;
-  if (depth === 2) return seed % 2 === 0 ? `\\boxed{${answerAt2(seed)}}` : `more ${seed}`;
-  return "\\boxed{5}";
-};
+const twoFinishAtDepth2 =
+  (answerAt2: (seed: number) => string) =>
+  (depth: number, seed: number): string => {
+    if (depth === 1) return `step ${seed}`;
+    if (depth === 2) return seed % 2 === 0 ? `\\boxed{${answerAt2(seed)}}` : `more ${seed}`;
+    return "\\boxed{5}";
+  };
 const options = { prompt: [1, 2, 3], question: "q", width: 4, maxDepth: 16 };
-const answerScore = (answerScore: number) => verifierReward("scripted", ({ step }) => (step.includes("\\boxed{") ? answerScore : 1));
+const answerScore = (answerScore: number) =>
+  verifierReward("scripted", ({ step }) => (step.includes("\\boxed{") ? answerScore : 1));
 
 describe("Rebase certaindex", () => {
   it("stops on certainty under its default policy: two finished solutions agree and the best is rewarded ≥ 0.99", async () => {
@@ -87,7 +103,9 @@ describe("Rebase certaindex", () => {
   it("is combineCertaindex over (max finished reward, R_τ) and (H̃ of finished answers, H̃_τ); 0 before any solution", async () => {
     const rb = new Rebase({ ...options, reward: answerScore(0.9), rewardThreshold: 0.95, entropyThreshold: 0.5 });
     expect(rb.updateCertaindex()).toBe(0);
-    const r = await new ProgramRuntime(scriptedEngine(twoFinishAtDepth2((seed) => (seed === 4 ? "5" : "7")))).run(rb, { policy: { kind: "baseline-even" } });
+    const r = await new ProgramRuntime(scriptedEngine(twoFinishAtDepth2((seed) => (seed === 4 ? "5" : "7")))).run(rb, {
+      policy: { kind: "baseline-even" },
+    });
     const f = rb.state.finished;
     expect(f.map((n) => n.answer)).toEqual(["5", "7", "5", "5"]);
     const signals = rb.signals();
@@ -102,7 +120,9 @@ describe("Rebase certaindex", () => {
     const o = await new ProgramRuntime(scriptedEngine(twoFinishAtDepth2((seed) => String(seed)))).run(rewardOnly);
     expect(o.stopReason).toBe("certain");
     expect(o.rounds).toBe(2);
-    expect(() => new Rebase({ ...options, reward: answerScore(1), entropyThreshold: 1.5 })).toThrow(/rebase.entropyThreshold must be in \[0, 1\]/);
+    expect(() => new Rebase({ ...options, reward: answerScore(1), entropyThreshold: 1.5 })).toThrow(
+      /rebase.entropyThreshold must be in \[0, 1\]/,
+    );
   });
 });
 
@@ -110,7 +130,13 @@ describe("MCTS certaindex", () => {
   // Depth 1 is an open step; depth 2 (a step or a rollout) answers.
   const agreeing = (depth: number, seed: number): string => (depth === 1 ? `step ${seed}` : "\\boxed{5}");
   const disagreeing = (depth: number, seed: number): string => (depth === 1 ? `step ${seed}` : `\\boxed{${seed % 2}}`);
-  const mcts = { prompt: [1, 2, 3], question: "q", reward: verifierReward("one", () => 1), maxSimulations: 12, simulationsPerRound: 4 };
+  const mcts = {
+    prompt: [1, 2, 3],
+    question: "q",
+    reward: verifierReward("one", () => 1),
+    maxSimulations: 12,
+    simulationsPerRound: 4,
+  };
 
   it("by default needs only the mean reward (R_τ 0.9): stops at the detection step whatever the answers", async () => {
     const m = new Mcts(mcts);

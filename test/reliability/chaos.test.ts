@@ -44,7 +44,10 @@ async function withTightModel<T>(kvPages: number, body: (model: Model) => Promis
 function within<T>(p: Promise<T>, what: string | (() => string), ms = STUCK_MS): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const stuck = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${typeof what === "string" ? what : what()} did not settle within ${ms} ms (stuck)`)), ms);
+    timer = setTimeout(
+      () => reject(new Error(`${typeof what === "string" ? what : what()} did not settle within ${ms} ms (stuck)`)),
+      ms,
+    );
   });
   return Promise.race([p, stuck]).finally(() => clearTimeout(timer));
 }
@@ -100,13 +103,18 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
           expect(s.status, `request ${i}`).toBe("rejected");
           const reason = (s as PromiseRejectedResult).reason as Error;
           expect(reason).toBeInstanceOf(Error);
-          expect(reason.message).toMatch(new RegExp(`^KV pool exhausted: sequence \\d+ needs \\d+ pages .*the pool has ${TIGHT_PAGES} in total`));
+          expect(reason.message).toMatch(
+            new RegExp(`^KV pool exhausted: sequence \\d+ needs \\d+ pages .*the pool has ${TIGHT_PAGES} in total`),
+          );
           return;
         }
         expect(s.status, `request ${i}: ${s.status === "rejected" ? String(s.reason) : ""}`).toBe("fulfilled");
         const out = (s as PromiseFulfilledResult<GenerationOutput>).value;
         const ref = refs[r++];
-        expect(out.samples.map((x) => x.tokens), `request ${i}`).toEqual(ref.samples.map((x) => x.tokens));
+        expect(
+          out.samples.map((x) => x.tokens),
+          `request ${i}`,
+        ).toEqual(ref.samples.map((x) => x.tokens));
         expect(out.samples.map((x) => x.finishReason)).toEqual(ref.samples.map((x) => x.finishReason));
       });
       expect(engine.metrics().preemptions).toBeGreaterThan(0); // the pool really was exhausted
@@ -131,7 +139,10 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
     await withTightModel(48, async (model) => {
       await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });
       type Kind = "none" | "before submit" | "at submit" | "after deltas" | "timer" | "handle after deltas";
-      const kinds: Kind[] = reqs.map((_, i) => (["none", "before submit", "at submit", "after deltas", "timer", "handle after deltas"] as const)[i % 6]);
+      const kinds: Kind[] = reqs.map(
+        (_, i) =>
+          (["none", "before submit", "at submit", "after deltas", "timer", "handle after deltas"] as const)[i % 6],
+      );
       const runs = reqs.map(async (r, i): Promise<{ out: GenerationOutput; seen: number }> => {
         const controller = new AbortController();
         if (kinds[i] === "before submit") controller.abort();
@@ -158,7 +169,10 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
         const { out, seen } = (s as PromiseFulfilledResult<{ out: GenerationOutput; seen: number }>).value;
         const ref = refs[i];
         if (kinds[i] === "none") {
-          expect(out.samples.map((x) => x.tokens), `request ${i}`).toEqual(ref.samples.map((x) => x.tokens));
+          expect(
+            out.samples.map((x) => x.tokens),
+            `request ${i}`,
+          ).toEqual(ref.samples.map((x) => x.tokens));
           return;
         }
         if (kinds[i] === "before submit" || kinds[i] === "at submit") {
@@ -167,7 +181,9 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
         }
         out.samples.forEach((x, k) => {
           // Whatever it had generated when the abort landed is exactly its output so far.
-          expect(x.tokens, `request ${i} sample ${k} (${kinds[i]})`).toEqual(ref.samples[k].tokens.slice(0, x.tokens.length));
+          expect(x.tokens, `request ${i} sample ${k} (${kinds[i]})`).toEqual(
+            ref.samples[k].tokens.slice(0, x.tokens.length),
+          );
           if (x.finishReason !== "aborted") expect(x.tokens).toEqual(ref.samples[k].tokens);
         });
         expect(out.tokens.length).toBeGreaterThanOrEqual(seen);
@@ -186,15 +202,25 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
       const handles: RequestHandle[] = [];
       for (let i = 0; i < 60; i++) {
         handles.push(
-          engine.submit({ prompt: prompt(5 + (i % 30), 900 + i), maxTokens: 200, temperature: i % 2 ? 0.9 : 0, seed: i, n: i % 7 === 0 ? 2 : 1, ignoreEos: true, deterministic: i % 5 === 0 }),
+          engine.submit({
+            prompt: prompt(5 + (i % 30), 900 + i),
+            maxTokens: 200,
+            temperature: i % 2 ? 0.9 : 0,
+            seed: i,
+            n: i % 7 === 0 ? 2 : 1,
+            ignoreEos: true,
+            deterministic: i % 5 === 0,
+          }),
         );
       }
       // Consumers: half the handles are read as streams, as a server would.
-      const streams = handles.filter((_, i) => i % 2 === 0).map(async (h) => {
-        let n = 0;
-        for await (const d of h) n += d.tokens.length;
-        return n;
-      });
+      const streams = handles
+        .filter((_, i) => i % 2 === 0)
+        .map(async (h) => {
+          let n = 0;
+          for await (const d of h) n += d.tokens.length;
+          return n;
+        });
       let seen = 0;
       for await (const d of handles[1]) if ((seen += d.tokens.length) >= 3) break;
       handles.push(engine.fork(handles[1], { maxTokens: 100 }), engine.fork(handles[3], { maxTokens: 100 }));
@@ -222,15 +248,28 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
     await withTightModel(TIGHT_PAGES, async (model) => {
       await using engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });
       const churn = (seed: number): Promise<unknown> =>
-        within(Promise.all(Array.from({ length: 12 }, (_, i) => engine.submit({ prompt: prompt(30, seed + i), maxTokens: 20, ignoreEos: true }).result)), "churn");
+        within(
+          Promise.all(
+            Array.from(
+              { length: 12 },
+              (_, i) => engine.submit({ prompt: prompt(30, seed + i), maxTokens: 20, ignoreEos: true }).result,
+            ),
+          ),
+          "churn",
+        );
 
       // Finished: the child continues from the kept tokens, even after other work evicted the parent's pages.
       const finished = engine.submit(base);
       await finished.result;
       await churn(3000);
-      const fromFinished = await within(engine.fork(finished, { length: 20 + 10, maxTokens: 12 }).result, "fork of a finished parent");
+      const fromFinished = await within(
+        engine.fork(finished, { length: 20 + 10, maxTokens: 12 }).result,
+        "fork of a finished parent",
+      );
       expect(fromFinished.tokens).toEqual(full.tokens.slice(10, 22));
-      expect(() => engine.fork(finished, { length: 20 + 31 })).toThrow(/^fork.length is 51; expected an integer in \[1, 50\] \(the parent's tokens so far\)$/);
+      expect(() => engine.fork(finished, { length: 20 + 31 })).toThrow(
+        /^fork.length is 51; expected an integer in \[1, 50\] \(the parent's tokens so far\)$/,
+      );
 
       // Aborted mid-stream: the child continues from exactly what the parent had generated.
       const controller = new AbortController();
@@ -241,11 +280,16 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
       const cut = await victim.result;
       expect(cut.finishReason).toBe("aborted");
       expect(cut.tokens).toEqual(full.tokens.slice(0, cut.tokens.length));
-      const fromAborted = await within(engine.fork(victim, { maxTokens: 30 - cut.tokens.length }).result, "fork of an aborted parent");
+      const fromAborted = await within(
+        engine.fork(victim, { maxTokens: 30 - cut.tokens.length }).result,
+        "fork of an aborted parent",
+      );
       expect(fromAborted.promptTokens).toEqual([...(base.prompt as number[]), ...cut.tokens]);
       expect(fromAborted.tokens).toEqual(full.tokens.slice(cut.tokens.length));
       expect(() => engine.fork(victim, { length: 20 + cut.tokens.length + 1 })).toThrow(
-        new RegExp(`^fork.length is ${21 + cut.tokens.length}; expected an integer in \\[1, ${20 + cut.tokens.length}\\]`),
+        new RegExp(
+          `^fork.length is ${21 + cut.tokens.length}; expected an integer in \\[1, ${20 + cut.tokens.length}\\]`,
+        ),
       );
 
       // Aborted before it started: it has only its prompt, and a fork of it is the request itself.
@@ -257,7 +301,10 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
       // A parent that failed (it outgrew the pool) still has its prompt; a fork that fits runs.
       const failed = engine.submit({ prompt: base.prompt, maxTokens: 400, ignoreEos: true });
       await expect(within(failed.result, "an oversized parent")).rejects.toThrow(/^KV pool exhausted/);
-      const fromFailed = await within(engine.fork(failed, { length: 20, maxTokens: 30 }).result, "fork of a failed parent");
+      const fromFailed = await within(
+        engine.fork(failed, { length: 20, maxTokens: 30 }).result,
+        "fork of a failed parent",
+      );
       expect(fromFailed.tokens).toEqual(full.tokens);
       expect(usage(engine)).toEqual({ pages: 0, queued: 0 });
 
@@ -271,7 +318,16 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
 
   describe.each(["recompute", "swap"] as const)("preemption (%s) under deterministic requests", (preemption) => {
     it("deterministic requests under KV pressure give byte-identical output to running alone", async () => {
-      const questions = ["12+7*3=", "(45-19)*2=", "8*9-17=", "301+44*6=", "7*(13+5)=", "99-12*4=", "6*7+8*9=", "(120-75)*3="];
+      const questions = [
+        "12+7*3=",
+        "(45-19)*2=",
+        "8*9-17=",
+        "301+44*6=",
+        "7*(13+5)=",
+        "99-12*4=",
+        "6*7+8*9=",
+        "(120-75)*3=",
+      ];
       const det: GenerateRequest[] = questions.map((q, i) => ({
         prompt: q,
         maxTokens: 40,
@@ -287,15 +343,27 @@ describe("chaos on the bundled model with a tiny KV pool", () => {
         await using engine = new Engine({ models: { model: roomy }, verifyWindow: 8, verifyGroup: 4 });
         for (const r of det) alone.push(await within(engine.submit(r).result, "a deterministic request alone"));
       }
-      const companions: GenerateRequest[] = Array.from({ length: 16 }, (_, i) => ({ prompt: prompt(8 + i, 60 + i), maxTokens: 30, temperature: 0.9, seed: i, ignoreEos: true }));
+      const companions: GenerateRequest[] = Array.from({ length: 16 }, (_, i) => ({
+        prompt: prompt(8 + i, 60 + i),
+        maxTokens: 30,
+        temperature: 0.9,
+        seed: i,
+        ignoreEos: true,
+      }));
       await withTightModel(16, async (model) => {
         await using engine = new Engine({ models: { model }, verifyWindow: 8, verifyGroup: 4, preemption });
-        const outs = await within(Promise.all([...det, ...companions].map((r) => engine.submit(r).result)), "deterministic requests under pressure");
+        const outs = await within(
+          Promise.all([...det, ...companions].map((r) => engine.submit(r).result)),
+          "deterministic requests under pressure",
+        );
         const m = engine.metrics();
         expect(m.preemptions).toBeGreaterThan(0);
         det.forEach((_, i) => {
           expect(outs[i].tokens, `request ${i}`).toEqual(alone[i].tokens);
-          expect(Buffer.from(outs[i].text, "utf8").equals(Buffer.from(alone[i].text, "utf8")), `request ${i} text`).toBe(true);
+          expect(
+            Buffer.from(outs[i].text, "utf8").equals(Buffer.from(alone[i].text, "utf8")),
+            `request ${i} text`,
+          ).toBe(true);
           expect(outs[i].logprobs, `request ${i} logprobs`).toEqual(alone[i].logprobs);
         });
         expect(outs.slice(0, det.length).some((o) => o.preemptions > 0)).toBe(true); // deterministic ones were preempted too

@@ -42,15 +42,41 @@ async function acceptsOrNamesAsync(f: () => Promise<unknown>, names: RegExp): Pr
 }
 
 /** Values of every JSON-ish kind, and the JS-only ones users pass by mistake. */
-const value = fc.oneof(fc.anything(), fc.constantFrom(NaN, Infinity, -1, 0, 1.5, 2 ** 60, "", "x", [], [1, 2], [-1], {}, null, undefined));
-const FIELDS = ["prompt", "maxTokens", "temperature", "topK", "topP", "seed", "stop", "stopTokenIds", "ignoreEos", "logprobs", "n", "deterministic", "confidence", "probe", "metadata", "eagerDeltas", "maxTokenz"];
+const value = fc.oneof(
+  fc.anything(),
+  fc.constantFrom(NaN, Infinity, -1, 0, 1.5, 2 ** 60, "", "x", [], [1, 2], [-1], {}, null, undefined),
+);
+const FIELDS = [
+  "prompt",
+  "maxTokens",
+  "temperature",
+  "topK",
+  "topP",
+  "seed",
+  "stop",
+  "stopTokenIds",
+  "ignoreEos",
+  "logprobs",
+  "n",
+  "deterministic",
+  "confidence",
+  "probe",
+  "metadata",
+  "eagerDeltas",
+  "maxTokenz",
+];
 
 describe("engine.submit / engine.fork validate what they are given", () => {
-  test.prop([fc.oneof(value, fc.dictionary(fc.constantFrom(...FIELDS), value, { maxKeys: 5 }))], { numRuns: 300 })("a request of any shape", (req) => {
-    acceptsOrNames(() => engine.submit(req as never).abort(), /^request/);
-  });
+  test.prop([fc.oneof(value, fc.dictionary(fc.constantFrom(...FIELDS), value, { maxKeys: 5 }))], { numRuns: 300 })(
+    "a request of any shape",
+    (req) => {
+      acceptsOrNames(() => engine.submit(req as never).abort(), /^request/);
+    },
+  );
 
-  test.prop([fc.dictionary(fc.constantFrom(...FIELDS, "length", "append", "sample"), value, { maxKeys: 4 })], { numRuns: 200 })("fork options of any shape", (opts) => {
+  test.prop([fc.dictionary(fc.constantFrom(...FIELDS, "length", "append", "sample"), value, { maxKeys: 4 })], {
+    numRuns: 200,
+  })("fork options of any shape", (opts) => {
     const parent = engine.submit({ prompt: [1, 2, 3], maxTokens: 2 });
     acceptsOrNames(() => engine.fork(parent, opts as never).abort(), /^(fork|request|Engine\.fork)/);
     parent.abort();
@@ -80,9 +106,23 @@ describe("model files", () => {
   });
 
   const dir = mkdtempSync(join(tmpdir(), "prop-safetensors-"));
-  const tensor = fc.record({ dtype: fc.oneof(fc.constantFrom("F32", "BF16", "F16", "I8", "F64"), value), shape: fc.oneof(fc.array(fc.integer({ min: -2, max: 9 }), { maxLength: 3 }), value), data_offsets: fc.oneof(fc.tuple(fc.integer({ min: -4, max: 64 }), fc.integer({ min: -4, max: 64 })), value) }, { requiredKeys: [] });
+  const tensor = fc.record(
+    {
+      dtype: fc.oneof(fc.constantFrom("F32", "BF16", "F16", "I8", "F64"), value),
+      shape: fc.oneof(fc.array(fc.integer({ min: -2, max: 9 }), { maxLength: 3 }), value),
+      data_offsets: fc.oneof(fc.tuple(fc.integer({ min: -4, max: 64 }), fc.integer({ min: -4, max: 64 })), value),
+    },
+    { requiredKeys: [] },
+  );
   let k = 0;
-  test.prop([fc.oneof(fc.dictionary(fc.string({ maxLength: 8 }), fc.oneof(tensor, value), { maxKeys: 3 }), value), fc.integer({ min: -8, max: 64 }), fc.integer({ min: 0, max: 64 })], { numRuns: 150 })(
+  test.prop(
+    [
+      fc.oneof(fc.dictionary(fc.string({ maxLength: 8 }), fc.oneof(tensor, value), { maxKeys: 3 }), value),
+      fc.integer({ min: -8, max: 64 }),
+      fc.integer({ min: 0, max: 64 }),
+    ],
+    { numRuns: 150 },
+  )(
     "a safetensors header of any content, with a lying length and any payload size",
     async (header, lengthSkew, payload) => {
       const file = join(dir, `w${k++}.safetensors`);
@@ -90,14 +130,27 @@ describe("model files", () => {
       const len = Buffer.alloc(8);
       len.writeBigUInt64LE(BigInt(Math.max(0, json.length + lengthSkew)));
       writeFileSync(file, Buffer.concat([len, json, Buffer.alloc(payload)]));
-      await acceptsOrNamesAsync(async () => (await openSafetensorsFile(file)).close(), new RegExp(file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")));
+      await acceptsOrNamesAsync(
+        async () => (await openSafetensorsFile(file)).close(),
+        new RegExp(file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")),
+      );
     },
   );
 });
 
 describe("the files the CLI reads", () => {
-  const text = fc.oneof(fc.string(), fc.json(), fc.jsonValue().map((v) => JSON.stringify(v)));
-  test.prop([text], { numRuns: 200 })("a golden file", (t) => acceptsOrNames(() => parseGolden(t, "golden.json"), /golden\.json/));
-  test.prop([text], { numRuns: 200 })("a prompts file", (t) => acceptsOrNames(() => parsePromptsFile(t, "prompts.txt"), /prompts\.txt/));
-  test.prop([text], { numRuns: 200 })("a certaindex calibration", (t) => acceptsOrNames(() => parseCalibration(t, "cal.json"), /cal\.json/));
+  const text = fc.oneof(
+    fc.string(),
+    fc.json(),
+    fc.jsonValue().map((v) => JSON.stringify(v)),
+  );
+  test.prop([text], { numRuns: 200 })("a golden file", (t) =>
+    acceptsOrNames(() => parseGolden(t, "golden.json"), /golden\.json/),
+  );
+  test.prop([text], { numRuns: 200 })("a prompts file", (t) =>
+    acceptsOrNames(() => parsePromptsFile(t, "prompts.txt"), /prompts\.txt/),
+  );
+  test.prop([text], { numRuns: 200 })("a certaindex calibration", (t) =>
+    acceptsOrNames(() => parseCalibration(t, "cal.json"), /cal\.json/),
+  );
 });

@@ -1,6 +1,13 @@
 import { fc, test } from "@fast-check/vitest";
 import { describe, expect, it } from "vitest";
-import { gang, orderRequests, parseSchedulingPolicy, sjf, type SchedContext, type SchedRequest } from "../../ts/sched/index.js";
+import {
+  gang,
+  orderRequests,
+  parseSchedulingPolicy,
+  sjf,
+  type SchedContext,
+  type SchedRequest,
+} from "../../ts/sched/index.js";
 import { inPolicyOrder } from "../../ts/sched/policy.js";
 
 const ctx: SchedContext = { nowMs: 10_000, agingTokensPerSecond: 0 };
@@ -20,12 +27,23 @@ describe("scheduling policies", () => {
   });
 
   it("lpm serves the longest cached prefix first", () => {
-    const q = [req(0, { prefixMatchTokens: 16 }), req(1, { prefixMatchTokens: 64 }), req(2), req(3, { prefixMatchTokens: 64 })];
+    const q = [
+      req(0, { prefixMatchTokens: 16 }),
+      req(1, { prefixMatchTokens: 64 }),
+      req(2),
+      req(3, { prefixMatchTokens: 64 }),
+    ];
     expect(ids(orderRequests("lpm", q, ctx))).toEqual([1, 3, 0, 2]);
   });
 
   it("gang keeps a program's requests together, programs in order of their first request", () => {
-    const q = [req(0, { programId: "a" }), req(1, { programId: "b" }), req(2), req(3, { programId: "a" }), req(4, { programId: "b" })];
+    const q = [
+      req(0, { programId: "a" }),
+      req(1, { programId: "b" }),
+      req(2),
+      req(3, { programId: "a" }),
+      req(4, { programId: "b" }),
+    ];
     expect(ids(orderRequests("gang", q, ctx))).toEqual([0, 3, 1, 4, 2]);
     expect(ids(gang([q[4], q[2], q[0], q[1], q[3]]))).toEqual([4, 1, 2, 0, 3]);
   });
@@ -50,7 +68,12 @@ describe("scheduling policies", () => {
   });
 
   it("priority dominates every policy; the policy orders within a priority", () => {
-    const q = [req(0), req(1, { priority: 2 }), req(2, { remainingTokens: 1 }), req(3, { priority: 2, remainingTokens: 1 })];
+    const q = [
+      req(0),
+      req(1, { priority: 2 }),
+      req(2, { remainingTokens: 1 }),
+      req(3, { priority: 2, remainingTokens: 1 }),
+    ];
     expect(ids(orderRequests("fcfs", q, ctx))).toEqual([1, 3, 0, 2]);
     expect(ids(orderRequests("sjf", q, ctx))).toEqual([3, 1, 2, 0]);
   });
@@ -63,7 +86,9 @@ describe("scheduling policies", () => {
 
   it("rejects an unknown policy name with the valid ones", () => {
     expect(parseSchedulingPolicy("gang+sjf")).toBe("gang+sjf");
-    expect(() => parseSchedulingPolicy("lifo")).toThrow(/unknown policy "lifo"; expected one of fcfs, lpm, gang, sjf, gang\+sjf/);
+    expect(() => parseSchedulingPolicy("lifo")).toThrow(
+      /unknown policy "lifo"; expected one of fcfs, lpm, gang, sjf, gang\+sjf/,
+    );
   });
 });
 
@@ -84,16 +109,21 @@ function secondsUntilLongJobServed(agingTokensPerSecond: number, horizonSeconds:
 
 describe("inPolicyOrder (the scheduler's shortcut)", () => {
   // Small ranges so that ties in priority and arrival are common.
-  const queue = fc.array(fc.record({ priority: fc.integer({ min: 0, max: 2 }), arrivalMs: fc.integer({ min: 0, max: 4 }) }), { maxLength: 12 }).map((rs) =>
-    rs.map((r, id) => req(id * 7 % 13, r)).filter((r, i, all) => all.findIndex((o) => o.id === r.id) === i),
-  );
+  const queue = fc
+    .array(fc.record({ priority: fc.integer({ min: 0, max: 2 }), arrivalMs: fc.integer({ min: 0, max: 4 }) }), {
+      maxLength: 12,
+    })
+    .map((rs) =>
+      rs.map((r, id) => req((id * 7) % 13, r)).filter((r, i, all) => all.findIndex((o) => o.id === r.id) === i),
+    );
   test.prop([queue])("is true exactly when fcfs would leave the queue as it is", (q) => {
     const unchanged = ids(orderRequests("fcfs", q, ctx)).join() === ids(q).join();
     expect(inPolicyOrder("fcfs", q)).toBe(unchanged);
   });
   it("is never claimed for the other policies", () => {
     const q = [req(0), req(1)];
-    for (const p of ["lpm", "gang", "sjf", "gang+sjf", "complexity", "gang+complexity"] as const) expect(inPolicyOrder(p, q)).toBe(false);
+    for (const p of ["lpm", "gang", "sjf", "gang+sjf", "complexity", "gang+complexity"] as const)
+      expect(inPolicyOrder(p, q)).toBe(false);
   });
 });
 
@@ -129,8 +159,14 @@ describe("complexity-aware SJF (DUCHESS)", () => {
     const old = req(0, { predictedTokens: 1000, arrivalMs: 0 });
     const young = (id: number, at: number) => req(id, { predictedTokens: 100, arrivalMs: at });
     // After (1000 - 100) / 64 = 14.06 s the old program goes first even against a fresh short one.
-    expect(ids(orderRequests("complexity", [old, young(1, 14_000)], { nowMs: 14_000, agingTokensPerSecond: rate }))).toEqual([1, 0]);
-    expect(ids(orderRequests("complexity", [old, young(1, 14_100)], { nowMs: 14_100, agingTokensPerSecond: rate }))).toEqual([0, 1]);
-    expect(ids(orderRequests("complexity", [old, young(1, 0)], { nowMs: 0, agingTokensPerSecond: rate }))).toEqual([1, 0]);
+    expect(
+      ids(orderRequests("complexity", [old, young(1, 14_000)], { nowMs: 14_000, agingTokensPerSecond: rate })),
+    ).toEqual([1, 0]);
+    expect(
+      ids(orderRequests("complexity", [old, young(1, 14_100)], { nowMs: 14_100, agingTokensPerSecond: rate })),
+    ).toEqual([0, 1]);
+    expect(ids(orderRequests("complexity", [old, young(1, 0)], { nowMs: 0, agingTokensPerSecond: rate }))).toEqual([
+      1, 0,
+    ]);
   });
 });

@@ -10,7 +10,10 @@ const children: ChildProcess[] = [];
 
 /** Starts `deliberate serve --port 0`; resolves with the process and its base URL once it listens and is healthy. */
 async function serve(): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
-  const child = spawn(process.execPath, [tsx, "ts/cli/main.ts", "serve", "--port", "0"], { cwd: root, stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(process.execPath, [tsx, "ts/cli/main.ts", "serve", "--port", "0"], {
+    cwd: root,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   children.push(child);
   let stderr = "";
   const url = await new Promise<string>((resolve, reject) => {
@@ -25,7 +28,8 @@ async function serve(): Promise<{ child: ChildProcess; url: string; stderr: () =
     });
     child.on("exit", (code) => reject(new Error(`serve exited with ${code}: ${stderr}`)));
   });
-  for (let i = 0; i < 600 && (await fetch(`${url}/health`)).status !== 200; i++) await new Promise((r) => setTimeout(r, 50));
+  for (let i = 0; i < 600 && (await fetch(`${url}/health`)).status !== 200; i++)
+    await new Promise((r) => setTimeout(r, 50));
   return { child, url, stderr: () => stderr };
 }
 
@@ -39,7 +43,16 @@ describe("deliberate serve", () => {
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "tiny-reasoner", messages: [{ role: "user", content: "What is 7*(8+5)-19?" }], max_tokens: 400, ignore_eos: true, temperature: 1, seed: 5, stream: true, stream_options: { include_usage: true } }),
+      body: JSON.stringify({
+        model: "tiny-reasoner",
+        messages: [{ role: "user", content: "What is 7*(8+5)-19?" }],
+        max_tokens: 400,
+        ignore_eos: true,
+        temperature: 1,
+        seed: 5,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
     });
     const reader = res.body!.getReader();
     const first = await reader.read();

@@ -22,15 +22,27 @@ async function until(ok: () => boolean, what: string, ms = 20_000): Promise<void
   }
 }
 
-async function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: Headers; json: any }> {
-  const r = await fetch(url + path, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+async function post(
+  path: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: Headers; json: any }> {
+  const r = await fetch(url + path, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: JSON.stringify(body),
+  });
   const text = await r.text();
   return { status: r.status, headers: r.headers, json: text === "" ? null : JSON.parse(text) };
 }
 
 /** Reads an SSE response's data payloads (raw fetch: what the wire carries). */
 async function sse(path: string, body: unknown): Promise<unknown[]> {
-  const r = await fetch(url + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const r = await fetch(url + path, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
   expect(r.headers.get("content-type")).toMatch(/^text\/event-stream/);
   const text = await r.text();
   const out: unknown[] = [];
@@ -62,7 +74,10 @@ describe("OpenAI-compatible routes with the openai client", () => {
     const r = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300 });
     expect(r.object).toBe("chat.completion");
     expect(r.id).toMatch(/^chatcmpl-/);
-    const msg = r.choices[0].message as typeof r.choices[0]["message"] & { reasoning: string; reasoning_content: string };
+    const msg = r.choices[0].message as (typeof r.choices)[0]["message"] & {
+      reasoning: string;
+      reasoning_content: string;
+    };
     expect(msg.content).toBe(" \\boxed{72}");
     expect(msg.reasoning).toMatch(/^8\+5=13\n/);
     expect(msg.reasoning_content).toBe(msg.reasoning);
@@ -76,14 +91,28 @@ describe("OpenAI-compatible routes with the openai client", () => {
     const dflt = await client.chat.completions.create({ model: MODEL, messages: ask(), max_tokens: 300 });
     expect((dflt.choices[0].message as typeof msg).reasoning).toBe(msg.reasoning);
     // include_reasoning: false drops the thought from the message (the tokens still count).
-    const hidden = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, include_reasoning: false } as never);
+    const hidden = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+      include_reasoning: false,
+    } as never);
     expect((hidden as typeof r).choices[0].message.content).toBe(" \\boxed{72}");
     expect("reasoning" in (hidden as typeof r).choices[0].message).toBe(false);
   });
 
   it("completions: text, n, logprobs in the completions format, echo", async () => {
     const prompt = "<|bos|><|user|>What is 2+3?<|assistant|>";
-    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 8, temperature: 0, n: 2, logprobs: 2, echo: true });
+    const r = await client.completions.create({
+      model: MODEL,
+      prompt,
+      max_tokens: 8,
+      temperature: 0,
+      n: 2,
+      logprobs: 2,
+      echo: true,
+    });
     expect(r.object).toBe("text_completion");
     expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
     expect(r.choices[0].text.startsWith("<|bos|><|user|>What is 2+3?<|assistant|>")).toBe(true);
@@ -96,7 +125,13 @@ describe("OpenAI-compatible routes with the openai client", () => {
   });
 
   it("streams chat chunks with role first, reasoning then content, finish and usage last", async () => {
-    const stream = await client.chat.completions.create({ model: MODEL, messages: ask("What is 3+4*2?"), temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask("What is 3+4*2?"),
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let reasoning = "";
     let content = "";
     let role: string | undefined;
@@ -128,26 +163,62 @@ describe("OpenAI-compatible routes with the openai client", () => {
     const a = await client.chat.completions.create(params);
     const b = await client.chat.completions.create(params);
     expect(a.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
-    const text = (r: typeof a) => r.choices.map((c) => `${(c.message as { reasoning?: string }).reasoning}|${c.message.content}`);
+    const text = (r: typeof a) =>
+      r.choices.map((c) => `${(c.message as { reasoning?: string }).reasoning}|${c.message.content}`);
     expect(text(b)).toEqual(text(a));
     expect(new Set(text(a)).size).toBeGreaterThan(1); // sample i uses seed + i
   });
 
   it("a deterministic request is bitwise identical alone and among 16 concurrent requests", async () => {
-    const det = { model: MODEL, messages: ask("What is 68*23-509?"), temperature: 0.8, seed: 7, max_tokens: 200, logprobs: true, deterministic: true } as never;
+    const det = {
+      model: MODEL,
+      messages: ask("What is 68*23-509?"),
+      temperature: 0.8,
+      seed: 7,
+      max_tokens: 200,
+      logprobs: true,
+      deterministic: true,
+    } as never;
     const alone = (await client.chat.completions.create(det)) as OpenAI.ChatCompletion;
     const noise = Array.from({ length: 15 }, (_, i) =>
-      client.chat.completions.create({ model: MODEL, messages: ask(`What is ${i + 3}*${i + 11}-${i}?`), temperature: 1, seed: i, max_tokens: 150, n: 1 + (i % 3) }),
+      client.chat.completions.create({
+        model: MODEL,
+        messages: ask(`What is ${i + 3}*${i + 11}-${i}?`),
+        temperature: 1,
+        seed: i,
+        max_tokens: 150,
+        n: 1 + (i % 3),
+      }),
     );
     const busy = (await client.chat.completions.create(det)) as OpenAI.ChatCompletion;
     await Promise.all(noise);
-    const bytes = (r: OpenAI.ChatCompletion) => JSON.stringify([(r.choices[0].message as { reasoning?: string }).reasoning, r.choices[0].message.content, r.choices[0].logprobs!.content!.map((t) => [t.token, t.logprob])]);
+    const bytes = (r: OpenAI.ChatCompletion) =>
+      JSON.stringify([
+        (r.choices[0].message as { reasoning?: string }).reasoning,
+        r.choices[0].message.content,
+        r.choices[0].logprobs!.content!.map((t) => [t.token, t.logprob]),
+      ]);
     expect(bytes(busy)).toBe(bytes(alone));
   });
 
   it("runs a reasoning program: the answer, certaindex, rounds and tokens", async () => {
-    const r = (await client.chat.completions.create({ model: MODEL, messages: ask(), seed: 3, program: "sc", program_options: { cap: 8, policy: "baseline-even" } } as never)) as OpenAI.ChatCompletion & {
-      deliberate: { program: string; answer: string; certaindex: number; rounds: number; tokens_used: number; token_budget: number; stop_reason: string; knob: { used: number; max: number } };
+    const r = (await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      seed: 3,
+      program: "sc",
+      program_options: { cap: 8, policy: "baseline-even" },
+    } as never)) as OpenAI.ChatCompletion & {
+      deliberate: {
+        program: string;
+        answer: string;
+        certaindex: number;
+        rounds: number;
+        tokens_used: number;
+        token_budget: number;
+        stop_reason: string;
+        knob: { used: number; max: number };
+      };
     };
     expect(r.deliberate.program).toBe("sc");
     expect(r.deliberate.answer).toBe("72");
@@ -159,7 +230,14 @@ describe("OpenAI-compatible routes with the openai client", () => {
     expect(r.usage!.completion_tokens).toBe(r.deliberate.tokens_used);
     expect(r.deliberate.tokens_used).toBeLessThanOrEqual(r.deliberate.token_budget);
     // Streaming a program: one chunk per round, then the answer.
-    const chunks = await sse("/v1/chat/completions", { model: MODEL, messages: ask(), seed: 3, program: "sc", program_options: { cap: 8, policy: "baseline-even" }, stream: true });
+    const chunks = await sse("/v1/chat/completions", {
+      model: MODEL,
+      messages: ask(),
+      seed: 3,
+      program: "sc",
+      program_options: { cap: 8, policy: "baseline-even" },
+      stream: true,
+    });
     const rounds = chunks.filter((c) => (c as { deliberate?: { round?: number } }).deliberate?.round !== undefined);
     expect(rounds).toHaveLength(r.deliberate.rounds);
     expect(chunks.at(-1)).toBe("[DONE]");
@@ -171,9 +249,20 @@ describe("OpenAI-compatible routes with the openai client", () => {
   });
 
   it("control reasoning_end closes the thought mid-stream; the answer follows", async () => {
-    const full = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300 });
+    const full = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+    });
     const fullReasoning = (full.choices[0].message as unknown as { reasoning: string }).reasoning;
-    const stream = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, stream: true });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+      stream: true,
+    });
     let reasoning = "";
     let content = "";
     let sent = false;
@@ -194,11 +283,23 @@ describe("OpenAI-compatible routes with the openai client", () => {
     const gone = await post("/v1/chat/completions/control", { id: "chatcmpl-missing", action: "reasoning_end" });
     expect(gone.status).toBe(404);
     // thinking_token_budget closes the thought the same way, by itself.
-    const capped = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, thinking_token_budget: 8 } as never) as OpenAI.ChatCompletion;
+    const capped = (await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+      thinking_token_budget: 8,
+    } as never)) as OpenAI.ChatCompletion;
     expect(capped.usage!.completion_tokens_details!.reasoning_tokens).toBe(9); // 8 of thought + the closing token
     expect(capped.choices[0].message.content).toMatch(/\\boxed\{/);
     // reasoning_effort none: the prompt closes the thought; no reasoning at all.
-    const none = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 30, reasoning_effort: "none" } as never) as OpenAI.ChatCompletion;
+    const none = (await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 30,
+      reasoning_effort: "none",
+    } as never)) as OpenAI.ChatCompletion;
     expect((none.choices[0].message as unknown as { reasoning: string | null }).reasoning).toBeNull();
     expect(none.usage!.completion_tokens_details!.reasoning_tokens).toBe(0);
   });
@@ -225,7 +326,11 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
       [{ messages: [{ role: "robot", content: "x" }] }, "messages[0].role", /messages\[0\]\.role is "robot"/],
       [{ top_logprobs: 3 }, "top_logprobs", /top_logprobs needs logprobs: true/],
       [{ presence_penalty: 0.5 }, "presence_penalty", /expected 0 \(not supported by this server\)/],
-      [{ stop_token_ids: [999999] }, "stop_token_ids", /request\.stopTokenIds\[\] is 999999; expected an integer in \[0, 104\]/],
+      [
+        { stop_token_ids: [999999] },
+        "stop_token_ids",
+        /request\.stopTokenIds\[\] is 999999; expected an integer in \[0, 104\]/,
+      ],
     ];
     for (const [patch, param, message] of cases) {
       const r = await post("/v1/chat/completions", { model: MODEL, messages: ask(), max_tokens: 4, ...patch });
@@ -235,34 +340,58 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
       expect(r.json.error.message).toMatch(message);
     }
     // the openai client raises BadRequestError with the same body
-    await expect(client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 5 })).rejects.toMatchObject({ status: 400, error: { param: "temperature" } });
+    await expect(
+      client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 5 }),
+    ).rejects.toMatchObject({ status: 400, error: { param: "temperature" } });
   });
 
   it("400 for prompt + max_tokens over the context, in vLLM's words", async () => {
     const r = await post("/v1/chat/completions", { model: MODEL, messages: ask(), max_tokens: 600 });
     expect(r.status).toBe(400);
     expect(r.json.error.code).toBe("context_length_exceeded");
-    expect(r.json.error.message).toMatch(/^This model's maximum context length is 512 tokens\. However, you requested \d+ tokens \(\d+ in the messages, 600 in the completion\)\. Please reduce the length of the messages or completion\.$/);
+    expect(r.json.error.message).toMatch(
+      /^This model's maximum context length is 512 tokens\. However, you requested \d+ tokens \(\d+ in the messages, 600 in the completion\)\. Please reduce the length of the messages or completion\.$/,
+    );
     // A program's thought counts the room its probe suffix and answer need after it.
-    const program = await post("/v1/chat/completions", { model: MODEL, messages: ask(), max_tokens: 480, program: "sc" });
+    const program = await post("/v1/chat/completions", {
+      model: MODEL,
+      messages: ask(),
+      max_tokens: 480,
+      program: "sc",
+    });
     expect(program.status).toBe(400);
-    expect(program.json.error.message).toMatch(/However, you requested \d+ tokens \(\d+ in the messages, 504 in the completion\)/);
+    expect(program.json.error.message).toMatch(
+      /However, you requested \d+ tokens \(\d+ in the messages, 504 in the completion\)/,
+    );
     const long = await post("/v1/completions", { model: MODEL, prompt: "1+".repeat(400) });
     expect(long.status).toBe(400);
     expect(long.json.error.message).toMatch(/However, your request has \d+ input tokens/);
   });
 
   it("library errors map by type: the field's wire name and the error's code; a plain engine throw is a 500", async () => {
-    const bad = await post("/v1/chat/completions", { model: MODEL, messages: ask(), max_tokens: 4, stop_token_ids: [1, 999999] });
+    const bad = await post("/v1/chat/completions", {
+      model: MODEL,
+      messages: ask(),
+      max_tokens: 4,
+      stop_token_ids: [1, 999999],
+    });
     expect(bad.status).toBe(400);
-    expect(bad.json.error).toMatchObject({ type: "invalid_request_error", param: "stop_token_ids", code: "invalid_option" });
+    expect(bad.json.error).toMatchObject({
+      type: "invalid_request_error",
+      param: "stop_token_ids",
+      code: "invalid_option",
+    });
     // A KV pool of 2 pages (32 tokens): a longer prompt fits the context (512) but not the pool.
     const model: Model = await loadModel(bundledModelDir, { kvPages: 2 });
     const engine = new Engine({ models: { model } });
     const small = await createServer({ target: { engine, model, modelDir: bundledModelDir } });
     const surl = await small.listen({ port: 0 });
     const complete = async (): Promise<{ status: number; error: Record<string, unknown> }> => {
-      const r = await fetch(`${surl}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: MODEL, prompt: "1+".repeat(40), max_tokens: 4 }) });
+      const r = await fetch(`${surl}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: MODEL, prompt: "1+".repeat(40), max_tokens: 4 }),
+      });
       return { status: r.status, error: ((await r.json()) as { error: Record<string, unknown> }).error };
     };
     try {
@@ -291,10 +420,17 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
   });
 
   it("404 for an unknown model, 401 for a bad key, 503 + Retry-After when the queue is full", async () => {
-    await expect(client.chat.completions.create({ model: "gpt-9", messages: ask() })).rejects.toMatchObject({ status: 404, error: { code: "model_not_found", param: "model" } });
+    await expect(client.chat.completions.create({ model: "gpt-9", messages: ask() })).rejects.toMatchObject({
+      status: 404,
+      error: { code: "model_not_found", param: "model" },
+    });
     const model: Model = await loadModel(bundledModelDir);
     const engine = new Engine({ models: { model }, maxBatchSeqs: 1 });
-    const guarded = await createServer({ target: { engine, model, modelDir: bundledModelDir }, apiKey: "sekret", maxQueue: 1 });
+    const guarded = await createServer({
+      target: { engine, model, modelDir: bundledModelDir },
+      apiKey: "sekret",
+      maxQueue: 1,
+    });
     const gurl = await guarded.listen({ port: 0 });
     try {
       const bad = new OpenAI({ baseURL: `${gurl}/v1`, apiKey: "wrong", maxRetries: 0 });
@@ -302,11 +438,22 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
       expect((await fetch(`${gurl}/health`)).status).toBe(200); // only /v1 needs the key
       const good = new OpenAI({ baseURL: `${gurl}/v1`, apiKey: "sekret", maxRetries: 0 });
       // One running (maxBatchSeqs 1), one waiting: the queue is full.
-      const running = good.chat.completions.create({ model: MODEL, messages: ask(), max_tokens: 400, temperature: 1, seed: 1, ignore_eos: true } as never);
+      const running = good.chat.completions.create({
+        model: MODEL,
+        messages: ask(),
+        max_tokens: 400,
+        temperature: 1,
+        seed: 1,
+        ignore_eos: true,
+      } as never);
       await until(() => engine.metrics().running === 1, "the first request to run");
       const waiting = good.chat.completions.create({ model: MODEL, messages: ask(), max_tokens: 4 });
       await until(() => engine.metrics().waiting === 1, "the second request to wait");
-      const r = await fetch(`${gurl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: "Bearer sekret" }, body: JSON.stringify({ model: MODEL, messages: ask() }) });
+      const r = await fetch(`${gurl}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: "Bearer sekret" },
+        body: JSON.stringify({ model: MODEL, messages: ask() }),
+      });
       expect(r.status).toBe(503);
       expect(r.headers.get("retry-after")).toBe("1");
       expect(((await r.json()) as { error: { type: string } }).error.type).toBe("service_unavailable_error");
@@ -322,23 +469,45 @@ describe("errors: OpenAI's nested body, the right status, the field named", () =
 describe("disconnects and metrics", () => {
   it("a client that disconnects aborts its request and frees its pages; other streams finish untouched", async () => {
     const engine = engineOf(server);
-    const other = client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, stream: true });
-    const leavers = Array.from({ length: 6 }, (_, i) =>
-      new Promise<void>((resolve, reject) => {
-        const req = httpRequest(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
-          let seen = 0;
-          res.on("data", () => {
-            if (++seen === 2 + i) {
-              req.destroy();
-              resolve();
-            }
-          });
-          res.on("error", () => undefined);
-        });
-        req.on("error", () => undefined);
-        req.end(JSON.stringify({ model: MODEL, messages: ask(), temperature: 1, seed: i, max_tokens: 400, ignore_eos: true, stream: true }));
-        setTimeout(() => reject(new Error("no chunks")), 20_000);
-      }),
+    const other = client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+      stream: true,
+    });
+    const leavers = Array.from(
+      { length: 6 },
+      (_, i) =>
+        new Promise<void>((resolve, reject) => {
+          const req = httpRequest(
+            `${url}/v1/chat/completions`,
+            { method: "POST", headers: { "content-type": "application/json" } },
+            (res) => {
+              let seen = 0;
+              res.on("data", () => {
+                if (++seen === 2 + i) {
+                  req.destroy();
+                  resolve();
+                }
+              });
+              res.on("error", () => undefined);
+            },
+          );
+          req.on("error", () => undefined);
+          req.end(
+            JSON.stringify({
+              model: MODEL,
+              messages: ask(),
+              temperature: 1,
+              seed: i,
+              max_tokens: 400,
+              ignore_eos: true,
+              stream: true,
+            }),
+          );
+          setTimeout(() => reject(new Error("no chunks")), 20_000);
+        }),
     );
     await Promise.all(leavers);
     let text = "";
@@ -363,17 +532,31 @@ describe("disconnects and metrics", () => {
     const before = await parse();
     const label = `{model_name="${MODEL}"}`;
     const get = (m: Map<string, number>, k: string): number => m.get(k) ?? 0;
-    const r = await client.chat.completions.create({ model: MODEL, messages: ask(), temperature: 0, max_tokens: 300, n: 2 });
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+      n: 2,
+    });
     const after = await parse();
-    expect(get(after, `vllm:generation_tokens_total${label}`) - get(before, `vllm:generation_tokens_total${label}`)).toBe(r.usage!.completion_tokens);
-    expect(get(after, `vllm:prompt_tokens_total${label}`) - get(before, `vllm:prompt_tokens_total${label}`)).toBe(r.usage!.prompt_tokens);
+    expect(
+      get(after, `vllm:generation_tokens_total${label}`) - get(before, `vllm:generation_tokens_total${label}`),
+    ).toBe(r.usage!.completion_tokens);
+    expect(get(after, `vllm:prompt_tokens_total${label}`) - get(before, `vllm:prompt_tokens_total${label}`)).toBe(
+      r.usage!.prompt_tokens,
+    );
     const stop = `vllm:request_success_total{model_name="${MODEL}",finished_reason="stop"}`;
     expect(get(after, stop) - get(before, stop)).toBe(2);
-    expect(get(after, `vllm:e2e_request_latency_seconds_count${label}`) - get(before, `vllm:e2e_request_latency_seconds_count${label}`)).toBe(1);
+    expect(
+      get(after, `vllm:e2e_request_latency_seconds_count${label}`) -
+        get(before, `vllm:e2e_request_latency_seconds_count${label}`),
+    ).toBe(1);
     expect(get(after, `vllm:time_to_first_token_seconds_count${label}`)).toBeGreaterThan(0);
     expect(get(after, `vllm:inter_token_latency_seconds_count${label}`)).toBeGreaterThan(0);
     expect(get(after, `vllm:prefix_cache_queries_total${label}`)).toBeGreaterThan(0);
-    for (const k of ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"]) expect(after.has(k + label), k).toBe(true);
+    for (const k of ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"])
+      expect(after.has(k + label), k).toBe(true);
     expect(get(after, `deliberate:programs_running${label}`)).toBe(0);
     expect([...after.keys()].some((k) => k.startsWith("deliberate:tokens_saved_total"))).toBe(true);
   });

@@ -86,7 +86,9 @@ describe("arith levels", () => {
   it("renders the chat completion: steps, a re-check of every step, the boxed answer", () => {
     const p = problemFromExpression("12*(7+5)-9", 3);
     expect(p.question).toBe("What is 12*(7+5)-9?");
-    expect(completionOf(p)).toBe("<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\ncheck: 12-5=7\n</think> \\boxed{135}");
+    expect(completionOf(p)).toBe(
+      "<think>7+5=12\n12*12=144\n144-9=135\ncheck: 135+9=144\ncheck: 12*12=144\ncheck: 12-5=7\n</think> \\boxed{135}",
+    );
     for (const q of problemSet({ split: "test", n: 50, seed: 0 })) {
       const c = completionOf(q, new Rng(1));
       expect(c.endsWith(`</think> \\boxed{${q.answer}}`)).toBe(true);
@@ -98,7 +100,9 @@ describe("arith levels", () => {
       expect(checks * 2).toBe(lines);
       expect(checks).toBeGreaterThanOrEqual(q.steps.length);
       expect(checks).toBeLessThanOrEqual(2 * q.steps.length + products);
-      expect(completionOf(q, new Rng(1), { splitProducts: 0, splitSums: 0 }).split("\n").length - 1).toBe(2 * q.steps.length);
+      expect(completionOf(q, new Rng(1), { splitProducts: 0, splitSums: 0 }).split("\n").length - 1).toBe(
+        2 * q.steps.length,
+      );
       expect(verifyThought(c.slice(0, c.indexOf("</think>"))).every((v) => v === true)).toBe(true);
       // The last step before the check lines yields the answer.
       const body = c.slice("<think>".length, c.indexOf("</think>")).trim().split("\n");
@@ -120,19 +124,45 @@ describe("arith levels", () => {
     expect(orders.size).toBeGreaterThan(20);
     // Products with a multi-digit right operand may be split over its leading place.
     const split = new Set<string>();
-    for (let i = 0; i < 200; i++) split.add(randomSteps(parse("68*23"), rng, { splitProducts: 0.5 }).map(renderStep).join(" "));
-    expect([...split].sort()).toEqual(["23*60=1380 23*8=184 1380+184=1564", "23*68=1564", "68*20=1360 68*3=204 1360+204=1564", "68*23=1564"]);
-    expect(partialProducts({ left: 7, op: "*", right: 345, result: 2415 }).map(renderStep)).toEqual(["7*300=2100", "7*45=315", "2100+315=2415"]);
+    for (let i = 0; i < 200; i++)
+      split.add(randomSteps(parse("68*23"), rng, { splitProducts: 0.5 }).map(renderStep).join(" "));
+    expect([...split].sort()).toEqual([
+      "23*60=1380 23*8=184 1380+184=1564",
+      "23*68=1564",
+      "68*20=1360 68*3=204 1360+204=1564",
+      "68*23=1564",
+    ]);
+    expect(partialProducts({ left: 7, op: "*", right: 345, result: 2415 }).map(renderStep)).toEqual([
+      "7*300=2100",
+      "7*45=315",
+      "2100+315=2415",
+    ]);
     expect(partialProducts({ left: 7, op: "*", right: 300, result: 2100 }).map(renderStep)).toEqual(["7*300=2100"]);
-    expect(partialSums({ left: 17043, op: "-", right: 509, result: 16534 }).map(renderStep)).toEqual(["17043-500=16543", "16543-9=16534"]);
-    expect(partialSums({ left: -93, op: "+", right: 25, result: -68 }).map(renderStep)).toEqual(["-93+20=-73", "-73+5=-68"]);
+    expect(partialSums({ left: 17043, op: "-", right: 509, result: 16534 }).map(renderStep)).toEqual([
+      "17043-500=16543",
+      "16543-9=16534",
+    ]);
+    expect(partialSums({ left: -93, op: "+", right: 25, result: -68 }).map(renderStep)).toEqual([
+      "-93+20=-73",
+      "-73+5=-68",
+    ]);
     expect(partialSums({ left: 82, op: "+", right: -1054, result: -972 }).map(renderStep)).toEqual(["82+(-1054)=-972"]);
     expect(partialSums({ left: 8, op: "-", right: 40, result: -32 }).map(renderStep)).toEqual(["8-40=-32"]);
     const sums = new Set<string>();
-    for (let i = 0; i < 200; i++) sums.add(randomSteps(parse("755+34"), rng, { splitSums: 1 }).map(renderStep).join(" "));
+    for (let i = 0; i < 200; i++)
+      sums.add(randomSteps(parse("755+34"), rng, { splitSums: 1 }).map(renderStep).join(" "));
     expect([...sums].sort()).toEqual(["34+700=734 734+55=789", "755+30=785 785+4=789"]);
-    expect(partialProducts({ left: -7, op: "*", right: 12, result: -84 }).map(renderStep)).toEqual(["-7*10=-70", "-7*2=-14", "-70+(-14)=-84"]);
-    expect(checkStep({ left: 144, op: "-", right: 9, result: 135 })).toEqual({ left: 135, op: "+", right: 9, result: 144 });
+    expect(partialProducts({ left: -7, op: "*", right: 12, result: -84 }).map(renderStep)).toEqual([
+      "-7*10=-70",
+      "-7*2=-14",
+      "-70+(-14)=-84",
+    ]);
+    expect(checkStep({ left: 144, op: "-", right: 9, result: 135 })).toEqual({
+      left: 135,
+      op: "+",
+      right: 9,
+      result: 144,
+    });
     expect(checkStep({ left: 7, op: "*", right: 3, result: 21 })).toEqual({ left: 3, op: "*", right: 7, result: 21 });
   });
 });

@@ -20,17 +20,27 @@ describe("tiny-reasoner HF files", () => {
     const ids = tok.encode("12345+67890", { addSpecialTokens: false });
     expect(ids.length).toBe(11);
     expect(new Set(ids.slice(0, 10)).size).toBe(10);
-    expect(tok.encode("</think> \\boxed{", { addSpecialTokens: false }).map((i) => tok.idToToken(i))).toEqual(["</think>", " ", "\\boxed{"]);
+    expect(tok.encode("</think> \\boxed{", { addSpecialTokens: false }).map((i) => tok.idToToken(i))).toEqual([
+      "</think>",
+      " ",
+      "\\boxed{",
+    ]);
     const text = "<think>7+5=12\n</think> \\boxed{12}";
     expect(tok.decode(tok.encode(text, { addSpecialTokens: false }))).toBe(text);
-    expect(tok.decode(tok.encode(text, { addSpecialTokens: false }), { skipSpecialTokens: true })).toBe("7+5=12\n \\boxed{12}");
+    expect(tok.decode(tok.encode(text, { addSpecialTokens: false }), { skipSpecialTokens: true })).toBe(
+      "7+5=12\n \\boxed{12}",
+    );
   });
 
   it("renders chats with bos, role markers and eos after the assistant turn", async () => {
     const tok = await ModelTokenizer.load(dir);
     expect(tok.bosTokenId).toBe(1);
     expect(tok.eosTokenIds).toEqual([2]);
-    const prompt = tok.applyChatTemplate([{ role: "user", content: "What is 1+2?" }], { addGenerationPrompt: true, bosToken: "<|bos|>", eosToken: "<|eos|>" });
+    const prompt = tok.applyChatTemplate([{ role: "user", content: "What is 1+2?" }], {
+      addGenerationPrompt: true,
+      bosToken: "<|bos|>",
+      eosToken: "<|eos|>",
+    });
     expect(prompt).toBe("<|bos|><|user|>What is 1+2?<|assistant|>");
     const full = tok.applyChatTemplate(
       [

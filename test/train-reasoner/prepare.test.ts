@@ -27,7 +27,9 @@ describe("probe examples", () => {
       const c = probeCompletion(p, lines, rng);
       const pre = c.slice(0, c.indexOf("</think>"));
       // The cut is `pre`, or `pre` less the newline the suffix adds to a cut inside a line.
-      const cut = [pre, pre.replace(/\n$/, "")].find((x) => full.startsWith(x) && x.length >= head.length && x + defaultProbeSuffix(x) + `${p.answer}}` === c);
+      const cut = [pre, pre.replace(/\n$/, "")].find(
+        (x) => full.startsWith(x) && x.length >= head.length && x + defaultProbeSuffix(x) + `${p.answer}}` === c,
+      );
       expect(cut, c).toBeDefined();
       if (!cut!.endsWith("\n")) midLine++;
     }

@@ -38,7 +38,15 @@ describe("models/tiny-reasoner", () => {
 
   it("solves most level-1 test problems greedily", async () => {
     const problems = arithTask.problems({ split: "test", n: 20, seed: 0 }).filter((p) => p.level === 1);
-    const results = await runEval({ generator, task: arithTask, problems, program: parseProgram("greedy"), seed: 0, maxTokens: 96, concurrency: 4 });
+    const results = await runEval({
+      generator,
+      task: arithTask,
+      problems,
+      program: parseProgram("greedy"),
+      seed: 0,
+      maxTokens: 96,
+      concurrency: 4,
+    });
     expect(results.filter((r) => r.correct).length).toBeGreaterThanOrEqual(3);
     expect(results.every((r) => r.extracted === 1)).toBe(true);
   });

@@ -33,7 +33,9 @@ describe("tiny-reasoner trainer", () => {
   it("samples within the nucleus: a tiny top-p is greedy, top-p 1 is plain temperature sampling", async () => {
     const tok = loadChatTokenizer(bundledModelDir);
     const m = recipeOfConfig(bundledModelDir);
-    const prompts = ["What is 37*(4+15)-8?", "What is 906-(52+7)*3?"].map((q) => tok.encodeChat([{ role: "user", content: q }] as never, true));
+    const prompts = ["What is 37*(4+15)-8?", "What is 906-(52+7)*3?"].map((q) =>
+      tok.encodeChat([{ role: "user", content: q }] as never, true),
+    );
     const o = { samples: 8, seed: 3, maxNew: 96, eos: tok.tokenId("<|eos|>") };
     const greedy = await generateWithTrainer(f32, bundledModelDir, m, prompts, { ...o, samples: 1, temperature: 0 });
     const nucleus = await generateWithTrainer(f32, bundledModelDir, m, prompts, { ...o, temperature: 2, topP: 1e-6 });
@@ -43,7 +45,30 @@ describe("tiny-reasoner trainer", () => {
   });
 
   it("reports a bad invocation as an error, not a crash", async () => {
-    await expect(run(f32, ["train", "--data", "/nonexistent.bin", "--val", "/nonexistent.bin", "--out", "/tmp/x", "--vocab", "8",
-      "--hidden", "8", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "4", "--ffn", "8"])).rejects.toThrow(/cannot open dataset/);
+    await expect(
+      run(f32, [
+        "train",
+        "--data",
+        "/nonexistent.bin",
+        "--val",
+        "/nonexistent.bin",
+        "--out",
+        "/tmp/x",
+        "--vocab",
+        "8",
+        "--hidden",
+        "8",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "4",
+        "--ffn",
+        "8",
+      ]),
+    ).rejects.toThrow(/cannot open dataset/);
   });
 });

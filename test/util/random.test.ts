@@ -28,8 +28,18 @@ describe("shuffleInPlace", () => {
     const a = Int32Array.from({ length: 50 }, (_, i) => i);
     expect(shuffleInPlace(a, mulberry32(3))).toBe(a);
     expect([...a].sort((x, y) => x - y)).toEqual(Array.from({ length: 50 }, (_, i) => i));
-    expect(a).toEqual(shuffleInPlace(Int32Array.from({ length: 50 }, (_, i) => i), mulberry32(3)));
-    expect(a).not.toEqual(shuffleInPlace(Int32Array.from({ length: 50 }, (_, i) => i), mulberry32(4)));
+    expect(a).toEqual(
+      shuffleInPlace(
+        Int32Array.from({ length: 50 }, (_, i) => i),
+        mulberry32(3),
+      ),
+    );
+    expect(a).not.toEqual(
+      shuffleInPlace(
+        Int32Array.from({ length: 50 }, (_, i) => i),
+        mulberry32(4),
+      ),
+    );
   });
 
   it("keeps the determinism CLI's companion order for a seed", () => {

@@ -6,7 +6,13 @@ import { decide, type PolicySpec } from "./policies.js";
 /** One program's run to its cap, recorded after every round. steps[k] is the state after `used` knob units
  * (default k + 1: one unit per round); the last step is the cap. */
 export interface ProgramTrace {
-  steps: ReadonlyArray<{ certaindex: number; answer: string | null; tokensUsed: number; lengthSignal?: number; used?: number }>;
+  steps: ReadonlyArray<{
+    certaindex: number;
+    answer: string | null;
+    tokensUsed: number;
+    lengthSignal?: number;
+    used?: number;
+  }>;
 }
 
 export interface PolicyOutcome {
@@ -15,20 +21,34 @@ export interface PolicyOutcome {
 }
 
 /** Replays a trace under a policy: the program stops at the first step the policy denies. */
-export function replay(policy: PolicySpec, trace: ProgramTrace): { stepIndex: number; answer: string | null; tokensUsed: number } {
+export function replay(
+  policy: PolicySpec,
+  trace: ProgramTrace,
+): { stepIndex: number; answer: string | null; tokensUsed: number } {
   const n = trace.steps.length;
   if (n === 0) throw new RangeError("replay: a trace needs at least one step");
   const max = trace.steps[n - 1].used ?? n;
   for (let k = 0; k < n; k++) {
     const s = trace.steps[k];
-    const d = decide(policy, { certaindex: s.certaindex, used: s.used ?? k + 1, max, tokensUsed: s.tokensUsed, lengthSignal: s.lengthSignal });
+    const d = decide(policy, {
+      certaindex: s.certaindex,
+      used: s.used ?? k + 1,
+      max,
+      tokensUsed: s.tokensUsed,
+      lengthSignal: s.lengthSignal,
+    });
     if (!d.grant) return { stepIndex: k, answer: s.answer, tokensUsed: s.tokensUsed };
   }
   const last = trace.steps[n - 1];
   return { stepIndex: n - 1, answer: last.answer, tokensUsed: last.tokensUsed };
 }
 
-export function evaluatePolicy(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], equivalent: AnswerEquivalence = exactMatch): PolicyOutcome {
+export function evaluatePolicy(
+  policy: PolicySpec,
+  traces: readonly ProgramTrace[],
+  labels: readonly string[],
+  equivalent: AnswerEquivalence = exactMatch,
+): PolicyOutcome {
   if (traces.length !== labels.length) throw new RangeError(`got ${traces.length} traces but ${labels.length} labels`);
   let correct = 0;
   let tokens = 0;
@@ -51,7 +71,12 @@ export interface CalibrationResult {
 }
 
 /** Questions the trace's last step (the cap) answers right and `policy` answers wrong. */
-export function countRegressions(policy: PolicySpec, traces: readonly ProgramTrace[], labels: readonly string[], equivalent: AnswerEquivalence = exactMatch): number {
+export function countRegressions(
+  policy: PolicySpec,
+  traces: readonly ProgramTrace[],
+  labels: readonly string[],
+  equivalent: AnswerEquivalence = exactMatch,
+): number {
   let lost = 0;
   traces.forEach((t, i) => {
     const full = t.steps[t.steps.length - 1]?.answer ?? null;
@@ -98,7 +123,13 @@ export function calibrate(
   }
   const maxRegressions = opts.maxRegressions ?? Infinity;
   if (!(maxRegressions >= 0)) throw new RangeError(`calibrate: maxRegressions must be ≥ 0, got ${opts.maxRegressions}`);
-  let best: CalibrationResult = { policy: { kind: "baseline-even" }, outcome: baseline, baseline, tokenSavings: 0, regressions: 0 };
+  let best: CalibrationResult = {
+    policy: { kind: "baseline-even" },
+    outcome: baseline,
+    baseline,
+    tokenSavings: 0,
+    regressions: 0,
+  };
   for (const detectAt of [...detectAts].sort((a, b) => a - b)) {
     for (const threshold of [...values].sort((a, b) => a - b)) {
       const policy: PolicySpec = { kind, threshold, detectAt };
@@ -106,7 +137,13 @@ export function calibrate(
       if (outcome.accuracy < floor || outcome.meanTokens >= best.outcome.meanTokens) continue;
       const regressions = Number.isFinite(maxRegressions) ? countRegressions(policy, traces, labels, eq) : 0;
       if (regressions > maxRegressions) continue;
-      best = { policy, outcome, baseline, tokenSavings: baseline.meanTokens > 0 ? 1 - outcome.meanTokens / baseline.meanTokens : 0, regressions };
+      best = {
+        policy,
+        outcome,
+        baseline,
+        tokenSavings: baseline.meanTokens > 0 ? 1 - outcome.meanTokens / baseline.meanTokens : 0,
+        regressions,
+      };
     }
   }
   if (!Number.isFinite(maxRegressions)) best.regressions = countRegressions(best.policy, traces, labels, eq);
@@ -143,7 +180,11 @@ export function staircaseCurve(steps: ReadonlyArray<{ used: number; threshold: n
  * value seen, a few passes), keeping the setting only when it is cheaper and still meets the accuracy floor and
  * `maxRegressions`. The result is a curve policy (staircaseCurve) and never costs more than the single threshold.
  */
-export function calibrateStaircase(traces: readonly ProgramTrace[], labels: readonly string[], opts: CalibrateOptions = {}): CalibrationResult {
+export function calibrateStaircase(
+  traces: readonly ProgramTrace[],
+  labels: readonly string[],
+  opts: CalibrateOptions = {},
+): CalibrationResult {
   const eq = opts.equivalent ?? exactMatch;
   const single = calibrate(traces, labels, { ...opts, kind: "threshold" });
   const max = Math.max(...traces.map((t) => t.steps[t.steps.length - 1].used ?? t.steps.length));
@@ -210,12 +251,26 @@ export function calibrateStaircase(traces: readonly ProgramTrace[], labels: read
     }
     if (!improved) break;
   }
-  const policy = staircaseCurve(used.map((u, i) => ({ used: u, threshold: th[i] })), max);
+  const policy = staircaseCurve(
+    used.map((u, i) => ({ used: u, threshold: th[i] })),
+    max,
+  );
   const outcome = evaluatePolicy(policy, traces, labels, eq);
   const regressions = countRegressions(policy, traces, labels, eq);
   // The curve must replay exactly as the staircase did; if a rounding edge made it differ, keep the single threshold.
-  if (Math.abs(outcome.meanTokens - best.meanTokens) > 1e-6 || outcome.accuracy < floor || regressions > maxRegressions || outcome.meanTokens >= single.outcome.meanTokens) {
+  if (
+    Math.abs(outcome.meanTokens - best.meanTokens) > 1e-6 ||
+    outcome.accuracy < floor ||
+    regressions > maxRegressions ||
+    outcome.meanTokens >= single.outcome.meanTokens
+  ) {
     return single;
   }
-  return { policy, outcome, baseline: single.baseline, tokenSavings: single.baseline.meanTokens > 0 ? 1 - outcome.meanTokens / single.baseline.meanTokens : 0, regressions };
+  return {
+    policy,
+    outcome,
+    baseline: single.baseline,
+    tokenSavings: single.baseline.meanTokens > 0 ? 1 - outcome.meanTokens / single.baseline.meanTokens : 0,
+    regressions,
+  };
 }

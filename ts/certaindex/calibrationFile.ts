@@ -66,7 +66,9 @@ export interface LoadedCalibration {
 /** SHA-256 (hex) of a model folder's weights (every *.safetensors file, in name order). */
 export function modelFingerprint(modelDir: string): string {
   const h = createHash("sha256");
-  const files = readdirSync(modelDir).filter((f) => f.endsWith(".safetensors")).sort();
+  const files = readdirSync(modelDir)
+    .filter((f) => f.endsWith(".safetensors"))
+    .sort();
   if (files.length === 0) throw new Error(`${modelDir}: no .safetensors file to fingerprint`);
   for (const f of files) h.update(readFileSync(join(modelDir, f)));
   return h.digest("hex");
@@ -94,7 +96,8 @@ function checkOutcome(o: unknown, where: string): CalibrationOutcome {
   const x = o as Record<string, unknown> | null;
   if (x === null || typeof x !== "object") throw new Error(`${where}: missing validation outcome`);
   for (const k of ["n", "accuracy", "meanTokens", "baselineAccuracy", "baselineMeanTokens", "tokenSavings"]) {
-    if (typeof x[k] !== "number" || !Number.isFinite(x[k])) throw new Error(`${where}.validation.${k} must be a number`);
+    if (typeof x[k] !== "number" || !Number.isFinite(x[k]))
+      throw new Error(`${where}.validation.${k} must be a number`);
   }
   return x as unknown as CalibrationOutcome;
 }
@@ -103,16 +106,20 @@ function checkProgram(p: unknown, where: string): ProgramCalibration {
   const x = p as Record<string, unknown> | null;
   if (x === null || typeof x !== "object") throw new Error(`${where} must be an object`);
   const policy = x.policy as PolicySpec | undefined;
-  if (policy === undefined || typeof policy !== "object" || typeof (policy as { kind?: unknown }).kind !== "string") throw new Error(`${where}.policy is missing`);
-  if (!["threshold", "curve", "baseline-even", "baseline-length"].includes(policy.kind)) throw new Error(`${where}.policy.kind "${policy.kind}" is unknown`);
+  if (policy === undefined || typeof policy !== "object" || typeof (policy as { kind?: unknown }).kind !== "string")
+    throw new Error(`${where}.policy is missing`);
+  if (!["threshold", "curve", "baseline-even", "baseline-length"].includes(policy.kind))
+    throw new Error(`${where}.policy.kind "${policy.kind}" is unknown`);
   try {
     validatePolicy(policy);
   } catch (e) {
     throw new Error(`${where}.policy: ${(e as Error).message}`);
   }
   const settings = x.settings as Record<string, unknown> | undefined;
-  if (settings === undefined || typeof settings !== "object" || settings === null) throw new Error(`${where}.settings is missing`);
-  for (const [k, v] of Object.entries(settings)) if (typeof v !== "number" || !Number.isFinite(v)) throw new Error(`${where}.settings.${k} must be a number`);
+  if (settings === undefined || typeof settings !== "object" || settings === null)
+    throw new Error(`${where}.settings is missing`);
+  for (const [k, v] of Object.entries(settings))
+    if (typeof v !== "number" || !Number.isFinite(v)) throw new Error(`${where}.settings.${k} must be a number`);
   checkOutcome(x.validation, where);
   return x as unknown as ProgramCalibration;
 }
@@ -125,8 +132,10 @@ export function parseCalibration(text: string, file = "calibration"): Calibratio
   } catch (e) {
     throw new Error(`${file}: not JSON (${(e as Error).message})`);
   }
-  if (j === null || typeof j !== "object" || j.format !== CALIBRATION_FORMAT) throw new Error(`${file}: not a certaindex calibration (format must be "${CALIBRATION_FORMAT}")`);
-  if (j.version !== 1) throw new Error(`${file}: calibration version ${String(j.version)} is not supported (expected 1)`);
+  if (j === null || typeof j !== "object" || j.format !== CALIBRATION_FORMAT)
+    throw new Error(`${file}: not a certaindex calibration (format must be "${CALIBRATION_FORMAT}")`);
+  if (j.version !== 1)
+    throw new Error(`${file}: calibration version ${String(j.version)} is not supported (expected 1)`);
   const model = j.model as { sha256?: unknown } | undefined;
   if (!model || typeof model.sha256 !== "string") throw new Error(`${file}: model.sha256 is missing`);
   const programs = j.programs as Record<string, unknown> | undefined;
@@ -141,7 +150,10 @@ export function parseCalibration(text: string, file = "calibration"): Calibratio
 }
 
 /** Reads the calibration for `modelDir` (explicit `file`, else found by findCalibrationFile); null when none. */
-export function loadCalibration(modelDir: string, opts: { file?: string; bundledDir?: string } = {}): LoadedCalibration | null {
+export function loadCalibration(
+  modelDir: string,
+  opts: { file?: string; bundledDir?: string } = {},
+): LoadedCalibration | null {
   const file = opts.file ?? findCalibrationFile(modelDir, opts.bundledDir);
   if (file === null) return null;
   if (!existsSync(file)) throw new Error(`calibration file ${file} not found`);
@@ -150,7 +162,11 @@ export function loadCalibration(modelDir: string, opts: { file?: string; bundled
 }
 
 /** The calibrated policy and settings for one program at a knob cap (SC: the per-cap entry when there is one). */
-export function programCalibration(c: CalibrationFile, kind: "sc" | "cot-probe" | "rebase" | "mcts", cap?: number): ProgramCalibration | undefined {
+export function programCalibration(
+  c: CalibrationFile,
+  kind: "sc" | "cot-probe" | "rebase" | "mcts",
+  cap?: number,
+): ProgramCalibration | undefined {
   if (kind === "sc" && cap !== undefined) {
     const entry = c.scByCap?.[String(cap)];
     if (entry) return entry;

@@ -50,10 +50,13 @@ export function decide(policy: PolicySpec, s: ProgramSnapshot): Decision {
       if (s.used >= policy.detectAt && s.certaindex >= policy.threshold) return { grant: false, reason: "certain" };
       return { grant: true, reason: "continue" };
     case "baseline-length":
-      if (s.used >= policy.detectAt && (s.lengthSignal ?? 0) >= policy.threshold) return { grant: false, reason: "certain" };
+      if (s.used >= policy.detectAt && (s.lengthSignal ?? 0) >= policy.threshold)
+        return { grant: false, reason: "certain" };
       return { grant: true, reason: "continue" };
     case "curve":
-      return s.used < curveLimit(policy.points, s.certaindex) ? { grant: true, reason: "continue" } : { grant: false, reason: "curve" };
+      return s.used < curveLimit(policy.points, s.certaindex)
+        ? { grant: true, reason: "continue" }
+        : { grant: false, reason: "curve" };
     default:
       return policy satisfies never;
   }
@@ -69,7 +72,8 @@ export function validatePolicy(p: PolicySpec): PolicySpec {
   }
   if (p.kind === "curve") {
     if (p.points.length === 0) bad("needs at least one point");
-    for (let i = 1; i < p.points.length; i++) if (p.points[i][0] < p.points[i - 1][0]) bad("points must be sorted by certaindex");
+    for (let i = 1; i < p.points.length; i++)
+      if (p.points[i][0] < p.points[i - 1][0]) bad("points must be sorted by certaindex");
   }
   return p;
 }

@@ -13,7 +13,19 @@
 import { InvalidOptionError } from "../errors/index.js";
 
 /** Words that mark a probe answer as a guess rather than a conclusion (matched as whole words, any case). */
-export const DEFAULT_HESITATION_WORDS: readonly string[] = ["wait", "hmm", "hold", "but", "maybe", "perhaps", "unsure", "not sure", "double-check", "recheck", "alternatively"];
+export const DEFAULT_HESITATION_WORDS: readonly string[] = [
+  "wait",
+  "hmm",
+  "hold",
+  "but",
+  "maybe",
+  "perhaps",
+  "unsure",
+  "not sure",
+  "double-check",
+  "recheck",
+  "alternatively",
+];
 
 export interface ProbeRule {
   /** How many of the latest probes the check looks at, w (default 3). */
@@ -28,9 +40,13 @@ export const DEFAULT_PROBE_RULE: ProbeRule = { window: 3, hesitationWords: DEFAU
 
 /** The rule's `agree`, checked: an integer in [1, window] (absent: window). */
 export function agreeCount(rule: ProbeRule): number {
-  if (!Number.isInteger(rule.window) || rule.window < 1) throw new InvalidOptionError(`probe window must be an integer ≥ 1, got ${rule.window}`, { field: "probe.window" });
+  if (!Number.isInteger(rule.window) || rule.window < 1)
+    throw new InvalidOptionError(`probe window must be an integer ≥ 1, got ${rule.window}`, { field: "probe.window" });
   const agree = rule.agree ?? rule.window;
-  if (!Number.isInteger(agree) || agree < 1 || agree > rule.window) throw new InvalidOptionError(`probe agree must be an integer in [1, window = ${rule.window}], got ${agree}`, { field: "probe.agree" });
+  if (!Number.isInteger(agree) || agree < 1 || agree > rule.window)
+    throw new InvalidOptionError(`probe agree must be an integer in [1, window = ${rule.window}], got ${agree}`, {
+      field: "probe.agree",
+    });
   return agree;
 }
 
@@ -44,7 +60,10 @@ export function hasHesitation(text: string, words: readonly string[] = DEFAULT_H
 }
 
 /** A probe answer counts only when it is non-empty after trimming and free of hesitation words. */
-export function isConfidentProbe(answer: string | null | undefined, rule: ProbeRule = DEFAULT_PROBE_RULE): answer is string {
+export function isConfidentProbe(
+  answer: string | null | undefined,
+  rule: ProbeRule = DEFAULT_PROBE_RULE,
+): answer is string {
   return answer != null && answer.trim() !== "" && !hasHesitation(answer, rule.hesitationWords);
 }
 
@@ -52,7 +71,10 @@ export function isConfidentProbe(answer: string | null | undefined, rule: ProbeR
  * How many of the last `window` probes are confident and equal to the latest (the latest counted; 0 when the latest
  * is not confident): w · C_k in the paper's terms.
  */
-export function agreeingProbes(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): number {
+export function agreeingProbes(
+  probes: readonly (string | null | undefined)[],
+  rule: ProbeRule = DEFAULT_PROBE_RULE,
+): number {
   agreeCount(rule);
   if (probes.length === 0) return 0;
   const latest = probes[probes.length - 1];
@@ -63,14 +85,20 @@ export function agreeingProbes(probes: readonly (string | null | undefined)[], r
 }
 
 /** Exit when at least `agree` of the last `window` probes are confident and equal to the latest (see the header). */
-export function shouldExitOnProbes(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): boolean {
+export function shouldExitOnProbes(
+  probes: readonly (string | null | undefined)[],
+  rule: ProbeRule = DEFAULT_PROBE_RULE,
+): boolean {
   return agreeingProbes(probes, rule) >= agreeCount(rule);
 }
 
 /**
  * Probe certaindex in [0, 1]: min(1, agreeing probes / agree). Reaches 1 exactly when shouldExitOnProbes is true.
  */
-export function probeCertaindex(probes: readonly (string | null | undefined)[], rule: ProbeRule = DEFAULT_PROBE_RULE): number {
+export function probeCertaindex(
+  probes: readonly (string | null | undefined)[],
+  rule: ProbeRule = DEFAULT_PROBE_RULE,
+): number {
   const agree = agreeCount(rule);
   const agreeing = agreeingProbes(probes, rule);
   return agreeing >= agree ? 1 : agreeing / agree;

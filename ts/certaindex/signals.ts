@@ -14,7 +14,10 @@ export interface AnswerCluster {
 }
 
 /** Groups answers into clusters of equivalent answers, largest first (ties: first seen). Empty answers are dropped. */
-export function clusterAnswers(answers: readonly (string | null | undefined)[], equivalent: AnswerEquivalence = exactMatch): AnswerCluster[] {
+export function clusterAnswers(
+  answers: readonly (string | null | undefined)[],
+  equivalent: AnswerEquivalence = exactMatch,
+): AnswerCluster[] {
   const clusters: AnswerCluster[] = [];
   for (const a of answers) {
     if (a == null || a.trim() === "") continue;
@@ -22,7 +25,10 @@ export function clusterAnswers(answers: readonly (string | null | undefined)[], 
     if (c) c.count++;
     else clusters.push({ answer: a.trim(), count: 1 });
   }
-  return clusters.map((c, i) => ({ c, i })).sort((x, y) => y.c.count - x.c.count || x.i - y.i).map((x) => x.c);
+  return clusters
+    .map((c, i) => ({ c, i }))
+    .sort((x, y) => y.c.count - x.c.count || x.i - y.i)
+    .map((x) => x.c);
 }
 
 /** A majority vote: the largest cluster's answer (ties: the first seen), or null when no sample had an answer. */
@@ -33,7 +39,10 @@ export interface Vote {
 }
 
 /** Self-consistency's vote over sampled answers (the one copy of the rule: programs and eval use it). */
-export function majorityVote(answers: readonly (string | null | undefined)[], equivalent: AnswerEquivalence = exactMatch): Vote {
+export function majorityVote(
+  answers: readonly (string | null | undefined)[],
+  equivalent: AnswerEquivalence = exactMatch,
+): Vote {
   const clusters = clusterAnswers(answers, equivalent);
   return { answer: clusters[0]?.answer ?? null, votes: clusters[0]?.count ?? 0, clusters };
 }
@@ -47,7 +56,10 @@ export interface WeightedVote {
 }
 
 /** The weighted majority (reward-weighted for tree search, confidence-weighted for DeepConf): one copy of the rule. */
-export function weightedMajority(items: ReadonlyArray<{ answer: string | null | undefined; weight: number }>, equivalent: AnswerEquivalence = exactMatch): WeightedVote {
+export function weightedMajority(
+  items: ReadonlyArray<{ answer: string | null | undefined; weight: number }>,
+  equivalent: AnswerEquivalence = exactMatch,
+): WeightedVote {
   const groups: Array<{ answer: string; weight: number }> = [];
   let total = 0;
   for (const { answer, weight } of items) {
@@ -76,7 +88,10 @@ export function measureOf(c: ConfidenceReport, measure: ConfidenceMeasure): numb
  * answer holds, in [0, 1]; 0 when nothing carries weight. Each vote's weight is its trace's confidence measure
  * (lowest group, bottom 10% or tail confidence).
  */
-export function confidenceCertaindex(votes: ReadonlyArray<{ answer: string | null | undefined; weight: number }>, equivalent: AnswerEquivalence = exactMatch): number {
+export function confidenceCertaindex(
+  votes: ReadonlyArray<{ answer: string | null | undefined; weight: number }>,
+  equivalent: AnswerEquivalence = exactMatch,
+): number {
   const v = weightedMajority(votes, equivalent);
   return v.total > 0 ? v.weight / v.total : 0;
 }
@@ -86,7 +101,10 @@ export function confidenceCertaindex(votes: ReadonlyArray<{ answer: string | nul
  * of the cluster distribution. 1 when all n agree, 0 when all differ. Samples without an answer count towards n
  * (each as its own cluster): a branch that failed to answer is evidence of uncertainty. n < 2 gives 0.
  */
-export function entropyCertaindex(answers: readonly (string | null | undefined)[], equivalent: AnswerEquivalence = exactMatch): number {
+export function entropyCertaindex(
+  answers: readonly (string | null | undefined)[],
+  equivalent: AnswerEquivalence = exactMatch,
+): number {
   const n = answers.length;
   if (n < 2) return 0;
   const clusters = clusterAnswers(answers, equivalent);
@@ -104,7 +122,8 @@ export function entropyCertaindex(answers: readonly (string | null | undefined)[
 /** Reward-based certaindex: aggregate of per-branch rewards in [0, 1] (mean for MCTS, max for Rebase). */
 export function rewardCertaindex(rewards: readonly number[], aggregate: "mean" | "max"): number {
   if (rewards.length === 0) return 0;
-  for (const r of rewards) if (!(r >= 0 && r <= 1)) throw new RangeError(`reward ${r} is outside [0, 1]; normalise rewards first`);
+  for (const r of rewards)
+    if (!(r >= 0 && r <= 1)) throw new RangeError(`reward ${r} is outside [0, 1]; normalise rewards first`);
   return aggregate === "max" ? Math.max(...rewards) : rewards.reduce((s, r) => s + r, 0) / rewards.length;
 }
 
@@ -116,7 +135,8 @@ export interface ThresholdedSignal {
 
 /** A program option's per-signal threshold, checked at the boundary (`field` names the option in the message). */
 export function checkThreshold(field: string, threshold: number): number {
-  if (!(threshold >= 0 && threshold <= 1)) throw new InvalidOptionError(`${field} must be in [0, 1] (0 turns the signal off), got ${threshold}`, { field });
+  if (!(threshold >= 0 && threshold <= 1))
+    throw new InvalidOptionError(`${field} must be in [0, 1] (0 turns the signal off), got ${threshold}`, { field });
   return threshold;
 }
 
@@ -126,7 +146,8 @@ const JUST_BELOW_ONE = 1 - 2 ** -53;
 /** How far one signal is towards its threshold: 1 when value ≥ threshold, else value / threshold (< 1). */
 function progress({ value, threshold }: ThresholdedSignal): number {
   if (!(threshold >= 0 && threshold <= 1)) throw new RangeError(`certaindex threshold ${threshold} is outside [0, 1]`);
-  if (!(value >= 0 && value <= 1)) throw new RangeError(`certaindex signal ${value} is outside [0, 1]; normalise it first`);
+  if (!(value >= 0 && value <= 1))
+    throw new RangeError(`certaindex signal ${value} is outside [0, 1]; normalise it first`);
   if (value >= threshold) return 1;
   return Math.min(value / threshold, JUST_BELOW_ONE);
 }

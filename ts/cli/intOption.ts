@@ -2,6 +2,7 @@
 export function intOption(name: string, raw: string | undefined, lo: number, hi: number): number | undefined {
   if (raw === undefined) return undefined;
   const v = Number(raw);
-  if (raw.trim() === "" || !Number.isInteger(v) || v < lo || v > hi) throw new Error(`--${name} must be an integer in [${lo}, ${hi}], got '${raw}'`);
+  if (raw.trim() === "" || !Number.isInteger(v) || v < lo || v > hi)
+    throw new Error(`--${name} must be an integer in [${lo}, ${hi}], got '${raw}'`);
   return v;
 }

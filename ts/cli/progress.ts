@@ -14,7 +14,9 @@ export function progressBar(total: number, label: string, stream: NodeJS.WriteSt
     const filled = Math.round((width * done) / total);
     const secs = (Date.now() - started) / 1000;
     const eta = done > 0 ? (secs * (total - done)) / done : 0;
-    stream.write(`\r${label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${done}/${total}  ${secs.toFixed(0)}s elapsed, ~${eta.toFixed(0)}s left `);
+    stream.write(
+      `\r${label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${done}/${total}  ${secs.toFixed(0)}s elapsed, ~${eta.toFixed(0)}s left `,
+    );
   };
   draw(0);
   return {

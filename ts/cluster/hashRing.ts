@@ -23,7 +23,10 @@ export class HashRing {
   private readonly owners: string[];
   readonly members: readonly string[];
 
-  constructor(members: Iterable<string>, readonly virtualNodes = 64) {
+  constructor(
+    members: Iterable<string>,
+    readonly virtualNodes = 64,
+  ) {
     this.members = [...new Set(members)].sort();
     const pts: { at: number; id: string }[] = [];
     for (const id of this.members) for (let v = 0; v < virtualNodes; v++) pts.push({ at: hash32(`${id}#${v}`), id });

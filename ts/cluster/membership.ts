@@ -16,7 +16,9 @@ async function openBucket(nc: NatsConnection): Promise<KV> {
     // One value per key; a dead replica's key expires a minute after its last put.
     return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000 });
   } catch (e) {
-    throw new Error(`cluster: cannot open the NATS KV bucket ${REPLICA_BUCKET} (${(e as Error).message}); the NATS server must run with JetStream on (nats-server -js)`);
+    throw new Error(
+      `cluster: cannot open the NATS KV bucket ${REPLICA_BUCKET} (${(e as Error).message}); the NATS server must run with JetStream on (nats-server -js)`,
+    );
   }
 }
 
@@ -37,14 +39,21 @@ export class ReplicaRegistration {
    * Opens the bucket and claims `id`: if its key exists and is still being written (another replica heartbeats under
    * it), refuses. The check watches the key's revision for 2.5 heartbeats, so no clock is compared.
    */
-  static async open(nc: NatsConnection, id: string, report: () => Omit<ReplicaReport, "seq">, heartbeatMs = DEFAULT_HEARTBEAT_MS): Promise<ReplicaRegistration> {
+  static async open(
+    nc: NatsConnection,
+    id: string,
+    report: () => Omit<ReplicaReport, "seq">,
+    heartbeatMs = DEFAULT_HEARTBEAT_MS,
+  ): Promise<ReplicaRegistration> {
     const kv = await openBucket(nc);
     const first = await kv.get(id);
     if (first !== null && first.operation === "PUT") {
       await new Promise((r) => setTimeout(r, heartbeatMs * 2.5));
       const again = await kv.get(id);
       if (again !== null && again.operation === "PUT" && again.revision !== first.revision) {
-        throw new Error(`cluster: replica id '${id}' is taken by a live replica (its heartbeat is still being written); pass another --replica-id, or wait until it leaves`);
+        throw new Error(
+          `cluster: replica id '${id}' is taken by a live replica (its heartbeat is still being written); pass another --replica-id, or wait until it leaves`,
+        );
       }
     }
     const r = new ReplicaRegistration(nc, kv, id, report);
@@ -229,7 +238,11 @@ export class ClusterView {
   /** The live replicas, as routing sees them (stale ones swept first). */
   replicas(): ReplicaView[] {
     this.sweep();
-    return [...this.members.values()].map((m) => ({ report: m.report, inFlight: m.inFlight, programsInFlight: new Set(m.programsInFlight.keys()) }));
+    return [...this.members.values()].map((m) => ({
+      report: m.report,
+      inFlight: m.inFlight,
+      programsInFlight: new Set(m.programsInFlight.keys()),
+    }));
   }
 
   has(id: string): boolean {

@@ -35,7 +35,9 @@ export async function connectCluster(url: string, name: string): Promise<NatsCon
   try {
     return await connect({ servers: url, name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
   } catch (e) {
-    throw new Error(`cluster: cannot connect to NATS at ${url} (${(e as Error).message}); start one with \`nats-server -js\` or pass --cluster with its URL`);
+    throw new Error(
+      `cluster: cannot connect to NATS at ${url} (${(e as Error).message}); start one with \`nats-server -js\` or pass --cluster with its URL`,
+    );
   }
 }
 
@@ -79,10 +81,14 @@ class ProgramTracker {
 
 /** Registers `server` (already listening at `address`) as a replica and serves the requests routers send it. */
 export async function joinCluster(server: DeliberateServer, options: JoinClusterOptions): Promise<ClusterMember> {
-  const id = options.id ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-")}-${process.pid}-${randomBytes(3).toString("hex")}`;
+  const id =
+    options.id ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-")}-${process.pid}-${randomBytes(3).toString("hex")}`;
   if (!ID_RE.test(id)) throw new Error(`cluster: replica id '${id}' may hold only letters, digits, - and _`);
   const owned = typeof options.cluster === "string";
-  const nc = typeof options.cluster === "string" ? await connectCluster(options.cluster, `deliberate-replica-${id}`) : options.cluster;
+  const nc =
+    typeof options.cluster === "string"
+      ? await connectCluster(options.cluster, `deliberate-replica-${id}`)
+      : options.cluster;
   const programs = new ProgramTracker(options.programIdleMs ?? 60_000);
   const startedAt = Date.now();
   let draining = false;

@@ -10,8 +10,24 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "../server/errors.js";
 import { ClusterView, DEFAULT_STALE_MS, type Dispatch } from "./membership.js";
 import { connectCluster } from "./replica.js";
-import { programIdOf, promptPrefix, RingCache, route, type RouteDecision, type RouteKey, type RoutingPolicy } from "./routing.js";
-import { cancelSubject, endToEndHeaders, MAX_REQUEST_BYTES, NoResponderError, QUIET_MS, TunnelCall, type TunnelResponse } from "./transport.js";
+import {
+  programIdOf,
+  promptPrefix,
+  RingCache,
+  route,
+  type RouteDecision,
+  type RouteKey,
+  type RoutingPolicy,
+} from "./routing.js";
+import {
+  cancelSubject,
+  endToEndHeaders,
+  MAX_REQUEST_BYTES,
+  NoResponderError,
+  QUIET_MS,
+  TunnelCall,
+  type TunnelResponse,
+} from "./transport.js";
 
 export interface RouterOptions {
   /** NATS server URL, or a connection to use (not closed by close()). */
@@ -37,15 +53,40 @@ export interface DeliberateRouter {
 }
 
 const replicaLost = (message: string, replica?: string): ApiError =>
-  new ApiError(502, message, "server_error", null, "replica_lost", replica === undefined ? {} : { "x-deliberate-replica": replica });
+  new ApiError(
+    502,
+    message,
+    "server_error",
+    null,
+    "replica_lost",
+    replica === undefined ? {} : { "x-deliberate-replica": replica },
+  );
 
 /** Router metrics: what went where, and what failed. */
 class RouterMetrics {
   readonly registry = new Registry();
-  readonly routed = new Counter({ name: "deliberate_router_requests_total", help: "Requests forwarded, by replica and routing reason", labelNames: ["replica", "reason"], registers: [this.registry] });
-  readonly rerouted = new Counter({ name: "deliberate_router_rerouted_total", help: "Requests sent to another replica after the first could not take them", registers: [this.registry] });
-  readonly failed = new Counter({ name: "deliberate_router_failed_total", help: "Requests that failed in the router, by cause", labelNames: ["cause"], registers: [this.registry] });
-  readonly replicas = new Gauge({ name: "deliberate_router_replicas", help: "Live replicas in the router's view", registers: [this.registry] });
+  readonly routed = new Counter({
+    name: "deliberate_router_requests_total",
+    help: "Requests forwarded, by replica and routing reason",
+    labelNames: ["replica", "reason"],
+    registers: [this.registry],
+  });
+  readonly rerouted = new Counter({
+    name: "deliberate_router_rerouted_total",
+    help: "Requests sent to another replica after the first could not take them",
+    registers: [this.registry],
+  });
+  readonly failed = new Counter({
+    name: "deliberate_router_failed_total",
+    help: "Requests that failed in the router, by cause",
+    labelNames: ["cause"],
+    registers: [this.registry],
+  });
+  readonly replicas = new Gauge({
+    name: "deliberate_router_replicas",
+    help: "Live replicas in the router's view",
+    registers: [this.registry],
+  });
 }
 
 /** The body as the client sent it (forwarded byte for byte: no re-serialisation, no precision lost). */
@@ -56,7 +97,8 @@ interface RawBodyRequest extends FastifyRequest {
 /** Creates the router app; it routes as soon as this resolves (the view holds the bucket's entries). */
 export async function createRouter(options: RouterOptions): Promise<DeliberateRouter> {
   const owned = typeof options.cluster === "string";
-  const nc = typeof options.cluster === "string" ? await connectCluster(options.cluster, "deliberate-router") : options.cluster;
+  const nc =
+    typeof options.cluster === "string" ? await connectCluster(options.cluster, "deliberate-router") : options.cluster;
   const view = await ClusterView.open(nc, options.staleMs ?? DEFAULT_STALE_MS);
   const policy = options.policy ?? "affinity";
   const loadFactor = options.loadFactor ?? 1.25;
@@ -65,7 +107,8 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const rings = new RingCache();
   /** Calls in flight, with what they count on their replica. */
   const calls = new Map<TunnelCall, Dispatch>();
-  const begin = (call: TunnelCall, programId: string | undefined): void => void calls.set(call, view.dispatched(call.replicaId, programId));
+  const begin = (call: TunnelCall, programId: string | undefined): void =>
+    void calls.set(call, view.dispatched(call.replicaId, programId));
   const end = (call: TunnelCall): void => {
     const d = calls.get(call);
     if (d === undefined) return;
@@ -75,7 +118,12 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   let turn = 0;
 
   view.onLeave((id, reason, last) => {
-    const why = reason === "left" ? "it shut down" : reason === "heartbeat-stale" ? "its heartbeat stopped" : "nothing listens on its subject any more";
+    const why =
+      reason === "left"
+        ? "it shut down"
+        : reason === "heartbeat-stale"
+          ? "its heartbeat stopped"
+          : "nothing listens on its subject any more";
     const programs = new Set(last.programs);
     for (const [call, d] of calls) {
       if (call.replicaId !== id) continue;
@@ -90,7 +138,12 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const quietSweep = setInterval(() => {
     const now = Date.now();
     for (const call of calls.keys()) {
-      if (now - call.lastFrameAt > QUIET_MS) call.abandon(new Error(`replica ${call.replicaId} sent nothing for ${QUIET_MS / 1000} s (frames lost, or it hangs); retry the request`));
+      if (now - call.lastFrameAt > QUIET_MS)
+        call.abandon(
+          new Error(
+            `replica ${call.replicaId} sent nothing for ${QUIET_MS / 1000} s (frames lost, or it hangs); retry the request`,
+          ),
+        );
     }
   }, 500);
   quietSweep.unref();
@@ -101,18 +154,28 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     try {
       done(null, (body as string).length === 0 ? undefined : JSON.parse(body as string));
     } catch (e) {
-      done(new ApiError(400, `the body is not valid JSON: ${(e as Error).message}`, "invalid_request_error"), undefined);
+      done(
+        new ApiError(400, `the body is not valid JSON: ${(e as Error).message}`, "invalid_request_error"),
+        undefined,
+      );
     }
   });
   app.addHook("onRequest", async (request) => {
-    if (options.apiKey !== undefined && request.url.startsWith("/v1") && (request.headers.authorization ?? "") !== `Bearer ${options.apiKey}`) throw unauthorized();
+    if (
+      options.apiKey !== undefined &&
+      request.url.startsWith("/v1") &&
+      (request.headers.authorization ?? "") !== `Bearer ${options.apiKey}`
+    )
+      throw unauthorized();
   });
   app.setErrorHandler((e, _request, reply) => {
     const err = toApiError(e);
     void reply.status(err.status).headers(err.headers).send(err.body());
   });
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send(new ApiError(404, `no route ${request.method} ${request.url}`, "not_found_error").body());
+    void reply
+      .status(404)
+      .send(new ApiError(404, `no route ${request.method} ${request.url}`, "not_found_error").body());
   });
 
   /** The decision for a request, or the error a client gets when no replica can take it. */
@@ -120,8 +183,10 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     const replicas = view.replicas();
     const d = route(replicas, key, { policy, loadFactor, exclude, turn: turn++, rings });
     if (d !== null) return d;
-    if (replicas.length === 0) throw unavailable("no replica is live in the cluster; start one with `deliberate serve --cluster <url>`", 1);
-    if (replicas.some((r) => r.report.loading)) throw unavailable("a replica is still loading its model; retry shortly", 2);
+    if (replicas.length === 0)
+      throw unavailable("no replica is live in the cluster; start one with `deliberate serve --cluster <url>`", 1);
+    if (replicas.some((r) => r.report.loading))
+      throw unavailable("a replica is still loading its model; retry shortly", 2);
     const models = [...new Set(replicas.map((r) => r.report.model))];
     if (key.model !== undefined && !models.includes(key.model)) throw modelNotFound(key.model, models);
     throw unavailable("every replica serving this model is draining or has failed this request; retry shortly", 1);
@@ -142,7 +207,14 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
       }
       if (attempt > 0) metrics.rerouted.inc();
       metrics.routed.labels(d.replica, d.reason).inc();
-      const call = new TunnelCall(nc, d.replica, { rid: randomUUID(), method: request.method, path: request.url, headers: endToEndHeaders(request.headers), body, programId: key.programId });
+      const call = new TunnelCall(nc, d.replica, {
+        rid: randomUUID(),
+        method: request.method,
+        path: request.url,
+        headers: endToEndHeaders(request.headers),
+        body,
+        programId: key.programId,
+      });
       begin(call, key.programId);
       // A client gone before the response starts (a long non-streamed request) aborts the replica's work too.
       reply.raw.on("close", () => {
@@ -189,7 +261,8 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     if (sse) raw.socket?.setNoDelay(true);
     try {
       for await (const chunk of res.body) {
-        if (!raw.write(chunk) && !raw.destroyed) await new Promise<void>((resolve) => (raw.once("drain", resolve), raw.once("close", resolve)));
+        if (!raw.write(chunk) && !raw.destroyed)
+          await new Promise<void>((resolve) => (raw.once("drain", resolve), raw.once("close", resolve)));
       }
       raw.end();
     } catch (e) {
@@ -205,7 +278,11 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const generation = (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const body = request.body as Record<string, unknown> | undefined;
     const model = typeof body?.model === "string" ? body.model : undefined;
-    return forward(request, reply, { model, programId: programIdOf(body, request.headers), prefix: promptPrefix(body, prefixChars) });
+    return forward(request, reply, {
+      model,
+      programId: programIdOf(body, request.headers),
+      prefix: promptPrefix(body, prefixChars),
+    });
   };
   const byModel = (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const model = (request.body as { model?: unknown } | undefined)?.model;
@@ -221,7 +298,13 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
     const body = Buffer.from((request as RawBodyRequest).rawBody ?? "");
     let notFound = false;
     for (const r of view.replicas()) {
-      const call = new TunnelCall(nc, r.report.id, { rid: randomUUID(), method: "POST", path: request.url, headers: endToEndHeaders(request.headers), body });
+      const call = new TunnelCall(nc, r.report.id, {
+        rid: randomUUID(),
+        method: "POST",
+        path: request.url,
+        headers: endToEndHeaders(request.headers),
+        body,
+      });
       begin(call, undefined); // counted, so a replica that leaves or goes quiet ends it
       let res: TunnelResponse;
       try {
@@ -238,7 +321,13 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
       }
       return pipe(reply, call, res);
     }
-    if (notFound) throw new ApiError(404, "no replica is running a chat completion with this id (it finished, or never ran)", "not_found_error", "id");
+    if (notFound)
+      throw new ApiError(
+        404,
+        "no replica is running a chat completion with this id (it finished, or never ran)",
+        "not_found_error",
+        "id",
+      );
     throw unavailable("no replica is live in the cluster", 1);
   });
 
@@ -251,15 +340,30 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
       models.set(r.report.model, m);
     }
     const created = Math.floor(Date.now() / 1000);
-    return { object: "list", data: [...models].map(([id, m]) => ({ id, object: "model", created, owned_by: "deliberate", max_model_len: m.maxModelLen, replicas: m.replicas })) };
+    return {
+      object: "list",
+      data: [...models].map(([id, m]) => ({
+        id,
+        object: "model",
+        created,
+        owned_by: "deliberate",
+        max_model_len: m.maxModelLen,
+        replicas: m.replicas,
+      })),
+    };
   });
-  app.get("/health", async (_request, reply) => reply.status(view.replicas().some((r) => !r.report.draining) ? 200 : 503).send());
+  app.get("/health", async (_request, reply) =>
+    reply.status(view.replicas().some((r) => !r.report.draining) ? 200 : 503).send(),
+  );
   app.get("/metrics", async (_request, reply) => {
     metrics.replicas.set(view.replicas().length);
     return reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics());
   });
   /** Our extension: the live replicas' reports, as the router sees them. */
-  app.get("/cluster", async () => ({ policy, replicas: view.replicas().map((r) => ({ ...r.report, inFlight: r.inFlight })) }));
+  app.get("/cluster", async () => ({
+    policy,
+    replicas: view.replicas().map((r) => ({ ...r.report, inFlight: r.inFlight })),
+  }));
 
   let closed = false;
   return {

@@ -77,9 +77,15 @@ export function loadOf(r: ReplicaView): number {
 }
 
 /** Replicas that may take a request for `model`: serving it, not draining, not excluded; sorted by id. */
-export function eligible(replicas: readonly ReplicaView[], model: string | undefined, exclude?: ReadonlySet<string>): ReplicaView[] {
+export function eligible(
+  replicas: readonly ReplicaView[],
+  model: string | undefined,
+  exclude?: ReadonlySet<string>,
+): ReplicaView[] {
   return replicas
-    .filter((r) => !r.report.draining && (model === undefined || r.report.model === model) && !exclude?.has(r.report.id))
+    .filter(
+      (r) => !r.report.draining && (model === undefined || r.report.model === model) && !exclude?.has(r.report.id),
+    )
     .sort((a, b) => (a.report.id < b.report.id ? -1 : a.report.id > b.report.id ? 1 : 0));
 }
 
@@ -155,7 +161,8 @@ export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteO
         }
         return placed;
       }
-      if (key.prefix !== undefined && key.prefix.length > 0) return ringRoute(rs, `prefix:${key.prefix}`, o, "prefix-ring");
+      if (key.prefix !== undefined && key.prefix.length > 0)
+        return ringRoute(rs, `prefix:${key.prefix}`, o, "prefix-ring");
       const order = byLoad(rs);
       return { replica: order[0], reason: "least-load", order };
     }
@@ -166,7 +173,8 @@ export function route(replicas: readonly ReplicaView[], key: RouteKey, o: RouteO
 
 /** The program id a request carries: body `program_id`, else header x-program-id. */
 export function programIdOf(body: unknown, headers: Record<string, string | string[] | undefined>): string | undefined {
-  const fromBody = typeof body === "object" && body !== null ? (body as { program_id?: unknown }).program_id : undefined;
+  const fromBody =
+    typeof body === "object" && body !== null ? (body as { program_id?: unknown }).program_id : undefined;
   if (typeof fromBody === "string" && fromBody.length > 0) return fromBody;
   const h = headers["x-program-id"];
   return typeof h === "string" && h.length > 0 ? h : undefined;
@@ -180,7 +188,12 @@ export function promptPrefix(body: unknown, chars: number): string | undefined {
   if (Array.isArray(b.messages)) {
     text = b.messages
       .map((m: { role?: unknown; content?: unknown }) => {
-        const c = typeof m?.content === "string" ? m.content : Array.isArray(m?.content) ? m.content.map((p: { text?: unknown }) => (typeof p?.text === "string" ? p.text : "")).join("") : "";
+        const c =
+          typeof m?.content === "string"
+            ? m.content
+            : Array.isArray(m?.content)
+              ? m.content.map((p: { text?: unknown }) => (typeof p?.text === "string" ? p.text : "")).join("")
+              : "";
         return `${String(m?.role)}:${c}\n`;
       })
       .join("");

@@ -11,7 +11,14 @@
 // that gave the replica up sends "<rid> moved" for each request it had there and "forget <program ids>" for the
 // programs it saw there: they live elsewhere now, so the replica stops reporting them should it come back.
 import http from "node:http";
-import { createInbox, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import {
+  createInbox,
+  headers as natsHeaders,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type Subscription,
+} from "@nats-io/transport-node";
 
 export const FRAME_BYTES = 256 * 1024;
 /** NATS's default max_payload is 1 MiB; a request body must fit in one message beside its headers. */
@@ -35,11 +42,22 @@ export interface TunnelRequest {
 }
 
 /** Headers that describe one hop's connection, not the message (RFC 9110 §7.6.1), plus those recomputed per hop. */
-const HOP_HEADERS = new Set(["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer", "host", "content-length"]);
+const HOP_HEADERS = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+  "te",
+  "trailer",
+  "host",
+  "content-length",
+]);
 
 export function endToEndHeaders(h: http.IncomingHttpHeaders): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP_HEADERS.has(k)) out[k] = Array.isArray(v) ? v.join(", ") : v;
+  for (const [k, v] of Object.entries(h))
+    if (v !== undefined && !HOP_HEADERS.has(k)) out[k] = Array.isArray(v) ? v.join(", ") : v;
   return out;
 }
 
@@ -60,7 +78,14 @@ function readRequest(msg: Msg): TunnelRequest {
   const path = h?.get("path");
   if (!rid || !method || !path) throw new Error("the tunnelled request lacks its rid, method or path header");
   const programId = h!.get("program-id") || undefined;
-  return { rid, method, path, headers: JSON.parse(h!.get("http-headers") || "{}") as Record<string, string>, body: msg.data, programId };
+  return {
+    rid,
+    method,
+    path,
+    headers: JSON.parse(h!.get("http-headers") || "{}") as Record<string, string>,
+    body: msg.data,
+    programId,
+  };
 }
 
 // ---- replica side ----
@@ -82,7 +107,12 @@ export interface TunnelHandlers {
  * Serves tunnelled requests for `replicaId` against the HTTP server at `localUrl` (e.g. http://127.0.0.1:8000).
  * Returns a function that stops serving: no new request at once, those in flight finish (up to graceMs).
  */
-export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: string, handlers: TunnelHandlers): (graceMs?: number) => Promise<void> {
+export function serveTunnel(
+  nc: NatsConnection,
+  replicaId: string,
+  localUrl: string,
+  handlers: TunnelHandlers,
+): (graceMs?: number) => Promise<void> {
   const agent = new http.Agent({ keepAlive: true });
   interface Open {
     req: http.ClientRequest;
@@ -113,11 +143,19 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
     try {
       r = readRequest(msg);
     } catch (e) {
-      frame({ reply, seq: 0, lastSentAt: 0 }, "error", `the replica could not read the tunnelled request: ${(e as Error).message}`);
+      frame(
+        { reply, seq: 0, lastSentAt: 0 },
+        "error",
+        `the replica could not read the tunnelled request: ${(e as Error).message}`,
+      );
       return;
     }
     const hooks = handlers.onRequest(r);
-    const req = http.request(new URL(r.path, localUrl), { method: r.method, headers: { ...r.headers, "content-length": String(r.body.length) }, agent });
+    const req = http.request(new URL(r.path, localUrl), {
+      method: r.method,
+      headers: { ...r.headers, "content-length": String(r.body.length) },
+      agent,
+    });
     const o: Open = { req, hooks, cancelled: false, reply, seq: 0, lastSentAt: Date.now() };
     open.set(r.rid, o);
     const finish = (): void => {
@@ -145,7 +183,9 @@ export function serveTunnel(nc: NatsConnection, replicaId: string, localUrl: str
     req.end(r.body);
   };
 
-  const httpSub = nc.subscribe(httpSubject(replicaId), { callback: (err, msg) => void (err ? undefined : handle(msg)) });
+  const httpSub = nc.subscribe(httpSubject(replicaId), {
+    callback: (err, msg) => void (err ? undefined : handle(msg)),
+  });
   const cancelSub = nc.subscribe(cancelSubject(replicaId), {
     callback: (err, msg) => {
       if (err) return;
@@ -220,7 +260,12 @@ export class TunnelCall {
     const seq = msg.headers?.get("seq");
     // A no-responders status carries no seq; every frame of ours does, numbered from 0 without gaps.
     if (seq !== undefined && seq !== "") {
-      if (Number(seq) !== this.nextSeq) return this.fail(new Error(`frames from replica ${this.replicaId} were lost (got #${seq}, expected #${this.nextSeq}); retry the request`));
+      if (Number(seq) !== this.nextSeq)
+        return this.fail(
+          new Error(
+            `frames from replica ${this.replicaId} were lost (got #${seq}, expected #${this.nextSeq}); retry the request`,
+          ),
+        );
       this.nextSeq++;
       if (msg.headers?.get("kind") === "ping") return;
     }

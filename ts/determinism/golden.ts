@@ -29,8 +29,19 @@ export interface GoldenFile {
   outputs: { index: number; hash: string; tokens: number[] }[];
 }
 
-export function makeGolden(model: string, provenance: Provenance, params: Record<string, unknown>, outputs: readonly (readonly number[])[]): GoldenFile {
-  return { version: GOLDEN_VERSION, model, provenance, params, outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })) };
+export function makeGolden(
+  model: string,
+  provenance: Provenance,
+  params: Record<string, unknown>,
+  outputs: readonly (readonly number[])[],
+): GoldenFile {
+  return {
+    version: GOLDEN_VERSION,
+    model,
+    provenance,
+    params,
+    outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })),
+  };
 }
 
 export function parseGolden(text: string, fileName: string): GoldenFile {
@@ -42,12 +53,21 @@ export function parseGolden(text: string, fileName: string): GoldenFile {
   }
   if (g === null || typeof g !== "object") throw new Error(`${fileName}: not a golden file; record one with --record`);
   if ((g.version as number) === 1) {
-    throw new Error(`${fileName} was recorded without the model hash, device and kernel configuration (version 1); re-record it with --record`);
+    throw new Error(
+      `${fileName} was recorded without the model hash, device and kernel configuration (version 1); re-record it with --record`,
+    );
   }
   if ((g.version as number) === 2) {
-    throw new Error(`${fileName} was recorded without the native knobs in effect, the KV dtype and the verify settings (version 2); re-record it with --record`);
+    throw new Error(
+      `${fileName} was recorded without the native knobs in effect, the KV dtype and the verify settings (version 2); re-record it with --record`,
+    );
   }
-  if (g.version !== GOLDEN_VERSION || !Array.isArray(g.outputs) || typeof g.provenance?.modelHash !== "string" || typeof g.provenance.kernels !== "object") {
+  if (
+    g.version !== GOLDEN_VERSION ||
+    !Array.isArray(g.outputs) ||
+    typeof g.provenance?.modelHash !== "string" ||
+    typeof g.provenance.kernels !== "object"
+  ) {
     throw new Error(`${fileName}: unsupported golden file (version ${String(g.version)}); re-record it with --record`);
   }
   return g;
@@ -67,7 +87,13 @@ export interface CheckGoldenOptions {
  * Throws unless a run with `provenance` and `params` may be compared with `g`: the same model always, the same device
  * and kernel configuration unless allowDeviceChange, the same parameters. Cheap: call it before a long run.
  */
-export function checkProvenance(g: GoldenFile, provenance: Provenance, params: Record<string, unknown>, fileName: string, options: CheckGoldenOptions = {}): void {
+export function checkProvenance(
+  g: GoldenFile,
+  provenance: Provenance,
+  params: Record<string, unknown>,
+  fileName: string,
+  options: CheckGoldenOptions = {},
+): void {
   const diff = compareProvenance(g.provenance, provenance);
   if (diff.model) {
     throw new Error(
@@ -82,7 +108,9 @@ export function checkProvenance(g: GoldenFile, provenance: Provenance, params: R
     );
   }
   if (JSON.stringify(g.params) !== JSON.stringify(params)) {
-    throw new Error(`${fileName} was recorded with ${JSON.stringify(g.params)} but this run uses ${JSON.stringify(params)}; use the same flags or re-record`);
+    throw new Error(
+      `${fileName} was recorded with ${JSON.stringify(g.params)} but this run uses ${JSON.stringify(params)}; use the same flags or re-record`,
+    );
   }
 }
 
@@ -96,10 +124,12 @@ export function checkGolden(
   options: CheckGoldenOptions = {},
 ): GoldenMismatch[] {
   checkProvenance(g, provenance, params, fileName, options);
-  if (g.outputs.length !== outputs.length) throw new Error(`${fileName} holds ${g.outputs.length} outputs but the prompts file has ${outputs.length} prompts`);
+  if (g.outputs.length !== outputs.length)
+    throw new Error(`${fileName} holds ${g.outputs.length} outputs but the prompts file has ${outputs.length} prompts`);
   const bad: GoldenMismatch[] = [];
   outputs.forEach((t, i) => {
-    if (hashTokens(t) !== g.outputs[i].hash) bad.push({ index: i, firstDivergence: firstDivergence(g.outputs[i].tokens, t) });
+    if (hashTokens(t) !== g.outputs[i].hash)
+      bad.push({ index: i, firstDivergence: firstDivergence(g.outputs[i].tokens, t) });
   });
   return bad;
 }

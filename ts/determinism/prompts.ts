@@ -6,7 +6,8 @@ export type PromptSpec = { text: string; promptIds?: undefined } | { promptIds: 
 export function parsePromptsFile(content: string, fileName = "prompts file"): PromptSpec[] {
   const lines = content.split(/\r?\n/);
   const nonEmpty = lines.map((l, i) => ({ l, i })).filter(({ l }) => l.trim() !== "");
-  if (nonEmpty.length === 0) throw new Error(`${fileName} has no prompts: write one prompt per line, or JSONL with "prompt" or "promptIds"`);
+  if (nonEmpty.length === 0)
+    throw new Error(`${fileName} has no prompts: write one prompt per line, or JSONL with "prompt" or "promptIds"`);
   const jsonl = nonEmpty.every(({ l }) => l.trimStart().startsWith("{"));
   if (!jsonl) return nonEmpty.map(({ l }) => ({ text: l }));
   return nonEmpty.map(({ l, i }) => {
@@ -19,7 +20,11 @@ export function parsePromptsFile(content: string, fileName = "prompts file"): Pr
     }
     const o = obj as { prompt?: unknown; promptIds?: unknown };
     if (typeof o.prompt === "string" && o.prompt !== "") return { text: o.prompt };
-    if (Array.isArray(o.promptIds) && o.promptIds.length > 0 && o.promptIds.every((t) => Number.isInteger(t) && t >= 0)) {
+    if (
+      Array.isArray(o.promptIds) &&
+      o.promptIds.length > 0 &&
+      o.promptIds.every((t) => Number.isInteger(t) && t >= 0)
+    ) {
       return { promptIds: o.promptIds as number[] };
     }
     throw new Error(`${where}: expected {"prompt": "non-empty text"} or {"promptIds": [non-negative integers]}`);

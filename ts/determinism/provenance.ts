@@ -44,7 +44,11 @@ function knobsApply(device: string): boolean {
  * from an addon that does not report them, the DL_* variables set in the environment (what it reads at load). None
  * for a model on the CPU (knobsApply).
  */
-export function kernelKnobs(report: { knobs?: Record<string, string> }, env: NodeJS.ProcessEnv = process.env, device?: DeviceKind): Record<string, string> {
+export function kernelKnobs(
+  report: { knobs?: Record<string, string> },
+  env: NodeJS.ProcessEnv = process.env,
+  device?: DeviceKind,
+): Record<string, string> {
   const out: Record<string, string> = {};
   if (device !== undefined && !knobsApply(device)) return out;
   if (report.knobs !== undefined) {
@@ -72,14 +76,18 @@ const ADDED_KNOB_DEFAULTS: Readonly<Record<string, string>> = { DL_ATTN_OVERLAP:
 /** Which parts of two provenances differ, each named with both values. */
 export function compareProvenance(recorded: Provenance, current: Provenance): ProvenanceMismatch {
   const what: string[] = [];
-  if (recorded.device !== current.device) what.push(`device: recorded on "${recorded.device}", running on "${current.device}"`);
+  if (recorded.device !== current.device)
+    what.push(`device: recorded on "${recorded.device}", running on "${current.device}"`);
   const keys = [...new Set([...Object.keys(recorded.kernels), ...Object.keys(current.kernels)])].sort();
   const knobs = knobsApply(recorded.device) || knobsApply(current.device);
   for (const k of keys) {
     if ((!knobs && k.startsWith("DL_")) || (RETIRED_KNOBS.has(k) && current.kernels[k] === undefined)) continue;
     const a = recorded.kernels[k] ?? ADDED_KNOB_DEFAULTS[k];
     const b = current.kernels[k];
-    if (a !== b) what.push(`${k}: recorded ${a === undefined ? "unset" : JSON.stringify(a)}, now ${b === undefined ? "unset" : JSON.stringify(b)}`);
+    if (a !== b)
+      what.push(
+        `${k}: recorded ${a === undefined ? "unset" : JSON.stringify(a)}, now ${b === undefined ? "unset" : JSON.stringify(b)}`,
+      );
   }
   return { model: recorded.modelHash !== current.modelHash, what };
 }

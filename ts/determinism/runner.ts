@@ -49,10 +49,17 @@ export async function runDeterminismCheck(
   for (let run = 0; run < options.runs; run++) {
     for (const load of loads) {
       onProgress?.(`run ${run + 1}/${options.runs}, load ${load}`);
-      const outs = load === 1 ? await alone(engine, targets) : await underLoad(engine, targets, load, run * 7919 + load);
+      const outs =
+        load === 1 ? await alone(engine, targets) : await underLoad(engine, targets, load, run * 7919 + load);
       outs.forEach((o, i) => {
         const d = o.determinism;
-        records[i].push({ load, tokens: o.tokens, rollbacks: d?.rollbacks ?? 0, recomputedTokens: d?.recomputedTokens ?? 0, exactTokens: d?.exactTokens ?? 0 });
+        records[i].push({
+          load,
+          tokens: o.tokens,
+          rollbacks: d?.rollbacks ?? 0,
+          recomputedTokens: d?.recomputedTokens ?? 0,
+          exactTokens: d?.exactTokens ?? 0,
+        });
       });
     }
   }
@@ -70,7 +77,12 @@ async function alone(engine: Engine, targets: readonly GenerateRequest[]): Promi
  * submission order, then more companions while targets still run. Companions are the prompts again as plain
  * requests, so they add batch-shape variation but no verification work of their own.
  */
-async function underLoad(engine: Engine, targets: readonly GenerateRequest[], load: number, seed: number): Promise<GenerationOutput[]> {
+async function underLoad(
+  engine: Engine,
+  targets: readonly GenerateRequest[],
+  load: number,
+  seed: number,
+): Promise<GenerationOutput[]> {
   const companions = shuffled(targets, seed).map((t) => ({ ...t, deterministic: false, seed: (t.seed ?? 0) + 1 }));
   type Job = { target: number } | { companion: number };
   const queue: Job[] = shuffled(
@@ -91,21 +103,24 @@ async function underLoad(engine: Engine, targets: readonly GenerateRequest[], lo
       }
       inFlight++;
       const req = "target" in job ? targets[job.target] : companions[job.companion % companions.length];
-      engine.submit(req).result.then(
-        (o) => {
-          if ("target" in job) {
-            outs[job.target] = o;
-            targetsLeft--;
-          }
-        },
-        (e: unknown) => {
-          failure ??= e;
-          if ("target" in job) targetsLeft--;
-        },
-      ).finally(() => {
-        inFlight--;
-        launch();
-      });
+      engine
+        .submit(req)
+        .result.then(
+          (o) => {
+            if ("target" in job) {
+              outs[job.target] = o;
+              targetsLeft--;
+            }
+          },
+          (e: unknown) => {
+            failure ??= e;
+            if ("target" in job) targetsLeft--;
+          },
+        )
+        .finally(() => {
+          inFlight--;
+          launch();
+        });
     };
     for (let i = 0; i < load; i++) launch();
   });

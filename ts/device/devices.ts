@@ -16,12 +16,18 @@ export function formatDevices(d: DeviceReport): string {
   if (d.cuda.available) {
     for (const g of d.cuda.devices) {
       const gib = (g.totalMemoryBytes / 2 ** 30).toFixed(1);
-      lines.push(`cuda:${g.index} ${g.name}, compute capability ${g.computeCapability}, ${gib} GiB, ${g.multiprocessors} SMs`);
+      lines.push(
+        `cuda:${g.index} ${g.name}, compute capability ${g.computeCapability}, ${gib} GiB, ${g.multiprocessors} SMs`,
+      );
     }
   } else {
     lines.push(`cuda  unavailable: ${d.cuda.reason ?? "unknown reason"}${d.cuda.compiled ? "" : " (CPU-only build)"}`);
   }
-  lines.push(`knobs ${Object.entries(d.knobs).map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  lines.push(
+    `knobs ${Object.entries(d.knobs)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ")}`,
+  );
   for (const bad of d.invalidKnobs) lines.push(`knob  ignored: ${bad} (the default applies)`);
   return lines.join("\n");
 }

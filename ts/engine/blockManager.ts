@@ -51,9 +51,17 @@ export class BlockManager {
     readonly numPages: number,
     readonly pageSize: number,
   ) {
-    if (!Number.isInteger(numPages) || numPages < 1) throw new Error(`BlockManager: numPages must be an integer >= 1, got ${numPages}`);
-    if (!Number.isInteger(pageSize) || pageSize < 1) throw new Error(`BlockManager: pageSize must be an integer >= 1, got ${pageSize}`);
-    this.pages = Array.from({ length: numPages }, (_, id) => ({ id, refCount: 0, hash: null, parentHash: ROOT_HASH, tokens: null }));
+    if (!Number.isInteger(numPages) || numPages < 1)
+      throw new Error(`BlockManager: numPages must be an integer >= 1, got ${numPages}`);
+    if (!Number.isInteger(pageSize) || pageSize < 1)
+      throw new Error(`BlockManager: pageSize must be an integer >= 1, got ${pageSize}`);
+    this.pages = Array.from({ length: numPages }, (_, id) => ({
+      id,
+      refCount: 0,
+      hash: null,
+      parentHash: ROOT_HASH,
+      tokens: null,
+    }));
     for (let id = 0; id < numPages; id++) this.freePlain.add(id);
   }
 
@@ -177,7 +185,9 @@ export class BlockManager {
    */
   commitComputed(seq: Sequence, numComputedTokens: number, cache = true): void {
     if (numComputedTokens > seq.blockTable.length * this.pageSize || numComputedTokens > seq.numTokens) {
-      throw new Error(`BlockManager.commitComputed: ${numComputedTokens} tokens exceed sequence ${seq.id}'s pages or tokens`);
+      throw new Error(
+        `BlockManager.commitComputed: ${numComputedTokens} tokens exceed sequence ${seq.id}'s pages or tokens`,
+      );
     }
     const firstPage = Math.floor(seq.numComputedTokens / this.pageSize);
     seq.setNumComputed(numComputedTokens);
@@ -196,7 +206,8 @@ export class BlockManager {
 
   /** `child` (no pages yet) shares every page of `parent`. */
   fork(parent: Sequence, child: Sequence): void {
-    if (child.blockTable.length !== 0) throw new Error(`BlockManager.fork: child sequence ${child.id} already holds pages`);
+    if (child.blockTable.length !== 0)
+      throw new Error(`BlockManager.fork: child sequence ${child.id} already holds pages`);
     for (const id of parent.blockTable) this.pages[id].refCount++;
     child.assignPages(parent.blockTable, parent.numComputedTokens);
   }

@@ -66,7 +66,9 @@ export class ConfidenceTracker {
   /** Every full window's mean, as add() computed them (the same sliding sum, re-summed every window tokens); the
    *  whole trace's mean while it is shorter than a window. */
   private groupMeans(): Float64Array {
-    const n = this.n, w = this.window, v = this.values;
+    const n = this.n,
+      w = this.window,
+      v = this.values;
     if (n < w) return Float64Array.of(this.total / n);
     const groups = new Float64Array(n - w + 1);
     let windowSum = 0;
@@ -88,15 +90,19 @@ export class ConfidenceTracker {
  */
 export function smallest(xs: Float64Array, k: number): Float64Array {
   if (xs.some(Number.isNaN) || xs.length <= 64) return xs.sort().subarray(0, k);
-  let lo = 0, hi = xs.length - 1;
+  let lo = 0,
+    hi = xs.length - 1;
   while (lo < hi) {
     // Hoare partition around the median of three; afterwards [lo, j] <= pivot <= [j + 1, hi].
     const mid = (lo + hi) >>> 1;
     const pivot = median3(xs[lo], xs[mid], xs[hi]);
-    let i = lo - 1, j = hi + 1;
+    let i = lo - 1,
+      j = hi + 1;
     for (;;) {
-      do i++; while (xs[i] < pivot);
-      do j--; while (xs[j] > pivot);
+      do i++;
+      while (xs[i] < pivot);
+      do j--;
+      while (xs[j] > pivot);
       if (i >= j) break;
       const t = xs[i];
       xs[i] = xs[j];

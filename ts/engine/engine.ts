@@ -33,7 +33,9 @@ export class Engine implements AsyncDisposable {
   private ownedModels: Model[] = [];
 
   /** Loads model folders (each with its own KV budget) and starts an engine that owns them. */
-  static async load(options: Omit<EngineOptions, "models"> & { models: EngineModelSource | EngineModelSource[] }): Promise<Engine> {
+  static async load(
+    options: Omit<EngineOptions, "models"> & { models: EngineModelSource | EngineModelSource[] },
+  ): Promise<Engine> {
     const sources = Array.isArray(options.models) ? options.models : [options.models];
     const models = await loadModels(sources);
     try {
@@ -87,14 +89,20 @@ export class Engine implements AsyncDisposable {
   /** A loaded model's tokenizer (null if loaded without one), to encode prompts exactly as submit() does. */
   tokenizer(model?: string): TextCodec | null {
     const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
-    if (!slot) throw new NotFoundError(`Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    if (!slot)
+      throw new NotFoundError(
+        `Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`,
+      );
     return slot.codec;
   }
 
   /** One model's metrics (default: the first model's) without the engine-wide throughput: cheap enough per event. */
   modelMetrics(model?: string): ModelMetrics {
     const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
-    if (!slot) throw new NotFoundError(`Engine.modelMetrics: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    if (!slot)
+      throw new NotFoundError(
+        `Engine.modelMetrics: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`,
+      );
     return slot.metrics();
   }
 
@@ -167,5 +175,4 @@ export class Engine implements AsyncDisposable {
       await yieldToEventLoop();
     }
   }
-
 }

@@ -9,7 +9,11 @@ import type { GenerateInput, Model } from "../model/model.js";
 import { Engine } from "./engine.js";
 
 /** Generates one completion. */
-export async function generate(model: Model, input: GenerateInput, params: GenerateParams = {}): Promise<GenerateResult> {
+export async function generate(
+  model: Model,
+  input: GenerateInput,
+  params: GenerateParams = {},
+): Promise<GenerateResult> {
   const it = generateStream(model, input, params);
   for (;;) {
     const r = await it.next();
@@ -21,7 +25,11 @@ export async function generate(model: Model, input: GenerateInput, params: Gener
  * Streams the completion's text deltas; the generator's return value is the result. Throws at once (not at the
  * first next()) on a disposed model, a bad prompt or bad parameters.
  */
-export function generateStream(model: Model, input: GenerateInput, params: GenerateParams = {}): AsyncGenerator<string, GenerateResult> {
+export function generateStream(
+  model: Model,
+  input: GenerateInput,
+  params: GenerateParams = {},
+): AsyncGenerator<string, GenerateResult> {
   void model.native; // the disposed guard, before any work
   const prompt = model.encode(input);
   const d = model.samplingDefaults();
@@ -57,7 +65,11 @@ async function* run(engine: Engine, handle: ReturnType<Engine["submit"]>): Async
       tokens: o.tokens,
       text: o.text,
       finishReason: o.finishReason,
-      usage: { promptTokens: o.usage.promptTokens, completionTokens: o.tokens.length, totalTokens: o.usage.promptTokens + o.tokens.length },
+      usage: {
+        promptTokens: o.usage.promptTokens,
+        completionTokens: o.tokens.length,
+        totalTokens: o.usage.promptTokens + o.tokens.length,
+      },
     };
   } finally {
     await engine.dispose();
@@ -71,7 +83,11 @@ function contextOf(model: Model): number {
 
 function seedOf(seed: number | bigint): number {
   if (typeof seed === "bigint") {
-    if (seed < 0n || seed > BigInt(Number.MAX_SAFE_INTEGER)) throw new InvalidOptionError(`generate: seed is ${seed}; expected an integer in [0, ${Number.MAX_SAFE_INTEGER}]`, { field: "generate: seed" });
+    if (seed < 0n || seed > BigInt(Number.MAX_SAFE_INTEGER))
+      throw new InvalidOptionError(
+        `generate: seed is ${seed}; expected an integer in [0, ${Number.MAX_SAFE_INTEGER}]`,
+        { field: "generate: seed" },
+      );
     return Number(seed);
   }
   return seed;

@@ -53,7 +53,7 @@ export class DeltaChannel {
   }
 
   async *read(): AsyncGenerator<StreamDelta, void, undefined> {
-    for (let i = 0; ; ) {
+    for (let i = 0; ;) {
       if (i < this.deltas.length) {
         yield this.deltas[i++];
       } else if (this.closed) {

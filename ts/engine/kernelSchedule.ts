@@ -61,8 +61,14 @@ function fastSchedule(shape: BatchShape): KernelSchedule {
   // Few GEMM rows: split K so the reduction itself is parallel work (a 1-row decode GEMM otherwise idles cores).
   const gemmSplitK =
     shape.device === "cuda"
-      ? shape.numTokens <= CUDA_MAX_ROWS_SPLIT_K ? CUDA_SPLIT_K : 1
-      : shape.numTokens >= MIN_ROWS_WITHOUT_SPLIT_K ? 1 : shape.numTokens >= 4 ? 2 : 4;
+      ? shape.numTokens <= CUDA_MAX_ROWS_SPLIT_K
+        ? CUDA_SPLIT_K
+        : 1
+      : shape.numTokens >= MIN_ROWS_WITHOUT_SPLIT_K
+        ? 1
+        : shape.numTokens >= 4
+          ? 2
+          : 4;
   // Few decode rows and long contexts: split the KV so each sequence's attention spreads over several workers.
   const byOccupancy = Math.max(1, Math.floor(TARGET_PARALLELISM / Math.max(1, shape.numDecodeSeqs)));
   const byLength = Math.max(1, Math.floor(shape.maxDecodeKvLen / MIN_KV_TOKENS_PER_SPLIT));
@@ -71,6 +77,9 @@ function fastSchedule(shape: BatchShape): KernelSchedule {
 
 export function parseKernelMode(value: string): KernelMode {
   const mode = KERNEL_MODES.find((m) => m === value);
-  if (mode === undefined) throw new InvalidOptionError(`kernelMode: unknown mode "${value}"; expected "fast" or "batch-invariant"`, { field: "kernelMode" });
+  if (mode === undefined)
+    throw new InvalidOptionError(`kernelMode: unknown mode "${value}"; expected "fast" or "batch-invariant"`, {
+      field: "kernelMode",
+    });
   return mode;
 }

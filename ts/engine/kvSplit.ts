@@ -94,7 +94,11 @@ const pagesFor = (tokens: number, pageSize: number) => Math.ceil(tokens / pageSi
 type KvShape = { bytesPerToken: number; pageSize: number };
 
 /** One generator sequence's and one verifier input's KV bytes; an Error naming the fix when the pair overflows. */
-function checkPairFits(o: Pick<KvSplitInput, "budgetBytes" | "generatorTokens" | "verifierTokens">, g: KvShape, v: KvShape): { genSeqBytes: number; verSeqBytes: number } {
+function checkPairFits(
+  o: Pick<KvSplitInput, "budgetBytes" | "generatorTokens" | "verifierTokens">,
+  g: KvShape,
+  v: KvShape,
+): { genSeqBytes: number; verSeqBytes: number } {
   const genSeqBytes = pagesFor(o.generatorTokens, g.pageSize) * g.pageSize * g.bytesPerToken;
   const verSeqBytes = pagesFor(o.verifierTokens, v.pageSize) * v.pageSize * v.bytesPerToken;
   if (genSeqBytes + verSeqBytes > o.budgetBytes) {
@@ -109,11 +113,22 @@ function checkPairFits(o: Pick<KvSplitInput, "budgetBytes" | "generatorTokens" |
 
 /** The split of `budgetBytes` with the least estimated T_tot (see the file's comment). */
 export function planKvSplit(o: KvSplitInput): KvSplitPlan {
-  for (const [k, v] of Object.entries({ budgetBytes: o.budgetBytes, n: o.n, generatorTokens: o.generatorTokens, stepTokens: o.stepTokens, verifierTokens: o.verifierTokens })) {
-    if (!(Number.isFinite(v) && v > 0)) throw new InvalidOptionError(`kvSplit: ${k} must be > 0, got ${v}`, { field: `kvSplit: ${k}` });
+  for (const [k, v] of Object.entries({
+    budgetBytes: o.budgetBytes,
+    n: o.n,
+    generatorTokens: o.generatorTokens,
+    stepTokens: o.stepTokens,
+    verifierTokens: o.verifierTokens,
+  })) {
+    if (!(Number.isFinite(v) && v > 0))
+      throw new InvalidOptionError(`kvSplit: ${k} must be > 0, got ${v}`, { field: `kvSplit: ${k}` });
   }
   const { genSeqBytes, verSeqBytes } = checkPairFits(o, o.generator, o.verifier);
-  const prefillMs = (b: number) => interpolate(o.verifier.profile.prefill.map((p) => ({ batch: p.batch, ms: (p.ms * o.verifierTokens) / p.tokens })), b);
+  const prefillMs = (b: number) =>
+    interpolate(
+      o.verifier.profile.prefill.map((p) => ({ batch: p.batch, ms: (p.ms * o.verifierTokens) / p.tokens })),
+      b,
+    );
   const decodeMs = (b: number) => interpolate(o.generator.profile.decode, b);
   const candidates: KvSplitPlan["candidates"] = [];
   let best: { prefillBatch: number; decodeBatch: number; ms: number } | null = null;
@@ -123,13 +138,16 @@ export function planKvSplit(o: KvSplitInput): KvSplitPlan {
     if (bDec < 1) break;
     const ms = Math.ceil(o.n / bPre) * prefillMs(bPre) + Math.ceil(o.n / bDec) * o.stepTokens * decodeMs(bDec);
     candidates.push({ prefillBatch: bPre, decodeBatch: bDec, ms });
-    if (best === null || ms < best.ms - 1e-9 || (Math.abs(ms - best.ms) <= 1e-9 && bDec > best.decodeBatch)) best = { prefillBatch: bPre, decodeBatch: bDec, ms };
+    if (best === null || ms < best.ms - 1e-9 || (Math.abs(ms - best.ms) <= 1e-9 && bDec > best.decodeBatch))
+      best = { prefillBatch: bPre, decodeBatch: bDec, ms };
   }
   const b = best!;
   // The verifier gets what its batch needs; the generator the rest of the budget (decode gains from any slack).
   const verifierPages = b.prefillBatch * pagesFor(o.verifierTokens, o.verifier.pageSize);
   const verifierBytes = verifierPages * o.verifier.pageSize * o.verifier.bytesPerToken;
-  const generatorPages = Math.floor((o.budgetBytes - verifierBytes) / (o.generator.pageSize * o.generator.bytesPerToken));
+  const generatorPages = Math.floor(
+    (o.budgetBytes - verifierBytes) / (o.generator.pageSize * o.generator.bytesPerToken),
+  );
   return {
     generatorBytes: generatorPages * o.generator.pageSize * o.generator.bytesPerToken,
     verifierBytes,
@@ -156,7 +174,11 @@ const PROFILE_VERSION = 1;
 
 /** Where a model's profile on a device is cached. */
 export async function profilePath(model: Model, cacheDir: string): Promise<string> {
-  return join(cacheDir, "roofline", `${(await modelHash(model.dir)).slice(0, 16)}-${model.device}-p${model.kv.pageSize}.json`);
+  return join(
+    cacheDir,
+    "roofline",
+    `${(await modelHash(model.dir)).slice(0, 16)}-${model.device}-p${model.kv.pageSize}.json`,
+  );
 }
 
 /**
@@ -167,7 +189,10 @@ export async function profilePath(model: Model, cacheDir: string): Promise<strin
 export async function profileThroughput(model: Model, o: ProfileOptions = {}): Promise<ThroughputProfile> {
   const batches = o.batches ?? [1, 2, 4, 8, 16, 32, 64];
   const tokens = o.prefillTokens ?? 64;
-  const cacheDir = o.cacheDir === false ? null : (o.cacheDir ?? process.env.DELIBERATE_CACHE_DIR ?? join(homedir(), ".cache", "deliberate"));
+  const cacheDir =
+    o.cacheDir === false
+      ? null
+      : (o.cacheDir ?? process.env.DELIBERATE_CACHE_DIR ?? join(homedir(), ".cache", "deliberate"));
   const key = JSON.stringify({ v: PROFILE_VERSION, batches, tokens });
   const path = cacheDir === null ? null : await profilePath(model, cacheDir);
   if (path !== null && existsSync(path)) {
@@ -180,10 +205,16 @@ export async function profileThroughput(model: Model, o: ProfileOptions = {}): P
   }
   const engine = new Engine({ models: { model }, maxBatchTokens: Math.max(2048, tokens * Math.max(...batches)) });
   const vocab = model.config.vocabSize;
-  const prompt = (i: number, len: number) => Array.from({ length: len }, (_, j) => 3 + ((i * 7919 + j * 104729) % (vocab - 3)));
+  const prompt = (i: number, len: number) =>
+    Array.from({ length: len }, (_, j) => 3 + ((i * 7919 + j * 104729) % (vocab - 3)));
   const timed = async (b: number, len: number, maxTokens: number): Promise<number> => {
     const t0 = performance.now();
-    await Promise.all(Array.from({ length: b }, (_, i) => engine.submit({ prompt: prompt(i, len), maxTokens, ignoreEos: true, temperature: 0 }).result));
+    await Promise.all(
+      Array.from(
+        { length: b },
+        (_, i) => engine.submit({ prompt: prompt(i, len), maxTokens, ignoreEos: true, temperature: 0 }).result,
+      ),
+    );
     return performance.now() - t0;
   };
   const profile: ThroughputProfile = { decode: [], prefill: [] };
@@ -199,10 +230,16 @@ export async function profileThroughput(model: Model, o: ProfileOptions = {}): P
   } finally {
     await engine.dispose();
   }
-  if (profile.decode.length === 0) throw new KvExhaustedError(`profileThroughput: model ${model.dir}'s KV pool (${model.kv.numPages} pages) holds no profiling batch; load it with more kvPages`);
+  if (profile.decode.length === 0)
+    throw new KvExhaustedError(
+      `profileThroughput: model ${model.dir}'s KV pool (${model.kv.numPages} pages) holds no profiling batch; load it with more kvPages`,
+    );
   if (path !== null) {
     mkdirSync(join(path, ".."), { recursive: true });
-    writeFileSync(`${path}.${process.pid}.tmp`, JSON.stringify({ key, model: model.dir, device: model.device, profile }, null, 2) + "\n");
+    writeFileSync(
+      `${path}.${process.pid}.tmp`,
+      JSON.stringify({ key, model: model.dir, device: model.device, profile }, null, 2) + "\n",
+    );
     renameSync(`${path}.${process.pid}.tmp`, path);
   }
   return profile;
@@ -221,7 +258,11 @@ export interface LoadSplitOptions extends Omit<KvSplitInput, "generator" | "veri
  * Loads a generator and a verifier whose KV pools share `budgetBytes` as `kvSplit` says. "auto" profiles each model
  * on the device first (cached: later calls load each model once) and plans the split; the plan is returned.
  */
-export async function loadSplitModels(generatorDir: string, verifierDir: string, o: LoadSplitOptions): Promise<{ generator: Model; verifier: Model; plan: KvSplitPlan | null }> {
+export async function loadSplitModels(
+  generatorDir: string,
+  verifierDir: string,
+  o: LoadSplitOptions,
+): Promise<{ generator: Model; verifier: Model; plan: KvSplitPlan | null }> {
   const device = o.device ?? "cpu";
   let generatorBytes: number;
   let verifierBytes: number;
@@ -233,9 +274,16 @@ export async function loadSplitModels(generatorDir: string, verifierDir: string,
     try {
       const v = await loadModel(verifierDir, { device });
       try {
-        const shape = (m: Model): KvShape => ({ bytesPerToken: m.kv.bytesPerPage / m.kv.pageSize, pageSize: m.kv.pageSize });
+        const shape = (m: Model): KvShape => ({
+          bytesPerToken: m.kv.bytesPerPage / m.kv.pageSize,
+          pageSize: m.kv.pageSize,
+        });
         checkPairFits(o, shape(g), shape(v));
-        plan = planKvSplit({ ...o, generator: { ...shape(g), profile: await profileThroughput(g, o.profile) }, verifier: { ...shape(v), profile: await profileThroughput(v, o.profile) } });
+        plan = planKvSplit({
+          ...o,
+          generator: { ...shape(g), profile: await profileThroughput(g, o.profile) },
+          verifier: { ...shape(v), profile: await profileThroughput(v, o.profile) },
+        });
       } finally {
         v.dispose();
       }
@@ -247,7 +295,10 @@ export async function loadSplitModels(generatorDir: string, verifierDir: string,
   } else {
     const { generator: g, verifier: v } = o.kvSplit;
     if (!(g > 0 && v > 0 && g + v <= 1 + 1e-9)) {
-      throw new InvalidOptionError(`kvSplit: {generator, verifier} are fractions of the budget, each > 0, summing to at most 1; got {generator: ${g}, verifier: ${v}}`, { field: "kvSplit" });
+      throw new InvalidOptionError(
+        `kvSplit: {generator, verifier} are fractions of the budget, each > 0, summing to at most 1; got {generator: ${g}, verifier: ${v}}`,
+        { field: "kvSplit" },
+      );
     }
     generatorBytes = Math.floor(o.budgetBytes * g);
     verifierBytes = Math.floor(o.budgetBytes * v);

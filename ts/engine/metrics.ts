@@ -38,7 +38,12 @@ export interface EngineMetrics {
 }
 
 /** Engine-wide metrics from the per-model ones and the throughput meter. */
-export function combineMetrics(models: ModelMetrics[], meter: ThroughputMeter, steps: number, nowMs: number): EngineMetrics {
+export function combineMetrics(
+  models: ModelMetrics[],
+  meter: ThroughputMeter,
+  steps: number,
+  nowMs: number,
+): EngineMetrics {
   const sum = (f: (m: ModelMetrics) => number): number => models.reduce((n, m) => n + f(m), 0);
   const queried = sum((m) => m.prefixQueriedTokens);
   return {

@@ -80,7 +80,10 @@ export class ModelRunner {
       const s = samplingOf(seq);
       returnLogits ||= emitToken && s.needsLogits;
       const start = seq.numComputedTokens;
-      if (start + numNewTokens > seq.tokens.length) throw new Error(`ModelRunner: sequence ${seq.id} was scheduled ${numNewTokens} tokens from ${start} but holds ${seq.tokens.length}`);
+      if (start + numNewTokens > seq.tokens.length)
+        throw new Error(
+          `ModelRunner: sequence ${seq.id} was scheduled ${numNewTokens} tokens from ${start} but holds ${seq.tokens.length}`,
+        );
       const tokens = new Int32Array(numNewTokens);
       for (let t = 0; t < numNewTokens; t++) tokens[t] = seq.tokens[start + t];
       const input: ForwardSequence = {
@@ -94,7 +97,8 @@ export class ModelRunner {
         confidenceTopK: emitToken ? s.confidenceTopK : 0,
         emitToken,
       };
-      if (emitToken && s.captureHiddenLayers !== null) input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
+      if (emitToken && s.captureHiddenLayers !== null)
+        input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
       if (extras.fixed?.(i)) input.fixedSchedule = anyFixed = true;
       return input;
     });

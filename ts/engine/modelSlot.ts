@@ -146,7 +146,14 @@ export class ModelSlot {
   async step(nowMs: number, step: number, samplingOf: SamplingOf): Promise<SlotStep> {
     const batch = this.scheduler.schedule(nowMs);
     const decoded: DecodedTokens = { seqs: [], tokens: [], ends: [] };
-    const out: SlotStep = { decoded, committed: [], failed: [...batch.failed], prefilled: [], promptTokens: 0, progressed: false };
+    const out: SlotStep = {
+      decoded,
+      committed: [],
+      failed: [...batch.failed],
+      prefilled: [],
+      promptTokens: 0,
+      progressed: false,
+    };
     out.progressed = batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     if (batch.swapOut.length > 0 || batch.swapIn.length > 0) await this.swap(batch, out);
     for (const seq of batch.preempted) this.verifier?.preempted(seq);
@@ -177,13 +184,23 @@ export class ModelSlot {
   }
 
   /** The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. */
-  private async run(batch: ScheduledBatch, samplingOf: SamplingOf, step: number): Promise<{ results: ForwardResult[]; kinds: ChunkKind[] | null; commits: readonly Commit[] }> {
+  private async run(
+    batch: ScheduledBatch,
+    samplingOf: SamplingOf,
+    step: number,
+  ): Promise<{ results: ForwardResult[]; kinds: ChunkKind[] | null; commits: readonly Commit[] }> {
     if (this.verifier !== null) return this.verifier.run(batch, samplingOf, step);
     return { results: await this.runner.run(batch, samplingOf), kinds: null, commits: [] };
   }
 
   /** kinds: how each chunk ran, when the verifier ran the step (null: every chunk plain). */
-  private postprocess(batch: ScheduledBatch, results: ForwardResult[], kinds: ChunkKind[] | null, step: number, out: SlotStep): void {
+  private postprocess(
+    batch: ScheduledBatch,
+    results: ForwardResult[],
+    kinds: ChunkKind[] | null,
+    step: number,
+    out: SlotStep,
+  ): void {
     batch.seqs.forEach(({ seq, numNewTokens, emitToken }, i) => {
       if (seq.status !== "running") return; // finished or failed while in flight
       const kind = kinds === null ? "plain" : kinds[i];

@@ -72,7 +72,10 @@ export const engineOptionsSchema = strictObject(
       (v) => (Array.isArray(v) ? v.length > 0 : isObject(v) && !isModel(v)),
     ),
     kernelMode: oneOf(KERNEL_MODES).optional(),
-    schedulingPolicy: oneOf(SCHEDULING_POLICIES, { expected: "an ordering function", ok: (v) => typeof v === "function" }).optional(),
+    schedulingPolicy: oneOf(SCHEDULING_POLICIES, {
+      expected: "an ordering function",
+      ok: (v) => typeof v === "function",
+    }).optional(),
   },
   "expected an options object such as { models: { model } }",
 );
@@ -84,7 +87,10 @@ export const engineModelSpecSchema = strictObject(
       "expected what loadModel() returned, or an object implementing EngineModel",
       (v) => isModel(v) || (isObject(v) && typeof (v as { forward?: unknown }).forward === "function"),
     ),
-    tokenizer: field<EngineModelSpec["tokenizer"]>("expected a TextCodec (encode, createDetokenizer) or null", (v) => v === null || (isObject(v) && typeof (v as { encode?: unknown }).encode === "function")).optional(),
+    tokenizer: field<EngineModelSpec["tokenizer"]>(
+      "expected a TextCodec (encode, createDetokenizer) or null",
+      (v) => v === null || (isObject(v) && typeof (v as { encode?: unknown }).encode === "function"),
+    ).optional(),
   },
   "expected { model } (model: what loadModel() returned)",
 );
@@ -102,7 +108,10 @@ export function parseEngineOptions(options: EngineOptions): ResolvedEngineOption
   const names = models.map((m) => m.name);
   const repeated = names.find((n, i) => names.indexOf(n) !== i);
   if (repeated !== undefined) {
-    throw new InvalidOptionError(`${where}.models names ${show(repeated)} twice (${names.join(", ")}); give each model a unique name`, { field: `${where}.models` });
+    throw new InvalidOptionError(
+      `${where}.models names ${show(repeated)} twice (${names.join(", ")}); give each model a unique name`,
+      { field: `${where}.models` },
+    );
   }
   return {
     models,

@@ -30,7 +30,7 @@ function finalize(h: number, len: number): number {
 
 /** 53-bit hash of (parentHash, tokens). */
 export function hashPage(parentHash: number, tokens: ArrayLike<number>): number {
-  const parentLo = parentHash % TWO_POW_32 | 0;
+  const parentLo = (parentHash % TWO_POW_32) | 0;
   const parentHi = Math.floor(parentHash / TWO_POW_32) | 0;
   let a = mix(0x9747b28c, parentLo);
   let b = mix(0x5bd1e995, parentHi);

@@ -133,7 +133,6 @@ export interface ParamLimits {
   maxNewTokens: number;
 }
 
-
 /**
  * Resolves `p` (falling back to `base` for fields it omits, as a fork inherits its parent's params) and checks what
  * needs the model: token ids within the vocabulary, maxTokens within the context left, the capture layer. Types and
@@ -144,7 +143,8 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
     throw new InvalidOptionError(`request.${field} is ${show(value)}; ${fix}`, { field: `request.${field}` });
   };
   const int = (field: string, value: number, lo: number, hi: number): number => {
-    if (!Number.isInteger(value) || value < lo || value > hi) fail(field, value, `expected an integer in [${lo}, ${hi}]`);
+    if (!Number.isInteger(value) || value < lo || value > hi)
+      fail(field, value, `expected an integer in [${lo}, ${hi}]`);
     return value;
   };
   const temperature = p.temperature ?? base?.temperature ?? 0;
@@ -152,11 +152,18 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   const topP = p.topP ?? base?.topP ?? 1;
   const seed = p.seed ?? base?.seed ?? Math.floor(Math.random() * 2 ** 32);
   if (limits.maxNewTokens < 1) {
-    throw new ContextLengthError(`request: the prompt leaves no room in the model's context; shorten it by at least ${1 - limits.maxNewTokens} tokens`, { field: "request.prompt" });
+    throw new ContextLengthError(
+      `request: the prompt leaves no room in the model's context; shorten it by at least ${1 - limits.maxNewTokens} tokens`,
+      { field: "request.prompt" },
+    );
   }
   const maxTokens = p.maxTokens ?? Math.min(base?.maxTokens ?? Infinity, limits.maxNewTokens);
   if (maxTokens > limits.maxNewTokens) {
-    fail("maxTokens", maxTokens, `expected an integer in [1, ${limits.maxNewTokens}] (the context left after the prompt)`);
+    fail(
+      "maxTokens",
+      maxTokens,
+      `expected an integer in [1, ${limits.maxNewTokens}] (the context left after the prompt)`,
+    );
   }
   const stopList = p.stop === undefined ? (base?.stop ?? []) : typeof p.stop === "string" ? [p.stop] : [...p.stop];
   const stopTokenIds = new Set<number>(p.stopTokenIds ?? (base ? [...base.stopTokenIds] : []));
@@ -167,34 +174,84 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
   for (const id of wanted ?? []) int("tokenLogprobs[]", id, 0, limits.vocabSize - 1);
   const tokenLogprobs = wanted !== null && wanted.length > 0 ? wanted : null;
   const layer = p.captureHidden?.layer;
-  const captureHiddenLayer = layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
-  const probe = p.probe === undefined ? (base?.probe ?? null) : p.probe === null ? null : resolveProbe(p.probe, limits.numLayers, fail);
+  const captureHiddenLayer =
+    layer === undefined ? (base?.captureHiddenLayer ?? null) : int("captureHidden.layer", layer, 0, limits.numLayers);
+  const probe =
+    p.probe === undefined
+      ? (base?.probe ?? null)
+      : p.probe === null
+        ? null
+        : resolveProbe(p.probe, limits.numLayers, fail);
   if (probe !== null && captureHiddenLayer !== null) fail("probe", p.probe, "give probe or captureHidden, not both");
-  const confidence = p.confidence === undefined ? (base?.confidence ?? null) : p.confidence === null ? null : resolveConfidence(p.confidence, limits.vocabSize, fail);
+  const confidence =
+    p.confidence === undefined
+      ? (base?.confidence ?? null)
+      : p.confidence === null
+        ? null
+        : resolveConfidence(p.confidence, limits.vocabSize, fail);
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
   if (deterministic && (captureHiddenLayer !== null || probe !== null)) {
-    const [field, value] = probe !== null ? ["probe", p.probe] : ["captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }];
-    throw new UnsupportedError(`request.${field} is ${show(value)}; hidden-state capture is not supported with deterministic: true yet; drop one of them`, { field: `request.${field}` });
+    const [field, value] =
+      probe !== null ? ["probe", p.probe] : ["captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }];
+    throw new UnsupportedError(
+      `request.${field} is ${show(value)}; hidden-state capture is not supported with deterministic: true yet; drop one of them`,
+      { field: `request.${field}` },
+    );
   }
-  return { temperature, topK, topP, seed, maxTokens, stop: stopList, stopTokenIds, ignoreEos, logprobs, tokenLogprobs, captureHiddenLayer, probe, confidence, deterministic };
+  return {
+    temperature,
+    topK,
+    topP,
+    seed,
+    maxTokens,
+    stop: stopList,
+    stopTokenIds,
+    ignoreEos,
+    logprobs,
+    tokenLogprobs,
+    captureHiddenLayer,
+    probe,
+    confidence,
+    deterministic,
+  };
 }
 
-function resolveConfidence(c: NonNullable<SamplingParams["confidence"]>, vocabSize: number, fail: (field: string, value: unknown, fix: string) => never): ResolvedConfidence {
+function resolveConfidence(
+  c: NonNullable<SamplingParams["confidence"]>,
+  vocabSize: number,
+  fail: (field: string, value: unknown, fix: string) => never,
+): ResolvedConfidence {
   const topK = c.topK ?? 20;
   const most = Math.min(64, vocabSize);
-  if (!Number.isInteger(topK) || topK < 1 || topK > most) fail("confidence.topK", c.topK, `expected an integer in [1, ${most}] (the paper uses 20)`);
-  if (!Number.isInteger(c.window) || c.window < 1) fail("confidence.window", c.window, "expected an integer >= 1 (tokens per group)");
+  if (!Number.isInteger(topK) || topK < 1 || topK > most)
+    fail("confidence.topK", c.topK, `expected an integer in [1, ${most}] (the paper uses 20)`);
+  if (!Number.isInteger(c.window) || c.window < 1)
+    fail("confidence.window", c.window, "expected an integer >= 1 (tokens per group)");
   const tail = c.tail ?? c.window;
   if (!Number.isInteger(tail) || tail < 1) fail("confidence.tail", c.tail, "expected an integer >= 1");
-  if (c.threshold !== undefined && !Number.isFinite(c.threshold)) fail("confidence.threshold", c.threshold, "expected a finite number (stop when the group confidence falls below it)");
+  if (c.threshold !== undefined && !Number.isFinite(c.threshold))
+    fail(
+      "confidence.threshold",
+      c.threshold,
+      "expected a finite number (stop when the group confidence falls below it)",
+    );
   return { topK, window: c.window, threshold: c.threshold ?? null, tail };
 }
 
-function resolveProbe(p: NonNullable<SamplingParams["probe"]>, numLayers: number, fail: (field: string, value: unknown, fix: string) => never): ResolvedProbe {
+function resolveProbe(
+  p: NonNullable<SamplingParams["probe"]>,
+  numLayers: number,
+  fail: (field: string, value: unknown, fix: string) => never,
+): ResolvedProbe {
   const asked = typeof p.layer === "number" ? [p.layer] : [...p.layer];
   const layers: number[] = [];
   for (const l of asked) {
-    if (!Number.isInteger(l) || l < -1 || l >= numLayers) fail("probe.layer", p.layer, `expected block indices in [-1, ${numLayers - 1}] (the model has ${numLayers} layers; -1 = the last)`);
+    if (!Number.isInteger(l) || l < -1 || l >= numLayers)
+      fail(
+        "probe.layer",
+        p.layer,
+        `expected block indices in [-1, ${numLayers - 1}] (the model has ${numLayers} layers; -1 = the last)`,
+      );
     const b = l === -1 ? numLayers - 1 : l;
     if (layers.includes(b)) fail("probe.layer", p.layer, `block ${b} is asked twice (-1 is block ${numLayers - 1})`);
     layers.push(b);
@@ -210,7 +267,10 @@ export function checkTokenIds(field: string, ids: readonly number[], vocabSize: 
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i];
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
-      throw new InvalidOptionError(`request.${field}[${i}] is ${show(id)}; token ids must be integers in [0, ${vocabSize - 1}]`, { field: `request.${field}[${i}]` });
+      throw new InvalidOptionError(
+        `request.${field}[${i}] is ${show(id)}; token ids must be integers in [0, ${vocabSize - 1}]`,
+        { field: `request.${field}[${i}]` },
+      );
     }
   }
   return [...ids];

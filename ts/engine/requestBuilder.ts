@@ -8,7 +8,13 @@ import { hashPage } from "./pageHash.js";
 import { ContextLengthError, InvalidOptionError, KvExhaustedError, NotFoundError } from "../errors/index.js";
 import { forkOptionsSchema, generateRequestSchema } from "../options/schemas.js";
 import { parseOptions } from "../options/validate.js";
-import { checkTokenIds, resolveParams, type ForkOptions, type GenerateRequest, type ResolvedParams } from "./request.js";
+import {
+  checkTokenIds,
+  resolveParams,
+  type ForkOptions,
+  type GenerateRequest,
+  type ResolvedParams,
+} from "./request.js";
 import { RequestState } from "./requestState.js";
 import { SampleTracker } from "./sampleTracker.js";
 import { pagesFor, Sequence, type SchedMetadata } from "./sequence.js";
@@ -40,7 +46,8 @@ export class RequestBuilder {
     parseOptions(generateRequestSchema, req, "request");
     const slot = this.pickSlot(req.model);
     const prompt = this.tokensOf(slot, req.prompt, "prompt", req.addSpecialTokens ?? true);
-    if (prompt.length === 0) throw new InvalidOptionError("request.prompt is empty; give at least one token", { field: "request.prompt" });
+    if (prompt.length === 0)
+      throw new InvalidOptionError("request.prompt is empty; give at least one token", { field: "request.prompt" });
     const n = req.n ?? 1;
     const params = this.params(slot, req, prompt.length);
     const state = this.newState(slot, prompt, params, n, req.eagerDeltas === true);
@@ -57,14 +64,24 @@ export class RequestBuilder {
     if (!parent || !slot) throw new NotFoundError("Engine.fork: the handle was not returned by this engine");
     const sample = opts.sample ?? 0;
     if (sample >= parent.samples.length) {
-      throw new InvalidOptionError(`fork.sample is ${sample}; the request has samples 0..${parent.samples.length - 1}`, { field: "fork.sample" });
+      throw new InvalidOptionError(
+        `fork.sample is ${sample}; the request has samples 0..${parent.samples.length - 1}`,
+        { field: "fork.sample" },
+      );
     }
     const src = parent.seqs[sample];
-    if (src === undefined) throw new InvalidOptionError(`fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`, { field: "fork.sample" });
+    if (src === undefined)
+      throw new InvalidOptionError(
+        `fork: sample ${sample} has not started yet (it forks off sample 0 after the prompt); fork later`,
+        { field: "fork.sample" },
+      );
     const visible = slot.visibleTokens(src); // a deterministic parent's unverified candidates are not forkable
     const length = opts.length ?? visible;
     if (length > visible) {
-      throw new InvalidOptionError(`fork.length is ${length}; expected an integer in [1, ${visible}] (the parent's tokens so far)`, { field: "fork.length" });
+      throw new InvalidOptionError(
+        `fork.length is ${length}; expected an integer in [1, ${visible}] (the parent's tokens so far)`,
+        { field: "fork.length" },
+      );
     }
     const append = opts.append === undefined ? [] : this.tokensOf(slot, opts.append, "append", false);
     const tokens = src.tokens.slice(0, length).concat(append);
@@ -96,25 +113,46 @@ export class RequestBuilder {
   private pickSlot(name: string | undefined): ModelSlot {
     if (name === undefined) return this.slots[0];
     const slot = this.slots.find((s) => s.name === name);
-    if (!slot) throw new NotFoundError(`request.model is "${name}"; loaded models: ${this.slots.map((s) => s.name).join(", ")}`, { field: "request.model" });
+    if (!slot)
+      throw new NotFoundError(
+        `request.model is "${name}"; loaded models: ${this.slots.map((s) => s.name).join(", ")}`,
+        { field: "request.model" },
+      );
     return slot;
   }
 
-  private tokensOf(slot: ModelSlot, input: string | readonly number[], field: string, addSpecialTokens: boolean): number[] {
+  private tokensOf(
+    slot: ModelSlot,
+    input: string | readonly number[],
+    field: string,
+    addSpecialTokens: boolean,
+  ): number[] {
     if (typeof input !== "string") return checkTokenIds(field, input, slot.model.vocabSize);
-    if (!slot.codec) throw new InvalidOptionError(`request.${field} is text but model "${slot.name}" has no tokenizer; pass token ids`, { field: `request.${field}` });
+    if (!slot.codec)
+      throw new InvalidOptionError(
+        `request.${field} is text but model "${slot.name}" has no tokenizer; pass token ids`,
+        { field: `request.${field}` },
+      );
     try {
       return slot.codec.encode(input, { addSpecialTokens });
     } catch (e) {
       // A tokenizer that rejects the text (a custom TextCodec, an unknown character): name the field, not its guts.
-      throw new InvalidOptionError(`request.${field}: model "${slot.name}"'s tokenizer could not encode it (${e instanceof Error ? e.message : String(e)}); pass other text or token ids`, {
-        field: `request.${field}`,
-        cause: e,
-      });
+      throw new InvalidOptionError(
+        `request.${field}: model "${slot.name}"'s tokenizer could not encode it (${e instanceof Error ? e.message : String(e)}); pass other text or token ids`,
+        {
+          field: `request.${field}`,
+          cause: e,
+        },
+      );
     }
   }
 
-  private params(slot: ModelSlot, p: GenerateRequest | ForkOptions, numTokens: number, base?: ResolvedParams): ResolvedParams {
+  private params(
+    slot: ModelSlot,
+    p: GenerateRequest | ForkOptions,
+    numTokens: number,
+    base?: ResolvedParams,
+  ): ResolvedParams {
     const model = slot.model;
     // The model's context first: a prompt past it fails whatever the pool, and saying "KV pool" would send the
     // user to the wrong knob.
@@ -132,25 +170,50 @@ export class RequestBuilder {
           `model "${slot.name}" has ${pool.numPages} in total; ${KV_POOL_ADVICE} or shorten the prompt`,
       );
     }
-    const limits = { vocabSize: model.vocabSize, numLayers: model.numLayers, maxNewTokens: model.maxContextTokens - numTokens };
+    const limits = {
+      vocabSize: model.vocabSize,
+      numLayers: model.numLayers,
+      maxNewTokens: model.maxContextTokens - numTokens,
+    };
     const params = resolveParams(p, limits, base);
     if (params.stop.length > 0 && !slot.codec) {
-      throw new InvalidOptionError(`request.stop needs a tokenizer, and model "${slot.name}" was loaded without one; use stopTokenIds`, { field: "request.stop" });
+      throw new InvalidOptionError(
+        `request.stop needs a tokenizer, and model "${slot.name}" was loaded without one; use stopTokenIds`,
+        { field: "request.stop" },
+      );
     }
     return params;
   }
 
   private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number, eager: boolean): RequestState {
-    const trackers = Array.from({ length: n }, (_, i) => new SampleTracker(i, params, slot.codec ? slot.codec.createDetokenizer() : null));
+    const trackers = Array.from(
+      { length: n },
+      (_, i) => new SampleTracker(i, params, slot.codec ? slot.codec.createDetokenizer() : null),
+    );
     // The token ids that end each of its sequences: its stop ids, and the model's eos unless it ignores eos.
     const stopIds = params.ignoreEos ? params.stopTokenIds : new Set([...params.stopTokenIds, ...slot.eosTokenIds]);
-    const state = new RequestState(this.nextRequestId++, slot.name, prompt, params, trackers, stopIds, eager ? null : this.gate);
+    const state = new RequestState(
+      this.nextRequestId++,
+      slot.name,
+      prompt,
+      params,
+      trackers,
+      stopIds,
+      eager ? null : this.gate,
+    );
     this.slotOf.set(state, slot);
     return state;
   }
 
   /** Sample `sample` of `state`: a new sequence with its request's limits, registered in state.seqs. */
-  private newSequence(slot: ModelSlot, state: RequestState, sample: number, tokens: readonly number[], params: ResolvedParams, metadata: SchedMetadata): Sequence {
+  private newSequence(
+    slot: ModelSlot,
+    state: RequestState,
+    sample: number,
+    tokens: readonly number[],
+    params: ResolvedParams,
+    metadata: SchedMetadata,
+  ): Sequence {
     const seq = new Sequence(this.nextSeqId++, tokens, tokens.length, slot.pageSize, Date.now(), metadata);
     seq.maxCompletionTokens = params.maxTokens;
     seq.stopIds = state.stopIds;

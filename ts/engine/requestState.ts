@@ -36,7 +36,9 @@ export class RequestState {
   ) {
     this.channel = new DeltaChannel(gate);
     this.seqs = new Array<Sequence | undefined>(samples.length).fill(undefined);
-    this.determinism = params.deterministic ? { verifyPasses: 0, rollbacks: 0, recomputedTokens: 0, exactTokens: 0 } : null;
+    this.determinism = params.deterministic
+      ? { verifyPasses: 0, rollbacks: 0, recomputedTokens: 0, exactTokens: 0 }
+      : null;
     this.result = new Promise<GenerationOutput>((resolve, reject) => (this.settle = { resolve, reject }));
     // Callers that only stream must not trip an unhandled rejection; the error still reaches result's awaiters.
     this.result.catch(() => undefined);

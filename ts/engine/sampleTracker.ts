@@ -4,7 +4,15 @@
 // back from the stream (at most longest-stop-string - 1 characters) so a stop string is never streamed.
 import { ConfidenceTracker } from "./confidence.js";
 import type { Detokenizer, SampledToken } from "./modelTypes.js";
-import type { FinishReason, SequenceEnd, ProbeCapture, SampleOutput, StreamDelta, TokenLogprob, TopLogprob } from "./outputs.js";
+import type {
+  FinishReason,
+  SequenceEnd,
+  ProbeCapture,
+  SampleOutput,
+  StreamDelta,
+  TokenLogprob,
+  TopLogprob,
+} from "./outputs.js";
 import type { ResolvedParams } from "./request.js";
 
 export class SampleTracker {
@@ -53,7 +61,8 @@ export class SampleTracker {
       const top = [];
       for (let i = 0; i < (s.topIds?.length ?? 0); i++) top.push({ token: s.topIds![i], logprob: s.topLogprobs![i] });
       logprob = { token: s.token, logprob: s.logprob, top };
-      if (this.params.tokenLogprobs !== null && s.logits) logprob.requested = logprobsOf(s.logits, this.params.tokenLogprobs);
+      if (this.params.tokenLogprobs !== null && s.logits)
+        logprob.requested = logprobsOf(s.logits, this.params.tokenLogprobs);
       this.logprobs.push(logprob);
     }
     if (end === "stop") {

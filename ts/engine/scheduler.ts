@@ -109,7 +109,8 @@ export class Scheduler {
       if (seq.swapped !== null) {
         // Back from host memory: fresh pages for its KV (and the next token), written before the forward.
         const { tokens, data } = seq.swapped;
-        if (data === null || this.blockManager.numFreePages < Math.ceil((tokens + 1) / this.blockManager.pageSize)) break;
+        if (data === null || this.blockManager.numFreePages < Math.ceil((tokens + 1) / this.blockManager.pageSize))
+          break;
         this.blockManager.appendSlots(seq, tokens);
         this.blockManager.commitComputed(seq, tokens);
         batch.swapIn.push({ seq, pages: seq.blockTable.slice(), data });
@@ -236,7 +237,9 @@ export class Scheduler {
     if (m.remainingKnob !== undefined) r.remainingKnob = m.remainingKnob;
     if (m.meanTokensPerRound !== undefined) r.meanTokensPerRound = m.meanTokensPerRound;
     if (m.predictedTokens !== undefined) r.predictedTokens = m.predictedTokens;
-    r.prefixMatchTokens = withPrefix ? this.blockManager.matchPrefix(seq.tokens, seq.kvNamespace) : seq.numComputedTokens;
+    r.prefixMatchTokens = withPrefix
+      ? this.blockManager.matchPrefix(seq.tokens, seq.kvNamespace)
+      : seq.numComputedTokens;
     return r;
   }
 }

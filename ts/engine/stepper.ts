@@ -84,7 +84,8 @@ export class Stepper {
     this.meter.record(Date.now(), generated, out.promptTokens);
     for (const primary of out.prefilled) {
       const ref = this.samples.get(primary.id);
-      if (ref !== undefined && !ref.state.done) this.admit(slot, ref.state, this.builder.expandSamples(ref.state, primary, slot));
+      if (ref !== undefined && !ref.state.done)
+        this.admit(slot, ref.state, this.builder.expandSamples(ref.state, primary, slot));
     }
     return out.progressed;
   }
@@ -123,7 +124,12 @@ export class Stepper {
     const { state, sample } = this.samples.get(seq.id)!;
     const p = state.params;
     return {
-      sampling: { temperature: p.temperature, topK: p.topK, topP: p.topP, seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER },
+      sampling: {
+        temperature: p.temperature,
+        topK: p.topK,
+        topP: p.topP,
+        seed: (p.seed + sample) % Number.MAX_SAFE_INTEGER,
+      },
       numTopLogprobs: p.logprobs ?? 0,
       captureHiddenLayers: captureLayersOf(p, seq),
       confidenceTopK: p.confidence?.topK ?? 0,

@@ -16,7 +16,14 @@ import type { Engine } from "../engine/engine.js";
 import type { Detokenizer } from "../engine/modelTypes.js";
 import type { ChatMessage } from "../model/chatTemplate.js";
 import { Mlp, PROBE_TRAINING, sigmoid, type Example, type MlpShape, trainMlp } from "../probe/mlp.js";
-import { isProbeLabel, PROBE_FILE_VERSION, PROBE_LABELS, type DuchessProbe, type ProbeLabel, type ProbeMeta } from "../probe/probeFile.js";
+import {
+  isProbeLabel,
+  PROBE_FILE_VERSION,
+  PROBE_LABELS,
+  type DuchessProbe,
+  type ProbeLabel,
+  type ProbeMeta,
+} from "../probe/probeFile.js";
 import { auroc, percentile, spearman } from "../probe/stats.js";
 import type { Task, TaskProblem } from "../tasks/task.js";
 
@@ -77,7 +84,12 @@ export interface ProbeTrainResult {
  * answer ("correct", the paper's) or all give the answer the branch ends with ("settled"). Checkpoints past the
  * branch's end read its final answer: right or not for "correct", its own (so a hit) for "settled".
  */
-export function checkpointLabel(t: Pick<Trace, "correct" | "settled" | "finalCorrect">, j: number, lookahead: number, label: ProbeLabel): 0 | 1 {
+export function checkpointLabel(
+  t: Pick<Trace, "correct" | "settled" | "finalCorrect">,
+  j: number,
+  lookahead: number,
+  label: ProbeLabel,
+): 0 | 1 {
   const hits = label === "correct" ? t.correct : t.settled;
   const past = label === "correct" ? t.finalCorrect : true;
   for (let a = 0; a < lookahead; a++) if (!(j + a < hits.length ? hits[j + a] : past)) return 0;
@@ -112,7 +124,8 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const interval = o.interval ?? 16;
   const lookahead = o.lookahead ?? 3;
   const label: ProbeLabel = o.label ?? "correct";
-  if (!isProbeLabel(label)) throw new Error(`probe label must be one of ${PROBE_LABELS.join(", ")}, got '${String(label)}'`);
+  if (!isProbeLabel(label))
+    throw new Error(`probe label must be one of ${PROBE_LABELS.join(", ")}, got '${String(label)}'`);
   const seed = o.seed ?? 1;
   const train = { ...PROBE_TRAINING, seed, epochs: o.epochs ?? PROBE_TRAINING.epochs };
   const data: Record<"train" | "validation" | "test", SplitData> = {
@@ -122,9 +135,18 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   };
   const examplesOf = (split: SplitData, li: number): Example[] =>
     split.traces.flatMap((t) =>
-      t.checkpoints.map((c, j) => ({ x: c.hidden.subarray(li * C, (li + 1) * C), y: checkpointLabel(t, j, lookahead, label) })),
+      t.checkpoints.map((c, j) => ({
+        x: c.hidden.subarray(li * C, (li + 1) * C),
+        y: checkpointLabel(t, j, lookahead, label),
+      })),
     );
-  const shape: MlpShape = { input: C, hidden: [Math.max(8, C / 2), Math.max(4, C / 4)], output: 1, activation: "relu", dropout: 0.15 };
+  const shape: MlpShape = {
+    input: C,
+    hidden: [Math.max(8, C / 2), Math.max(4, C / 4)],
+    output: 1,
+    activation: "relu",
+    dropout: 0.15,
+  };
   const predict = (m: Mlp, xs: readonly Example[]): number[] => xs.map((e) => sigmoid(m.forward(e.x)[0]));
   const accuracy = (m: Mlp, xs: readonly Example[]): number => {
     const p = predict(m, xs);
@@ -138,8 +160,17 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
     const va = examplesOf(data.validation, li);
     const mlp = new Mlp(shape, undefined, seed + layer);
     const fit = trainMlp(mlp, tr, train, (m) => accuracy(m, va));
-    const a = auroc(predict(mlp, va), va.map((e) => e.y));
-    reports.push({ layer, validationAuroc: a, validationAccuracy: fit.scores[fit.bestEpoch], bestEpoch: fit.bestEpoch, losses: fit.losses });
+    const a = auroc(
+      predict(mlp, va),
+      va.map((e) => e.y),
+    );
+    reports.push({
+      layer,
+      validationAuroc: a,
+      validationAccuracy: fit.scores[fit.bestEpoch],
+      bestEpoch: fit.bestEpoch,
+      losses: fit.losses,
+    });
     if (best === null || a > best.auroc) best = { li, mlp, auroc: a };
   }
   o.onProgress?.("train blocks", layers.length, layers.length);
@@ -149,7 +180,9 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   const tauPercentile = o.tauPercentile ?? 70;
   const valPredictions = predict(chosen.mlp, va);
   const tau = percentile(valPredictions, tauPercentile);
-  const tauByPercentile = Object.fromEntries([30, 40, 50, 60, 70, 80, 90].map((q) => [String(q), round(percentile(valPredictions, q))]));
+  const tauByPercentile = Object.fromEntries(
+    [30, 40, 50, 60, 70, 80, 90].map((q) => [String(q), round(percentile(valPredictions, q))]),
+  );
   const trainExamples = examplesOf(data.train, chosen.li);
   const positiveRate = trainExamples.reduce((s, e) => s + e.y, 0) / Math.max(1, trainExamples.length);
 
@@ -159,8 +192,17 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
     const ps = data.train.prompts.filter((p) => p.level === lv);
     return ps.reduce((s, p) => s + p.meanTokens, 0) / Math.max(1, ps.length);
   });
-  const classOf = (p: { hidden: Float32Array; level: number }): Example => ({ x: p.hidden.subarray(chosen.li * C, (chosen.li + 1) * C), y: Math.max(0, levels.indexOf(p.level)) });
-  const dShape: MlpShape = { input: C, hidden: [Math.max(8, C / 2)], output: levels.length, activation: "gelu", dropout: 0.15 };
+  const classOf = (p: { hidden: Float32Array; level: number }): Example => ({
+    x: p.hidden.subarray(chosen.li * C, (chosen.li + 1) * C),
+    y: Math.max(0, levels.indexOf(p.level)),
+  });
+  const dShape: MlpShape = {
+    input: C,
+    hidden: [Math.max(8, C / 2)],
+    output: levels.length,
+    activation: "gelu",
+    dropout: 0.15,
+  };
   const difficulty = new Mlp(dShape, undefined, seed + 1000);
   const classify = (m: Mlp, x: ArrayLike<number>): number => {
     const z = m.forward(x);
@@ -170,9 +212,15 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
   };
   const dTrain = data.train.prompts.map(classOf);
   const dVal = data.validation.prompts.map(classOf);
-  const dAcc = (m: Mlp, xs: readonly Example[]): number => xs.reduce((s, e) => s + (classify(m, e.x) === e.y ? 1 : 0), 0) / Math.max(1, xs.length);
+  const dAcc = (m: Mlp, xs: readonly Example[]): number =>
+    xs.reduce((s, e) => s + (classify(m, e.x) === e.y ? 1 : 0), 0) / Math.max(1, xs.length);
   o.onProgress?.("train difficulty classifier", 0, 1);
-  trainMlp(difficulty, dTrain, { ...train, epochs: Math.max(train.epochs, 30), lr: 1e-3, labelSmoothing: 0.1, batchSize: 32 }, (m) => dAcc(m, dVal));
+  trainMlp(
+    difficulty,
+    dTrain,
+    { ...train, epochs: Math.max(train.epochs, 30), lr: 1e-3, labelSmoothing: 0.1, batchSize: 32 },
+    (m) => dAcc(m, dVal),
+  );
   const dTest = data.test.prompts.map(classOf);
   const expected = (x: ArrayLike<number>): number => {
     const z = difficulty.forward(x);
@@ -202,7 +250,12 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
       hidden: shape.hidden,
       dropout: shape.dropout,
       aurocByLayer: Object.fromEntries(reports.map((r) => [String(r.layer), round(r.validationAuroc)])),
-      testAuroc: round(auroc(predict(chosen.mlp, te), te.map((e) => e.y))),
+      testAuroc: round(
+        auroc(
+          predict(chosen.mlp, te),
+          te.map((e) => e.y),
+        ),
+      ),
       positiveRate: round(positiveRate),
     },
     difficulty: {
@@ -212,7 +265,12 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
       hidden: dShape.hidden,
       dropout: dShape.dropout,
       testAccuracy: round(dAcc(difficulty, dTest)),
-      testSpearman: round(spearman(data.test.prompts.map((p) => expected(classOf(p).x)), data.test.prompts.map((p) => p.meanTokens))),
+      testSpearman: round(
+        spearman(
+          data.test.prompts.map((p) => expected(classOf(p).x)),
+          data.test.prompts.map((p) => p.meanTokens),
+        ),
+      ),
     },
     training: {
       seed,
@@ -241,7 +299,12 @@ export async function trainProbe(o: ProbeTrainOptions): Promise<ProbeTrainResult
 const round = (x: number): number => Math.round(x * 1e4) / 1e4;
 
 /** Samples the branches of one split's problems with captures, and CoT-probes every checkpoint. */
-async function collect(o: ProbeTrainOptions, split: "train" | "validation" | "test", layers: number[], interval: number): Promise<SplitData> {
+async function collect(
+  o: ProbeTrainOptions,
+  split: "train" | "validation" | "test",
+  layers: number[],
+  interval: number,
+): Promise<SplitData> {
   const n = o.problems[split];
   const problems: TaskProblem[] = n > 0 ? o.task.problems({ split, n, seed: o.seed ?? 1 }) : [];
   const branches = o.branches ?? 8;

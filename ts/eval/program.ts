@@ -1,7 +1,8 @@
 // Evaluation programs named on the command line: `greedy` (one greedy completion) or `sc:K` (self-consistency:
 // K samples at a temperature, majority vote).
 
-export type EvalProgram = { kind: "greedy"; samples: 1; temperature: 0 } | { kind: "sc"; samples: number; temperature: number };
+export type EvalProgram =
+  { kind: "greedy"; samples: 1; temperature: 0 } | { kind: "sc"; samples: number; temperature: number };
 
 export const DEFAULT_SC_TEMPERATURE = 0.8;
 

@@ -30,7 +30,13 @@ function summarize(rs: readonly ProblemResult[]): LevelReport {
   };
 }
 
-export function buildReport(task: string, split: string, program: string, results: readonly ProblemResult[], wallSeconds: number): EvalReport {
+export function buildReport(
+  task: string,
+  split: string,
+  program: string,
+  results: readonly ProblemResult[],
+  wallSeconds: number,
+): EvalReport {
   const byLevel: Record<string, LevelReport> = {};
   for (const level of [...new Set(results.map((r) => r.level))].sort((a, b) => a - b)) {
     byLevel[String(level)] = summarize(results.filter((r) => r.level === level));
@@ -54,7 +60,8 @@ const pct = (x: number): string => `${(100 * x).toFixed(1)}%`;
 
 export function formatReport(r: EvalReport): string {
   const rows = [["level", "n", "accuracy", "tokens/problem"]];
-  for (const [level, l] of Object.entries(r.byLevel)) rows.push([level, String(l.n), pct(l.accuracy), l.tokensPerProblem.toFixed(1)]);
+  for (const [level, l] of Object.entries(r.byLevel))
+    rows.push([level, String(l.n), pct(l.accuracy), l.tokensPerProblem.toFixed(1)]);
   rows.push(["all", String(r.n), pct(r.accuracy), r.tokensPerProblem.toFixed(1)]);
   const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => row[c].length)));
   const table = rows.map((row) => row.map((cell, c) => cell.padStart(widths[c])).join("  ")).join("\n");

@@ -47,7 +47,15 @@ export async function runEval(o: RunEvalOptions): Promise<ProblemResult[]> {
       const prompt = o.generator.encodeChat(p.messages);
       const maxTokens = Math.min(o.maxTokens, o.generator.contextTokens - prompt.length);
       // Sample i of problem `index` uses seed + index * k + i: no two samples share a seed.
-      const sc = new SelfConsistency({ prompt, task: o.task, maxBranches: k, branchesPerRound: k, temperature: o.program.temperature, seed: o.seed + index * k, maxTokens });
+      const sc = new SelfConsistency({
+        prompt,
+        task: o.task,
+        maxBranches: k,
+        branchesPerRound: k,
+        temperature: o.program.temperature,
+        seed: o.seed + index * k,
+        maxTokens,
+      });
       const started = performance.now();
       const r = await o.generator.run(sc, { policy: { kind: "baseline-even" }, signal: o.signal });
       const latencyMs = performance.now() - started;

@@ -33,17 +33,25 @@ export class ChatTemplate {
     try {
       this.template = new Template(text);
     } catch (e) {
-      throw new ModelFormatError(`${source}: the chat template does not parse (${(e as Error).message}); fix or replace the template`, { cause: e });
+      throw new ModelFormatError(
+        `${source}: the chat template does not parse (${(e as Error).message}); fix or replace the template`,
+        { cause: e },
+      );
     }
   }
 
   render(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
     if (!Array.isArray(messages) || messages.length === 0) {
-      throw new InvalidOptionError("applyChatTemplate: messages must be a non-empty array of {role, content}", { field: "messages" });
+      throw new InvalidOptionError("applyChatTemplate: messages must be a non-empty array of {role, content}", {
+        field: "messages",
+      });
     }
     messages.forEach((m, i) => {
       if (typeof m?.role !== "string" || typeof m.content !== "string") {
-        throw new InvalidOptionError(`applyChatTemplate: messages[${i}] must have string 'role' and 'content', got ${JSON.stringify(m)}`, { field: `messages[${i}]` });
+        throw new InvalidOptionError(
+          `applyChatTemplate: messages[${i}] must have string 'role' and 'content', got ${JSON.stringify(m)}`,
+          { field: `messages[${i}]` },
+        );
       }
     });
     const vars: Record<string, unknown> = {
@@ -57,7 +65,10 @@ export class ChatTemplate {
     try {
       return this.template.render(vars);
     } catch (e) {
-      throw new InvalidOptionError(`${this.source}: rendering the chat template failed: ${(e as Error).message}`, { field: "messages", cause: e });
+      throw new InvalidOptionError(`${this.source}: rendering the chat template failed: ${(e as Error).message}`, {
+        field: "messages",
+        cause: e,
+      });
     }
   }
 }
@@ -67,7 +78,10 @@ export class ChatTemplate {
  * `tokenizer_config.json`'s `chat_template` (a string, or a list of {name, template} where "default" wins).
  * Resolves to null when the model has none (base models).
  */
-export async function loadChatTemplate(dir: string, tokenizerConfig: Record<string, unknown>): Promise<ChatTemplate | null> {
+export async function loadChatTemplate(
+  dir: string,
+  tokenizerConfig: Record<string, unknown>,
+): Promise<ChatTemplate | null> {
   const jinjaFile = join(dir, "chat_template.jinja");
   const jinja = await readFile(jinjaFile, "utf8").catch(() => undefined);
   if (jinja !== undefined) return new ChatTemplate(jinja, jinjaFile);
@@ -78,7 +92,9 @@ export async function loadChatTemplate(dir: string, tokenizerConfig: Record<stri
     try {
       parsed = JSON.parse(json);
     } catch (e) {
-      throw new ModelFormatError(`${jsonFile}: not valid JSON (${(e as Error).message}); re-download the file`, { cause: e });
+      throw new ModelFormatError(`${jsonFile}: not valid JSON (${(e as Error).message}); re-download the file`, {
+        cause: e,
+      });
     }
     const t = pickTemplate((parsed as { chat_template?: unknown })?.chat_template, jsonFile);
     if (t !== null) return new ChatTemplate(t, jsonFile);
@@ -96,5 +112,7 @@ function pickTemplate(raw: unknown, file: string): string | null {
     const chosen = named.find((t) => t?.name === "default") ?? named[0];
     if (typeof chosen?.template === "string") return chosen.template;
   }
-  throw new ModelFormatError(`${file}: field 'chat_template' is neither a string nor a list of {name, template}; re-download the file`);
+  throw new ModelFormatError(
+    `${file}: field 'chat_template' is neither a string nor a list of {name, template}; re-download the file`,
+  );
 }

@@ -64,7 +64,9 @@ export async function readModelConfig(dir: string): Promise<ModelConfig> {
 /** Validates a parsed config.json object; `file` is only used in error messages. */
 export function parseModelConfig(json: unknown, file: string): ModelConfig {
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    throw new ModelFormatError(`${file}: expected a JSON object, got ${describe(json)}; is this a Hugging Face config.json?`);
+    throw new ModelFormatError(
+      `${file}: expected a JSON object, got ${describe(json)}; is this a Hugging Face config.json?`,
+    );
   }
   const c = json as Json;
   const fail = (field: string, value: unknown, fix: string): never => {
@@ -92,7 +94,9 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   if (!Array.isArray(archs) || archs.length === 0) {
     fail("architectures", archs, `expected a list naming one of ${SUPPORTED_ARCHITECTURES.join(", ")}`);
   }
-  const architecture = (archs as unknown[]).find((a): a is Architecture => SUPPORTED_ARCHITECTURES.includes(a as Architecture));
+  const architecture = (archs as unknown[]).find((a): a is Architecture =>
+    SUPPORTED_ARCHITECTURES.includes(a as Architecture),
+  );
   if (architecture === undefined) {
     fail("architectures", archs, `unsupported architecture; deliberate runs ${SUPPORTED_ARCHITECTURES.join(", ")}`);
   }
@@ -106,7 +110,11 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   const numHeads = int("num_attention_heads");
   const numKvHeads = c.num_key_value_heads == null ? numHeads : int("num_key_value_heads");
   if (numHeads % numKvHeads !== 0) {
-    fail("num_key_value_heads", numKvHeads, `must divide num_attention_heads (${numHeads}) for grouped-query attention`);
+    fail(
+      "num_key_value_heads",
+      numKvHeads,
+      `must divide num_attention_heads (${numHeads}) for grouped-query attention`,
+    );
   }
   let headDim: number;
   if (c.head_dim == null) {
@@ -135,7 +143,11 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
       const layers = int("num_hidden_layers");
       if (from >= layers) slidingWindow = null;
       else if (from > 0) {
-        fail("max_window_layers", from, `a sliding window on layers ${from}..${layers - 1} only is not supported (all layers or none); set use_sliding_window: false to run with full attention`);
+        fail(
+          "max_window_layers",
+          from,
+          `a sliding window on layers ${from}..${layers - 1} only is not supported (all layers or none); set use_sliding_window: false to run with full attention`,
+        );
       }
     }
   }
@@ -150,7 +162,8 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   let eosTokenIds: number[] = [];
   if (Array.isArray(eosRaw)) {
     eosTokenIds = eosRaw.map((v) => {
-      if (typeof v !== "number" || !Number.isInteger(v) || v < 0) fail("eos_token_id", eosRaw, "expected token ids >= 0");
+      if (typeof v !== "number" || !Number.isInteger(v) || v < 0)
+        fail("eos_token_id", eosRaw, "expected token ids >= 0");
       return v as number;
     });
   } else if (eosRaw != null) {
@@ -192,11 +205,16 @@ function parseRopeScaling(
   const type = r.rope_type ?? r.type;
   if (type === "default") return null;
   if (type !== "llama3") {
-    fail("rope_scaling.rope_type", type, "only 'llama3' RoPE scaling is supported (linear, dynamic, yarn, longrope are not)");
+    fail(
+      "rope_scaling.rope_type",
+      type,
+      "only 'llama3' RoPE scaling is supported (linear, dynamic, yarn, longrope are not)",
+    );
   }
   const pos = (key: string): number => {
     const v = r[key];
-    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) fail(`rope_scaling.${key}`, v, "expected a positive number");
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0)
+      fail(`rope_scaling.${key}`, v, "expected a positive number");
     return v as number;
   };
   const scaling: Llama3RopeScaling = {
@@ -207,7 +225,11 @@ function parseRopeScaling(
     originalMaxPositionEmbeddings: pos("original_max_position_embeddings"),
   };
   if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
-    fail("rope_scaling.high_freq_factor", scaling.highFreqFactor, `must exceed low_freq_factor (${scaling.lowFreqFactor})`);
+    fail(
+      "rope_scaling.high_freq_factor",
+      scaling.highFreqFactor,
+      `must exceed low_freq_factor (${scaling.lowFreqFactor})`,
+    );
   }
   return scaling;
 }

@@ -47,12 +47,27 @@ export function parseGenerationConfig(json: unknown, file: string): GenerationDe
   const set = <K extends keyof GenerationDefaults>(key: K, v: GenerationDefaults[K] | undefined) => {
     if (v !== undefined) out[key] = v;
   };
-  set("temperature", number("temperature", (v) => v >= 0, "expected a number >= 0"));
+  set(
+    "temperature",
+    number("temperature", (v) => v >= 0, "expected a number >= 0"),
+  );
   // transformers uses top_k = 0 to mean "no top-k filtering"; keep it as-is and let the sampler interpret it.
-  set("topK", number("top_k", (v) => Number.isInteger(v) && v >= 0, "expected an integer >= 0"));
-  set("topP", number("top_p", (v) => v > 0 && v <= 1, "expected a number in (0, 1]"));
-  set("repetitionPenalty", number("repetition_penalty", (v) => v > 0, "expected a positive number"));
-  set("maxNewTokens", number("max_new_tokens", (v) => Number.isInteger(v) && v >= 1, "expected an integer >= 1"));
+  set(
+    "topK",
+    number("top_k", (v) => Number.isInteger(v) && v >= 0, "expected an integer >= 0"),
+  );
+  set(
+    "topP",
+    number("top_p", (v) => v > 0 && v <= 1, "expected a number in (0, 1]"),
+  );
+  set(
+    "repetitionPenalty",
+    number("repetition_penalty", (v) => v > 0, "expected a positive number"),
+  );
+  set(
+    "maxNewTokens",
+    number("max_new_tokens", (v) => Number.isInteger(v) && v >= 1, "expected an integer >= 1"),
+  );
   set("bosTokenId", number("bos_token_id", isId, "expected a token id >= 0"));
   set("padTokenId", number("pad_token_id", isId, "expected a token id >= 0"));
   const eos = g.eos_token_id;

@@ -13,7 +13,10 @@ export async function readJsonFile(file: string, what: string): Promise<unknown>
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === "ENOENT") {
-      throw new ModelFormatError(`${file}: file not found (${what}); point --model at a Hugging Face model folder that contains it`, { cause: e });
+      throw new ModelFormatError(
+        `${file}: file not found (${what}); point --model at a Hugging Face model folder that contains it`,
+        { cause: e },
+      );
     }
     throw new ModelFormatError(`${file}: cannot read (${what}): ${(e as Error).message}`, { cause: e });
   }

@@ -58,7 +58,11 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
 }
 
 /** Uploads every tensor the config requires (the checkpoint was checked against it by openModelFiles). */
-export async function uploadWeights(native: NativeModel, config: ModelConfig, checkpoint: SafetensorsCheckpoint): Promise<void> {
+export async function uploadWeights(
+  native: NativeModel,
+  config: ModelConfig,
+  checkpoint: SafetensorsCheckpoint,
+): Promise<void> {
   for (const { name } of expectedTensors(config)) {
     const t = checkpoint.tensors.get(name)!;
     const bytes = await checkpoint.read(name);

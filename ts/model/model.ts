@@ -3,7 +3,14 @@
 // ts/engine/generate.ts runs one prompt on an Engine for direct use.
 import { DisposedError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import { asNativeError, rethrowNative } from "../errors/native.js";
-import type { DeviceKind, NativeForwardBatch, NativeForwardPacked, NativeForwardResult, NativeModel, ProfileEntry } from "../native/addonTypes.js";
+import type {
+  DeviceKind,
+  NativeForwardBatch,
+  NativeForwardPacked,
+  NativeForwardResult,
+  NativeModel,
+  ProfileEntry,
+} from "../native/addonTypes.js";
 import { bundledModelDir } from "./bundled.js";
 import type { ChatMessage } from "./chatTemplate.js";
 import type { ModelConfig } from "./config.js";
@@ -66,15 +73,26 @@ export class Model implements AsyncDisposable {
 
   static async load(dir: string, options: LoadModelOptions = {}): Promise<Model> {
     const device = options.device ?? "cpu";
-    if (device !== "cpu" && device !== "cuda") throw new InvalidOptionError(`loadModel: device must be "cpu" or "cuda", got ${String(device)}`, { field: "loadModel: device" });
+    if (device !== "cpu" && device !== "cuda")
+      throw new InvalidOptionError(`loadModel: device must be "cpu" or "cuda", got ${String(device)}`, {
+        field: "loadModel: device",
+      });
     const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
-    if (!Number.isInteger(pageSize) || pageSize < 1) throw new InvalidOptionError(`loadModel: pageSize must be an integer >= 1, got ${pageSize}`, { field: "loadModel: pageSize" });
+    if (!Number.isInteger(pageSize) || pageSize < 1)
+      throw new InvalidOptionError(`loadModel: pageSize must be an integer >= 1, got ${pageSize}`, {
+        field: "loadModel: pageSize",
+      });
     const prefillChunkTokens = options.prefillChunkTokens ?? 512;
     if (!Number.isInteger(prefillChunkTokens) || prefillChunkTokens < 1) {
-      throw new InvalidOptionError(`loadModel: prefillChunkTokens must be an integer >= 1, got ${prefillChunkTokens}`, { field: "loadModel: prefillChunkTokens" });
+      throw new InvalidOptionError(`loadModel: prefillChunkTokens must be an integer >= 1, got ${prefillChunkTokens}`, {
+        field: "loadModel: prefillChunkTokens",
+      });
     }
     const kvDtype = options.kvDtype ?? (device === "cuda" ? "bf16" : "f32");
-    if (!["f32", "bf16", "f16"].includes(kvDtype)) throw new InvalidOptionError(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`, { field: "loadModel: kvDtype" });
+    if (!["f32", "bf16", "f16"].includes(kvDtype))
+      throw new InvalidOptionError(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`, {
+        field: "loadModel: kvDtype",
+      });
     // Every file is opened and checked (config, tokenizer, checkpoint headers vs config) before any upload.
     const files = await openModelFiles(dir);
     const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
@@ -102,7 +120,17 @@ export class Model implements AsyncDisposable {
       await checkpoint.close();
     }
     const numPages = native.info.numPages;
-    return new Model(files.dir, config, tokenizer, generationDefaults, device, native, { numPages, pageSize, bytesPerPage, dtype: kvDtype }, contextLength, prefillChunkTokens);
+    return new Model(
+      files.dir,
+      config,
+      tokenizer,
+      generationDefaults,
+      device,
+      native,
+      { numPages, pageSize, bytesPerPage, dtype: kvDtype },
+      contextLength,
+      prefillChunkTokens,
+    );
   }
 
   get disposed(): boolean {
@@ -157,10 +185,17 @@ export class Model implements AsyncDisposable {
     if (typeof input === "string") return this.tokenizer.encode(input);
     if (Array.isArray(input)) return this.tokenizer.encodeChat(input);
     const ids = (input as { tokens?: readonly number[] }).tokens;
-    if (!Array.isArray(ids)) throw new InvalidOptionError("generate: the prompt must be a string, a list of chat messages, or {tokens: number[]}", { field: "generate: prompt" });
+    if (!Array.isArray(ids))
+      throw new InvalidOptionError(
+        "generate: the prompt must be a string, a list of chat messages, or {tokens: number[]}",
+        { field: "generate: prompt" },
+      );
     ids.forEach((id, i) => {
       if (!Number.isInteger(id) || id < 0 || id >= this.config.vocabSize) {
-        throw new InvalidOptionError(`generate: prompt token ${i} is ${id}; expected an id in [0, ${this.config.vocabSize})`, { field: `generate: prompt.tokens[${i}]` });
+        throw new InvalidOptionError(
+          `generate: prompt token ${i} is ${id}; expected an id in [0, ${this.config.vocabSize})`,
+          { field: `generate: prompt.tokens[${i}]` },
+        );
       }
     });
     return [...ids];
@@ -199,12 +234,19 @@ export class Model implements AsyncDisposable {
  */
 function planPages(options: LoadModelOptions, pageSize: number, bytesPerPage: number): number {
   if (options.kvPages !== undefined) {
-    if (!Number.isInteger(options.kvPages) || options.kvPages < 1) throw new InvalidOptionError(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`, { field: "loadModel: kvPages" });
+    if (!Number.isInteger(options.kvPages) || options.kvPages < 1)
+      throw new InvalidOptionError(`loadModel: kvPages must be an integer >= 1, got ${options.kvPages}`, {
+        field: "loadModel: kvPages",
+      });
     return options.kvPages;
   }
   if (options.kvMemoryBytes !== undefined) {
     const n = Math.floor(options.kvMemoryBytes / bytesPerPage);
-    if (!(n >= 1)) throw new InvalidOptionError(`loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`, { field: "loadModel: kvMemoryBytes" });
+    if (!(n >= 1))
+      throw new InvalidOptionError(
+        `loadModel: kvMemoryBytes ${options.kvMemoryBytes} holds no KV page (one page is ${bytesPerPage} bytes); raise it`,
+        { field: "loadModel: kvMemoryBytes" },
+      );
     return n;
   }
   return Math.ceil(DEFAULT_KV_TOKENS / pageSize);
@@ -221,13 +263,20 @@ export function loadModel(dir?: string, options: LoadModelOptions = {}): Promise
 
 /** The addon's packed step results as one object per sequence, all built by one literal (`confidence` included,
  *  undefined when not asked), so the engine's hot loops see one object shape whatever mix of requests a step carries. */
-function unpackResults(batch: NativeForwardBatch, { tokens, logprobs, confidences, extras }: NativeForwardPacked): NativeForwardResult[] {
+function unpackResults(
+  batch: NativeForwardBatch,
+  { tokens, logprobs, confidences, extras }: NativeForwardPacked,
+): NativeForwardResult[] {
   const results: NativeForwardResult[] = new Array(tokens.length);
   for (let i = 0; i < tokens.length; i++) {
     // Asked for by the row itself (a NaN confidence of a row that asked is reported as NaN, not dropped).
     const s = batch.sequences[i];
     const asked = confidences !== undefined && (s.confidenceTopK ?? 0) > 0 && s.emitToken !== false;
-    const r: NativeForwardResult = { token: tokens[i], logprob: logprobs[i], confidence: asked ? confidences[i] : undefined };
+    const r: NativeForwardResult = {
+      token: tokens[i],
+      logprob: logprobs[i],
+      confidence: asked ? confidences[i] : undefined,
+    };
     const extra = extras[i];
     if (extra !== undefined) Object.assign(r, extra);
     results[i] = r;

@@ -31,8 +31,12 @@ export async function openModelFiles(dir: string): Promise<ModelFiles> {
   const abs = resolve(dir);
   const info = await stat(abs).catch(() => null);
   if (!info?.isDirectory()) {
-    const bundled = /(^|\/)models\/tiny-reasoner\/?$/.test(dir) ? "; for the bundled tiny reasoner call loadModel() with no folder (or pass bundledModelDir)" : "";
-    throw new ModelFormatError(`${abs}: model folder not found (${dir} resolved against ${process.cwd()}); pass the folder that holds config.json, *.safetensors and tokenizer.json${bundled}`);
+    const bundled = /(^|\/)models\/tiny-reasoner\/?$/.test(dir)
+      ? "; for the bundled tiny reasoner call loadModel() with no folder (or pass bundledModelDir)"
+      : "";
+    throw new ModelFormatError(
+      `${abs}: model folder not found (${dir} resolved against ${process.cwd()}); pass the folder that holds config.json, *.safetensors and tokenizer.json${bundled}`,
+    );
   }
   const config = await readModelConfig(abs);
   const generation = await readGenerationConfig(abs);

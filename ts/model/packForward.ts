@@ -17,9 +17,11 @@ let floats = new Float32Array(64);
 let packing = false;
 
 // -0 is left to the object path, whose messages print it as such.
-const isInt32 = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= -(2 ** 31) && v < 2 ** 31 && !Object.is(v, -0);
+const isInt32 = (v: unknown): v is number =>
+  typeof v === "number" && Number.isInteger(v) && v >= -(2 ** 31) && v < 2 ** 31 && !Object.is(v, -0);
 /** A plain Int32Array: not a subclass (its length could lie), a Proxy or an object that only inherits from one. */
-const isPlainInt32Array = (v: unknown): v is Int32Array => types.isInt32Array(v) && Object.getPrototypeOf(v) === Int32Array.prototype;
+const isPlainInt32Array = (v: unknown): v is Int32Array =>
+  types.isInt32Array(v) && Object.getPrototypeOf(v) === Int32Array.prototype;
 /** An optional integer field: its value (default when absent), or null when it cannot be packed. */
 const intOr = (v: unknown, def: number): number | null => (v === undefined || v === null ? def : isInt32(v) ? v : null);
 /** An optional boolean field as a flag bit, or null when it is not a boolean. */
@@ -27,13 +29,16 @@ const flag = (v: unknown, def: boolean, bit: number): number | null => {
   if (v === undefined || v === null) return def ? bit : 0;
   return typeof v === "boolean" ? (v ? bit : 0) : null;
 };
-const numOr = (v: unknown, def: number): number | null => (v === undefined || v === null ? def : typeof v === "number" ? v : null);
+const numOr = (v: unknown, def: number): number | null =>
+  v === undefined || v === null ? def : typeof v === "number" ? v : null;
 
 /** [low, high] 32-bit halves of a u64 seed, or null for anything forward() would reject. */
 function seedHalves(v: unknown): [number, number] | null {
   if (v === undefined || v === null) return [0, 0];
-  if (typeof v === "number") return Number.isSafeInteger(v) && v >= 0 ? [v % TWO_32 | 0, Math.floor(v / TWO_32) | 0] : null;
-  if (typeof v === "bigint") return v >= 0n && v < 1n << 64n ? [Number(v & 0xffffffffn) | 0, Number(v >> 32n) | 0] : null;
+  if (typeof v === "number")
+    return Number.isSafeInteger(v) && v >= 0 ? [(v % TWO_32) | 0, Math.floor(v / TWO_32) | 0] : null;
+  if (typeof v === "bigint")
+    return v >= 0n && v < 1n << 64n ? [Number(v & 0xffffffffn) | 0, Number(v >> 32n) | 0] : null;
   return null;
 }
 
@@ -56,12 +61,17 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
   const startPos = isInt32(s.startPos) ? s.startPos : null;
   const numTop = intOr(s.numTopLogprobs, 0);
   const confidenceK = intOr(s.confidenceTopK, 0);
-  const emit = flag(s.emitToken, true, 1), all = flag(s.emitAll, false, 2), fixed = flag(s.fixedSchedule, false, 4);
+  const emit = flag(s.emitToken, true, 1),
+    all = flag(s.emitAll, false, 2),
+    fixed = flag(s.fixedSchedule, false, 4);
   const sp = s.sampling;
   if (sp !== undefined && sp !== null && typeof sp !== "object") return -1;
-  const temperature = numOr(sp?.temperature, 0), topP = numOr(sp?.topP, 1), topK = intOr(sp?.topK, 0);
+  const temperature = numOr(sp?.temperature, 0),
+    topP = numOr(sp?.topP, 1),
+    topK = intOr(sp?.topK, 0);
   const seed = seedHalves(sp?.seed);
-  if (startPos === null || numTop === null || confidenceK === null || emit === null || all === null || fixed === null) return -1;
+  if (startPos === null || numTop === null || confidenceK === null || emit === null || all === null || fixed === null)
+    return -1;
   if (temperature === null || topP === null || topK === null || seed === null) return -1;
   const nc = captures?.length ?? 0;
   ensure(at + SEQ_HEADER + tokens.length + blockTable.length + nc);
@@ -102,9 +112,21 @@ export function packForward(batch: NativeForwardBatch): { ints: Int32Array; floa
 function pack(batch: NativeForwardBatch): { ints: Int32Array; floats: Float32Array } | null {
   const seqs = batch.sequences;
   if (!Array.isArray(seqs) || types.isProxy(seqs)) return null;
-  const gemmSplitK = intOr(batch.gemmSplitK, NaN), kvSplits = intOr(batch.kvSplits, NaN), fixedSplitK = intOr(batch.fixedGemmSplitK, 1);
-  const logits = flag(batch.returnLogits, false, 1), fast = flag(batch.fastSplitK, false, 2), profile = flag(batch.profile, false, 4);
-  if (gemmSplitK === null || kvSplits === null || fixedSplitK === null || logits === null || fast === null || profile === null) return null;
+  const gemmSplitK = intOr(batch.gemmSplitK, NaN),
+    kvSplits = intOr(batch.kvSplits, NaN),
+    fixedSplitK = intOr(batch.fixedGemmSplitK, 1);
+  const logits = flag(batch.returnLogits, false, 1),
+    fast = flag(batch.fastSplitK, false, 2),
+    profile = flag(batch.profile, false, 4);
+  if (
+    gemmSplitK === null ||
+    kvSplits === null ||
+    fixedSplitK === null ||
+    logits === null ||
+    fast === null ||
+    profile === null
+  )
+    return null;
   if (Number.isNaN(gemmSplitK) || Number.isNaN(kvSplits)) return null; // required: forward(batch) names the missing one
   const copies = batch.pageCopies;
   let nCopies = 0;

@@ -26,12 +26,16 @@ export function readPrmConfig(dir: string): PrmConfig | null {
   try {
     raw = JSON.parse(readFileSync(path, "utf8"));
   } catch (e) {
-    throw new ModelFormatError(`${path} is not valid JSON (${(e as Error).message}); restore the file or delete it and pass --prm-good / --prm-bad / --prm-tag`, {
-      cause: e,
-    });
+    throw new ModelFormatError(
+      `${path} is not valid JSON (${(e as Error).message}); restore the file or delete it and pass --prm-good / --prm-bad / --prm-tag`,
+      {
+        cause: e,
+      },
+    );
   }
   const o = raw as Partial<PrmConfig>;
-  const strings = (v: unknown) => Array.isArray(v) && v.length > 0 && v.every((t) => typeof t === "string" && t.length > 0);
+  const strings = (v: unknown) =>
+    Array.isArray(v) && v.length > 0 && v.every((t) => typeof t === "string" && t.length > 0);
   const bad = (field: string, expected: string) => new ModelFormatError(`${path}: ${field} must be ${expected}`);
   if (o.format !== "tagged-steps") throw bad("format", '"tagged-steps"');
   if (typeof o.prefix !== "string") throw bad("prefix", "a string (may be empty)");

@@ -62,12 +62,16 @@ export async function openSafetensors(dir: string): Promise<SafetensorsCheckpoin
   }
   const weightMap = (index as { weight_map?: unknown }).weight_map;
   if (typeof weightMap !== "object" || weightMap === null || Array.isArray(weightMap)) {
-    throw new ModelFormatError(`${indexFile}: field 'weight_map' is missing or not an object; re-download the index file`);
+    throw new ModelFormatError(
+      `${indexFile}: field 'weight_map' is missing or not an object; re-download the index file`,
+    );
   }
   const shards = new Map<string, string>();
   for (const [name, shard] of Object.entries(weightMap as Record<string, unknown>)) {
     if (typeof shard !== "string" || shard.includes("/") || shard.includes("\\")) {
-      throw new ModelFormatError(`${indexFile}: weight_map['${name}'] is ${JSON.stringify(shard)}; expected a shard file name`);
+      throw new ModelFormatError(
+        `${indexFile}: weight_map['${name}'] is ${JSON.stringify(shard)}; expected a shard file name`,
+      );
     }
     shards.set(name, join(dir, shard));
   }
@@ -80,7 +84,11 @@ export async function openSafetensorsFile(file: string): Promise<SafetensorsChec
   return openFiles([file], file, null);
 }
 
-async function openFiles(files: string[], source: string, weightMap: Map<string, string> | null): Promise<SafetensorsCheckpoint> {
+async function openFiles(
+  files: string[],
+  source: string,
+  weightMap: Map<string, string> | null,
+): Promise<SafetensorsCheckpoint> {
   const handles = new Map<string, FileHandle>();
   const tensors = new Map<string, TensorInfo>();
   let metadata: Record<string, string> = {};
@@ -91,22 +99,32 @@ async function openFiles(files: string[], source: string, weightMap: Map<string,
         handle = await open(file, "r");
       } catch (e) {
         const why = (e as NodeJS.ErrnoException).code === "ENOENT" ? "file not found" : (e as Error).message;
-        throw new ModelFormatError(`${file}: ${why} (a weight shard listed in ${basename(source)}); re-download the checkpoint`, { cause: e });
+        throw new ModelFormatError(
+          `${file}: ${why} (a weight shard listed in ${basename(source)}); re-download the checkpoint`,
+          { cause: e },
+        );
       }
       handles.set(file, handle);
       const header = await readHeader(handle, file);
       if (handles.size === 1) metadata = header.metadata;
       for (const t of header.tensors) {
         const prev = tensors.get(t.name);
-        if (prev) throw new ModelFormatError(`${file}: tensor '${t.name}' is also stored in ${prev.file}; the shards overlap`);
+        if (prev)
+          throw new ModelFormatError(`${file}: tensor '${t.name}' is also stored in ${prev.file}; the shards overlap`);
         tensors.set(t.name, t);
       }
     }
     if (weightMap) {
       for (const [name, file] of weightMap) {
         const t = tensors.get(name);
-        if (!t) throw new ModelFormatError(`${source}: weight_map lists '${name}' in ${basename(file)}, but that shard has no such tensor`);
-        if (t.file !== file) throw new ModelFormatError(`${source}: weight_map puts '${name}' in ${basename(file)}, but it is in ${basename(t.file)}`);
+        if (!t)
+          throw new ModelFormatError(
+            `${source}: weight_map lists '${name}' in ${basename(file)}, but that shard has no such tensor`,
+          );
+        if (t.file !== file)
+          throw new ModelFormatError(
+            `${source}: weight_map puts '${name}' in ${basename(file)}, but it is in ${basename(t.file)}`,
+          );
       }
     }
   } catch (e) {
@@ -146,12 +164,21 @@ async function openFiles(files: string[], source: string, weightMap: Map<string,
   };
 }
 
-async function readFully(handle: FileHandle, target: Uint8Array, position: number, file: string, name: string): Promise<void> {
+async function readFully(
+  handle: FileHandle,
+  target: Uint8Array,
+  position: number,
+  file: string,
+  name: string,
+): Promise<void> {
   let done = 0;
   while (done < target.byteLength) {
     const len = Math.min(MAX_READ_CHUNK, target.byteLength - done);
     const { bytesRead } = await handle.read(target, done, len, position + done);
-    if (bytesRead === 0) throw new ModelFormatError(`${file}: file ended while reading tensor '${name}'; the file is truncated, re-download it`);
+    if (bytesRead === 0)
+      throw new ModelFormatError(
+        `${file}: file ended while reading tensor '${name}'; the file is truncated, re-download it`,
+      );
     done += bytesRead;
   }
 }
@@ -164,7 +191,10 @@ interface ParsedHeader {
 /** Reads and validates the header of one .safetensors file. */
 async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeader> {
   const fileSize = (await handle.stat()).size;
-  if (fileSize < 8) throw new ModelFormatError(`${file}: only ${fileSize} bytes, too short for a safetensors header; the file is truncated`);
+  if (fileSize < 8)
+    throw new ModelFormatError(
+      `${file}: only ${fileSize} bytes, too short for a safetensors header; the file is truncated`,
+    );
   const lenBuf = new Uint8Array(8);
   await readFully(handle, lenBuf, 0, file, "(header length)");
   const headerLen = Number(new DataView(lenBuf.buffer).getBigUint64(0, true));
@@ -180,10 +210,15 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
   try {
     json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(headerBytes));
   } catch (e) {
-    throw new ModelFormatError(`${file}: malformed safetensors header (${(e as Error).message}); the file is corrupt, re-download it`, { cause: e });
+    throw new ModelFormatError(
+      `${file}: malformed safetensors header (${(e as Error).message}); the file is corrupt, re-download it`,
+      { cause: e },
+    );
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    throw new ModelFormatError(`${file}: malformed safetensors header (expected a JSON object); the file is corrupt, re-download it`);
+    throw new ModelFormatError(
+      `${file}: malformed safetensors header (expected a JSON object); the file is corrupt, re-download it`,
+    );
   }
   const dataStart = 8 + headerLen;
   const dataSize = fileSize - dataStart;
@@ -207,7 +242,8 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
           `(supported: F32, F16, BF16; I32/I64 for non-weight tensors); convert the checkpoint to bf16 or f16`,
       );
     }
-    if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) bad(`has shape ${JSON.stringify(shape)}`);
+    if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0))
+      bad(`has shape ${JSON.stringify(shape)}`);
     if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) {
       bad(`has data_offsets ${JSON.stringify(offsets)}`);
     }
@@ -222,16 +258,28 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
     const elements = (shape as number[]).reduce((a, b) => a * b, 1);
     const dt = dtype as SafetensorsDType;
     if (elements * DTYPE_BYTES[dt] !== end - begin) {
-      bad(`has shape [${(shape as number[]).join(", ")}] of ${dt} (${elements * DTYPE_BYTES[dt]} bytes) but spans ${end - begin} bytes`);
+      bad(
+        `has shape [${(shape as number[]).join(", ")}] of ${dt} (${elements * DTYPE_BYTES[dt]} bytes) but spans ${end - begin} bytes`,
+      );
     }
     if (end > begin) spans.push([begin, end, name]);
-    tensors.push({ name, dtype: dt, shape: shape as number[], file, byteOffset: dataStart + begin, byteLength: end - begin });
+    tensors.push({
+      name,
+      dtype: dt,
+      shape: shape as number[],
+      file,
+      byteOffset: dataStart + begin,
+      byteLength: end - begin,
+    });
   }
   spans.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   for (let i = 1; i < spans.length; i++) {
     const [, pe, pn] = spans[i - 1];
     const [b, , n] = spans[i];
-    if (b < pe) throw new ModelFormatError(`${file}: tensors '${pn}' and '${n}' overlap in the data section; the file is corrupt`);
+    if (b < pe)
+      throw new ModelFormatError(
+        `${file}: tensors '${pn}' and '${n}' overlap in the data section; the file is corrupt`,
+      );
   }
   return { tensors, metadata };
 }

@@ -4,9 +4,7 @@ import { open, type FileHandle } from "node:fs/promises";
 import { DTYPE_BYTES, type SafetensorsDType } from "./dtype.js";
 
 /** Raw bytes, a typed array holding exactly the tensor's bytes, or a producer of byte chunks (for streaming). */
-export type TensorData =
-  | ArrayBufferView
-  | (() => Iterable<ArrayBufferView> | AsyncIterable<ArrayBufferView>);
+export type TensorData = ArrayBufferView | (() => Iterable<ArrayBufferView> | AsyncIterable<ArrayBufferView>);
 
 export interface TensorToWrite {
   dtype: SafetensorsDType;
@@ -29,8 +27,10 @@ export async function writeSafetensors(
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;
   for (const [name, t] of entries) {
-    if (name === "__metadata__") throw new Error(`writeSafetensors: '__metadata__' is reserved and cannot name a tensor`);
-    if (!(t.dtype in DTYPE_BYTES)) throw new Error(`writeSafetensors: tensor '${name}' has unsupported dtype ${t.dtype}`);
+    if (name === "__metadata__")
+      throw new Error(`writeSafetensors: '__metadata__' is reserved and cannot name a tensor`);
+    if (!(t.dtype in DTYPE_BYTES))
+      throw new Error(`writeSafetensors: tensor '${name}' has unsupported dtype ${t.dtype}`);
     if (!t.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
       throw new Error(`writeSafetensors: tensor '${name}' has invalid shape [${t.shape.join(", ")}]`);
     }

@@ -5,7 +5,13 @@ import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ModelFormatError, UnsupportedError } from "../errors/index.js";
 import { ChatTemplate, loadChatTemplate, type ChatMessage, type ChatTemplateOptions } from "./chatTemplate.js";
-import { ByteLevelDetokenizer, IncrementalDetokenizer, type ByteLevelPieces, type DetokenizerOptions, type TokenPiece } from "./detokenizer.js";
+import {
+  ByteLevelDetokenizer,
+  IncrementalDetokenizer,
+  type ByteLevelPieces,
+  type DetokenizerOptions,
+  type TokenPiece,
+} from "./detokenizer.js";
 import { readJsonFile, readOptionalJsonFile } from "./jsonFile.js";
 import type { GenerationDefaults } from "./generationConfig.js";
 import type { ModelConfig } from "./config.js";
@@ -63,11 +69,12 @@ export class ModelTokenizer {
   static async load(dir: string, options: TokenizerLoadOptions = {}): Promise<ModelTokenizer> {
     const jsonFile = join(dir, "tokenizer.json");
     const configFile = join(dir, "tokenizer_config.json");
-    const tokenizerJson = await readJsonFile(jsonFile, "the tokenizer; only fast-tokenizer tokenizer.json files are supported");
-    const tokenizerConfig = ((await readOptionalJsonFile(configFile, "tokenizer settings and special tokens")) ?? {}) as Record<
-      string,
-      unknown
-    >;
+    const tokenizerJson = await readJsonFile(
+      jsonFile,
+      "the tokenizer; only fast-tokenizer tokenizer.json files are supported",
+    );
+    const tokenizerConfig = ((await readOptionalJsonFile(configFile, "tokenizer settings and special tokens")) ??
+      {}) as Record<string, unknown>;
     if (typeof tokenizerJson !== "object" || tokenizerJson === null || !("model" in tokenizerJson)) {
       throw new ModelFormatError(`${jsonFile}: has no 'model' section; is this a Hugging Face tokenizers file?`);
     }
@@ -105,7 +112,9 @@ export class ModelTokenizer {
    * tokenizers (Qwen, Llama 3, GPT-2 style) stream bytes through one UTF-8 decoder; the others re-decode a short
    * window per token (`windowed` forces that path, for tests).
    */
-  createDetokenizer(options: DetokenizerOptions & { windowed?: boolean } = {}): IncrementalDetokenizer | ByteLevelDetokenizer {
+  createDetokenizer(
+    options: DetokenizerOptions & { windowed?: boolean } = {},
+  ): IncrementalDetokenizer | ByteLevelDetokenizer {
     if (this.pieces && !options.windowed) return new ByteLevelDetokenizer(this.pieces, options);
     return new IncrementalDetokenizer(this, options);
   }
@@ -113,7 +122,9 @@ export class ModelTokenizer {
   /** Renders a conversation with the model's chat template (bos/eos token variables filled in). */
   applyChatTemplate(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
     if (!this.chatTemplate) {
-      throw new UnsupportedError("this model has no chat template (tokenizer_config.json has no chat_template); pass a plain prompt instead");
+      throw new UnsupportedError(
+        "this model has no chat template (tokenizer_config.json has no chat_template); pass a plain prompt instead",
+      );
     }
     return this.chatTemplate.render(messages, { bosToken: this.bosToken, eosToken: this.eosToken, ...options });
   }
@@ -140,8 +151,7 @@ const BYTE_OF_CHAR: ReadonlyMap<string, number> = (() => {
   for (let b = 161; b <= 172; b++) bytes.push(b);
   for (let b = 174; b <= 255; b++) bytes.push(b);
   const chars = bytes.slice();
-  for (let b = 0, n = 0; b < 256; b++)
-    if (!bytes.includes(b)) bytes.push(b), chars.push(256 + n++);
+  for (let b = 0, n = 0; b < 256; b++) if (!bytes.includes(b)) (bytes.push(b), chars.push(256 + n++));
   return new Map(bytes.map((b, i) => [String.fromCharCode(chars[i]!), b]));
 })();
 
@@ -154,16 +164,22 @@ const BYTE_OF_CHAR: ReadonlyMap<string, number> = (() => {
  * skipping; added tokens decode as their text; other tokens map character by character through the byte table
  * (a character outside it counts as byte 0, as the library's decoder does); unknown ids as the unk token, or nothing.
  */
-function byteLevelPieces(hf: Tokenizer, json: Record<string, unknown>, config: Record<string, unknown>): ByteLevelPieces | null {
+function byteLevelPieces(
+  hf: Tokenizer,
+  json: Record<string, unknown>,
+  config: Record<string, unknown>,
+): ByteLevelPieces | null {
   const decoder = json.decoder as { type?: string } | null | undefined;
   const model = json.model as { end_of_word_suffix?: unknown; unk_token?: unknown } | undefined;
   if (decoder?.type !== "ByteLevel" || model?.end_of_word_suffix) return null;
-  const added = new Set<string>(), special = new Set<string>();
+  const added = new Set<string>(),
+    special = new Set<string>();
   for (const t of (json.added_tokens as { content: string; special?: boolean }[] | undefined) ?? []) {
     added.add(t.content);
     if (t.special) special.add(t.content);
   }
-  for (const t of (config.additional_special_tokens as unknown[] | undefined) ?? []) if (typeof t === "string") special.add(t);
+  for (const t of (config.additional_special_tokens as unknown[] | undefined) ?? [])
+    if (typeof t === "string") special.add(t);
   const unk = typeof model?.unk_token === "string" ? model.unk_token : undefined;
   const cache = new Map<number, { piece: TokenPiece; special: boolean }>();
   const compute = (id: number): { piece: TokenPiece; special: boolean } => {
@@ -181,4 +197,3 @@ function byteLevelPieces(hf: Tokenizer, json: Record<string, unknown>, config: R
     },
   };
 }
-

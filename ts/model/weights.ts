@@ -81,7 +81,11 @@ export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
     out.push({ name: l.oProj, shape: [h, q] });
     if (l.oBias) out.push({ name: l.oBias, shape: [h] });
     out.push({ name: l.postAttentionNorm, shape: [h] });
-    out.push({ name: l.gateProj, shape: [f, h] }, { name: l.upProj, shape: [f, h] }, { name: l.downProj, shape: [h, f] });
+    out.push(
+      { name: l.gateProj, shape: [f, h] },
+      { name: l.upProj, shape: [f, h] },
+      { name: l.downProj, shape: [h, f] },
+    );
   }
   out.push({ name: names.finalNorm, shape: [h] });
   if (!config.tieWordEmbeddings) out.push({ name: names.lmHead, shape: [vocabSize, h] });
@@ -108,7 +112,9 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
       const why = name === "lm_head.weight" ? " (config.json has tie_word_embeddings: false)" : "";
       problems.push(`${checkpoint.source}: tensor '${name}' is missing${why}`);
     } else if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
-      problems.push(`${t.file}: tensor '${name}' has shape [${t.shape.join(", ")}], config.json implies [${shape.join(", ")}]`);
+      problems.push(
+        `${t.file}: tensor '${name}' has shape [${t.shape.join(", ")}], config.json implies [${shape.join(", ")}]`,
+      );
     } else if (!FLOAT_DTYPES.includes(t.dtype)) {
       problems.push(`${t.file}: tensor '${name}' has dtype ${t.dtype}; weights must be F32, F16 or BF16`);
     }

@@ -49,9 +49,25 @@ export interface NativeOps {
   }): Promise<void>;
   /** gemm with y's columns stored as blocks [0, cut1), [cut1, cut2), [cut2, N), each a (rows, width) matrix; x's row m
    * is row row0 + m of each (the fused q | k | v projection). y: rows * N elements. Same bits as gemm. */
-  gemmBlocks(a: { x: NativeTensor; w: NativeTensor; bias?: NativeTensor; y: NativeTensor; splitK?: number; cut1: number; cut2: number; rows: number; row0?: number }): Promise<void>;
+  gemmBlocks(a: {
+    x: NativeTensor;
+    w: NativeTensor;
+    bias?: NativeTensor;
+    y: NativeTensor;
+    splitK?: number;
+    cut1: number;
+    cut2: number;
+    rows: number;
+    row0?: number;
+  }): Promise<void>;
   /** residual += x (when given), out = rmsnorm(residual or x) * weight. */
-  rmsnorm(a: { x: NativeTensor; residual?: NativeTensor; weight: NativeTensor; out: NativeTensor; eps?: number }): Promise<void>;
+  rmsnorm(a: {
+    x: NativeTensor;
+    residual?: NativeTensor;
+    weight: NativeTensor;
+    out: NativeTensor;
+    eps?: number;
+  }): Promise<void>;
   /** In-place rotary embedding, HF rotate-half; q [T,Hq,D], k [T,Hk,D], positions i32 [T], invFreq f32 [D/2]. */
   rope(a: { q: NativeTensor; k: NativeTensor; positions: NativeTensor; invFreq: NativeTensor }): Promise<void>;
   /** out[M,I] = silu(gateUp[:, :I]) * gateUp[:, I:]. */
@@ -60,15 +76,40 @@ export interface NativeOps {
   embedding(a: { ids: NativeTensor; table: NativeTensor; out: NativeTensor }): Promise<void>;
   add(a: { a: NativeTensor; b: NativeTensor; out: NativeTensor }): Promise<void>;
   /** kCache/vCache[slots[t]] = k/v[t]; slot = page * pageSize + offset. */
-  kvWrite(a: { k: NativeTensor; v: NativeTensor; kCache: NativeTensor; vCache: NativeTensor; slots: NativeTensor }): Promise<void>;
+  kvWrite(a: {
+    k: NativeTensor;
+    v: NativeTensor;
+    kCache: NativeTensor;
+    vCache: NativeTensor;
+    slots: NativeTensor;
+  }): Promise<void>;
   /** rope then kvWrite of the rotated k and v (one launch on the GPU; the same bits as the two ops). */
-  ropeKvWrite(a: { q: NativeTensor; k: NativeTensor; v: NativeTensor; positions: NativeTensor; invFreq: NativeTensor; kCache: NativeTensor; vCache: NativeTensor; slots: NativeTensor }): Promise<void>;
+  ropeKvWrite(a: {
+    q: NativeTensor;
+    k: NativeTensor;
+    v: NativeTensor;
+    positions: NativeTensor;
+    invFreq: NativeTensor;
+    kCache: NativeTensor;
+    vCache: NativeTensor;
+    slots: NativeTensor;
+  }): Promise<void>;
   /** Whole pages src[i] -> dst[i] in both caches. */
   pageCopy(a: { kCache: NativeTensor; vCache: NativeTensor; src: NativeTensor; dst: NativeTensor }): Promise<void>;
   /** One query per sequence, split-KV with kvSplits partitions merged by log-sum-exp. */
-  attentionDecode(a: PagedKVArgs & { q: NativeTensor; out: NativeTensor; scale?: number; kvSplits?: number }): Promise<void>;
+  attentionDecode(
+    a: PagedKVArgs & { q: NativeTensor; out: NativeTensor; scale?: number; kvSplits?: number },
+  ): Promise<void>;
   /** T queries per sequence (qIndptr [B+1]), causal over cached prefix + new tokens. */
-  attentionPrefill(a: PagedKVArgs & { q: NativeTensor; qIndptr: NativeTensor; out: NativeTensor; scale?: number; maxQueryLen?: number }): Promise<void>;
+  attentionPrefill(
+    a: PagedKVArgs & {
+      q: NativeTensor;
+      qIndptr: NativeTensor;
+      out: NativeTensor;
+      scale?: number;
+      maxQueryLen?: number;
+    },
+  ): Promise<void>;
   /** Greedy (temperature 0) or Gumbel-max sampling keyed by (seed, position, token id); raw log-softmax logprobs. */
   sample(a: {
     logits: NativeTensor;
@@ -217,7 +258,10 @@ export interface NativeForwardPacked {
   /** Present when any sequence asked for confidence; NaN for those that did not (or did not emit). */
   confidences?: Float32Array;
   /** emitAll tokens / logprobs / confidences, top logprobs, hidden states and logits, for the rows that have any. */
-  extras: Array<Pick<NativeForwardResult, "tokens" | "logprobs" | "topIds" | "topLogprobs" | "confidences" | "hidden" | "logits"> | undefined>;
+  extras: Array<
+    | Pick<NativeForwardResult, "tokens" | "logprobs" | "topIds" | "topLogprobs" | "confidences" | "hidden" | "logits">
+    | undefined
+  >;
 }
 
 export interface NativeModelInfo {
@@ -245,7 +289,13 @@ export interface ProfileEntry {
 /** A model in native memory: weights, a paged KV pool and scratch. */
 export interface NativeModel {
   /** Copies (converting on the CPU where useful) one checkpoint tensor, or a chunk of it at byteOffset. */
-  setWeight(name: string, dtype: "f32" | "bf16" | "f16", shape: number[], bytes: ArrayBufferView, byteOffset?: number): void;
+  setWeight(
+    name: string,
+    dtype: "f32" | "bf16" | "f16",
+    shape: number[],
+    bytes: ArrayBufferView,
+    byteOffset?: number,
+  ): void;
   /** Checkpoint tensors not set yet. */
   missingWeights(): string[];
   /** ONE native call for the whole model and batch (off the JS thread); results packed, in input order
@@ -287,7 +337,12 @@ export interface CudaDeviceInfo {
 export interface DeviceReport {
   /** cgroupCpuLimit: this process's cgroup CPU limit (a container's --cpus), whole CPUs rounded up; null when none.
    *  threads defaults to the CPUs of the affinity mask, at most that limit. */
-  cpu: { threads: number; hardwareThreads: number; cgroupCpuLimit: number | null; simd: "avx2" | "avx512" | "avx512-bf16" };
+  cpu: {
+    threads: number;
+    hardwareThreads: number;
+    cgroupCpuLimit: number | null;
+    simd: "avx2" | "avx512" | "avx512-bf16";
+  };
   cuda: {
     compiled: boolean;
     available: boolean;
@@ -327,7 +382,11 @@ export interface Addon {
    * counters over the run: chunks run by worker threads, worker sleeps waiting for a region, caller sleeps waiting
    * for a region's other chunks.
    */
-  stressThreadPool(regions: number, chunkMicros?: number, gapMicros?: number): Promise<{ bad: number; workerChunks: number; workerSleeps: number; callerSleeps: number }>;
+  stressThreadPool(
+    regions: number,
+    chunkMicros?: number,
+    gapMicros?: number,
+  ): Promise<{ bad: number; workerChunks: number; workerSleeps: number; callerSleeps: number }>;
   readonly cudaCompiled: boolean;
   readonly ops: NativeOps;
   readonly NativeModel: new (options: NativeModelOptions) => NativeModel;

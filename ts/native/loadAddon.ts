@@ -21,7 +21,9 @@ export function packageRoot(): string {
 export function prebuildPath(root = packageRoot()): string | undefined {
   const dir = path.join(root, "prebuilds", `${process.platform}-${process.arch}`);
   if (!existsSync(dir)) return undefined;
-  const file = readdirSync(dir).filter((f) => f.endsWith(".node")).sort()[0];
+  const file = readdirSync(dir)
+    .filter((f) => f.endsWith(".node"))
+    .sort()[0];
   return file === undefined ? undefined : path.join(dir, file);
 }
 
@@ -33,9 +35,12 @@ export function loadAddon(): Addon {
     try {
       cached = require(file) as Addon;
     } catch (e) {
-      throw new NativeError(`DELIBERATE_ADDON_PATH is ${override}, and the addon could not be loaded from ${file} (${(e as Error).message.split("\n")[0]}); point it at a built deliberate.node or unset it`, {
-        cause: e,
-      });
+      throw new NativeError(
+        `DELIBERATE_ADDON_PATH is ${override}, and the addon could not be loaded from ${file} (${(e as Error).message.split("\n")[0]}); point it at a built deliberate.node or unset it`,
+        {
+          cause: e,
+        },
+      );
     }
     return cached;
   }
@@ -52,7 +57,10 @@ export function loadAddon(): Addon {
     const fix = installed
       ? "Build it from source with `DELIBERATE_BUILD_FROM_SOURCE=1 npm rebuild deliberate` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it)."
       : "Build it with `npm run build:addon` (needs python3, make and a C++17 compiler; CUDA is optional, DELIBERATE_NO_CUDA=1 skips it), or make a prebuild with `npm run build:prebuilt`.";
-    throw new NativeError(`the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ${fix}`, { cause: e });
+    throw new NativeError(
+      `the native addon could not be loaded from ${prebuild ?? root} (${(e as Error).message.split("\n")[0]}). ${fix}`,
+      { cause: e },
+    );
   }
   return cached;
 }

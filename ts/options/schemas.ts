@@ -9,9 +9,15 @@ const isTokenIds = (v: unknown): boolean => Array.isArray(v) && v.every((id) => 
 const isText = (v: unknown): boolean => typeof v === "string";
 
 export const samplingShape = {
-  temperature: field<number>("expected a finite number >= 0 (0 = greedy)", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+  temperature: field<number>(
+    "expected a finite number >= 0 (0 = greedy)",
+    (v) => isFiniteNumber(v) && (v as number) >= 0,
+  ).optional(),
   topK: field<number>("expected an integer >= 0 (0 = off)", isInt(0)).optional(),
-  topP: field<number>("expected a number in (0, 1] (1 = off)", (v) => typeof v === "number" && v > 0 && v <= 1).optional(),
+  topP: field<number>(
+    "expected a number in (0, 1] (1 = off)",
+    (v) => typeof v === "number" && v > 0 && v <= 1,
+  ).optional(),
   seed: field<number>(`expected an integer in [0, ${Number.MAX_SAFE_INTEGER}]`, isInt(0)).optional(),
   maxTokens: field<number>("expected an integer >= 1", isInt(1)).optional(),
   stop: field<string | string[]>(
@@ -22,7 +28,10 @@ export const samplingShape = {
   ignoreEos: field<boolean>("expected true or false", isBool).optional(),
   logprobs: field<number>("expected an integer in [0, 64]", isInt(0, 64)).optional(),
   tokenLogprobs: field<number[]>("expected an array of integer token ids", isTokenIds).optional(),
-  captureHidden: strictObject({ layer: field<number>("expected an integer layer index >= 0", isInt(0)) }, "expected { layer: number }").optional(),
+  captureHidden: strictObject(
+    { layer: field<number>("expected an integer layer index >= 0", isInt(0)) },
+    "expected { layer: number }",
+  ).optional(),
   probe: strictObject(
     {
       layer: field<number | number[]>(
@@ -39,7 +48,10 @@ export const samplingShape = {
     {
       window: field<number>("expected an integer >= 1 (tokens per group)", isInt(1)),
       topK: field<number>("expected an integer in [1, 64] (the paper uses 20)", isInt(1, 64)).optional(),
-      threshold: field<number>("expected a finite number (stop when the group confidence falls below it)", isFiniteNumber).optional(),
+      threshold: field<number>(
+        "expected a finite number (stop when the group confidence falls below it)",
+        isFiniteNumber,
+      ).optional(),
       tail: field<number>("expected an integer >= 1 (tokens of the tail confidence)", isInt(1)).optional(),
     },
     "expected { window: number, topK?: number, threshold?: number, tail?: number } (null: off)",
@@ -51,11 +63,23 @@ export const samplingShape = {
   metadata: strictObject(
     {
       programId: field<string>("expected a string", isText).optional(),
-      programArrivalMs: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+      programArrivalMs: field<number>(
+        "expected a finite number >= 0",
+        (v) => isFiniteNumber(v) && (v as number) >= 0,
+      ).optional(),
       priority: field<number>("expected a finite number (higher runs first)", isFiniteNumber).optional(),
-      remainingKnob: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
-      meanTokensPerRound: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
-      predictedTokens: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+      remainingKnob: field<number>(
+        "expected a finite number >= 0",
+        (v) => isFiniteNumber(v) && (v as number) >= 0,
+      ).optional(),
+      meanTokensPerRound: field<number>(
+        "expected a finite number >= 0",
+        (v) => isFiniteNumber(v) && (v as number) >= 0,
+      ).optional(),
+      predictedTokens: field<number>(
+        "expected a finite number >= 0",
+        (v) => isFiniteNumber(v) && (v as number) >= 0,
+      ).optional(),
     },
     "expected an object of scheduling metadata",
   ).optional(),
@@ -64,7 +88,10 @@ export const samplingShape = {
 
 export const MAX_SAMPLES = 1024;
 
-const promptField = field<string | number[]>("expected text or an array of integer token ids", (v) => isText(v) || isTokenIds(v));
+const promptField = field<string | number[]>(
+  "expected text or an array of integer token ids",
+  (v) => isText(v) || isTokenIds(v),
+);
 
 export const generateRequestSchema = strictObject(
   {
@@ -74,7 +101,7 @@ export const generateRequestSchema = strictObject(
     n: field<number>(`expected an integer in [1, ${MAX_SAMPLES}]`, isInt(1, MAX_SAMPLES)).optional(),
     addSpecialTokens: field<boolean>("expected true or false", isBool).optional(),
   },
-  "expected a request object such as { prompt: \"...\", maxTokens: 64 }",
+  'expected a request object such as { prompt: "...", maxTokens: 64 }',
 );
 
 export const forkOptionsSchema = strictObject(
@@ -84,7 +111,7 @@ export const forkOptionsSchema = strictObject(
     append: promptField.optional(),
     sample: field<number>("expected an integer >= 0 (which sample of the parent)", isInt(0)).optional(),
   },
-  "expected fork options such as { append: \"...\", maxTokens: 16 }",
+  'expected fork options such as { append: "...", maxTokens: 16 }',
 );
 
 const positiveInt = (what: string) => field<number>(`expected an integer >= 1 (${what})`, isInt(1));
@@ -99,9 +126,15 @@ export const engineOptionsShape = {
   schedulingPolicy: z.any().optional(),
   maxBatchTokens: positiveInt("tokens per step").optional(),
   maxBatchSeqs: positiveInt("sequences per step").optional(),
-  agingTokensPerSecond: field<number>("expected a finite number >= 0", (v) => isFiniteNumber(v) && (v as number) >= 0).optional(),
+  agingTokensPerSecond: field<number>(
+    "expected a finite number >= 0",
+    (v) => isFiniteNumber(v) && (v as number) >= 0,
+  ).optional(),
   verifyWindow: field<number>("expected an integer >= 2 (the last committed token + candidates)", isInt(2)).optional(),
   verifyGroup: positiveInt("verify rows per pass").optional(),
   fuseVerify: field<boolean>("expected true or false", isBool).optional(),
-  preemption: field<"recompute" | "swap">('expected "recompute" or "swap"', (v) => v === "recompute" || v === "swap").optional(),
+  preemption: field<"recompute" | "swap">(
+    'expected "recompute" or "swap"',
+    (v) => v === "recompute" || v === "swap",
+  ).optional(),
 };

@@ -36,13 +36,22 @@ export function field<T>(expected: string, ok: (v: unknown) => boolean): z.ZodTy
 }
 
 /** A field whose value is one of `values` (a string union such as a kernel mode); `orElse` adds another accepted kind. */
-export function oneOf<T extends string>(values: readonly T[], orElse?: { expected: string; ok: (v: unknown) => boolean }): z.ZodType<T> {
+export function oneOf<T extends string>(
+  values: readonly T[],
+  orElse?: { expected: string; ok: (v: unknown) => boolean },
+): z.ZodType<T> {
   const names = values.map((v) => `"${v}"`);
   const list = names.length <= 2 ? names.join(" or ") : `one of ${names.join(", ")}`;
-  return field<T>(`expected ${list}${orElse ? ` or ${orElse.expected}` : ""}`, (v) => values.includes(v as T) || (orElse?.ok(v) ?? false));
+  return field<T>(
+    `expected ${list}${orElse ? ` or ${orElse.expected}` : ""}`,
+    (v) => values.includes(v as T) || (orElse?.ok(v) ?? false),
+  );
 }
 
-export const isInt = (lo: number, hi = Number.MAX_SAFE_INTEGER) => (v: unknown): boolean => Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
+export const isInt =
+  (lo: number, hi = Number.MAX_SAFE_INTEGER) =>
+  (v: unknown): boolean =>
+    Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
 export const isBool = (v: unknown): boolean => typeof v === "boolean";
 export const isFiniteNumber = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
 
@@ -60,7 +69,8 @@ export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, whe
 }
 
 function describeIssue(issue: z.core.$ZodIssue, root: unknown, at: string): string {
-  if (issue.code === "custom" && (issue.params as { unknownField?: boolean } | undefined)?.unknownField) return `${at} ${issue.message}`;
+  if (issue.code === "custom" && (issue.params as { unknownField?: boolean } | undefined)?.unknownField)
+    return `${at} ${issue.message}`;
   return `${at} is ${show(valueAt(root, issue.path))}; ${issue.message}`;
 }
 
@@ -82,7 +92,12 @@ export function strictObject<T extends z.ZodRawShape>(shape: T, expected: string
     for (const k of Object.keys(v)) {
       if (keys.includes(k)) continue;
       const near = closest(k, keys);
-      ctx.addIssue({ code: "custom", path: [k], params: { unknownField: true }, message: `is not a known field; ${near ? `did you mean ${near}?` : `known fields: ${keys.join(", ")}`}` });
+      ctx.addIssue({
+        code: "custom",
+        path: [k],
+        params: { unknownField: true },
+        message: `is not a known field; ${near ? `did you mean ${near}?` : `known fields: ${keys.join(", ")}`}`,
+      });
     }
   });
   const schema = onlyKnownKeys.pipe(z.looseObject(shape, { error: expected }));
@@ -138,7 +153,8 @@ function editDistance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const cur = [i];
-    for (let j = 1; j <= b.length; j++) cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    for (let j = 1; j <= b.length; j++)
+      cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
     prev = cur;
   }
   return prev[b.length];

@@ -77,18 +77,26 @@ export class Mlp {
 
   constructor(
     readonly shape: MlpShape,
-    params?: { lnWeight: Float32Array; lnBias: Float32Array; layers: Array<{ weight: Float32Array; bias: Float32Array }> },
+    params?: {
+      lnWeight: Float32Array;
+      lnBias: Float32Array;
+      layers: Array<{ weight: Float32Array; bias: Float32Array }>;
+    },
     seed = 0,
   ) {
     const dims = [shape.input, ...shape.hidden, shape.output];
     if (params) {
-      if (params.lnWeight.length !== shape.input || params.lnBias.length !== shape.input) throw new Error(`mlp: layer norm has ${params.lnWeight.length} weights, expected ${shape.input}`);
-      if (params.layers.length !== dims.length - 1) throw new Error(`mlp: ${params.layers.length} linear layers, expected ${dims.length - 1}`);
+      if (params.lnWeight.length !== shape.input || params.lnBias.length !== shape.input)
+        throw new Error(`mlp: layer norm has ${params.lnWeight.length} weights, expected ${shape.input}`);
+      if (params.layers.length !== dims.length - 1)
+        throw new Error(`mlp: ${params.layers.length} linear layers, expected ${dims.length - 1}`);
       this.lnWeight = params.lnWeight;
       this.lnBias = params.lnBias;
       this.layers = params.layers.map((l, i) => {
         if (l.weight.length !== dims[i] * dims[i + 1] || l.bias.length !== dims[i + 1]) {
-          throw new Error(`mlp: linear ${i} is ${l.weight.length} weights / ${l.bias.length} biases, expected [${dims[i + 1]}, ${dims[i]}]`);
+          throw new Error(
+            `mlp: linear ${i} is ${l.weight.length} weights / ${l.bias.length} biases, expected [${dims[i + 1]}, ${dims[i]}]`,
+          );
         }
         return { weight: l.weight, bias: l.bias, in: dims[i], out: dims[i + 1] };
       });
@@ -102,7 +110,12 @@ export class Mlp {
     for (let i = 0; i + 1 < dims.length; i++) {
       const bound = 1 / Math.sqrt(dims[i]);
       const u = (): number => (2 * rng.next() - 1) * bound;
-      this.layers.push({ weight: Float32Array.from({ length: dims[i] * dims[i + 1] }, u), bias: Float32Array.from({ length: dims[i + 1] }, u), in: dims[i], out: dims[i + 1] });
+      this.layers.push({
+        weight: Float32Array.from({ length: dims[i] * dims[i + 1] }, u),
+        bias: Float32Array.from({ length: dims[i + 1] }, u),
+        in: dims[i],
+        out: dims[i + 1],
+      });
     }
   }
 
@@ -231,7 +244,15 @@ export interface TrainOptions {
 }
 
 /** The paper's probe recipe: AdamW lr 3e-4, weight decay 0.1, StepLR(5, 0.8), up to 15 epochs. */
-export const PROBE_TRAINING: TrainOptions = { epochs: 15, batchSize: 64, lr: 3e-4, weightDecay: 0.1, stepSize: 5, gamma: 0.8, seed: 1 };
+export const PROBE_TRAINING: TrainOptions = {
+  epochs: 15,
+  batchSize: 64,
+  lr: 3e-4,
+  weightDecay: 0.1,
+  stepSize: 5,
+  gamma: 0.8,
+  seed: 1,
+};
 
 export interface Example {
   x: Float32Array;
@@ -258,7 +279,12 @@ export function meanLoss(mlp: Mlp, data: readonly Example[], labelSmoothing = 0)
   return total / Math.max(1, data.length);
 }
 
-function lossAndGrad(mlp: Mlp, z: Float64Array, y: number, labelSmoothing: number): { loss: number; grad: Float64Array } {
+function lossAndGrad(
+  mlp: Mlp,
+  z: Float64Array,
+  y: number,
+  labelSmoothing: number,
+): { loss: number; grad: Float64Array } {
   if (mlp.shape.output === 1) {
     const p = sigmoid(z[0]);
     // log(1 + e^-|z|) form: stable for large |z|.
@@ -282,7 +308,12 @@ function lossAndGrad(mlp: Mlp, z: Float64Array, y: number, labelSmoothing: numbe
  * the best epoch's weights are kept (the paper keeps the epoch with the highest validation accuracy). Returns the
  * per-epoch training loss and validation score.
  */
-export function trainMlp(mlp: Mlp, train: readonly Example[], o: TrainOptions, score: (m: Mlp) => number): { losses: number[]; scores: number[]; bestEpoch: number } {
+export function trainMlp(
+  mlp: Mlp,
+  train: readonly Example[],
+  o: TrainOptions,
+  score: (m: Mlp) => number,
+): { losses: number[]; scores: number[]; bestEpoch: number } {
   const params = mlp.parameters();
   const m = params.map((p) => new Float64Array(p.length));
   const v = params.map((p) => new Float64Array(p.length));

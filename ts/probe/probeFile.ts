@@ -124,7 +124,10 @@ function tensorsOf(prefix: string, mlp: Mlp): Record<string, TensorToWrite> {
 /** Writes probe.safetensors and probe.json into `dir` (created if missing). */
 export async function saveProbe(dir: string, probe: DuchessProbe): Promise<void> {
   await mkdir(dir, { recursive: true });
-  const tensors = { ...tensorsOf("correctness", probe.correctness), ...(probe.difficulty ? tensorsOf("difficulty", probe.difficulty) : {}) };
+  const tensors = {
+    ...tensorsOf("correctness", probe.correctness),
+    ...(probe.difficulty ? tensorsOf("difficulty", probe.difficulty) : {}),
+  };
   await writeSafetensors(join(dir, "probe.safetensors"), tensors, { format: "pt", producer: "deliberate probe train" });
   await writeFile(join(dir, "probe.json"), `${JSON.stringify(probe.meta, null, 2)}\n`);
 }
@@ -149,17 +152,28 @@ export async function loadProbe(dir: string, target: ProbeTarget): Promise<Duche
   } catch (e) {
     throw new Error(`${jsonFile} is not valid JSON (${(e as Error).message}); re-run \`deliberate probe train\``);
   }
-  if (meta.version !== PROBE_FILE_VERSION || typeof meta.model?.hash !== "string" || typeof meta.correctness?.layer !== "number") {
+  if (
+    meta.version !== PROBE_FILE_VERSION ||
+    typeof meta.model?.hash !== "string" ||
+    typeof meta.correctness?.layer !== "number"
+  ) {
     throw new Error(`${jsonFile} is not a version-${PROBE_FILE_VERSION} probe file; re-run \`deliberate probe train\``);
   }
   const who = `the probe in ${dir}`;
   const modelName = target.name ? ` "${target.name}"` : "";
   if (meta.model.hiddenSize !== target.hiddenSize) {
-    throw new Error(`${who} reads hidden states of size ${meta.model.hiddenSize} but the model${modelName} has hidden size ${target.hiddenSize}; it was trained for another model: train one for this model with \`deliberate probe train\``);
+    throw new Error(
+      `${who} reads hidden states of size ${meta.model.hiddenSize} but the model${modelName} has hidden size ${target.hiddenSize}; it was trained for another model: train one for this model with \`deliberate probe train\``,
+    );
   }
-  for (const [what, layer] of [["correctness", meta.correctness.layer], ["difficulty", meta.difficulty?.layer]] as const) {
+  for (const [what, layer] of [
+    ["correctness", meta.correctness.layer],
+    ["difficulty", meta.difficulty?.layer],
+  ] as const) {
     if (layer !== undefined && !(Number.isInteger(layer) && layer >= 0 && layer < target.numLayers)) {
-      throw new Error(`${who}: its ${what} MLP reads block ${layer} but the model${modelName} has blocks 0..${target.numLayers - 1}; train one for this model with \`deliberate probe train\``);
+      throw new Error(
+        `${who}: its ${what} MLP reads block ${layer} but the model${modelName} has blocks 0..${target.numLayers - 1}; train one for this model with \`deliberate probe train\``,
+      );
     }
   }
   if (meta.model.hash !== target.hash) {
@@ -171,18 +185,28 @@ export async function loadProbe(dir: string, target: ProbeTarget): Promise<Duche
   try {
     const read = async (name: string): Promise<Float32Array> => {
       const info = st.tensors.get(name);
-      if (!info) throw new Error(`${join(dir, "probe.safetensors")} has no tensor '${name}'; re-run \`deliberate probe train\``);
-      if (info.dtype !== "F32") throw new Error(`${join(dir, "probe.safetensors")}: tensor '${name}' is ${info.dtype}, expected F32`);
+      if (!info)
+        throw new Error(`${join(dir, "probe.safetensors")} has no tensor '${name}'; re-run \`deliberate probe train\``);
+      if (info.dtype !== "F32")
+        throw new Error(`${join(dir, "probe.safetensors")}: tensor '${name}' is ${info.dtype}, expected F32`);
       const bytes = await st.read(name);
       return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
     };
     const mlpOf = async (prefix: string, shape: MlpShape): Promise<Mlp> => {
       const layers = [];
-      for (let i = 0; i <= shape.hidden.length; i++) layers.push({ weight: await read(`${prefix}.fc${i}.weight`), bias: await read(`${prefix}.fc${i}.bias`) });
-      return new Mlp(shape, { lnWeight: await read(`${prefix}.ln.weight`), lnBias: await read(`${prefix}.ln.bias`), layers });
+      for (let i = 0; i <= shape.hidden.length; i++)
+        layers.push({ weight: await read(`${prefix}.fc${i}.weight`), bias: await read(`${prefix}.fc${i}.bias`) });
+      return new Mlp(shape, {
+        lnWeight: await read(`${prefix}.ln.weight`),
+        lnBias: await read(`${prefix}.ln.bias`),
+        layers,
+      });
     };
     const C = meta.model.hiddenSize;
-    const correctness = await mlpOf("correctness", shapeOf(C, meta.correctness.hidden, 1, "relu", meta.correctness.dropout));
+    const correctness = await mlpOf(
+      "correctness",
+      shapeOf(C, meta.correctness.hidden, 1, "relu", meta.correctness.dropout),
+    );
     const d = meta.difficulty;
     const difficulty = d ? await mlpOf("difficulty", shapeOf(C, d.hidden, d.classes.length, "gelu", d.dropout)) : null;
     return { meta, correctness, difficulty };

@@ -4,7 +4,7 @@
 export function ranks(xs: readonly number[]): number[] {
   const order = xs.map((x, i) => [x, i] as const).sort((a, b) => a[0] - b[0]);
   const out = new Array<number>(xs.length);
-  for (let i = 0; i < order.length; ) {
+  for (let i = 0; i < order.length;) {
     let j = i;
     while (j + 1 < order.length && order[j + 1][0] === order[i][0]) j++;
     const r = (i + j) / 2 + 1;
@@ -16,7 +16,8 @@ export function ranks(xs: readonly number[]): number[] {
 
 /** Area under the ROC curve of `scores` for binary `labels` (Mann-Whitney U; ties count half). NaN without both classes. */
 export function auroc(scores: readonly number[], labels: readonly number[]): number {
-  if (scores.length !== labels.length) throw new RangeError(`auroc: ${scores.length} scores but ${labels.length} labels`);
+  if (scores.length !== labels.length)
+    throw new RangeError(`auroc: ${scores.length} scores but ${labels.length} labels`);
   const r = ranks(scores);
   let pos = 0;
   let rankSum = 0;

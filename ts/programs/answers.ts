@@ -25,7 +25,11 @@ export function extractAnswer(text: string): string | null {
 
 /** Parses `-1,234`, `+12`, `3.50`, `(-16)` as a number; null if the text is not one number. */
 export function parseNumber(text: string): number | null {
-  const t = text.trim().replace(/^\((.*)\)$/, "$1").replace(/,/g, "").replace(/\s+/g, "");
+  const t = text
+    .trim()
+    .replace(/^\((.*)\)$/, "$1")
+    .replace(/,/g, "")
+    .replace(/\s+/g, "");
   if (!/^[+-]?(\d+(\.\d*)?|\.\d+)$/.test(t)) return null;
   return Number(t);
 }

@@ -170,7 +170,19 @@ export class BeamSearch implements Program {
   readonly root: BeamNode;
   readonly finished: BeamNode[] = [];
   frontier: BeamNode[];
-  readonly stats: BeamStats = { iterations: 0, candidateTokens: 0, speculativeIssued: 0, speculativeUsed: 0, speculativeWasted: 0, speculativePeakRows: 0, speculationStops: 0, verifierCalls: 0, lookaheadScored: 0, generationMs: 0, verificationMs: 0 };
+  readonly stats: BeamStats = {
+    iterations: 0,
+    candidateTokens: 0,
+    speculativeIssued: 0,
+    speculativeUsed: 0,
+    speculativeWasted: 0,
+    speculativePeakRows: 0,
+    speculationStops: 0,
+    verifierCalls: 0,
+    lookaheadScored: 0,
+    generationMs: 0,
+    verificationMs: 0,
+  };
   private readonly n: number;
   private readonly m: number;
   private readonly variant: BeamVariant;
@@ -191,21 +203,41 @@ export class BeamSearch implements Program {
     this.name = this.variant;
     this.n = o.n ?? 16;
     this.m = o.beamWidth ?? 4;
-    if (!Number.isInteger(this.n) || this.n < 1) throw new InvalidOptionError(`${this.name}.n must be an integer ≥ 1, got ${this.n}`, { field: `${this.name}.n` });
+    if (!Number.isInteger(this.n) || this.n < 1)
+      throw new InvalidOptionError(`${this.name}.n must be an integer ≥ 1, got ${this.n}`, { field: `${this.name}.n` });
     if (!Number.isInteger(this.m) || this.m < 1 || this.n % this.m !== 0) {
-      throw new InvalidOptionError(`${this.name}.beamWidth must be an integer ≥ 1 dividing n (${this.n}), got ${this.m}`, { field: `${this.name}.beamWidth` });
+      throw new InvalidOptionError(
+        `${this.name}.beamWidth must be an integer ≥ 1 dividing n (${this.n}), got ${this.m}`,
+        { field: `${this.name}.beamWidth` },
+      );
     }
     this.task = o.task ?? boxedAnswers;
     const reward = o.reward ?? this.task.stepVerifier;
-    if (reward === undefined) throw new InvalidOptionError(`${this.name} scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)`, { field: "reward" });
+    if (reward === undefined)
+      throw new InvalidOptionError(
+        `${this.name} scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)`,
+        { field: "reward" },
+      );
     this.reward = reward;
     this.eq = o.equivalent ?? ((a, b) => this.task.equivalent(a, b));
     const r = o.truncateRatio ?? 0;
-    if (!(r >= 0 && r < 1)) throw new InvalidOptionError(`${this.name}.truncateRatio must be in [0, 1), got ${r}`, { field: `${this.name}.truncateRatio` });
+    if (!(r >= 0 && r < 1))
+      throw new InvalidOptionError(`${this.name}.truncateRatio must be in [0, 1), got ${r}`, {
+        field: `${this.name}.truncateRatio`,
+      });
     const speculative = o.speculative ?? false;
     const rows = o.speculativeRows ?? this.n;
-    if (!Number.isInteger(rows) || rows < 1) throw new InvalidOptionError(`${this.name}.speculativeRows must be an integer ≥ 1, got ${rows}`, { field: `${this.name}.speculativeRows` });
-    this.sw = { prefixAware: o.prefixAware ?? true, speculative, truncateRatio: r, lookahead: speculative && (o.lookahead ?? true), speculativeRows: Math.min(rows, this.n) };
+    if (!Number.isInteger(rows) || rows < 1)
+      throw new InvalidOptionError(`${this.name}.speculativeRows must be an integer ≥ 1, got ${rows}`, {
+        field: `${this.name}.speculativeRows`,
+      });
+    this.sw = {
+      prefixAware: o.prefixAware ?? true,
+      speculative,
+      truncateRatio: r,
+      lookahead: speculative && (o.lookahead ?? true),
+      speculativeRows: Math.min(rows, this.n),
+    };
     this.stepMax = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
     this.maxTokens = o.maxTokens ?? 256;
@@ -222,19 +254,26 @@ export class BeamSearch implements Program {
 
   /** The score-weighted vote share of the leading answer among finished solutions (0 before any). */
   updateCertaindex(): number {
-    this.certaindex = confidenceCertaindex(this.finished.map((f) => ({ answer: f.answer, weight: f.score })), this.eq);
+    this.certaindex = confidenceCertaindex(
+      this.finished.map((f) => ({ answer: f.answer, weight: f.score })),
+      this.eq,
+    );
     return this.certaindex;
   }
 
   answer(): string | null {
     if (this.finished.length === 0) return null;
-    return weightedMajority(this.finished.map((f) => ({ answer: f.answer, weight: f.score })), this.eq).answer;
+    return weightedMajority(
+      this.finished.map((f) => ({ answer: f.answer, weight: f.score })),
+      this.eq,
+    ).answer;
   }
 
   /** One iteration: every frontier path gets its continuations (one step each), they are scored, and selected. */
   async execute(ctx: ProgramContext): Promise<void> {
     const t0 = performance.now();
-    if (this.knob.used === 0) (this.root.ids = ctx.encode(this.o.prompt, { model: this.o.model })), (this.startedAt = t0);
+    if (this.knob.used === 0)
+      ((this.root.ids = ctx.encode(this.o.prompt, { model: this.o.model })), (this.startedAt = t0));
     const children = await this.generate(ctx);
     const t1 = performance.now();
     await this.verify(ctx, children);
@@ -253,14 +292,19 @@ export class BeamSearch implements Program {
   }
 
   private stepParams(node: BeamNode) {
-    return { maxTokens: Math.min(this.stepMax, this.maxTokens - node.pathTokens), temperature: this.o.temperature ?? 0.8, stop: ["\n"] };
+    return {
+      maxTokens: Math.min(this.stepMax, this.maxTokens - node.pathTokens),
+      temperature: this.o.temperature ?? 0.8,
+      stop: ["\n"],
+    };
   }
 
   /** The k-th continuation of `node`: what the search issues for it (or speculation issues early). */
   private continuation(ctx: ProgramContext, node: BeamNode, k: number, purpose: string): RequestHandle {
     const seed = mixSeed(node.seed, k);
     const p = this.stepParams(node);
-    if (this.sw.prefixAware && node.handle !== null) return ctx.fork(node.handle, { sample: node.sample, seed, ...p }, purpose);
+    if (this.sw.prefixAware && node.handle !== null)
+      return ctx.fork(node.handle, { sample: node.sample, seed, ...p }, purpose);
     return ctx.submit({ prompt: node.ids, model: this.o.model, seed, ...p }, purpose);
   }
 
@@ -268,9 +312,17 @@ export class BeamSearch implements Program {
     // The root's N first steps: one request of N samples sharing the prompt (sample i: seed + i).
     if (this.frontier.length === 1 && this.frontier[0] === this.root) {
       const seed = this.root.seed;
-      const h = ctx.submit({ prompt: this.root.ids, model: this.o.model, n: this.n, seed, ...this.stepParams(this.root) });
+      const h = ctx.submit({
+        prompt: this.root.ids,
+        model: this.o.model,
+        n: this.n,
+        seed,
+        ...this.stepParams(this.root),
+      });
       const out = await h.result;
-      const children = out.samples.map((s, i) => this.childOf(this.root, h, s, seed + i, this.variant === "dvts" ? Math.floor(i / this.m) : 0, i));
+      const children = out.samples.map((s, i) =>
+        this.childOf(this.root, h, s, seed + i, this.variant === "dvts" ? Math.floor(i / this.m) : 0, i),
+      );
       children.forEach((c, i) => (c.rank = i));
       return children;
     }
@@ -307,7 +359,7 @@ export class BeamSearch implements Program {
       this.stats.speculationStops++;
       for (const [id, specs] of newSpec) {
         const kept = specs.filter((sp) => sp.finished !== null);
-        for (const sp of specs) if (sp.finished === null) sp.handle.abort(), this.stats.speculativeWasted++;
+        for (const sp of specs) if (sp.finished === null) (sp.handle.abort(), this.stats.speculativeWasted++);
         if (kept.length > 0) newSpec.set(id, kept);
         else newSpec.delete(id);
       }
@@ -323,19 +375,29 @@ export class BeamSearch implements Program {
         const pick = this.nextSpeculation(ready, newSpec);
         if (pick === null) return;
         const handle = this.continuation(ctx, pick.node, pick.k, "speculative");
-        const spec: Speculation = { parent: pick.node, k: pick.k, handle, done: handle.result.then((o) => o.samples[0]), finished: null, score: null };
+        const spec: Speculation = {
+          parent: pick.node,
+          k: pick.k,
+          handle,
+          done: handle.result.then((o) => o.samples[0]),
+          finished: null,
+          score: null,
+        };
         const list = newSpec.get(pick.node.id) ?? [];
         list.push(spec);
         newSpec.set(pick.node.id, list);
         this.stats.speculativeIssued++;
         inFlight++;
         this.stats.speculativePeakRows = Math.max(this.stats.speculativePeakRows, total - results.length + inFlight);
-        spec.done.then((out) => {
-          inFlight--;
-          if (out.finishReason === "aborted") return; // stopped for memory pressure: not a step the search can use
-          spec.finished = out;
-          launch();
-        }, () => inFlight--);
+        spec.done.then(
+          (out) => {
+            inFlight--;
+            if (out.finishReason === "aborted") return; // stopped for memory pressure: not a step the search can use
+            spec.finished = out;
+            launch();
+          },
+          () => inFlight--,
+        );
       }
     };
     const add = (node: BeamNode) => {
@@ -347,7 +409,9 @@ export class BeamSearch implements Program {
     for (const r of reused) {
       const out = r.spec.finished ?? (await r.spec.done);
       const child = this.childOf(r.parent, r.spec.handle, out, mixSeed(r.parent.seed, r.k), r.group, r.k);
-      if (r.spec.score !== null) (child.stepScore = r.spec.score), (child.score = aggregateScore(r.parent.score, r.spec.score, this.o.aggregate ?? "last"));
+      if (r.spec.score !== null)
+        ((child.stepScore = r.spec.score),
+          (child.score = aggregateScore(r.parent.score, r.spec.score, this.o.aggregate ?? "last")));
       add(child);
     }
     // An engine error on any continuation fails the round (the runtime reports it); nothing waits forever.
@@ -379,14 +443,22 @@ export class BeamSearch implements Program {
       const keep = Math.floor(this.sw.truncateRatio * (first.finished!.tokens.length - 1));
       if (keep > 0) {
         const p = this.stepParams(parent);
-        return ctx.fork(first.handle, { seed: mixSeed(parent.seed, k), length: parent.ids.length + keep, ...p, maxTokens: Math.max(1, p.maxTokens - keep) });
+        return ctx.fork(first.handle, {
+          seed: mixSeed(parent.seed, k),
+          length: parent.ids.length + keep,
+          ...p,
+          maxTokens: Math.max(1, p.maxTokens - keep),
+        });
       }
     }
     return this.continuation(ctx, parent, k, "generate");
   }
 
   /** The next speculation: among finished, non-terminal steps, the highest potential M_i with continuations left. */
-  private nextSpeculation(ready: readonly BeamNode[], issued: Map<number, Speculation[]>): { node: BeamNode; k: number } | null {
+  private nextSpeculation(
+    ready: readonly BeamNode[],
+    issued: Map<number, Speculation[]>,
+  ): { node: BeamNode; k: number } | null {
     // Bins by the previous step's score (the parent's), B = M bins, C_1 the highest: M_i = B - j + 1.
     const scores = [...new Set(this.frontier.map((f) => f.score))].sort((a, b) => b - a);
     let best: { node: BeamNode; k: number; potential: number; score: number } | null = null;
@@ -398,7 +470,8 @@ export class BeamSearch implements Program {
       const k = (issued.get(node.id) ?? []).length;
       if (k >= potential || this.maxTokens - node.pathTokens <= 0) continue;
       const left = potential - k;
-      if (best === null || left > best.potential || (left === best.potential && prev > best.score)) best = { node, k, potential: left, score: prev };
+      if (best === null || left > best.potential || (left === best.potential && prev > best.score))
+        best = { node, k, potential: left, score: prev };
     }
     return best && { node: best.node, k: best.k };
   }
@@ -411,10 +484,15 @@ export class BeamSearch implements Program {
       children.map(async (c) => {
         if (c.stepScore >= 0) return; // scored ahead last iteration (LookAhead)
         const input = { question: this.o.question, previous: this.path(c.parent!), step: c.step };
-        const ahead = this.sw.lookahead ? (this.spec.get(c.id) ?? []).filter((s) => s.k === 0 && s.finished !== null) : [];
-        const scores = ahead.length > 0 ? await scoreAhead(this.reward, ctx, input, [ahead[0].finished!.text]) : [await this.reward.score(ctx, input)];
+        const ahead = this.sw.lookahead
+          ? (this.spec.get(c.id) ?? []).filter((s) => s.k === 0 && s.finished !== null)
+          : [];
+        const scores =
+          ahead.length > 0
+            ? await scoreAhead(this.reward, ctx, input, [ahead[0].finished!.text])
+            : [await this.reward.score(ctx, input)];
         this.stats.verifierCalls++;
-        if (ahead.length > 0) (ahead[0].score = scores[1]), this.stats.lookaheadScored++;
+        if (ahead.length > 0) ((ahead[0].score = scores[1]), this.stats.lookaheadScored++);
         c.stepScore = scores[0];
         c.score = aggregateScore(c.parent === this.root ? null : c.parent!.score, scores[0], how);
       }),
@@ -431,7 +509,9 @@ export class BeamSearch implements Program {
     const byScore = (a: BeamNode, b: BeamNode) => b.score - a.score || a.rank - b.rank;
     let kept: BeamNode[];
     if (this.variant === "beam") {
-      kept = open.sort(byScore).slice(0, Math.max(0, Math.min(this.n / this.m, Math.ceil((this.n - this.finished.length) / this.m))));
+      kept = open
+        .sort(byScore)
+        .slice(0, Math.max(0, Math.min(this.n / this.m, Math.ceil((this.n - this.finished.length) / this.m))));
     } else {
       const groups = new Map<number, BeamNode[]>();
       for (const c of open) groups.set(c.group, [...(groups.get(c.group) ?? []), c]);
@@ -450,9 +530,11 @@ export class BeamSearch implements Program {
     // Continuations a kept node will not use (k ≥ its continuation count) are aborted too.
     for (const k of kept) {
       const specs = this.spec.get(k.id) ?? [];
-      for (const s of specs.filter((x) => x.k >= this.continuationsOf(k))) s.handle.abort(), this.stats.speculativeWasted++;
+      for (const s of specs.filter((x) => x.k >= this.continuationsOf(k)))
+        (s.handle.abort(), this.stats.speculativeWasted++);
     }
-    for (const c of children) if (keptIds.has(c.id) || c.terminal) this.stats.candidateTokens += c.pathTokens - c.parent!.pathTokens;
+    for (const c of children)
+      if (keptIds.has(c.id) || c.terminal) this.stats.candidateTokens += c.pathTokens - c.parent!.pathTokens;
     this.frontier = kept;
   }
 
@@ -464,18 +546,55 @@ export class BeamSearch implements Program {
     return steps.reverse();
   }
 
-  private childOf(parent: BeamNode, handle: RequestHandle, s: SampleOutput, seed: number, group: number, k: number): BeamNode {
+  private childOf(
+    parent: BeamNode,
+    handle: RequestHandle,
+    s: SampleOutput,
+    seed: number,
+    group: number,
+    k: number,
+  ): BeamNode {
     const c = this.newNode(parent, handle, s.index, seed, parent.ids.concat(s.tokens), s.text, group);
     c.k = k;
     c.pathTokens = parent.pathTokens + s.tokens.length;
     const endedSolution = s.finishReason === "stop" && s.stoppedBy !== "\n";
-    c.terminal = endedSolution || s.text.includes(this.task.answerMarker) || c.pathTokens >= this.maxTokens || s.finishReason === "aborted";
+    c.terminal =
+      endedSolution ||
+      s.text.includes(this.task.answerMarker) ||
+      c.pathTokens >= this.maxTokens ||
+      s.finishReason === "aborted";
     if (c.terminal) c.answer = this.task.extractAnswer(this.path(c).join("\n"));
     return c;
   }
 
-  private newNode(parent: BeamNode | null, handle: RequestHandle | null, sample: number, seed: number, ids: number[], step: string, group: number): BeamNode {
-    const n: BeamNode = { id: this.nodes.length, parent, handle, sample, seed, ids, step, depth: parent ? parent.depth + 1 : 0, pathTokens: 0, stepScore: -1, score: 0, terminal: false, answer: null, group, k: 0, rank: 0, finishedMs: 0 };
+  private newNode(
+    parent: BeamNode | null,
+    handle: RequestHandle | null,
+    sample: number,
+    seed: number,
+    ids: number[],
+    step: string,
+    group: number,
+  ): BeamNode {
+    const n: BeamNode = {
+      id: this.nodes.length,
+      parent,
+      handle,
+      sample,
+      seed,
+      ids,
+      step,
+      depth: parent ? parent.depth + 1 : 0,
+      pathTokens: 0,
+      stepScore: -1,
+      score: 0,
+      terminal: false,
+      answer: null,
+      group,
+      k: 0,
+      rank: 0,
+      finishedMs: 0,
+    };
     this.nodes.push(n);
     return n;
   }

@@ -49,10 +49,15 @@ export class BestOfN implements Program {
 
   constructor(private readonly o: BestOfNOptions) {
     this.n = o.n ?? 16;
-    if (!Number.isInteger(this.n) || this.n < 1) throw new InvalidOptionError(`best-of-n.n must be an integer ≥ 1, got ${this.n}`, { field: "best-of-n.n" });
+    if (!Number.isInteger(this.n) || this.n < 1)
+      throw new InvalidOptionError(`best-of-n.n must be an integer ≥ 1, got ${this.n}`, { field: "best-of-n.n" });
     this.task = o.task ?? boxedAnswers;
     const reward = o.reward ?? this.task.stepVerifier;
-    if (reward === undefined) throw new InvalidOptionError("best-of-n scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)", { field: "reward" });
+    if (reward === undefined)
+      throw new InvalidOptionError(
+        "best-of-n scores steps: give a reward (prmReward, modelProcessReward, verifierReward) or a task with a stepVerifier (arithTask)",
+        { field: "reward" },
+      );
     this.reward = reward;
     this.eq = o.equivalent ?? ((a, b) => this.task.equivalent(a, b));
     this.tokenBudget = this.n * (o.maxTokens ?? 256);
@@ -63,12 +68,27 @@ export class BestOfN implements Program {
   }
 
   async execute(ctx: ProgramContext): Promise<void> {
-    const out = await ctx.submit({ prompt: this.o.prompt, model: this.o.model, n: this.n, seed: this.o.seed ?? 0, maxTokens: this.o.maxTokens ?? 256, temperature: this.o.temperature ?? 0.8 }).result;
+    const out = await ctx.submit({
+      prompt: this.o.prompt,
+      model: this.o.model,
+      n: this.n,
+      seed: this.o.seed ?? 0,
+      maxTokens: this.o.maxTokens ?? 256,
+      temperature: this.o.temperature ?? 0.8,
+    }).result;
     const how = this.o.aggregate ?? "min";
     const scored = await Promise.all(
       out.samples.map(async (s) => {
         const steps = s.text.split("\n").filter((l) => cleanStep(l) !== "");
-        const stepScores = steps.length === 0 ? [] : await scoreAhead(this.reward, ctx, { question: this.o.question, previous: [], step: steps[0] }, steps.slice(1));
+        const stepScores =
+          steps.length === 0
+            ? []
+            : await scoreAhead(
+                this.reward,
+                ctx,
+                { question: this.o.question, previous: [], step: steps[0] },
+                steps.slice(1),
+              );
         const score = stepScores.reduce<number | null>((acc, x) => aggregateScore(acc, x, how), null) ?? 0;
         return { text: s.text, answer: this.task.extractAnswer(s.text), steps, stepScores, score };
       }),
@@ -78,12 +98,18 @@ export class BestOfN implements Program {
   }
 
   updateCertaindex(): number {
-    this.certaindex = confidenceCertaindex(this.solutions.map((s) => ({ answer: s.answer, weight: s.score })), this.eq);
+    this.certaindex = confidenceCertaindex(
+      this.solutions.map((s) => ({ answer: s.answer, weight: s.score })),
+      this.eq,
+    );
     return this.certaindex;
   }
 
   answer(): string | null {
     if (this.solutions.length === 0) return null;
-    return weightedMajority(this.solutions.map((s) => ({ answer: s.answer, weight: s.score })), this.eq).answer;
+    return weightedMajority(
+      this.solutions.map((s) => ({ answer: s.answer, weight: s.score })),
+      this.eq,
+    ).answer;
   }
 }

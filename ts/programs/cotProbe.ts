@@ -75,7 +75,10 @@ export class CotProbe implements Program {
 
   constructor(options: CotProbeOptions) {
     const interval = options.interval ?? 64;
-    if (!Number.isInteger(interval) || interval < 1) throw new InvalidOptionError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`, { field: "cot-probe.interval" });
+    if (!Number.isInteger(interval) || interval < 1)
+      throw new InvalidOptionError(`cot-probe.interval must be an integer ≥ 1, got ${interval}`, {
+        field: "cot-probe.interval",
+      });
     const task = options.task ?? boxedAnswers;
     const defaults = {
       maxTokens: 1024,
@@ -114,7 +117,13 @@ export class CotProbe implements Program {
     const suffix = typeof this.o.probeSuffix === "string" ? this.o.probeSuffix : this.o.probeSuffix(thought);
     const probe = ctx.fork(
       this.main!,
-      { length: this.promptLength + target, append: suffix, maxTokens: this.o.probeMaxTokens, temperature: 0, stop: this.o.probeStop },
+      {
+        length: this.promptLength + target,
+        append: suffix,
+        maxTokens: this.o.probeMaxTokens,
+        temperature: 0,
+        stop: this.o.probeStop,
+      },
       "probe",
     );
     const out = await probe.result;
@@ -132,7 +141,8 @@ export class CotProbe implements Program {
 
   /** The main branch's text after its first `tokens` generated tokens (as far as it has run). */
   thoughtAt(tokens: number): string {
-    if (!Number.isInteger(tokens) || tokens < 0 || tokens >= this.textAt.length) throw new RangeError(`thoughtAt(${tokens}): the main branch has ${this.textAt.length - 1} tokens`);
+    if (!Number.isInteger(tokens) || tokens < 0 || tokens >= this.textAt.length)
+      throw new RangeError(`thoughtAt(${tokens}): the main branch has ${this.textAt.length - 1} tokens`);
     return this.textAt[tokens];
   }
 
@@ -152,7 +162,13 @@ export class CotProbe implements Program {
     const o = this.o;
     const prompt = ctx.encode(o.prompt, { model: o.model });
     this.promptLength = prompt.length;
-    const main = ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, seed: o.seed, model: o.model });
+    const main = ctx.submit({
+      prompt,
+      maxTokens: o.maxTokens,
+      temperature: o.temperature,
+      seed: o.seed,
+      model: o.model,
+    });
     this.main = main;
     const wake = (): void => {
       const p = this.progress;

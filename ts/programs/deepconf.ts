@@ -66,22 +66,38 @@ export class DeepConf implements Program {
     voters: [] as DeepConfTrace[],
     stop: null as "consensus" | "budget" | null,
   };
-  private readonly o: Required<Omit<DeepConfOptions, "model" | "topP" | "task">> & Pick<DeepConfOptions, "model" | "topP">;
+  private readonly o: Required<Omit<DeepConfOptions, "model" | "topP" | "task">> &
+    Pick<DeepConfOptions, "model" | "topP">;
   private readonly task: ProgramTask;
   private done_ = false;
 
   constructor(options: DeepConfOptions) {
     const variant = options.variant ?? "low";
-    if (variant !== "low" && variant !== "high") throw new InvalidOptionError(`deepconf.variant must be "low" or "high", got ${String(variant)}`, { field: "deepconf.variant" });
+    if (variant !== "low" && variant !== "high")
+      throw new InvalidOptionError(`deepconf.variant must be "low" or "high", got ${String(variant)}`, {
+        field: "deepconf.variant",
+      });
     const mode = options.mode ?? "online";
-    if (mode !== "online" && mode !== "offline") throw new InvalidOptionError(`deepconf.mode must be "online" or "offline", got ${String(mode)}`, { field: "deepconf.mode" });
+    if (mode !== "online" && mode !== "offline")
+      throw new InvalidOptionError(`deepconf.mode must be "online" or "offline", got ${String(mode)}`, {
+        field: "deepconf.mode",
+      });
     const budget = options.budget ?? 32;
     const warmup = Math.min(options.warmup ?? 16, budget);
-    for (const [k, v, lo] of [["budget", budget, 1], ["warmup", warmup, 1], ["window", options.window ?? 16, 1], ["parallel", options.parallel ?? 8, 1]] as const) {
-      if (!Number.isInteger(v) || v < lo) throw new InvalidOptionError(`deepconf.${k} must be an integer ≥ ${lo}, got ${v}`, { field: `deepconf.${k}` });
+    for (const [k, v, lo] of [
+      ["budget", budget, 1],
+      ["warmup", warmup, 1],
+      ["window", options.window ?? 16, 1],
+      ["parallel", options.parallel ?? 8, 1],
+    ] as const) {
+      if (!Number.isInteger(v) || v < lo)
+        throw new InvalidOptionError(`deepconf.${k} must be an integer ≥ ${lo}, got ${v}`, { field: `deepconf.${k}` });
     }
     const consensus = options.consensus ?? 0.95;
-    if (!(consensus > 0 && consensus <= 1)) throw new InvalidOptionError(`deepconf.consensus must be in (0, 1], got ${consensus}`, { field: "deepconf.consensus" });
+    if (!(consensus > 0 && consensus <= 1))
+      throw new InvalidOptionError(`deepconf.consensus must be in (0, 1], got ${consensus}`, {
+        field: "deepconf.consensus",
+      });
     this.task = options.task ?? boxedAnswers;
     this.o = {
       prompt: options.prompt,
@@ -117,7 +133,9 @@ export class DeepConf implements Program {
   async execute(ctx: ProgramContext): Promise<void> {
     const prompt = ctx.encode(this.o.prompt, { model: this.o.model });
     if (this.o.mode === "offline") {
-      const all = await Promise.all(Array.from({ length: this.o.budget }, (_, i) => this.trace(ctx, prompt, i, null, false).result));
+      const all = await Promise.all(
+        Array.from({ length: this.o.budget }, (_, i) => this.trace(ctx, prompt, i, null, false).result),
+      );
       this.state.traces.push(...all.filter((t): t is DeepConfTrace => t !== null));
       this.state.voters = keepTop(this.state.traces, this.o.measure, this.eta);
       this.state.stop = "budget";
@@ -129,7 +147,9 @@ export class DeepConf implements Program {
   }
 
   private async online(ctx: ProgramContext, prompt: number[]): Promise<void> {
-    const warm = await Promise.all(Array.from({ length: this.o.warmup }, (_, i) => this.trace(ctx, prompt, i, null, true).result));
+    const warm = await Promise.all(
+      Array.from({ length: this.o.warmup }, (_, i) => this.trace(ctx, prompt, i, null, true).result),
+    );
     const finished = warm.filter((t): t is DeepConfTrace => t !== null);
     this.state.traces.push(...finished);
     const lows = finished.filter((t) => t.confidence !== null).map((t) => t.confidence!.lowestGroup);
@@ -170,21 +190,48 @@ export class DeepConf implements Program {
   }
 
   /** One trace; resolves null when it was aborted before finishing (the program stopped). */
-  private trace(ctx: ProgramContext, prompt: number[], index: number, threshold: number | null, warmup: boolean): { handle: RequestHandle; result: Promise<DeepConfTrace | null> } {
+  private trace(
+    ctx: ProgramContext,
+    prompt: number[],
+    index: number,
+    threshold: number | null,
+    warmup: boolean,
+  ): { handle: RequestHandle; result: Promise<DeepConfTrace | null> } {
     const o = this.o;
     const confidence = { window: o.window, topK: o.topK, tail: o.window, ...(threshold === null ? {} : { threshold }) };
-    const handle = ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed + index, model: o.model, confidence }, warmup ? "warmup" : "generate");
+    const handle = ctx.submit(
+      {
+        prompt,
+        maxTokens: o.maxTokens,
+        temperature: o.temperature,
+        topP: o.topP,
+        seed: o.seed + index,
+        model: o.model,
+        confidence,
+      },
+      warmup ? "warmup" : "generate",
+    );
     const result = handle.result.then((out): DeepConfTrace | null =>
       out.finishReason === "aborted"
         ? null
-        : { index, answer: this.task.extractAnswer(out.text), tokens: out.tokens.length, finishReason: out.finishReason, confidence: out.confidence ?? null, warmup },
+        : {
+            index,
+            answer: this.task.extractAnswer(out.text),
+            tokens: out.tokens.length,
+            finishReason: out.finishReason,
+            confidence: out.confidence ?? null,
+            warmup,
+          },
     );
     return { handle, result };
   }
 
   private votes(): Array<{ answer: string | null; weight: number }> {
     const measure = this.o.mode === "offline" ? this.o.measure : "lowest";
-    return this.state.voters.map((t) => ({ answer: t.answer, weight: t.confidence === null ? 0 : measureOf(t.confidence, measure) }));
+    return this.state.voters.map((t) => ({
+      answer: t.answer,
+      weight: t.confidence === null ? 0 : measureOf(t.confidence, measure),
+    }));
   }
 
   private reachedConsensus(): boolean {
@@ -202,11 +249,13 @@ export class DeepConf implements Program {
   }
 }
 
-
 /** Offline filtering: the top `eta`% of the traces by `measure` (at least one; ties at the cut are kept). */
 export function keepTop(traces: readonly DeepConfTrace[], measure: ConfidenceMeasure, eta: number): DeepConfTrace[] {
   const scored = traces.filter((t) => t.confidence !== null);
   if (scored.length === 0) return [];
-  const cut = percentile(scored.map((t) => measureOf(t.confidence!, measure)), 100 - eta);
+  const cut = percentile(
+    scored.map((t) => measureOf(t.confidence!, measure)),
+    100 - eta,
+  );
   return scored.filter((t) => measureOf(t.confidence!, measure) >= cut);
 }

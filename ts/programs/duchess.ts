@@ -15,7 +15,14 @@ import { InvalidOptionError } from "../errors/index.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
 import type { SchedMetadata } from "../engine/sequence.js";
-import { confidenceCertaindex, entropyCertaindex, majorityVote, measureOf, weightedMajority, type ConfidenceMeasure } from "../certaindex/signals.js";
+import {
+  confidenceCertaindex,
+  entropyCertaindex,
+  majorityVote,
+  measureOf,
+  weightedMajority,
+  type ConfidenceMeasure,
+} from "../certaindex/signals.js";
 import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/probeFile.js";
 import { Prng } from "../probe/mlp.js";
 import { boxedAnswers } from "./answers.js";
@@ -106,7 +113,8 @@ export class Duchess implements Program {
     terminated: 0,
     forks: 0,
   };
-  private readonly o: Required<Omit<DuchessOptions, "model" | "topP" | "task" | "probe">> & Pick<DuchessOptions, "model" | "topP" | "probe">;
+  private readonly o: Required<Omit<DuchessOptions, "model" | "topP" | "task" | "probe">> &
+    Pick<DuchessOptions, "model" | "topP" | "probe">;
   private readonly task: ProgramTask;
   private readonly live = new Map<number, Live>();
   private pendingProbes = 0;
@@ -121,10 +129,18 @@ export class Duchess implements Program {
     const alpha = options.alpha ?? tuned?.alpha ?? 0.6;
     const beta = options.beta ?? tuned?.beta ?? 0.8;
     const lambda = options.lambda ?? tuned?.lambda ?? 1;
-    if (!Number.isInteger(c) || c < 1) throw new InvalidOptionError(`duchess.branches must be an integer ≥ 1, got ${c}`, { field: "duchess.branches" });
-    if (!(alpha > 0 && alpha < beta && beta <= 1)) throw new InvalidOptionError(`duchess: expected 0 < alpha < beta ≤ 1, got alpha ${alpha}, beta ${beta}`, { field: "duchess.alpha" });
-    if (!(lambda > 0)) throw new InvalidOptionError(`duchess.lambda must be > 0, got ${lambda}`, { field: "duchess.lambda" });
-    if (options.interval !== undefined && !(Number.isInteger(options.interval) && options.interval >= 1)) throw new InvalidOptionError(`duchess.interval must be an integer ≥ 1, got ${options.interval}`, { field: "duchess.interval" });
+    if (!Number.isInteger(c) || c < 1)
+      throw new InvalidOptionError(`duchess.branches must be an integer ≥ 1, got ${c}`, { field: "duchess.branches" });
+    if (!(alpha > 0 && alpha < beta && beta <= 1))
+      throw new InvalidOptionError(`duchess: expected 0 < alpha < beta ≤ 1, got alpha ${alpha}, beta ${beta}`, {
+        field: "duchess.alpha",
+      });
+    if (!(lambda > 0))
+      throw new InvalidOptionError(`duchess.lambda must be > 0, got ${lambda}`, { field: "duchess.lambda" });
+    if (options.interval !== undefined && !(Number.isInteger(options.interval) && options.interval >= 1))
+      throw new InvalidOptionError(`duchess.interval must be an integer ≥ 1, got ${options.interval}`, {
+        field: "duchess.interval",
+      });
     this.task = options.task ?? boxedAnswers;
     this.o = {
       prompt: options.prompt,
@@ -163,7 +179,10 @@ export class Duchess implements Program {
     if (o.classify && o.probe.difficulty) {
       // The paper prefills first and predicts from the prefill's activation; here a one-token request captures it.
       const d = o.probe.meta.difficulty!;
-      const out = await ctx.submit({ prompt, maxTokens: 1, model: o.model, probe: { layer: d.layer, every: 1 }, metadata: { predictedTokens: 0 } }, "classify").result;
+      const out = await ctx.submit(
+        { prompt, maxTokens: 1, model: o.model, probe: { layer: d.layer, every: 1 }, metadata: { predictedTokens: 0 } },
+        "classify",
+      ).result;
       const capture = out.probes?.[0];
       if (capture) {
         this.state.predictedTokens = predictedTokensOf(o.probe, capture.hidden);
@@ -172,7 +191,24 @@ export class Duchess implements Program {
     }
     const finished = new Promise<void>((resolve) => (this.settle = resolve));
     for (let i = 0; i < o.branches && !ctx.signal.aborted; i++) {
-      this.start(ctx, null, ctx.submit({ prompt, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed + i, model: o.model, probe: this.probeOption(), confidence: this.confidenceOption(), metadata }), prompt.length, 0, metadata);
+      this.start(
+        ctx,
+        null,
+        ctx.submit({
+          prompt,
+          maxTokens: o.maxTokens,
+          temperature: o.temperature,
+          topP: o.topP,
+          seed: o.seed + i,
+          model: o.model,
+          probe: this.probeOption(),
+          confidence: this.confidenceOption(),
+          metadata,
+        }),
+        prompt.length,
+        0,
+        metadata,
+      );
     }
     this.checkDone();
     await finished;
@@ -190,8 +226,26 @@ export class Duchess implements Program {
     return { layer: this.o.probe.meta.correctness.layer, every: this.o.interval };
   }
 
-  private start(ctx: ProgramContext, parent: number | null, handle: RequestHandle, promptLength: number, offset: number, metadata: SchedMetadata): void {
-    const b: DuchessBranch = { id: this.state.branches.length, parent, offset, tokens: 0, predictions: [], end: null, answer: null, cachedTokens: 0, confidence: null, voted: false };
+  private start(
+    ctx: ProgramContext,
+    parent: number | null,
+    handle: RequestHandle,
+    promptLength: number,
+    offset: number,
+    metadata: SchedMetadata,
+  ): void {
+    const b: DuchessBranch = {
+      id: this.state.branches.length,
+      parent,
+      offset,
+      tokens: 0,
+      predictions: [],
+      end: null,
+      answer: null,
+      cachedTokens: 0,
+      confidence: null,
+      voted: false,
+    };
     this.state.branches.push(b);
     const live: Live = { b, handle, promptLength, text: "", above: 0 };
     this.live.set(b.id, live);
@@ -237,7 +291,15 @@ export class Duchess implements Program {
     this.live.delete(b.id);
     const probe = ctx.fork(
       live.handle,
-      { length: live.promptLength + b.tokens, append: this.task.probeSuffix(live.text), maxTokens: this.o.probeMaxTokens, temperature: 0, stop: ["}", "\n"], probe: null, confidence: null },
+      {
+        length: live.promptLength + b.tokens,
+        append: this.task.probeSuffix(live.text),
+        maxTokens: this.o.probeMaxTokens,
+        temperature: 0,
+        stop: ["}", "\n"],
+        probe: null,
+        confidence: null,
+      },
       "probe",
     );
     live.handle.abort();
@@ -268,7 +330,9 @@ export class Duchess implements Program {
     if (coming >= (this.o.requestStop ? this.o.beta : 1) * this.o.branches) return;
     const active = [...this.live.values()].filter((l) => l.b.end === null);
     if (active.length === 0) return;
-    const weights = active.map((l) => (l.b.predictions.length > 0 ? l.b.predictions[l.b.predictions.length - 1] : 0.5) ** (1 / this.o.lambda));
+    const weights = active.map(
+      (l) => (l.b.predictions.length > 0 ? l.b.predictions[l.b.predictions.length - 1] : 0.5) ** (1 / this.o.lambda),
+    );
     const total = weights.reduce((s, w) => s + w, 0);
     let r = this.rng.next() * total;
     let j = 0;
@@ -325,19 +389,25 @@ export class Duchess implements Program {
 
   updateCertaindex(): number {
     const eq = (a: string, b: string): boolean => this.task.equivalent(a, b);
-    this.certaindex = this.o.confidence ? confidenceCertaindex(this.weightedVotes(), eq) : entropyCertaindex(this.votes(), eq);
+    this.certaindex = this.o.confidence
+      ? confidenceCertaindex(this.weightedVotes(), eq)
+      : entropyCertaindex(this.votes(), eq);
     return this.certaindex;
   }
 
   answer(): string | null {
     const eq = (a: string, b: string): boolean => this.task.equivalent(a, b);
-    return this.o.confidence ? weightedMajority(this.weightedVotes(), eq).answer : majorityVote(this.votes(), eq).answer;
+    return this.o.confidence
+      ? weightedMajority(this.weightedVotes(), eq).answer
+      : majorityVote(this.votes(), eq).answer;
   }
 
   /** The counted answers weighed by their branches' confidence (a branch without a confidence report weighs 0). */
   private weightedVotes(): Array<{ answer: string | null; weight: number }> {
     const measure = this.o.confidence?.measure ?? "lowest";
-    return this.state.branches.filter((b) => b.voted).map((b) => ({ answer: b.answer, weight: b.confidence === null ? 0 : measureOf(b.confidence, measure) }));
+    return this.state.branches
+      .filter((b) => b.voted)
+      .map((b) => ({ answer: b.answer, weight: b.confidence === null ? 0 : measureOf(b.confidence, measure) }));
   }
 
   /** The counted answers in branch order (as SC's samples), not arrival order: the vote breaks a tie by the first

@@ -25,7 +25,10 @@ export interface ProgramFactoryOptions {
 }
 
 /** What the caller asks for one program run; calibrated settings fill the rest. */
-export type ProgramRequest = Omit<BuildProgramOptions, "probe" | "branchesPerRound" | "simulationsPerRound" | "probeWindow">;
+export type ProgramRequest = Omit<
+  BuildProgramOptions,
+  "probe" | "branchesPerRound" | "simulationsPerRound" | "probeWindow"
+>;
 
 export interface BuiltProgram {
   program: Program;
@@ -45,7 +48,10 @@ export class ProgramFactory {
   ) {}
 
   static open(options: ProgramFactoryOptions): ProgramFactory {
-    const cal = options.calibration === false ? null : loadCalibration(options.modelDir, { file: options.calibration, bundledDir: options.bundledDir });
+    const cal =
+      options.calibration === false
+        ? null
+        : loadCalibration(options.modelDir, { file: options.calibration, bundledDir: options.bundledDir });
     return new ProgramFactory(options, cal);
   }
 
@@ -53,7 +59,12 @@ export class ProgramFactory {
   duchessProbe(): Promise<DuchessProbe> {
     const o = this.options;
     this.probe ??= (async () =>
-      loadProbe(o.probeDir ?? join(o.modelDir, PROBE_SUBDIR), { hash: await modelHash(o.modelDir), hiddenSize: o.hiddenSize, numLayers: o.numLayers, name: o.modelDir }))();
+      loadProbe(o.probeDir ?? join(o.modelDir, PROBE_SUBDIR), {
+        hash: await modelHash(o.modelDir),
+        hiddenSize: o.hiddenSize,
+        numLayers: o.numLayers,
+        name: o.modelDir,
+      }))();
     // A failed load is not cached: the next request sees the error again, and a probe trained since then loads.
     this.probe.catch(() => (this.probe = null));
     return this.probe;

@@ -2,7 +2,16 @@
 export { ProgramRuntime } from "./runtime.js";
 export type { RunOptions } from "./runtime.js";
 export { withDefaults } from "./program.js";
-export type { Program, ProgramContext, ProgramResult, Knob, KvState, RoundRecord, StopReason, TokenPurpose } from "./program.js";
+export type {
+  Program,
+  ProgramContext,
+  ProgramResult,
+  Knob,
+  KvState,
+  RoundRecord,
+  StopReason,
+  TokenPurpose,
+} from "./program.js";
 export { SelfConsistency } from "./selfConsistency.js";
 export type { SelfConsistencyOptions, Branch } from "./selfConsistency.js";
 export { Duchess } from "./duchess.js";
@@ -31,11 +40,27 @@ export { buildProgram, parseProgramKind, PROGRAM_KINDS, STEP_SCORED_PROGRAMS } f
 export { ProgramFactory } from "./factory.js";
 export type { ProgramFactoryOptions, ProgramRequest, BuiltProgram } from "./factory.js";
 export type { ProgramKind, BuildProgramOptions } from "./registry.js";
-export { clusterAnswers, majorityVote, entropyCertaindex, rewardCertaindex, combineCertaindex, confidenceCertaindex, meetsAll, exactMatch } from "../certaindex/signals.js";
+export {
+  clusterAnswers,
+  majorityVote,
+  entropyCertaindex,
+  rewardCertaindex,
+  combineCertaindex,
+  confidenceCertaindex,
+  meetsAll,
+  exactMatch,
+} from "../certaindex/signals.js";
 export type { ThresholdedSignal, WeightedVote } from "../certaindex/signals.js";
 export { weightedMajority } from "../certaindex/signals.js";
 export type { AnswerEquivalence, AnswerCluster, Vote } from "../certaindex/signals.js";
-export { hasHesitation, isConfidentProbe, shouldExitOnProbes, probeCertaindex, DEFAULT_PROBE_RULE, DEFAULT_HESITATION_WORDS } from "../certaindex/probe.js";
+export {
+  hasHesitation,
+  isConfidentProbe,
+  shouldExitOnProbes,
+  probeCertaindex,
+  DEFAULT_PROBE_RULE,
+  DEFAULT_HESITATION_WORDS,
+} from "../certaindex/probe.js";
 export type { ProbeRule } from "../certaindex/probe.js";
 export { decide, curveLimit, validatePolicy } from "../certaindex/policies.js";
 export type { PolicySpec, PolicyKind, ProgramSnapshot, Decision } from "../certaindex/policies.js";
@@ -51,4 +76,9 @@ export {
   CALIBRATION_FORMAT,
   RECALIBRATE_COMMAND,
 } from "../certaindex/calibrationFile.js";
-export type { CalibrationFile, ProgramCalibration, CalibrationOutcome, LoadedCalibration } from "../certaindex/calibrationFile.js";
+export type {
+  CalibrationFile,
+  ProgramCalibration,
+  CalibrationOutcome,
+  LoadedCalibration,
+} from "../certaindex/calibrationFile.js";

@@ -9,7 +9,14 @@
 // against `entropyThreshold` (off by default); 1 exactly when every signal meets its threshold, which is what the
 // default policy waits for.
 import { InvalidOptionError } from "../errors/index.js";
-import { checkThreshold, combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence, type ThresholdedSignal } from "../certaindex/signals.js";
+import {
+  checkThreshold,
+  combineCertaindex,
+  entropyCertaindex,
+  rewardCertaindex,
+  type AnswerEquivalence,
+  type ThresholdedSignal,
+} from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
@@ -66,7 +73,10 @@ export class Mcts implements Program {
 
   constructor(private readonly o: MctsOptions) {
     const max = o.maxSimulations ?? 32;
-    if (!Number.isInteger(max) || max < 1) throw new InvalidOptionError(`mcts.maxSimulations must be an integer ≥ 1, got ${max}`, { field: "mcts.maxSimulations" });
+    if (!Number.isInteger(max) || max < 1)
+      throw new InvalidOptionError(`mcts.maxSimulations must be an integer ≥ 1, got ${max}`, {
+        field: "mcts.maxSimulations",
+      });
     this.perRound = Math.min(o.simulationsPerRound ?? 4, max);
     this.branching = o.branching ?? 3;
     this.c = o.exploration ?? 1;
@@ -142,8 +152,20 @@ export class Mcts implements Program {
   signals(): ThresholdedSignal[] {
     const s = this.state.solutions;
     return [
-      { value: rewardCertaindex(s.map((n) => n.reward), "mean"), threshold: this.rewardThreshold },
-      { value: entropyCertaindex(s.map((n) => n.answer), this.eq), threshold: this.entropyThreshold },
+      {
+        value: rewardCertaindex(
+          s.map((n) => n.reward),
+          "mean",
+        ),
+        threshold: this.rewardThreshold,
+      },
+      {
+        value: entropyCertaindex(
+          s.map((n) => n.answer),
+          this.eq,
+        ),
+        threshold: this.entropyThreshold,
+      },
     ];
   }
 
@@ -154,6 +176,9 @@ export class Mcts implements Program {
 
   /** Solutions vote, each weighted by its path reward (a solution of reward 0 still beats having no answer). */
   answer(): string | null {
-    return weightedVote(this.state.solutions.map((n) => ({ answer: n.answer, weight: n.reward })), this.eq);
+    return weightedVote(
+      this.state.solutions.map((n) => ({ answer: n.answer, weight: n.reward })),
+      this.eq,
+    );
   }
 }

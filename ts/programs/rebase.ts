@@ -8,7 +8,14 @@
 // of them), not only when the width is spent or maxDepth reached. H̃ of fewer than two solutions is 0: one finished
 // solution never stops the search on its own.
 import { InvalidOptionError } from "../errors/index.js";
-import { checkThreshold, combineCertaindex, entropyCertaindex, rewardCertaindex, type AnswerEquivalence, type ThresholdedSignal } from "../certaindex/signals.js";
+import {
+  checkThreshold,
+  combineCertaindex,
+  entropyCertaindex,
+  rewardCertaindex,
+  type AnswerEquivalence,
+  type ThresholdedSignal,
+} from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
@@ -64,9 +71,13 @@ export class Rebase implements Program {
 
   constructor(private readonly o: RebaseOptions) {
     this.width = o.width ?? 8;
-    if (!Number.isInteger(this.width) || this.width < 1) throw new InvalidOptionError(`rebase.width must be an integer ≥ 1, got ${this.width}`, { field: "rebase.width" });
+    if (!Number.isInteger(this.width) || this.width < 1)
+      throw new InvalidOptionError(`rebase.width must be an integer ≥ 1, got ${this.width}`, { field: "rebase.width" });
     this.tau = o.balanceTemperature ?? 0.2;
-    if (!(this.tau > 0)) throw new InvalidOptionError(`rebase.balanceTemperature must be > 0, got ${this.tau}`, { field: "rebase.balanceTemperature" });
+    if (!(this.tau > 0))
+      throw new InvalidOptionError(`rebase.balanceTemperature must be > 0, got ${this.tau}`, {
+        field: "rebase.balanceTemperature",
+      });
     this.eq = o.equivalent ?? ((a, b) => (o.task ?? boxedAnswers).equivalent(a, b));
     this.rewardThreshold = checkThreshold("rebase.rewardThreshold", o.rewardThreshold ?? 0.99);
     this.entropyThreshold = checkThreshold("rebase.entropyThreshold", o.entropyThreshold ?? 0.85);
@@ -86,7 +97,11 @@ export class Rebase implements Program {
       created = await this.tree.expand(ctx, this.tree.root, this.width);
     } else {
       const frontier = this.state.frontier;
-      const counts = allotChildren(frontier.map((n) => n.reward), this.width - this.state.finished.length, this.tau);
+      const counts = allotChildren(
+        frontier.map((n) => n.reward),
+        this.width - this.state.finished.length,
+        this.tau,
+      );
       created = (await Promise.all(frontier.map((n, i) => this.tree.expand(ctx, n, counts[i])))).flat();
     }
     this.state.frontier = created.filter((n) => !n.terminal);
@@ -98,8 +113,20 @@ export class Rebase implements Program {
   signals(): ThresholdedSignal[] {
     const f = this.state.finished;
     return [
-      { value: rewardCertaindex(f.map((n) => n.reward), "max"), threshold: this.rewardThreshold },
-      { value: entropyCertaindex(f.map((n) => n.answer), this.eq), threshold: this.entropyThreshold },
+      {
+        value: rewardCertaindex(
+          f.map((n) => n.reward),
+          "max",
+        ),
+        threshold: this.rewardThreshold,
+      },
+      {
+        value: entropyCertaindex(
+          f.map((n) => n.answer),
+          this.eq,
+        ),
+        threshold: this.entropyThreshold,
+      },
     ];
   }
 
@@ -110,7 +137,11 @@ export class Rebase implements Program {
 
   answer(): string | null {
     const f = this.state.finished;
-    if (f.length > 0) return weightedVote(f.map((n) => ({ answer: n.answer, weight: n.reward })), this.eq);
+    if (f.length > 0)
+      return weightedVote(
+        f.map((n) => ({ answer: n.answer, weight: n.reward })),
+        this.eq,
+      );
     return null;
   }
 }

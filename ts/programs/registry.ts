@@ -16,8 +16,20 @@ import type { RewardSource } from "./rewards.js";
 import type { ProgramTask } from "./task.js";
 import { SelfConsistency } from "./selfConsistency.js";
 
-export type ProgramKind = "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k" | "deepconf" | "beam" | "dvts" | "best-of-n";
-export const PROGRAM_KINDS: readonly ProgramKind[] = ["sc", "cot-probe", "rebase", "mcts", "duchess", "short-m@k", "deepconf", "beam", "dvts", "best-of-n"];
+export type ProgramKind =
+  "sc" | "cot-probe" | "rebase" | "mcts" | "duchess" | "short-m@k" | "deepconf" | "beam" | "dvts" | "best-of-n";
+export const PROGRAM_KINDS: readonly ProgramKind[] = [
+  "sc",
+  "cot-probe",
+  "rebase",
+  "mcts",
+  "duchess",
+  "short-m@k",
+  "deepconf",
+  "beam",
+  "dvts",
+  "best-of-n",
+];
 /** The programs that score steps with a reward source (a PRM, or the task's verifier). */
 export const STEP_SCORED_PROGRAMS: readonly ProgramKind[] = ["rebase", "mcts", "beam", "dvts", "best-of-n"];
 
@@ -61,19 +73,40 @@ export interface BuildProgramOptions {
 
 export function parseProgramKind(value: string): ProgramKind {
   const kind = PROGRAM_KINDS.find((k) => k === value);
-  if (kind === undefined) throw new InvalidOptionError(`program "${value}" is unknown; expected one of ${PROGRAM_KINDS.join(", ")}`, { field: "program" });
+  if (kind === undefined)
+    throw new InvalidOptionError(`program "${value}" is unknown; expected one of ${PROGRAM_KINDS.join(", ")}`, {
+      field: "program",
+    });
   return kind;
 }
 
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
   const common = { prompt: o.prompt, seed: o.seed, model: o.model, task: o.task };
-  const tree = { ...common, question: o.question, reward: o.reward, temperature: o.temperature, maxTokens: o.maxTokens };
+  const tree = {
+    ...common,
+    question: o.question,
+    reward: o.reward,
+    temperature: o.temperature,
+    maxTokens: o.maxTokens,
+  };
   switch (kind) {
     case "sc":
-      return new SelfConsistency({ ...common, maxBranches: o.cap ?? 16, branchesPerRound: o.branchesPerRound, maxTokens: o.maxTokens, temperature: o.temperature });
+      return new SelfConsistency({
+        ...common,
+        maxBranches: o.cap ?? 16,
+        branchesPerRound: o.branchesPerRound,
+        maxTokens: o.maxTokens,
+        temperature: o.temperature,
+      });
     case "cot-probe": {
       const rule = o.probeWindow === undefined ? undefined : { ...DEFAULT_PROBE_RULE, window: o.probeWindow };
-      return new CotProbe({ ...common, maxTokens: o.maxTokens, temperature: o.temperature, interval: o.interval, rule });
+      return new CotProbe({
+        ...common,
+        maxTokens: o.maxTokens,
+        temperature: o.temperature,
+        interval: o.interval,
+        rule,
+      });
     }
     case "rebase":
       return new Rebase({ ...tree, width: o.cap });
@@ -82,7 +115,14 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
     case "short-m@k":
       return new ShortMK({ ...common, k: o.cap, m: o.shortM, maxTokens: o.maxTokens, temperature: o.temperature });
     case "deepconf":
-      return new DeepConf({ ...common, budget: o.cap, variant: o.deepconfVariant, mode: o.deepconfOffline ? "offline" : "online", maxTokens: o.maxTokens, temperature: o.temperature });
+      return new DeepConf({
+        ...common,
+        budget: o.cap,
+        variant: o.deepconfVariant,
+        mode: o.deepconfOffline ? "offline" : "online",
+        maxTokens: o.maxTokens,
+        temperature: o.temperature,
+      });
     case "beam":
     case "dvts":
       return new BeamSearch({ ...tree, variant: kind, n: o.cap, beamWidth: o.beamWidth, ...o.flashTts });
@@ -90,11 +130,20 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
       return new BestOfN({ ...tree, n: o.cap });
     case "duchess":
       if (o.probe === undefined) {
-        throw new InvalidOptionError("program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`", {
-          field: "probe",
-        });
+        throw new InvalidOptionError(
+          "program duchess needs a trained probe (BuildProgramOptions.probe, from loadProbe); train one with `deliberate probe train --model <dir> --task <task>`",
+          {
+            field: "probe",
+          },
+        );
       }
-      return new Duchess({ ...common, probe: o.probe, branches: o.cap, maxTokens: o.maxTokens, temperature: o.temperature });
+      return new Duchess({
+        ...common,
+        probe: o.probe,
+        branches: o.cap,
+        maxTokens: o.maxTokens,
+        temperature: o.temperature,
+      });
     default:
       return kind satisfies never;
   }

@@ -29,7 +29,12 @@ export interface RewardSource {
 }
 
 /** `source.scoreAhead` where it has one, else one score() per step. */
-export async function scoreAhead(source: RewardSource, ctx: ProgramContext, input: StepInput, ahead: readonly string[]): Promise<number[]> {
+export async function scoreAhead(
+  source: RewardSource,
+  ctx: ProgramContext,
+  input: StepInput,
+  ahead: readonly string[],
+): Promise<number[]> {
   if (source.scoreAhead) return source.scoreAhead(ctx, input, ahead);
   const inputs = [input];
   for (const step of ahead) {
@@ -79,7 +84,8 @@ export function cleanStep(step: string): string {
  * good / bad token's probability after each tag; the tags of earlier steps carry no label.
  */
 export function taggedSteps(prefix: string, tag: string): (input: StepInput) => string {
-  return (x) => prefix + x.question + "\n" + x.previous.map((s) => cleanStep(s) + tag + "\n").join("") + cleanStep(x.step);
+  return (x) =>
+    prefix + x.question + "\n" + x.previous.map((s) => cleanStep(s) + tag + "\n").join("") + cleanStep(x.step);
 }
 
 /** Process reward from a second model: one 1-token request per scored step (prefixes hit its prefix cache). */
@@ -148,7 +154,10 @@ export function modelProcessReward(o: ModelRewardOptions): RewardSource {
 
 function singleToken(ctx: ProgramContext, model: string, text: string, what = "good/bad token"): number {
   const ids = ctx.encode(text, { model, addSpecialTokens: false });
-  if (ids.length !== 1) throw new InvalidOptionError(`reward model ${model}: the ${what} ${JSON.stringify(text)} encodes to ${ids.length} tokens; pick one that is a single token of its tokenizer`);
+  if (ids.length !== 1)
+    throw new InvalidOptionError(
+      `reward model ${model}: the ${what} ${JSON.stringify(text)} encodes to ${ids.length} tokens; pick one that is a single token of its tokenizer`,
+    );
   return ids[0];
 }
 

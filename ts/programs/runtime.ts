@@ -9,7 +9,15 @@ import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { decide, validatePolicy, type PolicySpec } from "../certaindex/policies.js";
 import { InvalidOptionError } from "../errors/index.js";
-import type { KvState, Program, ProgramContext, ProgramResult, RoundRecord, StopReason, TokenPurpose } from "./program.js";
+import type {
+  KvState,
+  Program,
+  ProgramContext,
+  ProgramResult,
+  RoundRecord,
+  StopReason,
+  TokenPurpose,
+} from "./program.js";
 
 export interface RunOptions {
   /** Intra-program policy; default: the program's defaultPolicy, else baseline-even (run to the cap). */
@@ -64,7 +72,11 @@ class RunContext implements ProgramContext {
   encode(prompt: string | readonly number[], options: { model?: string; addSpecialTokens?: boolean } = {}): number[] {
     if (typeof prompt !== "string") return [...prompt];
     const codec = this.engine.tokenizer(options.model);
-    if (!codec) throw new InvalidOptionError(`program ${this.program.name}: the prompt is text but the model has no tokenizer; pass token ids`, { field: "prompt" });
+    if (!codec)
+      throw new InvalidOptionError(
+        `program ${this.program.name}: the prompt is text but the model has no tokenizer; pass token ids`,
+        { field: "prompt" },
+      );
     return codec.encode(prompt, { addSpecialTokens: options.addSpecialTokens ?? true });
   }
 
@@ -76,11 +88,27 @@ class RunContext implements ProgramContext {
   submit(request: GenerateRequest, purpose: TokenPurpose = "generate"): RequestHandle {
     // Programs steer their requests from deltas (probe verdicts fork and abort): they see each step's deltas before
     // the next step is scheduled.
-    return this.track(this.engine.submit({ eagerDeltas: true, ...request, metadata: { ...this.metadata(), ...request.metadata }, signal: this.signal }), purpose);
+    return this.track(
+      this.engine.submit({
+        eagerDeltas: true,
+        ...request,
+        metadata: { ...this.metadata(), ...request.metadata },
+        signal: this.signal,
+      }),
+      purpose,
+    );
   }
 
   fork(parent: RequestHandle, options: ForkOptions = {}, purpose: TokenPurpose = "generate"): RequestHandle {
-    return this.track(this.engine.fork(parent, { eagerDeltas: true, ...options, metadata: { ...this.metadata(), ...options.metadata }, signal: this.signal }), purpose);
+    return this.track(
+      this.engine.fork(parent, {
+        eagerDeltas: true,
+        ...options,
+        metadata: { ...this.metadata(), ...options.metadata },
+        signal: this.signal,
+      }),
+      purpose,
+    );
   }
 
   /** After a round: live requests see the new remaining knob and mean tokens per round. */
@@ -120,7 +148,13 @@ export class ProgramRuntime {
   grant(program: Program, policy: PolicySpec, tokensUsed: number): { grant: boolean; reason: StopReason | "continue" } {
     if (program.done) return { grant: false, reason: "done" };
     const lengthSignal = program.lengthSignal?.();
-    return decide(policy, { certaindex: program.certaindex, used: program.knob.used, max: program.knob.max, tokensUsed, lengthSignal });
+    return decide(policy, {
+      certaindex: program.certaindex,
+      used: program.knob.used,
+      max: program.knob.max,
+      tokensUsed,
+      lengthSignal,
+    });
   }
 
   /** Runs `program` round by round until the policy denies a round, the program ends, or the signal aborts. */
@@ -144,10 +178,18 @@ export class ProgramRuntime {
           break;
         }
         if (program.knob.used <= usedBefore && !program.done) {
-          throw new Error(`program ${program.name}: execute() neither advanced knob.used (${usedBefore}) nor set done; it would never end`);
+          throw new Error(
+            `program ${program.name}: execute() neither advanced knob.used (${usedBefore}) nor set done; it would never end`,
+          );
         }
         const certaindex = program.updateCertaindex();
-        const record: RoundRecord = { round: history.length + 1, certaindex, knobUsed: program.knob.used, tokensUsed: ctx.tokensUsed, answer: program.answer() };
+        const record: RoundRecord = {
+          round: history.length + 1,
+          certaindex,
+          knobUsed: program.knob.used,
+          tokensUsed: ctx.tokensUsed,
+          answer: program.answer(),
+        };
         const lengthSignal = program.lengthSignal?.();
         if (lengthSignal !== undefined) record.lengthSignal = lengthSignal;
         history.push(record);

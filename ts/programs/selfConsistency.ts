@@ -37,17 +37,33 @@ export class SelfConsistency implements Program {
   readonly state: { branches: Branch[] } = { branches: [] };
   readonly tokenBudget: number;
   readonly defaultPolicy: PolicySpec;
-  private readonly opts: Required<Omit<SelfConsistencyOptions, "model" | "topP" | "topK" | "stop" | "task">> & SelfConsistencyOptions;
+  private readonly opts: Required<Omit<SelfConsistencyOptions, "model" | "topP" | "topK" | "stop" | "task">> &
+    SelfConsistencyOptions;
   private promptIds: readonly number[] | null = null;
 
   constructor(options: SelfConsistencyOptions) {
     const maxBranches = options.maxBranches ?? 16;
-    if (!Number.isInteger(maxBranches) || maxBranches < 1) throw new InvalidOptionError(`sc.maxBranches must be an integer ≥ 1, got ${maxBranches}`, { field: "sc.maxBranches" });
+    if (!Number.isInteger(maxBranches) || maxBranches < 1)
+      throw new InvalidOptionError(`sc.maxBranches must be an integer ≥ 1, got ${maxBranches}`, {
+        field: "sc.maxBranches",
+      });
     const branchesPerRound = Math.min(options.branchesPerRound ?? 4, maxBranches);
-    if (!Number.isInteger(branchesPerRound) || branchesPerRound < 1) throw new InvalidOptionError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`, { field: "sc.branchesPerRound" });
+    if (!Number.isInteger(branchesPerRound) || branchesPerRound < 1)
+      throw new InvalidOptionError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`, {
+        field: "sc.branchesPerRound",
+      });
     const task = options.task ?? boxedAnswers;
     this.opts = {
-      ...withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0, extractAnswer: (t: string) => task.extractAnswer(t), equivalent: (a: string, b: string) => task.equivalent(a, b) }, options),
+      ...withDefaults(
+        {
+          maxTokens: 256,
+          temperature: 0.8,
+          seed: 0,
+          extractAnswer: (t: string) => task.extractAnswer(t),
+          equivalent: (a: string, b: string) => task.equivalent(a, b),
+        },
+        options,
+      ),
       maxBranches,
       branchesPerRound,
     };
@@ -78,7 +94,12 @@ export class SelfConsistency implements Program {
     this.promptIds ??= out.promptTokens; // later rounds reuse the ids (and hit the prefix cache)
     for (const s of out.samples) {
       if (s.finishReason === "aborted") continue; // cut short by the caller's signal: not a vote
-      this.state.branches.push({ text: s.text, answer: o.extractAnswer(s.text), tokens: s.tokens.length, finishReason: s.finishReason });
+      this.state.branches.push({
+        text: s.text,
+        answer: o.extractAnswer(s.text),
+        tokens: s.tokens.length,
+        finishReason: s.finishReason,
+      });
     }
     this.knob.used += n;
   }

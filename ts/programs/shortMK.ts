@@ -57,11 +57,18 @@ export class ShortMK implements Program {
 
   constructor(options: ShortMKOptions) {
     this.k = options.k ?? 8;
-    if (!Number.isInteger(this.k) || this.k < 1) throw new InvalidOptionError(`short-m@k.k must be an integer ≥ 1, got ${this.k}`, { field: "short-m@k.k" });
+    if (!Number.isInteger(this.k) || this.k < 1)
+      throw new InvalidOptionError(`short-m@k.k must be an integer ≥ 1, got ${this.k}`, { field: "short-m@k.k" });
     this.m = options.m ?? Math.min(3, this.k);
-    if (!Number.isInteger(this.m) || this.m < 1 || this.m > this.k) throw new InvalidOptionError(`short-m@k.m must be an integer in [1, k = ${this.k}], got ${this.m}`, { field: "short-m@k.m" });
+    if (!Number.isInteger(this.m) || this.m < 1 || this.m > this.k)
+      throw new InvalidOptionError(`short-m@k.m must be an integer in [1, k = ${this.k}], got ${this.m}`, {
+        field: "short-m@k.m",
+      });
     this.o = withDefaults({ maxTokens: 256, temperature: 0.8, seed: 0 }, options);
-    if (!Number.isInteger(this.o.maxTokens) || this.o.maxTokens < 1) throw new InvalidOptionError(`short-m@k.maxTokens must be an integer ≥ 1, got ${this.o.maxTokens}`, { field: "short-m@k.maxTokens" });
+    if (!Number.isInteger(this.o.maxTokens) || this.o.maxTokens < 1)
+      throw new InvalidOptionError(`short-m@k.maxTokens must be an integer ≥ 1, got ${this.o.maxTokens}`, {
+        field: "short-m@k.maxTokens",
+      });
     const task = options.task ?? boxedAnswers;
     this.extract = (text) => task.extractAnswer(text);
     this.eq = (a, b) => task.equivalent(a, b);
@@ -75,7 +82,15 @@ export class ShortMK implements Program {
 
   async execute(ctx: ProgramContext): Promise<void> {
     const o = this.o;
-    const handle = ctx.submit({ prompt: o.prompt, n: this.k, maxTokens: o.maxTokens, temperature: o.temperature, topP: o.topP, seed: o.seed, model: o.model });
+    const handle = ctx.submit({
+      prompt: o.prompt,
+      n: this.k,
+      maxTokens: o.maxTokens,
+      temperature: o.temperature,
+      topP: o.topP,
+      seed: o.seed,
+      model: o.model,
+    });
     this.knob.used = this.k;
     this.ran = true;
     const order = this.state.finishOrder;
@@ -93,7 +108,13 @@ export class ShortMK implements Program {
     // Finishing order is length order (all k started together); ties (same step) keep the stream's order.
     this.state.finished = order.slice(0, this.m).map((i) => {
       const s = out.samples[i];
-      return { index: i, text: s.text, answer: this.extract(s.text), tokens: s.tokens.length, finishReason: s.finishReason };
+      return {
+        index: i,
+        text: s.text,
+        answer: this.extract(s.text),
+        tokens: s.tokens.length,
+        finishReason: s.finishReason,
+      };
     });
     this.state.aborted = out.samples.filter((s) => s.finishReason === "aborted").length;
   }

@@ -70,10 +70,15 @@ export class StepTree {
     this.stepMaxTokens = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 16;
     this.maxTokens = o.maxTokens ?? 256;
-    if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1) throw new InvalidOptionError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`, { field: "maxTokens" });
+    if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1)
+      throw new InvalidOptionError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`, { field: "maxTokens" });
     const task = o.task ?? boxedAnswers;
     const reward = o.reward ?? task.stepVerifier;
-    if (reward === undefined) throw new InvalidOptionError("tree search scores steps: give a reward (verifierReward, modelProcessReward) or a task with a stepVerifier (arithTask)", { field: "reward" });
+    if (reward === undefined)
+      throw new InvalidOptionError(
+        "tree search scores steps: give a reward (verifierReward, modelProcessReward) or a task with a stepVerifier (arithTask)",
+        { field: "reward" },
+      );
     this.reward = reward;
     this.extract = o.extractAnswer ?? ((text) => task.extractAnswer(text));
     this.answerMarker = task.answerMarker;
@@ -98,20 +103,28 @@ export class StepTree {
     if (k <= 0 || node.terminal) return [];
     const left = this.maxTokens - node.pathTokens;
     if (left <= 0) return [];
-    const params = { maxTokens: Math.min(this.stepMaxTokens, left), temperature: this.o.temperature ?? 0.8, stop: ["\n"] };
+    const params = {
+      maxTokens: Math.min(this.stepMaxTokens, left),
+      temperature: this.o.temperature ?? 0.8,
+      stop: ["\n"],
+    };
     let outs: Array<{ handle: RequestHandle; sample: SampleOutput }>;
     if (node.handle === null) {
       const h = ctx.submit({ prompt: this.o.prompt, n: k, seed: this.takeSeeds(k), model: this.o.model, ...params });
       const out = await h.result;
       outs = out.samples.map((sample) => ({ handle: h, sample }));
     } else {
-      const handles = Array.from({ length: k }, () => ctx.fork(node.handle!, { sample: node.sample, seed: this.takeSeeds(1), ...params }));
+      const handles = Array.from({ length: k }, () =>
+        ctx.fork(node.handle!, { sample: node.sample, seed: this.takeSeeds(1), ...params }),
+      );
       const results: GenerationOutput[] = await Promise.all(handles.map((h) => h.result));
       outs = results.map((out, i) => ({ handle: handles[i], sample: out.samples[0] }));
     }
     const previous = this.path(node);
     const children = outs.map(({ handle, sample }) => this.childOf(node, handle, sample));
-    const scores = await Promise.all(children.map((c) => this.reward.score(ctx, { question: this.o.question, previous, step: c.step })));
+    const scores = await Promise.all(
+      children.map((c) => this.reward.score(ctx, { question: this.o.question, previous, step: c.step })),
+    );
     children.forEach((c, i) => (c.reward = Math.min(node.reward, scores[i])));
     return children;
   }
@@ -121,12 +134,22 @@ export class StepTree {
    * MCTS simulation. Every line of the completion is scored in order, so its reward is the minimum over the whole
    * path, as for tree steps. The rollout is not added to the tree.
    */
-  async rollout(ctx: ProgramContext, node: TreeNode): Promise<{ text: string; answer: string | null; reward: number; tokens: number }> {
+  async rollout(
+    ctx: ProgramContext,
+    node: TreeNode,
+  ): Promise<{ text: string; answer: string | null; reward: number; tokens: number }> {
     if (node.handle === null) throw new Error("rollout: expand the root first (a rollout continues a step)");
     const left = this.maxTokens - node.pathTokens;
     const prefix = this.path(node);
-    if (node.terminal || left <= 0) return { text: "", answer: node.answer ?? this.extract(prefix.join("\n")), reward: node.reward, tokens: 0 };
-    const h = ctx.fork(node.handle, { sample: node.sample, seed: this.takeSeeds(1), maxTokens: left, temperature: this.o.temperature ?? 0.8, stop: [] });
+    if (node.terminal || left <= 0)
+      return { text: "", answer: node.answer ?? this.extract(prefix.join("\n")), reward: node.reward, tokens: 0 };
+    const h = ctx.fork(node.handle, {
+      sample: node.sample,
+      seed: this.takeSeeds(1),
+      maxTokens: left,
+      temperature: this.o.temperature ?? 0.8,
+      stop: [],
+    });
     const out = await h.result;
     const text = out.samples[0]?.text ?? "";
     const lines = text.split("\n").filter((l) => l.trim() !== "");
@@ -144,7 +167,12 @@ export class StepTree {
     c.pathTokens = parent.pathTokens + s.tokens.length;
     // A step cut by stepMaxTokens is just a long step; eos (or any stop other than the newline) ends the solution.
     const endedSolution = s.finishReason === "stop" && s.stoppedBy !== "\n";
-    c.terminal = endedSolution || s.text.includes(this.answerMarker) || c.depth >= this.maxDepth || c.pathTokens >= this.maxTokens || s.finishReason === "aborted";
+    c.terminal =
+      endedSolution ||
+      s.text.includes(this.answerMarker) ||
+      c.depth >= this.maxDepth ||
+      c.pathTokens >= this.maxTokens ||
+      s.finishReason === "aborted";
     if (c.terminal) c.answer = this.extract(this.path(c).join("\n"));
     parent.children.push(c);
     return c;
@@ -156,7 +184,13 @@ export class StepTree {
     return s;
   }
 
-  private node(parent: TreeNode | null, handle: RequestHandle | null, sample: number, step: string, reward: number): TreeNode {
+  private node(
+    parent: TreeNode | null,
+    handle: RequestHandle | null,
+    sample: number,
+    step: string,
+    reward: number,
+  ): TreeNode {
     const n: TreeNode = {
       id: this.nodes.length,
       parent,

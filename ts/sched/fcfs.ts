@@ -1,7 +1,10 @@
 // First come, first served: by arrival time, ties by id (submission order).
 import type { SchedRequest } from "./types.js";
 
-export function byArrival(a: Pick<SchedRequest, "arrivalMs" | "id">, b: Pick<SchedRequest, "arrivalMs" | "id">): number {
+export function byArrival(
+  a: Pick<SchedRequest, "arrivalMs" | "id">,
+  b: Pick<SchedRequest, "arrivalMs" | "id">,
+): number {
   return a.arrivalMs - b.arrivalMs || a.id - b.id;
 }
 

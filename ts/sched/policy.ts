@@ -7,7 +7,15 @@ import { sjf } from "./sjf.js";
 import type { SchedContext, SchedRequest } from "./types.js";
 
 export type SchedulingPolicy = "fcfs" | "lpm" | "gang" | "sjf" | "gang+sjf" | "complexity" | "gang+complexity";
-export const SCHEDULING_POLICIES: readonly SchedulingPolicy[] = ["fcfs", "lpm", "gang", "sjf", "gang+sjf", "complexity", "gang+complexity"];
+export const SCHEDULING_POLICIES: readonly SchedulingPolicy[] = [
+  "fcfs",
+  "lpm",
+  "gang",
+  "sjf",
+  "gang+sjf",
+  "complexity",
+  "gang+complexity",
+];
 
 /** Default SJF aging rate (tokens of estimate forgiven per second waited). */
 export const DEFAULT_AGING_TOKENS_PER_SECOND = 64;
@@ -18,25 +26,38 @@ export function readsPrefixMatch(policy: SchedulingPolicy): boolean {
 }
 
 /** Queue order under `policy`; priority (higher first) always dominates, the policy orders within a priority. */
-export function orderRequests(policy: SchedulingPolicy, queue: readonly SchedRequest[], ctx: SchedContext): SchedRequest[] {
+export function orderRequests(
+  policy: SchedulingPolicy,
+  queue: readonly SchedRequest[],
+  ctx: SchedContext,
+): SchedRequest[] {
   const ordered = orderWithinPriority(policy, queue, ctx);
   return ordered.sort(byPriority); // stable: keeps the policy's order within a priority
 }
 
-const byPriority = (a: Pick<SchedRequest, "priority">, b: Pick<SchedRequest, "priority">): number => b.priority - a.priority;
+const byPriority = (a: Pick<SchedRequest, "priority">, b: Pick<SchedRequest, "priority">): number =>
+  b.priority - a.priority;
 
 /**
  * Whether `queue` is already in `policy`'s order, so orderRequests would return it as it is: known only for fcfs
  * (a queue of running sequences usually is: they join it in arrival order), false otherwise. Lets the scheduler skip
  * building a record per sequence every step (bench:host).
  */
-export function inPolicyOrder(policy: SchedulingPolicy, queue: ReadonlyArray<Pick<SchedRequest, "priority" | "arrivalMs" | "id">>): boolean {
+export function inPolicyOrder(
+  policy: SchedulingPolicy,
+  queue: ReadonlyArray<Pick<SchedRequest, "priority" | "arrivalMs" | "id">>,
+): boolean {
   if (policy !== "fcfs") return false;
-  for (let i = 1; i < queue.length; i++) if ((byPriority(queue[i - 1], queue[i]) || byArrival(queue[i - 1], queue[i])) > 0) return false;
+  for (let i = 1; i < queue.length; i++)
+    if ((byPriority(queue[i - 1], queue[i]) || byArrival(queue[i - 1], queue[i])) > 0) return false;
   return true;
 }
 
-function orderWithinPriority(policy: SchedulingPolicy, queue: readonly SchedRequest[], ctx: SchedContext): SchedRequest[] {
+function orderWithinPriority(
+  policy: SchedulingPolicy,
+  queue: readonly SchedRequest[],
+  ctx: SchedContext,
+): SchedRequest[] {
   switch (policy) {
     case "fcfs":
       return fcfs(queue);

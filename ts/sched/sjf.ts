@@ -6,7 +6,8 @@ import { byArrival } from "./fcfs.js";
 import type { SchedContext, SchedRequest } from "./types.js";
 
 export function estimatedRemainingTokens(r: SchedRequest): number {
-  if (r.remainingKnob !== undefined && r.meanTokensPerRound !== undefined) return r.remainingKnob * r.meanTokensPerRound;
+  if (r.remainingKnob !== undefined && r.meanTokensPerRound !== undefined)
+    return r.remainingKnob * r.meanTokensPerRound;
   return r.remainingTokens;
 }
 

@@ -24,13 +24,27 @@ export const badRequest = (message: string, param: string | null = null, code: s
   new ApiError(400, message, "invalid_request_error", param, code);
 
 export const unauthorized = (): ApiError =>
-  new ApiError(401, "Incorrect API key provided. Pass it as `Authorization: Bearer <key>` (the key the server was started with).", "authentication_error", null, "invalid_api_key");
+  new ApiError(
+    401,
+    "Incorrect API key provided. Pass it as `Authorization: Bearer <key>` (the key the server was started with).",
+    "authentication_error",
+    null,
+    "invalid_api_key",
+  );
 
 export const modelNotFound = (model: string, served: readonly string[]): ApiError =>
-  new ApiError(404, `The model \`${model}\` does not exist. This server serves: ${served.join(", ")}.`, "not_found_error", "model", "model_not_found");
+  new ApiError(
+    404,
+    `The model \`${model}\` does not exist. This server serves: ${served.join(", ")}.`,
+    "not_found_error",
+    "model",
+    "model_not_found",
+  );
 
 export const unavailable = (message: string, retryAfterSeconds: number): ApiError =>
-  new ApiError(503, message, "service_unavailable_error", null, "service_unavailable", { "retry-after": String(retryAfterSeconds) });
+  new ApiError(503, message, "service_unavailable_error", null, "service_unavailable", {
+    "retry-after": String(retryAfterSeconds),
+  });
 
 /**
  * The wire name of the request field a DeliberateError names: the engine's "request.stopTokenIds[]" is the client's
@@ -79,5 +93,11 @@ export function toApiError(e: unknown): ApiError {
   if (typeof err?.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
     return new ApiError(err.statusCode, err.message ?? "bad request", "invalid_request_error", null, err.code ?? null);
   }
-  return new ApiError(500, `internal error: ${e instanceof Error ? e.message : String(e)}`, "server_error", null, "internal_error");
+  return new ApiError(
+    500,
+    `internal error: ${e instanceof Error ? e.message : String(e)}`,
+    "server_error",
+    null,
+    "internal_error",
+  );
 }

@@ -3,7 +3,14 @@
 // a thought forks each sample still thinking at the tokens the client has seen, appends the model's end-of-thought
 // token and goes on from there (the KV is shared with the parent), and aborts the parent: the client sees one
 // continuous completion. It owns the sources of every sample and the per-sample counts usage is made of.
-import type { Engine, FinishReason, GenerateRequest, RequestHandle, StreamDelta, TokenLogprob } from "../engine/index.js";
+import type {
+  Engine,
+  FinishReason,
+  GenerateRequest,
+  RequestHandle,
+  StreamDelta,
+  TokenLogprob,
+} from "../engine/index.js";
 
 /** A model's reasoning tokens: the thought runs from `start` (generated first, or opened by the prompt) to `end`. */
 export interface ThinkTokens {
@@ -146,7 +153,7 @@ export class Generation {
   }
 
   async *stream(): AsyncGenerator<GenerationEvent, void, undefined> {
-    for (let i = 0; ; ) {
+    for (let i = 0; ;) {
       if (i < this.events.length) {
         const e = this.events[i++];
         yield e;
@@ -190,7 +197,15 @@ export class Generation {
     s.tokens += d.tokens.length;
     s.finished = d.finishReason !== undefined;
     s.finishReason = d.finishReason;
-    this.emit({ kind: "tokens", index, tokens: d.tokens, reasoning, content, logprobs: d.logprobs, finishReason: d.finishReason });
+    this.emit({
+      kind: "tokens",
+      index,
+      tokens: d.tokens,
+      reasoning,
+      content,
+      logprobs: d.logprobs,
+      finishReason: d.finishReason,
+    });
     const budget = this.options.thinkingBudget;
     if (!s.finished && s.inReasoning && budget !== undefined && s.reasoningTokens >= budget) this.closeThought(index);
   }
@@ -211,7 +226,9 @@ export class Generation {
     s.reasoningTokens += end + 1;
     // The thought's text is what its tokens decode to; the rest of the step's text is the answer's.
     const before = end === 0 || this.options.codec === null ? "" : this.options.codec.decode(tokens.slice(0, end));
-    return text.startsWith(before) ? { reasoning: before, content: text.slice(before.length) } : { reasoning: text, content: "" };
+    return text.startsWith(before)
+      ? { reasoning: before, content: text.slice(before.length) }
+      : { reasoning: text, content: "" };
   }
 
   private closeThought(index: number): boolean {

@@ -4,8 +4,12 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Engine, ModelMetrics } from "../engine/index.js";
 
-const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
-const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
+const LATENCY_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+];
+const ITL_BUCKETS = [
+  0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5,
+];
 
 /** What one finished request adds to the counters. */
 export interface FinishedRequest {
@@ -33,7 +37,11 @@ export class ServerMetrics {
   private readonly aborted: Counter;
 
   /** modelName: the label (the served name); engineModel: which of the engine's models is served (default: its first). */
-  constructor(engine: Engine, private readonly modelName: string, engineModel?: string) {
+  constructor(
+    engine: Engine,
+    private readonly modelName: string,
+    engineModel?: string,
+  ) {
     const registers = [this.registry];
     // The served model's own figures (an engine may also hold, say, a reward model: not this server's).
     const served = (): ModelMetrics => {
@@ -56,7 +64,9 @@ export class ServerMetrics {
     };
     perModel("vllm:num_requests_running", "Sequences in the running batch.", (mm) => mm.running);
     perModel("vllm:num_requests_waiting", "Sequences waiting to be scheduled.", (mm) => mm.waiting);
-    perModel("vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent.", (mm) => (mm.kvPagesTotal === 0 ? 0 : mm.kvPagesUsed / mm.kvPagesTotal));
+    perModel("vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent.", (mm) =>
+      mm.kvPagesTotal === 0 ? 0 : mm.kvPagesUsed / mm.kvPagesTotal,
+    );
     // Counters the engine keeps: exported as the increase since the last scrape.
     const engineCounter = (name: string, help: string, read: () => number): void => {
       let last = 0;
@@ -72,23 +82,98 @@ export class ServerMetrics {
         },
       });
     };
-    engineCounter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", () => served().prefixQueriedTokens);
-    engineCounter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", () => served().prefixHitTokens);
-    engineCounter("vllm:num_preemptions_total", "Preemptions (a sequence's pages freed and recomputed later).", () => served().preemptions);
-    this.promptTokens = new Counter({ name: "vllm:prompt_tokens_total", help: "Prompt tokens of finished requests.", labelNames, registers });
-    this.generationTokens = new Counter({ name: "vllm:generation_tokens_total", help: "Generated tokens of finished requests.", labelNames, registers });
-    this.success = new Counter({ name: "vllm:request_success_total", help: "Finished requests, by finish reason.", labelNames: ["model_name", "finished_reason"], registers });
-    this.ttft = new Histogram({ name: "vllm:time_to_first_token_seconds", help: "Time to first token.", labelNames, buckets: LATENCY_BUCKETS, registers });
-    this.itl = new Histogram({ name: "vllm:inter_token_latency_seconds", help: "Time between streamed token steps.", labelNames, buckets: ITL_BUCKETS, registers });
-    this.e2e = new Histogram({ name: "vllm:e2e_request_latency_seconds", help: "Request latency from arrival to last token.", labelNames, buckets: LATENCY_BUCKETS, registers });
-    this.queue = new Histogram({ name: "vllm:request_queue_time_seconds", help: "Time a request waited for the scheduler.", labelNames, buckets: LATENCY_BUCKETS, registers });
-    this.programsRunning = new Gauge({ name: "deliberate:programs_running", help: "Reasoning programs running.", labelNames, registers });
-    this.certaindexExits = new Counter({ name: "deliberate:certaindex_exits_total", help: "Programs stopped early by their certaindex policy.", labelNames: ["model_name", "program"], registers });
-    this.tokensSaved = new Counter({ name: "deliberate:tokens_saved_total", help: "Token budget programs did not spend (budget - used).", labelNames: ["model_name", "program"], registers });
-    this.rollbacks = new Counter({ name: "deliberate:deterministic_rollbacks_total", help: "Verify passes of deterministic requests that rolled back.", labelNames, registers });
-    this.aborted = new Counter({ name: "deliberate:requests_aborted_total", help: "Requests aborted by a client disconnect, a control call or a drain.", labelNames, registers });
+    engineCounter(
+      "vllm:prefix_cache_queries_total",
+      "Prompt tokens looked up in the prefix cache.",
+      () => served().prefixQueriedTokens,
+    );
+    engineCounter(
+      "vllm:prefix_cache_hits_total",
+      "Prompt tokens found in the prefix cache.",
+      () => served().prefixHitTokens,
+    );
+    engineCounter(
+      "vllm:num_preemptions_total",
+      "Preemptions (a sequence's pages freed and recomputed later).",
+      () => served().preemptions,
+    );
+    this.promptTokens = new Counter({
+      name: "vllm:prompt_tokens_total",
+      help: "Prompt tokens of finished requests.",
+      labelNames,
+      registers,
+    });
+    this.generationTokens = new Counter({
+      name: "vllm:generation_tokens_total",
+      help: "Generated tokens of finished requests.",
+      labelNames,
+      registers,
+    });
+    this.success = new Counter({
+      name: "vllm:request_success_total",
+      help: "Finished requests, by finish reason.",
+      labelNames: ["model_name", "finished_reason"],
+      registers,
+    });
+    this.ttft = new Histogram({
+      name: "vllm:time_to_first_token_seconds",
+      help: "Time to first token.",
+      labelNames,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.itl = new Histogram({
+      name: "vllm:inter_token_latency_seconds",
+      help: "Time between streamed token steps.",
+      labelNames,
+      buckets: ITL_BUCKETS,
+      registers,
+    });
+    this.e2e = new Histogram({
+      name: "vllm:e2e_request_latency_seconds",
+      help: "Request latency from arrival to last token.",
+      labelNames,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.queue = new Histogram({
+      name: "vllm:request_queue_time_seconds",
+      help: "Time a request waited for the scheduler.",
+      labelNames,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.programsRunning = new Gauge({
+      name: "deliberate:programs_running",
+      help: "Reasoning programs running.",
+      labelNames,
+      registers,
+    });
+    this.certaindexExits = new Counter({
+      name: "deliberate:certaindex_exits_total",
+      help: "Programs stopped early by their certaindex policy.",
+      labelNames: ["model_name", "program"],
+      registers,
+    });
+    this.tokensSaved = new Counter({
+      name: "deliberate:tokens_saved_total",
+      help: "Token budget programs did not spend (budget - used).",
+      labelNames: ["model_name", "program"],
+      registers,
+    });
+    this.rollbacks = new Counter({
+      name: "deliberate:deterministic_rollbacks_total",
+      help: "Verify passes of deterministic requests that rolled back.",
+      labelNames,
+      registers,
+    });
+    this.aborted = new Counter({
+      name: "deliberate:requests_aborted_total",
+      help: "Requests aborted by a client disconnect, a control call or a drain.",
+      labelNames,
+      registers,
+    });
   }
-
 
   // Per-token observations go through children bound to the model's label once (no label hashing per token).
   private ttftChild: ReturnType<Histogram["labels"]> | null = null;

@@ -7,36 +7,66 @@ import { badRequest } from "./errors.js";
 
 // rule(): a scalar whose rule is one sentence ("expected ..."), as the library's own options say it (the library's
 // field(), so both speak alike).
-const isInt = (lo: number, hi = Number.MAX_SAFE_INTEGER) => (v: unknown): boolean => Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
-const isNum = (lo: number, hi: number) => (v: unknown): boolean => typeof v === "number" && Number.isFinite(v) && v >= lo && v <= hi;
+const isInt =
+  (lo: number, hi = Number.MAX_SAFE_INTEGER) =>
+  (v: unknown): boolean =>
+    Number.isInteger(v) && (v as number) >= lo && (v as number) <= hi;
+const isNum =
+  (lo: number, hi: number) =>
+  (v: unknown): boolean =>
+    typeof v === "number" && Number.isFinite(v) && v >= lo && v <= hi;
 const isBool = (v: unknown): boolean => typeof v === "boolean";
-const isTokenIds = (v: unknown): boolean => Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t) && t >= 0);
+const isTokenIds = (v: unknown): boolean =>
+  Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t) && t >= 0);
 const isStop = (v: unknown): boolean =>
-  v === null || (typeof v === "string" && v.length > 0) || (Array.isArray(v) && v.length <= 16 && v.every((s) => typeof s === "string" && s.length > 0));
+  v === null ||
+  (typeof v === "string" && v.length > 0) ||
+  (Array.isArray(v) && v.length <= 16 && v.every((s) => typeof s === "string" && s.length > 0));
 
 /** Fields vLLM accepts that change nothing at their neutral value; another value is a 400 naming the field. */
-const neutral = (value: number | null) => rule<number | null>(`expected ${value} (not supported by this server)`, (v) => v === null || v === value);
+const neutral = (value: number | null) =>
+  rule<number | null>(`expected ${value} (not supported by this server)`, (v) => v === null || v === value);
 
 export const MAX_N = 128;
 
 export const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"] as const;
 export type ReasoningEffort = (typeof REASONING_EFFORTS)[number];
 
-
 const samplingFields = {
-  model: rule<string>("expected a model name (GET /v1/models lists them)", (v) => typeof v === "string" && v.length > 0).optional(),
+  model: rule<string>(
+    "expected a model name (GET /v1/models lists them)",
+    (v) => typeof v === "string" && v.length > 0,
+  ).optional(),
   max_tokens: rule<number | null>("expected an integer >= 1", (v) => v === null || isInt(1)(v)).optional(),
-  temperature: rule<number | null>("expected a number in [0, 2] (0 = greedy)", (v) => v === null || isNum(0, 2)(v)).optional(),
-  top_p: rule<number | null>("expected a number in (0, 1]", (v) => v === null || (isNum(0, 1)(v) && (v as number) > 0)).optional(),
+  temperature: rule<number | null>(
+    "expected a number in [0, 2] (0 = greedy)",
+    (v) => v === null || isNum(0, 2)(v),
+  ).optional(),
+  top_p: rule<number | null>(
+    "expected a number in (0, 1]",
+    (v) => v === null || (isNum(0, 1)(v) && (v as number) > 0),
+  ).optional(),
   top_k: rule<number | null>("expected an integer >= -1 (-1 or 0 = off)", (v) => v === null || isInt(-1)(v)).optional(),
   seed: rule<number | null>("expected an integer >= 0", (v) => v === null || isInt(0)(v)).optional(),
   n: rule<number | null>(`expected an integer in [1, ${MAX_N}]`, (v) => v === null || isInt(1, MAX_N)(v)).optional(),
-  stop: rule<string | string[] | null>("expected a non-empty string or an array of up to 16 non-empty strings", isStop).optional(),
-  stop_token_ids: rule<number[] | null>("expected an array of integer token ids", (v) => v === null || (Array.isArray(v) && v.every((t) => Number.isInteger(t) && t >= 0))).optional(),
+  stop: rule<string | string[] | null>(
+    "expected a non-empty string or an array of up to 16 non-empty strings",
+    isStop,
+  ).optional(),
+  stop_token_ids: rule<number[] | null>(
+    "expected an array of integer token ids",
+    (v) => v === null || (Array.isArray(v) && v.every((t) => Number.isInteger(t) && t >= 0)),
+  ).optional(),
   ignore_eos: rule<boolean>("expected true or false", isBool).optional(),
   stream: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
   stream_options: z
-    .object({ include_usage: rule<boolean>("expected true or false", isBool).optional(), continuous_usage_stats: rule<boolean>("expected true or false", isBool).optional() }, { error: "expected { include_usage?: boolean }" })
+    .object(
+      {
+        include_usage: rule<boolean>("expected true or false", isBool).optional(),
+        continuous_usage_stats: rule<boolean>("expected true or false", isBool).optional(),
+      },
+      { error: "expected { include_usage?: boolean }" },
+    )
     .nullable()
     .optional(),
   user: rule<string | null>("expected a string", (v) => v === null || typeof v === "string").optional(),
@@ -44,13 +74,22 @@ const samplingFields = {
   presence_penalty: neutral(0).optional(),
   repetition_penalty: neutral(1).optional(),
   // Our extensions (the openai client passes unknown body fields through as `extra_body` / spread fields).
-  deterministic: rule<boolean>("expected true or false (bitwise-identical output for the same request whatever else runs)", isBool).optional(),
-  program: rule<string>("expected a program name (sc, cot-probe, rebase, mcts, short-m@k, deepconf, duchess)", (v) => typeof v === "string").optional(),
+  deterministic: rule<boolean>(
+    "expected true or false (bitwise-identical output for the same request whatever else runs)",
+    isBool,
+  ).optional(),
+  program: rule<string>(
+    "expected a program name (sc, cot-probe, rebase, mcts, short-m@k, deepconf, duchess)",
+    (v) => typeof v === "string",
+  ).optional(),
   program_options: z
     .object(
       {
         cap: rule<number>("expected an integer >= 1 (branches, width or simulations)", isInt(1)).optional(),
-        policy: rule<string>('expected "calibrated", "threshold" or "baseline-even"', (v) => v === "calibrated" || v === "threshold" || v === "baseline-even").optional(),
+        policy: rule<string>(
+          'expected "calibrated", "threshold" or "baseline-even"',
+          (v) => v === "calibrated" || v === "threshold" || v === "baseline-even",
+        ).optional(),
         threshold: rule<number>("expected a number in [0, 1]", isNum(0, 1)).optional(),
         interval: rule<number>("expected an integer >= 1 (tokens between probes)", isInt(1)).optional(),
         variant: rule<string>('expected "low" or "high"', (v) => v === "low" || v === "high").optional(),
@@ -62,12 +101,22 @@ const samplingFields = {
     .optional(),
 };
 
-const textPart = z.object({ type: z.literal("text", { error: 'expected "text" (this server serves text-only models)' }), text: rule<string>("expected a string", (v) => typeof v === "string") });
+const textPart = z.object({
+  type: z.literal("text", { error: 'expected "text" (this server serves text-only models)' }),
+  text: rule<string>("expected a string", (v) => typeof v === "string"),
+});
 
 const message = z.object(
   {
-    role: rule<string>('expected "system", "developer", "user", "assistant" or "tool"', (v) => ["system", "developer", "user", "assistant", "tool"].includes(v as string)),
-    content: z.union([rule<string>("expected a string", (v) => typeof v === "string"), z.array(textPart)], { error: "expected a string or an array of text parts" }).nullable().optional(),
+    role: rule<string>('expected "system", "developer", "user", "assistant" or "tool"', (v) =>
+      ["system", "developer", "user", "assistant", "tool"].includes(v as string),
+    ),
+    content: z
+      .union([rule<string>("expected a string", (v) => typeof v === "string"), z.array(textPart)], {
+        error: "expected a string or an array of text parts",
+      })
+      .nullable()
+      .optional(),
     reasoning: z.string().nullable().optional(),
     reasoning_content: z.string().nullable().optional(),
     name: z.string().optional(),
@@ -77,15 +126,29 @@ const message = z.object(
 
 export const chatSchema = z.looseObject({
   ...samplingFields,
-  messages: z.array(message, { error: "expected a non-empty array of messages" }).min(1, { error: "expected a non-empty array of messages" }),
+  messages: z
+    .array(message, { error: "expected a non-empty array of messages" })
+    .min(1, { error: "expected a non-empty array of messages" }),
   max_completion_tokens: rule<number | null>("expected an integer >= 1", (v) => v === null || isInt(1)(v)).optional(),
   logprobs: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
   top_logprobs: rule<number | null>("expected an integer in [0, 20]", (v) => v === null || isInt(0, 20)(v)).optional(),
   include_reasoning: rule<boolean>("expected true or false", isBool).optional(),
-  reasoning_effort: rule<ReasoningEffort | null>('expected one of "none", "minimal", "low", "medium", "high", "xhigh", "max"', (v) => v === null || REASONING_EFFORTS.includes(v as ReasoningEffort)).optional(),
-  thinking_token_budget: rule<number | null>("expected an integer >= 0 (reasoning tokens before the thought is closed)", (v) => v === null || isInt(0)(v)).optional(),
-  chat_template_kwargs: z.record(z.string(), z.unknown(), { error: "expected an object of template variables" }).nullable().optional(),
-  tools: rule<unknown[] | null>("expected no tools (tool calling is not supported by this server)", (v) => v === null || (Array.isArray(v) && v.length === 0)).optional(),
+  reasoning_effort: rule<ReasoningEffort | null>(
+    'expected one of "none", "minimal", "low", "medium", "high", "xhigh", "max"',
+    (v) => v === null || REASONING_EFFORTS.includes(v as ReasoningEffort),
+  ).optional(),
+  thinking_token_budget: rule<number | null>(
+    "expected an integer >= 0 (reasoning tokens before the thought is closed)",
+    (v) => v === null || isInt(0)(v),
+  ).optional(),
+  chat_template_kwargs: z
+    .record(z.string(), z.unknown(), { error: "expected an object of template variables" })
+    .nullable()
+    .optional(),
+  tools: rule<unknown[] | null>(
+    "expected no tools (tool calling is not supported by this server)",
+    (v) => v === null || (Array.isArray(v) && v.length === 0),
+  ).optional(),
 });
 
 export const completionSchema = z.looseObject({
@@ -99,7 +162,10 @@ export const completionSchema = z.looseObject({
   ),
   logprobs: rule<number | null>("expected an integer in [0, 20]", (v) => v === null || isInt(0, 20)(v)).optional(),
   echo: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
-  suffix: rule<string | null>("expected null (suffix is not supported by this server)", (v) => v === null || v === "").optional(),
+  suffix: rule<string | null>(
+    "expected null (suffix is not supported by this server)",
+    (v) => v === null || v === "",
+  ).optional(),
 });
 
 export const tokenizeSchema = z.looseObject({
@@ -112,12 +178,21 @@ export const tokenizeSchema = z.looseObject({
 
 export const detokenizeSchema = z.looseObject({
   model: z.string().optional(),
-  tokens: rule<number[]>("expected an array of integer token ids", (v) => Array.isArray(v) && v.every((t) => Number.isInteger(t) && t >= 0)),
+  tokens: rule<number[]>(
+    "expected an array of integer token ids",
+    (v) => Array.isArray(v) && v.every((t) => Number.isInteger(t) && t >= 0),
+  ),
 });
 
 export const controlSchema = z.looseObject({
-  id: rule<string>("expected the id of a running chat completion (the `id` of its chunks)", (v) => typeof v === "string" && v.length > 0),
-  action: rule<string>('expected "reasoning_end" (close the thought now and answer) or "abort"', (v) => v === "reasoning_end" || v === "abort"),
+  id: rule<string>(
+    "expected the id of a running chat completion (the `id` of its chunks)",
+    (v) => typeof v === "string" && v.length > 0,
+  ),
+  action: rule<string>(
+    'expected "reasoning_end" (close the thought now and answer) or "abort"',
+    (v) => v === "reasoning_end" || v === "abort",
+  ),
 });
 
 export type ChatBody = z.output<typeof chatSchema>;
@@ -126,14 +201,22 @@ export type ChatMessageBody = z.output<typeof message>;
 
 /** Parses a body; the first failure is a 400 whose `param` is the field's path as the client wrote it. */
 export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
-  if (body === null || typeof body !== "object" || Array.isArray(body)) throw badRequest("the request body must be a JSON object");
+  if (body === null || typeof body !== "object" || Array.isArray(body))
+    throw badRequest("the request body must be a JSON object");
   const r = schema.safeParse(body);
   if (r.success) return r.data;
   const issue = r.error.issues[0];
-  const param = issue.path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : s === "" ? String(k) : `${s}.${String(k)}`), "");
+  const param = issue.path.reduce<string>(
+    (s, k) => (typeof k === "number" ? `${s}[${k}]` : s === "" ? String(k) : `${s}.${String(k)}`),
+    "",
+  );
   let value: unknown = body;
-  for (const k of issue.path) value = value !== null && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[k] : undefined;
+  for (const k of issue.path)
+    value = value !== null && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[k] : undefined;
   const shown = value === undefined ? "missing" : JSON.stringify(value)?.slice(0, 80);
-  const message = issue.code === "unrecognized_keys" ? `${param === "" ? "" : `${param}: `}${issue.message}` : `${param || "body"} is ${shown}; ${issue.message}`;
+  const message =
+    issue.code === "unrecognized_keys"
+      ? `${param === "" ? "" : `${param}: `}${issue.message}`
+      : `${param || "body"} is ${shown}; ${issue.message}`;
   throw badRequest(message, param === "" ? null : param);
 }

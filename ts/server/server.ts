@@ -7,10 +7,24 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { Engine, type GenerateRequest } from "../engine/index.js";
 import type { ChatMessage } from "../model/chatTemplate.js";
 import { loadModel, type Model } from "../model/model.js";
-import { parseProgramKind, ProgramFactory, ProgramRuntime, type PolicySpec, type ProgramKind } from "../programs/index.js";
+import {
+  parseProgramKind,
+  ProgramFactory,
+  ProgramRuntime,
+  type PolicySpec,
+  type ProgramKind,
+} from "../programs/index.js";
 import { arithTask, type Task } from "../tasks/index.js";
 import { DeliberateError } from "../errors/index.js";
-import { ApiError, badRequest, fromDeliberateError, modelNotFound, toApiError, unauthorized, unavailable } from "./errors.js";
+import {
+  ApiError,
+  badRequest,
+  fromDeliberateError,
+  modelNotFound,
+  toApiError,
+  unauthorized,
+  unavailable,
+} from "./errors.js";
 import { Generation, type GenerationEvent, type ThinkTokens } from "./generation.js";
 import { ServerMetrics } from "./metrics.js";
 import {
@@ -57,7 +71,15 @@ export interface DeliberatePluginOptions {
 }
 
 /** Thinking budgets of reasoning_effort (tokens of thought before it is closed; undefined = no limit). */
-const EFFORT_BUDGET: Record<ReasoningEffort, number | undefined> = { none: 0, minimal: 16, low: 64, medium: 192, high: undefined, xhigh: undefined, max: undefined };
+const EFFORT_BUDGET: Record<ReasoningEffort, number | undefined> = {
+  none: 0,
+  minimal: 16,
+  low: 64,
+  medium: 192,
+  high: undefined,
+  xhigh: undefined,
+  max: undefined,
+};
 /** Certaindex policies of reasoning_effort for program requests (medium / unset: the calibrated one). */
 const EFFORT_POLICY: Partial<Record<ReasoningEffort, PolicySpec>> = {
   none: { kind: "threshold", threshold: 0.3, detectAt: 1 },
@@ -107,7 +129,14 @@ export class ServerState {
 
   /** The target, or 503 while loading / draining. */
   serving(): ServeTarget {
-    if (this.loadError) throw new ApiError(500, `the model failed to load: ${this.loadError.message}`, "server_error", null, "model_load_failed");
+    if (this.loadError)
+      throw new ApiError(
+        500,
+        `the model failed to load: ${this.loadError.message}`,
+        "server_error",
+        null,
+        "model_load_failed",
+      );
     if (this.target === null) throw unavailable("the model is still loading; retry shortly", 2);
     if (this.draining) throw unavailable("the server is shutting down; retry on another replica", 5);
     return this.target;
@@ -135,7 +164,8 @@ function checkModel(state: ServerState, model: string | undefined): void {
 function checkQueue(state: ServerState, t: ServeTarget): void {
   const max = state.options.maxQueue;
   if (max === undefined) return;
-  if (t.engine.metrics().waiting >= max) throw unavailable(`the server's queue is full (${max} requests waiting); retry later`, 1);
+  if (t.engine.metrics().waiting >= max)
+    throw unavailable(`the server's queue is full (${max} requests waiting); retry later`, 1);
 }
 
 /** Text of a message's content (string or text parts). */
@@ -147,10 +177,22 @@ function textOf(m: ChatMessageBody, i: number): string {
   return typeof m.content === "string" ? m.content : m.content.map((p) => p.text).join("");
 }
 
-function chatPrompt(state: ServerState, t: ServeTarget, body: ChatBody, closeThought: boolean): { ids: number[]; question: string; opensThought: boolean } {
+function chatPrompt(
+  state: ServerState,
+  t: ServeTarget,
+  body: ChatBody,
+  closeThought: boolean,
+): { ids: number[]; question: string; opensThought: boolean } {
   const tok = t.model.tokenizer;
-  if (tok.chatTemplate === null) throw badRequest(`model ${state.servedName} has no chat template; use POST /v1/completions with a prompt`, "messages");
-  const messages: ChatMessage[] = body.messages.map((m, i) => ({ role: m.role === "developer" ? "system" : m.role, content: textOf(m, i) }));
+  if (tok.chatTemplate === null)
+    throw badRequest(
+      `model ${state.servedName} has no chat template; use POST /v1/completions with a prompt`,
+      "messages",
+    );
+  const messages: ChatMessage[] = body.messages.map((m, i) => ({
+    role: m.role === "developer" ? "system" : m.role,
+    content: textOf(m, i),
+  }));
   let ids: number[];
   try {
     ids = tok.encodeChat(messages, { variables: body.chat_template_kwargs ?? undefined });
@@ -158,13 +200,23 @@ function chatPrompt(state: ServerState, t: ServeTarget, body: ChatBody, closeTho
     throw badRequest((e as Error).message, "messages");
   }
   const think = state.think;
-  if (closeThought && think !== null) ids = ids[ids.length - 1] === think.start ? [...ids, think.end] : [...ids, think.start, think.end];
+  if (closeThought && think !== null)
+    ids = ids[ids.length - 1] === think.start ? [...ids, think.end] : [...ids, think.start, think.end];
   const lastUser = [...messages].reverse().find((m) => m.role === "user");
-  return { ids, question: lastUser?.content ?? messages[messages.length - 1].content, opensThought: think !== null && ids[ids.length - 1] === think.start };
+  return {
+    ids,
+    question: lastUser?.content ?? messages[messages.length - 1].content,
+    opensThought: think !== null && ids[ids.length - 1] === think.start,
+  };
 }
 
 /** max_tokens as vLLM resolves it: asked, else what the context leaves; over the context is a 400 in vLLM's words. */
-function resolveMaxTokens(t: ServeTarget, promptTokens: number, asked: number | null | undefined, what: "messages" | "prompt"): number {
+function resolveMaxTokens(
+  t: ServeTarget,
+  promptTokens: number,
+  asked: number | null | undefined,
+  what: "messages" | "prompt",
+): number {
   const ctx = t.model.contextLength;
   if (promptTokens >= ctx) {
     throw badRequest(
@@ -184,9 +236,18 @@ function resolveMaxTokens(t: ServeTarget, promptTokens: number, asked: number | 
   return asked;
 }
 
-type SamplingBody = Pick<ChatBody, "temperature" | "top_p" | "top_k" | "seed" | "n" | "stop" | "stop_token_ids" | "ignore_eos" | "deterministic">;
+type SamplingBody = Pick<
+  ChatBody,
+  "temperature" | "top_p" | "top_k" | "seed" | "n" | "stop" | "stop_token_ids" | "ignore_eos" | "deterministic"
+>;
 
-function engineRequest(t: ServeTarget, b: SamplingBody, prompt: number[], maxTokens: number, logprobs: number | undefined): GenerateRequest & { prompt: number[]; maxTokens: number } {
+function engineRequest(
+  t: ServeTarget,
+  b: SamplingBody,
+  prompt: number[],
+  maxTokens: number,
+  logprobs: number | undefined,
+): GenerateRequest & { prompt: number[]; maxTokens: number } {
   // The model's defaults as generate() takes them (Model.samplingDefaults: greedy when generation_config.json says
   // do_sample: false, where vLLM would sample at 1).
   const g = t.model.samplingDefaults();
@@ -213,9 +274,21 @@ function engineRequest(t: ServeTarget, b: SamplingBody, prompt: number[], maxTok
  * prompt over the KV pool: 400s naming the wire field; the prompt is `promptParam`); anything else it throws is a
  * bug, a 500.
  */
-function startGeneration(state: ServerState, t: ServeTarget, req: ReturnType<typeof engineRequest>, opensThought: boolean, thinkingBudget: number | undefined, promptParam: "messages" | "prompt"): Generation {
+function startGeneration(
+  state: ServerState,
+  t: ServeTarget,
+  req: ReturnType<typeof engineRequest>,
+  opensThought: boolean,
+  thinkingBudget: number | undefined,
+  promptParam: "messages" | "prompt",
+): Generation {
   try {
-    return new Generation(t.engine, req, { think: state.think, promptOpensThought: opensThought, thinkingBudget, codec: t.model.tokenizer });
+    return new Generation(t.engine, req, {
+      think: state.think,
+      promptOpensThought: opensThought,
+      thinkingBudget,
+      codec: t.model.tokenizer,
+    });
   } catch (e) {
     throw e instanceof DeliberateError ? fromDeliberateError(e, promptParam) : e;
   }
@@ -255,7 +328,9 @@ async function recordFinished(state: ServerState, gens: Generation[], timing: Ti
     model: state.servedName,
     promptTokens: gens.reduce((n, g) => n + g.promptLength, 0),
     generationTokens: gens.reduce((n, g) => n + g.completionTokens, 0),
-    finishReasons: gens.flatMap((g) => g.finishReasons().map((r) => finishReasonOf(r ?? "aborted").finish_reason ?? "abort")),
+    finishReasons: gens.flatMap((g) =>
+      g.finishReasons().map((r) => finishReasonOf(r ?? "aborted").finish_reason ?? "abort"),
+    ),
     e2eSeconds,
     queueSeconds: Math.max(...gens.map((g) => g.queueMs)) / 1000,
   });
@@ -292,7 +367,12 @@ async function chatCompletions(state: ServerState, request: FastifyRequest, repl
   state.live.set(id, gen);
   abortOnDisconnect(reply, () => gen.abort());
   const usage = (): Record<string, unknown> =>
-    usageOf({ promptTokens: gen.promptLength, completionTokens: gen.completionTokens, cachedTokens: gen.cachedTokens, reasoningTokens: gen.reasoningTokens });
+    usageOf({
+      promptTokens: gen.promptLength,
+      completionTokens: gen.completionTokens,
+      cachedTokens: gen.cachedTokens,
+      reasoningTokens: gen.reasoningTokens,
+    });
 
   const work = state.track(
     (async () => {
@@ -302,8 +382,10 @@ async function chatCompletions(state: ServerState, request: FastifyRequest, repl
         // The fields every chunk repeats, serialized once: a token's chunk costs one small JSON.stringify.
         const head = `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":`;
         const continuous = body.stream_options?.continuous_usage_stats === true;
-        const chunk = (choices: unknown[]): void => sse.raw(`${head}${JSON.stringify(choices)}${continuous ? `,"usage":${JSON.stringify(usage())}` : ""}}`);
-        for (let i = 0; i < gen.n; i++) chunk([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
+        const chunk = (choices: unknown[]): void =>
+          sse.raw(`${head}${JSON.stringify(choices)}${continuous ? `,"usage":${JSON.stringify(usage())}` : ""}}`);
+        for (let i = 0; i < gen.n; i++)
+          chunk([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
         for await (const e of gen.stream()) {
           if (e.kind === "error") {
             sse.data(errorPayload(e.error));
@@ -317,15 +399,30 @@ async function chatCompletions(state: ServerState, request: FastifyRequest, repl
           }
           if (e.content !== "") delta.content = e.content;
           const fr = finishReasonOf(e.finishReason);
-          if (Object.keys(delta).length === 0 && fr.finish_reason === null && !(wantLogprobs && e.logprobs?.length)) continue;
-          chunk([{ index: e.index, delta, logprobs: wantLogprobs && e.logprobs ? { content: chatLogprobs(e.logprobs, decode) } : null, ...fr }]);
+          if (Object.keys(delta).length === 0 && fr.finish_reason === null && !(wantLogprobs && e.logprobs?.length))
+            continue;
+          chunk([
+            {
+              index: e.index,
+              delta,
+              logprobs: wantLogprobs && e.logprobs ? { content: chatLogprobs(e.logprobs, decode) } : null,
+              ...fr,
+            },
+          ]);
         }
-        if (body.stream_options?.include_usage) sse.data({ id, object: "chat.completion.chunk", created, model, choices: [], usage: usage() });
+        if (body.stream_options?.include_usage)
+          sse.data({ id, object: "chat.completion.chunk", created, model, choices: [], usage: usage() });
         sse.done();
         return undefined;
       }
-      const acc = Array.from({ length: gen.n }, () => ({ reasoning: "", content: "", logprobs: [] as Array<Record<string, unknown>> }));
-      const finishes: Array<ReturnType<typeof finishReasonOf>> = Array.from({ length: gen.n }, () => finishReasonOf(undefined));
+      const acc = Array.from({ length: gen.n }, () => ({
+        reasoning: "",
+        content: "",
+        logprobs: [] as Array<Record<string, unknown>>,
+      }));
+      const finishes: Array<ReturnType<typeof finishReasonOf>> = Array.from({ length: gen.n }, () =>
+        finishReasonOf(undefined),
+      );
       for await (const e of gen.stream()) {
         if (e.kind === "error") throw e.error;
         if (e.tokens.length > 0) timing.token(state.metrics!, e.index);
@@ -371,14 +468,25 @@ async function completions(state: ServerState, request: FastifyRequest, reply: F
   const body = parseBody(completionSchema, request.body);
   const t = state.serving();
   checkModel(state, body.model);
-  if (body.program !== undefined) throw badRequest("program runs on /v1/chat/completions (it needs the question as a chat)", "program");
+  if (body.program !== undefined)
+    throw badRequest("program runs on /v1/chat/completions (it needs the question as a chat)", "program");
   checkQueue(state, t);
   const prompts = completionPrompts(t, body.prompt);
   const maxTokens = prompts.map((p) => resolveMaxTokens(t, p.length, body.max_tokens, "prompt"));
   const logprobs = body.logprobs ?? undefined;
   const gens: Generation[] = [];
   try {
-    for (let p = 0; p < prompts.length; p++) gens.push(startGeneration(state, t, engineRequest(t, body, prompts[p], maxTokens[p], logprobs), false, undefined, "prompt"));
+    for (let p = 0; p < prompts.length; p++)
+      gens.push(
+        startGeneration(
+          state,
+          t,
+          engineRequest(t, body, prompts[p], maxTokens[p], logprobs),
+          false,
+          undefined,
+          "prompt",
+        ),
+      );
   } catch (e) {
     for (const g of gens) g.abort();
     throw e;
@@ -423,14 +531,29 @@ async function completions(state: ServerState, request: FastifyRequest, reply: F
             object: "text_completion",
             created,
             model,
-            choices: [{ index, text, logprobs: logprobs !== undefined && e.logprobs ? completionLogprobs(e.logprobs, decode, at) : null, ...fr }],
+            choices: [
+              {
+                index,
+                text,
+                logprobs: logprobs !== undefined && e.logprobs ? completionLogprobs(e.logprobs, decode, at) : null,
+                ...fr,
+              },
+            ],
           });
         }
-        if (body.stream_options?.include_usage) sse.data({ id, object: "text_completion", created, model, choices: [], usage: usage() });
+        if (body.stream_options?.include_usage)
+          sse.data({ id, object: "text_completion", created, model, choices: [], usage: usage() });
         sse.done();
         return undefined;
       }
-      const choices = gens.flatMap((_, g) => Array.from({ length: n }, (_2, i) => ({ index: g * n + i, text: echoText[g], lp: [] as Parameters<typeof completionLogprobs>[0][number][], fr: finishReasonOf(undefined) })));
+      const choices = gens.flatMap((_, g) =>
+        Array.from({ length: n }, (_2, i) => ({
+          index: g * n + i,
+          text: echoText[g],
+          lp: [] as Parameters<typeof completionLogprobs>[0][number][],
+          fr: finishReasonOf(undefined),
+        })),
+      );
       for await (const { g, e } of events) {
         if (e.kind === "error") throw e.error;
         if (e.tokens.length > 0) timing.token(state.metrics!, g * n + e.index);
@@ -444,7 +567,13 @@ async function completions(state: ServerState, request: FastifyRequest, reply: F
         object: "text_completion",
         created,
         model,
-        choices: choices.map((c) => ({ index: c.index, text: c.text, logprobs: logprobs !== undefined ? completionLogprobs(c.lp, decode, echoText[Math.floor(c.index / n)].length) : null, ...c.fr })),
+        choices: choices.map((c) => ({
+          index: c.index,
+          text: c.text,
+          logprobs:
+            logprobs !== undefined ? completionLogprobs(c.lp, decode, echoText[Math.floor(c.index / n)].length) : null,
+          ...c.fr,
+        })),
         usage: usage(),
       };
     })().finally(() => recordFinished(state, gens, timing)),
@@ -452,7 +581,9 @@ async function completions(state: ServerState, request: FastifyRequest, reply: F
 }
 
 /** The events of several generations, interleaved as they come. */
-async function* mergeGenerations(gens: Generation[]): AsyncGenerator<{ g: number; e: GenerationEvent }, void, undefined> {
+async function* mergeGenerations(
+  gens: Generation[],
+): AsyncGenerator<{ g: number; e: GenerationEvent }, void, undefined> {
   const iters = gens.map((g) => g.stream());
   const next = (g: number) => iters[g].next().then((r) => ({ g, r }));
   const pending = new Map(gens.map((_, g) => [g, next(g)]));
@@ -469,7 +600,13 @@ async function* mergeGenerations(gens: Generation[]): AsyncGenerator<{ g: number
 
 // ---- programs (our extension) ----
 
-async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, request: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+async function runProgram(
+  state: ServerState,
+  t: ServeTarget,
+  body: ChatBody,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<unknown> {
   let kind: ProgramKind;
   try {
     kind = parseProgramKind(body.program!);
@@ -520,7 +657,8 @@ async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, re
   const metrics = state.metrics!;
   const timing = new Timing();
   const sse = body.stream ? (reply.hijack(), new SseWriter(reply.raw)) : null;
-  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): void => sse?.data({ id, object: "chat.completion.chunk", created, model, choices, ...extra });
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): void =>
+    sse?.data({ id, object: "chat.completion.chunk", created, model, choices, ...extra });
   chunk([{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
   metrics.programStarted();
   const work = (async () => {
@@ -531,7 +669,15 @@ async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, re
         policy,
         signal: ac.signal,
         programId: id,
-        onRound: (rec) => chunk([], { deliberate: { round: rec.round, certaindex: rec.certaindex, answer: rec.answer, tokens_used: rec.tokensUsed } }),
+        onRound: (rec) =>
+          chunk([], {
+            deliberate: {
+              round: rec.round,
+              certaindex: rec.certaindex,
+              answer: rec.answer,
+              tokens_used: rec.tokensUsed,
+            },
+          }),
       });
       early = r.stopReason === "certain" || r.stopReason === "curve";
       saved = Math.max(0, r.tokenBudget - r.tokensUsed);
@@ -551,9 +697,18 @@ async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, re
       const content = r.answer ?? "";
       const finish = r.stopReason === "aborted" ? "abort" : "stop";
       const usage = usageOf({ promptTokens: prompt.ids.length, completionTokens: r.tokensUsed, cachedTokens: 0 });
-      metrics.finished({ model, promptTokens: prompt.ids.length, generationTokens: r.tokensUsed, finishReasons: [finish], e2eSeconds: timing.e2eSeconds, queueSeconds: 0 });
+      metrics.finished({
+        model,
+        promptTokens: prompt.ids.length,
+        generationTokens: r.tokensUsed,
+        finishReasons: [finish],
+        e2eSeconds: timing.e2eSeconds,
+        queueSeconds: 0,
+      });
       if (sse) {
-        chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: finish, stop_reason: null }], { deliberate: ext });
+        chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: finish, stop_reason: null }], {
+          deliberate: ext,
+        });
         if (body.stream_options?.include_usage) chunk([], { usage });
         sse.done();
         return undefined;
@@ -563,7 +718,15 @@ async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, re
         object: "chat.completion",
         created,
         model,
-        choices: [{ index: 0, message: { role: "assistant", content, reasoning: null, reasoning_content: null }, logprobs: null, finish_reason: finish, stop_reason: null }],
+        choices: [
+          {
+            index: 0,
+            message: { role: "assistant", content, reasoning: null, reasoning_content: null },
+            logprobs: null,
+            finish_reason: finish,
+            stop_reason: null,
+          },
+        ],
         usage,
         deliberate: ext,
       };
@@ -587,7 +750,11 @@ async function runProgram(state: ServerState, t: ServeTarget, body: ChatBody, re
  * encapsulated: its auth hook and error format apply to its own routes only. Pass `state` (new ServerState(options))
  * to drain it from outside (SIGTERM).
  */
-export function deliberatePlugin(app: FastifyInstance, options: DeliberatePluginOptions, done: (err?: Error) => void): void {
+export function deliberatePlugin(
+  app: FastifyInstance,
+  options: DeliberatePluginOptions,
+  done: (err?: Error) => void,
+): void {
   const state = options.state ?? new ServerState(options);
   Promise.resolve(options.target).then(
     (t) => state.ready(t),
@@ -613,7 +780,16 @@ export function deliberatePlugin(app: FastifyInstance, options: DeliberatePlugin
     const t = state.serving();
     return {
       object: "list",
-      data: [{ id: state.servedName, object: "model", created: nowSeconds(), owned_by: "deliberate", root: t.modelDir, max_model_len: t.model.contextLength }],
+      data: [
+        {
+          id: state.servedName,
+          object: "model",
+          created: nowSeconds(),
+          owned_by: "deliberate",
+          root: t.modelDir,
+          max_model_len: t.model.contextLength,
+        },
+      ],
     };
   });
   app.get("/metrics", async (_request, reply) => {
@@ -628,13 +804,20 @@ export function deliberatePlugin(app: FastifyInstance, options: DeliberatePlugin
     state.serving();
     const gen = state.live.get(body.id);
     const program = state.programs.get(body.id);
-    if (gen === undefined && program === undefined) throw new ApiError(404, `no running chat completion with id ${body.id} (it finished, or never ran here)`, "not_found_error", "id");
+    if (gen === undefined && program === undefined)
+      throw new ApiError(
+        404,
+        `no running chat completion with id ${body.id} (it finished, or never ran here)`,
+        "not_found_error",
+        "id",
+      );
     if (body.action === "abort") {
       gen?.abort();
       program?.abort();
       return { id: body.id, action: body.action, ok: true };
     }
-    if (gen === undefined) throw badRequest("reasoning_end applies to a generation; a program ends its own thoughts (use abort)", "action");
+    if (gen === undefined)
+      throw badRequest("reasoning_end applies to a generation; a program ends its own thoughts (use abort)", "action");
     const closed = gen.endReasoning();
     return { id: body.id, action: body.action, ok: closed > 0, closed };
   });
@@ -645,7 +828,8 @@ export function deliberatePlugin(app: FastifyInstance, options: DeliberatePlugin
     const tok = t.model.tokenizer;
     let tokens: number[];
     if (body.messages !== undefined) {
-      if (tok.chatTemplate === null) throw badRequest(`model ${state.servedName} has no chat template; tokenize a prompt`, "messages");
+      if (tok.chatTemplate === null)
+        throw badRequest(`model ${state.servedName} has no chat template; tokenize a prompt`, "messages");
       const messages = body.messages.map((m, i) => ({ role: m.role, content: textOf(m, i) }));
       tokens = tok.encodeChat(messages, { addGenerationPrompt: body.add_generation_prompt ?? true });
     } else if (body.prompt !== undefined) {
@@ -661,7 +845,11 @@ export function deliberatePlugin(app: FastifyInstance, options: DeliberatePlugin
     checkModel(state, body.model);
     const vocab = t.model.config.vocabSize;
     const bad = body.tokens.findIndex((id) => id >= vocab);
-    if (bad >= 0) throw badRequest(`tokens[${bad}] is ${body.tokens[bad]}; token ids must be in [0, ${vocab - 1}]`, `tokens[${bad}]`);
+    if (bad >= 0)
+      throw badRequest(
+        `tokens[${bad}] is ${body.tokens[bad]}; token ids must be in [0, ${vocab - 1}]`,
+        `tokens[${bad}]`,
+      );
     return { prompt: t.model.tokenizer.decode(body.tokens) };
   });
   done();
@@ -706,7 +894,9 @@ export async function createServer(options: CreateServerOptions): Promise<Delibe
   const state = new ServerState({ ...options, target });
   await app.register(deliberatePlugin, { ...options, target, state });
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send(new ApiError(404, `no route ${request.method} ${request.url}`, "not_found_error").body());
+    void reply
+      .status(404)
+      .send(new ApiError(404, `no route ${request.method} ${request.url}`, "not_found_error").body());
   });
   let closed = false;
   return {

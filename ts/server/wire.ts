@@ -10,7 +10,10 @@ export const newId = (prefix: string): string => `${prefix}-${randomUUID().repla
 export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
 /** vLLM's finish reasons; DeepConf's low-confidence stop is a "stop" whose stop_reason says why. */
-export function finishReasonOf(r: FinishReason | undefined): { finish_reason: string | null; stop_reason: string | null } {
+export function finishReasonOf(r: FinishReason | undefined): {
+  finish_reason: string | null;
+  stop_reason: string | null;
+} {
   switch (r) {
     case undefined:
       return { finish_reason: null, stop_reason: null };
@@ -65,7 +68,11 @@ export function chatLogprobs(logprobs: readonly TokenLogprob[], decode: Decode):
 }
 
 /** Completion logprobs: parallel arrays tokens / token_logprobs / top_logprobs / text_offset. */
-export function completionLogprobs(logprobs: readonly TokenLogprob[], decode: Decode, textOffset: number): Record<string, unknown> {
+export function completionLogprobs(
+  logprobs: readonly TokenLogprob[],
+  decode: Decode,
+  textOffset: number,
+): Record<string, unknown> {
   const tokens: string[] = [];
   const offsets: number[] = [];
   let at = textOffset;
@@ -88,7 +95,12 @@ export class SseWriter {
   constructor(private readonly res: ServerResponse) {
     // One small write per token: without TCP_NODELAY, Nagle's algorithm holds each behind the previous one's ACK.
     res.socket?.setNoDelay(true);
-    res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
+    res.writeHead(200, {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+    });
   }
   get open(): boolean {
     return !this.res.destroyed && !this.res.writableEnded;

@@ -28,6 +28,8 @@ export const gsm8kTask: Task = {
   probeSuffix: (thoughtSoFar) => `${thoughtSoFar.endsWith("\n") ? "" : "\n"}</think>\n#### `,
   splits: [],
   problems() {
-    throw new Error("task gsm8k ships no problems (the dataset is not bundled); use it as the answer format for your own data");
+    throw new Error(
+      "task gsm8k ships no problems (the dataset is not bundled); use it as the answer format for your own data",
+    );
   },
 };

@@ -15,7 +15,10 @@ export function getTask(name: string, split?: string): Task {
   const task = TASKS[name];
   if (!task) throw new Error(`unknown task '${name}'; known tasks: ${TASK_NAMES.join(", ")}`);
   if (split !== undefined && !task.splits.includes(split)) {
-    const has = task.splits.length > 0 ? `use one of ${task.splits.join(", ")}` : "it ships no problems (it is an answer format for your own data)";
+    const has =
+      task.splits.length > 0
+        ? `use one of ${task.splits.join(", ")}`
+        : "it ships no problems (it is an answer format for your own data)";
     throw new Error(`task ${name} has no split '${split}'; ${has}`);
   }
   return task;
@@ -26,6 +29,9 @@ export const VERIFIER_NAMES: readonly string[] = TASK_NAMES.filter((n) => TASKS[
 
 export function parseVerifier(name: string): RewardSource {
   const v = TASKS[name]?.stepVerifier;
-  if (v === undefined) throw new Error(`verifier "${name}" is unknown; expected one of ${VERIFIER_NAMES.join(", ")} (or --prm DIR for a process reward model)`);
+  if (v === undefined)
+    throw new Error(
+      `verifier "${name}" is unknown; expected one of ${VERIFIER_NAMES.join(", ")} (or --prm DIR for a process reward model)`,
+    );
   return v;
 }

@@ -50,7 +50,8 @@ interface DeterminismOptions {
 
 function int(flag: string, raw: string, min: number): number {
   const v = Number(raw);
-  if (raw.trim() === "" || !Number.isInteger(v) || v < min) throw new Error(`--${flag} must be an integer >= ${min}, got '${raw}'`);
+  if (raw.trim() === "" || !Number.isInteger(v) || v < min)
+    throw new Error(`--${flag} must be an integer >= ${min}, got '${raw}'`);
   return v;
 }
 
@@ -68,7 +69,8 @@ async function readInput(file: string, flag: string, what: string): Promise<stri
 function parseLoads(raw: string): number[] {
   const loads = raw.split(",").map((s, i) => {
     const v = Number(s.trim());
-    if (s.trim() === "" || !Number.isInteger(v) || v < 1) throw new Error(`--load entry ${i} is '${s}'; expected comma-separated concurrencies >= 1, e.g. 1,8,32`);
+    if (s.trim() === "" || !Number.isInteger(v) || v < 1)
+      throw new Error(`--load entry ${i} is '${s}'; expected comma-separated concurrencies >= 1, e.g. 1,8,32`);
     return v;
   });
   return [...new Set(loads)];
@@ -84,8 +86,11 @@ export function registerDeterminism(program: Command): void {
   program
     .command("determinism")
     .description("check that outputs are identical alone and under load (exit 1 on any divergence)")
-    .option("--model <dir>", "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)")
-    .requiredOption("--prompts <file>", "one prompt per line, or JSONL with \"prompt\" or \"promptIds\"")
+    .option(
+      "--model <dir>",
+      "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)",
+    )
+    .requiredOption("--prompts <file>", 'one prompt per line, or JSONL with "prompt" or "promptIds"')
     .option("--load <list>", "background concurrencies to run under (1 = alone)", "1,8,32")
     .option("--runs <n>", "repetitions of the whole sweep", "1")
     .option("--max-tokens <n>", "tokens to generate per prompt", "32")
@@ -94,15 +99,23 @@ export function registerDeterminism(program: Command): void {
     .option("--no-deterministic", "plain fast decoding (shows the divergence the flag removes)")
     .option("--record <file>", "write the outputs' golden hashes to FILE")
     .option("--check <file>", "compare the outputs with golden hashes in FILE")
-    .option("--json", "one JSON report per prompt, then a last line {prompts, runs, divergences, rollbacks, recomputedTokens, recomputedFraction, exactFraction}")
+    .option(
+      "--json",
+      "one JSON report per prompt, then a last line {prompts, runs, divergences, rollbacks, recomputedTokens, recomputedFraction, exactFraction}",
+    )
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--verify-window <n>", "tokens per verify row (engine verifyWindow)")
     .option("--verify-group <n>", "rows per verify pass with --separate-verify (engine verifyGroup)")
     .option("--separate-verify", "verify in passes of their own (engine fuseVerify: false) instead of inside the steps")
-    .option("--allow-device-change", "with --check: compare even though the golden was recorded on another device or kernel configuration (never across models)")
+    .option(
+      "--allow-device-change",
+      "with --check: compare even though the golden was recorded on another device or kernel configuration (never across models)",
+    )
     .action(async (opts: DeterminismOptions) => {
-      if (opts.record !== undefined && opts.check !== undefined) throw new Error("give at most one of --record FILE and --check FILE");
-      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      if (opts.record !== undefined && opts.check !== undefined)
+        throw new Error("give at most one of --record FILE and --check FILE");
+      if (opts.device !== "cpu" && opts.device !== "cuda")
+        throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const temperature = Number(opts.temperature);
       if (opts.temperature.trim() === "" || !Number.isFinite(temperature) || temperature < 0) {
         throw new Error(`--temperature must be a number >= 0, got '${opts.temperature}'`);
@@ -115,14 +128,24 @@ export function registerDeterminism(program: Command): void {
       };
       const loads = parseLoads(opts.load);
       const runs = int("runs", opts.runs, 1);
-      const prompts = parsePromptsFile(await readInput(opts.prompts, "--prompts", "one prompt per line, or JSONL"), opts.prompts);
-      const golden = opts.check === undefined ? null : parseGolden(await readInput(opts.check, "--check", "a golden file written by --record"), opts.check);
+      const prompts = parsePromptsFile(
+        await readInput(opts.prompts, "--prompts", "one prompt per line, or JSONL"),
+        opts.prompts,
+      );
+      const golden =
+        opts.check === undefined
+          ? null
+          : parseGolden(await readInput(opts.check, "--check", "a golden file written by --record"), opts.check);
 
-      const verifyWindow = opts.verifyWindow === undefined ? DEFAULT_VERIFY_WINDOW : int("verify-window", opts.verifyWindow, 2);
-      const verifyGroup = opts.verifyGroup === undefined ? DEFAULT_VERIFY_GROUP : int("verify-group", opts.verifyGroup, 1);
+      const verifyWindow =
+        opts.verifyWindow === undefined ? DEFAULT_VERIFY_WINDOW : int("verify-window", opts.verifyWindow, 2);
+      const verifyGroup =
+        opts.verifyGroup === undefined ? DEFAULT_VERIFY_GROUP : int("verify-group", opts.verifyGroup, 1);
       const fuseVerify = opts.separateVerify !== true;
       if (golden && golden.outputs.length !== prompts.length) {
-        throw new Error(`${opts.check} holds ${golden.outputs.length} outputs but ${opts.prompts} has ${prompts.length} prompts; use the prompts it was recorded with, or re-record`);
+        throw new Error(
+          `${opts.check} holds ${golden.outputs.length} outputs but ${opts.prompts} has ${prompts.length} prompts; use the prompts it was recorded with, or re-record`,
+        );
       }
       const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device });
       let result;
@@ -149,7 +172,8 @@ export function registerDeterminism(program: Command): void {
           const allowDeviceChange = opts.allowDeviceChange === true;
           checkProvenance(golden, provenance, { ...params }, opts.check!, { allowDeviceChange });
           const across = compareProvenance(golden.provenance, provenance).what;
-          if (across.length > 0) console.error(`[determinism] --allow-device-change: comparing across ${across.join("; ")}`);
+          if (across.length > 0)
+            console.error(`[determinism] --allow-device-change: comparing across ${across.join("; ")}`);
         }
         await using engine = new Engine({ models: { model }, verifyWindow, verifyGroup, fuseVerify });
         const progress = opts.json ? undefined : (m: string) => console.error(`[determinism] ${m}`);
@@ -162,14 +186,23 @@ export function registerDeterminism(program: Command): void {
       const modelName = basename(resolve(opts.model ?? bundledModelDir));
       if (golden) {
         const allowDeviceChange = opts.allowDeviceChange === true;
-        for (const bad of checkGolden(golden, provenance, goldenParams, result.baseOutputs, opts.check!, { allowDeviceChange })) {
+        for (const bad of checkGolden(golden, provenance, goldenParams, result.baseOutputs, opts.check!, {
+          allowDeviceChange,
+        })) {
           const r = result.reports[bad.index];
           r.agree = false;
-          r.firstDivergence = r.firstDivergence === null ? bad.firstDivergence : Math.min(r.firstDivergence, bad.firstDivergence ?? Infinity);
+          r.firstDivergence =
+            r.firstDivergence === null
+              ? bad.firstDivergence
+              : Math.min(r.firstDivergence, bad.firstDivergence ?? Infinity);
           if (!r.divergentLoads.includes(0)) r.divergentLoads.unshift(0); // 0 = the golden file
         }
       }
-      if (opts.record !== undefined) await writeFile(opts.record, JSON.stringify(makeGolden(modelName, provenance, goldenParams, result.baseOutputs), null, 1) + "\n");
+      if (opts.record !== undefined)
+        await writeFile(
+          opts.record,
+          JSON.stringify(makeGolden(modelName, provenance, goldenParams, result.baseOutputs), null, 1) + "\n",
+        );
 
       const summary = summarize(result.reports);
       for (const r of result.reports) console.log(opts.json ? JSON.stringify(r) : describe(r));

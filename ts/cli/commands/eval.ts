@@ -1,7 +1,15 @@
 import type { Command } from "commander";
-import { buildReport, bundledModelDir, engineGenerator, formatReport, getTask, parseProgram, programName, runEval } from "../../index.js";
+import {
+  buildReport,
+  bundledModelDir,
+  engineGenerator,
+  formatReport,
+  getTask,
+  parseProgram,
+  programName,
+  runEval,
+} from "../../index.js";
 import { progressBar } from "../progress.js";
-
 
 interface EvalOptions {
   model: string;
@@ -43,11 +51,17 @@ export function registerEval(program: Command): void {
     .action(async (opts: EvalOptions) => {
       const task = getTask(opts.task, opts.split);
       const prog = parseProgram(opts.program, Number(opts.temperature));
-      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      if (opts.device !== "cpu" && opts.device !== "cuda")
+        throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const n = int("n", opts.n, 1);
-      const concurrency = opts.concurrency ? int("concurrency", opts.concurrency, 1) : Math.max(1, Math.floor(256 / prog.samples));
+      const concurrency = opts.concurrency
+        ? int("concurrency", opts.concurrency, 1)
+        : Math.max(1, Math.floor(256 / prog.samples));
       const problems = task.problems({ split: opts.split, n, seed: int("problem-seed", opts.problemSeed, 0) });
-      const generator = await engineGenerator(opts.model, { device: opts.device, maxConcurrentSequences: concurrency * prog.samples });
+      const generator = await engineGenerator(opts.model, {
+        device: opts.device,
+        maxConcurrentSequences: concurrency * prog.samples,
+      });
       const bar = progressBar(problems.length, `eval ${task.name} ${programName(prog)}`);
       const started = performance.now();
       try {
@@ -62,7 +76,13 @@ export function registerEval(program: Command): void {
           onProblemDone: (done) => bar.update(done),
         });
         bar.stop();
-        const report = buildReport(task.name, opts.split, programName(prog), results, (performance.now() - started) / 1000);
+        const report = buildReport(
+          task.name,
+          opts.split,
+          programName(prog),
+          results,
+          (performance.now() - started) / 1000,
+        );
         console.log(opts.json ? JSON.stringify(report) : formatReport(report));
       } finally {
         bar.stop();

@@ -26,7 +26,8 @@ function parsePromptIds(raw: string): number[] {
   const ids = raw.split(",").map((s) => s.trim());
   return ids.map((s, i) => {
     const v = Number(s);
-    if (s === "" || !Number.isInteger(v) || v < 0) throw new Error(`--prompt-ids entry ${i} is '${s}'; expected comma-separated token ids`);
+    if (s === "" || !Number.isInteger(v) || v < 0)
+      throw new Error(`--prompt-ids entry ${i} is '${s}'; expected comma-separated token ids`);
     return v;
   });
 }
@@ -35,8 +36,14 @@ export function registerGenerate(program: Command): void {
   program
     .command("generate")
     .description("generate a completion for one prompt with a Hugging Face model folder")
-    .option("--model <dir>", "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)")
-    .option("--prompt <text>", "prompt text: sent as a user message through the model's chat template when it has one (see --raw)")
+    .option(
+      "--model <dir>",
+      "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)",
+    )
+    .option(
+      "--prompt <text>",
+      "prompt text: sent as a user message through the model's chat template when it has one (see --raw)",
+    )
     .option("--raw", "send --prompt as is, without the chat template")
     .option("--prompt-ids <ids>", "prompt as comma-separated token ids, e.g. 1,2,3")
     .option("--max-tokens <n>", "most tokens to generate")
@@ -48,7 +55,8 @@ export function registerGenerate(program: Command): void {
       if ((opts.prompt === undefined) === (opts.promptIds === undefined)) {
         throw new Error("give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
       }
-      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      if (opts.device !== "cpu" && opts.device !== "cuda")
+        throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const maxTokens = parseNumber("max-tokens", opts.maxTokens, true);
       const temperature = parseNumber("temperature", opts.temperature, false);
       const seed = parseNumber("seed", opts.seed, true);
@@ -56,7 +64,11 @@ export function registerGenerate(program: Command): void {
       // A chat model answers a question asked as a chat; --raw (or a model without a template) sends the text as is.
       const chat = opts.prompt !== undefined && !opts.raw && model.tokenizer.chatTemplate !== null;
       const input: GenerateInput =
-        opts.promptIds !== undefined ? { tokens: parsePromptIds(opts.promptIds) } : chat ? [{ role: "user", content: opts.prompt! }] : opts.prompt!;
+        opts.promptIds !== undefined
+          ? { tokens: parsePromptIds(opts.promptIds) }
+          : chat
+            ? [{ role: "user", content: opts.prompt! }]
+            : opts.prompt!;
       try {
         const params = { maxTokens, temperature, seed };
         if (opts.json) {

@@ -3,7 +3,19 @@
 // and writes probe.safetensors + probe.json into <model>/probe (or --out), where `run --program duchess` finds them.
 import { join } from "node:path";
 import type { Command } from "commander";
-import { bundledModelDir, Engine, getTask, isProbeLabel, loadModel, modelHash, PROBE_LABELS, PROBE_SUBDIR, saveProbe, trainProbe, type ProbeTrainResult } from "../../index.js";
+import {
+  bundledModelDir,
+  Engine,
+  getTask,
+  isProbeLabel,
+  loadModel,
+  modelHash,
+  PROBE_LABELS,
+  PROBE_SUBDIR,
+  saveProbe,
+  trainProbe,
+  type ProbeTrainResult,
+} from "../../index.js";
 import { progressBar } from "../progress.js";
 
 interface ProbeTrainCliOptions {
@@ -26,7 +38,8 @@ interface ProbeTrainCliOptions {
 
 function int(name: string, raw: string, min: number): number {
   const v = Number(raw);
-  if (raw.trim() === "" || !Number.isInteger(v) || v < min) throw new Error(`--${name} must be an integer >= ${min}, got '${raw}'`);
+  if (raw.trim() === "" || !Number.isInteger(v) || v < min)
+    throw new Error(`--${name} must be an integer >= ${min}, got '${raw}'`);
   return v;
 }
 
@@ -38,11 +51,16 @@ function report(r: ProbeTrainResult, out: string): string {
   const lines = [
     `examples:    train ${r.examples.train}, validation ${r.examples.validation}, test ${r.examples.test} checkpoints (every ${m.correctness.interval} tokens; label ${m.correctness.label ?? "correct"}, ${(r.positiveRate * 100).toFixed(1)}% positive; CoT probes right ${(r.probeAccuracy * 100).toFixed(1)}%)`,
     "block  validation AUROC  validation accuracy  best epoch",
-    ...r.layers.map((l) => `${String(l.layer).padStart(5)}  ${l.validationAuroc.toFixed(4).padStart(16)}  ${l.validationAccuracy.toFixed(4).padStart(19)}  ${String(l.bestEpoch + 1).padStart(10)}`),
+    ...r.layers.map(
+      (l) =>
+        `${String(l.layer).padStart(5)}  ${l.validationAuroc.toFixed(4).padStart(16)}  ${l.validationAccuracy.toFixed(4).padStart(19)}  ${String(l.bestEpoch + 1).padStart(10)}`,
+    ),
     `chosen:      block ${m.correctness.layer}; tau ${m.correctness.tau.toFixed(4)} (${m.correctness.tauPercentile}th percentile of validation predictions); test AUROC ${m.correctness.testAuroc.toFixed(4)}`,
   ];
   if (m.difficulty) {
-    lines.push(`difficulty:  classes ${m.difficulty.classes.join("/")}, mean tokens ${m.difficulty.meanTokens.map((t) => t.toFixed(0)).join("/")}; test accuracy ${m.difficulty.testAccuracy.toFixed(3)}, Spearman ${m.difficulty.testSpearman.toFixed(3)}`);
+    lines.push(
+      `difficulty:  classes ${m.difficulty.classes.join("/")}, mean tokens ${m.difficulty.meanTokens.map((t) => t.toFixed(0)).join("/")}; test accuracy ${m.difficulty.testAccuracy.toFixed(3)}, Spearman ${m.difficulty.testSpearman.toFixed(3)}`,
+    );
   }
   lines.push(`wrote:       ${join(out, "probe.safetensors")}, ${join(out, "probe.json")}`);
   return lines.join("\n");
@@ -52,7 +70,9 @@ export function registerProbe(program: Command): void {
   const probe = program.command("probe").description("DUCHESS activation probes");
   probe
     .command("train")
-    .description("sample reasoning traces, label checkpoints with CoT probes, train the correctness probe (layer sweep) and the difficulty classifier")
+    .description(
+      "sample reasoning traces, label checkpoints with CoT probes, train the correctness probe (layer sweep) and the difficulty classifier",
+    )
     .option("--model <dir>", "model folder", bundledModelDir)
     .option("--task <name>", "task with train / validation / test splits", "arith")
     .option("--out <dir>", `where to write probe.safetensors and probe.json (default: <model>/${PROBE_SUBDIR})`)
@@ -63,20 +83,32 @@ export function registerProbe(program: Command): void {
     .option("--interval <n>", "generated tokens between checkpoints (default: 16 for arith, 80 otherwise)")
     .option("--max-tokens <n>", "most generated tokens per branch", "256")
     .option("--tau-percentile <q>", "tau = this percentile of the validation predictions", "70")
-    .option("--label <kind>", "positive checkpoints: 'correct' (the paper's: the next 3 CoT probes give the right answer) or 'settled' (they give the answer the branch ends with)", "correct")
+    .option(
+      "--label <kind>",
+      "positive checkpoints: 'correct' (the paper's: the next 3 CoT probes give the right answer) or 'settled' (they give the answer the branch ends with)",
+      "correct",
+    )
     .option("--epochs <n>", "most training epochs", "15")
     .option("--seed <s>", "problems, sampling, initialisation, shuffling and dropout", "1")
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--json", "print the result as one JSON object")
     .action(async (opts: ProbeTrainCliOptions) => {
       const task = getTask(opts.task);
-      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      if (opts.device !== "cpu" && opts.device !== "cuda")
+        throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const out = opts.out ?? join(opts.model, PROBE_SUBDIR);
-      const problems = { train: int("train", opts.train, 1), validation: int("validation", opts.validation, 1), test: int("test", opts.test, 1) };
-      const interval = opts.interval === undefined ? (DEFAULT_INTERVAL[task.name] ?? 80) : int("interval", opts.interval, 1);
+      const problems = {
+        train: int("train", opts.train, 1),
+        validation: int("validation", opts.validation, 1),
+        test: int("test", opts.test, 1),
+      };
+      const interval =
+        opts.interval === undefined ? (DEFAULT_INTERVAL[task.name] ?? 80) : int("interval", opts.interval, 1);
       const tauPercentile = Number(opts.tauPercentile);
-      if (!isProbeLabel(opts.label)) throw new Error(`--label must be one of ${PROBE_LABELS.join(", ")}, got '${opts.label}'`);
-      if (!(tauPercentile >= 0 && tauPercentile <= 100)) throw new Error(`--tau-percentile must be in [0, 100], got '${opts.tauPercentile}'`);
+      if (!isProbeLabel(opts.label))
+        throw new Error(`--label must be one of ${PROBE_LABELS.join(", ")}, got '${opts.label}'`);
+      if (!(tauPercentile >= 0 && tauPercentile <= 100))
+        throw new Error(`--tau-percentile must be in [0, 100], got '${opts.tauPercentile}'`);
       const model = await loadModel(opts.model, { device: opts.device });
       // Batch-invariant kernels: a trace's tokens do not depend on what else is in the batch, so the files are
       // reproducible whatever the concurrency.
@@ -90,7 +122,12 @@ export function registerProbe(program: Command): void {
           encodeChat: (messages) => model.tokenizer.encodeChat(messages, { addGenerationPrompt: true }),
           encodeText: (text) => model.tokenizer.encode(text, { addSpecialTokens: false }),
           createDetokenizer: () => model.tokenizer.createDetokenizer(),
-          model: { hash: await modelHash(opts.model), hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, name: opts.model },
+          model: {
+            hash: await modelHash(opts.model),
+            hiddenSize: model.config.hiddenSize,
+            numLayers: model.config.numLayers,
+            name: opts.model,
+          },
           task,
           problems,
           branches: int("branches", opts.branches, 1),
@@ -112,7 +149,18 @@ export function registerProbe(program: Command): void {
         });
         (bar as ReturnType<typeof progressBar> | null)?.stop();
         await saveProbe(out, result.probe);
-        if (opts.json) console.log(JSON.stringify({ out, meta: result.probe.meta, layers: result.layers, examples: result.examples, probeAccuracy: result.probeAccuracy, positiveRate: result.positiveRate, meanBranchTokens: result.meanBranchTokens }));
+        if (opts.json)
+          console.log(
+            JSON.stringify({
+              out,
+              meta: result.probe.meta,
+              layers: result.layers,
+              examples: result.examples,
+              probeAccuracy: result.probeAccuracy,
+              positiveRate: result.positiveRate,
+              meanBranchTokens: result.meanBranchTokens,
+            }),
+          );
         else console.log(report(result, out));
       } finally {
         await engine.dispose();

@@ -75,14 +75,16 @@ interface RunOptions {
 function num(name: string, raw: string | undefined, integer: boolean): number | undefined {
   if (raw === undefined) return undefined;
   const v = Number(raw);
-  if (raw.trim() === "" || !Number.isFinite(v) || (integer && !Number.isInteger(v))) throw new Error(`--${name} must be ${integer ? "an integer" : "a number"}, got '${raw}'`);
+  if (raw.trim() === "" || !Number.isFinite(v) || (integer && !Number.isInteger(v)))
+    throw new Error(`--${name} must be ${integer ? "an integer" : "a number"}, got '${raw}'`);
   return v;
 }
 
 function policyOf(opts: RunOptions): PolicySpec | undefined {
   if (opts.policy === undefined) return undefined;
   if (opts.policy === "baseline-even") return { kind: "baseline-even" };
-  if (opts.policy === "threshold") return { kind: "threshold", threshold: num("threshold", opts.threshold, false) ?? 0.6, detectAt: 1 };
+  if (opts.policy === "threshold")
+    return { kind: "threshold", threshold: num("threshold", opts.threshold, false) ?? 0.6, detectAt: 1 };
   throw new Error(`--policy must be threshold or baseline-even, got '${opts.policy}'`);
 }
 
@@ -91,15 +93,24 @@ function policyOf(opts: RunOptions): PolicySpec | undefined {
  * beam / dvts / best-of-n, the task's step verifier for rebase / mcts. null for programs that score no steps
  * (giving either flag to them is an error). */
 function rewardOf(kind: ProgramKind, opts: RunOptions, task: Task): { reward: RewardSource | null; prmDir?: string } {
-  if (opts.prm !== undefined && opts.verifier !== undefined) throw new Error("--prm and --verifier both choose the reward source; give one");
+  if (opts.prm !== undefined && opts.verifier !== undefined)
+    throw new Error("--prm and --verifier both choose the reward source; give one");
   if (!STEP_SCORED_PROGRAMS.includes(kind)) {
-    if (opts.prm !== undefined || opts.verifier !== undefined) throw new Error(`--${opts.prm !== undefined ? "prm" : "verifier"} scores the steps of ${STEP_SCORED_PROGRAMS.join(", ")}; --program ${kind} uses no reward source`);
+    if (opts.prm !== undefined || opts.verifier !== undefined)
+      throw new Error(
+        `--${opts.prm !== undefined ? "prm" : "verifier"} scores the steps of ${STEP_SCORED_PROGRAMS.join(", ")}; --program ${kind} uses no reward source`,
+      );
     return { reward: null };
   }
   const flashTts = kind === "beam" || kind === "dvts" || kind === "best-of-n";
   const prmDir = opts.prm ?? (opts.verifier === undefined && flashTts ? bundledPrmDir : undefined);
   if (prmDir !== undefined) {
-    if (!existsSync(prmDir)) throw new Error(opts.prm === undefined ? `the bundled process reward model is missing at ${prmDir}; pass --prm DIR or --verifier NAME` : `--prm ${prmDir}: folder not found`);
+    if (!existsSync(prmDir))
+      throw new Error(
+        opts.prm === undefined
+          ? `the bundled process reward model is missing at ${prmDir}; pass --prm DIR or --verifier NAME`
+          : `--prm ${prmDir}: folder not found`,
+      );
     const config = readPrmConfig(prmDir);
     const flags = opts.prmGood !== undefined || opts.prmBad !== undefined || opts.prmTag !== undefined;
     if (config !== null && !flags) return { reward: prmReward(config, "prm"), prmDir };
@@ -111,18 +122,31 @@ function rewardOf(kind: ProgramKind, opts: RunOptions, task: Task): { reward: Re
     return { reward: modelProcessReward({ model: "prm", goodTokens, badTokens, stepTag }), prmDir };
   }
   if (opts.verifier !== undefined) return { reward: parseVerifier(opts.verifier) };
-  if (task.stepVerifier === undefined) throw new Error(`task ${task.name} has no step verifier: --program ${kind} needs --prm DIR (a process reward model) or --verifier NAME`);
+  if (task.stepVerifier === undefined)
+    throw new Error(
+      `task ${task.name} has no step verifier: --program ${kind} needs --prm DIR (a process reward model) or --verifier NAME`,
+    );
   return { reward: task.stepVerifier };
 }
 
 /** The FlashTTS switches and beam width of beam / dvts (an error on other programs). */
 function flashTtsOf(kind: ProgramKind, opts: RunOptions): Pick<ProgramRequest, "beamWidth" | "flashTts"> {
-  const given = opts.beamWidth !== undefined || opts.truncateRatio !== undefined || opts.speculative === true || opts.speculativeRows !== undefined || opts.prefixAware === false || opts.lookahead === false;
+  const given =
+    opts.beamWidth !== undefined ||
+    opts.truncateRatio !== undefined ||
+    opts.speculative === true ||
+    opts.speculativeRows !== undefined ||
+    opts.prefixAware === false ||
+    opts.lookahead === false;
   if (kind !== "beam" && kind !== "dvts") {
-    if (given) throw new Error(`--beam-width, --truncate-ratio, --speculative, --speculative-rows, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`);
+    if (given)
+      throw new Error(
+        `--beam-width, --truncate-ratio, --speculative, --speculative-rows, --no-prefix-aware and --no-lookahead are options of --program beam and dvts`,
+      );
     return {};
   }
-  if (opts.speculativeRows !== undefined && opts.speculative !== true) throw new Error("--speculative-rows caps speculative beam extension; give --speculative too");
+  if (opts.speculativeRows !== undefined && opts.speculative !== true)
+    throw new Error("--speculative-rows caps speculative beam extension; give --speculative too");
   return {
     beamWidth: num("beam-width", opts.beamWidth, true),
     flashTts: {
@@ -136,27 +160,47 @@ function flashTtsOf(kind: ProgramKind, opts: RunOptions): Pick<ProgramRequest, "
 }
 
 /** The generator and the PRM (if any); with --kv-budget their KV pools share that many MiB as --kv-split says. */
-async function loadModels(dir: string, prmDir: string | undefined, opts: RunOptions, n: number): Promise<{ model: Model; prm: Model | null; plan: KvSplitPlan | null }> {
+async function loadModels(
+  dir: string,
+  prmDir: string | undefined,
+  opts: RunOptions,
+  n: number,
+): Promise<{ model: Model; prm: Model | null; plan: KvSplitPlan | null }> {
   const device = opts.device as "cpu" | "cuda";
   if (opts.kvBudget === undefined) {
     if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
     const model = await loadModel(dir, { device });
-    const prm = prmDir === undefined ? null : await loadModel(prmDir, { device }).catch((e: unknown) => {
-      model.dispose();
-      throw e;
-    });
+    const prm =
+      prmDir === undefined
+        ? null
+        : await loadModel(prmDir, { device }).catch((e: unknown) => {
+            model.dispose();
+            throw e;
+          });
     return { model, prm, plan: null };
   }
-  if (prmDir === undefined) throw new Error("--kv-budget splits the KV memory between the generator and a process reward model; use it with --prm DIR or --program beam, dvts or best-of-n");
+  if (prmDir === undefined)
+    throw new Error(
+      "--kv-budget splits the KV memory between the generator and a process reward model; use it with --prm DIR or --program beam, dvts or best-of-n",
+    );
   const budget = num("kv-budget", opts.kvBudget, false)!;
   let kvSplit: KvSplitSpec = "auto";
   if (opts.kvSplit !== undefined && opts.kvSplit !== "auto") {
     const [g, v] = opts.kvSplit.split(",").map(Number);
-    if (!(g > 0 && v > 0)) throw new Error(`--kv-split must be auto or two fractions GEN,VERIFIER such as 0.7,0.3; got '${opts.kvSplit}'`);
+    if (!(g > 0 && v > 0))
+      throw new Error(`--kv-split must be auto or two fractions GEN,VERIFIER such as 0.7,0.3; got '${opts.kvSplit}'`);
     kvSplit = { generator: g, verifier: v };
   }
   const maxTokens = num("max-tokens", opts.maxTokens, true) ?? 256;
-  const r = await loadSplitModels(dir, prmDir, { device, budgetBytes: Math.floor(budget * 1024 * 1024), n, kvSplit, generatorTokens: 64 + maxTokens, stepTokens: 16, verifierTokens: 64 + maxTokens });
+  const r = await loadSplitModels(dir, prmDir, {
+    device,
+    budgetBytes: Math.floor(budget * 1024 * 1024),
+    n,
+    kvSplit,
+    generatorTokens: 64 + maxTokens,
+    stepTokens: 16,
+    verifierTokens: 64 + maxTokens,
+  });
   return { model: r.generator, prm: r.verifier, plan: r.plan };
 }
 
@@ -175,7 +219,8 @@ const KNOB_UNITS: Record<string, string> = {
 };
 
 function report(r: ProgramResult): string {
-  const saved = r.tokenBudget > 0 ? ` (${Math.round((1 - r.tokensUsed / r.tokenBudget) * 100)}% of the budget unused)` : "";
+  const saved =
+    r.tokenBudget > 0 ? ` (${Math.round((1 - r.tokensUsed / r.tokenBudget) * 100)}% of the budget unused)` : "";
   return [
     `answer:      ${r.answer ?? "(none)"}`,
     `certaindex:  ${r.certaindex.toFixed(3)}  (how sure the program is, 0..1 — certainty, not correctness; stopped: ${r.stopReason})`,
@@ -202,7 +247,10 @@ export function registerRun(program: Command): void {
     .argument("<question>", 'the question, e.g. "What is 7*(8+5)-19?"')
     .option("--program <name>", `one of ${PROGRAM_KINDS.join(", ")}`, "sc")
     .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
-    .option("--cap <n>", "the program's knob cap: branches (sc, duchess; k of short-m@k; the trace budget of deepconf), width (rebase), simulations (mcts)")
+    .option(
+      "--cap <n>",
+      "the program's knob cap: branches (sc, duchess; k of short-m@k; the trace budget of deepconf), width (rebase), simulations (mcts)",
+    )
     .option("--max-tokens <n>", "tokens per branch (sc) or for the whole thought (cot-probe)")
     .option("--seed <s>", "sampling seed", "0")
     .option("--temperature <t>", "sampling temperature")
@@ -211,58 +259,140 @@ export function registerRun(program: Command): void {
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
     .option("--task <name>", `how answers are read and compared (${TASK_NAMES.join(", ")})`, "arith")
-    .option("--verifier <name>", `rebase/mcts reward source: a programmatic step checker (${VERIFIER_NAMES.join(", ")}; default: the task's)`)
-    .option("--prm <dir>", "reward source of rebase, mcts, beam, dvts and best-of-n: a process reward model (a second model on the same engine; default for beam, dvts and best-of-n: the bundled models/tiny-prm)")
-    .option("--prm-good <tokens>", "with --prm: comma-separated tokens meaning a good step (default: the PRM's prm.json, else +)")
-    .option("--prm-bad <tokens>", "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good); default: prm.json, else -)")
-    .option("--prm-tag <text>", "with --prm: text after a step where the PRM predicts its tag (\\n = newline; default: prm.json, else \\n)")
-    .option("--beam-width <m>", "beam / dvts: continuations per kept path (default 4; must divide --cap, the N candidates)")
-    .option("--speculative", "beam / dvts: speculative beam extension (FlashTTS; off by default), filling the rows a decode step gets for free on this device (measured once, cached)")
-    .option("--speculative-rows <n>", "beam / dvts with --speculative: most rows (continuations and speculation) in flight while speculating (default: the measured free decode batch; the cap n: the paper's full batch)")
-    .option("--no-prefix-aware", "beam / dvts: continuations as new requests in random order instead of forks grouped by parent")
-    .option("--no-lookahead", "beam / dvts with --speculative: verify speculative steps next iteration instead of with their parent")
-    .option("--kv-budget <MiB>", "with a PRM: the KV memory the generator and the PRM share (default: each its own default pool)")
-    .option("--kv-split <auto|G,V>", "with --kv-budget: auto (roofline-guided, profiled once per model and device) or fractions such as 0.7,0.3 (default auto)")
-    .option("--truncate-ratio <r>", "beam / dvts: duplicates of a kept path reuse its speculative step cut to r (0 = off, exact; default 0)")
-    .option("--calibration <file>", `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`)
+    .option(
+      "--verifier <name>",
+      `rebase/mcts reward source: a programmatic step checker (${VERIFIER_NAMES.join(", ")}; default: the task's)`,
+    )
+    .option(
+      "--prm <dir>",
+      "reward source of rebase, mcts, beam, dvts and best-of-n: a process reward model (a second model on the same engine; default for beam, dvts and best-of-n: the bundled models/tiny-prm)",
+    )
+    .option(
+      "--prm-good <tokens>",
+      "with --prm: comma-separated tokens meaning a good step (default: the PRM's prm.json, else +)",
+    )
+    .option(
+      "--prm-bad <tokens>",
+      "with --prm: comma-separated tokens meaning a bad step (empty: reward = P(good); default: prm.json, else -)",
+    )
+    .option(
+      "--prm-tag <text>",
+      "with --prm: text after a step where the PRM predicts its tag (\\n = newline; default: prm.json, else \\n)",
+    )
+    .option(
+      "--beam-width <m>",
+      "beam / dvts: continuations per kept path (default 4; must divide --cap, the N candidates)",
+    )
+    .option(
+      "--speculative",
+      "beam / dvts: speculative beam extension (FlashTTS; off by default), filling the rows a decode step gets for free on this device (measured once, cached)",
+    )
+    .option(
+      "--speculative-rows <n>",
+      "beam / dvts with --speculative: most rows (continuations and speculation) in flight while speculating (default: the measured free decode batch; the cap n: the paper's full batch)",
+    )
+    .option(
+      "--no-prefix-aware",
+      "beam / dvts: continuations as new requests in random order instead of forks grouped by parent",
+    )
+    .option(
+      "--no-lookahead",
+      "beam / dvts with --speculative: verify speculative steps next iteration instead of with their parent",
+    )
+    .option(
+      "--kv-budget <MiB>",
+      "with a PRM: the KV memory the generator and the PRM share (default: each its own default pool)",
+    )
+    .option(
+      "--kv-split <auto|G,V>",
+      "with --kv-budget: auto (roofline-guided, profiled once per model and device) or fractions such as 0.7,0.3 (default auto)",
+    )
+    .option(
+      "--truncate-ratio <r>",
+      "beam / dvts: duplicates of a kept path reuse its speculative step cut to r (0 = off, exact; default 0)",
+    )
+    .option(
+      "--calibration <file>",
+      `certaindex calibration JSON (default: the model's own, written by ${RECALIBRATE_COMMAND})`,
+    )
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies and settings")
     .option("--variant <low|high>", "deepconf: keep the most confident 10% (low, default) or 90% (high) of the traces")
-    .option("--offline", "deepconf: run every trace to the end, then filter (default: online, with the engine's confidence stop)")
-    .option("--probe <dir>", `duchess: the trained probe (default: <model>/${PROBE_SUBDIR}, written by deliberate probe train)`)
+    .option(
+      "--offline",
+      "deepconf: run every trace to the end, then filter (default: online, with the engine's confidence stop)",
+    )
+    .option(
+      "--probe <dir>",
+      `duchess: the trained probe (default: <model>/${PROBE_SUBDIR}, written by deliberate probe train)`,
+    )
     .option("--json", "print one JSON object with the result")
     .action(async (question: string, opts: RunOptions) => {
-      if (question.trim() === "") throw new Error('the question is empty; ask one, e.g. deliberate run "What is 7*(8+5)-19?"');
+      if (question.trim() === "")
+        throw new Error('the question is empty; ask one, e.g. deliberate run "What is 7*(8+5)-19?"');
       const kind = parseProgramKind(opts.program);
       const task = getTask(opts.task);
       const dir = opts.model ?? bundledModelDir;
       if (!existsSync(dir)) {
-        throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
+        throw new Error(
+          opts.model === undefined
+            ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR`
+            : `--model ${dir}: folder not found`,
+        );
       }
-      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      if (opts.device !== "cpu" && opts.device !== "cuda")
+        throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const { reward, prmDir } = rewardOf(kind, opts, task);
       const search = flashTtsOf(kind, opts);
       const cap = num("cap", opts.cap, true);
       const interval = num("interval", opts.interval, true);
-      if (interval !== undefined && kind !== "cot-probe") throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
-      if ((opts.variant !== undefined || opts.offline) && kind !== "deepconf") throw new Error(`--${opts.variant !== undefined ? "variant" : "offline"} is an option of --program deepconf`);
-      if (opts.variant !== undefined && opts.variant !== "low" && opts.variant !== "high") throw new Error(`--variant must be low or high, got '${opts.variant}'`);
-      if (opts.probe !== undefined && kind !== "duchess") throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
+      if (interval !== undefined && kind !== "cot-probe")
+        throw new Error(`--interval sets the probe interval of cot-probe; --program ${kind} has none`);
+      if ((opts.variant !== undefined || opts.offline) && kind !== "deepconf")
+        throw new Error(`--${opts.variant !== undefined ? "variant" : "offline"} is an option of --program deepconf`);
+      if (opts.variant !== undefined && opts.variant !== "low" && opts.variant !== "high")
+        throw new Error(`--variant must be low or high, got '${opts.variant}'`);
+      if (opts.probe !== undefined && kind !== "duchess")
+        throw new Error(`--probe is the trained probe of --program duchess; --program ${kind} uses none`);
       const { model, prm, plan } = await loadModels(dir, prmDir, opts, cap ?? 16);
       // Speculation fills only the rows a decode step gets for free on this device (the generator's measured profile,
       // cached per model and device) unless --speculative-rows says how many.
       if (search.flashTts?.speculative && search.flashTts.speculativeRows === undefined) {
         search.flashTts.speculativeRows = plan?.speculativeRows ?? freeDecodeBatch(await profileThroughput(model));
       }
-      const factory = ProgramFactory.open({ modelDir: dir, hiddenSize: model.config.hiddenSize, numLayers: model.config.numLayers, calibration: opts.calibration, bundledDir: bundledModelDir, probeDir: opts.probe });
+      const factory = ProgramFactory.open({
+        modelDir: dir,
+        hiddenSize: model.config.hiddenSize,
+        numLayers: model.config.numLayers,
+        calibration: opts.calibration,
+        bundledDir: bundledModelDir,
+        probeDir: opts.probe,
+      });
       const cal = factory.calibration;
-      if (cal?.stale) process.stderr.write(`deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`);
-      const engine = new Engine({ models: prm === null ? { model } : [{ name: "policy", model }, { name: "prm", model: prm }] });
+      if (cal?.stale)
+        process.stderr.write(
+          `deliberate: ${cal.file} was calibrated on other weights than ${dir}; rerun \`${RECALIBRATE_COMMAND}\`\n`,
+        );
+      const engine = new Engine({
+        models:
+          prm === null
+            ? { model }
+            : [
+                { name: "policy", model },
+                { name: "prm", model: prm },
+              ],
+      });
       try {
-        const prompt = model.tokenizer.chatTemplate === null ? question : model.tokenizer.encodeChat([{ role: "user", content: question }]);
+        const prompt =
+          model.tokenizer.chatTemplate === null
+            ? question
+            : model.tokenizer.encodeChat([{ role: "user", content: question }]);
         // Default generation length: the programs' 256, or what the context leaves after the prompt if less.
         const promptTokens = typeof prompt === "string" ? model.tokenizer.encode(prompt).length : prompt.length;
         const contextLeft = model.contextLength - promptTokens - PROBE_RESERVE_TOKENS;
-        if (contextLeft < 1) throw new Error(`the question takes ${promptTokens} tokens, leaving no room in the model's ${model.contextLength}-token context`);
+        if (contextLeft < 1)
+          throw new Error(
+            `the question takes ${promptTokens} tokens, leaving no room in the model's ${model.contextLength}-token context`,
+          );
         const request: ProgramRequest = {
           question,
           prompt,
@@ -289,7 +419,10 @@ export function registerRun(program: Command): void {
           policy,
           signal: ac.signal,
           onRound: (rec) => {
-            if (tty) process.stderr.write(`\rround ${rec.round}  certaindex ${rec.certaindex.toFixed(2)}  tokens ${rec.tokensUsed}/${prog.tokenBudget}  answer ${rec.answer ?? "-"}   `);
+            if (tty)
+              process.stderr.write(
+                `\rround ${rec.round}  certaindex ${rec.certaindex.toFixed(2)}  tokens ${rec.tokensUsed}/${prog.tokenBudget}  answer ${rec.answer ?? "-"}   `,
+              );
           },
         });
         process.off("SIGINT", onSigint);
@@ -297,11 +430,23 @@ export function registerRun(program: Command): void {
         if (opts.json) {
           const { history, ...rest } = result;
           const calibration = cal === null ? null : { file: cal.file, stale: cal.stale, applied: built.calibrated };
-          console.log(JSON.stringify({ question, model: dir, task: task.name, ...rest, reward: reward?.name ?? null, calibration, history }));
+          console.log(
+            JSON.stringify({
+              question,
+              model: dir,
+              task: task.name,
+              ...rest,
+              reward: reward?.name ?? null,
+              calibration,
+              history,
+            }),
+          );
         } else {
           console.log(report(result));
           if (reward !== null) console.log(`reward:      ${reward.name}`);
-          console.log(`policy:      ${JSON.stringify(result.policy, (_k, v: unknown) => (typeof v === "number" ? Number(v.toFixed(3)) : v))}${built.calibrated && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`);
+          console.log(
+            `policy:      ${JSON.stringify(result.policy, (_k, v: unknown) => (typeof v === "number" ? Number(v.toFixed(3)) : v))}${built.calibrated && policyOf(opts) === undefined ? ` (calibrated: ${cal!.file}${cal!.stale ? ", STALE" : ""})` : ""}`,
+          );
         }
       } finally {
         await engine.dispose();

@@ -29,19 +29,34 @@ export function registerServe(program: Command): void {
     .option("--model <dir>", "model folder (default: the bundled models/tiny-reasoner)")
     .option("--host <host>", "address to listen on", "127.0.0.1")
     .option("--port <port>", "port to listen on", "8000")
-    .option("--api-key <key>", "require Authorization: Bearer <key> on /v1 routes (default: $DELIBERATE_API_KEY, else none)")
-    .option("--max-queue <n>", "most requests waiting for the scheduler; more get 503 + Retry-After (default: unbounded)")
+    .option(
+      "--api-key <key>",
+      "require Authorization: Bearer <key> on /v1 routes (default: $DELIBERATE_API_KEY, else none)",
+    )
+    .option(
+      "--max-queue <n>",
+      "most requests waiting for the scheduler; more get 503 + Retry-After (default: unbounded)",
+    )
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
     .option("--calibration <file>", "certaindex calibration for programs (default: the model's own)")
     .option("--no-calibration", "ignore any calibration: the programs' built-in policies")
-    .option("--cluster <url>", "join a cluster over NATS (nats://host:4222): register as a replica and take requests from `deliberate router`")
+    .option(
+      "--cluster <url>",
+      "join a cluster over NATS (nats://host:4222): register as a replica and take requests from `deliberate router`",
+    )
     .option("--replica-id <id>", "this replica's id in the cluster (default: host-pid-random)")
     .action(async (opts: ServeOptions) => {
       const dir = opts.model ?? bundledModelDir;
-      if (!existsSync(dir)) throw new Error(opts.model === undefined ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR` : `--model ${dir}: folder not found`);
-      if (opts.device !== "cpu" && opts.device !== "cuda") throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      if (!existsSync(dir))
+        throw new Error(
+          opts.model === undefined
+            ? `the bundled tiny reasoner is missing at ${dir}; pass --model DIR`
+            : `--model ${dir}: folder not found`,
+        );
+      if (opts.device !== "cpu" && opts.device !== "cuda")
+        throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const port = intOption("port", opts.port, 0, 65535)!;
       const maxQueue = intOption("max-queue", opts.maxQueue, 0, 1_000_000);
       const server = await createServer({
@@ -71,12 +86,12 @@ export function registerServe(program: Command): void {
           .then(() => server.close())
           .then(() => member?.leave())
           .then(
-          () => process.exit(0),
-          (e: unknown) => {
-            process.stderr.write(`deliberate: shutdown failed: ${e instanceof Error ? e.message : String(e)}\n`);
-            process.exit(1);
-          },
-        );
+            () => process.exit(0),
+            (e: unknown) => {
+              process.stderr.write(`deliberate: shutdown failed: ${e instanceof Error ? e.message : String(e)}\n`);
+              process.exit(1);
+            },
+          );
       };
       process.on("SIGTERM", () => stop("SIGTERM"));
       process.on("SIGINT", () => stop("SIGINT"));

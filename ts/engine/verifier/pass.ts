@@ -53,7 +53,8 @@ export function buildVerifyBatch(
   pageCopies?: { src: Int32Array; dst: Int32Array },
   fixedShape = true,
 ): ForwardBatch {
-  if (rows.length === 0 || rows.length > g.group) throw new Error(`verify pass: ${rows.length} rows for a group of ${g.group}`);
+  if (rows.length === 0 || rows.length > g.group)
+    throw new Error(`verify pass: ${rows.length} rows for a group of ${g.group}`);
   const sequences: ForwardSequence[] = [];
   for (let r = 0; r < (fixedShape ? g.group : rows.length); r++) {
     const row = rows[r];
@@ -73,7 +74,9 @@ export function buildVerifyBatch(
     if (row.tokens.length < 1 || row.tokens.length > g.window) {
       throw new Error(`verify pass: row ${r} has ${row.tokens.length} tokens; expected 1..${g.window}`);
     }
-    sequences.push(verifyRowSequence(row, g.pageSize, fixedShape ? { window: g.window, scratch: scratch[r] } : undefined));
+    sequences.push(
+      verifyRowSequence(row, g.pageSize, fixedShape ? { window: g.window, scratch: scratch[r] } : undefined),
+    );
   }
   const batch: ForwardBatch = { sequences, ...FIXED_SCHEDULE };
   if (pageCopies && pageCopies.src.length > 0) batch.pageCopies = pageCopies;
@@ -85,12 +88,19 @@ export function buildVerifyBatch(
  * a token after every position. `pad` pads it to `window` tokens, the pads' KV landing in the slot's scratch pages
  * past the sequence's own; unpadded (fused steps, the CPU's separate passes) it is the row and its own pages alone.
  */
-export function verifyRowSequence(row: VerifyRow, pageSize: number, pad?: { window: number; scratch: readonly number[] }): ForwardSequence {
+export function verifyRowSequence(
+  row: VerifyRow,
+  pageSize: number,
+  pad?: { window: number; scratch: readonly number[] },
+): ForwardSequence {
   const tokens = new Int32Array(pad ? pad.window : row.tokens.length).fill(PAD_TOKEN);
   tokens.set(row.tokens);
   const own = pagesFor(row.startPos + row.tokens.length, pageSize);
   const needed = pagesFor(row.startPos + tokens.length, pageSize);
-  const table = needed > own ? row.blockTable.slice(0, own).concat(pad!.scratch.slice(0, needed - own)) : row.blockTable.slice(0, own);
+  const table =
+    needed > own
+      ? row.blockTable.slice(0, own).concat(pad!.scratch.slice(0, needed - own))
+      : row.blockTable.slice(0, own);
   return {
     tokens,
     startPos: row.startPos,

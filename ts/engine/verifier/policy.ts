@@ -56,6 +56,10 @@ export function fusedRowCount(s: FusedStep): number {
  * with them. An exact row's token and KV are bitwise what a verify row would compute, so it is committed at once.
  * On the GPU a split-K step is 1.6-1.8x faster than splitK 1 at small batches, so there candidates are verified.
  */
-export function exactDecodesFree(stepGemmSplitK: number, allDeterministic: boolean, device: "cpu" | "cuda" | undefined): boolean {
+export function exactDecodesFree(
+  stepGemmSplitK: number,
+  allDeterministic: boolean,
+  device: "cpu" | "cuda" | undefined,
+): boolean {
   return stepGemmSplitK === FIXED_SCHEDULE.gemmSplitK || (allDeterministic && device !== "cuda");
 }

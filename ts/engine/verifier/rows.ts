@@ -56,7 +56,14 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     seq.truncateTokens(start + n);
     const s = samplingOf(seq);
     needsLogits ||= s.needsLogits;
-    rows.push({ tokens: seq.tokens.slice(start), startPos: start, blockTable: seq.blockTable, sampling: s.sampling, numTopLogprobs: s.numTopLogprobs, confidenceTopK: s.confidenceTopK });
+    rows.push({
+      tokens: seq.tokens.slice(start),
+      startPos: start,
+      blockTable: seq.blockTable,
+      sampling: s.sampling,
+      numTopLogprobs: s.numTopLogprobs,
+      confidenceTopK: s.confidenceTopK,
+    });
     members.push({ t, candidates: seq.tokens.slice(start + 1) });
   }
   if (rows.length === 0) return null;

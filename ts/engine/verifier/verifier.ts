@@ -168,7 +168,8 @@ export class Verifier {
       const extraTokens = rows.reduce((n, r) => n + r.tokens.length, 0);
       let schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
       // Exact rows leave the fast decode rows, which may change kvSplits (never gemmSplitK: the same token count).
-      if (this.markExact(batch, kinds, schedule)) schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
+      if (this.markExact(batch, kinds, schedule))
+        schedule = this.runner.scheduleFor(batch, undefined, { fixed, extraTokens });
       const out = await this.runner.run({ ...batch, pageCopies }, samplingOf, schedule, {
         fixed,
         sequences: rows,
@@ -176,15 +177,20 @@ export class Verifier {
       });
       const results = out.slice(0, batch.seqs.length);
       const rowTokens = rows.map((r) => r.tokens.length);
-      const commits = prepared === null ? [] : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rowTokens, this.isLive);
+      const commits =
+        prepared === null
+          ? []
+          : applyVerdicts(this.blockManager, prepared, out.slice(batch.seqs.length), rowTokens, this.isLive);
       return { results, kinds, commits };
     }
     const fastIndex = kinds.flatMap((k, i) => (k === "fixedPrefill" ? [] : [i]));
     const fastBatch = { ...batch, seqs: fastIndex.map((i) => batch.seqs[i]) };
     const exactIn = (j: number): boolean => kinds[fastIndex[j]] === "exact";
     let schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
-    if (this.markExact(batch, kinds, schedule)) schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
-    if (!kinds.includes("fixedPrefill")) return { results: await this.runner.run(batch, samplingOf, schedule, { fixed: exactIn }), kinds, commits: [] };
+    if (this.markExact(batch, kinds, schedule))
+      schedule = this.runner.scheduleFor(fastBatch, undefined, { fixed: exactIn });
+    if (!kinds.includes("fixedPrefill"))
+      return { results: await this.runner.run(batch, samplingOf, schedule, { fixed: exactIn }), kinds, commits: [] };
     const results = new Array<ForwardResult>(batch.seqs.length);
     const fast = fastBatch.seqs;
     let pageCopies = batch.pageCopies; // copy-on-write copies go with whichever forward runs first
@@ -199,7 +205,12 @@ export class Verifier {
     for (let i = 0; i < kinds.length; i++) {
       if (kinds[i] !== "fixedPrefill") continue;
       // Flagged fixed: the prefill attention kernel for every fixed position, however the prompt was chunked.
-      [results[i]] = await this.runner.run({ ...batch, seqs: [batch.seqs[i]], pageCopies }, samplingOf, FIXED_SCHEDULE, { fixed: () => true });
+      [results[i]] = await this.runner.run(
+        { ...batch, seqs: [batch.seqs[i]], pageCopies },
+        samplingOf,
+        FIXED_SCHEDULE,
+        { fixed: () => true },
+      );
       pageCopies = [];
     }
     return { results, kinds, commits: [] };
@@ -208,7 +219,9 @@ export class Verifier {
   /** Turns the step's eligible candidate decodes into exact ones where that is free (policy.ts); true if any. */
   private markExact(batch: ScheduledBatch, kinds: ChunkKind[], schedule: KernelSchedule): boolean {
     if (this.tracked.size === 0) return false;
-    const eligible = batch.seqs.map(({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted);
+    const eligible = batch.seqs.map(
+      ({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted,
+    );
     const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
     if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return false;
     eligible.forEach((e, i) => {
@@ -232,7 +245,11 @@ export class Verifier {
     }
     const candidates = seq.numTokens - t.numCommitted;
     const committedGenerated = t.numCommitted - seq.numPromptTokens;
-    if (candidates >= this.geometry.window - 1 || t.stopIds.has(token) || committedGenerated + candidates + 1 >= t.maxTokens) {
+    if (
+      candidates >= this.geometry.window - 1 ||
+      t.stopIds.has(token) ||
+      committedGenerated + candidates + 1 >= t.maxTokens
+    ) {
       seq.holdForVerify();
       t.readySince = step;
     }
@@ -315,11 +332,20 @@ export class Verifier {
     if (prepared === null) return [];
     // The fixed shape only where kernels depend on the pass's shape (the GPU; pass.ts).
     const fixedShape = this.fixedShape;
-    const copies = { src: Int32Array.from(prepared.pageCopies, (c) => c.src), dst: Int32Array.from(prepared.pageCopies, (c) => c.dst) };
+    const copies = {
+      src: Int32Array.from(prepared.pageCopies, (c) => c.src),
+      dst: Int32Array.from(prepared.pageCopies, (c) => c.dst),
+    };
     const batch = buildVerifyBatch(this.geometry, prepared.rows, this.scratch ?? [], copies, fixedShape);
     if (prepared.needsLogits) batch.returnLogits = true; // tokenLogprobs: the logits rows of every committed position
     const results = await this.runner.model.forward(batch);
-    return applyVerdicts(this.blockManager, prepared, results, batch.sequences.map((s) => s.tokens.length), this.isLive);
+    return applyVerdicts(
+      this.blockManager,
+      prepared,
+      results,
+      batch.sequences.map((s) => s.tokens.length),
+      this.isLive,
+    );
   }
 
   /** Scratch pages for pads and dummy rows, taken from the pool once, for the verifier's lifetime. */
@@ -341,14 +367,18 @@ export class Verifier {
   }
 }
 
-
 /**
  * Positions of `parent`'s KV a fork may keep. Batch-invariant mode (no verifier ever): all of it, every step is
  * fixed. Otherwise a deterministic child keeps only fixed-schedule KV (a tracked parent's committed positions, none
  * of an untracked parent's fast KV), and a non-deterministic child must not chain its fast KV into the
  * deterministic prefix-cache namespace.
  */
-export function forkableKv(verifies: boolean, verifier: Verifier | null, parent: Sequence, childDeterministic: boolean): number {
+export function forkableKv(
+  verifies: boolean,
+  verifier: Verifier | null,
+  parent: Sequence,
+  childDeterministic: boolean,
+): number {
   if (!verifies) return Number.POSITIVE_INFINITY;
   return verifier?.forkableKvOf(parent, childDeterministic) ?? (childDeterministic ? 0 : Number.POSITIVE_INFINITY);
 }

@@ -66,5 +66,7 @@ export function sampleExpr(rng: Rng, level: Level): Expr {
     const e = randomTree(rng, spec, rng.int(spec.numbers[0], spec.numbers[1]));
     if (satisfies(e, spec)) return e;
   }
-  throw new Error(`arith level ${level}: no expression met its constraints in 100000 tries; loosen levelSpecs[${level}]`);
+  throw new Error(
+    `arith level ${level}: no expression met its constraints in 100000 tries; loosen levelSpecs[${level}]`,
+  );
 }

@@ -2,7 +2,17 @@
 //
 // Splits never overlap: a problem's split is a pure function of its canonical text (hash into 100 buckets:
 // 0-89 train, 90-94 validation, 95-99 test), so a test problem can never be drawn for training, whatever the seed.
-import { checkStep, evaluate, parse, randomSteps, render, renderStep, steps, type RandomStepsOptions, type Step } from "./expr.js";
+import {
+  checkStep,
+  evaluate,
+  parse,
+  randomSteps,
+  render,
+  renderStep,
+  steps,
+  type RandomStepsOptions,
+  type Step,
+} from "./expr.js";
 import { isLevel, levels, sampleExpr, type Level } from "./levels.js";
 import { fnv1a32, Rng } from "./rng.js";
 
@@ -38,7 +48,11 @@ export function problemFromExpression(expression: string, level: Level): ArithPr
  * without, in the canonical post-order of `p.steps`. The answer first appears at the end of the steps, about
  * halfway through the thought; the re-checks after it are the "overthinking" of a reasoning model that has its
  * answer and keeps verifying: the tail a probe-based early exit (`</think> \boxed{`) can save. */
-export function completionOf(p: ArithProblem, rng?: { next(): number }, opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 }): string {
+export function completionOf(
+  p: ArithProblem,
+  rng?: { next(): number },
+  opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 },
+): string {
   return renderCompletion(thoughtLines(p, rng, opts), p.answer);
 }
 
@@ -53,9 +67,19 @@ export function renderThought(lines: { steps: string[]; checks: string[] }): str
 }
 
 /** The lines of a thought (see completionOf): the steps, and the check lines that follow the answer. */
-export function thoughtLines(p: ArithProblem, rng?: { next(): number }, opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 }): { steps: string[]; checks: string[] } {
+export function thoughtLines(
+  p: ArithProblem,
+  rng?: { next(): number },
+  opts: RandomStepsOptions = { splitProducts: 0.5, splitSums: 0.5 },
+): { steps: string[]; checks: string[] } {
   const ss = rng ? randomSteps(parse(p.expression), rng, opts) : p.steps;
-  return { steps: ss.map(renderStep), checks: ss.slice().reverse().map((s) => `check: ${renderStep(checkStep(s))}`) };
+  return {
+    steps: ss.map(renderStep),
+    checks: ss
+      .slice()
+      .reverse()
+      .map((s) => `check: ${renderStep(checkStep(s))}`),
+  };
 }
 
 export interface ProblemSetOptions {
@@ -75,14 +99,16 @@ export function problemSet(opts: ProblemSetOptions): ArithProblem[] {
   const lv = opts.levels ?? levels;
   const unique = opts.unique ?? split !== "train";
   if (!Number.isInteger(n) || n < 0) throw new Error(`problemSet: n must be a non-negative integer, got ${n}`);
-  if (lv.length === 0 || !lv.every((l) => isLevel(l))) throw new Error(`problemSet: levels must be in 1..5, got ${JSON.stringify(lv)}`);
+  if (lv.length === 0 || !lv.every((l) => isLevel(l)))
+    throw new Error(`problemSet: levels must be in 1..5, got ${JSON.stringify(lv)}`);
   const rng = new Rng(seed).fork(`arith/${split}`);
   const seen = new Set<string>();
   const out: ArithProblem[] = [];
   for (let i = 0; i < n; i++) {
     const level = lv[i % lv.length];
     for (let attempt = 0; ; attempt++) {
-      if (attempt > 1_000_000) throw new Error(`problemSet: level ${level} of split ${split} ran out of distinct problems at ${i} of ${n}`);
+      if (attempt > 1_000_000)
+        throw new Error(`problemSet: level ${level} of split ${split} ran out of distinct problems at ${i} of ${n}`);
       const expression = render(sampleExpr(rng, level));
       if (splitOf(expression) !== split || (unique && seen.has(expression))) continue;
       seen.add(expression);
