@@ -59,6 +59,8 @@ export interface StreamDelta {
   probe?: ProbeCapture;
   /** Set on the sample's last delta. */
   finishReason?: FinishReason;
+  /** On the last delta of a sample that a stop string or stop token id (eos included) ended: which. */
+  stoppedBy?: string | number;
 }
 
 export interface SampleOutput {

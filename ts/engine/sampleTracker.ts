@@ -88,6 +88,7 @@ export class SampleTracker {
     if (probe) delta.probe = probe;
     else if (s.hidden) delta.hidden = s.hidden;
     if (this.finishReason !== null) delta.finishReason = this.finishReason;
+    if (this.stoppedBy !== undefined) delta.stoppedBy = this.stoppedBy;
     return delta;
   }
 

@@ -190,6 +190,7 @@ function mergeDeltas(deltas: readonly StreamDelta[]): StreamDelta {
     merged.text += d.text;
     if (d.logprobs) (merged.logprobs ??= []).push(...d.logprobs);
     if (d.finishReason !== undefined) merged.finishReason = d.finishReason;
+    if (d.stoppedBy !== undefined) merged.stoppedBy = d.stoppedBy;
   }
   return merged;
 }

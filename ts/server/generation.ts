@@ -28,6 +28,8 @@ export interface SampleEvent {
   content: string;
   logprobs?: TokenLogprob[];
   finishReason?: FinishReason;
+  /** vLLM's stop_reason, on the last event: the stop string or the stop token id that ended the sample (eos: none). */
+  stopReason?: string | number;
 }
 export type GenerationEvent = SampleEvent | { kind: "error"; error: unknown };
 
@@ -51,6 +53,15 @@ interface SampleState {
   /** Tokens forwarded over all sources (the client's completion tokens). */
   tokens: number;
   reasoningTokens: number;
+  /** While thinking: the thought's tokens so far (decoded once, when it closes, to size its text). */
+  thoughtIds: number[];
+  /** Characters of thought text the client has been sent. */
+  reasoningChars: number;
+  /** After the close: characters of the text still to come that belong to the thought. The engine holds text back
+   *  while it could still grow into a stop string, so a thought's last characters may arrive after its end token. */
+  reasoningCharsOwed: number;
+  /** What stopped the sample, when a stop string or a stop token id did (vLLM's stop_reason; eos is none). */
+  stopReason?: string | number;
 }
 
 export interface GenerationOptions {
@@ -60,7 +71,7 @@ export interface GenerationOptions {
   promptOpensThought: boolean;
   /** Close each sample's thought once it holds this many tokens. */
   thinkingBudget?: number;
-  codec: { decode(ids: readonly number[]): string } | null;
+  codec: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string } | null;
 }
 
 export class Generation {
@@ -96,6 +107,9 @@ export class Generation {
         closed: false,
         tokens: 0,
         reasoningTokens: 0,
+        thoughtIds: [],
+        reasoningChars: 0,
+        reasoningCharsOwed: 0,
       });
     }
     this.watch(handle, true);
@@ -135,6 +149,10 @@ export class Generation {
   }
   finishReasons(): Array<FinishReason | undefined> {
     return this.samples.map((s) => s.finishReason);
+  }
+  /** Per sample, the stop string or stop token id that ended it (undefined: eos, length, abort, or still running). */
+  stopReasons(): Array<string | number | undefined> {
+    return this.samples.map((s) => s.stopReason);
   }
 
   /** Stops every sample at the next engine step; their pages are freed and they finish "aborted". */
@@ -189,14 +207,18 @@ export class Generation {
     }
   }
 
-  private forward(index: number, d: StreamDelta): void {
+  /** synthetic: a close of the thought by this server (its source stops here; its held-back text never comes). */
+  private forward(index: number, d: StreamDelta, synthetic = false): void {
     const s = this.samples[index];
     if (s.finished) return;
     s.source.forwarded += d.tokens.length;
-    const { reasoning, content } = this.split(s, d.tokens, d.text);
+    const { reasoning, content } = this.split(s, d.tokens, d.text, synthetic);
     s.tokens += d.tokens.length;
     s.finished = d.finishReason !== undefined;
     s.finishReason = d.finishReason;
+    // vLLM's stop_reason: a stop string, or a stop token id the request asked for (eos is no stop_reason).
+    const by = d.stoppedBy;
+    if (typeof by === "string" || (by !== undefined && this.request.stopTokenIds?.includes(by))) s.stopReason = by;
     this.emit({
       kind: "tokens",
       index,
@@ -205,30 +227,54 @@ export class Generation {
       content,
       logprobs: d.logprobs,
       finishReason: d.finishReason,
+      stopReason: s.stopReason,
     });
     const budget = this.options.thinkingBudget;
     if (!s.finished && s.inReasoning && budget !== undefined && s.reasoningTokens >= budget) this.closeThought(index);
   }
 
-  /** Splits a step's tokens and text between the thought and the answer, and counts the thought's tokens. */
-  private split(s: SampleState, tokens: number[], text: string): { reasoning: string; content: string } {
+  /**
+   * Splits a step's tokens and text between the thought and the answer, and counts the thought's tokens. The split
+   * is by position in the sample's text, not by delta: the thought's text is what its tokens decode to, however the
+   * stream happened to cut it (a stop string's hold-back delays the thought's last characters past its end token).
+   */
+  private split(
+    s: SampleState,
+    tokens: number[],
+    text: string,
+    synthetic: boolean,
+  ): { reasoning: string; content: string } {
     const think = this.options.think;
     if (think === null) return { reasoning: "", content: text };
     if (!s.inReasoning && !s.closed && s.tokens === 0 && tokens[0] === think.start) s.inReasoning = true;
-    if (!s.inReasoning) return { reasoning: "", content: text };
-    const end = tokens.indexOf(think.end);
-    if (end < 0) {
-      s.reasoningTokens += tokens.length;
-      return { reasoning: text, content: "" };
+    if (s.inReasoning) {
+      const end = tokens.indexOf(think.end);
+      if (end < 0) {
+        for (const t of tokens) s.thoughtIds.push(t);
+        s.reasoningTokens += tokens.length;
+        s.reasoningChars += text.length;
+        return { reasoning: text, content: "" };
+      }
+      for (let i = 0; i < end; i++) s.thoughtIds.push(tokens[i]);
+      s.inReasoning = false;
+      s.closed = true;
+      s.reasoningTokens += end + 1;
+      const codec = this.options.codec;
+      const thought = codec === null ? null : codec.decode(s.thoughtIds, { skipSpecialTokens: true });
+      s.thoughtIds = [];
+      if (synthetic) {
+        // Closed here: the source's held-back thought text never comes, so the client gets it now.
+        const rest = thought === null ? "" : thought.slice(s.reasoningChars);
+        s.reasoningChars += rest.length;
+        return { reasoning: rest + text, content: "" };
+      }
+      s.reasoningCharsOwed = thought === null ? text.length : Math.max(0, thought.length - s.reasoningChars);
     }
-    s.inReasoning = false;
-    s.closed = true;
-    s.reasoningTokens += end + 1;
-    // The thought's text is what its tokens decode to; the rest of the step's text is the answer's.
-    const before = end === 0 || this.options.codec === null ? "" : this.options.codec.decode(tokens.slice(0, end));
-    return text.startsWith(before)
-      ? { reasoning: before, content: text.slice(before.length) }
-      : { reasoning: text, content: "" };
+    if (s.reasoningCharsOwed === 0) return { reasoning: "", content: text };
+    const reasoning = text.slice(0, s.reasoningCharsOwed);
+    s.reasoningCharsOwed -= reasoning.length;
+    s.reasoningChars += reasoning.length;
+    return { reasoning, content: text.slice(reasoning.length) };
   }
 
   private closeThought(index: number): boolean {
@@ -240,7 +286,7 @@ export class Generation {
     // The client has seen `parent.forwarded` tokens of this source: the thought closes right after them.
     const synthetic: StreamDelta = { sample: 0, tokens: [think.end], text: "" };
     if (left < 1) {
-      this.forward(index, { ...synthetic, finishReason: "length" });
+      this.forward(index, { ...synthetic, finishReason: "length" }, true);
       this.abortSource(parent);
       return true;
     }
@@ -260,7 +306,7 @@ export class Generation {
       return false;
     }
     const childPrompt = parent.promptLength + parent.forwarded + 1;
-    this.forward(index, synthetic); // the client sees the thought close (counted on the parent, which ends here)
+    this.forward(index, synthetic, true); // the client sees the thought close (counted on the parent, which ends here)
     s.source = { handle: child, sample: 0, promptLength: childPrompt, forwarded: 0 };
     this.abortSource(parent);
     this.watch(child);

@@ -9,15 +9,22 @@ import type { FinishReason, TokenLogprob } from "../engine/index.js";
 export const newId = (prefix: string): string => `${prefix}-${randomUUID().replaceAll("-", "")}`;
 export const nowSeconds = (): number => Math.floor(Date.now() / 1000);
 
-/** vLLM's finish reasons; DeepConf's low-confidence stop is a "stop" whose stop_reason says why. */
-export function finishReasonOf(r: FinishReason | undefined): {
+/**
+ * vLLM's finish reasons: a "stop" carries the stop string or stop token id that ended it as stop_reason (null at eos);
+ * DeepConf's low-confidence stop is a "stop" whose stop_reason says why.
+ */
+export function finishReasonOf(
+  r: FinishReason | undefined,
+  stopReason?: string | number,
+): {
   finish_reason: string | null;
-  stop_reason: string | null;
+  stop_reason: string | number | null;
 } {
   switch (r) {
     case undefined:
       return { finish_reason: null, stop_reason: null };
     case "stop":
+      return { finish_reason: r, stop_reason: stopReason ?? null };
     case "length":
       return { finish_reason: r, stop_reason: null };
     case "aborted":
