@@ -3,9 +3,13 @@
 // client process would not) and through the in-process engine (engine.submit, deltas iterated), side by side in one
 // run, at 1, 8, 32 and 128 concurrent clients: generated tokens/s, TTFT and inter-token latency P50 / P99, and the
 // HTTP/in-process ratios. Then 1,000 streaming requests of which about half disconnect at a random chunk: every
-// page must be free afterwards and every stream that stayed must end in [DONE] with no error.
+// page must be free afterwards and every stream that stayed must end in [DONE] with no error. Then the event loop
+// under big bodies: 8 streaming clients while big chat bodies (--big-bytes, each size --big-count times, one after
+// another) arrive, with the server's event-loop delay sampled (perf_hooks monitorEventLoopDelay, 10 ms resolution):
+// its p99 and max while they mix (target: max <= 100 ms), and what each big body got back.
 //   npm run bench:server -- [--model DIR | --preset smollm-135m] [--clients 1,8,32,128] [--tokens 128]
-//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--threads N] [--device cpu|cuda] [--lengths fixed|mixed] [--json]
+//     [--per-client 4] [--repeats 3] [--disconnects 1000] [--big-bytes 8000000] [--big-count 3] [--threads N]
+//     [--device cpu|cuda] [--lengths fixed|mixed] [--json]
 // Workload: chat prompts of arithmetic questions (the chat template rendered and tokenized per request on both
 // paths, as an embedding user would) on the bundled tiny reasoner (default) or another model, T = 1 with a seed per
 // request (--lengths mixed, the default: request i generates between half and one and a half times --tokens, the
@@ -18,6 +22,7 @@
 // --preset smollm-135m (a generated SmolLM-135M-shaped checkpoint) shows it beside a step of realistic cost.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
@@ -34,6 +39,8 @@ const { values } = parseArgs({
     tokens: { type: "string", default: "128" },
     repeats: { type: "string", default: "3" },
     disconnects: { type: "string", default: "1000" },
+    "big-bytes": { type: "string", default: "8000000" },
+    "big-count": { type: "string", default: "3" },
     model: { type: "string" },
     preset: { type: "string" },
     "per-client": { type: "string", default: "4" },
@@ -392,6 +399,52 @@ async function disconnectStorm(total: number): Promise<{
 }
 const storm = DISCONNECTS > 0 ? await disconnectStorm(DISCONNECTS) : null;
 
+/** One chat body of about `bytes` bytes (a long user message); resolves with the status and the time to answer. */
+function bigRequest(bytes: number): Promise<{ bytes: number; status: number; ms: number; message: string }> {
+  const filler = "7*(8+5)-19 ".repeat(Math.ceil(bytes / 11)).slice(0, bytes);
+  const body = JSON.stringify({ model: SERVED, messages: [{ role: "user", content: filler }], max_tokens: 8 });
+  const start = performance.now();
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      `${url}/v1/chat/completions`,
+      { method: "POST", headers: { "content-type": "application/json" } },
+      (res) => {
+        let text = "";
+        res.on("data", (b: Buffer) => (text += b.toString()));
+        res.on("end", () => {
+          const message = (/"message":"([^"]{0,160})/.exec(text)?.[1] ?? "").replace(/\\n/g, " ");
+          resolve({ bytes: body.length, status: res.statusCode ?? 0, ms: performance.now() - start, message });
+        });
+      },
+    );
+    // A server that answers before reading the whole body may close the socket under the write: that is an answer.
+    req.on("error", (e) =>
+      resolve({ bytes: body.length, status: 0, ms: performance.now() - start, message: String(e) }),
+    );
+    req.end(body);
+  });
+}
+
+/** The event loop's delay while 8 streaming clients run and the big bodies arrive one after another. */
+async function eventLoopUnderBigBodies(): Promise<{
+  p99Ms: number;
+  maxMs: number;
+  big: Array<{ bytes: number; status: number; ms: number; message: string }>;
+  streamed: Run;
+}> {
+  const sizes = values["big-bytes"].split(",").map(Number);
+  const count = Number(values["big-count"]);
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  const normal = overHttp(8, 64, 900_000, 64);
+  const big = [];
+  for (const bytes of sizes) for (let i = 0; i < count; i++) big.push(await bigRequest(bytes));
+  const streamed = await normal;
+  delay.disable();
+  return { p99Ms: delay.percentile(99) / 1e6, maxMs: delay.max / 1e6, big, streamed };
+}
+const loop = Number(values["big-count"]) > 0 ? await eventLoopUnderBigBodies() : null;
+
 await clients.terminate();
 await server.close();
 await engine.dispose();
@@ -416,6 +469,7 @@ const out = {
   rows,
   summary,
   storm,
+  eventLoop: loop,
 };
 const stem = `bench/server-${SERVED}${THREADS === null ? "" : `-threads${THREADS}`}${MIXED ? "" : "-fixed"}`;
 if (values.json) writeFileSync(`${stem}.json`, `${JSON.stringify(out, null, 1)}\n`);
@@ -445,6 +499,10 @@ const lines = [
   "",
   storm
     ? `Disconnect storm: ${storm.requests} requests (32 at a time, 64 tokens), ${storm.abandoned} abandoned mid-stream, ${storm.completed} completed, ${storm.errors} streams with an error or no [DONE]; afterwards ${storm.pagesUsedAfter} KV pages in use and ${storm.runningAfter} sequences running.`
+    : "",
+  "",
+  loop
+    ? `Event loop under big bodies: 8 streaming clients (64 requests, 64 tokens each: ${loop.streamed.errors} stream errors, TTFT P99 ${percentileNearestRank(loop.streamed.ttftMs, 99).toFixed(1)} ms) while ${loop.big.length} big chat bodies arrived one after another; the server's event-loop delay p99 ${loop.p99Ms.toFixed(1)} ms, max ${loop.maxMs.toFixed(1)} ms (target: max <= 100 ms). Big bodies: ${loop.big.map((b) => `${(b.bytes / 1e6).toFixed(1)} MB -> ${b.status} in ${b.ms.toFixed(0)} ms`).join("; ")}${loop.big[0]?.message ? ` (first answer: "${loop.big[0].message}")` : ""}.`
     : "",
 ];
 console.log(lines.join("\n"));
