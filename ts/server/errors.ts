@@ -83,11 +83,23 @@ export function fromDeliberateError(e: DeliberateError, promptParam = "prompt"):
 }
 
 /**
+ * A route schema's failure on its way through fastify, which stamps `code` (FST_ERR_VALIDATION) and `statusCode` on
+ * the error a validator returns: the ApiError rides inside, untouched, and toApiError unwraps it.
+ */
+export class BodyValidationError extends Error {
+  readonly statusCode = 400;
+  constructor(readonly apiError: ApiError) {
+    super(apiError.message);
+  }
+}
+
+/**
  * Any thrown value as an ApiError: ApiErrors as they are, DeliberateErrors by their code, an Error from a fastify
  * body parser as a 400, else a 500.
  */
 export function toApiError(e: unknown): ApiError {
   if (e instanceof ApiError) return e;
+  if (e instanceof BodyValidationError) return e.apiError;
   if (e instanceof DeliberateError) return fromDeliberateError(e);
   const err = e as { statusCode?: number; message?: string; code?: string };
   if (typeof err?.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
@@ -101,3 +113,6 @@ export function toApiError(e: unknown): ApiError {
     "internal_error",
   );
 }
+
+/** The OpenAI error body of any thrown value (an error event inside a stream). */
+export const errorPayload = (e: unknown): Record<string, unknown> => toApiError(e).body();

@@ -3,7 +3,8 @@
 // their neutral value and rejected otherwise, naming the field. Every failure is a 400 naming the field (`param`).
 import { z } from "zod";
 import { field as rule } from "../options/validate.js";
-import { badRequest } from "./errors.js";
+import type { FastifySchemaCompiler } from "fastify";
+import { ApiError, badRequest, BodyValidationError } from "./errors.js";
 
 // rule(): a scalar whose rule is one sentence ("expected ..."), as the library's own options say it (the library's
 // field(), so both speak alike).
@@ -199,12 +200,16 @@ export type ChatBody = z.output<typeof chatSchema>;
 export type CompletionBody = z.output<typeof completionSchema>;
 export type ChatMessageBody = z.output<typeof message>;
 
-/** Parses a body; the first failure is a 400 whose `param` is the field's path as the client wrote it. */
-export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
+export type TokenizeBody = z.output<typeof tokenizeSchema>;
+export type DetokenizeBody = z.output<typeof detokenizeSchema>;
+export type ControlBody = z.output<typeof controlSchema>;
+
+/** Checks a body; the first failure is a 400 whose `param` is the field's path as the client wrote it. */
+export function checkBody<S extends z.ZodType>(schema: S, body: unknown): { value: z.output<S> } | { error: ApiError } {
   if (body === null || typeof body !== "object" || Array.isArray(body))
-    throw badRequest("the request body must be a JSON object");
+    return { error: badRequest("the request body must be a JSON object") };
   const r = schema.safeParse(body);
-  if (r.success) return r.data;
+  if (r.success) return { value: r.data };
   const issue = r.error.issues[0];
   const param = issue.path.reduce<string>(
     (s, k) => (typeof k === "number" ? `${s}[${k}]` : s === "" ? String(k) : `${s}.${String(k)}`),
@@ -218,5 +223,23 @@ export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.outp
     issue.code === "unrecognized_keys"
       ? `${param === "" ? "" : `${param}: `}${issue.message}`
       : `${param || "body"} is ${shown}; ${issue.message}`;
-  throw badRequest(message, param === "" ? null : param);
+  return { error: badRequest(message, param === "" ? null : param) };
 }
+
+/** Parses a body (checkBody), throwing its 400. */
+export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
+  const r = checkBody(schema, body);
+  if ("error" in r) throw r.error;
+  return r.value;
+}
+
+/**
+ * fastify's validator compiler over these schemas: a route declares `schema: { body: chatSchema }` and its handler
+ * gets the parsed body; a failure reaches the error handler as checkBody's 400 (wrapped: see BodyValidationError).
+ */
+export const zodValidatorCompiler: FastifySchemaCompiler<z.ZodType> =
+  ({ schema }) =>
+  (data) => {
+    const r = checkBody(schema, data);
+    return "error" in r ? { error: new BodyValidationError(r.error) } : r;
+  };

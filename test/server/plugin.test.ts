@@ -1,0 +1,110 @@
+// deliberatePlugin mounted in a host's own fastify app: the host's `app.close()` drains the plugin's requests in
+// flight (its onClose hook): requests without a socket (inject) and work no response waits on any more (a client that
+// left mid-stream) included.
+import { request as httpRequest } from "node:http";
+import Fastify, { type FastifyInstance } from "fastify";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bundledModelDir, Engine, loadModel, type Model } from "../../ts/index.js";
+import { deliberatePlugin, ServerState } from "../../ts/server/index.js";
+
+let model: Model;
+let engine: Engine;
+
+beforeAll(async () => {
+  model = await loadModel(bundledModelDir);
+  engine = new Engine({ models: { model } });
+}, 60_000);
+
+afterAll(async () => {
+  await engine?.dispose();
+  model?.dispose();
+});
+
+const chatBody = (seed: number): string =>
+  JSON.stringify({
+    model: "tiny-reasoner",
+    messages: [{ role: "user", content: "What is 7*(8+5)-19?" }],
+    temperature: 1,
+    seed,
+    max_tokens: 100,
+    ignore_eos: true,
+    stream: true,
+  });
+
+async function until(ok: () => boolean, what: string, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function hostApp(): Promise<{ app: FastifyInstance; state: ServerState }> {
+  const app = Fastify();
+  const target = { engine, model, modelDir: bundledModelDir };
+  const state = new ServerState({ target });
+  await app.register(deliberatePlugin, { target, state });
+  return { app, state };
+}
+
+/** Streams a chat completion; resolves once `chunks` data events came, with the response's full text to come. */
+function stream(url: string, seed: number, chunks: number): Promise<{ rest: Promise<string>; leave: () => void }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      `${url}/v1/chat/completions`,
+      { method: "POST", headers: { "content-type": "application/json" } },
+      (res) => {
+        let text = "";
+        let seen = 0;
+        const rest = new Promise<string>((done, fail) => {
+          res.on("end", () => done(text));
+          res.on("error", fail);
+        });
+        rest.catch(() => undefined);
+        res.on("data", (b: Buffer) => {
+          text += b.toString();
+          if (++seen === chunks) resolve({ rest, leave: () => req.destroy() });
+        });
+      },
+    );
+    req.on("error", reject);
+    req.end(chatBody(seed));
+  });
+}
+
+describe("deliberatePlugin in a host app", () => {
+  it("app.close() waits for a request in flight without a socket (inject)", async () => {
+    const { app, state } = await hostApp();
+    let answered = false;
+    const response = app
+      .inject({ method: "POST", url: "/v1/chat/completions", payload: { ...JSON.parse(chatBody(3)), stream: false } })
+      .then((r) => {
+        answered = true;
+        return r;
+      });
+    await until(() => state.live.size === 1, "the request to start");
+    await app.close();
+    expect(answered).toBe(true);
+    expect(state.draining).toBe(true);
+    const r = await response;
+    expect(r.statusCode).toBe(200);
+    expect(r.body).toContain('"finish_reason":"length"');
+  });
+
+  it("app.close() drains: a stream in flight completes, a client that left has its request aborted first", async () => {
+    const { app, state } = await hostApp();
+    const url = await app.listen({ port: 0, host: "127.0.0.1" });
+    const staying = await stream(url, 1, 2);
+    const leaving = await stream(url, 2, 2);
+    leaving.leave();
+    await app.close();
+    // Closed means idle: no generation is live, the engine runs nothing and holds no pages.
+    expect(state.live.size).toBe(0);
+    expect(engine.metrics().running + engine.metrics().waiting).toBe(0);
+    expect(engine.metrics().models[0].kvPagesUsed).toBe(0);
+    expect(state.draining).toBe(true);
+    const text = await staying.rest;
+    expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
+    expect(text).toContain('"finish_reason":"length"');
+  });
+});

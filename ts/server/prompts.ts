@@ -1,0 +1,81 @@
+// Request bodies as token prompts: a chat through the model's template, completion prompts (text or token ids), and
+// max_tokens resolved against the context as vLLM resolves it (its words in the 400).
+import type { ChatMessage } from "../model/chatTemplate.js";
+import { badRequest } from "./errors.js";
+import type { ChatBody, ChatMessageBody, CompletionBody } from "./schemas.js";
+import type { ServerState, ServeTarget } from "./state.js";
+
+/** Text of a message's content (string or text parts). */
+export function textOf(m: ChatMessageBody, i: number): string {
+  if (m.content === null || m.content === undefined) {
+    if (m.role === "assistant") return "";
+    throw badRequest(`messages[${i}].content is missing; expected a string`, `messages[${i}].content`);
+  }
+  return typeof m.content === "string" ? m.content : m.content.map((p) => p.text).join("");
+}
+
+export function chatPrompt(
+  state: ServerState,
+  t: ServeTarget,
+  body: ChatBody,
+  closeThought: boolean,
+): { ids: number[]; question: string; opensThought: boolean } {
+  const tok = t.model.tokenizer;
+  if (tok.chatTemplate === null)
+    throw badRequest(
+      `model ${state.servedName} has no chat template; use POST /v1/completions with a prompt`,
+      "messages",
+    );
+  const messages: ChatMessage[] = body.messages.map((m, i) => ({
+    role: m.role === "developer" ? "system" : m.role,
+    content: textOf(m, i),
+  }));
+  let ids: number[];
+  try {
+    ids = tok.encodeChat(messages, { variables: body.chat_template_kwargs ?? undefined });
+  } catch (e) {
+    throw badRequest((e as Error).message, "messages");
+  }
+  const think = state.think;
+  if (closeThought && think !== null)
+    ids = ids[ids.length - 1] === think.start ? [...ids, think.end] : [...ids, think.start, think.end];
+  const lastUser = [...messages].reverse().find((m) => m.role === "user");
+  return {
+    ids,
+    question: lastUser?.content ?? messages[messages.length - 1].content,
+    opensThought: think !== null && ids[ids.length - 1] === think.start,
+  };
+}
+
+export function completionPrompts(t: ServeTarget, prompt: CompletionBody["prompt"]): number[][] {
+  const tok = t.model.tokenizer;
+  if (typeof prompt === "string") return [tok.encode(prompt)];
+  if (prompt.every((p) => typeof p === "number")) return [prompt as number[]];
+  return (prompt as Array<string | number[]>).map((p) => (typeof p === "string" ? tok.encode(p) : p));
+}
+
+/** max_tokens as vLLM resolves it: asked, else what the context leaves; over the context is a 400 in vLLM's words. */
+export function resolveMaxTokens(
+  t: ServeTarget,
+  promptTokens: number,
+  asked: number | null | undefined,
+  what: "messages" | "prompt",
+): number {
+  const ctx = t.model.contextLength;
+  if (promptTokens >= ctx) {
+    throw badRequest(
+      `This model's maximum context length is ${ctx} tokens. However, your request has ${promptTokens} input tokens. Please reduce the length of the input ${what}.`,
+      what,
+      "context_length_exceeded",
+    );
+  }
+  if (asked === null || asked === undefined) return ctx - promptTokens;
+  if (promptTokens + asked > ctx) {
+    throw badRequest(
+      `This model's maximum context length is ${ctx} tokens. However, you requested ${promptTokens + asked} tokens (${promptTokens} in the ${what}, ${asked} in the completion). Please reduce the length of the ${what} or completion.`,
+      "max_tokens",
+      "context_length_exceeded",
+    );
+  }
+  return asked;
+}

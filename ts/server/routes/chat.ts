@@ -1,0 +1,135 @@
+// POST /v1/chat/completions: one generation of n samples through the model's chat template, streamed or not, its
+// thought split into `reasoning`; a body with `program` runs a reasoning program instead (./program.ts).
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { badRequest, errorPayload } from "../errors.js";
+import { abortOnDisconnect, recordFinished, Timing } from "../lifecycle.js";
+import { chatPrompt, resolveMaxTokens } from "../prompts.js";
+import { EFFORT_BUDGET, engineRequest, startGeneration } from "../sampling.js";
+import { chatSchema, type ChatBody } from "../schemas.js";
+import { checkModel, checkQueue, STATE_DECORATOR, type ServerState } from "../state.js";
+import { chatLogprobs, finishReasonOf, newId, nowSeconds, SseWriter, usageOf } from "../wire.js";
+import { runProgram } from "./program.js";
+
+export function chatRoutes(app: FastifyInstance): void {
+  const state = app.getDecorator<ServerState>(STATE_DECORATOR);
+  app.post<{ Body: ChatBody }>("/v1/chat/completions", { schema: { body: chatSchema } }, (request, reply) =>
+    chatCompletions(state, request, reply),
+  );
+}
+
+async function chatCompletions(
+  state: ServerState,
+  request: FastifyRequest<{ Body: ChatBody }>,
+  reply: FastifyReply,
+): Promise<unknown> {
+  const body = request.body;
+  const t = state.serving();
+  checkModel(state, body.model);
+  if (body.program !== undefined) return runProgram(state, t, body, request, reply);
+  checkQueue(state, t);
+  const effort = body.reasoning_effort ?? undefined;
+  const budget = body.thinking_token_budget ?? (effort === undefined ? undefined : EFFORT_BUDGET[effort]);
+  const prompt = chatPrompt(state, t, body, budget === 0);
+  const maxTokens = resolveMaxTokens(t, prompt.ids.length, body.max_completion_tokens ?? body.max_tokens, "messages");
+  const wantLogprobs = body.logprobs === true;
+  if (!wantLogprobs && body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs > 0) {
+    throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
+  }
+  const req = engineRequest(t, body, prompt.ids, maxTokens, wantLogprobs ? (body.top_logprobs ?? 0) : undefined);
+  const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget, "messages");
+  const id = newId("chatcmpl");
+  const created = nowSeconds();
+  const model = state.servedName;
+  const includeReasoning = body.include_reasoning !== false;
+  const decode = (tok: number): string => t.model.tokenizer.decode([tok], { skipSpecialTokens: false });
+  const timing = new Timing();
+  state.live.set(id, gen);
+  abortOnDisconnect(reply, () => gen.abort());
+  const usage = (): Record<string, unknown> =>
+    usageOf({
+      promptTokens: gen.promptLength,
+      completionTokens: gen.completionTokens,
+      cachedTokens: gen.cachedTokens,
+      reasoningTokens: gen.reasoningTokens,
+    });
+
+  const work = state.track(
+    (async () => {
+      if (body.stream) {
+        reply.hijack();
+        const sse = new SseWriter(reply.raw);
+        // The fields every chunk repeats, serialized once: a token's chunk costs one small JSON.stringify.
+        const head = `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":`;
+        const continuous = body.stream_options?.continuous_usage_stats === true;
+        const chunk = (choices: unknown[]): void =>
+          sse.raw(`${head}${JSON.stringify(choices)}${continuous ? `,"usage":${JSON.stringify(usage())}` : ""}}`);
+        for (let i = 0; i < gen.n; i++)
+          chunk([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
+        for await (const e of gen.stream()) {
+          if (e.kind === "error") {
+            sse.data(errorPayload(e.error));
+            break;
+          }
+          if (e.tokens.length > 0) timing.token(state.metrics!, e.index);
+          const delta: Record<string, unknown> = {};
+          if (e.reasoning !== "" && includeReasoning) {
+            delta.reasoning = e.reasoning;
+            delta.reasoning_content = e.reasoning;
+          }
+          if (e.content !== "") delta.content = e.content;
+          const fr = finishReasonOf(e.finishReason);
+          if (Object.keys(delta).length === 0 && fr.finish_reason === null && !(wantLogprobs && e.logprobs?.length))
+            continue;
+          chunk([
+            {
+              index: e.index,
+              delta,
+              logprobs: wantLogprobs && e.logprobs ? { content: chatLogprobs(e.logprobs, decode) } : null,
+              ...fr,
+            },
+          ]);
+        }
+        if (body.stream_options?.include_usage)
+          sse.data({ id, object: "chat.completion.chunk", created, model, choices: [], usage: usage() });
+        sse.done();
+        return undefined;
+      }
+      const acc = Array.from({ length: gen.n }, () => ({
+        reasoning: "",
+        content: "",
+        logprobs: [] as Array<Record<string, unknown>>,
+      }));
+      const finishes: Array<ReturnType<typeof finishReasonOf>> = Array.from({ length: gen.n }, () =>
+        finishReasonOf(undefined),
+      );
+      for await (const e of gen.stream()) {
+        if (e.kind === "error") throw e.error;
+        if (e.tokens.length > 0) timing.token(state.metrics!, e.index);
+        const a = acc[e.index];
+        a.reasoning += e.reasoning;
+        a.content += e.content;
+        if (wantLogprobs && e.logprobs) a.logprobs.push(...chatLogprobs(e.logprobs, decode));
+        if (e.finishReason !== undefined) finishes[e.index] = finishReasonOf(e.finishReason);
+      }
+      return {
+        id,
+        object: "chat.completion",
+        created,
+        model,
+        choices: acc.map((a, i) => {
+          const message: Record<string, unknown> = { role: "assistant", content: a.content };
+          if (state.think !== null && includeReasoning) {
+            message.reasoning = a.reasoning === "" ? null : a.reasoning;
+            message.reasoning_content = message.reasoning;
+          }
+          return { index: i, message, logprobs: wantLogprobs ? { content: a.logprobs } : null, ...finishes[i] };
+        }),
+        usage: usage(),
+      };
+    })().finally(async () => {
+      state.live.delete(id);
+      await recordFinished(state, [gen], timing);
+    }),
+  );
+  return work;
+}
