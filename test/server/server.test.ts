@@ -543,15 +543,16 @@ describe("disconnects and metrics", () => {
     expect(
       get(after, `vllm:generation_tokens_total${label}`) - get(before, `vllm:generation_tokens_total${label}`),
     ).toBe(r.usage!.completion_tokens);
+    // vLLM counts each of n samples as a request of its own: the prompt twice, two latency samples.
     expect(get(after, `vllm:prompt_tokens_total${label}`) - get(before, `vllm:prompt_tokens_total${label}`)).toBe(
-      r.usage!.prompt_tokens,
+      2 * r.usage!.prompt_tokens,
     );
     const stop = `vllm:request_success_total{model_name="${MODEL}",finished_reason="stop"}`;
     expect(get(after, stop) - get(before, stop)).toBe(2);
     expect(
       get(after, `vllm:e2e_request_latency_seconds_count${label}`) -
         get(before, `vllm:e2e_request_latency_seconds_count${label}`),
-    ).toBe(1);
+    ).toBe(2);
     expect(get(after, `vllm:time_to_first_token_seconds_count${label}`)).toBeGreaterThan(0);
     expect(get(after, `vllm:inter_token_latency_seconds_count${label}`)).toBeGreaterThan(0);
     expect(get(after, `vllm:prefix_cache_queries_total${label}`)).toBeGreaterThan(0);

@@ -19,6 +19,10 @@ export interface ModelMetrics {
   kvSwapIns: number;
   /** Deterministic sequences the model's verifier tracks (0: no verifier exists, steps take the plain path). */
   verifyingSequences: number;
+  /** Steps by their tokens (prompt tokens computed + tokens sampled) in power-of-two bins (StepTokenCounts.bins). */
+  stepTokenBins: number[];
+  /** Tokens over all those steps. */
+  stepTokensSum: number;
 }
 
 export interface EngineMetrics {
@@ -99,5 +103,23 @@ export class ThroughputMeter {
       s.splice(0, this.head);
       this.head = 0;
     }
+  }
+}
+
+/**
+ * Tokens per step of one model (prompt tokens computed + tokens sampled: the rows of its forward), counted in
+ * power-of-two bins: bins[k] counts steps of 2^(k-1) < tokens <= 2^k (bins[0]: one token), so a histogram whose bounds
+ * are powers of two (vLLM's iteration_tokens_total) reads off them exactly, with no per-step list kept.
+ */
+export class StepTokenCounts {
+  readonly bins: number[] = [];
+  sum = 0;
+
+  record(tokens: number): void {
+    if (tokens <= 0) return;
+    const k = tokens === 1 ? 0 : 32 - Math.clz32(tokens - 1);
+    while (this.bins.length <= k) this.bins.push(0);
+    this.bins[k]++;
+    this.sum += tokens;
   }
 }

@@ -9,7 +9,7 @@ import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { ModelRunner, type SequenceSampling } from "./modelRunner.js";
 import type { EngineModel, ForwardResult, SampledToken, TextCodec } from "./modelTypes.js";
-import type { ModelMetrics } from "./metrics.js";
+import { StepTokenCounts, type ModelMetrics } from "./metrics.js";
 import type { DeterminismStats, SequenceEnd } from "./outputs.js";
 import { Scheduler, type ScheduledBatch, type SchedulerOptions } from "./scheduler.js";
 import type { Sequence } from "./sequence.js";
@@ -62,6 +62,7 @@ export class ModelSlot {
   /** Fast mode: deterministic requests need a verifier (batch-invariant mode runs every step on the fixed schedule). */
   readonly verifies: boolean;
   private readonly verifyOptions: VerifyOptions;
+  private readonly stepTokens = new StepTokenCounts();
 
   constructor(
     readonly name: string,
@@ -180,6 +181,10 @@ export class ModelSlot {
       }
     }
     this.collectPrefilled(out);
+    // The step's tokens (vLLM's iteration_tokens_total): prompt tokens computed plus tokens made final.
+    let tokens = out.promptTokens + decoded.seqs.length;
+    for (const c of out.committed) tokens += c.tokens.length;
+    this.stepTokens.record(tokens);
     return out;
   }
 
@@ -289,6 +294,8 @@ export class ModelSlot {
       kvSwapOuts: this.scheduler.numSwapOuts,
       kvSwapIns: this.scheduler.numSwapIns,
       verifyingSequences: this.verifier?.numTracked ?? 0,
+      stepTokenBins: this.stepTokens.bins.slice(),
+      stepTokensSum: this.stepTokens.sum,
     };
   }
 }

@@ -62,7 +62,10 @@ export class ServerState {
 
   ready(t: ServeTarget): void {
     this.target = t;
-    this.metrics = new ServerMetrics(t.engine, this.servedName, t.engineModel);
+    this.metrics = new ServerMetrics(t.engine, this.servedName, {
+      engineModel: t.engineModel,
+      maxModelLen: t.model.contextLength,
+    });
     this.factory = ProgramFactory.open({
       modelDir: t.modelDir,
       hiddenSize: t.model.config.hiddenSize,

@@ -70,7 +70,7 @@ async function chatCompletions(
             sse.data(errorPayload(e.error));
             break;
           }
-          if (e.tokens.length > 0) timing.token(state.metrics!, e.index);
+          if (e.tokens.length > 0) timing.token(state.metrics!, e.index, e.tokens.length);
           const delta: Record<string, unknown> = {};
           if (e.reasoning !== "" && includeReasoning) {
             delta.reasoning = e.reasoning;
@@ -104,7 +104,7 @@ async function chatCompletions(
       );
       for await (const e of gen.stream()) {
         if (e.kind === "error") throw e.error;
-        if (e.tokens.length > 0) timing.token(state.metrics!, e.index);
+        if (e.tokens.length > 0) timing.token(state.metrics!, e.index, e.tokens.length);
         const a = acc[e.index];
         a.reasoning += e.reasoning;
         a.content += e.content;
@@ -128,7 +128,7 @@ async function chatCompletions(
       };
     })().finally(async () => {
       state.live.delete(id);
-      await recordFinished(state, [gen], timing);
+      await recordFinished(state, [gen], timing, [maxTokens]);
     }),
   );
   return work;

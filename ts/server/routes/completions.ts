@@ -76,7 +76,7 @@ async function completions(
             break;
           }
           const index = g * n + e.index;
-          if (e.tokens.length > 0) timing.token(state.metrics!, index);
+          if (e.tokens.length > 0) timing.token(state.metrics!, index, e.tokens.length);
           const first = !offsets.has(index);
           const text = (first ? echoText[g] : "") + e.reasoning + e.content;
           const at = offsets.get(index) ?? 0;
@@ -113,7 +113,7 @@ async function completions(
       );
       for await (const { g, e } of events) {
         if (e.kind === "error") throw e.error;
-        if (e.tokens.length > 0) timing.token(state.metrics!, g * n + e.index);
+        if (e.tokens.length > 0) timing.token(state.metrics!, g * n + e.index, e.tokens.length);
         const c = choices[g * n + e.index];
         c.text += e.reasoning + e.content;
         if (e.logprobs) c.lp.push(...e.logprobs);
@@ -133,7 +133,7 @@ async function completions(
         })),
         usage: usage(),
       };
-    })().finally(() => recordFinished(state, gens, timing)),
+    })().finally(() => recordFinished(state, gens, timing, maxTokens)),
   );
 }
 

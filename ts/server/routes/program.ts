@@ -113,12 +113,9 @@ export async function runProgram(
       const finish = r.stopReason === "aborted" ? "abort" : "stop";
       const usage = usageOf({ promptTokens: prompt.ids.length, completionTokens: r.tokensUsed, cachedTokens: 0 });
       metrics.finished({
-        model,
+        n: 1,
         promptTokens: prompt.ids.length,
-        generationTokens: r.tokensUsed,
-        finishReasons: [finish],
-        e2eSeconds: timing.e2eSeconds,
-        queueSeconds: 0,
+        samples: [{ finishReason: finish, generationTokens: r.tokensUsed, e2eSeconds: timing.e2eSeconds }],
       });
       if (sse) {
         chunk([{ index: 0, delta: { content }, logprobs: null, finish_reason: finish, stop_reason: null }], {
