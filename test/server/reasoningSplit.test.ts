@@ -2,9 +2,11 @@
 // (whose hold-back delays the thought's last characters past its end token) never move thought text into the answer,
 // and a thought closed by the server (thinking budget) hands over its held-back text too. vLLM's stop_reason: the
 // stop string or stop token id that ended a sample.
+import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir, Engine, loadModel, type Model } from "../../ts/index.js";
 import { Generation, type ThinkTokens } from "../../ts/server/generation.js";
+import { createServer, type DeliberateServer } from "../../ts/server/index.js";
 
 let model: Model;
 let engine: Engine;
@@ -87,5 +89,51 @@ describe("reasoning split", () => {
     expect(withStop.reasoning).toBe(budgetOnly.reasoning);
     expect(withStop.content).toBe(budgetOnly.content);
     expect(budgetOnly.reasoning.length).toBeGreaterThan(0);
+  });
+});
+
+describe("over HTTP (the openai client)", () => {
+  let server: DeliberateServer;
+  let client: OpenAI;
+  beforeAll(async () => {
+    server = await createServer({ modelDir: bundledModelDir });
+    const url = await server.listen({ port: 0 });
+    for (let i = 0; i < 600 && server.state.target === null; i++) await new Promise((r) => setTimeout(r, 50));
+    client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
+  }, 60_000);
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  const ask = { model: "tiny-reasoner", messages: [{ role: "user" as const, content: "What is 9*13-6-19?" }] };
+  type Message = { content: string | null; reasoning?: string };
+
+  it("a stop string that never matches changes neither reasoning nor content; one that matches is stop_reason", async () => {
+    const plain = await client.chat.completions.create({ ...ask, temperature: 0, max_tokens: 120 });
+    const never = await client.chat.completions.create({
+      ...ask,
+      temperature: 0,
+      max_tokens: 120,
+      stop: ["zzzzzzzzzz"],
+    });
+    const plainMessage = plain.choices[0].message as Message;
+    expect((never.choices[0].message as Message).reasoning).toBe(plainMessage.reasoning);
+    expect(never.choices[0].message.content).toBe(plainMessage.content);
+    expect(plain.choices[0]).toMatchObject({ finish_reason: "stop", stop_reason: null });
+
+    const cut = await client.chat.completions.create({ ...ask, temperature: 0, max_tokens: 120, stop: ["boxed"] });
+    expect(cut.choices[0]).toMatchObject({ finish_reason: "stop", stop_reason: "boxed" });
+    expect((cut.choices[0].message as Message).reasoning).toBe(plainMessage.reasoning);
+
+    const stream = await client.chat.completions.create({
+      ...ask,
+      temperature: 0,
+      max_tokens: 120,
+      stop: ["boxed"],
+      stream: true,
+    });
+    let last: unknown;
+    for await (const chunk of stream) if (chunk.choices[0]?.finish_reason) last = chunk.choices[0];
+    expect(last).toMatchObject({ finish_reason: "stop", stop_reason: "boxed" });
   });
 });

@@ -77,7 +77,7 @@ async function chatCompletions(
             delta.reasoning_content = e.reasoning;
           }
           if (e.content !== "") delta.content = e.content;
-          const fr = finishReasonOf(e.finishReason);
+          const fr = finishReasonOf(e.finishReason, e.stopReason);
           if (Object.keys(delta).length === 0 && fr.finish_reason === null && !(wantLogprobs && e.logprobs?.length))
             continue;
           chunk([
@@ -109,7 +109,7 @@ async function chatCompletions(
         a.reasoning += e.reasoning;
         a.content += e.content;
         if (wantLogprobs && e.logprobs) a.logprobs.push(...chatLogprobs(e.logprobs, decode));
-        if (e.finishReason !== undefined) finishes[e.index] = finishReasonOf(e.finishReason);
+        if (e.finishReason !== undefined) finishes[e.index] = finishReasonOf(e.finishReason, e.stopReason);
       }
       return {
         id,

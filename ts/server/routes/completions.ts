@@ -81,7 +81,7 @@ async function completions(
           const text = (first ? echoText[g] : "") + e.reasoning + e.content;
           const at = offsets.get(index) ?? 0;
           offsets.set(index, at + text.length);
-          const fr = finishReasonOf(e.finishReason);
+          const fr = finishReasonOf(e.finishReason, e.stopReason);
           if (text === "" && fr.finish_reason === null) continue;
           sse.data({
             id,
@@ -117,7 +117,7 @@ async function completions(
         const c = choices[g * n + e.index];
         c.text += e.reasoning + e.content;
         if (e.logprobs) c.lp.push(...e.logprobs);
-        if (e.finishReason !== undefined) c.fr = finishReasonOf(e.finishReason);
+        if (e.finishReason !== undefined) c.fr = finishReasonOf(e.finishReason, e.stopReason);
       }
       return {
         id,
