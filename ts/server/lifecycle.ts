@@ -8,6 +8,11 @@ import { finishReasonOf } from "./wire.js";
 
 /** Aborts the generation when the client goes away before its response is complete. */
 export function abortOnDisconnect(reply: FastifyReply, abort: () => void): void {
+  // A client that left while its prompt was tokenized (off the event loop) sends no close event any more.
+  if (reply.raw.destroyed) {
+    abort();
+    return;
+  }
   reply.raw.on("close", () => {
     if (!reply.raw.writableFinished) abort();
   });

@@ -14,12 +14,13 @@ export function textOf(m: ChatMessageBody, i: number): string {
   return typeof m.content === "string" ? m.content : m.content.map((p) => p.text).join("");
 }
 
-export function chatPrompt(
+/** A chat body's prompt through the model's template (tokenized off the event loop when long: PromptEncoder). */
+export async function chatPrompt(
   state: ServerState,
   t: ServeTarget,
   body: ChatBody,
   closeThought: boolean,
-): { ids: number[]; question: string; opensThought: boolean } {
+): Promise<{ ids: number[]; question: string; opensThought: boolean }> {
   const tok = t.model.tokenizer;
   if (tok.chatTemplate === null)
     throw badRequest(
@@ -30,12 +31,14 @@ export function chatPrompt(
     role: m.role === "developer" ? "system" : m.role,
     content: textOf(m, i),
   }));
-  let ids: number[];
+  let text: string;
   try {
-    ids = tok.encodeChat(messages, { variables: body.chat_template_kwargs ?? undefined });
+    text = tok.applyChatTemplate(messages, { variables: body.chat_template_kwargs ?? undefined });
   } catch (e) {
     throw badRequest((e as Error).message, "messages");
   }
+  // The template writes any bos itself (as ModelTokenizer.encodeChat): no special tokens added.
+  let [ids] = await state.encoder!.encode([text], false);
   const think = state.think;
   if (closeThought && think !== null)
     ids = ids[ids.length - 1] === think.start ? [...ids, think.end] : [...ids, think.start, think.end];
@@ -47,11 +50,15 @@ export function chatPrompt(
   };
 }
 
-export function completionPrompts(t: ServeTarget, prompt: CompletionBody["prompt"]): number[][] {
-  const tok = t.model.tokenizer;
-  if (typeof prompt === "string") return [tok.encode(prompt)];
+/** A completion body's prompts as token ids: token ids as given, texts tokenized (together, off the loop when long). */
+export async function completionPrompts(state: ServerState, prompt: CompletionBody["prompt"]): Promise<number[][]> {
+  if (typeof prompt === "string") return state.encoder!.encode([prompt], true);
   if (prompt.every((p) => typeof p === "number")) return [prompt as number[]];
-  return (prompt as Array<string | number[]>).map((p) => (typeof p === "string" ? tok.encode(p) : p));
+  const prompts = prompt as Array<string | number[]>;
+  const texts = prompts.filter((p): p is string => typeof p === "string");
+  const encoded = await state.encoder!.encode(texts, true);
+  let next = 0;
+  return prompts.map((p) => (typeof p === "string" ? encoded[next++] : p));
 }
 
 /** max_tokens as vLLM resolves it: asked, else what the context leaves; over the context is a 400 in vLLM's words. */

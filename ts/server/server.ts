@@ -46,7 +46,7 @@ export function deliberatePlugin(
   });
   app.addHook("onClose", async () => {
     await state.drain();
-    state.close();
+    await state.close();
   });
 
   app.addHook("onRequest", async (request) => {

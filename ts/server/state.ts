@@ -9,6 +9,7 @@ import type { Task } from "../tasks/index.js";
 import { ApiError, modelNotFound, unavailable } from "./errors.js";
 import type { Generation, ThinkTokens } from "./generation.js";
 import { ServerMetrics } from "./metrics.js";
+import { PromptEncoder } from "./promptEncoder.js";
 
 /** The name the plugin decorates its fastify instance with. */
 export const STATE_DECORATOR = "deliberate";
@@ -50,6 +51,8 @@ export class ServerState {
   metrics: ServerMetrics | null = null;
   factory: ProgramFactory | null = null;
   think: ThinkTokens | null = null;
+  /** Tokenizes prompts, off the event loop when long. */
+  encoder: PromptEncoder | null = null;
   readonly live = new Map<string, Generation>();
   private readonly running = new Set<Promise<unknown>>();
   readonly programs = new Map<string, AbortController>();
@@ -73,6 +76,7 @@ export class ServerState {
       calibration: this.options.calibration,
       bundledDir: this.options.bundledDir,
     });
+    this.encoder = new PromptEncoder(t.model.tokenizer, t.modelDir);
     const start = t.model.tokenizer.tokenToId("<think>");
     const end = t.model.tokenizer.tokenToId("</think>");
     this.think = start !== undefined && end !== undefined ? { start, end } : null;
@@ -108,8 +112,9 @@ export class ServerState {
   }
 
   /** Releases what the state holds besides the target (whose owner disposes it); after drain(). */
-  close(): void {
+  async close(): Promise<void> {
     this.metrics?.registry.clear();
+    await this.encoder?.close();
   }
 }
 

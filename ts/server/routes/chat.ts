@@ -29,7 +29,7 @@ async function chatCompletions(
   checkQueue(state, t);
   const effort = body.reasoning_effort ?? undefined;
   const budget = body.thinking_token_budget ?? (effort === undefined ? undefined : EFFORT_BUDGET[effort]);
-  const prompt = chatPrompt(state, t, body, budget === 0);
+  const prompt = await chatPrompt(state, t, body, budget === 0);
   const maxTokens = resolveMaxTokens(t, prompt.ids.length, body.max_completion_tokens ?? body.max_tokens, "messages");
   const wantLogprobs = body.logprobs === true;
   if (!wantLogprobs && body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs > 0) {

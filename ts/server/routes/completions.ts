@@ -28,7 +28,7 @@ async function completions(
   if (body.program !== undefined)
     throw badRequest("program runs on /v1/chat/completions (it needs the question as a chat)", "program");
   checkQueue(state, t);
-  const prompts = completionPrompts(t, body.prompt);
+  const prompts = await completionPrompts(state, body.prompt);
   const maxTokens = prompts.map((p) => resolveMaxTokens(t, p.length, body.max_tokens, "prompt"));
   const logprobs = body.logprobs ?? undefined;
   const gens: Generation[] = [];

@@ -31,7 +31,7 @@ export async function runProgram(
   checkQueue(state, t);
   const o = body.program_options ?? {};
   const effort = body.reasoning_effort ?? undefined;
-  const prompt = chatPrompt(state, t, body, false);
+  const prompt = await chatPrompt(state, t, body, false);
   // A thought needs room after it for the program's probe suffix and answer: the context check counts that room as
   // part of the completion (a thought of at least one token when max_tokens is not given).
   const perBranch = body.max_completion_tokens ?? body.max_tokens ?? undefined;

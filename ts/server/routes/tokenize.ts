@@ -1,4 +1,5 @@
-// POST /tokenize and POST /detokenize in vLLM's shapes: `{count, max_model_len, tokens}` and `{prompt}`.
+// POST /tokenize and POST /detokenize in vLLM's shapes: `{count, max_model_len, tokens}` and `{prompt}`. Long texts
+// are tokenized off the event loop (PromptEncoder).
 import type { FastifyInstance } from "fastify";
 import { badRequest } from "../errors.js";
 import { textOf } from "../prompts.js";
@@ -17,9 +18,10 @@ export function tokenizeRoutes(app: FastifyInstance): void {
       if (tok.chatTemplate === null)
         throw badRequest(`model ${state.servedName} has no chat template; tokenize a prompt`, "messages");
       const messages = body.messages.map((m, i) => ({ role: m.role, content: textOf(m, i) }));
-      tokens = tok.encodeChat(messages, { addGenerationPrompt: body.add_generation_prompt ?? true });
+      const text = tok.applyChatTemplate(messages, { addGenerationPrompt: body.add_generation_prompt ?? true });
+      [tokens] = await state.encoder!.encode([text], false); // the template writes any bos (as encodeChat)
     } else if (body.prompt !== undefined) {
-      tokens = tok.encode(body.prompt, { addSpecialTokens: body.add_special_tokens ?? true });
+      [tokens] = await state.encoder!.encode([body.prompt], body.add_special_tokens ?? true);
     } else {
       throw badRequest("give a prompt or messages", "prompt");
     }

@@ -1,0 +1,81 @@
+// The event loop stays free while a largest-allowed prompt is tokenized: over real HTTP against the bundled tiny
+// reasoner (context 512 tokens, body limit 1 MiB), /health keeps answering, each answer within 100 ms of the last.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bundledModelDir } from "../../ts/index.js";
+import { createServer, type DeliberateServer } from "../../ts/server/index.js";
+
+const MODEL = "tiny-reasoner";
+const LIMIT = 1 << 20; // max(1 MiB, 512 context tokens x 32 bytes)
+
+let server: DeliberateServer;
+let url: string;
+
+beforeAll(async () => {
+  server = await createServer({ modelDir: bundledModelDir, bundledDir: bundledModelDir });
+  url = await server.listen({ port: 0 });
+  for (let i = 0; i < 2000 && server.state.target === null; i++) await new Promise((r) => setTimeout(r, 10));
+}, 60_000);
+
+afterAll(async () => {
+  await server?.close();
+});
+
+/**
+ * Sends `body` to `path` and asks /health every 5 ms until it is answered: the answer and the time from each /health
+ * answer to the next. Client and server share this event loop, so a stall of either shows in those gaps (a poll's own
+ * latency alone would miss a stall that starts between two polls).
+ */
+async function pollHealthDuring(
+  path: string,
+  body: string,
+): Promise<{ status: number; error: { code: string; message: string }; gapsMs: number[] }> {
+  let done = false;
+  const big = fetch(url + path, { method: "POST", headers: { "content-type": "application/json" }, body })
+    .then(async (r) => ({
+      status: r.status,
+      error: ((await r.json()) as { error: { code: string; message: string } }).error,
+    }))
+    .finally(() => (done = true));
+  const gapsMs: number[] = [];
+  let last = performance.now();
+  while (!done) {
+    const r = await fetch(`${url}/health`);
+    expect(r.status).toBe(200);
+    const now = performance.now();
+    gapsMs.push(now - last);
+    last = now;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  return { ...(await big), gapsMs };
+}
+
+describe("a largest-allowed body keeps the event loop free", () => {
+  it("/health answers within 100 ms while a max-size prompt is tokenized (completions and chat)", async () => {
+    // Just under the limit: ~1 M characters, as many tokens (tokenizing them takes ~0.8 s on a 2-core box).
+    const prompt = "7*(8+5)-19 ".repeat(Math.floor((LIMIT - 200) / 11));
+    for (const [path, body] of [
+      ["/v1/completions", JSON.stringify({ model: MODEL, prompt })],
+      ["/v1/chat/completions", JSON.stringify({ model: MODEL, messages: [{ role: "user", content: prompt }] })],
+    ]) {
+      expect(body.length).toBeLessThanOrEqual(LIMIT);
+      const r = await pollHealthDuring(path, body);
+      expect(r.status, path).toBe(400);
+      expect(r.error.code).toBe("context_length_exceeded");
+      expect(r.error.message).toMatch(/However, your request has \d{6,} input tokens/);
+      expect(Math.max(...r.gapsMs), path).toBeLessThan(100);
+      expect(r.gapsMs.length, path).toBeGreaterThan(5); // /health was asked while the prompt was tokenized
+    }
+  }, 30_000);
+
+  it("a long prompt tokenized off the loop gets the same ids as in place", async () => {
+    const prompt = "What is 7*(8+5)-19? <think>café 漢字 🙂</think>\n".repeat(400);
+    const r = await fetch(`${url}/tokenize`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, prompt }),
+    });
+    expect(r.status).toBe(200);
+    const { tokens } = (await r.json()) as { tokens: number[] };
+    expect(tokens).toEqual(server.state.target!.model.tokenizer.encode(prompt));
+  });
+});
