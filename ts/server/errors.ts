@@ -41,6 +41,15 @@ export const modelNotFound = (model: string, served: readonly string[]): ApiErro
     "model_not_found",
   );
 
+export const unsupportedMediaType = (contentType: string | undefined): ApiError =>
+  new ApiError(
+    415,
+    `${contentType === undefined ? "the request has no content-type" : `content-type ${contentType} is not supported`}; send the body as JSON with content-type: application/json`,
+    "invalid_request_error",
+    null,
+    "unsupported_media_type",
+  );
+
 export const unavailable = (message: string, retryAfterSeconds: number): ApiError =>
   new ApiError(503, message, "service_unavailable_error", null, "service_unavailable", {
     "retry-after": String(retryAfterSeconds),
@@ -102,6 +111,8 @@ export function toApiError(e: unknown): ApiError {
   if (e instanceof BodyValidationError) return e.apiError;
   if (e instanceof DeliberateError) return fromDeliberateError(e);
   const err = e as { statusCode?: number; message?: string; code?: string };
+  // A content-type header fastify cannot parse, refused before any body parser runs.
+  if (err?.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") return unsupportedMediaType(undefined);
   if (typeof err?.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500) {
     return new ApiError(err.statusCode, err.message ?? "bad request", "invalid_request_error", null, err.code ?? null);
   }

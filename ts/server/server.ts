@@ -4,11 +4,14 @@
 // extensions (`program`, `deterministic`, POST /v1/chat/completions/control). Built on the public API only.
 //
 // The plugin in fastify's idiom: route modules under ./routes (one per group) declare their body schemas (zod, in
-// ./schemas.ts, checked through setValidatorCompiler), the state is `decorate`d on the plugin's instance, and its
-// close hooks drain the requests in flight, so `app.close()` in a host app drains too.
+// ./schemas.ts, checked through setValidatorCompiler) over bodies read by ./body.ts (JSON only, bounded by the
+// model's context, strict UTF-8), the state is `decorate`d on the plugin's instance, and its close hooks drain the
+// requests in flight, so `app.close()` in a host app drains too.
 import Fastify, { type FastifyInstance } from "fastify";
 import { Engine } from "../engine/index.js";
 import { loadModel, type Model } from "../model/model.js";
+import { InvalidOptionError } from "../errors/index.js";
+import { registerBodyParsers } from "./body.js";
 import { ApiError, toApiError, unauthorized } from "./errors.js";
 import { chatRoutes } from "./routes/chat.js";
 import { completionRoutes } from "./routes/completions.js";
@@ -32,6 +35,15 @@ export function deliberatePlugin(
   options: DeliberatePluginOptions,
   done: (err?: Error) => void,
 ): void {
+  const max = options.maxBodyBytes;
+  if (max !== undefined && !(Number.isInteger(max) && max >= 1)) {
+    done(
+      new InvalidOptionError(`deliberatePlugin: options.maxBodyBytes is ${max}; expected an integer >= 1 (bytes)`, {
+        field: "deliberatePlugin: options.maxBodyBytes",
+      }),
+    );
+    return;
+  }
   const state = options.state ?? new ServerState(options);
   Promise.resolve(options.target).then(
     (t) => state.ready(t),
@@ -54,6 +66,7 @@ export function deliberatePlugin(
     const auth = request.headers.authorization ?? "";
     if (auth !== `Bearer ${options.apiKey}`) throw unauthorized();
   });
+  registerBodyParsers(app, { contextLength: () => state.serving().model.contextLength, maxBodyBytes: max });
   app.setValidatorCompiler(zodValidatorCompiler);
   app.setErrorHandler((e, _request, reply) => {
     const err = toApiError(e);

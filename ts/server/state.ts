@@ -39,6 +39,11 @@ export interface DeliberatePluginOptions {
   calibration?: string | false;
   /** The bundled model's folder (its calibration ships in the package). */
   bundledDir?: string;
+  /**
+   * Largest request body in bytes; a larger one is refused (413) before it is read. Default: the served model's
+   * context length x 32 bytes, at least 1 MiB (maxBodyBytesFor).
+   */
+  maxBodyBytes?: number;
   /** The state object to use (createServer passes its own, to drain and close); default: a new one. */
   state?: ServerState;
 }

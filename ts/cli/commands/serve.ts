@@ -14,6 +14,7 @@ interface ServeOptions {
   port: string;
   apiKey?: string;
   maxQueue?: string;
+  maxBodyBytes?: string;
   device: string;
   servedModelName?: string;
   task: string;
@@ -37,6 +38,10 @@ export function registerServe(program: Command): void {
       "--max-queue <n>",
       "most requests waiting for the scheduler; more get 503 + Retry-After (default: unbounded)",
     )
+    .option(
+      "--max-body-bytes <n>",
+      "largest request body; larger ones get 413 before they are read (default: the context length x 32, at least 1 MiB)",
+    )
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
@@ -59,11 +64,13 @@ export function registerServe(program: Command): void {
         throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
       const port = intOption("port", opts.port, 0, 65535)!;
       const maxQueue = intOption("max-queue", opts.maxQueue, 0, 1_000_000);
+      const maxBodyBytes = intOption("max-body-bytes", opts.maxBodyBytes, 1, Number.MAX_SAFE_INTEGER);
       const server = await createServer({
         modelDir: dir,
         device: opts.device,
         apiKey: opts.apiKey ?? process.env.DELIBERATE_API_KEY,
         maxQueue,
+        maxBodyBytes,
         servedModelName: opts.servedModelName,
         task: getTask(opts.task),
         calibration: opts.calibration,
