@@ -44,9 +44,17 @@ export interface DeliberatePluginOptions {
    * context length x 32 bytes, at least 1 MiB (maxBodyBytesFor).
    */
   maxBodyBytes?: number;
+  /**
+   * Most tokens one program request may plan for: program_options.cap times the tokens a branch may generate; a
+   * larger cap is a 400 naming this limit. Default: the served model's context length x 16 (maxProgramTokensFor).
+   */
+  maxProgramTokens?: number;
   /** The state object to use (createServer passes its own, to drain and close); default: a new one. */
   state?: ServerState;
 }
+
+/** The default program token budget of a model with `contextLength` tokens of context (DeliberatePluginOptions). */
+export const maxProgramTokensFor = (contextLength: number): number => contextLength * 16;
 
 /** The server's state: one owner (this object) for readiness, draining, live generations and metrics. */
 export class ServerState {

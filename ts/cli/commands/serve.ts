@@ -15,6 +15,7 @@ interface ServeOptions {
   apiKey?: string;
   maxQueue?: string;
   maxBodyBytes?: string;
+  maxProgramTokens?: string;
   device: string;
   servedModelName?: string;
   task: string;
@@ -42,6 +43,10 @@ export function registerServe(program: Command): void {
       "--max-body-bytes <n>",
       "largest request body; larger ones get 413 before they are read (default: the context length x 32, at least 1 MiB)",
     )
+    .option(
+      "--max-program-tokens <n>",
+      "most tokens one program request may plan for (program_options.cap x tokens a branch); a larger cap gets 400 (default: the context length x 16)",
+    )
     .option("--device <device>", "cpu or cuda", "cpu")
     .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
@@ -65,12 +70,14 @@ export function registerServe(program: Command): void {
       const port = intOption("port", opts.port, 0, 65535)!;
       const maxQueue = intOption("max-queue", opts.maxQueue, 0, 1_000_000);
       const maxBodyBytes = intOption("max-body-bytes", opts.maxBodyBytes, 1, Number.MAX_SAFE_INTEGER);
+      const maxProgramTokens = intOption("max-program-tokens", opts.maxProgramTokens, 1, Number.MAX_SAFE_INTEGER);
       const server = await createServer({
         modelDir: dir,
         device: opts.device,
         apiKey: opts.apiKey ?? process.env.DELIBERATE_API_KEY,
         maxQueue,
         maxBodyBytes,
+        maxProgramTokens,
         servedModelName: opts.servedModelName,
         task: getTask(opts.task),
         calibration: opts.calibration,

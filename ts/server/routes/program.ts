@@ -8,7 +8,7 @@ import { abortOnDisconnect, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { EFFORT_POLICY } from "../sampling.js";
 import type { ChatBody } from "../schemas.js";
-import { checkQueue, type ServerState, type ServeTarget } from "../state.js";
+import { checkQueue, maxProgramTokensFor, type ServerState, type ServeTarget } from "../state.js";
 import { newId, nowSeconds, SseWriter, usageOf } from "../wire.js";
 
 /** Room a program keeps after a thought for its probe suffix and answer (as `deliberate run`). */
@@ -28,6 +28,13 @@ export async function runProgram(
   } catch (e) {
     throw badRequest((e as Error).message, "program");
   }
+  // A program already samples its own branches; n programs per request is not built, so n > 1 is refused by name
+  // rather than answered with one choice.
+  if ((body.n ?? 1) > 1)
+    throw badRequest(
+      `n is ${body.n}, but a program answers with one choice (its branches are program_options.cap); send n requests for n programs`,
+      "n",
+    );
   checkQueue(state, t);
   const o = body.program_options ?? {};
   const effort = body.reasoning_effort ?? undefined;
@@ -37,6 +44,16 @@ export async function runProgram(
   const perBranch = body.max_completion_tokens ?? body.max_tokens ?? undefined;
   resolveMaxTokens(t, prompt.ids.length, (perBranch ?? 1) + PROGRAM_RESERVE_TOKENS, "messages");
   const left = t.model.contextLength - prompt.ids.length - PROGRAM_RESERVE_TOKENS;
+  const branchTokens = perBranch ?? Math.min(PROGRAM_MAX_TOKENS, left);
+  // A cap is compute the server commits to: bounded so that cap x a branch's tokens fits the program token budget.
+  const budget = state.options.maxProgramTokens ?? maxProgramTokensFor(t.model.contextLength);
+  const maxCap = Math.max(1, Math.floor(budget / Math.max(1, branchTokens)));
+  if (o.cap !== undefined && o.cap > maxCap)
+    throw badRequest(
+      `program_options.cap is ${o.cap}; at most ${maxCap} here (${branchTokens} tokens a branch within the server's ` +
+        `program token budget of ${budget}, the maxProgramTokens option / --max-program-tokens); lower the cap or max_tokens`,
+      "program_options.cap",
+    );
   const task = state.options.task ?? arithTask;
   let built;
   try {
@@ -44,7 +61,7 @@ export async function runProgram(
       question: prompt.question,
       prompt: prompt.ids,
       cap: o.cap,
-      maxTokens: perBranch ?? Math.min(PROGRAM_MAX_TOKENS, left),
+      maxTokens: branchTokens,
       seed: body.seed ?? undefined,
       temperature: body.temperature ?? undefined,
       interval: o.interval,
@@ -97,7 +114,9 @@ export async function runProgram(
       early = r.stopReason === "certain" || r.stopReason === "curve";
       saved = Math.max(0, r.tokenBudget - r.tokensUsed);
       const ext = {
-        program: r.program,
+        // The program asked for; resolved_program names the variant that ran (e.g. deepconf-low).
+        program: kind,
+        resolved_program: r.program,
         answer: r.answer,
         certaindex: r.certaindex,
         stop_reason: r.stopReason,
@@ -111,7 +130,13 @@ export async function runProgram(
       };
       const content = r.answer ?? "";
       const finish = r.stopReason === "aborted" ? "abort" : "stop";
-      const usage = usageOf({ promptTokens: prompt.ids.length, completionTokens: r.tokensUsed, cachedTokens: 0 });
+      // Every token a program generates is its reasoning (branches, probes, steps); its answer is read from them.
+      const usage = usageOf({
+        promptTokens: prompt.ids.length,
+        completionTokens: r.tokensUsed,
+        cachedTokens: 0,
+        reasoningTokens: r.tokensUsed,
+      });
       metrics.finished({
         n: 1,
         promptTokens: prompt.ids.length,
