@@ -215,7 +215,7 @@ export class ModelSlot {
       if (!emitToken || seq.cancelled) return;
       const r = results[i];
       if (kind === "plain") seq.appendToken(r.token);
-      else if (!this.verifier!.accept(seq, kind, r.token, step)) return; // a candidate: final once verified
+      else if (!this.verifier!.accept(seq, kind, r.token, step + 1)) return; // a candidate: final once verified
       out.decoded.seqs.push(seq);
       out.decoded.tokens.push(r);
       out.decoded.ends.push(endOf(seq, r.token));
