@@ -136,12 +136,12 @@ describe("strict UTF-8", () => {
 });
 
 describe("prototype keys", () => {
-  it("a __proto__ or constructor key is refused by name, anywhere in the body", async () => {
+  it("a __proto__ key, or a constructor holding a prototype, is refused by name, anywhere in the body", async () => {
     const top = await post("/v1/chat/completions", chat("What is 2+3?", ',"__proto__":{"temperature":5}'));
     expect(top.status).toBe(400);
     expect(top.error.param).toBe("__proto__");
     expect(top.error.message).toMatch(
-      /^__proto__ is a key named __proto__; keys named __proto__ or constructor are refused/,
+      /^__proto__ is a key named __proto__; keys named __proto__, or constructor holding a prototype, are refused/,
     );
     const nested = await post(
       "/v1/chat/completions",
@@ -153,6 +153,20 @@ describe("prototype keys", () => {
     const escaped = await post("/v1/completions", `{"model":"${MODEL}","prompt":"1","\\u005f_proto__":{}}`);
     expect(escaped.status).toBe(400);
     expect(escaped.error.param).toBe("__proto__");
+  });
+
+  it("a plain constructor key is data (a JSON Schema property, say), and deep nesting is answered, not a crash", async () => {
+    const schema = await post(
+      "/v1/chat/completions",
+      `{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"metadata_x":{"properties":{"constructor":{"type":"string"}}}}`,
+    );
+    expect(schema.error?.param).not.toBe("metadata_x.properties.constructor");
+    // Nested 200,000 deep, well under the body limit: JSON.parse takes it; walking it must not overflow the stack.
+    const deep = await post(
+      "/v1/completions",
+      `{"model":"${MODEL}","prompt":"1","x":${"[".repeat(200_000)}${"]".repeat(200_000)}}`,
+    );
+    expect(deep.status).toBeLessThan(500); // answered as any other body (was a 500: Maximum call stack size exceeded)
   });
 });
 

@@ -52,5 +52,9 @@ describe("programs over HTTP", () => {
     expect(r.status).toBe(400);
     expect(r.json.error).toMatchObject({ type: "invalid_request_error", param: "program_options.cap" });
     expect(r.json.error.message).toMatch(/maxProgramTokens/);
+    // A short max_tokens does not buy a huge cap: each branch also spends the reserve after its thought.
+    const short = await chat({ program: "sc", program_options: { cap: 8192 }, max_tokens: 1 });
+    expect(short.status).toBe(400);
+    expect(short.json.error.param).toBe("program_options.cap");
   });
 });

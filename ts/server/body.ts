@@ -1,7 +1,7 @@
 // Request bodies as the plugin reads them, before a route sees them: JSON only (anything else a 415 naming
 // application/json); bounded by a byte limit derived from the served model's context (413 at once, from the
 // content-length, before a byte is read or tokenized); strict UTF-8 (a 400 naming the field that holds the bad
-// bytes, not U+FFFD); and no `__proto__` / `constructor` keys (a 400 naming the key).
+// bytes, not U+FFFD); and no `__proto__` key nor a `constructor` holding a `prototype` (a 400 naming the key).
 import type { IncomingMessage } from "node:http";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ApiError, badRequest, unsupportedMediaType } from "./errors.js";
@@ -15,8 +15,13 @@ export const MIN_BODY_BYTES = 1 << 20;
 export const maxBodyBytesFor = (contextLength: number): number =>
   Math.max(MIN_BODY_BYTES, contextLength * BODY_BYTES_PER_TOKEN);
 
-/** Keys that can rewrite an object's prototype wherever the body is copied or merged. */
-const FORBIDDEN_KEYS = new Set(["__proto__", "constructor"]);
+/**
+ * Keys that can rewrite an object's prototype wherever the body is copied or merged: `__proto__`, and `constructor`
+ * holding a `prototype` (secure-json-parse's rule; a plain `constructor` key, say a JSON Schema property, is data).
+ */
+const isPrototypeKey = (key: string, value: unknown): boolean =>
+  key === "__proto__" ||
+  (key === "constructor" && value !== null && typeof value === "object" && Object.hasOwn(value, "prototype"));
 
 /** What the body parser asks of the server. */
 export interface BodyLimits {
@@ -74,10 +79,10 @@ async function readJsonBody(limits: BodyLimits, request: FastifyRequest, payload
   } catch (e) {
     throw badRequest(`the request body is not valid JSON (${(e as Error).message}); send a JSON object`);
   }
-  const forbidden = findKey(body, (k) => FORBIDDEN_KEYS.has(k));
+  const forbidden = findKey(body, isPrototypeKey);
   if (forbidden !== null)
     throw badRequest(
-      `${forbidden.path} is a key named ${forbidden.key}; keys named __proto__ or constructor are refused (they can rewrite an object's prototype): rename or drop it`,
+      `${forbidden.path} is a key named ${forbidden.key}; keys named __proto__, or constructor holding a prototype, are refused (they can rewrite an object's prototype): rename or drop it`,
       forbidden.path,
     );
   return body;
@@ -175,24 +180,27 @@ export function firstInvalidUtf8(b: Uint8Array): number {
   return b.length;
 }
 
-/** Path of `value`'s first key that `match`es ("messages[0].__proto__"), as the client wrote the body. */
-function findKey(value: unknown, match: (key: string) => boolean, path = ""): { path: string; key: string } | null {
-  if (value === null || typeof value !== "object") return null;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const v = value[i];
-      if (v !== null && typeof v === "object") {
-        const hit = findKey(v, match, `${path}[${i}]`);
-        if (hit !== null) return hit;
+/**
+ * Path of `value`'s first key (depth first, in the body's order) that `match`es ("messages[0].__proto__"), as the
+ * client wrote the body. An explicit stack, not recursion: JSON.parse accepts nesting far deeper than the call stack.
+ */
+function findKey(value: unknown, match: (key: string, v: unknown) => boolean): { path: string; key: string } | null {
+  const stack: Array<{ value: unknown; path: string }> = [{ value, path: "" }];
+  while (stack.length > 0) {
+    const { value: node, path } = stack.pop()!;
+    if (node === null || typeof node !== "object") continue;
+    const children: Array<{ value: unknown; path: string }> = [];
+    if (Array.isArray(node)) {
+      for (let i = 0; i < node.length; i++) children.push({ value: node[i], path: `${path}[${i}]` });
+    } else {
+      for (const key of Object.keys(node)) {
+        const at = path === "" ? key : `${path}.${key}`;
+        const v = (node as Record<string, unknown>)[key];
+        if (match(key, v)) return { path: at, key };
+        children.push({ value: v, path: at });
       }
     }
-    return null;
-  }
-  for (const key of Object.keys(value)) {
-    const at = path === "" ? key : `${path}.${key}`;
-    if (match(key)) return { path: at, key };
-    const hit = findKey((value as Record<string, unknown>)[key], match, at);
-    if (hit !== null) return hit;
+    for (let i = children.length - 1; i >= 0; i--) stack.push(children[i]);
   }
   return null;
 }

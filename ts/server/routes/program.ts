@@ -47,10 +47,11 @@ export async function runProgram(
   const branchTokens = perBranch ?? Math.min(PROGRAM_MAX_TOKENS, left);
   // A cap is compute the server commits to: bounded so that cap x a branch's tokens fits the program token budget.
   const budget = state.options.maxProgramTokens ?? maxProgramTokensFor(t.model.contextLength);
-  const maxCap = Math.max(1, Math.floor(budget / Math.max(1, branchTokens)));
+  // A branch may also spend the reserve after its thought (probe suffix, answer).
+  const maxCap = Math.max(1, Math.floor(budget / (branchTokens + PROGRAM_RESERVE_TOKENS)));
   if (o.cap !== undefined && o.cap > maxCap)
     throw badRequest(
-      `program_options.cap is ${o.cap}; at most ${maxCap} here (${branchTokens} tokens a branch within the server's ` +
+      `program_options.cap is ${o.cap}; at most ${maxCap} here (${branchTokens + PROGRAM_RESERVE_TOKENS} tokens a branch within the server's ` +
         `program token budget of ${budget}, the maxProgramTokens option / --max-program-tokens); lower the cap or max_tokens`,
       "program_options.cap",
     );
