@@ -5,7 +5,7 @@ import { request as httpRequest } from "node:http";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir, Engine, loadModel, type Model } from "../../ts/index.js";
-import { deliberatePlugin, ServerState } from "../../ts/server/index.js";
+import { createServer, deliberatePlugin, ServerState } from "../../ts/server/index.js";
 
 let model: Model;
 let engine: Engine;
@@ -107,4 +107,31 @@ describe("deliberatePlugin in a host app", () => {
     expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
     expect(text).toContain('"finish_reason":"length"');
   });
+});
+
+describe("createServer's close", () => {
+  it("waits for a request whose long prompt is still being tokenized, and closes its connection promptly", async () => {
+    const server = await createServer({ modelDir: bundledModelDir });
+    const url = await server.listen({ port: 0 });
+    await until(() => server.state.target !== null, "the model to load", 60_000);
+    const body = (n: number): string =>
+      JSON.stringify({ model: "tiny-reasoner", messages: [{ role: "user", content: "1+".repeat(n) }], max_tokens: 4 });
+    const post = (n: number): Promise<number> =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: body(n),
+      }).then(
+        async (r) => (await r.text(), r.status),
+        () => -1,
+      );
+    expect(await post(5000)).toBe(400); // over the context; starts the tokenizer thread
+    const inFlight = post(200_000); // ~400K characters: tokenized off the event loop
+    await new Promise((r) => setTimeout(r, 60));
+    const t0 = performance.now();
+    await server.close();
+    const closeMs = performance.now() - t0;
+    expect(await inFlight).toBe(400); // answered (its prompt is over the context), not cut off
+    expect(closeMs).toBeLessThan(10_000); // was ~70 s: its keep-alive socket outlived the close
+  }, 60_000);
 });

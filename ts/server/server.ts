@@ -61,6 +61,16 @@ export function deliberatePlugin(
     await state.close();
   });
 
+  // Every request counts for drain() from its arrival to its response's end (or its client's leaving): also while its
+  // body is read or its prompt tokenized, before a route's own work starts. While draining, responses close their
+  // connection, so no keep-alive socket outlives the close.
+  app.addHook("onRequest", async (_request, reply) => {
+    const raw = reply.raw;
+    state.track(new Promise<void>((resolve) => (raw.once("finish", resolve), raw.once("close", resolve))));
+  });
+  app.addHook("onSend", async (_request, reply) => {
+    if (state.draining) void reply.header("connection", "close");
+  });
   app.addHook("onRequest", async (request) => {
     if (options.apiKey === undefined || !request.url.startsWith("/v1")) return;
     const auth = request.headers.authorization ?? "";
