@@ -243,3 +243,44 @@ describe("the server's mapping, by code", () => {
     expect(wireParam(null)).toBeNull();
   });
 });
+
+describe("KV pages taken now, not too few", () => {
+  /** A toy model that passes for a GPU one, so unfused verify passes reserve their fixed-shape scratch pages. */
+  function gpuToy(numPages: number): PagedToyModel {
+    return Object.assign(new PagedToyModel(numPages, 4), { device: "cuda" as const });
+  }
+
+  it("the verifier's scratch pages held by other requests: KvExhaustedError, transient, a 503 with Retry-After", async () => {
+    const model = gpuToy(40);
+    const engine = new Engine({ models: { model }, fuseVerify: false, verifyWindow: 8, verifyGroup: 4 });
+    try {
+      const hog = engine.submit({ prompt: tokens(140), maxTokens: 8, ignoreEos: true });
+      for await (const _ of hog) break; // its prompt's pages are taken
+      const err = await thrown(() => engine.submit({ prompt: tokens(3), maxTokens: 4, deterministic: true }));
+      expect(err).toBeInstanceOf(KvExhaustedError);
+      expect((err as KvExhaustedError).transient).toBe(true);
+      const api = fromDeliberateError(err, "messages");
+      expect(api.status).toBe(503);
+      expect(api.headers["retry-after"]).toBe("1");
+      await hog.result;
+      // The pages came back: the same request now runs.
+      expect(
+        (await engine.submit({ prompt: tokens(3), maxTokens: 4, deterministic: true }).result).tokens,
+      ).toHaveLength(4);
+    } finally {
+      await engine.dispose();
+    }
+  });
+
+  it("a pool smaller than the scratch pages: not transient, a 400", async () => {
+    const engine = new Engine({ models: { model: gpuToy(6) }, fuseVerify: false, verifyWindow: 8, verifyGroup: 4 });
+    try {
+      const err = await thrown(() => engine.submit({ prompt: tokens(3), maxTokens: 4, deterministic: true }));
+      expect(err).toBeInstanceOf(KvExhaustedError);
+      expect((err as KvExhaustedError).transient).toBe(false);
+      expect(fromDeliberateError(err, "messages").status).toBe(400);
+    } finally {
+      await engine.dispose();
+    }
+  });
+});

@@ -66,8 +66,14 @@ export class ContextLengthError extends DeliberateError {
 }
 
 export class KvExhaustedError extends DeliberateError {
-  constructor(message: string, options?: DeliberateErrorOptions) {
+  /**
+   * The pages are taken now but the pool could hold them (other requests' KV): the same call may succeed later
+   * (the HTTP server answers 503 with Retry-After). False: the pool is too small for it whatever else runs.
+   */
+  readonly transient: boolean;
+  constructor(message: string, options?: DeliberateErrorOptions & { transient?: boolean }) {
     super("kv_exhausted", message, options);
+    this.transient = options?.transient ?? false;
   }
   static {
     this.prototype.name = "KvExhaustedError";

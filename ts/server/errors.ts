@@ -1,7 +1,7 @@
 // Errors as OpenAI (and vLLM) return them: a status and a nested body { error: { message, type, param, code } }.
 // Every route throws ApiError for what the client got wrong; the library's DeliberateErrors are mapped by their code
 // (fromDeliberateError); anything else is a 500 whose message still says what failed.
-import { DeliberateError } from "../errors/index.js";
+import { DeliberateError, KvExhaustedError } from "../errors/index.js";
 
 export class ApiError extends Error {
   constructor(
@@ -73,9 +73,13 @@ export function wireParam(field: string | null, promptParam = "prompt"): string 
  */
 export function fromDeliberateError(e: DeliberateError, promptParam = "prompt"): ApiError {
   switch (e.code) {
+    case "kv_exhausted":
+      // Pages other requests hold now: retry later; a pool too small for the request: the request's fault.
+      if (e instanceof KvExhaustedError && e.transient)
+        return new ApiError(503, e.message, "service_unavailable_error", null, e.code, { "retry-after": "1" });
+      return new ApiError(400, e.message, "invalid_request_error", wireParam(e.field, promptParam), e.code);
     case "invalid_option":
     case "context_length":
-    case "kv_exhausted":
     case "unsupported":
       return new ApiError(400, e.message, "invalid_request_error", wireParam(e.field, promptParam), e.code);
     case "not_found":

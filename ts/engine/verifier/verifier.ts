@@ -359,6 +359,7 @@ export class Verifier {
       throw new KvExhaustedError(
         `deterministic: the verifier needs ${total} scratch KV pages (verifyGroup ${g.group} × ${perRow} for a window of ` +
           `${g.window}); ${this.blockManager.numFreePages} of ${this.blockManager.numPages} pages are free now; ${KV_POOL_ADVICE} or lower verifyGroup / verifyWindow`,
+        { transient: total <= this.blockManager.numPages },
       );
     }
     this.blockManager.appendSlots(holder, total * g.pageSize);
