@@ -1,7 +1,10 @@
 // deliberatePlugin mounted in a host's own fastify app: the host's `app.close()` drains the plugin's requests in
 // flight (its onClose hook): requests without a socket (inject) and work no response waits on any more (a client that
 // left mid-stream) included.
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir, Engine, loadModel, type Model } from "../../ts/index.js";
@@ -133,5 +136,32 @@ describe("createServer's close", () => {
     const closeMs = performance.now() - t0;
     expect(await inFlight).toBe(400); // answered (its prompt is over the context), not cut off
     expect(closeMs).toBeLessThan(10_000); // was ~70 s: its keep-alive socket outlived the close
+  }, 60_000);
+});
+
+describe("a target whose parts cannot be built", () => {
+  it("a corrupt calibration file is the load error every route answers with, not an unhandled rejection", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "calibration-"));
+    const file = join(dir, "calibration.json");
+    writeFileSync(file, "{ not json");
+    const server = await createServer({ modelDir: bundledModelDir, calibration: file });
+    const url = await server.listen({ port: 0 });
+    try {
+      await until(() => server.state.loadError !== null, "the load error", 60_000);
+      const health = await fetch(`${url}/health`);
+      expect(health.status).not.toBe(200);
+      const r = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "tiny-reasoner", messages: [{ role: "user", content: "hi" }] }),
+      });
+      expect(r.status).toBe(500);
+      expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(
+        /failed to load.*calibration/s,
+      );
+      expect(server.state.target).toBeNull();
+    } finally {
+      await server.close();
+    }
   }, 60_000);
 });

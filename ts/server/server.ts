@@ -45,10 +45,11 @@ export function deliberatePlugin(
     return;
   }
   const state = options.state ?? new ServerState(options);
-  Promise.resolve(options.target).then(
-    (t) => state.ready(t),
-    (e: unknown) => (state.loadError = e instanceof Error ? e : new Error(String(e))),
-  );
+  // A target that fails to load, or whose parts cannot be built (a corrupt calibration file), is the load error
+  // every route answers with; never an unhandled rejection.
+  Promise.resolve(options.target)
+    .then((t) => state.ready(t))
+    .catch((e: unknown) => (state.loadError = e instanceof Error ? e : new Error(String(e))));
   app.decorate(STATE_DECORATOR, state);
   // Closing the app drains before fastify closes the socket (preClose: the responses in flight finish, and their
   // keep-alive connections are idle when it closes them), then releases what the state holds (onClose). Work no

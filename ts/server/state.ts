@@ -76,23 +76,26 @@ export class ServerState {
     return this.options.servedModelName ?? (this.target ? basename(this.target.modelDir) : "loading");
   }
 
+  /** Serves `t` once everything it needs is built; throws (and serves nothing) if a part cannot be (a corrupt
+   *  calibration file, say): the plugin records that as the load error. */
   ready(t: ServeTarget): void {
-    this.target = t;
-    this.metrics = new ServerMetrics(t.engine, this.servedName, {
-      engineModel: t.engineModel,
-      maxModelLen: t.model.contextLength,
-    });
-    this.factory = ProgramFactory.open({
+    const factory = ProgramFactory.open({
       modelDir: t.modelDir,
       hiddenSize: t.model.config.hiddenSize,
       numLayers: t.model.config.numLayers,
       calibration: this.options.calibration,
       bundledDir: this.options.bundledDir,
     });
+    this.metrics = new ServerMetrics(t.engine, this.servedName, {
+      engineModel: t.engineModel,
+      maxModelLen: t.model.contextLength,
+    });
+    this.factory = factory;
     this.encoder = new PromptEncoder(t.model.tokenizer, t.modelDir);
     const start = t.model.tokenizer.tokenToId("<think>");
     const end = t.model.tokenizer.tokenToId("</think>");
     this.think = start !== undefined && end !== undefined ? { start, end } : null;
+    this.target = t;
   }
 
   /** The target, or 503 while loading / draining. */
