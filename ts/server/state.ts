@@ -76,8 +76,8 @@ export class ServerState {
     return this.options.servedModelName ?? (this.target ? basename(this.target.modelDir) : "loading");
   }
 
-  /** Serves `t` once everything it needs is built; throws (and serves nothing) if a part cannot be (a corrupt
-   *  calibration file, say): the plugin records that as the load error. */
+  /** Serves `t`; throws (and serves nothing) if its program factory cannot be built (a corrupt calibration file,
+   *  say): the plugin records that as the load error. */
   ready(t: ServeTarget): void {
     const factory = ProgramFactory.open({
       modelDir: t.modelDir,
@@ -86,6 +86,7 @@ export class ServerState {
       calibration: this.options.calibration,
       bundledDir: this.options.bundledDir,
     });
+    this.target = t; // servedName reads it
     this.metrics = new ServerMetrics(t.engine, this.servedName, {
       engineModel: t.engineModel,
       maxModelLen: t.model.contextLength,
@@ -95,7 +96,6 @@ export class ServerState {
     const start = t.model.tokenizer.tokenToId("<think>");
     const end = t.model.tokenizer.tokenToId("</think>");
     this.think = start !== undefined && end !== undefined ? { start, end } : null;
-    this.target = t;
   }
 
   /** The target, or 503 while loading / draining. */
