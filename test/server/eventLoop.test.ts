@@ -1,8 +1,8 @@
 // The event loop stays free while a largest-allowed prompt is tokenized: over real HTTP against the bundled tiny
 // reasoner (context 512 tokens, body limit 1 MiB), /health keeps answering, each answer within 100 ms of the last.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundledModelDir } from "../../ts/index.js";
-import { createServer, type DeliberateServer } from "../../ts/server/index.js";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
 
 const MODEL = "tiny-reasoner";
 const LIMIT = 1 << 20; // max(1 MiB, 512 context tokens x 32 bytes)
@@ -11,9 +11,7 @@ let server: DeliberateServer;
 let url: string;
 
 beforeAll(async () => {
-  server = await createServer({ modelDir: bundledModelDir, bundledDir: bundledModelDir });
-  url = await server.listen({ port: 0 });
-  for (let i = 0; i < 2000 && server.state.target === null; i++) await new Promise((r) => setTimeout(r, 10));
+  ({ server, url } = await startBundledServer());
 }, 60_000);
 
 afterAll(async () => {

@@ -2,16 +2,14 @@
 // choice), the program echoed as asked, usage with completion_tokens_details, and program_options.cap bounded by the
 // server's program token budget with a 400 naming it.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundledModelDir } from "../../ts/index.js";
-import { createServer, type DeliberateServer } from "../../ts/server/index.js";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
 
 let server: DeliberateServer;
 let url: string;
 
 beforeAll(async () => {
-  server = await createServer({ modelDir: bundledModelDir });
-  url = await server.listen({ port: 0 });
-  for (let i = 0; i < 600 && server.state.target === null; i++) await new Promise((r) => setTimeout(r, 50));
+  ({ server, url } = await startBundledServer());
 }, 60_000);
 afterAll(async () => {
   await server?.close();
