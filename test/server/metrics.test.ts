@@ -5,7 +5,7 @@
 // and `n` is observed once per request.
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundledModelDir } from "../../ts/index.js";
+import { bundledModelDir, Engine, loadModel } from "../../ts/index.js";
 import { createServer, type DeliberateServer } from "../../ts/server/index.js";
 
 const MODEL = "tiny-reasoner";
@@ -21,8 +21,8 @@ interface Sample {
 }
 
 /** The exposition's samples: `name{label="value",...} number`, comments and blank lines skipped. */
-async function scrape(): Promise<Sample[]> {
-  const r = await fetch(`${url}/metrics`);
+async function scrape(base = url): Promise<Sample[]> {
+  const r = await fetch(`${base}/metrics`);
   expect(r.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
   const out: Sample[] = [];
   for (const line of (await r.text()).split("\n")) {
@@ -131,7 +131,7 @@ afterAll(async () => {
 describe("metrics named, labelled and counted as vLLM v1's", () => {
   it("every series exists at 0 before the first request, labelled model_name", async () => {
     const s = await scrape();
-    for (const reason of ["stop", "length", "abort"])
+    for (const reason of ["stop", "length", "abort", "error"])
       expect(series(s, "vllm:request_success_total", { finished_reason: reason }), reason).toBe(0);
     for (const c of ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "deliberate:requests_aborted_total"])
       expect(series(s, c), c).toBe(0);
@@ -231,4 +231,27 @@ describe("metrics named, labelled and counted as vLLM v1's", () => {
       expect(buckets.at(-1), h).toBe(count(s, h));
     }
   });
+
+  it("a request that fails mid-run (it outgrows the KV pool) is finished_reason error, not an abort", async () => {
+    const model = await loadModel(bundledModelDir, { kvPages: 3 }); // 48 tokens of KV
+    const engine = new Engine({ models: { model } });
+    const small = await createServer({ target: { engine, model, modelDir: bundledModelDir } });
+    const surl = await small.listen({ port: 0 });
+    try {
+      const r = await fetch(`${surl}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: MODEL, prompt: "1+".repeat(10), max_tokens: 200, ignore_eos: true }),
+      });
+      expect(((await r.json()) as { error?: { code: string } }).error?.code).toBe("kv_exhausted");
+      const s = await scrape(surl);
+      expect(series(s, "vllm:request_success_total", { finished_reason: "error" })).toBe(1);
+      expect(series(s, "vllm:request_success_total", { finished_reason: "abort" })).toBe(0);
+      expect(series(s, "deliberate:requests_aborted_total")).toBe(0);
+    } finally {
+      await small.close();
+      await engine.dispose();
+      model.dispose();
+    }
+  }, 60_000);
 });

@@ -138,6 +138,10 @@ export class Generation {
   get n(): number {
     return this.samples.length;
   }
+  /** The generation failed (a native or KV error): its unfinished samples end in error, not by an abort. */
+  get hasFailed(): boolean {
+    return this.failed;
+  }
   get done(): boolean {
     return this.failed || this.samples.every((s) => s.finished);
   }

@@ -83,7 +83,11 @@ export async function recordFinished(
       // Choice indexes run g * n + sample (completions' prompts, each with n samples).
       samples: timing.samples(
         i * g.n,
-        g.finishReasons().map((r) => finishReasonOf(r ?? "aborted").finish_reason ?? "abort"),
+        g
+          .finishReasons()
+          .map((r) =>
+            r === undefined && g.hasFailed ? "error" : (finishReasonOf(r ?? "aborted").finish_reason ?? "abort"),
+          ),
         endSeconds,
       ),
     }),

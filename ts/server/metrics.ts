@@ -25,8 +25,8 @@ const REQUEST_LATENCY_BUCKETS = [
   480, 960, 1920, 7680,
 ];
 const N_BUCKETS = [1, 2, 5, 10, 20];
-/** vLLM's finished_reason values, each series present from the start. */
-const FINISHED_REASONS = ["stop", "length", "abort"] as const;
+/** vLLM v1's finished_reason values we produce ("error": the request failed), each series present from the start. */
+const FINISHED_REASONS = ["stop", "length", "abort", "error"] as const;
 
 /** 1, 2, 5, 10, 20, 50, ... up to max (vLLM's build_1_2_5_buckets): token-count buckets up to the context length. */
 export function oneTwoFiveBuckets(max: number): number[] {
@@ -40,7 +40,7 @@ export function oneTwoFiveBuckets(max: number): number[] {
 
 /** One sample of a finished request: a finished request in vLLM's counting. Seconds are from the request's arrival. */
 export interface FinishedSample {
-  /** OpenAI's finish_reason: "stop", "length" or "abort". */
+  /** vLLM's finished_reason: "stop", "length", "abort", or "error" (the generation failed). */
   finishReason: string;
   generationTokens: number;
   e2eSeconds: number;
