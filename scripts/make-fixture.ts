@@ -1,7 +1,7 @@
 // Writes a small (or benchmark-sized) seeded random model in exact Hugging Face layout: config.json,
 // generation_config.json, model.safetensors (or shards + index), a trained byte-level BPE tokenizer.json and a
 // tokenizer_config.json with a chat template.
-//   npx tsx scripts/make-fixture.ts --arch llama|qwen2 --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
+//   npx tsx scripts/make-fixture.ts --arch llama|qwen2|qwen3 --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
 //     [--hidden H] [--heads N] [--kv-heads N] [--intermediate N] [--shards N] [--preset smollm-135m|qwen2.5-1.5b]
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
@@ -17,7 +17,8 @@ import { trainingCorpus } from "./fixture/corpus.js";
 import { fillUniform, hashSeed } from "./fixture/random.js";
 import { FAMILY_TOKENS } from "./fixture/templates.js";
 
-export type FixtureArch = "llama" | "qwen2";
+/** qwen3: Qwen3ForCausalLM (q_norm / k_norm per head, no q/k/v bias), over the Qwen2 family's tokenizer. */
+export type FixtureArch = "llama" | "qwen2" | "qwen3";
 export type FixtureDType = "f32" | "bf16" | "f16";
 
 export interface FixtureOptions {
@@ -115,7 +116,7 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   if (opts.slidingWindow !== undefined && opts.arch !== "llama")
     throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
   const mistral = opts.slidingWindow !== undefined;
-  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch];
+  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch === "qwen3" ? "qwen2" : opts.arch];
   const seed = opts.seed ?? 1;
   const hidden = opts.hidden ?? 64;
   const heads = opts.heads ?? 4;
@@ -144,7 +145,15 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
       : opts.ropeScaling;
   const torchDtype = { f32: "float32", bf16: "bfloat16", f16: "float16" }[opts.dtype];
   const configJson: Record<string, unknown> = {
-    architectures: [mistral ? "MistralForCausalLM" : isLlama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"],
+    architectures: [
+      mistral
+        ? "MistralForCausalLM"
+        : isLlama
+          ? "LlamaForCausalLM"
+          : opts.arch === "qwen3"
+            ? "Qwen3ForCausalLM"
+            : "Qwen2ForCausalLM",
+    ],
     model_type: mistral ? "mistral" : opts.arch,
     ...(mistral ? { sliding_window: opts.slidingWindow } : {}),
     hidden_act: "silu",
@@ -175,6 +184,7 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
     ...(isLlama
       ? { attention_bias: opts.attentionBias ?? false, attention_dropout: 0, mlp_bias: false, pretraining_tp: 1 }
       : {
+          ...(opts.arch === "qwen3" ? { attention_bias: opts.attentionBias ?? false } : {}),
           use_sliding_window: false,
           sliding_window: opts.maxPositions ?? 256,
           max_window_layers: layers,
@@ -407,7 +417,8 @@ async function main(): Promise<void> {
   set("vocab", int(values.vocab));
   set("shards", int(values.shards));
   set("tieEmbeddings", values["tie-embeddings"]);
-  if (!["llama", "qwen2"].includes(opts.arch)) throw new Error(`--arch must be llama or qwen2, got ${opts.arch}`);
+  if (!["llama", "qwen2", "qwen3"].includes(opts.arch))
+    throw new Error(`--arch must be llama, qwen2 or qwen3, got ${opts.arch}`);
   if (!["f32", "bf16", "f16"].includes(opts.dtype))
     throw new Error(`--dtype must be f32, bf16 or f16, got ${opts.dtype}`);
   const f = await makeFixture(opts);

@@ -1,4 +1,4 @@
-// The numbers a decoder-only Llama/Qwen2/Mistral model is built from, as the native model sees them. The host
+// The numbers a decoder-only Llama/Qwen2/Qwen3/Mistral model is built from, as the native model sees them. The host
 // (ts/model/config.ts) reads config.json, folds rope_theta and llama3 scaling into invFreq, and passes these.
 #pragma once
 #include <cstdint>
@@ -20,6 +20,7 @@ struct ModelConfig {
   bool attentionBias = false;  // q/k/v projections carry a bias (Qwen2; Llama with attention_bias)
   bool oProjBias = false;      // o_proj carries a bias (Llama/Mistral with attention_bias)
   bool tieEmbeddings = false;  // lm_head shares embed_tokens
+  bool qkNorm = false;         // Qwen3: RMSNorm over each q and k head (weights [D]) before RoPE
   int slidingWindow = 0;       // keys a query attends to (Mistral's sliding_window); 0 = all (PagedKV)
   std::vector<float> invFreq;  // [D/2], rotary inverse frequencies with any scaling applied
 

@@ -449,6 +449,14 @@ void Model::attentionBlock(Step& s, int l) {
   s.splitRows(C, cfg.qkvDim(), T, s.Tf, [&](int64_t r0, int64_t n, int splitK) {
     ops::gemmBlocks(d, h_.view({n, C}, r0 * C), L.qkv.matrix(), bias, qkv_.view({T * cfg.qkvDim()}), splitK, Q, Q + KV, T, r0);
   });
+  if (cfg.qkNorm) {
+    // Qwen3: each query and key head RMS-normalized over its D values, in place, before RoPE: q (T, Q) and k (T, KV)
+    // read as (T * Hq, D) and (T * Hk, D) rows, each reduced alone (batch-invariant like every rmsnorm row).
+    s.mark("qkNorm");
+    View q2 = qkv_.view({T * Hq, D}), k2 = qkv_.view({T * Hk, D}, T * Q);
+    ops::rmsnorm(d, q2, View{}, L.qNorm.vector(), q2, cfg.rmsEps);
+    ops::rmsnorm(d, k2, View{}, L.kNorm.vector(), k2, cfg.rmsEps);
+  }
   const int64_t pages = kv.numPages + 1;  // the pool and the scratch page
   View kc = kCache_[l].view({pages, kv.pageSize, Hk, D}), vc = vCache_[l].view({pages, kv.pageSize, Hk, D});
   s.mark("ropeKvWrite");

@@ -56,7 +56,7 @@ std::string shapeOf(const std::vector<int64_t>& s) {
 }  // namespace
 
 ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), device_(device) {
-  const int64_t C = cfg.hidden, V = cfg.vocab, I = cfg.intermediate, Q = cfg.qDim(), KV = cfg.kvDim();
+  const int64_t C = cfg.hidden, V = cfg.vocab, I = cfg.intermediate, Q = cfg.qDim(), KV = cfg.kvDim(), D = cfg.headDim;
   define(embed, V, C, {{"model.embed_tokens.weight", V}}, false);
   define(finalNorm, C, 1, {{"model.norm.weight", C}}, true);
   if (!cfg.tieEmbeddings) define(lmHead, V, C, {{"lm_head.weight", V}}, false);
@@ -73,6 +73,10 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
       define(L.qkvBias, Q + 2 * KV, 1,
              {{p + "self_attn.q_proj.bias", Q}, {p + "self_attn.k_proj.bias", KV}, {p + "self_attn.v_proj.bias", KV}},
              true);
+    if (cfg.qkNorm) {
+      define(L.qNorm, D, 1, {{p + "self_attn.q_norm.weight", D}}, true);
+      define(L.kNorm, D, 1, {{p + "self_attn.k_norm.weight", D}}, true);
+    }
     define(L.o, C, Q, {{p + "self_attn.o_proj.weight", C}}, false);
     if (cfg.oProjBias) define(L.oBias, C, 1, {{p + "self_attn.o_proj.bias", C}}, true);
     define(L.gateUp, 2 * I, C, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, false);
@@ -161,7 +165,7 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
   }
   throw Error("setWeight: unknown weight '" + name + "' for this architecture (" + std::to_string(cfg_.numLayers) +
               " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", oProjBias " +
-              (cfg_.oProjBias ? "true" : "false") + ", tieEmbeddings " +
+              (cfg_.oProjBias ? "true" : "false") + ", qkNorm " + (cfg_.qkNorm ? "true" : "false") + ", tieEmbeddings " +
               (cfg_.tieEmbeddings ? "true" : "false") + ")");
 }
 

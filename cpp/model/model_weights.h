@@ -41,7 +41,7 @@ struct WeightSlot {
 };
 
 struct LayerWeights {
-  WeightSlot inputNorm, postNorm, qkv, qkvBias, o, oBias, gateUp, down;
+  WeightSlot inputNorm, postNorm, qkv, qkvBias, qNorm, kNorm, o, oBias, gateUp, down;
 };
 
 class ModelWeights {

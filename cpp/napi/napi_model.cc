@@ -86,6 +86,7 @@ ModelConfig parseConfig(const Napi::Object& o) {
   c.rmsEps = float(num(o, "rmsEps", w, 1e-6));
   c.attentionBias = boolean(o, "attentionBias", w, false);
   c.oProjBias = boolean(o, "oProjBias", w, false);
+  c.qkNorm = boolean(o, "qkNorm", w, false);
   c.tieEmbeddings = boolean(o, "tieEmbeddings", w, false);
   c.slidingWindow = int(integer(o, "slidingWindow", w, 0, 0, 1 << 30, false));
   Napi::Value inv = field(o, "invFreq", w);

@@ -64,6 +64,33 @@ describe("parseModelConfig", () => {
     expect(mistral.slidingWindow).toBe(128);
   });
 
+  it("reads Qwen3 as transformers builds it: q/k norms, head_dim apart from hidden, biases only with attention_bias", () => {
+    // Qwen3-8B's attention shape: 32 heads x 128 = 4096 = hidden, but Qwen3-0.6B's 16 x 128 = 2048 against 1024.
+    const qwen3 = {
+      ...base,
+      architectures: ["Qwen3ForCausalLM"],
+      hidden_size: 64,
+      num_attention_heads: 4,
+      head_dim: 32,
+    };
+    const c = parseModelConfig({ ...qwen3, attention_bias: false, tie_word_embeddings: true }, "m/config.json");
+    expect([c.architecture, c.qkNorm, c.headDim, c.qkvBias, c.oProjBias]).toEqual([
+      "Qwen3ForCausalLM",
+      true,
+      32,
+      false,
+      false,
+    ]);
+    expect(parseModelConfig({ ...qwen3, attention_bias: true }, "m/config.json").qkvBias).toBe(true);
+    expect(parseModelConfig(base, "m/config.json").qkNorm).toBe(false);
+    expect(
+      parseModelConfig(
+        { ...qwen3, use_sliding_window: true, sliding_window: 64, max_window_layers: 0 },
+        "m/config.json",
+      ).slidingWindow,
+    ).toBe(64);
+  });
+
   it("follows transformers' Qwen2 max_window_layers: a window on every layer, on none, or an Error for some", () => {
     const qwen = (extra: object) =>
       parseModelConfig(

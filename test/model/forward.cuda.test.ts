@@ -24,6 +24,13 @@ const CUDA: ForwardBackend = {
     { arch: "qwen2", dtype: "bf16", what: "default" },
     { arch: "llama", dtype: "bf16", extra: { hidden: 256, heads: 4, kvHeads: 2 }, what: "head dim 64, GQA 2" },
     { arch: "qwen2", dtype: "bf16", extra: { hidden: 512, heads: 4, kvHeads: 1 }, what: "head dim 128, GQA 4" },
+    // Qwen3: q_norm / k_norm per head, head_dim 64 apart from hidden 128 / 4 heads.
+    {
+      arch: "qwen3",
+      dtype: "bf16",
+      extra: { hidden: 128, heads: 4, kvHeads: 2, headDim: 64 },
+      what: "head_dim 64, q/k norm",
+    },
   ],
   // bf16 weights are exact in the reference; the error is bf16 activations (rounded at every op boundary) and KV.
   tolerance: () => 2e-2,

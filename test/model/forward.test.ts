@@ -16,6 +16,9 @@ const CASES: FixtureCase[] = [
   { arch: "llama", dtype: "bf16" },
   { arch: "qwen2", dtype: "f32" },
   { arch: "qwen2", dtype: "bf16" },
+  // Qwen3: q_norm / k_norm per head before RoPE, and head_dim as its own field (heads x head_dim = 128, hidden 64).
+  { arch: "qwen3", dtype: "f32", extra: { headDim: 32 }, what: "head_dim 32 of hidden 64" },
+  { arch: "qwen3", dtype: "bf16", extra: { headDim: 32 }, what: "head_dim 32 of hidden 64" },
   // f16 weights, o_proj bias (Llama attention_bias), plain multi-head attention, tied embeddings.
   {
     arch: "llama",

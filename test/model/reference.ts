@@ -138,6 +138,14 @@ export class ReferenceSession {
     const q = addBias(m.project(l.qProj, h, numHeads * hd, H), l.qBias ? m.weight(l.qBias) : null);
     const k = addBias(m.project(l.kProj, h, numKvHeads * hd, H), l.kBias ? m.weight(l.kBias) : null);
     const v = addBias(m.project(l.vProj, h, numKvHeads * hd, H), l.vBias ? m.weight(l.vBias) : null);
+    if (l.qNorm && l.kNorm) {
+      // Qwen3: RMSNorm over each head's hd values before RoPE.
+      const qn = m.weight(l.qNorm);
+      const kn = m.weight(l.kNorm);
+      for (let hh = 0; hh < numHeads; hh++) q.set(rmsNorm(q.subarray(hh * hd, (hh + 1) * hd), qn, rmsNormEps), hh * hd);
+      for (let hh = 0; hh < numKvHeads; hh++)
+        k.set(rmsNorm(k.subarray(hh * hd, (hh + 1) * hd), kn, rmsNormEps), hh * hd);
+    }
     for (let hh = 0; hh < numHeads; hh++) m.rope(q, hh * hd, pos);
     for (let hh = 0; hh < numKvHeads; hh++) m.rope(k, hh * hd, pos);
     this.keys[i].push(k);

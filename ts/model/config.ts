@@ -1,10 +1,15 @@
 // config.json -> ModelConfig: the typed, validated architecture description of a Hugging Face Llama-family
-// checkpoint (Llama, Qwen2, Mistral). Every later stage (weights check, forward pass, KV planning) trusts it.
+// checkpoint (Llama, Qwen2, Qwen3, Mistral). Every later stage (weights check, forward pass, KV planning) trusts it.
 import { join } from "node:path";
 import { ModelFormatError } from "../errors/index.js";
 import { readJsonFile } from "./jsonFile.js";
 
-export const SUPPORTED_ARCHITECTURES = ["LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"] as const;
+export const SUPPORTED_ARCHITECTURES = [
+  "LlamaForCausalLM",
+  "Qwen2ForCausalLM",
+  "Qwen3ForCausalLM",
+  "MistralForCausalLM",
+] as const;
 export type Architecture = (typeof SUPPORTED_ARCHITECTURES)[number];
 
 /** Llama 3.x frequency-dependent RoPE scaling ("rope_type": "llama3"). */
@@ -45,6 +50,8 @@ export interface ModelConfig {
   tieWordEmbeddings: boolean;
   /** q_proj/k_proj/v_proj carry a bias (Qwen2 always; Llama when `attention_bias`). */
   qkvBias: boolean;
+  /** Qwen3: RMSNorm over each query and key head (q_norm, k_norm weights [headDim]) before RoPE. */
+  qkNorm: boolean;
   /** o_proj carries a bias (Llama/Mistral with `attention_bias: true`; never Qwen2). */
   oProjBias: boolean;
   torchDtype: TorchDType | null;
@@ -133,12 +140,14 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
 
   const maxPositionEmbeddings = int("max_position_embeddings");
   let slidingWindow: number | null = null;
-  const usesWindow = arch === "MistralForCausalLM" || (arch === "Qwen2ForCausalLM" && c.use_sliding_window === true);
+  // Qwen3 windows layers as Qwen2 does (use_sliding_window, max_window_layers).
+  const qwen = arch === "Qwen2ForCausalLM" || arch === "Qwen3ForCausalLM";
+  const usesWindow = arch === "MistralForCausalLM" || (qwen && c.use_sliding_window === true);
   if (usesWindow && c.sliding_window != null) {
     slidingWindow = int("sliding_window");
     if (slidingWindow >= maxPositionEmbeddings) slidingWindow = null; // the window never binds
     // Qwen2 (transformers) windows only layers i >= max_window_layers: all of them or none is what we can run.
-    if (arch === "Qwen2ForCausalLM" && slidingWindow !== null && c.max_window_layers != null) {
+    if (qwen && slidingWindow !== null && c.max_window_layers != null) {
       const from = int("max_window_layers", 0);
       const layers = int("num_hidden_layers");
       if (from >= layers) slidingWindow = null;
@@ -189,6 +198,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     tieWordEmbeddings: bool("tie_word_embeddings", false),
     qkvBias,
     oProjBias,
+    qkNorm: arch === "Qwen3ForCausalLM",
     torchDtype: dtypeRaw as TorchDType | null,
     bosTokenId: optionalId("bos_token_id"),
     eosTokenIds,

@@ -46,6 +46,7 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
     rmsEps: config.rmsNormEps,
     attentionBias: config.qkvBias,
     oProjBias: config.oProjBias,
+    qkNorm: config.qkNorm,
     tieEmbeddings: config.tieWordEmbeddings,
     slidingWindow: config.slidingWindow ?? 0,
     invFreq: computeInvFreq(config),

@@ -17,6 +17,8 @@ export interface LayerWeightNames {
   kBias: string | null; // [kvHeads*headDim]
   vBias: string | null; // [kvHeads*headDim]
   oBias: string | null; // [hidden]
+  qNorm: string | null; // [headDim] (Qwen3)
+  kNorm: string | null; // [headDim] (Qwen3)
   postAttentionNorm: string; // [hidden]
   gateProj: string; // [intermediate, hidden]
   upProj: string; // [intermediate, hidden]
@@ -46,6 +48,8 @@ export function weightNames(config: ModelConfig): WeightNames {
       kBias: bias("k_proj", config.qkvBias),
       vBias: bias("v_proj", config.qkvBias),
       oBias: bias("o_proj", config.oProjBias),
+      qNorm: config.qkNorm ? `${p}.self_attn.q_norm.weight` : null,
+      kNorm: config.qkNorm ? `${p}.self_attn.k_norm.weight` : null,
       postAttentionNorm: `${p}.post_attention_layernorm.weight`,
       gateProj: `${p}.mlp.gate_proj.weight`,
       upProj: `${p}.mlp.up_proj.weight`,
@@ -78,6 +82,8 @@ export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
     if (l.qBias) out.push({ name: l.qBias, shape: [q] });
     if (l.kBias) out.push({ name: l.kBias, shape: [kv] });
     if (l.vBias) out.push({ name: l.vBias, shape: [kv] });
+    if (l.qNorm) out.push({ name: l.qNorm, shape: [headDim] });
+    if (l.kNorm) out.push({ name: l.kNorm, shape: [headDim] });
     out.push({ name: l.oProj, shape: [h, q] });
     if (l.oBias) out.push({ name: l.oBias, shape: [h] });
     out.push({ name: l.postAttentionNorm, shape: [h] });

@@ -139,6 +139,8 @@ export interface NativeModelOptions {
   attentionBias: boolean;
   /** o_proj carries a bias (Llama/Mistral with attention_bias). */
   oProjBias?: boolean;
+  /** Qwen3: RMSNorm over each query and key head before RoPE (weights self_attn.q_norm / k_norm, [headDim]). */
+  qkNorm?: boolean;
   tieEmbeddings: boolean;
   /** Sliding-window attention: a query attends to the last slidingWindow keys (Mistral); 0 or omitted = all. */
   slidingWindow?: number;
