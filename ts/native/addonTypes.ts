@@ -278,7 +278,7 @@ export interface NativeModelInfo {
 
 /**
  * One op's share of profiled steps: `calls` intervals summing to `ms` (CPU: host clock; CUDA: events on the stream).
- * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, ropeKvWrite,
+ * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, qkNorm (Qwen3), ropeKvWrite,
  * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, finalNorm, gemm.lmHead, sample,
  * readback; and step.wall, each profiled step's whole forward as its caller waited for it.
  */
