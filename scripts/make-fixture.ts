@@ -17,7 +17,7 @@ import { trainingCorpus } from "./fixture/corpus.js";
 import { fillUniform, hashSeed } from "./fixture/random.js";
 import { FAMILY_TOKENS } from "./fixture/templates.js";
 
-/** qwen3: Qwen3ForCausalLM (q_norm / k_norm per head, no q/k/v bias), over the Qwen2 family's tokenizer. */
+/** qwen3: Qwen3ForCausalLM (q_norm / k_norm per head, no q/k/v bias), Qwen2.5's tokens, Qwen3's thinking switch. */
 export type FixtureArch = "llama" | "qwen2" | "qwen3";
 export type FixtureDType = "f32" | "bf16" | "f16";
 
@@ -116,7 +116,7 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   if (opts.slidingWindow !== undefined && opts.arch !== "llama")
     throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
   const mistral = opts.slidingWindow !== undefined;
-  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch === "qwen3" ? "qwen2" : opts.arch];
+  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch];
   const seed = opts.seed ?? 1;
   const hidden = opts.hidden ?? 64;
   const heads = opts.heads ?? 4;

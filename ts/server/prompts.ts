@@ -31,16 +31,21 @@ export async function chatPrompt(
     role: m.role === "developer" ? "system" : m.role,
     content: textOf(m, i),
   }));
+  // No thought asked for (reasoning_effort none, a zero thinking budget): the template's own switch first, as vLLM
+  // passes it (Qwen3's enable_thinking writes an empty, closed thought); templates without one ignore it.
+  const variables = closeThought ? { ...body.chat_template_kwargs, enable_thinking: false } : body.chat_template_kwargs;
   let text: string;
   try {
-    text = tok.applyChatTemplate(messages, { variables: body.chat_template_kwargs ?? undefined });
+    text = tok.applyChatTemplate(messages, { variables: variables ?? undefined });
   } catch (e) {
     throw badRequest((e as Error).message, "messages");
   }
   // The template writes any bos itself (as ModelTokenizer.encodeChat): no special tokens added.
   let [ids] = await state.encoder!.encode([text], false);
   const think = state.think;
-  if (closeThought && think !== null)
+  // A template that closed the thought itself ends with it (</think> and a newline or two); else close it here.
+  const closedByTemplate = think !== null && ids.slice(-3).includes(think.end);
+  if (closeThought && think !== null && !closedByTemplate)
     ids = ids[ids.length - 1] === think.start ? [...ids, think.end] : [...ids, think.start, think.end];
   const lastUser = [...messages].reverse().find((m) => m.role === "user");
   return {
