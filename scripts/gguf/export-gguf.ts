@@ -112,7 +112,13 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
   const ckpt = await openSafetensors(dir);
   try {
     checkWeights(config, ckpt);
-    const arch = config.architecture === "Qwen2ForCausalLM" ? "qwen2" : "llama";
+    // llama.cpp's arch names; qwen2 and qwen3 use NEOX RoPE (HF's layout, no permutation), qwen3 adds q/k norms.
+    const arch =
+      config.architecture === "Qwen2ForCausalLM"
+        ? "qwen2"
+        : config.architecture === "Qwen3ForCausalLM"
+          ? "qwen3"
+          : "llama";
     const meta = new Map<string, GgufValue>([
       ["general.architecture", { type: "string", value: arch }],
       ["general.name", { type: "string", value: "deliberate-export" }],
@@ -161,6 +167,8 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
       if (l.qBias) add(`${b}.attn_q.bias`, l.qBias, permute ? config.numHeads : 0);
       if (l.kBias) add(`${b}.attn_k.bias`, l.kBias, permute ? config.numKvHeads : 0);
       if (l.vBias) add(`${b}.attn_v.bias`, l.vBias);
+      if (l.qNorm) add(`${b}.attn_q_norm.weight`, l.qNorm);
+      if (l.kNorm) add(`${b}.attn_k_norm.weight`, l.kNorm);
       add(`${b}.attn_output.weight`, l.oProj);
       if (l.oBias) add(`${b}.attn_output.bias`, l.oBias);
       add(`${b}.ffn_norm.weight`, l.postAttentionNorm);

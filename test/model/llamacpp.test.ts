@@ -36,10 +36,15 @@ async function llamaCppGreedy(gguf: string, prompt: number[], n: number): Promis
   }
 }
 
-for (const arch of ["llama", "qwen2"] as const) {
+// qwen3 with head_dim 32 of hidden 64: its q/k norms and a head_dim apart from hidden / heads.
+for (const [arch, extra] of [
+  ["llama", {}],
+  ["qwen2", {}],
+  ["qwen3", { headDim: 32 }],
+] as const) {
   describe(`${arch} greedy continuations agree with llama.cpp`, () => {
     it("token for token up to the first near-tie", async () => {
-      const dir = await fixtureDir(arch, "bf16");
+      const dir = await fixtureDir(arch, "bf16", extra);
       const gguf = join(dir, "model.gguf");
       await exportGguf(dir, gguf, "keep");
       const model = await loadModel(dir, { kvPages: 64 });
