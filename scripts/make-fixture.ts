@@ -39,6 +39,8 @@ export interface FixtureOptions {
   bpeVocab?: number;
   maxPositions?: number;
   ropeTheta?: number;
+  /** config.json's rope_scaling as written (e.g. YaRN's), in place of the llama3 one ropeScaling builds. */
+  ropeScalingJson?: Record<string, unknown>;
   /** Llama 3 RoPE scaling; default (llama only) factor 8 over an original context of 64, so all three bands occur. */
   ropeScaling?: {
     factor: number;
@@ -167,13 +169,15 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
     max_position_embeddings: opts.maxPositions ?? 256,
     rms_norm_eps: opts.rmsNormEps ?? (isLlama ? 1e-5 : 1e-6),
     rope_theta: opts.ropeTheta ?? (isLlama ? 500000 : 1000000),
-    rope_scaling: ropeScaling && {
-      rope_type: "llama3",
-      factor: ropeScaling.factor,
-      low_freq_factor: ropeScaling.lowFreqFactor,
-      high_freq_factor: ropeScaling.highFreqFactor,
-      original_max_position_embeddings: ropeScaling.originalMaxPositionEmbeddings,
-    },
+    rope_scaling:
+      opts.ropeScalingJson ??
+      (ropeScaling && {
+        rope_type: "llama3",
+        factor: ropeScaling.factor,
+        low_freq_factor: ropeScaling.lowFreqFactor,
+        high_freq_factor: ropeScaling.highFreqFactor,
+        original_max_position_embeddings: ropeScaling.originalMaxPositionEmbeddings,
+      }),
     tie_word_embeddings: opts.tieEmbeddings ?? !isLlama,
     bos_token_id: id(family.configBos),
     eos_token_id: family.configEos.length === 1 ? id(family.configEos[0]) : family.configEos.map(id),

@@ -21,6 +21,9 @@ struct ModelConfig {
   bool oProjBias = false;      // o_proj carries a bias (Llama/Mistral with attention_bias)
   bool tieEmbeddings = false;  // lm_head shares embed_tokens
   bool qkNorm = false;         // Qwen3: RMSNorm over each q and k head (weights [D]) before RoPE
+  // Multiplies the attention logits' 1/sqrt(D): YaRN scales RoPE's cos and sin by an attention factor a, so q.k by
+  // a^2 (the host passes a^2; 1 without YaRN).
+  float attnLogitScale = 1.0f;
   int slidingWindow = 0;       // keys a query attends to (Mistral's sliding_window); 0 = all (PagedKV)
   std::vector<float> invFreq;  // [D/2], rotary inverse frequencies with any scaling applied
 
@@ -42,6 +45,7 @@ struct ModelConfig {
     need(int(invFreq.size()) == headDim / 2, "invFreq must hold headDim/2 = " + std::to_string(headDim / 2) +
                                                  " values, got " + std::to_string(invFreq.size()));
     need(rmsEps > 0, "rmsEps must be positive");
+    need(attnLogitScale > 0, "attnLogitScale must be positive");
   }
 };
 

@@ -359,7 +359,7 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
   if (device == Device::cuda) copyToDevice(device, metaDev_.data(), metaHost_.data(), metaHost_.size() * 4);
   s.C = cfg.hidden, s.Q = cfg.qDim(), s.KV = cfg.kvDim(), s.I = cfg.intermediate, s.V = cfg.vocab;
   s.Hq = cfg.numHeads, s.Hk = cfg.numKvHeads, s.D = cfg.headDim;
-  s.scale = float(1.0 / std::sqrt(double(s.D)));
+  s.scale = float(double(cfg.attnLogitScale) / std::sqrt(double(s.D)));
   const int64_t T = s.T, C = s.C;
   s.resid = residual_.view({T, C}), s.h = h_.view({T, C}), s.o = o_.view({T, C});
   s.q = qkv_.view({T, s.Hq, s.D}), s.k = qkv_.view({T, s.Hk, s.D}, T * s.Q), s.v = qkv_.view({T, s.Hk, s.D}, T * (s.Q + s.KV));

@@ -87,6 +87,7 @@ ModelConfig parseConfig(const Napi::Object& o) {
   c.attentionBias = boolean(o, "attentionBias", w, false);
   c.oProjBias = boolean(o, "oProjBias", w, false);
   c.qkNorm = boolean(o, "qkNorm", w, false);
+  c.attnLogitScale = float(num(o, "attnLogitScale", w, 1.0));
   c.tieEmbeddings = boolean(o, "tieEmbeddings", w, false);
   c.slidingWindow = int(integer(o, "slidingWindow", w, 0, 0, 1 << 30, false));
   Napi::Value inv = field(o, "invFreq", w);

@@ -41,6 +41,7 @@ export function permuteForGgmlRope(values: Float32Array, rows: number, cols: num
 /** llama.cpp's rope_freqs for Llama 3 scaling: the divisor applied to each base frequency (convert_hf_to_gguf.py). */
 export function llama3RopeFactors(config: ModelConfig): number[] {
   const s = config.ropeScaling!;
+  if (s.type !== "llama3") throw new Error(`llama3RopeFactors: the config's RoPE scaling is ${s.type}`);
   const lowWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
   const highWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
   const factors: number[] = [];
@@ -178,6 +179,8 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
     });
     add("output_norm.weight", names.finalNorm);
     if (!config.tieWordEmbeddings) add("output.weight", names.lmHead);
+    if (config.ropeScaling?.type === "yarn")
+      throw new Error(`exportGguf: ${dir} uses YaRN RoPE scaling, which this exporter does not write yet`);
     if (config.ropeScaling) {
       const factors = new Float32Array(llama3RopeFactors(config));
       tensors.push({

@@ -91,6 +91,51 @@ describe("parseModelConfig", () => {
     ).toBe(64);
   });
 
+  it("reads YaRN rope_scaling: defaults as vLLM's (beta 32 / 1, original context), the attention factor", () => {
+    const yarn = (rs: Record<string, unknown>) =>
+      parseModelConfig({ ...base, architectures: ["Qwen3ForCausalLM"], rope_scaling: rs }, "m/config.json").ropeScaling;
+    expect(yarn({ rope_type: "yarn", factor: 4, original_max_position_embeddings: 32768 })).toEqual({
+      type: "yarn",
+      factor: 4,
+      originalMaxPositionEmbeddings: 32768,
+      betaFast: 32,
+      betaSlow: 1,
+      attentionFactor: 0.1 * Math.log(4) + 1,
+    });
+    expect(yarn({ type: "yarn", factor: 2 })).toMatchObject({ originalMaxPositionEmbeddings: 256 }); // max_position_embeddings
+    expect(yarn({ rope_type: "yarn", factor: 4, attention_factor: 1.5 })).toMatchObject({ attentionFactor: 1.5 });
+    expect(yarn({ rope_type: "yarn", factor: 4, mscale: 1, mscale_all_dim: 1 })).toMatchObject({ attentionFactor: 1 });
+    expect(() => yarn({ rope_type: "yarn" })).toThrow(/rope_scaling\.factor/);
+    expect(() => yarn({ rope_type: "longrope", factor: 2 })).toThrow(/'llama3' and 'yarn'/);
+  });
+
+  it("computes YaRN's inverse frequencies as transformers' _compute_yarn_parameters does", () => {
+    const headDim = 32;
+    const theta = 1e6;
+    const s = {
+      type: "yarn" as const,
+      factor: 4,
+      originalMaxPositionEmbeddings: 64,
+      betaFast: 32,
+      betaSlow: 1,
+      attentionFactor: 1,
+    };
+    const got = computeInvFreq({ headDim, ropeTheta: theta, ropeScaling: s });
+    // transformers, transcribed: find_correction_range (truncate), linear_ramp_factor, the blend.
+    const dim = (rot: number) => (headDim * Math.log(64 / (rot * 2 * Math.PI))) / (2 * Math.log(theta));
+    const low = Math.max(Math.floor(dim(32)), 0);
+    const high = Math.min(Math.ceil(dim(1)), headDim - 1);
+    expect([low, high]).toEqual([0, 3]); // a ramp over pairs 0..3 for this config: both ends and its middle occur
+    const want = Array.from({ length: headDim / 2 }, (_, i) => {
+      const posFreq = Math.pow(theta, (2 * i) / headDim);
+      const extrapolationFactor = 1 - Math.min(1, Math.max(0, (i - low) / (high - low)));
+      return (1 / (4 * posFreq)) * (1 - extrapolationFactor) + (1 / posFreq) * extrapolationFactor;
+    });
+    expect(Array.from(got)).toEqual(Array.from(Float32Array.from(want)));
+    expect(got[0]).toBe(Math.fround(1)); // the fastest pair extrapolates (unscaled)
+    expect(got[15]).toBe(Math.fround(1 / (4 * Math.pow(theta, 30 / 32)))); // the slowest interpolates (/ factor)
+  });
+
   it("follows transformers' Qwen2 max_window_layers: a window on every layer, on none, or an Error for some", () => {
     const qwen = (extra: object) =>
       parseModelConfig(
@@ -108,7 +153,10 @@ describe("parseModelConfig", () => {
     [{ architectures: ["GPT2LMHeadModel"] }, /architectures.*unsupported architecture.*LlamaForCausalLM/],
     [{ hidden_size: undefined }, /'hidden_size' is missing/],
     [{ num_key_value_heads: 3 }, /'num_key_value_heads' is 3; must divide num_attention_heads \(8\)/],
-    [{ rope_scaling: { rope_type: "yarn", factor: 4 } }, /'rope_scaling.rope_type' is "yarn"; only 'llama3'/],
+    [
+      { rope_scaling: { rope_type: "longrope", factor: 4 } },
+      /'rope_scaling.rope_type' is "longrope"; only 'llama3' and 'yarn'/,
+    ],
     [{ rope_scaling: { rope_type: "llama3", factor: 8 } }, /'rope_scaling.low_freq_factor' is missing/],
     [{ hidden_act: "gelu" }, /'hidden_act' is "gelu"/],
     [{ torch_dtype: "float8" }, /'torch_dtype' is "float8"/],

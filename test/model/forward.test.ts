@@ -19,6 +19,13 @@ const CASES: FixtureCase[] = [
   // Qwen3: q_norm / k_norm per head before RoPE, and head_dim as its own field (heads x head_dim = 128, hidden 64).
   { arch: "qwen3", dtype: "f32", extra: { headDim: 32 }, what: "head_dim 32 of hidden 64" },
   { arch: "qwen3", dtype: "bf16", extra: { headDim: 32 }, what: "head_dim 32 of hidden 64" },
+  // YaRN: blended inverse frequencies and cos / sin scaled by its attention factor (folded into the softmax scale).
+  {
+    arch: "qwen3",
+    dtype: "f32",
+    extra: { ropeScalingJson: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 64 } },
+    what: "yarn x4",
+  },
   // f16 weights, o_proj bias (Llama attention_bias), plain multi-head attention, tied embeddings.
   {
     arch: "llama",

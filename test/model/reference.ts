@@ -3,7 +3,7 @@
 // Simple and slow on purpose: plain loops, no batching, a dense per-layer KV cache. A projection whose weight is
 // stored as bf16 multiplies its input rounded to bf16 (round to nearest even), as transformers does for a bf16
 // model and as our kernels define it (cpp/cpu/cpu_gemm.h); everything else stays float64.
-import { computeInvFreq, readModelConfig, type ModelConfig } from "../../ts/model/config.js";
+import { computeInvFreq, readModelConfig, ropeAttentionFactor, type ModelConfig } from "../../ts/model/config.js";
 import { bytesToF32 } from "../../ts/model/dtype.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
 import { checkWeights, expectedTensors, weightNames, type LayerWeightNames } from "../../ts/model/weights.js";
@@ -80,10 +80,12 @@ export class ReferenceModel {
   /** @internal */
   rope(vec: Vec, offset: number, pos: number): void {
     const half = this.config.headDim / 2;
+    // YaRN scales cos and sin by its attention factor (transformers' attention_scaling); 1 otherwise.
+    const a = ropeAttentionFactor(this.config);
     for (let i = 0; i < half; i++) {
       const angle = pos * this.invFreq[i];
-      const c = Math.cos(angle);
-      const s = Math.sin(angle);
+      const c = a * Math.cos(angle);
+      const s = a * Math.sin(angle);
       const x1 = vec[offset + i];
       const x2 = vec[offset + i + half];
       vec[offset + i] = x1 * c - x2 * s; // rotate_half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)

@@ -21,6 +21,23 @@ export interface Llama3RopeScaling {
   originalMaxPositionEmbeddings: number;
 }
 
+/**
+ * YaRN (Qwen3's and QwQ's long-context configs), as vLLM's YaRNScalingRotaryEmbedding reads rope_scaling: `factor`
+ * as given, dimensions ramped between beta_fast and beta_slow rotations of the original context, and cos / sin
+ * scaled by attentionFactor (so attention logits by its square).
+ */
+export interface YarnRopeScaling {
+  type: "yarn";
+  factor: number;
+  originalMaxPositionEmbeddings: number;
+  betaFast: number;
+  betaSlow: number;
+  /** attention_factor if given, else 0.1 ln(factor) + 1 (or the mscale / mscale_all_dim ratio), 1 for factor <= 1. */
+  attentionFactor: number;
+}
+
+export type RopeScaling = Llama3RopeScaling | YarnRopeScaling;
+
 /** The checkpoint's declared storage dtype (`torch_dtype` / `dtype`), or null when absent. */
 export type TorchDType = "float32" | "float16" | "bfloat16";
 
@@ -41,7 +58,7 @@ export interface ModelConfig {
   vocabSize: number;
   rmsNormEps: number;
   ropeTheta: number;
-  ropeScaling: Llama3RopeScaling | null;
+  ropeScaling: RopeScaling | null;
   /** Longest context the model was trained for (`max_position_embeddings`). */
   maxPositionEmbeddings: number;
   /** Sliding-window attention span in tokens, or null for full attention (Mistral v0.1 uses 4096). */
@@ -192,7 +209,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     vocabSize: int("vocab_size"),
     rmsNormEps: num("rms_norm_eps", 1e-6),
     ropeTheta: num("rope_theta", 10000),
-    ropeScaling: parseRopeScaling(c.rope_scaling, fail),
+    ropeScaling: parseRopeScaling(c.rope_scaling, maxPositionEmbeddings, fail),
     maxPositionEmbeddings,
     slidingWindow,
     tieWordEmbeddings: bool("tie_word_embeddings", false),
@@ -207,26 +224,48 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
 
 function parseRopeScaling(
   raw: unknown,
+  maxPositionEmbeddings: number,
   fail: (field: string, value: unknown, fix: string) => never,
-): Llama3RopeScaling | null {
+): RopeScaling | null {
   if (raw == null) return null;
   if (typeof raw !== "object" || Array.isArray(raw)) fail("rope_scaling", raw, "expected null or an object");
   const r = raw as Json;
   const type = r.rope_type ?? r.type;
   if (type === "default") return null;
-  if (type !== "llama3") {
+  if (type !== "llama3" && type !== "yarn") {
     fail(
       "rope_scaling.rope_type",
       type,
-      "only 'llama3' RoPE scaling is supported (linear, dynamic, yarn, longrope are not)",
+      "only 'llama3' and 'yarn' RoPE scaling are supported (linear, dynamic, longrope are not)",
     );
   }
-  const pos = (key: string): number => {
-    const v = r[key];
+  const pos = (key: string, dflt?: number): number => {
+    const v = r[key] ?? dflt;
     if (typeof v !== "number" || !Number.isFinite(v) || v <= 0)
       fail(`rope_scaling.${key}`, v, "expected a positive number");
     return v as number;
   };
+  if (type === "yarn") {
+    const factor = pos("factor");
+    // transformers' get_mscale: 0.1 * mscale * ln(scale) + 1 for a scale past 1.
+    const mscale = (scale: number, m = 1): number => (scale <= 1 ? 1 : 0.1 * m * Math.log(scale) + 1);
+    const m = r.mscale as number | undefined;
+    const mAll = r.mscale_all_dim as number | undefined;
+    const attentionFactor =
+      r.attention_factor != null
+        ? pos("attention_factor")
+        : m && mAll
+          ? mscale(factor, pos("mscale")) / mscale(factor, pos("mscale_all_dim"))
+          : mscale(factor);
+    return {
+      type: "yarn",
+      factor,
+      originalMaxPositionEmbeddings: pos("original_max_position_embeddings", maxPositionEmbeddings),
+      betaFast: pos("beta_fast", 32),
+      betaSlow: pos("beta_slow", 1),
+      attentionFactor,
+    };
+  }
   const scaling: Llama3RopeScaling = {
     type: "llama3",
     factor: pos("factor"),
@@ -252,6 +291,7 @@ function parseRopeScaling(
  */
 export function computeInvFreq(config: Pick<ModelConfig, "headDim" | "ropeTheta" | "ropeScaling">): Float32Array {
   const { headDim, ropeTheta, ropeScaling } = config;
+  if (ropeScaling?.type === "yarn") return yarnInvFreq(headDim, ropeTheta, ropeScaling);
   const half = headDim / 2;
   const out = new Float32Array(half);
   for (let i = 0; i < half; i++) {
@@ -269,6 +309,35 @@ export function computeInvFreq(config: Pick<ModelConfig, "headDim" | "ropeTheta"
     out[i] = f;
   }
   return out;
+}
+
+/**
+ * YaRN's inverse frequencies as vLLM and transformers compute them: each dimension pair blends the extrapolated
+ * frequency (1 / theta^(2i/d)) and the interpolated one (divided by factor) by a linear ramp over the pairs between
+ * the correction dims of beta_fast and beta_slow rotations of the original context (floored / ceiled, clamped to
+ * [0, d - 1]); pairs below the ramp extrapolate, above it interpolate. Float64, rounded once to float32.
+ */
+function yarnInvFreq(headDim: number, theta: number, s: YarnRopeScaling): Float32Array {
+  const half = headDim / 2;
+  const correctionDim = (rotations: number): number =>
+    (headDim * Math.log(s.originalMaxPositionEmbeddings / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
+  const low = Math.max(Math.floor(correctionDim(s.betaFast)), 0);
+  let high = Math.min(Math.ceil(correctionDim(s.betaSlow)), headDim - 1);
+  if (low === high) high += 0.001; // transformers' and vLLM's guard against a zero-width ramp
+  const out = new Float32Array(half);
+  for (let i = 0; i < half; i++) {
+    const extrapolated = 1 / Math.pow(theta, (2 * i) / headDim);
+    const interpolated = extrapolated / s.factor;
+    const ramp = Math.min(1, Math.max(0, (i - low) / (high - low)));
+    const keep = 1 - ramp; // share of the extrapolated frequency
+    out[i] = interpolated * (1 - keep) + extrapolated * keep;
+  }
+  return out;
+}
+
+/** How much RoPE scales cos and sin (YaRN's attention factor; 1 otherwise): attention logits scale by its square. */
+export function ropeAttentionFactor(config: Pick<ModelConfig, "ropeScaling">): number {
+  return config.ropeScaling?.type === "yarn" ? config.ropeScaling.attentionFactor : 1;
 }
 
 function describe(v: unknown): string {

@@ -3,7 +3,7 @@
 import type { Addon, DeviceKind, NativeModel } from "../native/addonTypes.js";
 import { asNativeError, rethrowNative } from "../errors/native.js";
 import { loadAddon } from "../native/loadAddon.js";
-import { computeInvFreq, type ModelConfig } from "./config.js";
+import { computeInvFreq, ropeAttentionFactor, type ModelConfig } from "./config.js";
 import { nativeDType } from "./dtype.js";
 import type { SafetensorsCheckpoint } from "./safetensors.js";
 import { expectedTensors } from "./weights.js";
@@ -47,6 +47,7 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
     attentionBias: config.qkvBias,
     oProjBias: config.oProjBias,
     qkNorm: config.qkNorm,
+    attnLogitScale: ropeAttentionFactor(config) ** 2,
     tieEmbeddings: config.tieWordEmbeddings,
     slidingWindow: config.slidingWindow ?? 0,
     invFreq: computeInvFreq(config),

@@ -141,6 +141,8 @@ export interface NativeModelOptions {
   oProjBias?: boolean;
   /** Qwen3: RMSNorm over each query and key head before RoPE (weights self_attn.q_norm / k_norm, [headDim]). */
   qkNorm?: boolean;
+  /** Multiplies the attention logits' 1/sqrt(headDim) (YaRN: the square of its attention factor). Default 1. */
+  attnLogitScale?: number;
   tieEmbeddings: boolean;
   /** Sliding-window attention: a query attends to the last slidingWindow keys (Mistral); 0 or omitted = all. */
   slidingWindow?: number;
