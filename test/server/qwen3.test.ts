@@ -50,5 +50,16 @@ describe("Qwen3's thinking switch", () => {
     expect(off.prompt).toBe(on.prompt + closedThoughtTokens);
     expect(kwargs.prompt).toBe(off.prompt);
     expect(off.reasoning).toBeNull();
+    // /tokenize renders the same template variables (vLLM's chat_template_kwargs there too).
+    const count = async (extra: Record<string, unknown>): Promise<number> => {
+      const r = await fetch(`${url}/tokenize`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "What is 2+3?" }], ...extra }),
+      });
+      return ((await r.json()) as { count: number }).count;
+    };
+    expect(await count({})).toBe(on.prompt);
+    expect(await count({ chat_template_kwargs: { enable_thinking: false } })).toBe(off.prompt);
   });
 });

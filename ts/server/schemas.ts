@@ -125,6 +125,12 @@ const message = z.object(
   { error: "expected a message { role, content }" },
 );
 
+/** Variables for the chat template (Qwen3's enable_thinking, say), as vLLM takes them. */
+const templateKwargs = z
+  .record(z.string(), z.unknown(), { error: "expected an object of template variables" })
+  .nullable()
+  .optional();
+
 export const chatSchema = z.looseObject({
   ...samplingFields,
   messages: z
@@ -142,10 +148,7 @@ export const chatSchema = z.looseObject({
     "expected an integer >= 0 (reasoning tokens before the thought is closed)",
     (v) => v === null || isInt(0)(v),
   ).optional(),
-  chat_template_kwargs: z
-    .record(z.string(), z.unknown(), { error: "expected an object of template variables" })
-    .nullable()
-    .optional(),
+  chat_template_kwargs: templateKwargs,
   tools: rule<unknown[] | null>(
     "expected no tools (tool calling is not supported by this server)",
     (v) => v === null || (Array.isArray(v) && v.length === 0),
@@ -170,6 +173,7 @@ export const completionSchema = z.looseObject({
 });
 
 export const tokenizeSchema = z.looseObject({
+  chat_template_kwargs: templateKwargs,
   model: z.string().optional(),
   prompt: z.string().optional(),
   messages: z.array(message).min(1).optional(),

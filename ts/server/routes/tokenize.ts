@@ -18,7 +18,10 @@ export function tokenizeRoutes(app: FastifyInstance): void {
       if (tok.chatTemplate === null)
         throw badRequest(`model ${state.servedName} has no chat template; tokenize a prompt`, "messages");
       const messages = body.messages.map((m, i) => ({ role: m.role, content: textOf(m, i) }));
-      const text = tok.applyChatTemplate(messages, { addGenerationPrompt: body.add_generation_prompt ?? true });
+      const text = tok.applyChatTemplate(messages, {
+        addGenerationPrompt: body.add_generation_prompt ?? true,
+        variables: body.chat_template_kwargs ?? undefined,
+      });
       [tokens] = await state.encoder!.encode([text], false); // the template writes any bos (as encodeChat)
     } else if (body.prompt !== undefined) {
       [tokens] = await state.encoder!.encode([body.prompt], body.add_special_tokens ?? true);
