@@ -7,6 +7,7 @@ import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir, Engine, loadModel } from "../../ts/index.js";
 import { createServer, type DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
 
 const MODEL = "tiny-reasoner";
 const messages = [{ role: "user", content: "What is 7*(8+5)-19?" }];
@@ -119,9 +120,7 @@ const HISTOGRAMS = [
 ];
 
 beforeAll(async () => {
-  server = await createServer({ modelDir: bundledModelDir, bundledDir: bundledModelDir });
-  url = await server.listen({ port: 0 });
-  await until(async () => server.state.target !== null, "the model to load");
+  ({ server, url } = await startBundledServer());
 }, 60_000);
 
 afterAll(async () => {

@@ -6,7 +6,8 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir, Engine, loadModel, type Model } from "../../ts/index.js";
 import { Generation, type ThinkTokens } from "../../ts/server/generation.js";
-import { createServer, type DeliberateServer } from "../../ts/server/index.js";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
 
 let model: Model;
 let engine: Engine;
@@ -96,9 +97,8 @@ describe("over HTTP (the openai client)", () => {
   let server: DeliberateServer;
   let client: OpenAI;
   beforeAll(async () => {
-    server = await createServer({ modelDir: bundledModelDir });
-    const url = await server.listen({ port: 0 });
-    for (let i = 0; i < 600 && server.state.target === null; i++) await new Promise((r) => setTimeout(r, 50));
+    let url: string;
+    ({ server, url } = await startBundledServer());
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
   }, 60_000);
   afterAll(async () => {
