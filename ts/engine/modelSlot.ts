@@ -150,12 +150,11 @@ export class ModelSlot {
     const out: SlotStep = {
       decoded,
       committed: [],
-      failed: [...batch.failed],
+      failed: batch.failed, // the swap adds its own below
       prefilled: [],
       promptTokens: 0,
-      progressed: false,
+      progressed: batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0,
     };
-    out.progressed = batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0;
     if (batch.swapOut.length > 0 || batch.swapIn.length > 0) await this.swap(batch, out);
     for (const seq of batch.preempted) this.verifier?.preempted(seq);
     // A request admitted with its shared prompt already cached forks its samples now, to run next step.
@@ -215,7 +214,8 @@ export class ModelSlot {
       if (!emitToken || seq.cancelled) return;
       const r = results[i];
       if (kind === "plain") seq.appendToken(r.token);
-      else if (!this.verifier!.accept(seq, kind, r.token, step + 1)) return; // a candidate: final once verified
+      // A candidate: final once verified; it counts as ready from the next step (verify groups wait in steps).
+      else if (!this.verifier!.accept(seq, kind, r.token, step + 1)) return;
       out.decoded.seqs.push(seq);
       out.decoded.tokens.push(r);
       out.decoded.ends.push(endOf(seq, r.token));
