@@ -2,6 +2,7 @@
 // limits. Inside the engine only ResolvedParams travel.
 import { ContextLengthError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import { show } from "../options/validate.js";
+import type { StructuredOutput } from "../grammar/types.js";
 import type { SchedMetadata } from "./sequence.js";
 
 export interface SamplingParams {
@@ -57,6 +58,13 @@ export interface SamplingParams {
    * reasoning programs do) acts in the very next step. Not inherited by forks.
    */
   eagerDeltas?: boolean;
+  /**
+   * Constrained decoding (XGrammar): the answer is a JSON Schema's instance, any JSON object, a regex match, one of
+   * a list of strings, an EBNF grammar's sentence or a structural tag's. Each step masks the sequence's logits to
+   * the tokens the format allows; a thought stays free (StructuredOutput.thought) and the format starts after it.
+   * The sequence ends ("stop") once the format is complete. A fork inherits its parent's; null turns it off.
+   */
+  structured?: StructuredOutput | null;
   /** Scheduling metadata an inter-program policy reads (ts/sched). */
   metadata?: SchedMetadata;
   /** Aborting stops the request at the next step, frees its pages and resolves it with finishReason "aborted". */
