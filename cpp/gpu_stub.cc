@@ -61,6 +61,7 @@ void ropeKvWrite(const View&, const View&, const View&, const View&, const View&
 void pageCopy(const View&, const View&, const View&, const View&) { unavailable(); }
 void attentionDecode(const View&, const PagedKV&, const View&, float, int) { unavailable(); }
 void attentionPrefill(const View&, const View&, const PagedKV&, const View&, float, int) { unavailable(); }
+void maskLogits(const View&, const View&, const View&) { unavailable(); }
 void sample(const SampleArgs&) { unavailable(); }
 }  // namespace dl::gpu
 #endif

@@ -93,6 +93,11 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
      any sequence has (0: up to Ttot); it sizes the GPU grid, a sequence with more is an error. */            \
   void attentionPrefill(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale,  \
                         int maxQueryLen);                                                                    \
+  /* Constrained decoding: logits [B,V] f32 in place, mask [R,W] i32 (W = ceil(V / 32), XGrammar's bitmask:   \
+     id t allowed iff bit (t & 31) of word t >> 5 is set), rowOf [B] i32 (the mask row of logits row b, -1 = \
+     unmasked). Every disallowed id of a masked row becomes -inf; nothing else is written, so unmasked rows and  \
+     allowed logits keep their bits. No reduction: the sampler after it reads the masked row as any other. */    \
+  void maskLogits(const View& logits, const View& mask, const View& rowOf);                                  \
   /* Greedy / Gumbel-max sampling with temperature, top-k, top-p; logprobs (see SampleArgs). */             \
   void sample(const SampleArgs& a);
 
@@ -109,6 +114,17 @@ inline void checkGemmBlocks(const View& x, const View& w, const View& y, int64_t
                 ") must lie in [0, rows = " + std::to_string(rows) + ")");
   if (y.numel() < rows * N)
     throw Error("gemmBlocks: y must hold rows * N = " + std::to_string(rows * N) + " elements, has " + std::to_string(y.numel()));
+}
+
+// maskLogits' shapes, checked alike on both backends (rowOf's values: by the CPU kernel, on the device by the CUDA one).
+inline void checkMaskLogits(const View& logits, const View& mask, const View& rowOf) {
+  if (!logits || logits.ndim != 2 || logits.dtype != DType::f32) throw Error("maskLogits: 'logits' must be (B, V) f32");
+  const int64_t B = logits.shape[0], V = logits.shape[1], W = (V + 31) / 32;
+  if (!mask || mask.ndim != 2 || mask.dtype != DType::i32 || mask.shape[1] != W)
+    throw Error("maskLogits: 'mask' must be (R, ceil(V / 32) = " + std::to_string(W) + ") i32 for V = " + std::to_string(V));
+  if (!rowOf || rowOf.dtype != DType::i32 || rowOf.numel() != B)
+    throw Error("maskLogits: 'rowOf' must be " + std::to_string(B) + " i32 values (one per logits row), got " +
+                std::to_string(rowOf.numel()));
 }
 
 // gemmBlocks as plain GEMMs, one per non-empty block: fn(w rows [c, c + n), bias [c, c + n), y block (M, n) at its

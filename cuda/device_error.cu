@@ -20,6 +20,7 @@ const char* describe(DeviceErrorCode c) {
     case DeviceErrorCode::prefillPage: return "attentionPrefill: page id %v in 'indices' is out of range [0, %l)";
     case DeviceErrorCode::seqLength: return "attention: a sequence's page table holds %v tokens but %l are needed; check indptr/lastPageLen/qIndptr";
     case DeviceErrorCode::queryLength: return "attentionPrefill: a sequence has %v queries, more than maxQueryLen %l; pass the longest query count or 0";
+    case DeviceErrorCode::maskRow: return "maskLogits: rowOf holds %v, not a mask row in [0, %l) or -1 (unmasked)";
     case DeviceErrorCode::sampleParam: return "sample: row %v has a bad temperature, topP or topK (temperature must be finite and >= 0, topP in (0, 1], topK >= 0)";
     default: return "a kernel reported error %v (limit %l)";
   }

@@ -15,6 +15,7 @@ enum class DeviceErrorCode : int32_t {
   seqLength = 6,     // value = tokens the page table holds, limit = tokens asked for (prefill: qLen > kvLen)
   sampleParam = 7,   // value = row with a bad temperature / topP / topK
   queryLength = 8,   // value = a sequence's query count, limit = the launch's maxQueryLen
+  maskRow = 9,       // value = a rowOf entry of maskLogits, limit = the mask's rows R
 };
 
 struct DeviceErrorSlot {

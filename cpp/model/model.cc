@@ -52,6 +52,32 @@ void Model::requireWeights() const {
   throw Error("NativeModel: weights not set yet: " + list + "; call setWeight for each before forward");
 }
 
+// allowedTokens of sequence i (model.h SeqInput): rows * ceil(vocab / 32) words, on an emitting sequence, each row
+// allowing some id < vocab (a row allowing none would sample from an all -inf row: the engine ends such a sequence).
+static void validateAllowedTokens(const SeqInput& s, size_t i, int vocab) {
+  const std::string who = "forward: sequence " + std::to_string(i) + ": ";
+  if (!s.emitToken)
+    throw Error(who + "allowedTokens is given but emitToken is false; only a sequence that samples has a row to mask");
+  const int64_t W = (int64_t(vocab) + 31) / 32, rows = s.emitAll ? int64_t(s.tokens.size()) : 1;
+  const std::vector<int32_t>& mask = *s.allowedTokens;
+  if (int64_t(mask.size()) != rows * W)
+    throw Error(who + "allowedTokens holds " + std::to_string(mask.size()) + " int32 words, expected " +
+                std::to_string(rows * W) + " = " + std::to_string(rows) + (s.emitAll ? " rows (tokens.length, emitAll)" : " row") +
+                " x ceil(vocab " + std::to_string(vocab) + " / 32) = " + std::to_string(W) + " words");
+  // The last word's bits for ids < vocab: 1 .. 32 of them.
+  const int tail = int(int64_t(vocab) - 32 * (W - 1));
+  const uint32_t lastValid = tail == 32 ? 0xffffffffu : (1u << tail) - 1;
+  for (int64_t j = 0; j < rows; j++) {
+    const int32_t* row = mask.data() + j * W;
+    bool any = (uint32_t(row[W - 1]) & lastValid) != 0;
+    for (int64_t w = 0; w + 1 < W && !any; w++) any = row[w] != 0;
+    if (!any)
+      throw Error("forward: allowedTokens row " + std::to_string(j) + " of sequence " + std::to_string(i) +
+                  " allows no token; the engine must end such a sequence instead (no bit is set for an id below vocab " +
+                  std::to_string(vocab) + ")");
+  }
+}
+
 void Model::validate(const BatchInput& b) const {
   auto fail = [](const std::string& m) { throw Error("forward: " + m); };
   if (b.seqs.empty()) fail("the batch has no sequences");
@@ -89,6 +115,7 @@ void Model::validate(const BatchInput& b) const {
     if (s.confidenceK < 0 || s.confidenceK > 64 || s.confidenceK > cfg.vocab)
       fail(who + "confidenceTopK must be in [0, min(64, vocab)], got " + std::to_string(s.confidenceK));
     if (s.emitAll && !s.emitToken) fail(who + "emitAll needs emitToken (a row that samples nothing cannot sample everywhere)");
+    if (s.allowedTokens) validateAllowedTokens(s, i, cfg.vocab);
     for (size_t j = 0; j < s.captureLayers.size(); j++) {
       const int l = s.captureLayers[j];
       if (l < 0 || l > cfg.numLayers + 1)

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <vector>
 #include "model_buffer.h"
 #include "model_config.h"
@@ -30,6 +31,11 @@ struct SeqInput {
   bool emitToken = true;            // false: a non-final prefill chunk; lm_head and sampling skipped
   bool emitAll = false;             // sample at every position (a verify row), not only the last; needs emitToken
   bool fixedSchedule = false;       // run on the batch's fixed schedule whatever the step's fast one (see below)
+  // Constrained decoding: XGrammar's token bitmask, [rows, ceil(vocab / 32)] int32 words, rows = 1 or tokens.size()
+  // for emitAll (row j masks the sample after position j); id t is allowed iff bit (t & 31) of word t >> 5 is set.
+  // The disallowed logits are -inf before sampling (maskLogits), so every output read from the row (token, logprob,
+  // top logprobs, confidence, logits) is the constrained distribution's. Absent = unmasked.
+  std::optional<std::vector<int32_t>> allowedTokens;
 };
 
 struct BatchInput {
@@ -58,11 +64,11 @@ struct SeqOutput {
   std::vector<int32_t> topIds;    // [numTop], or [len, numTop] for emitAll
   std::vector<float> topLogprobs;
   std::vector<float> hidden;  // [captureLayers.size(), C] when captured
-  // DeepConf token confidence, -mean of the confidenceK largest logprobs of the row (raw logits' log-softmax), when
-  // confidenceK > 0: the last row's in `confidence`, every row's in `confidences` for emitAll.
+  // DeepConf token confidence, -mean of the confidenceK largest logprobs of the row (the log-softmax of its logits,
+  // after allowedTokens' mask), when confidenceK > 0: the last row's in `confidence`, every row's in `confidences` for emitAll.
   float confidence = 0;
   std::vector<float> confidences;
-  std::vector<float> logits;  // [V] (or [len, V] for emitAll) when returnLogits and emitToken
+  std::vector<float> logits;  // [V] (or [len, V] for emitAll) when returnLogits and emitToken; -inf where masked
 };
 
 class Model {

@@ -2,7 +2,8 @@
 //   pack: decode sequences (1 new token) first, then prefill chunks, then fixed-schedule sequences; T packed tokens
 //   (rows [0, Tf) run on the step's fast schedule, rows [Tf, T) on the fixed one: model.h BatchInput)
 //   embedding -> per layer [rmsnorm(+residual) -> qkv -> rope + kvWrite -> attention -> o_proj ->
-//   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> sample.
+//   rmsnorm(+residual) -> gate|up -> silu*mul -> down] -> final rows only: rmsnorm -> lm_head -> token masks of
+//   constrained rows (maskLogits) -> sample.
 // The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
 #include <algorithm>
 #include <cmath>
@@ -47,6 +48,10 @@ struct Model::Plan {
     int64_t rows;  // meta offset
   };
   std::vector<Capture> captures;      // layers < numLayers, ascending
+  // Token masks (constrained decoding), when any emitting row has one: meta offsets of rowOf [E] (the mask row of
+  // emitting row e, -1 = unmasked) and of the maskRows masked rows' words [maskRows, ceil(V / 32)].
+  int64_t maskRowOf = 0, maskWords = 0;
+  int maskRows = 0;
 };
 
 namespace {
@@ -187,6 +192,23 @@ Model::Plan Model::plan(const BatchInput& b) {
     c.rows = int64_t(m.size());
     for (int i : c.seqs) push(lastRow(i));
     p.captures.push_back(std::move(c));
+  }
+  // Token masks last, after every offset the step's launches bake in: a step without any has today's layout, and one
+  // with them moves no other offset. Each masked emitting row's words are copied in emitting-row order (validate
+  // checked each sequence's row count against emitAll).
+  bool masked = false;
+  for (int e = 0; e < p.E; e++) masked |= b.seqs[p.finals[e].seq].allowedTokens.has_value();
+  if (masked) {
+    const int64_t W = (int64_t(cfg.vocab) + 31) / 32;
+    p.maskRowOf = int64_t(m.size());
+    for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e].seq].allowedTokens ? p.maskRows++ : -1);
+    p.maskWords = int64_t(m.size());
+    for (int e = 0; e < p.E; e++) {
+      const SeqInput& s = b.seqs[p.finals[e].seq];
+      if (!s.allowedTokens) continue;
+      const int64_t row = s.emitAll ? p.finals[e].j : 0;
+      m.insert(m.end(), s.allowedTokens->begin() + row * W, s.allowedTokens->begin() + (row + 1) * W);
+    }
   }
   return p;
 }
@@ -386,7 +408,7 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
                               b.kvSplits, b.fixedGemmSplitK, int64_t(b.fastSplitK),
                               int64_t(metaHost_.size()), p.ids, p.positions, p.slots, p.dIndptr, p.dIndices, p.dLast,
                               p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,
-                              p.samplePos};
+                              p.samplePos, p.maskRowOf, p.maskWords, p.maskRows};
     for (const Buffer* buf : {&metaDev_, &residual_, &h_, &o_, &qkv_, &attn_, &gateUp_, &act_, &resLast_, &oLast_,
                               &hLast_, &logits_, &tokens_, &logprobs_, &topIds_, &topLogprobs_})
       k.push_back(int64_t(reinterpret_cast<uintptr_t>(buf->data())));
@@ -502,7 +524,8 @@ void Model::mlpBlock(Step& s, int l) {
 }
 
 // The F final rows only (the last position of each emitting or final-capturing sequence): hLast [F,C] = the final
-// norm of resid + o; logits [E,V] = hLast . Wlm^T for the E emitting rows; sampling into tokens / logprobs / top-k.
+// norm of resid + o; logits [E,V] = hLast . Wlm^T for the E emitting rows; the masked rows' disallowed ids set to
+// -inf (allowedTokens); sampling into tokens / logprobs / top-k.
 void Model::finalRows(Step& s) {
   const Plan& p = s.p;
   const Device d = s.d;
@@ -532,6 +555,14 @@ void Model::finalRows(Step& s) {
   if (p.numTop > 0) {
     a.topIds = topIds_.view({E, p.numTop});
     a.topLogprobs = topLogprobs_.view({E, p.numTop});
+  }
+  if (p.maskRows > 0) {
+    // Constrained rows: disallowed ids to -inf in place, before the sampler (and readOutputs' logits) read them; the
+    // other rows are not written, so their outputs keep their bits.
+    s.mark("maskLogits");
+    View mask = meta(p.maskWords, int64_t(p.maskRows) * ((V + 31) / 32));
+    mask.ndim = 2, mask.shape[0] = p.maskRows, mask.shape[1] = (V + 31) / 32;
+    ops::maskLogits(d, logits, mask, meta(p.maskRowOf, E));
   }
   s.mark("sample");
   ops::sample(d, a);

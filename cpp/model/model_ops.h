@@ -32,6 +32,7 @@ DL_OP(attentionDecode, DL_P(const View& q, const PagedKV& kv, const View& out, f
 DL_OP(attentionPrefill,
       DL_P(const View& q, const View& qIndptr, const PagedKV& kv, const View& out, float scale, int maxQueryLen),
       (q, qIndptr, kv, out, scale, maxQueryLen))
+DL_OP(maskLogits, DL_P(const View& logits, const View& mask, const View& rowOf), (logits, mask, rowOf))
 DL_OP(sample, DL_P(const SampleArgs& a), (a))
 #undef DL_P
 #undef DL_OP

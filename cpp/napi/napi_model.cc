@@ -140,6 +140,8 @@ BatchInput parseBatch(const Napi::Value& v) {
     s.emitToken = boolean(so, "emitToken", w, true);
     s.emitAll = boolean(so, "emitAll", w, false);
     s.fixedSchedule = boolean(so, "fixedSchedule", w, false);
+    Napi::Value allowed = so.Get("allowedTokens");
+    if (!allowed.IsUndefined() && !allowed.IsNull()) s.allowedTokens = int32s(allowed, w + ": 'allowedTokens'");
     Napi::Value sp = so.Get("sampling");
     if (!sp.IsUndefined() && !sp.IsNull()) {
       if (!sp.IsObject()) fail(w + ": 'sampling' must be an object");
@@ -221,6 +223,12 @@ BatchInput parsePacked(const Napi::Value& intsV, const Napi::Value& floatsV) {
     s.blockTable.assign(bt, bt + sh[2]);
     const int32_t* c = take(size_t(sh[7]));
     s.captureLayers.assign(c, c + sh[7]);
+    if (sh[5] & 8) {  // allowedTokens: its word count, then the words (Model::validate checks the count)
+      const int32_t words = *take(1);
+      if (words < 0) fail("forwardPacked: negative allowedTokens length in sequence " + std::to_string(i));
+      const int32_t* a = take(size_t(words));
+      s.allowedTokens.emplace(a, a + words);
+    }
     s.temperature = floats[2 * i], s.topP = floats[2 * i + 1];
   }
   if (at != ni) fail("forwardPacked: " + std::to_string(ni - at) + " ints past the last sequence");

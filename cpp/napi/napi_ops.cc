@@ -298,6 +298,16 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
   });
 }
 
+// maskLogits({logits, mask, rowOf}): the disallowed ids of each masked row set to -inf in place (kernels.h).
+Napi::Value MaskLogits(const Napi::CallbackInfo& info) {
+  return guard(info, "maskLogits", [&](OpArgs& a) {
+    View logits = a.tensor("logits"), mask = a.tensor("mask"), rowOf = a.tensor("rowOf");
+    checkMaskLogits(logits, mask, rowOf);
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, maskLogits(logits, mask, rowOf)); });
+  });
+}
+
 }  // namespace
 
 void registerOps(Napi::Env env, Napi::Object exports) {
@@ -314,6 +324,7 @@ void registerOps(Napi::Env env, Napi::Object exports) {
   ops.Set("pageCopy", Napi::Function::New(env, PageCopy, "pageCopy"));
   ops.Set("attentionDecode", Napi::Function::New(env, AttentionDecode, "attentionDecode"));
   ops.Set("attentionPrefill", Napi::Function::New(env, AttentionPrefill, "attentionPrefill"));
+  ops.Set("maskLogits", Napi::Function::New(env, MaskLogits, "maskLogits"));
   ops.Set("sample", Napi::Function::New(env, Sample, "sample"));
   exports.Set("ops", ops);
 }

@@ -363,3 +363,34 @@ export function refSample(logits: ArrayLike<number>, p: SampleParams): number {
   }
   return best;
 }
+
+/** XGrammar's token bitmask of `rows` allowed-id lists over a vocabulary of V: ceil(V / 32) int32 words a row, id t
+ *  allowed iff bit (t & 31) of word t >> 5 is set. */
+export function tokenBitmask(V: number, rows: ArrayLike<number>[]): Int32Array {
+  const W = Math.ceil(V / 32);
+  const mask = new Int32Array(rows.length * W);
+  rows.forEach((ids, r) => {
+    for (let i = 0; i < ids.length; i++) mask[r * W + (ids[i] >> 5)] |= 1 << (ids[i] & 31);
+  });
+  return mask;
+}
+
+/** Whether id t is allowed by row r of a token bitmask of W words a row. */
+export const bitmaskAllows = (mask: Int32Array, W: number, r: number, t: number): boolean =>
+  ((mask[r * W + (t >> 5)] >>> (t & 31)) & 1) === 1;
+
+/** maskLogits' rule: logits [B, V] with every id that mask row rowOf[b] disallows at -inf (rows with -1 as given). */
+export function refMaskLogits(
+  logits: Float32Array,
+  V: number,
+  mask: Int32Array,
+  rowOf: ArrayLike<number>,
+): Float32Array {
+  const out = logits.slice();
+  const W = Math.ceil(V / 32);
+  for (let b = 0; b < rowOf.length; b++) {
+    if (rowOf[b] < 0) continue;
+    for (let t = 0; t < V; t++) if (!bitmaskAllows(mask, W, rowOf[b], t)) out[b * V + t] = -Infinity;
+  }
+  return out;
+}

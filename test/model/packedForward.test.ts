@@ -37,6 +37,14 @@ beforeAll(async () => {
 });
 afterAll(() => model?.dispose());
 
+/** allowedTokens words of one row: `words` first, the rest 0 (ids past them disallowed). */
+const W = () => Math.ceil(model.config.vocabSize / 32);
+function allowedWords(words: number[]): Int32Array {
+  const row = new Int32Array(W());
+  row.set(words);
+  return row;
+}
+
 /** Every field a sequence and a batch can carry, each set away from its default somewhere and able to change a
  *  result when packed wrong (on the CPU, fastSplitK alone changes nothing: it is a CUDA schedule flag). */
 function fullBatch(): NativeForwardBatch {
@@ -63,6 +71,8 @@ function fullBatch(): NativeForwardBatch {
         sampling: { temperature: 0.8, topK: 5, topP: 0.9, seed: 2 ** 40 + 3 },
         numTopLogprobs: 3,
         confidenceTopK: 2,
+        // constrained: ids 0-63, half of 64-95 (mixed bits in one word), 96-127
+        allowedTokens: allowedWords([-1, -1, 0x0f0f0f0f, -1]),
       },
       // a prompt chunk that is not the last: nothing sampled
       { tokens: Int32Array.from([5, 6, 2, 8]), startPos: 0, blockTable: pages(2), emitToken: false },
@@ -83,6 +93,12 @@ function fullBatch(): NativeForwardBatch {
         emitAll: true,
         numTopLogprobs: 2,
         confidenceTopK: 2,
+        // one mask row per position: ids 32-34, every id (all-ones words), ids 0-31
+        allowedTokens: Int32Array.from([
+          ...allowedWords([0, 7]),
+          ...new Int32Array(W()).fill(-1),
+          ...allowedWords([-1]),
+        ]),
       },
       // plain greedy decode, every optional field absent, extra trailing block-table entries
       { tokens: Int32Array.of(1), startPos: 6, blockTable: pages(5, 6, 7, 8) },
@@ -180,7 +196,10 @@ describe("packed forward batches", () => {
     for (let at = 6 + 2 * packed.ints[5], i = 0; i < packed.ints[0]; i++) {
       seqAt.push(at);
       at += 10 + packed.ints[at] + packed.ints[at + 2] + packed.ints[at + 7];
+      if (packed.ints[seqAt[i]! + 5]! & 8) at += 1 + packed.ints[at]!; // allowedTokens: its count, then its words
     }
+    const maskAt = (i: number) =>
+      seqAt[i]! + 10 + packed.ints[seqAt[i]!]! + packed.ints[seqAt[i]! + 2]! + packed.ints[seqAt[i]! + 7]! + 1;
     const wrongs: Array<[string, (ints: Int32Array, floats: Float32Array) => void]> = [
       ["gemmSplitK", (x) => (x[1] = 1)],
       ["kvSplits", (x) => (x[2] = 1)],
@@ -192,6 +211,8 @@ describe("packed forward batches", () => {
       ["confidenceTopK", (x) => (x[seqAt[0] + 4] = 3)],
       ["emitToken", (x) => (x[seqAt[1] + 5] |= 1)],
       ["fixedSchedule", (x) => (x[seqAt[3] + 5] &= ~4)],
+      ["allowedTokens of a row", (x) => (x[maskAt(0) + 2] = ~x[maskAt(0) + 2]!)],
+      ["allowedTokens of an emitAll row", (x) => (x[maskAt(3) + W() + 1] = 0)],
       ["topK", (x) => (x[seqAt[0] + 6] = 0)],
       ["seed low", (x) => (x[seqAt[0] + 8] ^= 1)],
       ["seed high", (x) => (x[seqAt[2] + 9] ^= 1)],

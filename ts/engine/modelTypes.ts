@@ -30,6 +30,14 @@ export interface ForwardSequence {
   emitAll?: boolean;
   /** Run on the batch's fixed schedule whatever the step's (fast) one: a verify row or deterministic prefill. */
   fixedSchedule?: boolean;
+  /**
+   * Constrained decoding: XGrammar's token bitmask of the ids this sequence may sample, ceil(vocabSize / 32) int32
+   * words per emitted row (1 row, or tokens.length rows for emitAll: row j masks the sample after position j); id t
+   * is allowed iff bit (t & 31) of word t >> 5 is set. Disallowed logits are -inf before sampling, so the logprobs,
+   * top logprobs, confidence and logits returned are those of the constrained distribution. A row that allows no
+   * token is rejected: end such a sequence instead. Omitted = unmasked (NativeForwardSequence.allowedTokens).
+   */
+  allowedTokens?: Int32Array;
 }
 
 export interface ForwardBatch {

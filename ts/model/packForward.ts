@@ -58,6 +58,9 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
   if (s.captureHiddenLayer !== undefined && s.captureHiddenLayer !== null && s.captureHiddenLayer !== -1) return -1;
   const captures = s.captureHiddenLayers;
   if (captures !== undefined && captures !== null && !isPlainInt32Array(captures)) return -1;
+  const allowed = s.allowedTokens;
+  const hasAllowed = allowed !== undefined && allowed !== null;
+  if (hasAllowed && !isPlainInt32Array(allowed)) return -1;
   const startPos = isInt32(s.startPos) ? s.startPos : null;
   const numTop = intOr(s.numTopLogprobs, 0);
   const confidenceK = intOr(s.confidenceTopK, 0);
@@ -74,13 +77,15 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
     return -1;
   if (temperature === null || topP === null || topK === null || seed === null) return -1;
   const nc = captures?.length ?? 0;
-  ensure(at + SEQ_HEADER + tokens.length + blockTable.length + nc);
+  // allowedTokens, when given: flag 8, and [words, ...words] after the capture indices.
+  const na = hasAllowed ? 1 + allowed.length : 0;
+  ensure(at + SEQ_HEADER + tokens.length + blockTable.length + nc + na);
   ints[at] = tokens.length;
   ints[at + 1] = startPos;
   ints[at + 2] = blockTable.length;
   ints[at + 3] = numTop;
   ints[at + 4] = confidenceK;
-  ints[at + 5] = emit | all | fixed;
+  ints[at + 5] = emit | all | fixed | (hasAllowed ? 8 : 0);
   ints[at + 6] = topK;
   ints[at + 7] = nc;
   ints[at + 8] = seed[0];
@@ -92,9 +97,15 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
   ints.set(blockTable, at);
   at += blockTable.length;
   if (nc > 0) ints.set(captures!, at);
+  at += nc;
+  if (hasAllowed) {
+    ints[at] = allowed.length;
+    ints.set(allowed, at + 1);
+    at += na;
+  }
   floats[2 * i] = temperature;
   floats[2 * i + 1] = topP;
-  return at + nc;
+  return at;
 }
 
 /** The batch packed for forwardPacked (views of module buffers, valid until the next call), or null when some

@@ -110,6 +110,12 @@ export interface NativeOps {
       maxQueryLen?: number;
     },
   ): Promise<void>;
+  /**
+   * Constrained decoding, in place: for each row b of logits [B, V] f32 with rowOf[b] >= 0, every id t whose bit
+   * (t & 31) of word t >> 5 of mask row rowOf[b] is clear becomes -inf. mask: [R, ceil(V / 32)] i32 (XGrammar's token
+   * bitmask); rowOf: [B] i32, -1 = row left as is. Nothing else is written.
+   */
+  maskLogits(a: { logits: NativeTensor; mask: NativeTensor; rowOf: NativeTensor }): Promise<void>;
   /** Greedy (temperature 0) or Gumbel-max sampling keyed by (seed, position, token id); raw log-softmax logprobs. */
   sample(a: {
     logits: NativeTensor;
@@ -205,6 +211,16 @@ export interface NativeForwardSequence {
    * riding in a fast step. Its bits then depend on its own tokens and KV only, never on the fast rows beside it.
    */
   fixedSchedule?: boolean;
+  /**
+   * Constrained decoding: the tokens this sequence may sample, as XGrammar's token bitmask. W = ceil(vocab / 32)
+   * int32 words per emitted row (vocab: the LM head's width); id t is allowed iff bit (t & 31) of word t >> 5 is set
+   * (a word of -1 allows all 32 ids; bits for ids >= vocab are ignored). Rows: 1, or tokens.length for emitAll (row j
+   * masks the logits after input position j), so exactly rows * W words. Every disallowed id's logit is set to -inf
+   * before anything reads the row: the sampled token, its logprob, top logprobs, confidence and returned logits are
+   * all those of the constrained distribution (logprobs: log-softmax over the allowed ids). Rejected: another length,
+   * a sequence that does not emit, a row allowing no id < vocab. Omitted: unmasked (bitwise today's results).
+   */
+  allowedTokens?: Int32Array;
 }
 
 export interface NativeForwardBatch {
@@ -281,8 +297,8 @@ export interface NativeModelInfo {
 /**
  * One op's share of profiled steps: `calls` intervals summing to `ms` (CPU: host clock; CUDA: events on the stream).
  * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, qkNorm (Qwen3), ropeKvWrite,
- * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, finalNorm, gemm.lmHead, sample,
- * readback; and step.wall, each profiled step's whole forward as its caller waited for it.
+ * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, finalNorm, gemm.lmHead, maskLogits
+ * (steps with allowedTokens), sample, readback; and step.wall, each profiled step's whole forward as its caller waited for it.
  */
 export interface ProfileEntry {
   label: string;
@@ -310,8 +326,9 @@ export interface NativeModel {
    * step instead of ~20 per sequence. The same checks and errors as forward() for what the arrays can hold.
    *   ints: header [sequences, gemmSplitK, kvSplits, fixedGemmSplitK, flags (1 returnLogits, 2 fastSplitK,
    *         4 profile), page copies c], c sources, c destinations; then per sequence [tokens t, startPos, block
-   *         table entries p, numTopLogprobs, confidenceTopK, flags (1 emitToken, 2 emitAll, 4 fixedSchedule), topK,
-   *         captures h, seed low 32 bits, seed high 32 bits], t tokens, p page ids, h capture indices.
+   *         table entries p, numTopLogprobs, confidenceTopK, flags (1 emitToken, 2 emitAll, 4 fixedSchedule,
+   *         8 allowedTokens given), topK, captures h, seed low 32 bits, seed high 32 bits], t tokens, p page ids,
+   *         h capture indices, and with flag 8: [words a], a allowedTokens words.
    *   floats: per sequence [temperature, topP].
    */
   forwardPacked(ints: Int32Array, floats: Float32Array): Promise<NativeForwardPacked>;
