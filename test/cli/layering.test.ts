@@ -27,15 +27,16 @@ const ALLOWED: Record<string, readonly string[]> = {
   options: ["errors"],
   sched: ["errors"],
   device: ["native", "errors"],
-  model: ["native", "errors"],
-  engine: ["model", "native", "sched", "options", "errors"],
+  grammar: ["errors"], // structured outputs: XGrammar's wasm, the sandbox, per-sequence constraints
+  model: ["native", "grammar", "errors"],
+  engine: ["model", "native", "sched", "options", "grammar", "errors"],
   probe: ["model", "errors"], // the DUCHESS MLPs and their file: programs run them, eval trains them
   certaindex: ["engine", "model", "sched", "errors"],
   programs: ["engine", "certaindex", "model", "sched", "options", "probe", "errors"],
   tasks: ["programs", "model", "errors"],
   eval: ["engine", "model", "programs", "certaindex", "tasks", "probe", "errors"],
   determinism: ["engine", "model", "native", "device", "errors", "util"],
-  server: ["engine", "programs", "model", "options", "tasks", "errors"], // the HTTP server
+  server: ["engine", "programs", "model", "options", "tasks", "grammar", "errors"], // the HTTP server
   cluster: ["server", "errors"], // replicas and the router, on top of the server
   cli: ENTRIES, // the CLI is built on the three public entries only
 };

@@ -13,6 +13,9 @@ import type { TextCodec } from "./modelTypes.js";
 import { ModelSlot } from "./modelSlot.js";
 import type { ForkOptions, GenerateRequest } from "./request.js";
 import { RequestBuilder } from "./requestBuilder.js";
+import type { StructuredFormat, StructuredOutput } from "../grammar/types.js";
+import { generateRequestSchema } from "../options/schemas.js";
+import { parseOptions } from "../options/validate.js";
 import { Stepper } from "./stepper.js";
 import { parseEngineOptions, type EngineOptions } from "./options.js";
 import type { RequestState } from "./requestState.js";
@@ -86,24 +89,35 @@ export class Engine implements AsyncDisposable {
     return this.start(built.slot, built.state, options.signal);
   }
 
+  /**
+   * Compiles a structured-output format for a model (cached, as submit() would): rejects with an InvalidOptionError
+   * naming the problem when XGrammar cannot use it. A server calls it before submit(), so a bad schema is refused
+   * before any stream starts; submit() alone reports it as the request's failure at its first sampled token.
+   */
+  async prepareStructured(structured: StructuredOutput, model?: string): Promise<void> {
+    this.checkAlive("prepareStructured");
+    parseOptions(generateRequestSchema, { prompt: [0], structured }, "request");
+    const { thought: _t, answerTokens: _a, ...format } = structured;
+    await this.slotOf(model, "prepareStructured")
+      .grammars("request.structured")
+      .compile(format as StructuredFormat, "request.structured");
+  }
+
   /** A loaded model's tokenizer (null if loaded without one), to encode prompts exactly as submit() does. */
   tokenizer(model?: string): TextCodec | null {
+    return this.slotOf(model, "tokenizer").codec;
+  }
+
+  private slotOf(model: string | undefined, what: string): ModelSlot {
     const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
     if (!slot)
-      throw new NotFoundError(
-        `Engine.tokenizer: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`,
-      );
-    return slot.codec;
+      throw new NotFoundError(`Engine.${what}: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`);
+    return slot;
   }
 
   /** One model's metrics (default: the first model's) without the engine-wide throughput: cheap enough per event. */
   modelMetrics(model?: string): ModelMetrics {
-    const slot = model === undefined ? this.slots[0] : this.slots.find((s) => s.name === model);
-    if (!slot)
-      throw new NotFoundError(
-        `Engine.modelMetrics: model "${model}" is not loaded; loaded: ${this.modelNames.join(", ")}`,
-      );
-    return slot.metrics();
+    return this.slotOf(model, "modelMetrics").metrics();
   }
 
   metrics(): EngineMetrics {

@@ -5,6 +5,7 @@ export type { EngineModelSource } from "./loadedModel.js";
 export { RequestHandle } from "./handle.js";
 export { generate, generateStream } from "./generate.js";
 export type { GenerateRequest, SamplingParams, ForkOptions } from "./request.js";
+export type { StructuredOutput, StructuredFormat } from "../grammar/types.js";
 export type {
   GenerationOutput,
   SampleOutput,

@@ -99,6 +99,14 @@ export class ModelRunner {
       };
       if (emitToken && s.captureHiddenLayers !== null)
         input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
+      if (emitToken && seq.constraint !== null) {
+        const mask = seq.constraint.maskAt(start + numNewTokens);
+        if (mask === undefined)
+          throw new Error(
+            `ModelRunner: sequence ${seq.id} samples position ${start + numNewTokens} with no mask prepared`,
+          );
+        if (mask !== null) input.allowedTokens = mask;
+      }
       if (extras.fixed?.(i)) input.fixedSchedule = anyFixed = true;
       return input;
     });

@@ -4,7 +4,8 @@
 // deterministic sequences exist), commit KV, append tokens, check stop ids / eos / max tokens, and report per
 // sequence what became final. It knows nothing of requests: the Stepper (the output processor) maps sequences to
 // requests, turns tokens into text and deltas, and calls finish().
-import { NativeError } from "../errors/index.js";
+import { NativeError, UnsupportedError } from "../errors/index.js";
+import { GrammarSet } from "../grammar/grammars.js";
 import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { ModelRunner, type SequenceSampling } from "./modelRunner.js";
@@ -63,6 +64,7 @@ export class ModelSlot {
   readonly verifies: boolean;
   private readonly verifyOptions: VerifyOptions;
   private readonly stepTokens = new StepTokenCounts();
+  private grammarSet: GrammarSet | null = null;
 
   constructor(
     readonly name: string,
@@ -82,6 +84,23 @@ export class ModelSlot {
 
   get pageSize(): number {
     return this.model.pageSize;
+  }
+
+  /** Deterministic requests' verify rows replay this many masks behind a sequence's newest (structured outputs). */
+  get maskWindow(): number {
+    return this.verifies ? this.verifyOptions.verifyWindow : 0;
+  }
+
+  /** The model's compiled grammars (structured outputs); an UnsupportedError naming `field` if it has no tokenizer. */
+  grammars(field: string): GrammarSet {
+    if (this.grammarSet !== null) return this.grammarSet;
+    const vocab = this.codec?.grammarVocab?.();
+    if (vocab === undefined)
+      throw new UnsupportedError(
+        `${field}: model "${this.name}" was loaded without a tokenizer that can list its vocabulary, which constrained decoding needs; load it with its tokenizer.json`,
+        { field },
+      );
+    return (this.grammarSet = new GrammarSet(vocab, this.model.vocabSize, this.model.eosTokenIds));
   }
 
   /** Whether a step would do anything: sequences queued or running. */
@@ -159,6 +178,8 @@ export class ModelSlot {
     for (const seq of batch.preempted) this.verifier?.preempted(seq);
     // A request admitted with its shared prompt already cached forks its samples now, to run next step.
     this.collectPrefilled(out);
+    // Structured outputs: the masks of the rows that sample this step (and of rows a verifier may replay).
+    await this.prepareConstraints(batch, out);
     // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
     if (batch.seqs.length > 0 || this.verifier?.hasDueFusedRows) {
       try {
@@ -185,6 +206,31 @@ export class ModelSlot {
     for (const c of out.committed) tokens += c.tokens.length;
     this.stepTokens.record(tokens);
     return out;
+  }
+
+  /**
+   * Folds each constrained sequence's new tokens into its constraint and computes the mask of its next position:
+   * the scheduled rows that sample, and every running sequence a verifier holds (a verify row replays its masks). A
+   * constraint that cannot go on (its grammar failed to compile, an appended token outside the format) fails its
+   * request; the rest of the batch runs.
+   */
+  private async prepareConstraints(batch: ScheduledBatch, out: SlotStep): Promise<void> {
+    const failed = new Set<Sequence>();
+    const prepare = async (seq: Sequence): Promise<void> => {
+      try {
+        await seq.constraint!.prepare(seq.tokens, seq.takeCut());
+      } catch (error) {
+        out.failed.push({ seq, error });
+        failed.add(seq);
+      }
+    };
+    for (const { seq, emitToken } of batch.seqs) if (emitToken && seq.constraint !== null) await prepare(seq);
+    if (this.verifier !== null)
+      for (const seq of this.scheduler.running)
+        if (seq.constraint !== null && seq.heldForVerify && !seq.constraint.ready(seq.numTokens)) await prepare(seq);
+    if (failed.size === 0) return;
+    batch.seqs = batch.seqs.filter((s) => !failed.has(s.seq));
+    out.progressed = true;
   }
 
   /** The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. */
@@ -305,8 +351,10 @@ function endOf(seq: Sequence, token: number): SequenceEnd | null {
   return endOfAt(seq, seq.numTokens - 1, token);
 }
 
-/** Whether `token` at position `pos` of the sequence ends it: a stop id (or eos), else its last allowed token. */
+/** Whether `token` at position `pos` of the sequence ends it: a stop id (or eos), its format's end, else its last
+ *  allowed token. */
 function endOfAt(seq: Sequence, pos: number, token: number): SequenceEnd | null {
   if (seq.stopIds.has(token)) return "stop";
+  if (seq.constraint?.ends(token, pos)) return "stop"; // the format is complete (its stop token, even with ignoreEos)
   return pos + 1 - seq.numPromptTokens >= seq.maxCompletionTokens ? "length" : null;
 }

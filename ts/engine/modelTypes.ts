@@ -1,3 +1,5 @@
+import type { GrammarVocab } from "../grammar/types.js";
+
 // The contract between the engine and a loaded model: one forward call per step for the whole batch
 // (docs/architecture.md "Native contract"), plus the facts the engine plans with. ts/model's Model satisfies it.
 
@@ -114,4 +116,6 @@ export interface Detokenizer {
 export interface TextCodec {
   encode(text: string, options?: { addSpecialTokens?: boolean }): number[];
   createDetokenizer(): Detokenizer;
+  /** The vocabulary as XGrammar takes it (ModelTokenizer's): needed for structured outputs. */
+  grammarVocab?(): GrammarVocab;
 }

@@ -2,7 +2,7 @@
 // limits. Inside the engine only ResolvedParams travel.
 import { ContextLengthError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import { show } from "../options/validate.js";
-import type { StructuredOutput } from "../grammar/types.js";
+import type { StructuredFormat, StructuredOutput } from "../grammar/types.js";
 import type { SchedMetadata } from "./sequence.js";
 
 export interface SamplingParams {
@@ -108,6 +108,14 @@ export interface ResolvedParams {
   probe: ResolvedProbe | null;
   confidence: ResolvedConfidence | null;
   deterministic: boolean;
+  structured: ResolvedStructured | null;
+}
+
+/** The structured option resolved: its format, where it starts, the tokens kept for the answer. */
+export interface ResolvedStructured {
+  format: StructuredFormat;
+  thought: "free" | "none";
+  answerTokens: number;
 }
 
 export interface ResolvedConfidence {
@@ -206,6 +214,12 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
       { field: `request.${field}` },
     );
   }
+  const structured =
+    p.structured === undefined
+      ? (base?.structured ?? null)
+      : p.structured === null
+        ? null
+        : resolveStructured(p.structured, maxTokens, fail);
   return {
     temperature,
     topK,
@@ -221,7 +235,20 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
     probe,
     confidence,
     deterministic,
+    structured,
   };
+}
+
+function resolveStructured(
+  s: StructuredOutput,
+  maxTokens: number,
+  fail: (field: string, value: unknown, fix: string) => never,
+): ResolvedStructured {
+  const { thought, answerTokens, ...format } = s;
+  const answer = answerTokens ?? Math.min(256, Math.floor(maxTokens / 2));
+  if (!Number.isInteger(answer) || answer < 1 || answer > maxTokens)
+    fail("structured.answerTokens", answerTokens, `expected an integer in [1, ${maxTokens}] (maxTokens)`);
+  return { format: format as StructuredFormat, thought: thought ?? "free", answerTokens: answer };
 }
 
 function resolveConfidence(

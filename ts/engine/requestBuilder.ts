@@ -15,6 +15,7 @@ import {
   type GenerateRequest,
   type ResolvedParams,
 } from "./request.js";
+import { SequenceConstraint } from "../grammar/constraint.js";
 import { RequestState } from "./requestState.js";
 import { SampleTracker } from "./sampleTracker.js";
 import { pagesFor, Sequence, type SchedMetadata } from "./sequence.js";
@@ -52,6 +53,7 @@ export class RequestBuilder {
     const params = this.params(slot, req, prompt.length);
     const state = this.newState(slot, prompt, params, n, req.eagerDeltas === true);
     const seq = this.newSequence(slot, state, 0, prompt, params, { ...req.metadata });
+    seq.constraint = this.constraintOf(slot, params, prompt.length, prompt.length, "request.structured");
     if (n > 1) seq.computeLimit = prompt.length - 1; // samples fork off once the shared prompt KV exists
     slot.addWaiting(seq);
     return { slot, state, seqs: [seq] };
@@ -90,6 +92,11 @@ export class RequestBuilder {
     const params = this.params(slot, { ...opts, seed }, tokens.length, parent.params);
     const state = this.newState(slot, tokens, params, 1, opts.eagerDeltas === true);
     const seq = this.newSequence(slot, state, 0, tokens, params, { ...src.metadata, ...opts.metadata });
+    // An inherited format keeps its origin (the parent's answer so far, and what the fork appends, continue it); a
+    // new one starts after the fork's tokens.
+    const inherited = opts.structured === undefined && src.constraint !== null;
+    const origin = inherited ? Math.min(src.constraint!.options.origin, length) : tokens.length;
+    seq.constraint = this.constraintOf(slot, params, origin, tokens.length, "fork.structured");
     if (src.status === "running" && src.numPages > 0) {
       slot.addFork(src, seq, Math.min(length, tokens.length - 1, slot.forkableKv(src, params.deterministic)));
       seq.numCachedTokens = seq.numComputedTokens;
@@ -104,6 +111,7 @@ export class RequestBuilder {
     const children: Sequence[] = [];
     for (let i = 1; i < state.samples.length; i++) {
       const child = this.newSequence(slot, state, i, primary.tokens, state.params, { ...primary.metadata });
+      child.constraint = primary.constraint?.fork(primary.constraint.options.end) ?? null;
       slot.addFork(primary, child);
       children.push(child);
     }
@@ -183,6 +191,31 @@ export class RequestBuilder {
       );
     }
     return params;
+  }
+
+  /**
+   * A sequence's constraint for `params.structured` (null without one): its format compiled for the model (once per
+   * format; the sequence waits for it at its first sampled token), starting at `origin`, ending by numTokens +
+   * maxTokens.
+   */
+  private constraintOf(
+    slot: ModelSlot,
+    params: ResolvedParams,
+    origin: number,
+    numTokens: number,
+    field: string,
+  ): SequenceConstraint | null {
+    const s = params.structured;
+    if (s === null) return null;
+    const grammars = slot.grammars(field);
+    return new SequenceConstraint(grammars.compile(s.format, field), grammars, {
+      thought: s.thought,
+      origin,
+      end: numTokens + params.maxTokens,
+      answerTokens: s.answerTokens,
+      keepMasks: slot.maskWindow,
+      field,
+    });
   }
 
   private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number, eager: boolean): RequestState {

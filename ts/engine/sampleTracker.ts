@@ -59,7 +59,10 @@ export class SampleTracker {
     let logprob: TokenLogprob | undefined;
     if (this.logprobs) {
       const top = [];
-      for (let i = 0; i < (s.topIds?.length ?? 0); i++) top.push({ token: s.topIds![i], logprob: s.topLogprobs![i] });
+      // A structured output's masked row ranks disallowed ids at -inf after the allowed ones: those are not listed.
+      for (let i = 0; i < (s.topIds?.length ?? 0); i++)
+        if (s.topLogprobs![i] !== Number.NEGATIVE_INFINITY)
+          top.push({ token: s.topIds![i], logprob: s.topLogprobs![i] });
       logprob = { token: s.token, logprob: s.logprob, top };
       if (this.params.tokenLogprobs !== null && s.logits)
         logprob.requested = logprobsOf(s.logits, this.params.tokenLogprobs);
@@ -79,7 +82,9 @@ export class SampleTracker {
     }
     if (!this.finished && end === "length") this.finishReason = "length";
     // DeepConf's early stop: this token completed a window whose mean confidence is below the threshold.
-    if (this.confidence && s.confidence !== undefined && this.confidence.add(s.confidence) && !this.finished) {
+    // A masked row allowing fewer ids than DeepConf's top k has no confidence (+inf): such tokens are not counted.
+    const conf = s.confidence !== undefined && Number.isFinite(s.confidence) ? s.confidence : undefined;
+    if (this.confidence && conf !== undefined && this.confidence.add(conf) && !this.finished) {
       if (this.detokenizer) this.tail += this.detokenizer.flush();
       this.finishReason = "low_confidence";
     }

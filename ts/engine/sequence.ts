@@ -8,6 +8,8 @@
 //   verification    holdForVerify / releaseVerifyHold                    (the verifier only)
 // Invariant while the sequence is alive: numComputedTokens <= numTokens - 1, because the newest token is always
 // the one fed to the next forward (its logits give the following token).
+import type { SequenceConstraint } from "../grammar/constraint.js";
+
 const NO_STOP_IDS: ReadonlySet<number> = new Set();
 
 export type SequenceStatus = "waiting" | "running" | "finished";
@@ -52,8 +54,12 @@ export class Sequence {
    * deterministic request's pages hold fixed-schedule KV only and live in their own, see verifier/verifier.ts).
    */
   kvNamespace = 0;
+  /** Structured output: the tokens each position may take (ts/grammar/constraint.ts), or null. It follows the
+   *  tokens on its own (prepare() before each step), reading takeCut() for where they were cut. */
+  constraint: SequenceConstraint | null = null;
 
   private readonly tokenList: number[];
+  private cutTo = Number.POSITIVE_INFINITY;
   private pages: number[] = [];
   private pagesArray: Int32Array | null = null; // blockTableArray's copy of pages, null after a change
   private computed = 0;
@@ -144,6 +150,13 @@ export class Sequence {
       throw new Error(`Sequence ${this.id}: cannot keep ${length} of ${this.tokenList.length} tokens`);
     }
     this.tokenList.length = length;
+    if (length < this.cutTo) this.cutTo = length;
+  }
+  /** The shortest length truncateTokens() cut the tokens to since the last call (Infinity: none), and resets it. */
+  takeCut(): number {
+    const cut = this.cutTo;
+    this.cutTo = Number.POSITIVE_INFINITY;
+    return cut;
   }
 
   // KV pages: the BlockManager's, which owns page ids and refcounts.

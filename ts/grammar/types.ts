@@ -38,3 +38,15 @@ export type StructuredOutput = StructuredFormat & {
 };
 
 export const STRUCTURED_TYPES = ["json_schema", "json_object", "regex", "choice", "grammar", "structural_tag"] as const;
+
+/** What XGrammar needs of a tokenizer (ModelTokenizer.grammarVocab builds it). */
+export interface GrammarVocab {
+  /** Token strings by id as tokenizer.json spells them ("" for special tokens, which a grammar never allows). */
+  tokens: string[];
+  /** How `tokens` spell bytes: GPT-2 byte-level, SentencePiece byte fallback (<0x0A>, ▁), or as is. */
+  vocabType: "byte_level" | "byte_fallback" | "raw";
+  /** The tokenizer prepends a space to the text (SentencePiece's add_dummy_prefix). */
+  prependSpace: boolean;
+  /** The model's `<think>` and `</think>` ids, when it has a thought. */
+  think: { start: number; end: number } | null;
+}

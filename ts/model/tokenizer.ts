@@ -14,6 +14,7 @@ import {
 } from "./detokenizer.js";
 import { readJsonFile, readOptionalJsonFile } from "./jsonFile.js";
 import type { GenerationDefaults } from "./generationConfig.js";
+import type { GrammarVocab } from "../grammar/types.js";
 import type { ModelConfig } from "./config.js";
 
 export interface TokenizerLoadOptions {
@@ -36,6 +37,9 @@ export class ModelTokenizer {
 
   /** Set where streaming can take the byte-level fast path (exactly the tokenizer's decode): see byteLevelPieces. */
   private readonly pieces: ByteLevelPieces | null;
+  /** How tokenizer.json's decoder spells bytes (XGrammar's vocab type), read once. */
+  private readonly grammarKind: Pick<GrammarVocab, "vocabType" | "prependSpace">;
+  private grammarVocabCache: GrammarVocab | null = null;
 
   private constructor(
     private readonly hf: Tokenizer,
@@ -46,6 +50,7 @@ export class ModelTokenizer {
     tokenizerJson: Record<string, unknown> = {},
   ) {
     this.pieces = byteLevelPieces(hf, tokenizerJson, tokenizerConfig);
+    this.grammarKind = grammarKindOf(tokenizerJson);
     const vocab = hf.get_vocab(true);
     let maxId = -1;
     for (const id of vocab.values()) maxId = Math.max(maxId, id);
@@ -119,6 +124,22 @@ export class ModelTokenizer {
     return new IncrementalDetokenizer(this, options);
   }
 
+  /**
+   * The vocabulary as XGrammar takes it (constrained decoding, ts/grammar): token strings by id as tokenizer.json
+   * spells them, special tokens as "" (a grammar never allows them), the decoder's byte spelling, and the think
+   * tokens. Built on first use (one lookup per id) and kept.
+   */
+  grammarVocab(): GrammarVocab {
+    if (this.grammarVocabCache !== null) return this.grammarVocabCache;
+    const tokens: string[] = new Array<string>(this.vocabSize);
+    for (let id = 0; id < this.vocabSize; id++)
+      tokens[id] = this.specialTokenIds.has(id) ? "" : ((this.hf.id_to_token(id) as string | undefined) ?? "");
+    const start = this.tokenToId("<think>");
+    const end = this.tokenToId("</think>");
+    const think = start !== undefined && end !== undefined ? { start, end } : null;
+    return (this.grammarVocabCache = { tokens, ...this.grammarKind, think });
+  }
+
   /** Renders a conversation with the model's chat template (bos/eos token variables filled in). */
   applyChatTemplate(messages: ChatMessage[], options: ChatTemplateOptions = {}): string {
     if (!this.chatTemplate) {
@@ -133,6 +154,19 @@ export class ModelTokenizer {
   encodeChat(messages: ChatMessage[], options: ChatTemplateOptions = {}): number[] {
     return this.encode(this.applyChatTemplate(messages, options), { addSpecialTokens: false });
   }
+}
+
+/**
+ * XGrammar's vocab type from tokenizer.json's decoder, as xgrammar's TokenizerInfo.from_huggingface reads it: a
+ * ByteLevel decoder spells GPT-2 bytes; a ByteFallback one SentencePiece's <0xNN> and ▁ (its Strip of the leading
+ * space means the tokenizer prepends one); anything else is taken as is.
+ */
+function grammarKindOf(json: Record<string, unknown>): Pick<GrammarVocab, "vocabType" | "prependSpace"> {
+  const decoder = json.decoder as { type?: string; decoders?: { type?: string }[] } | null | undefined;
+  const types = new Set<string | undefined>([decoder?.type, ...(decoder?.decoders ?? []).map((d) => d.type)]);
+  if (types.has("ByteLevel")) return { vocabType: "byte_level", prependSpace: false };
+  if (types.has("ByteFallback")) return { vocabType: "byte_fallback", prependSpace: types.has("Strip") };
+  return { vocabType: "raw", prependSpace: false };
 }
 
 /** tokenizer_config.json writes special tokens as strings or as AddedToken objects {content, ...}. */

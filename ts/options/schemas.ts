@@ -8,6 +8,30 @@ import { field, isBool, isFiniteNumber, isInt, strictObject } from "./validate.j
 const isTokenIds = (v: unknown): boolean => Array.isArray(v) && v.every((id) => Number.isInteger(id));
 const isText = (v: unknown): boolean => typeof v === "string";
 
+const isRecord = (v: unknown): boolean => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** The fields each structured-output type takes besides `type` (ts/grammar/types.ts StructuredFormat). */
+const STRUCTURED_FIELDS: Record<string, Record<string, (v: unknown) => boolean>> = {
+  json_schema: { schema: (v) => isRecord(v) || typeof v === "boolean" || isText(v) },
+  json_object: {},
+  regex: { pattern: (v) => isText(v) && (v as string).length > 0 },
+  choice: { choices: (v) => Array.isArray(v) && v.length > 0 && v.every((c) => isText(c) && c.length > 0) },
+  grammar: { grammar: (v) => isText(v) && (v as string).length > 0 },
+  structural_tag: { structuralTag: isRecord },
+};
+
+function isStructured(v: unknown): boolean {
+  if (!isRecord(v)) return false;
+  const o = v as Record<string, unknown>;
+  const fields = typeof o.type === "string" ? STRUCTURED_FIELDS[o.type] : undefined;
+  if (fields === undefined) return false;
+  for (const [k, ok] of Object.entries(fields)) if (!ok(o[k])) return false;
+  for (const k of Object.keys(o))
+    if (k !== "type" && k !== "thought" && k !== "answerTokens" && !(k in fields)) return false;
+  if (o.thought !== undefined && o.thought !== "free" && o.thought !== "none") return false;
+  return o.answerTokens === undefined || isInt(1)(o.answerTokens);
+}
+
 export const samplingShape = {
   temperature: field<number>(
     "expected a finite number >= 0 (0 = greedy)",
@@ -59,6 +83,14 @@ export const samplingShape = {
     .nullable()
     .optional(),
   deterministic: field<boolean>("expected true or false", isBool).optional(),
+  structured: field<unknown>(
+    'expected null or one of { type: "json_schema", schema }, { type: "json_object" }, { type: "regex", pattern }, ' +
+      '{ type: "choice", choices: string[] }, { type: "grammar", grammar: EBNF text }, { type: "structural_tag", ' +
+      'structuralTag }, each with optional thought ("free" | "none") and answerTokens (integer >= 1)',
+    isStructured,
+  )
+    .nullable()
+    .optional(),
   eagerDeltas: field<boolean>("expected true or false", isBool).optional(),
   metadata: strictObject(
     {

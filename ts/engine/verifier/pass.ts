@@ -39,6 +39,8 @@ export interface VerifyRow {
   numTopLogprobs: number;
   /** DeepConf token confidence per row (0 = off). */
   confidenceTopK?: number;
+  /** Structured output: the allowed-token mask of each position's sample (tokens.length rows), or omitted. */
+  allowedTokens?: Int32Array;
 }
 
 /**
@@ -108,6 +110,7 @@ export function verifyRowSequence(
     sampling: row.sampling,
     numTopLogprobs: row.numTopLogprobs,
     ...(row.confidenceTopK ? { confidenceTopK: row.confidenceTopK } : {}),
+    ...(row.allowedTokens ? { allowedTokens: padMasks(row.allowedTokens, row.tokens.length, tokens.length) } : {}),
     emitToken: true,
     emitAll: true,
     fixedSchedule: true,
@@ -123,4 +126,13 @@ export function acceptedCandidates(candidates: readonly number[], verified: Arra
   let j = 0;
   while (j < candidates.length && candidates[j] === verified[j]) j++;
   return j;
+}
+
+/** A row's masks (`rows` of them) padded to `total` rows: the pads' samples are free (and discarded). */
+function padMasks(masks: Int32Array, rows: number, total: number): Int32Array {
+  if (rows === total) return masks;
+  const words = masks.length / rows;
+  const out = new Int32Array(total * words).fill(-1);
+  out.set(masks);
+  return out;
 }

@@ -56,14 +56,18 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     seq.truncateTokens(start + n);
     const s = samplingOf(seq);
     needsLogits ||= s.needsLogits;
-    rows.push({
+    const row: VerifyRow = {
       tokens: seq.tokens.slice(start),
       startPos: start,
       blockTable: seq.blockTable,
       sampling: s.sampling,
       numTopLogprobs: s.numTopLogprobs,
       confidenceTopK: s.confidenceTopK,
-    });
+    };
+    // Structured output: each position replays the mask its candidate was sampled under.
+    const masks = seq.constraint?.rows(start + 1, n) ?? null;
+    if (masks !== null) row.allowedTokens = masks;
+    rows.push(row);
     members.push({ t, candidates: seq.tokens.slice(start + 1) });
   }
   if (rows.length === 0) return null;

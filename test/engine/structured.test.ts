@@ -1,0 +1,205 @@
+// Structured outputs through the engine on the bundled tiny reasoner (real native forward, real XGrammar): the thought
+// stays free, the answer after `</think>` is the format's, every answer is checked by a validator nobody here wrote
+// (ajv), and the format works with n > 1, forks, deterministic requests and the token budget.
+import { Ajv } from "ajv";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bundledModelDir } from "../../ts/bundledModel.js";
+import { Engine } from "../../ts/engine/engine.js";
+import type { GenerationOutput } from "../../ts/engine/outputs.js";
+import type { GenerateRequest } from "../../ts/engine/request.js";
+import { InvalidOptionError } from "../../ts/errors/index.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+
+let model: Model;
+let engine: Engine;
+let thinkStart: number;
+let thinkEnd: number;
+
+beforeAll(async () => {
+  model = await loadModel(bundledModelDir, { kvPages: 256 });
+  engine = new Engine({ models: { model } });
+  thinkStart = model.tokenizer.tokenToId("<think>")!;
+  thinkEnd = model.tokenizer.tokenToId("</think>")!;
+});
+afterAll(async () => {
+  await engine?.dispose();
+  model?.dispose();
+});
+
+const SCHEMA = {
+  type: "object",
+  properties: {
+    answer: { type: "integer", minimum: 0, maximum: 999 }, // the tiny model would write digits to the budget
+    unit: { type: "string", enum: ["apples", "pears"] },
+    steps: { type: "array", items: { type: "integer", minimum: 0, maximum: 99 }, minItems: 1, maxItems: 3 },
+    note: { anyOf: [{ type: "string", maxLength: 12 }, { type: "null" }] },
+  },
+  required: ["answer", "unit", "steps", "note"],
+  additionalProperties: false,
+} as const;
+
+const prompt = (q: string): string => model.tokenizer.applyChatTemplate([{ role: "user", content: q }]);
+
+/** The answer's text: what follows the thought's `</think>` (all of it without one), eos dropped. */
+function answerOf(out: GenerationOutput, sample = 0): { thought: number[]; answer: string } {
+  const tokens = out.samples[sample].tokens;
+  const end = tokens.indexOf(thinkEnd);
+  const body = (end < 0 ? tokens : tokens.slice(end + 1)).filter((t) => !model.tokenizer.eosTokenIds.includes(t));
+  return {
+    thought: end < 0 ? [] : tokens.slice(0, end + 1),
+    answer: model.tokenizer.decode(body, { skipSpecialTokens: true }),
+  };
+}
+
+describe("structured outputs in the engine", () => {
+  it("a JSON Schema answer after a free thought validates (ajv), greedy and sampled, with n = 4", async () => {
+    const validate = new Ajv().compile(SCHEMA);
+    const req: GenerateRequest = {
+      prompt: prompt("What is 17 + 25?"),
+      maxTokens: 160,
+      structured: { type: "json_schema", schema: SCHEMA },
+    };
+    const greedy = await engine.submit(req).result;
+    const g = answerOf(greedy);
+    expect(g.thought[0]).toBe(thinkStart); // the model thought first, unconstrained
+    expect(greedy.samples[0].finishReason).toBe("stop");
+    expect(validate(JSON.parse(g.answer)), g.answer).toBe(true);
+
+    const sampled = await engine.submit({ ...req, n: 4, temperature: 1, seed: 11 }).result;
+    for (let i = 0; i < 4; i++) {
+      const a = answerOf(sampled, i).answer;
+      expect(sampled.samples[i].finishReason).toBe("stop");
+      expect(validate(JSON.parse(a)), a).toBe(true);
+    }
+  });
+
+  it("the unconstrained run differs: the format, not the model, makes the answer JSON", async () => {
+    const free = await engine.submit({ prompt: prompt("What is 17 + 25?"), maxTokens: 160 }).result;
+    expect(() => JSON.parse(answerOf(free).answer)).toThrow();
+  });
+
+  it("choice, regex, EBNF grammar and json_object formats", async () => {
+    const base = { prompt: prompt("What is 3 + 4?"), maxTokens: 120 };
+    const choice = await engine.submit({ ...base, structured: { type: "choice", choices: ["seven", "eight"] } }).result;
+    expect(["seven", "eight"]).toContain(answerOf(choice).answer);
+    const regex = await engine.submit({ ...base, structured: { type: "regex", pattern: "[0-9]{1,3}-[a-c]+" } }).result;
+    expect(answerOf(regex).answer).toMatch(/^[0-9]{1,3}-[a-c]+$/);
+    const ebnf = await engine.submit({
+      ...base,
+      structured: { type: "grammar", grammar: 'root ::= "x=" [0-9]+ ";"' },
+    }).result;
+    expect(answerOf(ebnf).answer).toMatch(/^x=[0-9]+;$/);
+    const obj = await engine.submit({ ...base, structured: { type: "json_object" } }).result;
+    const parsed = JSON.parse(answerOf(obj).answer) as unknown;
+    expect(typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)).toBe(true);
+  });
+
+  it('thought "none" constrains from the first token', async () => {
+    const out = await engine.submit({
+      prompt: prompt("What is 3 + 4?"),
+      maxTokens: 40,
+      structured: { type: "choice", choices: ["yes", "no"], thought: "none" },
+    }).result;
+    expect(out.samples[0].tokens).not.toContain(thinkStart);
+    expect(["yes", "no"]).toContain(answerOf(out).answer);
+  });
+
+  it("logprobs and DeepConf confidence stay finite on masked rows: top lists name only allowed tokens", async () => {
+    const out = await engine.submit({
+      prompt: prompt("What is 3 + 4?"),
+      maxTokens: 40,
+      logprobs: 5,
+      confidence: { window: 4 },
+      structured: { type: "choice", choices: ["seven", "eight"], thought: "none" },
+    }).result;
+    const s = out.samples[0];
+    expect(["seven", "eight"]).toContain(answerOf(out).answer);
+    for (const lp of s.logprobs!) {
+      expect(Number.isFinite(lp.logprob)).toBe(true);
+      for (const t of lp.top) expect(Number.isFinite(t.logprob)).toBe(true);
+    }
+    expect(s.logprobs![0].top.length).toBeLessThan(5); // "seven" / "eight" share few first tokens
+    expect(JSON.stringify(s.confidence ?? {})).not.toMatch(/null|Infinity/); // no window of finite values: no report
+  });
+
+  it("an open thought is closed in time for the answer: `</think>` by maxTokens - answerTokens", async () => {
+    const out = await engine.submit({
+      prompt: prompt("What is 123 * 456 + 789 * 321 - 55?"),
+      maxTokens: 40,
+      structured: { type: "choice", choices: ["done"], answerTokens: 8 },
+    }).result;
+    const tokens = out.samples[0].tokens;
+    const end = tokens.indexOf(thinkEnd);
+    expect(end).toBeGreaterThanOrEqual(0);
+    expect(end).toBeLessThanOrEqual(40 - 8);
+    expect(answerOf(out).answer).toBe("done");
+  });
+
+  it("a budget too small for the format ends with finishReason length, the answer cut, not presented as complete", async () => {
+    const out = await engine.submit({
+      prompt: prompt("What is 3 + 4?"),
+      maxTokens: 3,
+      structured: { type: "json_schema", schema: SCHEMA, thought: "none" },
+    }).result;
+    expect(out.samples[0].finishReason).toBe("length");
+    expect(() => JSON.parse(answerOf(out).answer)).toThrow();
+  });
+
+  it("deterministic: true gives the same bytes alone and beside other traffic (the verify replay sees the same masks)", async () => {
+    const req: GenerateRequest = {
+      prompt: prompt("What is 12 + 30?"),
+      maxTokens: 120,
+      temperature: 0.9,
+      seed: 5,
+      deterministic: true,
+      structured: { type: "json_schema", schema: SCHEMA },
+    };
+    const alone = await engine.submit(req).result;
+    const noise = Array.from(
+      { length: 6 },
+      (_, i) =>
+        engine.submit({ prompt: prompt(`What is ${i} + ${i * 7}?`), maxTokens: 90, temperature: 1, seed: i }).result,
+    );
+    const busy = await engine.submit(req).result;
+    await Promise.all(noise);
+    expect(busy.samples[0].tokens).toEqual(alone.samples[0].tokens);
+    expect(new Ajv().compile(SCHEMA)(JSON.parse(answerOf(busy).answer))).toBe(true);
+  });
+
+  it("a fork inherits the format: closing a running thought by appending `</think>` gets a constrained answer", async () => {
+    const parent = engine.submit({
+      prompt: prompt("What is 40 + 2?"),
+      maxTokens: 200,
+      structured: { type: "regex", pattern: "[0-9]+" },
+    });
+    const first = await parent.result;
+    const cut = first.samples[0].tokens.indexOf(thinkEnd);
+    expect(cut).toBeGreaterThan(2);
+    const promptLen = model.tokenizer.encode(prompt("What is 40 + 2?"), { addSpecialTokens: true }).length;
+    const child = await engine.fork(parent, { length: promptLen + 2, append: [thinkEnd], maxTokens: 10 }).result;
+    expect(child.samples[0].text.length).toBeGreaterThan(0);
+    expect(
+      model.tokenizer.decode(child.samples[0].tokens.filter((t) => !model.tokenizer.eosTokenIds.includes(t))),
+    ).toMatch(/^[0-9]+$/);
+  });
+
+  it("a bad schema or grammar is an InvalidOptionError naming XGrammar's complaint; the engine carries on", async () => {
+    const bad = { type: "json_schema", schema: { type: "object", properties: { a: { type: "frobnicate" } } } } as const;
+    await expect(engine.prepareStructured(bad)).rejects.toThrow(InvalidOptionError);
+    await expect(engine.prepareStructured(bad)).rejects.toThrow(/frobnicate/);
+    await expect(engine.prepareStructured({ type: "grammar", grammar: 'root ::= "a" |' })).rejects.toThrow(
+      /request\.structured: XGrammar cannot use this grammar: EBNF parser error/,
+    );
+    const failed = engine.submit({ prompt: prompt("hi"), maxTokens: 8, structured: bad }).result;
+    await expect(failed).rejects.toThrow(InvalidOptionError);
+    expect(() => engine.submit({ prompt: prompt("hi"), structured: { type: "choice", choices: [] } as never })).toThrow(
+      /request.structured/,
+    );
+    const ok = await engine.submit({
+      prompt: prompt("What is 1 + 1?"),
+      maxTokens: 60,
+      structured: { type: "choice", choices: ["two"] },
+    }).result;
+    expect(answerOf(ok).answer).toBe("two");
+  });
+});

@@ -1,0 +1,211 @@
+// One sequence's constraint: which tokens each of its positions may take, derived from its token list alone (so
+// preemption, forks, a verifier's rollback or a stop string's cut need no hook: the state follows the tokens).
+//
+// Phases, with the model's think tokens and thought "free": a thought the prompt left open ("thinking") is free until
+// `</think>`; with no marker in the prompt the first token may open one ("opening": the format's first tokens or
+// `<think>`); after the thought closes ("answer") every token is the format's. Near the end of the token budget an
+// open thought is closed (`</think>` is the only token allowed) so the answer fits. With thought "none", or a model
+// without think tokens, every generated token is the format's.
+//
+// Masks are XGrammar's bitmasks (ceil(V / 32) int32 words, bit t & 31 of word t >> 5 set = allowed), computed in
+// prepare() (async: it may wait for the grammar's compile) and then read synchronously by the forward's builders. They
+// are kept by position for as long as a verify row may replay them (a deterministic request's replay sees the masks
+// its candidates were sampled under).
+import type * as XG from "@mlc-ai/web-xgrammar";
+import { InvalidOptionError } from "../errors/index.js";
+import type { CompiledFormat, GrammarSet } from "./grammars.js";
+
+type Phase = "opening" | "thinking" | "answer";
+
+export interface ConstraintOptions {
+  /** "free": the thought (if the model has think tokens) is unconstrained; "none": constrained from `origin`. */
+  thought: "free" | "none";
+  /** Position of the first generated token of the request the format belongs to (a fork keeps its root's). */
+  origin: number;
+  /** Position past the last token the sequence may have (its prompt + maxTokens). */
+  end: number;
+  /** Tokens kept for the answer: an open thought is closed when no more than this many positions are left. */
+  answerTokens: number;
+  /** Positions of masks kept behind the newest (a verify row replays up to a window of them); 0 keeps the newest. */
+  keepMasks: number;
+  /** Where the request named its format (error messages). */
+  field: string;
+}
+
+interface PositionMask {
+  phase: Phase;
+  /** null: free (a thought's token). */
+  mask: Int32Array | null;
+}
+
+export class SequenceConstraint {
+  private compiled: CompiledFormat | null = null;
+  private matcher: XG.GrammarMatcher | null = null;
+  /** Tokens of the sequence folded into the state so far (positions [0, seen.length)). */
+  private readonly seen: number[] = [];
+  /** Phase of the next position, seen.length. */
+  private phase: Phase = "opening";
+  /** Tokens the matcher accepted (the answer's so far). */
+  private accepted = 0;
+  private readonly masks = new Map<number, PositionMask>();
+  private readonly words: number;
+  private readonly stop: ReadonlySet<number>;
+  /** The matcher accepted a stop token: the format is complete. */
+  private done = false;
+
+  constructor(
+    private readonly grammar: Promise<CompiledFormat>,
+    private readonly set: GrammarSet,
+    readonly options: ConstraintOptions,
+  ) {
+    this.words = Math.ceil(set.vocabSize / 32);
+    this.stop = new Set(set.stopTokenIds);
+    grammar.catch(() => undefined); // reported by prepare(); never an unhandled rejection meanwhile
+  }
+
+  /** A fork's constraint: the same format and origin, over the child's own budget. */
+  fork(end: number): SequenceConstraint {
+    return new SequenceConstraint(this.grammar, this.set, { ...this.options, end });
+  }
+
+  /**
+   * Folds `tokens` (the sequence's, prompt and generated) into the state and computes the mask of the next position
+   * (tokens.length). `cut`: the shortest length the tokens were cut to since the last call (Infinity: none), so only
+   * what changed is folded again. Rejects with an InvalidOptionError when the grammar failed to compile or a token the
+   * sequence holds does not fit the format (one appended by a fork, not sampled under a mask).
+   */
+  async prepare(tokens: readonly number[], cut = Number.POSITIVE_INFINITY): Promise<void> {
+    if (this.compiled === null) {
+      this.compiled = await this.grammar;
+      this.matcher = await this.compiled.xg.GrammarMatcher.createGrammarMatcher(this.compiled.compiled);
+    }
+    const same = Math.min(cut, this.seen.length, tokens.length);
+    if (same < this.seen.length) this.rewind(same);
+    for (let i = this.seen.length; i < tokens.length; i++) this.fold(tokens[i], i);
+    const p = tokens.length;
+    if (!this.masks.has(p)) this.masks.set(p, { phase: this.phase, mask: await this.computeMask(p) });
+    for (const k of this.masks.keys()) if (k < p - this.options.keepMasks) this.masks.delete(k);
+  }
+
+  /** The mask of the token at `position` (null: free), as prepare() computed it; undefined if it has not. */
+  maskAt(position: number): Int32Array | null | undefined {
+    return this.masks.get(position)?.mask;
+  }
+
+  /** Whether a mask is ready for `position` (prepare() ran since the sequence reached it). */
+  ready(position: number): boolean {
+    return this.masks.has(position);
+  }
+
+  /** Whether `token` at `position` completes the format (a stop token of the answer): the sequence ends there. */
+  ends(token: number, position: number): boolean {
+    return this.stop.has(token) && this.masks.get(position)?.phase === "answer";
+  }
+
+  /** `count` masks from `position` on, concatenated (free positions allow every token), or null if all are free. */
+  rows(position: number, count: number): Int32Array | null {
+    let any = false;
+    const out = new Int32Array(count * this.words);
+    for (let j = 0; j < count; j++) {
+      const m = this.masks.get(position + j);
+      if (m === undefined)
+        throw new Error(`structured output: no mask for position ${position + j} (prepare() did not run)`);
+      if (m.mask === null) out.fill(-1, j * this.words, (j + 1) * this.words);
+      else {
+        out.set(m.mask, j * this.words);
+        any = true;
+      }
+    }
+    return any ? out : null;
+  }
+
+  // The state from the tokens.
+
+  /** Forgets tokens from position `length` on (and the masks of positions past it). */
+  private rewind(length: number): void {
+    for (const k of this.masks.keys()) if (k > length) this.masks.delete(k);
+    const back = this.seen.length - length;
+    // Within the answer, every token past `length` was accepted: the matcher steps back over them.
+    if (this.phase === "answer" && !this.done && back <= this.accepted) {
+      this.matcher!.rollBack(back);
+      this.accepted -= back;
+      this.seen.length = length;
+      return;
+    }
+    // Into the thought or before it, or past a completed format: start over from the tokens kept.
+    const keep = this.seen.slice(0, length);
+    this.seen.length = 0;
+    this.matcher!.reset();
+    this.accepted = 0;
+    this.phase = "opening";
+    this.done = false;
+    for (let i = 0; i < keep.length; i++) this.fold(keep[i], i);
+  }
+
+  /** Folds the token at `position` into the state. */
+  private fold(token: number, position: number): void {
+    const o = this.options;
+    const think = this.think;
+    this.seen.push(token);
+    if (position < o.origin) {
+      // The prompt: its thought markers after its last other special token (the assistant turn's header; earlier
+      // turns' closed thoughts do not count) say whether the answer starts at once, after a thought, or either.
+      if (think !== null) {
+        if (token === think.start) this.phase = "thinking";
+        else if (token === think.end) this.phase = "answer";
+        else if (this.set.vocab.tokens[token] === "" || token >= this.set.vocab.tokens.length) this.phase = "opening";
+      }
+      if (this.seen.length === o.origin && think === null) this.phase = "answer";
+      return;
+    }
+    if (this.phase === "opening") {
+      if (think !== null && token === think.start) {
+        this.phase = "thinking";
+        return;
+      }
+      this.phase = "answer";
+    } else if (this.phase === "thinking") {
+      if (think !== null && token === think.end) this.phase = "answer";
+      return;
+    }
+    if (this.done) return; // past a stop token: nothing more belongs to the format
+    if (!this.matcher!.acceptToken(token))
+      throw new InvalidOptionError(
+        `${o.field}: token ${token} at position ${position} does not fit the format (a fork's appended text must continue it)`,
+        { field: o.field },
+      );
+    this.accepted++;
+    if (this.matcher!.isTerminated()) this.done = true;
+  }
+
+  /** The model's think tokens when the thought is free, else null. */
+  private get think(): { start: number; end: number } | null {
+    return this.options.thought === "free" ? this.set.vocab.think : null;
+  }
+
+  private async computeMask(position: number): Promise<Int32Array | null> {
+    const o = this.options;
+    const think = this.think;
+    if (position < o.origin) return null; // a prompt position (never sampled)
+    const phase = this.phase;
+    if (phase === "thinking") {
+      if (o.end - position > o.answerTokens) return null;
+      return this.only(think!.end); // the budget's last answerTokens are the answer's
+    }
+    const mask = this.done ? this.stopMask() : await this.matcher!.getNextTokenBitmask();
+    if (phase === "opening" && think !== null) mask[think.start >> 5] |= 1 << (think.start & 31);
+    return mask;
+  }
+
+  private only(token: number): Int32Array {
+    const m = new Int32Array(this.words);
+    m[token >> 5] = 1 << (token & 31);
+    return m;
+  }
+
+  private stopMask(): Int32Array {
+    const m = new Int32Array(this.words);
+    for (const t of this.stop) m[t >> 5] |= 1 << (t & 31);
+    return m;
+  }
+}

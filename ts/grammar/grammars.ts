@@ -1,0 +1,135 @@
+// Compiled grammars for one model's vocabulary: each StructuredFormat turned into one of XGrammar's grammar sources,
+// parsed in the sandbox (sandbox.ts), compiled against the vocabulary and cached by its source text, so a schema
+// sent with every request compiles once (vLLM and SGLang cache by (tokenizer, schema) alike).
+import type * as XG from "@mlc-ai/web-xgrammar";
+import { InvalidOptionError } from "../errors/index.js";
+import { checkGrammar, type GrammarSource } from "./sandbox.js";
+import type { GrammarVocab, StructuredFormat } from "./types.js";
+
+export type { GrammarVocab } from "./types.js";
+import { loadXGrammar, type XGrammar } from "./xgrammar.js";
+
+/** A compiled grammar and the vocabulary facts its matchers need. */
+export interface CompiledFormat {
+  xg: XGrammar;
+  compiled: XG.CompiledGrammar;
+}
+
+/** The grammar source of a format, or an InvalidOptionError naming `field` for one malformed before XGrammar. */
+export function grammarSource(format: StructuredFormat, field: string): GrammarSource {
+  switch (format.type) {
+    case "json_schema": {
+      const text = typeof format.schema === "string" ? format.schema : JSON.stringify(format.schema);
+      if (typeof format.schema === "string") {
+        try {
+          JSON.parse(text);
+        } catch (e) {
+          throw new InvalidOptionError(
+            `${field}.schema is not valid JSON (${(e as Error).message}); give a JSON Schema`,
+            {
+              field: `${field}.schema`,
+            },
+          );
+        }
+      }
+      return { kind: "json_schema", text };
+    }
+    case "json_object":
+      // Any JSON object: the schema {"type": "object"} (XGrammar's builtin grammar also allows arrays and scalars).
+      return { kind: "json_schema", text: '{"type":"object"}' };
+    case "regex":
+      return {
+        kind: "structural_tag",
+        text: JSON.stringify({ type: "structural_tag", format: { type: "regex", pattern: format.pattern } }),
+      };
+    case "choice":
+      if (format.choices.length === 0)
+        throw new InvalidOptionError(`${field}.choices is empty; give at least one string`, {
+          field: `${field}.choices`,
+        });
+      return { kind: "ebnf", text: `root ::= ${format.choices.map(ebnfString).join(" | ")}` };
+    case "grammar":
+      return { kind: "ebnf", text: format.grammar };
+    case "structural_tag":
+      return { kind: "structural_tag", text: JSON.stringify(format.structuralTag) };
+  }
+}
+
+/** A string as an EBNF literal: JSON's escapes are XGrammar's (\", \\, \n, \uXXXX); a surrogate pair as \U. */
+function ebnfString(s: string): string {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0)!;
+    if (ch === '"' || ch === "\\") out += "\\" + ch;
+    else if (c < 0x20 || c === 0x7f) out += "\\u" + c.toString(16).padStart(4, "0");
+    else if (c > 0xffff) out += "\\U" + c.toString(16).padStart(8, "0");
+    else out += ch;
+  }
+  return out + '"';
+}
+
+/** The grammars of one vocabulary: a compiler and its cache. */
+export class GrammarSet {
+  private compiler: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler }> | null = null;
+  private readonly cache = new Map<string, Promise<CompiledFormat>>();
+  /** Compiles, first and cached (bench:structured reads them). */
+  readonly stats = { compiles: 0, cacheHits: 0 };
+
+  constructor(
+    readonly vocab: GrammarVocab,
+    /** Logits width (the LM head's rows), which may exceed the tokenizer's ids. */
+    readonly vocabSize: number,
+    /** Ids that end a sequence (the model's eos): what a complete grammar allows. */
+    readonly stopTokenIds: readonly number[],
+  ) {}
+
+  /**
+   * The compiled grammar of `format`: parsed in the sandbox first, so a bad one rejects with an InvalidOptionError
+   * naming `field` and XGrammar's message, and never reaches the instance that compiles.
+   */
+  compile(format: StructuredFormat, field: string): Promise<CompiledFormat> {
+    const source = grammarSource(format, field);
+    const key = `${source.kind}\u0000${"text" in source ? source.text : ""}`;
+    const hit = this.cache.get(key);
+    if (hit !== undefined) {
+      this.stats.cacheHits++;
+      return hit;
+    }
+    const compiling = this.compileSource(source, format, field);
+    this.cache.set(key, compiling);
+    compiling.catch(() => this.cache.delete(key)); // a failure is not cached: the next request reports it afresh
+    return compiling;
+  }
+
+  private async compileSource(source: GrammarSource, format: StructuredFormat, field: string): Promise<CompiledFormat> {
+    const error = await checkGrammar(source);
+    if (error !== null) {
+      const what = format.type === "json_schema" || format.type === "json_object" ? "JSON Schema" : format.type;
+      throw new InvalidOptionError(`${field}: XGrammar cannot use this ${what}: ${error}`, { field });
+    }
+    const { xg, compiler } = await this.compilerOf();
+    this.stats.compiles++;
+    let compiled: XG.CompiledGrammar;
+    if (source.kind === "json_schema") compiled = await compiler.compileJSONSchema(source.text, false, -1);
+    else if (source.kind === "ebnf") compiled = await compiler.compileGrammar(source.text);
+    else if (source.kind === "structural_tag") compiled = await compiler.compileStructuralTag(source.text);
+    else compiled = await compiler.compileBuiltinJSONGrammar();
+    return { xg, compiled };
+  }
+
+  private compilerOf(): Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler }> {
+    return (this.compiler ??= (async () => {
+      const xg = await loadXGrammar();
+      const tokens = this.vocab.tokens.slice(0, this.vocabSize);
+      while (tokens.length < this.vocabSize) tokens.push(""); // embedding rows past the tokenizer: never allowed
+      const info = await xg.TokenizerInfo.createTokenizerInfo(
+        tokens,
+        this.vocab.vocabType,
+        this.vocab.prependSpace,
+        this.vocabSize,
+        [...this.stopTokenIds],
+      );
+      return { xg, compiler: await xg.GrammarCompiler.createGrammarCompiler(info) };
+    })());
+  }
+}
