@@ -3,12 +3,13 @@
 // (a PRM scores a solution's steps along one KV: RewardSource.scoreAhead), a solution's score the aggregate of its
 // steps' ("min" by default, "last", "prod"), and the answer the score-weighted vote. One round.
 import { InvalidOptionError } from "../errors/index.js";
+import type { StructuredOutput } from "../engine/index.js";
 import { confidenceCertaindex, weightedMajority, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { boxedAnswers } from "./answers.js";
 import { aggregateScore, type ScoreAggregate } from "./beam.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
 import { cleanStep, scoreAhead, type RewardSource } from "./rewards.js";
+import { answerTaskOf, answerText } from "./structuredAnswers.js";
 import type { ProgramTask } from "./task.js";
 
 export interface BestOfNOptions {
@@ -25,6 +26,8 @@ export interface BestOfNOptions {
   seed?: number;
   model?: string;
   equivalent?: AnswerEquivalence;
+  /** Constrain every solution's answer (BranchSampling.structured); the vote is then over equal values. */
+  structured?: StructuredOutput;
 }
 
 export interface ScoredSolution {
@@ -51,7 +54,7 @@ export class BestOfN implements Program {
     this.n = o.n ?? 16;
     if (!Number.isInteger(this.n) || this.n < 1)
       throw new InvalidOptionError(`best-of-n.n must be an integer ≥ 1, got ${this.n}`, { field: "best-of-n.n" });
-    this.task = o.task ?? boxedAnswers;
+    this.task = answerTaskOf(o);
     const reward = o.reward ?? this.task.stepVerifier;
     if (reward === undefined)
       throw new InvalidOptionError(
@@ -75,6 +78,7 @@ export class BestOfN implements Program {
       seed: this.o.seed ?? 0,
       maxTokens: this.o.maxTokens ?? 256,
       temperature: this.o.temperature ?? 0.8,
+      structured: this.o.structured,
     }).result;
     const how = this.o.aggregate ?? "min";
     const scored = await Promise.all(
@@ -90,7 +94,8 @@ export class BestOfN implements Program {
                 steps.slice(1),
               );
         const score = stepScores.reduce<number | null>((acc, x) => aggregateScore(acc, x, how), null) ?? 0;
-        return { text: s.text, answer: this.task.extractAnswer(s.text), steps, stepScores, score };
+        const text = answerText(ctx, s, this.o);
+        return { text: s.text, answer: text === null ? null : this.task.extractAnswer(text), steps, stepScores, score };
       }),
     );
     this.solutions.push(...scored);

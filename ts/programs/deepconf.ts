@@ -11,13 +11,15 @@
 //   offline  every trace of the budget runs to the end; the top eta% by the chosen measure (lowest group,
 //            bottom-10% groups or tail) vote, weighted by that measure.
 // certaindex = the weighted majority's share (the paper's consensus beta), so it reports what the other programs do.
+// With `structured`, every trace's answer is the format's (the confidence of its constrained tokens is over the
+// allowed ones, the engine's masked top-k) and the vote is over equal values.
 import { InvalidOptionError } from "../errors/index.js";
 import { confidenceCertaindex, measureOf, weightedMajority, type ConfidenceMeasure } from "../certaindex/signals.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
 import { percentile } from "../probe/stats.js";
-import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
+import { answerTaskOf, answerText } from "./structuredAnswers.js";
 import type { BranchSampling, ProgramTask } from "./task.js";
 
 export type DeepConfVariant = "low" | "high";
@@ -66,8 +68,8 @@ export class DeepConf implements Program {
     voters: [] as DeepConfTrace[],
     stop: null as "consensus" | "budget" | null,
   };
-  private readonly o: Required<Omit<DeepConfOptions, "model" | "topP" | "task">> &
-    Pick<DeepConfOptions, "model" | "topP">;
+  private readonly o: Required<Omit<DeepConfOptions, "model" | "topP" | "task" | "structured">> &
+    Pick<DeepConfOptions, "model" | "topP" | "structured">;
   private readonly task: ProgramTask;
   private done_ = false;
 
@@ -98,7 +100,7 @@ export class DeepConf implements Program {
       throw new InvalidOptionError(`deepconf.consensus must be in (0, 1], got ${consensus}`, {
         field: "deepconf.consensus",
       });
-    this.task = options.task ?? boxedAnswers;
+    this.task = answerTaskOf(options);
     this.o = {
       prompt: options.prompt,
       variant,
@@ -115,6 +117,7 @@ export class DeepConf implements Program {
       topP: options.topP,
       seed: options.seed ?? 0,
       model: options.model,
+      structured: options.structured,
     };
     this.name = `deepconf-${variant}${mode === "offline" ? "-offline" : ""}`;
     this.knob = { used: 0, max: budget };
@@ -208,21 +211,22 @@ export class DeepConf implements Program {
         seed: o.seed + index,
         model: o.model,
         confidence,
+        structured: o.structured,
       },
       warmup ? "warmup" : "generate",
     );
-    const result = handle.result.then((out): DeepConfTrace | null =>
-      out.finishReason === "aborted"
-        ? null
-        : {
-            index,
-            answer: this.task.extractAnswer(out.text),
-            tokens: out.tokens.length,
-            finishReason: out.finishReason,
-            confidence: out.confidence ?? null,
-            warmup,
-          },
-    );
+    const result = handle.result.then((out): DeepConfTrace | null => {
+      if (out.finishReason === "aborted") return null;
+      const text = answerText(ctx, out, o);
+      return {
+        index,
+        answer: text === null ? null : this.task.extractAnswer(text),
+        tokens: out.tokens.length,
+        finishReason: out.finishReason,
+        confidence: out.confidence ?? null,
+        warmup,
+      };
+    });
     return { handle, result };
   }
 

@@ -11,6 +11,9 @@
 // aborted. The answer is the majority vote; certaindex is the answer entropy (as SC's), so the program reports what
 // the others report. Optionally the prompt's last-token activation goes through the probe's difficulty classifier
 // first and every request carries the predicted length (metadata.predictedTokens) for complexity-aware SJF.
+// With `structured` answers there is no `\boxed{` to probe for: a terminated branch's CoT probe closes its thought
+// (`</think>`) and the format, which the fork inherits, writes the answer; a branch whose thought has already closed
+// (or a thought "none" format, or a model without think tokens) is writing its constrained answer and is not cut.
 import { InvalidOptionError } from "../errors/index.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
@@ -25,8 +28,8 @@ import {
 } from "../certaindex/signals.js";
 import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/probeFile.js";
 import { Prng } from "../probe/mlp.js";
-import { boxedAnswers } from "./answers.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
+import { answerTaskOf, answerText } from "./structuredAnswers.js";
 import type { BranchSampling, ProgramTask } from "./task.js";
 
 /** DUCHESS's knobs. Of the branch sampling: maxTokens caps a branch counted from the prompt across forks; branch i
@@ -48,7 +51,8 @@ export interface DuchessOptions extends BranchSampling {
   consecutive?: number;
   /** Generated tokens between checks (default: the probe's tuned value, else the interval it was trained at). */
   interval?: number;
-  /** Most tokens a CoT probe decodes (default 20). */
+  /** Most tokens a CoT probe decodes (default 20; with `structured`, the answer's room: structured.answerTokens, else
+   * min(256, maxTokens / 2), as the engine keeps it). */
   probeMaxTokens?: number;
   /** Ablations: turn each action off (all on by default; branch-out as the probe's tuning says). Without
    *  requestStop the program stops at c answers. */
@@ -97,6 +101,8 @@ interface Live {
   promptLength: number;
   text: string;
   above: number;
+  /** Its thought is open after the tokens read so far (tracked with `structured` only: where a probe may cut). */
+  thinking: boolean;
 }
 
 export class Duchess implements Program {
@@ -113,14 +119,16 @@ export class Duchess implements Program {
     terminated: 0,
     forks: 0,
   };
-  private readonly o: Required<Omit<DuchessOptions, "model" | "topP" | "task" | "probe">> &
-    Pick<DuchessOptions, "model" | "topP" | "probe">;
+  private readonly o: Required<Omit<DuchessOptions, "model" | "topP" | "task" | "probe" | "structured">> &
+    Pick<DuchessOptions, "model" | "topP" | "probe" | "structured">;
   private readonly task: ProgramTask;
   private readonly live = new Map<number, Live>();
   private pendingProbes = 0;
   private settle: (() => void) | null = null;
   private failure: unknown = undefined;
   private rng: Prng;
+  /** With `structured` and a free thought: the model's think tokens (set by execute; null: no thought to cut). */
+  private think: { start: number; end: number } | null = null;
 
   constructor(options: DuchessOptions) {
     const probe = options.probe;
@@ -141,7 +149,8 @@ export class Duchess implements Program {
       throw new InvalidOptionError(`duchess.interval must be an integer ≥ 1, got ${options.interval}`, {
         field: "duchess.interval",
       });
-    this.task = options.task ?? boxedAnswers;
+    this.task = answerTaskOf(options);
+    const structured = options.structured;
     this.o = {
       prompt: options.prompt,
       probe,
@@ -157,12 +166,15 @@ export class Duchess implements Program {
       topP: options.topP,
       seed: options.seed ?? 0,
       model: options.model,
-      probeMaxTokens: options.probeMaxTokens ?? 20,
+      probeMaxTokens:
+        options.probeMaxTokens ??
+        (structured ? (structured.answerTokens ?? Math.min(256, Math.floor((options.maxTokens ?? 256) / 2))) : 20),
       terminate: options.terminate ?? true,
       branchOut: options.branchOut ?? tuned?.branchOut ?? true,
       requestStop: options.requestStop ?? true,
       classify: options.classify ?? probe.difficulty !== null,
       confidence: options.confidence ?? null,
+      structured,
     };
     this.rng = new Prng(this.o.seed);
     this.tokenBudget = c * this.o.maxTokens;
@@ -189,6 +201,8 @@ export class Duchess implements Program {
         if (this.state.predictedTokens !== null) metadata.predictedTokens = this.state.predictedTokens * o.branches;
       }
     }
+    if (o.structured && o.structured.thought !== "none") this.think = ctx.thinkTokens?.(o.model) ?? null;
+    const thinking = this.thoughtOpen(prompt, false);
     const finished = new Promise<void>((resolve) => (this.settle = resolve));
     for (let i = 0; i < o.branches && !ctx.signal.aborted; i++) {
       this.start(
@@ -203,10 +217,12 @@ export class Duchess implements Program {
           model: o.model,
           probe: this.probeOption(),
           confidence: this.confidenceOption(),
+          structured: o.structured,
           metadata,
         }),
         prompt.length,
         0,
+        thinking,
         metadata,
       );
     }
@@ -222,6 +238,16 @@ export class Duchess implements Program {
     return c ? { window: c.window, topK: c.topK } : null;
   }
 
+  /** Whether a thought is open after `tokens`, from one that was (`open`) before them: the last think token says. */
+  private thoughtOpen(tokens: readonly number[], open: boolean): boolean {
+    if (this.think === null) return false;
+    for (const t of tokens) {
+      if (t === this.think.start) open = true;
+      else if (t === this.think.end) open = false;
+    }
+    return open;
+  }
+
   private probeOption(): { layer: number; every: number } {
     return { layer: this.o.probe.meta.correctness.layer, every: this.o.interval };
   }
@@ -232,6 +258,7 @@ export class Duchess implements Program {
     handle: RequestHandle,
     promptLength: number,
     offset: number,
+    thinking: boolean,
     metadata: SchedMetadata,
   ): void {
     const b: DuchessBranch = {
@@ -247,7 +274,7 @@ export class Duchess implements Program {
       voted: false,
     };
     this.state.branches.push(b);
-    const live: Live = { b, handle, promptLength, text: "", above: 0 };
+    const live: Live = { b, handle, promptLength, text: "", above: 0, thinking };
     this.live.set(b.id, live);
     void (async () => {
       try {
@@ -255,6 +282,7 @@ export class Duchess implements Program {
           if (this.stopped) break;
           b.tokens += d.tokens.length;
           live.text += d.text;
+          live.thinking = this.thoughtOpen(d.tokens, live.thinking);
           if (d.probe && d.probe.tokens > 0 && b.end === null) this.check(ctx, live, d.probe.hidden, metadata);
         }
         const out = await handle.result;
@@ -264,7 +292,8 @@ export class Duchess implements Program {
           b.end = out.finishReason;
           this.live.delete(b.id);
           if (out.finishReason !== "aborted") {
-            b.answer = this.task.extractAnswer(out.text);
+            const text = answerText(ctx, out, this.o);
+            b.answer = text === null ? null : this.task.extractAnswer(text);
             this.collect(b);
             this.refill(ctx, metadata);
           }
@@ -283,6 +312,8 @@ export class Duchess implements Program {
     live.b.predictions.push(p);
     live.above = p > this.o.tau ? live.above + 1 : 0;
     if (!this.o.terminate || live.above < this.o.consecutive || this.stopped) return;
+    // A structured branch is cut only inside its thought: past `</think>` it is writing the constrained answer.
+    if (this.o.structured && !live.thinking) return;
     // Terminate: a CoT probe reads the answer the thought has reached (cut where this program has read it to: the
     // check arrives with the token after the checked one), then the branch goes.
     const b = live.b;
@@ -296,7 +327,8 @@ export class Duchess implements Program {
         append: this.task.probeSuffix(live.text),
         maxTokens: this.o.probeMaxTokens,
         temperature: 0,
-        stop: ["}", "\n"],
+        // A structured answer ends when its format is complete (a JSON object has its own `}` and newlines).
+        stop: this.o.structured ? [] : ["}", "\n"],
         probe: null,
         confidence: null,
       },
@@ -308,7 +340,10 @@ export class Duchess implements Program {
       (out) => {
         this.pendingProbes--;
         if (out.finishReason !== "aborted") {
-          b.answer = out.text.trim() === "" ? null : out.text.trim();
+          if (this.o.structured) {
+            const text = answerText(ctx, out, this.o);
+            b.answer = text === null ? null : this.task.extractAnswer(text);
+          } else b.answer = out.text.trim() === "" ? null : out.text.trim();
           this.collect(b);
         }
         this.checkDone();
@@ -351,7 +386,7 @@ export class Duchess implements Program {
       metadata,
     });
     this.state.forks++;
-    this.start(ctx, src.b.id, fork, src.promptLength + cut, generated, metadata);
+    this.start(ctx, src.b.id, fork, src.promptLength + cut, generated, src.thinking, metadata);
   }
 
   /** Adds an answer unless the request has stopped (answers that land in the same step as the stopping one are

@@ -34,9 +34,16 @@ export type { BeamSearchOptions, BeamNode, BeamStats, BeamVariant, FlashTtsSwitc
 export { BestOfN } from "./bestOfN.js";
 export type { BestOfNOptions, ScoredSolution } from "./bestOfN.js";
 export { boxedAnswers, defaultProbeSuffix } from "./answers.js";
+export { structuredAnswers, canonicalJson, answerTaskOf } from "./structuredAnswers.js";
 export type { ProgramTask, BranchSampling } from "./task.js";
 export type { RewardSource, StepInput, ModelRewardOptions } from "./rewards.js";
-export { buildProgram, parseProgramKind, PROGRAM_KINDS, STEP_SCORED_PROGRAMS } from "./registry.js";
+export {
+  buildProgram,
+  parseProgramKind,
+  PROGRAM_KINDS,
+  STEP_SCORED_PROGRAMS,
+  STRUCTURED_PROGRAMS,
+} from "./registry.js";
 export { ProgramFactory } from "./factory.js";
 export type { ProgramFactoryOptions, ProgramRequest, BuiltProgram } from "./factory.js";
 export type { ProgramKind, BuildProgramOptions } from "./registry.js";

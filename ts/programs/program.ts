@@ -36,6 +36,11 @@ export interface ProgramContext {
    * (speculation) checks so that the work yields to memory pressure. Optional: contexts without an engine omit it.
    */
   kvState?(model?: string): KvState;
+  /** A model's `<think>` / `</think>` token ids (null: it has no thought tokens): where a structured answer starts.
+   * Optional: contexts without an engine omit it (structured answers are then read from the text as it is). */
+  thinkTokens?(model?: string): { start: number; end: number } | null;
+  /** Token ids as text, special tokens left out (as the engine's output text is). Optional, as thinkTokens. */
+  decode?(ids: readonly number[], options?: { model?: string }): string;
 }
 
 /** See ProgramContext.kvState. */

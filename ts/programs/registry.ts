@@ -1,7 +1,8 @@
 // The built-in programs by name, built for one question (CLI, benchmarks). Strategies are chosen by a string union
 // checked with `satisfies never`.
 import { DEFAULT_PROBE_RULE } from "../certaindex/probe.js";
-import { InvalidOptionError } from "../errors/index.js";
+import { InvalidOptionError, UnsupportedError } from "../errors/index.js";
+import type { StructuredOutput } from "../engine/index.js";
 import { CotProbe } from "./cotProbe.js";
 import { Duchess } from "./duchess.js";
 import { ShortMK } from "./shortMK.js";
@@ -30,6 +31,21 @@ export const PROGRAM_KINDS: readonly ProgramKind[] = [
   "dvts",
   "best-of-n",
 ];
+/** The programs whose answers may be structured (BuildProgramOptions.structured): they vote over their branches'
+ *  answers, and the early exits they have (certaindex over the answers, DUCHESS's activation probes, DeepConf's
+ *  confidence) read no answer anchor out of a thought. */
+export const STRUCTURED_PROGRAMS: readonly ProgramKind[] = ["sc", "duchess", "deepconf", "short-m@k", "best-of-n"];
+/** Why the others refuse structured answers. */
+const STEP_MARKER =
+  "its steps end where the task's answer marker (`\\boxed{`) is written; a structured answer has none";
+const NOT_STRUCTURED: Partial<Record<ProgramKind, string>> = {
+  "cot-probe":
+    "its early exit reads short probe answers written after an answer anchor (`</think> \\boxed{`, stopped at `}`); a structured answer has no such anchor",
+  rebase: STEP_MARKER,
+  mcts: STEP_MARKER,
+  beam: STEP_MARKER,
+  dvts: STEP_MARKER,
+};
 /** The programs that score steps with a reward source (a PRM, or the task's verifier). */
 export const STEP_SCORED_PROGRAMS: readonly ProgramKind[] = ["rebase", "mcts", "beam", "dvts", "best-of-n"];
 
@@ -69,6 +85,8 @@ export interface BuildProgramOptions {
   beamWidth?: number;
   /** beam / dvts: the FlashTTS switches (default: prefix-aware forks on, speculation off). */
   flashTts?: FlashTtsSwitches;
+  /** Constrain every branch's answer (BranchSampling.structured): the STRUCTURED_PROGRAMS only, the others refuse. */
+  structured?: StructuredOutput;
 }
 
 export function parseProgramKind(value: string): ProgramKind {
@@ -81,7 +99,13 @@ export function parseProgramKind(value: string): ProgramKind {
 }
 
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
+  if (o.structured && !STRUCTURED_PROGRAMS.includes(kind))
+    throw new UnsupportedError(
+      `program ${kind} does not take structured answers: ${NOT_STRUCTURED[kind]}; use program ${STRUCTURED_PROGRAMS.join(", ")}, or drop structured (response_format)`,
+      { field: "structured" },
+    );
   const common = { prompt: o.prompt, seed: o.seed, model: o.model, task: o.task };
+  const voting = { ...common, structured: o.structured };
   const tree = {
     ...common,
     question: o.question,
@@ -92,7 +116,7 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
   switch (kind) {
     case "sc":
       return new SelfConsistency({
-        ...common,
+        ...voting,
         maxBranches: o.cap ?? 16,
         branchesPerRound: o.branchesPerRound,
         maxTokens: o.maxTokens,
@@ -113,10 +137,10 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
     case "mcts":
       return new Mcts({ ...tree, maxSimulations: o.cap, simulationsPerRound: o.simulationsPerRound });
     case "short-m@k":
-      return new ShortMK({ ...common, k: o.cap, m: o.shortM, maxTokens: o.maxTokens, temperature: o.temperature });
+      return new ShortMK({ ...voting, k: o.cap, m: o.shortM, maxTokens: o.maxTokens, temperature: o.temperature });
     case "deepconf":
       return new DeepConf({
-        ...common,
+        ...voting,
         budget: o.cap,
         variant: o.deepconfVariant,
         mode: o.deepconfOffline ? "offline" : "online",
@@ -127,7 +151,7 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
     case "dvts":
       return new BeamSearch({ ...tree, variant: kind, n: o.cap, beamWidth: o.beamWidth, ...o.flashTts });
     case "best-of-n":
-      return new BestOfN({ ...tree, n: o.cap });
+      return new BestOfN({ ...tree, n: o.cap, structured: o.structured });
     case "duchess":
       if (o.probe === undefined) {
         throw new InvalidOptionError(
@@ -138,7 +162,7 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
         );
       }
       return new Duchess({
-        ...common,
+        ...voting,
         probe: o.probe,
         branches: o.cap,
         maxTokens: o.maxTokens,

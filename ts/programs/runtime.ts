@@ -80,6 +80,24 @@ class RunContext implements ProgramContext {
     return codec.encode(prompt, { addSpecialTokens: options.addSpecialTokens ?? true });
   }
 
+  thinkTokens(model?: string): { start: number; end: number } | null {
+    // The vocabulary XGrammar reads (built once per tokenizer, kept): its think tokens are the ones the engine's
+    // structured constraint treats as the thought's.
+    return this.engine.tokenizer(model)?.grammarVocab?.().think ?? null;
+  }
+
+  decode(ids: readonly number[], options: { model?: string } = {}): string {
+    const codec = this.engine.tokenizer(options.model);
+    if (!codec)
+      throw new InvalidOptionError(`program ${this.program.name}: the model has no tokenizer to decode with`, {
+        field: "model",
+      });
+    const d = codec.createDetokenizer();
+    let text = "";
+    for (const id of ids) text += d.push(id);
+    return text + d.flush();
+  }
+
   kvState(model?: string): KvState {
     const m = this.engine.modelMetrics(model);
     return { freePages: m.kvPagesFree, totalPages: m.kvPagesTotal, preemptions: m.preemptions };

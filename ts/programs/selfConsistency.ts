@@ -2,13 +2,14 @@
 // one prompt, all sharing the prompt's KV (one request with n samples; later rounds hit the prefix cache), and the
 // answer is the majority vote. Certaindex is the normalised answer entropy H̃ over the answer clusters, so a policy
 // can stop once the branches agree. Branch i always uses seed + i, so a run capped at k branches sees exactly the
-// first k branches of a longer run: traces of one long run replay every cap (calibration, benchmarks).
+// first k branches of a longer run: traces of one long run replay every cap (calibration, benchmarks). With
+// `structured`, every branch's answer is the format's and the vote is over equal values (certaindex unchanged).
 import { InvalidOptionError } from "../errors/index.js";
 import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
-import type { BranchSampling, ProgramTask } from "./task.js";
+import { answerTaskOf, answerText } from "./structuredAnswers.js";
+import type { BranchSampling } from "./task.js";
 
 export interface SelfConsistencyOptions extends BranchSampling {
   /** Branch cap (default 16). */
@@ -37,7 +38,9 @@ export class SelfConsistency implements Program {
   readonly state: { branches: Branch[] } = { branches: [] };
   readonly tokenBudget: number;
   readonly defaultPolicy: PolicySpec;
-  private readonly opts: Required<Omit<SelfConsistencyOptions, "model" | "topP" | "topK" | "stop" | "task">> &
+  private readonly opts: Required<
+    Omit<SelfConsistencyOptions, "model" | "topP" | "topK" | "stop" | "task" | "structured">
+  > &
     SelfConsistencyOptions;
   private promptIds: readonly number[] | null = null;
 
@@ -52,7 +55,7 @@ export class SelfConsistency implements Program {
       throw new InvalidOptionError(`sc.branchesPerRound must be an integer ≥ 1, got ${branchesPerRound}`, {
         field: "sc.branchesPerRound",
       });
-    const task = options.task ?? boxedAnswers;
+    const task = answerTaskOf(options);
     this.opts = {
       ...withDefaults(
         {
@@ -89,14 +92,16 @@ export class SelfConsistency implements Program {
       stop: o.stop,
       seed: o.seed + this.knob.used,
       model: o.model,
+      structured: o.structured,
     });
     const out = await handle.result;
     this.promptIds ??= out.promptTokens; // later rounds reuse the ids (and hit the prefix cache)
     for (const s of out.samples) {
       if (s.finishReason === "aborted") continue; // cut short by the caller's signal: not a vote
+      const text = answerText(ctx, s, o);
       this.state.branches.push({
         text: s.text,
-        answer: o.extractAnswer(s.text),
+        answer: text === null ? null : o.extractAnswer(text),
         tokens: s.tokens.length,
         finishReason: s.finishReason,
       });

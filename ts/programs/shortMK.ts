@@ -10,9 +10,9 @@ import { InvalidOptionError } from "../errors/index.js";
 import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 import type { FinishReason } from "../engine/outputs.js";
-import { boxedAnswers } from "./answers.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
-import type { BranchSampling, ProgramTask } from "./task.js";
+import { answerTaskOf, answerText } from "./structuredAnswers.js";
+import type { BranchSampling } from "./task.js";
 
 /** Short-m@k's knobs. A branch cut by maxTokens counts as finished (it ended). */
 export interface ShortMKOptions extends BranchSampling {
@@ -51,7 +51,7 @@ export class ShortMK implements Program {
   private readonly k: number;
   private readonly m: number;
   private readonly o: Required<Pick<ShortMKOptions, "maxTokens" | "temperature" | "seed">> & ShortMKOptions;
-  private readonly extract: (text: string) => string | null;
+  private readonly extract: (text: string | null) => string | null;
   private readonly eq: AnswerEquivalence;
   private ran = false;
 
@@ -69,8 +69,8 @@ export class ShortMK implements Program {
       throw new InvalidOptionError(`short-m@k.maxTokens must be an integer ≥ 1, got ${this.o.maxTokens}`, {
         field: "short-m@k.maxTokens",
       });
-    const task = options.task ?? boxedAnswers;
-    this.extract = (text) => task.extractAnswer(text);
+    const task = answerTaskOf(options);
+    this.extract = (text) => (text === null ? null : task.extractAnswer(text));
     this.eq = (a, b) => task.equivalent(a, b);
     this.knob = { used: 0, max: this.k };
     this.tokenBudget = this.k * this.o.maxTokens;
@@ -90,6 +90,7 @@ export class ShortMK implements Program {
       topP: o.topP,
       seed: o.seed,
       model: o.model,
+      structured: o.structured,
     });
     this.knob.used = this.k;
     this.ran = true;
@@ -111,7 +112,7 @@ export class ShortMK implements Program {
       return {
         index: i,
         text: s.text,
-        answer: this.extract(s.text),
+        answer: this.extract(answerText(ctx, s, o)),
         tokens: s.tokens.length,
         finishReason: s.finishReason,
       };

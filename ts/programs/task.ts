@@ -1,7 +1,9 @@
 // What a program needs from a task, injected by its caller (ts/tasks implements it; programs never import a task):
 // how to read and compare answers, where an answer starts, how to ask a cut-off thought for its answer, and, for
 // step search, how to score a step. A program given no task uses `boxedAnswers` (programs/answers.ts), the format
-// of the arithmetic task and of math reasoning models generally.
+// of the arithmetic task and of math reasoning models generally, or with `structured` answers
+// `structuredAnswers(format)` (programs/structuredAnswers.ts answerTaskOf: the one place that decides).
+import type { StructuredOutput } from "../engine/index.js";
 import type { RewardSource } from "./rewards.js";
 
 export interface ProgramTask {
@@ -32,6 +34,13 @@ export interface BranchSampling {
   seed?: number;
   /** Which loaded model (default: the engine's first). */
   model?: string;
-  /** How answers are read and compared (default boxedAnswers: last \boxed{}, else last number; numeric equality). */
+  /** How answers are read and compared (default boxedAnswers: last \boxed{}, else last number; numeric equality;
+   * with `structured`, structuredAnswers: the text after the thought, JSON compared by its canonical form). */
   task?: ProgramTask;
+  /**
+   * Constrain every branch's answer (the engine's `structured` option: a JSON Schema, any JSON object, a regex, a
+   * choice, a grammar): each branch request carries it (forks inherit it), the thought stays free and the answer
+   * after `</think>` is the format's. A branch its budget cut before the format completed has no answer.
+   */
+  structured?: StructuredOutput;
 }
