@@ -29,6 +29,10 @@ describe("README", () => {
       const lines = stdout.trim().split("\n");
       expect(lines[0]).toBe("8+5=13"); // the bundled reasoner's first step, greedy
       expect(stdout).toContain(" \\boxed{72}\n[stop]\n");
+      // The structured answer after the thought, validated by ajv against the README's schema.
+      const structured = lines[lines.indexOf("[stop]") + 1];
+      expect(structured, stdout).toMatch(/^\{.*\}$/);
+      expect(JSON.parse(structured)).toEqual({ answer: expect.any(Number) });
       expect(lines.at(-1)).toMatch(/^72 (0|1|0\.\d+) \d+ \d+\/\d+$/);
     } finally {
       rmSync(file, { force: true });

@@ -63,11 +63,11 @@ class SandboxThread {
 
   constructor() {
     const path = createRequire(import.meta.url).resolve("@mlc-ai/web-xgrammar");
-    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { path }, stdout: true, stderr: true });
-    this.worker.unref();
+    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { path } });
     this.worker.on("message", (m: { id: number; error: string | null }) => {
       const p = this.pending.get(m.id);
       this.pending.delete(m.id);
+      if (this.pending.size === 0) this.worker.unref();
       p?.resolve(m.error);
     });
     const gone = (e: Error): void => {
@@ -77,11 +77,15 @@ class SandboxThread {
     };
     this.worker.on("error", gone);
     this.worker.on("exit", () => gone(new Error("the grammar sandbox thread exited")));
+    // An idle sandbox must not keep the process alive; one with a check in flight must (ref'd in check()). After the
+    // listeners, since adding a "message" listener refs the worker's port again.
+    this.worker.unref();
   }
 
   check(source: GrammarSource): Promise<string | null> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
+      if (this.pending.size === 0) this.worker.ref();
       this.pending.set(id, { resolve, reject });
       this.worker.postMessage({ id, source });
     });
