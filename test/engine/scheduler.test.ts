@@ -125,3 +125,19 @@ describe("kernel schedule", () => {
     ).toBe(1);
   });
 });
+
+describe("Scheduler and structured outputs", () => {
+  it("leaves a sequence whose grammar is compiling in the queue and admits the ones behind it", () => {
+    const s = new Scheduler(new BlockManager(64, PAGE), options());
+    const compiling = seqOf(6);
+    const fake = { compiling: true };
+    compiling.constraint = fake as unknown as NonNullable<Sequence["constraint"]>;
+    const behind = seqOf(5);
+    s.addWaiting(compiling);
+    s.addWaiting(behind);
+    expect(step(s).seqs.map((x) => x.seq)).toEqual([behind]);
+    expect(compiling.status).toBe("waiting");
+    fake.compiling = false;
+    expect(step(s).seqs.map((x) => x.seq)).toContain(compiling);
+  });
+});

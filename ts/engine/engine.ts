@@ -58,7 +58,7 @@ export class Engine implements AsyncDisposable {
       const codec = isModel(spec.model) ? codecOf(spec.model) : (spec.tokenizer ?? null);
       return new ModelSlot(spec.name, model, codec, o.kernelMode, o.scheduler, o.verify);
     });
-    this.builder = new RequestBuilder(this.slots, this.gate);
+    this.builder = new RequestBuilder(this.slots, this.gate, () => this.wake?.());
     this.stepper = new Stepper(this.slots, this.builder, this.meter, this.gate);
   }
 

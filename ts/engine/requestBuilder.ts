@@ -37,6 +37,8 @@ export class RequestBuilder {
     private readonly slots: readonly ModelSlot[],
     /** The engine's wake gate: every request's channel defers its consumers' wake-ups through it. */
     private readonly gate: WakeGate | null = null,
+    /** Wakes the engine's loop (a sequence became admissible: its grammar compiled). */
+    private readonly wake: () => void = () => undefined,
   ) {}
 
   remember(handle: RequestHandle, state: RequestState): void {
@@ -208,7 +210,7 @@ export class RequestBuilder {
     const s = params.structured;
     if (s === null) return null;
     const grammars = slot.grammars(field);
-    return new SequenceConstraint(grammars.compile(s.format, field), grammars, {
+    const constraint = new SequenceConstraint(grammars.compile(s.format, field), grammars, {
       thought: s.thought,
       origin,
       end: numTokens + params.maxTokens,
@@ -216,6 +218,9 @@ export class RequestBuilder {
       keepMasks: slot.maskWindow,
       field,
     });
+    // The scheduler admits it once compiled: wake the engine then (it may be asleep with nothing else to run).
+    if (constraint.compiling) void constraint.whenSettled().then(this.wake);
+    return constraint;
   }
 
   private newState(slot: ModelSlot, prompt: number[], params: ResolvedParams, n: number, eager: boolean): RequestState {

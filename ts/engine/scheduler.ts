@@ -106,6 +106,9 @@ export class Scheduler {
     if (batch.preempted.length > 0) return batch; // the pool is full: admitting more would only thrash
     for (const seq of this.order(this.waiting, nowMs, true)) {
       if (batch.seqs.length >= this.options.maxBatchSeqs || budget <= 0) break;
+      // Its structured output's grammar is still compiling: admitted once it is (the engine wakes then), so the
+      // compile never stalls the running batch's steps and does not hold up the queue behind it.
+      if (seq.constraint?.compiling) continue;
       if (seq.swapped !== null) {
         // Back from host memory: fresh pages for its KV (and the next token), written before the forward.
         const { tokens, data } = seq.swapped;

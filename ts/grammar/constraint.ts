@@ -40,6 +40,7 @@ interface PositionMask {
 
 export class SequenceConstraint {
   private compiled: CompiledFormat | null = null;
+  private settled = false;
   private matcher: XG.GrammarMatcher | null = null;
   /** Tokens of the sequence folded into the state so far (positions [0, seen.length)). */
   private readonly seen: number[] = [];
@@ -60,7 +61,24 @@ export class SequenceConstraint {
   ) {
     this.words = Math.ceil(set.vocabSize / 32);
     this.stop = new Set(set.stopTokenIds);
-    grammar.catch(() => undefined); // reported by prepare(); never an unhandled rejection meanwhile
+    // A failure is reported by prepare(), never an unhandled rejection meanwhile.
+    grammar.then(
+      () => (this.settled = true),
+      () => (this.settled = true),
+    );
+  }
+
+  /** The format is still compiling: the sequence should not be admitted yet (a failure counts as settled). */
+  get compiling(): boolean {
+    return !this.settled;
+  }
+
+  /** Resolves once the format compiled or failed to. */
+  whenSettled(): Promise<void> {
+    return this.grammar.then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   /** A fork's constraint: the same format and origin, over the child's own budget. */
