@@ -8,6 +8,8 @@ import { Engine } from "../../ts/engine/engine.js";
 import type { GenerationOutput } from "../../ts/engine/outputs.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { InvalidOptionError } from "../../ts/errors/index.js";
+import { SequenceConstraint } from "../../ts/grammar/constraint.js";
+import { GrammarSet } from "../../ts/grammar/grammars.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 
 let model: Model;
@@ -201,5 +203,82 @@ describe("structured outputs in the engine", () => {
       structured: { type: "choice", choices: ["two"] },
     }).result;
     expect(answerOf(ok).answer).toBe("two");
+  });
+});
+
+describe("structured outputs on a Qwen3 fixture (byte-level vocabulary, its thinking switch)", () => {
+  let qwen: Model;
+  let qe: Engine;
+  beforeAll(async () => {
+    const { fixtureDir } = await import("../model/fixtureCache.js");
+    qwen = await loadModel(await fixtureDir("qwen3", "bf16", { headDim: 32 }));
+    qe = new Engine({ models: { model: qwen } });
+  }, 120_000);
+  afterAll(async () => {
+    await qe?.dispose();
+    qwen?.dispose();
+  });
+  const SMALL = {
+    type: "object",
+    properties: { ok: { type: "boolean" }, n: { type: "integer", minimum: 0, maximum: 9 } },
+    required: ["ok", "n"],
+    additionalProperties: false,
+  };
+  const render = (enable_thinking: boolean, history = false): string =>
+    qwen.tokenizer.applyChatTemplate(
+      [
+        ...(history
+          ? [
+              { role: "user" as const, content: "Hi" },
+              { role: "assistant" as const, content: "<think>\nhm\n</think>\n\nHello" },
+            ]
+          : []),
+        { role: "user", content: "Answer in JSON." },
+      ],
+      { addGenerationPrompt: true, variables: { enable_thinking } },
+    );
+
+  it("thinking off: the prompt's closed thought makes the first generated token the format's", async () => {
+    const p = render(false);
+    expect(p).toContain("</think>");
+    const out = await qe.submit({
+      prompt: p,
+      maxTokens: 60,
+      temperature: 1,
+      seed: 3,
+      structured: { type: "json_schema", schema: SMALL },
+    }).result;
+    const text = qwen.tokenizer.decode(out.samples[0].tokens, { skipSpecialTokens: true });
+    expect(out.samples[0].finishReason).toBe("stop");
+    expect(new Ajv().compile(SMALL)(JSON.parse(text)), text).toBe(true);
+  });
+
+  it("the first position's mask: thinking on (after a turn with a closed thought) allows <think>, thinking off does not", async () => {
+    const vocab = qwen.tokenizer.grammarVocab();
+    expect(vocab.vocabType).toBe("byte_level");
+    const grammars = new GrammarSet(vocab, qwen.config.vocabSize, qwen.tokenizer.eosTokenIds);
+    const firstMask = async (p: string): Promise<Int32Array> => {
+      const ids = qwen.tokenizer.encode(p, { addSpecialTokens: false });
+      const c = new SequenceConstraint(grammars.compile({ type: "json_schema", schema: SMALL }, "t"), grammars, {
+        thought: "free",
+        origin: ids.length,
+        end: ids.length + 100,
+        answerTokens: 50,
+        keepMasks: 0,
+        field: "t",
+      });
+      await c.prepare(ids);
+      return c.maskAt(ids.length)!;
+    };
+    const allows = (m: Int32Array, t: number): boolean => ((m[t >> 5] >>> (t & 31)) & 1) === 1;
+    const think = vocab.think!.start;
+    const brace = qwen.tokenizer.encode("{", { addSpecialTokens: false });
+    expect(brace).toHaveLength(1);
+    const on = await firstMask(render(true, true));
+    expect(allows(on, think)).toBe(true);
+    expect(allows(on, brace[0])).toBe(true);
+    const off = await firstMask(render(false, true));
+    expect(allows(off, think)).toBe(false);
+    expect(allows(off, brace[0])).toBe(true);
   });
 });
