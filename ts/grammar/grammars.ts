@@ -19,10 +19,10 @@ export interface CompiledFormat {
 export function grammarSource(format: StructuredFormat, field: string): GrammarSource {
   switch (format.type) {
     case "json_schema": {
-      const text = typeof format.schema === "string" ? format.schema : JSON.stringify(format.schema);
-      if (typeof format.schema === "string") {
+      let schema: unknown = format.schema;
+      if (typeof schema === "string") {
         try {
-          JSON.parse(text);
+          schema = JSON.parse(schema);
         } catch (e) {
           throw new InvalidOptionError(
             `${field}.schema is not valid JSON (${(e as Error).message}); give a JSON Schema`,
@@ -32,7 +32,7 @@ export function grammarSource(format: StructuredFormat, field: string): GrammarS
           );
         }
       }
-      return { kind: "json_schema", text };
+      return { kind: "json_schema", text: JSON.stringify(enumsAsPatterns(schema)) };
     }
     case "json_object":
       // Any JSON object: the schema {"type": "object"} (XGrammar's builtin grammar also allows arrays and scalars).
@@ -51,8 +51,35 @@ export function grammarSource(format: StructuredFormat, field: string): GrammarS
     case "grammar":
       return { kind: "ebnf", text: format.grammar };
     case "structural_tag":
-      return { kind: "structural_tag", text: JSON.stringify(format.structuralTag) };
+      return { kind: "structural_tag", text: JSON.stringify(enumsAsPatterns(format.structuralTag)) };
   }
+}
+
+/**
+ * `schema` with every string `enum` / `const` written as a `pattern` (`^(a|b)$`), the same set of strings.
+ * @mlc-ai/web-xgrammar 0.1.27 compiles an enum of JSON strings where one value is a prefix of another wrongly: with
+ * `{"enum": ["ia", "i"]}` its matcher accepts `"iaa"` (upstream's literal alternation; mlc-ai/xgrammar#618 is the same
+ * family), while the pattern compiles right (test/grammar/xgrammar.test.ts pins both). Values with a quote, a
+ * backslash or a control character keep their enum (a pattern would have to spell JSON escapes). Walks the whole
+ * value, structural tags' nested schemas included; `default` / `examples` are left as they are.
+ */
+export function enumsAsPatterns(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(enumsAsPatterns);
+  if (value === null || typeof value !== "object") return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = k === "default" || k === "examples" ? v : enumsAsPatterns(v);
+  const plain = (x: unknown): x is string => typeof x === "string" && !/["\\\u0000-\u001f]/.test(x);
+  const strings = Array.isArray(out.enum) ? out.enum : typeof out.const === "string" ? [out.const] : null;
+  if (strings === null || strings.length === 0 || !strings.every(plain)) return out;
+  delete out.enum;
+  delete out.const;
+  out.type = "string";
+  out.pattern = `^(${strings.map(escapeRegex).join("|")})$`;
+  return out;
+}
+
+function escapeRegex(s: string): string {
+  return s.replace(/[\\^$.|?*+()[\]{}\/-]/g, "\\$&");
 }
 
 /** A string as an EBNF literal: JSON's escapes are XGrammar's (\", \\, \n, \uXXXX); a surrogate pair as \U. */

@@ -1,0 +1,62 @@
+// XGrammar (wasm) as the engine uses it: a bad grammar is an error from the sandbox, not an abort of the engine's
+// instance; and the upstream enum bug that grammars.ts works around (enumsAsPatterns), pinned on a toy vocabulary so
+// a new @mlc-ai/web-xgrammar that fixes it shows here.
+import { describe, expect, it } from "vitest";
+import { enumsAsPatterns, grammarSource } from "../../ts/grammar/grammars.js";
+import { checkGrammar } from "../../ts/grammar/sandbox.js";
+import { loadXGrammar } from "../../ts/grammar/xgrammar.js";
+
+const VOCAB = ["<eos>", '"', "i", "a", "b"];
+
+async function accepts(schema: unknown, text: string): Promise<boolean> {
+  const xg = await loadXGrammar();
+  const info = await xg.TokenizerInfo.createTokenizerInfo(VOCAB, "raw", false, VOCAB.length, [0]);
+  const compiled = await (
+    await xg.GrammarCompiler.createGrammarCompiler(info)
+  ).compileJSONSchema(JSON.stringify(schema), false, -1);
+  const m = await xg.GrammarMatcher.createGrammarMatcher(compiled);
+  for (const ch of text) if (!m.acceptToken(VOCAB.indexOf(ch))) return false;
+  return m.acceptToken(0);
+}
+
+describe("XGrammar as the engine uses it", () => {
+  it("upstream accepts a non-member of a string enum whose values share a prefix; the pattern rewrite does not", async () => {
+    const schema = { enum: ["ia", "i"] };
+    expect(await accepts(schema, '"iaa"')).toBe(true); // the upstream bug: when this fails, drop enumsAsPatterns
+    const rewritten = enumsAsPatterns(schema);
+    expect(rewritten).toEqual({ type: "string", pattern: "^(ia|i)$" });
+    expect(await accepts(rewritten, '"iaa"')).toBe(false);
+    expect(await accepts(rewritten, '"ia"')).toBe(true);
+    expect(await accepts(rewritten, '"i"')).toBe(true);
+  });
+
+  it("enumsAsPatterns rewrites string enums and consts anywhere, escapes regex characters, and leaves the rest", () => {
+    const schema = {
+      type: "object",
+      properties: {
+        a: { enum: ["x.y", "(z)"] },
+        b: { const: "c|d" },
+        c: { enum: [1, "two"] },
+        d: { enum: ['say "hi"'] },
+        enum: { type: "string", default: { enum: ["kept"] } },
+      },
+    };
+    expect(enumsAsPatterns(schema)).toEqual({
+      type: "object",
+      properties: {
+        a: { type: "string", pattern: "^(x\\.y|\\(z\\))$" },
+        b: { type: "string", pattern: "^(c\\|d)$" },
+        c: { enum: [1, "two"] },
+        d: { enum: ['say "hi"'] },
+        enum: { type: "string", default: { enum: ["kept"] } },
+      },
+    });
+  });
+
+  it("the sandbox reports XGrammar's message for bad input and keeps working after the abort", async () => {
+    expect(await checkGrammar({ kind: "ebnf", text: 'root ::= "a" |' })).toMatch(/EBNF parser error/);
+    expect(await checkGrammar({ kind: "json_schema", text: '{"type":"frobnicate"}' })).toMatch(/frobnicate/);
+    expect(await checkGrammar({ kind: "ebnf", text: 'root ::= "a" | "b"' })).toBeNull();
+    expect(await checkGrammar(grammarSource({ type: "regex", pattern: "[0-9]+" }, "request.structured"))).toBeNull();
+  });
+});
