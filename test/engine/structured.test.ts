@@ -185,6 +185,32 @@ describe("structured outputs in the engine", () => {
     ).toMatch(/^[0-9]+$/);
   });
 
+  it("finished sequences free their matchers, and the grammar cache stays bounded, sparing grammars in use", async () => {
+    await engine.submit({
+      prompt: prompt("What is 2 + 2?"),
+      maxTokens: 60,
+      n: 3,
+      temperature: 1,
+      structured: { type: "choice", choices: ["four", "five"] },
+    }).result;
+    expect(SequenceConstraint.liveMatchers).toBe(0);
+
+    const set = new GrammarSet(model.tokenizer.grammarVocab(), model.config.vocabSize, model.tokenizer.eosTokenIds, 2);
+    const choice = (c: string) => ({ type: "choice" as const, choices: [c] });
+    const held = set.acquire(choice("a"), "t");
+    await held.compiled;
+    for (const c of ["b", "c", "d"]) {
+      const g = set.acquire(choice(c), "t");
+      await g.compiled;
+      g.release();
+    }
+    expect(set.size).toBe(2);
+    expect(set.stats.evictions).toBe(2);
+    set.compile(choice("a"), "t"); // still cached: held all along
+    expect(set.stats.compiles).toBe(4);
+    held.release();
+  });
+
   it("a bad schema or grammar is an InvalidOptionError naming XGrammar's complaint; the engine carries on", async () => {
     const bad = { type: "json_schema", schema: { type: "object", properties: { a: { type: "frobnicate" } } } } as const;
     await expect(engine.prepareStructured(bad)).rejects.toThrow(InvalidOptionError);
@@ -259,7 +285,7 @@ describe("structured outputs on a Qwen3 fixture (byte-level vocabulary, its thin
     const grammars = new GrammarSet(vocab, qwen.config.vocabSize, qwen.tokenizer.eosTokenIds);
     const firstMask = async (p: string): Promise<Int32Array> => {
       const ids = qwen.tokenizer.encode(p, { addSpecialTokens: false });
-      const c = new SequenceConstraint(grammars.compile({ type: "json_schema", schema: SMALL }, "t"), grammars, {
+      const c = new SequenceConstraint(grammars.acquire({ type: "json_schema", schema: SMALL }, "t"), grammars, {
         thought: "free",
         origin: ids.length,
         end: ids.length + 100,
@@ -268,7 +294,9 @@ describe("structured outputs on a Qwen3 fixture (byte-level vocabulary, its thin
         field: "t",
       });
       await c.prepare(ids);
-      return c.maskAt(ids.length)!;
+      const mask = c.maskAt(ids.length)!;
+      c.dispose();
+      return mask;
     };
     const allows = (m: Int32Array, t: number): boolean => ((m[t >> 5] >>> (t & 31)) & 1) === 1;
     const think = vocab.think!.start;

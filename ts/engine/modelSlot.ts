@@ -136,9 +136,11 @@ export class ModelSlot {
     }
   }
 
-  /** Ends a sequence: the verifier forgets it (and goes, scratch pages back to the pool, with the last), its pages are freed. */
+  /** Ends a sequence: the verifier forgets it (and goes, scratch pages back to the pool, with the last), its pages are
+   *  freed, its constraint's matcher too. */
   finish(seq: Sequence): void {
     if (seq.status === "finished") return;
+    seq.constraint?.dispose();
     if (this.verifier !== null) {
       this.verifier.forget(seq);
       if (this.verifier.idle) {

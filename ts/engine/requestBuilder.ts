@@ -210,7 +210,7 @@ export class RequestBuilder {
     const s = params.structured;
     if (s === null) return null;
     const grammars = slot.grammars(field);
-    const constraint = new SequenceConstraint(grammars.compile(s.format, field), grammars, {
+    const constraint = new SequenceConstraint(grammars.acquire(s.format, field), grammars, {
       thought: s.thought,
       origin,
       end: numTokens + params.maxTokens,

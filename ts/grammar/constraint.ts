@@ -13,7 +13,7 @@
 // its candidates were sampled under).
 import type * as XG from "@mlc-ai/web-xgrammar";
 import { InvalidOptionError } from "../errors/index.js";
-import type { CompiledFormat, GrammarSet } from "./grammars.js";
+import type { CompiledFormat, GrammarGrant, GrammarSet } from "./grammars.js";
 
 type Phase = "opening" | "thinking" | "answer";
 
@@ -54,11 +54,17 @@ export class SequenceConstraint {
   /** The matcher accepted a stop token: the format is complete. */
   private done = false;
 
+  /** Matchers alive (created and not disposed), for tests: each holds memory in XGrammar's wasm heap. */
+  static liveMatchers = 0;
+  private readonly grammar: Promise<CompiledFormat>;
+  private disposed = false;
+
   constructor(
-    private readonly grammar: Promise<CompiledFormat>,
+    private readonly grant: GrammarGrant,
     private readonly set: GrammarSet,
     readonly options: ConstraintOptions,
   ) {
+    const grammar = (this.grammar = grant.compiled);
     this.words = Math.ceil(set.vocabSize / 32);
     this.stop = new Set(set.stopTokenIds);
     // A failure is reported by prepare(), never an unhandled rejection meanwhile.
@@ -83,7 +89,20 @@ export class SequenceConstraint {
 
   /** A fork's constraint: the same format and origin, over the child's own budget. */
   fork(end: number): SequenceConstraint {
-    return new SequenceConstraint(this.grammar, this.set, { ...this.options, end });
+    return new SequenceConstraint(this.grant.share(), this.set, { ...this.options, end });
+  }
+
+  /** Frees the matcher and gives the grammar back (the sequence ended). Idempotent. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    if (this.matcher !== null) {
+      this.matcher.dispose();
+      this.matcher = null;
+      SequenceConstraint.liveMatchers--;
+    }
+    this.masks.clear();
+    this.grant.release();
   }
 
   /**
@@ -94,8 +113,15 @@ export class SequenceConstraint {
    */
   async prepare(tokens: readonly number[], cut = Number.POSITIVE_INFINITY): Promise<void> {
     if (this.compiled === null) {
-      this.compiled = await this.grammar;
-      this.matcher = await this.compiled.xg.GrammarMatcher.createGrammarMatcher(this.compiled.compiled);
+      const compiled = await this.grammar;
+      const matcher = await compiled.xg.GrammarMatcher.createGrammarMatcher(compiled.compiled);
+      if (this.disposed) {
+        matcher.dispose(); // the sequence ended while its grammar compiled
+        throw new Error("structured output: the sequence has ended");
+      }
+      this.compiled = compiled;
+      this.matcher = matcher;
+      SequenceConstraint.liveMatchers++;
     }
     const same = Math.min(cut, this.seen.length, tokens.length);
     if (same < this.seen.length) this.rewind(same);

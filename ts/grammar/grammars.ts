@@ -95,12 +95,34 @@ function ebnfString(s: string): string {
   return out + '"';
 }
 
-/** The grammars of one vocabulary: a compiler and its cache. */
+/** A compiled grammar held by a user (a sequence's constraint): the cache keeps it while any user holds it. */
+export interface GrammarGrant {
+  compiled: Promise<CompiledFormat>;
+  /** Another hold on the same grammar (a fork's, an n-sample's). */
+  share(): GrammarGrant;
+  /** Gives the hold back (once; later calls do nothing). */
+  release(): void;
+}
+
+interface CacheEntry {
+  compiled: Promise<CompiledFormat>;
+  users: number;
+}
+
+/** Compiled grammars a GrammarSet keeps by default; past it the least recently used one nobody holds is freed. */
+export const DEFAULT_GRAMMAR_CACHE = 256;
+
+/**
+ * The grammars of one vocabulary: a compiler and its cache. Compiled grammars live in XGrammar's wasm heap (no
+ * garbage collector frees them), so the cache is bounded: past `maxEntries`, least recently used grammars that no
+ * sequence holds are disposed.
+ */
 export class GrammarSet {
   private compiler: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler }> | null = null;
-  private readonly cache = new Map<string, Promise<CompiledFormat>>();
-  /** Compiles, first and cached (bench:structured reads them). */
-  readonly stats = { compiles: 0, cacheHits: 0 };
+  /** By source text, least recently used first. */
+  private readonly cache = new Map<string, CacheEntry>();
+  /** Compiles, first and cached, and grammars freed (bench:structured reads them). */
+  readonly stats = { compiles: 0, cacheHits: 0, evictions: 0 };
 
   constructor(
     readonly vocab: GrammarVocab,
@@ -108,24 +130,75 @@ export class GrammarSet {
     readonly vocabSize: number,
     /** Ids that end a sequence (the model's eos): what a complete grammar allows. */
     readonly stopTokenIds: readonly number[],
+    readonly maxEntries = DEFAULT_GRAMMAR_CACHE,
   ) {}
+
+  /** Grammars in the cache. */
+  get size(): number {
+    return this.cache.size;
+  }
 
   /**
    * The compiled grammar of `format`: parsed in the sandbox first, so a bad one rejects with an InvalidOptionError
    * naming `field` and XGrammar's message, and never reaches the instance that compiles.
    */
   compile(format: StructuredFormat, field: string): Promise<CompiledFormat> {
+    return this.entry(format, field).compiled;
+  }
+
+  /** compile(), held until release(): the grammar is not freed while its sequences run. */
+  acquire(format: StructuredFormat, field: string): GrammarGrant {
+    return this.grant(this.entry(format, field));
+  }
+
+  private grant(entry: CacheEntry): GrammarGrant {
+    entry.users++;
+    let held = true;
+    return {
+      compiled: entry.compiled,
+      share: () => this.grant(entry),
+      release: () => {
+        if (!held) return;
+        held = false;
+        entry.users--;
+        this.evict();
+      },
+    };
+  }
+
+  private entry(format: StructuredFormat, field: string): CacheEntry {
     const source = grammarSource(format, field);
     const key = `${source.kind}\u0000${"text" in source ? source.text : ""}`;
     const hit = this.cache.get(key);
     if (hit !== undefined) {
       this.stats.cacheHits++;
+      this.cache.delete(key); // most recently used last
+      this.cache.set(key, hit);
       return hit;
     }
-    const compiling = this.compileSource(source, format, field);
-    this.cache.set(key, compiling);
-    compiling.catch(() => this.cache.delete(key)); // a failure is not cached: the next request reports it afresh
-    return compiling;
+    const entry: CacheEntry = { compiled: this.compileSource(source, format, field), users: 0 };
+    this.cache.set(key, entry);
+    // A failure is not cached: the next request reports it afresh.
+    entry.compiled.catch(() => {
+      if (this.cache.get(key) === entry) this.cache.delete(key);
+    });
+    this.evict();
+    return entry;
+  }
+
+  /** Frees least recently used grammars nobody holds while the cache is over its bound. */
+  private evict(): void {
+    if (this.cache.size <= this.maxEntries) return;
+    for (const [key, entry] of this.cache) {
+      if (this.cache.size <= this.maxEntries) break;
+      if (entry.users > 0) continue;
+      this.cache.delete(key);
+      this.stats.evictions++;
+      entry.compiled.then(
+        (c) => c.compiled.dispose(),
+        () => undefined,
+      );
+    }
   }
 
   private async compileSource(source: GrammarSource, format: StructuredFormat, field: string): Promise<CompiledFormat> {
