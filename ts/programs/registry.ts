@@ -101,7 +101,7 @@ export function parseProgramKind(value: string): ProgramKind {
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
   if (o.structured && !STRUCTURED_PROGRAMS.includes(kind))
     throw new UnsupportedError(
-      `program ${kind} does not take structured answers: ${NOT_STRUCTURED[kind]}; use program ${STRUCTURED_PROGRAMS.join(", ")}, or drop structured (response_format)`,
+      `program ${kind} does not take structured answers: ${NOT_STRUCTURED[kind]}; use program ${STRUCTURED_PROGRAMS.join(", ")}, or drop structured`,
       { field: "structured" },
     );
   const common = { prompt: o.prompt, seed: o.seed, model: o.model, task: o.task };
