@@ -4,6 +4,7 @@ import type { ChatMessage } from "../model/chatTemplate.js";
 import { badRequest } from "./errors.js";
 import type { ChatBody, ChatMessageBody, CompletionBody } from "./schemas.js";
 import type { ServerState, ServeTarget } from "./state.js";
+import { templateToolCalls } from "./tools.js";
 
 /** Text of a message's content (string or text parts). */
 export function textOf(m: ChatMessageBody, i: number): string {
@@ -27,16 +28,21 @@ export async function chatPrompt(
       `model ${state.servedName} has no chat template; use POST /v1/completions with a prompt`,
       "messages",
     );
-  const messages: ChatMessage[] = body.messages.map((m, i) => ({
-    role: m.role === "developer" ? "system" : m.role,
-    content: textOf(m, i),
-  }));
+  const messages: ChatMessage[] = body.messages.map((m, i) => {
+    const msg: ChatMessage = { role: m.role === "developer" ? "system" : m.role, content: textOf(m, i) };
+    // Tool turns as transformers hands them to templates (vLLM's shape): calls with their arguments parsed.
+    if (m.tool_calls) msg.tool_calls = templateToolCalls(m.tool_calls);
+    if (m.tool_call_id !== undefined) msg.tool_call_id = m.tool_call_id;
+    if (m.name !== undefined) msg.name = m.name;
+    return msg;
+  });
+  const tools = body.tools !== undefined && body.tools !== null && body.tools.length > 0 ? body.tools : undefined;
   // No thought asked for (reasoning_effort none, a zero thinking budget): the template's own switch first, as vLLM
   // passes it (Qwen3's enable_thinking writes an empty, closed thought); templates without one ignore it.
   const variables = closeThought ? { ...body.chat_template_kwargs, enable_thinking: false } : body.chat_template_kwargs;
   let text: string;
   try {
-    text = tok.applyChatTemplate(messages, { variables: variables ?? undefined });
+    text = tok.applyChatTemplate(messages, { variables: variables ?? undefined, tools });
   } catch (e) {
     throw badRequest((e as Error).message, "messages");
   }

@@ -3,6 +3,7 @@
 // engine's refusals mapped to OpenAI errors.
 import type { GenerateRequest } from "../engine/index.js";
 import { DeliberateError } from "../errors/index.js";
+import type { StructuredOutput } from "../grammar/types.js";
 import type { PolicySpec } from "../programs/index.js";
 import { fromDeliberateError } from "./errors.js";
 import { Generation } from "./generation.js";
@@ -40,6 +41,7 @@ export function engineRequest(
   prompt: number[],
   maxTokens: number,
   logprobs: number | undefined,
+  structured: StructuredOutput | null = null,
 ): GenerateRequest & { prompt: number[]; maxTokens: number } {
   // The model's defaults as generate() takes them (Model.samplingDefaults: greedy when generation_config.json says
   // do_sample: false, where vLLM would sample at 1).
@@ -59,6 +61,7 @@ export function engineRequest(
   if (b.ignore_eos) r.ignoreEos = true;
   if (b.deterministic) r.deterministic = true;
   if (logprobs !== undefined) r.logprobs = logprobs;
+  if (structured !== null) r.structured = structured;
   return r;
 }
 

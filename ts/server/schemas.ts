@@ -5,6 +5,8 @@ import { z } from "zod";
 import { field as rule } from "../options/validate.js";
 import type { FastifySchemaCompiler } from "fastify";
 import { ApiError, badRequest, BodyValidationError } from "./errors.js";
+import { structuredFields } from "./structured.js";
+import { messageToolCall, toolFields } from "./tools.js";
 
 // rule(): a scalar whose rule is one sentence ("expected ..."), as the library's own options say it (the library's
 // field(), so both speak alike).
@@ -100,6 +102,8 @@ const samplingFields = {
     )
     .strict()
     .optional(),
+  // response_format, vLLM's structured_outputs and guided_* (./structured.ts).
+  ...structuredFields,
 };
 
 const textPart = z.object({
@@ -121,6 +125,9 @@ const message = z.object(
     reasoning: z.string().nullable().optional(),
     reasoning_content: z.string().nullable().optional(),
     name: z.string().optional(),
+    // An assistant turn's calls, and a tool message's answer to one (rendered by the chat template).
+    tool_calls: z.array(messageToolCall, { error: "expected an array of tool calls" }).nullable().optional(),
+    tool_call_id: z.string({ error: "expected the id of the tool call this message answers" }).optional(),
   },
   { error: "expected a message { role, content }" },
 );
@@ -149,10 +156,8 @@ export const chatSchema = z.looseObject({
     (v) => v === null || isInt(0)(v),
   ).optional(),
   chat_template_kwargs: templateKwargs,
-  tools: rule<unknown[] | null>(
-    "expected no tools (tool calling is not supported by this server)",
-    (v) => v === null || (Array.isArray(v) && v.length === 0),
-  ).optional(),
+  // tools, tool_choice, parallel_tool_calls (./tools.ts).
+  ...toolFields,
 });
 
 export const completionSchema = z.looseObject({

@@ -2,11 +2,16 @@
 // thought split into `reasoning`; a body with `program` runs a reasoning program instead (./program.ts).
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { badRequest, errorPayload } from "../errors.js";
+import type { SampleEvent } from "../generation.js";
 import { abortOnDisconnect, recordFinished, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { EFFORT_BUDGET, engineRequest, startGeneration } from "../sampling.js";
 import { chatSchema, type ChatBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState } from "../state.js";
+import { prepareStructured, structuredOf } from "../structured.js";
+import { joinToolCallDeltas, type ToolCallDelta } from "../toolCallParser.js";
+import { chatConstraint } from "../toolConstraint.js";
+import { answerParser, toolPlanOf } from "../tools.js";
 import { chatLogprobs, finishReasonOf, newId, nowSeconds, SseWriter, usageOf } from "../wire.js";
 import { runProgram } from "./program.js";
 
@@ -25,8 +30,15 @@ async function chatCompletions(
   const body = request.body;
   const t = state.serving();
   checkModel(state, body.model);
-  if (body.program !== undefined) return runProgram(state, t, body, request, reply);
+  if (body.program !== undefined) {
+    if (body.tools !== undefined && body.tools !== null && body.tools.length > 0)
+      throw badRequest("program answers with text, not tool calls; send tools without a program", "tools");
+    return runProgram(state, t, body, request, reply);
+  }
   checkQueue(state, t);
+  const tools = toolPlanOf(body, t.model.tokenizer, state.servedName);
+  const constraint = await chatConstraint(t, tools, structuredOf(body));
+  if (constraint !== null) await prepareStructured(t, constraint);
   const effort = body.reasoning_effort ?? undefined;
   const budget = body.thinking_token_budget ?? (effort === undefined ? undefined : EFFORT_BUDGET[effort]);
   const prompt = await chatPrompt(state, t, body, budget === 0);
@@ -35,7 +47,14 @@ async function chatCompletions(
   if (!wantLogprobs && body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs > 0) {
     throw badRequest("top_logprobs needs logprobs: true", "top_logprobs");
   }
-  const req = engineRequest(t, body, prompt.ids, maxTokens, wantLogprobs ? (body.top_logprobs ?? 0) : undefined);
+  const req = engineRequest(
+    t,
+    body,
+    prompt.ids,
+    maxTokens,
+    wantLogprobs ? (body.top_logprobs ?? 0) : undefined,
+    constraint?.structured ?? null,
+  );
   const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget, "messages");
   const id = newId("chatcmpl");
   const created = nowSeconds();
@@ -43,6 +62,25 @@ async function chatCompletions(
   const includeReasoning = body.include_reasoning !== false;
   const decode = (tok: number): string => t.model.tokenizer.decode([tok], { skipSpecialTokens: false });
   const timing = new Timing();
+  // Each choice's answer read for tool calls, in the model's syntax (tool_choice "none": not read).
+  const parsers =
+    tools?.syntax != null
+      ? Array.from({ length: gen.n }, () => answerParser(tools.syntax!, tools.forced !== null, t.model.tokenizer))
+      : null;
+  /** A step's answer text as content and tool-call deltas (the rest of the answer on its last step). */
+  const answerOf = (e: SampleEvent): { content: string; toolCalls: ToolCallDelta[] } => {
+    if (parsers === null) return { content: e.content, toolCalls: [] };
+    const p = parsers[e.index];
+    const a = p.push(e.tokens, e.content);
+    if (e.finishReason === undefined) return a;
+    const b = p.end();
+    return { content: a.content + b.content, toolCalls: [...a.toolCalls, ...b.toolCalls] };
+  };
+  // A choice that called tools and stopped ends with "tool_calls" (OpenAI's); cut by max_tokens it stays "length".
+  const finishOf = (e: SampleEvent): ReturnType<typeof finishReasonOf> =>
+    e.finishReason === "stop" && parsers !== null && parsers[e.index].callCount > 0
+      ? { finish_reason: "tool_calls", stop_reason: null }
+      : finishReasonOf(e.finishReason, e.stopReason);
   state.live.set(id, gen);
   abortOnDisconnect(reply, () => gen.abort());
   const usage = (): Record<string, unknown> =>
@@ -76,8 +114,10 @@ async function chatCompletions(
             delta.reasoning = e.reasoning;
             delta.reasoning_content = e.reasoning;
           }
-          if (e.content !== "") delta.content = e.content;
-          const fr = finishReasonOf(e.finishReason, e.stopReason);
+          const answer = answerOf(e);
+          if (answer.content !== "") delta.content = answer.content;
+          if (answer.toolCalls.length > 0) delta.tool_calls = answer.toolCalls;
+          const fr = finishOf(e);
           if (Object.keys(delta).length === 0 && fr.finish_reason === null && !(wantLogprobs && e.logprobs?.length))
             continue;
           chunk([
@@ -97,6 +137,7 @@ async function chatCompletions(
       const acc = Array.from({ length: gen.n }, () => ({
         reasoning: "",
         content: "",
+        toolCalls: [] as ToolCallDelta[],
         logprobs: [] as Array<Record<string, unknown>>,
       }));
       const finishes: Array<ReturnType<typeof finishReasonOf>> = Array.from({ length: gen.n }, () =>
@@ -107,9 +148,11 @@ async function chatCompletions(
         if (e.tokens.length > 0) timing.token(state.metrics!, e.index, e.tokens.length);
         const a = acc[e.index];
         a.reasoning += e.reasoning;
-        a.content += e.content;
+        const answer = answerOf(e);
+        a.content += answer.content;
+        a.toolCalls.push(...answer.toolCalls);
         if (wantLogprobs && e.logprobs) a.logprobs.push(...chatLogprobs(e.logprobs, decode));
-        if (e.finishReason !== undefined) finishes[e.index] = finishReasonOf(e.finishReason, e.stopReason);
+        if (e.finishReason !== undefined) finishes[e.index] = finishOf(e);
       }
       return {
         id,
@@ -117,7 +160,17 @@ async function chatCompletions(
         created,
         model,
         choices: acc.map((a, i) => {
-          const message: Record<string, unknown> = { role: "assistant", content: a.content };
+          const calls = joinToolCallDeltas(a.toolCalls);
+          const message: Record<string, unknown> = {
+            role: "assistant",
+            content: calls.length > 0 && a.content === "" ? null : a.content,
+          };
+          if (calls.length > 0)
+            message.tool_calls = calls.map((c) => ({
+              id: c.id,
+              type: "function",
+              function: { name: c.name, arguments: c.arguments },
+            }));
           if (state.think !== null && includeReasoning) {
             message.reasoning = a.reasoning === "" ? null : a.reasoning;
             message.reasoning_content = message.reasoning;

@@ -8,6 +8,7 @@ import { completionPrompts, resolveMaxTokens } from "../prompts.js";
 import { engineRequest, startGeneration } from "../sampling.js";
 import { completionSchema, type CompletionBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState } from "../state.js";
+import { prepareStructured, structuredOf } from "../structured.js";
 import { completionLogprobs, finishReasonOf, newId, nowSeconds, SseWriter, usageOf } from "../wire.js";
 
 export function completionRoutes(app: FastifyInstance): void {
@@ -28,6 +29,10 @@ async function completions(
   if (body.program !== undefined)
     throw badRequest("program runs on /v1/chat/completions (it needs the question as a chat)", "program");
   checkQueue(state, t);
+  // A completion's text is the format from its first token (no thought split here: the text holds it all).
+  const asked = structuredOf(body);
+  const constraint = asked && { ...asked, structured: { ...asked.structured, thought: "none" as const } };
+  if (constraint !== null) await prepareStructured(t, constraint);
   const prompts = await completionPrompts(state, body.prompt);
   const maxTokens = prompts.map((p) => resolveMaxTokens(t, p.length, body.max_tokens, "prompt"));
   const logprobs = body.logprobs ?? undefined;
@@ -38,7 +43,7 @@ async function completions(
         startGeneration(
           state,
           t,
-          engineRequest(t, body, prompts[p], maxTokens[p], logprobs),
+          engineRequest(t, body, prompts[p], maxTokens[p], logprobs, constraint?.structured ?? null),
           false,
           undefined,
           "prompt",

@@ -1,0 +1,190 @@
+// Structured outputs over HTTP on the bundled tiny reasoner, with clients nobody here wrote: the openai client's
+// chat.completions.parse(zodResponseFormat(...)), raw response_format / vLLM fields, and ajv judging every answer.
+// The thought stays free (the reasoner still reasons) and the answer after it is the format; n > 1 constrains every
+// sample; fields that cannot be served are 400s naming them.
+import { Ajv } from "ajv";
+import OpenAI from "openai";
+import { zodResponseFormat } from "openai/helpers/zod";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
+
+let server: DeliberateServer;
+let url: string;
+let client: OpenAI;
+const ajv = new Ajv();
+const QUESTION = [{ role: "user" as const, content: "What is 7*(8+5)-19?" }];
+
+// Bounded (integer range, string length, enum) so even a tiny model's answer completes within max_tokens.
+const SCHEMA = {
+  type: "object",
+  properties: {
+    answer: { type: "integer", minimum: 0, maximum: 999 },
+    unit: { type: "string", enum: ["apples", "pears"] },
+    note: { type: ["string", "null"], maxLength: 8 },
+  },
+  required: ["answer", "unit", "note"],
+  additionalProperties: false,
+} as const;
+const RESPONSE_FORMAT = { type: "json_schema", json_schema: { name: "count", strict: true, schema: SCHEMA } };
+
+beforeAll(async () => {
+  ({ server, url } = await startBundledServer());
+  client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await server?.close();
+});
+
+async function post(path: string, body: Record<string, unknown>): Promise<{ status: number; json: any }> {
+  const r = await fetch(url + path, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: r.status, json: await r.json() };
+}
+const chat = (body: Record<string, unknown>) =>
+  post("/v1/chat/completions", { messages: QUESTION, max_tokens: 160, ...body });
+
+describe("response_format", () => {
+  it("openai chat.completions.parse(zodResponseFormat(...)) returns the parsed object, valid by ajv", async () => {
+    const Count = z.object({
+      answer: z.number().int().min(0).max(999),
+      unit: z.enum(["apples", "pears"]),
+      note: z.string().max(8).nullable(),
+    });
+    const format = zodResponseFormat(Count, "count");
+    const r = await client.chat.completions.parse({
+      model: "tiny-reasoner",
+      messages: QUESTION,
+      max_tokens: 160,
+      temperature: 0,
+      response_format: format,
+    });
+    const message = r.choices[0].message as (typeof r.choices)[0]["message"] & { reasoning: string | null };
+    expect(r.choices[0].finish_reason).toBe("stop");
+    expect(message.parsed).not.toBeNull();
+    expect(ajv.validate(format.json_schema.schema!, message.parsed), message.content ?? "").toBe(true);
+    expect(Count.parse(message.parsed)).toEqual(message.parsed);
+    // The thought stayed free: the reasoner reasoned before answering in the format.
+    expect(message.reasoning ?? "").toMatch(/\S/);
+  });
+
+  it("json_schema with n = 3: every sample's answer validates; streamed, the joined content does too", async () => {
+    const validate = ajv.compile(SCHEMA);
+    const r = await chat({ response_format: RESPONSE_FORMAT, n: 3, temperature: 1, seed: 7 });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    expect(r.json.choices).toHaveLength(3);
+    for (const c of r.json.choices) {
+      expect(c.finish_reason).toBe("stop");
+      expect(validate(JSON.parse(c.message.content)), c.message.content).toBe(true);
+    }
+    const stream = await client.chat.completions.create({
+      model: "tiny-reasoner",
+      messages: QUESTION,
+      max_tokens: 160,
+      temperature: 0,
+      stream: true,
+      response_format: RESPONSE_FORMAT as never,
+    });
+    let content = "";
+    for await (const chunk of stream) content += chunk.choices[0]?.delta.content ?? "";
+    expect(validate(JSON.parse(content)), content).toBe(true);
+  });
+
+  it("json_object: the answer is a JSON object", async () => {
+    const r = await chat({ response_format: { type: "json_object" }, temperature: 0 });
+    expect(r.status).toBe(200);
+    const c = r.json.choices[0];
+    expect(c.finish_reason).toBe("stop");
+    const v = JSON.parse(c.message.content) as unknown;
+    expect(typeof v === "object" && v !== null && !Array.isArray(v)).toBe(true);
+  });
+
+  it("text is the free answer; another type is a 400 naming response_format and the types", async () => {
+    expect((await chat({ response_format: { type: "text" }, max_tokens: 8 })).status).toBe(200);
+    const r = await chat({ response_format: { type: "bogus" } });
+    expect(r.status).toBe(400);
+    expect(r.json.error).toMatchObject({ type: "invalid_request_error", param: "response_format" });
+    expect(r.json.error.message).toMatch(/json_schema.*json_object.*text/);
+    const noSchema = await chat({ response_format: { type: "json_schema", json_schema: { name: "x" } } });
+    expect(noSchema.status).toBe(400);
+    expect(noSchema.json.error.param).toBe("response_format.json_schema.schema");
+  });
+});
+
+describe("vLLM's structured_outputs and guided_* fields", () => {
+  it("guided_choice answers one of the choices; guided_regex a match; on chat and completions", async () => {
+    const choices = ["positive", "negative", "neutral"];
+    for (const body of [{ guided_choice: choices }, { structured_outputs: { choice: choices } }]) {
+      const r = await chat({ ...body, n: 2, temperature: 1, seed: 3 });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      for (const c of r.json.choices) expect(choices).toContain(c.message.content);
+    }
+    const pattern = "[a-z]{3}-[0-9]{2}";
+    const regex = await chat({ guided_regex: pattern, temperature: 0 });
+    expect(regex.json.choices[0].message.content).toMatch(new RegExp(`^${pattern}$`));
+    // A completion's text is the format from its first token (no thought split on this route).
+    const completion = await post("/v1/completions", { prompt: "Count:", max_tokens: 60, n: 2, guided_json: SCHEMA });
+    expect(completion.status, JSON.stringify(completion.json)).toBe(200);
+    for (const c of completion.json.choices) expect(ajv.validate(SCHEMA, JSON.parse(c.text)), c.text).toBe(true);
+    const cRegex = await post("/v1/completions", { prompt: "Code:", max_tokens: 20, guided_regex: pattern });
+    expect(cRegex.json.choices[0].text).toMatch(new RegExp(`^${pattern}$`));
+  });
+
+  it("guided_grammar and structured_outputs.grammar: an answer of the EBNF grammar", async () => {
+    const grammar = 'root ::= "yes" | "no" | ("maybe " [0-9])';
+    for (const body of [{ guided_grammar: grammar }, { structured_outputs: { grammar } }]) {
+      const r = await chat({ ...body, temperature: 0 });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      expect(r.json.choices[0].message.content).toMatch(/^(yes|no|maybe [0-9])$/);
+    }
+  });
+
+  it("two constraints at once, or a structured_outputs with two kinds, is a 400 naming both", async () => {
+    const both = await chat({ response_format: RESPONSE_FORMAT, guided_regex: "a+" });
+    expect(both.status).toBe(400);
+    expect(both.json.error.message).toMatch(/response_format and guided_regex/);
+    const two = await chat({ structured_outputs: { regex: "a+", choice: ["a"] } });
+    expect(two.status).toBe(400);
+    expect(two.json.error).toMatchObject({ param: "structured_outputs" });
+    expect(two.json.error.message).toMatch(/regex and choice/);
+    const unknown = await chat({ structured_outputs: { json: SCHEMA, whitespace_pattern: " " } });
+    expect(unknown.status).toBe(400);
+    expect(unknown.json.error.message).toMatch(/whitespace_pattern/);
+  });
+
+  it("a grammar or schema XGrammar cannot use is a 400 naming the field the client sent, before any stream", async () => {
+    const grammar = await chat({ guided_grammar: "root ::= (", stream: true });
+    expect(grammar.status).toBe(400);
+    expect(grammar.json.error).toMatchObject({ param: "guided_grammar", code: "invalid_option" });
+    const schema = await chat({
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "frobnicate" } } },
+    });
+    expect(schema.status).toBe(400);
+    expect(schema.json.error.param).toBe("response_format");
+    const json = await post("/v1/completions", { prompt: "x", guided_json: "{not json" });
+    expect(json.status).toBe(400);
+    expect(json.json.error.param).toBe("guided_json");
+  });
+});
+
+describe("fields refused by name", () => {
+  it("tools on a model whose template renders none; tools with a program; OpenAI's deprecated functions", async () => {
+    const tools = [{ type: "function", function: { name: "add", parameters: { type: "object" } } }];
+    const r = await chat({ tools });
+    expect(r.status).toBe(400);
+    expect(r.json.error.param).toBe("tools");
+    expect(r.json.error.message).toMatch(/chat template .* does not render tools/);
+    const program = await chat({ tools, program: "sc" });
+    expect(program.json.error.param).toBe("tools");
+    const functions = await chat({ functions: [{ name: "add" }] });
+    expect(functions.status).toBe(400);
+    expect(functions.json.error.param).toBe("functions");
+    const choice = await chat({ tool_choice: "required" });
+    expect(choice.status).toBe(400);
+    expect(choice.json.error.param).toBe("tool_choice");
+  });
+});

@@ -1,0 +1,139 @@
+// The tool-call parser with no model: each syntax's calls and content out of answers as models write them, and the
+// property the server relies on to stream: however the answer is cut into pieces, the joined deltas and content equal
+// those of the whole answer (so a streamed response assembles into the non-streamed one).
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { joinToolCallDeltas, parseToolCalls, ToolCallParser } from "../../ts/server/toolCallParser.js";
+import type { ToolCallSyntax } from "../../ts/server/tools.js";
+
+const ids = () => {
+  let k = 0;
+  return () => `call_${k++}`;
+};
+const parse = (syntax: ToolCallSyntax, text: string, afterOpener = false) =>
+  parseToolCalls(syntax, text, ids(), afterOpener);
+
+describe("tool-call syntaxes", () => {
+  it("hermes / Qwen: one or several <tool_call> blocks, arguments as written, text outside them as content", () => {
+    expect(
+      parse(
+        "hermes",
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "x": [1, {"a": "}"}]}}\n</tool_call>',
+      ),
+    ).toEqual({
+      content: "",
+      calls: [{ id: "call_0", name: "get_weather", arguments: '{"city": "Paris", "x": [1, {"a": "}"}]}' }],
+    });
+    expect(
+      parse(
+        "hermes",
+        'Let me check.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n{"arguments": {"x": 1}, "name": "b"}\n</tool_call>\n',
+      ),
+    ).toEqual({
+      content: "Let me check.",
+      calls: [
+        { id: "call_0", name: "a", arguments: "{}" },
+        { id: "call_1", name: "b", arguments: '{"x":1}' }, // another key order: read whole, re-serialized
+      ],
+    });
+  });
+
+  it("text that is no call stays content, byte for byte", () => {
+    for (const text of ["plain < text <tool and more  \n", "<tool_call>not json</tool_call> after", "a {b} c", ""])
+      expect(parse("hermes", text)).toEqual({ content: text, calls: [] });
+    expect(parse("llama3_json", "The answer is {not a call}")).toEqual({
+      content: "The answer is {not a call}",
+      calls: [],
+    });
+  });
+
+  it("llama3_json: the answer is the call ({name, parameters}), calls split by ;, <|python_tag|> allowed", () => {
+    expect(parse("llama3_json", ' {"name": "f", "parameters": {"q": "x"}}; {"name": "g", "parameters": {}}')).toEqual({
+      content: "",
+      calls: [
+        { id: "call_0", name: "f", arguments: '{"q": "x"}' },
+        { id: "call_1", name: "g", arguments: "{}" },
+      ],
+    });
+    expect(parse("llama3_json", '<|python_tag|>{"name": "f", "parameters": {"q": 1}}').calls).toHaveLength(1);
+  });
+
+  it("mistral: [TOOL_CALLS] and a JSON list; a forced call's list starts the answer", () => {
+    const list = '[{"name": "f", "arguments": {"q": 1}}, {"name": "g", "arguments": {}}]';
+    const expected = [
+      { id: "call_0", name: "f", arguments: '{"q": 1}' },
+      { id: "call_1", name: "g", arguments: "{}" },
+    ];
+    expect(parse("mistral", `[TOOL_CALLS]${list}`)).toEqual({ content: "", calls: expected });
+    expect(parse("mistral", list, true)).toEqual({ content: "", calls: expected });
+    expect(parse("mistral", list)).toEqual({ content: list, calls: [] });
+  });
+
+  it("a call cut off (max_tokens) keeps what was streamed; escaped quotes in names and string arguments", () => {
+    expect(parse("hermes", '<tool_call>\n{"name": "a", "arguments": {"x": "trunc').calls).toEqual([
+      { id: "call_0", name: "a", arguments: '{"x": "trunc' },
+    ]);
+    expect(parse("hermes", '<tool_call>{"name": "we\\"ird", "arguments": "s t"}</tool_call>').calls).toEqual([
+      { id: "call_0", name: 'we"ird', arguments: '"s t"' },
+    ]);
+  });
+
+  it("streams a call's name first, then its arguments in pieces as they come", () => {
+    const p = new ToolCallParser("hermes", ids());
+    expect(p.push('<tool_call>\n{"name": "f", "argu').toolCalls).toEqual([]);
+    expect(p.push('ments": {"a"').toolCalls).toEqual([
+      { index: 0, id: "call_0", type: "function", function: { name: "f", arguments: '{"a"' } },
+    ]);
+    expect(p.push(": 1").toolCalls).toEqual([{ index: 0, function: { arguments: ": 1" } }]);
+    expect(p.push("}}\n</tool_call>").toolCalls).toEqual([{ index: 0, function: { arguments: "}" } }]);
+    expect(p.end()).toEqual({ content: "", toolCalls: [] });
+  });
+});
+
+const answers: Record<ToolCallSyntax, string[]> = {
+  hermes: [
+    'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "n": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": "x\\"}"}}\n</tool_call>',
+    '<tool_call>\n{"arguments": {"q": 1}, "name": "f"}\n</tool_call> then text <tool_ca',
+    "no calls here, just <b>text</b>",
+  ],
+  llama3_json: ['{"name": "f", "parameters": {"a": {"b": [1, "}"]}}}; {"name": "g", "parameters": {}}', "Answer: 42"],
+  mistral: [
+    'Hm [TOOL_CALLS] [{"name": "f", "arguments": {"x": null}}, {"name": "g", "arguments": {"y": true}}]',
+    "[x]",
+  ],
+};
+
+describe("property: cutting the answer anywhere changes nothing", () => {
+  it("pushed in random pieces, the joined deltas and content equal the whole answer's", () => {
+    const arb = fc
+      .constantFrom(...(Object.keys(answers) as ToolCallSyntax[]))
+      .chain((syntax) =>
+        fc.tuple(
+          fc.constant(syntax),
+          fc.constantFrom(...answers[syntax]),
+          fc.array(fc.integer({ min: 0, max: 200 }), { maxLength: 12 }),
+        ),
+      );
+    fc.assert(
+      fc.property(arb, ([syntax, text, cuts]) => {
+        const whole = parse(syntax, text);
+        const p = new ToolCallParser(syntax, ids());
+        const points = [...new Set(cuts.map((c) => Math.min(c, text.length)))].sort((a, b) => a - b);
+        let content = "";
+        const deltas = [];
+        let at = 0;
+        for (const cut of [...points, text.length]) {
+          const piece = p.push(text.slice(at, cut));
+          at = cut;
+          content += piece.content;
+          deltas.push(...piece.toolCalls);
+        }
+        const last = p.end();
+        content += last.content;
+        deltas.push(...last.toolCalls);
+        expect({ content, calls: joinToolCallDeltas(deltas) }).toEqual(whole);
+      }),
+      { numRuns: 300, seed: 44 },
+    );
+  });
+});

@@ -1,0 +1,213 @@
+// Tool calls over HTTP on a Qwen3 fixture (random weights, Qwen3's chat template with its tool parts): a forced call
+// (tool_choice "required" or a named function) is generated in Qwen's <tool_call> syntax under the function's
+// parameters schema, so even a random model calls it with arguments ajv accepts; the openai client's stream helper
+// assembles the streamed deltas into the same calls; tool results render through the template.
+import { Ajv } from "ajv";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
+import { fixtureDir } from "../model/fixtureCache.js";
+
+let server: DeliberateServer;
+let url: string;
+let client: OpenAI;
+const ajv = new Ajv();
+
+const WEATHER = {
+  type: "object",
+  properties: {
+    city: { type: "string", enum: ["Paris", "Rome", "Oslo"] },
+    days: { type: "integer", minimum: 1, maximum: 7 },
+    unit: { type: ["string", "null"], enum: ["celsius", "fahrenheit", null] },
+  },
+  required: ["city", "days", "unit"],
+  additionalProperties: false,
+} as const;
+const ADD = {
+  type: "object",
+  properties: { a: { type: "integer", minimum: 0, maximum: 99 }, b: { type: "integer", minimum: 0, maximum: 99 } },
+  required: ["a", "b"],
+  additionalProperties: false,
+} as const;
+const TOOLS = [
+  { type: "function" as const, function: { name: "get_weather", description: "Forecast", parameters: WEATHER } },
+  { type: "function" as const, function: { name: "add", description: "Adds two numbers", parameters: ADD } },
+];
+const SCHEMAS: Record<string, object> = { get_weather: WEATHER, add: ADD };
+const ASK = [{ role: "user" as const, content: "What is the weather in Paris?" }];
+// Thinking off keeps a random model's answers short (the thought would be free text up to the budget).
+const BASE = { model: "m", messages: ASK, max_tokens: 200, temperature: 0, reasoning_effort: "none" as const };
+
+beforeAll(async () => {
+  const dir = await fixtureDir("qwen3", "bf16", { headDim: 32, maxPositions: 2048 });
+  ({ server, url } = await startBundledServer({ modelDir: dir, bundledDir: undefined, servedModelName: "m" }));
+  client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
+}, 120_000);
+afterAll(async () => {
+  await server?.close();
+});
+
+async function post(body: Record<string, unknown>): Promise<{ status: number; json: any }> {
+  const r = await fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...BASE, ...body }),
+  });
+  return { status: r.status, json: await r.json() };
+}
+
+function expectValidCalls(calls: Array<{ id: string; type: string; function: { name: string; arguments: string } }>) {
+  expect(calls.length).toBeGreaterThan(0);
+  for (const c of calls) {
+    expect(c.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
+    expect(c.type).toBe("function");
+    expect(Object.keys(SCHEMAS)).toContain(c.function.name);
+    expect(ajv.validate(SCHEMAS[c.function.name], JSON.parse(c.function.arguments)), c.function.arguments).toBe(true);
+  }
+}
+
+describe("forced tool calls", () => {
+  it("a named function: one call to it, arguments valid by its schema, finish_reason tool_calls, content null", async () => {
+    const r = await client.chat.completions.create({
+      ...BASE,
+      tools: TOOLS,
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+    });
+    const choice = r.choices[0];
+    expect(choice.finish_reason).toBe("tool_calls");
+    expect(choice.message.content).toBeNull();
+    expect(choice.message.tool_calls).toHaveLength(1);
+    expectValidCalls(choice.message.tool_calls as never);
+    expect((choice.message.tool_calls![0] as { function: { name: string } }).function.name).toBe("get_weather");
+  });
+
+  it('"required" with parallel_tool_calls false: one call to one of the tools; with n = 3 every sample calls', async () => {
+    const r = await post({
+      tools: TOOLS,
+      tool_choice: "required",
+      parallel_tool_calls: false,
+      n: 3,
+      temperature: 1,
+      seed: 5,
+    });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    for (const choice of r.json.choices) {
+      expect(choice.finish_reason).toBe("tool_calls");
+      expect(choice.message.tool_calls).toHaveLength(1);
+      expectValidCalls(choice.message.tool_calls);
+    }
+  });
+
+  it('"required" (parallel by default): one or more calls, each valid', async () => {
+    const r = await post({ tools: TOOLS, tool_choice: "required", max_tokens: 400, seed: 1, temperature: 1 });
+    expect(r.status).toBe(200);
+    expect(r.json.choices[0].finish_reason).toBe("tool_calls");
+    expectValidCalls(r.json.choices[0].message.tool_calls);
+  });
+
+  it("streamed: the openai client's stream helper assembles the same calls as the non-streamed response", async () => {
+    const body = { ...BASE, tools: TOOLS, tool_choice: "required" as const, parallel_tool_calls: false };
+    const whole = await client.chat.completions.create(body);
+    const stream = client.chat.completions.stream(body);
+    let chunks = 0;
+    stream.on("chunk", () => chunks++);
+    const final = await stream.finalChatCompletion();
+    const strip = (calls: unknown) =>
+      (calls as Array<{ type: string; function: { name: string; arguments: string } }>).map((c) => ({
+        type: c.type,
+        name: c.function.name,
+        arguments: c.function.arguments,
+      }));
+    expect(final.choices[0].finish_reason).toBe("tool_calls");
+    expect(strip(final.choices[0].message.tool_calls)).toEqual(strip(whole.choices[0].message.tool_calls));
+    expectValidCalls(final.choices[0].message.tool_calls as never);
+    expect(chunks).toBeGreaterThan(3); // the arguments came in pieces, not in one chunk
+  });
+
+  it("thinking on (the model may open a thought, which stays free): the call still comes, valid", async () => {
+    const r = await post({
+      tools: TOOLS,
+      tool_choice: { type: "function", function: { name: "add" } },
+      reasoning_effort: "high",
+      max_tokens: 120,
+    });
+    expect(r.status).toBe(200);
+    const choice = r.json.choices[0];
+    expect(choice.finish_reason).toBe("tool_calls");
+    expectValidCalls(choice.message.tool_calls);
+  });
+});
+
+describe("tool turns and choices", () => {
+  it("an assistant turn with tool_calls and a role tool answer render through the template (200, longer prompt)", async () => {
+    const first = await post({ tools: TOOLS, tool_choice: "required", parallel_tool_calls: false });
+    const call = first.json.choices[0].message.tool_calls[0];
+    const followUp = await post({
+      tools: TOOLS,
+      messages: [
+        ...ASK,
+        { role: "assistant", content: null, tool_calls: [call] },
+        { role: "tool", tool_call_id: call.id, content: '{"forecast": "sunny"}' },
+      ],
+      max_tokens: 8,
+    });
+    expect(followUp.status, JSON.stringify(followUp.json)).toBe(200);
+    const toolsOnly = await post({ tools: TOOLS, max_tokens: 1 });
+    // The call and the tool's answer are in the prompt (<tool_call> ... <tool_response> ...).
+    expect(followUp.json.usage.prompt_tokens).toBeGreaterThan(toolsOnly.json.usage.prompt_tokens + 20);
+    const noTools = await post({ max_tokens: 1 });
+    expect(toolsOnly.json.usage.prompt_tokens).toBeGreaterThan(noTools.json.usage.prompt_tokens + 50);
+  });
+
+  it('tool_choice "none": no constraint, no calls parsed; "auto" answers text or valid calls', async () => {
+    const none = await post({ tools: TOOLS, tool_choice: "none", max_tokens: 16 });
+    expect(none.status).toBe(200);
+    expect(none.json.choices[0].message.tool_calls).toBeUndefined();
+    expect(["stop", "length"]).toContain(none.json.choices[0].finish_reason);
+    const auto = await post({ tools: TOOLS, max_tokens: 16 });
+    expect(auto.status).toBe(200);
+    const msg = auto.json.choices[0].message;
+    if (msg.tool_calls !== undefined) expectValidCalls(msg.tool_calls);
+    else expect(typeof msg.content).toBe("string");
+  });
+
+  it("tool_choice auto with a response_format: the answer is either valid calls or valid JSON of the format", async () => {
+    const schema = {
+      type: "object",
+      properties: { ok: { type: "boolean" } },
+      required: ["ok"],
+      additionalProperties: false,
+    };
+    for (const seed of [1, 2, 3]) {
+      const r = await post({
+        tools: TOOLS,
+        response_format: { type: "json_schema", json_schema: { name: "ok", schema } },
+        temperature: 1,
+        seed,
+      });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      const msg = r.json.choices[0].message;
+      if (msg.tool_calls !== undefined) expectValidCalls(msg.tool_calls);
+      else expect(ajv.validate(schema, JSON.parse(msg.content)), msg.content).toBe(true);
+    }
+  });
+
+  it("refusals name the field: an unknown named function, a forced call with a format, a bad tool", async () => {
+    const unknown = await post({ tools: TOOLS, tool_choice: { type: "function", function: { name: "nope" } } });
+    expect(unknown.status).toBe(400);
+    expect(unknown.json.error.param).toBe("tool_choice.function.name");
+    const both = await post({ tools: TOOLS, tool_choice: "required", response_format: { type: "json_object" } });
+    expect(both.status).toBe(400);
+    expect(both.json.error.message).toMatch(/tool_choice .* response_format/);
+    const bad = await post({ tools: [{ type: "retrieval" }] });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error.param).toBe("tools[0].type");
+    const schema = await post({
+      tools: [{ type: "function", function: { name: "f", parameters: { type: "frobnicate" } } }],
+      tool_choice: "required",
+    });
+    expect(schema.status).toBe(400);
+    expect(schema.json.error.param).toBe("tools[0].function.parameters");
+  });
+});

@@ -1,0 +1,388 @@
+// Tool calls parsed out of a sample's answer as it streams, in the model's syntax (tools.ts): text pushed in pieces
+// comes out as content and as OpenAI's `delta.tool_calls` (a call's index, id and name first, then its arguments in
+// pieces, as the model writes them). A non-streaming response pushes the whole answer once and joins the deltas:
+// every decision waits for the characters that settle it, so the result does not depend on how the text was cut,
+// and streamed and non-streamed responses carry the same calls and arguments.
+//
+// A call is the JSON object {"name": ..., "arguments" | "parameters": ...}. Written in that key order (as templates
+// and forced calls write it), its name is sent once read and its arguments stream as the exact text of that value;
+// in another order the object is read whole and its arguments sent re-serialized. Text that opens a call but is no
+// call object is content. A call cut off by max_tokens stays as streamed (finish_reason "length" says so).
+import type { ToolCallSyntax } from "./tools.js";
+
+/** One piece of `delta.tool_calls` (OpenAI's shape; `id`, `type` and `name` only in a call's first piece). */
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  type?: "function";
+  function: { name?: string; arguments: string };
+}
+
+export interface ParsedPiece {
+  content: string;
+  toolCalls: ToolCallDelta[];
+}
+
+/** Where each syntax's calls start and how they are separated and closed. */
+interface Syntax {
+  /** The text that opens the calls (null: Llama's, whose answer is the calls when it starts with "{"). */
+  open: string | null;
+  /** After the opener, before the first call (Mistral's list bracket). */
+  listOpen: string;
+  /** Between two calls ("" for none). */
+  separator: string;
+  /** After each call (Hermes' closing tag) or after the last (Mistral's bracket). */
+  close: string;
+  closeEach: boolean;
+}
+const SYNTAX: Record<ToolCallSyntax, Syntax> = {
+  hermes: { open: "<tool_call>", listOpen: "", separator: "", close: "</tool_call>", closeEach: true },
+  llama3_json: { open: null, listOpen: "", separator: ";", close: "", closeEach: false },
+  mistral: { open: "[TOOL_CALLS]", listOpen: "[", separator: ",", close: "]", closeEach: false },
+};
+const LLAMA_TAG = "<|python_tag|>";
+
+type Mode =
+  | "start" // Llama: leading whitespace before the answer's first character decides calls or content
+  | "content"
+  | "listOpen" // after the opener: whitespace, then the list bracket
+  | "beforeCall" // whitespace, then "{"
+  | "call"
+  | "afterCall" // whitespace, then a separator, a close or (Hermes) the closing tag
+  | "closing" // matching a closing text
+  | "text"; // content for good (Llama's answer that is not a call)
+
+/** The tokens of a call object up to its arguments' value, in order: `{ "name" : "<name>" , "arguments" : `. */
+const PREFIX: ReadonlyArray<readonly string[] | "name"> = [
+  ["{"],
+  ['"name"'],
+  [":"],
+  "name",
+  [","],
+  ['"arguments"', '"parameters"'],
+  [":"],
+];
+
+/** One call object being read, a character at a time. */
+class CallReader {
+  raw = "";
+  name: string | null = null;
+  complete = false;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  /** Steps of PREFIX matched (PREFIX.length: all, the arguments follow; -1: another key order, read whole). */
+  private step = 0;
+  /** The current step's text so far. */
+  private token = "";
+  /** The arguments value: not started, being read, ended. */
+  private args: "before" | "in" | "done" = "before";
+  /** Whitespace inside the arguments held until more of them follows it (it may trail the value). */
+  private heldWs = "";
+
+  /** Reads one character; returns the arguments text it adds. */
+  push(c: string): string {
+    this.raw += c;
+    let out = "";
+    if (this.step >= 0 && this.step < PREFIX.length) this.matchPrefix(c);
+    else if (this.step === PREFIX.length && this.args !== "done") out = this.readArgs(c);
+    // JSON depth, string-aware: the object ends where its depth returns to 0.
+    if (this.inString) {
+      if (this.escaped) this.escaped = false;
+      else if (c === "\\") this.escaped = true;
+      else if (c === '"') this.inString = false;
+    } else if (c === '"') this.inString = true;
+    else if (c === "{" || c === "[") this.depth++;
+    else if (c === "}" || c === "]") {
+      this.depth--;
+      if (this.depth === 0) this.complete = true;
+    }
+    return out;
+  }
+
+  /** The key order was {"name", "arguments"}: the name is known and the arguments stream. */
+  get streams(): boolean {
+    return this.step === PREFIX.length;
+  }
+
+  private matchPrefix(c: string): void {
+    if (this.token === "" && /\s/.test(c)) return; // whitespace between tokens
+    this.token += c;
+    const want = PREFIX[this.step];
+    if (want === "name") {
+      // a JSON string literal, ended by a quote that no odd run of backslashes escapes
+      if (this.token[0] !== '"') return this.fail();
+      if (this.token.length < 2 || c !== '"' || /(^|[^\\])(\\\\)*\\$/.test(this.token.slice(1, -1))) return;
+      try {
+        this.name = JSON.parse(this.token) as string;
+      } catch {
+        return this.fail();
+      }
+    } else {
+      if (!want.some((w) => w.startsWith(this.token))) return this.fail();
+      if (!want.includes(this.token)) return;
+    }
+    this.token = "";
+    this.step++;
+  }
+
+  private fail(): void {
+    this.step = -1;
+  }
+
+  private readArgs(c: string): string {
+    if (this.args === "before") {
+      if (/\s/.test(c)) return "";
+      this.args = "in";
+    } else if (!this.inString && this.depth === 1 && (c === "," || c === "}")) {
+      // back at the call object's level: the value has ended
+      this.args = "done";
+      this.heldWs = "";
+      return "";
+    }
+    if (!this.inString && /\s/.test(c)) {
+      this.heldWs += c;
+      return "";
+    }
+    const out = this.heldWs + c;
+    this.heldWs = "";
+    return out;
+  }
+}
+
+/** Parses one sample's answer; `newId` names each call. */
+export class ToolCallParser {
+  private readonly syntax: Syntax;
+  private mode: Mode;
+  /** Text held back: a possible start of the opener / closing text, or whitespace whose role is not known yet. */
+  private held = "";
+  /** Content whitespace held until more content follows (dropped around calls). */
+  private heldWs = "";
+  private reader: CallReader | null = null;
+  /** The text of the current call attempt from its opener (content again if it is no call). */
+  private attempt = "";
+  private closing = "";
+  private calls = 0;
+  private headerSent = false;
+
+  /**
+   * @param afterOpener the answer starts after the opener (a forced Mistral call: the grammar writes the list, the
+   *   [TOOL_CALLS] token is the model's to write and the server's to assume)
+   */
+  constructor(
+    syntax: ToolCallSyntax,
+    private readonly newId: () => string,
+    afterOpener = false,
+  ) {
+    this.syntax = SYNTAX[syntax];
+    this.mode = afterOpener ? "listOpen" : this.syntax.open === null ? "start" : "content";
+  }
+
+  /** Calls started so far. */
+  get callCount(): number {
+    return this.calls;
+  }
+
+  push(text: string): ParsedPiece {
+    const out: ParsedPiece = { content: "", toolCalls: [] };
+    for (const c of text) this.step(c, out);
+    return out;
+  }
+
+  /** The end of the answer: held text is content again (or dropped whitespace around calls). */
+  end(): ParsedPiece {
+    const out: ParsedPiece = { content: "", toolCalls: [] };
+    if (this.mode === "call" && this.reader !== null && !this.headerSent) this.emitContent(this.attempt, out);
+    else if (this.mode === "content" || this.mode === "text" || this.mode === "start") this.emitContent(this.held, out);
+    else if (this.mode === "listOpen" || this.mode === "beforeCall") {
+      if (this.calls === 0) this.emitContent(this.attempt, out);
+    }
+    this.held = "";
+    if (this.calls === 0) out.content += this.heldWs;
+    this.heldWs = "";
+    return out;
+  }
+
+  private emitContent(s: string, out: ParsedPiece): void {
+    const trimmed = s.replace(/\s+$/, "");
+    if (trimmed === "") {
+      this.heldWs += s;
+      return;
+    }
+    out.content += this.heldWs + trimmed;
+    this.heldWs = s.slice(trimmed.length);
+  }
+
+  private step(c: string, out: ParsedPiece): void {
+    const syn = this.syntax;
+    switch (this.mode) {
+      case "start": {
+        this.held += c;
+        const lead = this.held.trimStart();
+        if (lead === "") return;
+        if (lead === "{" || lead === LLAMA_TAG) {
+          this.attempt = lead === "{" ? this.held.slice(0, -1) : this.held;
+          this.held = "";
+          if (lead === "{") this.startCall(c, out);
+          else this.mode = "beforeCall";
+          return;
+        }
+        if (LLAMA_TAG.startsWith(lead)) return;
+        this.mode = "text";
+        this.emitContent(this.held, out);
+        this.held = "";
+        return;
+      }
+      case "text":
+        this.emitContent(c, out);
+        return;
+      case "content": {
+        const open = syn.open!;
+        this.held += c;
+        if (this.held.endsWith(open)) {
+          this.emitContent(this.held.slice(0, -open.length), out);
+          this.heldWs = ""; // whitespace before a call is not content
+          this.held = "";
+          this.attempt = open;
+          this.mode = syn.listOpen === "" ? "beforeCall" : "listOpen";
+          return;
+        }
+        // keep only what could still grow into the opener
+        let keep = Math.min(this.held.length, open.length - 1);
+        while (keep > 0 && !open.startsWith(this.held.slice(this.held.length - keep))) keep--;
+        this.emitContent(this.held.slice(0, this.held.length - keep), out);
+        this.held = this.held.slice(this.held.length - keep);
+        return;
+      }
+      case "listOpen":
+        this.attempt += c;
+        if (/\s/.test(c)) return;
+        if (c === syn.listOpen) this.mode = "beforeCall";
+        else this.abandon(out);
+        return;
+      case "beforeCall":
+        if (c === "{") return this.startCall(c, out); // (readCall keeps it in the attempt)
+        this.attempt += c;
+        if (!/\s/.test(c)) this.abandon(out);
+        return;
+      case "call":
+        this.readCall(c, out);
+        return;
+      case "afterCall":
+        if (/\s/.test(c)) return;
+        if (syn.separator !== "" && c === syn.separator && !syn.closeEach) {
+          this.attempt = "";
+          this.mode = "beforeCall";
+          return;
+        }
+        if (syn.close !== "" && syn.close.startsWith(c)) {
+          this.closing = c;
+          this.mode = syn.close === c ? this.afterClose() : "closing";
+          return;
+        }
+        // anything else after a call is content
+        this.mode = syn.open === null ? "text" : "content";
+        this.step(c, out);
+        return;
+      case "closing":
+        this.closing += c;
+        if (syn.close === this.closing) this.mode = this.afterClose();
+        else if (!syn.close.startsWith(this.closing)) {
+          const text = this.closing;
+          this.mode = "content";
+          for (const ch of text) this.step(ch, out);
+        }
+        return;
+      default:
+        return this.mode satisfies never;
+    }
+  }
+
+  /** After a closing text: Hermes looks for the next call's tag; a Mistral list is over. */
+  private afterClose(): Mode {
+    return this.syntax.open === null ? "text" : "content";
+  }
+
+  private startCall(c: string, out: ParsedPiece): void {
+    this.reader = new CallReader();
+    this.headerSent = false;
+    this.mode = "call";
+    this.readCall(c, out);
+  }
+
+  private readCall(c: string, out: ParsedPiece): void {
+    const r = this.reader!;
+    this.attempt += c;
+    const args = r.push(c);
+    if (!this.headerSent && r.streams) this.sendHeader(r.name!, out);
+    if (args !== "") this.sendArgs(args, out);
+    if (!r.complete) return;
+    this.reader = null;
+    if (!this.headerSent) {
+      // another key order: the whole object decides
+      let call: Record<string, unknown> | null = null;
+      try {
+        const v = JSON.parse(r.raw) as unknown;
+        if (v !== null && typeof v === "object" && !Array.isArray(v)) call = v as Record<string, unknown>;
+      } catch {
+        call = null;
+      }
+      if (call === null || typeof call.name !== "string") return this.abandon(out);
+      this.sendHeader(call.name, out);
+      this.sendArgs(JSON.stringify(call.arguments ?? call.parameters ?? {}), out);
+    }
+    this.attempt = "";
+    this.mode = "afterCall";
+  }
+
+  private sendHeader(name: string, out: ParsedPiece): void {
+    this.headerSent = true;
+    out.toolCalls.push({ index: this.calls++, id: this.newId(), type: "function", function: { name, arguments: "" } });
+  }
+
+  private sendArgs(text: string, out: ParsedPiece): void {
+    const last = out.toolCalls[out.toolCalls.length - 1];
+    if (last !== undefined && last.index === this.calls - 1) last.function.arguments += text;
+    else out.toolCalls.push({ index: this.calls - 1, function: { arguments: text } });
+  }
+
+  /** Text that opened a call but is none: content, and the search for an opener goes on after it. */
+  private abandon(out: ParsedPiece): void {
+    const text = this.attempt;
+    this.attempt = "";
+    this.reader = null;
+    this.mode = this.syntax.open === null ? "text" : "content";
+    if (this.syntax.open === null) {
+      this.emitContent(text, out);
+      return;
+    }
+    // the opener itself is content; what followed it may hold the next opener
+    const open = this.syntax.open;
+    const rest = text.startsWith(open) ? text.slice(open.length) : text;
+    this.emitContent(text.slice(0, text.length - rest.length), out);
+    for (const ch of rest) this.step(ch, out);
+  }
+}
+
+/** A whole answer's calls and content (a non-streaming response), through the same parser as a stream. */
+export function parseToolCalls(
+  syntax: ToolCallSyntax,
+  answer: string,
+  newId: () => string,
+  afterOpener = false,
+): { content: string; calls: Array<{ id: string; name: string; arguments: string }> } {
+  const p = new ToolCallParser(syntax, newId, afterOpener);
+  const a = p.push(answer);
+  const b = p.end();
+  return { content: a.content + b.content, calls: joinToolCallDeltas([...a.toolCalls, ...b.toolCalls]) };
+}
+
+/** Deltas joined into calls, as a client assembles them. */
+export function joinToolCallDeltas(deltas: ToolCallDelta[]): Array<{ id: string; name: string; arguments: string }> {
+  const calls: Array<{ id: string; name: string; arguments: string }> = [];
+  for (const d of deltas) {
+    const c = (calls[d.index] ??= { id: d.id ?? "", name: d.function.name ?? "", arguments: "" });
+    c.arguments += d.function.arguments;
+  }
+  return calls;
+}
