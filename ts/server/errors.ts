@@ -41,6 +41,16 @@ export const modelNotFound = (model: string, served: readonly string[]): ApiErro
     "model_not_found",
   );
 
+/** A path this server does not serve (embeddings, audio, images…): what it serves instead. */
+export const routeNotFound = (method: string, url: string, model: string, routes: readonly string[]): ApiError =>
+  new ApiError(
+    404,
+    `no route ${method} ${url}: this server generates text with one model, ${model}, and serves ${routes.join(", ")}`,
+    "not_found_error",
+    null,
+    "not_found",
+  );
+
 export const unsupportedMediaType = (contentType: string | undefined): ApiError =>
   new ApiError(
     415,

@@ -1,7 +1,7 @@
 // The OpenAI-compatible HTTP server: a fastify plugin (`deliberatePlugin`, mount it in your own app) and
 // `createServer` (a fastify app with the plugin, what `deliberate serve` runs). Routes speak vLLM's dialect:
-// /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, plus our
-// extensions (`program`, `deterministic`, POST /v1/chat/completions/control). Built on the public API only.
+// /v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /health, /metrics, /tokenize, /detokenize, plus
+// our extensions (`program`, `deterministic`, POST /v1/chat/completions/control). Built on the public API only.
 //
 // The plugin in fastify's idiom: route modules under ./routes (one per group) declare their body schemas (zod, in
 // ./schemas.ts, checked through setValidatorCompiler) over bodies read by ./body.ts (JSON only, bounded by the
@@ -12,10 +12,11 @@ import { Engine } from "../engine/index.js";
 import { loadModel, type Model } from "../model/model.js";
 import { InvalidOptionError } from "../errors/index.js";
 import { registerBodyParsers } from "./body.js";
-import { ApiError, toApiError, unauthorized } from "./errors.js";
+import { routeNotFound, toApiError, unauthorized } from "./errors.js";
 import { chatRoutes } from "./routes/chat.js";
 import { completionRoutes } from "./routes/completions.js";
 import { controlRoutes } from "./routes/control.js";
+import { responseRoutes } from "./routes/responses.js";
 import { serviceRoutes } from "./routes/service.js";
 import { tokenizeRoutes } from "./routes/tokenize.js";
 import { zodValidatorCompiler } from "./schemas.js";
@@ -88,6 +89,7 @@ export function deliberatePlugin(
   serviceRoutes(app);
   chatRoutes(app);
   completionRoutes(app);
+  responseRoutes(app);
   controlRoutes(app);
   tokenizeRoutes(app);
   done();
@@ -140,11 +142,16 @@ export async function createServer(options: CreateServerOptions): Promise<Delibe
       o.model.dispose();
     }
   });
+  // Every route the app serves, for the 404 of one it does not (POST /v1/embeddings names what is served instead).
+  const routes: string[] = [];
+  app.addHook("onRoute", (r) => {
+    const url = r.url.replace(/\*$/, "{id}"); // GET /v1/models/* is GET /v1/models/{id}
+    for (const method of [r.method].flat()) if (method !== "HEAD") routes.push(`${method} ${url}`);
+  });
   await app.register(deliberatePlugin, { ...options, target, state });
   app.setNotFoundHandler((request, reply) => {
-    void reply
-      .status(404)
-      .send(new ApiError(404, `no route ${request.method} ${request.url}`, "not_found_error").body());
+    const err = routeNotFound(request.method, request.url, state.servedName, routes);
+    void reply.status(err.status).send(err.body());
   });
   let closed = false;
   return {

@@ -119,9 +119,17 @@ export class SseWriter {
   raw(json: string): void {
     if (this.open) this.res.write(`data: ${json}\n\n`);
   }
+  /** A named event (the Responses API's `event: <type>` line before its data), its JSON serialized by the caller. */
+  event(name: string, json: string): void {
+    if (this.open) this.res.write(`event: ${name}\ndata: ${json}\n\n`);
+  }
   done(): void {
     if (!this.open) return;
     this.res.write("data: [DONE]\n\n");
     this.res.end();
+  }
+  /** Ends the stream without [DONE] (a Responses stream ends at its last event). */
+  end(): void {
+    if (this.open) this.res.end();
   }
 }
