@@ -63,5 +63,6 @@ void attentionDecode(const View&, const PagedKV&, const View&, float, int) { una
 void attentionPrefill(const View&, const View&, const PagedKV&, const View&, float, int) { unavailable(); }
 void maskLogits(const View&, const View&, const View&) { unavailable(); }
 void sample(const SampleArgs&) { unavailable(); }
+void moe(const MoeArgs&) { unavailable(); }
 }  // namespace dl::gpu
 #endif

@@ -2,6 +2,8 @@
 // Shapes in comments; every reducing op takes its reduction schedule as an argument (docs/architecture.md "Native contract").
 // GPU ops enqueue on the backend's stream (gpu::stream()); the N-API layer synchronizes before resolving.
 #pragma once
+#include <algorithm>
+
 #include "common.h"
 
 namespace dl {
@@ -49,6 +51,48 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
   uint64_t u = mix64(seed ^ mix64((uint64_t(uint32_t(position)) << 32) | uint64_t(uint32_t(token))));
   return (double(u >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
+
+// The mixture-of-experts MLP of one layer (Qwen3-MoE's sparse block): router and experts in one op. Shapes: T tokens,
+// C hidden, E experts, I an expert's MLP width, k = topK; R = T * k routed slots (slot t * k + j: token t's j-th expert).
+// Reduction schedule, the same on both backends:
+//   router   logits [T,E] f32 = x . router^T (the GEMM contract, splitK clamped to C);
+//   softmax  in f32 per token: the max, then sum of exp(l - max) over ascending expert id;
+//   top-k    repeated first index of the max of the probabilities (ties: the lower id); with normTopK each weight
+//            divided by the k weights' sum, added in that rank order;
+//   experts  slots grouped by expert (ascending id; a group's rows in ascending slot), one gate|up GEMM and one down
+//            GEMM per active expert over its rows (splitK clamped to C, resp. I), silu(gate) * up between: a row's
+//            bits are those it has alone (the GEMM contract), whatever shares its expert;
+//   combine  out[t] = sum over token t's experts in ASCENDING EXPERT ID (transformers' index_add_ order) of
+//            weight * y, an f32 fma chain from 0, rounded once to out's dtype.
+// So a token's output depends on its own row, the weights and splitK only, never on the other tokens of the batch.
+// Only the active experts' weights are read (decode at batch 1: k experts).
+struct MoeArgs {
+  View x;          // [T,C] the post-attention norm's output
+  View router;     // [E,C] mlp.gate.weight
+  View gateUp;     // [E * 2I, C]: expert e's gate_proj rows at e * 2I, its up_proj rows at e * 2I + I
+  View down;       // [E * C, I]: expert e's down_proj rows at e * C
+  View out;        // [T,C], x's dtype
+  int topK = 1;
+  bool normTopK = false;
+  int splitK = 1;  // every GEMM's, clamped to its K
+  // Scratch the caller sizes (moeScratch), f32 / i32 unless said otherwise:
+  View logits;     // [T,E] f32: router logits, then probabilities
+  View expertIds;  // [T,k] i32: token t's experts, ascending id
+  View weights;    // [T,k] f32: their routing weights, same order
+  View rowOfSlot;  // [R] i32: the grouped row of each slot
+  View slotOfRow;  // [R] i32: its inverse
+  View tiles;      // [moeMaxTiles(R, E), 3] i32: the CUDA kernels' tiles (expert, first row, rows; -1 unused)
+  View xs;         // [R,C] x's dtype: the grouped rows of x (the CPU's GEMM input)
+  View gu;         // [R,2I] x's dtype
+  View act;        // [R,I] x's dtype
+  View ys;         // [R,C] f32: each slot's expert output
+};
+// Rows of one tile of the CUDA grouped GEMM; a group of n rows takes ceil(n / kMoeTileRows) tiles.
+constexpr int64_t kMoeTileRows = 16;
+// The most tiles R slots over E experts can take: sum over active experts of ceil(n_e / 16) <= R / 16 + min(E, R).
+inline int64_t moeMaxTiles(int64_t R, int64_t E) { return R / kMoeTileRows + std::min(E, R); }
+// Checks every view of a MoeArgs against x, router, gateUp and down (both backends, before any work).
+void checkMoe(const MoeArgs& a);
 
 #define DL_DECLARE_KERNELS                                                                                   \
   /* Y[M,N] = X[M,K] . W[N,K]^T (+ bias[N]). f32 accumulation. K is cut into splitK contiguous partitions,    \
@@ -99,7 +143,9 @@ DL_HD double sampleUniform(uint64_t seed, int32_t position, int32_t token) {
      allowed logits keep their bits. No reduction: the sampler after it reads the masked row as any other. */    \
   void maskLogits(const View& logits, const View& mask, const View& rowOf);                                  \
   /* Greedy / Gumbel-max sampling with temperature, top-k, top-p; logprobs (see SampleArgs). */             \
-  void sample(const SampleArgs& a);
+  void sample(const SampleArgs& a);                                                                         \
+  /* Mixture-of-experts MLP: router, top-k, grouped expert GEMMs, combine in a fixed order (see MoeArgs). */  \
+  void moe(const MoeArgs& a);
 
 // gemmBlocks' layout arguments, checked alike on both backends (x, w: as for gemm; y: at least rows * N elements).
 inline void checkGemmBlocks(const View& x, const View& w, const View& y, int64_t cut1, int64_t cut2, int64_t rows,

@@ -1,8 +1,9 @@
 // Writes a small (or benchmark-sized) seeded random model in exact Hugging Face layout: config.json,
 // generation_config.json, model.safetensors (or shards + index), a trained byte-level BPE tokenizer.json and a
 // tokenizer_config.json with a chat template.
-//   npx tsx scripts/make-fixture.ts --arch llama|qwen2|qwen3 --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
+//   npx tsx scripts/make-fixture.ts --arch llama|qwen2|qwen3|qwen3moe --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
 //     [--hidden H] [--heads N] [--kv-heads N] [--intermediate N] [--shards N] [--preset smollm-135m|qwen2.5-1.5b]
+//     qwen3moe: [--experts E] [--experts-per-token K] [--moe-intermediate N] [--mlp-only-layers 0,2] [--sparse-step S]
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
@@ -17,8 +18,9 @@ import { trainingCorpus } from "./fixture/corpus.js";
 import { fillUniform, hashSeed } from "./fixture/random.js";
 import { FAMILY_TOKENS } from "./fixture/templates.js";
 
-/** qwen3: Qwen3ForCausalLM (q_norm / k_norm per head, no q/k/v bias), Qwen2.5's tokens, Qwen3's thinking switch. */
-export type FixtureArch = "llama" | "qwen2" | "qwen3";
+/** qwen3: Qwen3ForCausalLM (q_norm / k_norm per head, no q/k/v bias), Qwen2.5's tokens, Qwen3's thinking switch.
+ * qwen3moe: Qwen3MoeForCausalLM, qwen3's with mixture-of-experts MLPs (see `moe`). */
+export type FixtureArch = "llama" | "qwen2" | "qwen3" | "qwen3moe";
 export type FixtureDType = "f32" | "bf16" | "f16";
 
 export interface FixtureOptions {
@@ -57,6 +59,18 @@ export interface FixtureOptions {
   /** Split the weights over this many shards with model.safetensors.index.json (default 1: model.safetensors). */
   shards?: number;
   rmsNormEps?: number;
+  /**
+   * qwen3moe: config.json's MoE fields; default 8 experts, 2 per token, moe_intermediate_size 64, norm_topk_prob true,
+   * decoder_sparse_step 1, mlp_only_layers [0] (one dense layer, `intermediate` wide).
+   */
+  moe?: {
+    experts?: number;
+    expertsPerToken?: number;
+    intermediate?: number;
+    normTopKProb?: boolean;
+    sparseStep?: number;
+    mlpOnlyLayers?: number[];
+  };
 }
 
 export const PRESETS: Record<string, Omit<FixtureOptions, "out">> = {
@@ -118,7 +132,7 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   if (opts.slidingWindow !== undefined && opts.arch !== "llama")
     throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
   const mistral = opts.slidingWindow !== undefined;
-  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch];
+  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch === "qwen3moe" ? "qwen3" : opts.arch];
   const seed = opts.seed ?? 1;
   const hidden = opts.hidden ?? 64;
   const heads = opts.heads ?? 4;
@@ -154,9 +168,11 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
           ? "LlamaForCausalLM"
           : opts.arch === "qwen3"
             ? "Qwen3ForCausalLM"
-            : "Qwen2ForCausalLM",
+            : opts.arch === "qwen3moe"
+              ? "Qwen3MoeForCausalLM"
+              : "Qwen2ForCausalLM",
     ],
-    model_type: mistral ? "mistral" : opts.arch,
+    model_type: mistral ? "mistral" : opts.arch === "qwen3moe" ? "qwen3_moe" : opts.arch,
     ...(mistral ? { sliding_window: opts.slidingWindow } : {}),
     hidden_act: "silu",
     hidden_size: hidden,
@@ -188,7 +204,17 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
     ...(isLlama
       ? { attention_bias: opts.attentionBias ?? false, attention_dropout: 0, mlp_bias: false, pretraining_tp: 1 }
       : {
-          ...(opts.arch === "qwen3" ? { attention_bias: opts.attentionBias ?? false } : {}),
+          ...(opts.arch === "qwen3" || opts.arch === "qwen3moe" ? { attention_bias: opts.attentionBias ?? false } : {}),
+          ...(opts.arch === "qwen3moe"
+            ? {
+                num_experts: opts.moe?.experts ?? 8,
+                num_experts_per_tok: opts.moe?.expertsPerToken ?? 2,
+                moe_intermediate_size: opts.moe?.intermediate ?? 64,
+                norm_topk_prob: opts.moe?.normTopKProb ?? true,
+                decoder_sparse_step: opts.moe?.sparseStep ?? 1,
+                mlp_only_layers: opts.moe?.mlpOnlyLayers ?? [0],
+              }
+            : {}),
           use_sliding_window: false,
           sliding_window: opts.maxPositions ?? 256,
           max_window_layers: layers,
@@ -295,6 +321,8 @@ function initFor(name: string, shape: number[], config: ModelConfig): { mean: nu
   if (name === "lm_head.weight") return { mean: 0, std: 2.5 / Math.sqrt(config.hiddenSize) };
   if (name === "model.embed_tokens.weight")
     return { mean: 0, std: config.tieWordEmbeddings ? 2.5 / Math.sqrt(config.hiddenSize) : 1 };
+  // A router of logits std ~2: the experts' probabilities well apart, so f32 and float64 routing agree.
+  if (name.endsWith("mlp.gate.weight")) return { mean: 0, std: 2 / Math.sqrt(fanIn) };
   if (name.endsWith("o_proj.weight") || name.endsWith("down_proj.weight"))
     return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
   return { mean: 0, std: 1 / Math.sqrt(fanIn) };
@@ -397,6 +425,11 @@ async function main(): Promise<void> {
       shards: { type: "string" },
       preset: { type: "string" },
       "tie-embeddings": { type: "boolean" },
+      experts: { type: "string" },
+      "experts-per-token": { type: "string" },
+      "moe-intermediate": { type: "string" },
+      "mlp-only-layers": { type: "string" },
+      "sparse-step": { type: "string" },
     },
   });
   const int = (v: string | undefined) => (v === undefined ? undefined : Number.parseInt(v, 10));
@@ -421,8 +454,22 @@ async function main(): Promise<void> {
   set("vocab", int(values.vocab));
   set("shards", int(values.shards));
   set("tieEmbeddings", values["tie-embeddings"]);
-  if (!["llama", "qwen2", "qwen3"].includes(opts.arch))
-    throw new Error(`--arch must be llama, qwen2 or qwen3, got ${opts.arch}`);
+  if (opts.arch === "qwen3moe")
+    opts.moe = {
+      experts: int(values.experts),
+      expertsPerToken: int(values["experts-per-token"]),
+      intermediate: int(values["moe-intermediate"]),
+      sparseStep: int(values["sparse-step"]),
+      mlpOnlyLayers:
+        values["mlp-only-layers"] === undefined
+          ? undefined
+          : values["mlp-only-layers"]
+              .split(",")
+              .filter((x) => x !== "")
+              .map((x) => Number.parseInt(x, 10)),
+    };
+  if (!["llama", "qwen2", "qwen3", "qwen3moe"].includes(opts.arch))
+    throw new Error(`--arch must be llama, qwen2, qwen3 or qwen3moe, got ${opts.arch}`);
   if (!["f32", "bf16", "f16"].includes(opts.dtype))
     throw new Error(`--dtype must be f32, bf16 or f16, got ${opts.dtype}`);
   const f = await makeFixture(opts);

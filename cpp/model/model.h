@@ -130,6 +130,9 @@ class Model {
   // act [T,I]; the final rows (F <= B): resLast/oLast/hLast [F,C], logits f32 [F,V], capture [F,C].
   Buffer residual_, h_, qkv_, attn_, o_, gateUp_, act_, resLast_, oLast_, hLast_, logits_, capture_;
   Buffer tokens_, logprobs_, topIds_, topLogprobs_;
+  // Mixture-of-experts scratch (kernels.h MoeArgs), R = T * expertsPerToken: logits [T,E] f32, ids / weights /
+  // rowOfSlot / slotOfRow [R], tiles [moeMaxTiles(R, E), 3] i32, xs [R,C], gu [R,2I], act [R,I], ys [R,C] f32.
+  Buffer moeLogits_, moeIds_, moeWeights_, moeRowOfSlot_, moeSlotOfRow_, moeTiles_, moeXs_, moeGu_, moeAct_, moeYs_;
   Buffer metaDev_;                 // int32 step metadata on the device (CUDA only)
   gpu::StepGraphs graphs_;         // CUDA graphs of repeated step layouts (decode steps; see forward())
   std::vector<int32_t> metaHost_;  // the same on the host

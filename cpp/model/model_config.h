@@ -26,6 +26,14 @@ struct ModelConfig {
   float attnLogitScale = 1.0f;
   int slidingWindow = 0;       // keys a query attends to (Mistral's sliding_window); 0 = all (PagedKV)
   std::vector<float> invFreq;  // [D/2], rotary inverse frequencies with any scaling applied
+  // Qwen3-MoE: the layers l with moeLayer[l] run a mixture of numExperts experts (each an MLP moeIntermediate wide,
+  // expertsPerToken of them per token, weights renormalised when normTopK) instead of the dense MLP (kernels.h
+  // MoeArgs). numExperts 0: a dense model.
+  int numExperts = 0, expertsPerToken = 0, moeIntermediate = 0;
+  bool normTopK = false;
+  std::vector<uint8_t> moeLayer;  // [numLayers] when numExperts > 0
+
+  bool isMoe(int layer) const { return numExperts > 0 && moeLayer[size_t(layer)]; }
 
   int qDim() const { return numHeads * headDim; }
   int kvDim() const { return numKvHeads * headDim; }
@@ -46,6 +54,13 @@ struct ModelConfig {
                                                  " values, got " + std::to_string(invFreq.size()));
     need(rmsEps > 0, "rmsEps must be positive");
     need(attnLogitScale > 0, "attnLogitScale must be positive");
+    if (numExperts > 0) {
+      need(numExperts <= 1024, "numExperts must be at most 1024, got " + std::to_string(numExperts));
+      need(expertsPerToken >= 1 && expertsPerToken <= numExperts,
+           "expertsPerToken must be in [1, numExperts = " + std::to_string(numExperts) + "], got " + std::to_string(expertsPerToken));
+      need(moeIntermediate >= 1, "moeIntermediate must be positive");
+      need(int(moeLayer.size()) == numLayers, "moeLayers must name layers in [0, numLayers)");
+    }
   }
 };
 

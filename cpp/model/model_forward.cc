@@ -222,6 +222,17 @@ void Model::ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts) {
   attn_.ensure(device, actDtype, T * cfg.qDim());
   gateUp_.ensure(device, actDtype, T * 2 * I);
   act_.ensure(device, actDtype, T * I);
+  if (cfg.numExperts > 0) {
+    const int64_t E = cfg.numExperts, R = T * cfg.expertsPerToken, Im = cfg.moeIntermediate;
+    moeLogits_.ensure(device, DType::f32, T * E);
+    for (Buffer* b : {&moeIds_, &moeRowOfSlot_, &moeSlotOfRow_}) b->ensure(device, DType::i32, R);
+    moeWeights_.ensure(device, DType::f32, R);
+    moeTiles_.ensure(device, DType::i32, 3 * moeMaxTiles(R, E));
+    if (device == Device::cpu) moeXs_.ensure(device, actDtype, R * C);
+    moeGu_.ensure(device, actDtype, R * 2 * Im);
+    moeAct_.ensure(device, actDtype, R * Im);
+    moeYs_.ensure(device, DType::f32, R * C);
+  }
   F = std::max<int64_t>(F, 1);
   resLast_.ensure(device, actDtype, F * C);
   oLast_.ensure(device, actDtype, F * C);
@@ -410,7 +421,8 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
                               p.pQIndptr, p.pIndptr, p.pIndices, p.pLast, p.finalRows, p.temp, p.topK, p.topP, p.seeds,
                               p.samplePos, p.maskRowOf, p.maskWords, p.maskRows};
     for (const Buffer* buf : {&metaDev_, &residual_, &h_, &o_, &qkv_, &attn_, &gateUp_, &act_, &resLast_, &oLast_,
-                              &hLast_, &logits_, &tokens_, &logprobs_, &topIds_, &topLogprobs_})
+                              &hLast_, &logits_, &tokens_, &logprobs_, &topIds_, &topLogprobs_, &moeLogits_, &moeIds_,
+                              &moeWeights_, &moeRowOfSlot_, &moeSlotOfRow_, &moeTiles_, &moeGu_, &moeAct_, &moeYs_})
       k.push_back(int64_t(reinterpret_cast<uintptr_t>(buf->data())));
     return k;
   };
@@ -511,10 +523,30 @@ void Model::attentionBlock(Step& s, int l) {
 
 // Layer l's MLP half: h = rmsnorm(resid += o); gateUp [T,2I] = h . Wgu^T; act = silu(gate) * up; o = act . Wdown^T
 // (added to resid by the next layer's norm, or by finalRows).
+// A mixture-of-experts layer runs the moe op instead (router, experts, combine), over the fast rows and the fixed
+// rows apart, each on its own splitK: a token's output depends on its own row only (kernels.h MoeArgs).
 void Model::mlpBlock(Step& s, int l) {
   const LayerWeights& L = weights.layers[l];
   s.mark("rmsnorm");
   ops::rmsnorm(s.d, s.o, s.resid, L.postNorm.vector(), s.h, cfg.rmsEps);  // resid += attention output
+  if (cfg.isMoe(l)) {
+    s.mark("moe");
+    const int64_t C = s.C, Im = cfg.moeIntermediate, k = cfg.expertsPerToken;
+    s.splitRows(C, 2 * Im, s.T, s.Tf, [&](int64_t r0, int64_t n, int splitK) {
+      MoeArgs a;
+      a.x = h_.view({n, C}, r0 * C), a.out = o_.view({n, C}, r0 * C);
+      a.router = L.router.matrix(), a.gateUp = L.expertsGateUp.matrix(), a.down = L.expertsDown.matrix();
+      a.topK = int(k), a.normTopK = cfg.normTopK, a.splitK = splitK;
+      const int64_t R = n * k, E = cfg.numExperts;
+      a.logits = moeLogits_.view({n * E}), a.expertIds = moeIds_.view({R}), a.weights = moeWeights_.view({R});
+      a.rowOfSlot = moeRowOfSlot_.view({R}), a.slotOfRow = moeSlotOfRow_.view({R});
+      a.tiles = moeTiles_.view({3 * moeMaxTiles(R, E)});
+      if (moeXs_) a.xs = moeXs_.view({R * C});
+      a.gu = moeGu_.view({R * 2 * Im}), a.act = moeAct_.view({R * Im}), a.ys = moeYs_.view({R * C});
+      ops::moe(s.d, a);
+    });
+    return;
+  }
   s.mark("gemm.gateUp");
   s.gemmRows(h_, s.C, L.gateUp.matrix(), View{}, gateUp_);
   s.mark("siluMul");

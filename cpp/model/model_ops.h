@@ -34,6 +34,7 @@ DL_OP(attentionPrefill,
       (q, qIndptr, kv, out, scale, maxQueryLen))
 DL_OP(maskLogits, DL_P(const View& logits, const View& mask, const View& rowOf), (logits, mask, rowOf))
 DL_OP(sample, DL_P(const SampleArgs& a), (a))
+DL_OP(moe, DL_P(const MoeArgs& a), (a))
 #undef DL_P
 #undef DL_OP
 

@@ -79,9 +79,24 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
     }
     define(L.o, C, Q, {{p + "self_attn.o_proj.weight", C}}, false);
     if (cfg.oProjBias) define(L.oBias, C, 1, {{p + "self_attn.o_proj.bias", C}}, true);
-    define(L.gateUp, 2 * I, C, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, false);
-    define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
+    if (cfg.isMoe(l)) {
+      const int64_t E = cfg.numExperts, Im = cfg.moeIntermediate;
+      define(L.router, E, C, {{p + "mlp.gate.weight", E}}, false);
+      std::vector<std::pair<std::string, int64_t>> gu, dn;
+      for (int64_t e = 0; e < E; e++) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        gu.push_back({x + "gate_proj.weight", Im}), gu.push_back({x + "up_proj.weight", Im});
+        dn.push_back({x + "down_proj.weight", C});
+      }
+      define(L.expertsGateUp, E * 2 * Im, C, std::move(gu), false);
+      define(L.expertsDown, E * C, Im, std::move(dn), false);
+    } else {
+      define(L.gateUp, 2 * I, C, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, false);
+      define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
+    }
   }
+  for (auto& [slot, isVector] : all_)
+    for (size_t i = 0; i < slot->parts.size(); i++) byName_[slot->parts[i].name] = {slot, isVector, i};
   // The packed arena's places (placePacked), in the order a forward step reads the weights, so each GEMM's prefetch
   // runs on into the next one's first lines; a qkv whose q | k | v cuts fall inside a panel stays row-major.
   const int64_t P = cpu::gemm_detail::kPackRows;
@@ -90,9 +105,12 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
     packPlan_.push_back({&s, at});
     at += cpu::gemm_detail::packedElems(s.rows, s.cols);
   };
-  for (LayerWeights& L : layers) {
+  // Experts stay row-major: a step reads a few experts' rows, each expert's block a whole number of rows.
+  for (int l = 0; l < cfg.numLayers; l++) {
+    LayerWeights& L = layers[size_t(l)];
     if (Q % P == 0 && KV % P == 0) plan(L.qkv);
     plan(L.o);
+    if (cfg.isMoe(l)) continue;
     plan(L.gateUp);
     plan(L.down);
   }
@@ -119,9 +137,11 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
                        size_t length, size_t byteOffset) {
   if (name == "lm_head.weight" && cfg_.tieEmbeddings) return;  // tied checkpoints sometimes ship a copy
   if (dtype == DType::i32) throw Error("setWeight: '" + name + "' has dtype i32; weights must be f32, bf16 or f16");
-  for (auto& [slot, isVector] : all_) {
-    for (auto& part : slot->parts) {
-      if (part.name != name) continue;
+  if (auto found = byName_.find(name); found != byName_.end()) {
+    WeightSlot* slot = found->second.slot;
+    const bool isVector = found->second.isVector;
+    {
+      WeightSlot::Part& part = slot->parts[found->second.part];
       std::vector<int64_t> want = isVector ? std::vector<int64_t>{part.rows} : std::vector<int64_t>{part.rows, slot->cols};
       if (shape != want)
         throw Error("setWeight: '" + name + "' has shape " + shapeOf(shape) + " but the config implies " + shapeOf(want));
@@ -166,7 +186,7 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
   throw Error("setWeight: unknown weight '" + name + "' for this architecture (" + std::to_string(cfg_.numLayers) +
               " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", oProjBias " +
               (cfg_.oProjBias ? "true" : "false") + ", qkNorm " + (cfg_.qkNorm ? "true" : "false") + ", tieEmbeddings " +
-              (cfg_.tieEmbeddings ? "true" : "false") + ")");
+              (cfg_.tieEmbeddings ? "true" : "false") + (cfg_.numExperts > 0 ? ", " + std::to_string(cfg_.numExperts) + " experts" : "") + ")");
 }
 
 bool ModelWeights::placePacked(WeightSlot& slot) {

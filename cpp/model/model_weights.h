@@ -6,6 +6,7 @@
 // (norm weights, biases) are converted to f32.
 #pragma once
 #include <string>
+#include <unordered_map>
 #include <vector>
 #include "model_buffer.h"
 #include "model_config.h"
@@ -42,6 +43,11 @@ struct WeightSlot {
 
 struct LayerWeights {
   WeightSlot inputNorm, postNorm, qkv, qkvBias, qNorm, kNorm, o, oBias, gateUp, down;
+  // A mixture-of-experts layer (ModelConfig::isMoe) has these instead of gateUp / down (kernels.h MoeArgs):
+  //   router        [E, C]       mlp.gate
+  //   expertsGateUp [E * 2I, C]  per expert e: mlp.experts.e.gate_proj then up_proj (I = moeIntermediate)
+  //   expertsDown   [E * C, I]   per expert e: mlp.experts.e.down_proj
+  WeightSlot router, expertsGateUp, expertsDown;
 };
 
 class ModelWeights {
@@ -67,6 +73,12 @@ class ModelWeights {
   ModelConfig cfg_;
   Device device_;
   std::vector<std::pair<WeightSlot*, bool>> all_;  // slot, isVector
+  struct PartRef {
+    WeightSlot* slot;
+    bool isVector;
+    size_t part;
+  };
+  std::unordered_map<std::string, PartRef> byName_;  // every part of all_ (a MoE checkpoint has ~20k tensors)
   // Packed bf16 GEMM weights (cpu/cpu_gemm.h "Packed W"), on a CPU with AVX512-BF16 unless DELIBERATE_PACK_WEIGHTS=0
   // when the first of them is set: the GEMM slots (qkv when its q | k | v cuts are whole panels, o, gateUp, down, the
   // head) have places in one arena, allocated at the first bf16 set() of one of them, and set() writes each value

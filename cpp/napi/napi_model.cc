@@ -95,6 +95,21 @@ ModelConfig parseConfig(const Napi::Object& o) {
     fail("NativeModel: 'invFreq' must be a Float32Array of headDim/2 values");
   auto a = inv.As<Napi::Float32Array>();
   c.invFreq.assign(a.Data(), a.Data() + a.ElementLength());
+  Napi::Value moe = field(o, "moe", w, false);
+  if (!moe.IsUndefined() && !moe.IsNull()) {
+    if (!moe.IsObject()) fail("NativeModel: 'moe' must be an object {numExperts, expertsPerToken, intermediate, normTopK, layers}");
+    const Napi::Object m = moe.As<Napi::Object>();
+    const std::string wm = "NativeModel.moe";
+    c.numExperts = int(integer(m, "numExperts", wm, 0, 1, 1024, true));
+    c.expertsPerToken = int(integer(m, "expertsPerToken", wm, 0, 1, c.numExperts, true));
+    c.moeIntermediate = int(integer(m, "intermediate", wm, 0, 1, 1 << 22, true));
+    c.normTopK = boolean(m, "normTopK", wm, false);
+    c.moeLayer.assign(size_t(c.numLayers), 0);
+    for (int32_t l : int32s(field(m, "layers", wm), wm + ".layers")) {
+      if (l < 0 || l >= c.numLayers) fail(wm + ".layers: layer " + std::to_string(l) + " is not in [0, numLayers = " + std::to_string(c.numLayers) + ")");
+      c.moeLayer[size_t(l)] = 1;
+    }
+  }
   c.validate();
   return c;
 }

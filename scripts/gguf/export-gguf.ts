@@ -1,4 +1,4 @@
-// Test helper (not shipped): exports a Hugging Face Llama/Mistral/Qwen2 folder to GGUF so llama.cpp (through
+// Test helper (not shipped): exports a Hugging Face Llama/Mistral/Qwen2/Qwen3/Qwen3-MoE folder to GGUF so llama.cpp (through
 // node-llama-cpp) can serve as an independent oracle and as the benchmark peer.
 //   npx tsx scripts/gguf/export-gguf.ts --model DIR --out FILE.gguf [--dtype f32|f16|bf16|keep]
 // Follows convert_hf_to_gguf.py: llama arch gets q_proj/k_proj rows permuted from HF's rotate-half RoPE layout to
@@ -114,12 +114,25 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
   try {
     checkWeights(config, ckpt);
     // llama.cpp's arch names; qwen2 and qwen3 use NEOX RoPE (HF's layout, no permutation), qwen3 adds q/k norms.
+    // qwen3moe: qwen3 with every layer's MLP a mixture (ffn_gate_inp router, experts stacked [E, rows, cols]).
     const arch =
       config.architecture === "Qwen2ForCausalLM"
         ? "qwen2"
         : config.architecture === "Qwen3ForCausalLM"
           ? "qwen3"
-          : "llama";
+          : config.architecture === "Qwen3MoeForCausalLM"
+            ? "qwen3moe"
+            : "llama";
+    const moe = config.moe;
+    if (arch === "qwen3moe") {
+      // llama.cpp's qwen3moe graph runs the mixture on every layer and always renormalises the top k.
+      if (!moe || moe.layers.length !== config.numLayers)
+        throw new Error(
+          `exportGguf: ${dir} has dense MLP layers (mlp_only_layers / decoder_sparse_step), which llama.cpp's qwen3moe cannot hold`,
+        );
+      if (!moe.normTopKProb)
+        throw new Error(`exportGguf: ${dir} has norm_topk_prob false; llama.cpp's qwen3moe always renormalises`);
+    }
     const meta = new Map<string, GgufValue>([
       ["general.architecture", { type: "string", value: arch }],
       ["general.name", { type: "string", value: "deliberate-export" }],
@@ -135,6 +148,11 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
     u32("attention.head_count_kv", config.numKvHeads);
     u32("attention.key_length", config.headDim);
     u32("attention.value_length", config.headDim);
+    if (moe) {
+      u32("expert_count", moe.numExperts);
+      u32("expert_used_count", moe.expertsPerToken);
+      u32("expert_feed_forward_length", moe.intermediateSize);
+    }
     meta.set(`${arch}.attention.layer_norm_rms_epsilon`, { type: "f32", value: config.rmsNormEps });
     meta.set(`${arch}.rope.freq_base`, { type: "f32", value: config.ropeTheta });
 
@@ -156,6 +174,21 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
       const type: GgmlType = info.shape.length === 1 ? "F32" : matType(info.dtype);
       tensors.push({ name: ggufName, shape: info.shape, type, data: () => convert(ckpt, hfName, type, permuteHeads) });
     };
+    // Experts' matrices as one [E, rows, cols] tensor (convert_hf_to_gguf.py stacks them so).
+    const addStacked = (ggufName: string, hfNames: string[]) => {
+      const info = ckpt.tensors.get(hfNames[0])!;
+      const type = matType(info.dtype);
+      tensors.push({
+        name: ggufName,
+        shape: [hfNames.length, ...info.shape],
+        type,
+        data: async () => {
+          const parts = [];
+          for (const n of hfNames) parts.push(await convert(ckpt, n, type, 0));
+          return Buffer.concat(parts);
+        },
+      });
+    };
     const names = weightNames(config);
     const permute = arch === "llama";
     add("token_embd.weight", names.embedTokens);
@@ -173,9 +206,26 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
       add(`${b}.attn_output.weight`, l.oProj);
       if (l.oBias) add(`${b}.attn_output.bias`, l.oBias);
       add(`${b}.ffn_norm.weight`, l.postAttentionNorm);
-      add(`${b}.ffn_gate.weight`, l.gateProj);
-      add(`${b}.ffn_up.weight`, l.upProj);
-      add(`${b}.ffn_down.weight`, l.downProj);
+      if (l.moe) {
+        add(`${b}.ffn_gate_inp.weight`, l.moe.router);
+        const experts = l.moe.experts;
+        addStacked(
+          `${b}.ffn_gate_exps.weight`,
+          experts.map((x) => x.gateProj),
+        );
+        addStacked(
+          `${b}.ffn_up_exps.weight`,
+          experts.map((x) => x.upProj),
+        );
+        addStacked(
+          `${b}.ffn_down_exps.weight`,
+          experts.map((x) => x.downProj),
+        );
+      } else {
+        add(`${b}.ffn_gate.weight`, l.gateProj!);
+        add(`${b}.ffn_up.weight`, l.upProj!);
+        add(`${b}.ffn_down.weight`, l.downProj!);
+      }
     });
     add("output_norm.weight", names.finalNorm);
     if (!config.tieWordEmbeddings) add("output.weight", names.lmHead);

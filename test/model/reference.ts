@@ -6,7 +6,13 @@
 import { computeInvFreq, readModelConfig, ropeAttentionFactor, type ModelConfig } from "../../ts/model/config.js";
 import { bytesToF32 } from "../../ts/model/dtype.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
-import { checkWeights, expectedTensors, weightNames, type LayerWeightNames } from "../../ts/model/weights.js";
+import {
+  checkWeights,
+  expectedTensors,
+  weightNames,
+  type LayerWeightNames,
+  type MoeWeightNames,
+} from "../../ts/model/weights.js";
 
 type Vec = Float64Array;
 
@@ -178,14 +184,46 @@ export class ReferenceSession {
     const o = addBias(m.project(l.oProj, attn, H, numHeads * hd), l.oBias ? m.weight(l.oBias) : null);
     for (let d = 0; d < H; d++) x[d] += o[d];
 
-    // SwiGLU MLP: down(silu(gate(h2)) * up(h2)).
     const h2 = rmsNorm(x, m.weight(l.postAttentionNorm), rmsNormEps);
-    const g = m.project(l.gateProj, h2, F, H);
-    const u = m.project(l.upProj, h2, F, H);
-    for (let j = 0; j < F; j++) g[j] = (g[j] / (1 + Math.exp(-g[j]))) * u[j];
-    const down = m.project(l.downProj, g, H, F);
-    for (let d = 0; d < H; d++) x[d] += down[d];
+    const mlp = l.moe ? this.moe(l.moe, h2) : swiglu(m, l.gateProj!, l.upProj!, l.downProj!, h2, F, H);
+    for (let d = 0; d < H; d++) x[d] += mlp[d];
   }
+
+  /**
+   * Qwen3-MoE's sparse block (transformers' Qwen3MoeSparseMoeBlock): softmax of the router logits, the top k (ties to
+   * the lower id), renormalised when norm_topk_prob, each expert's SwiGLU output weighted and summed.
+   */
+  private moe(names: MoeWeightNames, h: Vec): Float64Array {
+    const m = this.model;
+    const { numExperts: E, expertsPerToken: k, intermediateSize: F, normTopKProb } = m.config.moe!;
+    const H = m.config.hiddenSize;
+    const logits = m.project(names.router, h, E, H);
+    const max = Math.max(...logits);
+    const p = Array.from(logits, (v) => Math.exp(v - max));
+    const sum = p.reduce((a, b) => a + b, 0);
+    const chosen: number[] = [];
+    for (let j = 0; j < k; j++) {
+      let best = -1;
+      for (let e = 0; e < E; e++) if (!chosen.includes(e) && (best < 0 || p[e] > p[best])) best = e;
+      chosen.push(best);
+    }
+    const norm = normTopKProb ? chosen.reduce((a, e) => a + p[e], 0) : sum;
+    const out = new Float64Array(H);
+    for (const e of chosen) {
+      const x = names.experts[e];
+      const y = swiglu(m, x.gateProj, x.upProj, x.downProj, h, F, H);
+      for (let d = 0; d < H; d++) out[d] += (p[e] / norm) * y[d];
+    }
+    return out;
+  }
+}
+
+/** The SwiGLU MLP down(silu(gate(h)) * up(h)), F wide over H. */
+function swiglu(m: ReferenceModel, gate: string, up: string, down: string, h: Vec, F: number, H: number): Float64Array {
+  const g = m.project(gate, h, F, H);
+  const u = m.project(up, h, F, H);
+  for (let j = 0; j < F; j++) g[j] = (g[j] / (1 + Math.exp(-g[j]))) * u[j];
+  return m.project(down, g, H, F);
 }
 
 /** x rounded to the nearest bf16 (ties to even), as float64. */

@@ -8,6 +8,7 @@ export const SUPPORTED_ARCHITECTURES = [
   "LlamaForCausalLM",
   "Qwen2ForCausalLM",
   "Qwen3ForCausalLM",
+  "Qwen3MoeForCausalLM",
   "MistralForCausalLM",
 ] as const;
 export type Architecture = (typeof SUPPORTED_ARCHITECTURES)[number];
@@ -37,6 +38,25 @@ export interface YarnRopeScaling {
 }
 
 export type RopeScaling = Llama3RopeScaling | YarnRopeScaling;
+
+/**
+ * Qwen3-MoE's sparse MLP: on the layers listed, a router picks `expertsPerToken` of `numExperts` SwiGLU experts per
+ * token (softmax in float, top-k, renormalised when normTopKProb) and sums their outputs by those weights.
+ */
+export interface MoeConfig {
+  numExperts: number;
+  /** `num_experts_per_tok`. */
+  expertsPerToken: number;
+  /** `moe_intermediate_size`: one expert's MLP width (the dense layers keep `intermediate_size`). */
+  intermediateSize: number;
+  /** `norm_topk_prob`: the k chosen probabilities divided by their sum. */
+  normTopKProb: boolean;
+  /**
+   * The layers whose MLP is the mixture, ascending: layer l is, as transformers' Qwen3MoeDecoderLayer decides, iff l
+   * is not in `mlp_only_layers` and (l + 1) % `decoder_sparse_step` == 0.
+   */
+  layers: number[];
+}
 
 /** The checkpoint's declared storage dtype (`torch_dtype` / `dtype`), or null when absent. */
 export type TorchDType = "float32" | "float16" | "bfloat16";
@@ -71,6 +91,8 @@ export interface ModelConfig {
   qkNorm: boolean;
   /** o_proj carries a bias (Llama/Mistral with `attention_bias: true`; never Qwen2). */
   oProjBias: boolean;
+  /** The mixture-of-experts MLP (Qwen3-MoE), or null for a dense model. */
+  moe: MoeConfig | null;
   torchDtype: TorchDType | null;
   bosTokenId: number | null;
   /** All end-of-sequence ids declared by config.json (may be several, e.g. Llama 3.1 instruct). */
@@ -158,7 +180,8 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   const maxPositionEmbeddings = int("max_position_embeddings");
   let slidingWindow: number | null = null;
   // Qwen3 windows layers as Qwen2 does (use_sliding_window, max_window_layers).
-  const qwen = arch === "Qwen2ForCausalLM" || arch === "Qwen3ForCausalLM";
+  const qwen3 = arch === "Qwen3ForCausalLM" || arch === "Qwen3MoeForCausalLM";
+  const qwen = arch === "Qwen2ForCausalLM" || qwen3;
   const usesWindow = arch === "MistralForCausalLM" || (qwen && c.use_sliding_window === true);
   if (usesWindow && c.sliding_window != null) {
     slidingWindow = int("sliding_window");
@@ -215,11 +238,47 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     tieWordEmbeddings: bool("tie_word_embeddings", false),
     qkvBias,
     oProjBias,
-    qkNorm: arch === "Qwen3ForCausalLM",
+    qkNorm: qwen3,
+    moe: arch === "Qwen3MoeForCausalLM" ? parseMoe(c, int("num_hidden_layers"), fail) : null,
     torchDtype: dtypeRaw as TorchDType | null,
     bosTokenId: optionalId("bos_token_id"),
     eosTokenIds,
   };
+}
+
+/** Qwen3MoeConfig's fields, with transformers' defaults; null when num_experts is 0 (every layer dense). */
+function parseMoe(
+  c: Json,
+  numLayers: number,
+  fail: (field: string, value: unknown, fix: string) => never,
+): MoeConfig | null {
+  const int = (field: string, dflt: number, min: number, max = Number.MAX_SAFE_INTEGER): number => {
+    const v = c[field] ?? dflt;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max)
+      fail(field, c[field], `expected an integer in [${min}, ${max}]`);
+    return v as number;
+  };
+  // 1024: the native op groups tokens by expert in one CUDA block of one thread per expert.
+  const numExperts = int("num_experts", 128, 0, 1024);
+  if (numExperts === 0) return null;
+  const expertsPerToken = int("num_experts_per_tok", 8, 1, numExperts);
+  const intermediateSize = int("moe_intermediate_size", 768, 1);
+  const step = int("decoder_sparse_step", 1, 1);
+  const normRaw = c.norm_topk_prob ?? false;
+  if (typeof normRaw !== "boolean") fail("norm_topk_prob", normRaw, "expected true or false");
+  const only = c.mlp_only_layers ?? [];
+  if (!Array.isArray(only) || only.some((l) => typeof l !== "number" || !Number.isInteger(l) || l < 0))
+    fail("mlp_only_layers", only, "expected a list of layer indices");
+  if (c.shared_expert_intermediate_size != null && c.shared_expert_intermediate_size !== 0)
+    fail(
+      "shared_expert_intermediate_size",
+      c.shared_expert_intermediate_size,
+      "Qwen3-MoE has no shared expert; expected 0",
+    );
+  const dense = new Set(only as number[]);
+  const layers: number[] = [];
+  for (let l = 0; l < numLayers; l++) if (!dense.has(l) && (l + 1) % step === 0) layers.push(l);
+  return { numExperts, expertsPerToken, intermediateSize, normTopKProb: normRaw as boolean, layers };
 }
 
 function parseRopeScaling(

@@ -47,6 +47,15 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
     attentionBias: config.qkvBias,
     oProjBias: config.oProjBias,
     qkNorm: config.qkNorm,
+    moe: config.moe
+      ? {
+          numExperts: config.moe.numExperts,
+          expertsPerToken: config.moe.expertsPerToken,
+          intermediate: config.moe.intermediateSize,
+          normTopK: config.moe.normTopKProb,
+          layers: Int32Array.from(config.moe.layers),
+        }
+      : undefined,
     attnLogitScale: ropeAttentionFactor(config) ** 2,
     tieEmbeddings: config.tieWordEmbeddings,
     slidingWindow: config.slidingWindow ?? 0,

@@ -20,9 +20,18 @@ export interface LayerWeightNames {
   qNorm: string | null; // [headDim] (Qwen3)
   kNorm: string | null; // [headDim] (Qwen3)
   postAttentionNorm: string; // [hidden]
-  gateProj: string; // [intermediate, hidden]
-  upProj: string; // [intermediate, hidden]
-  downProj: string; // [hidden, intermediate]
+  /** The dense MLP's projections; null on a mixture-of-experts layer (see `moe`). */
+  gateProj: string | null; // [intermediate, hidden]
+  upProj: string | null; // [intermediate, hidden]
+  downProj: string | null; // [hidden, intermediate]
+  /** A mixture-of-experts layer's router and experts (Qwen3-MoE), or null for a dense MLP. */
+  moe: MoeWeightNames | null;
+}
+
+export interface MoeWeightNames {
+  router: string; // mlp.gate [numExperts, hidden]
+  /** Per expert, in id order; each an MLP of the MoE width (moe_intermediate_size). */
+  experts: { gateProj: string; upProj: string; downProj: string }[];
 }
 
 export interface WeightNames {
@@ -35,8 +44,10 @@ export interface WeightNames {
 
 export function weightNames(config: ModelConfig): WeightNames {
   const layers: LayerWeightNames[] = [];
+  const moeLayers = new Set(config.moe?.layers ?? []);
   for (let i = 0; i < config.numLayers; i++) {
     const p = `model.layers.${i}`;
+    const moe = moeLayers.has(i) ? moeNames(p, config.moe!.numExperts) : null;
     const bias = (proj: string, has: boolean): string | null => (has ? `${p}.self_attn.${proj}.bias` : null);
     layers.push({
       inputNorm: `${p}.input_layernorm.weight`,
@@ -51,9 +62,10 @@ export function weightNames(config: ModelConfig): WeightNames {
       qNorm: config.qkNorm ? `${p}.self_attn.q_norm.weight` : null,
       kNorm: config.qkNorm ? `${p}.self_attn.k_norm.weight` : null,
       postAttentionNorm: `${p}.post_attention_layernorm.weight`,
-      gateProj: `${p}.mlp.gate_proj.weight`,
-      upProj: `${p}.mlp.up_proj.weight`,
-      downProj: `${p}.mlp.down_proj.weight`,
+      gateProj: moe ? null : `${p}.mlp.gate_proj.weight`,
+      upProj: moe ? null : `${p}.mlp.up_proj.weight`,
+      downProj: moe ? null : `${p}.mlp.down_proj.weight`,
+      moe,
     });
   }
   return {
@@ -62,6 +74,19 @@ export function weightNames(config: ModelConfig): WeightNames {
     finalNorm: "model.norm.weight",
     lmHead: config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight",
   };
+}
+
+function moeNames(layer: string, numExperts: number): MoeWeightNames {
+  const experts = [];
+  for (let e = 0; e < numExperts; e++) {
+    const x = `${layer}.mlp.experts.${e}`;
+    experts.push({
+      gateProj: `${x}.gate_proj.weight`,
+      upProj: `${x}.up_proj.weight`,
+      downProj: `${x}.down_proj.weight`,
+    });
+  }
+  return { router: `${layer}.mlp.gate.weight`, experts };
 }
 
 export interface ExpectedTensor {
@@ -87,11 +112,22 @@ export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
     out.push({ name: l.oProj, shape: [h, q] });
     if (l.oBias) out.push({ name: l.oBias, shape: [h] });
     out.push({ name: l.postAttentionNorm, shape: [h] });
-    out.push(
-      { name: l.gateProj, shape: [f, h] },
-      { name: l.upProj, shape: [f, h] },
-      { name: l.downProj, shape: [h, f] },
-    );
+    if (l.moe) {
+      const m = config.moe!.intermediateSize;
+      out.push({ name: l.moe.router, shape: [config.moe!.numExperts, h] });
+      for (const x of l.moe.experts)
+        out.push(
+          { name: x.gateProj, shape: [m, h] },
+          { name: x.upProj, shape: [m, h] },
+          { name: x.downProj, shape: [h, m] },
+        );
+    } else {
+      out.push(
+        { name: l.gateProj!, shape: [f, h] },
+        { name: l.upProj!, shape: [f, h] },
+        { name: l.downProj!, shape: [h, f] },
+      );
+    }
   }
   out.push({ name: names.finalNorm, shape: [h] });
   if (!config.tieWordEmbeddings) out.push({ name: names.lmHead, shape: [vocabSize, h] });

@@ -147,6 +147,11 @@ export interface NativeModelOptions {
   oProjBias?: boolean;
   /** Qwen3: RMSNorm over each query and key head before RoPE (weights self_attn.q_norm / k_norm, [headDim]). */
   qkNorm?: boolean;
+  /**
+   * Qwen3-MoE: the listed layers run a mixture of numExperts SwiGLU experts `intermediate` wide (weights mlp.gate,
+   * mlp.experts.{e}.{gate,up,down}_proj), expertsPerToken per token, renormalised when normTopK.
+   */
+  moe?: { numExperts: number; expertsPerToken: number; intermediate: number; normTopK: boolean; layers: Int32Array };
   /** Multiplies the attention logits' 1/sqrt(headDim) (YaRN: the square of its attention factor). Default 1. */
   attnLogitScale?: number;
   tieEmbeddings: boolean;
@@ -297,7 +302,8 @@ export interface NativeModelInfo {
 /**
  * One op's share of profiled steps: `calls` intervals summing to `ms` (CPU: host clock; CUDA: events on the stream).
  * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, qkNorm (Qwen3), ropeKvWrite,
- * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, finalNorm, gemm.lmHead, maskLogits
+ * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, moe (a mixture-of-experts MLP), finalNorm,
+ * gemm.lmHead, maskLogits
  * (steps with allowedTokens), sample, readback; and step.wall, each profiled step's whole forward as its caller waited for it.
  */
 export interface ProfileEntry {
