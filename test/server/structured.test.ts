@@ -187,4 +187,24 @@ describe("fields refused by name", () => {
     expect(choice.status).toBe(400);
     expect(choice.json.error.param).toBe("tool_choice");
   });
+
+  it("fields that would change the answer and are not served: refused by name, accepted at their neutral value", async () => {
+    const refused: Array<[string, unknown]> = [
+      ["logit_bias", { "50": 100 }],
+      ["min_p", 0.1],
+      ["min_tokens", 5],
+      ["best_of", 2],
+      ["use_beam_search", true],
+      ["include_stop_str_in_output", true],
+      ["chat_template", "{{ messages }}"],
+      ["guided_whitespace_pattern", " *"],
+    ];
+    for (const [field, value] of refused) {
+      const r = await chat({ [field]: value, max_tokens: 4 });
+      expect(r.status, field).toBe(400);
+      expect(r.json.error.param).toBe(field);
+    }
+    const neutral = await chat({ logit_bias: {}, min_p: 0, min_tokens: 0, best_of: 1, max_tokens: 4 });
+    expect(neutral.status).toBe(200);
+  });
 });

@@ -57,9 +57,12 @@ interface SampleState {
   thoughtIds: number[];
   /** Characters of thought text the client has been sent. */
   reasoningChars: number;
-  /** After the close: characters of the text still to come that belong to the thought. The engine holds text back
-   *  while it could still grow into a stop string, so a thought's last characters may arrive after its end token. */
-  reasoningCharsOwed: number;
+  /**
+   * Text still to come that is not the answer's, in order: the thought's last characters (after the close) and the
+   * think markers' own text where they are ordinary tokens (Qwen3's, DeepSeek-R1's), which is neither thought nor
+   * answer. The engine holds text back while it could still grow into a stop string, so it may arrive tokens late.
+   */
+  owed: Array<{ reasoning: boolean; chars: number }>;
   /** What stopped the sample, when a stop string or a stop token id did (vLLM's stop_reason; eos is none). */
   stopReason?: string | number;
 }
@@ -109,7 +112,7 @@ export class Generation {
         reasoningTokens: 0,
         thoughtIds: [],
         reasoningChars: 0,
-        reasoningCharsOwed: 0,
+        owed: [],
       });
     }
     this.watch(handle, true);
@@ -250,16 +253,22 @@ export class Generation {
   ): { reasoning: string; content: string } {
     const think = this.options.think;
     if (think === null) return { reasoning: "", content: text };
-    if (!s.inReasoning && !s.closed && s.tokens === 0 && tokens[0] === think.start) s.inReasoning = true;
+    let thoughtTokens = tokens;
+    if (!s.inReasoning && !s.closed && s.tokens === 0 && tokens[0] === think.start) {
+      s.inReasoning = true;
+      this.owe(s, false, this.markerChars.start); // the opening marker's text is not the thought's
+      thoughtTokens = tokens.slice(1);
+    }
     if (s.inReasoning) {
       const end = tokens.indexOf(think.end);
       if (end < 0) {
-        for (const t of tokens) s.thoughtIds.push(t);
+        for (const t of thoughtTokens) s.thoughtIds.push(t);
         s.reasoningTokens += tokens.length;
-        s.reasoningChars += text.length;
-        return { reasoning: text, content: "" };
+        const { reasoning, rest } = this.take(s, text);
+        s.reasoningChars += rest.length;
+        return { reasoning: reasoning + rest, content: "" };
       }
-      for (let i = 0; i < end; i++) s.thoughtIds.push(tokens[i]);
+      for (let i = tokens.length - thoughtTokens.length; i < end; i++) s.thoughtIds.push(tokens[i]);
       s.inReasoning = false;
       s.closed = true;
       s.reasoningTokens += end + 1;
@@ -270,15 +279,44 @@ export class Generation {
         // Closed here: the source's held-back thought text never comes, so the client gets it now.
         const rest = thought === null ? "" : thought.slice(s.reasoningChars);
         s.reasoningChars += rest.length;
+        s.owed = [];
         return { reasoning: rest + text, content: "" };
       }
-      s.reasoningCharsOwed = thought === null ? text.length : Math.max(0, thought.length - s.reasoningChars);
+      // What the thought's text still lacks, then the closing marker's own text; the answer follows.
+      this.owe(s, true, thought === null ? text.length : Math.max(0, thought.length - s.reasoningChars));
+      this.owe(s, false, this.markerChars.end);
     }
-    if (s.reasoningCharsOwed === 0) return { reasoning: "", content: text };
-    const reasoning = text.slice(0, s.reasoningCharsOwed);
-    s.reasoningCharsOwed -= reasoning.length;
+    const { reasoning, rest } = this.take(s, text);
+    return { reasoning, content: rest };
+  }
+
+  /** Characters of the think tokens' text as the stream spells it (0 for special tokens, which it skips). */
+  private get markerChars(): { start: number; end: number } {
+    const think = this.options.think!;
+    const codec = this.options.codec;
+    const len = (id: number): number => (codec === null ? 0 : codec.decode([id], { skipSpecialTokens: true }).length);
+    return (this.markerLengths ??= { start: len(think.start), end: len(think.end) });
+  }
+  private markerLengths: { start: number; end: number } | null = null;
+
+  private owe(s: SampleState, reasoning: boolean, chars: number): void {
+    if (chars > 0) s.owed.push({ reasoning, chars });
+  }
+
+  /** The owed part of `text`: its thought characters (counted as sent) and, dropped, its markers'; then the rest. */
+  private take(s: SampleState, text: string): { reasoning: string; rest: string } {
+    let reasoning = "";
+    let at = 0;
+    while (s.owed.length > 0 && at < text.length) {
+      const o = s.owed[0];
+      const n = Math.min(o.chars, text.length - at);
+      if (o.reasoning) reasoning += text.slice(at, at + n);
+      at += n;
+      o.chars -= n;
+      if (o.chars === 0) s.owed.shift();
+    }
     s.reasoningChars += reasoning.length;
-    return { reasoning, content: text.slice(reasoning.length) };
+    return { reasoning, rest: text.slice(at) };
   }
 
   private closeThought(index: number): boolean {

@@ -49,15 +49,24 @@ export async function chatPrompt(
   // The template writes any bos itself (as ModelTokenizer.encodeChat): no special tokens added.
   let [ids] = await state.encoder!.encode([text], false);
   const think = state.think;
-  // A template that closed the thought itself ends with it (</think> and a newline or two); else close it here.
-  const closedByTemplate = think !== null && ids.slice(-3).includes(think.end);
-  if (closeThought && think !== null && !closedByTemplate)
-    ids = ids[ids.length - 1] === think.start ? [...ids, think.end] : [...ids, think.start, think.end];
+  // The generation prompt's last think marker, within its last tokens: a template that closed the thought ends with
+  // </think> and a newline or two; one that opened it (DeepSeek-R1's, QwQ's) with <think> and a newline.
+  const tail = ids.slice(-3);
+  const marker =
+    think === null
+      ? null
+      : tail.lastIndexOf(think.start) > tail.lastIndexOf(think.end)
+        ? "open"
+        : tail.includes(think.end)
+          ? "closed"
+          : null;
+  if (closeThought && think !== null && marker !== "closed")
+    ids = marker === "open" ? [...ids, think.end] : [...ids, think.start, think.end];
   const lastUser = [...messages].reverse().find((m) => m.role === "user");
   return {
     ids,
     question: lastUser?.content ?? messages[messages.length - 1].content,
-    opensThought: think !== null && ids[ids.length - 1] === think.start,
+    opensThought: marker === "open" && !closeThought,
   };
 }
 

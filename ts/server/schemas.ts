@@ -76,6 +76,21 @@ const samplingFields = {
   frequency_penalty: neutral(0).optional(),
   presence_penalty: neutral(0).optional(),
   repetition_penalty: neutral(1).optional(),
+  min_p: neutral(0).optional(),
+  min_tokens: neutral(0).optional(),
+  best_of: neutral(1).optional(),
+  logit_bias: rule<Record<string, number> | null>(
+    "expected null or {} (logit biases are not supported by this server)",
+    (v) => v === null || (typeof v === "object" && !Array.isArray(v) && Object.keys(v as object).length === 0),
+  ).optional(),
+  use_beam_search: rule<boolean>(
+    "expected false (beam search is not supported by this server)",
+    (v) => v === false,
+  ).optional(),
+  include_stop_str_in_output: rule<boolean>(
+    "expected false (the stop string is never included in the output here)",
+    (v) => v === false,
+  ).optional(),
   // Our extensions (the openai client passes unknown body fields through as `extra_body` / spread fields).
   deterministic: rule<boolean>(
     "expected true or false (bitwise-identical output for the same request whatever else runs)",
@@ -156,6 +171,7 @@ export const chatSchema = z.looseObject({
     (v) => v === null || isInt(0)(v),
   ).optional(),
   chat_template_kwargs: templateKwargs,
+  chat_template: rule<null>("expected null (the model's own chat template is used)", (v) => v === null).optional(),
   // tools, tool_choice, parallel_tool_calls (./tools.ts).
   ...toolFields,
 });

@@ -47,7 +47,7 @@ const structuralTag = (format: TagFormat): StructuredOutput => ({
   structuralTag: { type: "structural_tag", format },
 });
 
-/** How a syntax writes one call around its arguments, and what separates parallel calls. */
+/** How a syntax writes one call around its arguments. */
 function callText(syntax: ToolCallSyntax, name: string): { begin: string; end: string } {
   const n = JSON.stringify(name);
   switch (syntax) {
@@ -61,10 +61,9 @@ function callText(syntax: ToolCallSyntax, name: string): { begin: string; end: s
       return syntax satisfies never;
   }
 }
-const SEPARATOR: Record<ToolCallSyntax, string> = { hermes: "\n", llama3_json: "; ", mistral: ", " };
 
 /**
- * Calls to `tools` in `syntax`: one, or one or more when `parallel`. Mistral's calls are the JSON list after its
+ * Calls to `tools` in `syntax`: one, or one or more when `parallel` (Hermes, Mistral). Mistral's calls are the JSON list after its
  * [TOOL_CALLS] token, which a grammar cannot write (a special token): the parser is told the answer starts after it.
  */
 async function callsFormat(
@@ -88,18 +87,24 @@ async function callsFormat(
       },
     })),
   );
-  const calls = parallel
-    ? { type: "tags_with_separator", tags, separator: SEPARATOR[syntax], at_least_one: true }
-    : tags.length === 1
-      ? tags[0]
-      : { type: "or", elements: tags };
-  return syntax === "mistral"
-    ? {
-        type: "sequence",
-        elements: [{ type: "const_string", value: "[" }, calls, { type: "const_string", value: "]" }],
-      }
-    : calls;
+  const one = tags.length === 1 ? tags[0] : { type: "or", elements: tags };
+  // Llama 3.1's template takes one call a turn (it raises on more): never parallel.
+  if (syntax === "llama3_json") return one;
+  if (syntax === "hermes")
+    return parallel ? { type: "tags_with_separator", tags, separator: "\n", at_least_one: true } : one;
+  // Mistral's list ends with "]", and XGrammar takes nothing after a tags_with_separator: 1 to MISTRAL_MAX_CALLS calls.
+  const lists = Array.from({ length: parallel ? MISTRAL_MAX_CALLS : 1 }, (_, n) => ({
+    type: "sequence",
+    elements: Array.from({ length: n + 1 }, (_2, i) => (i === 0 ? [one] : [constString(", "), one])).flat(),
+  }));
+  return {
+    type: "sequence",
+    elements: [constString("["), lists.length === 1 ? lists[0] : { type: "or", elements: lists }, constString("]")],
+  };
 }
+
+const constString = (value: string): TagFormat => ({ type: "const_string", value });
+const MISTRAL_MAX_CALLS = 4;
 
 /** A response format as an element of a structural tag (XGrammar's formats: structural_tag.d.ts). */
 async function tagFormatOf(t: ServeTarget, req: StructuredRequest): Promise<TagFormat> {

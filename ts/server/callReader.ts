@@ -1,0 +1,103 @@
+// One tool call object read a character at a time, as a model writes it: {"name": ..., "arguments" | "parameters":
+// ...}. In that key order the name is known as soon as it is written and the arguments come out as the exact text of
+// their value (whitespace that may trail the value held back), so a stream can forward them as they come; in any
+// other order `streams` stays false and the caller reads the complete object (`raw`) whole. The object ends where
+// its JSON depth returns to 0 (string-aware).
+
+/** The tokens of a call object up to its arguments' value, in order: `{ "name" : "<name>" , "arguments" : `. */
+const PREFIX: ReadonlyArray<readonly string[] | "name"> = [
+  ["{"],
+  ['"name"'],
+  [":"],
+  "name",
+  [","],
+  ['"arguments"', '"parameters"'],
+  [":"],
+];
+
+/** One call object being read, a character at a time. */
+export class CallReader {
+  raw = "";
+  name: string | null = null;
+  complete = false;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  /** Steps of PREFIX matched (PREFIX.length: all, the arguments follow; -1: another key order, read whole). */
+  private step = 0;
+  /** The current step's text so far. */
+  private token = "";
+  /** The arguments value: not started, being read, ended. */
+  private args: "before" | "in" | "done" = "before";
+  /** Whitespace inside the arguments held until more of them follows it (it may trail the value). */
+  private heldWs = "";
+
+  /** Reads one character; returns the arguments text it adds. */
+  push(c: string): string {
+    this.raw += c;
+    let out = "";
+    if (this.step >= 0 && this.step < PREFIX.length) this.matchPrefix(c);
+    else if (this.step === PREFIX.length && this.args !== "done") out = this.readArgs(c);
+    // JSON depth, string-aware: the object ends where its depth returns to 0.
+    if (this.inString) {
+      if (this.escaped) this.escaped = false;
+      else if (c === "\\") this.escaped = true;
+      else if (c === '"') this.inString = false;
+    } else if (c === '"') this.inString = true;
+    else if (c === "{" || c === "[") this.depth++;
+    else if (c === "}" || c === "]") {
+      this.depth--;
+      if (this.depth === 0) this.complete = true;
+    }
+    return out;
+  }
+
+  /** The key order was {"name", "arguments"}: the name is known and the arguments stream. */
+  get streams(): boolean {
+    return this.step === PREFIX.length;
+  }
+
+  private matchPrefix(c: string): void {
+    if (this.token === "" && /\s/.test(c)) return; // whitespace between tokens
+    this.token += c;
+    const want = PREFIX[this.step];
+    if (want === "name") {
+      // a JSON string literal, ended by a quote that no odd run of backslashes escapes
+      if (this.token[0] !== '"') return this.fail();
+      if (this.token.length < 2 || c !== '"' || /(^|[^\\])(\\\\)*\\$/.test(this.token.slice(1, -1))) return;
+      try {
+        this.name = JSON.parse(this.token) as string;
+      } catch {
+        return this.fail();
+      }
+    } else {
+      if (!want.some((w) => w.startsWith(this.token))) return this.fail();
+      if (!want.includes(this.token)) return;
+    }
+    this.token = "";
+    this.step++;
+  }
+
+  private fail(): void {
+    this.step = -1;
+  }
+
+  private readArgs(c: string): string {
+    if (this.args === "before") {
+      if (/\s/.test(c)) return "";
+      this.args = "in";
+    } else if (!this.inString && this.depth === 1 && (c === "," || c === "}")) {
+      // back at the call object's level: the value has ended
+      this.args = "done";
+      this.heldWs = "";
+      return "";
+    }
+    if (!this.inString && /\s/.test(c)) {
+      this.heldWs += c;
+      return "";
+    }
+    const out = this.heldWs + c;
+    this.heldWs = "";
+    return out;
+  }
+}
