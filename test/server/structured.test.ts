@@ -172,7 +172,7 @@ describe("vLLM's structured_outputs and guided_* fields", () => {
 });
 
 describe("fields refused by name", () => {
-  it("tools on a model whose template renders none; tools with a program; OpenAI's deprecated functions", async () => {
+  it("tools on a model whose template renders none; tools or a format with a program; OpenAI's deprecated functions", async () => {
     const tools = [{ type: "function", function: { name: "add", parameters: { type: "object" } } }];
     const r = await chat({ tools });
     expect(r.status).toBe(400);
@@ -180,6 +180,10 @@ describe("fields refused by name", () => {
     expect(r.json.error.message).toMatch(/chat template .* does not render tools/);
     const program = await chat({ tools, program: "sc" });
     expect(program.json.error.param).toBe("tools");
+    const structuredProgram = await chat({ program: "sc", response_format: RESPONSE_FORMAT });
+    expect(structuredProgram.status).toBe(400);
+    expect(structuredProgram.json.error.param).toBe("response_format");
+    expect(structuredProgram.json.error.message).toMatch(/program and response_format/);
     const functions = await chat({ functions: [{ name: "add" }] });
     expect(functions.status).toBe(400);
     expect(functions.json.error.param).toBe("functions");
