@@ -9,9 +9,9 @@ import { loadModel, type Model } from "../../ts/model/model.js";
 import { weightNames } from "../../ts/model/weights.js";
 import { fixtureDir, randomTokens, relL2 } from "./fixtureCache.js";
 import { FIXED, forwardSuite, PAGE, runChunks, type FixtureCase } from "./forwardSuite.js";
+import { MOE_EXTRA } from "./moeFixture.js";
 import { ReferenceModel } from "./reference.js";
 
-export const MOE_EXTRA = { layers: 3 } as const;
 const CASES: FixtureCase[] = [
   { arch: "qwen3moe", dtype: "f32", extra: MOE_EXTRA, what: "8 experts top-2, layer 0 dense" },
   { arch: "qwen3moe", dtype: "bf16", extra: MOE_EXTRA, what: "8 experts top-2, layer 0 dense" },
