@@ -69,7 +69,7 @@ export interface FixtureOptions {
     intermediate?: number;
     normTopKProb?: boolean;
     sparseStep?: number;
-    mlpOnlyLayers?: number[];
+    mlpOnlyLayers?: readonly number[];
   };
 }
 

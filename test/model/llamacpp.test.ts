@@ -36,11 +36,14 @@ async function llamaCppGreedy(gguf: string, prompt: number[], n: number): Promis
   }
 }
 
-// qwen3 with head_dim 32 of hidden 64: its q/k norms and a head_dim apart from hidden / heads.
+// qwen3 with head_dim 32 of hidden 64: its q/k norms and a head_dim apart from hidden / heads; qwen3moe its router
+// and experts.
 for (const [arch, extra] of [
   ["llama", {}],
   ["qwen2", {}],
   ["qwen3", { headDim: 32 }],
+  // qwen3moe: every layer a mixture (llama.cpp's qwen3moe has no dense layers), 8 experts, 2 per token, renormalised.
+  ["qwen3moe", { moe: { mlpOnlyLayers: [] } }],
 ] as const) {
   describe(`${arch} greedy continuations agree with llama.cpp`, () => {
     it("token for token up to the first near-tie", async () => {
