@@ -75,6 +75,22 @@ describe("structured outputs in the engine", () => {
     }
   });
 
+  it("a sample never ends inside its free thought: eos is masked until `</think>`", async () => {
+    const out = await engine.submit({
+      prompt: prompt("Hi"),
+      maxTokens: 120,
+      n: 12,
+      temperature: 2.5,
+      seed: 4,
+      structured: { type: "choice", choices: ["hello"] },
+    }).result;
+    for (const s of out.samples) {
+      if (s.finishReason !== "stop") continue;
+      if (s.tokens[0] === thinkStart) expect(s.tokens).toContain(thinkEnd); // it may also answer at once
+      expect(answerOf(out, out.samples.indexOf(s)).answer).toBe("hello");
+    }
+  });
+
   it("the unconstrained run differs: the format, not the model, makes the answer JSON", async () => {
     const free = await engine.submit({ prompt: prompt("What is 17 + 25?"), maxTokens: 160 }).result;
     expect(() => JSON.parse(answerOf(free).answer)).toThrow();

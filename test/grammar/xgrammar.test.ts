@@ -60,3 +60,18 @@ describe("XGrammar as the engine uses it", () => {
     expect(await checkGrammar(grammarSource({ type: "regex", pattern: "[0-9]+" }, "request.structured"))).toBeNull();
   });
 });
+
+describe("XGrammar's errors as the engine reports them", () => {
+  it("a structural tag XGrammar refuses without a message gets one naming what to check", async () => {
+    const { GrammarSet } = await import("../../ts/grammar/grammars.js");
+    const set = new GrammarSet(
+      { tokens: VOCAB, vocabType: "raw", prependSpace: false, think: null },
+      VOCAB.length,
+      [0],
+    );
+    const bad = { type: "structural_tag", format: { type: "const_string", value: "" } };
+    await expect(set.compile({ type: "structural_tag", structuralTag: bad }, "request.structured")).rejects.toThrow(
+      /request\.structured: XGrammar cannot use this structural_tag: (it was refused without a message|.*[a-z])/,
+    );
+  });
+});

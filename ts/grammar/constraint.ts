@@ -233,8 +233,10 @@ export class SequenceConstraint {
     if (position < o.origin) return null; // a prompt position (never sampled)
     const phase = this.phase;
     if (phase === "thinking") {
-      if (o.end - position > o.answerTokens) return null;
-      return this.only(think!.end); // the budget's last answerTokens are the answer's
+      // A thought may not end the sample (it would end with no answer): every token but the stop tokens, until the
+      // budget's last answerTokens, which are the answer's (the thought is closed).
+      if (o.end - position > o.answerTokens) return this.set.thoughtMask();
+      return this.only(think!.end);
     }
     const mask = this.done ? this.stopMask() : await this.matcher!.getNextTokenBitmask();
     if (phase === "opening" && think !== null) mask[think.start >> 5] |= 1 << (think.start & 31);

@@ -133,6 +133,20 @@ export class GrammarSet {
     readonly maxEntries = DEFAULT_GRAMMAR_CACHE,
   ) {}
 
+  /**
+   * The mask of a free thought's tokens: every id but the stop tokens (a thought may not end its sample). One shared
+   * array, never written after it is built.
+   */
+  thoughtMask(): Int32Array {
+    if (this.thought === null) {
+      const m = new Int32Array(Math.ceil(this.vocabSize / 32)).fill(-1);
+      for (const t of this.stopTokenIds) m[t >> 5] &= ~(1 << (t & 31));
+      this.thought = m;
+    }
+    return this.thought;
+  }
+  private thought: Int32Array | null = null;
+
   /** Grammars in the cache. */
   get size(): number {
     return this.cache.size;
@@ -202,7 +216,13 @@ export class GrammarSet {
   }
 
   private async compileSource(source: GrammarSource, format: StructuredFormat, field: string): Promise<CompiledFormat> {
-    const error = await checkGrammar(source);
+    let error = await checkGrammar(source);
+    // A C++ exception XGrammar does not turn into a message reaches JS as its address (structural tags' checks).
+    if (error !== null && /^\d+$/.test(error.trim()))
+      error =
+        "it was refused without a message (an exception inside XGrammar); check it against XGrammar's format " +
+        "(structural tags: const_string, json_schema, grammar, regex, sequence, or, tag, triggered_tags, " +
+        "tags_with_separator, any_text; an empty const_string is refused)";
     if (error !== null) {
       const what = format.type === "json_schema" || format.type === "json_object" ? "JSON Schema" : format.type;
       throw new InvalidOptionError(`${field}: XGrammar cannot use this ${what}: ${error}`, { field });
