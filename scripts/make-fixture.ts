@@ -119,6 +119,25 @@ export const PRESETS: Record<string, Omit<FixtureOptions, "out">> = {
     tieEmbeddings: false,
     rmsNormEps: 1e-6,
   },
+  // Qwen3-30B-A3B's structure scaled down (every layer a mixture, 8 experts per token renormalised, q/k norms, GQA 4:1):
+  // hidden 1024 over 12 layers, 64 experts 256 wide, head_dim 64, a 32k vocabulary. 0.67 B parameters (1.34 GB of
+  // bf16), 0.14 B of them read per decoded token (bench:decode's weightBytesPerToken).
+  "qwen3moe-0.7b-a0.14b": {
+    arch: "qwen3moe",
+    dtype: "bf16",
+    layers: 12,
+    hidden: 1024,
+    heads: 16,
+    kvHeads: 4,
+    headDim: 64,
+    intermediate: 3072,
+    vocab: 32000,
+    maxPositions: 4096,
+    ropeTheta: 1_000_000,
+    tieEmbeddings: true,
+    rmsNormEps: 1e-6,
+    moe: { experts: 64, expertsPerToken: 8, intermediate: 256, mlpOnlyLayers: [] },
+  },
 };
 
 export interface Fixture {
@@ -454,20 +473,20 @@ async function main(): Promise<void> {
   set("vocab", int(values.vocab));
   set("shards", int(values.shards));
   set("tieEmbeddings", values["tie-embeddings"]);
-  if (opts.arch === "qwen3moe")
-    opts.moe = {
+  if (opts.arch === "qwen3moe") {
+    // The flags given override the preset's MoE fields (the rest keep it, or make-fixture's defaults).
+    const flags = {
       experts: int(values.experts),
       expertsPerToken: int(values["experts-per-token"]),
       intermediate: int(values["moe-intermediate"]),
       sparseStep: int(values["sparse-step"]),
-      mlpOnlyLayers:
-        values["mlp-only-layers"] === undefined
-          ? undefined
-          : values["mlp-only-layers"]
-              .split(",")
-              .filter((x) => x !== "")
-              .map((x) => Number.parseInt(x, 10)),
+      mlpOnlyLayers: values["mlp-only-layers"]
+        ?.split(",")
+        .filter((x) => x !== "")
+        .map((x) => Number.parseInt(x, 10)),
     };
+    opts.moe = { ...opts.moe, ...Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined)) };
+  }
   if (!["llama", "qwen2", "qwen3", "qwen3moe"].includes(opts.arch))
     throw new Error(`--arch must be llama, qwen2, qwen3 or qwen3moe, got ${opts.arch}`);
   if (!["f32", "bf16", "f16"].includes(opts.dtype))

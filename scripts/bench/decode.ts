@@ -15,6 +15,9 @@ import { exportGguf } from "../gguf/export-gguf.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
+import type { ModelConfig } from "../../ts/model/config.js";
+import { expectedTensors } from "../../ts/model/weights.js";
+import { spreadOf } from "./stats.js";
 
 const { values } = parseArgs({
   options: {
@@ -148,6 +151,23 @@ const best = (xs: Speed[]): Speed => {
     decodeTokensPerCpuSecond: max("decodeTokensPerCpuSecond"),
   };
 };
+/**
+ * Weight bytes one decoded token reads, and all of them: every matrix once, an embedding row (the whole table when it is
+ * also the LM head), and of a mixture's experts the expertsPerToken / numExperts share a token routes to.
+ */
+function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: number; total: number } {
+  let perToken = 0;
+  let total = 0;
+  for (const { name, shape } of expectedTensors(config)) {
+    const n = shape.reduce((a, b) => a * b, 1) * bytesPerValue;
+    total += n;
+    if (name === "model.embed_tokens.weight" && !config.tieWordEmbeddings) perToken += shape[1] * bytesPerValue;
+    else if (name.includes(".mlp.experts.")) perToken += (n * config.moe!.expertsPerToken) / config.moe!.numExperts;
+    else perToken += n;
+  }
+  return { perToken, total };
+}
+
 const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, +v.toFixed(2)]));
 
 const { dir, gguf } = await fixture();
@@ -155,6 +175,7 @@ loadAddon().setThreads(threads);
 const kvDtype = values["kv-dtype"] as "f32" | "bf16" | "f16" | undefined;
 const model = await loadModel(dir, { device, kvDtype, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
 const ids = prompt(model.config.vocabSize);
+const bytes = weightBytes(model.config, preset.dtype === "f32" ? 4 : 2);
 const peerModel = values["no-peer"] ? null : await openPeer(gguf, ids);
 await ours(model, ids); // warm-up (scratch allocation, page faults)
 await peerModel?.run();
@@ -189,6 +210,13 @@ const result = {
   // The same ratios in tokens per CPU-second (each side's best round): the fairer figure on a loaded machine.
   cpuTimeRatio: theirs ? +(mine.decodeTokensPerCpuSecond / theirs.decodeTokensPerCpuSecond).toFixed(3) : null,
   cpuTimePrefillRatio: theirs ? +(mine.prefillTokensPerCpuSecond / theirs.prefillTokensPerCpuSecond).toFixed(3) : null,
+  // Every round's decode speed, median (min-max): the spread the best-round figures above hide.
+  decodeSpread: spreadOf(mineRuns.map((r) => +r.decodeTokensPerSecond.toFixed(2))),
+  peerDecodeSpread: theirs ? spreadOf(theirRuns.map((r) => +r.decodeTokensPerSecond.toFixed(2))) : null,
+  weightBytesPerToken: bytes.perToken,
+  weightBytesTotal: bytes.total,
+  // weightBytesPerToken at the best decode speed: above the machine's memory bandwidth would mean fewer bytes read
+  decodeWeightGBPerSecond: +((bytes.perToken * mine.decodeTokensPerSecond) / 1e9).toFixed(2),
   loadAverage: +loadavg()[0].toFixed(2),
 };
 console.log(values.json ? JSON.stringify(result) : result);
