@@ -5,6 +5,7 @@
 #include "cpu_gemm.h"
 #include "kernels.h"
 #include "napi_op.h"
+#include "storage.h"
 
 #include <algorithm>
 #include <cmath>
@@ -308,6 +309,43 @@ Napi::Value MaskLogits(const Napi::CallbackInfo& info) {
   });
 }
 
+// moe({x, router, gateUp, down, out, topK, normTopK?, splitK?, expertIds?, weights?}): the mixture-of-experts MLP
+// (kernels.h MoeArgs); the scratch is allocated here, and the routing comes back in expertIds / weights if given.
+Napi::Value Moe(const Napi::CallbackInfo& info) {
+  return guard(info, "moe", [&](OpArgs& a) {
+    MoeArgs m;
+    m.x = a.tensor("x"), m.router = a.tensor("router"), m.gateUp = a.tensor("gateUp"), m.down = a.tensor("down");
+    m.out = a.tensor("out");
+    View ids = a.optTensor("expertIds"), w = a.optTensor("weights");
+    requireRank(a.op, "x", m.x, 2), requireRank(a.op, "router", m.router, 2);
+    const int64_t T = m.x.shape[0], C = m.x.shape[1], E = m.router.shape[0];
+    m.topK = int(a.integer("topK", 1, 1, std::max<int64_t>(1, E)));
+    m.normTopK = a.integer("normTopK", 0, 0, 1) != 0;
+    m.splitK = int(a.integer("splitK", 1, 1, 4096));
+    if (m.gateUp.ndim != 2 || E < 1 || m.gateUp.shape[0] % (2 * E)) fail(a.op, "gateUp must be (E * 2I, C)");
+    const int64_t I = m.gateUp.shape[0] / (2 * E), R = T * m.topK;
+    const Device dev = a.device;
+    auto scratch = [&](DType t, int64_t n) {
+      auto st = std::make_shared<Storage>(dev, size_t(std::max<int64_t>(n, 1)) * dtypeSize(t));
+      a.keep.push_back(st);
+      View v;
+      v.data = st->data, v.dtype = t, v.device = dev, v.ndim = 1, v.shape[0] = n;
+      return v;
+    };
+    m.logits = scratch(DType::f32, T * E);
+    m.expertIds = ids ? ids : scratch(DType::i32, R);
+    m.weights = w ? w : scratch(DType::f32, R);
+    m.rowOfSlot = scratch(DType::i32, R), m.slotOfRow = scratch(DType::i32, R);
+    m.tiles = scratch(DType::i32, 3 * moeMaxTiles(R, E));
+    m.xs = scratch(m.x.dtype, R * C);
+    m.gu = scratch(m.x.dtype, R * 2 * I), m.act = scratch(m.x.dtype, R * I), m.ys = scratch(DType::f32, R * C);
+    if (ids && (ids.dtype != DType::i32 || ids.numel() != R)) fail(a.op, "expertIds must hold T * topK i32");
+    if (w && (w.dtype != DType::f32 || w.numel() != R)) fail(a.op, "weights must hold T * topK f32");
+    checkMoe(m);
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, moe(m)); });
+  });
+}
+
 }  // namespace
 
 void registerOps(Napi::Env env, Napi::Object exports) {
@@ -326,6 +364,7 @@ void registerOps(Napi::Env env, Napi::Object exports) {
   ops.Set("attentionPrefill", Napi::Function::New(env, AttentionPrefill, "attentionPrefill"));
   ops.Set("maskLogits", Napi::Function::New(env, MaskLogits, "maskLogits"));
   ops.Set("sample", Napi::Function::New(env, Sample, "sample"));
+  ops.Set("moe", Napi::Function::New(env, Moe, "moe"));
   exports.Set("ops", ops);
 }
 

@@ -116,6 +116,24 @@ export interface NativeOps {
    * bitmask); rowOf: [B] i32, -1 = row left as is. Nothing else is written.
    */
   maskLogits(a: { logits: NativeTensor; mask: NativeTensor; rowOf: NativeTensor }): Promise<void>;
+  /**
+   * The mixture-of-experts MLP (Qwen3-MoE) of x [T, C]: router [E, C], gateUp [E * 2I, C] (expert e's gate then up
+   * rows at e * 2I), down [E * C, I]; out [T, C]. Softmax in f32, top-k ties to the lower id, renormalised with
+   * normTopK (1); each token's experts summed in ascending id. expertIds / weights [T, topK], if given, receive each
+   * token's experts (ascending id) and their weights.
+   */
+  moe(a: {
+    x: NativeTensor;
+    router: NativeTensor;
+    gateUp: NativeTensor;
+    down: NativeTensor;
+    out: NativeTensor;
+    topK: number;
+    normTopK?: 0 | 1;
+    splitK?: number;
+    expertIds?: NativeTensor;
+    weights?: NativeTensor;
+  }): Promise<void>;
   /** Greedy (temperature 0) or Gumbel-max sampling keyed by (seed, position, token id); raw log-softmax logprobs. */
   sample(a: {
     logits: NativeTensor;
