@@ -1,5 +1,5 @@
-// The numbers a decoder-only Llama/Qwen2/Qwen3/Mistral model is built from, as the native model sees them. The host
-// (ts/model/config.ts) reads config.json, folds rope_theta and llama3 scaling into invFreq, and passes these.
+// The numbers a decoder-only Llama/Qwen2/Qwen3/Qwen3-MoE/Mistral model is built from, as the native model sees them.
+// The host (ts/model/config.ts) reads config.json, folds rope_theta and llama3 scaling into invFreq, and passes these.
 #pragma once
 #include <cstdint>
 #include <string>

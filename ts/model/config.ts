@@ -1,5 +1,6 @@
 // config.json -> ModelConfig: the typed, validated architecture description of a Hugging Face Llama-family
-// checkpoint (Llama, Qwen2, Qwen3, Mistral). Every later stage (weights check, forward pass, KV planning) trusts it.
+// checkpoint (Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral). Every later stage (weights check, forward pass, KV planning)
+// trusts it.
 import { join } from "node:path";
 import { ModelFormatError } from "../errors/index.js";
 import { readJsonFile } from "./jsonFile.js";

@@ -1,6 +1,7 @@
 // The tensors a Llama-family checkpoint must contain for a given config, and the check that it does.
-// Names and shapes follow transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM state dicts;
-// linear weights are [out_features, in_features], row-major.
+// Names and shapes follow transformers' LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM state dicts (and
+// Qwen3MoeForCausalLM's mlp.gate / mlp.experts.{e}.* on its mixture layers); linear weights are [out_features,
+// in_features], row-major.
 import { basename } from "node:path";
 import { ModelFormatError } from "../errors/index.js";
 import { FLOAT_DTYPES, type SafetensorsDType } from "./dtype.js";
