@@ -4,6 +4,8 @@
 // dense layer (mlp_only_layers [0]) before two mixtures; then greedy tokens against the reference's, and the routing
 // itself (a forward that ignores the router, or routes to the wrong experts, is caught).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { join } from "node:path";
+import { exportGguf } from "../../scripts/gguf/export-gguf.js";
 import { parseModelConfig } from "../../ts/model/config.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { weightNames } from "../../ts/model/weights.js";
@@ -120,5 +122,14 @@ describe("Qwen3-MoE routing on cpu", () => {
     } finally {
       flipped.dispose();
     }
+  });
+});
+
+describe("Qwen3-MoE GGUF export", () => {
+  it("refuses what llama.cpp's qwen3moe cannot hold: dense layers, norm_topk_prob false", async () => {
+    const dense = await fixtureDir("qwen3moe", "f32", MOE_EXTRA); // layer 0 dense
+    await expect(exportGguf(dense, join(dense, "x.gguf"))).rejects.toThrow(/dense MLP layers/);
+    const raw = await fixtureDir("qwen3moe", "f32", { moe: { mlpOnlyLayers: [], normTopKProb: false } });
+    await expect(exportGguf(raw, join(raw, "x.gguf"))).rejects.toThrow(/norm_topk_prob false/);
   });
 });
