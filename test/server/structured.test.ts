@@ -180,10 +180,11 @@ describe("fields refused by name", () => {
     expect(r.json.error.message).toMatch(/chat template .* does not render tools/);
     const program = await chat({ tools, program: "sc" });
     expect(program.json.error.param).toBe("tools");
-    const structuredProgram = await chat({ program: "sc", response_format: RESPONSE_FORMAT });
+    // A format with a program whose early exit reads an answer anchor (sc, duchess, deepconf take one: programs.test.ts).
+    const structuredProgram = await chat({ program: "cot-probe", response_format: RESPONSE_FORMAT });
     expect(structuredProgram.status).toBe(400);
     expect(structuredProgram.json.error.param).toBe("response_format");
-    expect(structuredProgram.json.error.message).toMatch(/program and response_format/);
+    expect(structuredProgram.json.error.message).toMatch(/program cot-probe does not take structured answers/);
     const functions = await chat({ functions: [{ name: "add" }] });
     expect(functions.status).toBe(400);
     expect(functions.json.error.param).toBe("functions");

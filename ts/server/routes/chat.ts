@@ -33,13 +33,7 @@ async function chatCompletions(
   if (body.program !== undefined) {
     if (body.tools !== undefined && body.tools !== null && body.tools.length > 0)
       throw badRequest("program answers with text, not tool calls; send tools without a program", "tools");
-    // Refused by name, not ignored, until programs take a structured answer (runProgram does not pass one yet).
-    const asked = structuredOf(body);
-    if (asked !== null)
-      throw badRequest(
-        `program and ${asked.param}: a program's answer is not constrained by this server yet; send one of them`,
-        asked.param,
-      );
+    // A structured answer (response_format, guided_*) is the program's to pass on to its branches.
     return runProgram(state, t, body, request, reply);
   }
   checkQueue(state, t);

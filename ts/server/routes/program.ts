@@ -1,6 +1,9 @@
 // A reasoning program on a chat request (our extension: `program`, `program_options`): the same factory as
 // `deliberate run`, one chunk per round when streaming, the answer and a `deliberate` object beside `choices`.
+// A structured answer (response_format, vLLM's structured_outputs / guided_*) constrains every branch: the content
+// is the voted answer (schema-valid JSON for a JSON format), read with the format's task instead of the server's.
 import type { FastifyReply, FastifyRequest } from "fastify";
+import { DeliberateError } from "../../errors/index.js";
 import { parseProgramKind, ProgramRuntime, type PolicySpec, type ProgramKind } from "../../programs/index.js";
 import { arithTask } from "../../tasks/index.js";
 import { badRequest, errorPayload } from "../errors.js";
@@ -9,6 +12,7 @@ import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { EFFORT_POLICY } from "../sampling.js";
 import type { ChatBody } from "../schemas.js";
 import { checkQueue, maxProgramTokensFor, type ServerState, type ServeTarget } from "../state.js";
+import { prepareStructured, structuredOf } from "../structured.js";
 import { newId, nowSeconds, SseWriter, usageOf } from "../wire.js";
 
 /** Room a program keeps after a thought for its probe suffix and answer (as `deliberate run`). */
@@ -36,6 +40,7 @@ export async function runProgram(
       "n",
     );
   checkQueue(state, t);
+  const structured = structuredOf(body);
   const o = body.program_options ?? {};
   const effort = body.reasoning_effort ?? undefined;
   const prompt = await chatPrompt(state, t, body, false);
@@ -67,14 +72,20 @@ export async function runProgram(
       temperature: body.temperature ?? undefined,
       interval: o.interval,
       model: t.engineModel,
-      task,
+      // A structured answer is read as the format's (canonical JSON), not as the task's \boxed{} number.
+      task: structured ? undefined : task,
+      structured: structured?.structured,
       reward: task.stepVerifier,
       deepconfVariant: o.variant as "low" | "high" | undefined,
       deepconfOffline: o.offline,
     });
   } catch (e) {
+    // A program that cannot take a structured answer names `structured`: the client wrote structured.param.
+    if (structured && e instanceof DeliberateError && e.field === "structured")
+      throw badRequest(e.message.replace(/drop structured$/, `drop ${structured.param}`), structured.param);
     throw badRequest((e as Error).message, "program");
   }
+  if (structured) await prepareStructured(t, structured);
   const policy: PolicySpec | undefined =
     o.policy === "baseline-even"
       ? { kind: "baseline-even" }
@@ -130,7 +141,9 @@ export async function runProgram(
         elapsed_ms: r.elapsedMs,
       };
       const content = r.answer ?? "";
-      const finish = r.stopReason === "aborted" ? "abort" : "stop";
+      // A structured program with no answer had every branch cut before its format was complete: "length", as a
+      // plain request's cut answer is, and no half answer in the content.
+      const finish = r.stopReason === "aborted" ? "abort" : structured && r.answer === null ? "length" : "stop";
       // Every token a program generates is its reasoning (branches, probes, steps); its answer is read from them.
       const usage = usageOf({
         promptTokens: prompt.ids.length,
