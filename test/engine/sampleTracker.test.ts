@@ -21,7 +21,7 @@ const params = (stop: string[], maxTokens = 1 << 20): ResolvedParams =>
     probe: null,
     confidence: null,
     deterministic: false,
-  structured: null,
+    structured: null,
   }) satisfies ResolvedParams;
 
 /** A detokenizer that turns token id i into pieces[i]. */
