@@ -3,7 +3,10 @@
 // tokenizer_config.json with a chat template.
 //   npx tsx scripts/make-fixture.ts --arch llama|qwen2|qwen3|qwen3moe --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
 //     [--hidden H] [--heads N] [--kv-heads N] [--intermediate N] [--shards N] [--preset smollm-135m|qwen2.5-1.5b]
+//     [--vocab N] [--regular-vocab N] [--filler unused|words]
 //     qwen3moe: [--experts E] [--experts-per-token K] [--moe-intermediate N] [--mlp-only-layers 0,2] [--sparse-step S]
+// A Qwen2.5-sized vocabulary whose token strings look real (structured-output masks depend on them):
+//   --arch qwen2 --vocab 151936 --regular-vocab 151643 --filler words
 import { existsSync } from "node:fs";
 import { copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
@@ -15,6 +18,7 @@ import { writeSafetensors, type TensorToWrite } from "../ts/model/safetensorsWri
 import { expectedTensors } from "../ts/model/weights.js";
 import { buildTokenizerJson, trainByteLevelBpe, type PreTokenizerFlavor, type TrainedBpe } from "./fixture/bpe.js";
 import { trainingCorpus } from "./fixture/corpus.js";
+import { fillerTokens } from "./fixture/filler.js";
 import { fillUniform, hashSeed } from "./fixture/random.js";
 import { FAMILY_TOKENS } from "./fixture/templates.js";
 
@@ -35,8 +39,20 @@ export interface FixtureOptions {
   intermediate?: number;
   /** Explicit head_dim (written to config.json); default hidden / heads. */
   headDim?: number;
-  /** Embedding rows; default = the tokenizer's size. Larger values pad the tokenizer with unused tokens. */
+  /** Embedding rows; default = the tokenizer's size. Larger values pad the tokenizer (see `filler`). */
   vocab?: number;
+  /**
+   * Regular (non-added) tokenizer ids when `vocab` pads it; default: all of `vocab` but the added tokens. Qwen2.5's
+   * tokenizer has 151,643 regular ids and 22 added ones under 151,936 embedding rows; rows past the tokenizer have no
+   * token.
+   */
+  regularVocab?: number;
+  /**
+   * What pads the regular vocabulary: "unused" (default) "<|unused_N|>" tokens; "words" realistic byte-level tokens
+   * (scripts/fixture/filler.ts, seeded), for work that reads every token string (grammar masks). Either way no merge
+   * reaches them: text encodes as without them.
+   */
+  filler?: "unused" | "words";
   /** Target size of the trained BPE vocabulary (bytes + merges), default 512. */
   bpeVocab?: number;
   maxPositions?: number;
@@ -163,10 +179,17 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   const vocab = opts.vocab ?? tokenizerSize;
   if (vocab < tokenizerSize)
     throw new Error(`makeFixture: vocab ${vocab} is smaller than the tokenizer (${tokenizerSize} tokens)`);
+  const regular = opts.regularVocab ?? vocab - family.added.length;
+  if (regular < bpe.vocab.size || regular + family.added.length > vocab)
+    throw new Error(
+      `makeFixture: regularVocab ${regular} must be in [${bpe.vocab.size}, ${vocab - family.added.length}] (the trained BPE's size, vocab less ${family.added.length} added tokens)`,
+    );
+  const taken = new Set([...bpe.vocab.keys(), ...family.added.map((t) => t.content)]);
   const { json: tokenizerJson, ids } = buildTokenizerJson(bpe, {
     flavor: family.flavor,
     added: family.added,
-    padTo: vocab,
+    padTo: regular + family.added.length,
+    filler: opts.filler === "words" ? fillerTokens(regular - bpe.vocab.size, taken, seed) : undefined,
     bosToken: family.bosToken,
   });
   const id = (t: string) => ids.get(t)!;
@@ -441,6 +464,9 @@ async function main(): Promise<void> {
       "kv-heads": { type: "string" },
       intermediate: { type: "string" },
       vocab: { type: "string" },
+      "regular-vocab": { type: "string" },
+      "bpe-vocab": { type: "string" },
+      filler: { type: "string" },
       shards: { type: "string" },
       preset: { type: "string" },
       "tie-embeddings": { type: "boolean" },
@@ -471,6 +497,11 @@ async function main(): Promise<void> {
   set("kvHeads", int(values["kv-heads"]));
   set("intermediate", int(values.intermediate));
   set("vocab", int(values.vocab));
+  set("regularVocab", int(values["regular-vocab"]));
+  set("bpeVocab", int(values["bpe-vocab"]));
+  if (values.filler !== undefined && values.filler !== "unused" && values.filler !== "words")
+    throw new Error(`--filler must be unused or words, got ${values.filler}`);
+  set("filler", values.filler as FixtureOptions["filler"]);
   set("shards", int(values.shards));
   set("tieEmbeddings", values["tie-embeddings"]);
   if (opts.arch === "qwen3moe") {

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { bytesToF32, f32ToBf16Bits } from "../../ts/model/dtype.js";
 import { openModelFiles } from "../../ts/model/modelFiles.js";
+import { ModelTokenizer } from "../../ts/model/tokenizer.js";
 import { cleanupFixtures, tempFixture } from "./fixtures.js";
 import { ReferenceModel } from "./reference.js";
 
@@ -82,5 +83,30 @@ describe("reference forward", () => {
     expect(pieces).toEqual(whole);
     // Causality: the logits at position 2 do not depend on later tokens.
     expect(ref.logits([3, 1, 4, 7, 7])[2]).toEqual(whole[2]);
+  });
+
+  it("filler words: a padded vocabulary of realistic, seeded byte-level tokens that text never encodes to", async () => {
+    const shape = { arch: "qwen2", dtype: "f32", vocab: 6000, regularVocab: 5990 } as const;
+    const unused = await tempFixture(shape);
+    const words = await tempFixture({ ...shape, filler: "words" });
+    const again = await tempFixture({ ...shape, filler: "words" });
+    const json = (dir: string) => readFile(join(dir, "tokenizer.json"), "utf8");
+    expect(await json(again.dir)).toBe(await json(words.dir)); // deterministic from the seed
+    const [u, w] = [await ModelTokenizer.load(unused.dir), await ModelTokenizer.load(words.dir)];
+    expect(w.vocabSize).toBe(5995); // 5,990 regular ids and the 5 added ones, under 6,000 embedding rows
+    const text = 'What is 17 + 25? {"answer": 42, "unit": "apples"}\n  The quick brown fox.';
+    expect(w.encode(text)).toEqual(u.encode(text)); // no merge reaches the filler
+    const tokens = w.grammarVocab().tokens;
+    const firstFiller = u.grammarVocab().tokens.indexOf("<|unused_0|>"); // the trained BPE's size
+    const filler = tokens.slice(firstFiller, 5990);
+    expect(filler.length).toBeGreaterThan(5000);
+    expect(filler.some((t) => t.startsWith("<|unused_"))).toBe(false);
+    const share = (f: (t: string) => boolean) => filler.filter(f).length / filler.length;
+    expect(share((t) => t.startsWith("Ġ"))).toBeGreaterThan(0.3); // words after a space
+    expect(share((t) => /^[a-z]+$/.test(t))).toBeGreaterThan(0.1); // subwords
+    expect(share((t) => /[^\x21-\x7eĠĊĉ]/.test(t))).toBeGreaterThan(0.15); // multi-byte text (CJK, Cyrillic, ...)
+    expect(share((t) => /["{}[\]:,]/.test(t))).toBeGreaterThan(0.01); // JSON and code punctuation
+    const word = filler.findIndex((t) => /^Ġ[a-z]+$/.test(t));
+    expect(w.decode([firstFiller + word])).toBe(" " + filler[word].slice(1));
   });
 });
