@@ -54,6 +54,7 @@ void rope(const View&, const View&, const View&, const View&) { unavailable(); }
 void siluMul(const View&, const View&) { unavailable(); }
 void embedding(const View&, const View&, const View&) { unavailable(); }
 void add(const View&, const View&, const View&) { unavailable(); }
+void relu(const View&, const View&) { unavailable(); }
 void kvWrite(const View&, const View&, const View&, const View&, const View&) { unavailable(); }
 void ropeKvWrite(const View&, const View&, const View&, const View&, const View&, const View&, const View&, const View&) {
   unavailable();

@@ -118,6 +118,8 @@ void checkMoe(const MoeArgs& a);
   void embedding(const View& ids, const View& table, const View& out);                                     \
   /* out = a + b, same shape and dtype. */                                                                  \
   void add(const View& a, const View& b, const View& out);                                                 \
+  /* out = max(x, 0) elementwise (NaN stays NaN), same shape and dtype; in place allowed (a PRM's score head). */ \
+  void relu(const View& x, const View& out);                                                               \
   /* kCache[slot] = k[t], vCache[slot] = v[t] for slot = slots[t] = page * pageSize + offset.                \
      k, v: [T, Hk, D]; caches [numPages, pageSize, Hk, D]. */                                               \
   void kvWrite(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots);   \

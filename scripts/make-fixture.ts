@@ -4,6 +4,7 @@
 //   npx tsx scripts/make-fixture.ts --arch llama|qwen2|qwen3|qwen3moe --dtype f32|bf16|f16 --out DIR [--seed S] [--layers N]
 //     [--hidden H] [--heads N] [--kv-heads N] [--intermediate N] [--shards N] [--preset smollm-135m|qwen2.5-1.5b]
 //     [--vocab N] [--regular-vocab N] [--filler unused|words]
+//     qwen2: [--prm-head value|twoClass] (a Skywork-o1-Open-PRM- or Qwen2.5-Math-PRM-style process reward model)
 //     qwen3moe: [--experts E] [--experts-per-token K] [--moe-intermediate N] [--mlp-only-layers 0,2] [--sparse-step S]
 // A Qwen2.5-sized vocabulary whose token strings look real (structured-output masks depend on them):
 //   --arch qwen2 --vocab 151936 --regular-vocab 151643 --filler words
@@ -79,6 +80,12 @@ export interface FixtureOptions {
    * qwen3moe: config.json's MoE fields; default 8 experts, 2 per token, moe_intermediate_size 64, norm_topk_prob true,
    * decoder_sparse_step 1, mlp_only_layers [0] (one dense layer, `intermediate` wide).
    */
+  /**
+   * qwen2 only: a process reward model in place of the language model: "value" a Skywork-o1-Open-PRM-style
+   * Qwen2ForPrmModel (v_head.summary; tokenizer_config's bos_token "<|endoftext|>"), "twoClass" a
+   * Qwen2.5-Math-PRM-style Qwen2ForProcessRewardModel (score.0 / score.2; an added "<extra_0>" step separator).
+   */
+  prmHead?: "value" | "twoClass";
   moe?: {
     experts?: number;
     expertsPerToken?: number;
@@ -167,7 +174,11 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   if (opts.slidingWindow !== undefined && opts.arch !== "llama")
     throw new Error("make-fixture: slidingWindow needs arch llama (a Mistral config over Llama tensors)");
   const mistral = opts.slidingWindow !== undefined;
-  const family = FAMILY_TOKENS[mistral ? "mistral" : opts.arch === "qwen3moe" ? "qwen3" : opts.arch];
+  if (opts.prmHead !== undefined && opts.arch !== "qwen2")
+    throw new Error("make-fixture: prmHead needs arch qwen2 (both PRMs are Qwen2 bodies)");
+  const base = FAMILY_TOKENS[mistral ? "mistral" : opts.arch === "qwen3moe" ? "qwen3" : opts.arch];
+  const family =
+    opts.prmHead === "twoClass" ? { ...base, added: [...base.added, { content: "<extra_0>", special: true }] } : base;
   const seed = opts.seed ?? 1;
   const hidden = opts.hidden ?? 64;
   const heads = opts.heads ?? 4;
@@ -212,7 +223,11 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
             ? "Qwen3ForCausalLM"
             : opts.arch === "qwen3moe"
               ? "Qwen3MoeForCausalLM"
-              : "Qwen2ForCausalLM",
+              : opts.prmHead === "value"
+                ? "Qwen2ForPrmModel"
+                : opts.prmHead === "twoClass"
+                  ? "Qwen2ForProcessRewardModel"
+                  : "Qwen2ForCausalLM",
     ],
     model_type: mistral ? "mistral" : opts.arch === "qwen3moe" ? "qwen3_moe" : opts.arch,
     ...(mistral ? { sliding_window: opts.slidingWindow } : {}),
@@ -283,7 +298,7 @@ export async function makeFixture(opts: FixtureOptions): Promise<Fixture> {
   const tokenizerConfig = {
     add_prefix_space: false,
     added_tokens_decoder: addedTokensDecoder,
-    bos_token: family.bosToken,
+    bos_token: opts.prmHead === "value" ? "<|endoftext|>" : family.bosToken,
     chat_template: family.chatTemplate,
     clean_up_tokenization_spaces: family.cleanUpTokenizationSpaces,
     eos_token: family.eosToken,
@@ -475,6 +490,7 @@ async function main(): Promise<void> {
       "moe-intermediate": { type: "string" },
       "mlp-only-layers": { type: "string" },
       "sparse-step": { type: "string" },
+      "prm-head": { type: "string" },
     },
   });
   const int = (v: string | undefined) => (v === undefined ? undefined : Number.parseInt(v, 10));
@@ -504,6 +520,9 @@ async function main(): Promise<void> {
   set("filler", values.filler as FixtureOptions["filler"]);
   set("shards", int(values.shards));
   set("tieEmbeddings", values["tie-embeddings"]);
+  if (values["prm-head"] !== undefined && values["prm-head"] !== "value" && values["prm-head"] !== "twoClass")
+    throw new Error(`--prm-head must be value or twoClass, got ${values["prm-head"]}`);
+  set("prmHead", values["prm-head"] as FixtureOptions["prmHead"]);
   if (opts.arch === "qwen3moe") {
     // The flags given override the preset's MoE fields (the rest keep it, or make-fixture's defaults).
     const flags = {

@@ -110,12 +110,14 @@ void Model::validate(const BatchInput& b) const {
       fail(who + "temperature must be a finite number >= 0, got " + std::to_string(s.temperature));
     if (s.topK < 0) fail(who + "topK must be >= 0 (0 = off), got " + std::to_string(s.topK));
     if (!(s.topP > 0 && s.topP <= 1)) fail(who + "topP must be in (0, 1], got " + std::to_string(s.topP));
-    if (s.numTop < 0 || s.numTop > 64 || s.numTop > cfg.vocab)
-      fail(who + "numTopLogprobs must be in [0, 64], got " + std::to_string(s.numTop));
-    if (s.confidenceK < 0 || s.confidenceK > 64 || s.confidenceK > cfg.vocab)
-      fail(who + "confidenceTopK must be in [0, min(64, vocab)], got " + std::to_string(s.confidenceK));
+    // A score head's rows have 2 logits (model_config.h headRows), a language model's vocab.
+    const int width = cfg.headRows();
+    if (s.numTop < 0 || s.numTop > 64 || s.numTop > width)
+      fail(who + "numTopLogprobs must be in [0, min(64, " + std::to_string(width) + ")], got " + std::to_string(s.numTop));
+    if (s.confidenceK < 0 || s.confidenceK > 64 || s.confidenceK > width)
+      fail(who + "confidenceTopK must be in [0, min(64, " + std::to_string(width) + ")], got " + std::to_string(s.confidenceK));
     if (s.emitAll && !s.emitToken) fail(who + "emitAll needs emitToken (a row that samples nothing cannot sample everywhere)");
-    if (s.allowedTokens) validateAllowedTokens(s, i, cfg.vocab);
+    if (s.allowedTokens) validateAllowedTokens(s, i, width);
     for (size_t j = 0; j < s.captureLayers.size(); j++) {
       const int l = s.captureLayers[j];
       if (l < 0 || l > cfg.numLayers + 1)

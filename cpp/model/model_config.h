@@ -32,8 +32,17 @@ struct ModelConfig {
   int numExperts = 0, expertsPerToken = 0, moeIntermediate = 0;
   bool normTopK = false;
   std::vector<uint8_t> moeLayer;  // [numLayers] when numExperts > 0
+  // A process reward model's score head in place of the LM head (docs/architecture.md "Native contract", score
+  // heads): its rows are 2 logits whose softmax's second value is the step score, sampled and read like any logits.
+  //   value:    Skywork-o1-Open-PRM's v_head.summary [1, C] + bias as the 2-row head [0; w], bias [0, b]: the
+  //             logits [0, v], so softmax(.)[1] = sigmoid(v)
+  //   twoClass: Qwen2.5-Math-PRM's score.0 [C, C] + bias, ReLU, score.2 [2, C] + bias
+  enum class ScoreHead { none, value, twoClass };
+  ScoreHead scoreHead = ScoreHead::none;
 
   bool isMoe(int layer) const { return numExperts > 0 && moeLayer[size_t(layer)]; }
+  // The head's width: the logits a row has (vocab for a language model, 2 for a score head).
+  int headRows() const { return scoreHead == ScoreHead::none ? vocab : 2; }
 
   int qDim() const { return numHeads * headDim; }
   int kvDim() const { return numKvHeads * headDim; }

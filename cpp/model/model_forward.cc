@@ -199,7 +199,7 @@ Model::Plan Model::plan(const BatchInput& b) {
   bool masked = false;
   for (int e = 0; e < p.E; e++) masked |= b.seqs[p.finals[e].seq].allowedTokens.has_value();
   if (masked) {
-    const int64_t W = (int64_t(cfg.vocab) + 31) / 32;
+    const int64_t W = (int64_t(cfg.headRows()) + 31) / 32;
     p.maskRowOf = int64_t(m.size());
     for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e].seq].allowedTokens ? p.maskRows++ : -1);
     p.maskWords = int64_t(m.size());
@@ -238,7 +238,7 @@ void Model::ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts) {
   oLast_.ensure(device, actDtype, F * C);
   hLast_.ensure(device, actDtype, F * C);
   capture_.ensure(device, actDtype, F * C);
-  logits_.ensure(device, DType::f32, F * cfg.vocab);
+  logits_.ensure(device, DType::f32, F * cfg.headRows());
   tokens_.ensure(device, DType::i32, F);
   logprobs_.ensure(device, DType::f32, F);
   topIds_.ensure(device, DType::i32, F * std::max(numTop, 1));
@@ -390,7 +390,7 @@ std::vector<SeqOutput> Model::forwardStep(const BatchInput& b) {
   ensureScratch(s.T, s.F, s.p.numTop, metaHost_.size());
   s.mark("meta.upload");
   if (device == Device::cuda) copyToDevice(device, metaDev_.data(), metaHost_.data(), metaHost_.size() * 4);
-  s.C = cfg.hidden, s.Q = cfg.qDim(), s.KV = cfg.kvDim(), s.I = cfg.intermediate, s.V = cfg.vocab;
+  s.C = cfg.hidden, s.Q = cfg.qDim(), s.KV = cfg.kvDim(), s.I = cfg.intermediate, s.V = cfg.headRows();
   s.Hq = cfg.numHeads, s.Hk = cfg.numKvHeads, s.D = cfg.headDim;
   s.scale = float(double(cfg.attnLogitScale) / std::sqrt(double(s.D)));
   const int64_t T = s.T, C = s.C;
@@ -570,9 +570,18 @@ void Model::finalRows(Step& s) {
     ops::rmsnorm(d, oLast_.view({F, C}), resLast_.view({F, C}), weights.finalNorm.vector(), hLast, cfg.rmsEps);
   }
   if (E == 0) return;
+  const Buffer* headIn = &hLast_;
+  if (cfg.scoreHead == ModelConfig::ScoreHead::twoClass) {
+    // Qwen2.5-Math-PRM's score.0 and its ReLU, into oLast (free once the final norm has read it): [E, C].
+    s.mark("gemm.scoreHidden");
+    s.gemmSplit(hLast_, C, weights.scoreHidden.matrix(), weights.scoreHiddenBias.vector(), oLast_, 0, E, p.Ef);
+    s.mark("relu");
+    ops::relu(d, oLast_.view({E, C}), oLast_.view({E, C}));
+    headIn = &oLast_;
+  }
   s.mark("gemm.lmHead");
   View logits = logits_.view({E, V});
-  s.gemmSplit(hLast_, C, weights.head().matrix(), View{}, logits_, 0, E, p.Ef);
+  s.gemmSplit(*headIn, C, weights.head().matrix(), weights.headBias.buf ? weights.headBias.vector() : View{}, logits_, 0, E, p.Ef);
   SampleArgs a;
   a.logits = logits;
   a.temperature = meta(p.temp, E, DType::f32);

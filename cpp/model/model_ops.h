@@ -19,6 +19,7 @@ DL_OP(rmsnorm, DL_P(const View& x, const View& residual, const View& weight, con
       (x, residual, weight, out, eps))
 DL_OP(rope, DL_P(const View& q, const View& k, const View& positions, const View& invFreq), (q, k, positions, invFreq))
 DL_OP(siluMul, DL_P(const View& gateUp, const View& out), (gateUp, out))
+DL_OP(relu, DL_P(const View& x, const View& out), (x, out))
 DL_OP(embedding, DL_P(const View& ids, const View& table, const View& out), (ids, table, out))
 DL_OP(kvWrite, DL_P(const View& k, const View& v, const View& kCache, const View& vCache, const View& slots),
       (k, v, kCache, vCache, slots))

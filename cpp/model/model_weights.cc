@@ -59,7 +59,18 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
   const int64_t C = cfg.hidden, V = cfg.vocab, I = cfg.intermediate, Q = cfg.qDim(), KV = cfg.kvDim(), D = cfg.headDim;
   define(embed, V, C, {{"model.embed_tokens.weight", V}}, false);
   define(finalNorm, C, 1, {{"model.norm.weight", C}}, true);
-  if (!cfg.tieEmbeddings) define(lmHead, V, C, {{"lm_head.weight", V}}, false);
+  if (cfg.scoreHead == ModelConfig::ScoreHead::value) {
+    // Row 0 and bias 0 stay zero (an unnamed part; buffers start zeroed): the logits [0, v] (model_config.h).
+    define(lmHead, 2, C, {{"", 1}, {"v_head.summary.weight", 1}}, false);
+    define(headBias, 2, 1, {{"", 1}, {"v_head.summary.bias", 1}}, true);
+  } else if (cfg.scoreHead == ModelConfig::ScoreHead::twoClass) {
+    define(scoreHidden, C, C, {{"score.0.weight", C}}, false);
+    define(scoreHiddenBias, C, 1, {{"score.0.bias", C}}, true);
+    define(lmHead, 2, C, {{"score.2.weight", 2}}, false);
+    define(headBias, 2, 1, {{"score.2.bias", 2}}, true);
+  } else if (!cfg.tieEmbeddings) {
+    define(lmHead, V, C, {{"lm_head.weight", V}}, false);
+  }
   layers.resize(cfg.numLayers);
   for (int l = 0; l < cfg.numLayers; l++) {
     std::string p = "model.layers." + std::to_string(l) + ".";
@@ -114,7 +125,8 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
     plan(L.gateUp);
     plan(L.down);
   }
-  plan(cfg.tieEmbeddings ? embed : lmHead);  // a tied table serves the embedding gather packed too
+  // a tied table serves the embedding gather packed too; a score head stays row-major (its zero row is not written)
+  if (cfg.scoreHead == ModelConfig::ScoreHead::none) plan(cfg.tieEmbeddings ? embed : lmHead);
 }
 
 void ModelWeights::define(WeightSlot& s, int64_t rows, int64_t cols, std::vector<std::pair<std::string, int64_t>> parts,
@@ -123,6 +135,10 @@ void ModelWeights::define(WeightSlot& s, int64_t rows, int64_t cols, std::vector
   s.cols = cols;
   int64_t r = 0;
   for (auto& [name, n] : parts) {
+    if (name.empty()) {  // rows no checkpoint tensor fills: they keep the buffer's zeros
+      r += n;
+      continue;
+    }
     WeightSlot::Part p;
     p.name = name;
     p.rowOffset = r;
@@ -135,7 +151,8 @@ void ModelWeights::define(WeightSlot& s, int64_t rows, int64_t cols, std::vector
 
 void ModelWeights::set(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const uint8_t* bytes,
                        size_t length, size_t byteOffset) {
-  if (name == "lm_head.weight" && cfg_.tieEmbeddings) return;  // tied checkpoints sometimes ship a copy
+  // tied checkpoints sometimes ship a copy; a PRM's checkpoint may keep its base model's (Skywork's does)
+  if (name == "lm_head.weight" && (cfg_.tieEmbeddings || cfg_.scoreHead != ModelConfig::ScoreHead::none)) return;
   if (dtype == DType::i32) throw Error("setWeight: '" + name + "' has dtype i32; weights must be f32, bf16 or f16");
   if (auto found = byName_.find(name); found != byName_.end()) {
     WeightSlot* slot = found->second.slot;

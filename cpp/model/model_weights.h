@@ -64,8 +64,13 @@ class ModelWeights {
   std::vector<std::string> missing() const;
 
   WeightSlot embed, finalNorm, lmHead;  // lmHead unused when embeddings are tied
+  // A score head (ModelConfig::scoreHead): lmHead holds its 2 output rows and headBias [2] their bias; a twoClass
+  // head's first layer is scoreHidden [C, C] + scoreHiddenBias [C].
+  WeightSlot headBias, scoreHidden, scoreHiddenBias;
   std::vector<LayerWeights> layers;
-  const WeightSlot& head() const { return cfg_.tieEmbeddings ? embed : lmHead; }
+  const WeightSlot& head() const {
+    return cfg_.tieEmbeddings && cfg_.scoreHead == ModelConfig::ScoreHead::none ? embed : lmHead;
+  }
 
  private:
   void define(WeightSlot& s, int64_t rows, int64_t cols, std::vector<std::pair<std::string, int64_t>> parts,

@@ -110,6 +110,13 @@ ModelConfig parseConfig(const Napi::Object& o) {
       c.moeLayer[size_t(l)] = 1;
     }
   }
+  Napi::Value head = field(o, "scoreHead", w, false);
+  if (!head.IsUndefined() && !head.IsNull()) {
+    const std::string h = head.IsString() ? head.As<Napi::String>().Utf8Value() : "";
+    if (h == "value") c.scoreHead = ModelConfig::ScoreHead::value;
+    else if (h == "twoClass") c.scoreHead = ModelConfig::ScoreHead::twoClass;
+    else fail("NativeModel: 'scoreHead' must be \"value\" or \"twoClass\" (or absent for a language model)");
+  }
   c.validate();
   return c;
 }

@@ -155,6 +155,17 @@ Napi::Value Embedding(const Napi::CallbackInfo& info) {
   });
 }
 
+Napi::Value Relu(const Napi::CallbackInfo& info) {
+  return guard(info, "relu", [&](OpArgs& a) {
+    View x = a.tensor("x"), out = a.tensor("out");
+    requireFloat(a.op, "x", x);
+    sameShape(a.op, "x", x, "out", out);
+    if (x.dtype != out.dtype) fail(a.op, "x and out must share one dtype");
+    Device dev = a.device;
+    return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, relu(x, out)); });
+  });
+}
+
 Napi::Value Add(const Napi::CallbackInfo& info) {
   return guard(info, "add", [&](OpArgs& a) {
     View x = a.tensor("a"), y = a.tensor("b"), out = a.tensor("out");
@@ -357,6 +368,7 @@ void registerOps(Napi::Env env, Napi::Object exports) {
   ops.Set("siluMul", Napi::Function::New(env, SiluMul, "siluMul"));
   ops.Set("embedding", Napi::Function::New(env, Embedding, "embedding"));
   ops.Set("add", Napi::Function::New(env, Add, "add"));
+  ops.Set("relu", Napi::Function::New(env, Relu, "relu"));
   ops.Set("kvWrite", Napi::Function::New(env, KvWrite, "kvWrite"));
   ops.Set("ropeKvWrite", Napi::Function::New(env, RopeKvWrite, "ropeKvWrite"));
   ops.Set("pageCopy", Napi::Function::New(env, PageCopy, "pageCopy"));

@@ -113,6 +113,10 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
   const ckpt = await openSafetensors(dir);
   try {
     checkWeights(config, ckpt);
+    if (config.scoreHead !== null)
+      throw new Error(
+        `exportGguf: ${dir} is a process reward model (${config.architecture}); its score head has no GGUF form`,
+      );
     // llama.cpp's arch names; qwen2 and qwen3 use NEOX RoPE (HF's layout, no permutation), qwen3 adds q/k norms.
     // qwen3moe: qwen3 with every layer's MLP a mixture (ffn_gate_inp router, experts stacked [E, rows, cols]).
     const arch =
@@ -228,7 +232,7 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
       }
     });
     add("output_norm.weight", names.finalNorm);
-    if (!config.tieWordEmbeddings) add("output.weight", names.lmHead);
+    if (!config.tieWordEmbeddings) add("output.weight", names.lmHead!);
     if (config.ropeScaling?.type === "yarn")
       throw new Error(`exportGguf: ${dir} uses YaRN RoPE scaling, which this exporter does not write yet`);
     if (config.ropeScaling) {

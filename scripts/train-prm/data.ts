@@ -5,7 +5,7 @@
 // the good or bad token.
 import { writeFileSync } from "node:fs";
 import { cleanStep, taggedSteps } from "../../ts/programs/rewards.js";
-import type { PrmConfig } from "../../ts/model/prmConfig.js";
+import type { TaggedStepsPrm as PrmConfig } from "../../ts/model/prmConfig.js";
 import { arithStepScore } from "../../ts/tasks/arith/stepScore.js";
 import type { ChatTokenizer } from "../train-reasoner/chatTokenizer.js";
 

@@ -8,7 +8,7 @@
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { PRM_FILE, type PrmConfig } from "../../ts/model/prmConfig.js";
+import { PRM_FILE, type TaggedStepsPrm as PrmConfig } from "../../ts/model/prmConfig.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { buildDir, buildTrainer } from "../train-reasoner/buildTrainer.js";
 import { loadChatTokenizer, type ChatTokenizer } from "../train-reasoner/chatTokenizer.js";

@@ -83,6 +83,19 @@ export class ReferenceModel {
     return matVec(this.w.get(name)!, this.bf16.has(name) ? roundToBf16(x) : x, rows, cols);
   }
 
+  /**
+   * @internal A process reward model's head on the final-normed state h, as its modeling code runs it: Skywork's
+   * v_head.summary gives [v]; Qwen2.5-Math-PRM's score.0, ReLU, score.2 give [l0, l1].
+   */
+  scoreHead(h: Vec): Float64Array {
+    const H = this.config.hiddenSize;
+    if (this.config.scoreHead === "value")
+      return addBias(this.project("v_head.summary.weight", h, 1, H), this.weight("v_head.summary.bias"));
+    const hidden = addBias(this.project("score.0.weight", h, H, H), this.weight("score.0.bias"));
+    for (let i = 0; i < H; i++) hidden[i] = Math.max(0, hidden[i]);
+    return addBias(this.project("score.2.weight", hidden, 2, H), this.weight("score.2.bias"));
+  }
+
   /** @internal */
   rope(vec: Vec, offset: number, pos: number): void {
     const half = this.config.headDim / 2;
@@ -98,6 +111,13 @@ export class ReferenceModel {
       vec[offset + i + half] = x2 * c + x1 * s;
     }
   }
+}
+
+/** A PRM's step score from its head's outputs at the step's scored token: sigmoid(v) for a value head's [v], the
+ * softmax's second value for a two-class head's [l0, l1] (transformers' convention in each model's card). */
+export function stepScore(head: ArrayLike<number>): number {
+  if (head.length === 1) return 1 / (1 + Math.exp(-head[0]));
+  return 1 / (1 + Math.exp(head[0] - head[1]));
 }
 
 /** First index of the maximum, and the gap to the runner-up. */
@@ -134,7 +154,8 @@ export class ReferenceSession {
     names.layers.forEach((l, i) => this.layer(i, l, x));
     const h = rmsNorm(x, m.weight(names.finalNorm), c.rmsNormEps);
     this.position++;
-    return m.project(names.lmHead, h, c.vocabSize, c.hiddenSize);
+    if (c.scoreHead !== null) return m.scoreHead(h);
+    return m.project(names.lmHead!, h, c.vocabSize, c.hiddenSize);
   }
 
   /** One decoder layer on the residual stream x (hidden), in place. */

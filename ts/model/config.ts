@@ -11,8 +11,22 @@ export const SUPPORTED_ARCHITECTURES = [
   "Qwen3ForCausalLM",
   "Qwen3MoeForCausalLM",
   "MistralForCausalLM",
+  "Qwen2ForPrmModel",
+  "Qwen2ForProcessRewardModel",
 ] as const;
 export type Architecture = (typeof SUPPORTED_ARCHITECTURES)[number];
+
+/**
+ * A process reward model's head in place of the LM head, from config.json's architecture (both are Qwen2 bodies):
+ * "value" for Skywork-o1-Open-PRM (`Qwen2ForPrmModel`: v_head.summary, one value per token, score = its sigmoid),
+ * "twoClass" for Qwen2.5-Math-PRM (`Qwen2ForProcessRewardModel`: score.0, ReLU, score.2 to 2 classes, score = the
+ * softmax's second). Either way the native model's rows have 2 logits whose softmax's second value is the score.
+ */
+export type ScoreHead = "value" | "twoClass";
+const SCORE_HEADS: Partial<Record<Architecture, ScoreHead>> = {
+  Qwen2ForPrmModel: "value",
+  Qwen2ForProcessRewardModel: "twoClass",
+};
 
 /** Llama 3.x frequency-dependent RoPE scaling ("rope_type": "llama3"). */
 export interface Llama3RopeScaling {
@@ -94,6 +108,8 @@ export interface ModelConfig {
   oProjBias: boolean;
   /** The mixture-of-experts MLP (Qwen3-MoE), or null for a dense model. */
   moe: MoeConfig | null;
+  /** A process reward model's score head (no lm_head), or null for a language model. */
+  scoreHead: ScoreHead | null;
   torchDtype: TorchDType | null;
   bosTokenId: number | null;
   /** All end-of-sequence ids declared by config.json (may be several, e.g. Llama 3.1 instruct). */
@@ -148,6 +164,9 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     fail("architectures", archs, `unsupported architecture; deliberate runs ${SUPPORTED_ARCHITECTURES.join(", ")}`);
   }
   const arch = architecture as Architecture;
+  const scoreHead = SCORE_HEADS[arch] ?? null;
+  // A PRM's body is a Qwen2 model (its biases and window rules).
+  const qwen2 = arch === "Qwen2ForCausalLM" || scoreHead !== null;
 
   const act = c.hidden_act ?? "silu";
   if (act !== "silu") fail("hidden_act", act, "only 'silu' (SwiGLU MLP) is supported");
@@ -175,14 +194,14 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
   if (headDim % 2 !== 0) fail("head_dim", headDim, "RoPE rotates pairs of dimensions, so head_dim must be even");
 
   const attentionBias = bool("attention_bias", false);
-  const qkvBias = arch === "Qwen2ForCausalLM" ? true : attentionBias;
-  const oProjBias = arch === "Qwen2ForCausalLM" ? false : attentionBias;
+  const qkvBias = qwen2 ? true : attentionBias;
+  const oProjBias = qwen2 ? false : attentionBias;
 
   const maxPositionEmbeddings = int("max_position_embeddings");
   let slidingWindow: number | null = null;
   // Qwen3 windows layers as Qwen2 does (use_sliding_window, max_window_layers).
   const qwen3 = arch === "Qwen3ForCausalLM" || arch === "Qwen3MoeForCausalLM";
-  const qwen = arch === "Qwen2ForCausalLM" || qwen3;
+  const qwen = qwen2 || qwen3;
   const usesWindow = arch === "MistralForCausalLM" || (qwen && c.use_sliding_window === true);
   if (usesWindow && c.sliding_window != null) {
     slidingWindow = int("sliding_window");
@@ -241,6 +260,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     oProjBias,
     qkNorm: qwen3,
     moe: arch === "Qwen3MoeForCausalLM" ? parseMoe(c, int("num_hidden_layers"), fail) : null,
+    scoreHead,
     torchDtype: dtypeRaw as TorchDType | null,
     bosTokenId: optionalId("bos_token_id"),
     eosTokenIds,

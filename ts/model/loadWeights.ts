@@ -58,6 +58,7 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
       : undefined,
     attnLogitScale: ropeAttentionFactor(config) ** 2,
     tieEmbeddings: config.tieWordEmbeddings,
+    scoreHead: config.scoreHead ?? undefined,
     slidingWindow: config.slidingWindow ?? 0,
     invFreq: computeInvFreq(config),
     device: plan.device,

@@ -39,8 +39,10 @@ export interface WeightNames {
   embedTokens: string; // [vocab, hidden]
   layers: LayerWeightNames[];
   finalNorm: string; // [hidden]
-  /** The output projection [vocab, hidden]; the embedding's name when word embeddings are tied. */
-  lmHead: string;
+  /** The output projection [vocab, hidden]; the embedding's name when word embeddings are tied; null for a PRM. */
+  lmHead: string | null;
+  /** A process reward model's score head (config.scoreHead), in load order; lm_head is not read. */
+  scoreHead: ExpectedTensor[];
 }
 
 export function weightNames(config: ModelConfig): WeightNames {
@@ -73,8 +75,27 @@ export function weightNames(config: ModelConfig): WeightNames {
     embedTokens: "model.embed_tokens.weight",
     layers,
     finalNorm: "model.norm.weight",
-    lmHead: config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+    lmHead: config.scoreHead ? null : config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+    scoreHead: scoreHeadTensors(config),
   };
+}
+
+/** Skywork's v_head.summary (Linear(hidden, 1)); Qwen2.5-Math-PRM's score = Sequential(Linear(h, h), ReLU, Linear(h, 2)). */
+function scoreHeadTensors(config: ModelConfig): ExpectedTensor[] {
+  const h = config.hiddenSize;
+  if (config.scoreHead === "value")
+    return [
+      { name: "v_head.summary.weight", shape: [1, h] },
+      { name: "v_head.summary.bias", shape: [1] },
+    ];
+  if (config.scoreHead === "twoClass")
+    return [
+      { name: "score.0.weight", shape: [h, h] },
+      { name: "score.0.bias", shape: [h] },
+      { name: "score.2.weight", shape: [2, h] },
+      { name: "score.2.bias", shape: [2] },
+    ];
+  return [];
 }
 
 function moeNames(layer: string, numExperts: number): MoeWeightNames {
@@ -131,7 +152,8 @@ export function expectedTensors(config: ModelConfig): ExpectedTensor[] {
     }
   }
   out.push({ name: names.finalNorm, shape: [h] });
-  if (!config.tieWordEmbeddings) out.push({ name: names.lmHead, shape: [vocabSize, h] });
+  if (names.lmHead !== null && !config.tieWordEmbeddings) out.push({ name: names.lmHead, shape: [vocabSize, h] });
+  out.push(...names.scoreHead);
   return out;
 }
 

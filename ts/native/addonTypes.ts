@@ -75,6 +75,8 @@ export interface NativeOps {
   /** out[T,C] = table[ids[T]]. */
   embedding(a: { ids: NativeTensor; table: NativeTensor; out: NativeTensor }): Promise<void>;
   add(a: { a: NativeTensor; b: NativeTensor; out: NativeTensor }): Promise<void>;
+  /** out = max(x, 0) elementwise (NaN stays NaN), same shape and dtype; x may be out. */
+  relu(a: { x: NativeTensor; out: NativeTensor }): Promise<void>;
   /** kCache/vCache[slots[t]] = k/v[t]; slot = page * pageSize + offset. */
   kvWrite(a: {
     k: NativeTensor;
@@ -170,6 +172,13 @@ export interface NativeModelOptions {
    * mlp.experts.{e}.{gate,up,down}_proj), expertsPerToken per token, renormalised when normTopK.
    */
   moe?: { numExperts: number; expertsPerToken: number; intermediate: number; normTopK: boolean; layers: Int32Array };
+  /**
+   * A process reward model's score head instead of the LM head: every emitting row gets 2 logits whose softmax's
+   * second value is the step score. "value": Skywork's v_head.summary [1, hidden] + bias, as logits [0, v] (so the
+   * score is sigmoid(v)); "twoClass": Qwen2.5-Math-PRM's score.0 [hidden, hidden] + bias, ReLU, score.2 [2, hidden]
+   * + bias. No lm_head.weight is read.
+   */
+  scoreHead?: "value" | "twoClass";
   /** Multiplies the attention logits' 1/sqrt(headDim) (YaRN: the square of its attention factor). Default 1. */
   attnLogitScale?: number;
   tieEmbeddings: boolean;

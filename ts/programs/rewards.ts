@@ -1,11 +1,12 @@
 // Reward sources for step-level search (Rebase, MCTS): a score in [0, 1] for a reasoning step given what came
 // before. Two kinds: a programmatic verifier (a task checks its own steps: ProgramTask.stepVerifier, e.g. the
-// arithmetic task's in ts/tasks/arith/stepScore.ts) and a model-scored process reward (Math-Shepherd style: the
-// probability of designated "good" tokens after a step-end tag, from a second model loaded on the same engine; its
-// tokens count towards the program's, under purpose "reward").
+// arithmetic task's in ts/tasks/arith/stepScore.ts) and a model-scored process reward from a second model loaded on
+// the same engine (its tokens count towards the program's, under purpose "reward"): Math-Shepherd style, the
+// probability of designated "good" tokens after a step-end tag, or a score head's (Skywork-o1-Open-PRM,
+// Qwen2.5-Math-PRM: the model's 2 logits at the step's last token, score = the softmax's second).
 import type { GenerationOutput } from "../engine/outputs.js";
 import { InvalidOptionError } from "../errors/index.js";
-import type { PrmConfig } from "../model/prmConfig.js";
+import type { PrmConfig, ScoreHeadPrm } from "../model/prmConfig.js";
 import type { ProgramContext } from "./program.js";
 
 export interface StepInput {
@@ -60,7 +61,7 @@ export interface ModelRewardOptions {
   /** The reward model's name on the engine (Engine models[i].name). */
   model: string;
   /** Tokens whose probability means "this step is good" (e.g. ["+"]). */
-  goodTokens: readonly string[];
+  goodTokens?: readonly string[];
   /** Tokens meaning "bad" (e.g. ["-"]); when given, reward = P(good) / (P(good) + P(bad)). */
   badTokens?: readonly string[];
   /** Appended after the step, where the reward model predicts its tag (Math-Shepherd: " ки"). Default "\n". */
@@ -71,6 +72,11 @@ export interface ModelRewardOptions {
   topLogprobs?: number;
   /** The step tag must be one token of the reward model (it predicts the label at the tag; default false). */
   tagIsToken?: boolean;
+  /**
+   * The labels as output ids, in place of goodTokens / badTokens: a score-head PRM's rows have 2 logits, id 1 the
+   * step's score and id 0 its complement (ts/native/addonTypes.ts scoreHead).
+   */
+  labelIds?: { good: readonly number[]; bad: readonly number[] };
 }
 
 /** A step as a reward model sees it: `<think>` markers dropped, trimmed. */
@@ -98,10 +104,14 @@ export function modelProcessReward(o: ModelRewardOptions): RewardSource {
   // Checked before the first request: a multi-token tag or label is a configuration error, not a low score.
   const labels = (ctx: ProgramContext): { good: Set<number>; bad: Set<number> } => {
     if (ids === null && o.tagIsToken) singleToken(ctx, o.model, tag, "step tag");
-    ids ??= {
-      good: new Set(o.goodTokens.map((t) => singleToken(ctx, o.model, t))),
-      bad: new Set((o.badTokens ?? []).map((t) => singleToken(ctx, o.model, t))),
-    };
+    ids ??= o.labelIds
+      ? { good: new Set(o.labelIds.good), bad: new Set(o.labelIds.bad) }
+      : {
+          good: new Set((o.goodTokens ?? []).map((t) => singleToken(ctx, o.model, t))),
+          bad: new Set((o.badTokens ?? []).map((t) => singleToken(ctx, o.model, t))),
+        };
+    if (ids.good.size === 0)
+      throw new InvalidOptionError(`reward model ${o.model}: give goodTokens (the tokens meaning a good step)`);
     return ids;
   };
   const read = (ctx: ProgramContext, out: GenerationOutput): number => {
@@ -164,6 +174,7 @@ function singleToken(ctx: ProgramContext, model: string, text: string, what = "g
 /** The reward source of a process reward model folder's prm.json (ts/model/prmConfig.ts), loaded on the engine as
  * `model`. */
 export function prmReward(config: PrmConfig, model: string): RewardSource {
+  if (config.format === "score-head") return scoreHeadReward(config, model);
   return modelProcessReward({
     model,
     goodTokens: config.goodTokens,
@@ -171,5 +182,25 @@ export function prmReward(config: PrmConfig, model: string): RewardSource {
     stepTag: config.stepTag,
     tagIsToken: true,
     format: taggedSteps(config.prefix, config.stepTag),
+  });
+}
+
+/**
+ * A score-head PRM (Skywork's value head, Qwen2.5-Math-PRM's two-class head): the request's prompt ends at the
+ * scored step's end token, where the model's 2 logits give the score as P(id 1) (sigmoid(v) for a value head).
+ */
+function scoreHeadReward(config: ScoreHeadPrm, model: string): RewardSource {
+  return modelProcessReward({
+    model,
+    labelIds: { good: [1], bad: [0] },
+    topLogprobs: 2,
+    stepTag: config.stepEnd,
+    tagIsToken: true,
+    format: (x) =>
+      config.prefix +
+      x.question +
+      config.afterQuestion +
+      x.previous.map((s) => cleanStep(s) + config.stepEnd).join("") +
+      cleanStep(x.step),
   });
 }

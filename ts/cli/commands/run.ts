@@ -113,7 +113,12 @@ function rewardOf(kind: ProgramKind, opts: RunOptions, task: Task): { reward: Re
       );
     const config = readPrmConfig(prmDir);
     const flags = opts.prmGood !== undefined || opts.prmBad !== undefined || opts.prmTag !== undefined;
-    if (config !== null && !flags) return { reward: prmReward(config, "prm"), prmDir };
+    if (config?.format === "score-head" && flags)
+      throw new Error(
+        `--prm ${prmDir} scores steps with its ${config.head} head (config.json's architectures); --prm-good / --prm-bad / --prm-tag apply to token-labelled PRMs only`,
+      );
+    if (config !== null && (!flags || config.format === "score-head"))
+      return { reward: prmReward(config, "prm"), prmDir };
     const list = (raw: string): string[] => raw.split(",").filter((t) => t !== "");
     const goodTokens = list(opts.prmGood ?? config?.goodTokens.join(",") ?? "+");
     if (goodTokens.length === 0) throw new Error("--prm-good needs at least one token");

@@ -1,0 +1,177 @@
+// The seeds' process reward models as `--prm DIR` (issue 46 item 3): a Skywork-o1-Open-PRM-style value head
+// (Qwen2ForPrmModel) and a Qwen2.5-Math-PRM-style two-class head (Qwen2ForProcessRewardModel), random and small,
+// f32 and bf16. The head type and the step layout come from config.json (and tokenizer_config.json) alone; the
+// scores through the engine equal the float64 reference's (test/model/reference.ts: the model's head, then sigmoid
+// or softmax[1]) at the step's end token; scoreAhead gives score()'s values; best-of-n runs with each as --prm on the
+// bundled tiny reasoner.
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+import { bundledModelDir } from "../../ts/bundledModel.js";
+import { Engine } from "../../ts/engine/engine.js";
+import { parseModelConfig } from "../../ts/model/config.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+import { QWEN_MATH_PRM_SYSTEM, readPrmConfig, type ScoreHeadPrm } from "../../ts/model/prmConfig.js";
+import type { Program, ProgramContext } from "../../ts/programs/program.js";
+import { prmReward, scoreAhead, type StepInput } from "../../ts/programs/rewards.js";
+import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import type { FixtureDType } from "../../scripts/make-fixture.js";
+import { fixtureDir } from "../model/fixtureCache.js";
+import { ReferenceModel, stepScore } from "../model/reference.js";
+
+type Head = "value" | "twoClass";
+const prmDir = (head: Head, dtype: FixtureDType) => fixtureDir("qwen2", dtype, { prmHead: head, seed: 11 });
+
+const models: Model[] = [];
+afterAll(() => models.forEach((m) => m.dispose()));
+
+/** Runs `fn` inside a one-round program on an engine holding the PRM as "prm". */
+async function withContext<T>(prm: Model, fn: (ctx: ProgramContext) => Promise<T>): Promise<T> {
+  const engine = new Engine({ models: [{ name: "prm", model: prm }], kernelMode: "batch-invariant" });
+  let out: T | undefined;
+  const program: Program = {
+    name: "t",
+    certaindex: 0,
+    knob: { used: 0, max: 1 },
+    tokenBudget: 0,
+    get done() {
+      return this.knob.used > 0;
+    },
+    async execute(ctx) {
+      out = await fn(ctx);
+      this.knob.used = 1;
+    },
+    updateCertaindex: () => 0,
+    answer: () => null,
+  };
+  try {
+    await new ProgramRuntime(engine).run(program);
+  } finally {
+    await engine.dispose();
+  }
+  return out as T;
+}
+
+const INPUT: StepInput = {
+  question: "What is 12*(7+5)-9?",
+  previous: ["<think>7+5=12", "12*12=144"],
+  step: "144-9=135",
+};
+const AHEAD = ["so the answer is 135", "</think> \\boxed{135}"];
+
+describe("score-head PRMs: config.json says the head", () => {
+  const base = {
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    vocab_size: 100,
+    max_position_embeddings: 64,
+  };
+  it("Qwen2ForPrmModel is a value head, Qwen2ForProcessRewardModel a two-class head, both Qwen2 bodies", () => {
+    const value = parseModelConfig({ ...base, architectures: ["Qwen2ForPrmModel"] }, "config.json");
+    const twoClass = parseModelConfig({ ...base, architectures: ["Qwen2ForProcessRewardModel"] }, "config.json");
+    expect([value.scoreHead, twoClass.scoreHead]).toEqual(["value", "twoClass"]);
+    for (const c of [value, twoClass]) expect([c.qkvBias, c.oProjBias]).toEqual([true, false]);
+    expect(parseModelConfig({ ...base, architectures: ["Qwen2ForCausalLM"] }, "config.json").scoreHead).toBeNull();
+  });
+
+  it("lays steps out as each model's inference code does", async () => {
+    const value = readPrmConfig(await prmDir("value", "f32")) as ScoreHeadPrm;
+    expect(value).toEqual({
+      format: "score-head",
+      head: "value",
+      prefix: "<|endoftext|>",
+      afterQuestion: "\n",
+      stepEnd: "\n",
+    });
+    const twoClass = readPrmConfig(await prmDir("twoClass", "f32")) as ScoreHeadPrm;
+    expect(twoClass).toEqual({
+      format: "score-head",
+      head: "twoClass",
+      prefix: `<|im_start|>system\n${QWEN_MATH_PRM_SYSTEM}<|im_end|>\n<|im_start|>user\n`,
+      afterQuestion: "<|im_end|>\n<|im_start|>assistant\n",
+      stepEnd: "<extra_0>",
+    });
+  });
+});
+
+/** The text the PRM scores for `x` (the last step's end token last), as the reward lays it out. */
+function scoredText(c: ScoreHeadPrm, x: StepInput): string {
+  const clean = (s: string) => s.replace(/<\/?think>/g, "").trim();
+  return c.prefix + x.question + c.afterQuestion + [...x.previous, x.step].map((s) => clean(s) + c.stepEnd).join("");
+}
+
+describe.each<[Head, FixtureDType]>([
+  ["value", "f32"],
+  ["value", "bf16"],
+  ["twoClass", "f32"],
+  ["twoClass", "bf16"],
+])("%s head (%s): scores against the float64 reference", (head, dtype) => {
+  it("every step's score equals the reference head's sigmoid / softmax[1] to 1e-5, score() and scoreAhead alike", async () => {
+    const dir = await prmDir(head, dtype);
+    const prm = await loadModel(dir);
+    models.push(prm);
+    const config = readPrmConfig(dir) as ScoreHeadPrm;
+    const reward = prmReward(config, "prm");
+    const ref = await ReferenceModel.load(dir);
+    const inputs: StepInput[] = [INPUT];
+    for (const step of AHEAD) {
+      const last = inputs[inputs.length - 1];
+      inputs.push({ question: INPUT.question, previous: [...last.previous, last.step], step });
+    }
+    const { single, ahead, encoded } = await withContext(prm, async (ctx) => ({
+      single: await Promise.all(inputs.map((x) => reward.score(ctx, x))),
+      ahead: await scoreAhead(reward, ctx, INPUT, AHEAD),
+      encoded: inputs.map((x) => ctx.encode(scoredText(config, x), { model: "prm" })),
+    }));
+    const stepEndId = prm.tokenizer.encode(config.stepEnd, { addSpecialTokens: false });
+    expect(stepEndId).toHaveLength(1);
+    for (const [i, ids] of encoded.entries()) {
+      expect(ids.at(-1)).toBe(stepEndId[0]); // scored at the step's end token
+      const head = ref.logits(ids).at(-1)!;
+      expect(head).toHaveLength(head.length === 1 ? 1 : 2);
+      const want = stepScore(head);
+      expect(Math.abs(single[i] - want), `step ${i}: ${single[i]} vs ${want}`).toBeLessThan(1e-5);
+      expect(Math.abs(ahead[i] - want), `ahead ${i}`).toBeLessThan(1e-5);
+    }
+    // A random head's scores are informative enough to tell a broken head apart: not all equal, inside (0, 1).
+    expect(new Set(single.map((s) => s.toFixed(6))).size).toBeGreaterThan(1);
+    for (const s of single) expect(s > 0 && s < 1).toBe(true);
+  }, 60_000);
+});
+
+const run = promisify(execFile);
+describe.skipIf(!existsSync(bundledModelDir))("best-of-n with each head as --prm on the tiny reasoner", () => {
+  it.each<Head>(["value", "twoClass"])(
+    "%s",
+    async (head) => {
+      const prm = await prmDir(head, "f32");
+      const { stdout } = await run(
+        "npx",
+        [
+          "tsx",
+          "ts/cli/main.ts",
+          "run",
+          "What is 12*(7+5)-9?",
+          "--program",
+          "best-of-n",
+          "--prm",
+          prm,
+          "--cap",
+          "2",
+          "--max-tokens",
+          "60",
+          "--json",
+        ],
+        { cwd: process.cwd(), timeout: 120_000 },
+      );
+      const r = JSON.parse(stdout) as { reward: string; tokensByPurpose: Record<string, number>; program: string };
+      expect(r.program).toBe("best-of-n");
+      expect(r.reward).toBe("prm:prm");
+      expect(r.tokensByPurpose.reward).toBeGreaterThan(0); // the PRM scored the samples' steps
+    },
+    180_000,
+  );
+});
