@@ -145,7 +145,10 @@ if (scaled !== null) {
   prmDir = await scaleModel(prmDir, `${base}-${scaled.prm}-prm`, prmPreset, 2);
 }
 const prmConfig = readPrmConfig(prmDir);
-if (prmConfig === null) throw new Error(`${prmDir} has no prm.json`);
+if (prmConfig === null)
+  throw new Error(
+    `${prmDir} has no prm.json and its config.json names no score head (Qwen2ForPrmModel, Qwen2ForProcessRewardModel)`,
+  );
 
 const splitNote: string[] = [];
 type Pair = { gen: Model; prm: Model; speculativeRows: number };

@@ -175,6 +175,7 @@ const OPS: Record<string, (d: Dims) => Record<string, unknown>> = {
   siluMul: ({ M, N }) => ({ gateUp: t("f32", [M, 2 * N]), out: t("f32", [M, N]) }),
   embedding: ({ T, K, N }) => ({ ids: t("i32", [T], [0, N - 1]), table: t("f32", [N, K]), out: t("f32", [T, K]) }),
   add: ({ M, K }) => ({ a: t("f32", [M, K]), b: t("f32", [M, K]), out: t("f32", [M, K]) }),
+  relu: ({ M, K }) => ({ x: t("f32", [M, K]), out: t("f32", [M, K]) }),
   kvWrite: (d) => ({ ...kv(d), slots: t("i32", [d.T], [0, d.pages * d.pageSize - 1]) }),
   ropeKvWrite: (d) => ({ ...OPS.rope(d), ...kv(d), slots: t("i32", [d.T], [d.pages * d.pageSize - 1, 0]) }),
   pageCopy: (d) => ({
