@@ -61,6 +61,12 @@ export function registerGenerate(program: Command): void {
       const temperature = parseNumber("temperature", opts.temperature, false);
       const seed = parseNumber("seed", opts.seed, true);
       const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device });
+      if (model.config.scoreHead !== null) {
+        model.dispose();
+        throw new Error(
+          `--model ${opts.model}: a process reward model (${model.config.architecture}) scores steps and writes no text; pass it to deliberate run as --prm DIR`,
+        );
+      }
       // A chat model answers a question asked as a chat; --raw (or a model without a template) sends the text as is.
       const chat = opts.prompt !== undefined && !opts.raw && model.tokenizer.chatTemplate !== null;
       const input: GenerateInput =

@@ -172,6 +172,10 @@ async function loadModels(
   n: number,
 ): Promise<{ model: Model; prm: Model | null; plan: KvSplitPlan | null }> {
   const device = opts.device as "cpu" | "cuda";
+  if (readPrmConfig(dir)?.format === "score-head")
+    throw new Error(
+      `--model ${dir}: a process reward model (its config.json names a score head) scores steps and writes no text; give it as --prm DIR and a language model as --model`,
+    );
   if (opts.kvBudget === undefined) {
     if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
     const model = await loadModel(dir, { device });
