@@ -330,7 +330,7 @@ export interface NativeModelInfo {
  * One op's share of profiled steps: `calls` intervals summing to `ms` (CPU: host clock; CUDA: events on the stream).
  * Labels: plan, meta.upload, pageCopy, embedding, rmsnorm, captureHidden, gemm.qkv, qkNorm (Qwen3), ropeKvWrite,
  * attention.decode, attention.prefill, gemm.o, gemm.gateUp, siluMul, gemm.down, moe (a mixture-of-experts MLP), finalNorm,
- * gemm.lmHead, maskLogits
+ * gemm.scoreHidden and relu (a two-class PRM head), gemm.lmHead (the LM or score head), maskLogits
  * (steps with allowedTokens), sample, readback; and step.wall, each profiled step's whole forward as its caller waited for it.
  */
 export interface ProfileEntry {
