@@ -2,8 +2,8 @@
 // (Qwen2ForPrmModel) and a Qwen2.5-Math-PRM-style two-class head (Qwen2ForProcessRewardModel), random and small,
 // f32 and bf16. The head type and the step layout come from config.json (and tokenizer_config.json) alone; the
 // scores through the engine equal the float64 reference's (test/model/reference.ts: the model's head, then sigmoid
-// or softmax[1]) at the step's end token; scoreAhead gives score()'s values; best-of-n runs with each as --prm on the
-// bundled tiny reasoner.
+// or softmax[1]) at the step's end token; scoreAhead gives score()'s values; best-of-n, beam, DVTS, Rebase and MCTS
+// run with each as --prm on the bundled tiny reasoner; a PRM as --model is refused.
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { promisify } from "node:util";
@@ -172,45 +172,51 @@ async function checkScores(
 }
 
 const run = promisify(execFile);
-describe.skipIf(!existsSync(bundledModelDir))("best-of-n with each head as --prm on the tiny reasoner", () => {
-  it.each<Head>(["value", "twoClass"])(
-    "%s",
-    async (head) => {
-      const prm = await prmDir(head, "f32");
-      const { stdout } = await run(
-        "npx",
-        [
-          "tsx",
-          "ts/cli/main.ts",
-          "run",
-          "What is 12*(7+5)-9?",
-          "--program",
-          "best-of-n",
-          "--prm",
-          prm,
-          "--cap",
-          "2",
-          "--max-tokens",
-          "60",
-          "--json",
-        ],
-        { cwd: process.cwd(), timeout: 120_000 },
-      );
-      const r = JSON.parse(stdout) as { reward: string; tokensByPurpose: Record<string, number>; program: string };
-      expect(r.program).toBe("best-of-n");
-      expect(r.reward).toBe("prm:prm");
-      expect(r.tokensByPurpose.reward).toBeGreaterThan(0); // the PRM scored the samples' steps
-    },
-    180_000,
-  );
+describe.skipIf(!existsSync(bundledModelDir))(
+  "each step-scored program with each head as --prm on the tiny reasoner",
+  () => {
+    const programs = ["best-of-n", "beam", "dvts", "rebase", "mcts"];
+    it.each<[string, Head]>(
+      programs.flatMap((p) => [[p, "value"] as [string, Head], [p, "twoClass"] as [string, Head]]),
+    )(
+      "%s, %s head",
+      async (program, head) => {
+        const prm = await prmDir(head, "f32");
+        const { stdout } = await run(
+          "npx",
+          [
+            "tsx",
+            "ts/cli/main.ts",
+            "run",
+            "What is 12*(7+5)-9?",
+            "--program",
+            program,
+            "--prm",
+            prm,
+            "--cap",
+            "4", // beam and dvts: a width of 4 divides it
+            "--max-tokens",
+            "60",
+            "--json",
+          ],
+          { cwd: process.cwd(), timeout: 120_000 },
+        );
+        const r = JSON.parse(stdout) as { reward: string; tokensByPurpose: Record<string, number>; program: string };
+        expect(r.program).toBe(program);
+        expect(r.reward).toBe("prm:prm");
+        expect(r.tokensByPurpose.reward).toBeGreaterThan(0); // the PRM scored the samples' steps
+      },
+      180_000,
+    );
 
-  it("refuses a score-head PRM as the generator, naming --prm", async () => {
-    const prm = await prmDir("value", "f32");
-    await expect(
-      run("npx", ["tsx", "ts/cli/main.ts", "run", "What is 1+2?", "--model", prm, "--max-tokens", "4"], {
-        cwd: process.cwd(),
-        timeout: 120_000,
-      }),
-    ).rejects.toThrow(/a process reward model .* give it as --prm DIR/);
-  }, 120_000);
-});
+    it("refuses a score-head PRM as the generator, naming --prm", async () => {
+      const prm = await prmDir("value", "f32");
+      await expect(
+        run("npx", ["tsx", "ts/cli/main.ts", "run", "What is 1+2?", "--model", prm, "--max-tokens", "4"], {
+          cwd: process.cwd(),
+          timeout: 120_000,
+        }),
+      ).rejects.toThrow(/a process reward model .* give it as --prm DIR/);
+    }, 120_000);
+  },
+);
