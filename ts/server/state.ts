@@ -6,6 +6,7 @@ import type { Engine } from "../engine/index.js";
 import type { Model } from "../model/model.js";
 import { ProgramFactory } from "../programs/index.js";
 import type { Task } from "../tasks/index.js";
+import { UnsupportedError } from "../errors/index.js";
 import { ApiError, modelNotFound, unavailable } from "./errors.js";
 import type { Generation, ThinkTokens } from "./generation.js";
 import { ServerMetrics } from "./metrics.js";
@@ -79,6 +80,11 @@ export class ServerState {
   /** Serves `t`; throws (and serves nothing) if its program factory cannot be built (a corrupt calibration file,
    *  say): the plugin records that as the load error. */
   ready(t: ServeTarget): void {
+    if (t.model.config.scoreHead !== null)
+      throw new UnsupportedError(
+        `${t.modelDir}: a process reward model (${t.model.config.architecture}) scores steps and writes no text, so it cannot be served; serve a language model and give the PRM to programs as --prm DIR`,
+        { field: "modelDir" },
+      );
     const factory = ProgramFactory.open({
       modelDir: t.modelDir,
       hiddenSize: t.model.config.hiddenSize,
