@@ -7,16 +7,18 @@
 
 namespace dl {
 
-enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3 };
+// i8: a quantized GEMM weight (View::rowScale holds its per-row f32 scales).
+enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3, i8 = 4 };
 enum class Device : int32_t { cpu = 0, cuda = 1 };
 
-inline size_t dtypeSize(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : 4; }
+inline size_t dtypeSize(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : t == DType::i8 ? 1 : 4; }
 inline const char* dtypeName(DType t) {
   switch (t) {
     case DType::f32: return "f32";
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
     case DType::i32: return "i32";
+    case DType::i8: return "i8";
   }
   return "?";
 }
@@ -37,6 +39,9 @@ struct View {
   // A CPU bf16 GEMM weight [N, K] may be packed for the decode kernels (cpu/cpu_gemm.h, "Packed W"): panels of
   // packRows rows, each panel ceil(K / 32) groups of packRows x 32 values. 0: row-major.
   int packRows = 0;
+  // An i8 GEMM weight [N, K] (quantized per output row, symmetric): w[n][k] = q[n][k] * rowScale[n], rowScale f32
+  // [N] on W's device. The GEMM sums x . q over the usual schedule and multiplies the row's sum by rowScale[n].
+  const float* rowScale = nullptr;
 
   // Element offset of row r (a multiple of packRows when packed) of a [N, K] matrix.
   int64_t rowOffset(int64_t r) const { return packRows ? r / packRows * packedPanelElems(shape[1], packRows) : r * shape[1]; }

@@ -189,6 +189,7 @@ void forEachGemmBlock(const View& x, const View& w, const View& bias, const View
     if (w.packRows && c % w.packRows)
       throw Error("gemmBlocks: packed W (panels of " + std::to_string(w.packRows) + " rows) cut at row " + std::to_string(c) + ", inside a panel");
     wj.data = static_cast<char*>(w.data) + w.rowOffset(c) * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
+    if (w.rowScale) wj.rowScale = w.rowScale + c;
     if (bias) bj.data = static_cast<char*>(bias.data) + c * int64_t(dtypeSize(bias.dtype)), bj.ndim = 1, bj.shape[0] = n;
     yj.data = static_cast<char*>(y.data) + (rows * c + row0 * n) * int64_t(dtypeSize(y.dtype));
     yj.ndim = 2, yj.shape[0] = M, yj.shape[1] = n;

@@ -18,6 +18,7 @@ __device__ __forceinline__ float loadF(const void* p, int64_t i, DType t) {
   switch (t) {
     case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
     case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::i8: return float(static_cast<const int8_t*>(p)[i]);  // a quantized GEMM weight's q (exact)
     default: return static_cast<const float*>(p)[i];
   }
 }
@@ -69,7 +70,8 @@ inline void requireCuda(const char* op, const char* name, const View& v) {
   if (v.device != Device::cuda) fail(op, std::string("'") + name + "' must be on device cuda, got " + deviceName(v.device));
 }
 inline void requireFloatT(const char* op, const char* name, const View& v) {
-  if (v.dtype == DType::i32) fail(op, std::string("'") + name + "' must be f32, bf16 or f16, got i32");
+  if (v.dtype == DType::i32 || v.dtype == DType::i8)
+    fail(op, std::string("'") + name + "' must be f32, bf16 or f16, got " + dtypeName(v.dtype));
 }
 inline void requireI32(const char* op, const char* name, const View& v) {
   if (v.dtype != DType::i32) fail(op, std::string("'") + name + "' must be i32, got " + dtypeName(v.dtype));

@@ -162,6 +162,7 @@ __global__ void gemmReduceKernel(GemmArgs a) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float s = a.partial[i];
     for (int p = 1; p < a.splitK; p++) s += a.partial[int64_t(p) * total + i];
+    if (a.wScale) s = s * a.wScale[i % a.N];
     if (a.bias) s += loadF(a.bias, i % a.N, a.bt);
     storeF(a.y, yIndex(a, int(i / a.N), int(i % a.N)), a.yt, s);
   }
@@ -280,7 +281,10 @@ namespace {
 void run(const char* op, const View& x, const View& w, const View& bias, const View& y, int splitK, int64_t cut1,
          int64_t cut2, int64_t yRows, int64_t yRow0) {
   requireCuda(op, "x", x), requireCuda(op, "w", w), requireCuda(op, "y", y);
-  requireFloatT(op, "x", x), requireFloatT(op, "w", w), requireFloatT(op, "y", y);
+  requireFloatT(op, "x", x), requireFloatT(op, "y", y);
+  // i8 W (quantized per row, View::rowScale): the SIMT kernel reads q exactly and scales each row's sum (W8A16)
+  if (w.dtype != DType::i8) requireFloatT(op, "w", w);
+  else if (!w.rowScale) fail(op, "an i8 w needs its per-row scales (wScale, f32 [N])");
   if (x.ndim != 2 || w.ndim != 2) fail(op, "x and w must be 2-D");
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (w.shape[1] != K) fail(op, "shapes must be x (M, K), w (N, K)");
@@ -293,6 +297,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
   if (M == 0 || N == 0) return;
   GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, int(M), int(N), int(K), splitK,
              int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype, int(cut1), int(cut2), int(yRows), int(yRow0)};
+  a.wScale = w.dtype == DType::i8 ? w.rowScale : nullptr;
   Workspace ws{};
   if (splitK > 1) {
     ws = workspace(size_t(splitK) * size_t(M) * size_t(N) * sizeof(float));

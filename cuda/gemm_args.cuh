@@ -18,6 +18,8 @@ struct GemmArgs {
   // Y's layout (gemmBlocks): columns cut at cut1 <= cut2 into blocks, block j a (yRows, n_j) matrix at y + yRows * c_j,
   // row m of this GEMM its row yRow0 + m. The plain (M, N) layout is cut1 = cut2 = N, yRows = M, yRow0 = 0.
   int cut1, cut2, yRows, yRow0;
+  // i8 W (W8A16, the SIMT kernel): f32 (N), each output's sum over all partitions times its row's scale, before the bias.
+  const float* wScale = nullptr;
 };
 
 // Where output (row, col) goes in y.
@@ -47,6 +49,10 @@ static __device__ __noinline__ void storePair(const GemmArgs& a, int split, int 
       if (col + 1 < a.N) p[1] = v1;
     }
     return;
+  }
+  if (a.wScale) {
+    if (col < a.N) v0 = v0 * a.wScale[col];
+    if (col + 1 < a.N) v1 = v1 * a.wScale[col + 1];
   }
   if (col < a.N) storeF(a.y, yIndex(a, row, col), a.yt, a.bias ? v0 + loadF(a.bias, col, a.bt) : v0);
   if (col + 1 < a.N) storeF(a.y, yIndex(a, row, col + 1), a.yt, a.bias ? v1 + loadF(a.bias, col + 1, a.bt) : v1);

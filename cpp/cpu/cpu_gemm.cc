@@ -1,5 +1,7 @@
-// CPU GEMM: Y[M,N] = X[M,K] . W[N,K]^T (+ bias[N]); X, Y f32, W f32|bf16|f16, bias f32 or W's dtype (bf16 W: X is
-// rounded to bf16 first, cpu_gemm.h).
+// CPU GEMM: Y[M,N] = X[M,K] . W[N,K]^T (+ bias[N]); X, Y f32, W f32|bf16|f16|i8, bias f32 or W's dtype (bf16 W: X is
+// rounded to bf16 first, cpu_gemm.h). i8 W (quantized per output row, View::rowScale): the f32 kernels' schedule
+// over x . q (each q widened to f32 exactly), then y = sum * rowScale[n] (+ bias): one rounding more than a dense
+// row, and still a function of K and splitK only.
 // Threads take whole output blocks, never part of a reduction; every output follows the one schedule of
 // cpu_gemm.h whatever block, tile, path or thread computes it, so a row's bits depend on K and splitK only.
 #include <algorithm>
@@ -53,6 +55,14 @@ void widen(const uint16_t* src, DType t, int64_t n, float* dst) {
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     for (; i < n; i++) dst[i] = f16ToF32(src[i]);
   }
+}
+
+// Exact widening of n int8 values to f32 (a widened i8 W block is fed to the f32 kernels: same bits).
+void widenI8(const int8_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i)))));
+  for (; i < n; i++) dst[i] = float(src[i]);
 }
 
 // x rounded to bf16 for the bf16 kernels (cpu_gemm.h): round to nearest even, subnormals to signed zero, NaN quiet.
@@ -123,6 +133,7 @@ struct Problem {
   int splitK;
   int MR, NR;
   AccumFn (*kernel)(DType, int, int);
+  const float* scale = nullptr;  // i8 W: f32 [N], each output's sum times its row's scale before the bias
 };
 
 // The tile shape and kernels for W's dtype and M on this CPU (bf16: X as bf16, cpu_gemm.h). The tile never
@@ -199,7 +210,10 @@ void outputs(const Problem& P, int64_t m0, int64_t rows, int64_t n0, int nr, con
     float* yRow = P.y + (m0 + i) * P.N + n0;
 #pragma GCC unroll 8
     for (int j = 0; j < gemm_detail::kAvx512NR; j++)
-      if (j < nr) yRow[j] = P.bias ? t[j] + P.bias[n0 + j] : t[j];
+      if (j < nr) {
+        const float v = P.scale ? t[j] * P.scale[n0 + j] : t[j];
+        yRow[j] = P.bias ? v + P.bias[n0 + j] : v;
+      }
   }
 }
 
@@ -247,8 +261,10 @@ bool packedWSupported() { return simdLevel() == Simd::avx512bf16; }
 void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
   if (x.dtype != DType::f32) throw Error(std::string("gemm: the CPU backend takes x as f32, got ") + dtypeName(x.dtype));
   if (y.dtype != DType::f32) throw Error(std::string("gemm: the CPU backend writes y as f32, got ") + dtypeName(y.dtype));
-  if (w.dtype == DType::i32) throw Error("gemm: w must be f32, bf16 or f16, got i32");
-  if (bias && bias.dtype != DType::f32 && bias.dtype != w.dtype)
+  if (w.dtype == DType::i32) throw Error("gemm: w must be f32, bf16, f16 or i8, got i32");
+  if ((w.dtype == DType::i8) != (w.rowScale != nullptr))
+    throw Error(w.dtype == DType::i8 ? "gemm: an i8 w needs its per-row scales (wScale, f32 [N])" : "gemm: wScale is for an i8 w only");
+  if (bias && bias.dtype != DType::f32 && (bias.dtype != w.dtype || w.dtype == DType::i8))
     throw Error(std::string("gemm: bias must be f32 or w's dtype (") + dtypeName(w.dtype) + "), got " + dtypeName(bias.dtype));
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (splitK < 1 || splitK > K) throw Error("gemm: splitK must be in [1, K = " + std::to_string(K) + "]");
@@ -262,6 +278,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     else widen(bias.as<uint16_t>(), bias.dtype, N, biasF32.data());
   }
   Problem P{x.as<float>(), K, 4, bias ? biasF32.data() : nullptr, y.as<float>(), N, kBounds.data(), splitK, 0, 0, nullptr};
+  P.scale = w.rowScale;
   chooseKernels(P, w.dtype, M);
   const bool wPacked = w.packRows != 0;
   if (wPacked && (w.dtype != DType::bf16 || w.packRows != gemm_detail::kPackRows || !gemm_detail::packedWSupported()))
@@ -344,6 +361,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
           if (wPacked) gemm_detail::unpackRowBf16(w.as<uint16_t>(), K, n0 + j, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
           else if (w.dtype == DType::f32) std::copy_n(reinterpret_cast<const float*>(wRow(n0 + j)), K, wBlock.data + j * ld);
           else if (bf16) std::copy_n(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), K, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
+          else if (w.dtype == DType::i8) widenI8(reinterpret_cast<const int8_t*>(wRow(n0 + j)), K, wBlock.data + j * ld);
           else widen(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), w.dtype, K, wBlock.data + j * ld);
         }
         packed = nb;

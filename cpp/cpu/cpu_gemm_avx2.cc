@@ -17,6 +17,8 @@ constexpr int kMR = kAvx2MR, kNR = kAvx2NR;
 template <DType WD> inline __m256 load8(const void* w, int64_t i) {
   if constexpr (WD == DType::f32) {
     return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else if constexpr (WD == DType::i8) {  // int8 -> f32 is exact: the products are those of the dequantized q
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(w) + i))));
   } else {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
   }
@@ -24,6 +26,7 @@ template <DType WD> inline __m256 load8(const void* w, int64_t i) {
 
 template <DType WD> inline float toF32(const void* w, int64_t i) {
   if constexpr (WD == DType::f32) return static_cast<const float*>(w)[i];
+  else if constexpr (WD == DType::i8) return float(static_cast<const int8_t*>(w)[i]);
   else return f16ToF32(static_cast<const uint16_t*>(w)[i]);
 }
 
@@ -112,7 +115,8 @@ AccumFn accumAvx2(DType w, int mr, int nr) {
   switch (w) {
     case DType::f32: return kTable<DType::f32>[mr - 1][nr - 1];
     case DType::f16: return kTable<DType::f16>[mr - 1][nr - 1];
-    default: throw Error("gemm: the f32 kernels take w as f32 or f16 (bf16 has its own)");
+    case DType::i8: return kTable<DType::i8>[mr - 1][nr - 1];
+    default: throw Error("gemm: the f32 kernels take w as f32, f16 or i8 (bf16 has its own)");
   }
 }
 

@@ -23,12 +23,16 @@ template <DType WD> DL_AVX512 inline __m512 widen16(__m256i h) { return _mm512_c
 
 template <DType WD> DL_AVX512 inline __m512 load16(const void* w, int64_t i) {
   if constexpr (WD == DType::f32) return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  else if constexpr (WD == DType::i8)  // int8 -> f32 is exact: the products are those of the dequantized q
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(w) + i))));
   else return widen16<WD>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i)));
 }
 
 // Lanes where mask is set from w[i..], the rest zero.
 template <DType WD> DL_AVX512 inline __m512 load16Masked(const void* w, int64_t i, __mmask16 m) {
   if constexpr (WD == DType::f32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + i);
+  else if constexpr (WD == DType::i8)
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(w) + i)));
   else return widen16<WD>(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i));
 }
 
@@ -111,7 +115,8 @@ AccumFn accumAvx512(DType w, int mr, int nr) {
   switch (w) {
     case DType::f32: return kTable<DType::f32>[mr - 1][nr - 1];
     case DType::f16: return kTable<DType::f16>[mr - 1][nr - 1];
-    default: throw Error("gemm: the f32 kernels take w as f32 or f16 (bf16 has its own)");
+    case DType::i8: return kTable<DType::i8>[mr - 1][nr - 1];
+    default: throw Error("gemm: the f32 kernels take w as f32, f16 or i8 (bf16 has its own)");
   }
 }
 

@@ -39,6 +39,10 @@ struct ModelConfig {
   //   twoClass: Qwen2.5-Math-PRM's score.0 [C, C] + bias, ReLU, score.2 [2, C] + bias
   enum class ScoreHead { none, value, twoClass };
   ScoreHead scoreHead = ScoreHead::none;
+  // Quantize at load (NativeModel option quantize: "int8"): the dense layers' q/k/v, o, gate/up and down weights are
+  // stored as int8 per output row with an f32 scale per row (model_weights.h); embeddings, norms, the head and MoE
+  // experts stay as stored.
+  bool quantizeInt8 = false;
 
   bool isMoe(int layer) const { return numExperts > 0 && moeLayer[size_t(layer)]; }
   // The head's width: the logits a row has (vocab for a language model, 2 for a score head).

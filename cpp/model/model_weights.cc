@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cmath>
 #include <cstdlib>
 
 #include "cpu_gemm.h"
@@ -106,6 +107,9 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
       define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
     }
   }
+  if (cfg.quantizeInt8)
+    for (LayerWeights& L : layers)
+      for (WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) s->quantize = s->rows > 0;
   for (auto& [slot, isVector] : all_)
     for (size_t i = 0; i < slot->parts.size(); i++) byName_[slot->parts[i].name] = {slot, isVector, i};
   // The packed arena's places (placePacked), in the order a forward step reads the weights, so each GEMM's prefetch
@@ -113,6 +117,7 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
   const int64_t P = cpu::gemm_detail::kPackRows;
   int64_t at = 0;
   auto plan = [&](WeightSlot& s) {
+    if (s.quantize) return;
     packPlan_.push_back({&s, at});
     at += cpu::gemm_detail::packedElems(s.rows, s.cols);
   };
@@ -167,6 +172,10 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
         throw Error("setWeight: '" + name + "': " + std::to_string(length) + " bytes at offset " +
                     std::to_string(byteOffset) + " do not fit a " + dtypeName(dtype) + " tensor of " +
                     std::to_string(count) + " elements");
+      if (slot->quantize) {
+        setQuantized(*slot, part, dtype, bytes, length, byteOffset, name);
+        return;
+      }
       if (!slot->buf && (isVector || dtype != DType::bf16 || !placePacked(*slot))) {
         // Vectors become f32 on the CPU (tiny; keeps norms and biases exact); matrices keep the checkpoint dtype
         // (bf16 GEMM weights packed where placePacked says so).
@@ -204,6 +213,39 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
               " layers, attentionBias " + (cfg_.attentionBias ? "true" : "false") + ", oProjBias " +
               (cfg_.oProjBias ? "true" : "false") + ", qkNorm " + (cfg_.qkNorm ? "true" : "false") + ", tieEmbeddings " +
               (cfg_.tieEmbeddings ? "true" : "false") + (cfg_.numExperts > 0 ? ", " + std::to_string(cfg_.numExperts) + " experts" : "") + ")");
+}
+
+void ModelWeights::setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes,
+                                size_t length, size_t byteOffset, const std::string& name) {
+  const size_t srcSize = dtypeSize(dtype), rowBytes = size_t(slot.cols) * srcSize;
+  if (byteOffset % rowBytes || length % rowBytes)
+    throw Error("setWeight: '" + name + "' is quantized per row at load: set it in whole rows (" + std::to_string(rowBytes) +
+                " bytes each), got " + std::to_string(length) + " bytes at offset " + std::to_string(byteOffset));
+  if (!slot.buf) {
+    slot.buf.reset(device_, DType::i8, slot.rows * slot.cols);
+    slot.scale.reset(device_, DType::f32, slot.rows);
+  }
+  const int64_t K = slot.cols, n = int64_t(length / rowBytes), r0 = part.rowOffset + int64_t(byteOffset / rowBytes);
+  std::vector<float> row(static_cast<size_t>(K)), scales(static_cast<size_t>(n));
+  std::vector<int8_t> q(static_cast<size_t>(n * K));
+  for (int64_t r = 0; r < n; r++) {
+    const uint8_t* src = bytes + size_t(r) * rowBytes;
+    float amax = 0;
+    for (int64_t k = 0; k < K; k++) {
+      row[size_t(k)] = loadAsF32(dtype, src, size_t(k));
+      if (!std::isfinite(row[size_t(k)]))
+        throw Error("setWeight: '" + name + "' row " + std::to_string(r0 - part.rowOffset + r) + " holds a non-finite value; it cannot be quantized");
+      amax = std::max(amax, std::fabs(row[size_t(k)]));
+    }
+    const float s = amax / 127.0f;
+    scales[size_t(r)] = s;
+    for (int64_t k = 0; k < K; k++)
+      q[size_t(r * K + k)] = s == 0 ? int8_t(0) : int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[size_t(k)] / s))));
+  }
+  copyToDevice(device_, slot.buf.at(r0 * K), q.data(), q.size());
+  copyToDevice(device_, slot.scale.at(r0), scales.data(), scales.size() * 4);
+  part.bytesNeeded = size_t(part.rows) * rowBytes;
+  part.bytesSet += length;
 }
 
 bool ModelWeights::placePacked(WeightSlot& slot) {

@@ -32,9 +32,16 @@ struct WeightSlot {
   // Packed for the CPU decode kernels (cpu/cpu_gemm.h "Packed W"; ModelWeights::placePacked), or 0: row-major.
   int packRows = 0;
   int64_t bufOffset = 0;  // elements: packed slots share one arena (ModelWeights::placePacked)
+  // Quantized at load (ModelConfig::quantizeInt8): buf holds int8 q [rows, cols], scale f32 [rows], the weight
+  // q * scale per row. Symmetric per output row: scale = max|w_row| / 127, q = round-to-even(w / scale). Per row
+  // because rows' magnitudes differ widely and a row's scale factors out of its dot product: the GEMM multiplies
+  // each output once, and its inner loop and reduction schedule stay the dense ones.
+  bool quantize = false;
+  Buffer scale;
   View matrix() const {
     View v = buf.view({rows, cols}, bufOffset);
     v.packRows = packRows;
+    if (scale) v.rowScale = reinterpret_cast<const float*>(scale.data());
     return v;
   }
   View vector() const { return buf.view({rows * cols}); }
@@ -89,7 +96,10 @@ class ModelWeights {
   // head) have places in one arena, allocated at the first bf16 set() of one of them, and set() writes each value
   // straight to its packed place (a weight set again is simply written again). A slot whose first values are not
   // bf16 stays row-major and leaves its place unused.
-  bool placePacked(WeightSlot& slot);  // slot's place in the arena, if it is packed: true
+  bool placePacked(WeightSlot& slot);
+  // set() of a quantized slot's part (WeightSlot::quantize): whole rows, each quantized as it arrives.
+  void setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes, size_t length,
+                    size_t byteOffset, const std::string& name);  // slot's place in the arena, if it is packed: true
   std::vector<std::pair<WeightSlot*, int64_t>> packPlan_;  // slot, first element in the arena
   Buffer packArena_;
   bool packDecided_ = false;  // the first packable set() has decided whether to pack

@@ -117,6 +117,12 @@ ModelConfig parseConfig(const Napi::Object& o) {
     else if (h == "twoClass") c.scoreHead = ModelConfig::ScoreHead::twoClass;
     else fail("NativeModel: 'scoreHead' must be \"value\" or \"twoClass\" (or absent for a language model)");
   }
+  Napi::Value quantize = field(o, "quantize", w, false);
+  if (!quantize.IsUndefined() && !quantize.IsNull()) {
+    const std::string q = quantize.IsString() ? quantize.As<Napi::String>().Utf8Value() : "";
+    if (q != "int8") fail("NativeModel: 'quantize' must be \"int8\" (or absent for the checkpoint's dtype)");
+    c.quantizeInt8 = true;
+  }
   c.validate();
   return c;
 }

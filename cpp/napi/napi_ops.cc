@@ -31,7 +31,21 @@ Napi::Value guard(const Napi::CallbackInfo& info, const char* op, const Body& bo
 [[noreturn]] void fail(const char* op, const std::string& m) { throw Error(std::string(op) + ": " + m); }
 
 void requireFloat(const char* op, const char* name, const View& v) {
-  if (v.dtype == DType::i32) fail(op, std::string("'") + name + "' must be f32, bf16 or f16, got i32");
+  if (v.dtype == DType::i32 || v.dtype == DType::i8)
+    fail(op, std::string("'") + name + "' must be f32, bf16 or f16, got " + dtypeName(v.dtype));
+}
+// A GEMM's w: a float dtype, or i8 with wScale (f32 [N], its per-row scales, on w's device) set as w.rowScale.
+void gemmWeight(OpArgs& a, View& w) {
+  View scale = a.optTensor("wScale");
+  if (w.dtype == DType::i32) fail(a.op, "'w' must be f32, bf16, f16 or i8, got i32");
+  if (w.dtype != DType::i8) {
+    if (scale) fail(a.op, std::string("'wScale' is for an i8 w only; w is ") + dtypeName(w.dtype));
+    return;
+  }
+  if (!scale) fail(a.op, "an i8 w needs 'wScale': f32 [N], the scale of each of its rows");
+  if (scale.dtype != DType::f32 || scale.ndim != 1 || scale.shape[0] != w.shape[0])
+    fail(a.op, "'wScale' must be f32 [" + std::to_string(w.shape[0]) + "], got " + dtypeName(scale.dtype) + " " + shapeString(scale));
+  w.rowScale = scale.as<float>();
 }
 
 void sameShape(const char* op, const char* na, const View& a, const char* nb, const View& b) {
@@ -51,7 +65,8 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
     View x = a.tensor("x"), w = a.tensor("w"), bias = a.optTensor("bias"), y = a.tensor("y");
     int splitK = int(a.integer("splitK", 1, 1, 4096));
     requireRank(a.op, "x", x, 2), requireRank(a.op, "w", w, 2), requireRank(a.op, "y", y, 2);
-    requireFloat(a.op, "x", x), requireFloat(a.op, "w", w), requireFloat(a.op, "y", y);
+    requireFloat(a.op, "x", x), requireFloat(a.op, "y", y);
+    gemmWeight(a, w);
     int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
     if (w.shape[1] != K) fail(a.op, "x is " + shapeString(x) + " but w is " + shapeString(w) + "; w must be [N, K]");
     if (y.shape[0] != M || y.shape[1] != N) fail(a.op, "y must be [" + std::to_string(M) + "," + std::to_string(N) + "], got " + shapeString(y));
@@ -85,7 +100,8 @@ Napi::Value GemmBlocks(const Napi::CallbackInfo& info) {
     View x = a.tensor("x"), w = a.tensor("w"), bias = a.optTensor("bias"), y = a.tensor("y");
     int splitK = int(a.integer("splitK", 1, 1, 4096));
     requireRank(a.op, "x", x, 2), requireRank(a.op, "w", w, 2);
-    requireFloat(a.op, "x", x), requireFloat(a.op, "w", w), requireFloat(a.op, "y", y);
+    requireFloat(a.op, "x", x), requireFloat(a.op, "y", y);
+    gemmWeight(a, w);
     const int64_t K = x.shape[1], N = w.shape[0];
     if (w.shape[1] != K) fail(a.op, "x is " + shapeString(x) + " but w is " + shapeString(w) + "; w must be [N, K]");
     if (bias && (bias.ndim != 1 || bias.shape[0] != N)) fail(a.op, "bias must be [" + std::to_string(N) + "], got " + shapeString(bias));

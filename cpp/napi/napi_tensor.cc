@@ -13,7 +13,8 @@ DType parseDType(Napi::Env env, const std::string& s) {
   if (s == "bf16") return DType::bf16;
   if (s == "f16") return DType::f16;
   if (s == "i32") return DType::i32;
-  throw Napi::TypeError::New(env, "unknown dtype '" + s + "': use one of f32, bf16, f16, i32");
+  if (s == "i8") return DType::i8;
+  throw Napi::TypeError::New(env, "unknown dtype '" + s + "': use one of f32, bf16, f16, i32, i8");
 }
 
 Device parseDevice(Napi::Env env, const std::string& s) {
@@ -183,6 +184,15 @@ Napi::Value Tensor::WriteF32(const Napi::CallbackInfo& info) {
     if (dtype_ == DType::i32) throw Error("tensor.writeF32: tensor dtype is i32; use write(Int32Array)");
     if (dtype_ == DType::f32) {
       copyIn(*s, 0, a.Data(), s->bytes);
+    } else if (dtype_ == DType::i8) {  // quantized weights: each value must be an integer in [-128, 127]
+      std::vector<int8_t> tmp(n);
+      for (size_t i = 0; i < n; i++) {
+        const float v = a[i];
+        if (!(v >= -128 && v <= 127 && v == float(int(v))))
+          throw Error("tensor.writeF32: an i8 tensor takes integers in [-128, 127]; value " + std::to_string(i) + " is " + std::to_string(v));
+        tmp[i] = int8_t(v);
+      }
+      copyIn(*s, 0, tmp.data(), s->bytes);
     } else {
       std::vector<uint16_t> tmp(n);
       for (size_t i = 0; i < n; i++) tmp[i] = dtype_ == DType::bf16 ? f32ToBf16(a[i]) : f32ToF16(a[i]);
@@ -208,6 +218,7 @@ Napi::Value Tensor::ReadF32(const Napi::CallbackInfo& info) {
       copyOut(*s, tmp.data());
       for (size_t i = 0; i < n; i++) {
         if (dtype_ == DType::i32) out[i] = float(reinterpret_cast<int32_t*>(tmp.data())[i]);
+        else if (dtype_ == DType::i8) out[i] = float(reinterpret_cast<int8_t*>(tmp.data())[i]);
         else {
           uint16_t h = reinterpret_cast<uint16_t*>(tmp.data())[i];
           out[i] = dtype_ == DType::bf16 ? bf16ToF32(h) : f16ToF32(h);

@@ -257,7 +257,7 @@ describe("gemm (cpu)", () => {
       /CPU backend takes x as f32/,
     );
     await expect(addon.ops.gemm({ x, w: addon.tensor("cpu", "i32", [3, 8]), y })).rejects.toThrow(
-      /'w' must be f32, bf16 or f16/,
+      /'w' must be f32, bf16, f16 or i8, got i32/,
     );
     w.dispose();
     await expect(addon.ops.gemm({ x, w, y })).rejects.toThrow(/tensor 'w' is disposed/);

@@ -6,6 +6,7 @@
 import { computeInvFreq, readModelConfig, ropeAttentionFactor, type ModelConfig } from "../../ts/model/config.js";
 import { bytesToF32 } from "../../ts/model/dtype.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
+import { dequantize, quantizeRows } from "../kernels/int8Reference.js";
 import {
   checkWeights,
   expectedTensors,
@@ -29,8 +30,11 @@ export class ReferenceModel {
 
   /** Loads every weight of the model in `dir` as float64 (values exactly as stored, e.g. bf16-rounded). With
    * `bf16Inputs: false`, bf16 projections take their input unrounded (a runtime that widens bf16 weights to f32,
-   * e.g. llama.cpp on an f32 export). */
-  static async load(dir: string, opts: { bf16Inputs?: boolean } = {}): Promise<ReferenceModel> {
+   * e.g. llama.cpp on an f32 export).
+   * With `quantizeInt8`, the dense layers' q/k/v, o, gate/up and down weights are those loadModel's quantize: "int8"
+   * keeps, dequantized (q * scale per row, test/kernels/int8Reference.ts), and take their input unrounded (the int8
+   * kernels multiply f32 activations). */
+  static async load(dir: string, opts: { bf16Inputs?: boolean; quantizeInt8?: boolean } = {}): Promise<ReferenceModel> {
     const config = await readModelConfig(dir);
     const ckpt = await openSafetensors(dir);
     try {
@@ -42,6 +46,14 @@ export class ReferenceModel {
         w.set(name, Float64Array.from(bytesToF32(await ckpt.read(name), dtype)));
         if (dtype === "BF16" && opts.bf16Inputs !== false) bf16.add(name);
       }
+      if (opts.quantizeInt8)
+        for (const l of weightNames(config).layers)
+          for (const name of [l.qProj, l.kProj, l.vProj, l.oProj, l.gateProj, l.upProj, l.downProj]) {
+            if (name === null) continue;
+            const [N, K] = ckpt.tensors.get(name)!.shape;
+            w.set(name, dequantize(quantizeRows(w.get(name)!, N, K), N, K));
+            bf16.delete(name);
+          }
       return new ReferenceModel(config, w, bf16);
     } finally {
       await ckpt.close();

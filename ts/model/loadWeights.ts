@@ -18,6 +18,7 @@ export interface NativeModelPlan {
   kv: KvPlan;
   activationDtype?: "f32" | "bf16";
   kvDtype?: "f32" | "bf16" | "f16";
+  quantize?: "int8";
 }
 
 /** Bytes one token occupies in the KV pool: K and V, every layer, kvHeads * headDim values each. */
@@ -64,6 +65,7 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
     device: plan.device,
     activationDtype: plan.activationDtype,
     kvDtype: plan.kvDtype,
+    quantize: plan.quantize,
     numPages: plan.kv.numPages,
     pageSize: plan.kv.pageSize,
   });

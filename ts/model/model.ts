@@ -36,6 +36,25 @@ export interface LoadModelOptions {
   /** Longest prefill chunk generate() sends in one step (the token budget of the engine it runs on; default 512):
    * bounds scratch memory. */
   prefillChunkTokens?: number;
+  /**
+   * Quantize at load: "int8" stores the dense layers' q/k/v, o, gate/up and down weights as symmetric int8 per
+   * output row (an f32 scale each), from any f32 / bf16 / f16 checkpoint; embeddings, norms, the LM head and MoE
+   * experts stay as stored. Default: the checkpoint's dtype.
+   */
+  quantize?: "int8";
+}
+
+/** loadModel's quantize, checked: undefined (as stored) or "int8". */
+function checkQuantize(quantize: unknown): "int8" | undefined {
+  if (quantize === undefined || quantize === "int8") return quantize;
+  const field = "loadModel: quantize";
+  const later = quantize === "int4" ? " (int4 is not implemented yet)" : "";
+  throw new InvalidOptionError(
+    `${field} must be "int8" (or absent for the checkpoint's dtype), got ${JSON.stringify(quantize)}${later}`,
+    {
+      field,
+    },
+  );
 }
 
 /** A prompt: text (tokenized with the tokenizer's special tokens), a chat, or token ids. */
@@ -93,6 +112,7 @@ export class Model implements AsyncDisposable {
       throw new InvalidOptionError(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`, {
         field: "loadModel: kvDtype",
       });
+    const quantize = checkQuantize(options.quantize);
     // Every file is opened and checked (config, tokenizer, checkpoint headers vs config) before any upload.
     const files = await openModelFiles(dir);
     const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
@@ -111,7 +131,7 @@ export class Model implements AsyncDisposable {
     let native: NativeModel | null = null;
     try {
       const numPages = planPages(options, pageSize, bytesPerPage);
-      native = createNativeModel(config, { device, kvDtype, kv: { numPages, pageSize } });
+      native = createNativeModel(config, { device, kvDtype, quantize, kv: { numPages, pageSize } });
       await uploadWeights(native, config, checkpoint);
     } catch (e) {
       native?.dispose();

@@ -2,7 +2,8 @@
 // Every op takes one options object and returns a Promise that settles when the work is done (AsyncWorker: the
 // event loop keeps running meanwhile); bad input rejects with an Error naming the op, the field and the problem.
 
-export type DType = "f32" | "bf16" | "f16" | "i32";
+/** i8: a quantized GEMM weight only (its per-row f32 scales passed beside it as wScale). */
+export type DType = "f32" | "bf16" | "f16" | "i32" | "i8";
 export type DeviceKind = "cpu" | "cuda";
 
 export interface NativeTensor {
@@ -46,6 +47,9 @@ export interface NativeOps {
     splitK?: number;
     /** 1: run on a packed copy of bf16 `w` (the layout a loaded model's weights take on an AVX512-BF16 CPU); tests. */
     packW?: 0 | 1;
+    /** An i8 `w`'s per-row scales, f32 [N] (w = q * wScale per row; required with i8 w, refused otherwise): each
+     * output's sum over the schedule times its row's scale, then the bias. */
+    wScale?: NativeTensor;
   }): Promise<void>;
   /** gemm with y's columns stored as blocks [0, cut1), [cut1, cut2), [cut2, N), each a (rows, width) matrix; x's row m
    * is row row0 + m of each (the fused q | k | v projection). y: rows * N elements. Same bits as gemm. */
@@ -59,6 +63,8 @@ export interface NativeOps {
     cut2: number;
     rows: number;
     row0?: number;
+    /** As gemm's: an i8 w's per-row scales. */
+    wScale?: NativeTensor;
   }): Promise<void>;
   /** residual += x (when given), out = rmsnorm(residual or x) * weight. */
   rmsnorm(a: {
@@ -191,6 +197,8 @@ export interface NativeModelOptions {
   activationDtype?: "f32" | "bf16";
   /** KV cache dtype; default = activation dtype. */
   kvDtype?: "f32" | "bf16" | "f16";
+  /** Quantize the dense layers' linear weights at load (int8 per output row; model_weights.h). */
+  quantize?: "int8";
   /** KV pool: per layer kCache/vCache [numPages, pageSize, numKvHeads, headDim]. */
   numPages: number;
   pageSize?: number;

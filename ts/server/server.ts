@@ -100,6 +100,8 @@ export interface CreateServerOptions extends Omit<DeliberatePluginOptions, "targ
   target?: ServeTarget | Promise<ServeTarget>;
   modelDir?: string;
   device?: "cpu" | "cuda";
+  /** loadModel's quantize for modelDir ("int8": linear weights int8 per output row; default as stored). */
+  quantize?: "int8";
   /** fastify's logger (default off). */
   logger?: boolean;
   /** Scheduling policy of the engine createServer makes for modelDir (default: the engine's, fcfs). */
@@ -124,7 +126,7 @@ export async function createServer(options: CreateServerOptions): Promise<Delibe
     const dir = options.modelDir;
     if (dir === undefined) throw new Error("createServer: pass target ({ engine, model, modelDir }) or modelDir");
     target = (async () => {
-      const model = await loadModel(dir, { device: options.device ?? "cpu" });
+      const model = await loadModel(dir, { device: options.device ?? "cpu", quantize: options.quantize });
       const engine = new Engine({ models: { model }, schedulingPolicy: options.schedulingPolicy });
       owned = { engine, model };
       return { engine, model, modelDir: dir };

@@ -10,6 +10,7 @@ interface GenerateOptions {
   temperature?: string;
   seed?: string;
   device?: string;
+  quantize?: string;
   json?: boolean;
 }
 
@@ -50,6 +51,7 @@ export function registerGenerate(program: Command): void {
     .option("--temperature <t>", "0 = greedy (default: the model's generation_config.json)")
     .option("--seed <s>", "sampling seed (a non-negative integer)")
     .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--quantize <int8>", "quantize the linear weights at load: int8 (per output row); default: as stored")
     .option("--json", "print one JSON object {tokens, text, finishReason, usage}")
     .action(async (opts: GenerateOptions) => {
       if ((opts.prompt === undefined) === (opts.promptIds === undefined)) {
@@ -60,7 +62,10 @@ export function registerGenerate(program: Command): void {
       const maxTokens = parseNumber("max-tokens", opts.maxTokens, true);
       const temperature = parseNumber("temperature", opts.temperature, false);
       const seed = parseNumber("seed", opts.seed, true);
-      const model = await loadModel(opts.model ?? bundledModelDir, { device: opts.device });
+      const model = await loadModel(opts.model ?? bundledModelDir, {
+        device: opts.device,
+        quantize: opts.quantize as "int8" | undefined, // loadModel refuses anything else by name
+      });
       if (model.config.scoreHead !== null) {
         model.dispose();
         throw new Error(

@@ -51,6 +51,7 @@ interface RunOptions {
   policy?: string;
   threshold?: string;
   device?: string;
+  quantize?: string;
   interval?: string;
   verifier?: string;
   prm?: string;
@@ -178,11 +179,13 @@ async function loadModels(
     );
   if (opts.kvBudget === undefined) {
     if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
-    const model = await loadModel(dir, { device });
+    // --quantize applies to the generator and the PRM alike; loadModel refuses anything but int8 by name
+    const quantize = opts.quantize as "int8" | undefined;
+    const model = await loadModel(dir, { device, quantize });
     const prm =
       prmDir === undefined
         ? null
-        : await loadModel(prmDir, { device }).catch((e: unknown) => {
+        : await loadModel(prmDir, { device, quantize }).catch((e: unknown) => {
             model.dispose();
             throw e;
           });
@@ -192,6 +195,8 @@ async function loadModels(
     throw new Error(
       "--kv-budget splits the KV memory between the generator and a process reward model; use it with --prm DIR or --program beam, dvts or best-of-n",
     );
+  if (opts.quantize !== undefined)
+    throw new Error("--quantize with --kv-budget is not supported yet; drop one of them");
   const budget = num("kv-budget", opts.kvBudget, false)!;
   let kvSplit: KvSplitSpec = "auto";
   if (opts.kvSplit !== undefined && opts.kvSplit !== "auto") {
@@ -266,6 +271,7 @@ export function registerRun(program: Command): void {
     .option("--policy <name>", "threshold or baseline-even (default: the program's certaindex policy)")
     .option("--threshold <x>", "certaindex threshold for --policy threshold")
     .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--quantize <int8>", "quantize the linear weights at load: int8 (per output row); default: as stored")
     .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
     .option("--task <name>", `how answers are read and compared (${TASK_NAMES.join(", ")})`, "arith")
     .option(

@@ -17,6 +17,7 @@ interface ServeOptions {
   maxBodyBytes?: string;
   maxProgramTokens?: string;
   device: string;
+  quantize?: string;
   servedModelName?: string;
   task: string;
   calibration?: string | false;
@@ -48,6 +49,7 @@ export function registerServe(program: Command): void {
       "most tokens one program request may plan for (program_options.cap x tokens a branch); a larger cap gets 400 (default: the context length x 16)",
     )
     .option("--device <device>", "cpu or cuda", "cpu")
+    .option("--quantize <int8>", "quantize the linear weights at load: int8 (per output row); default: as stored")
     .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
     .option("--calibration <file>", "certaindex calibration for programs (default: the model's own)")
@@ -74,6 +76,7 @@ export function registerServe(program: Command): void {
       const server = await createServer({
         modelDir: dir,
         device: opts.device,
+        quantize: opts.quantize as "int8" | undefined, // loadModel refuses anything else by name
         apiKey: opts.apiKey ?? process.env.DELIBERATE_API_KEY,
         maxQueue,
         maxBodyBytes,
