@@ -1,7 +1,9 @@
 // Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
 // the same run, with the same thread count.
 //   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
-//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer] [--kv-dtype f32|bf16|f16]
+//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer] [--kv-dtype f32|bf16|f16] [--quantize int8]
+// --quantize int8: ours loads with quantize: "int8" (dense linear weights int8 per output row); llama.cpp gets the same
+// weights with those matrices as Q8_0 (blocks of 32, an f16 scale each; the rest as stored).
 // Rounds alternate deliberate and llama.cpp and each side reports its best round, so that load from other
 // processes on a shared machine biases neither side.
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
@@ -30,6 +32,7 @@ const { values } = parseArgs({
     device: { type: "string", default: "cpu" },
     "no-peer": { type: "boolean" },
     "kv-dtype": { type: "string" },
+    quantize: { type: "string" },
   },
 });
 const promptTokens = Number(values["prompt-tokens"]);
@@ -41,17 +44,19 @@ const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
 
 const log = (m: string) => values.json || console.error(m);
+const quantize = values.quantize as "int8" | undefined;
+if (quantize !== undefined && quantize !== "int8") throw new Error(`--quantize must be int8, got ${quantize}`);
 
 async function fixture(): Promise<{ dir: string; gguf: string }> {
   const dir = join(tmpdir(), `deliberate-bench-${values.preset}`);
-  const gguf = join(dir, "model.gguf");
+  const gguf = join(dir, quantize ? "model-q8_0.gguf" : "model.gguf");
   if (!existsSync(join(dir, "model.safetensors")) && !existsSync(join(dir, "model.safetensors.index.json"))) {
     log(`writing a random ${values.preset} model to ${dir} ...`);
     await makeFixture({ ...preset, out: dir });
   }
   if (!values["no-peer"] && !existsSync(gguf)) {
     log("exporting GGUF for llama.cpp ...");
-    await exportGguf(dir, gguf, "keep");
+    await exportGguf(dir, gguf, "keep", quantize ? { linear: "q8_0" } : {});
   }
   return { dir, gguf };
 }
@@ -158,8 +163,11 @@ const best = (xs: Speed[]): Speed => {
 function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: number; total: number } {
   let perToken = 0;
   let total = 0;
+  // quantize int8: a dense layer's linear weight is 1 byte a value plus an f32 scale per row
+  const int8 = /\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$/;
   for (const { name, shape } of expectedTensors(config)) {
-    const n = shape.reduce((a, b) => a * b, 1) * bytesPerValue;
+    const numel = shape.reduce((a, b) => a * b, 1);
+    const n = quantize && int8.test(name) ? numel + 4 * shape[0] : numel * bytesPerValue;
     total += n;
     if (name === "model.embed_tokens.weight" && !config.tieWordEmbeddings) perToken += shape[1] * bytesPerValue;
     else if (name.includes(".mlp.experts.")) perToken += (n * config.moe!.expertsPerToken) / config.moe!.numExperts;
@@ -173,7 +181,15 @@ const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [
 const { dir, gguf } = await fixture();
 loadAddon().setThreads(threads);
 const kvDtype = values["kv-dtype"] as "f32" | "bf16" | "f16" | undefined;
-const model = await loadModel(dir, { device, kvDtype, kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1 });
+const rssBefore = process.memoryUsage().rss;
+const model = await loadModel(dir, {
+  device,
+  kvDtype,
+  quantize,
+  kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1,
+});
+// the process's RSS growth over the load: weights (and on the CPU the KV pool, touched lazily) resident
+const loadRssBytes = process.memoryUsage().rss - rssBefore;
 const ids = prompt(model.config.vocabSize);
 const bytes = weightBytes(model.config, preset.dtype === "f32" ? 4 : 2);
 const peerModel = values["no-peer"] ? null : await openPeer(gguf, ids);
@@ -195,6 +211,8 @@ const theirs = peerModel ? best(theirRuns) : null;
 
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
+  quantize: quantize ?? null,
+  peerWeights: values["no-peer"] ? null : quantize ? "Q8_0 linear, rest as stored" : "as stored",
   kvDtype: model.kv.dtype,
   device,
   threads,
@@ -213,6 +231,7 @@ const result = {
   // Every round's decode speed, median (min-max): the spread the best-round figures above hide.
   decodeSpread: spreadOf(mineRuns.map((r) => +r.decodeTokensPerSecond.toFixed(2))),
   peerDecodeSpread: theirs ? spreadOf(theirRuns.map((r) => +r.decodeTokensPerSecond.toFixed(2))) : null,
+  loadRssBytes,
   weightBytesPerToken: bytes.perToken,
   weightBytesTotal: bytes.total,
   // weightBytesPerToken at the best decode speed: above the machine's memory bandwidth would mean fewer bytes read

@@ -17,7 +17,7 @@ import { writeGguf, type GgmlType, type GgufTensor, type GgufValue } from "./ggu
 export type GgufDType = "f32" | "f16" | "bf16" | "keep";
 
 const TOKEN_TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5 } as const;
-const FILE_TYPE: Record<GgmlType, number> = { F32: 0, F16: 1, BF16: 32 };
+const FILE_TYPE: Record<GgmlType, number> = { F32: 0, F16: 1, Q8_0: 7, BF16: 32 };
 
 /**
  * HF stores each head's rotary pairs as (i, i + headDim/2); GGML's default RoPE rotates (2i, 2i+1). Row
@@ -108,7 +108,17 @@ async function tokenizerMetadata(dir: string, config: ModelConfig): Promise<Map<
 }
 
 /** Writes `outPath` from the model in `dir`; tensors are read, converted and written one at a time. */
-export async function exportGguf(dir: string, outPath: string, dtype: GgufDType = "f32"): Promise<void> {
+/**
+ * `q8_0`: the dense layers' linear weights (attn_q/k/v/output, ffn_gate/up/down: the set loadModel's quantize: "int8"
+ * quantizes) written as llama.cpp's Q8_0 (blocks of 32, an f16 scale each), so a benchmark compares the same weights
+ * quantized; everything else as `dtype` says.
+ */
+export async function exportGguf(
+  dir: string,
+  outPath: string,
+  dtype: GgufDType = "f32",
+  opts: { linear?: "q8_0" } = {},
+): Promise<void> {
   const config = await readModelConfig(dir);
   const ckpt = await openSafetensors(dir);
   try {
@@ -173,9 +183,10 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
             ? "F16"
             : "BF16";
     const tensors: GgufTensor[] = [];
-    const add = (ggufName: string, hfName: string, permuteHeads = 0) => {
+    const add = (ggufName: string, hfName: string, permuteHeads = 0, linear = false) => {
       const info = ckpt.tensors.get(hfName)!;
-      const type: GgmlType = info.shape.length === 1 ? "F32" : matType(info.dtype);
+      const q8 = linear && opts.linear === "q8_0" && info.shape.length === 2 && info.shape[1] % 32 === 0;
+      const type: GgmlType = info.shape.length === 1 ? "F32" : q8 ? "Q8_0" : matType(info.dtype);
       tensors.push({ name: ggufName, shape: info.shape, type, data: () => convert(ckpt, hfName, type, permuteHeads) });
     };
     // Experts' matrices as one [E, rows, cols] tensor (convert_hf_to_gguf.py stacks them so).
@@ -199,15 +210,15 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
     names.layers.forEach((l, i) => {
       const b = `blk.${i}`;
       add(`${b}.attn_norm.weight`, l.inputNorm);
-      add(`${b}.attn_q.weight`, l.qProj, permute ? config.numHeads : 0);
-      add(`${b}.attn_k.weight`, l.kProj, permute ? config.numKvHeads : 0);
-      add(`${b}.attn_v.weight`, l.vProj);
+      add(`${b}.attn_q.weight`, l.qProj, permute ? config.numHeads : 0, true);
+      add(`${b}.attn_k.weight`, l.kProj, permute ? config.numKvHeads : 0, true);
+      add(`${b}.attn_v.weight`, l.vProj, 0, true);
       if (l.qBias) add(`${b}.attn_q.bias`, l.qBias, permute ? config.numHeads : 0);
       if (l.kBias) add(`${b}.attn_k.bias`, l.kBias, permute ? config.numKvHeads : 0);
       if (l.vBias) add(`${b}.attn_v.bias`, l.vBias);
       if (l.qNorm) add(`${b}.attn_q_norm.weight`, l.qNorm);
       if (l.kNorm) add(`${b}.attn_k_norm.weight`, l.kNorm);
-      add(`${b}.attn_output.weight`, l.oProj);
+      add(`${b}.attn_output.weight`, l.oProj, 0, true);
       if (l.oBias) add(`${b}.attn_output.bias`, l.oBias);
       add(`${b}.ffn_norm.weight`, l.postAttentionNorm);
       if (l.moe) {
@@ -226,9 +237,9 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
           experts.map((x) => x.downProj),
         );
       } else {
-        add(`${b}.ffn_gate.weight`, l.gateProj!);
-        add(`${b}.ffn_up.weight`, l.upProj!);
-        add(`${b}.ffn_down.weight`, l.downProj!);
+        add(`${b}.ffn_gate.weight`, l.gateProj!, 0, true);
+        add(`${b}.ffn_up.weight`, l.upProj!, 0, true);
+        add(`${b}.ffn_down.weight`, l.downProj!, 0, true);
       }
     });
     add("output_norm.weight", names.finalNorm);
@@ -244,13 +255,35 @@ export async function exportGguf(dir: string, outPath: string, dtype: GgufDType 
         data: async () => new Uint8Array(factors.buffer),
       });
     }
-    const fileType = tensors.find((t) => t.name === "token_embd.weight")!.type;
+    const fileType = opts.linear === "q8_0" ? "Q8_0" : tensors.find((t) => t.name === "token_embd.weight")!.type;
     meta.set("general.file_type", { type: "u32", value: FILE_TYPE[fileType] });
     for (const [k, v] of await tokenizerMetadata(dir, config)) meta.set(k, v);
     await writeGguf(outPath, meta, tensors);
   } finally {
     await ckpt.close();
   }
+}
+
+/** ggml's quantize_row_q8_0_ref: per block of 32, d = max|x| / 127, q = roundf(x / d) (half away from zero), d stored
+ * as f16. Rows are whole blocks (K % 32 == 0), so blocks follow each other through the flattened matrix. */
+function quantizeQ8_0(values: Float32Array): Uint8Array {
+  const blocks = values.length / 32;
+  const out = new Uint8Array(blocks * 34);
+  const scales = new Float32Array(blocks);
+  for (let b = 0; b < blocks; b++) {
+    let amax = 0;
+    for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(values[b * 32 + i]));
+    const d = Math.fround(amax / 127);
+    const id = d ? Math.fround(1 / d) : 0;
+    scales[b] = d;
+    for (let i = 0; i < 32; i++) {
+      const v = Math.fround(values[b * 32 + i] * id);
+      out[b * 34 + 2 + i] = (Math.sign(v) * Math.round(Math.abs(v))) & 0xff;
+    }
+  }
+  const d16 = f32ToBytes(scales, "F16");
+  for (let b = 0; b < blocks; b++) out.set(d16.subarray(2 * b, 2 * b + 2), b * 34);
+  return out;
 }
 
 async function convert(
@@ -268,6 +301,7 @@ async function convert(
   if (same && permuteHeads === 0) return raw;
   let values = bytesToF32(raw, info.dtype);
   if (permuteHeads > 0) values = permuteForGgmlRope(values, info.shape[0], info.shape[1] ?? 1, permuteHeads);
+  if (type === "Q8_0") return quantizeQ8_0(values);
   return f32ToBytes(values, type === "F32" ? "F32" : type === "F16" ? "F16" : "BF16");
 }
 
