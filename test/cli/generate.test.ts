@@ -35,6 +35,32 @@ describe("deliberate generate", () => {
     expect(typeof out.text).toBe("string");
   });
 
+  it("--quantize int8 loads the linear weights as int8: greedy ids match the dequantized reference; int4 is refused by name", async () => {
+    const dir = await fixtureDir("qwen2", "f32");
+    const prompt = [5, 17, 300, 42, 9];
+    const args = [
+      "generate",
+      "--model",
+      dir,
+      "--prompt-ids",
+      prompt.join(","),
+      "--max-tokens",
+      "6",
+      "--temperature",
+      "0",
+    ];
+    const { stdout } = await cli([...args, "--json", "--quantize", "int8"]);
+    const out = JSON.parse(stdout) as { tokens: number[] };
+    const ref = (await ReferenceModel.load(dir, { quantizeInt8: true })).greedy(prompt, 6);
+    const tie = ref.margins.findIndex((m) => m < 1e-3);
+    const n = Math.min(out.tokens.length, tie < 0 ? Infinity : tie);
+    expect(n).toBeGreaterThan(0);
+    expect(out.tokens.slice(0, n)).toEqual(ref.tokens.slice(0, n));
+    await expect(cli([...args, "--quantize", "int4"])).rejects.toMatchObject({
+      stderr: expect.stringMatching(/quantize must be "int8".*got "int4" \(int4 is not implemented yet\)/),
+    });
+  });
+
   it("streams text for --prompt and fails with a clear message on bad flags", async () => {
     const dir = await fixtureDir("qwen2", "f32");
     const { stdout } = await cli(["generate", "--model", dir, "--prompt", "Hello", "--max-tokens", "3", "--seed", "1"]);
