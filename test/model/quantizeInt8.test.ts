@@ -9,6 +9,7 @@ import type { NativeForwardResult, NativeForwardSequence } from "../../ts/native
 import type { FixtureArch, FixtureDType, FixtureOptions } from "../../scripts/make-fixture.js";
 import { fixtureDir, randomTokens, relL2 } from "./fixtureCache.js";
 import { FIXED, PAGE, runChunks } from "./forwardSuite.js";
+import { MOE_EXTRA } from "./moeFixture.js";
 import { ReferenceModel } from "./reference.js";
 
 const device = (process.env.DELIBERATE_TEST_DEVICE ?? "cpu") as "cpu" | "cuda";
@@ -25,6 +26,8 @@ const CASES: { arch: FixtureArch; dtype: FixtureDType; extra?: Partial<FixtureOp
     extra: { attentionBias: true, tieEmbeddings: true },
     what: "llama f16 (o bias, tied)",
   },
+  // experts stay as stored; the attention projections and layer 0's dense MLP are quantized
+  { arch: "qwen3moe", dtype: "bf16", extra: MOE_EXTRA, what: "qwen3moe bf16 (experts as stored)" },
 ];
 
 for (const c of CASES)
