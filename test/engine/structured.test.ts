@@ -227,6 +227,23 @@ describe("structured outputs in the engine", () => {
     held.release();
   });
 
+  it("a format the vocabulary cannot continue fails its own request only; maxTokens 1 works", async () => {
+    const innocent = engine.submit({ prompt: prompt("What is 2 + 2?"), maxTokens: 20, ignoreEos: true }).result;
+    const stuck = engine.submit({
+      prompt: prompt("What is 2 + 2?"),
+      maxTokens: 20,
+      structured: { type: "choice", choices: ["日本"], thought: "none" }, // no token of the tiny vocabulary spells it
+    }).result;
+    await expect(stuck).rejects.toThrow(/no token of the model's vocabulary is allowed next/);
+    expect((await innocent).samples[0].tokens).toHaveLength(20);
+    const one = await engine.submit({
+      prompt: prompt("What is 2 + 2?"),
+      maxTokens: 1,
+      structured: { type: "choice", choices: ["4"], thought: "none" },
+    }).result;
+    expect(one.samples[0].tokens).toHaveLength(1);
+  });
+
   it("a bad schema or grammar is an InvalidOptionError naming XGrammar's complaint; the engine carries on", async () => {
     const bad = { type: "json_schema", schema: { type: "object", properties: { a: { type: "frobnicate" } } } } as const;
     await expect(engine.prepareStructured(bad)).rejects.toThrow(InvalidOptionError);

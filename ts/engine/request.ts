@@ -245,7 +245,7 @@ function resolveStructured(
   fail: (field: string, value: unknown, fix: string) => never,
 ): ResolvedStructured {
   const { thought, answerTokens, ...format } = s;
-  const answer = answerTokens ?? Math.min(256, Math.floor(maxTokens / 2));
+  const answer = answerTokens ?? Math.max(1, Math.min(256, Math.floor(maxTokens / 2)));
   if (!Number.isInteger(answer) || answer < 1 || answer > maxTokens)
     fail("structured.answerTokens", answerTokens, `expected an integer in [1, ${maxTokens}] (maxTokens)`);
   return { format: format as StructuredFormat, thought: thought ?? "free", answerTokens: answer };

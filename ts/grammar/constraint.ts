@@ -240,6 +240,13 @@ export class SequenceConstraint {
     }
     const mask = this.done ? this.stopMask() : await this.matcher!.getNextTokenBitmask();
     if (phase === "opening" && think !== null) mask[think.start >> 5] |= 1 << (think.start & 31);
+    // A grammar this vocabulary cannot continue (a character no token spells, a rule with no way out) fails its own
+    // sequence here, not the whole forward's batch (the native forward refuses a row that allows nothing).
+    if (!allowsAny(mask, this.set.vocabSize))
+      throw new InvalidOptionError(
+        `${o.field}: the format cannot go on after ${this.accepted} answer tokens: no token of the model's vocabulary is allowed next (a character no token spells, or a rule with no end)`,
+        { field: o.field },
+      );
     return mask;
   }
 
@@ -254,4 +261,12 @@ export class SequenceConstraint {
     for (const t of this.stop) m[t >> 5] |= 1 << (t & 31);
     return m;
   }
+}
+
+/** Whether a bitmask allows any id below `vocabSize`. */
+function allowsAny(mask: Int32Array, vocabSize: number): boolean {
+  const full = vocabSize >> 5;
+  for (let w = 0; w < full; w++) if (mask[w] !== 0) return true;
+  const rest = vocabSize & 31;
+  return rest > 0 && (mask[full] & ((1 << rest) - 1)) !== 0;
 }

@@ -157,12 +157,16 @@ export class GrammarSet {
    * naming `field` and XGrammar's message, and never reaches the instance that compiles.
    */
   compile(format: StructuredFormat, field: string): Promise<CompiledFormat> {
-    return this.entry(format, field).compiled;
+    const entry = this.entry(format, field);
+    this.evict();
+    return entry.compiled;
   }
 
   /** compile(), held until release(): the grammar is not freed while its sequences run. */
   acquire(format: StructuredFormat, field: string): GrammarGrant {
-    return this.grant(this.entry(format, field));
+    const grant = this.grant(this.entry(format, field)); // held before any eviction can see it
+    this.evict();
+    return grant;
   }
 
   private grant(entry: CacheEntry): GrammarGrant {
@@ -196,7 +200,6 @@ export class GrammarSet {
     entry.compiled.catch(() => {
       if (this.cache.get(key) === entry) this.cache.delete(key);
     });
-    this.evict();
     return entry;
   }
 
