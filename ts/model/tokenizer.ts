@@ -124,6 +124,13 @@ export class ModelTokenizer {
     return new IncrementalDetokenizer(this, options);
   }
 
+  /** The ids of `<think>` and `</think>` when the tokenizer has both (a model with a thought), else null. */
+  thinkTokens(): { start: number; end: number } | null {
+    const start = this.tokenToId("<think>");
+    const end = this.tokenToId("</think>");
+    return start !== undefined && end !== undefined ? { start, end } : null;
+  }
+
   /**
    * The vocabulary as XGrammar takes it (constrained decoding, ts/grammar): token strings by id as tokenizer.json
    * spells them, special tokens as "" (a grammar never allows them), the decoder's byte spelling, and the think
@@ -134,10 +141,7 @@ export class ModelTokenizer {
     const tokens: string[] = new Array<string>(this.vocabSize);
     for (let id = 0; id < this.vocabSize; id++)
       tokens[id] = this.specialTokenIds.has(id) ? "" : ((this.hf.id_to_token(id) as string | undefined) ?? "");
-    const start = this.tokenToId("<think>");
-    const end = this.tokenToId("</think>");
-    const think = start !== undefined && end !== undefined ? { start, end } : null;
-    return (this.grammarVocabCache = { tokens, ...this.grammarKind, think });
+    return (this.grammarVocabCache = { tokens, ...this.grammarKind, think: this.thinkTokens() });
   }
 
   /** Renders a conversation with the model's chat template (bos/eos token variables filled in). */

@@ -99,9 +99,7 @@ export class ServerState {
     });
     this.factory = factory;
     this.encoder = new PromptEncoder(t.model.tokenizer, t.modelDir);
-    const start = t.model.tokenizer.tokenToId("<think>");
-    const end = t.model.tokenizer.tokenToId("</think>");
-    this.think = start !== undefined && end !== undefined ? { start, end } : null;
+    this.think = t.model.tokenizer.thinkTokens();
   }
 
   /** The target, or 503 while loading / draining. */
