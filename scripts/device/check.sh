@@ -44,7 +44,8 @@ node -e "const a=require('node-gyp-build')('.');console.log(JSON.stringify(a.lis
 
 status=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then  # SKIP_TESTS=1: benchmarks only (a later call, once the tests have passed)
-  node node_modules/vitest/vitest.mjs run cuda.test --reporter=verbose 2>&1 | tee "$out/tests.log" | grep -E "✓|✗|×|FAIL|Tests|Test Files|Error|expected|DL_TEST_SEED|wgmma bits" | head -120
+  # cuda.test: every *.cuda.test.ts; relu.test and prmHeads.test hold CUDA cases beside their CPU ones.
+  node node_modules/vitest/vitest.mjs run cuda.test relu.test prmHeads.test --reporter=verbose 2>&1 | tee "$out/tests.log" | grep -E "✓|✗|×|FAIL|Tests|Test Files|Error|expected|DL_TEST_SEED|wgmma bits" | head -120
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   if [ $status -ne 0 ]; then
     # Triage: the same tests with every launch variant switched back to its plain launch (the switches on the next line).
