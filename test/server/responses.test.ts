@@ -352,6 +352,84 @@ describe("POST /v1/responses", () => {
   });
 });
 
+describe("POST /v1/responses refuses what it would otherwise ignore", () => {
+  it("chat's fields that change the answer are 400s naming them; their neutral values and harmless fields pass", async () => {
+    const refused: Array<[string, unknown]> = [
+      ["presence_penalty", 0.5],
+      ["frequency_penalty", 1],
+      ["repetition_penalty", 1.2],
+      ["logit_bias", { "50": 100 }],
+      ["n", 2],
+      ["min_p", 0.1],
+      ["min_tokens", 3],
+      ["best_of", 2],
+      ["use_beam_search", true],
+      ["guided_json", { type: "object" }],
+      ["guided_regex", "a+"],
+      ["response_format", { type: "json_object" }],
+      ["structured_outputs", { regex: "a+" }],
+      // Not fields of this route at all: refused by name, not ignored.
+      ["max_tokens", 4],
+      ["messages", [{ role: "user", content: "hi" }]],
+      ["reasoning_effort", "low"],
+      ["frobnicate", true],
+    ];
+    for (const [field, value] of refused) {
+      const r = await post(url, "/v1/responses", { model: MODEL, input: QUESTION, [field]: value });
+      expect(r.status, field).toBe(400);
+      expect(r.json.error, field).toMatchObject({ type: "invalid_request_error", param: field });
+      expect(r.json.error.message, field).toMatch(new RegExp(field));
+    }
+    // Inside the nested objects too.
+    for (const [fields, param] of [
+      [{ reasoning: { effort: "low", budget: 3 } }, "reasoning.budget"],
+      [{ text: { format: { type: "text" }, style: "terse" } }, "text.style"],
+    ] as const) {
+      const r = await post(url, "/v1/responses", { model: MODEL, input: QUESTION, ...fields });
+      expect(r.status, param).toBe(400);
+      expect(r.json.error.param).toBe(param);
+    }
+    // The openai client sends what it is given: the fields that change nothing in the answer are accepted.
+    const ok = await client.responses.create({
+      model: MODEL,
+      input: QUESTION,
+      max_output_tokens: 4,
+      store: false,
+      metadata: { run: "1" },
+      user: "u",
+      safety_identifier: "s",
+      prompt_cache_key: "k",
+      service_tier: "auto",
+      parallel_tool_calls: true,
+      truncation: "disabled",
+      include: ["reasoning.encrypted_content"],
+    });
+    expect(ok.status).toBe("incomplete");
+    const neutral = await post(url, "/v1/responses", {
+      model: MODEL,
+      input: QUESTION,
+      max_output_tokens: 4,
+      presence_penalty: 0,
+      frequency_penalty: 0,
+      repetition_penalty: 1,
+      logit_bias: {},
+      n: 1,
+    });
+    expect(neutral.status, JSON.stringify(neutral.json)).toBe(200);
+    // ignore_eos is served (as on chat): the answer runs to max_output_tokens.
+    const long = await post(url, "/v1/responses", {
+      model: MODEL,
+      input: QUESTION,
+      max_output_tokens: 40,
+      temperature: 0,
+      reasoning: { effort: "none" },
+      ignore_eos: true,
+    });
+    expect(long.status).toBe(200);
+    expect(long.json.usage.output_tokens).toBe(40);
+  });
+});
+
 describe("instructions", () => {
   let qwen: { server: DeliberateServer; url: string } | null = null;
   beforeAll(async () => {

@@ -4,12 +4,18 @@
 // needs state this server does not keep (previous_response_id, conversation, background) or tool calls is refused by
 // name; `store` is accepted and ignored (nothing is stored, as vLLM without its store). `text.format` is checked by
 // ./structured.ts's textFormatToStructured, the same translation as chat's response_format.
+//
+// The body is a strict object: a field this schema does not name is a 400 naming it, never ignored (a client that
+// sends chat's presence_penalty or response_format here would otherwise get an answer they do not shape). Fields that
+// change nothing in the answer (store, metadata, user, safety_identifier, prompt_cache_key, service_tier, ...) are
+// accepted; chat's sampling fields are served as on chat, or accepted at their neutral value only.
 import { z } from "zod";
 import { field as rule } from "../options/validate.js";
 import { chatSchema, REASONING_EFFORTS, type ReasoningEffort } from "./schemas.js";
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 const isBool = (v: unknown): boolean => typeof v === "boolean";
+const isString = (v: unknown): boolean => typeof v === "string";
 const nullOr =
   (ok: (v: unknown) => boolean) =>
   (v: unknown): boolean =>
@@ -65,108 +71,177 @@ const INCLUDABLE = [
 
 const chat = chatSchema.shape;
 
-export const responsesSchema = z.looseObject({
-  model: chat.model,
-  // A string is one user message.
-  input: z.preprocess(
-    (v) => (typeof v === "string" ? [{ type: "message", role: "user", content: v }] : v),
-    z
-      .array(inputItem, { error: "expected a string or a non-empty array of input messages" })
-      .min(1, { error: "expected a string or a non-empty array of input messages" }),
-  ),
-  instructions: rule<string | null>(
-    "expected a string (the system message)",
-    nullOr((v) => typeof v === "string"),
-  ).optional(),
-  max_output_tokens: chat.max_tokens,
-  temperature: chat.temperature,
-  top_p: chat.top_p,
-  reasoning: z
-    .object(
-      {
-        effort: rule<ReasoningEffort | null>(
-          `expected one of ${REASONING_EFFORTS.map((e) => `"${e}"`).join(", ")}`,
-          nullOr((v) => REASONING_EFFORTS.includes(v as ReasoningEffort)),
-        ).optional(),
-        // The thought itself is the reasoning item's content (reasoning_text); no summary is written, so any value
-        // gives the same answer (vLLM's too).
-        summary: rule<string | null>(
-          'expected "auto", "concise" or "detailed"',
-          nullOr((v) => ["auto", "concise", "detailed"].includes(v as string)),
-        ).optional(),
-        generate_summary: rule<string | null>(
-          'expected "auto", "concise" or "detailed"',
-          nullOr((v) => ["auto", "concise", "detailed"].includes(v as string)),
-        ).optional(),
-      },
-      { error: "expected {effort?, summary?}" },
-    )
-    .nullable()
-    .optional(),
-  stream: chat.stream,
-  // Nothing is stored (as vLLM without VLLM_ENABLE_RESPONSES_API_STORE): true answers the same, and no later request
-  // can name the response.
-  store: rule<boolean | null>("expected true or false", nullOr(isBool)).optional(),
-  metadata: rule<Record<string, string> | null>(
-    "expected an object of up to 16 string values (keys up to 64 characters, values up to 512)",
-    nullOr(
-      (v) =>
-        isObject(v) &&
-        Object.keys(v).length <= 16 &&
-        Object.entries(v).every(([k, s]) => k.length <= 64 && typeof s === "string" && s.length <= 512),
+/** Chat's ways of asking for a format: on this route the format is `text.format`. */
+const chatFormatField = onlyNull("on /v1/responses the answer's format is text.format");
+
+/** A field's rule, accepting only its neutral value (chat's fields this server does not implement). */
+const neutral = <T>(value: T, why: string) =>
+  rule<T | null>(`expected ${JSON.stringify(value)} (${why})`, (v) => v === null || v === value).optional();
+
+export const responsesSchema = z.strictObject(
+  {
+    model: chat.model,
+    // A string is one user message.
+    input: z.preprocess(
+      (v) => (typeof v === "string" ? [{ type: "message", role: "user", content: v }] : v),
+      z
+        .array(inputItem, { error: "expected a string or a non-empty array of input messages" })
+        .min(1, { error: "expected a string or a non-empty array of input messages" }),
     ),
-  ).optional(),
-  text: z
-    .object(
-      {
-        // {type: "text" | "json_object" | "json_schema", ...}: checked by textFormatToStructured (param text.format).
-        format: z.unknown().optional(),
-        verbosity: rule<"medium" | null>(
-          'expected "medium" (verbosity is not supported by this server)',
-          (v) => v === null || v === "medium",
-        ).optional(),
-      },
-      { error: "expected {format?}" },
-    )
-    .nullable()
-    .optional(),
-  tools: rule<unknown[] | null>(
-    "expected no tools (tool calls are not served on /v1/responses yet; /v1/chat/completions serves tools)",
-    (v) => v === null || (Array.isArray(v) && v.length === 0),
-  ).optional(),
-  tool_choice: rule<"auto" | "none" | null>(
-    'expected "auto" or "none" (no tools are served on /v1/responses)',
-    (v) => v === null || v === "auto" || v === "none",
-  ).optional(),
-  parallel_tool_calls: rule<boolean | null>("expected true or false", nullOr(isBool)).optional(),
-  previous_response_id: onlyNull("this server stores no responses; send the whole conversation as input"),
-  conversation: onlyNull("this server stores no conversations; send the whole conversation as input"),
-  prompt: onlyNull("stored prompt templates are not served; send instructions and input"),
-  background: rule<boolean | null>(
-    "expected false (this server stores no responses to poll; stream instead)",
-    (v) => v === null || v === false,
-  ).optional(),
-  include: rule<string[] | null>(
-    `expected an array of ${INCLUDABLE.join(", ")} (message.output_text.logprobs is not served on /v1/responses; /v1/chat/completions serves logprobs)`,
-    nullOr((v) => Array.isArray(v) && v.every((s) => INCLUDABLE.includes(s as string))),
-  ).optional(),
-  top_logprobs: rule<number | null>(
-    "expected 0 (logprobs are not served on /v1/responses; /v1/chat/completions serves them)",
-    (v) => v === null || v === 0,
-  ).optional(),
-  truncation: rule<"disabled" | null>(
-    'expected "disabled" (the input is never truncated: one over the context is a 400)',
-    (v) => v === null || v === "disabled",
-  ).optional(),
-  // Our (and vLLM's) extensions, as on chat.
-  top_k: chat.top_k,
-  seed: chat.seed,
-  stop: chat.stop,
-  stop_token_ids: chat.stop_token_ids,
-  deterministic: chat.deterministic,
-  thinking_token_budget: chat.thinking_token_budget,
-  chat_template_kwargs: chat.chat_template_kwargs,
-});
+    instructions: rule<string | null>(
+      "expected a string (the system message)",
+      nullOr((v) => typeof v === "string"),
+    ).optional(),
+    max_output_tokens: chat.max_tokens,
+    temperature: chat.temperature,
+    top_p: chat.top_p,
+    reasoning: z
+      .strictObject(
+        {
+          effort: rule<ReasoningEffort | null>(
+            `expected one of ${REASONING_EFFORTS.map((e) => `"${e}"`).join(", ")}`,
+            nullOr((v) => REASONING_EFFORTS.includes(v as ReasoningEffort)),
+          ).optional(),
+          // The thought itself is the reasoning item's content (reasoning_text); no summary is written, so any value
+          // gives the same answer (vLLM's too).
+          summary: rule<string | null>(
+            'expected "auto", "concise" or "detailed"',
+            nullOr((v) => ["auto", "concise", "detailed"].includes(v as string)),
+          ).optional(),
+          generate_summary: rule<string | null>(
+            'expected "auto", "concise" or "detailed"',
+            nullOr((v) => ["auto", "concise", "detailed"].includes(v as string)),
+          ).optional(),
+        },
+        { error: unknownKeys("{effort?, summary?}") },
+      )
+      .nullable()
+      .optional(),
+    stream: chat.stream,
+    // Nothing is stored (as vLLM without VLLM_ENABLE_RESPONSES_API_STORE): true answers the same, and no later request
+    // can name the response.
+    store: rule<boolean | null>("expected true or false", nullOr(isBool)).optional(),
+    metadata: rule<Record<string, string> | null>(
+      "expected an object of up to 16 string values (keys up to 64 characters, values up to 512)",
+      nullOr(
+        (v) =>
+          isObject(v) &&
+          Object.keys(v).length <= 16 &&
+          Object.entries(v).every(([k, s]) => k.length <= 64 && typeof s === "string" && s.length <= 512),
+      ),
+    ).optional(),
+    text: z
+      .strictObject(
+        {
+          // {type: "text" | "json_object" | "json_schema", ...}: checked by textFormatToStructured (param text.format).
+          format: z.unknown().optional(),
+          verbosity: rule<"medium" | null>(
+            'expected "medium" (verbosity is not supported by this server)',
+            (v) => v === null || v === "medium",
+          ).optional(),
+        },
+        { error: unknownKeys("{format?, verbosity?}") },
+      )
+      .nullable()
+      .optional(),
+    tools: rule<unknown[] | null>(
+      "expected no tools (tool calls are not served on /v1/responses yet; /v1/chat/completions serves tools)",
+      (v) => v === null || (Array.isArray(v) && v.length === 0),
+    ).optional(),
+    tool_choice: rule<"auto" | "none" | null>(
+      'expected "auto" or "none" (no tools are served on /v1/responses)',
+      (v) => v === null || v === "auto" || v === "none",
+    ).optional(),
+    parallel_tool_calls: rule<boolean | null>("expected true or false", nullOr(isBool)).optional(),
+    previous_response_id: onlyNull("this server stores no responses; send the whole conversation as input"),
+    conversation: onlyNull("this server stores no conversations; send the whole conversation as input"),
+    prompt: onlyNull("stored prompt templates are not served; send instructions and input"),
+    background: rule<boolean | null>(
+      "expected false (this server stores no responses to poll; stream instead)",
+      (v) => v === null || v === false,
+    ).optional(),
+    include: rule<string[] | null>(
+      `expected an array of ${INCLUDABLE.join(", ")} (message.output_text.logprobs is not served on /v1/responses; /v1/chat/completions serves logprobs)`,
+      nullOr((v) => Array.isArray(v) && v.every((s) => INCLUDABLE.includes(s as string))),
+    ).optional(),
+    top_logprobs: rule<number | null>(
+      "expected 0 (logprobs are not served on /v1/responses; /v1/chat/completions serves them)",
+      (v) => v === null || v === 0,
+    ).optional(),
+    truncation: rule<"disabled" | null>(
+      'expected "disabled" (the input is never truncated: one over the context is a 400)',
+      (v) => v === null || v === "disabled",
+    ).optional(),
+    // Our (and vLLM's) extensions, as on chat.
+    top_k: chat.top_k,
+    seed: chat.seed,
+    stop: chat.stop,
+    stop_token_ids: chat.stop_token_ids,
+    deterministic: chat.deterministic,
+    thinking_token_budget: chat.thinking_token_budget,
+    chat_template_kwargs: chat.chat_template_kwargs,
+    ignore_eos: chat.ignore_eos,
+    // Fields that change nothing in the answer: accepted (as the openai client passes them through).
+    user: rule<string | null>("expected a string", nullOr(isString)).optional(),
+    safety_identifier: rule<string | null>("expected a string", nullOr(isString)).optional(),
+    prompt_cache_key: rule<string | null>("expected a string", nullOr(isString)).optional(),
+    // The prefix cache keeps what it keeps whatever the client asks; the answer is the same.
+    prompt_cache_retention: rule<string | null>(
+      'expected "in-memory" or "24h"',
+      nullOr((v) => v === "in-memory" || v === "24h"),
+    ).optional(),
+    // One tier here: every value is served the same way, with the same answer.
+    service_tier: rule<string | null>(
+      'expected "auto", "default", "flex", "scale" or "priority"',
+      nullOr((v) => ["auto", "default", "flex", "scale", "priority"].includes(v as string)),
+    ).optional(),
+    stream_options: z
+      .strictObject(
+        // No obfuscation field is added to deltas either way; the text is the same.
+        { include_obfuscation: rule<boolean | null>("expected true or false", nullOr(isBool)).optional() },
+        { error: unknownKeys("{include_obfuscation?}") },
+      )
+      .nullable()
+      .optional(),
+    // No tools are served here, so no call is ever made to count.
+    max_tool_calls: rule<number | null>(
+      "expected an integer >= 1",
+      nullOr((v) => Number.isInteger(v) && (v as number) >= 1),
+    ).optional(),
+    context_management: onlyNull("this server stores no conversation to compact; send the whole conversation as input"),
+    // Chat's fields that change the answer: a Response has one output, and penalties / biases are not implemented.
+    n: neutral(1, "a Response has one output; /v1/chat/completions serves n"),
+    frequency_penalty: neutral(0, "not supported by this server"),
+    presence_penalty: neutral(0, "not supported by this server"),
+    repetition_penalty: neutral(1, "not supported by this server"),
+    min_p: neutral(0, "not supported by this server"),
+    min_tokens: neutral(0, "not supported by this server"),
+    best_of: neutral(1, "not supported by this server"),
+    use_beam_search: neutral(false, "beam search is not supported by this server"),
+    include_stop_str_in_output: neutral(false, "the stop string is never included in the output here"),
+    logit_bias: chat.logit_bias,
+    response_format: chatFormatField,
+    structured_outputs: chatFormatField,
+    guided_json: chatFormatField,
+    guided_choice: chatFormatField,
+    guided_regex: chatFormatField,
+    guided_grammar: chatFormatField,
+    guided_whitespace_pattern: chatFormatField,
+    guided_decoding_backend: rule<string | null>("expected a string", nullOr(isString)).optional(),
+  },
+  { error: unknownKeys("a Responses API request") },
+);
+
+/**
+ * The error of a strict object: a field it does not name is refused by name (checkBody makes the first unknown key
+ * the error's param), anything else says what was expected.
+ */
+function unknownKeys(expected: string): (issue: { code?: string; keys?: string[] }) => string {
+  return (issue) =>
+    issue.code === "unrecognized_keys"
+      ? `${issue.keys!.join(", ")} ${issue.keys!.length === 1 ? "is" : "are"} not served on /v1/responses (refused rather than ignored: it could change the answer); send the fields of OpenAI's Responses API or /v1/chat/completions`
+      : `expected ${expected}`;
+}
 
 export type ResponsesBody = z.output<typeof responsesSchema>;
 export type ResponsesInputItem = ResponsesBody["input"][number];

@@ -244,10 +244,12 @@ export function checkBody<S extends z.ZodType>(schema: S, body: unknown): { valu
   for (const k of issue.path)
     value = value !== null && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[k] : undefined;
   const shown = value === undefined ? "missing" : JSON.stringify(value)?.slice(0, 80);
-  const message =
-    issue.code === "unrecognized_keys"
-      ? `${param === "" ? "" : `${param}: `}${issue.message}`
-      : `${param || "body"} is ${shown}; ${issue.message}`;
+  if (issue.code === "unrecognized_keys") {
+    // A field the schema does not name (a strict object's): the error names it, the first when there are several.
+    const key = `${param === "" ? "" : `${param}.`}${issue.keys[0]}`;
+    return { error: badRequest(`${param === "" ? "" : `${param}: `}${issue.message}`, key) };
+  }
+  const message = `${param || "body"} is ${shown}; ${issue.message}`;
   return { error: badRequest(message, param === "" ? null : param) };
 }
 

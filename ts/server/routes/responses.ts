@@ -56,7 +56,7 @@ async function startResponseGeneration(
   try {
     const prompt = await chatPrompt(state, t, chat, budget === 0);
     const maxTokens = resolveMaxTokens(t, prompt.ids.length, body.max_output_tokens, "messages");
-    // The sampling fields by name: the body is a loose object, and only what its schema checked reaches the engine.
+    // The sampling fields by name (the schema refuses the rest, or accepts them only at their neutral value).
     const sampling = {
       temperature: body.temperature,
       top_p: body.top_p,
@@ -65,6 +65,7 @@ async function startResponseGeneration(
       stop: body.stop,
       stop_token_ids: body.stop_token_ids,
       deterministic: body.deterministic,
+      ignore_eos: body.ignore_eos,
     };
     const req = engineRequest(t, sampling, prompt.ids, maxTokens, undefined, constraint?.structured ?? null);
     const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget, "messages");
