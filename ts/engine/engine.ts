@@ -137,6 +137,7 @@ export class Engine implements AsyncDisposable {
     await this.loop;
     for (const state of [...this.stepper.live]) this.stepper.abortRequest(state);
     this.gate.flush();
+    for (const slot of this.slots) slot.dispose(); // compiled grammars: XGrammar's wasm heap, no GC frees them
     for (const m of this.ownedModels) m.dispose();
   }
 

@@ -4,7 +4,7 @@
 // deterministic sequences exist), commit KV, append tokens, check stop ids / eos / max tokens, and report per
 // sequence what became final. It knows nothing of requests: the Stepper (the output processor) maps sequences to
 // requests, turns tokens into text and deltas, and calls finish().
-import { NativeError, UnsupportedError } from "../errors/index.js";
+import { DisposedError, NativeError, UnsupportedError } from "../errors/index.js";
 import { GrammarSet } from "../grammar/grammars.js";
 import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
@@ -93,6 +93,7 @@ export class ModelSlot {
 
   /** The model's compiled grammars (structured outputs); an UnsupportedError naming `field` if it has no tokenizer. */
   grammars(field: string): GrammarSet {
+    if (this.isDisposed) throw new DisposedError(`${field}: model "${this.name}"'s engine is disposed`, { field });
     if (this.grammarSet !== null) return this.grammarSet;
     const vocab = this.codec?.grammarVocab?.();
     if (vocab === undefined)
@@ -102,6 +103,17 @@ export class ModelSlot {
       );
     return (this.grammarSet = new GrammarSet(vocab, this.model.vocabSize, this.model.eosTokenIds));
   }
+
+  /**
+   * Frees what the slot holds outside the JS heap and the model: its compiled grammars, their compiler and tokenizer
+   * info (XGrammar's wasm heap). The engine calls it once its loop has stopped and its sequences are finished.
+   */
+  dispose(): void {
+    this.isDisposed = true;
+    this.grammarSet?.dispose();
+    this.grammarSet = null;
+  }
+  private isDisposed = false;
 
   /** Whether a step would do anything: sequences queued or running. */
   get hasWork(): boolean {

@@ -12,7 +12,7 @@
 // are kept by position for as long as a verify row may replay them (a deterministic request's replay sees the masks
 // its candidates were sampled under).
 import type * as XG from "@mlc-ai/web-xgrammar";
-import { InvalidOptionError } from "../errors/index.js";
+import { DisposedError, InvalidOptionError } from "../errors/index.js";
 import type { CompiledFormat, GrammarGrant, GrammarSet } from "./grammars.js";
 
 type Phase = "opening" | "thinking" | "answer";
@@ -114,6 +114,10 @@ export class SequenceConstraint {
   async prepare(tokens: readonly number[], cut = Number.POSITIVE_INFINITY): Promise<void> {
     if (this.compiled === null) {
       const compiled = await this.grammar;
+      if (this.set.disposed)
+        throw new DisposedError(`${this.options.field}: the model's grammars are disposed (its engine was disposed)`, {
+          field: this.options.field,
+        });
       const matcher = await compiled.xg.GrammarMatcher.createGrammarMatcher(compiled.compiled);
       if (this.disposed) {
         matcher.dispose(); // the sequence ended while its grammar compiled

@@ -2,7 +2,7 @@
 // parsed in the sandbox (sandbox.ts), compiled against the vocabulary and cached by its source text, so a schema
 // sent with every request compiles once (vLLM and SGLang cache by (tokenizer, schema) alike).
 import type * as XG from "@mlc-ai/web-xgrammar";
-import { InvalidOptionError } from "../errors/index.js";
+import { DisposedError, InvalidOptionError } from "../errors/index.js";
 import { checkGrammar, type GrammarSource } from "./sandbox.js";
 import type { GrammarVocab, StructuredFormat } from "./types.js";
 
@@ -13,7 +13,15 @@ import { loadXGrammar, type XGrammar } from "./xgrammar.js";
 export interface CompiledFormat {
   xg: XGrammar;
   compiled: XG.CompiledGrammar;
+  /** The logits width its matchers' bitmasks cover (the set's vocabSize). */
+  vocabSize: number;
 }
+
+/**
+ * XGrammar objects alive on its wasm heap (no garbage collector frees them), across every GrammarSet of the process:
+ * tests check that a disposed engine leaves none behind.
+ */
+export const liveXGrammar = { compilers: 0, grammars: 0 };
 
 /** The grammar source of a format, or an InvalidOptionError naming `field` for one malformed before XGrammar. */
 export function grammarSource(format: StructuredFormat, field: string): GrammarSource {
@@ -118,7 +126,8 @@ export const DEFAULT_GRAMMAR_CACHE = 256;
  * sequence holds are disposed.
  */
 export class GrammarSet {
-  private compiler: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler }> | null = null;
+  private compiler: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> | null = null;
+  private isDisposed = false;
   /** By source text, least recently used first. */
   private readonly cache = new Map<string, CacheEntry>();
   /** Compiles, first and cached, and grammars freed (bench:structured reads them). */
@@ -152,11 +161,44 @@ export class GrammarSet {
     return this.cache.size;
   }
 
+  /** dispose() ran: the set compiles nothing more. */
+  get disposed(): boolean {
+    return this.isDisposed;
+  }
+
+  /**
+   * Frees every compiled grammar, the compiler and its tokenizer info (the engine's dispose: they live on XGrammar's
+   * wasm heap, which no garbage collector frees). A compile in flight rejects with a DisposedError and frees what it
+   * made; later compile() / acquire() calls throw one. Matchers are their sequences' (SequenceConstraint.dispose), and
+   * each keeps what it needs of its grammar alive until then. Idempotent.
+   */
+  dispose(): void {
+    if (this.isDisposed) return;
+    this.isDisposed = true;
+    for (const entry of this.cache.values()) entry.compiled.then(freeCompiled, () => undefined);
+    this.cache.clear();
+    this.compiler?.then(
+      ({ compiler, info }) => {
+        compiler.dispose();
+        info.dispose();
+        liveXGrammar.compilers--;
+      },
+      () => undefined,
+    );
+    this.compiler = null;
+  }
+
+  private checkAlive(field: string): void {
+    if (this.isDisposed)
+      throw new DisposedError(`${field}: the model's grammars are disposed (its engine was disposed)`, { field });
+  }
+
   /**
    * The compiled grammar of `format`: parsed in the sandbox first, so a bad one rejects with an InvalidOptionError
    * naming `field` and XGrammar's message, and never reaches the instance that compiles.
    */
   compile(format: StructuredFormat, field: string): Promise<CompiledFormat> {
+    this.checkAlive(field);
     const entry = this.entry(format, field);
     this.evict();
     return entry.compiled;
@@ -164,6 +206,7 @@ export class GrammarSet {
 
   /** compile(), held until release(): the grammar is not freed while its sequences run. */
   acquire(format: StructuredFormat, field: string): GrammarGrant {
+    this.checkAlive(field);
     const grant = this.grant(this.entry(format, field)); // held before any eviction can see it
     this.evict();
     return grant;
@@ -211,10 +254,7 @@ export class GrammarSet {
       if (entry.users > 0) continue;
       this.cache.delete(key);
       this.stats.evictions++;
-      entry.compiled.then(
-        (c) => c.compiled.dispose(),
-        () => undefined,
-      );
+      entry.compiled.then(freeCompiled, () => undefined);
     }
   }
 
@@ -230,19 +270,44 @@ export class GrammarSet {
       const what = format.type === "json_schema" || format.type === "json_object" ? "JSON Schema" : format.type;
       throw new InvalidOptionError(`${field}: XGrammar cannot use this ${what}: ${error}`, { field });
     }
-    const { xg, compiler } = await this.compilerOf();
+    this.checkAlive(field); // disposed while the sandbox parsed it
+    const { xg, compiler } = await this.compilerOf(field);
+    this.checkAlive(field);
     this.stats.compiles++;
     let compiled: XG.CompiledGrammar;
-    if (source.kind === "json_schema") compiled = await compiler.compileJSONSchema(source.text, false, -1);
-    else if (source.kind === "ebnf") compiled = await compiler.compileGrammar(source.text);
-    else if (source.kind === "structural_tag") compiled = await compiler.compileStructuralTag(source.text);
-    else compiled = await compiler.compileBuiltinJSONGrammar();
-    return { xg, compiled };
+    try {
+      if (source.kind === "json_schema") compiled = await compiler.compileJSONSchema(source.text, false, -1);
+      else if (source.kind === "ebnf") {
+        // compileGrammar(text) would parse it into a Grammar it never frees: parse, compile, free.
+        const grammar = await xg.Grammar.fromEBNF(source.text);
+        try {
+          compiled = await compiler.compileGrammar(grammar);
+        } finally {
+          grammar.dispose();
+        }
+      } else if (source.kind === "structural_tag") compiled = await compiler.compileStructuralTag(source.text);
+      else compiled = await compiler.compileBuiltinJSONGrammar();
+    } catch (e) {
+      this.checkAlive(field); // the compiler was freed under it (dispose() between XGrammar's internal awaits)
+      throw e;
+    }
+    liveXGrammar.grammars++;
+    if (this.isDisposed) {
+      freeCompiled({ xg, compiled, vocabSize: this.vocabSize });
+      this.checkAlive(field);
+    }
+    // createGrammarMatcher reads the vocabulary size through compiled.tokenizerInfo(), which wraps a new handle to the
+    // tokenizer info and never frees it: one leaked handle per matcher, each keeping the whole tokenizer info alive
+    // after the compiler is disposed. Answer it from here instead (the size is the set's).
+    const vocabSize = this.vocabSize;
+    Object.defineProperty(compiled, "tokenizerInfo", { value: () => ({ getVocabSize: () => vocabSize }) });
+    return { xg, compiled, vocabSize };
   }
 
-  private compilerOf(): Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler }> {
+  private compilerOf(field: string): Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> {
     return (this.compiler ??= (async () => {
       const xg = await loadXGrammar();
+      this.checkAlive(field);
       const tokens = this.vocab.tokens.slice(0, this.vocabSize);
       while (tokens.length < this.vocabSize) tokens.push(""); // embedding rows past the tokenizer: never allowed
       const info = await xg.TokenizerInfo.createTokenizerInfo(
@@ -252,7 +317,18 @@ export class GrammarSet {
         this.vocabSize,
         [...this.stopTokenIds],
       );
-      return { xg, compiler: await xg.GrammarCompiler.createGrammarCompiler(info) };
+      const compiler = await xg.GrammarCompiler.createGrammarCompiler(info);
+      liveXGrammar.compilers++;
+      return { xg, compiler, info };
     })());
   }
 }
+
+/** Frees a compiled grammar (once: a second call does nothing). */
+function freeCompiled(c: CompiledFormat): void {
+  if (freed.has(c.compiled)) return;
+  freed.add(c.compiled);
+  c.compiled.dispose();
+  liveXGrammar.grammars--;
+}
+const freed = new WeakSet<XG.CompiledGrammar>();

@@ -1,0 +1,94 @@
+// Structured outputs over an engine's life, on the bundled tiny reasoner (real native forward, real XGrammar): what a
+// disposed engine frees (compiled grammars, their compiler and tokenizer info live on XGrammar's wasm heap, which no
+// garbage collector frees) and what it answers afterwards.
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { bundledModelDir } from "../../ts/bundledModel.js";
+import { Engine } from "../../ts/engine/engine.js";
+import { DisposedError } from "../../ts/errors/index.js";
+import { SequenceConstraint } from "../../ts/grammar/constraint.js";
+import { GrammarSet, liveXGrammar } from "../../ts/grammar/grammars.js";
+import { loadXGrammar } from "../../ts/grammar/xgrammar.js";
+import { loadModel, type Model } from "../../ts/model/model.js";
+
+let model: Model;
+
+beforeAll(async () => {
+  model = await loadModel(bundledModelDir, { kvPages: 256 });
+});
+afterAll(() => model?.dispose());
+
+const prompt = (q: string): string => model.tokenizer.applyChatTemplate([{ role: "user", content: q }]);
+
+describe("structured outputs: an engine's dispose", () => {
+  it("frees the model's compiled grammars, compiler and tokenizer info; later structured calls are DisposedErrors", async () => {
+    const before = { ...liveXGrammar };
+    const engine = new Engine({ models: { model } });
+    const done = await engine.submit({
+      prompt: prompt("What is 2 + 2?"),
+      maxTokens: 40,
+      structured: { type: "choice", choices: ["four", "five"] },
+    }).result;
+    expect(done.samples[0].finishReason).not.toBe("aborted");
+    await engine.prepareStructured({ type: "grammar", grammar: 'root ::= "x" [0-9]+' });
+    expect(liveXGrammar.compilers).toBe(before.compilers + 1);
+    expect(liveXGrammar.grammars).toBe(before.grammars + 2);
+
+    // In flight at dispose: a request that is running, and a compile of a schema the engine has not seen.
+    const running = engine.submit({
+      prompt: prompt("What is 3 + 4?"),
+      maxTokens: 200,
+      structured: { type: "regex", pattern: "[0-9]+" },
+    }).result;
+    const compiling = engine.prepareStructured({
+      type: "json_schema",
+      schema: { type: "object", properties: { late: { type: "boolean" } }, required: ["late"] },
+    });
+    await engine.dispose();
+    expect((await running).samples[0].finishReason).toBe("aborted");
+    await expect(compiling).rejects.toThrow(DisposedError);
+    expect(liveXGrammar).toEqual(before);
+    expect(SequenceConstraint.liveMatchers).toBe(0);
+
+    const format = { type: "choice", choices: ["a"] } as const;
+    await expect(engine.prepareStructured(format)).rejects.toThrow(DisposedError);
+    expect(() => engine.submit({ prompt: prompt("hi"), structured: format })).toThrow(DisposedError);
+  });
+
+  it("a GrammarSet's dispose: a grammar compiling rejects with a DisposedError and is freed; held grants stay safe", async () => {
+    const before = { ...liveXGrammar };
+    const set = new GrammarSet(model.tokenizer.grammarVocab(), model.config.vocabSize, model.tokenizer.eosTokenIds);
+    const held = set.acquire({ type: "choice", choices: ["yes"] }, "t");
+    await held.compiled;
+    const late = set.compile({ type: "choice", choices: ["late"] }, "t");
+    set.dispose();
+    await expect(late).rejects.toThrow(DisposedError);
+    held.release(); // after the set is gone: nothing to free twice
+    set.dispose();
+    await new Promise((r) => setImmediate(r));
+    expect(liveXGrammar).toEqual(before);
+    expect(() => set.acquire({ type: "choice", choices: ["no"] }, "request.structured")).toThrow(
+      /request\.structured: the model's grammars are disposed/,
+    );
+  });
+
+  it("a matcher costs no handle it does not free (createGrammarMatcher's tokenizerInfo() wrapper is never made)", async () => {
+    const xg = await loadXGrammar();
+    const spy = vi.spyOn(xg.CompiledGrammar.prototype, "tokenizerInfo");
+    const set = new GrammarSet(model.tokenizer.grammarVocab(), model.config.vocabSize, model.tokenizer.eosTokenIds);
+    const grant = set.acquire({ type: "choice", choices: ["yes"] }, "t");
+    const c = new SequenceConstraint(grant, set, {
+      thought: "none",
+      origin: 3,
+      end: 20,
+      answerTokens: 5,
+      keepMasks: 0,
+      field: "t",
+    });
+    await c.prepare([1, 2, 3]);
+    expect(c.maskAt(3)).toBeInstanceOf(Int32Array);
+    c.dispose();
+    set.dispose();
+    expect(spy).not.toHaveBeenCalled();
+    spy.mockRestore();
+  });
+});
