@@ -252,6 +252,14 @@ export class BeamSearch implements Program {
     return this.knob.used > 0 && (this.frontier.length === 0 || this.finished.length >= this.n);
   }
 
+  /** Deterministic runs: without speculation an iteration awaits every continuation and ranks them in frontier order,
+   *  scores break ties by that rank, and seeds are per node, so nothing depends on which finishes first. */
+  get deterministic(): true | string {
+    if (this.sw.speculative)
+      return "speculative beam extension starts continuations as steps finish and stops them under memory pressure (both depend on timing); turn speculative off";
+    return true;
+  }
+
   /** The score-weighted vote share of the leading answer among finished solutions (0 before any). */
   updateCertaindex(): number {
     this.certaindex = confidenceCertaindex(

@@ -70,6 +70,10 @@ export class BestOfN implements Program {
     return this.knob.used > 0;
   }
 
+  /** Deterministic runs: every solution runs to its end and is scored (reward requests deterministic too) in sample
+   *  order. */
+  readonly deterministic = true;
+
   async execute(ctx: ProgramContext): Promise<void> {
     const out = await ctx.submit({
       prompt: this.o.prompt,

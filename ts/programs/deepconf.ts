@@ -162,6 +162,7 @@ export class DeepConf implements Program {
       this.state.stop = this.reachedConsensus() ? "consensus" : "budget";
       return;
     }
+    if (ctx.deterministic) return this.onlineInWaves(ctx, prompt);
     let next = this.o.warmup;
     const live = new Set<RequestHandle>();
     await new Promise<void>((resolve, reject) => {
@@ -191,6 +192,37 @@ export class DeepConf implements Program {
       launch();
     });
   }
+
+  /**
+   * Deterministic runs: which trace finishes first depends on the engine's load, so the traces after the warm-up run
+   * in waves of `parallel` (indices in order), each wave to its end, and are taken in index order: each one joins
+   * the traces (and votes, unless the stop rule ended it) and the consensus is checked after it, as the paper's
+   * one-at-a-time loop does. Traces of the wave after the one that reached consensus ran to their end (their tokens
+   * count) but are not taken.
+   */
+  private async onlineInWaves(ctx: ProgramContext, prompt: number[]): Promise<void> {
+    for (let next = this.o.warmup; next < this.o.budget && !ctx.signal.aborted;) {
+      const size = Math.min(this.o.parallel, this.o.budget - next);
+      const wave = await Promise.all(
+        Array.from({ length: size }, (_, i) => this.trace(ctx, prompt, next + i, this.state.threshold, false).result),
+      );
+      next += size;
+      for (const t of wave) {
+        if (t === null) continue; // aborted by the caller
+        this.state.traces.push(t);
+        if (t.finishReason !== "low_confidence" && t.finishReason !== "aborted") this.state.voters.push(t);
+        if (this.reachedConsensus()) {
+          this.state.stop = "consensus";
+          return;
+        }
+      }
+    }
+    if (!ctx.signal.aborted) this.state.stop = "budget";
+  }
+
+  /** Deterministic runs: every trace's tokens and confidences are verified ones, and onlineInWaves takes the traces
+   *  in index order. */
+  readonly deterministic = true;
 
   /** One trace; resolves null when it was aborted before finishing (the program stopped). */
   private trace(

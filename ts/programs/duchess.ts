@@ -184,6 +184,9 @@ export class Duchess implements Program {
     return this.knob.used >= 1;
   }
 
+  readonly deterministic =
+    "its branch-out forks branches where they have got to and its request stop counts answers in arrival order (both depend on timing), and activation probes cannot be read from verified positions yet";
+
   async execute(ctx: ProgramContext): Promise<void> {
     const o = this.o;
     const prompt = ctx.encode(o.prompt, { model: o.model });

@@ -96,6 +96,9 @@ export class Mcts implements Program {
     return this.exhausted;
   }
 
+  readonly deterministic =
+    "a round's simulations expand and roll out concurrently, and their rollout seeds and solutions are taken in the order they finish";
+
   async execute(ctx: ProgramContext): Promise<void> {
     const n = Math.min(this.perRound, this.knob.max - this.knob.used);
     const paths: TreeNode[][] = [];

@@ -41,6 +41,20 @@ export interface ProgramContext {
   thinkTokens?(model?: string): { start: number; end: number } | null;
   /** Token ids as text, special tokens left out (as the engine's output text is). Optional, as thinkTokens. */
   decode?(ids: readonly number[], options?: { model?: string }): string;
+  /**
+   * The run is deterministic (RunOptions.deterministic): every request and fork decodes with decode-verify-rollback,
+   * so its streamed tokens and their signals are final, but when they arrive still depends on what else runs. A
+   * program then orders its decisions by positions and indices, never by arrival. Optional: absent = false.
+   */
+  readonly deterministic?: boolean;
+  /**
+   * Deterministic runs: the request's samples count at most `generatedTokens` tokens each towards tokensUsed, from
+   * now on and after it settles (the position a decision of the program cut it at: what the engine generated past it
+   * before the abort landed depends on timing). While it runs it counts exactly that many, so a program sets it only
+   * once every sample has streamed at least that many tokens. Each call replaces the last; Infinity lifts it.
+   * No effect on other runs (they count what was generated).
+   */
+  countUpTo?(handle: RequestHandle, generatedTokens: number): void;
 }
 
 /** See ProgramContext.kvState. */
@@ -70,6 +84,13 @@ export interface Program {
   readonly defaultPolicy?: PolicySpec;
   /** For baseline-length: 1 − mean tokens per unit / token cap per unit (short outputs = easy query). */
   lengthSignal?(): number;
+  /**
+   * Whether the program runs under RunOptions.deterministic: true when every decision it takes reads only its
+   * requests' streamed (verified) tokens and their signals, in an order of its own (indices, positions), never
+   * arrival order, wall clock or engine load; a string says why not (the runtime refuses the run with it). Absent:
+   * not declared, refused.
+   */
+  readonly deterministic?: true | string;
 }
 
 /** The state after one round. */
@@ -101,6 +122,13 @@ export interface ProgramResult {
   stopReason: StopReason;
   policy: PolicySpec;
   elapsedMs: number;
+  /** The run was deterministic (RunOptions.deterministic). */
+  deterministic?: boolean;
+  /**
+   * Deterministic runs: tokens the engine generated past the points where the program's decisions cut its requests
+   * (ProgramContext.countUpTo). How many depends on timing, so tokensUsed leaves them out; this says what they cost.
+   */
+  tokensPastCuts?: number;
 }
 
 /** `{...defaults, ...options}` where options' undefined fields keep the default (`{maxTokens: undefined}` too). */

@@ -87,6 +87,10 @@ export class Rebase implements Program {
     this.tokenBudget = this.tree.budgetFor(this.width * depth);
   }
 
+  /** Deterministic runs: a round expands the whole frontier and takes the children in frontier order (seeds are
+   *  taken before any request runs), so nothing depends on which finishes first. */
+  readonly deterministic = true;
+
   get done(): boolean {
     return this.knob.used > 0 && (this.state.frontier.length === 0 || this.state.finished.length >= this.width);
   }

@@ -5,10 +5,11 @@
 import { setMaxListeners } from "node:events";
 import type { Engine } from "../engine/engine.js";
 import type { RequestHandle } from "../engine/handle.js";
+import type { GenerationOutput } from "../engine/outputs.js";
 import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { decide, validatePolicy, type PolicySpec } from "../certaindex/policies.js";
-import { InvalidOptionError } from "../errors/index.js";
+import { InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import type {
   KvState,
   Program,
@@ -30,16 +31,48 @@ export interface RunOptions {
   onRound?: (record: RoundRecord, program: Program) => void;
   /** Program id (default: "p<counter>"); must be unique among concurrently running programs. */
   programId?: string;
+  /**
+   * The same answer, certaindex trace, votes, rounds and token counts whatever else the engine runs: every request
+   * and fork of the program is `deterministic` (decode-verify-rollback: only verified tokens, logprobs, confidences
+   * are streamed), and the program orders its decisions by positions and indices (Program.deterministic). A program
+   * that cannot is refused (UnsupportedError, field "deterministic"). Default false.
+   */
+  deterministic?: boolean;
+}
+
+/** Throws the typed refusal when `program` cannot run deterministically (Program.deterministic). */
+export function checkDeterministic(program: Program): void {
+  const d = program.deterministic;
+  if (d === true) return;
+  const why = d ?? "it does not declare that its decisions are independent of timing (Program.deterministic)";
+  throw new UnsupportedError(
+    `program ${program.name} does not support deterministic: true: ${why}; drop deterministic`,
+    {
+      field: "deterministic",
+    },
+  );
 }
 
 let nextProgram = 1;
 
+/** One request of a run, for its token accounting. */
+interface Tracked {
+  purpose: TokenPurpose;
+  /** Samples of the request (n). */
+  samples: number;
+  /** Deterministic runs: most generated tokens counted per sample (countUpTo); Infinity: all. */
+  limit: number;
+}
+
 /** Tracks one run's requests: metadata, signal, token accounting. */
 class RunContext implements ProgramContext {
   readonly signal: AbortSignal;
-  tokensUsed = 0;
-  readonly tokensByPurpose: Record<TokenPurpose, number> = {};
-  private readonly live = new Set<RequestHandle>();
+  /** Tokens of settled requests (deterministic runs: each sample up to its limit). */
+  private settledTokens = 0;
+  private readonly settledByPurpose: Record<TokenPurpose, number> = {};
+  /** Deterministic runs: generated tokens past the limits (ProgramResult.tokensPastCuts). */
+  tokensPastCuts = 0;
+  private readonly live = new Map<RequestHandle, Tracked>();
   private readonly settled = new Set<Promise<unknown>>();
   private readonly controller = new AbortController();
   private readonly arrivalMs = Date.now();
@@ -50,10 +83,38 @@ class RunContext implements ProgramContext {
     private readonly program: Program,
     private readonly priority: number | undefined,
     outer: AbortSignal | undefined,
+    readonly deterministic: boolean,
   ) {
     this.signal = outer ? AbortSignal.any([outer, this.controller.signal]) : this.controller.signal;
     // Every request of the program listens on it (DUCHESS keeps dozens alive): not a leak.
     setMaxListeners(0, this.signal);
+  }
+
+  /**
+   * Generated tokens of the program so far: settled requests', plus, in a deterministic run, a live request's
+   * limit (countUpTo: the program knows each of its samples has streamed that many), so that a round's count never
+   * depends on whether a request happened to settle before the round ended.
+   */
+  get tokensUsed(): number {
+    let n = this.settledTokens;
+    for (const t of this.liveLimited()) n += t.limit * t.samples;
+    return n;
+  }
+
+  get tokensByPurpose(): Record<TokenPurpose, number> {
+    const out = { ...this.settledByPurpose };
+    for (const t of this.liveLimited()) out[t.purpose] = (out[t.purpose] ?? 0) + t.limit * t.samples;
+    return out;
+  }
+
+  private liveLimited(): Tracked[] {
+    if (!this.deterministic) return [];
+    return [...this.live.values()].filter((t) => Number.isFinite(t.limit));
+  }
+
+  countUpTo(handle: RequestHandle, generatedTokens: number): void {
+    const t = this.live.get(handle);
+    if (t !== undefined) t.limit = generatedTokens;
   }
 
   metadata(): SchedMetadata {
@@ -110,29 +171,34 @@ class RunContext implements ProgramContext {
       this.engine.submit({
         eagerDeltas: true,
         ...request,
+        ...(this.deterministic ? { deterministic: true } : {}),
         metadata: { ...this.metadata(), ...request.metadata },
         signal: this.signal,
       }),
       purpose,
+      request.n ?? 1,
     );
   }
 
   fork(parent: RequestHandle, options: ForkOptions = {}, purpose: TokenPurpose = "generate"): RequestHandle {
+    // A fork inherits its parent's deterministic; set anyway, so that no option of the program can turn it off.
     return this.track(
       this.engine.fork(parent, {
         eagerDeltas: true,
         ...options,
+        ...(this.deterministic ? { deterministic: true } : {}),
         metadata: { ...this.metadata(), ...options.metadata },
         signal: this.signal,
       }),
       purpose,
+      1,
     );
   }
 
   /** After a round: live requests see the new remaining knob and mean tokens per round. */
   refreshMetadata(): void {
     const m = this.metadata();
-    for (const h of this.live) h.updateMetadata(m);
+    for (const h of this.live.keys()) h.updateMetadata(m);
   }
 
   /** Aborts every request still running (the policy stopped the program) and waits for their accounting. */
@@ -141,12 +207,15 @@ class RunContext implements ProgramContext {
     await Promise.all(this.settled);
   }
 
-  private track(handle: RequestHandle, purpose: TokenPurpose): RequestHandle {
-    this.live.add(handle);
+  private track(handle: RequestHandle, purpose: TokenPurpose, samples: number): RequestHandle {
+    const t: Tracked = { purpose, samples, limit: Number.POSITIVE_INFINITY };
+    this.live.set(handle, t);
     const p = handle.result.then(
       (out) => {
-        this.tokensUsed += out.usage.generatedTokens;
-        this.tokensByPurpose[purpose] = (this.tokensByPurpose[purpose] ?? 0) + out.usage.generatedTokens;
+        const counted = this.counted(out, t.limit);
+        this.tokensPastCuts += out.usage.generatedTokens - counted;
+        this.settledTokens += counted;
+        this.settledByPurpose[purpose] = (this.settledByPurpose[purpose] ?? 0) + counted;
       },
       () => undefined,
     );
@@ -156,6 +225,12 @@ class RunContext implements ProgramContext {
       this.settled.delete(p);
     });
     return handle;
+  }
+
+  /** A settled request's tokens as counted: all of them, or in a deterministic run each sample up to `limit`. */
+  private counted(out: GenerationOutput, limit: number): number {
+    if (!this.deterministic || !Number.isFinite(limit)) return out.usage.generatedTokens;
+    return out.samples.reduce((n, s) => n + Math.min(s.tokens.length, limit), 0);
   }
 }
 
@@ -178,8 +253,10 @@ export class ProgramRuntime {
   /** Runs `program` round by round until the policy denies a round, the program ends, or the signal aborts. */
   async run(program: Program, options: RunOptions = {}): Promise<ProgramResult> {
     const policy = validatePolicy(options.policy ?? program.defaultPolicy ?? { kind: "baseline-even" });
+    const deterministic = options.deterministic ?? false;
+    if (deterministic) checkDeterministic(program);
     const programId = options.programId ?? `p${nextProgram++}`;
-    const ctx = new RunContext(this.engine, programId, program, options.priority, options.signal);
+    const ctx = new RunContext(this.engine, programId, program, options.priority, options.signal, deterministic);
     const started = Date.now();
     const history: RoundRecord[] = [];
     let stopReason: StopReason;
@@ -236,6 +313,7 @@ export class ProgramRuntime {
       stopReason,
       policy,
       elapsedMs: Date.now() - started,
+      ...(deterministic ? { deterministic, tokensPastCuts: ctx.tokensPastCuts } : {}),
     };
   }
 }

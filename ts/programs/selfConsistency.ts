@@ -78,6 +78,8 @@ export class SelfConsistency implements Program {
 
   /** SC never ends on its own: the policy (at the latest the branch cap) stops it. */
   readonly done = false;
+  /** Deterministic runs: a round awaits all its branches and votes in sample order, so nothing depends on timing. */
+  readonly deterministic = true;
 
   async execute(ctx: ProgramContext): Promise<void> {
     const n = Math.min(this.opts.branchesPerRound, this.knob.max - this.knob.used);

@@ -9,7 +9,8 @@
 import { InvalidOptionError } from "../errors/index.js";
 import { entropyCertaindex, majorityVote, type AnswerEquivalence } from "../certaindex/signals.js";
 import type { PolicySpec } from "../certaindex/policies.js";
-import type { FinishReason } from "../engine/outputs.js";
+import type { RequestHandle } from "../engine/handle.js";
+import type { FinishReason, GenerationOutput } from "../engine/outputs.js";
 import { withDefaults, type Knob, type Program, type ProgramContext } from "./program.js";
 import { answerTaskOf, answerText } from "./structuredAnswers.js";
 import type { BranchSampling } from "./task.js";
@@ -40,7 +41,8 @@ export class ShortMK implements Program {
   readonly state: {
     /** The first m branches to finish, in finishing order (the vote's input). */
     finished: ShortBranch[];
-    /** Sample indices in the order their end was streamed (every branch that ended before the abort landed). */
+    /** Sample indices in the order their end was streamed (every branch that ended before the abort landed);
+     *  deterministic runs: the m chosen, shortest first. */
     finishOrder: number[];
     /** Branches stopped by the abort once m had finished. */
     aborted: number;
@@ -80,6 +82,10 @@ export class ShortMK implements Program {
     return this.ran;
   }
 
+  /** Deterministic runs: the first m are the m shortest (ties by index), decided once no running branch could
+   *  still be shorter (see executeByLength). */
+  readonly deterministic = true;
+
   async execute(ctx: ProgramContext): Promise<void> {
     const o = this.o;
     const handle = ctx.submit({
@@ -94,6 +100,7 @@ export class ShortMK implements Program {
     });
     this.knob.used = this.k;
     this.ran = true;
+    if (ctx.deterministic) return this.executeByLength(ctx, handle);
     const order = this.state.finishOrder;
     // Watch the samples end as the engine streams them; the m-th end aborts the request (the others stop at the next
     // step). A caller's abort ends the stream with every open sample "aborted": those are not finishes.
@@ -107,17 +114,50 @@ export class ShortMK implements Program {
     }
     const out = await handle.result;
     // Finishing order is length order (all k started together); ties (same step) keep the stream's order.
-    this.state.finished = order.slice(0, this.m).map((i) => {
-      const s = out.samples[i];
-      return {
-        index: i,
-        text: s.text,
-        answer: this.extract(answerText(ctx, s, o)),
-        tokens: s.tokens.length,
-        finishReason: s.finishReason,
-      };
-    });
+    this.state.finished = order.slice(0, this.m).map((i) => this.branchOf(ctx, out, i));
     this.state.aborted = out.samples.filter((s) => s.finishReason === "aborted").length;
+  }
+
+  /**
+   * Deterministic runs: verified tokens arrive in chunks whose timing depends on the engine's load, so "first to
+   * finish" is taken as what it means when all k decode in lockstep: the m shortest branches, ties to the lower
+   * index. They are known once m branches have ended and every branch still running has streamed at least as many
+   * tokens as the m-th shortest (it can only end longer). The rest are then aborted, and each branch counts at
+   * most that many tokens (what lockstep decoding would have spent); `aborted` is k - m.
+   */
+  private async executeByLength(ctx: ProgramContext, handle: RequestHandle): Promise<void> {
+    const streamed = new Array<number>(this.k).fill(0);
+    const ended = new Map<number, number>(); // sample -> its length
+    let chosen: number[] | null = null;
+    for await (const d of handle) {
+      streamed[d.sample] += d.tokens.length;
+      if (d.finishReason === "aborted") continue; // the caller aborted the run
+      if (d.finishReason !== undefined) ended.set(d.sample, streamed[d.sample]);
+      if (ended.size < this.m) continue;
+      const byLength = [...ended].sort((a, b) => a[1] - b[1] || a[0] - b[0]);
+      const mth = byLength[this.m - 1][1];
+      if (streamed.some((n, i) => !ended.has(i) && n < mth)) continue;
+      chosen = byLength.slice(0, this.m).map(([i]) => i);
+      ctx.countUpTo?.(handle, mth);
+      handle.abort();
+      break;
+    }
+    const out = await handle.result;
+    if (chosen === null) return; // aborted by the caller before m branches ended
+    this.state.finishOrder = chosen.slice();
+    this.state.finished = chosen.map((i) => this.branchOf(ctx, out, i));
+    this.state.aborted = this.k - this.m;
+  }
+
+  private branchOf(ctx: ProgramContext, out: GenerationOutput, i: number): ShortBranch {
+    const s = out.samples[i];
+    return {
+      index: i,
+      text: s.text,
+      answer: this.extract(answerText(ctx, s, this.o)),
+      tokens: s.tokens.length,
+      finishReason: s.finishReason,
+    };
   }
 
   updateCertaindex(): number {
