@@ -3,6 +3,7 @@
 // those of the whole answer (so a streamed response assembles into the non-streamed one).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { callText, TOOL_CALL_SYNTAXES } from "../../ts/grammar/toolGrammar.js";
 import { joinToolCallDeltas, parseToolCalls, ToolCallParser } from "../../ts/server/toolCallParser.js";
 import type { ToolCallSyntax } from "../../ts/server/tools.js";
 
@@ -87,6 +88,33 @@ describe("tool-call syntaxes", () => {
     expect(p.push(": 1").toolCalls).toEqual([{ index: 0, function: { arguments: ": 1" } }]);
     expect(p.push("}}\n</tool_call>").toolCalls).toEqual([{ index: 0, function: { arguments: "}" } }]);
     expect(p.end()).toEqual({ content: "", toolCalls: [] });
+  });
+});
+
+describe("one description of each syntax, read by the grammar and by the parser", () => {
+  it("calls written as the grammar writes them (callText and the syntax's markers) parse back to the same calls", () => {
+    const calls = [
+      { name: "get_weather", args: '{"city": "Paris", "days": [1, 2]}' },
+      { name: "add", args: '{"a": 1, "b": "x\\"}"}' },
+    ];
+    for (const syntax of Object.keys(TOOL_CALL_SYNTAXES) as ToolCallSyntax[]) {
+      const s = TOOL_CALL_SYNTAXES[syntax];
+      const written = (s.maxCalls === 1 ? calls.slice(0, 1) : calls).map((c) => {
+        const { begin, end } = callText(syntax, c.name);
+        return begin + c.args + end;
+      });
+      const answer = s.closeEach
+        ? written.join(s.pad)
+        : s.listOpen !== ""
+          ? `${s.open}${s.listOpen}${written.join(`${s.separator} `)}${s.close}`
+          : written.join(`${s.separator} `);
+      const expected = (s.maxCalls === 1 ? calls.slice(0, 1) : calls).map((c, i) => ({
+        id: `call_${i}`,
+        name: c.name,
+        arguments: c.args,
+      }));
+      expect(parse(syntax, answer), syntax).toEqual({ content: "", calls: expected });
+    }
   });
 });
 

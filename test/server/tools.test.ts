@@ -139,6 +139,29 @@ describe("forced tool calls", () => {
   });
 });
 
+describe("the grammar of a forced call", () => {
+  it("compiles against the vocabulary once: the structural tag, not each tool's schema besides", async () => {
+    // The engine's compiled-grammar cache (ModelSlot is internal: reached for its stats only).
+    const engine = server.state.target!.engine as unknown as {
+      slots: Array<{ grammars(f: string): { stats: { compiles: number } } }>;
+    };
+    const stats = engine.slots[0].grammars("test").stats;
+    // Schemas no other test sends, so nothing is cached yet.
+    const fresh = (k: number) => ({
+      type: "object",
+      properties: { [`v${k}`]: { type: "integer", minimum: 0, maximum: 9 } },
+      required: [`v${k}`],
+      additionalProperties: false,
+    });
+    const tools = [1, 2].map((k) => ({ type: "function", function: { name: `f${k}`, parameters: fresh(k + 100) } }));
+    const before = stats.compiles;
+    const r = await post({ tools, tool_choice: "required", parallel_tool_calls: false });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    expect(r.json.choices[0].finish_reason, JSON.stringify(r.json)).toBe("tool_calls");
+    expect(stats.compiles - before).toBe(1);
+  });
+});
+
 describe("tool turns and choices", () => {
   it("an assistant turn with tool_calls and a role tool answer render through the template (200, longer prompt)", async () => {
     const first = await post({ tools: TOOLS, tool_choice: "required", parallel_tool_calls: false });

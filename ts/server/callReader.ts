@@ -4,14 +4,17 @@
 // other order `streams` stays false and the caller reads the complete object (`raw`) whole. The object ends where
 // its JSON depth returns to 0 (string-aware).
 
-/** The tokens of a call object up to its arguments' value, in order: `{ "name" : "<name>" , "arguments" : `. */
-const PREFIX: ReadonlyArray<readonly string[] | "name"> = [
+/**
+ * The tokens of a call object up to its arguments' value, in order: `{ "name" : "<name>" , "arguments" : ` (the
+ * arguments' keys are the syntax's: ts/grammar/toolGrammar.ts).
+ */
+const prefixOf = (argumentsKeys: readonly string[]): ReadonlyArray<readonly string[] | "name"> => [
   ["{"],
   ['"name"'],
   [":"],
   "name",
   [","],
-  ['"arguments"', '"parameters"'],
+  argumentsKeys.map((k) => JSON.stringify(k)),
   [":"],
 ];
 
@@ -23,7 +26,7 @@ export class CallReader {
   private depth = 0;
   private inString = false;
   private escaped = false;
-  /** Steps of PREFIX matched (PREFIX.length: all, the arguments follow; -1: another key order, read whole). */
+  /** Steps of the prefix matched (all of them: the arguments follow; -1: another key order, read whole). */
   private step = 0;
   /** The current step's text so far. */
   private token = "";
@@ -31,13 +34,19 @@ export class CallReader {
   private args: "before" | "in" | "done" = "before";
   /** Whitespace inside the arguments held until more of them follows it (it may trail the value). */
   private heldWs = "";
+  private readonly prefix: ReadonlyArray<readonly string[] | "name">;
+
+  /** @param argumentsKeys the keys a call's arguments may have ("arguments", "parameters") */
+  constructor(argumentsKeys: readonly string[]) {
+    this.prefix = prefixOf(argumentsKeys);
+  }
 
   /** Reads one character; returns the arguments text it adds. */
   push(c: string): string {
     this.raw += c;
     let out = "";
-    if (this.step >= 0 && this.step < PREFIX.length) this.matchPrefix(c);
-    else if (this.step === PREFIX.length && this.args !== "done") out = this.readArgs(c);
+    if (this.step >= 0 && this.step < this.prefix.length) this.matchPrefix(c);
+    else if (this.step === this.prefix.length && this.args !== "done") out = this.readArgs(c);
     // JSON depth, string-aware: the object ends where its depth returns to 0.
     if (this.inString) {
       if (this.escaped) this.escaped = false;
@@ -54,13 +63,13 @@ export class CallReader {
 
   /** The key order was {"name", "arguments"}: the name is known and the arguments stream. */
   get streams(): boolean {
-    return this.step === PREFIX.length;
+    return this.step === this.prefix.length;
   }
 
   private matchPrefix(c: string): void {
     if (this.token === "" && /\s/.test(c)) return; // whitespace between tokens
     this.token += c;
-    const want = PREFIX[this.step];
+    const want = this.prefix[this.step];
     if (want === "name") {
       // a JSON string literal, ended by a quote that no odd run of backslashes escapes
       if (this.token[0] !== '"') return this.fail();

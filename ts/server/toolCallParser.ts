@@ -1,4 +1,5 @@
-// Tool calls parsed out of a sample's answer as it streams, in the model's syntax (tools.ts): text pushed in pieces
+// Tool calls parsed out of a sample's answer as it streams, in the model's syntax (its markers and call shape as
+// ts/grammar/toolGrammar.ts describes them, the description the grammar of a constrained call is built from): text pushed in pieces
 // comes out as content and as OpenAI's `delta.tool_calls` (a call's index, id and name first, then its arguments in
 // pieces, as the model writes them). A non-streaming response pushes the whole answer once and joins the deltas:
 // every decision waits for the characters that settle it, so the result does not depend on how the text was cut,
@@ -8,8 +9,8 @@
 // and forced calls write it), its name is sent once read and its arguments stream as the exact text of that value;
 // in another order the object is read whole and its arguments sent re-serialized. Text that opens a call but is no
 // call object is content. A call cut off by max_tokens stays as streamed (finish_reason "length" says so).
+import { TOOL_CALL_SYNTAXES, type ToolCallSyntax, type ToolCallSyntaxSpec } from "../grammar/toolGrammar.js";
 import { CallReader } from "./callReader.js";
-import type { ToolCallSyntax } from "./tools.js";
 
 /** One piece of `delta.tool_calls` (OpenAI's shape; `id`, `type` and `name` only in a call's first piece). */
 export interface ToolCallDelta {
@@ -24,25 +25,6 @@ export interface ParsedPiece {
   toolCalls: ToolCallDelta[];
 }
 
-/** Where each syntax's calls start and how they are separated and closed. */
-interface Syntax {
-  /** The text that opens the calls (null: Llama's, whose answer is the calls when it starts with "{"). */
-  open: string | null;
-  /** After the opener, before the first call (Mistral's list bracket). */
-  listOpen: string;
-  /** Between two calls ("" for none). */
-  separator: string;
-  /** After each call (Hermes' closing tag) or after the last (Mistral's bracket). */
-  close: string;
-  closeEach: boolean;
-}
-const SYNTAX: Record<ToolCallSyntax, Syntax> = {
-  hermes: { open: "<tool_call>", listOpen: "", separator: "", close: "</tool_call>", closeEach: true },
-  llama3_json: { open: null, listOpen: "", separator: ";", close: "", closeEach: false },
-  mistral: { open: "[TOOL_CALLS]", listOpen: "[", separator: ",", close: "]", closeEach: false },
-};
-const LLAMA_TAG = "<|python_tag|>";
-
 type Mode =
   | "start" // Llama: leading whitespace before the answer's first character decides calls or content
   | "content"
@@ -55,7 +37,7 @@ type Mode =
 
 /** Parses one sample's answer; `newId` names each call. */
 export class ToolCallParser {
-  private readonly syntax: Syntax;
+  private readonly syntax: ToolCallSyntaxSpec;
   private mode: Mode;
   /** Text held back: a possible start of the opener / closing text, or whitespace whose role is not known yet. */
   private held = "";
@@ -77,7 +59,7 @@ export class ToolCallParser {
     private readonly newId: () => string,
     afterOpener = false,
   ) {
-    this.syntax = SYNTAX[syntax];
+    this.syntax = TOOL_CALL_SYNTAXES[syntax];
     this.mode = afterOpener ? "listOpen" : this.syntax.open === null ? "start" : "content";
   }
 
@@ -123,14 +105,15 @@ export class ToolCallParser {
         this.held += c;
         const lead = this.held.trimStart();
         if (lead === "") return;
-        if (lead === "{" || lead === LLAMA_TAG) {
+        const tag = this.syntax.altOpen;
+        if (lead === "{" || lead === tag) {
           this.attempt = lead === "{" ? this.held.slice(0, -1) : this.held;
           this.held = "";
           if (lead === "{") this.startCall(c, out);
           else this.mode = "beforeCall";
           return;
         }
-        if (LLAMA_TAG.startsWith(lead)) return;
+        if (tag !== null && tag.startsWith(lead)) return;
         this.mode = "text";
         this.emitContent(this.held, out);
         this.held = "";
@@ -207,7 +190,7 @@ export class ToolCallParser {
   }
 
   private startCall(c: string, out: ParsedPiece): void {
-    this.reader = new CallReader();
+    this.reader = new CallReader(this.syntax.argumentsKeys);
     this.headerSent = false;
     this.mode = "call";
     this.readCall(c, out);
@@ -232,7 +215,8 @@ export class ToolCallParser {
       }
       if (call === null || typeof call.name !== "string") return this.abandon(out);
       this.sendHeader(call.name, out);
-      this.sendArgs(JSON.stringify(call.arguments ?? call.parameters ?? {}), out);
+      const key = this.syntax.argumentsKeys.find((k) => call[k] !== undefined);
+      this.sendArgs(JSON.stringify(key === undefined ? {} : call[key]), out);
     }
     this.attempt = "";
     this.mode = "afterCall";

@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { z } from "zod";
 import type { ModelTokenizer } from "../model/tokenizer.js";
 import { field as rule } from "../options/validate.js";
+import { TOOL_CALL_SYNTAXES, type ToolCallSyntax } from "../grammar/toolGrammar.js";
 import { badRequest } from "./errors.js";
 import { ToolCallParser, type ParsedPiece } from "./toolCallParser.js";
 
@@ -68,12 +69,7 @@ export const messageToolCall = z.object(
 );
 export type MessageToolCall = z.output<typeof messageToolCall>;
 
-/**
- * The tool-call syntaxes parsed here, as vLLM's tool parsers name them: hermes (Hermes, Qwen2.5, Qwen3:
- * `<tool_call>{"name", "arguments"}</tool_call>`), llama3_json (Llama 3.1 / 3.2: the answer is `{"name",
- * "parameters"}`, calls split by `;`), mistral (`[TOOL_CALLS][{"name", "arguments"}, ...]`).
- */
-export type ToolCallSyntax = "hermes" | "llama3_json" | "mistral";
+export type { ToolCallSyntax } from "../grammar/toolGrammar.js";
 
 /**
  * The model's tool-call syntax, read from its chat template as vLLM's parsers key on their tokens: `<tool_call>`
@@ -83,9 +79,10 @@ export type ToolCallSyntax = "hermes" | "llama3_json" | "mistral";
 export function toolCallSyntaxOf(tok: ModelTokenizer): ToolCallSyntax | "unknown" | null {
   const text = tok.chatTemplate?.text ?? "";
   if (!/\btools\b/.test(text)) return null;
-  if (text.includes("<tool_call>")) return "hermes";
-  if (text.includes("[TOOL_CALLS]") || tok.tokenToId("[TOOL_CALLS]") !== undefined) return "mistral";
-  if (text.includes("<|python_tag|>") || text.includes("ipython")) return "llama3_json";
+  const { hermes, mistral, llama3_json: llama } = TOOL_CALL_SYNTAXES;
+  if (text.includes(hermes.open!)) return "hermes";
+  if (text.includes(mistral.open!) || tok.tokenToId(mistral.open!) !== undefined) return "mistral";
+  if (text.includes(llama.altOpen!) || text.includes("ipython")) return "llama3_json";
   return "unknown";
 }
 
@@ -97,6 +94,8 @@ export interface ToolPlan {
   syntax: ToolCallSyntax | null;
   /** A forced call (tool_choice "required" or named): to one of these tools, or to one or more when parallel. */
   forced: { tools: FunctionTool[]; parallel: boolean } | null;
+  /** Whether a grammar can write the syntax's opener (not a special token of the model: Mistral's [TOOL_CALLS]). */
+  openerWritable: boolean;
 }
 
 export interface ToolBody {
@@ -126,13 +125,16 @@ export function toolPlanOf(body: ToolBody, tok: ModelTokenizer, servedName: stri
       `tools: the chat template of model ${servedName} does not render tools, so the model cannot be told of them; send the request without tools`,
       "tools",
     );
-  if (choice === "none") return { tools, syntax: null, forced: null };
+  if (choice === "none") return { tools, syntax: null, forced: null, openerWritable: false };
   if (syntax === "unknown")
     throw badRequest(
       `tools: the chat template of model ${servedName} renders tools, but its tool-call syntax is none of those this server parses (<tool_call> JSON as Hermes / Qwen, Llama 3.1 JSON, Mistral [TOOL_CALLS]); send tool_choice "none" or no tools`,
       "tools",
     );
-  if (choice === "auto") return { tools, syntax, forced: null };
+  const open = TOOL_CALL_SYNTAXES[syntax].open;
+  const openId = open === null ? undefined : tok.tokenToId(open);
+  const openerWritable = open !== null && !(openId !== undefined && tok.specialTokenIds.has(openId));
+  if (choice === "auto") return { tools, syntax, forced: null, openerWritable };
   let forcedTools = tools;
   if (choice !== "required") {
     const named = tools.find((t) => t.function.name === choice.function.name);
@@ -145,7 +147,7 @@ export function toolPlanOf(body: ToolBody, tok: ModelTokenizer, servedName: stri
   }
   // A named function is called once; "required" calls one or more unless parallel_tool_calls is false.
   const parallel = choice === "required" && body.parallel_tool_calls !== false;
-  return { tools, syntax, forced: { tools: forcedTools, parallel } };
+  return { tools, syntax, forced: { tools: forcedTools, parallel }, openerWritable };
 }
 
 const ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -189,10 +191,11 @@ export function answerParser(
   tok: ModelTokenizer,
 ): { push(tokens: readonly number[], text: string): ParsedPiece; end(): ParsedPiece; readonly callCount: number } {
   const parser = new ToolCallParser(syntax, () => newToolCallId(syntax), syntax === "mistral" && forced);
-  const marker = syntax === "mistral" ? tok.tokenToId("[TOOL_CALLS]") : undefined;
+  const open = TOOL_CALL_SYNTAXES[syntax].open;
+  const marker = syntax === "mistral" && open !== null ? tok.tokenToId(open) : undefined;
   const hidden = marker !== undefined && tok.specialTokenIds.has(marker);
   return {
-    push: (tokens, text) => parser.push(hidden && tokens.includes(marker) ? `[TOOL_CALLS]${text}` : text),
+    push: (tokens, text) => parser.push(hidden && tokens.includes(marker) ? `${open}${text}` : text),
     end: () => parser.end(),
     get callCount() {
       return parser.callCount;

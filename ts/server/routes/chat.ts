@@ -38,7 +38,7 @@ async function chatCompletions(
   }
   checkQueue(state, t);
   const tools = toolPlanOf(body, t.model.tokenizer, state.servedName);
-  const constraint = await chatConstraint(t, tools, structuredOf(body));
+  const constraint = await chatConstraint(tools, structuredOf(body));
   if (constraint !== null) await prepareStructured(t, constraint);
   const effort = body.reasoning_effort ?? undefined;
   const budget = body.thinking_token_budget ?? (effort === undefined ? undefined : EFFORT_BUDGET[effort]);
