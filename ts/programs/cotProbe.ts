@@ -72,6 +72,12 @@ export class CotProbe implements Program {
   /** The main branch's stream ended (finished, aborted or failed). */
   private ended = false;
   private promptLength = 0;
+  /** Deterministic run (ProgramContext.deterministic): set by the first execute. */
+  private deterministicRun = false;
+  /** The main branch's generated ids (deterministic runs read the thought at a probe point from them). */
+  private readonly mainIds: number[] = [];
+  /** Deterministic runs: a round saw the main branch end before its probe point (what `done` means there). */
+  private endSeen = false;
 
   constructor(options: CotProbeOptions) {
     const interval = options.interval ?? 64;
@@ -98,20 +104,37 @@ export class CotProbe implements Program {
     this.tokenBudget = this.o.maxTokens + (this.o.probe ? this.knob.max * this.o.probeMaxTokens : 0);
   }
 
-  /** The main branch ended on its own and no probe point is left inside it. */
+  /** The main branch ended on its own and no probe point is left inside it. Deterministic runs: a round saw it end
+   *  before its probe point (whether the end has streamed by the time a round's probe returns depends on timing). */
   get done(): boolean {
+    if (this.deterministicRun) return this.endSeen && this.state.finished;
     return this.state.finished && !this.canProbeAt((this.knob.used + 1) * this.o.interval);
   }
 
+  /** Deterministic runs: probes fork at fixed lengths and read the thought from the token ids, rounds wait for token
+   *  counts, and the main branch counts up to the last probe point (ProgramContext.countUpTo). */
+  readonly deterministic = true;
+
   async execute(ctx: ProgramContext): Promise<void> {
-    if (this.main === null) this.startMain(ctx);
+    if (this.main === null) {
+      this.deterministicRun = ctx.deterministic === true;
+      this.startMain(ctx);
+    }
     const target = (this.knob.used + 1) * this.o.interval;
     while (this.state.mainTokens < target && !this.ended) {
       await new Promise<void>((resolve) => (this.progress = resolve));
     }
     if (this.mainError !== undefined) throw this.mainError;
-    if (this.state.mainTokens < target) return; // the branch ended before this probe point: done
+    if (this.state.mainTokens < target) {
+      // The branch ended before this probe point: done. It counts all its tokens.
+      this.endSeen = true;
+      ctx.countUpTo?.(this.main!, Number.POSITIVE_INFINITY);
+      return;
+    }
+    // If the run stops after this round, the main branch counts up to here (it has streamed at least this far).
+    ctx.countUpTo?.(this.main!, target);
     this.knob.used++;
+    if (this.deterministicRun) this.textAt[target] = this.thoughtFromIds(ctx, target);
     if (!this.canProbeAt(target)) return;
     const thought = this.textAt[target];
     const suffix = typeof this.o.probeSuffix === "string" ? this.o.probeSuffix : this.o.probeSuffix(thought);
@@ -137,6 +160,16 @@ export class CotProbe implements Program {
     if (!this.o.probe || this.state.mainTokens < tokens) return false;
     const text = this.textAt[tokens];
     return !this.o.answerMarkers.some((m) => text.includes(m));
+  }
+
+  /**
+   * Deterministic runs: the text of the first `tokens` generated ids. The streamed textAt holds a delta's text at its
+   * last token only (the tokens inside a multi-token delta see the text before it), and how verified tokens are
+   * grouped into deltas depends on timing.
+   */
+  private thoughtFromIds(ctx: ProgramContext, tokens: number): string {
+    if (ctx.decode === undefined) return this.textAt[tokens];
+    return ctx.decode(this.mainIds.slice(0, tokens), { model: this.o.model });
   }
 
   /** The main branch's text after its first `tokens` generated tokens (as far as it has run). */
@@ -179,9 +212,12 @@ export class CotProbe implements Program {
       try {
         for await (const d of main) {
           for (const _ of d.tokens) this.textAt.push(this.textAt[this.textAt.length - 1]);
+          this.mainIds.push(...d.tokens);
           this.state.mainText += d.text;
           this.textAt[this.textAt.length - 1] = this.state.mainText;
           this.state.mainTokens += d.tokens.length;
+          // Known with the last tokens, not later with the result: a round that wakes on them sees it.
+          if (d.finishReason !== undefined && d.finishReason !== "aborted") this.state.finished = true;
           wake();
         }
         const out = await main.result;
