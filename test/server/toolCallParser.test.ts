@@ -11,8 +11,8 @@ const ids = () => {
   let k = 0;
   return () => `call_${k++}`;
 };
-const parse = (syntax: ToolCallSyntax, text: string, afterOpener = false) =>
-  parseToolCalls(syntax, text, ids(), afterOpener);
+const parse = (syntax: ToolCallSyntax, text: string, afterOpener = false, names?: string[]) =>
+  parseToolCalls(syntax, text, ids(), { afterOpener, names });
 
 describe("tool-call syntaxes", () => {
   it("hermes / Qwen: one or several <tool_call> blocks, arguments as written, text outside them as content", () => {
@@ -57,6 +57,29 @@ describe("tool-call syntaxes", () => {
       ],
     });
     expect(parse("llama3_json", '<|python_tag|>{"name": "f", "parameters": {"q": 1}}').calls).toHaveLength(1);
+  });
+
+  it("an object naming no declared function is no call: it stays content, byte for byte (every syntax)", () => {
+    const names = ["get_weather", "add"];
+    // Llama 3.1: an answer that is a JSON object with a string name, as a JSON answer to the user may be.
+    for (const text of [
+      '{"name": "Alice", "parameters": {"age": 3}}',
+      '{"name": "Alice", "age": 3}',
+      '{"parameters": {}, "name": "lookup"}',
+      ' {"name": "Alice", "parameters": {"age": 3}}; {"name": "add", "parameters": {}}',
+    ])
+      expect(parse("llama3_json", text, false, names), text).toEqual({ content: text, calls: [] });
+    expect(parse("llama3_json", '{"name": "add", "parameters": {"a": 1}}', false, names).calls).toEqual([
+      { id: "call_0", name: "add", arguments: '{"a": 1}' },
+    ]);
+    const hermes =
+      '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call> then <tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>';
+    expect(parse("hermes", hermes, false, names)).toEqual({
+      content: '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call> then',
+      calls: [{ id: "call_0", name: "add", arguments: "{}" }],
+    });
+    const mistral = '[TOOL_CALLS][{"name": "nope", "arguments": {}}]';
+    expect(parse("mistral", mistral, false, names)).toEqual({ content: mistral, calls: [] });
   });
 
   it("mistral: [TOOL_CALLS] and a JSON list; a forced call's list starts the answer", () => {

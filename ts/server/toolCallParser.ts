@@ -8,7 +8,7 @@
 // A call is the JSON object {"name": ..., "arguments" | "parameters": ...}. Written in that key order (as templates
 // and forced calls write it), its name is sent once read and its arguments stream as the exact text of that value;
 // in another order the object is read whole and its arguments sent re-serialized. Text that opens a call but is no
-// call object is content. A call cut off by max_tokens stays as streamed (finish_reason "length" says so).
+// call object, or a call of a function the request did not declare, is content. A call cut off by max_tokens stays as streamed (finish_reason "length" says so).
 import { TOOL_CALL_SYNTAXES, type ToolCallSyntax, type ToolCallSyntaxSpec } from "../grammar/toolGrammar.js";
 import { CallReader } from "./callReader.js";
 
@@ -23,6 +23,19 @@ export interface ToolCallDelta {
 export interface ParsedPiece {
   content: string;
   toolCalls: ToolCallDelta[];
+}
+
+export interface ToolCallParserOptions {
+  /**
+   * The answer starts after the opener (a forced Mistral call: the grammar writes the list, the [TOOL_CALLS] token is
+   * the model's to write and the server's to assume).
+   */
+  afterOpener?: boolean;
+  /**
+   * The request's function names: an object naming another is no call (it stays content), whatever its shape. Absent:
+   * any name.
+   */
+  names?: Iterable<string>;
 }
 
 type Mode =
@@ -50,17 +63,16 @@ export class ToolCallParser {
   private calls = 0;
   private headerSent = false;
 
-  /**
-   * @param afterOpener the answer starts after the opener (a forced Mistral call: the grammar writes the list, the
-   *   [TOOL_CALLS] token is the model's to write and the server's to assume)
-   */
+  private readonly names: ReadonlySet<string> | null;
+
   constructor(
     syntax: ToolCallSyntax,
     private readonly newId: () => string,
-    afterOpener = false,
+    options: ToolCallParserOptions = {},
   ) {
     this.syntax = TOOL_CALL_SYNTAXES[syntax];
-    this.mode = afterOpener ? "listOpen" : this.syntax.open === null ? "start" : "content";
+    this.names = options.names === undefined ? null : new Set(options.names);
+    this.mode = options.afterOpener ? "listOpen" : this.syntax.open === null ? "start" : "content";
   }
 
   /** Calls started so far. */
@@ -200,7 +212,11 @@ export class ToolCallParser {
     const r = this.reader!;
     this.attempt += c;
     const args = r.push(c);
-    if (!this.headerSent && r.streams) this.sendHeader(r.name!, out);
+    if (!this.headerSent && r.streams) {
+      // Named as it is written: a name the request did not declare makes it no call (its text is content).
+      if (!this.declared(r.name!)) return this.abandon(out);
+      this.sendHeader(r.name!, out);
+    }
     if (args !== "") this.sendArgs(args, out);
     if (!r.complete) return;
     this.reader = null;
@@ -213,13 +229,17 @@ export class ToolCallParser {
       } catch {
         call = null;
       }
-      if (call === null || typeof call.name !== "string") return this.abandon(out);
+      if (call === null || typeof call.name !== "string" || !this.declared(call.name)) return this.abandon(out);
       this.sendHeader(call.name, out);
       const key = this.syntax.argumentsKeys.find((k) => call[k] !== undefined);
       this.sendArgs(JSON.stringify(key === undefined ? {} : call[key]), out);
     }
     this.attempt = "";
     this.mode = "afterCall";
+  }
+
+  private declared(name: string): boolean {
+    return this.names === null || this.names.has(name);
   }
 
   private sendHeader(name: string, out: ParsedPiece): void {
@@ -256,9 +276,9 @@ export function parseToolCalls(
   syntax: ToolCallSyntax,
   answer: string,
   newId: () => string,
-  afterOpener = false,
+  options: ToolCallParserOptions = {},
 ): { content: string; calls: Array<{ id: string; name: string; arguments: string }> } {
-  const p = new ToolCallParser(syntax, newId, afterOpener);
+  const p = new ToolCallParser(syntax, newId, options);
   const a = p.push(answer);
   const b = p.end();
   return { content: a.content + b.content, calls: joinToolCallDeltas([...a.toolCalls, ...b.toolCalls]) };

@@ -189,8 +189,12 @@ export function answerParser(
   syntax: ToolCallSyntax,
   forced: boolean,
   tok: ModelTokenizer,
+  names: Iterable<string>,
 ): { push(tokens: readonly number[], text: string): ParsedPiece; end(): ParsedPiece; readonly callCount: number } {
-  const parser = new ToolCallParser(syntax, () => newToolCallId(syntax), syntax === "mistral" && forced);
+  const parser = new ToolCallParser(syntax, () => newToolCallId(syntax), {
+    afterOpener: syntax === "mistral" && forced,
+    names,
+  });
   const open = TOOL_CALL_SYNTAXES[syntax].open;
   const marker = syntax === "mistral" && open !== null ? tok.tokenToId(open) : undefined;
   const hidden = marker !== undefined && tok.specialTokenIds.has(marker);

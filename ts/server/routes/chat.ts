@@ -66,7 +66,14 @@ async function chatCompletions(
   // Each choice's answer read for tool calls, in the model's syntax (tool_choice "none": not read).
   const parsers =
     tools?.syntax != null
-      ? Array.from({ length: gen.n }, () => answerParser(tools.syntax!, tools.forced !== null, t.model.tokenizer))
+      ? Array.from({ length: gen.n }, () =>
+          answerParser(
+            tools.syntax!,
+            tools.forced !== null,
+            t.model.tokenizer,
+            tools.tools.map((f) => f.function.name),
+          ),
+        )
       : null;
   /** A step's answer text as content and tool-call deltas (the rest of the answer on its last step). */
   const answerOf = (e: SampleEvent): { content: string; toolCalls: ToolCallDelta[] } => {
