@@ -38,6 +38,19 @@ export interface RunOptions {
    * that cannot is refused (UnsupportedError, field "deterministic"). Default false.
    */
   deterministic?: boolean;
+  /** Snapshot and restore (ts/programs/snapshot.ts): not for callers, who use runWithHandoff / restoreProgram there. */
+  hooks?: RunHooks;
+}
+
+/** What snapshot.ts hooks into a run: the context the program sees, and the rounds a restored run has done. */
+export interface RunHooks {
+  /** Returns the context the program sees instead of the run's (snapshot.ts records and replays requests there). */
+  context?(ctx: ProgramContext): ProgramContext;
+  /** A restored run: the rounds done before (their records are these, recomputed but not reported again through
+   *  onRound nor granted again) and the tokens counted before, by purpose. */
+  restored?: { history: readonly RoundRecord[]; tokensByPurpose: Record<TokenPurpose, number>; elapsedMs: number };
+  /** A replayed round's recomputed record differs from the one restored (the snapshot is not this program's). */
+  onReplayMismatch?(restored: RoundRecord, recomputed: RoundRecord): never;
 }
 
 /** Throws the typed refusal when `program` cannot run deterministically (Program.deterministic). */
@@ -110,6 +123,14 @@ class RunContext implements ProgramContext {
   private liveLimited(): Tracked[] {
     if (!this.deterministic) return [];
     return [...this.live.values()].filter((t) => Number.isFinite(t.limit));
+  }
+
+  /** A restored run: counts the tokens its earlier part generated (RunHooks.restored). */
+  countBefore(byPurpose: Record<TokenPurpose, number>): void {
+    for (const [purpose, n] of Object.entries(byPurpose)) {
+      this.settledTokens += n;
+      this.settledByPurpose[purpose] = (this.settledByPurpose[purpose] ?? 0) + n;
+    }
   }
 
   countUpTo(handle: RequestHandle, generatedTokens: number): void {
@@ -257,7 +278,11 @@ export class ProgramRuntime {
     if (deterministic) checkDeterministic(program);
     const programId = options.programId ?? `p${nextProgram++}`;
     const ctx = new RunContext(this.engine, programId, program, options.priority, options.signal, deterministic);
-    const started = Date.now();
+    const hooks = options.hooks;
+    if (hooks?.restored) ctx.countBefore(hooks.restored.tokensByPurpose);
+    const seen = hooks?.context?.(ctx) ?? ctx;
+    const replay = hooks?.restored?.history ?? [];
+    const started = Date.now() - (hooks?.restored?.elapsedMs ?? 0);
     const history: RoundRecord[] = [];
     let stopReason: StopReason;
     try {
@@ -267,7 +292,7 @@ export class ProgramRuntime {
           break;
         }
         const usedBefore = program.knob.used;
-        await program.execute(ctx);
+        await program.execute(seen);
         if (ctx.signal.aborted) {
           stopReason = "aborted";
           break;
@@ -287,6 +312,16 @@ export class ProgramRuntime {
         };
         const lengthSignal = program.lengthSignal?.();
         if (lengthSignal !== undefined) record.lengthSignal = lengthSignal;
+        const restored = replay[history.length];
+        if (restored !== undefined) {
+          // A replayed round: its decisions were taken before the snapshot; the record is the one reported then.
+          if (restored.certaindex !== record.certaindex || restored.answer !== record.answer)
+            hooks!.onReplayMismatch?.(restored, record);
+          // Granted then too: a snapshot is taken only of a run that went on past its last round.
+          history.push({ ...restored });
+          ctx.refreshMetadata();
+          continue;
+        }
         history.push(record);
         options.onRound?.(record, program);
         const d = this.grant(program, policy, ctx.tokensUsed);
