@@ -4,6 +4,7 @@
 import { join } from "node:path";
 import { ModelFormatError } from "../errors/index.js";
 import { readJsonFile } from "./jsonFile.js";
+import { parseQuantizationConfig, type QuantScheme } from "./quantized/quantConfig.js";
 
 export const SUPPORTED_ARCHITECTURES = [
   "LlamaForCausalLM",
@@ -111,6 +112,11 @@ export interface ModelConfig {
   /** A process reward model's score head (no lm_head), or null for a language model. */
   scoreHead: ScoreHead | null;
   torchDtype: TorchDType | null;
+  /**
+   * The checkpoint's pre-quantized layout of its linear layers (`quantization_config`: GPTQ, AWQ, compressed-tensors
+   * pack-quantized, FP8 block scales; ts/model/quantized), or null for float weights.
+   */
+  quantization: QuantScheme | null;
   bosTokenId: number | null;
   /** All end-of-sequence ids declared by config.json (may be several, e.g. Llama 3.1 instruct). */
   eosTokenIds: number[];
@@ -262,6 +268,7 @@ export function parseModelConfig(json: unknown, file: string): ModelConfig {
     moe: arch === "Qwen3MoeForCausalLM" ? parseMoe(c, int("num_hidden_layers"), fail) : null,
     scoreHead,
     torchDtype: dtypeRaw as TorchDType | null,
+    quantization: parseQuantizationConfig(c.quantization_config, file),
     bosTokenId: optionalId("bos_token_id"),
     eosTokenIds,
   };

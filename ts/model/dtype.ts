@@ -1,12 +1,34 @@
 // Storage dtypes of checkpoint tensors and conversions between their raw little-endian bytes and float32.
 // The element conversions match cpp/common.h (round-to-nearest-even for bf16 and f16, NaN preserved).
 
-/** Safetensors dtype names deliberate reads. Floats are weights; I32/I64 appear only in non-weight buffers. */
-export type SafetensorsDType = "F32" | "F16" | "BF16" | "I32" | "I64";
-export const SAFETENSORS_DTYPES: readonly SafetensorsDType[] = ["F32", "F16", "BF16", "I32", "I64"];
+/**
+ * Safetensors dtype names deliberate reads. Floats are weights; the integer dtypes appear in non-weight buffers and
+ * in pre-quantized checkpoints' packed weights, zero points and group indices (I32, I64, I8, U8), F8_E4M3 in FP8
+ * checkpoints (ts/model/quantized).
+ */
+export type SafetensorsDType = "F32" | "F16" | "BF16" | "I32" | "I64" | "I8" | "U8" | "F8_E4M3";
+export const SAFETENSORS_DTYPES: readonly SafetensorsDType[] = [
+  "F32",
+  "F16",
+  "BF16",
+  "I32",
+  "I64",
+  "I8",
+  "U8",
+  "F8_E4M3",
+];
 export const FLOAT_DTYPES: readonly SafetensorsDType[] = ["F32", "F16", "BF16"];
 
-export const DTYPE_BYTES: Record<SafetensorsDType, number> = { F32: 4, F16: 2, BF16: 2, I32: 4, I64: 8 };
+export const DTYPE_BYTES: Record<SafetensorsDType, number> = {
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I32: 4,
+  I64: 8,
+  I8: 1,
+  U8: 1,
+  F8_E4M3: 1,
+};
 
 /** Native (addon) dtype name for a float safetensors dtype. */
 export function nativeDType(dtype: SafetensorsDType): "f32" | "f16" | "bf16" {

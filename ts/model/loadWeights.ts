@@ -5,6 +5,8 @@ import { asNativeError, rethrowNative } from "../errors/native.js";
 import { loadAddon } from "../native/loadAddon.js";
 import { computeInvFreq, ropeAttentionFactor, type ModelConfig } from "./config.js";
 import { nativeDType } from "./dtype.js";
+import { quantizedLinears } from "./quantized/linear.js";
+import { addonTakesGroupedWeights, uploadQuantizedLinear } from "./quantized/upload.js";
 import type { SafetensorsCheckpoint } from "./safetensors.js";
 import { expectedTensors } from "./weights.js";
 
@@ -76,13 +78,24 @@ export async function uploadWeights(
   native: NativeModel,
   config: ModelConfig,
   checkpoint: SafetensorsCheckpoint,
+  quantize?: "int8",
 ): Promise<void> {
   // One staging buffer, as large as the largest tensor, reused for every tensor (setWeight copies it): fresh buffers
   // per tensor left garbage resident at the peak (a 1.3 GB MoE checkpoint of 2,414 tensors: 1.14x the files' size in
   // RSS growth, 1.11x with this: the weights plus this buffer; bench/RESULTS.md).
   const expected = expectedTensors(config);
-  const staging = new Uint8Array(Math.max(0, ...expected.map(({ name }) => checkpoint.tensors.get(name)!.byteLength)));
+  // A pre-quantized checkpoint's projections are read from their layout's tensors (ts/model/quantized); with
+  // loadModel's quantize they go in dequantized, for the native model to quantize as it does float weights.
+  const quantized = quantizedLinears(config.quantization, expected, checkpoint);
+  const grouped = addonTakesGroupedWeights(native) && quantize === undefined;
+  const floats = expected.filter(({ name }) => !quantized.has(name));
+  const staging = new Uint8Array(Math.max(0, ...floats.map(({ name }) => checkpoint.tensors.get(name)!.byteLength)));
   for (const { name } of expected) {
+    const ql = quantized.get(name);
+    if (ql) {
+      await uploadQuantizedLinear(native, ql, checkpoint, grouped);
+      continue;
+    }
     const t = checkpoint.tensors.get(name)!;
     const bytes = staging.subarray(0, t.byteLength);
     await checkpoint.readInto(name, bytes);

@@ -18,6 +18,7 @@ import type { GenerationDefaults } from "./generationConfig.js";
 import { createNativeModel, kvBytesPerToken, uploadWeights } from "./loadWeights.js";
 import { openModelFiles } from "./modelFiles.js";
 import { packForward } from "./packForward.js";
+import { addonTakesGroupedWeights, planWeights, type WeightsReport } from "./quantized/upload.js";
 import type { ModelTokenizer } from "./tokenizer.js";
 
 export interface LoadModelOptions {
@@ -86,6 +87,8 @@ export class Model implements AsyncDisposable {
     readonly contextLength: number,
     /** Longest prefill chunk generate() sends in one step (loadModel's prefillChunkTokens). */
     readonly prefillChunkTokens: number,
+    /** The weights' resident formats and bytes, and what a pre-quantized checkpoint's load cost (the load log). */
+    readonly weights: WeightsReport,
   ) {
     this.nativeModel = native;
   }
@@ -129,10 +132,12 @@ export class Model implements AsyncDisposable {
 
     const bytesPerPage = kvBytesPerToken(config, kvDtype === "f32" ? 4 : 2) * pageSize;
     let native: NativeModel | null = null;
+    let weights: WeightsReport | null = null;
     try {
       const numPages = planPages(options, pageSize, bytesPerPage);
       native = createNativeModel(config, { device, kvDtype, quantize, kv: { numPages, pageSize } });
-      await uploadWeights(native, config, checkpoint);
+      weights = planWeights(config, checkpoint, { device, quantize, nativeGrouped: addonTakesGroupedWeights(native) });
+      await uploadWeights(native, config, checkpoint, quantize);
     } catch (e) {
       native?.dispose();
       throw e;
@@ -140,7 +145,7 @@ export class Model implements AsyncDisposable {
       await checkpoint.close();
     }
     const numPages = native.info.numPages;
-    return new Model(
+    const model = new Model(
       files.dir,
       config,
       tokenizer,
@@ -150,7 +155,11 @@ export class Model implements AsyncDisposable {
       { numPages, pageSize, bytesPerPage, dtype: kvDtype },
       contextLength,
       prefillChunkTokens,
+      weights!,
     );
+    // The load log: a dequantized pre-quantized checkpoint costs memory the user did not expect.
+    for (const w of model.weights.warnings) process.emitWarning(w, { code: "DELIBERATE_DEQUANTIZED_WEIGHTS" });
+    return model;
   }
 
   get disposed(): boolean {

@@ -239,7 +239,7 @@ async function readHeader(handle: FileHandle, file: string): Promise<ParsedHeade
     if (!SAFETENSORS_DTYPES.includes(dtype as SafetensorsDType)) {
       throw new ModelFormatError(
         `${file}: tensor '${name}' has dtype ${String(dtype)}, which deliberate cannot load ` +
-          `(supported: F32, F16, BF16; I32/I64 for non-weight tensors); convert the checkpoint to bf16 or f16`,
+          `(supported: F32, F16, BF16; I32, I64, I8, U8 and F8_E4M3 in quantized layouts); convert the checkpoint to bf16 or f16`,
       );
     }
     if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0))

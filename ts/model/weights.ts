@@ -6,6 +6,7 @@ import { basename } from "node:path";
 import { ModelFormatError } from "../errors/index.js";
 import { FLOAT_DTYPES, type SafetensorsDType } from "./dtype.js";
 import type { ModelConfig } from "./config.js";
+import { quantizedLinearProblems, quantizedLinears } from "./quantized/linear.js";
 
 /** Tensor names of one decoder layer. Bias names are null when the config has no such bias. */
 export interface LayerWeightNames {
@@ -166,14 +167,21 @@ export interface TensorDirectory {
 
 /**
  * Throws one Error listing every missing tensor, wrong shape and non-float dtype (up to 8, then a count), each
- * naming the file it concerns. Extra tensors (e.g. rotary_emb.inv_freq in old exports) are ignored.
+ * naming the file it concerns. Extra tensors (e.g. rotary_emb.inv_freq in old exports) are ignored. A projection a
+ * pre-quantized checkpoint stores quantized (config.quantization) is checked as its layout's tensors instead
+ * (ts/model/quantized/linear.ts).
  */
 export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): void {
   checkLayerCount(config, checkpoint);
   const problems: string[] = [];
-  for (const { name, shape } of expectedTensors(config)) {
+  const expected = expectedTensors(config);
+  const quantized = quantizedLinears(config.quantization, expected, checkpoint);
+  for (const { name, shape } of expected) {
     const t = checkpoint.tensors.get(name);
-    if (!t) {
+    const ql = quantized.get(name);
+    if (ql) {
+      problems.push(...quantizedLinearProblems(ql, checkpoint));
+    } else if (!t) {
       const why = name === "lm_head.weight" ? " (config.json has tie_word_embeddings: false)" : "";
       problems.push(`${checkpoint.source}: tensor '${name}' is missing${why}`);
     } else if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
