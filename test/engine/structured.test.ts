@@ -256,6 +256,12 @@ describe("structured outputs in the engine", () => {
     expect(() => engine.submit({ prompt: prompt("hi"), structured: { type: "choice", choices: [] } as never })).toThrow(
       /request.structured/,
     );
+    // A keyword XGrammar would ignore (the answer could break it): refused by its path before anything runs.
+    const not = { type: "object", properties: { x: { type: "integer", not: { const: 3 } } }, required: ["x"] };
+    expect(() => engine.submit({ prompt: prompt("hi"), structured: { type: "json_schema", schema: not } })).toThrow(
+      /^request\.structured\.schema\.properties\.x\.not XGrammar cannot exclude values/,
+    );
+    await expect(engine.prepareStructured({ type: "json_schema", schema: not })).rejects.toThrow(InvalidOptionError);
     const ok = await engine.submit({
       prompt: prompt("What is 1 + 1?"),
       maxTokens: 60,

@@ -4,6 +4,7 @@
 import type * as XG from "@mlc-ai/web-xgrammar";
 import { DisposedError, InvalidOptionError } from "../errors/index.js";
 import { checkGrammar, type GrammarSource } from "./sandbox.js";
+import { checkJsonSchema, checkStructuralTagSchemas } from "./schemaCheck.js";
 import type { GrammarVocab, StructuredFormat } from "./types.js";
 
 export type { GrammarVocab } from "./types.js";
@@ -40,7 +41,9 @@ export function grammarSource(format: StructuredFormat, field: string): GrammarS
           );
         }
       }
-      return { kind: "json_schema", text: JSON.stringify(enumsAsPatterns(schema)) };
+      // Keywords XGrammar would ignore are refused by their path first (schemaCheck.ts).
+      const checked = checkJsonSchema(schema, `${field}.schema`);
+      return { kind: "json_schema", text: JSON.stringify(enumsAsPatterns(checked)) };
     }
     case "json_object":
       // Any JSON object: the schema {"type": "object"} (XGrammar's builtin grammar also allows arrays and scalars).
@@ -59,7 +62,12 @@ export function grammarSource(format: StructuredFormat, field: string): GrammarS
     case "grammar":
       return { kind: "ebnf", text: format.grammar };
     case "structural_tag":
-      return { kind: "structural_tag", text: JSON.stringify(enumsAsPatterns(format.structuralTag)) };
+      return {
+        kind: "structural_tag",
+        text: JSON.stringify(
+          enumsAsPatterns(checkStructuralTagSchemas(format.structuralTag, `${field}.structuralTag`)),
+        ),
+      };
   }
 }
 

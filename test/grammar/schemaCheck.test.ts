@@ -1,0 +1,214 @@
+// JSON Schemas before XGrammar (ts/grammar/schemaCheck.ts): each keyword @mlc-ai/web-xgrammar 0.1.27 would ignore is
+// refused by its JSON path, with XGrammar's own acceptance of a violating instance pinned beside it (so a build that
+// starts honouring one shows here); what OpenAI strict mode accepts passes, and the rewrites of number and integer
+// bounds are checked against ajv on XGrammar's grammar.
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { describe, expect, it } from "vitest";
+import { InvalidOptionError } from "../../ts/errors/index.js";
+import { grammarSource } from "../../ts/grammar/grammars.js";
+import { checkJsonSchema } from "../../ts/grammar/schemaCheck.js";
+import { loadXGrammar } from "../../ts/grammar/xgrammar.js";
+
+const FIELD = "request.structured";
+
+/** JSON as XGrammar's JSON Schema grammars write it (no indent: ", " and ": " separators). */
+function fmt(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(fmt).join(", ")}]`;
+  if (v !== null && typeof v === "object")
+    return `{${Object.entries(v)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${fmt(x)}`)
+      .join(", ")}}`;
+  return JSON.stringify(v);
+}
+
+/** Whether XGrammar's grammar for `schema` (as given, unchecked) accepts the JSON text. */
+async function xgAccepts(schema: unknown, text: string): Promise<boolean> {
+  const xg = await loadXGrammar();
+  const g = await xg.Grammar.fromJSONSchema(JSON.stringify(schema), false, -1);
+  try {
+    return await xg.Testings.isGrammarAcceptString(g, text);
+  } finally {
+    g.dispose();
+  }
+}
+
+/** The refusal grammarSource gives `schema`: its field. */
+function refusal(schema: unknown): string | null {
+  try {
+    grammarSource({ type: "json_schema", schema: schema as Record<string, unknown> }, FIELD);
+    return null;
+  } catch (e) {
+    expect(e).toBeInstanceOf(InvalidOptionError);
+    return (e as InvalidOptionError).field;
+  }
+}
+
+const obj = (x: unknown): Record<string, unknown> => ({
+  type: "object",
+  properties: { x },
+  required: ["x"],
+  additionalProperties: false,
+});
+
+// [what, schema of property x, a value of x XGrammar accepts though the schema forbids it, the field refused]
+const IGNORED: Array<[string, unknown, string, string]> = [
+  ["not", { type: "integer", not: { const: 3 } }, "3", "x.not"],
+  ["if/then", { type: "string", if: { maxLength: 1 }, then: { const: "a" } }, '"b"', "x.if"],
+  [
+    "dependentRequired",
+    {
+      type: "object",
+      properties: { a: { type: "integer" }, b: { type: "integer" } },
+      required: ["a"],
+      dependentRequired: { a: ["b"] },
+    },
+    '{"a":1}',
+    "x.dependentRequired",
+  ],
+  ["multipleOf", { type: "integer", multipleOf: 3 }, "4", "x.multipleOf"],
+  ["allOf with two members", { allOf: [{ type: "integer" }, { type: "string" }] }, "1", "x.allOf"],
+  ["a $ref's sibling", { $ref: "#/$defs/n", maximum: 1 }, "5", "x.maximum"],
+  ["keywords beside anyOf", { type: "integer", minimum: 5, anyOf: [{ type: "integer" }] }, "1", "x.type"],
+  ["keywords beside enum", { type: "integer", enum: [1, 2, 3], minimum: 2 }, "1", "x.minimum"],
+  ["a type list's keywords", { type: ["integer", "null"], minimum: 3 }, "1", "x.minimum"],
+  ["a type keyword with no type", { maxLength: 2 }, '"abc"', "x.maxLength"],
+  ["minLength beside pattern", { type: "string", pattern: "^a+$", minLength: 3 }, '"aa"', "x.minLength"],
+  ["format regex", { type: "string", format: "regex" }, '"("', "x.format"],
+  ["oneOf with overlapping branches", { oneOf: [{ type: "integer" }, { type: "number" }] }, "1", "x.oneOf"],
+  ["a number's two-sided range", { type: "number", minimum: -10, maximum: 10 }, "-10.5", "x.minimum"],
+  ["a fractional number bound", { type: "number", minimum: 1.5 }, "1.2", "x.minimum"],
+  ["a negative number maximum", { type: "number", maximum: -2.5 }, "-2", "x.maximum"],
+  ["exclusive bounds on a number", { type: "number", exclusiveMinimum: 0 }, "0", "x.exclusiveMinimum"],
+];
+
+describe("JSON Schema keywords XGrammar would ignore are refused by their path", () => {
+  for (const [what, x, violating, field] of IGNORED) {
+    it(what, async () => {
+      const schema = { ...obj(x), $defs: { n: { type: "integer" } } };
+      const value = { x: JSON.parse(violating) as unknown };
+      if (!field.endsWith("format")) expect(new Ajv2020({ strict: false }).validate(schema, value)).toBe(false);
+      expect(await xgAccepts(schema, fmt(value))).toBe(true); // why it is refused
+      expect(refusal(schema)).toBe(`${FIELD}.schema.properties.${field}`);
+    });
+  }
+
+  it("each of the rest by name, wherever it sits; messages say what to do", () => {
+    for (const key of [
+      "else",
+      "dependentSchemas",
+      "propertyNames",
+      "unevaluatedProperties",
+      "unevaluatedItems",
+      "contains",
+      "uniqueItems",
+      "$dynamicRef",
+    ])
+      expect(refusal({ type: "array", items: { type: "object", [key]: {} } })).toBe(`${FIELD}.schema.items.${key}`);
+    expect(refusal({ $ref: "https://example.com/s.json" })).toBe(`${FIELD}.schema.$ref`);
+    expect(refusal({ $defs: { a: { type: "integer" } }, $ref: "#/$defs/b" })).toBe(`${FIELD}.schema.$ref`);
+    expect(refusal({ anyOf: [{ type: "string" }, { type: "string", format: "color" }] })).toBe(
+      `${FIELD}.schema.anyOf[1].format`,
+    );
+    expect(refusal({ type: "object", properties: { "a b": { not: {} } } })).toBe(
+      `${FIELD}.schema.properties["a b"].not`,
+    );
+    expect(() => grammarSource({ type: "json_schema", schema: obj({ not: {} }) }, FIELD)).toThrow(
+      /request\.structured\.schema\.properties\.x\.not XGrammar cannot exclude values/,
+    );
+    // A structural tag's schemas too (the server's forced tool calls).
+    expect(() =>
+      grammarSource(
+        {
+          type: "structural_tag",
+          structuralTag: { type: "structural_tag", format: { type: "json_schema", json_schema: obj({ not: {} }) } },
+        },
+        FIELD,
+      ),
+    ).toThrow(/request\.structured\.structuralTag\.format\.json_schema\.properties\.x\.not/);
+  });
+});
+
+describe("what OpenAI strict mode accepts passes", () => {
+  const STRICT = {
+    $schema: "https://json-schema.org/draft/2020-12/schema",
+    title: "Order",
+    description: "an order",
+    type: "object",
+    properties: {
+      id: { type: "string", pattern: "^[A-Z]{2}[0-9]{3}$", description: "the id", examples: ["AB123"] },
+      name: { type: "string", minLength: 1, maxLength: 20 },
+      kind: { type: "string", enum: ["book", "film"] },
+      version: { const: 2 },
+      qty: { type: "integer", minimum: 1, maximum: 99 },
+      score: { type: "number", minimum: 0, maximum: 1 },
+      weight: { type: "number", minimum: 0 },
+      note: { type: ["string", "null"] },
+      tags: { type: "array", items: { type: "string", enum: ["a", "b"] }, minItems: 1, maxItems: 3 },
+      owner: { $ref: "#/$defs/person" },
+      either: { anyOf: [{ type: "integer" }, { type: "null" }], default: null },
+      shape: {
+        oneOf: [
+          {
+            type: "object",
+            properties: { kind: { const: "circle" }, r: { type: "integer" } },
+            required: ["kind", "r"],
+          },
+          { $ref: "#/$defs/square" },
+        ],
+      },
+      mail: { type: "string", format: "email" },
+    },
+    required: ["id", "name", "kind", "version", "qty", "score", "weight", "note", "tags", "owner", "either", "shape"],
+    additionalProperties: false,
+    $defs: {
+      person: {
+        type: "object",
+        properties: { first: { type: "string" }, child: { anyOf: [{ $ref: "#/$defs/person" }, { type: "null" }] } },
+        required: ["first", "child"],
+        additionalProperties: false,
+      },
+      square: {
+        type: "object",
+        properties: { kind: { const: "square" }, side: { type: "integer" } },
+        required: ["kind", "side"],
+        additionalProperties: false,
+      },
+    },
+  };
+
+  it("objects, arrays with bounds, enums, const, anyOf, nullable types, $defs / $ref, string and number bounds, annotations", () => {
+    expect(refusal(STRICT)).toBeNull();
+    expect(refusal(true)).toBeNull();
+    expect(refusal({ oneOf: [{ type: "string" }, { type: "integer" }, { const: null }] })).toBeNull();
+  });
+
+  it("number ranges and integer exclusive bounds are rewritten into forms XGrammar keeps, checked against ajv", async () => {
+    const ajv = new Ajv2020({ strict: false });
+    const cases: Array<[Record<string, unknown>, string[]]> = [
+      [{ type: "number", minimum: 0, maximum: 1 }, ["0", "0.5", "1", "1.0", "1.5", "1.01", "2", "-0.5", "0.999"]],
+      [{ type: "number", minimum: 2, maximum: 10 }, ["1.9", "2", "9.99", "10", "10.5", "11", "5.25"]],
+      [{ type: "number", minimum: 3, maximum: 3 }, ["3", "3.5", "2.9"]],
+      [{ type: "integer", exclusiveMinimum: 3 }, ["2", "3", "4", "100"]],
+      [{ type: "integer", minimum: 4 }, ["2", "3", "4", "100"]],
+      [{ type: "integer", minimum: -5 }, ["-6", "-5", "0", "5"]],
+      [{ type: "integer", maximum: -4 }, ["-2", "-4", "-5", "0"]],
+      [{ type: "number", minimum: 4 }, ["2", "3.9", "4", "4.5", "100"]],
+      [{ type: "number", maximum: 3 }, ["-2", "2.9", "3", "3.5", "4"]],
+      [{ type: "integer", exclusiveMinimum: 1.5, exclusiveMaximum: 7 }, ["1", "2", "6", "7"]],
+    ];
+    for (const [schema, probes] of cases) {
+      const rewritten = checkJsonSchema(schema, "s");
+      for (const p of probes) {
+        const valid = ajv.validate(schema, JSON.parse(p));
+        const accepted = await xgAccepts(rewritten, p);
+        if (accepted) expect(valid, `${JSON.stringify(schema)} accepts ${p}`).toBe(true);
+        if (/^-?[0-9]+$/.test(p) && valid) expect(accepted, `${JSON.stringify(schema)} refuses ${p}`).toBe(true);
+      }
+    }
+    // As given, XGrammar lets these by: the reason for the rewrites.
+    expect(await xgAccepts({ type: "number", minimum: 0, maximum: 1 }, "1.5")).toBe(true);
+    expect(await xgAccepts({ type: "integer", exclusiveMinimum: 3 }, "3")).toBe(true);
+    expect(await xgAccepts({ type: "integer", minimum: 4 }, "2")).toBe(true);
+    expect(await xgAccepts({ type: "number", minimum: 4 }, "3.9")).toBe(true);
+  });
+});

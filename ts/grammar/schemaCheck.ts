@@ -1,0 +1,439 @@
+// What a JSON Schema may say before XGrammar compiles it. @mlc-ai/web-xgrammar 0.1.27 silently ignores some JSON
+// Schema keywords (and gets a few wrong), so an answer generated under its grammar could violate the schema the request
+// gave; a field that would change the output must be supported or refused by name, so each schema is walked here
+// first: a keyword XGrammar does not honour is an InvalidOptionError naming its JSON path
+// (`request.structured.schema.properties.x.not`), and a few it gets wrong are rewritten to an equivalent it gets right.
+//
+// Found by probing this build (grammar acceptance of violating instances against ajv; test/grammar/schemaCheck.test.ts
+// pins each): ignored are `not`, `if`/`then`/`else`, `dependentRequired`/`dependentSchemas`, `multipleOf`,
+// `uniqueItems`, `contains`, unevaluated*, `patternProperties` and `propertyNames` (with extra properties allowed),
+// every `allOf` member after the first, `$ref` siblings, `$ref` to anything but `#` or `#/...` (anchors, remote URLs),
+// keywords next to `anyOf` / `oneOf` / `enum` / `const`, keywords of a type list (`type: ["integer", "null"]` with
+// `minimum`), type keywords with no `type` (`{"minimum": 5}`), `minLength`/`maxLength` next to a `pattern`, and
+// `format` values outside its list. `oneOf` is compiled as `anyOf`: kept only when its branches cannot overlap. Wrong:
+// a number's two-sided range admits any fraction after its upper bound's integer part (`maximum: 3` lets 3.5 by) and
+// past a negative lower bound's; a lone minimum above 0 admits every non-negative value, a lone negative maximum
+// every non-positive one; fractional number bounds and exclusive bounds on numbers are not kept; an integer's lone
+// `exclusiveMinimum` is ignored. Two-sided integer ranges and a number's lone maximum >= 0 are right: integer bounds
+// are made two-sided (+-MAX_SAFE_INTEGER) and inclusive, number ranges from 0 up rewritten (numberBounds). Keywords that only annotate (title, description, examples, default, $schema, $comment, deprecated, readOnly,
+// writeOnly, $id, content*) and keywords JSON Schema does not define (validators ignore them too) pass.
+import { InvalidOptionError } from "../errors/index.js";
+
+type Json = Record<string, unknown>;
+
+/** Keywords XGrammar ignores, with what to do instead. */
+const REFUSED: Record<string, string> = {
+  not: "XGrammar cannot exclude values",
+  if: "conditional schemas are not supported; use anyOf",
+  then: "conditional schemas are not supported; use anyOf",
+  else: "conditional schemas are not supported; use anyOf",
+  dependentRequired: "not supported; list the properties in required, or use anyOf",
+  dependentSchemas: "not supported; use anyOf",
+  dependencies: "not supported; list the properties in required, or use anyOf",
+  patternProperties: "not supported; list the properties in properties",
+  propertyNames: "not supported; list the properties in properties",
+  unevaluatedProperties: "not supported; use additionalProperties",
+  unevaluatedItems: "not supported; use items",
+  contains: "not supported",
+  minContains: "not supported",
+  maxContains: "not supported",
+  uniqueItems: "XGrammar cannot keep array items distinct",
+  multipleOf: "not supported",
+  additionalItems: "not supported; use prefixItems and items",
+  $dynamicRef: "not supported; use $ref to #/$defs/...",
+  $dynamicAnchor: "not supported",
+  $recursiveRef: "not supported; use $ref to #/$defs/...",
+  $recursiveAnchor: "not supported",
+  $anchor: "not supported; use $ref to #/$defs/...",
+};
+
+/** Keywords of one instance type: XGrammar reads them only next to that `type`. */
+const TYPED: Record<string, string> = {
+  minimum: "number",
+  maximum: "number",
+  exclusiveMinimum: "number",
+  exclusiveMaximum: "number",
+  minLength: "string",
+  maxLength: "string",
+  pattern: "string",
+  format: "string",
+  minItems: "array",
+  maxItems: "array",
+  prefixItems: "array",
+  minProperties: "object",
+  maxProperties: "object",
+};
+
+/** Keywords that only annotate: they never change which instances validate. */
+const ANNOTATIONS = new Set([
+  "title",
+  "description",
+  "examples",
+  "default",
+  "$schema",
+  "$comment",
+  "$id",
+  "deprecated",
+  "readOnly",
+  "writeOnly",
+  "contentEncoding",
+  "contentMediaType",
+  "contentSchema",
+]);
+
+/** String formats XGrammar 0.1.27 turns into a grammar (others it ignores). */
+const FORMATS = new Set([
+  "email",
+  "date",
+  "date-time",
+  "time",
+  "duration",
+  "uri",
+  "uri-reference",
+  "uri-template",
+  "uuid",
+  "ipv4",
+  "ipv6",
+  "hostname",
+  "json-pointer",
+  "relative-json-pointer",
+]);
+
+/** Where subschemas sit: a keyword holding one schema, an array of them, or a map of them. */
+const ONE = ["items", "additionalProperties"];
+const MAP = ["properties", "$defs", "definitions"];
+
+/**
+ * `schema` (a JSON Schema, parsed) as XGrammar should get it: throws an InvalidOptionError naming the JSON path of a
+ * keyword XGrammar would ignore; returns a copy with number ranges and integer exclusive bounds rewritten.
+ */
+export function checkJsonSchema(schema: unknown, field: string): unknown {
+  return new Walker(schema, field).walk(schema, field);
+}
+
+class Walker {
+  constructor(
+    private readonly root: unknown,
+    private readonly field: string,
+  ) {}
+
+  walk(node: unknown, path: string): unknown {
+    if (node === true) return node;
+    if (node === false) this.refuse(path, "is false: no value can match it");
+    if (node === null || typeof node !== "object" || Array.isArray(node))
+      this.refuse(path, "is not a schema (expected an object or a boolean)");
+    const s = node as Json;
+    for (const key of Object.keys(s)) if (key in REFUSED) this.refuse(`${path}.${key}`, REFUSED[key]);
+    const assertions = Object.keys(s).filter((k) => !ANNOTATIONS.has(k) && k !== "$defs" && k !== "definitions");
+
+    if (s.$ref !== undefined) {
+      this.checkRef(s.$ref, `${path}.$ref`);
+      const sibling = assertions.find((k) => k !== "$ref");
+      if (sibling !== undefined)
+        this.refuse(`${path}.${sibling}`, "sits next to $ref, which XGrammar follows alone; move it into the target");
+    }
+    for (const combinator of ["anyOf", "oneOf"] as const) {
+      if (s[combinator] === undefined) continue;
+      const sibling = assertions.find((k) => k !== combinator);
+      if (sibling !== undefined)
+        this.refuse(
+          `${path}.${sibling}`,
+          `sits next to ${combinator}, which XGrammar reads alone; move it into each branch`,
+        );
+    }
+    if (s.allOf !== undefined) {
+      if (!Array.isArray(s.allOf) || s.allOf.length !== 1)
+        this.refuse(`${path}.allOf`, "XGrammar keeps only one member of allOf; merge the members into one schema");
+      const sibling = assertions.find((k) => k !== "allOf");
+      if (sibling !== undefined)
+        this.refuse(`${path}.${sibling}`, "sits next to allOf, which XGrammar reads alone; merge them into one schema");
+    }
+    for (const finite of ["enum", "const"] as const) {
+      if (s[finite] === undefined) continue;
+      const sibling = assertions.find((k) => k !== finite && k !== "type");
+      if (sibling !== undefined)
+        this.refuse(
+          `${path}.${sibling}`,
+          `sits next to ${finite}, which XGrammar reads alone (the values are the schema)`,
+        );
+      if (s.type !== undefined) {
+        const values = finite === "const" ? [s.const] : Array.isArray(s.enum) ? s.enum : [];
+        const bad = values.find((v) => !typeList(s.type).some((t) => isOfType(v, t)));
+        if (bad !== undefined)
+          this.refuse(
+            `${path}.${finite}`,
+            `holds ${JSON.stringify(bad)}, which is not of its type ${JSON.stringify(s.type)}`,
+          );
+      }
+    }
+
+    const types = s.type === undefined ? null : typeList(s.type);
+    for (const key of assertions) {
+      const wants = TYPED[key];
+      if (wants === undefined) continue;
+      if (types === null)
+        this.refuse(
+          `${path}.${key}`,
+          `needs a "type" beside it (XGrammar reads ${key} only in a schema of type ${wants})`,
+        );
+      if (types.length > 1)
+        this.refuse(
+          `${path}.${key}`,
+          `sits in a schema of several types, whose keywords XGrammar ignores; use anyOf with one type per branch`,
+        );
+    }
+    if (types !== null && types.length === 1) {
+      const t = types[0];
+      if (t === "string") this.checkString(s, path);
+      if (t === "integer" || t === "number") this.checkBoundsAreNumbers(s, path);
+    }
+    if (s.oneOf !== undefined) this.checkOneOf(s.oneOf, `${path}.oneOf`);
+
+    const out: Json = { ...s };
+    for (const key of ONE) if (key in s && typeof s[key] !== "boolean") out[key] = this.walk(s[key], `${path}.${key}`);
+    for (const key of MAP) {
+      const m = s[key];
+      if (m === null || typeof m !== "object" || Array.isArray(m)) continue;
+      out[key] = Object.fromEntries(Object.entries(m).map(([k, v]) => [k, this.walk(v, `${path}.${key}${member(k)}`)]));
+    }
+    for (const key of ["anyOf", "oneOf", "allOf", "prefixItems"]) {
+      const list = s[key];
+      if (Array.isArray(list)) out[key] = list.map((v, i) => this.walk(v, `${path}.${key}[${i}]`));
+    }
+    if (types !== null && types.length === 1 && types[0] === "integer") return integerBounds(out);
+    if (types !== null && types.length === 1 && types[0] === "number") return this.numberBounds(out, path);
+    return out;
+  }
+
+  private checkString(s: Json, path: string): void {
+    if (s.format !== undefined && (typeof s.format !== "string" || !FORMATS.has(s.format)))
+      this.refuse(
+        `${path}.format`,
+        `is ${JSON.stringify(s.format)}, which XGrammar does not enforce; supported: ${[...FORMATS].join(", ")} (or give a pattern)`,
+      );
+    const shaped = s.pattern !== undefined ? "pattern" : s.format !== undefined ? "format" : null;
+    if (shaped !== null)
+      for (const k of ["minLength", "maxLength", "pattern"])
+        if (k !== shaped && s[k] !== undefined)
+          this.refuse(
+            `${path}.${k}`,
+            `sits next to ${shaped}, which XGrammar reads alone; put the length in the pattern`,
+          );
+  }
+
+  private checkBoundsAreNumbers(s: Json, path: string): void {
+    for (const k of ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"])
+      if (s[k] !== undefined && (typeof s[k] !== "number" || !Number.isFinite(s[k])))
+        this.refuse(`${path}.${k}`, `is ${JSON.stringify(s[k])}; expected a finite number`);
+  }
+
+  /**
+   * A number's bounds as XGrammar keeps them. Two-sided, it lets any fraction follow the upper bound's integer part
+   * (and the lower bound's, below 0); a lone minimum above 0 admits every non-negative number; fractional bounds are not
+   * kept. So: a lone maximum >= 0 passes; a range 0 <= minimum < maximum (a lone minimum: maximum MAX_SAFE_INTEGER) is
+   * rewritten as anyOf [minimum, maximum - 1] (whose free fraction stays below maximum) and maximum itself; integer
+   * bounds only.
+   */
+  private numberBounds(s: Json, path: string): Json {
+    for (const k of ["exclusiveMinimum", "exclusiveMaximum"])
+      if (s[k] !== undefined)
+        this.refuse(`${path}.${k}`, "is not kept by XGrammar on a number; use minimum / maximum, or type integer");
+    const lo = s.minimum as number | undefined;
+    const hi = s.maximum as number | undefined;
+    for (const [k, v] of [
+      ["minimum", lo],
+      ["maximum", hi],
+    ] as const)
+      if (v !== undefined && !Number.isInteger(v))
+        this.refuse(
+          `${path}.${k}`,
+          `is ${v}: XGrammar bounds a number soundly only at an integer; use an integer bound`,
+        );
+    if (lo === undefined) {
+      if (hi !== undefined && hi < 0)
+        this.refuse(`${path}.maximum`, `is ${hi}: XGrammar keeps a number's maximum only from 0 up; use type integer`);
+      return s;
+    }
+    const top = hi ?? Number.MAX_SAFE_INTEGER;
+    if (lo > top) this.refuse(`${path}.minimum`, `is ${lo}, above maximum ${top}: no number fits`);
+    if (lo < 0)
+      this.refuse(
+        `${path}.minimum`,
+        `is ${lo}: XGrammar keeps a number's minimum only from 0 up (it lets fractions past a negative one); use type integer, or a maximum alone`,
+      );
+    const { minimum: _lo, maximum: _hi, type: _t, ...rest } = s;
+    if (lo === top) return { ...rest, const: lo };
+    return { ...rest, anyOf: [{ type: "number", minimum: lo, maximum: top - 1 }, { const: top }] };
+  }
+
+  /** oneOf is compiled as anyOf: kept when no value can match two branches. */
+  private checkOneOf(list: unknown, path: string): void {
+    if (!Array.isArray(list) || list.length === 0) this.refuse(path, "is not a non-empty array of schemas");
+    const arms = list.map((a) => this.resolve(a));
+    const refuseOverlap = (): never =>
+      this.refuse(
+        path,
+        "has branches a value could match at once (XGrammar compiles oneOf as anyOf); use anyOf, or make the branches disjoint (distinct types, consts, or a required property with a distinct const)",
+      );
+    // Distinct finite values or distinct primitive types.
+    const kinds = arms.map(armKind);
+    if (kinds.every((k) => k !== null)) {
+      for (let i = 0; i < kinds.length; i++)
+        for (let j = i + 1; j < kinds.length; j++) if (kindsOverlap(kinds[i]!, kinds[j]!)) refuseOverlap();
+      return;
+    }
+    // Objects told apart by a required property holding a distinct const (a discriminated union).
+    const tags = arms.map((a) => discriminators(a));
+    if (tags.some((t) => t === null)) refuseOverlap();
+    const shared = [...tags[0]!.keys()].filter((k) => tags.every((t) => t!.has(k)));
+    const distinct = shared.some((k) => {
+      const seen = tags.map((t) => JSON.stringify(t!.get(k)));
+      return new Set(seen).size === seen.length;
+    });
+    if (!distinct) refuseOverlap();
+  }
+
+  private resolve(node: unknown): unknown {
+    for (let hops = 0; hops < 32 && isObject(node) && typeof node.$ref === "string"; hops++)
+      node = this.target(node.$ref);
+    return node;
+  }
+
+  private checkRef(ref: unknown, path: string): void {
+    if (typeof ref !== "string") this.refuse(path, "is not a string");
+    if (ref !== "#" && !ref.startsWith("#/"))
+      this.refuse(path, `is ${JSON.stringify(ref)}: XGrammar follows only references inside the schema (# or #/...)`);
+    if (this.target(ref) === undefined)
+      this.refuse(path, `is ${JSON.stringify(ref)}, which points at nothing in the schema`);
+  }
+
+  private target(ref: string): unknown {
+    if (ref === "#") return this.root;
+    let node: unknown = this.root;
+    for (const raw of ref.slice(2).split("/")) {
+      const key = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+      if (!isObject(node) && !Array.isArray(node)) return undefined;
+      node = (node as Record<string, unknown>)[key];
+    }
+    return node;
+  }
+
+  private refuse(path: string, why: string): never {
+    throw new InvalidOptionError(`${path} ${why}`, { field: path });
+  }
+}
+
+/**
+ * An integer's bounds as XGrammar keeps them: inclusive (its lone exclusiveMinimum is ignored) and two-sided (a lone
+ * minimum above 0 admits every non-negative integer, a lone negative maximum every non-positive one), the missing side
+ * at +-Number.MAX_SAFE_INTEGER. No bound: left as it is.
+ */
+function integerBounds(s: Json): Json {
+  const out = { ...s };
+  let lo = typeof out.minimum === "number" ? Math.ceil(out.minimum) : undefined;
+  let hi = typeof out.maximum === "number" ? Math.floor(out.maximum) : undefined;
+  if (typeof out.exclusiveMinimum === "number") {
+    const x = Math.floor(out.exclusiveMinimum) + 1;
+    lo = lo === undefined ? x : Math.max(lo, x);
+  }
+  if (typeof out.exclusiveMaximum === "number") {
+    const x = Math.ceil(out.exclusiveMaximum) - 1;
+    hi = hi === undefined ? x : Math.min(hi, x);
+  }
+  delete out.exclusiveMinimum;
+  delete out.exclusiveMaximum;
+  if (lo === undefined && hi === undefined) return out;
+  out.minimum = Math.max(lo ?? -Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER);
+  out.maximum = Math.min(hi ?? Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER);
+  return out;
+}
+
+type ArmKind = { values: unknown[] } | { types: string[] };
+
+/** A oneOf branch as a set of finite values or of primitive types; null when neither. */
+function armKind(arm: unknown): ArmKind | null {
+  if (!isObject(arm)) return null;
+  if ("const" in arm) return { values: [arm.const] };
+  if (Array.isArray(arm.enum)) return { values: arm.enum };
+  if (arm.type === undefined) return null;
+  const types = typeList(arm.type);
+  if (types.includes("object") || types.includes("array")) return null;
+  return { types };
+}
+
+function kindsOverlap(a: ArmKind, b: ArmKind): boolean {
+  if ("values" in a && "values" in b)
+    return a.values.some((x) => b.values.some((y) => JSON.stringify(x) === JSON.stringify(y)));
+  if ("types" in a && "types" in b) return a.types.some((x) => b.types.some((y) => typesOverlap(x, y)));
+  const values = "values" in a ? a.values : (b as { values: unknown[] }).values;
+  const types = "types" in a ? a.types : (b as { types: string[] }).types;
+  return values.some((v) => types.some((t) => isOfType(v, t)));
+}
+
+function typesOverlap(a: string, b: string): boolean {
+  const numeric = (t: string) => t === "integer" || t === "number";
+  return a === b || (numeric(a) && numeric(b));
+}
+
+/** An object branch's required properties that hold one const value (property -> value); null if not an object. */
+function discriminators(arm: unknown): Map<string, unknown> | null {
+  if (!isObject(arm) || !isObject(arm.properties)) return null;
+  const required = Array.isArray(arm.required) ? arm.required : [];
+  const out = new Map<string, unknown>();
+  for (const [k, v] of Object.entries(arm.properties)) {
+    if (!required.includes(k) || !isObject(v)) continue;
+    if ("const" in v) out.set(k, v.const);
+    else if (Array.isArray(v.enum) && v.enum.length === 1) out.set(k, v.enum[0]);
+  }
+  return out;
+}
+
+function typeList(type: unknown): string[] {
+  return Array.isArray(type) ? type.map(String) : [String(type)];
+}
+
+function isOfType(v: unknown, t: string): boolean {
+  switch (t) {
+    case "null":
+      return v === null;
+    case "boolean":
+      return typeof v === "boolean";
+    case "string":
+      return typeof v === "string";
+    case "integer":
+      return Number.isInteger(v);
+    case "number":
+      return typeof v === "number";
+    case "array":
+      return Array.isArray(v);
+    case "object":
+      return isObject(v);
+    default:
+      return false;
+  }
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+/**
+ * A structural tag with each JSON Schema in it (`{"type": "json_schema", "json_schema": {...}}` anywhere) checked and
+ * rewritten by checkJsonSchema, named by its path under `field`.
+ */
+export function checkStructuralTagSchemas(tag: unknown, field: string): unknown {
+  if (Array.isArray(tag)) return tag.map((v, i) => checkStructuralTagSchemas(v, `${field}[${i}]`));
+  if (!isObject(tag)) return tag;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(tag))
+    out[k] =
+      k === "json_schema" && tag.type === "json_schema" && typeof v !== "string"
+        ? checkJsonSchema(v, `${field}.json_schema`)
+        : checkStructuralTagSchemas(v, `${field}${member(k)}`);
+  return out;
+}
+
+/** A property name as a path segment: `.name` when it reads as one, else `["..."]`. */
+function member(key: string): string {
+  return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
+}
