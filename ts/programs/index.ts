@@ -89,3 +89,12 @@ export type {
   CalibrationOutcome,
   LoadedCalibration,
 } from "../certaindex/calibrationFile.js";
+export {
+  HANDOFF_PROGRAMS,
+  handoffRefusal,
+  parseSnapshot,
+  programSnapshotSchema,
+  runResumable,
+  SNAPSHOT_VERSION,
+} from "./snapshot.js";
+export type { ProgramSnapshot, ResumableOutcome, ResumableRunOptions } from "./snapshot.js";
