@@ -11,12 +11,7 @@ import { bundledModelDir } from "../../ts/bundledModel.js";
 import { buildProgram, type ProgramKind } from "../../ts/programs/registry.js";
 import type { Program, ProgramResult } from "../../ts/programs/program.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
-import {
-  parseSnapshot,
-  runResumable,
-  type ProgramSnapshot,
-  type ResumableOutcome,
-} from "../../ts/programs/snapshot.js";
+import { parseSnapshot, runResumable, type RunSnapshot, type ResumableOutcome } from "../../ts/programs/snapshot.js";
 import { arithTask } from "../../ts/tasks/index.js";
 
 const QUESTION = "What is 96-81+7?";
@@ -73,7 +68,7 @@ describe("program snapshots on the bundled tiny reasoner", () => {
   async function handOff(
     e: number,
     when: (rounds: number) => boolean,
-    o: { from?: ProgramSnapshot; at?: "tokens" | "round" } = {},
+    o: { from?: RunSnapshot; at?: "tokens" | "round" } = {},
   ): Promise<ResumableOutcome> {
     const ac = new AbortController();
     let rounds = o.from?.rounds.length ?? 0;
@@ -92,7 +87,7 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     }
   }
 
-  const wire = (s: ProgramSnapshot): ProgramSnapshot => parseSnapshot(JSON.parse(JSON.stringify(s)));
+  const wire = (s: RunSnapshot): RunSnapshot => parseSnapshot(JSON.parse(JSON.stringify(s)));
 
   it("a run handed off mid-round and restored on another engine ends as the run left alone", async () => {
     const alone = await runResumable(new ProgramRuntime(engines[0]), make(), {
@@ -107,7 +102,7 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     let t1 = 0;
     const cut = await handOff(0, (rounds) => rounds >= 1 && (t1 ||= Date.now()) + 30 < Date.now());
     expect(cut.kind).toBe("handoff");
-    const snap = wire((cut as { snapshot: ProgramSnapshot }).snapshot);
+    const snap = wire((cut as { snapshot: RunSnapshot }).snapshot);
     expect(snap.version).toBe(1);
     expect(snap.rounds.length).toBeGreaterThanOrEqual(1);
     const cutSamples = snap.requests.flatMap((q) => q.samples).filter((s) => s.finishReason === "aborted");
@@ -130,10 +125,10 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     const aloneOutcome = outcome(alone, last);
     const first = await handOff(0, (rounds) => rounds >= 1);
     expect(first.kind).toBe("handoff");
-    const s1 = wire((first as { snapshot: ProgramSnapshot }).snapshot);
+    const s1 = wire((first as { snapshot: RunSnapshot }).snapshot);
     const second = await handOff(1, (rounds) => rounds >= s1.rounds.length + 1, { from: s1, at: "round" });
     expect(second.kind).toBe("handoff");
-    const s2 = wire((second as { snapshot: ProgramSnapshot }).snapshot);
+    const s2 = wire((second as { snapshot: RunSnapshot }).snapshot);
     expect(s2.at).toBe("round");
     expect(s2.rounds.length).toBe(s1.rounds.length + 1);
     const final = await runResumable(new ProgramRuntime(engines[0]), make(), {
@@ -147,7 +142,7 @@ describe("program snapshots on the bundled tiny reasoner", () => {
 
   it("refuses snapshots that are not the program's, by name", async () => {
     const cut = await handOff(0, (rounds) => rounds >= 2, { at: "round" });
-    const snap = (cut as { snapshot: ProgramSnapshot }).snapshot;
+    const snap = (cut as { snapshot: RunSnapshot }).snapshot;
     const restore = async (s: unknown, d: Record<string, unknown> = describeSc): Promise<ResumableOutcome> =>
       runResumable(new ProgramRuntime(engines[1]), make(), {
         describe: d,
@@ -188,7 +183,7 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     });
     expect(out.kind).toBe("done");
     expect((out as { result: ProgramResult }).result.stopReason).not.toBe("aborted");
-    const snap = (await handOff(0, (rounds) => rounds >= 1, { at: "round" })) as { snapshot: ProgramSnapshot };
+    const snap = (await handOff(0, (rounds) => rounds >= 1, { at: "round" })) as { snapshot: RunSnapshot };
     const e = await runResumable(new ProgramRuntime(engines[1]), make("cot-probe"), {
       describe: describeSc,
       from: { ...snap.snapshot, kind: "cot-probe" },

@@ -93,8 +93,8 @@ export {
   HANDOFF_PROGRAMS,
   handoffRefusal,
   parseSnapshot,
-  programSnapshotSchema,
+  runSnapshotSchema,
   runResumable,
   SNAPSHOT_VERSION,
 } from "./snapshot.js";
-export type { ProgramSnapshot, ResumableOutcome, ResumableRunOptions } from "./snapshot.js";
+export type { ResumableOutcome, ResumableRunOptions, RunSnapshot } from "./snapshot.js";

@@ -69,7 +69,7 @@ const roundSchema = z
   .strict();
 
 /** A program's state as it travels between engines (replicas). */
-export const programSnapshotSchema = z
+export const runSnapshotSchema = z
   .object({
     version: z.literal(SNAPSHOT_VERSION),
     /** Program.name ("sc", ...). */
@@ -93,17 +93,17 @@ export const programSnapshotSchema = z
   })
   .strict();
 
-export type ProgramSnapshot = z.infer<typeof programSnapshotSchema>;
+export type RunSnapshot = z.infer<typeof runSnapshotSchema>;
 type RequestEntry = z.infer<typeof requestSchema>;
 
 /** Reads and validates a snapshot (from JSON): an InvalidOptionError naming `field` and the first problem. */
-export function parseSnapshot(value: unknown, field = "snapshot"): ProgramSnapshot {
+export function parseSnapshot(value: unknown, field = "snapshot"): RunSnapshot {
   if (typeof value === "object" && value !== null && "version" in value && value.version !== SNAPSHOT_VERSION)
     throw new InvalidOptionError(
       `${field}: snapshot version ${String(value.version)} is not this engine's (${SNAPSHOT_VERSION}); hand it to a replica of the same version`,
       { field },
     );
-  const r = programSnapshotSchema.safeParse(value);
+  const r = runSnapshotSchema.safeParse(value);
   if (!r.success) {
     const issue = r.error.issues[0];
     throw new InvalidOptionError(
@@ -372,12 +372,12 @@ export interface ResumableRunOptions extends Omit<RunOptions, "hooks"> {
   handoff?: { signal: AbortSignal; at?: "tokens" | "round" };
   /** Continue from this snapshot (parseSnapshot's): the program must be freshly built from the same kind and
    * options, and the run's policy and deterministic must be the snapshot's. */
-  from?: ProgramSnapshot;
+  from?: RunSnapshot;
   /** The field a bad snapshot's error names (default "snapshot"). */
   field?: string;
 }
 
-export type ResumableOutcome = { kind: "done"; result: ProgramResult } | { kind: "handoff"; snapshot: ProgramSnapshot };
+export type ResumableOutcome = { kind: "done"; result: ProgramResult } | { kind: "handoff"; snapshot: RunSnapshot };
 
 const same = (a: unknown, b: unknown): boolean => JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
 function canonical(v: unknown): unknown {
@@ -477,7 +477,7 @@ export async function runResumable(
   if (j.refusal !== null)
     throw new UnsupportedError(`program ${program.name} cannot be handed off: ${j.refusal}`, { field: "handoff" });
   const requests = await j.entries();
-  const snapshot: ProgramSnapshot = {
+  const snapshot: RunSnapshot = {
     version: SNAPSHOT_VERSION,
     kind: program.name,
     options: describe,
@@ -495,7 +495,7 @@ export async function runResumable(
 }
 
 /** The answers a snapshot's rounds voted on so far (each finished sample's text), for reports. */
-export function snapshotSamples(s: ProgramSnapshot): { done: number; cut: number; tokens: number } {
+export function snapshotSamples(s: RunSnapshot): { done: number; cut: number; tokens: number } {
   let done = 0;
   let cutN = 0;
   let tokens = 0;
