@@ -11,8 +11,22 @@ const ids = () => {
   let k = 0;
   return () => `call_${k++}`;
 };
-const parse = (syntax: ToolCallSyntax, text: string, afterOpener = false, names?: string[]) =>
-  parseToolCalls(syntax, text, ids(), { afterOpener, names });
+const parse = (syntax: ToolCallSyntax, text: string, afterOpener = false, names?: string[]) => {
+  const { cut: _cut, ...r } = parseToolCalls(syntax, text, ids(), { afterOpener, names });
+  return r;
+};
+/** A streamed parse: the deltas and content of the whole answer pushed at once, and how it ended. */
+const stream = (syntax: ToolCallSyntax, text: string, names?: string[]) => {
+  const p = new ToolCallParser(syntax, ids(), { names });
+  const a = p.push(text);
+  const b = p.end();
+  return {
+    content: a.content + b.content,
+    calls: joinToolCallDeltas([...a.toolCalls, ...b.toolCalls]),
+    cut: b.cut,
+    intact: p.intact,
+  };
+};
 
 describe("tool-call syntaxes", () => {
   it("hermes / Qwen: one or several <tool_call> blocks, arguments as written, text outside them as content", () => {
@@ -93,10 +107,64 @@ describe("tool-call syntaxes", () => {
     expect(parse("mistral", list)).toEqual({ content: list, calls: [] });
   });
 
-  it("a call cut off (max_tokens) keeps what was streamed; escaped quotes in names and string arguments", () => {
-    expect(parse("hermes", '<tool_call>\n{"name": "a", "arguments": {"x": "trunc').calls).toEqual([
-      { id: "call_0", name: "a", arguments: '{"x": "trunc' },
-    ]);
+  it("a call cut off (max_tokens, a stop string) is no call: whole, its text is content; streamed, it is flagged", () => {
+    const cutOff = 'Checking.\n<tool_call>\n{"name": "a", "arguments": {"x": "trunc';
+    expect(parseToolCalls("hermes", cutOff, ids())).toEqual({ content: cutOff, calls: [], cut: true });
+    // Streamed, the name and the arguments so far went out before the cut: the parser says the call is cut.
+    expect(stream("hermes", cutOff)).toMatchObject({ content: "Checking.", cut: true, intact: false });
+    // A complete call then a cut one: the complete one is a call, the cut one content.
+    const two = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "b", "argu';
+    expect(parseToolCalls("hermes", two, ids())).toEqual({
+      content: '<tool_call>\n{"name": "b", "argu',
+      calls: [{ id: "call_0", name: "a", arguments: "{}" }],
+      cut: true,
+    });
+    // An opener with nothing after it, and each other syntax's cut call.
+    expect(parseToolCalls("hermes", "Sure. <tool_call>\n", ids())).toEqual({
+      content: "Sure. <tool_call>\n",
+      calls: [],
+      cut: true,
+    });
+    for (const [syntax, text] of [
+      ["llama3_json", '{"name": "a", "parameters": {"q": [1, 2'],
+      ["mistral", '[TOOL_CALLS][{"name": "a", "arguments": {"q": 1}}, {"name": "a", "arguments": {"q"'],
+    ] as const) {
+      const r = parseToolCalls(syntax, text, ids());
+      expect(r.cut, syntax).toBe(true);
+      expect(r.content, syntax).toMatch(/^\s*\{"name": "a"/); // the cut call's text, as written
+      expect(text.endsWith(r.content), syntax).toBe(true);
+      expect(
+        r.calls.every((c) => JSON.parse(c.arguments) !== undefined),
+        syntax,
+      ).toBe(true);
+    }
+    // A call whose object closed but whose closing tag was cut is complete.
+    expect(parseToolCalls("hermes", '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_', ids())).toEqual({
+      content: "",
+      calls: [{ id: "call_0", name: "a", arguments: "{}" }],
+      cut: false,
+    });
+  });
+
+  it("a malformed call does not swallow the text after it (whole and streamed)", () => {
+    // Text after the arguments inside the object, and a closing tag inside an unfinished object.
+    for (const bad of [
+      '<tool_call>\n{"name": "a", "arguments": {"x": 1} oops</tool_call>',
+      '<tool_call>\n{"name": "a", "arguments": {"x": "unterminated}\n</tool_call>',
+      '<tool_call>\n{"name": "a", "arguments": {"x": 1},}\n</tool_call>',
+    ]) {
+      const text = `${bad} The answer is 4. <tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>`;
+      expect(parseToolCalls("hermes", text, ids()), bad).toEqual({
+        content: `${bad} The answer is 4.`,
+        calls: [{ id: "call_0", name: "b", arguments: "{}" }],
+        cut: false,
+      });
+      // Streamed: the malformed call's first deltas went out (flagged), the text after it is content, b is a call.
+      const s = stream("hermes", text);
+      expect(s.intact, bad).toBe(false);
+      expect(s.content, bad).toMatch(/The answer is 4\.$/);
+      expect(s.calls.at(-1), bad).toMatchObject({ name: "b", arguments: "{}" });
+    }
     expect(parse("hermes", '<tool_call>{"name": "we\\"ird", "arguments": "s t"}</tool_call>').calls).toEqual([
       { id: "call_0", name: 'we"ird', arguments: '"s t"' },
     ]);
@@ -110,7 +178,7 @@ describe("tool-call syntaxes", () => {
     ]);
     expect(p.push(": 1").toolCalls).toEqual([{ index: 0, function: { arguments: ": 1" } }]);
     expect(p.push("}}\n</tool_call>").toolCalls).toEqual([{ index: 0, function: { arguments: "}" } }]);
-    expect(p.end()).toEqual({ content: "", toolCalls: [] });
+    expect(p.end()).toEqual({ content: "", toolCalls: [], cut: false });
   });
 });
 
@@ -146,8 +214,13 @@ const answers: Record<ToolCallSyntax, string[]> = {
     'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "n": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": "x\\"}"}}\n</tool_call>',
     '<tool_call>\n{"arguments": {"q": 1}, "name": "f"}\n</tool_call> then text <tool_ca',
     "no calls here, just <b>text</b>",
+    '<tool_call>\n{"name": "a", "arguments": {"x": 1} oops</tool_call> after <tool_call>\n{"name": "b", "argu',
   ],
-  llama3_json: ['{"name": "f", "parameters": {"a": {"b": [1, "}"]}}}; {"name": "g", "parameters": {}}', "Answer: 42"],
+  llama3_json: [
+    '{"name": "f", "parameters": {"a": {"b": [1, "}"]}}}; {"name": "g", "parameters": {}}',
+    "Answer: 42",
+    '{"name": "f", "parameters": {"a": 1} x',
+  ],
   mistral: [
     'Hm [TOOL_CALLS] [{"name": "f", "arguments": {"x": null}}, {"name": "g", "arguments": {"y": true}}]',
     "[x]",
@@ -167,8 +240,10 @@ describe("property: cutting the answer anywhere changes nothing", () => {
       );
     fc.assert(
       fc.property(arb, ([syntax, text, cuts]) => {
-        const whole = parse(syntax, text);
-        const p = new ToolCallParser(syntax, ids());
+        // Streamed pieces against the whole answer streamed at once, and held pieces against parseToolCalls.
+        const hold = cuts.length % 2 === 0;
+        const whole = hold ? parse(syntax, text) : (({ cut: _c, intact: _i, ...r }) => r)(stream(syntax, text));
+        const p = new ToolCallParser(syntax, ids(), { hold });
         const points = [...new Set(cuts.map((c) => Math.min(c, text.length)))].sort((a, b) => a - b);
         let content = "";
         const deltas = [];

@@ -139,6 +139,42 @@ describe("forced tool calls", () => {
   });
 });
 
+describe("a call cut off is no call", () => {
+  const ADD_CHOICE = { type: "function", function: { name: "add" } } as const;
+
+  it("by max_tokens: finish_reason length, the call's text as content, no half-JSON tool_calls (whole)", async () => {
+    const whole = await post({ tools: TOOLS, tool_choice: ADD_CHOICE, max_tokens: 48 });
+    expect(whole.status).toBe(200);
+    const choice = whole.json.choices[0];
+    expect(choice.finish_reason).toBe("length");
+    expect(choice.message.tool_calls, JSON.stringify(choice.message)).toBeUndefined();
+    expect(choice.message.content).toMatch(/^<tool_call>\n\{"name": "add", "arguments": \{/);
+    // Streamed: the name and first arguments went out as they came; the finish reason says the call is cut.
+    const stream = client.chat.completions.stream({ ...BASE, tools: TOOLS, tool_choice: ADD_CHOICE, max_tokens: 48 });
+    const final = await stream.finalChatCompletion();
+    expect(final.choices[0].finish_reason).toBe("length");
+  });
+
+  it("by a stop string: finish_reason stop naming it, the call's text as content (whole); streamed, not tool_calls", async () => {
+    // "}}" ends every call to add ({"a": .., "b": ..} and the call object's brace): the stop string cuts the call.
+    const body = { tools: TOOLS, tool_choice: ADD_CHOICE, stop: ["}}"] };
+    const whole = await post(body);
+    expect(whole.status).toBe(200);
+    const choice = whole.json.choices[0];
+    expect(choice).toMatchObject({ finish_reason: "stop", stop_reason: "}}" });
+    expect(choice.message.tool_calls, JSON.stringify(choice.message)).toBeUndefined();
+    expect(choice.message.content).toMatch(/^<tool_call>\n\{"name": "add", "arguments": \{"a": \d+, "b": \d+$/);
+    const final = await client.chat.completions
+      .stream({ ...BASE, ...body, tool_choice: ADD_CHOICE })
+      .finalChatCompletion();
+    expect(final.choices[0].finish_reason).toBe("stop");
+    // Without the stop string the same call is complete, and is a call.
+    const full = await post({ tools: TOOLS, tool_choice: ADD_CHOICE });
+    expect(full.json.choices[0].finish_reason).toBe("tool_calls");
+    expectValidCalls(full.json.choices[0].message.tool_calls);
+  });
+});
+
 describe("the grammar of a forced call", () => {
   it("compiles against the vocabulary once: the structural tag, not each tool's schema besides", async () => {
     // The engine's compiled-grammar cache (ModelSlot is internal: reached for its stats only).

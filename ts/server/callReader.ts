@@ -32,6 +32,15 @@ export class CallReader {
   private token = "";
   /** The arguments value: not started, being read, ended. */
   private args: "before" | "in" | "done" = "before";
+  /** How the arguments value is delimited: an object or array, a string, or another scalar (ended by , or }). */
+  private argsKind: "nested" | "string" | "scalar" = "scalar";
+  /** The arguments value is whole (its closing bracket or quote read): only whitespace, "," or "}" may follow. */
+  private argsClosed = false;
+  /**
+   * The object is no JSON call: text other than whitespace, "," or "}" after its arguments, or (read whole or
+   * streamed) JSON.parse refuses it once complete. Nothing more is read into the arguments.
+   */
+  malformed = false;
   /** Whitespace inside the arguments held until more of them follows it (it may trail the value). */
   private heldWs = "";
   private readonly prefix: ReadonlyArray<readonly string[] | "name">;
@@ -57,6 +66,17 @@ export class CallReader {
     else if (c === "}" || c === "]") {
       this.depth--;
       if (this.depth === 0) this.complete = true;
+    }
+    // The arguments value ends with its own closing bracket or quote, back at the call object's level.
+    if (this.args === "in" && this.depth === 1 && !this.inString && this.argsKind !== "scalar" && out !== "")
+      if ((this.argsKind === "nested" && (c === "}" || c === "]")) || (this.argsKind === "string" && c === '"'))
+        this.argsClosed = true;
+    if (this.complete && this.step === this.prefix.length && !this.malformed) {
+      try {
+        JSON.parse(this.raw);
+      } catch {
+        this.malformed = true;
+      }
     }
     return out;
   }
@@ -95,6 +115,13 @@ export class CallReader {
     if (this.args === "before") {
       if (/\s/.test(c)) return "";
       this.args = "in";
+      this.argsKind = c === "{" || c === "[" ? "nested" : c === '"' ? "string" : "scalar";
+    } else if (this.argsClosed && !/\s/.test(c) && c !== "," && c !== "}") {
+      // Text after a whole value: no JSON object; it is not the arguments' (the caller makes the attempt content).
+      this.malformed = true;
+      this.args = "done";
+      this.heldWs = "";
+      return "";
     } else if (!this.inString && this.depth === 1 && (c === "," || c === "}")) {
       // back at the call object's level: the value has ended
       this.args = "done";

@@ -8,7 +8,7 @@ import type { ModelTokenizer } from "../model/tokenizer.js";
 import { field as rule } from "../options/validate.js";
 import { TOOL_CALL_SYNTAXES, type ToolCallSyntax } from "../grammar/toolGrammar.js";
 import { badRequest } from "./errors.js";
-import { ToolCallParser, type ParsedPiece } from "./toolCallParser.js";
+import { ToolCallParser, type ParsedEnd, type ParsedPiece } from "./toolCallParser.js";
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 // OpenAI's rule for function names.
@@ -190,10 +190,17 @@ export function answerParser(
   forced: boolean,
   tok: ModelTokenizer,
   names: Iterable<string>,
-): { push(tokens: readonly number[], text: string): ParsedPiece; end(): ParsedPiece; readonly callCount: number } {
+  hold: boolean,
+): {
+  push(tokens: readonly number[], text: string): ParsedPiece;
+  end(): ParsedEnd;
+  readonly callCount: number;
+  readonly intact: boolean;
+} {
   const parser = new ToolCallParser(syntax, () => newToolCallId(syntax), {
     afterOpener: syntax === "mistral" && forced,
     names,
+    hold,
   });
   const open = TOOL_CALL_SYNTAXES[syntax].open;
   const marker = syntax === "mistral" && open !== null ? tok.tokenToId(open) : undefined;
@@ -203,6 +210,9 @@ export function answerParser(
     end: () => parser.end(),
     get callCount() {
       return parser.callCount;
+    },
+    get intact() {
+      return parser.intact;
     },
   };
 }

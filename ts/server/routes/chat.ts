@@ -5,7 +5,7 @@ import { badRequest, errorPayload } from "../errors.js";
 import type { SampleEvent } from "../generation.js";
 import { abortOnDisconnect, recordFinished, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
-import { EFFORT_BUDGET, engineRequest, startGeneration } from "../sampling.js";
+import { effortUsage, engineRequest, startGeneration, thinkingOf } from "../sampling.js";
 import { chatSchema, type ChatBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState } from "../state.js";
 import { prepareStructured, structuredOf } from "../structured.js";
@@ -41,7 +41,7 @@ async function chatCompletions(
   const constraint = await chatConstraint(tools, structuredOf(body));
   if (constraint !== null) await prepareStructured(t, constraint);
   const effort = body.reasoning_effort ?? undefined;
-  const budget = body.thinking_token_budget ?? (effort === undefined ? undefined : EFFORT_BUDGET[effort]);
+  const { budget, probing } = thinkingOf(effort, body.thinking_token_budget);
   const prompt = await chatPrompt(state, t, body, budget === 0);
   const maxTokens = resolveMaxTokens(t, prompt.ids.length, body.max_completion_tokens ?? body.max_tokens, "messages");
   const wantLogprobs = body.logprobs === true;
@@ -56,14 +56,16 @@ async function chatCompletions(
     wantLogprobs ? (body.top_logprobs ?? 0) : undefined,
     constraint?.structured ?? null,
   );
-  const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget, "messages");
+  const thought = budget === 0 ? undefined : budget;
+  const gen = startGeneration(state, t, req, prompt.opensThought, thought, "messages", probing);
   const id = newId("chatcmpl");
   const created = nowSeconds();
   const model = state.servedName;
   const includeReasoning = body.include_reasoning !== false;
   const decode = (tok: number): string => t.model.tokenizer.decode([tok], { skipSpecialTokens: false });
   const timing = new Timing();
-  // Each choice's answer read for tool calls, in the model's syntax (tool_choice "none": not read).
+  // Each choice's answer read for tool calls, in the model's syntax (tool_choice "none": not read). A whole response
+  // holds each call until it is complete, so a cut or malformed call is content; a stream sends calls as they come.
   const parsers =
     tools?.syntax != null
       ? Array.from({ length: gen.n }, () =>
@@ -72,9 +74,12 @@ async function chatCompletions(
             tools.forced !== null,
             t.model.tokenizer,
             tools.tools.map((f) => f.function.name),
+            body.stream !== true,
           ),
         )
       : null;
+  /** Per choice: its answer ended inside a call (cut by max_tokens or a stop string, or the model stopped there). */
+  const cut = Array.from({ length: gen.n }, () => false);
   /** A step's answer text as content and tool-call deltas (the rest of the answer on its last step). */
   const answerOf = (e: SampleEvent): { content: string; toolCalls: ToolCallDelta[] } => {
     if (parsers === null) return { content: e.content, toolCalls: [] };
@@ -82,22 +87,30 @@ async function chatCompletions(
     const a = p.push(e.tokens, e.content);
     if (e.finishReason === undefined) return a;
     const b = p.end();
+    cut[e.index] = b.cut;
     return { content: a.content + b.content, toolCalls: [...a.toolCalls, ...b.toolCalls] };
   };
-  // A choice that called tools and stopped ends with "tool_calls" (OpenAI's); cut by max_tokens it stays "length".
-  const finishOf = (e: SampleEvent): ReturnType<typeof finishReasonOf> =>
-    e.finishReason === "stop" && parsers !== null && parsers[e.index].callCount > 0
+  // A choice that called tools and stopped ends with "tool_calls" (OpenAI's), only when every call it started is
+  // complete: one cut by max_tokens stays "length", one cut by a stop string "stop" (its stop_reason naming it), and a
+  // model that stopped mid-call or streamed a malformed call "stop" — never a call presented as valid that is not.
+  // (answerOf runs first on the last event: it ends the parser.)
+  const finishOf = (e: SampleEvent): ReturnType<typeof finishReasonOf> => {
+    const p = parsers?.[e.index];
+    return e.finishReason === "stop" && p !== undefined && p.callCount > 0 && p.intact && !cut[e.index]
       ? { finish_reason: "tool_calls", stop_reason: null }
       : finishReasonOf(e.finishReason, e.stopReason);
+  };
   state.live.set(id, gen);
   abortOnDisconnect(reply, () => gen.abort());
-  const usage = (): Record<string, unknown> =>
-    usageOf({
+  const usage = (): Record<string, unknown> => ({
+    ...usageOf({
       promptTokens: gen.promptLength,
       completionTokens: gen.completionTokens,
       cachedTokens: gen.cachedTokens,
       reasoningTokens: gen.reasoningTokens,
-    });
+    }),
+    ...effortUsage(probing, gen.effortReport()), // reasoning_effort's probes and saving (usage.deliberate)
+  });
 
   const work = state.track(
     (async () => {
