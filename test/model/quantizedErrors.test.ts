@@ -1,0 +1,302 @@
+// Pre-quantized checkpoints refused by name: unsupported or malformed quantization_config fields (typed, with the
+// dotted field), truncated or mis-shaped layout tensors (the tensor named), bad group indices and zero points. And
+// the packing conventions pinned to the words the reference tools write (AutoAWQ's interleave, AutoGPTQ's v1 zero
+// points minus one), independent of the fixture writer.
+import { cp, readFile, truncate, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeQuantizedFixture, type QuantizedFixture } from "../../scripts/fixture/quantizedFixture.js";
+import { ModelFormatError, UnsupportedError } from "../../ts/errors/index.js";
+import { parseModelConfig } from "../../ts/model/config.js";
+import { loadModel } from "../../ts/model/model.js";
+import { openModelFiles } from "../../ts/model/modelFiles.js";
+import { decodeAwq } from "../../ts/model/quantized/awq.js";
+import { decodeCompressedTensors } from "../../ts/model/quantized/compressedTensors.js";
+import { decodeGptq } from "../../ts/model/quantized/gptq.js";
+import { E4M3_VALUES } from "../../ts/model/quantized/fp8.js";
+import type { LoadedTensor, LoadedTensors } from "../../ts/model/quantized/tensors.js";
+import { openSafetensors } from "../../ts/model/safetensors.js";
+import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
+import { cleanupFixtures, tempDir } from "./fixtures.js";
+
+afterAll(cleanupFixtures);
+
+const BASE = {
+  architectures: ["LlamaForCausalLM"],
+  hidden_size: 64,
+  intermediate_size: 128,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  vocab_size: 100,
+  max_position_embeddings: 256,
+};
+
+function parseQuant(q: unknown) {
+  return () => parseModelConfig({ ...BASE, quantization_config: q }, "/m/config.json");
+}
+
+function expectRefused(f: () => unknown, cls: typeof UnsupportedError | typeof ModelFormatError, field: string) {
+  let err: unknown;
+  try {
+    f();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(cls);
+  expect((err as UnsupportedError).field).toBe(field);
+  expect((err as Error).message).toContain(`/m/config.json: ${field} is `);
+}
+
+const GPTQ = { quant_method: "gptq", bits: 4, group_size: 128, desc_act: false, sym: true };
+const CT_WEIGHTS = { num_bits: 4, type: "int", symmetric: true, strategy: "group", group_size: 128 };
+const CT = {
+  quant_method: "compressed-tensors",
+  format: "pack-quantized",
+  config_groups: { group_0: { targets: ["Linear"], weights: CT_WEIGHTS, input_activations: null } },
+};
+
+describe("quantization_config", () => {
+  it("reads each method's scheme", () => {
+    expect(parseQuant(GPTQ)().quantization).toEqual({
+      method: "gptq",
+      bits: 4,
+      groupSize: 128,
+      descAct: false,
+      sym: true,
+      zeroPointsMinusOne: true,
+    });
+    expect(parseQuant({ ...GPTQ, group_size: -1, checkpoint_format: "gptq_v2" })().quantization).toMatchObject({
+      groupSize: null,
+      zeroPointsMinusOne: false,
+    });
+    expect(
+      parseQuant({ quant_method: "awq", bits: 4, group_size: 128, zero_point: true, version: "GEMM" })().quantization,
+    ).toEqual({ method: "awq", bits: 4, groupSize: 128 });
+    expect(parseQuant(CT)().quantization).toEqual({
+      method: "compressed-tensors",
+      bits: 4,
+      groupSize: 128,
+      symmetric: true,
+    });
+    expect(
+      parseQuant({ quant_method: "fp8", fmt: "e4m3", activation_scheme: "dynamic", weight_block_size: [128, 128] })()
+        .quantization,
+    ).toEqual({ method: "fp8", blockSize: [128, 128] });
+    expect(parseModelConfig(BASE, "/m/config.json").quantization).toBeNull();
+  });
+
+  it("refuses unsupported methods, bit widths, group sizes and layouts by field", () => {
+    const U = UnsupportedError;
+    const q = "quantization_config";
+    expectRefused(parseQuant({ quant_method: "bitsandbytes" }), U, `${q}.quant_method`);
+    expectRefused(parseQuant({ ...GPTQ, bits: 3 }), U, `${q}.bits`);
+    expectRefused(parseQuant({ ...GPTQ, group_size: 256 }), U, `${q}.group_size`);
+    expectRefused(parseQuant({ ...GPTQ, checkpoint_format: "marlin" }), U, `${q}.checkpoint_format`);
+    expectRefused(parseQuant({ ...GPTQ, lm_head: true }), U, `${q}.lm_head`);
+    expectRefused(parseQuant({ quant_method: "awq", bits: 4, group_size: 128, version: "gemv" }), U, `${q}.version`);
+    expectRefused(parseQuant({ quant_method: "awq", bits: 8, group_size: 128 }), U, `${q}.bits`);
+    expectRefused(parseQuant({ ...CT, format: "float-quantized" }), U, `${q}.config_groups.group_0.format`);
+    expectRefused(
+      parseQuant({ ...CT, config_groups: { g: { weights: CT_WEIGHTS, input_activations: { num_bits: 8 } } } }),
+      U,
+      `${q}.config_groups.g.input_activations`,
+    );
+    expectRefused(
+      parseQuant({ ...CT, config_groups: { g: { weights: { ...CT_WEIGHTS, strategy: "tensor" } } } }),
+      U,
+      `${q}.config_groups.g.weights.strategy`,
+    );
+    expectRefused(
+      parseQuant({ ...CT, config_groups: { g: { weights: { ...CT_WEIGHTS, num_bits: 2 } } } }),
+      U,
+      `${q}.config_groups.g.weights.num_bits`,
+    );
+    expectRefused(parseQuant({ ...CT, kv_cache_scheme: { num_bits: 8 } }), U, `${q}.kv_cache_scheme`);
+    expectRefused(parseQuant({ quant_method: "fp8", fmt: "e5m2", weight_block_size: [128, 128] }), U, `${q}.fmt`);
+    expectRefused(parseQuant({ quant_method: "fp8" }), U, `${q}.weight_block_size`);
+  });
+
+  it("refuses malformed fields as format errors", () => {
+    const M = ModelFormatError;
+    expectRefused(parseQuant({ ...GPTQ, bits: "four" }), M, "quantization_config.bits");
+    expectRefused(parseQuant({ ...GPTQ, desc_act: "yes" }), M, "quantization_config.desc_act");
+    expectRefused(
+      parseQuant({ quant_method: "fp8", weight_block_size: [128] }),
+      M,
+      "quantization_config.weight_block_size",
+    );
+    expectRefused(parseQuant({ ...CT, config_groups: {} }), M, "quantization_config.config_groups");
+    expect(parseQuant("gptq")).toThrow(ModelFormatError);
+  });
+});
+
+/** One loaded tensor from words / values, for the decoders. */
+function i32(name: string, shape: number[], words: number[]): LoadedTensor {
+  return { name, dtype: "I32", shape, bytes: new Uint8Array(Int32Array.from(words).buffer) };
+}
+function f16ones(name: string, shape: number[]): LoadedTensor {
+  const n = shape.reduce((a, b) => a * b, 1);
+  return { name, dtype: "F16", shape, bytes: new Uint8Array(new Uint16Array(n).fill(0x3c00).buffer) }; // 1.0
+}
+function tensors(entries: Record<string, LoadedTensor>): LoadedTensors {
+  return new Map(Object.entries(entries));
+}
+
+describe("packing conventions, against the reference tools' words", () => {
+  it("AWQ: output channels 0..7 holding 0..7 pack to 0x75316420 (AutoAWQ's [0, 2, 4, 6, 1, 3, 5, 7] order)", () => {
+    // K = 32 rows of one word each (N = 8), all 0x75316420; zeros 0; scale 1.
+    const w = decodeAwq(
+      tensors({
+        qweight: i32("l.qweight", [32, 1], Array(32).fill(0x75316420)),
+        qzeros: i32("l.qzeros", [1, 1], [0]),
+        scales: f16ones("l.scales", [1, 8]),
+      }),
+      8,
+      32,
+      { method: "awq", bits: 4, groupSize: 32 },
+    );
+    for (let n = 0; n < 8; n++) expect(w.q[n * 16] & 15, `channel ${n}`).toBe(n);
+  });
+
+  it("GPTQ v1: a symmetric 4-bit zero point 8 is stored as 7 (0x77777777); a stored 0b1111 reads as 16", () => {
+    const base = {
+      qweight: i32("l.qweight", [4, 8], Array(32).fill(0x76543210)), // input channels 0..7 hold 0..7
+      scales: f16ones("l.scales", [1, 8]),
+    };
+    const s = { method: "gptq", bits: 4, groupSize: 32, descAct: false, sym: true, zeroPointsMinusOne: true } as const;
+    const sym = decodeGptq(tensors({ ...base, qzeros: i32("l.qzeros", [1, 1], [0x77777777]) }), 8, 32, s);
+    expect([...sym.zeros]).toEqual(Array(8).fill(8));
+    expect(sym.q[0]).toBe(0x10); // channels 0, 1 of output 0: 0 | 1 << 4
+    const wrapped = decodeGptq(tensors({ ...base, qzeros: i32("l.qzeros", [1, 1], [0x7777777f]) }), 8, 32, s);
+    expect(wrapped.zeros[0]).toBe(16); // AutoGPTQ: (0b1111 & 15) + 1, unmasked
+    const v2 = decodeGptq(tensors({ ...base, qzeros: i32("l.qzeros", [1, 1], [0x88888888]) }), 8, 32, {
+      ...s,
+      zeroPointsMinusOne: false,
+    });
+    expect([...v2.zeros]).toEqual(Array(8).fill(8));
+  });
+
+  it("GPTQ v1 8-bit: a zero point of 0 stored minus one (255) is refused, naming qzeros", () => {
+    const t = tensors({
+      qweight: i32("l.qweight", [8, 4], Array(32).fill(0)),
+      qzeros: i32("l.qzeros", [1, 1], [0x808080ff]),
+      scales: f16ones("l.scales", [1, 4]),
+    });
+    const s = { method: "gptq", bits: 8, groupSize: 32, descAct: false, sym: false, zeroPointsMinusOne: true } as const;
+    expect(() => decodeGptq(t, 4, 32, s)).toThrow(/tensor 'l\.qzeros' holds a v1 zero point of 256/);
+  });
+
+  it("compressed-tensors: signed values + 2^(bits-1), packed along K; zero points packed along N", () => {
+    // pack_to_int32's docstring: 8-bit [1, 2] -> [129, 130] -> 33409
+    const w = decodeCompressedTensors(
+      tensors({
+        weight_packed: i32("l.weight_packed", [1, 1], [33409]),
+        weight_scale: f16ones("l.weight_scale", [1, 1]),
+        weight_shape: i32("l.weight_shape", [2], [1, 4]),
+      }),
+      1,
+      4,
+      { method: "compressed-tensors", bits: 8, groupSize: null, symmetric: true },
+    );
+    expect([...w.q]).toEqual([129, 130, 0, 0]); // fields 2, 3 are 0: the signed -128
+    expect([...w.zeros]).toEqual([128]);
+  });
+
+  it("a g_idx whose groups do not each hold the group size is refused, naming it", () => {
+    const g = Array.from({ length: 64 }, (_, k) => (k < 40 ? 0 : 1));
+    const t = tensors({
+      qweight: i32("l.qweight", [8, 8], Array(64).fill(0)),
+      qzeros: i32("l.qzeros", [2, 1], [0, 0]),
+      scales: f16ones("l.scales", [2, 8]),
+      g_idx: i32("l.g_idx", [64], g),
+    });
+    const s = { method: "gptq", bits: 4, groupSize: 32, descAct: true, sym: true, zeroPointsMinusOne: false } as const;
+    expect(() => decodeGptq(t, 8, 64, s)).toThrow(/tensor 'l\.g_idx' puts 40 input channels in group 0/);
+  });
+
+  it("e4m3: the bit fields' values (1.0, 448, the smallest subnormal, NaN)", () => {
+    expect(E4M3_VALUES[0x38]).toBe(1);
+    expect(E4M3_VALUES[0xb8]).toBe(-1);
+    expect(E4M3_VALUES[0x7e]).toBe(448);
+    expect(E4M3_VALUES[0x01]).toBe(2 ** -9);
+    expect(E4M3_VALUES[0x08]).toBe(2 ** -6);
+    expect(E4M3_VALUES[0x7f]).toBeNaN();
+  });
+});
+
+describe("bad quantized tensors in a checkpoint", () => {
+  let gptq: QuantizedFixture;
+  beforeAll(async () => {
+    gptq = await makeQuantizedFixture({
+      arch: "llama",
+      out: await tempDir("deliberate-gptq-"),
+      quant: { method: "gptq", bits: 4, groupSize: 32, descAct: true, sym: false, checkpointFormat: "gptq" },
+    });
+  });
+
+  async function broken(edit: (t: Map<string, TensorToWrite>) => void): Promise<string> {
+    const dir = await tempDir();
+    await cp(gptq.dir, dir, { recursive: true });
+    const ckpt = await openSafetensors(dir);
+    const t = new Map<string, TensorToWrite>();
+    for (const [name, info] of ckpt.tensors)
+      t.set(name, { dtype: info.dtype, shape: info.shape, data: await ckpt.read(name) });
+    await ckpt.close();
+    edit(t);
+    await writeSafetensors(join(dir, "model.safetensors"), t);
+    return dir;
+  }
+  const Q = "model.layers.0.self_attn.q_proj";
+
+  it("a mis-shaped qweight names the tensor and the shape the config implies", async () => {
+    const dir = await broken((t) => t.set(`${Q}.qweight`, { dtype: "I32", shape: [4, 64], data: new Int32Array(256) }));
+    const err = await openModelFiles(dir).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ModelFormatError);
+    expect((err as Error).message).toMatch(
+      /tensor 'model\.layers\.0\.self_attn\.q_proj\.qweight' has shape \[4, 64\], gptq 4-bit g32 act-order of \[64, 64\] implies \[8, 64\]/,
+    );
+  });
+
+  it("a missing qzeros, and scales of an integer dtype, are named", async () => {
+    const dir = await broken((t) => {
+      t.delete(`${Q}.qzeros`);
+      t.set(`${Q}.scales`, { dtype: "I32", shape: [2, 64], data: new Int32Array(128) });
+    });
+    const msg = String(await openModelFiles(dir).catch((e: unknown) => e));
+    expect(msg).toMatch(
+      /tensor 'model\.layers\.0\.self_attn\.q_proj\.qzeros' is missing \(the gptq 4-bit g32 act-order layout/,
+    );
+    expect(msg).toMatch(
+      /tensor 'model\.layers\.0\.self_attn\.q_proj\.scales' has dtype I32; gptq 4-bit g32 act-order stores it as F16 or BF16 or F32/,
+    );
+  });
+
+  it("a group size that does not divide a layer's inputs is named", async () => {
+    const dir = await broken(() => {});
+    const file = join(dir, "config.json");
+    const json = JSON.parse(await readFile(file, "utf8")) as { quantization_config: Record<string, unknown> };
+    json.quantization_config.group_size = 128;
+    await writeFile(file, JSON.stringify(json));
+    await expect(openModelFiles(dir)).rejects.toThrow(
+      /'model\.layers\.0\.self_attn\.q_proj' \(gptq 4-bit g128 act-order, \[64, 64\]\): 64 input channels are not a multiple of quantization_config's group size 128/,
+    );
+  });
+
+  it("a g_idx with unequal groups fails the load, naming it", async () => {
+    const dir = await broken((t) => {
+      const g = Int32Array.from({ length: 64 }, (_, k) => (k === 0 ? 1 : Math.floor(k / 32)));
+      t.set(`${Q}.g_idx`, { dtype: "I32", shape: [64], data: g });
+    });
+    await expect(loadModel(dir, { kvPages: 8 })).rejects.toThrow(
+      /tensor 'model\.layers\.0\.self_attn\.q_proj\.g_idx' puts 31 input channels in group 0/,
+    );
+  });
+
+  it("a truncated file is refused before anything loads, naming the tensor cut short", async () => {
+    const dir = await broken(() => {});
+    const file = join(dir, "model.safetensors");
+    const size = (await readFile(file)).byteLength;
+    await truncate(file, size - 100);
+    await expect(openModelFiles(dir)).rejects.toThrow(/tensor '.*' ends at data byte \d+, past the end of the file/);
+  });
+});
