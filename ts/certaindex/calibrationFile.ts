@@ -54,6 +54,19 @@ export interface CalibrationFile {
   };
   /** SC policies per branch cap (key: the cap), each with its branches per round in settings. */
   scByCap?: Record<string, ProgramCalibration & { baselineLength?: PolicySpec }>;
+  /**
+   * reasoning_effort on a plain request (ts/programs/effort.ts): per level, the probe settings of one thinking
+   * stream (`interval`: thought tokens between probes, 0 = no probing; `probeWindow`, optional `probeAgree` and
+   * `probeMaxTokens`) and the exit policy over (probe certaindex, probes made); `validation` against the thought
+   * run to its end. `programs` optionally names the policy a program runs under at this level (key: program kind).
+   */
+  effort?: Partial<Record<"low" | "medium" | "high", EffortCalibration>>;
+  /** The command and time that wrote `effort` (it may be recalibrated apart from the programs). */
+  effortCommand?: string;
+}
+
+export interface EffortCalibration extends ProgramCalibration {
+  programs?: Record<string, PolicySpec>;
 }
 
 export interface LoadedCalibration {
@@ -92,6 +105,8 @@ export function defaultCalibrationOut(modelDir: string, bundledDir?: string): st
   return isBundled(modelDir, bundledDir) ? BUNDLED_CALIBRATION_FILE : join(modelDir, MODEL_CALIBRATION_NAME);
 }
 
+const POLICY_KINDS: readonly string[] = ["threshold", "curve", "baseline-even", "baseline-length"];
+
 function checkOutcome(o: unknown, where: string): CalibrationOutcome {
   const x = o as Record<string, unknown> | null;
   if (x === null || typeof x !== "object") throw new Error(`${where}: missing validation outcome`);
@@ -108,8 +123,7 @@ function checkProgram(p: unknown, where: string): ProgramCalibration {
   const policy = x.policy as PolicySpec | undefined;
   if (policy === undefined || typeof policy !== "object" || typeof (policy as { kind?: unknown }).kind !== "string")
     throw new Error(`${where}.policy is missing`);
-  if (!["threshold", "curve", "baseline-even", "baseline-length"].includes(policy.kind))
-    throw new Error(`${where}.policy.kind "${policy.kind}" is unknown`);
+  if (!POLICY_KINDS.includes(policy.kind)) throw new Error(`${where}.policy.kind "${policy.kind}" is unknown`);
   try {
     validatePolicy(policy);
   } catch (e) {
@@ -122,6 +136,34 @@ function checkProgram(p: unknown, where: string): ProgramCalibration {
     if (typeof v !== "number" || !Number.isFinite(v)) throw new Error(`${where}.settings.${k} must be a number`);
   checkOutcome(x.validation, where);
   return x as unknown as ProgramCalibration;
+}
+
+function checkEffort(e: unknown, where: string): void {
+  if (e === null || typeof e !== "object" || Array.isArray(e)) throw new Error(`${where} must be an object`);
+  for (const [level, v] of Object.entries(e as Record<string, unknown>)) {
+    if (!["low", "medium", "high"].includes(level)) throw new Error(`${where}.${level} is not an effort level`);
+    const c = checkProgram(v, `${where}.${level}`) as EffortCalibration;
+    const s = c.settings;
+    if (!Number.isInteger(s.interval) || s.interval < 0)
+      throw new Error(`${where}.${level}.settings.interval must be an integer ≥ 0`);
+    for (const k of ["probeWindow", "probeAgree", "probeMaxTokens"])
+      if (s[k] !== undefined && !(Number.isInteger(s[k]) && s[k] >= 1))
+        throw new Error(`${where}.${level}.settings.${k} must be an integer ≥ 1`);
+    if (s.probeAgree !== undefined && s.probeAgree > (s.probeWindow ?? 3))
+      throw new Error(`${where}.${level}.settings.probeAgree must be at most probeWindow`);
+    if (c.programs !== undefined) {
+      if (c.programs === null || typeof c.programs !== "object")
+        throw new Error(`${where}.${level}.programs must be an object`);
+      for (const [k, p] of Object.entries(c.programs)) {
+        try {
+          if (!POLICY_KINDS.includes(p?.kind)) throw new Error(`kind "${String(p?.kind)}" is unknown`);
+          validatePolicy(p);
+        } catch (err) {
+          throw new Error(`${where}.${level}.programs.${k}: ${(err as Error).message}`);
+        }
+      }
+    }
+  }
 }
 
 /** Parses and checks a calibration file's content (throws an Error naming the file and the field). */
@@ -146,6 +188,7 @@ export function parseCalibration(text: string, file = "calibration"): Calibratio
   }
   const byCap = j.scByCap as Record<string, unknown> | undefined;
   if (byCap !== undefined) for (const [k, v] of Object.entries(byCap)) checkProgram(v, `${file}: scByCap.${k}`);
+  if (j.effort !== undefined) checkEffort(j.effort, `${file}: effort`);
   return j as unknown as CalibrationFile;
 }
 

@@ -3,6 +3,11 @@
 // a thought forks each sample still thinking at the tokens the client has seen, appends the model's end-of-thought
 // token and goes on from there (the KV is shared with the parent), and aborts the parent: the client sees one
 // continuous completion. It owns the sources of every sample and the per-sample counts usage is made of.
+// reasoning_effort low / medium (options.effort) probes each sample's thought on the way (ts/programs/effort.ts,
+// Dynasor-CoT): at every probe point the sample's later tokens are held back from the client until the probe has
+// answered; when its policy says the answer has settled, the held tokens are dropped and the thought is closed at
+// the probe point (a newline first if mid-line, as the probe had it), so the answer that streams is the one the
+// probe read. Probe tokens and dropped tokens count as reasoning tokens (compute spent on the thought).
 import type {
   Engine,
   FinishReason,
@@ -11,6 +16,8 @@ import type {
   StreamDelta,
   TokenLogprob,
 } from "../engine/index.js";
+import { defaultProbeSuffix } from "../programs/answers.js";
+import { ThoughtProbe, type ThoughtEffort, type ThoughtExit } from "../programs/effort.js";
 
 /** A model's reasoning tokens: the thought runs from `start` (generated first, or opened by the prompt) to `end`. */
 export interface ThinkTokens {
@@ -65,6 +72,30 @@ interface SampleState {
   owed: Array<{ reasoning: boolean; chars: number }>;
   /** What stopped the sample, when a stop string or a stop token id did (vLLM's stop_reason; eos is none). */
   stopReason?: string | number;
+  /** reasoning_effort's probe of this sample's thought (null: no early exit asked for). */
+  prober: ThoughtProbe | null;
+  /** Deltas held back from the client while a probe is out (null: none is). */
+  held: StreamDelta[] | null;
+  /** Generated tokens dropped when an exit closed the thought at a probe point before them. */
+  dropped: number;
+}
+
+/** What reasoning_effort did to one sample's thought (Generation.effortReport). */
+export interface EffortReport {
+  /** Probes made, their answers, and the probe certaindex after the last. */
+  probes: number;
+  answers: Array<string | null>;
+  certaindex: number;
+  /** The policy closed the thought ("certain" / "curve"), or null: it ran to its end or its hard cap. */
+  exit: ThoughtExit | null;
+  /** Thought tokens when it closed (the probe point of an exit), probe tokens, dropped tokens. */
+  thoughtTokens: number;
+  probeTokens: number;
+  droppedTokens: number;
+  /** The thought's hard cap (thinking budget, else max tokens) less everything the thought spent (thought, probes,
+   * dropped), when the policy closed it; 0 otherwise. An upper bound on the saving: the thought might have ended
+   * on its own before the cap. */
+  tokensSaved: number;
 }
 
 export interface GenerationOptions {
@@ -74,6 +105,9 @@ export interface GenerationOptions {
   promptOpensThought: boolean;
   /** Close each sample's thought once it holds this many tokens. */
   thinkingBudget?: number;
+  /** reasoning_effort's early exit: each sample's thought probed every effort.interval tokens (see the header);
+   * `cap` is the thought's hard cap the policy counts probes against. */
+  effort?: { effort: ThoughtEffort; cap: number; probeSuffix?: (thoughtSoFar: string) => string };
   codec: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string } | null;
 }
 
@@ -113,6 +147,17 @@ export class Generation {
         thoughtIds: [],
         reasoningChars: 0,
         owed: [],
+        prober:
+          options.effort === undefined || options.think === null || options.effort.effort.interval === 0
+            ? null
+            : new ThoughtProbe({
+                effort: options.effort.effort,
+                cap: options.effort.cap,
+                probeSuffix: options.effort.probeSuffix,
+                model: request.model,
+              }),
+        held: null,
+        dropped: 0,
       });
     }
     this.watch(handle, true);
@@ -148,11 +193,35 @@ export class Generation {
   get done(): boolean {
     return this.failed || this.samples.every((s) => s.finished);
   }
+  /** The client's tokens, plus the thought's probes and dropped tokens (reasoning it did not see as text). */
   get completionTokens(): number {
-    return this.samples.reduce((t, s) => t + s.tokens, 0);
+    return this.samples.reduce((t, s) => t + s.tokens + this.hidden(s), 0);
   }
   get reasoningTokens(): number {
-    return this.samples.reduce((t, s) => t + s.reasoningTokens, 0);
+    return this.samples.reduce((t, s) => t + s.reasoningTokens + this.hidden(s), 0);
+  }
+  private hidden(s: SampleState): number {
+    return (s.prober?.probeTokens ?? 0) + s.dropped;
+  }
+
+  /** Per sample, what reasoning_effort's probing did (null: the sample was not probed). */
+  effortReport(): Array<EffortReport | null> {
+    return this.samples.map((s) => {
+      const p = s.prober;
+      if (p === null) return null;
+      const thoughtTokens = p.exit !== null ? p.probeAt[p.probeAt.length - 1] : s.reasoningTokens;
+      const cap = this.options.effort!.cap;
+      return {
+        probes: p.probes.length,
+        answers: [...p.probes],
+        certaindex: p.certaindex,
+        exit: p.exit,
+        thoughtTokens,
+        probeTokens: p.probeTokens,
+        droppedTokens: s.dropped,
+        tokensSaved: p.exit === null ? 0 : Math.max(0, cap - thoughtTokens - p.probeTokens - s.dropped),
+      };
+    });
   }
   finishReasons(): Array<FinishReason | undefined> {
     return this.samples.map((s) => s.finishReason);
@@ -218,6 +287,10 @@ export class Generation {
   private forward(index: number, d: StreamDelta, synthetic = false): void {
     const s = this.samples[index];
     if (s.finished) return;
+    if (s.held !== null && !synthetic) {
+      s.held.push(d); // a probe is out: the client gets these once it has answered "go on"
+      return;
+    }
     s.source.forwarded += d.tokens.length;
     const { reasoning, content } = this.split(s, d.tokens, d.text, synthetic);
     s.tokens += d.tokens.length;
@@ -238,6 +311,45 @@ export class Generation {
     });
     const budget = this.options.thinkingBudget;
     if (!s.finished && s.inReasoning && budget !== undefined && s.reasoningTokens >= budget) this.closeThought(index);
+    const due = s.prober?.nextProbeAt ?? null;
+    if (!synthetic && !s.finished && s.inReasoning && due !== null && s.tokens >= due) this.probe(index);
+  }
+
+  /** Probes sample `index`'s thought where the client's stream stands, holding its later deltas until it answers. */
+  private probe(index: number): void {
+    const s = this.samples[index];
+    const prober = s.prober!;
+    const source = s.source;
+    const codec = this.options.codec;
+    const thought = codec === null ? "" : codec.decode(s.thoughtIds, { skipSpecialTokens: true });
+    const at = { sample: source.sample, length: source.promptLength + source.forwarded, thoughtTokens: s.tokens };
+    s.held = [];
+    void prober.probe(this.engine, source.handle, { ...at, thought, signal: this.controller.signal }).then((exit) => {
+      const held = s.held;
+      s.held = null;
+      if (held === null || s.source !== source || this.failed) return; // closed meanwhile (reasoning_end)
+      if (exit && !s.finished && s.inReasoning) {
+        // The answer settled at the probe point: the thought closes there, the held tokens are never sent.
+        for (const d of held) s.dropped += d.tokens.length;
+        this.closeThought(index, this.probeSuffixIds(thought));
+        return;
+      }
+      for (const d of held) this.forward(index, d); // may hold again at the next probe point
+    });
+  }
+
+  /**
+   * The probe suffix as an exit appends it, split at the model's end-of-thought token: what comes before it is the
+   * thought's (a newline if mid-line), what follows opens the answer (` \boxed{`). A model answers after the suffix
+   * (it is what every probe asks); it need not have learnt to write the opener itself after a thought cut short.
+   */
+  private probeSuffixIds(thought: string): { before: number[]; after: number[] } {
+    const end = this.options.think!.end;
+    const text = (this.options.effort!.probeSuffix ?? defaultProbeSuffix)(thought);
+    const ids = this.engine.tokenizer(this.request.model)?.encode(text, { addSpecialTokens: false }) ?? [];
+    const at = ids.indexOf(end);
+    // A suffix that does not spell the end-of-thought token: the close appends that token alone.
+    return at < 0 ? { before: [], after: [] } : { before: ids.slice(0, at), after: ids.slice(at + 1) };
   }
 
   /**
@@ -280,7 +392,8 @@ export class Generation {
         const rest = thought === null ? "" : thought.slice(s.reasoningChars);
         s.reasoningChars += rest.length;
         s.owed = [];
-        return { reasoning: rest + text, content: "" };
+        // Its text is what the close appended after the end of thought (an effort exit's answer opener).
+        return { reasoning: rest, content: text };
       }
       // What the thought's text still lacks, then the closing marker's own text; the answer follows.
       this.owe(s, true, thought === null ? text.length : Math.max(0, thought.length - s.reasoningChars));
@@ -319,14 +432,29 @@ export class Generation {
     return { reasoning, rest: text.slice(at) };
   }
 
-  private closeThought(index: number): boolean {
+  /** Closes sample `index`'s thought where the client's stream stands (`suffix`: thought tokens appended before the
+   * end of thought, answer tokens after it: an effort exit's probe suffix). */
+  private closeThought(
+    index: number,
+    suffix: { before: number[]; after: number[] } = { before: [], after: [] },
+  ): boolean {
+    const { before, after } = suffix;
     const s = this.samples[index];
     const think = this.options.think;
     if (think === null || s.finished || !s.inReasoning) return false;
-    const left = this.maxTokens - s.tokens - 1;
+    if (s.held !== null) {
+      // Closed while a probe is out (reasoning_end, the budget): what it held back is never sent.
+      for (const d of s.held) s.dropped += d.tokens.length;
+      s.held = null;
+    }
+    const left = this.maxTokens - s.tokens - before.length - 1 - after.length;
     const parent = s.source;
     // The client has seen `parent.forwarded` tokens of this source: the thought closes right after them.
-    const synthetic: StreamDelta = { sample: 0, tokens: [think.end], text: "" };
+    const synthetic: StreamDelta = {
+      sample: 0,
+      tokens: [...before, think.end, ...after],
+      text: after.length === 0 ? "" : (this.options.codec?.decode(after, { skipSpecialTokens: true }) ?? ""),
+    };
     if (left < 1) {
       this.forward(index, { ...synthetic, finishReason: "length" }, true);
       this.abortSource(parent);
@@ -337,7 +465,7 @@ export class Generation {
       child = this.engine.fork(parent.handle, {
         sample: parent.sample,
         length: parent.promptLength + parent.forwarded,
-        append: [think.end],
+        append: [...before, think.end, ...after],
         maxTokens: left,
         signal: this.controller.signal,
       });
@@ -347,7 +475,7 @@ export class Generation {
       this.emit({ kind: "error", error: e });
       return false;
     }
-    const childPrompt = parent.promptLength + parent.forwarded + 1;
+    const childPrompt = parent.promptLength + parent.forwarded + before.length + 1 + after.length;
     this.forward(index, synthetic, true); // the client sees the thought close (counted on the parent, which ends here)
     s.source = { handle: child, sample: 0, promptLength: childPrompt, forwarded: 0 };
     this.abortSource(parent);

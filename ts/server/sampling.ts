@@ -1,21 +1,24 @@
-// A validated body as an engine request: sampling fields with the model's defaults, reasoning_effort's two meanings
-// (a thinking budget for one sample, a certaindex policy for a program), and the generation started with the
-// engine's refusals mapped to OpenAI errors.
+// A validated body as an engine request: sampling fields with the model's defaults, reasoning_effort's meanings
+// (low / medium / high: an early-exit policy, Dynasor-CoT probing of the thought with the calibration's thresholds,
+// ts/programs/effort.ts; none / minimal: a thinking budget; for a program, its certaindex policy), and the
+// generation started with the engine's refusals mapped to OpenAI errors.
 import type { GenerateRequest } from "../engine/index.js";
 import { DeliberateError } from "../errors/index.js";
 import type { StructuredOutput } from "../grammar/types.js";
 import type { PolicySpec } from "../programs/index.js";
+import { resolveEffort, type EffortLevel } from "../programs/effort.js";
 import { fromDeliberateError } from "./errors.js";
-import { Generation } from "./generation.js";
+import { Generation, type EffortReport } from "./generation.js";
 import type { ChatBody, ReasoningEffort } from "./schemas.js";
 import type { ServerState, ServeTarget } from "./state.js";
 
-/** Thinking budgets of reasoning_effort (tokens of thought before it is closed; undefined = no limit). */
+/** Thinking budgets of reasoning_effort (tokens of thought before it is closed; undefined = no limit). low / medium /
+ * high set none: they choose an early-exit policy instead (thinkingOf). */
 export const EFFORT_BUDGET: Record<ReasoningEffort, number | undefined> = {
   none: 0,
   minimal: 16,
-  low: 64,
-  medium: 192,
+  low: undefined,
+  medium: undefined,
   high: undefined,
   xhigh: undefined,
   max: undefined,
@@ -29,6 +32,41 @@ export const EFFORT_POLICY: Partial<Record<ReasoningEffort, PolicySpec>> = {
   xhigh: { kind: "baseline-even" },
   max: { kind: "baseline-even" },
 };
+
+/**
+ * A plain request's thought: its hard cap (thinking_token_budget, else the budget of effort none / minimal) and the
+ * early-exit level (effort low / medium / high), which probes the thought within that cap.
+ */
+export function thinkingOf(
+  effort: ReasoningEffort | null | undefined,
+  thinkingTokenBudget: number | null | undefined,
+): { budget: number | undefined; probing: EffortLevel | undefined } {
+  const probing = effort === "low" || effort === "medium" || effort === "high" ? effort : undefined;
+  const budget = thinkingTokenBudget ?? (effort == null ? undefined : EFFORT_BUDGET[effort]);
+  return { budget, probing };
+}
+
+/** What effort's probing did, as the response's usage extension (`usage.deliberate`); {} without probing. With n > 1
+ * the figures are summed over the samples (certaindex: the first sample's). */
+export function effortUsage(
+  effort: EffortLevel | undefined,
+  reports: Array<EffortReport | null>,
+): Record<string, unknown> {
+  const r = reports.filter((x): x is EffortReport => x !== null);
+  if (effort === undefined) return {};
+  const sum = (f: (x: EffortReport) => number): number => r.reduce((t, x) => t + f(x), 0);
+  return {
+    deliberate: {
+      reasoning_effort: effort,
+      probes: sum((x) => x.probes),
+      probe_tokens: sum((x) => x.probeTokens),
+      dropped_tokens: sum((x) => x.droppedTokens),
+      certaindex: r[0]?.certaindex ?? null,
+      early_exit: r.some((x) => x.exit !== null),
+      tokens_saved: sum((x) => x.tokensSaved),
+    },
+  };
+}
 
 type SamplingBody = Pick<
   ChatBody,
@@ -77,6 +115,7 @@ export function startGeneration(
   opensThought: boolean,
   thinkingBudget: number | undefined,
   promptParam: "messages" | "prompt",
+  effort?: EffortLevel,
 ): Generation {
   try {
     return new Generation(t.engine, req, {
@@ -84,6 +123,16 @@ export function startGeneration(
       promptOpensThought: opensThought,
       thinkingBudget,
       codec: t.model.tokenizer,
+      // The level's probe settings and exit policy from the model's calibration (else the documented fallback);
+      // the policy counts probes against the thought's hard cap.
+      effort:
+        effort === undefined
+          ? undefined
+          : {
+              effort: resolveEffort(effort, state.factory?.calibration?.calibration).effort,
+              cap: thinkingBudget ?? req.maxTokens,
+              probeSuffix: state.options.task ? (th) => state.options.task!.probeSuffix(th) : undefined,
+            },
     });
   } catch (e) {
     throw e instanceof DeliberateError ? fromDeliberateError(e, promptParam) : e;

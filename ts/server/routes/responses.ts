@@ -9,7 +9,7 @@ import { abortOnDisconnect, recordFinished, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { responseId, ResponseOutput, responseJson, statusOf, type ResponseHead } from "../responseOutput.js";
 import { responsesSchema, type ResponsesBody } from "../responsesSchema.js";
-import { EFFORT_BUDGET, engineRequest, startGeneration } from "../sampling.js";
+import { engineRequest, startGeneration, thinkingOf } from "../sampling.js";
 import type { ChatBody, ChatMessageBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState, type ServeTarget } from "../state.js";
 import { prepareStructured, textFormatToStructured, type StructuredRequest } from "../structured.js";
@@ -51,7 +51,7 @@ async function startResponseGeneration(
   constraint: StructuredRequest | null,
 ): Promise<{ gen: Generation; maxTokens: number; temperature: number; topP: number }> {
   const effort = body.reasoning?.effort ?? undefined;
-  const budget = body.thinking_token_budget ?? (effort === undefined ? undefined : EFFORT_BUDGET[effort]);
+  const { budget, probing } = thinkingOf(effort, body.thinking_token_budget);
   const chat: ChatBody = { messages: chatMessagesOf(body), chat_template_kwargs: body.chat_template_kwargs };
   try {
     const prompt = await chatPrompt(state, t, chat, budget === 0);
@@ -68,7 +68,8 @@ async function startResponseGeneration(
       ignore_eos: body.ignore_eos,
     };
     const req = engineRequest(t, sampling, prompt.ids, maxTokens, undefined, constraint?.structured ?? null);
-    const gen = startGeneration(state, t, req, prompt.opensThought, budget === 0 ? undefined : budget, "messages");
+    const thought = budget === 0 ? undefined : budget;
+    const gen = startGeneration(state, t, req, prompt.opensThought, thought, "messages", probing);
     return { gen, maxTokens, temperature: req.temperature ?? 1, topP: req.topP ?? 1 };
   } catch (e) {
     throw asResponsesError(e);
