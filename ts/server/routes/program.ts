@@ -4,9 +4,16 @@
 // is the voted answer (schema-valid JSON for a JSON format), read with the format's task instead of the server's.
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { DeliberateError } from "../../errors/index.js";
-import { parseProgramKind, ProgramRuntime, type PolicySpec, type ProgramKind } from "../../programs/index.js";
+import {
+  parseProgramKind,
+  ProgramRuntime,
+  runResumable,
+  type PolicySpec,
+  type ProgramKind,
+} from "../../programs/index.js";
 import { arithTask } from "../../tasks/index.js";
 import { badRequest, errorPayload } from "../errors.js";
+import { handoffResponse, routeHandoff } from "../handoff.js";
 import { abortOnDisconnect, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { EFFORT_POLICY } from "../sampling.js";
@@ -92,8 +99,11 @@ export async function runProgram(
       : o.policy === "threshold"
         ? { kind: "threshold", threshold: o.threshold ?? 0.6, detectAt: 1 }
         : ((effort === undefined || effort === "medium" ? undefined : EFFORT_POLICY[effort]) ?? built.policy);
-  const id = newId("chatcmpl");
-  const created = nowSeconds();
+  // A program a draining replica handed off continues here under its id (../handoff.ts); one that came through a
+  // router may be handed off in turn.
+  const handoff = routeHandoff(state, request, body, built.program);
+  const id = handoff.from?.id ?? newId("chatcmpl");
+  const created = handoff.from?.created ?? nowSeconds();
   const model = state.servedName;
   const ac = new AbortController();
   state.programs.set(id, ac);
@@ -103,13 +113,26 @@ export async function runProgram(
   const sse = body.stream ? (reply.hijack(), new SseWriter(reply.raw)) : null;
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}): void =>
     sse?.data({ id, object: "chat.completion.chunk", created, model, choices, ...extra });
-  chunk([{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
+  if (handoff.from === null)
+    chunk([{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
   metrics.programStarted();
   const work = (async () => {
     let early = false;
     let saved = 0;
     try {
-      const r = await new ProgramRuntime(t.engine).run(built.program, {
+      const outcome = await runResumable(new ProgramRuntime(t.engine), built.program, {
+        describe: {
+          program: kind,
+          program_options: o,
+          max_tokens: branchTokens,
+          seed: body.seed ?? null,
+          temperature: body.temperature ?? null,
+          reasoning_effort: effort ?? null,
+        },
+        handoff: handoff.signal === null ? undefined : { signal: handoff.signal },
+        from: handoff.from?.snapshot,
+        field: "deliberate_handoff",
+        deterministic: body.deterministic ?? undefined,
         policy,
         signal: ac.signal,
         programId: id,
@@ -123,6 +146,8 @@ export async function runProgram(
             },
           }),
       });
+      if (outcome.kind === "handoff") return handoffResponse(sse, reply, { id, created, snapshot: outcome.snapshot });
+      const r = outcome.result;
       early = r.stopReason === "certain" || r.stopReason === "curve";
       saved = Math.max(0, r.tokenBudget - r.tokensUsed);
       const ext = {
@@ -189,6 +214,7 @@ export async function runProgram(
     } finally {
       metrics.programFinished(kind, early, saved);
       state.programs.delete(id);
+      handoff.release();
     }
   })();
   return state.track(work);
