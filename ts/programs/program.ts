@@ -6,6 +6,7 @@
 // scheduling metadata (gang / SJF), its AbortSignal, and counts the tokens it generates.
 import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { RequestHandle } from "../engine/handle.js";
+import type { DeterminismStats } from "../engine/outputs.js";
 import type { PolicySpec } from "../certaindex/policies.js";
 
 /** A program's compute: `used` units spent so far, `max` the cap (a round may spend several units). */
@@ -122,13 +123,17 @@ export interface ProgramResult {
   stopReason: StopReason;
   policy: PolicySpec;
   elapsedMs: number;
-  /** The run was deterministic (RunOptions.deterministic). */
-  deterministic?: boolean;
+  /** Deterministic runs (RunOptions.deterministic): what it cost. These figures depend on the load, unlike the rest. */
+  determinism?: ProgramDeterminism;
+}
+
+/** The cost of a deterministic run, summed over its requests (each request's GenerationOutput.determinism). */
+export interface ProgramDeterminism extends DeterminismStats {
   /**
-   * Deterministic runs: tokens the engine generated past the points where the program's decisions cut its requests
-   * (ProgramContext.countUpTo). How many depends on timing, so tokensUsed leaves them out; this says what they cost.
+   * Tokens the engine generated past the points where the program's decisions cut its requests
+   * (ProgramContext.countUpTo): how many depends on timing, so tokensUsed leaves them out.
    */
-  tokensPastCuts?: number;
+  tokensPastCuts: number;
 }
 
 /** `{...defaults, ...options}` where options' undefined fields keep the default (`{maxTokens: undefined}` too). */

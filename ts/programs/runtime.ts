@@ -5,7 +5,7 @@
 import { setMaxListeners } from "node:events";
 import type { Engine } from "../engine/engine.js";
 import type { RequestHandle } from "../engine/handle.js";
-import type { GenerationOutput } from "../engine/outputs.js";
+import type { DeterminismStats } from "../engine/outputs.js";
 import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { decide, validatePolicy, type PolicySpec } from "../certaindex/policies.js";
@@ -75,16 +75,20 @@ interface Tracked {
   samples: number;
   /** Deterministic runs: most generated tokens counted per sample (countUpTo); Infinity: all. */
   limit: number;
+  /** Deterministic runs: each sample's generated tokens once the request has settled (null before). */
+  generated: number[] | null;
 }
 
 /** Tracks one run's requests: metadata, signal, token accounting. */
 class RunContext implements ProgramContext {
   readonly signal: AbortSignal;
-  /** Tokens of settled requests (deterministic runs: each sample up to its limit). */
+  /** Tokens of settled requests (other runs; a deterministic run's are counted from `counted`). */
   private settledTokens = 0;
   private readonly settledByPurpose: Record<TokenPurpose, number> = {};
-  /** Deterministic runs: generated tokens past the limits (ProgramResult.tokensPastCuts). */
-  tokensPastCuts = 0;
+  /** Deterministic runs: every request, settled ones too (a limit may still move after a request settles). */
+  private readonly counted = new Map<RequestHandle, Tracked>();
+  /** Deterministic runs: what verification cost, summed over the requests (ProgramResult.determinism). */
+  readonly determinism: DeterminismStats = { verifyPasses: 0, rollbacks: 0, recomputedTokens: 0, exactTokens: 0 };
   private readonly live = new Map<RequestHandle, Tracked>();
   private readonly settled = new Set<Promise<unknown>>();
   private readonly controller = new AbortController();
@@ -110,19 +114,22 @@ class RunContext implements ProgramContext {
    */
   get tokensUsed(): number {
     let n = this.settledTokens;
-    for (const t of this.liveLimited()) n += t.limit * t.samples;
+    for (const t of this.counted.values()) n += countOf(t);
     return n;
   }
 
   get tokensByPurpose(): Record<TokenPurpose, number> {
     const out = { ...this.settledByPurpose };
-    for (const t of this.liveLimited()) out[t.purpose] = (out[t.purpose] ?? 0) + t.limit * t.samples;
+    for (const t of this.counted.values()) out[t.purpose] = (out[t.purpose] ?? 0) + countOf(t);
     return out;
   }
 
-  private liveLimited(): Tracked[] {
-    if (!this.deterministic) return [];
-    return [...this.live.values()].filter((t) => Number.isFinite(t.limit));
+  /** Deterministic runs: tokens generated past the limits (ProgramDeterminism.tokensPastCuts). */
+  get tokensPastCuts(): number {
+    let n = 0;
+    for (const t of this.counted.values())
+      if (t.generated !== null) n += t.generated.reduce((a, b) => a + b, 0) - countOf(t);
+    return n;
   }
 
   /** A restored run: counts the tokens its earlier part generated (RunHooks.restored). */
@@ -134,7 +141,7 @@ class RunContext implements ProgramContext {
   }
 
   countUpTo(handle: RequestHandle, generatedTokens: number): void {
-    const t = this.live.get(handle);
+    const t = this.counted.get(handle);
     if (t !== undefined) t.limit = generatedTokens;
   }
 
@@ -229,14 +236,24 @@ class RunContext implements ProgramContext {
   }
 
   private track(handle: RequestHandle, purpose: TokenPurpose, samples: number): RequestHandle {
-    const t: Tracked = { purpose, samples, limit: Number.POSITIVE_INFINITY };
+    const t: Tracked = { purpose, samples, limit: Number.POSITIVE_INFINITY, generated: null };
     this.live.set(handle, t);
+    if (this.deterministic) this.counted.set(handle, t);
     const p = handle.result.then(
       (out) => {
-        const counted = this.counted(out, t.limit);
-        this.tokensPastCuts += out.usage.generatedTokens - counted;
-        this.settledTokens += counted;
-        this.settledByPurpose[purpose] = (this.settledByPurpose[purpose] ?? 0) + counted;
+        if (this.deterministic) {
+          t.generated = out.samples.map((s) => s.tokens.length);
+          const d = this.determinism;
+          if (out.determinism) {
+            d.verifyPasses += out.determinism.verifyPasses;
+            d.rollbacks += out.determinism.rollbacks;
+            d.recomputedTokens += out.determinism.recomputedTokens;
+            d.exactTokens += out.determinism.exactTokens;
+          }
+          return;
+        }
+        this.settledTokens += out.usage.generatedTokens;
+        this.settledByPurpose[purpose] = (this.settledByPurpose[purpose] ?? 0) + out.usage.generatedTokens;
       },
       () => undefined,
     );
@@ -247,12 +264,15 @@ class RunContext implements ProgramContext {
     });
     return handle;
   }
+}
 
-  /** A settled request's tokens as counted: all of them, or in a deterministic run each sample up to `limit`. */
-  private counted(out: GenerationOutput, limit: number): number {
-    if (!this.deterministic || !Number.isFinite(limit)) return out.usage.generatedTokens;
-    return out.samples.reduce((n, s) => n + Math.min(s.tokens.length, limit), 0);
-  }
+/**
+ * A deterministic run's count of one request: settled, each sample's tokens up to the limit; running, the limit
+ * per sample when one is set (the program knows each sample has streamed that many), else nothing yet.
+ */
+function countOf(t: Tracked): number {
+  if (t.generated === null) return Number.isFinite(t.limit) ? t.limit * t.samples : 0;
+  return t.generated.reduce((n, g) => n + Math.min(g, t.limit), 0);
 }
 
 export class ProgramRuntime {
@@ -348,7 +368,7 @@ export class ProgramRuntime {
       stopReason,
       policy,
       elapsedMs: Date.now() - started,
-      ...(deterministic ? { deterministic, tokensPastCuts: ctx.tokensPastCuts } : {}),
+      ...(deterministic ? { determinism: { ...ctx.determinism, tokensPastCuts: ctx.tokensPastCuts } } : {}),
     };
   }
 }
