@@ -8,10 +8,11 @@
 namespace dl {
 
 // i8: a quantized GEMM weight (View::rowScale holds its per-row f32 scales).
-enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3, i8 = 4 };
+// u8: the packed q of a grouped-quantized GEMM weight (View::groups; the format: ts/model/quantFormat.ts).
+enum class DType : int32_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3, i8 = 4, u8 = 5 };
 enum class Device : int32_t { cpu = 0, cuda = 1 };
 
-inline size_t dtypeSize(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : t == DType::i8 ? 1 : 4; }
+inline size_t dtypeSize(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : t == DType::i8 || t == DType::u8 ? 1 : 4; }
 inline const char* dtypeName(DType t) {
   switch (t) {
     case DType::f32: return "f32";
@@ -19,6 +20,7 @@ inline const char* dtypeName(DType t) {
     case DType::f16: return "f16";
     case DType::i32: return "i32";
     case DType::i8: return "i8";
+    case DType::u8: return "u8";
   }
   return "?";
 }
@@ -42,6 +44,17 @@ struct View {
   // An i8 GEMM weight [N, K] (quantized per output row, symmetric): w[n][k] = q[n][k] * rowScale[n], rowScale f32
   // [N] on W's device. The GEMM sums x . q over the usual schedule and multiplies the row's sum by rowScale[n].
   const float* rowScale = nullptr;
+  // A grouped-quantized GEMM weight [N, K] (dtype u8, bits 4 or 8, groups of `size` along K): data holds q, bits 4
+  // [N, K / 2] (byte j of a row: column 2j in the low nibble, 2j + 1 in the high one), bits 8 [N, K]; scales f32
+  // [N, K / size]; zeros u8 [N, K / size] (nullptr: every zero point is the middle, 8 or 128); perm i32 [K] or
+  // nullptr: w[n][k] = scales[n][k / size] * (q[n][k] - zeros[n][k / size]) multiplies x[perm[k]]. On W's device.
+  struct Groups {
+    int bits = 0;  // 0: not grouped
+    int size = 0;
+    const float* scales = nullptr;
+    const uint8_t* zeros = nullptr;
+    const int32_t* perm = nullptr;
+  } groups;
 
   // Element offset of row r (a multiple of packRows when packed) of a [N, K] matrix.
   int64_t rowOffset(int64_t r) const { return packRows ? r / packRows * packedPanelElems(shape[1], packRows) : r * shape[1]; }

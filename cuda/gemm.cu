@@ -282,6 +282,7 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
          int64_t cut2, int64_t yRows, int64_t yRow0) {
   requireCuda(op, "x", x), requireCuda(op, "w", w), requireCuda(op, "y", y);
   requireFloatT(op, "x", x), requireFloatT(op, "y", y);
+  if (w.groups.bits || w.dtype == DType::u8) fail(op, "a grouped quantized w has no CUDA kernel in this build");
   // i8 W (quantized per row, View::rowScale): the SIMT kernel reads q exactly and scales each row's sum (W8A16)
   if (w.dtype != DType::i8) requireFloatT(op, "w", w);
   else if (!w.rowScale) fail(op, "an i8 w needs its per-row scales (wScale, f32 [N])");

@@ -13,6 +13,7 @@
 
 #include "cpu_features.h"
 #include "cpu_gemm.h"
+#include "cpu_gemm_quant.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -264,7 +265,7 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
   if (w.dtype == DType::i32) throw Error("gemm: w must be f32, bf16, f16 or i8, got i32");
   if ((w.dtype == DType::i8) != (w.rowScale != nullptr))
     throw Error(w.dtype == DType::i8 ? "gemm: an i8 w needs its per-row scales (wScale, f32 [N])" : "gemm: wScale is for an i8 w only");
-  if (bias && bias.dtype != DType::f32 && (bias.dtype != w.dtype || w.dtype == DType::i8))
+  if (bias && bias.dtype != DType::f32 && (bias.dtype != w.dtype || w.dtype == DType::i8 || w.dtype == DType::u8))
     throw Error(std::string("gemm: bias must be f32 or w's dtype (") + dtypeName(w.dtype) + "), got " + dtypeName(bias.dtype));
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (splitK < 1 || splitK > K) throw Error("gemm: splitK must be in [1, K = " + std::to_string(K) + "]");
@@ -277,6 +278,9 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     if (bias.dtype == DType::f32) std::copy(bias.as<float>(), bias.as<float>() + N, biasF32.begin());
     else widen(bias.as<uint16_t>(), bias.dtype, N, biasF32.data());
   }
+  // grouped-quantized W (View::groups): its own kernels and schedule (cpu_gemm_quant.h)
+  if (w.groups.bits) return gemm_detail::gemmGrouped(x, w, bias ? biasF32.data() : nullptr, y, splitK);
+  if (w.dtype == DType::u8) throw Error("gemm: a u8 w is the q of a grouped w and needs its groups (scales, group size)");
   Problem P{x.as<float>(), K, 4, bias ? biasF32.data() : nullptr, y.as<float>(), N, kBounds.data(), splitK, 0, 0, nullptr};
   P.scale = w.rowScale;
   chooseKernels(P, w.dtype, M);

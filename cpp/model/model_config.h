@@ -43,6 +43,12 @@ struct ModelConfig {
   // stored as int8 per output row with an f32 scale per row (model_weights.h); embeddings, norms, the head and MoE
   // experts stay as stored.
   bool quantizeInt8 = false;
+  // Quantize at load "int4" (model_weights.h): the same weights as 4-bit groups of this many along K, symmetric
+  // (Q4_0-like: zero point 8, scale = the group's value of largest magnitude / -8). 0: off.
+  int quantizeInt4Group = 0;
+  // The dense layers' linear weights arrive pre-quantized (NativeModel option quantize: "checkpoint",
+  // setQuantizedWeight): they keep no place in the packed bf16 arena.
+  bool prequantized = false;
 
   bool isMoe(int layer) const { return numExperts > 0 && moeLayer[size_t(layer)]; }
   // The head's width: the logits a row has (vocab for a language model, 2 for a score head).

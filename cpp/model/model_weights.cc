@@ -107,7 +107,7 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
       define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
     }
   }
-  if (cfg.quantizeInt8)
+  if (cfg.quantizeInt8 || cfg.quantizeInt4Group)
     for (LayerWeights& L : layers)
       for (WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) s->quantize = s->rows > 0;
   for (auto& [slot, isVector] : all_)
@@ -117,7 +117,7 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
   const int64_t P = cpu::gemm_detail::kPackRows;
   int64_t at = 0;
   auto plan = [&](WeightSlot& s) {
-    if (s.quantize) return;
+    if (s.quantize || (cfg.prequantized && (&s != &embed && &s != &lmHead))) return;
     packPlan_.push_back({&s, at});
     at += cpu::gemm_detail::packedElems(s.rows, s.cols);
   };
@@ -172,8 +172,11 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
         throw Error("setWeight: '" + name + "': " + std::to_string(length) + " bytes at offset " +
                     std::to_string(byteOffset) + " do not fit a " + dtypeName(dtype) + " tensor of " +
                     std::to_string(count) + " elements");
+      if (slot->qBits && !slot->quantize)
+        throw Error("setWeight: '" + name + "' shares its stacked weight with grouped-quantized parts; set it with setQuantizedWeight too");
       if (slot->quantize) {
-        setQuantized(*slot, part, dtype, bytes, length, byteOffset, name);
+        if (cfg_.quantizeInt4Group) setQuantizedInt4(*slot, part, dtype, bytes, length, byteOffset, name);
+        else setQuantized(*slot, part, dtype, bytes, length, byteOffset, name);
         return;
       }
       if (!slot->buf && (isVector || dtype != DType::bf16 || !placePacked(*slot))) {
@@ -246,6 +249,154 @@ void ModelWeights::setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType 
   copyToDevice(device_, slot.scale.at(r0), scales.data(), scales.size() * 4);
   part.bytesNeeded = size_t(part.rows) * rowBytes;
   part.bytesSet += length;
+}
+
+void ModelWeights::setQuantizedInt4(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes,
+                                    size_t length, size_t byteOffset, const std::string& name) {
+  const size_t srcSize = dtypeSize(dtype), rowBytes = size_t(slot.cols) * srcSize;
+  const int64_t K = slot.cols, G = cfg_.quantizeInt4Group;
+  if (K % G)
+    throw Error("setWeight: '" + name + "' has " + std::to_string(K) + " columns, not a multiple of the int4 group size " +
+                std::to_string(G) + "; load it with another quantizeGroupSize or as stored");
+  if (byteOffset % rowBytes || length % rowBytes)
+    throw Error("setWeight: '" + name + "' is quantized per row at load: set it in whole rows (" + std::to_string(rowBytes) +
+                " bytes each), got " + std::to_string(length) + " bytes at offset " + std::to_string(byteOffset));
+  const int64_t n = int64_t(length / rowBytes), r0 = part.rowOffset + int64_t(byteOffset / rowBytes), ng = K / G;
+  std::vector<float> row(static_cast<size_t>(K)), scales(static_cast<size_t>(n * ng));
+  std::vector<uint8_t> q(static_cast<size_t>(n * K / 2));
+  for (int64_t r = 0; r < n; r++) {
+    const uint8_t* src = bytes + size_t(r) * rowBytes;
+    for (int64_t k = 0; k < K; k++) {
+      row[size_t(k)] = loadAsF32(dtype, src, size_t(k));
+      if (!std::isfinite(row[size_t(k)]))
+        throw Error("setWeight: '" + name + "' row " + std::to_string(r0 - part.rowOffset + r) + " holds a non-finite value; it cannot be quantized");
+    }
+    for (int64_t g = 0; g < ng; g++) {
+      // Q4_0's symmetric scheme: the value of largest magnitude (the first such) maps to -8, so the 16 levels
+      // -8..7 cover [-|m|, |m| * 7 / 8] on its side with no level wasted; q = clamp(round(w / d) + 8, 0, 15).
+      const float* wg = row.data() + g * G;
+      float m = 0;
+      for (int64_t k = 0; k < G; k++)
+        if (std::fabs(wg[k]) > std::fabs(m)) m = wg[k];
+      const float d = m / -8.0f;
+      scales[size_t(r * ng + g)] = d;
+      for (int64_t k = 0; k < G; k++) {
+        const float v = d == 0 ? 8.0f : std::max(0.0f, std::min(15.0f, std::nearbyint(wg[k] / d) + 8.0f));
+        uint8_t& byte = q[size_t((r * K + g * G + k) / 2)];
+        byte = uint8_t((g * G + k) % 2 ? (byte & 0x0f) | (int(v) << 4) : (byte & 0xf0) | int(v));
+      }
+    }
+  }
+  storeGrouped(slot, name, 4, int(G), r0, n, q.data(), scales.data(), nullptr, nullptr);
+  part.bytesNeeded = size_t(part.rows) * rowBytes;
+  part.bytesSet += length;
+}
+
+void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0,
+                                int64_t n, const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm) {
+  const int64_t K = slot.cols, ng = K / groupSize, qRow = K * bits / 8;
+  const uint8_t mid = uint8_t(bits == 4 ? 8 : 128);
+  if (!slot.qBits) {
+    if (slot.buf)
+      throw Error("setQuantizedWeight: '" + name + "' shares its stacked weight with parts set by setWeight; set every part quantized");
+    slot.qBits = bits, slot.qGroup = groupSize;
+    slot.buf.reset(device_, DType::u8, slot.rows * qRow);
+    slot.gScales.reset(device_, DType::f32, slot.rows * ng);
+    slot.gZeros.reset(device_, DType::u8, slot.rows * ng);
+    std::vector<uint8_t> mids(size_t(slot.rows * ng), mid);  // rows not set yet read as symmetric
+    copyToDevice(device_, slot.gZeros.data(), mids.data(), mids.size());
+    if (perm) {
+      slot.gPerm.reset(device_, DType::i32, K);
+      copyToDevice(device_, slot.gPerm.data(), perm, size_t(K) * 4);
+    }
+    // its place in the bf16 arena (if the arena is not allocated yet) is not needed
+    if (!packArena_)
+      packPlan_.erase(std::remove_if(packPlan_.begin(), packPlan_.end(), [&](const auto& p) { return p.first == &slot; }), packPlan_.end());
+  } else {
+    if (slot.qBits != bits || slot.qGroup != groupSize)
+      throw Error("setQuantizedWeight: '" + name + "' has " + std::to_string(bits) + " bits in groups of " + std::to_string(groupSize) +
+                  " but the weight it is stacked with has " + std::to_string(slot.qBits) + " in groups of " + std::to_string(slot.qGroup));
+    std::vector<int32_t> have;
+    if (slot.gPerm) {
+      have.resize(size_t(K));
+      copyToHost(device_, have.data(), slot.gPerm.data(), size_t(K) * 4);
+    }
+    const bool same = perm ? !have.empty() && std::equal(have.begin(), have.end(), perm) : have.empty();
+    if (!same)
+      throw Error("setQuantizedWeight: '" + name + "' has another act-order perm than the weight it is stacked with (q/k/v and "
+                  "gate/up share one input, so one perm); not supported");
+  }
+  copyToDevice(device_, slot.buf.at(r0 * qRow), q, size_t(n * qRow));
+  copyToDevice(device_, slot.gScales.at(r0 * ng), scales, size_t(n * ng) * 4);
+  if (zeros) {
+    copyToDevice(device_, slot.gZeros.at(r0 * ng), zeros, size_t(n * ng));
+    slot.gAsym = slot.gAsym || std::any_of(zeros, zeros + n * ng, [&](uint8_t z) { return z != mid; });
+  }
+}
+
+void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, const std::vector<int64_t>& shape,
+                              const uint8_t* q, size_t qBytes, const float* scales, size_t nScales,
+                              const uint8_t* zeros, size_t nZeros, const int32_t* perm, size_t nPerm) {
+  const std::string at = "setQuantizedWeight: '" + name + "'";
+  auto found = byName_.find(name);
+  if (found == byName_.end()) throw Error(at + " is not a weight of this architecture");
+  WeightSlot* slot = found->second.slot;
+  bool linear = false;
+  for (LayerWeights& L : layers)
+    for (WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) linear = linear || s == slot;
+  if (!linear)
+    throw Error(at + " is not a dense layer's q/k/v, o, gate/up or down projection; embeddings, norms, the LM head and "
+                "MoE experts are set with setWeight as stored");
+  if (cfg_.quantizeInt8 || cfg_.quantizeInt4Group)
+    throw Error(at + ": the model quantizes at load (quantize \"int8\" / \"int4\"); a pre-quantized weight takes quantize \"checkpoint\" or none");
+  WeightSlot::Part& part = slot->parts[found->second.part];
+  const int64_t K = slot->cols;
+  if (shape != std::vector<int64_t>{part.rows, K})
+    throw Error(at + " has shape " + shapeOf(shape) + " but the config implies " + shapeOf({part.rows, K}));
+  if (bits != 4 && bits != 8) throw Error(at + ": bits must be 4 or 8, got " + std::to_string(bits));
+  if (groupSize < 32 || groupSize % 32 || K % groupSize)
+    throw Error(at + ": groupSize must be a multiple of 32 dividing K = " + std::to_string(K) + ", got " + std::to_string(groupSize));
+  const int64_t ng = K / groupSize, n = part.rows;
+  if (qBytes != size_t(n * K * bits / 8))
+    throw Error(at + ": q must hold " + std::to_string(n * K * bits / 8) + " bytes ([" + std::to_string(n) + ", " +
+                std::to_string(K * bits / 8) + "]), got " + std::to_string(qBytes));
+  if (nScales != size_t(n * ng))
+    throw Error(at + ": scales must hold " + std::to_string(n * ng) + " values ([" + std::to_string(n) + ", " + std::to_string(ng) + "]), got " + std::to_string(nScales));
+  if (nZeros != size_t(n * ng))
+    throw Error(at + ": zeros must hold " + std::to_string(n * ng) + " values ([" + std::to_string(n) + ", " + std::to_string(ng) + "]), got " + std::to_string(nZeros));
+  for (size_t i = 0; i < nScales; i++)
+    if (!std::isfinite(scales[i])) throw Error(at + ": scales[" + std::to_string(i) + "] is not finite");
+  if (bits == 4)
+    for (size_t i = 0; i < nZeros; i++)
+      if (zeros[i] > 15) throw Error(at + ": zeros[" + std::to_string(i) + "] = " + std::to_string(zeros[i]) + " exceeds 15 (4 bits)");
+  if (perm) {
+    if (nPerm != size_t(K)) throw Error(at + ": perm must hold K = " + std::to_string(K) + " values, got " + std::to_string(nPerm));
+    std::vector<uint8_t> seen(size_t(K), 0);
+    for (int64_t k = 0; k < K; k++) {
+      if (perm[k] < 0 || perm[k] >= K || seen[size_t(perm[k])]++)
+        throw Error(at + ": perm is not a permutation of [0, " + std::to_string(K) + "): perm[" + std::to_string(k) + "] = " + std::to_string(perm[k]));
+    }
+  }
+  storeGrouped(*slot, name, bits, groupSize, part.rowOffset, n, q, scales, zeros, perm);
+  part.bytesNeeded = qBytes;
+  part.bytesSet = qBytes;
+}
+
+size_t ModelWeights::residentBytes() const {
+  size_t total = 0;
+  for (auto& [slot, isVector] : all_)
+    if (slot->buf && !slot->packRows) total += slot->residentBytes();
+  return total + packArena_.bytes();
+}
+
+std::string ModelWeights::linearFormat() const {
+  for (const LayerWeights& L : layers)
+    for (const WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) {
+      if (!s->buf) continue;
+      if (s->qBits) return "int" + std::to_string(s->qBits) + " g" + std::to_string(s->qGroup) + (s->gAsym ? " asym" : "") + (s->gPerm ? " act-order" : "");
+      return s->scale ? "int8" : dtypeName(s->buf.dtype());
+    }
+  return "none";
 }
 
 bool ModelWeights::placePacked(WeightSlot& slot) {

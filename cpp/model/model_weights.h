@@ -38,11 +38,31 @@ struct WeightSlot {
   // each output once, and its inner loop and reduction schedule stay the dense ones.
   bool quantize = false;
   Buffer scale;
+  // Grouped-quantized (setGrouped: setQuantizedWeight or quantize "int4" at load; the format of View::groups and
+  // ts/model/quantFormat.ts): buf holds q (u8, rows * cols * qBits / 8 bytes), gScales f32 [rows, cols / qGroup],
+  // gZeros u8 [rows, cols / qGroup] (passed to the kernels only when some zero point is not the middle: gAsym),
+  // gPerm i32 [cols] or none. Every part of a stacked slot has the same bits, group size and perm.
+  int qBits = 0, qGroup = 0;
+  bool gAsym = false;
+  Buffer gScales, gZeros, gPerm;
   View matrix() const {
+    if (qBits) {
+      View v = makeView(buf.data(), DType::u8, buf.device(), {rows, cols});
+      v.groups.bits = qBits, v.groups.size = qGroup;
+      v.groups.scales = reinterpret_cast<const float*>(gScales.data());
+      v.groups.zeros = gAsym ? gZeros.data() : nullptr;
+      v.groups.perm = gPerm ? reinterpret_cast<const int32_t*>(gPerm.data()) : nullptr;
+      return v;
+    }
     View v = buf.view({rows, cols}, bufOffset);
     v.packRows = packRows;
     if (scale) v.rowScale = reinterpret_cast<const float*>(scale.data());
     return v;
+  }
+  // Bytes this slot holds on its device (resident size; a packed slot counts its share of the arena).
+  size_t residentBytes() const {
+    if (qBits) return buf.bytes() + gScales.bytes() + gZeros.bytes() + gPerm.bytes();
+    return size_t(rows * cols) * dtypeSize(buf.dtype()) + scale.bytes();
   }
   View vector() const { return buf.view({rows * cols}); }
   // Rows [r0, r0 + n) as a matrix view (a part of a stacked weight), or of a stacked bias.
@@ -67,6 +87,16 @@ class ModelWeights {
   // Throws dl::Error for an unknown name, a shape that disagrees with the config, or an unsupported dtype.
   void set(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const uint8_t* bytes,
            size_t length, size_t byteOffset);
+  // A grouped-quantized linear weight (the format of View::groups): a dense layer's q/k/v, o, gate/up or down
+  // projection, whole. q: bits 4 [rows, K / 2] bytes, 8 [rows, K]; scales f32 and zeros u8 [rows, K / groupSize];
+  // perm i32 [K] or nullptr. Throws dl::Error naming the tensor and the problem.
+  void setGrouped(const std::string& name, int bits, int groupSize, const std::vector<int64_t>& shape,
+                  const uint8_t* q, size_t qBytes, const float* scales, size_t nScales, const uint8_t* zeros,
+                  size_t nZeros, const int32_t* perm, size_t nPerm);
+  // Bytes the weights hold on the device, and how the dense layers' linear weights are stored ("bf16", "int8",
+  // "int4 g32", ... as their first slot holds them).
+  size_t residentBytes() const;
+  std::string linearFormat() const;
   // Names of checkpoint tensors not (fully) set yet.
   std::vector<std::string> missing() const;
 
@@ -100,6 +130,12 @@ class ModelWeights {
   // set() of a quantized slot's part (WeightSlot::quantize): whole rows, each quantized as it arrives.
   void setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes, size_t length,
                     size_t byteOffset, const std::string& name);  // slot's place in the arena, if it is packed: true
+  // set() of a slot quantized to int4 at load (ModelConfig::quantizeInt4Group): whole rows, grouped as they arrive.
+  void setQuantizedInt4(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes, size_t length,
+                        size_t byteOffset, const std::string& name);
+  // Rows [r0, r0 + n) of a grouped slot (allocated at its first part, checked against it).
+  void storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0, int64_t n,
+                    const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm);
   std::vector<std::pair<WeightSlot*, int64_t>> packPlan_;  // slot, first element in the arena
   Buffer packArena_;
   bool packDecided_ = false;  // the first packable set() has decided whether to pack

@@ -1,6 +1,7 @@
 // The JS NativeModel (typed in ts/native/addonTypes.ts): construction from config numbers, setWeight tensor by
 // tensor, forward(batch) as ONE AsyncWorker per engine step, copyPages, idempotent dispose. Everything a caller
 // can get wrong is checked here, on the JS thread, and rejected with an Error naming the field.
+#include <cstring>
 #include <napi.h>
 
 #include <limits>
@@ -118,11 +119,17 @@ ModelConfig parseConfig(const Napi::Object& o) {
     else fail("NativeModel: 'scoreHead' must be \"value\" or \"twoClass\" (or absent for a language model)");
   }
   Napi::Value quantize = field(o, "quantize", w, false);
+  const int64_t group = integer(o, "quantizeGroupSize", w, 0, 0, 1 << 20);
   if (!quantize.IsUndefined() && !quantize.IsNull()) {
     const std::string q = quantize.IsString() ? quantize.As<Napi::String>().Utf8Value() : "";
-    if (q != "int8") fail("NativeModel: 'quantize' must be \"int8\" (or absent for the checkpoint's dtype)");
-    c.quantizeInt8 = true;
+    if (q == "int8") c.quantizeInt8 = true;
+    else if (q == "int4") c.quantizeInt4Group = int(group ? group : 32);
+    else if (q == "checkpoint") c.prequantized = true;
+    else fail("NativeModel: 'quantize' must be \"int8\", \"int4\" or \"checkpoint\" (or absent for the checkpoint's dtype)");
   }
+  if (group && !c.quantizeInt4Group) fail("NativeModel: 'quantizeGroupSize' is for quantize \"int4\" only");
+  if (c.quantizeInt4Group && (c.quantizeInt4Group < 32 || c.quantizeInt4Group % 32))
+    fail("NativeModel: 'quantizeGroupSize' must be a multiple of 32, got " + std::to_string(c.quantizeInt4Group));
   c.validate();
   return c;
 }
@@ -441,6 +448,7 @@ Napi::Function NativeModel::Init(Napi::Env env) {
   Napi::Function f = DefineClass(env, "NativeModel",
                                  {
                                      InstanceMethod<&NativeModel::SetWeight>("setWeight"),
+                                     InstanceMethod<&NativeModel::SetQuantizedWeight>("setQuantizedWeight"),
                                      InstanceMethod<&NativeModel::MissingWeights>("missingWeights"),
                                      InstanceMethod<&NativeModel::Forward>("forward"),
                                      InstanceMethod<&NativeModel::ForwardPacked>("forwardPacked"),
@@ -524,6 +532,55 @@ Napi::Value NativeModel::SetWeight(const Napi::CallbackInfo& info) {
     if (!isIntegerIn(off, 0, 9007199254740991.0)) fail("setWeight: byteOffset must be a non-negative integer");
     std::lock_guard<std::mutex> lk(m->mu);
     m->weights.set(name, dtype, shape, bytes, t.ByteLength(), size_t(off));
+  } catch (const Error& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+  return env.Undefined();
+}
+
+// setQuantizedWeight(name, {bits, groupSize, shape, q, scales, zeros, perm?}): a grouped-quantized linear weight
+// (ModelWeights::setGrouped; the format of ts/model/quantFormat.ts), copied synchronously.
+Napi::Value NativeModel::SetQuantizedWeight(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    auto m = model("setQuantizedWeight");
+    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsObject())
+      fail("setQuantizedWeight(name, {bits, groupSize, shape, q, scales, zeros, perm?}): expected (string, object)");
+    const std::string name = info[0].As<Napi::String>();
+    const std::string where = "setQuantizedWeight: '" + name + "'";
+    const Napi::Object o = info[1].As<Napi::Object>();
+    const int bits = int(integer(o, "bits", where, 0, 0, 64, true));
+    const int groupSize = int(integer(o, "groupSize", where, 0, 0, 1 << 24, true));
+    const Napi::Value sv = field(o, "shape", where);
+    if (!sv.IsArray() || sv.As<Napi::Array>().Length() != 2) fail(where + ": 'shape' must be [N, K]");
+    std::vector<int64_t> shape;
+    for (uint32_t i = 0; i < 2; i++) {
+      const Napi::Value d = sv.As<Napi::Array>().Get(i);
+      if (!d.IsNumber() || !isIntegerIn(d.As<Napi::Number>().DoubleValue(), 0, 1e15))
+        fail(where + ": shape[" + std::to_string(i) + "] must be a non-negative integer, got " + describeValue(d));
+      shape.push_back(int64_t(d.As<Napi::Number>().DoubleValue()));
+    }
+    auto typed = [&](const char* f, napi_typedarray_type t, const char* type, bool required) -> Napi::TypedArray {
+      const Napi::Value v = field(o, f, where, required);
+      if (v.IsUndefined() || v.IsNull()) return Napi::TypedArray();
+      if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != t) fail(where + ": '" + f + "' must be a " + type);
+      return v.As<Napi::TypedArray>();
+    };
+    const Napi::TypedArray q = typed("q", napi_uint8_array, "Uint8Array", true);
+    const Napi::TypedArray scales = typed("scales", napi_float32_array, "Float32Array", true);
+    const Napi::TypedArray zeros = typed("zeros", napi_uint8_array, "Uint8Array", true);
+    const Napi::TypedArray perm = typed("perm", napi_int32_array, "Int32Array", false);
+    auto data = [](const Napi::TypedArray& a) -> const uint8_t* {
+      return a.IsEmpty() ? nullptr : static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset();
+    };
+    // typed arrays at any byte offset: scales and perm are copied when misaligned
+    std::vector<float> sc(scales.ElementLength());
+    std::memcpy(sc.data(), data(scales), sc.size() * 4);
+    std::vector<int32_t> pm(perm.IsEmpty() ? 0 : perm.ElementLength());
+    if (!pm.empty()) std::memcpy(pm.data(), data(perm), pm.size() * 4);
+    std::lock_guard<std::mutex> lk(m->mu);
+    m->weights.setGrouped(name, bits, groupSize, shape, data(q), q.ByteLength(), sc.data(), sc.size(), data(zeros),
+                          zeros.ByteLength(), perm.IsEmpty() ? nullptr : pm.data(), pm.size());
   } catch (const Error& e) {
     throw Napi::Error::New(env, e.what());
   }
@@ -671,6 +728,8 @@ Napi::Value NativeModel::Info(const Napi::CallbackInfo& info) {
     o.Set("pageSize", m->kv.pageSize);
     o.Set("kvBytes", double(m->kvBytes()));
     o.Set("kvBytesPerPage", double(m->kvBytes() / size_t(m->kv.numPages)));
+    o.Set("weightBytes", double(m->weights.residentBytes()));
+    o.Set("linearFormat", m->weights.linearFormat());
     return o;
   } catch (const Error& e) {
     throw Napi::Error::New(env, e.what());

@@ -15,6 +15,7 @@ class NativeModel : public Napi::ObjectWrap<NativeModel> {
  private:
   std::shared_ptr<Model> model(const char* what) const;  // throws "<what>: NativeModel is disposed"
   Napi::Value SetWeight(const Napi::CallbackInfo& info);
+  Napi::Value SetQuantizedWeight(const Napi::CallbackInfo& info);
   Napi::Value MissingWeights(const Napi::CallbackInfo& info);
   Napi::Value Forward(const Napi::CallbackInfo& info);
   Napi::Value ForwardPacked(const Napi::CallbackInfo& info);

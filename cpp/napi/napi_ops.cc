@@ -35,8 +35,33 @@ void requireFloat(const char* op, const char* name, const View& v) {
     fail(op, std::string("'") + name + "' must be f32, bf16 or f16, got " + dtypeName(v.dtype));
 }
 // A GEMM's w: a float dtype, or i8 with wScale (f32 [N], its per-row scales, on w's device) set as w.rowScale.
+// Or u8 [N, K * wBits / 8] grouped-quantized (View::groups): wBits 4 or 8, wGroupSize (a multiple of 32 dividing
+// K), wScales f32 [N, K / wGroupSize], wZeros u8 (absent: the middle), wPerm i32 [K] (absent: identity).
 void gemmWeight(OpArgs& a, View& w) {
   View scale = a.optTensor("wScale");
+  View gScales = a.optTensor("wScales"), gZeros = a.optTensor("wZeros"), gPerm = a.optTensor("wPerm");
+  if (w.dtype == DType::u8) {
+    const int bits = int(a.integer("wBits", 0, 0, 8));
+    if (bits != 4 && bits != 8) fail(a.op, "a u8 w is grouped-quantized: 'wBits' must be 4 or 8");
+    if (scale) fail(a.op, "'wScale' is for an i8 w; a grouped w takes 'wScales'");
+    const int64_t N = w.shape[0], K = w.shape[1] * 8 / bits, G = a.integer("wGroupSize", 0, 0, int64_t(1) << 30);
+    if (G < 32 || G % 32 || K % G)
+      fail(a.op, "'wGroupSize' must be a multiple of 32 dividing K = " + std::to_string(K) + ", got " + std::to_string(G));
+    const int64_t groups = N * (K / G);
+    if (!gScales || gScales.dtype != DType::f32 || gScales.numel() != groups)
+      fail(a.op, "'wScales' must be f32 with N * K / wGroupSize = " + std::to_string(groups) + " values");
+    if (gZeros && (gZeros.dtype != DType::u8 || gZeros.numel() != groups))
+      fail(a.op, "'wZeros' must be u8 with N * K / wGroupSize = " + std::to_string(groups) + " values");
+    if (gPerm && (gPerm.dtype != DType::i32 || gPerm.numel() != K))
+      fail(a.op, "'wPerm' must be i32 with K = " + std::to_string(K) + " values");
+    w.shape[1] = K;
+    w.groups.bits = bits, w.groups.size = int(G);
+    w.groups.scales = gScales.as<float>();
+    w.groups.zeros = gZeros ? gZeros.as<uint8_t>() : nullptr;
+    w.groups.perm = gPerm ? gPerm.as<int32_t>() : nullptr;
+    return;
+  }
+  if (gScales || gZeros || gPerm) fail(a.op, "'wScales', 'wZeros' and 'wPerm' are for a u8 (grouped) w");
   if (w.dtype == DType::i32) fail(a.op, "'w' must be f32, bf16, f16 or i8, got i32");
   if (w.dtype != DType::i8) {
     if (scale) fail(a.op, std::string("'wScale' is for an i8 w only; w is ") + dtypeName(w.dtype));

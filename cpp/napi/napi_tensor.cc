@@ -14,7 +14,8 @@ DType parseDType(Napi::Env env, const std::string& s) {
   if (s == "f16") return DType::f16;
   if (s == "i32") return DType::i32;
   if (s == "i8") return DType::i8;
-  throw Napi::TypeError::New(env, "unknown dtype '" + s + "': use one of f32, bf16, f16, i32, i8");
+  if (s == "u8") return DType::u8;
+  throw Napi::TypeError::New(env, "unknown dtype '" + s + "': use one of f32, bf16, f16, i32, i8, u8");
 }
 
 Device parseDevice(Napi::Env env, const std::string& s) {
@@ -182,6 +183,7 @@ Napi::Value Tensor::WriteF32(const Napi::CallbackInfo& info) {
       throw Error("tensor.writeF32: got " + std::to_string(a.ElementLength()) + " values for a tensor of " +
                   std::to_string(n) + " elements");
     if (dtype_ == DType::i32) throw Error("tensor.writeF32: tensor dtype is i32; use write(Int32Array)");
+    if (dtype_ == DType::u8) throw Error("tensor.writeF32: tensor dtype is u8; use write(Uint8Array)");
     if (dtype_ == DType::f32) {
       copyIn(*s, 0, a.Data(), s->bytes);
     } else if (dtype_ == DType::i8) {  // quantized weights: each value must be an integer in [-128, 127]
@@ -219,6 +221,7 @@ Napi::Value Tensor::ReadF32(const Napi::CallbackInfo& info) {
       for (size_t i = 0; i < n; i++) {
         if (dtype_ == DType::i32) out[i] = float(reinterpret_cast<int32_t*>(tmp.data())[i]);
         else if (dtype_ == DType::i8) out[i] = float(reinterpret_cast<int8_t*>(tmp.data())[i]);
+        else if (dtype_ == DType::u8) out[i] = float(tmp[i]);
         else {
           uint16_t h = reinterpret_cast<uint16_t*>(tmp.data())[i];
           out[i] = dtype_ == DType::bf16 ? bf16ToF32(h) : f16ToF32(h);

@@ -2,8 +2,9 @@
 // Every op takes one options object and returns a Promise that settles when the work is done (AsyncWorker: the
 // event loop keeps running meanwhile); bad input rejects with an Error naming the op, the field and the problem.
 
-/** i8: a quantized GEMM weight only (its per-row f32 scales passed beside it as wScale). */
-export type DType = "f32" | "bf16" | "f16" | "i32" | "i8";
+/** i8: a quantized GEMM weight only (its per-row f32 scales passed beside it as wScale). u8: the packed q of a
+ *  grouped quantized GEMM weight (wBits, wGroupSize, wScales, wZeros, wPerm beside it). */
+export type DType = "f32" | "bf16" | "f16" | "i32" | "i8" | "u8";
 export type DeviceKind = "cpu" | "cuda";
 
 export interface NativeTensor {
@@ -39,33 +40,37 @@ export interface PagedKVArgs {
 
 export interface NativeOps {
   /** y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]); K cut into splitK partitions summed in a fixed order. */
-  gemm(a: {
-    x: NativeTensor;
-    w: NativeTensor;
-    bias?: NativeTensor;
-    y: NativeTensor;
-    splitK?: number;
-    /** 1: run on a packed copy of bf16 `w` (the layout a loaded model's weights take on an AVX512-BF16 CPU); tests. */
-    packW?: 0 | 1;
-    /** An i8 `w`'s per-row scales, f32 [N] (w = q * wScale per row; required with i8 w, refused otherwise): each
-     * output's sum over the schedule times its row's scale, then the bias. */
-    wScale?: NativeTensor;
-  }): Promise<void>;
+  gemm(
+    a: {
+      x: NativeTensor;
+      w: NativeTensor;
+      bias?: NativeTensor;
+      y: NativeTensor;
+      splitK?: number;
+      /** 1: run on a packed copy of bf16 `w` (the layout a loaded model's weights take on an AVX512-BF16 CPU); tests. */
+      packW?: 0 | 1;
+      /** An i8 `w`'s per-row scales, f32 [N] (w = q * wScale per row; required with i8 w, refused otherwise): each
+       * output's sum over the schedule times its row's scale, then the bias. */
+      wScale?: NativeTensor;
+    } & NativeGroupedGemmWeight,
+  ): Promise<void>;
   /** gemm with y's columns stored as blocks [0, cut1), [cut1, cut2), [cut2, N), each a (rows, width) matrix; x's row m
    * is row row0 + m of each (the fused q | k | v projection). y: rows * N elements. Same bits as gemm. */
-  gemmBlocks(a: {
-    x: NativeTensor;
-    w: NativeTensor;
-    bias?: NativeTensor;
-    y: NativeTensor;
-    splitK?: number;
-    cut1: number;
-    cut2: number;
-    rows: number;
-    row0?: number;
-    /** As gemm's: an i8 w's per-row scales. */
-    wScale?: NativeTensor;
-  }): Promise<void>;
+  gemmBlocks(
+    a: {
+      x: NativeTensor;
+      w: NativeTensor;
+      bias?: NativeTensor;
+      y: NativeTensor;
+      splitK?: number;
+      cut1: number;
+      cut2: number;
+      rows: number;
+      row0?: number;
+      /** As gemm's: an i8 w's per-row scales. */
+      wScale?: NativeTensor;
+    } & NativeGroupedGemmWeight,
+  ): Promise<void>;
   /** residual += x (when given), out = rmsnorm(residual or x) * weight. */
   rmsnorm(a: {
     x: NativeTensor;
@@ -197,8 +202,14 @@ export interface NativeModelOptions {
   activationDtype?: "f32" | "bf16";
   /** KV cache dtype; default = activation dtype. */
   kvDtype?: "f32" | "bf16" | "f16";
-  /** Quantize the dense layers' linear weights at load (int8 per output row; model_weights.h). */
-  quantize?: "int8";
+  /**
+   * The dense layers' linear weights: "int8" quantizes them at load per output row, "int4" in symmetric groups of
+   * quantizeGroupSize (default 32) along K (model_weights.h); "checkpoint": they arrive pre-quantized through
+   * setQuantizedWeight (no bf16 packing place is kept for them).
+   */
+  quantize?: "int8" | "int4" | "checkpoint";
+  /** quantize "int4": the group size, a multiple of 32 dividing every K (default 32). */
+  quantizeGroupSize?: number;
   /** KV pool: per layer kCache/vCache [numPages, pageSize, numKvHeads, headDim]. */
   numPages: number;
   pageSize?: number;
@@ -332,6 +343,10 @@ export interface NativeModelInfo {
   pageSize: number;
   kvBytes: number;
   kvBytesPerPage: number;
+  /** Bytes the weights hold on the device. */
+  weightBytes: number;
+  /** How the dense layers' linear weights are stored: "bf16", "int8", "int4 g32", "int4 g128 asym act-order", .... */
+  linearFormat: string;
 }
 
 /**
@@ -347,6 +362,39 @@ export interface ProfileEntry {
   ms: number;
 }
 
+/**
+ * A gemm's grouped quantized w (a u8 tensor [N, K * wBits / 8] holding q): w[n][k] = wScales[n][k / wGroupSize] *
+ * (q[n][k] - wZeros[n][k / wGroupSize]) multiplies x[wPerm[k]] (the format of ts/model/quantFormat.ts; the CPU's
+ * schedule in cpp/cpu/cpu_gemm_quant.h).
+ */
+export interface NativeGroupedGemmWeight {
+  wBits?: 4 | 8;
+  /** A multiple of 32 dividing K. */
+  wGroupSize?: number;
+  /** f32, N * K / wGroupSize values. */
+  wScales?: NativeTensor;
+  /** u8, N * K / wGroupSize values; absent: every zero point is the middle (8 or 128). */
+  wZeros?: NativeTensor;
+  /** i32 [K]; absent: identity. */
+  wPerm?: NativeTensor;
+}
+
+/** A grouped quantized linear weight (ts/model/quantFormat.ts's GroupedQuantWeight: the format, its reference). */
+export interface NativeGroupedWeight {
+  bits: 4 | 8;
+  groupSize: number;
+  /** [N, K] */
+  shape: [number, number];
+  /** bits 4: [N, K / 2], column 2j in byte j's low nibble; bits 8: [N, K]. */
+  q: Uint8Array;
+  /** f32 [N, K / groupSize] */
+  scales: Float32Array;
+  /** u8 [N, K / groupSize]: w = scale * (q - zero). */
+  zeros: Uint8Array;
+  /** [K]: column k multiplies x[perm[k]] (act-order); absent = identity. */
+  perm?: Int32Array;
+}
+
 /** A model in native memory: weights, a paged KV pool and scratch. */
 export interface NativeModel {
   /** Copies (converting on the CPU where useful) one checkpoint tensor, or a chunk of it at byteOffset. */
@@ -357,6 +405,12 @@ export interface NativeModel {
     bytes: ArrayBufferView,
     byteOffset?: number,
   ): void;
+  /**
+   * A dense layer's q/k/v, o, gate/up or down projection in the grouped quantized format (ts/model/quantFormat.ts;
+   * bits 4 or 8, groupSize a multiple of 32 dividing K), whole. The parts of a stacked weight (q/k/v, gate/up)
+   * share bits, group size and perm. Embeddings, norms, the LM head and MoE experts are refused (setWeight them).
+   */
+  setQuantizedWeight(name: string, w: NativeGroupedWeight): void;
   /** Checkpoint tensors not set yet. */
   missingWeights(): string[];
   /** ONE native call for the whole model and batch (off the JS thread); results packed, in input order

@@ -1,0 +1,194 @@
+// CPU GEMM with grouped quantized weights (4 and 8 bits, groups of 32..K along K, symmetric or with zero points,
+// act-order perm: the format of ts/model/quantFormat.ts, the schedule of cpp/cpu/cpu_gemm_quant.h): the float64
+// reference of the dequantized weights on decode and prefill shapes, bitwise batch invariance across M, row position
+// and thread count under a fixed splitK, AVX2 == AVX-512, gemmBlocks' cuts, and the errors at the op's boundary.
+import { spawnSync } from "node:child_process";
+import { afterAll, describe, expect, it } from "vitest";
+import { dequantizeToInputOrder, type GroupedQuantWeight } from "../../ts/model/quantFormat.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import type { NativeTensor } from "../../ts/native/addonTypes.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
+import { groupedTensors, randomGrouped, type GroupedOptions } from "./int4Reference.js";
+import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
+import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+
+const addon = loadAddon();
+afterAll(() => addon.setThreads(0));
+
+type Grouped = ReturnType<typeof groupedTensors>;
+
+async function gemm(x: NativeTensor, g: Grouped, bias: NativeTensor | undefined, splitK: number) {
+  const N = g.w.shape[0];
+  const y = tensorOf(addon, "cpu", "f32", [x.shape[0], N], new Float32Array(x.shape[0] * N).fill(NaN));
+  await addon.ops.gemm({ x, ...g, bias, y, splitK });
+  const out = y.readF32();
+  y.dispose();
+  return out;
+}
+
+function dispose(g: Grouped) {
+  disposeAll(g.w, g.wScales, g.wZeros, g.wPerm);
+}
+
+const SCHEMES: [string, GroupedOptions][] = [
+  ["4-bit g32 symmetric", { bits: 4, groupSize: 32 }],
+  ["4-bit g64 zero points", { bits: 4, groupSize: 64, asymmetric: true }],
+  ["4-bit g128 act-order", { bits: 4, groupSize: 128, asymmetric: true, perm: true }],
+  ["8-bit g64 zero points act-order", { bits: 8, groupSize: 64, asymmetric: true, perm: true }],
+  ["8-bit g32 symmetric", { bits: 8, groupSize: 32 }],
+];
+
+describe("gemm with grouped quantized weights (cpu)", () => {
+  for (const [what, o] of SCHEMES)
+    it(`${what}: matches the float64 reference of the dequantized weights, decode and prefill shapes`, async () => {
+      const rng = makeRng(21 + o.groupSize + o.bits);
+      for (const [M, N, K] of [
+        [1, 1, 128],
+        [1, 13, 256],
+        [2, 7, 384],
+        [5, 20, 128],
+        [17, 9, 512],
+        [70, 11, 256],
+      ] as [number, number, number][])
+        for (const splitK of [1, 3]) {
+          const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+          const gw = randomGrouped(rng, N, K, o);
+          const g = groupedTensors(addon, "cpu", gw, o.asymmetric === true);
+          const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
+          const got = await gemm(x, g, bias, splitK);
+          const ref = refGemm(stored(x), dequantizeToInputOrder(gw), bias && stored(bias), M, N, K);
+          const bad = worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5);
+          expect(bad, `M=${M} N=${N} K=${K} splitK=${splitK}`).toBeUndefined();
+          disposeAll(x, bias);
+          dispose(g);
+        }
+    });
+
+  it("per-channel groups (G = K) and zero points passed as the middle equal the symmetric weight's bits", async () => {
+    const rng = makeRng(5);
+    const M = 3,
+      N = 10,
+      K = 576;
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: K });
+    const withZeros = groupedTensors(addon, "cpu", gw, true),
+      without = groupedTensors(addon, "cpu", gw, false);
+    const a = await gemm(x, withZeros, undefined, 2),
+      b = await gemm(x, without, undefined, 2);
+    expect(bitsOf(a)).toEqual(bitsOf(b));
+    expect(
+      worstViolation(a, refGemm(stored(x), dequantizeToInputOrder(gw), undefined, M, N, K), 1e-4, 1e-5),
+    ).toBeUndefined();
+    disposeAll(x);
+    dispose(withZeros);
+    dispose(without);
+  });
+
+  it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
+    const rng = makeRng(12);
+    const K = 2048,
+      N = 37,
+      M = 70;
+    const xs = randomF32(rng, M * K);
+    for (const o of [SCHEMES[1][1], SCHEMES[3][1]]) {
+      const g = groupedTensors(addon, "cpu", randomGrouped(rng, N, K, o), true);
+      const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
+      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
+      for (const splitK of [1, 2, 5])
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const batch = await gemm(x, g, bias, splitK);
+          for (const [row, rows] of [
+            [0, 1],
+            [M - 1, 1],
+            [13, 1],
+            [20, 8],
+            [3, 16],
+            [29, 40],
+          ]) {
+            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
+            const alone = await gemm(sub, g, bias, splitK);
+            expect(bitsOf(alone), `bits ${o.bits} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
+              bitsOf(batch, row * N, rows * N),
+            );
+            sub.dispose();
+          }
+        }
+      disposeAll(bias, x);
+      dispose(g);
+    }
+  });
+
+  it("gemmBlocks cuts a grouped w with its scales and zero points (the fused q | k | v projection)", async () => {
+    const rng = makeRng(13);
+    const M = 3,
+      N = 24,
+      K = 128;
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: 32, asymmetric: true, perm: true });
+    const g = groupedTensors(addon, "cpu", gw, true);
+    const y = addon.tensor("cpu", "f32", [M * N]);
+    await addon.ops.gemmBlocks({ x, ...g, y, splitK: 2, cut1: 12, cut2: 18, rows: M, row0: 0 });
+    const plain = await gemm(x, g, undefined, 2);
+    const got = y.readF32();
+    for (const [c, n] of [
+      [0, 12],
+      [12, 6],
+      [18, 6],
+    ])
+      for (let m = 0; m < M; m++) for (let j = 0; j < n; j++) expect(got[M * c + m * n + j]).toBe(plain[m * N + c + j]);
+    disposeAll(x, y);
+    dispose(g);
+  });
+
+  it("gives the same bits on the AVX2 and AVX-512 paths", () => {
+    const script = `
+      const addon = ${childAddonExpr()};
+      let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296);
+      (async () => {
+        const out = [];
+        for (const [M, N, K, G, bits, sk] of [[1, 37, 576, 32, 4, 1], [3, 20, 256, 64, 4, 2], [24, 13, 384, 128, 8, 3], [70, 50, 512, 32, 4, 3]]) {
+          const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
+          const w = addon.tensor("cpu", "u8", [N, K * bits / 8]); w.write(Uint8Array.from({ length: N * K * bits / 8 }, () => Math.floor(r() * 256)));
+          const wScales = addon.tensor("cpu", "f32", [N * K / G]); wScales.writeF32(Float32Array.from({ length: N * K / G }, () => (r() - 0.5) / 50));
+          const wZeros = addon.tensor("cpu", "u8", [N * K / G]); wZeros.write(Uint8Array.from({ length: N * K / G }, () => Math.floor(r() * (bits === 4 ? 16 : 256))));
+          const y = addon.tensor("cpu", "f32", [M, N]);
+          await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros, y, splitK: sk });
+          out.push(Buffer.from(y.read()).toString("base64"));
+        }
+        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
+      })();`;
+    const run = (env: Record<string, string>) => {
+      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
+      expect(r.status, r.stderr).toBe(0);
+      return JSON.parse(r.stdout) as { simd: string; out: string[] };
+    };
+    const avx2 = run({ DELIBERATE_SIMD: "avx2" });
+    const native = run({ DELIBERATE_SIMD: "" });
+    expect(avx2.simd).toBe("avx2");
+    console.log(`[gemm grouped] SIMD paths compared: avx2, ${native.simd}`);
+    expect(native.out).toEqual(avx2.out);
+  });
+
+  it("rejects bad input with a clear Error", async () => {
+    const rng = makeRng(3);
+    const x = tensorOf(addon, "cpu", "f32", [2, 64], randomF32(rng, 128));
+    const gw: GroupedQuantWeight = randomGrouped(rng, 3, 64, { bits: 4, groupSize: 32 });
+    const g = groupedTensors(addon, "cpu", gw, true);
+    const y = addon.tensor("cpu", "f32", [2, 3]);
+    await expect(addon.ops.gemm({ x, w: g.w, y })).rejects.toThrow(/'wBits' must be 4 or 8/);
+    await expect(addon.ops.gemm({ x, ...g, wGroupSize: 16, y })).rejects.toThrow(
+      /'wGroupSize' must be a multiple of 32/,
+    );
+    await expect(addon.ops.gemm({ x, ...g, wScales: undefined, y })).rejects.toThrow(/'wScales' must be f32 with/);
+    await expect(addon.ops.gemm({ x, ...g, wZeros: g.wScales, y })).rejects.toThrow(/'wZeros' must be u8/);
+    const badPerm = tensorOf(addon, "cpu", "i32", [64], new Int32Array(64).fill(64));
+    await expect(addon.ops.gemm({ x, ...g, wPerm: badPerm, y })).rejects.toThrow(/perm\[0\] = 64 is outside/);
+    await expect(addon.ops.gemm({ x, w: addon.tensor("cpu", "f32", [3, 64]), wScales: g.wScales, y })).rejects.toThrow(
+      /'wScales', 'wZeros' and 'wPerm' are for a u8/,
+    );
+    expect(() => g.w.writeF32(new Float32Array(96))).toThrow(/dtype is u8; use write/);
+    disposeAll(x, y, badPerm);
+    dispose(g);
+  });
+});
