@@ -1,5 +1,5 @@
 // Reasoning programs and certaindex: the public surface (re-exported from ts/index.ts).
-export { ProgramRuntime } from "./runtime.js";
+export { checkDeterministic, ProgramRuntime } from "./runtime.js";
 export type { RunOptions } from "./runtime.js";
 export { withDefaults } from "./program.js";
 export type {

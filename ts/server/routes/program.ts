@@ -5,6 +5,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { DeliberateError } from "../../errors/index.js";
 import {
+  checkDeterministic,
   parseProgramKind,
   ProgramRuntime,
   runResumable,
@@ -93,6 +94,8 @@ export async function runProgram(
     throw badRequest((e as Error).message, "program");
   }
   if (structured) await prepareStructured(t, structured);
+  // A program that cannot replay refuses deterministic: true here, a 400 naming the field, before any chunk is sent.
+  if (body.deterministic) checkDeterministic(built.program);
   const policy: PolicySpec | undefined =
     o.policy === "baseline-even"
       ? { kind: "baseline-even" }
