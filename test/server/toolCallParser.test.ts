@@ -96,6 +96,24 @@ describe("tool-call syntaxes", () => {
     expect(parse("mistral", mistral, false, names)).toEqual({ content: mistral, calls: [] });
   });
 
+  it("maxCalls 1 (parallel_tool_calls false): the first call is read, any further call's text is content", () => {
+    const one = (syntax: ToolCallSyntax, text: string) =>
+      parseToolCalls(syntax, text, ids(), { maxCalls: 1, names: ["a", "b"] });
+    const hermes =
+      '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>';
+    expect(one("hermes", hermes)).toEqual({
+      content: '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>',
+      calls: [{ id: "call_0", name: "a", arguments: "{}" }],
+      cut: false,
+    });
+    expect(one("llama3_json", '{"name": "a", "parameters": {}}; {"name": "b", "parameters": {}}').calls).toEqual([
+      { id: "call_0", name: "a", arguments: "{}" },
+    ]);
+    expect(
+      one("mistral", '[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]').calls,
+    ).toEqual([{ id: "call_0", name: "a", arguments: "{}" }]);
+  });
+
   it("mistral: [TOOL_CALLS] and a JSON list; a forced call's list starts the answer", () => {
     const list = '[{"name": "f", "arguments": {"q": 1}}, {"name": "g", "arguments": {}}]';
     const expected = [

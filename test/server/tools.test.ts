@@ -198,6 +198,42 @@ describe("the grammar of a forced call", () => {
   });
 });
 
+describe('tool_choice "auto" enforces strict and parallel_tool_calls false', () => {
+  it("each is generated under a grammar (compiled for the request), and the answer is text or one valid call", async () => {
+    const engine = server.state.target!.engine as unknown as {
+      slots: Array<{ grammars(f: string): { stats: { compiles: number } } }>;
+    };
+    const stats = engine.slots[0].grammars("test").stats;
+    const fresh = (k: number) => ({ ...ADD, properties: { ...ADD.properties, [`c${k}`]: { type: "boolean" } } });
+    for (const [k, extra] of [
+      [1, { parallel_tool_calls: false }],
+      [2, { strict: true }],
+    ] as const) {
+      const tools = [
+        {
+          type: "function",
+          function: { name: "add", parameters: fresh(k), ...("strict" in extra ? { strict: true } : {}) },
+        },
+      ];
+      const before = stats.compiles;
+      const r = await post({
+        tools,
+        ...("parallel_tool_calls" in extra ? extra : {}),
+        max_tokens: 24,
+        temperature: 1,
+        seed: k,
+      });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      expect(stats.compiles - before, JSON.stringify(extra)).toBe(1); // the request's grammar (none before)
+      const msg = r.json.choices[0].message;
+      if (msg.tool_calls !== undefined) {
+        expect(msg.tool_calls).toHaveLength(1);
+        expect(ajv.validate(fresh(k), JSON.parse(msg.tool_calls[0].function.arguments))).toBe(true);
+      }
+    }
+  });
+});
+
 describe("tool turns and choices", () => {
   it("an assistant turn with tool_calls and a role tool answer render through the template (200, longer prompt)", async () => {
     const first = await post({ tools: TOOLS, tool_choice: "required", parallel_tool_calls: false });

@@ -133,6 +133,8 @@ export async function toolCallFormat(req: ToolGrammarRequest): Promise<Structure
   const parallel = req.parallel && s.maxCalls !== 1;
   const tags = await Promise.all(req.tools.map((t) => callTag(req.syntax, t)));
   const one: TagFormat = tags.length === 1 ? tags[0] : { type: "or", elements: tags };
+  // Hermes' tags begin with its opener: a model whose <tool_call> is a special token cannot be made to write one.
+  if (s.closeEach && !req.openerWritable) withOpener(req, one);
   if (req.choice === "forced") {
     // Mistral's forced list starts after [TOOL_CALLS], which the server assumes (a special token in Mistral's
     // tokenizers, which a grammar cannot write).
@@ -152,9 +154,16 @@ export async function toolCallFormat(req: ToolGrammarRequest): Promise<Structure
     // ends unless calls may be parallel.
     return structuralTag({ type: "triggered_tags", triggers: [s.open], tags, stop_after_first: !parallel });
   }
-  // Mistral: free text, then at most one list of calls after [TOOL_CALLS], which ends the answer.
-  const list = withOpener(req, listOf(req.syntax, tags, one, parallel));
-  return structuralTag({ type: "or", elements: [list, { type: "any_text" }] });
+  // Mistral: free text; [TOOL_CALLS] starts the list of calls (one, or up to MAX_LISTED_CALLS when parallel), which
+  // ends the answer.
+  withOpener(req, one); // (refuses an opener no grammar can write)
+  const list: TagFormat = {
+    type: "tag",
+    begin: s.open + s.listOpen,
+    content: listBody(s, one, parallel),
+    end: s.close,
+  };
+  return structuralTag({ type: "triggered_tags", triggers: [s.open], tags: [list], stop_after_first: true });
 }
 
 /** Text that is no Llama call: optional whitespace, then anything that does not start with "{". */
@@ -182,34 +191,34 @@ function listOf(syntax: ToolCallSyntax, tags: TagFormat[], one: TagFormat, paral
   const s = TOOL_CALL_SYNTAXES[syntax];
   if (s.closeEach) return parallel ? { type: "tags_with_separator", tags, separator: s.pad, at_least_one: true } : one;
   if (s.listOpen === "") return one;
-  // A bracketed list ends with its close, and XGrammar takes nothing after a tags_with_separator: 1 to
-  // MAX_LISTED_CALLS calls spelled out.
+  return { type: "sequence", elements: [constString(s.listOpen), listBody(s, one, parallel), constString(s.close)] };
+}
+
+/**
+ * The calls inside a bracketed list: one, or 1 to MAX_LISTED_CALLS spelled out (the list ends with its close, and
+ * XGrammar takes nothing after a tags_with_separator).
+ */
+function listBody(s: ToolCallSyntaxSpec, one: TagFormat, parallel: boolean): TagFormat {
   const lists = Array.from({ length: parallel ? MAX_LISTED_CALLS : 1 }, (_, n) => ({
     type: "sequence",
     elements: Array.from({ length: n + 1 }, (_2, i) =>
       i === 0 ? [one] : [constString(`${s.separator} `), one],
     ).flat(),
   }));
-  return {
-    type: "sequence",
-    elements: [
-      constString(s.listOpen),
-      lists.length === 1 ? lists[0] : { type: "or", elements: lists },
-      constString(s.close),
-    ],
-  };
+  return lists.length === 1 ? lists[0] : { type: "or", elements: lists };
 }
 
 /** Calls that the model writes unforced: after the syntax's opener where it has one outside each call (Mistral). */
 function withOpener(req: ToolGrammarRequest, calls: TagFormat): TagFormat {
   const s = TOOL_CALL_SYNTAXES[req.syntax];
-  if (s.closeEach || s.open === null) return calls; // Hermes' tags are in each call; Llama has none
+  if (s.open === null) return calls; // Llama has none
   if (!req.openerWritable)
     throw new InvalidOptionError(
       `tools: ${s.open} is a special token of this model, which a grammar cannot write, so a call cannot be constrained unless it is forced`,
       { field: "tools" },
     );
-  return { type: "sequence", elements: [constString(s.open), calls] };
+  // Hermes' tags hold the opener in each call.
+  return s.closeEach ? calls : { type: "sequence", elements: [constString(s.open), calls] };
 }
 
 /** A response format as an element of a structural tag (XGrammar's formats: structural_tag.d.ts). */

@@ -47,6 +47,8 @@ export interface ToolCallParserOptions {
    * is then content, never half a call. Streamed (false), a call's name and arguments go out as they are written.
    */
   hold?: boolean;
+  /** Calls read at most (parallel_tool_calls false: 1); the text of any further call is content. */
+  maxCalls?: number | null;
 }
 
 type Mode =
@@ -94,6 +96,7 @@ export class ToolCallParser {
   private pending: ToolCallDelta[] = [];
   private readonly names: ReadonlySet<string> | null;
   private readonly hold: boolean;
+  private readonly maxCalls: number;
 
   constructor(
     syntax: ToolCallSyntax,
@@ -103,6 +106,7 @@ export class ToolCallParser {
     this.syntax = TOOL_CALL_SYNTAXES[syntax];
     this.names = options.names === undefined ? null : new Set(options.names);
     this.hold = options.hold === true;
+    this.maxCalls = options.maxCalls ?? Number.POSITIVE_INFINITY;
     this.mode = options.afterOpener ? "listOpen" : this.syntax.open === null ? "start" : "content";
   }
 
@@ -260,6 +264,11 @@ export class ToolCallParser {
   }
 
   private startCall(c: string, out: ParsedPiece): void {
+    if (this.completed >= this.maxCalls) {
+      // One call too many (parallel_tool_calls false): its text is content.
+      this.attempt += c;
+      return this.abandon(out);
+    }
     this.reader = new CallReader(this.syntax.argumentsKeys);
     this.headerSent = false;
     this.pending = [];

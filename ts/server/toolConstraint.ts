@@ -29,7 +29,9 @@ export async function chatConstraint(
   }
   if (plan?.syntax == null) return format;
   if (format !== null) return { structured: await build(plan, "auto", plan.tools, false, format), param: format.param };
-  return format;
+  if (plan.constrainCalls)
+    return { structured: await build(plan, "auto", plan.tools, plan.maxCalls === null, null), param: "tools" };
+  return null;
 }
 
 async function build(

@@ -94,8 +94,19 @@ export interface ToolPlan {
   syntax: ToolCallSyntax | null;
   /** A forced call (tool_choice "required" or named): to one of these tools, or to one or more when parallel. */
   forced: { tools: FunctionTool[]; parallel: boolean } | null;
-  /** Whether a grammar can write the syntax's opener (not a special token of the model: Mistral's [TOOL_CALLS]). */
+  /**
+   * Whether a grammar can write the syntax's opener (it has one, and it is no special token of the model, as
+   * Mistral's [TOOL_CALLS] is in Mistral's tokenizers).
+   */
   openerWritable: boolean;
+  /** Calls read out of an answer at most (parallel_tool_calls false: 1; the text of any further call is content). */
+  maxCalls: number | null;
+  /**
+   * tool_choice "auto" with a strict function or parallel_tool_calls false: the answer is generated under a grammar
+   * in which a call, once the model starts one, follows its function's schema, and (parallel false) the answer ends
+   * after the first call.
+   */
+  constrainCalls: boolean;
 }
 
 export interface ToolBody {
@@ -125,7 +136,8 @@ export function toolPlanOf(body: ToolBody, tok: ModelTokenizer, servedName: stri
       `tools: the chat template of model ${servedName} does not render tools, so the model cannot be told of them; send the request without tools`,
       "tools",
     );
-  if (choice === "none") return { tools, syntax: null, forced: null, openerWritable: false };
+  const none = { syntax: null, forced: null, openerWritable: false, maxCalls: null, constrainCalls: false };
+  if (choice === "none") return { tools, ...none };
   if (syntax === "unknown")
     throw badRequest(
       `tools: the chat template of model ${servedName} renders tools, but its tool-call syntax is none of those this server parses (<tool_call> JSON as Hermes / Qwen, Llama 3.1 JSON, Mistral [TOOL_CALLS]); send tool_choice "none" or no tools`,
@@ -134,7 +146,22 @@ export function toolPlanOf(body: ToolBody, tok: ModelTokenizer, servedName: stri
   const open = TOOL_CALL_SYNTAXES[syntax].open;
   const openId = open === null ? undefined : tok.tokenToId(open);
   const openerWritable = open !== null && !(openId !== undefined && tok.specialTokenIds.has(openId));
-  if (choice === "auto") return { tools, syntax, forced: null, openerWritable };
+  const maxCalls = body.parallel_tool_calls === false ? 1 : null;
+  if (choice === "auto") {
+    // A strict function's arguments follow its schema (OpenAI's strict mode), and parallel_tool_calls false means
+    // one call: both are enforced by a grammar that lets the model write text and constrains a call once it starts
+    // (ts/grammar/toolGrammar.ts). A model whose call opener is a special token (no grammar can write it) cannot
+    // be constrained that way: strict is refused by name; one call is still enforced by reading only the first.
+    const strict = tools.findIndex((t) => t.function.strict === true);
+    const needsOpener = syntax !== "llama3_json"; // Llama's calls are the answer itself, with no opener
+    if (strict >= 0 && needsOpener && !openerWritable)
+      throw badRequest(
+        `tools[${strict}].function.strict: with tool_choice "auto" a strict call is generated under its schema once the model opens it, and model ${servedName}'s call opener ${open} is a special token no grammar can write; send strict false, or tool_choice "required" or a named function (forced calls are always generated under their schemas)`,
+        `tools[${strict}].function.strict`,
+      );
+    const constrainCalls = (strict >= 0 || maxCalls !== null) && (openerWritable || !needsOpener);
+    return { tools, syntax, forced: null, openerWritable, maxCalls, constrainCalls };
+  }
   let forcedTools = tools;
   if (choice !== "required") {
     const named = tools.find((t) => t.function.name === choice.function.name);
@@ -147,7 +174,7 @@ export function toolPlanOf(body: ToolBody, tok: ModelTokenizer, servedName: stri
   }
   // A named function is called once; "required" calls one or more unless parallel_tool_calls is false.
   const parallel = choice === "required" && body.parallel_tool_calls !== false;
-  return { tools, syntax, forced: { tools: forcedTools, parallel }, openerWritable };
+  return { tools, syntax, forced: { tools: forcedTools, parallel }, openerWritable, maxCalls, constrainCalls: false };
 }
 
 const ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -191,6 +218,7 @@ export function answerParser(
   tok: ModelTokenizer,
   names: Iterable<string>,
   hold: boolean,
+  maxCalls: number | null,
 ): {
   push(tokens: readonly number[], text: string): ParsedPiece;
   end(): ParsedEnd;
@@ -201,6 +229,7 @@ export function answerParser(
     afterOpener: syntax === "mistral" && forced,
     names,
     hold,
+    maxCalls,
   });
   const open = TOOL_CALL_SYNTAXES[syntax].open;
   const marker = syntax === "mistral" && open !== null ? tok.tokenToId(open) : undefined;

@@ -75,6 +75,7 @@ async function chatCompletions(
             t.model.tokenizer,
             tools.tools.map((f) => f.function.name),
             body.stream !== true,
+            tools.maxCalls,
           ),
         )
       : null;
