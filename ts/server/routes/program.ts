@@ -95,7 +95,13 @@ export async function runProgram(
   }
   if (structured) await prepareStructured(t, structured);
   // A program that cannot replay refuses deterministic: true here, a 400 naming the field, before any chunk is sent.
-  if (body.deterministic) checkDeterministic(built.program);
+  if (body.deterministic) {
+    try {
+      checkDeterministic(built.program);
+    } catch (e) {
+      throw badRequest((e as Error).message, "deterministic");
+    }
+  }
   const policy: PolicySpec | undefined =
     o.policy === "baseline-even"
       ? { kind: "baseline-even" }
