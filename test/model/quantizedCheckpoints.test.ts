@@ -18,6 +18,7 @@ import { loadModel } from "../../ts/model/model.js";
 import { openModelFiles } from "../../ts/model/modelFiles.js";
 import { dequantizeToInputOrder } from "../../ts/model/quantFormat.js";
 import { quantizedLinears, readQuantizedLinear } from "../../ts/model/quantized/linear.js";
+import { addonTakesGroupedWeights } from "../../ts/model/quantized/upload.js";
 import { expectedTensors } from "../../ts/model/weights.js";
 import { cleanupFixtures, tempDir } from "./fixtures.js";
 import { randomTokens, relL2 } from "./fixtureCache.js";
@@ -142,6 +143,11 @@ for (const layout of LAYOUTS)
         expect(w.bytes).toBe(w.formats.reduce((a, f) => a + f.bytes, 0));
         const quantizedFormats = w.formats.filter((f) => f.format.startsWith(w.scheme!));
         expect(quantizedFormats.reduce((a, f) => a + f.tensors, 0)).toBe(fixture.references.size);
+        // Integer layouts go to the native grouped weights where the addon has them (dense projections).
+        if (addonTakesGroupedWeights(model.native) && layout.quant.method !== "fp8")
+          expect(w.formats.map((f) => f.format)).toContain(
+            `${w.scheme} as grouped int${w.scheme!.includes("8-bit") ? 8 : 4}`,
+          );
         if (layout.quant.method === "fp8")
           expect(w.warnings.join("\n")).toMatch(/dequantized to f32 at load \(deliberate has no FP8 kernel/);
         if (w.formats.some((f) => f.format.endsWith("dequantized to f32")))

@@ -20,7 +20,9 @@ export interface NativeModelPlan {
   kv: KvPlan;
   activationDtype?: "f32" | "bf16";
   kvDtype?: "f32" | "bf16" | "f16";
-  quantize?: "int8";
+  quantize?: "int8" | "int4";
+  /** quantize "int4": inputs per group. */
+  quantizeGroupSize?: number;
 }
 
 /** Bytes one token occupies in the KV pool: K and V, every layer, kvHeads * headDim values each. */
@@ -68,6 +70,7 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
     activationDtype: plan.activationDtype,
     kvDtype: plan.kvDtype,
     quantize: plan.quantize,
+    quantizeGroupSize: plan.quantizeGroupSize,
     numPages: plan.kv.numPages,
     pageSize: plan.kv.pageSize,
   });
@@ -78,7 +81,7 @@ export async function uploadWeights(
   native: NativeModel,
   config: ModelConfig,
   checkpoint: SafetensorsCheckpoint,
-  quantize?: "int8",
+  quantize?: NativeModelPlan["quantize"],
 ): Promise<void> {
   // One staging buffer, as large as the largest tensor, reused for every tensor (setWeight copies it): fresh buffers
   // per tensor left garbage resident at the peak (a 1.3 GB MoE checkpoint of 2,414 tensors: 1.14x the files' size in

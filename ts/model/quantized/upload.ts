@@ -9,6 +9,7 @@
 import { ModelFormatError } from "../../errors/index.js";
 import { asNativeError } from "../../errors/native.js";
 import type { DeviceKind, NativeModel } from "../../native/addonTypes.js";
+import { loadAddon } from "../../native/loadAddon.js";
 import type { ModelConfig } from "../config.js";
 import { DTYPE_BYTES, type SafetensorsDType } from "../dtype.js";
 import {
@@ -17,6 +18,8 @@ import {
   groupedWeightBytes,
   type GroupedQuantWeight,
 } from "../quantFormat.js";
+import type { NativeModelPlan } from "../loadWeights.js";
+import { openModelFiles } from "../modelFiles.js";
 import { expectedTensors } from "../weights.js";
 import { quantizedLinears, readQuantizedLinear, type QuantizedLinear } from "./linear.js";
 import { describeScheme } from "./quantConfig.js";
@@ -42,13 +45,30 @@ export interface WeightsReport {
 
 export interface WeightsPlanOptions {
   device: DeviceKind;
-  quantize?: "int8";
+  quantize?: NativeModelPlan["quantize"];
   /** The addon takes grouped int4 / int8 weights (NativeModel.setQuantizedWeight). */
   nativeGrouped: boolean;
 }
 
-/** The projections loadModel's quantize: "int8" stores as int8 (cpp/model/model_weights.cc: dense layers only). */
-const INT8_AT_LOAD = /^model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)\.weight$/;
+/**
+ * The dense layers' projections (not MoE experts): the ones loadModel's quantize stores as int8 and the ones
+ * setQuantizedWeight takes (cpp/model/model_weights.cc: setGrouped refuses experts, embeddings, heads).
+ */
+const DENSE_PROJECTION = /^model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)\.weight$/;
+const INT8_AT_LOAD = DENSE_PROJECTION;
+
+/**
+ * Whether the native grouped weights take this projection as the checkpoint stores it: a dense layer's, groups a
+ * multiple of 32 (setGrouped's kernels), and no 4-bit zero point past 15 (a GPTQ v1 checkpoint's wrapped 0 reads as
+ * 16: such a weight is dequantized instead, exactly).
+ */
+export function takesGrouped(ql: QuantizedLinear, w?: GroupedQuantWeight): boolean {
+  const s = ql.scheme;
+  if (s.method === "fp8" || !DENSE_PROJECTION.test(ql.name)) return false;
+  const G = s.groupSize ?? ql.shape[1];
+  if (G % 32 !== 0) return false;
+  return w === undefined || w.bits === 8 || w.zeros.every((z) => z <= 15);
+}
 
 /** Whether the addon build has NativeModel.setQuantizedWeight. */
 export function addonTakesGroupedWeights(native: object | null | undefined): boolean {
@@ -85,7 +105,7 @@ export function planWeights(
         const t = checkpoint.tensors.get(spec.name);
         return a + (t ? t.shape.reduce((x, y) => x * y, 1) * DTYPE_BYTES[t.dtype] : 0);
       }, 0);
-      if (s.method !== "fp8" && options.nativeGrouped && options.quantize === undefined) {
+      if (s.method !== "fp8" && options.nativeGrouped && options.quantize === undefined && takesGrouped(ql)) {
         // A permutation is held only for an act-order g_idx (GPTQ desc_act); the headers cannot tell more.
         const perm = s.method === "gptq" && s.descAct ? new Int32Array(K) : undefined;
         add(
@@ -94,8 +114,8 @@ export function planWeights(
         );
         continue;
       }
-      if (options.quantize === "int8" && INT8_AT_LOAD.test(name)) {
-        add(`${scheme} dequantized, then int8 per row (quantized at load)`, N * K + 4 * N);
+      if (options.quantize !== undefined && INT8_AT_LOAD.test(name)) {
+        add(`${scheme} dequantized, then ${options.quantize} (quantized at load)`, atLoadBytes(options.quantize, N, K));
         continue;
       }
       add(`${scheme} dequantized to f32`, 4 * N * K);
@@ -143,6 +163,13 @@ export function planWeights(
   };
 }
 
+/** Bytes of an [N, K] weight quantized at load: int8 per row (an f32 scale each), or int4 in groups of 32 (f32
+ * scales, u8 zeros); another value counts as int8. */
+function atLoadBytes(quantize: string, N: number, K: number): number {
+  if (quantize === "int4") return (N * K) / 2 + ((N * K) / 32) * 5;
+  return N * K + 4 * N;
+}
+
 function gb(bytes: number): string {
   return bytes >= 1e9 ? `${(bytes / 1e9).toFixed(2)} GB` : `${(bytes / 1e6).toFixed(1)} MB`;
 }
@@ -178,7 +205,7 @@ export async function uploadQuantizedLinear(
     if (read.kind === "grouped") {
       const w = read.weight;
       checkGroupedWeight(w, ql.name);
-      if (grouped && native.setQuantizedWeight) native.setQuantizedWeight(ql.name, w);
+      if (grouped && native.setQuantizedWeight && takesGrouped(ql, w)) native.setQuantizedWeight(ql.name, w);
       else setF32(native, ql.name, w.shape, toF32(w));
     } else {
       setF32(native, ql.name, ql.shape, read.values);
@@ -196,4 +223,25 @@ function toF32(w: GroupedQuantWeight): Float32Array {
 
 function setF32(native: QuantizedNative, name: string, shape: number[], values: Float32Array): void {
   native.setWeight(name, "f32", shape, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+}
+
+/**
+ * The plan of a model folder's weights without loading it (`deliberate devices --model DIR`): the headers are read
+ * and checked as loadModel checks them, nothing is uploaded.
+ */
+export async function describeModelWeights(
+  dir: string,
+  options: { device?: DeviceKind; quantize?: NativeModelPlan["quantize"] } = {},
+): Promise<WeightsReport> {
+  const files = await openModelFiles(dir);
+  try {
+    const nativeGrouped = addonTakesGroupedWeights(loadAddon().NativeModel.prototype as object);
+    return planWeights(files.config, files.checkpoint, {
+      device: options.device ?? "cpu",
+      quantize: options.quantize,
+      nativeGrouped,
+    });
+  } finally {
+    await files.checkpoint.close();
+  }
 }
