@@ -1,0 +1,76 @@
+// `deterministic: true` on a program request (issue 49): the same content and `deliberate` object (answer, certaindex,
+// rounds, tokens) and the same usage alone and beside 32 concurrent plain requests of other lengths and temperatures;
+// a program that cannot replay is a 400 naming deterministic, before any stream starts.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
+
+let server: DeliberateServer;
+let url: string;
+
+beforeAll(async () => {
+  ({ server, url } = await startBundledServer());
+}, 60_000);
+afterAll(async () => {
+  await server?.close();
+});
+
+async function chat(
+  body: Record<string, unknown>,
+  question = "What is 7*(8+5)-19?",
+): Promise<{ status: number; json: any }> {
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "tiny-reasoner", messages: [{ role: "user", content: question }], ...body }),
+  });
+  return { status: res.status, json: await res.json() };
+}
+
+/** What must not depend on the load: the content, usage and the program's report but its wall clock and cost. */
+function replayed(json: any): string {
+  const { elapsed_ms, determinism, ...ext } = json.deliberate;
+  void elapsed_ms;
+  void determinism;
+  return JSON.stringify({
+    content: json.choices[0].message.content,
+    finish: json.choices[0].finish_reason,
+    usage: json.usage,
+    ext,
+  });
+}
+
+describe("deterministic programs over HTTP", () => {
+  it.each([
+    { program: "sc", program_options: { cap: 4 } },
+    { program: "short-m@k", program_options: { cap: 4 } },
+    { program: "deepconf", program_options: { cap: 6 } },
+    { program: "cot-probe", program_options: { interval: 8 } },
+  ])(
+    "$program: the same response alone and beside 32 plain requests",
+    async (p) => {
+      const body = { ...p, deterministic: true, seed: 11, temperature: 0.9, max_tokens: 64 };
+      const alone = await chat(body);
+      expect(alone.status).toBe(200);
+      const noise = Array.from({ length: 32 }, (_, i) =>
+        chat({ max_tokens: 4 + ((i * 13) % 57), temperature: (i % 5) * 0.3, seed: i }, `What is ${i}+${2 * i}?`),
+      );
+      const loaded = await chat(body);
+      const others = await Promise.all(noise);
+      expect(others.every((o) => o.status === 200)).toBe(true);
+      expect(loaded.status).toBe(200);
+      expect(replayed(loaded.json)).toBe(replayed(alone.json));
+    },
+    120_000,
+  );
+
+  it("a program that cannot replay is a 400 naming deterministic (streaming too: no chunk first)", async () => {
+    const r = await chat({ program: "mcts", program_options: { cap: 2 }, deterministic: true });
+    expect(r.status).toBe(400);
+    expect(r.json.error).toMatchObject({ type: "invalid_request_error", param: "deterministic" });
+    expect(r.json.error.message).toMatch(/program mcts does not support deterministic: true/);
+    const s = await chat({ program: "mcts", program_options: { cap: 2 }, deterministic: true, stream: true });
+    expect(s.status).toBe(400);
+    expect(s.json.error.param).toBe("deterministic");
+  });
+});
