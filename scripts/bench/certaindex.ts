@@ -17,7 +17,7 @@
 // counted); the live CotProbe program is run too (its main branch keeps decoding while a probe decodes: overshoot).
 // Rebase and MCTS: run to their caps on `--tree-n` test questions, replayed under their calibrated policies.
 // Writes bench/certaindex.{md,json} and bench/certaindex-sc.svg.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
@@ -33,6 +33,7 @@ import {
   defaultCalibrationOut,
   loadCalibration,
   modelFingerprint,
+  parseCalibration,
   RECALIBRATE_COMMAND,
   type CalibrationFile,
   type CalibrationOutcome,
@@ -334,6 +335,13 @@ if (values.calibrate) {
     );
   }
   calFile = values["calibration-out"] ?? defaultCalibrationOut(bm.dir, TINY_REASONER_DIR);
+  // The effort section is calibrated apart (npm run bench:certaindex-effort -- --calibrate): kept when the programs'
+  // are redone on the same weights.
+  const prior = existsSync(calFile) ? parseCalibration(readFileSync(calFile, "utf8"), calFile) : null;
+  const keepEffort =
+    prior?.effort !== undefined && prior.model.sha256 === modelFingerprint(bm.dir)
+      ? { effort: prior.effort, effortCommand: prior.effortCommand }
+      : {};
   cal = {
     format: CALIBRATION_FORMAT,
     version: 1,
@@ -343,6 +351,7 @@ if (values.calibrate) {
     split: "validation",
     programs: { sc: scByCap[String(SC_DEFAULT_CAP)], "cot-probe": cot, rebase: trees.rebase, mcts: trees.mcts },
     scByCap,
+    ...keepEffort,
   };
   mkdirSync(dirname(calFile), { recursive: true });
   writeFileSync(calFile, `${JSON.stringify(cal, null, 2)}\n`);

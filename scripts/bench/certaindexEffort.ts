@@ -102,7 +102,10 @@ function replayRule(c: CotProbe, interval: number, rule: ProbeRule): { answer: s
     if (s.probeAt[k] >= s.mainTokens) break;
     probes.push(s.probes[k]);
     probeTokens += s.probeTokens[k];
-    if (probeCertaindex(probes, rule) >= 1) return { answer: s.probes[k], tokens: s.probeAt[k] + probeTokens };
+    // Live, an exit also drops the tokens the thought decoded while its last probe ran and decodes the answer after
+    // the suffix: about the last probe's tokens each.
+    if (probeCertaindex(probes, rule) >= 1)
+      return { answer: s.probes[k], tokens: s.probeAt[k] + probeTokens + 2 * s.probeTokens[k] };
   }
   return { answer: extractAnswer(s.mainText), tokens: s.mainTokens + probeTokens };
 }
