@@ -46,6 +46,8 @@ export interface WeightsReport {
 export interface WeightsPlanOptions {
   device: DeviceKind;
   quantize?: NativeModelPlan["quantize"];
+  /** quantize "int4"'s inputs per group (default 32). */
+  quantizeGroupSize?: number;
   /** The addon takes grouped int4 / int8 weights (NativeModel.setQuantizedWeight). */
   nativeGrouped: boolean;
 }
@@ -115,7 +117,10 @@ export function planWeights(
         continue;
       }
       if (options.quantize !== undefined && INT8_AT_LOAD.test(name)) {
-        add(`${scheme} dequantized, then ${options.quantize} (quantized at load)`, atLoadBytes(options.quantize, N, K));
+        add(
+          `${scheme} dequantized, then ${options.quantize} (quantized at load)`,
+          atLoadBytes(options.quantize, N, K, options.quantizeGroupSize),
+        );
         continue;
       }
       add(`${scheme} dequantized to f32`, 4 * N * K);
