@@ -31,6 +31,12 @@ struct SampleArgs {
   View topIds;       // optional out [B, numTop] i32: highest raw logprobs, descending, ties by lower id
   View topLogprobs;  // optional out [B, numTop] f32
   int numTop = 0;
+  // Optional token masks (constrained decoding), maskLogits' layout: mask [R, ceil(V / 32)] i32, maskRowOf [B] i32
+  // (the mask row of logits row b, -1 = unmasked). A masked row is sampled as if maskLogits had set its disallowed
+  // ids to -inf first (token, logprob and top logprobs alike), but the logits are not written: the CPU then reads
+  // only the allowed ids, so a mask of a few ids makes its row's sampling cheap. A row that allows no id samples its
+  // first id with a NaN logprob.
+  View mask, maskRowOf;
 };
 
 // Counter-based noise for Gumbel-max sampling: a token's noise depends only on (seed, position, token id), never
@@ -165,14 +171,17 @@ inline void checkGemmBlocks(const View& x, const View& w, const View& y, int64_t
     throw Error("gemmBlocks: y must hold rows * N = " + std::to_string(rows * N) + " elements, has " + std::to_string(y.numel()));
 }
 
-// maskLogits' shapes, checked alike on both backends (rowOf's values: by the CPU kernel, on the device by the CUDA one).
-inline void checkMaskLogits(const View& logits, const View& mask, const View& rowOf) {
-  if (!logits || logits.ndim != 2 || logits.dtype != DType::f32) throw Error("maskLogits: 'logits' must be (B, V) f32");
+// maskLogits' shapes, checked alike on both backends (rowOf's values: by the CPU kernel, on the device by the CUDA one);
+// sample's mask and maskRowOf by the same rule (op "sample", rowOf named "maskRowOf").
+inline void checkMaskLogits(const View& logits, const View& mask, const View& rowOf, const char* op = "maskLogits",
+                            const char* rowOfName = "rowOf") {
+  const std::string o = op;
+  if (!logits || logits.ndim != 2 || logits.dtype != DType::f32) throw Error(o + ": 'logits' must be (B, V) f32");
   const int64_t B = logits.shape[0], V = logits.shape[1], W = (V + 31) / 32;
   if (!mask || mask.ndim != 2 || mask.dtype != DType::i32 || mask.shape[1] != W)
-    throw Error("maskLogits: 'mask' must be (R, ceil(V / 32) = " + std::to_string(W) + ") i32 for V = " + std::to_string(V));
+    throw Error(o + ": 'mask' must be (R, ceil(V / 32) = " + std::to_string(W) + ") i32 for V = " + std::to_string(V));
   if (!rowOf || rowOf.dtype != DType::i32 || rowOf.numel() != B)
-    throw Error("maskLogits: 'rowOf' must be " + std::to_string(B) + " i32 values (one per logits row), got " +
+    throw Error(o + ": '" + rowOfName + "' must be " + std::to_string(B) + " i32 values (one per logits row), got " +
                 std::to_string(rowOf.numel()));
 }
 

@@ -26,6 +26,10 @@ struct SampleDev {
   int32_t* topIds;
   float* topLogprobs;
   int V, numTop;
+  // Token masks (SampleArgs::mask): mask [R, ceil(V / 32)] words, maskRowOf [B]; null when none.
+  const uint32_t* mask;
+  const int32_t* maskRowOf;
+  int maskRows;
 };
 
 __device__ __forceinline__ float logitAt(const float* x, int i) {
@@ -199,19 +203,34 @@ __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErro
   __shared__ Shared sh;
   const int row = blockIdx.x, V = a.V;
   const float* x = a.logits + int64_t(row) * V;
-  auto keyOf = [&](int i) { return orderKey(logitAt(x, i)); };
+  // A masked row's disallowed ids read as -inf (what maskLogits would have written; the logits are not written).
+  const uint32_t* words = nullptr;
+  if (a.mask) {
+    const int r = a.maskRowOf[row];
+    if (r < -1 || r >= a.maskRows) {
+      if (threadIdx.x == 0) reportDeviceError(err, DeviceErrorCode::maskRow, r, a.maskRows);
+      return;  // uniform across the block: no barrier is left waiting
+    }
+    if (r >= 0) words = a.mask + int64_t(r) * ((V + 31) / 32);
+  }
+  auto lg = [&](int i) { return words && !((words[i >> 5] >> (i & 31)) & 1u) ? -INFINITY : logitAt(x, i); };
+  auto keyOf = [&](int i) { return orderKey(lg(i)); };
   auto all = [](int) { return true; };
   auto one = [](int, uint32_t) { return 1ull; };
 
-  // Max (first index) and log-sum-exp of the raw logits.
+  // Max (first index) and log-sum-exp of the raw logits. A masked row's disallowed ids are never its argmax (a row
+  // whose allowed logits are all NaN or -inf takes its first allowed id, as on the CPU).
   double best = -INFINITY;
   int bestIdx = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += kThreads)
-    if (logitAt(x, i) > best || bestIdx == 0x7fffffff) best = logitAt(x, i), bestIdx = i;
-  const int argmax = blockArgmax(best, bestIdx, sh);
-  const double lmax = logitAt(x, argmax);
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    if (words && !((words[i >> 5] >> (i & 31)) & 1u)) continue;
+    if (lg(i) > best || bestIdx == 0x7fffffff) best = lg(i), bestIdx = i;
+  }
+  int argmax = blockArgmax(best, bestIdx, sh);
+  if (argmax == 0x7fffffff) argmax = 0;  // a masked row that allows no id
+  const double lmax = lg(argmax);
   double se = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) se += exp(double(logitAt(x, i)) - lmax);
+  for (int i = threadIdx.x; i < V; i += kThreads) se += exp(double(lg(i)) - lmax);
   const double lse = lmax + log(blockSumD(se, sh));
 
   int token = argmax;
@@ -237,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErro
     int cutP = cutK;
     if (p < 1.f) {
       auto massOf = [&](float l) { return (unsigned long long)(exp((double(l) - lmax) / T) * 1099511627776.0); };
-      auto mass = [&](int i, uint32_t) { return cand(i) ? massOf(logitAt(x, i)) : 0ull; };
+      auto mass = [&](int i, uint32_t) { return cand(i) ? massOf(lg(i)) : 0ull; };
       unsigned long long total = 0;
       for (int i = threadIdx.x; i < V; i += kThreads) total += mass(i, 0);
       total = blockSumU64(total, sh);
@@ -256,14 +275,14 @@ __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErro
     for (int i = threadIdx.x; i < V; i += kThreads) {
       uint32_t key = keyOf(i);
       if (!cand(i) || key < tauP || (key == tauP && i > cutP)) continue;
-      double score = double(logitAt(x, i)) / T - log(-log(sampleUniform(seed, position, i)));
+      double score = double(lg(i)) / T - log(-log(sampleUniform(seed, position, i)));
       if (score > bestScore || bestTok == 0x7fffffff) bestScore = score, bestTok = i;
     }
     token = blockArgmax(bestScore, bestTok, sh);
   }
   if (threadIdx.x == 0) {
     a.tokens[row] = token;
-    a.logprobs[row] = float(double(logitAt(x, token)) - lse);
+    a.logprobs[row] = float(double(lg(token)) - lse);
   }
 
   // Top numTop raw logprobs: exactly numTop ids (ties at the threshold by lower id), sorted.
@@ -282,8 +301,8 @@ __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErro
       const int n = min(sh.count, a.numTop);
       for (int i = 1; i < n; i++) {  // insertion sort: logit descending, id ascending (n <= 64)
         int id = sh.candIds[i], j = i - 1;
-        float v = logitAt(x, id);
-        while (j >= 0 && (logitAt(x, sh.candIds[j]) < v || (logitAt(x, sh.candIds[j]) == v && sh.candIds[j] > id))) {
+        float v = lg(id);
+        while (j >= 0 && (lg(sh.candIds[j]) < v || (lg(sh.candIds[j]) == v && sh.candIds[j] > id))) {
           sh.candIds[j + 1] = sh.candIds[j];
           j--;
         }
@@ -291,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErro
       }
       for (int i = 0; i < n; i++) {
         a.topIds[int64_t(row) * a.numTop + i] = sh.candIds[i];
-        a.topLogprobs[int64_t(row) * a.numTop + i] = float(double(logitAt(x, sh.candIds[i])) - lse);
+        a.topLogprobs[int64_t(row) * a.numTop + i] = float(double(lg(sh.candIds[i])) - lse);
       }
     }
   }
@@ -314,7 +333,14 @@ void sample(const SampleArgs& s) {
   SampleDev a{s.logits.as<float>(), s.temperature.as<float>(), s.topP.as<float>(), s.topK.as<int32_t>(),
               s.seeds.as<int32_t>(), s.positions.as<int32_t>(), s.tokens.as<int32_t>(), s.logprobs.as<float>(),
               s.numTop ? s.topIds.as<int32_t>() : nullptr, s.numTop ? s.topLogprobs.as<float>() : nullptr, int(V),
-              s.numTop};
+              s.numTop, nullptr, nullptr, 0};
+  if (s.mask || s.maskRowOf) {
+    requireCuda(op, "mask", s.mask), requireCuda(op, "maskRowOf", s.maskRowOf);
+    checkMaskLogits(s.logits, s.mask, s.maskRowOf, op, "maskRowOf");
+    if (s.mask.shape[0] > 0x7fffffff) fail(op, "more than 2^31 - 1 mask rows");
+    a.mask = reinterpret_cast<const uint32_t*>(s.mask.as<int32_t>()), a.maskRowOf = s.maskRowOf.as<int32_t>();
+    a.maskRows = int(s.mask.shape[0]);
+  }
   launchKernel("sampleKernel", sampleKernel, unsigned(B), kThreads, 0, a, deviceErrorSlot());
 }
 

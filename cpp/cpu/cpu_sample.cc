@@ -7,6 +7,11 @@
 //   kept); the token is argmax over kept ids of l / T + g, g = -log(-log(u)), u = sampleUniform(seed, position,
 //   id) (ties by lower id). The noise depends on (seed, position, id) only: never on the batch slot.
 //   top logprobs: the numTop highest raw logprobs, descending, ties by lower id.
+// A masked row (SampleArgs::mask) is sampled as if its disallowed ids held -inf, reading only its allowed ids: an
+// id at -inf adds an exact 0 to the ascending sum and never wins, so the outputs are those of maskLogits then
+// sample (the same bits), at the cost of the allowed ids alone (a constrained step at a JSON structure token allows
+// a few dozen of 150k ids: greedy sampling of such a row was ~160 us on the whole row, and maskLogits' -inf pass over
+// it as much again). Only a row whose allowed logits are all -inf or NaN differs: it samples its first allowed id.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -120,6 +125,161 @@ double sumExp(const float* l, int64_t V, double lmax) {
   return sum;
 }
 
+// ---- masked rows ----
+// A row's mask: id t allowed iff bit (t & 31) of words[t >> 5] is set (bits of ids >= V are never read).
+struct RowMask {
+  const uint32_t* words;
+  int64_t V;
+  bool allows(int64_t t) const { return (words[t >> 5] >> (t & 31)) & 1u; }
+  // Words whose 32 ids are all < V; ids from 32 * full on are read one by one.
+  int64_t full() const { return V / 32; }
+};
+
+// The 8 bits of b8 as lane masks of 8 floats (all ones where the bit is set), and the 4 bits of b4 as 4 doubles'.
+inline __m256 laneMask8(uint32_t b8) {
+  const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(b8)), sel), sel));
+}
+inline __m256d laneMask4(uint32_t b4) {
+  const __m256i sel = _mm256_setr_epi64x(1, 2, 4, 8);
+  return _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(int64_t(b4)), sel), sel));
+}
+
+// rowMax over the allowed ids (NaN as -inf; -inf when none): 8 at a time, chunks with no allowed id skipped.
+double rowMaxMasked(const float* l, const RowMask& m) {
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t w = 0, full = m.full(); w < full; w++) {
+    const uint32_t bits = m.words[w];
+    if (bits == 0) continue;
+    for (int c = 0; c < 4; c++) {
+      const uint32_t b8 = (bits >> (8 * c)) & 255u;
+      if (b8 == 0) continue;
+      const __m256 v = _mm256_loadu_ps(l + 32 * w + 8 * c);
+      const __m256 keep = _mm256_and_ps(laneMask8(b8), _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // allowed, not NaN
+      mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, v, keep));
+    }
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  double best = -std::numeric_limits<double>::infinity();
+  for (float f : lanes) best = std::max(best, double(f));
+  for (int64_t t = 32 * m.full(); t < m.V; t++)
+    if (m.allows(t)) best = std::max(best, logitAt(l, t));
+  return best;
+}
+
+// sumExp over the allowed ids, for a finite lmax: the same terms (expNonPositive of each, lane by lane) added in
+// ascending id; the disallowed ids' terms, exact zeros, are left out (adding +0 to a sum >= +0 changes no bit).
+double sumExpMasked(const float* l, const RowMask& m, double lmax) {
+  const __m256d mx = _mm256_set1_pd(lmax), ninf = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
+  double sum = 0;
+  alignas(32) double e[32];
+  for (int64_t w = 0, full = m.full(); w < full; w++) {
+    const uint32_t bits = m.words[w];
+    if (bits == 0) continue;
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++) {
+      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(l + 32 * w + 4 * u));
+      const __m256d keep = _mm256_and_pd(laneMask4((bits >> (4 * u)) & 15u), _mm256_cmp_pd(v, v, _CMP_ORD_Q));
+      _mm256_store_pd(e + 4 * u, expNonPositive(_mm256_sub_pd(_mm256_blendv_pd(ninf, v, keep), mx)));
+    }
+    if (bits == 0xffffffffu)
+      for (int u = 0; u < 32; u++) sum += e[u];
+    else
+      for (uint32_t b = bits; b != 0; b &= b - 1) sum += e[__builtin_ctz(b)];
+  }
+  for (int64_t t = 32 * m.full(); t < m.V; t++) {
+    if (!m.allows(t)) continue;
+    alignas(32) double one[4] = {logitAt(l, t) - lmax, -INFINITY, -INFINITY, -INFINITY};
+    _mm256_store_pd(e, expNonPositive(_mm256_load_pd(one)));
+    sum += e[0];
+  }
+  return sum;
+}
+
+// The first allowed id (0 when there is none).
+int32_t firstAllowed(const RowMask& m) {
+  for (int64_t w = 0, W = (m.V + 31) / 32; w < W; w++)
+    if (m.words[w] != 0) {
+      const int64_t t = 32 * w + __builtin_ctz(m.words[w]);
+      return t < m.V ? int32_t(t) : 0;
+    }
+  return 0;
+}
+
+// Greedy over the allowed ids: the first one whose logit is lmax (their max); the first allowed id when every
+// allowed logit is NaN or -inf.
+int32_t firstMaxMasked(const float* l, const RowMask& m, double lmax) {
+  if (lmax > -std::numeric_limits<double>::infinity()) {
+    const __m256 mv = _mm256_set1_ps(float(lmax));
+    for (int64_t w = 0, full = m.full(); w < full; w++) {
+      const uint32_t bits = m.words[w];
+      if (bits == 0) continue;
+      for (int c = 0; c < 4; c++) {
+        const uint32_t b8 = (bits >> (8 * c)) & 255u;
+        if (b8 == 0) continue;
+        const uint32_t eq = uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + 32 * w + 8 * c), mv, _CMP_EQ_OQ))) & b8;
+        if (eq) return int32_t(32 * w + 8 * c + __builtin_ctz(eq));
+      }
+    }
+    for (int64_t t = 32 * m.full(); t < m.V; t++)
+      if (m.allows(t) && logitAt(l, t) == lmax) return int32_t(t);
+  }
+  return firstAllowed(m);
+}
+
+// The allowed ids, ascending (sampleRow's candidates before top-k / top-p).
+void allowedIds(const RowMask& m, std::vector<int32_t>& ids) {
+  ids.clear();
+  for (int64_t w = 0, full = m.full(); w < full; w++) {
+    const uint32_t bits = m.words[w];
+    if (bits == 0xffffffffu)
+      for (int i = 0; i < 32; i++) ids.push_back(int32_t(32 * w + i));
+    else
+      for (uint32_t b = bits; b != 0; b &= b - 1) ids.push_back(int32_t(32 * w + __builtin_ctz(b)));
+  }
+  for (int64_t t = 32 * m.full(); t < m.V; t++)
+    if (m.allows(t)) ids.push_back(int32_t(t));
+}
+
+// topLogits of the masked row: the allowed ids above -inf by the same one-pass buffer (chunks with no allowed id
+// beating the buffer's last skipped), then, when fewer than n, the ids at -inf -- disallowed, or allowed with a NaN
+// or -inf logit -- in ascending id, as the (logit desc, id asc) order ranks them.
+void topLogitsMasked(const float* l, const RowMask& m, int64_t n, int32_t* ids) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  int64_t count = 0;
+  auto insert = [&](int64_t i) {
+    const double v = logitAt(l, i);
+    if (!(v > ninf)) return;
+    if (count == n) {
+      if (!(v > logitAt(l, ids[n - 1]))) return;
+      count--;
+    }
+    int64_t pos = count++;
+    for (; pos > 0 && logitAt(l, ids[pos - 1]) < v; pos--) ids[pos] = ids[pos - 1];
+    ids[pos] = int32_t(i);
+  };
+  __m256 worst = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t w = 0, full = m.full(); w < full; w++) {
+    const uint32_t bits = m.words[w];
+    if (bits == 0) continue;
+    for (int c = 0; c < 4; c++) {
+      const uint32_t b8 = (bits >> (8 * c)) & 255u;
+      if (b8 == 0) continue;
+      const int64_t i0 = 32 * w + 8 * c;
+      // Until the buffer is full every allowed id enters (insert skips -inf); then only those beating its last.
+      const uint32_t in = count < n ? b8 : uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i0), worst, _CMP_GT_OQ))) & b8;
+      if (in == 0) continue;
+      for (uint32_t b = in; b != 0; b &= b - 1) insert(i0 + __builtin_ctz(b));
+      if (count == n) worst = _mm256_set1_ps(float(logitAt(l, ids[n - 1])));
+    }
+  }
+  for (int64_t t = 32 * m.full(); t < m.V; t++)
+    if (m.allows(t)) insert(t);
+  for (int64_t t = 0; t < m.V && count < n; t++)
+    if (!m.allows(t) || !(logitAt(l, t) > ninf)) ids[count++] = int32_t(t);
+}
+
 void checkParams(const SampleArgs& a, int64_t B) {
   for (int64_t b = 0; b < B; b++) {
     const float t = a.temperature.as<float>()[b], p = a.topP.as<float>()[b];
@@ -131,10 +291,13 @@ void checkParams(const SampleArgs& a, int64_t B) {
   }
 }
 
-int32_t sampleRow(const SampleArgs& a, int64_t b, const float* l, int64_t V, double lmax, std::vector<int32_t>& ids) {
+// mask: the row's (null: unmasked), whose candidates are its allowed ids only.
+int32_t sampleRow(const SampleArgs& a, int64_t b, const float* l, int64_t V, double lmax, std::vector<int32_t>& ids,
+                  const RowMask* mask) {
   const double T = a.temperature.as<float>()[b];
   const int64_t topK = a.topK.as<int32_t>()[b];
   const double topP = a.topP.as<float>()[b];
+  if (T == 0.0 && mask) return firstMaxMasked(l, *mask, lmax);
   if (T == 0.0) {  // the first index of the max (0 when every logit is NaN or -inf)
     int64_t i = 0;
     if (lmax > -std::numeric_limits<double>::infinity()) {  // lmax is a float widened: compare as floats, 8 at a time
@@ -150,10 +313,16 @@ int32_t sampleRow(const SampleArgs& a, int64_t b, const float* l, int64_t V, dou
     const double lx = logitAt(l, x), ly = logitAt(l, y);
     return lx > ly || (lx == ly && x < y);
   };
-  ids.resize(V);
-  std::iota(ids.begin(), ids.end(), 0);
-  int64_t kept = V;
-  if (topK > 0 && topK < V) {
+  if (mask) {
+    allowedIds(*mask, ids);
+  } else {
+    ids.resize(V);
+    std::iota(ids.begin(), ids.end(), 0);
+  }
+  // A masked row's disallowed ids (-inf) would only ever join the candidates behind every allowed one, where they
+  // neither win nor add mass: leaving them out changes no choice.
+  int64_t kept = int64_t(ids.size());
+  if (topK > 0 && topK < kept) {
     std::nth_element(ids.begin(), ids.begin() + topK, ids.end(), higher);
     kept = topK;
   }
@@ -187,24 +356,44 @@ int32_t sampleRow(const SampleArgs& a, int64_t b, const float* l, int64_t V, dou
 void sample(const SampleArgs& a) {
   const int64_t B = a.logits.shape[0], V = a.logits.shape[1];
   checkParams(a, B);
+  const int32_t* rowOf = nullptr;
+  if (a.mask || a.maskRowOf) {
+    checkMaskLogits(a.logits, a.mask, a.maskRowOf, "sample", "maskRowOf");
+    rowOf = a.maskRowOf.as<int32_t>();
+    const int64_t R = a.mask.shape[0];
+    for (int64_t b = 0; b < B; b++)
+      if (rowOf[b] < -1 || rowOf[b] >= R)
+        throw Error("sample: maskRowOf[" + std::to_string(b) + "] = " + std::to_string(rowOf[b]) +
+                    " is not a mask row in [0, " + std::to_string(R) + ") or -1 (unmasked)");
+  }
+  const int64_t W = (V + 31) / 32;
   parallelFor(B, 1, [&](int64_t lo, int64_t hi) {
     std::vector<int32_t> ids;
     for (int64_t b = lo; b < hi; b++) {
       const float* l = a.logits.as<float>() + b * V;
-      const double lmax = rowMax(l, V);
+      const bool masked = rowOf && rowOf[b] >= 0;
+      const RowMask m{masked ? reinterpret_cast<const uint32_t*>(a.mask.as<int32_t>()) + rowOf[b] * W : nullptr, V};
+      const double lmax = masked ? rowMaxMasked(l, m) : rowMax(l, V);
       double sum = 0;
-      if (std::isfinite(lmax)) sum = sumExp(l, V, lmax);
+      if (std::isfinite(lmax)) sum = masked ? sumExpMasked(l, m, lmax) : sumExp(l, V, lmax);
+      else if (masked)  // the plain loop below over the masked row sums a NaN (inf - inf: -inf - -inf, or an
+        sum = std::exp(lmax - lmax);  // allowed +inf - +inf) into its zeros: that same NaN
       else  // every logit NaN or -inf (or one +inf): the plain loop, whose NaN / inf results the callers see
         for (int64_t i = 0; i < V; i++) sum += std::exp(logitAt(l, i) - lmax);
       const double lse = lmax + std::log(sum);
-      const int32_t token = sampleRow(a, b, l, V, lmax, ids);
+      const int32_t token = sampleRow(a, b, l, V, lmax, ids, masked ? &m : nullptr);
       a.tokens.as<int32_t>()[b] = token;
       a.logprobs.as<float>()[b] = float(logitAt(l, token) - lse);
       if (a.numTop > 0) {
         const int64_t n = a.numTop;
         int32_t* top = a.topIds.as<int32_t>() + b * n;
-        topLogits(l, V, n, top);
-        for (int64_t j = 0; j < n; j++) a.topLogprobs.as<float>()[b * n + j] = float(logitAt(l, top[j]) - lse);
+        if (masked) topLogitsMasked(l, m, n, top);
+        else topLogits(l, V, n, top);
+        for (int64_t j = 0; j < n; j++) {
+          // a disallowed id (past the allowed ones) at -inf, as maskLogits would have left it
+          const double lj = masked && !m.allows(top[j]) ? -std::numeric_limits<double>::infinity() : logitAt(l, top[j]);
+          a.topLogprobs.as<float>()[b * n + j] = float(lj - lse);
+        }
       }
     }
   });

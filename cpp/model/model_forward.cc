@@ -557,7 +557,8 @@ void Model::mlpBlock(Step& s, int l) {
 
 // The F final rows only (the last position of each emitting or final-capturing sequence): hLast [F,C] = the final
 // norm of resid + o; logits [E,V] = hLast . Wlm^T for the E emitting rows; the masked rows' disallowed ids set to
-// -inf (allowedTokens); sampling into tokens / logprobs / top-k.
+// -inf (allowedTokens), or on the CPU, unless the logits are returned, read as such by the sampler; sampling into
+// tokens / logprobs / top-k.
 void Model::finalRows(Step& s) {
   const Plan& p = s.p;
   const Device d = s.d;
@@ -598,12 +599,19 @@ void Model::finalRows(Step& s) {
     a.topLogprobs = topLogprobs_.view({E, p.numTop});
   }
   if (p.maskRows > 0) {
-    // Constrained rows: disallowed ids to -inf in place, before the sampler (and readOutputs' logits) read them; the
-    // other rows are not written, so their outputs keep their bits.
-    s.mark("maskLogits");
+    // Constrained rows. The CPU sampler reads the masks itself, only the allowed ids of each masked row (kernels.h
+    // SampleArgs::mask: the same outputs as masking first), so the logits are masked in place (disallowed ids to
+    // -inf) only when the step returns them; on CUDA always, before the sampler (one kernel over the rows, cheap
+    // there). The other rows are not written, so their outputs keep their bits.
     View mask = meta(p.maskWords, int64_t(p.maskRows) * ((V + 31) / 32));
     mask.ndim = 2, mask.shape[0] = p.maskRows, mask.shape[1] = (V + 31) / 32;
-    ops::maskLogits(d, logits, mask, meta(p.maskRowOf, E));
+    const View rowOf = meta(p.maskRowOf, E);
+    if (d == Device::cuda || s.b.returnLogits) {
+      s.mark("maskLogits");
+      ops::maskLogits(d, logits, mask, rowOf);
+    } else {
+      a.mask = mask, a.maskRowOf = rowOf;
+    }
   }
   s.mark("sample");
   ops::sample(d, a);

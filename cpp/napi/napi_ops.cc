@@ -346,6 +346,11 @@ Napi::Value Sample(const Napi::CallbackInfo& info) {
       if (s.numTop < 1 || s.numTop > V || s.numTop > 64) fail(a.op, "top logprobs per row must be in [1, min(64, V)]");
       rows("topIds", s.topIds, DType::i32, s.numTop), rows("topLogprobs", s.topLogprobs, DType::f32, s.numTop);
     }
+    // Token masks (optional, both or neither): a masked row is sampled as maskLogits would leave it, unwritten.
+    s.mask = a.optTensor("mask");
+    s.maskRowOf = a.optTensor("maskRowOf");
+    if (bool(s.mask) != bool(s.maskRowOf)) fail(a.op, "give both mask and maskRowOf, or neither");
+    if (s.mask) checkMaskLogits(s.logits, s.mask, s.maskRowOf, "sample", "maskRowOf");
     Device dev = a.device;
     return runAsync(info.Env(), std::move(a), [=] { DISPATCH(dev, sample(s)); });
   });

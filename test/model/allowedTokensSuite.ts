@@ -147,6 +147,39 @@ export function allowedTokensSuite(device: "cpu" | "cuda", dtype: FixtureDType):
       expect(Math.abs(r!.confidence! - conf)).toBeLessThan(1e-5);
     });
 
+    it("a masked row's outputs are the same bits whether the step returns its logits or not", async () => {
+      // Without returned logits the CPU sampler reads the masks itself; with them the logits are masked first.
+      const raw = await rawLogits(4);
+      const ranked = rankByLogit(raw);
+      const rows = [
+        [ranked[0]!, ranked[5]!, 0, V - 1], // a few ids
+        Array.from({ length: V }, (_, t) => t).filter((t) => t % 7 !== 3 && t !== ranked[0]), // most ids
+        [ranked[ranked.length - 1]!], // one id, the least likely
+      ];
+      const samplings = [
+        { temperature: 0 },
+        { temperature: 0.9, seed: 11 },
+        { temperature: 1.2, topK: 3, topP: 0.9, seed: 12 },
+      ];
+      const sequences = rows.flatMap((allowed, r) =>
+        samplings.map((sampling, j) =>
+          decode(r * 3 + j, {
+            sampling,
+            numTopLogprobs: 6,
+            confidenceTopK: 4,
+            allowedTokens: tokenBitmask(V, [allowed]),
+          }),
+        ),
+      );
+      sequences.push(decode(9, { numTopLogprobs: 6, confidenceTopK: 4 })); // unmasked
+      const withLogits = await step(sequences, { returnLogits: true });
+      const without = await step(sequences);
+      without.forEach((r, k) => {
+        expect({ ...exact(r), logits: undefined }, `row ${k}`).toEqual({ ...exact(withLogits[k]!), logits: undefined });
+        if (k < 9) expect(rows[Math.floor(k / 3)]!, `row ${k}`).toContain(r.token);
+      });
+    });
+
     it("an emitAll row takes one mask row per position", async () => {
       const p = prompt(5, 10);
       const seq = (extra: Partial<NativeForwardSequence>): NativeForwardSequence => ({

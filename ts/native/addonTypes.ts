@@ -159,6 +159,10 @@ export interface NativeOps {
     logprobs: NativeTensor;
     topIds?: NativeTensor;
     topLogprobs?: NativeTensor;
+    /** Token masks, both or neither (maskLogits' layout: mask [R, ceil(V / 32)] i32, maskRowOf [B] i32, -1 =
+     *  unmasked): a masked row is sampled as if maskLogits had run first; the logits are not written. */
+    mask?: NativeTensor;
+    maskRowOf?: NativeTensor;
   }): Promise<void>;
 }
 
