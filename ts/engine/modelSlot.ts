@@ -238,10 +238,14 @@ export class ModelSlot {
         failed.add(seq);
       }
     };
-    for (const { seq, emitToken } of batch.seqs) if (emitToken && seq.constraint !== null) await prepare(seq);
+    // All at once: each grammar host answers the step's calls in one batch (host.ts).
+    const calls: Array<Promise<void>> = [];
+    for (const { seq, emitToken } of batch.seqs) if (emitToken && seq.constraint !== null) calls.push(prepare(seq));
     if (this.verifier !== null)
       for (const seq of this.scheduler.running)
-        if (seq.constraint !== null && seq.heldForVerify && !seq.constraint.ready(seq.numTokens)) await prepare(seq);
+        if (seq.constraint !== null && seq.heldForVerify && !seq.constraint.ready(seq.numTokens))
+          calls.push(prepare(seq));
+    await Promise.all(calls);
     if (failed.size === 0) return;
     batch.seqs = batch.seqs.filter((s) => !failed.has(s.seq));
     out.progressed = true;

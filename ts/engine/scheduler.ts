@@ -142,7 +142,9 @@ export class Scheduler {
 
   /** Tokens the sequence would feed this step, ignoring the pool. */
   private chunkSize(seq: Sequence, budget: number): number {
-    if (seq.heldForVerify) return 0;
+    // Held for verification, or its structured output's grammar still compiling (a fork given a new format runs on
+    // its parent's pages but samples nothing until it compiles; the engine is woken then).
+    if (seq.heldForVerify || seq.constraint?.compiling) return 0;
     let n = Math.min(seq.numUncomputedTokens, budget);
     if (seq.computeLimit !== null) n = Math.min(n, seq.computeLimit - seq.numComputedTokens);
     return Math.max(0, n);

@@ -8,10 +8,10 @@
 // without think tokens, every generated token is the format's.
 //
 // Masks are XGrammar's bitmasks (ceil(V / 32) int32 words, bit t & 31 of word t >> 5 set = allowed), computed in
-// prepare() (async: it may wait for the grammar's compile) and then read synchronously by the forward's builders. They
+// prepare() (async: it may wait for the grammar's compile, and the matcher lives on the grammar's host thread,
+// host.ts, which answers a step's calls in one batch) and then read synchronously by the forward's builders. They
 // are kept by position for as long as a verify row may replay them (a deterministic request's replay sees the masks
 // its candidates were sampled under).
-import type * as XG from "@mlc-ai/web-xgrammar";
 import { DisposedError, InvalidOptionError } from "../errors/index.js";
 import type { CompiledFormat, GrammarGrant, GrammarSet } from "./grammars.js";
 
@@ -39,9 +39,14 @@ interface PositionMask {
 }
 
 export class SequenceConstraint {
+  private static nextMatcherId = 0;
   private compiled: CompiledFormat | null = null;
   private settled = false;
-  private matcher: XG.GrammarMatcher | null = null;
+  /** This sequence's matcher on the grammar's host (made by its first step call). */
+  private readonly mid = ++SequenceConstraint.nextMatcherId;
+  private matcherMade = false;
+  /** Matcher calls folded since the last host call: sent with the next one. */
+  private pending = { reset: false, rollback: 0, accept: [] as number[], positions: [] as number[] };
   /** Tokens of the sequence folded into the state so far (positions [0, seen.length)). */
   private readonly seen: number[] = [];
   /** Phase of the next position, seen.length. */
@@ -96,9 +101,9 @@ export class SequenceConstraint {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    if (this.matcher !== null) {
-      this.matcher.dispose();
-      this.matcher = null;
+    if (this.matcherMade) {
+      this.compiled!.host.freeMatcher(this.mid);
+      this.compiled!.host.matchers--;
       SequenceConstraint.liveMatchers--;
     }
     this.masks.clear();
@@ -118,21 +123,51 @@ export class SequenceConstraint {
         throw new DisposedError(`${this.options.field}: the model's grammars are disposed (its engine was disposed)`, {
           field: this.options.field,
         });
-      const matcher = await compiled.xg.GrammarMatcher.createGrammarMatcher(compiled.compiled);
-      if (this.disposed) {
-        matcher.dispose(); // the sequence ended while its grammar compiled
-        throw new Error("structured output: the sequence has ended");
-      }
+      if (this.disposed) throw new Error("structured output: the sequence has ended");
       this.compiled = compiled;
-      this.matcher = matcher;
-      SequenceConstraint.liveMatchers++;
     }
     const same = Math.min(cut, this.seen.length, tokens.length);
     if (same < this.seen.length) this.rewind(same);
     for (let i = this.seen.length; i < tokens.length; i++) this.fold(tokens[i], i);
     const p = tokens.length;
-    if (!this.masks.has(p)) this.masks.set(p, { phase: this.phase, mask: await this.computeMask(p) });
+    const wanted = !this.masks.has(p) && p >= this.options.origin && this.phase !== "thinking";
+    const fromMatcher = await this.sync(wanted);
+    if (!this.masks.has(p)) this.masks.set(p, { phase: this.phase, mask: this.computeMask(p, fromMatcher) });
     for (const k of this.masks.keys()) if (k < p - this.options.keepMasks) this.masks.delete(k);
+  }
+
+  /**
+   * Sends the folded matcher calls (and, if `mask`, a request for the next token's bitmask) to the grammar's host and
+   * takes in its answer: tokens accepted, whether the grammar terminated. Nothing to send: no call.
+   */
+  private async sync(mask: boolean): Promise<Int32Array | null> {
+    const p = this.pending;
+    if (!p.reset && p.rollback === 0 && p.accept.length === 0 && !mask) return null;
+    this.pending = { reset: false, rollback: 0, accept: [], positions: [] };
+    const { host, gid } = this.compiled!;
+    if (!this.matcherMade) {
+      this.matcherMade = true;
+      host.matchers++;
+      SequenceConstraint.liveMatchers++;
+    }
+    let r;
+    try {
+      r = await host.step({ mid: this.mid, gid, reset: p.reset, rollback: p.rollback, accept: p.accept, mask });
+    } catch (e) {
+      if (this.set.disposed)
+        throw new DisposedError(`${this.options.field}: the model's grammars are disposed (its engine was disposed)`, {
+          field: this.options.field,
+        });
+      throw e;
+    }
+    this.accepted += r.accepted;
+    this.done = r.terminated;
+    if (r.rejected)
+      throw new InvalidOptionError(
+        `${this.options.field}: token ${p.accept[r.accepted]} at position ${p.positions[r.accepted]} does not fit the format (a fork's appended text must continue it)`,
+        { field: this.options.field },
+      );
+    return r.mask;
   }
 
   /** The mask of the token at `position` (null: free), as prepare() computed it; undefined if it has not. */
@@ -175,7 +210,7 @@ export class SequenceConstraint {
     const back = this.seen.length - length;
     // Within the answer, every token past `length` was accepted: the matcher steps back over them.
     if (this.phase === "answer" && !this.done && back <= this.accepted) {
-      this.matcher!.rollBack(back);
+      this.pending.rollback += back;
       this.accepted -= back;
       this.seen.length = length;
       return;
@@ -183,7 +218,7 @@ export class SequenceConstraint {
     // Into the thought or before it, or past a completed format: start over from the tokens kept.
     const keep = this.seen.slice(0, length);
     this.seen.length = 0;
-    this.matcher!.reset();
+    this.pending = { reset: true, rollback: 0, accept: [], positions: [] };
     this.accepted = 0;
     this.phase = "opening";
     this.done = false;
@@ -217,13 +252,9 @@ export class SequenceConstraint {
       return;
     }
     if (this.done) return; // past a stop token: nothing more belongs to the format
-    if (!this.matcher!.acceptToken(token))
-      throw new InvalidOptionError(
-        `${o.field}: token ${token} at position ${position} does not fit the format (a fork's appended text must continue it)`,
-        { field: o.field },
-      );
-    this.accepted++;
-    if (this.matcher!.isTerminated()) this.done = true;
+    // The matcher takes it on the next host call (sync()), which stops at a refused token or the grammar's end.
+    this.pending.accept.push(token);
+    this.pending.positions.push(position);
   }
 
   /** The model's think tokens when the thought is free, else null. */
@@ -231,7 +262,8 @@ export class SequenceConstraint {
     return this.options.thought === "free" ? this.set.vocab.think : null;
   }
 
-  private async computeMask(position: number): Promise<Int32Array | null> {
+  /** `fromMatcher`: the matcher's bitmask for the position (null when it was not asked or has terminated). */
+  private computeMask(position: number, fromMatcher: Int32Array | null): Int32Array | null {
     const o = this.options;
     const think = this.think;
     if (position < o.origin) return null; // a prompt position (never sampled)
@@ -242,7 +274,8 @@ export class SequenceConstraint {
       if (o.end - position > o.answerTokens) return this.set.thoughtMask();
       return this.only(think!.end);
     }
-    const mask = this.done ? this.stopMask() : await this.matcher!.getNextTokenBitmask();
+    const mask = this.done ? this.stopMask() : fromMatcher;
+    if (mask === null) throw new Error(`structured output: no bitmask from the matcher for position ${position}`);
     if (phase === "opening" && think !== null) mask[think.start >> 5] |= 1 << (think.start & 31);
     // A grammar this vocabulary cannot continue (a character no token spells, a rule with no way out) fails its own
     // sequence here, not the whole forward's batch (the native forward refuses a row that allows nothing).

@@ -1,28 +1,30 @@
 // Compiled grammars for one model's vocabulary: each StructuredFormat turned into one of XGrammar's grammar sources,
-// parsed in the sandbox (sandbox.ts), compiled against the vocabulary and cached by its source text, so a schema
-// sent with every request compiles once (vLLM and SGLang cache by (tokenizer, schema) alike).
-import type * as XG from "@mlc-ai/web-xgrammar";
+// parsed in the sandbox (sandbox.ts), compiled against the vocabulary on a grammar host (host.ts: a worker thread, so
+// a compile of seconds stalls no step) and cached by its source text, so a schema sent with every request compiles
+// once (vLLM and SGLang cache by (tokenizer, schema) alike).
 import { DisposedError, InvalidOptionError } from "../errors/index.js";
 import { checkGrammar, type GrammarSource } from "./sandbox.js";
 import { checkJsonSchema, checkStructuralTagSchemas } from "./schemaCheck.js";
 import type { GrammarVocab, StructuredFormat } from "./types.js";
 
 export type { GrammarVocab } from "./types.js";
-import { loadXGrammar, type XGrammar } from "./xgrammar.js";
+import { GrammarHost } from "./host.js";
 
-/** A compiled grammar and the vocabulary facts its matchers need. */
+/** A compiled grammar: the host that holds it (its matchers are made there) and its id on that host. */
 export interface CompiledFormat {
-  xg: XGrammar;
-  compiled: XG.CompiledGrammar;
-  /** The logits width its matchers' bitmasks cover (the set's vocabSize). */
-  vocabSize: number;
+  host: GrammarHost;
+  gid: number;
 }
 
 /**
- * XGrammar objects alive on its wasm heap (no garbage collector frees them), across every GrammarSet of the process:
- * tests check that a disposed engine leaves none behind.
+ * XGrammar objects alive (no garbage collector frees them), across every GrammarSet of the process: hosts (a worker
+ * thread each, with the vocabulary's tokenizer info and compiler) and compiled grammars. Tests check that a disposed
+ * engine leaves none behind.
  */
 export const liveXGrammar = { compilers: 0, grammars: 0 };
+
+/** Grammar hosts a GrammarSet starts at most (each holds an XGrammar instance with the vocabulary's tokenizer info). */
+export const DEFAULT_GRAMMAR_HOSTS = 4;
 
 /** The grammar source of a format, or an InvalidOptionError naming `field` for one malformed before XGrammar. */
 export function grammarSource(format: StructuredFormat, field: string): GrammarSource {
@@ -123,6 +125,8 @@ export interface GrammarGrant {
 interface CacheEntry {
   compiled: Promise<CompiledFormat>;
   users: number;
+  /** Where it compiled (null until it has). */
+  host: GrammarHost | null;
 }
 
 /** Compiled grammars a GrammarSet keeps by default; past it the least recently used one nobody holds is freed. */
@@ -134,7 +138,8 @@ export const DEFAULT_GRAMMAR_CACHE = 256;
  * sequence holds are disposed.
  */
 export class GrammarSet {
-  private compiler: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> | null = null;
+  private readonly hosts: GrammarHost[] = [];
+  private nextGid = 0;
   private isDisposed = false;
   /** By source text, least recently used first. */
   private readonly cache = new Map<string, CacheEntry>();
@@ -148,6 +153,7 @@ export class GrammarSet {
     /** Ids that end a sequence (the model's eos): what a complete grammar allows. */
     readonly stopTokenIds: readonly number[],
     readonly maxEntries = DEFAULT_GRAMMAR_CACHE,
+    readonly maxHosts = DEFAULT_GRAMMAR_HOSTS,
   ) {}
 
   /**
@@ -175,25 +181,22 @@ export class GrammarSet {
   }
 
   /**
-   * Frees every compiled grammar, the compiler and its tokenizer info (the engine's dispose: they live on XGrammar's
-   * wasm heap, which no garbage collector frees). A compile in flight rejects with a DisposedError and frees what it
-   * made; later compile() / acquire() calls throw one. Matchers are their sequences' (SequenceConstraint.dispose), and
-   * each keeps what it needs of its grammar alive until then. Idempotent.
+   * Frees every compiled grammar, matcher, compiler and tokenizer info (the engine's dispose): the hosts' threads end,
+   * their XGrammar instances with them. A compile in flight rejects with a DisposedError; later compile() / acquire()
+   * calls throw one, and a sequence still holding a grammar fails its next prepare() with one. Idempotent.
    */
   dispose(): void {
     if (this.isDisposed) return;
     this.isDisposed = true;
-    for (const entry of this.cache.values()) entry.compiled.then(freeCompiled, () => undefined);
+    for (const entry of this.cache.values())
+      entry.compiled.then(
+        (c) => this.free(c),
+        () => undefined,
+      );
     this.cache.clear();
-    this.compiler?.then(
-      ({ compiler, info }) => {
-        compiler.dispose();
-        info.dispose();
-        liveXGrammar.compilers--;
-      },
-      () => undefined,
-    );
-    this.compiler = null;
+    for (const host of this.hosts) host.terminate();
+    liveXGrammar.compilers -= this.hosts.length;
+    this.hosts.length = 0;
   }
 
   private checkAlive(field: string): void {
@@ -239,18 +242,22 @@ export class GrammarSet {
     const source = grammarSource(format, field);
     const key = `${source.kind}\u0000${"text" in source ? source.text : ""}`;
     const hit = this.cache.get(key);
-    if (hit !== undefined) {
+    if (hit !== undefined && !(hit.host?.dead ?? false)) {
       this.stats.cacheHits++;
       this.cache.delete(key); // most recently used last
       this.cache.set(key, hit);
       return hit;
     }
-    const entry: CacheEntry = { compiled: this.compileSource(source, format, field), users: 0 };
+    if (hit !== undefined) this.cache.delete(key); // its host is gone (aborted): compile afresh on another
+    const entry: CacheEntry = { compiled: this.compileSource(source, format, field), users: 0, host: null };
     this.cache.set(key, entry);
-    // A failure is not cached: the next request reports it afresh.
-    entry.compiled.catch(() => {
-      if (this.cache.get(key) === entry) this.cache.delete(key);
-    });
+    entry.compiled.then(
+      (c) => (entry.host = c.host),
+      () => {
+        // A failure is not cached: the next request reports it afresh.
+        if (this.cache.get(key) === entry) this.cache.delete(key);
+      },
+    );
     return entry;
   }
 
@@ -262,8 +269,16 @@ export class GrammarSet {
       if (entry.users > 0) continue;
       this.cache.delete(key);
       this.stats.evictions++;
-      entry.compiled.then(freeCompiled, () => undefined);
+      entry.compiled.then(
+        (c) => this.free(c),
+        () => undefined,
+      );
     }
+  }
+
+  private free(c: CompiledFormat): void {
+    if (!c.host.dead && !this.isDisposed) c.host.freeGrammar(c.gid); // else gone with its host's thread
+    liveXGrammar.grammars--;
   }
 
   private async compileSource(source: GrammarSource, format: StructuredFormat, field: string): Promise<CompiledFormat> {
@@ -279,64 +294,43 @@ export class GrammarSet {
       throw new InvalidOptionError(`${field}: XGrammar cannot use this ${what}: ${error}`, { field });
     }
     this.checkAlive(field); // disposed while the sandbox parsed it
-    const { xg, compiler } = await this.compilerOf(field);
-    this.checkAlive(field);
+    const host = this.pickHost();
+    const gid = ++this.nextGid;
     this.stats.compiles++;
-    let compiled: XG.CompiledGrammar;
     try {
-      if (source.kind === "json_schema") compiled = await compiler.compileJSONSchema(source.text, false, -1);
-      else if (source.kind === "ebnf") {
-        // compileGrammar(text) would parse it into a Grammar it never frees: parse, compile, free.
-        const grammar = await xg.Grammar.fromEBNF(source.text);
-        try {
-          compiled = await compiler.compileGrammar(grammar);
-        } finally {
-          grammar.dispose();
-        }
-      } else if (source.kind === "structural_tag") compiled = await compiler.compileStructuralTag(source.text);
-      else compiled = await compiler.compileBuiltinJSONGrammar();
+      await host.compile(gid, source);
     } catch (e) {
-      this.checkAlive(field); // the compiler was freed under it (dispose() between XGrammar's internal awaits)
-      throw e;
+      this.checkAlive(field); // the host ended under it (dispose())
+      throw new InvalidOptionError(`${field}: XGrammar could not compile it: ${(e as Error).message}`, {
+        field,
+        cause: e,
+      });
     }
+    this.checkAlive(field); // disposed as it finished: freed with the host's thread
     liveXGrammar.grammars++;
-    if (this.isDisposed) {
-      freeCompiled({ xg, compiled, vocabSize: this.vocabSize });
-      this.checkAlive(field);
-    }
-    // createGrammarMatcher reads the vocabulary size through compiled.tokenizerInfo(), which wraps a new handle to the
-    // tokenizer info and never frees it: one leaked handle per matcher, each keeping the whole tokenizer info alive
-    // after the compiler is disposed. Answer it from here instead (the size is the set's).
-    const vocabSize = this.vocabSize;
-    Object.defineProperty(compiled, "tokenizerInfo", { value: () => ({ getVocabSize: () => vocabSize }) });
-    return { xg, compiled, vocabSize };
+    return { host, gid };
   }
 
-  private compilerOf(field: string): Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> {
-    return (this.compiler ??= (async () => {
-      const xg = await loadXGrammar();
-      this.checkAlive(field);
-      const tokens = this.vocab.tokens.slice(0, this.vocabSize);
-      while (tokens.length < this.vocabSize) tokens.push(""); // embedding rows past the tokenizer: never allowed
-      const info = await xg.TokenizerInfo.createTokenizerInfo(
-        tokens,
-        this.vocab.vocabType,
-        this.vocab.prependSpace,
-        this.vocabSize,
-        [...this.stopTokenIds],
-      );
-      const compiler = await xg.GrammarCompiler.createGrammarCompiler(info);
+  /**
+   * The host of a new grammar: XGrammar compiles in one synchronous call, during which the host answers nothing, so
+   * prefer a host with no matchers (no sequence waits on it for masks) and no compile in flight, then a new host (up
+   * to maxHosts), then the one with the fewest matchers (its sequences wait out the compile).
+   */
+  private pickHost(): GrammarHost {
+    for (let i = this.hosts.length - 1; i >= 0; i--)
+      if (this.hosts[i].dead) {
+        this.hosts.splice(i, 1);
+        liveXGrammar.compilers--;
+      }
+    const idle = this.hosts.filter((h) => h.matchers === 0 && h.compiling === 0);
+    if (idle.length > 0) return idle.reduce((a, b) => (b.grammars < a.grammars ? b : a));
+    if (this.hosts.length < this.maxHosts) {
+      const host = new GrammarHost(this.vocab, this.vocabSize, this.stopTokenIds);
+      this.hosts.push(host);
       liveXGrammar.compilers++;
-      return { xg, compiler, info };
-    })());
+      return host;
+    }
+    const load = (h: GrammarHost): number => h.matchers + 1000 * h.compiling;
+    return this.hosts.reduce((a, b) => (load(b) < load(a) ? b : a));
   }
 }
-
-/** Frees a compiled grammar (once: a second call does nothing). */
-function freeCompiled(c: CompiledFormat): void {
-  if (freed.has(c.compiled)) return;
-  freed.add(c.compiled);
-  c.compiled.dispose();
-  liveXGrammar.grammars--;
-}
-const freed = new WeakSet<XG.CompiledGrammar>();

@@ -1,0 +1,260 @@
+// XGrammar instances in worker threads ("grammar hosts"), each holding a vocabulary's tokenizer info and compiler, the
+// grammars compiled on it and their matchers. XGrammar's compile is one synchronous wasm call that takes seconds for a
+// large vocabulary (a string with maxLength 100 over a 150k-token vocabulary: 23 s on this machine), and a compiled
+// grammar cannot leave the instance that compiled it (web-xgrammar 0.1.27 has no serialization); so compiling on the
+// engine's thread stalled every sequence of every model, and compiling anywhere else means matching there too.
+// GrammarSet (grammars.ts) picks the host of each new grammar so that a compile does not run where other sequences'
+// matchers wait for their masks (GrammarSet.pickHost).
+//
+// Calls are batched: every call made in one turn of the event loop travels in one message, and the host answers the
+// batch in one message (masks transferred, not copied), so a step's constrained rows cost one round trip per host.
+// Input reaches a host only after the sandbox (sandbox.ts) has parsed it: XGrammar aborts its wasm runtime on bad
+// input, and a host that aborts anyway exits, failing what it held (its grammars are compiled afresh on another).
+import { createRequire } from "node:module";
+import { Worker } from "node:worker_threads";
+import type { GrammarSource } from "./sandbox.js";
+import type { GrammarVocab } from "./types.js";
+
+/** One op of a batch. `id` present: the host answers it. */
+export type HostOp =
+  | { op: "compile"; id: number; gid: number; source: GrammarSource }
+  | { op: "freeGrammar"; gid: number }
+  | {
+      op: "step";
+      id: number;
+      /** The matcher (created on its first step, of grammar gid). */
+      mid: number;
+      gid: number;
+      /** Back to the grammar's start first. */
+      reset: boolean;
+      /** Then roll back this many accepted tokens. */
+      rollback: number;
+      /** Then accept these, stopping at the first refused one or once the grammar has terminated. */
+      accept: number[];
+      /** Then the next token's bitmask (unless terminated). */
+      mask: boolean;
+    }
+  | { op: "freeMatcher"; mid: number };
+
+export interface StepReply {
+  /** Tokens of `accept` accepted (fewer than sent: one was refused, or the grammar terminated before it). */
+  accepted: number;
+  /** The token after the accepted ones was refused. */
+  rejected: boolean;
+  terminated: boolean;
+  mask: Int32Array | null;
+}
+
+// CommonJS, evaluated in the worker. In: an array of ops. Out: an array of {id, error?, ...reply} for ops with an id.
+const WORKER_SOURCE = `
+const { parentPort, workerData } = require("node:worker_threads");
+const { pathToFileURL } = require("node:url");
+let fatal = "";
+const quiet = (...args) => {
+  const m = /\\[FATAL\\][^:]*:\\d+: (.*)/s.exec(args.map(String).join(" "));
+  if (m) fatal = m[1].trim();
+};
+console.error = quiet;
+console.log = quiet;
+console.warn = quiet;
+globalThis.require = require;
+globalThis.__filename = workerData.path;
+const v = workerData.vocab;
+const ready = import(pathToFileURL(workerData.path).href).then(async () => {
+  const xg = globalThis.xgrammar ?? module.exports;
+  const info = await xg.TokenizerInfo.createTokenizerInfo(v.tokens, v.vocabType, v.prependSpace, v.vocabSize, v.stopIds);
+  const compiler = await xg.GrammarCompiler.createGrammarCompiler(info);
+  return { xg, compiler };
+});
+const grammars = new Map();
+const matchers = new Map();
+async function run({ xg, compiler }, op) {
+  switch (op.op) {
+    case "compile": {
+      const s = op.source;
+      let g;
+      if (s.kind === "json_schema") g = await compiler.compileJSONSchema(s.text, false, -1);
+      else if (s.kind === "ebnf") {
+        const parsed = await xg.Grammar.fromEBNF(s.text);
+        try { g = await compiler.compileGrammar(parsed); } finally { parsed.dispose(); }
+      } else if (s.kind === "structural_tag") g = await compiler.compileStructuralTag(s.text);
+      else g = await compiler.compileBuiltinJSONGrammar();
+      // createGrammarMatcher reads the size through tokenizerInfo(), a handle it never frees: answer it here.
+      Object.defineProperty(g, "tokenizerInfo", { value: () => ({ getVocabSize: () => v.vocabSize }) });
+      grammars.set(op.gid, g);
+      return {};
+    }
+    case "freeGrammar":
+      grammars.get(op.gid)?.dispose();
+      grammars.delete(op.gid);
+      return null;
+    case "freeMatcher":
+      matchers.get(op.mid)?.dispose();
+      matchers.delete(op.mid);
+      return null;
+    case "step": {
+      let m = matchers.get(op.mid);
+      if (m === undefined) {
+        const g = grammars.get(op.gid);
+        if (g === undefined) throw new Error("grammar " + op.gid + " is not on this host");
+        m = await xg.GrammarMatcher.createGrammarMatcher(g);
+        matchers.set(op.mid, m);
+      }
+      if (op.reset) m.reset();
+      if (op.rollback > 0) m.rollBack(op.rollback);
+      let accepted = 0;
+      let rejected = false;
+      for (const t of op.accept) {
+        if (m.isTerminated()) break;
+        if (!m.acceptToken(t)) { rejected = true; break; }
+        accepted++;
+      }
+      const terminated = m.isTerminated();
+      const mask = op.mask && !terminated && !rejected ? await m.getNextTokenBitmask() : null;
+      return { accepted, rejected, terminated, mask };
+    }
+  }
+}
+let queue = Promise.resolve();
+parentPort.on("message", (batch) => {
+  queue = queue.then(async () => {
+    const replies = [];
+    const transfer = [];
+    let aborted = false;
+    let api;
+    try {
+      api = await ready;
+    } catch (e) {
+      for (const op of batch) if (op.id !== undefined) replies.push({ id: op.id, error: fatal || String(e) });
+      parentPort.postMessage(replies);
+      process.exit(0);
+    }
+    for (const op of batch) {
+      if (aborted) {
+        if (op.id !== undefined) replies.push({ id: op.id, error: "the grammar host aborted on an earlier call" });
+        continue;
+      }
+      fatal = "";
+      try {
+        const r = await run(api, op);
+        if (op.id !== undefined) {
+          replies.push({ id: op.id, ...r });
+          if (r.mask) transfer.push(r.mask.buffer);
+        }
+      } catch (e) {
+        aborted = e instanceof WebAssembly.RuntimeError || /Aborted/.test(String(e));
+        if (op.id !== undefined) replies.push({ id: op.id, error: fatal || (e instanceof Error ? e.message : String(e)) });
+      }
+    }
+    parentPort.postMessage(replies, transfer);
+    if (aborted) process.exit(0);
+  });
+});
+`;
+
+interface Pending {
+  resolve: (reply: Record<string, unknown>) => void;
+  reject: (e: Error) => void;
+}
+
+export class GrammarHost {
+  private readonly worker: Worker;
+  private readonly pending = new Map<number, Pending>();
+  private outbox: HostOp[] = [];
+  private nextId = 0;
+  /** The worker exited (aborted, terminated): every call fails. */
+  dead = false;
+  /** Compiles sent and not answered. */
+  compiling = 0;
+  /** Matchers created and not freed. */
+  matchers = 0;
+  /** Grammars compiled here and not freed. */
+  grammars = 0;
+
+  constructor(vocab: GrammarVocab, vocabSize: number, stopTokenIds: readonly number[]) {
+    const path = createRequire(import.meta.url).resolve("@mlc-ai/web-xgrammar");
+    const tokens = vocab.tokens.slice(0, vocabSize);
+    while (tokens.length < vocabSize) tokens.push(""); // embedding rows past the tokenizer: never allowed
+    const workerData = {
+      path,
+      vocab: {
+        tokens,
+        vocabType: vocab.vocabType,
+        prependSpace: vocab.prependSpace,
+        vocabSize,
+        stopIds: [...stopTokenIds],
+      },
+    };
+    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData });
+    this.worker.on("message", (replies: Array<{ id: number; error?: string }>) => {
+      for (const r of replies) {
+        const p = this.pending.get(r.id);
+        this.pending.delete(r.id);
+        if (r.error !== undefined) p?.reject(new Error(r.error));
+        else p?.resolve(r);
+      }
+      if (this.pending.size === 0) this.worker.unref();
+    });
+    const gone = (e: Error): void => {
+      this.dead = true;
+      for (const p of this.pending.values()) p.reject(e);
+      this.pending.clear();
+    };
+    this.worker.on("error", gone);
+    this.worker.on("exit", () => gone(new Error("the grammar host thread exited")));
+    // An idle host must not keep the process alive; one with a call in flight must (ref'd in call()).
+    this.worker.unref();
+  }
+
+  /** Compiles `source` as grammar `gid`; rejects with XGrammar's message. */
+  async compile(gid: number, source: GrammarSource): Promise<void> {
+    this.compiling++;
+    try {
+      await this.call({ op: "compile", id: 0, gid, source });
+      this.grammars++;
+    } finally {
+      this.compiling--;
+    }
+  }
+
+  freeGrammar(gid: number): void {
+    this.grammars--;
+    this.send({ op: "freeGrammar", gid });
+  }
+
+  step(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): Promise<StepReply> {
+    return this.call({ op: "step", id: 0, ...op }) as unknown as Promise<StepReply>;
+  }
+
+  freeMatcher(mid: number): void {
+    this.send({ op: "freeMatcher", mid });
+  }
+
+  /** Ends the thread: its instance, grammars and matchers go with it. */
+  terminate(): void {
+    if (this.dead) return;
+    void this.worker.terminate();
+  }
+
+  private call(op: HostOp): Promise<Record<string, unknown>> {
+    if (this.dead) return Promise.reject(new Error("the grammar host thread exited"));
+    const id = ++this.nextId;
+    return new Promise((resolve, reject) => {
+      if (this.pending.size === 0) this.worker.ref();
+      this.pending.set(id, { resolve, reject });
+      this.send({ ...op, id } as HostOp);
+    });
+  }
+
+  /** Queues an op; the batch goes at the end of this turn. */
+  private send(op: HostOp): void {
+    if (this.dead) return;
+    if (this.outbox.length === 0)
+      queueMicrotask(() => {
+        const batch = this.outbox;
+        this.outbox = [];
+        if (!this.dead) this.worker.postMessage(batch);
+      });
+    this.outbox.push(op);
+  }
+}
