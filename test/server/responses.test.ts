@@ -304,6 +304,40 @@ describe("POST /v1/responses", () => {
     expect(typeof value === "object" && value !== null && !Array.isArray(value)).toBe(true);
   });
 
+  it("a stop string that cuts a text.format answer makes the Response incomplete (reason stop), streamed the same", async () => {
+    const schema = {
+      type: "object",
+      properties: { answer: { type: "integer", minimum: 0, maximum: 999 }, unit: { type: "string", enum: ["a", "b"] } },
+      required: ["answer", "unit"],
+      additionalProperties: false,
+    };
+    const body = {
+      model: MODEL,
+      input: QUESTION,
+      temperature: 0,
+      max_output_tokens: 160,
+      text: { format: { type: "json_schema" as const, name: "c", schema } },
+      stop: ['"unit"'],
+    };
+    const r = await post(url, "/v1/responses", body);
+    expect(r.status).toBe(200);
+    expect(r.json).toMatchObject({
+      status: "incomplete",
+      incomplete_details: { reason: "stop", stop_reason: '"unit"' },
+    });
+    const message = r.json.output.at(-1);
+    expect(message).toMatchObject({ type: "message", status: "incomplete" });
+    expect(() => JSON.parse(message.content[0].text)).toThrow();
+    const streamed = await client.responses.stream(body as never).finalResponse();
+    expect(streamed).toMatchObject({ status: "incomplete", incomplete_details: { reason: "stop" } });
+    // Plain text that a stop string ends is a complete answer; a complete value (no stop) too.
+    const plain = await post(url, "/v1/responses", { ...body, text: undefined, stop: ["="] });
+    expect(plain.json).toMatchObject({ status: "completed", incomplete_details: null });
+    const whole = await post(url, "/v1/responses", { ...body, stop: undefined });
+    expect(whole.json.status).toBe("completed");
+    expect(new Ajv().validate(schema, JSON.parse(whole.json.output.at(-1).content[0].text))).toBe(true);
+  });
+
   it("fields that need stored state or tools, and bad values, are 400s naming the field", async () => {
     const cases: Array<[Record<string, unknown>, string, RegExp]> = [
       [{ previous_response_id: "resp_1" }, "previous_response_id", /stores no responses/],

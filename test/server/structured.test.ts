@@ -22,7 +22,8 @@ const SCHEMA = {
   properties: {
     answer: { type: "integer", minimum: 0, maximum: 999 },
     unit: { type: "string", enum: ["apples", "pears"] },
-    note: { type: ["string", "null"], maxLength: 8 },
+    // A nullable string with a bound: anyOf, one type per branch (XGrammar ignores keywords beside a type list)
+    note: { anyOf: [{ type: "string", maxLength: 8 }, { type: "null" }] },
   },
   required: ["answer", "unit", "note"],
   additionalProperties: false,
@@ -168,6 +169,36 @@ describe("vLLM's structured_outputs and guided_* fields", () => {
     const json = await post("/v1/completions", { prompt: "x", guided_json: "{not json" });
     expect(json.status).toBe(400);
     expect(json.json.error.param).toBe("guided_json");
+  });
+});
+
+describe("a stop string inside a structured answer", () => {
+  // vLLM's behaviour (docs/structured.md "Stop strings"): the stop string is applied, the answer ends "stop" with the
+  // string as stop_reason, and the content is the cut text. With a format, a non-null stop_reason always means the
+  // value was cut: a complete value ends at the model's eos, never at a stop string.
+  it("chat: finish_reason stop, stop_reason naming the string, the cut text (no valid JSON); parse() refuses it", async () => {
+    const body = { response_format: RESPONSE_FORMAT, temperature: 0, stop: ['"unit"'] };
+    const r = await chat(body);
+    expect(r.status).toBe(200);
+    const choice = r.json.choices[0];
+    expect(choice).toMatchObject({ finish_reason: "stop", stop_reason: '"unit"' });
+    expect(choice.message.content).toMatch(/^\{"answer": \d+, $/);
+    expect(() => JSON.parse(choice.message.content)).toThrow();
+    // The same request without the stop string is a complete value.
+    const whole = await chat({ ...body, stop: undefined });
+    expect(whole.json.choices[0]).toMatchObject({ finish_reason: "stop", stop_reason: null });
+    expect(ajv.validate(SCHEMA, JSON.parse(whole.json.choices[0].message.content))).toBe(true);
+    // The openai client's parse() helper never hands over a value it cannot parse: it throws.
+    await expect(
+      client.chat.completions.parse({
+        model: "tiny-reasoner",
+        messages: QUESTION,
+        max_tokens: 160,
+        temperature: 0,
+        stop: ['"unit"'],
+        response_format: RESPONSE_FORMAT as never,
+      }),
+    ).rejects.toThrow(SyntaxError);
   });
 });
 

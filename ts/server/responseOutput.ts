@@ -12,6 +12,27 @@ export const responseId = (prefix: "resp" | "msg" | "rs"): string => `${prefix}_
 
 export type ResponseStatus = "in_progress" | "completed" | "incomplete" | "cancelled";
 
+/** Why a Response is incomplete: OpenAI's reason, or a stop string / stop token id that cut a structured answer. */
+export type IncompleteDetails = { reason: "max_output_tokens" } | { reason: "stop"; stop_reason: string | number };
+
+/**
+ * A finished generation's status and, when incomplete, why. Cut by max_output_tokens (or the context) is
+ * incomplete; so is a structured answer (`text.format`) that a stop string or stop token id ended: the format's value
+ * ends at the model's eos, so a stop there cut it and the text is no complete value (plain text a stop string ended
+ * is complete, as on chat). An abort is cancelled.
+ */
+export function outcomeOf(
+  r: FinishReason | undefined,
+  stopReason: string | number | undefined,
+  structured: boolean,
+): { status: Exclude<ResponseStatus, "in_progress">; incomplete: IncompleteDetails | null } {
+  const status = statusOf(r);
+  if (status === "incomplete") return { status, incomplete: { reason: "max_output_tokens" } };
+  if (status === "completed" && r === "stop" && structured && stopReason !== undefined)
+    return { status: "incomplete", incomplete: { reason: "stop", stop_reason: stopReason } };
+  return { status, incomplete: null };
+}
+
 /** A finished generation's status: cut by max_output_tokens (or the context) is incomplete, an abort cancelled. */
 export function statusOf(r: FinishReason | undefined): Exclude<ResponseStatus, "in_progress"> {
   switch (r) {
@@ -152,6 +173,7 @@ export function responseJson(
   status: ResponseStatus,
   output: Array<Record<string, unknown>>,
   usage: ResponseUsageCounts | null,
+  incomplete: IncompleteDetails | null = status === "incomplete" ? { reason: "max_output_tokens" } : null,
 ): Record<string, unknown> {
   const b = head.body;
   return {
@@ -161,7 +183,7 @@ export function responseJson(
     status,
     background: false,
     error: null,
-    incomplete_details: status === "incomplete" ? { reason: "max_output_tokens" } : null,
+    incomplete_details: incomplete,
     instructions: b.instructions ?? null,
     max_output_tokens: b.max_output_tokens ?? null,
     metadata: b.metadata ?? {},

@@ -7,7 +7,7 @@ import { ApiError, badRequest, toApiError } from "../errors.js";
 import type { Generation } from "../generation.js";
 import { abortOnDisconnect, recordFinished, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
-import { responseId, ResponseOutput, responseJson, statusOf, type ResponseHead } from "../responseOutput.js";
+import { outcomeOf, responseId, ResponseOutput, responseJson, type ResponseHead } from "../responseOutput.js";
 import { responsesSchema, type ResponsesBody } from "../responsesSchema.js";
 import { engineRequest, startGeneration, thinkingOf } from "../sampling.js";
 import type { ChatBody, ChatMessageBody } from "../schemas.js";
@@ -134,9 +134,9 @@ async function createResponse(
         if (e.tokens.length > 0) timing.token(state.metrics!, e.index, e.tokens.length);
         output.push(e.reasoning, e.content);
       }
-      const status = statusOf(gen.finishReasons()[0]);
+      const { status, incomplete } = outcomeOf(gen.finishReasons()[0], gen.stopReasons()[0], constraint !== null);
       output.finish(status);
-      const response = responseJson(head, status, output.json(), usage());
+      const response = responseJson(head, status, output.json(), usage(), incomplete);
       if (sse === null) return response;
       // vLLM's last event whatever the status (an incomplete response too): the openai client's finalResponse()
       // reads it, and reads nothing from a response.incomplete event.
