@@ -168,10 +168,10 @@ export function planWeights(
   };
 }
 
-/** Bytes of an [N, K] weight quantized at load: int8 per row (an f32 scale each), or int4 in groups of 32 (f32
- * scales, u8 zeros); another value counts as int8. */
-function atLoadBytes(quantize: string, N: number, K: number): number {
-  if (quantize === "int4") return (N * K) / 2 + ((N * K) / 32) * 5;
+/** Bytes of an [N, K] weight quantized at load: int8 per row (an f32 scale each), or int4 in groups of G (an f32
+ * scale each, and the grouped format's u8 zero point); another value counts as int8. */
+function atLoadBytes(quantize: string, N: number, K: number, G = 32): number {
+  if (quantize === "int4") return (N * K) / 2 + ((N * K) / G) * 5;
   return N * K + 4 * N;
 }
 
