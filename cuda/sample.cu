@@ -275,6 +275,8 @@ __global__ void __launch_bounds__(kThreads) sampleKernel(SampleDev a, DeviceErro
     for (int i = threadIdx.x; i < V; i += kThreads) {
       uint32_t key = keyOf(i);
       if (!cand(i) || key < tauP || (key == tauP && i > cutP)) continue;
+      // A disallowed id never wins; skipped, so that a row whose allowed logits are all -inf takes its first allowed id.
+      if (words && !((words[i >> 5] >> (i & 31)) & 1u)) continue;
       double score = double(lg(i)) / T - log(-log(sampleUniform(seed, position, i)));
       if (score > bestScore || bestTok == 0x7fffffff) bestScore = score, bestTok = i;
     }
