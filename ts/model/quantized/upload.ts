@@ -138,8 +138,11 @@ export function planWeights(
         options.device === "cpu" ? "f32 (norms, biases)" : `${dtype} (norms, biases)`,
         (options.device === "cpu" ? 4 : DTYPE_BYTES[t.dtype]) * count,
       );
-    else if (options.quantize === "int8" && INT8_AT_LOAD.test(name))
-      add("int8 per row (quantized at load)", count + 4 * shape[0]);
+    else if (options.quantize !== undefined && INT8_AT_LOAD.test(name))
+      add(
+        `${options.quantize} (quantized at load)`,
+        atLoadBytes(options.quantize, shape[0], shape[1], options.quantizeGroupSize),
+      );
     else add(dtype, DTYPE_BYTES[t.dtype] * count);
   }
   const warnings: string[] = [];
