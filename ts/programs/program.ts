@@ -8,6 +8,7 @@ import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { RequestHandle } from "../engine/handle.js";
 import type { DeterminismStats } from "../engine/outputs.js";
 import type { PolicySpec } from "../certaindex/policies.js";
+import type { ProgramUsage } from "./usage.js";
 
 /** A program's compute: `used` units spent so far, `max` the cap (a round may spend several units). */
 export interface Knob {
@@ -125,6 +126,8 @@ export interface ProgramResult {
   elapsedMs: number;
   /** Deterministic runs (RunOptions.deterministic): what it cost. These figures depend on the load, unlike the rest. */
   determinism?: ProgramDeterminism;
+  /** Reasoning tokens, the estimated saving of an early exit, branches started and pruned (ts/programs/usage.ts). */
+  usage: ProgramUsage;
 }
 
 /** The cost of a deterministic run, summed over its requests (each request's GenerationOutput.determinism). */

@@ -10,6 +10,7 @@ import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import { decide, validatePolicy, type PolicySpec } from "../certaindex/policies.js";
 import { InvalidOptionError, UnsupportedError } from "../errors/index.js";
+import { NON_BRANCH_PURPOSES, programUsage } from "./usage.js";
 import type {
   KvState,
   Program,
@@ -89,6 +90,8 @@ class RunContext implements ProgramContext {
   private readonly counted = new Map<RequestHandle, Tracked>();
   /** Deterministic runs: what verification cost, summed over the requests (ProgramResult.determinism). */
   readonly determinism: DeterminismStats = { verifyPasses: 0, rollbacks: 0, recomputedTokens: 0, exactTokens: 0 };
+  /** Branch samples started and pruned (ProgramResult.usage). */
+  readonly branches = { started: 0, pruned: 0 };
   private readonly live = new Map<RequestHandle, Tracked>();
   private readonly settled = new Set<Promise<unknown>>();
   private readonly controller = new AbortController();
@@ -238,9 +241,15 @@ class RunContext implements ProgramContext {
   private track(handle: RequestHandle, purpose: TokenPurpose, samples: number): RequestHandle {
     const t: Tracked = { purpose, samples, limit: Number.POSITIVE_INFINITY, generated: null };
     this.live.set(handle, t);
+    // Branches for ProgramResult.usage: every sample of a request that is not a probe or a reward call.
+    const branch = !NON_BRANCH_PURPOSES.includes(purpose);
+    if (branch) this.branches.started += samples;
     if (this.deterministic) this.counted.set(handle, t);
     const p = handle.result.then(
       (out) => {
+        if (branch)
+          for (const s of out.samples)
+            if (s.finishReason === "aborted" || s.finishReason === "low_confidence") this.branches.pruned++;
         if (this.deterministic) {
           t.generated = out.samples.map((s) => s.tokens.length);
           const d = this.determinism;
@@ -369,6 +378,10 @@ export class ProgramRuntime {
       policy,
       elapsedMs: Date.now() - started,
       ...(deterministic ? { determinism: { ...ctx.determinism, tokensPastCuts: ctx.tokensPastCuts } } : {}),
+      usage: programUsage(
+        { stopReason, knob: program.knob, tokensUsed: ctx.tokensUsed, certaindex: program.certaindex },
+        ctx.branches,
+      ),
     };
   }
 }
