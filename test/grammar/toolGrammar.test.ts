@@ -114,6 +114,35 @@ describe('tool_choice "auto", calls constrained once started', () => {
   });
 });
 
+describe('tool_choice "auto" with a response format', () => {
+  it.each(["hermes", "mistral"] as const)(
+    "%s: one call (with the syntax's opener, which the parser needs) or an answer in the format",
+    async (syntax) => {
+      const req = {
+        syntax,
+        choice: "auto" as const,
+        parallel: true,
+        openerWritable: true,
+        answer: { format: { type: "json_object" as const }, field: "response_format" },
+      };
+      const call =
+        syntax === "hermes"
+          ? hermesCall("add", '{"a": 2, "b": 3}')
+          : '[TOOL_CALLS][{"name": "add", "arguments": {"a": 2, "b": 3}}]';
+      expect(
+        await accepts(req, [
+          call,
+          '{"ok": true}',
+          "plain text",
+          call.replace(syntax === "hermes" ? "<tool_call>" : "[TOOL_CALLS]", ""),
+        ]),
+      ).toEqual([true, true, false, false]);
+      // What the grammar writes, the (unforced) parser reads as the call.
+      expect(parseToolCalls(syntax, call, () => "id").calls).toHaveLength(1);
+    },
+  );
+});
+
 describe("forced calls", () => {
   it.each(["hermes", "llama3_json", "mistral"] as const)(
     "%s: a call written as the grammar allows is accepted, and parses back into the call",
