@@ -64,3 +64,33 @@ export function groupedTensors(
     wPerm,
   };
 }
+
+/** Round half to even, as std::nearbyint in the default rounding mode. */
+function roundHalfEven(v: number): number {
+  const r = Math.round(v);
+  return Math.abs(v % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/**
+ * w [N, K] (values as stored, in f32) quantized as loadModel's quantize: "int4" does it (cpp/model/model_weights.cc
+ * setQuantizedInt4, Q4_0's scheme): per group of G, m = the first value of largest magnitude, d = f32(m / -8),
+ * q = clamp(round-half-even(f32(w / d)) + 8, 0, 15) (d = 0: q = 8), zero point 8.
+ */
+export function quantizeQ4Rows(w: ArrayLike<number>, N: number, K: number, G: number): GroupedQuantWeight {
+  const q = new Uint8Array((N * K) / 2),
+    scales = new Float32Array((N * K) / G),
+    zeros = new Uint8Array((N * K) / G).fill(8);
+  for (let n = 0; n < N; n++)
+    for (let g = 0; g < K / G; g++) {
+      let m = 0;
+      for (let k = 0; k < G; k++) if (Math.abs(w[n * K + g * G + k]) > Math.abs(m)) m = w[n * K + g * G + k];
+      const d = Math.fround(m / -8);
+      scales[n * (K / G) + g] = d;
+      for (let k = 0; k < G; k++) {
+        const c = g * G + k;
+        const v = d === 0 ? 8 : Math.max(0, Math.min(15, roundHalfEven(Math.fround(w[n * K + c] / d)) + 8));
+        q[(n * K + c) >> 1] |= c & 1 ? v << 4 : v;
+      }
+    }
+  return { bits: 4, groupSize: G, shape: [N, K], q, scales, zeros };
+}

@@ -7,6 +7,8 @@ import { computeInvFreq, readModelConfig, ropeAttentionFactor, type ModelConfig 
 import { bytesToF32 } from "../../ts/model/dtype.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
 import { dequantize, quantizeRows } from "../kernels/int8Reference.js";
+import { quantizeQ4Rows } from "../kernels/int4Reference.js";
+import { dequantizeGrouped } from "../../ts/model/quantFormat.js";
 import {
   checkWeights,
   expectedTensors,
@@ -33,8 +35,11 @@ export class ReferenceModel {
    * e.g. llama.cpp on an f32 export).
    * With `quantizeInt8`, the dense layers' q/k/v, o, gate/up and down weights are those loadModel's quantize: "int8"
    * keeps, dequantized (q * scale per row, test/kernels/int8Reference.ts), and take their input unrounded (the int8
-   * kernels multiply f32 activations). */
-  static async load(dir: string, opts: { bf16Inputs?: boolean; quantizeInt8?: boolean } = {}): Promise<ReferenceModel> {
+   * kernels multiply f32 activations); `quantizeInt4Group` the same for quantize: "int4" in groups of that size. */
+  static async load(
+    dir: string,
+    opts: { bf16Inputs?: boolean; quantizeInt8?: boolean; quantizeInt4Group?: number } = {},
+  ): Promise<ReferenceModel> {
     const config = await readModelConfig(dir);
     const ckpt = await openSafetensors(dir);
     try {
@@ -52,6 +57,15 @@ export class ReferenceModel {
             if (name === null) continue;
             const [N, K] = ckpt.tensors.get(name)!.shape;
             w.set(name, dequantize(quantizeRows(w.get(name)!, N, K), N, K));
+            bf16.delete(name);
+          }
+      // quantizeInt4Group: as loadModel's quantize: "int4" with that group (test/kernels/int4Reference.ts)
+      if (opts.quantizeInt4Group)
+        for (const l of weightNames(config).layers)
+          for (const name of [l.qProj, l.kProj, l.vProj, l.oProj, l.gateProj, l.upProj, l.downProj]) {
+            if (name === null) continue;
+            const [N, K] = ckpt.tensors.get(name)!.shape;
+            w.set(name, dequantizeGrouped(quantizeQ4Rows(w.get(name)!, N, K, opts.quantizeInt4Group)));
             bf16.delete(name);
           }
       return new ReferenceModel(config, w, bf16);

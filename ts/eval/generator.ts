@@ -22,6 +22,9 @@ export interface EngineGeneratorOptions {
   device?: Model["device"];
   /** Sequences the KV pool must hold at once (sizes the pool: this many full contexts). */
   maxConcurrentSequences: number;
+  /** loadModel's quantize and quantizeGroupSize (default: as stored). */
+  quantize?: "int8" | "int4";
+  quantizeGroupSize?: number;
 }
 
 export async function engineGenerator(dir: string, opts: EngineGeneratorOptions): Promise<EvalGenerator> {
@@ -29,7 +32,13 @@ export async function engineGenerator(dir: string, opts: EngineGeneratorOptions)
   const pageSize = 16;
   const fullContext = Math.ceil(Math.min(config.maxPositionEmbeddings, config.slidingWindow ?? Infinity) / pageSize);
   const kvPages = fullContext * Math.max(1, opts.maxConcurrentSequences);
-  const model = await loadModel(dir, { device: opts.device ?? "cpu", kvPages, pageSize });
+  const model = await loadModel(dir, {
+    device: opts.device ?? "cpu",
+    kvPages,
+    pageSize,
+    quantize: opts.quantize,
+    quantizeGroupSize: opts.quantizeGroupSize,
+  });
   const engine = new Engine({ models: { model } });
   const runtime = new ProgramRuntime(engine);
   return {

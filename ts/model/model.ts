@@ -38,24 +38,52 @@ export interface LoadModelOptions {
    * bounds scratch memory. */
   prefillChunkTokens?: number;
   /**
-   * Quantize at load: "int8" stores the dense layers' q/k/v, o, gate/up and down weights as symmetric int8 per
-   * output row (an f32 scale each), from any f32 / bf16 / f16 checkpoint; embeddings, norms, the LM head and MoE
-   * experts stay as stored. Default: the checkpoint's dtype.
+   * Quantize at load, from any f32 / bf16 / f16 checkpoint: the dense layers' q/k/v, o, gate/up and down weights
+   * become "int8" (symmetric per output row, an f32 scale each) or "int4" (symmetric groups of quantizeGroupSize
+   * along the input, an f32 scale each: llama.cpp Q4_0's scheme); embeddings, norms, the LM head and MoE experts stay
+   * as stored. Default: the checkpoint's dtype.
    */
-  quantize?: "int8";
+  quantize?: "int8" | "int4";
+  /** quantize "int4": inputs per group, 32 (default), 64 or 128; it must divide every projection's input width. */
+  quantizeGroupSize?: number;
 }
 
-/** loadModel's quantize, checked: undefined (as stored) or "int8". */
-function checkQuantize(quantize: unknown): "int8" | undefined {
-  if (quantize === undefined || quantize === "int8") return quantize;
-  const field = "loadModel: quantize";
-  const later = quantize === "int4" ? " (int4 is not implemented yet)" : "";
-  throw new InvalidOptionError(
-    `${field} must be "int8" (or absent for the checkpoint's dtype), got ${JSON.stringify(quantize)}${later}`,
-    {
-      field,
-    },
-  );
+/** quantize "int4"'s default group: 32, Q4_0's (bench/RESULTS.md "int4": accuracy and speed of 32 / 64 / 128). */
+export const DEFAULT_INT4_GROUP = 32;
+
+/** loadModel's quantize and quantizeGroupSize, checked against each other and the model's widths. */
+function checkQuantize(
+  quantize: unknown,
+  groupSize: unknown,
+): { quantize: "int8" | "int4" | undefined; groupSize: number | undefined } {
+  if (quantize !== undefined && quantize !== "int8" && quantize !== "int4") {
+    const field = "loadModel: quantize";
+    throw new InvalidOptionError(
+      `${field} must be "int8" or "int4" (or absent for the checkpoint's dtype), got ${JSON.stringify(quantize)}`,
+      { field },
+    );
+  }
+  if (groupSize === undefined) return { quantize, groupSize: quantize === "int4" ? DEFAULT_INT4_GROUP : undefined };
+  const field = "loadModel: quantizeGroupSize";
+  if (quantize !== "int4") throw new InvalidOptionError(`${field} is for quantize: "int4" only`, { field });
+  if (groupSize !== 32 && groupSize !== 64 && groupSize !== 128)
+    throw new InvalidOptionError(`${field} must be 32, 64 or 128, got ${JSON.stringify(groupSize)}`, { field });
+  return { quantize, groupSize };
+}
+
+/** The projections' input widths (hidden, q heads x head dim, intermediate) must be whole int4 groups. */
+function checkGroupFits(config: ModelConfig, groupSize: number): void {
+  const widths: [string, number][] = [
+    ["hidden_size", config.hiddenSize],
+    ["num_attention_heads x head_dim", config.numHeads * config.headDim],
+    ["intermediate_size", config.intermediateSize],
+  ];
+  for (const [what, width] of widths)
+    if (width % groupSize !== 0)
+      throw new InvalidOptionError(
+        `loadModel: quantizeGroupSize ${groupSize} does not divide ${what} = ${width}; choose another or load as stored`,
+        { field: "loadModel: quantizeGroupSize" },
+      );
 }
 
 /** A prompt: text (tokenized with the tokenizer's special tokens), a chat, or token ids. */
@@ -115,7 +143,7 @@ export class Model implements AsyncDisposable {
       throw new InvalidOptionError(`loadModel: kvDtype must be f32, bf16 or f16, got ${String(kvDtype)}`, {
         field: "loadModel: kvDtype",
       });
-    const quantize = checkQuantize(options.quantize);
+    const { quantize, groupSize: quantizeGroupSize } = checkQuantize(options.quantize, options.quantizeGroupSize);
     // Every file is opened and checked (config, tokenizer, checkpoint headers vs config) before any upload.
     const files = await openModelFiles(dir);
     const { config, tokenizer, generation: generationDefaults, checkpoint } = files;
@@ -135,7 +163,8 @@ export class Model implements AsyncDisposable {
     let weights: WeightsReport | null = null;
     try {
       const numPages = planPages(options, pageSize, bytesPerPage);
-      native = createNativeModel(config, { device, kvDtype, quantize, kv: { numPages, pageSize } });
+      if (quantizeGroupSize !== undefined) checkGroupFits(config, quantizeGroupSize);
+      native = createNativeModel(config, { device, kvDtype, quantize, quantizeGroupSize, kv: { numPages, pageSize } });
       weights = planWeights(config, checkpoint, { device, quantize, nativeGrouped: addonTakesGroupedWeights(native) });
       await uploadWeights(native, config, checkpoint, quantize);
     } catch (e) {

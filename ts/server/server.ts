@@ -100,8 +100,9 @@ export interface CreateServerOptions extends Omit<DeliberatePluginOptions, "targ
   target?: ServeTarget | Promise<ServeTarget>;
   modelDir?: string;
   device?: "cpu" | "cuda";
-  /** loadModel's quantize for modelDir ("int8": linear weights int8 per output row; default as stored). */
-  quantize?: "int8";
+  /** loadModel's quantize for modelDir ("int8": linear weights int8 per output row; "int4": in groups of 32;
+   *  default as stored). */
+  quantize?: "int8" | "int4";
   /** fastify's logger (default off). */
   logger?: boolean;
   /** Scheduling policy of the engine createServer makes for modelDir (default: the engine's, fcfs). */

@@ -23,6 +23,8 @@ interface EvalOptions {
   maxTokens: string;
   concurrency?: string;
   device: string;
+  quantize?: string;
+  quantizeGroup?: string;
   json?: boolean;
 }
 
@@ -47,6 +49,11 @@ export function registerEval(program: Command): void {
     .option("--max-tokens <n>", "most generated tokens per sample", "448")
     .option("--concurrency <n>", "problems in flight (default: enough for about 256 sequences)")
     .option("--device <device>", "cpu or cuda", "cpu")
+    .option(
+      "--quantize <int8|int4>",
+      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups along the input); default: as stored",
+    )
+    .option("--quantize-group <n>", "--quantize int4: inputs per group, 32 (default), 64 or 128")
     .option("--json", "print the report as one JSON object on the last line")
     .action(async (opts: EvalOptions) => {
       const task = getTask(opts.task, opts.split);
@@ -61,6 +68,9 @@ export function registerEval(program: Command): void {
       const generator = await engineGenerator(opts.model, {
         device: opts.device,
         maxConcurrentSequences: concurrency * prog.samples,
+        // loadModel refuses any other quantize / group by name
+        quantize: opts.quantize as "int8" | "int4" | undefined,
+        quantizeGroupSize: opts.quantizeGroup === undefined ? undefined : Number(opts.quantizeGroup),
       });
       const bar = progressBar(problems.length, `eval ${task.name} ${programName(prog)}`);
       const started = performance.now();

@@ -51,7 +51,10 @@ export function registerGenerate(program: Command): void {
     .option("--temperature <t>", "0 = greedy (default: the model's generation_config.json)")
     .option("--seed <s>", "sampling seed (a non-negative integer)")
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option("--quantize <int8>", "quantize the linear weights at load: int8 (per output row); default: as stored")
+    .option(
+      "--quantize <int8|int4>",
+      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of 32 inputs, Q4_0's scheme); default: as stored",
+    )
     .option("--json", "print one JSON object {tokens, text, finishReason, usage}")
     .action(async (opts: GenerateOptions) => {
       if ((opts.prompt === undefined) === (opts.promptIds === undefined)) {
@@ -64,7 +67,7 @@ export function registerGenerate(program: Command): void {
       const seed = parseNumber("seed", opts.seed, true);
       const model = await loadModel(opts.model ?? bundledModelDir, {
         device: opts.device,
-        quantize: opts.quantize as "int8" | undefined, // loadModel refuses anything else by name
+        quantize: opts.quantize as "int8" | "int4" | undefined, // loadModel refuses anything else by name
       });
       if (model.config.scoreHead !== null) {
         model.dispose();

@@ -179,8 +179,8 @@ async function loadModels(
     );
   if (opts.kvBudget === undefined) {
     if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
-    // --quantize applies to the generator and the PRM alike; loadModel refuses anything but int8 by name
-    const quantize = opts.quantize as "int8" | undefined;
+    // --quantize applies to the generator and the PRM alike; loadModel refuses anything but int8 / int4 by name
+    const quantize = opts.quantize as "int8" | "int4" | undefined;
     const model = await loadModel(dir, { device, quantize });
     const prm =
       prmDir === undefined
@@ -271,7 +271,10 @@ export function registerRun(program: Command): void {
     .option("--policy <name>", "threshold or baseline-even (default: the program's certaindex policy)")
     .option("--threshold <x>", "certaindex threshold for --policy threshold")
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option("--quantize <int8>", "quantize the linear weights at load: int8 (per output row); default: as stored")
+    .option(
+      "--quantize <int8|int4>",
+      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of 32 inputs, Q4_0's scheme); default: as stored",
+    )
     .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
     .option("--task <name>", `how answers are read and compared (${TASK_NAMES.join(", ")})`, "arith")
     .option(

@@ -49,7 +49,10 @@ export function registerServe(program: Command): void {
       "most tokens one program request may plan for (program_options.cap x tokens a branch); a larger cap gets 400 (default: the context length x 16)",
     )
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option("--quantize <int8>", "quantize the linear weights at load: int8 (per output row); default: as stored")
+    .option(
+      "--quantize <int8|int4>",
+      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of 32 inputs, Q4_0's scheme); default: as stored",
+    )
     .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
     .option("--calibration <file>", "certaindex calibration for programs (default: the model's own)")
@@ -76,7 +79,7 @@ export function registerServe(program: Command): void {
       const server = await createServer({
         modelDir: dir,
         device: opts.device,
-        quantize: opts.quantize as "int8" | undefined, // loadModel refuses anything else by name
+        quantize: opts.quantize as "int8" | "int4" | undefined, // loadModel refuses anything else by name
         apiKey: opts.apiKey ?? process.env.DELIBERATE_API_KEY,
         maxQueue,
         maxBodyBytes,
