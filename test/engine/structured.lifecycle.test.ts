@@ -69,4 +69,23 @@ describe("structured outputs: an engine's dispose", () => {
       /request\.structured: the model's grammars are disposed/,
     );
   });
+
+  it("a constraint on a compiled grammar is ready at once: a fork's, an n-sample's, a cache hit's", async () => {
+    const set = new GrammarSet(model.tokenizer.grammarVocab(), model.config.vocabSize, model.tokenizer.eosTokenIds);
+    const format = { type: "choice" as const, choices: ["ready"] };
+    const options = { thought: "none" as const, origin: 3, end: 40, answerTokens: 5, keepMasks: 0, field: "t" };
+    const first = new SequenceConstraint(set.acquire(format, "t"), set, options);
+    expect(first.compiling).toBe(true);
+    await first.whenSettled();
+    expect(first.compiling).toBe(false);
+    // No turn of the event loop in between: the scheduler may see them in the same step.
+    const forked = first.fork(50);
+    const hit = new SequenceConstraint(set.acquire(format, "t"), set, options);
+    expect(forked.compiling).toBe(false);
+    expect(hit.compiling).toBe(false);
+    await hit.prepare([1, 2, 3]);
+    expect(hit.maskAt(3)).toBeInstanceOf(Int32Array);
+    for (const c of [first, forked, hit]) c.dispose();
+    set.dispose();
+  });
 });

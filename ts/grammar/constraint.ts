@@ -41,7 +41,6 @@ interface PositionMask {
 export class SequenceConstraint {
   private static nextMatcherId = 0;
   private compiled: CompiledFormat | null = null;
-  private settled = false;
   /** This sequence's matcher on the grammar's host (made by its first step call). */
   private readonly mid = ++SequenceConstraint.nextMatcherId;
   private matcherMade = false;
@@ -73,15 +72,15 @@ export class SequenceConstraint {
     this.words = Math.ceil(set.vocabSize / 32);
     this.stop = new Set(set.stopTokenIds);
     // A failure is reported by prepare(), never an unhandled rejection meanwhile.
-    grammar.then(
-      () => (this.settled = true),
-      () => (this.settled = true),
-    );
+    grammar.catch(() => undefined);
   }
 
-  /** The format is still compiling: the sequence should not be admitted yet (a failure counts as settled). */
+  /**
+   * The format is still compiling: the sequence should not sample yet (a failure counts as settled). Read from the
+   * grant, so a fork or an n-sample of a compiled format is ready at once, not a turn of the event loop later.
+   */
   get compiling(): boolean {
-    return !this.settled;
+    return !this.grant.settled;
   }
 
   /** Resolves once the format compiled or failed to. */

@@ -116,6 +116,8 @@ function ebnfString(s: string): string {
 /** A compiled grammar held by a user (a sequence's constraint): the cache keeps it while any user holds it. */
 export interface GrammarGrant {
   compiled: Promise<CompiledFormat>;
+  /** The compile has finished (or failed): known at once for a cached grammar, with no turn of the event loop. */
+  readonly settled: boolean;
   /** Another hold on the same grammar (a fork's, an n-sample's). */
   share(): GrammarGrant;
   /** Gives the hold back (once; later calls do nothing). */
@@ -127,6 +129,8 @@ interface CacheEntry {
   users: number;
   /** Where it compiled (null until it has). */
   host: GrammarHost | null;
+  /** The compile finished or failed. */
+  settled: boolean;
 }
 
 /** Compiled grammars a GrammarSet keeps by default; past it the least recently used one nobody holds is freed. */
@@ -228,6 +232,9 @@ export class GrammarSet {
     let held = true;
     return {
       compiled: entry.compiled,
+      get settled() {
+        return entry.settled;
+      },
       share: () => this.grant(entry),
       release: () => {
         if (!held) return;
@@ -249,11 +256,20 @@ export class GrammarSet {
       return hit;
     }
     if (hit !== undefined) this.cache.delete(key); // its host is gone (aborted): compile afresh on another
-    const entry: CacheEntry = { compiled: this.compileSource(source, format, field), users: 0, host: null };
+    const entry: CacheEntry = {
+      compiled: this.compileSource(source, format, field),
+      users: 0,
+      host: null,
+      settled: false,
+    };
     this.cache.set(key, entry);
     entry.compiled.then(
-      (c) => (entry.host = c.host),
+      (c) => {
+        entry.host = c.host;
+        entry.settled = true;
+      },
       () => {
+        entry.settled = true;
         // A failure is not cached: the next request reports it afresh.
         if (this.cache.get(key) === entry) this.cache.delete(key);
       },
