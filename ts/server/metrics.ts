@@ -243,7 +243,7 @@ export class ServerMetrics {
     );
     this.tokensSaved = counter(
       "deliberate:tokens_saved_total",
-      "Token budget programs did not spend (budget - used).",
+      "Tokens programs did not spend against running to their cap, estimated from the rounds not taken (ProgramResult.usage.tokensSaved).",
       ["model_name", "program"],
     );
     this.rollbacks = counter(

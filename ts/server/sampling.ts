@@ -23,15 +23,33 @@ export const EFFORT_BUDGET: Record<ReasoningEffort, number | undefined> = {
   xhigh: undefined,
   max: undefined,
 };
-/** Certaindex policies of reasoning_effort for program requests (medium / unset: the calibrated one). */
+/** Certaindex policies of reasoning_effort for program requests where the calibration's effort section names none
+ * for the program (medium / unset: the program's calibrated policy; high and above: run to the cap). */
 export const EFFORT_POLICY: Partial<Record<ReasoningEffort, PolicySpec>> = {
   none: { kind: "threshold", threshold: 0.3, detectAt: 1 },
   minimal: { kind: "threshold", threshold: 0.4, detectAt: 1 },
   low: { kind: "threshold", threshold: 0.5, detectAt: 1 },
-  high: { kind: "threshold", threshold: 0.9, detectAt: 1 },
+  high: { kind: "baseline-even" },
   xhigh: { kind: "baseline-even" },
   max: { kind: "baseline-even" },
 };
+
+/**
+ * The policy a program runs under at a reasoning_effort: the calibration's `effort.<level>.programs[kind]` when it
+ * has one, else EFFORT_POLICY, else (medium, unset) the program's calibrated policy.
+ */
+export function programEffortPolicy(
+  state: ServerState,
+  kind: string,
+  effort: ReasoningEffort | undefined,
+  calibrated: PolicySpec | undefined,
+): PolicySpec | undefined {
+  if (effort === undefined) return calibrated;
+  const level = effort === "low" || effort === "medium" || effort === "high" ? effort : undefined;
+  const named = level && state.factory?.calibration?.calibration.effort?.[level]?.programs?.[kind];
+  if (named) return named;
+  return (effort === "medium" ? undefined : EFFORT_POLICY[effort]) ?? calibrated;
+}
 
 /**
  * A plain request's thought: its hard cap (thinking_token_budget, else the budget of effort none / minimal) and the

@@ -17,7 +17,7 @@ import { badRequest, errorPayload } from "../errors.js";
 import { handoffResponse, routeHandoff } from "../handoff.js";
 import { abortOnDisconnect, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
-import { EFFORT_POLICY } from "../sampling.js";
+import { programEffortPolicy } from "../sampling.js";
 import type { ChatBody } from "../schemas.js";
 import { checkQueue, maxProgramTokensFor, type ServerState, type ServeTarget } from "../state.js";
 import { prepareStructured, structuredOf } from "../structured.js";
@@ -84,7 +84,10 @@ export async function runProgram(
       task: structured ? undefined : task,
       structured: structured?.structured,
       reward: task.stepVerifier,
-      deepconfVariant: o.variant as "low" | "high" | undefined,
+      // DeepConf's kept percentile follows the effort when the variant is not named (low keeps the top 10% of the
+      // warm-up's confidences, high the top 90%).
+      deepconfVariant: (o.variant ?? (effort === "low" || effort === "high" ? effort : undefined)) as
+        "low" | "high" | undefined,
       deepconfOffline: o.offline,
     });
   } catch (e) {
@@ -107,7 +110,7 @@ export async function runProgram(
       ? { kind: "baseline-even" }
       : o.policy === "threshold"
         ? { kind: "threshold", threshold: o.threshold ?? 0.6, detectAt: 1 }
-        : ((effort === undefined || effort === "medium" ? undefined : EFFORT_POLICY[effort]) ?? built.policy);
+        : programEffortPolicy(state, kind, effort, built.policy);
   // A program a draining replica handed off continues here under its id (../handoff.ts); one that came through a
   // router may be handed off in turn.
   const handoff = routeHandoff(state, request, body, built.program);
@@ -158,7 +161,8 @@ export async function runProgram(
       if (outcome.kind === "handoff") return handoffResponse(sse, reply, { id, created, snapshot: outcome.snapshot });
       const r = outcome.result;
       early = r.stopReason === "certain" || r.stopReason === "curve";
-      saved = Math.max(0, r.tokenBudget - r.tokensUsed);
+      // Against the program run to its cap, estimated from the rounds not taken (ts/programs/usage.ts).
+      saved = r.usage.tokensSaved;
       const ext = {
         // The program asked for; resolved_program names the variant that ran (e.g. deepconf-low).
         program: kind,
@@ -171,6 +175,10 @@ export async function runProgram(
         tokens_used: r.tokensUsed,
         token_budget: r.tokenBudget,
         tokens_by_purpose: r.tokensByPurpose,
+        tokens_saved: r.usage.tokensSaved,
+        branches_started: r.usage.branchesStarted,
+        branches_pruned: r.usage.branchesPruned,
+        certaindex_at_exit: r.usage.certaindexAtExit,
         policy: r.policy,
         elapsed_ms: r.elapsedMs,
       };
