@@ -304,5 +304,24 @@ describe("tool turns and choices", () => {
     });
     expect(schema.status).toBe(400);
     expect(schema.json.error.param).toBe("tools[0].function.parameters");
+    // A keyword XGrammar would ignore is refused by its path in the tool's parameters (forced, or strict under auto).
+    const ignored = {
+      type: "object",
+      properties: { n: { type: "integer", multipleOf: 2 } },
+      required: ["n"],
+      additionalProperties: false,
+    };
+    for (const body of [
+      {
+        tools: [TOOLS[0], { type: "function", function: { name: "f", parameters: ignored } }],
+        tool_choice: "required",
+      },
+      { tools: [TOOLS[0], { type: "function", function: { name: "f", parameters: ignored, strict: true } }] },
+    ]) {
+      const r = await post(body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.json.error.param).toBe("tools[1].function.parameters");
+      expect(r.json.error.message).toMatch(/^tools\[1\]\.function\.parameters\.properties\.n\.multipleOf /);
+    }
   });
 });

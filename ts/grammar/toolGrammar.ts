@@ -225,7 +225,7 @@ function withOpener(req: ToolGrammarRequest, calls: TagFormat): TagFormat {
 async function answerElement(format: StructuredFormat, field: string): Promise<TagFormat> {
   switch (format.type) {
     case "json_schema":
-      return { type: "grammar", grammar: await schemaGrammar(format.schema, field) };
+      return { type: "grammar", grammar: await schemaGrammar(format.schema, field, `${field}.schema`) };
     case "json_object":
       return { type: "grammar", grammar: await schemaGrammar({ type: "object" }, field) };
     case "regex":
@@ -246,12 +246,25 @@ const grammars = new Map<string, Promise<string>>();
 const MAX_GRAMMARS = 256;
 
 /**
- * A JSON Schema as XGrammar's EBNF with no free whitespace, as the engine compiles a json_schema format (from the
+ * A JSON Schema as XGrammar's EBNF with no free whitespace (its errors name `field`, and the schema's keywords by
+ * their path from `path`), as the engine compiles a json_schema format (from the
  * same source text: grammars.ts's grammarSource). Parsed in the sandbox first, so a schema XGrammar cannot use is an
  * InvalidOptionError naming `field` and never reaches this process's instance.
  */
-export function schemaGrammar(schema: Record<string, unknown> | boolean | string, field: string): Promise<string> {
-  const source = grammarSource({ type: "json_schema", schema }, field);
+export function schemaGrammar(
+  schema: Record<string, unknown> | boolean | string,
+  field: string,
+  path = field,
+): Promise<string> {
+  let source;
+  try {
+    source = grammarSource({ type: "json_schema", schema }, field);
+  } catch (e) {
+    // grammarSource names the schema `${field}.schema` (a format's): here it is `path` (a tool's parameters are
+    // the schema itself), and the error's field is the one the request wrote it in.
+    if (!(e instanceof InvalidOptionError)) throw e;
+    throw new InvalidOptionError(e.message.replaceAll(`${field}.schema`, path), { field });
+  }
   if (source.kind !== "json_schema") throw new Error("a json_schema format has a json_schema source");
   const hit = grammars.get(source.text);
   if (hit !== undefined) return hit;
