@@ -92,9 +92,9 @@ export interface EffortReport {
   thoughtTokens: number;
   probeTokens: number;
   droppedTokens: number;
-  /** The thought's hard cap (thinking budget, else max tokens) less everything the thought spent (thought, probes,
-   * dropped), when the policy closed it; 0 otherwise. An upper bound on the saving: the thought might have ended
-   * on its own before the cap. */
+  /** The thought's hard cap (thinking budget, else max tokens) less the sample's reasoning tokens (the thought with
+   * its markers, probes, dropped tokens), when the policy closed it; 0 otherwise. An upper bound on the saving: the
+   * thought might have ended on its own before the cap. */
   tokensSaved: number;
 }
 
@@ -219,7 +219,7 @@ export class Generation {
         thoughtTokens,
         probeTokens: p.probeTokens,
         droppedTokens: s.dropped,
-        tokensSaved: p.exit === null ? 0 : Math.max(0, cap - thoughtTokens - p.probeTokens - s.dropped),
+        tokensSaved: p.exit === null ? 0 : Math.max(0, cap - s.reasoningTokens - p.probeTokens - s.dropped),
       };
     });
   }
