@@ -70,20 +70,29 @@ export class ReplicaRegistration {
     this.timer.unref();
   }
 
+  /** The put waiting behind the one in flight (beats while a put is slow share it: one report, the latest). */
+  private queued: Promise<void> | null = null;
+
   /** Puts the current report now (also called when programs or draining change, so routers see it at once). */
   beat(): Promise<void> {
     if (this.timer === null && this.seq > 0) return Promise.resolve();
-    const value = JSON.stringify({ ...this.report(), seq: ++this.seq } satisfies ReplicaReport);
+    // While NATS is away a put waits for its timeout: the beats meanwhile coalesce into one put queued behind it (the
+    // report read when it starts), instead of piling up a put per heartbeat to replay when NATS returns.
+    if (this.queued !== null) return this.queued;
     // Puts are chained so a later report never lands before an earlier one. A failed put re-opens (re-creates) the
     // bucket for the next one: a NATS server restarted without its store has lost it.
-    const p = this.putting.then(() =>
-      this.kv.put(this.id, value).catch(async (e: unknown) => {
+    const p = this.putting.then(() => {
+      this.queued = null; // the put starts: a beat from now on queues behind it
+      const value = JSON.stringify({ ...this.report(), seq: ++this.seq } satisfies ReplicaReport);
+      return this.kv.put(this.id, value).catch(async (e: unknown) => {
         this.kv = await openBucket(this.nc).catch(() => this.kv);
         throw e;
-      }),
-    );
+      });
+    });
+    const queued = p.then(() => undefined);
+    this.queued = queued;
     this.putting = p.catch(() => undefined);
-    return p.then(() => undefined);
+    return queued;
   }
 
   /** Stops the heartbeat and deletes the entry: routers drop the replica at once. */

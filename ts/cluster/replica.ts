@@ -1,10 +1,17 @@
 // A `deliberate serve` process as a cluster replica: it registers in the membership bucket (heartbeats with its model,
 // KV usage, queue depth and the programs it holds) and serves tunnelled requests against its own HTTP server.
-// Draining (SIGTERM) is announced first, so routers stop sending new work before the server stops taking it.
+// Draining (SIGTERM) is announced first, so routers stop sending new work before the server stops taking it; the
+// reasoning programs that came through a router are then handed off (ts/server/handoff.ts: each ends its response with
+// a snapshot the router sends on to another replica). Requests that cannot be handed off (plain generations, direct
+// clients, programs other than sc) finish here before the process leaves.
+// NATS may be gone at any time: the HTTP server serves its direct clients regardless, the heartbeat resumes (and
+// re-registers) when NATS comes back, and every NATS step of a drain is bounded (LEAVE_BOUND_MS), so SIGTERM ends
+// the process whatever NATS does.
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { connect } from "@nats-io/transport-node";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { handoffRegistry } from "../server/handoff.js";
 import type { DeliberateServer } from "../server/server.js";
 import { DEFAULT_HEARTBEAT_MS, ReplicaRegistration } from "./membership.js";
 import type { ReplicaReport } from "./routing.js";
@@ -24,10 +31,31 @@ export interface JoinClusterOptions {
 
 export interface ClusterMember {
   readonly id: string;
-  /** Announces draining: routers stop sending new work here (call before server.close()). */
-  drain(): Promise<void>;
-  /** Lets tunnelled requests in flight finish, deletes the membership entry, closes the connection it opened. */
+  /** Whether the NATS connection is up now (a replica that lost it still serves its direct HTTP clients). */
+  readonly connected: boolean;
+  /** Announces draining (routers stop sending new work here), then hands off the programs that came through a
+   * router; returns how many (none while NATS is down: their router could not hear of it). Call before
+   * server.close(). Bounded: NATS gone costs at most NATS_STEP_MS. */
+  drain(): Promise<number>;
+  /** Lets tunnelled requests in flight finish, deletes the membership entry, closes the connection it opened; at most
+   * LEAVE_BOUND_MS whatever NATS does (what is left then is dropped: routers see the heartbeat stop). */
   leave(): Promise<void>;
+}
+
+/** Longest one NATS step of a drain may take (a heartbeat put, a flush) before it is given up. */
+export const NATS_STEP_MS = 2000;
+/** Longest leave() takes once the server has no request in flight. */
+export const LEAVE_BOUND_MS = 10_000;
+
+/** `p`, or `fallback` once `ms` have passed (the promise is left to settle on its own). */
+async function bounded<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<T>((resolve) => (timer = setTimeout(() => resolve(fallback), ms)));
+  try {
+    return await Promise.race([p.catch(() => fallback), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Connects to NATS, naming the URL and the fix when it cannot. */
@@ -90,6 +118,7 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
       ? await connectCluster(options.cluster, `deliberate-replica-${id}`)
       : options.cluster;
   const programs = new ProgramTracker(options.programIdleMs ?? 60_000);
+  let connected = !nc.isClosed();
   const startedAt = Date.now();
   let draining = false;
 
@@ -115,14 +144,25 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
     };
   };
 
-  let registration: ReplicaRegistration;
+  let registration: ReplicaRegistration | undefined;
   try {
     registration = await ReplicaRegistration.open(nc, id, report, options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS);
   } catch (e) {
     if (owned) await nc.close();
     throw e;
   }
-  const beat = (): void => void registration.beat().catch(() => undefined);
+  const reg = registration;
+  // Follows the connection: routers cannot hear a replica whose NATS is down (handoffs would go nowhere).
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "disconnect") connected = false;
+      else if (s.type === "reconnect") {
+        connected = true;
+        void reg.beat().catch(() => undefined); // back in the routers' views at once
+      }
+    }
+  })().catch(() => undefined);
+  const beat = (): void => void reg.beat().catch(() => undefined);
   // Listening before the first heartbeat: a router never finds this replica's subject empty.
   const stopTunnel = serveTunnel(nc, id, options.address, {
     onRequest(r: TunnelRequest) {
@@ -142,13 +182,13 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
       beat();
     },
   });
-  await registration.start();
+  await reg.start();
   // Until the model is loaded the report says draining; announce readiness as soon as it is.
   if (server.state.target === null) {
     const poll = setInterval(() => {
       if (server.state.target !== null) {
         clearInterval(poll);
-        void registration.beat().catch(() => undefined);
+        void reg.beat().catch(() => undefined);
       }
     }, 50);
     poll.unref();
@@ -157,18 +197,33 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
   let left = false;
   return {
     id,
+    get connected() {
+      return connected;
+    },
     async drain() {
       draining = true;
-      await registration.beat().catch(() => undefined);
+      await bounded(reg.beat(), NATS_STEP_MS, undefined);
+      // Routers see the draining flag before the handoffs arrive (they exclude the handing replica anyway).
+      return connected ? handoffRegistry(server.state).handOffAll() : 0;
     },
     async leave() {
       if (left) return;
       left = true;
+      const t0 = Date.now();
+      const left_ = (): number => Math.max(0, LEAVE_BOUND_MS - (Date.now() - t0));
       // The last frames of the requests in flight go out before the key is deleted: a router fails the streams of a
       // replica that left.
-      await stopTunnel();
-      await registration.leave();
-      if (owned) await nc.drain().catch(() => undefined);
+      await bounded(stopTunnel(Math.min(left_(), LEAVE_BOUND_MS / 2)), left_(), undefined);
+      await bounded(reg.leave(), Math.min(left_(), NATS_STEP_MS), undefined);
+      if (owned) {
+        // drain() waits for the server when NATS is gone: bounded, then closed outright.
+        const drained = await bounded(
+          nc.drain().then(() => true),
+          Math.min(left_(), NATS_STEP_MS),
+          false,
+        );
+        if (!drained) await bounded(nc.close(), 1000, undefined);
+      }
     },
   };
 }

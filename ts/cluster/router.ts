@@ -3,11 +3,15 @@
 // streams included, over NATS (transport.ts). The router keeps no state of its own beyond its view of the bucket and
 // its requests in flight: two routers on one cluster route alike, and one can restart any time. A replica that
 // leaves mid-request ends its streams with an error event; requests it never started go to the next replica.
+// A draining replica hands its reasoning programs off (ts/server/handoff.ts): their responses end with a snapshot,
+// which this router sends on to another replica in the request's body; the client's stream goes on from the new
+// replica's bytes (no second head, no role chunk, no round twice) and ends once.
 import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Counter, Gauge, Registry } from "prom-client";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ApiError, modelNotFound, toApiError, unauthorized, unavailable } from "../server/errors.js";
+import { ApiError, errorPayload, modelNotFound, toApiError, unauthorized, unavailable } from "../server/errors.js";
+import { HANDOFF_EVENT, HANDOFF_FIELD, HANDOFF_HEADER } from "../server/handoff.js";
 import { ClusterView, DEFAULT_STALE_MS, type Dispatch } from "./membership.js";
 import { connectCluster } from "./replica.js";
 import {
@@ -82,6 +86,11 @@ class RouterMetrics {
     labelNames: ["cause"],
     registers: [this.registry],
   });
+  readonly handedOff = new Counter({
+    name: "deliberate_router_handoffs_total",
+    help: "Programs a draining replica handed off that this router sent on to another replica",
+    registers: [this.registry],
+  });
   readonly replicas = new Gauge({
     name: "deliberate_router_replicas",
     help: "Live replicas in the router's view",
@@ -92,6 +101,44 @@ class RouterMetrics {
 /** The body as the client sent it (forwarded byte for byte: no re-serialisation, no precision lost). */
 interface RawBodyRequest extends FastifyRequest {
   rawBody?: string;
+}
+
+/** Splits a replica's SSE bytes into events, holding back a handoff event (the stream's last) for the router. */
+class SseHandoffSplitter {
+  private readonly decoder = new TextDecoder();
+  private pending = "";
+  /** The handoff event's data (JSON), once seen. */
+  handoff: string | null = null;
+
+  /** The text to pass on to the client now (complete events, the handoff event left out). */
+  push(chunk: Uint8Array): string {
+    this.pending += this.decoder.decode(chunk, { stream: true });
+    const cut = this.pending.lastIndexOf("\n\n");
+    if (cut < 0) return "";
+    const events = this.pending.slice(0, cut + 2);
+    this.pending = this.pending.slice(cut + 2);
+    const head = `event: ${HANDOFF_EVENT}\n`;
+    const at = events.indexOf(head);
+    if (at < 0 || (at > 0 && !events.slice(0, at).endsWith("\n\n"))) return events;
+    const end = events.indexOf("\n\n", at);
+    const data = events.slice(at + head.length, end);
+    this.handoff = data.startsWith("data: ") ? data.slice(6) : data;
+    return events.slice(0, at) + events.slice(end + 2);
+  }
+
+  /** What is left at the end of the stream. */
+  flush(): string {
+    const rest = this.pending + this.decoder.decode();
+    this.pending = "";
+    return rest;
+  }
+}
+
+/** The client's body with the handoff message added (the request the next replica continues the program from). */
+function resumeBody(body: Buffer, handoff: string): Buffer {
+  const o = JSON.parse(body.toString("utf8")) as Record<string, unknown>;
+  o[HANDOFF_FIELD] = JSON.parse(handoff) as unknown;
+  return Buffer.from(JSON.stringify(o));
 }
 
 /** Creates the router app; it routes as soon as this resolves (the view holds the bucket's entries). */
@@ -194,14 +241,24 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
 
   /** Forwards to the decided replica; one that is gone, or answers 503 before any byte, passes the request on. */
   const forward = async (request: FastifyRequest, reply: FastifyReply, key: RouteKey): Promise<void> => {
-    const body = Buffer.from((request as RawBodyRequest).rawBody ?? "");
+    let body: Buffer = Buffer.from((request as RawBodyRequest).rawBody ?? "");
     const exclude = new Set<string>();
     let busy: TunnelResponse | null = null;
+    // Set once a program was handed off mid-stream: the client has its head (and an SSE stream so far) already.
+    let streaming = false;
+    // A handed-off stream whose next replica cannot be found ends with an error event (its head is sent).
+    const failStream = (e: unknown): void => {
+      metrics.failed.labels("handoff").inc();
+      reply.raw.end(`data: ${JSON.stringify(errorPayload(e))}\n\n`);
+    };
+    // The replica may hand the program off should it drain (a client's own copy of the header is not passed on).
+    const headers = { ...endToEndHeaders(request.headers), [HANDOFF_HEADER]: "accept" };
     for (let attempt = 0; ; attempt++) {
       let d: RouteDecision;
       try {
         d = decide(key, exclude);
       } catch (e) {
+        if (streaming) return failStream(e);
         if (busy !== null) break; // every replica that could take it said 503
         throw e;
       }
@@ -211,7 +268,7 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         rid: randomUUID(),
         method: request.method,
         path: request.url,
-        headers: endToEndHeaders(request.headers),
+        headers,
         body,
         programId: key.programId,
       });
@@ -225,7 +282,10 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         res = await call.response();
       } catch (e) {
         end(call);
-        if (reply.raw.destroyed) throw e; // the client went away: nobody to answer
+        if (reply.raw.destroyed) {
+          if (streaming) return;
+          throw e; // the client went away: nobody to answer
+        }
         if (e instanceof NoResponderError) {
           // It has gone: its streams here end now rather than when its heartbeat goes stale.
           view.evict(d.replica);
@@ -233,46 +293,94 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
           continue;
         }
         metrics.failed.labels("replica_lost").inc();
+        if (streaming) return failStream(replicaLost((e as Error).message, d.replica));
         throw replicaLost((e as Error).message, d.replica);
       }
       // 503 before any byte: the replica is draining or its queue is full. A program's own replica that is merely
       // busy keeps the program (the client retries); otherwise the next replica takes the request.
       const drainingThere = view.replicas().find((r) => r.report.id === d.replica)?.report.draining ?? true;
-      if (res.status === 503 && (d.reason !== "program-sticky" || drainingThere)) {
+      if (res.status === 503 && (d.reason !== "program-sticky" || drainingThere || streaming)) {
         for await (const _ of res.body) void _;
         end(call);
         exclude.add(d.replica);
         busy = res;
         continue;
       }
-      return pipe(reply, call, res);
+      if (streaming && res.status !== 200) {
+        // The next replica refused the handed-off program: the client's stream ends with its error.
+        let text = "";
+        for await (const c of res.body) text += Buffer.from(c).toString("utf8");
+        end(call);
+        metrics.failed.labels("handoff").inc();
+        reply.raw.end(`data: ${text.trim()}\n\n`);
+        return;
+      }
+      const handoff = await pipe(reply, call, res, streaming);
+      if (handoff === null) return;
+      // Handed off: the next replica continues the program from its snapshot (never the one that gave it away).
+      metrics.handedOff.inc();
+      exclude.add(d.replica);
+      busy = null;
+      try {
+        body = resumeBody(body, handoff);
+      } catch (e) {
+        if (reply.raw.headersSent) return failStream(e);
+        throw e;
+      }
+      streaming = reply.raw.headersSent;
     }
+    if (streaming) return failStream(unavailable("no replica could take over the handed-off program; retry it", 1));
     throw unavailable("every replica serving this model is busy or draining; retry later", 1);
   };
 
   /** Streams the replica's response to the client (at the client's pace); a replica lost mid-stream ends an SSE
-   * stream with an error event. */
-  const pipe = async (reply: FastifyReply, call: TunnelCall, res: TunnelResponse): Promise<void> => {
-    reply.hijack();
+   * stream with an error event. Returns the handoff message (JSON) when the replica handed its program off: the
+   * client's response is then left open (an SSE stream) or not started (a non-streamed one) for the next replica. */
+  const pipe = async (
+    reply: FastifyReply,
+    call: TunnelCall,
+    res: TunnelResponse,
+    continued: boolean,
+  ): Promise<string | null> => {
     const raw = reply.raw;
     const sse = (res.headers["content-type"] ?? "").startsWith("text/event-stream");
-    // Which replica served it (for people and tests; clients may ignore it).
-    raw.writeHead(res.status, { ...res.headers, "x-deliberate-replica": call.replicaId });
-    if (sse) raw.socket?.setNoDelay(true);
-    try {
-      for await (const chunk of res.body) {
-        if (!raw.write(chunk) && !raw.destroyed)
-          await new Promise<void>((resolve) => (raw.once("drain", resolve), raw.once("close", resolve)));
+    if (!sse && res.headers[HANDOFF_HEADER] === "snapshot") {
+      // A non-streamed program handed off: its whole answer is the handoff message, for the router only.
+      try {
+        const parts: Buffer[] = [];
+        for await (const c of res.body) parts.push(Buffer.from(c));
+        const message = JSON.parse(Buffer.concat(parts).toString("utf8")) as Record<string, unknown>;
+        delete message.object;
+        return JSON.stringify(message);
+      } finally {
+        end(call);
       }
+    }
+    if (!continued) {
+      reply.hijack();
+      // Which replica served it (for people and tests; clients may ignore it).
+      raw.writeHead(res.status, { ...res.headers, "x-deliberate-replica": call.replicaId });
+      if (sse) raw.socket?.setNoDelay(true);
+    }
+    const write = async (chunk: Uint8Array | string): Promise<void> => {
+      if (chunk.length > 0 && !raw.write(chunk) && !raw.destroyed)
+        await new Promise<void>((resolve) => (raw.once("drain", resolve), raw.once("close", resolve)));
+    };
+    const splitter = sse ? new SseHandoffSplitter() : null;
+    try {
+      for await (const chunk of res.body) await write(splitter === null ? chunk : splitter.push(chunk));
+      if (splitter !== null) await write(splitter.flush());
+      if (splitter?.handoff != null) return splitter.handoff;
       raw.end();
     } catch (e) {
-      if (call.cancelled || raw.destroyed) return; // the client went away
+      if (call.cancelled || raw.destroyed) return null; // the client went away
       metrics.failed.labels("replica_lost").inc();
       if (sse) raw.end(`data: ${JSON.stringify(replicaLost((e as Error).message).body())}\n\n`);
       else raw.destroy(e as Error);
     } finally {
       end(call);
     }
+    return null;
   };
 
   const generation = (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
@@ -319,7 +427,8 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         notFound = true;
         continue;
       }
-      return pipe(reply, call, res);
+      await pipe(reply, call, res, false);
+      return;
     }
     if (notFound)
       throw new ApiError(

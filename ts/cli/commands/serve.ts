@@ -3,7 +3,7 @@
 // then exit.
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
-import { joinCluster, type ClusterMember } from "../../cluster/index.js";
+import { joinCluster, LEAVE_BOUND_MS, type ClusterMember } from "../../cluster/index.js";
 import { bundledModelDir, getTask, TASK_NAMES } from "../../index.js";
 import { createServer } from "../../server/index.js";
 import { intOption } from "../intOption.js";
@@ -101,10 +101,22 @@ export function registerServe(program: Command): void {
         if (stopping) return;
         stopping = true;
         process.stderr.write(`deliberate: ${signal}: draining requests in flight, then exiting\n`);
-        // A replica tells the routers first, so no new work arrives while it drains; it leaves once it is idle.
+        // A replica tells the routers first, so no new work arrives while it drains, and hands off its programs
+        // (their streams go on at another replica); it leaves once it is idle. Leaving is bounded whatever NATS
+        // does (LEAVE_BOUND_MS); the timer below is the last resort should anything else hang.
         Promise.resolve(member?.drain())
-          .then(() => server.close())
-          .then(() => member?.leave())
+          .then((handed) => {
+            if (handed) process.stderr.write(`deliberate: handed ${handed} program(s) off to other replicas\n`);
+            return server.close();
+          })
+          .then(() => {
+            if (member !== null)
+              setTimeout(() => {
+                process.stderr.write("deliberate: leaving the cluster timed out; exiting\n");
+                process.exit(0);
+              }, LEAVE_BOUND_MS + 2000).unref();
+            return member?.leave();
+          })
           .then(
             () => process.exit(0),
             (e: unknown) => {
