@@ -1,6 +1,9 @@
 // Output hashes and golden files: `--record FILE` writes them, `--check FILE` compares a new run against them.
 // A golden file carries its provenance (model hash, device, kernel configuration; provenance.ts) and a check
 // refuses to compare across a different model, and across a different device or kernel configuration unless told to.
+// An output is a prompt's token ids, or for a program prompt (prompts.ts) the program's replayable report as a JSON
+// string (runner.ts programReplay); a file with program outputs is version 4, one without is written as version 3
+// (byte for byte what earlier builds wrote, and read by them).
 import { createHash } from "node:crypto";
 import { compareProvenance, type Provenance } from "./provenance.js";
 
@@ -11,37 +14,66 @@ export function hashTokens(tokens: readonly number[]): string {
   return createHash("sha256").update(buf).digest("hex");
 }
 
-/** First index where the two sequences differ (including one being a prefix of the other), or null if equal. */
-export function firstDivergence(a: readonly number[], b: readonly number[]): number | null {
+/** A run's output: token ids, or a program's replayable report (a JSON string). */
+export type RunOutput = readonly number[] | string;
+
+/** SHA-256 of an output: hashTokens of token ids, of a program's report its UTF-8 bytes. */
+export function hashOutput(output: RunOutput): string {
+  if (typeof output !== "string") return hashTokens(output);
+  return createHash("sha256").update(output, "utf8").digest("hex");
+}
+
+/**
+ * First index where the two sequences differ (including one being a prefix of the other), or null if equal: a token
+ * position, or for program reports a character offset.
+ */
+export function firstDivergence<T extends number | string>(a: ArrayLike<T>, b: ArrayLike<T>): number | null {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
   return a.length === b.length ? null : n;
 }
 
-/** Version 3: provenance with the knobs in effect (listDevices().knobs), the KV dtype and page size, and `verify`. */
-export const GOLDEN_VERSION = 3;
+/** Version 3: provenance with the knobs in effect (listDevices().knobs), the KV dtype and page size, and `verify`.
+ *  Version 4: the same, with program outputs (`replay`) among the outputs. */
+export const GOLDEN_VERSION = 4;
+/** The version of a golden file without program outputs (what builds before program prompts wrote and read). */
+export const GOLDEN_VERSION_TOKENS = 3;
+
+/** One prompt's recorded output: its token ids, or a program prompt's report (with hash = hashOutput of it). */
+export type GoldenOutput =
+  { index: number; hash: string; tokens: number[] } | { index: number; hash: string; replay: string };
 
 export interface GoldenFile {
-  version: typeof GOLDEN_VERSION;
+  version: typeof GOLDEN_VERSION | typeof GOLDEN_VERSION_TOKENS;
   model: string;
   provenance: Provenance;
   params: Record<string, unknown>;
-  outputs: { index: number; hash: string; tokens: number[] }[];
+  outputs: GoldenOutput[];
 }
 
 export function makeGolden(
   model: string,
   provenance: Provenance,
   params: Record<string, unknown>,
-  outputs: readonly (readonly number[])[],
+  outputs: readonly RunOutput[],
 ): GoldenFile {
+  const programs = outputs.some((o) => typeof o === "string");
   return {
-    version: GOLDEN_VERSION,
+    version: programs ? GOLDEN_VERSION : GOLDEN_VERSION_TOKENS,
     model,
     provenance,
     params,
-    outputs: outputs.map((t, index) => ({ index, hash: hashTokens(t), tokens: [...t] })),
+    outputs: outputs.map((o, index) =>
+      typeof o === "string"
+        ? { index, hash: hashOutput(o), replay: o }
+        : { index, hash: hashTokens(o), tokens: [...o] },
+    ),
   };
+}
+
+/** A recorded output as a RunOutput. */
+function recorded(o: GoldenOutput): RunOutput {
+  return "replay" in o ? o.replay : o.tokens;
 }
 
 export function parseGolden(text: string, fileName: string): GoldenFile {
@@ -63,7 +95,7 @@ export function parseGolden(text: string, fileName: string): GoldenFile {
     );
   }
   if (
-    g.version !== GOLDEN_VERSION ||
+    (g.version !== GOLDEN_VERSION && g.version !== GOLDEN_VERSION_TOKENS) ||
     !Array.isArray(g.outputs) ||
     typeof g.provenance?.modelHash !== "string" ||
     typeof g.provenance.kernels !== "object"
@@ -119,7 +151,7 @@ export function checkGolden(
   g: GoldenFile,
   provenance: Provenance,
   params: Record<string, unknown>,
-  outputs: readonly (readonly number[])[],
+  outputs: readonly RunOutput[],
   fileName: string,
   options: CheckGoldenOptions = {},
 ): GoldenMismatch[] {
@@ -128,8 +160,11 @@ export function checkGolden(
     throw new Error(`${fileName} holds ${g.outputs.length} outputs but the prompts file has ${outputs.length} prompts`);
   const bad: GoldenMismatch[] = [];
   outputs.forEach((t, i) => {
-    if (hashTokens(t) !== g.outputs[i].hash)
-      bad.push({ index: i, firstDivergence: firstDivergence(g.outputs[i].tokens, t) });
+    if (hashOutput(t) === g.outputs[i].hash) return;
+    const was = recorded(g.outputs[i]);
+    // A program output where a token output was recorded (or the reverse): the prompts file changed there.
+    const at = typeof was === typeof t ? firstDivergence<number | string>(was, t) : 0;
+    bad.push({ index: i, firstDivergence: at });
   });
   return bad;
 }

@@ -79,7 +79,8 @@ function parseLoads(raw: string): number[] {
 function describe(r: PromptReport): string {
   const cost = `rollbacks ${r.rollbacks}, recomputed ${r.recomputedTokens} of ${r.generatedTokens} tokens, ${r.exactTokens} exact`;
   if (r.agree) return `prompt ${r.index}: agree over ${r.runs} runs (${cost})`;
-  return `prompt ${r.index}: DIVERGES at token ${r.firstDivergence} under load ${r.divergentLoads.join(",")} (${r.distinct} distinct outputs in ${r.runs} runs; ${cost})`;
+  const at = r.program ? `character ${r.firstDivergence} of its program report` : `token ${r.firstDivergence}`;
+  return `prompt ${r.index}: DIVERGES at ${at} under load ${r.divergentLoads.join(",")} (${r.distinct} distinct outputs in ${r.runs} runs; ${cost})`;
 }
 
 export function registerDeterminism(program: Command): void {
@@ -90,7 +91,10 @@ export function registerDeterminism(program: Command): void {
       "--model <dir>",
       "model folder: config.json, *.safetensors, tokenizer.json (default: the bundled models/tiny-reasoner)",
     )
-    .requiredOption("--prompts <file>", 'one prompt per line, or JSONL with "prompt" or "promptIds"')
+    .requiredOption(
+      "--prompts <file>",
+      'one prompt per line, or JSONL with "prompt" or "promptIds" (and "program": "sc" with "programOptions" {cap, interval, maxTokens, shortM, beamWidth, variant} to run a reasoning program, compared by its answer, certaindex trace, rounds and token counts)',
+    )
     .option("--load <list>", "background concurrencies to run under (1 = alone)", "1,8,32")
     .option("--runs <n>", "repetitions of the whole sweep", "1")
     .option("--max-tokens <n>", "tokens to generate per prompt", "32")
