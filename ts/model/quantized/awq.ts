@@ -30,11 +30,17 @@ export function decodeAwq(t: LoadedTensors, N: number, K: number, s: AwqScheme):
   const qweight = int32Words(need(t, "qweight"));
   const qzeros = int32Words(need(t, "qzeros"));
   const scales = floats(need(t, "scales"));
+  // Two input rows at a time give whole bytes of the format (row k in the low nibble, k + 1 in the high one).
   const q = new Uint8Array((N * K) / 2);
-  for (let k = 0; k < K; k++)
-    for (let n = 0; n < N; n++) {
-      const v = field(qweight[k * words + (n >> 3)], AWQ_REVERSE_ORDER[n & 7], 4);
-      q[(n * K + k) >> 1] |= k & 1 ? v << 4 : v;
+  const half = K / 2;
+  for (let k = 0; k < K; k += 2)
+    for (let c = 0; c < words; c++) {
+      const lo = qweight[k * words + c];
+      const hi = qweight[(k + 1) * words + c];
+      for (let j = 0; j < 8; j++) {
+        const shift = 4 * AWQ_REVERSE_ORDER[j];
+        q[(8 * c + j) * half + (k >> 1)] = ((lo >>> shift) & 15) | (((hi >>> shift) & 15) << 4);
+      }
     }
   const outScales = new Float32Array(N * groups);
   const zeros = new Uint8Array(N * groups);

@@ -72,13 +72,16 @@ export function decodeCompressedTensors(
   const words = Math.ceil(K / pf);
 
   const q = new Uint8Array(bits === 4 ? (N * K) / 2 : N * K);
-  for (let n = 0; n < N; n++)
-    for (let k = 0; k < K; k++) {
-      const c = perm ? perm[k] : k;
-      const v = field(packed[n * words + Math.floor(c / pf)], c % pf, bits);
-      if (bits === 8) q[n * K + k] = v;
-      else q[(n * K + k) >> 1] |= k & 1 ? v << 4 : v;
-    }
+  // Packed along K in field order, a row of whole words is the format's row byte for byte (little-endian words).
+  if (!perm && K % pf === 0) q.set(new Uint8Array(packed.buffer, packed.byteOffset, q.byteLength));
+  else
+    for (let n = 0; n < N; n++)
+      for (let k = 0; k < K; k++) {
+        const c = perm ? perm[k] : k;
+        const v = field(packed[n * words + Math.floor(c / pf)], c % pf, bits);
+        if (bits === 8) q[n * K + k] = v;
+        else q[(n * K + k) >> 1] |= k & 1 ? v << 4 : v;
+      }
   // Scales are already [N, K / G]; the format holds them as f32 (exact for f16 / bf16).
   const zeros = new Uint8Array(N * groups).fill(offset);
   if (!s.symmetric) {

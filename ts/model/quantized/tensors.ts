@@ -34,7 +34,10 @@ export function need(t: LoadedTensors, role: string): LoadedTensor {
   return x;
 }
 
-/** Little-endian int32 words of an I32 tensor (a copy when the bytes are not 4-byte aligned). */
+/**
+ * Little-endian int32 words of an I32 tensor (a copy when the bytes are not 4-byte aligned). A typed-array view reads
+ * host order: Node's platforms (x86-64, arm64) are little-endian, as safetensors is.
+ */
 export function int32Words(x: LoadedTensor): Int32Array {
   const b = x.bytes;
   if (b.byteOffset % 4 === 0) return new Int32Array(b.buffer, b.byteOffset, b.byteLength / 4);
