@@ -26,4 +26,19 @@ describe("checkpoint layout details", () => {
       model.dispose();
     }
   });
+
+  it("with loadModel's quantize, re-quantizes the projections and says so", async () => {
+    const f = await quantizedFixture({ method: "compressed-tensors", bits: 8, groupSize: null, symmetric: true });
+    const model = await loadModel(f.dir, { device, kvPages: 16, pageSize: PAGE, quantize: "int8" });
+    try {
+      const [logits] = await runChunks(model, [1, 2, 3], [3], 0, FIXED);
+      expect(logits.every(Number.isFinite)).toBe(true);
+      expect(model.weights.formats.map((x) => x.format)).toContain(
+        "compressed-tensors 8-bit per channel dequantized, then int8 (quantized at load)",
+      );
+      expect(model.weights.warnings.join("\n")).toMatch(/dequantized and quantized again at load \(quantize: "int8"\)/);
+    } finally {
+      model.dispose();
+    }
+  });
 });

@@ -93,6 +93,7 @@ export function planWeights(
     by.set(format, e);
   };
   let dequantized = { tensors: 0, bytes: 0, stored: 0 };
+  let requantized = 0;
   const seen = new Set<string>();
   for (const { name, shape } of expected) {
     if (seen.has(name)) continue; // a tied embedding is listed once
@@ -117,6 +118,7 @@ export function planWeights(
         continue;
       }
       if (options.quantize !== undefined && INT8_AT_LOAD.test(name)) {
+        requantized++;
         add(
           `${scheme} dequantized, then ${options.quantize} (quantized at load)`,
           atLoadBytes(options.quantize, N, K, options.quantizeGroupSize),
@@ -162,6 +164,11 @@ export function planWeights(
         `(${(dequantized.bytes / Math.max(1, dequantized.stored)).toFixed(1)}x)${hint}`,
     );
   }
+  if (s && requantized > 0)
+    warnings.push(
+      `${requantized} projections of ${describeScheme(s)} are dequantized and quantized again at load (quantize: ` +
+        `"${options.quantize}"): a second rounding of weights already quantized; load without quantize to keep them as stored`,
+    );
   const formats = [...by.values()].sort((a, b) => b.bytes - a.bytes);
   return {
     scheme: s ? describeScheme(s) : null,
