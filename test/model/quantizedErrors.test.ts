@@ -299,4 +299,15 @@ describe("bad quantized tensors in a checkpoint", () => {
     await truncate(file, size - 100);
     await expect(openModelFiles(dir)).rejects.toThrow(/tensor '.*' ends at data byte \d+, past the end of the file/);
   });
+
+  it("a quantized checkpoint whose config.json lacks quantization_config is named as such", async () => {
+    const dir = await broken(() => {});
+    const file = join(dir, "config.json");
+    const json = JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
+    delete json.quantization_config;
+    await writeFile(file, JSON.stringify(json));
+    await expect(openModelFiles(dir)).rejects.toThrow(
+      /tensor 'model\.layers\.0\.self_attn\.q_proj\.weight' is missing \(the checkpoint stores it quantized, as 'model\.layers\.0\.self_attn\.q_proj\.qweight', but config\.json has no quantization_config/,
+    );
+  });
 });

@@ -182,7 +182,10 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
     if (ql) {
       problems.push(...quantizedLinearProblems(ql, checkpoint));
     } else if (!t) {
-      const why = name === "lm_head.weight" ? " (config.json has tie_word_embeddings: false)" : "";
+      const why =
+        name === "lm_head.weight"
+          ? " (config.json has tie_word_embeddings: false)"
+          : quantizedHint(name, config, checkpoint);
       problems.push(`${checkpoint.source}: tensor '${name}' is missing${why}`);
     } else if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
       problems.push(
@@ -199,6 +202,21 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
     `weights in ${basename(checkpoint.source)} do not match ${config.file}:\n  ${shown}${more}\n` +
       `check that config.json and the safetensors files come from the same model`,
   );
+}
+
+/**
+ * Why a projection's `weight` may be missing: the checkpoint stores it quantized (GPTQ / AWQ qweight, compressed-
+ * tensors weight_packed) while config.json declares no quantization_config (old AutoGPTQ exports keep it in
+ * quantize_config.json only).
+ */
+function quantizedHint(name: string, config: ModelConfig, checkpoint: TensorDirectory): string {
+  if (config.quantization !== null || !name.endsWith(".weight")) return "";
+  const prefix = name.slice(0, -".weight".length);
+  const packed = ["qweight", "weight_packed"].find((s) => checkpoint.tensors.has(`${prefix}.${s}`));
+  return packed
+    ? ` (the checkpoint stores it quantized, as '${prefix}.${packed}', but config.json has no quantization_config; ` +
+        `copy it in from the model's quantize_config.json)`
+    : "";
 }
 
 /**
