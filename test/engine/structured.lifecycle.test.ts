@@ -29,7 +29,7 @@ describe("structured outputs: an engine's dispose", () => {
     }).result;
     expect(done.samples[0].finishReason).not.toBe("aborted");
     await engine.prepareStructured({ type: "grammar", grammar: 'root ::= "x" [0-9]+' });
-    expect(liveXGrammar.compilers).toBe(before.compilers + 1);
+    expect(liveXGrammar.compilers).toBe(before.compilers + 2); // a host thread, and this thread's instance
     expect(liveXGrammar.grammars).toBe(before.grammars + 2);
 
     // In flight at dispose: a request that is running, and a compile of a schema the engine has not seen.
@@ -87,5 +87,42 @@ describe("structured outputs: an engine's dispose", () => {
     expect(hit.maskAt(3)).toBeInstanceOf(Int32Array);
     for (const c of [first, forked, hit]) c.dispose();
     set.dispose();
+  });
+
+  it("matchers on a host thread and on the engine's thread give the same masks, through rollback and the format's end", async () => {
+    const vocab = model.tokenizer.grammarVocab();
+    const local = new GrammarSet(vocab, model.config.vocabSize, model.tokenizer.eosTokenIds);
+    const hosted = new GrammarSet(vocab, model.config.vocabSize, model.tokenizer.eosTokenIds, 8, 2, -1);
+    const format = { type: "regex" as const, pattern: "[0-9]{1,3}-[a-c]{1,2}" };
+    const options = { thought: "none" as const, origin: 2, end: 40, answerTokens: 5, keepMasks: 0, field: "t" };
+    const a = new SequenceConstraint(local.acquire(format, "t"), local, options);
+    const b = new SequenceConstraint(hosted.acquire(format, "t"), hosted, options);
+    const allowed = (m: Int32Array): number[] => {
+      const out: number[] = [];
+      for (let t = 0; t < model.config.vocabSize; t++) if ((m[t >> 5] >>> (t & 31)) & 1) out.push(t);
+      return out;
+    };
+    const tokens = [1, 2];
+    let cut = Number.POSITIVE_INFINITY;
+    for (let step = 0; step < 14; step++) {
+      await a.prepare(tokens, cut);
+      await b.prepare(tokens, cut);
+      cut = Number.POSITIVE_INFINITY;
+      const ma = allowed(a.maskAt(tokens.length)!);
+      expect(allowed(b.maskAt(tokens.length)!)).toEqual(ma);
+      if (step === 5) {
+        tokens.length -= 2; // a verifier's rollback: two tokens back
+        cut = tokens.length;
+        continue;
+      }
+      const eos = model.tokenizer.eosTokenIds.find((t) => ma.includes(t));
+      if (eos !== undefined && a.ends(eos, tokens.length)) break; // the format is complete
+      tokens.push(ma[(step * 7) % ma.length]);
+    }
+    expect(model.tokenizer.decode(tokens.slice(2))).toMatch(/^[0-9]{1,3}(-[a-c]{0,2})?$/);
+    a.dispose();
+    b.dispose();
+    local.dispose();
+    hosted.dispose();
   });
 });

@@ -8,11 +8,11 @@ import { checkJsonSchema, checkStructuralTagSchemas } from "./schemaCheck.js";
 import type { GrammarVocab, StructuredFormat } from "./types.js";
 
 export type { GrammarVocab } from "./types.js";
-import { GrammarHost } from "./host.js";
+import { GrammarHost, LocalHost, type MatcherHost } from "./host.js";
 
 /** A compiled grammar: the host that holds it (its matchers are made there) and its id on that host. */
 export interface CompiledFormat {
-  host: GrammarHost;
+  host: MatcherHost;
   gid: number;
 }
 
@@ -22,6 +22,12 @@ export interface CompiledFormat {
  * engine leaves none behind.
  */
 export const liveXGrammar = { compilers: 0, grammars: 0 };
+
+/**
+ * A grammar a host compiled in at most this many milliseconds is compiled again on the engine's thread (a stall about
+ * as long) and matched there, without a round trip to the host per step (LocalHost).
+ */
+export const LOCAL_COMPILE_MS = 100;
 
 /** Grammar hosts a GrammarSet starts at most (each holds an XGrammar instance with the vocabulary's tokenizer info). */
 export const DEFAULT_GRAMMAR_HOSTS = 4;
@@ -128,7 +134,7 @@ interface CacheEntry {
   compiled: Promise<CompiledFormat>;
   users: number;
   /** Where it compiled (null until it has). */
-  host: GrammarHost | null;
+  host: MatcherHost | null;
   /** The compile finished or failed. */
   settled: boolean;
 }
@@ -143,6 +149,7 @@ export const DEFAULT_GRAMMAR_CACHE = 256;
  */
 export class GrammarSet {
   private readonly hosts: GrammarHost[] = [];
+  private local: LocalHost | null = null;
   private nextGid = 0;
   private isDisposed = false;
   /** By source text, least recently used first. */
@@ -158,6 +165,8 @@ export class GrammarSet {
     readonly stopTokenIds: readonly number[],
     readonly maxEntries = DEFAULT_GRAMMAR_CACHE,
     readonly maxHosts = DEFAULT_GRAMMAR_HOSTS,
+    /** LOCAL_COMPILE_MS; -1: every grammar stays on its host (tests of the host path). */
+    readonly localCompileMs = LOCAL_COMPILE_MS,
   ) {}
 
   /**
@@ -201,6 +210,11 @@ export class GrammarSet {
     for (const host of this.hosts) host.terminate();
     liveXGrammar.compilers -= this.hosts.length;
     this.hosts.length = 0;
+    if (this.local !== null) {
+      this.local.terminate();
+      liveXGrammar.compilers--;
+      this.local = null;
+    }
   }
 
   private checkAlive(field: string): void {
@@ -313,8 +327,9 @@ export class GrammarSet {
     const host = this.pickHost();
     const gid = ++this.nextGid;
     this.stats.compiles++;
+    let ms: number;
     try {
-      await host.compile(gid, source);
+      ms = await host.compile(gid, source);
     } catch (e) {
       this.checkAlive(field); // the host ended under it (dispose())
       throw new InvalidOptionError(`${field}: XGrammar could not compile it: ${(e as Error).message}`, {
@@ -324,7 +339,21 @@ export class GrammarSet {
     }
     this.checkAlive(field); // disposed as it finished: freed with the host's thread
     liveXGrammar.grammars++;
-    return { host, gid };
+    if (ms > this.localCompileMs) return { host, gid };
+    // Cheap to compile: compiled again on this thread, its masks then cost no round trip. Compiled on a host first,
+    // so no input that could stall (or abort) this thread reaches its instance.
+    if (this.local === null) {
+      this.local = new LocalHost(this.vocab, this.vocabSize, this.stopTokenIds);
+      liveXGrammar.compilers++;
+    }
+    try {
+      await this.local.compile(gid, source);
+    } catch {
+      this.checkAlive(field);
+      return { host, gid }; // keep the host's
+    }
+    host.freeGrammar(gid);
+    return { host: this.local, gid };
   }
 
   /**

@@ -12,8 +12,10 @@
 // input, and a host that aborts anyway exits, failing what it held (its grammars are compiled afresh on another).
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
+import type * as XG from "@mlc-ai/web-xgrammar";
 import type { GrammarSource } from "./sandbox.js";
 import type { GrammarVocab } from "./types.js";
+import { loadXGrammar, type XGrammar } from "./xgrammar.js";
 
 /** One op of a batch. `id` present: the host answers it. */
 export type HostOp =
@@ -72,6 +74,7 @@ async function run({ xg, compiler }, op) {
   switch (op.op) {
     case "compile": {
       const s = op.source;
+      const t0 = performance.now();
       let g;
       if (s.kind === "json_schema") g = await compiler.compileJSONSchema(s.text, false, -1);
       else if (s.kind === "ebnf") {
@@ -82,7 +85,7 @@ async function run({ xg, compiler }, op) {
       // createGrammarMatcher reads the size through tokenizerInfo(), a handle it never frees: answer it here.
       Object.defineProperty(g, "tokenizerInfo", { value: () => ({ getVocabSize: () => v.vocabSize }) });
       grammars.set(op.gid, g);
-      return {};
+      return { ms: performance.now() - t0 };
     }
     case "freeGrammar":
       grammars.get(op.gid)?.dispose();
@@ -157,7 +160,18 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
-export class GrammarHost {
+/** Where a grammar's matchers live: a host thread (GrammarHost) or the engine's own thread (LocalHost). */
+export interface MatcherHost {
+  readonly dead: boolean;
+  /** Matchers created and not freed. */
+  matchers: number;
+  freeGrammar(gid: number): void;
+  step(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): Promise<StepReply>;
+  freeMatcher(mid: number): void;
+  terminate(): void;
+}
+
+export class GrammarHost implements MatcherHost {
   private readonly worker: Worker;
   private readonly pending = new Map<number, Pending>();
   private outbox: HostOp[] = [];
@@ -206,12 +220,13 @@ export class GrammarHost {
     this.worker.unref();
   }
 
-  /** Compiles `source` as grammar `gid`; rejects with XGrammar's message. */
-  async compile(gid: number, source: GrammarSource): Promise<void> {
+  /** Compiles `source` as grammar `gid`: the milliseconds XGrammar took; rejects with XGrammar's message. */
+  async compile(gid: number, source: GrammarSource): Promise<number> {
     this.compiling++;
     try {
-      await this.call({ op: "compile", id: 0, gid, source });
+      const r = await this.call({ op: "compile", id: 0, gid, source });
       this.grammars++;
+      return r.ms as number;
     } finally {
       this.compiling--;
     }
@@ -256,5 +271,121 @@ export class GrammarHost {
         if (!this.dead) this.worker.postMessage(batch);
       });
     this.outbox.push(op);
+  }
+}
+
+/**
+ * The engine thread's own XGrammar instance, for grammars a host compiled in a few milliseconds: compiled again here
+ * (stalling the thread about as long), their matchers answer without a round trip to another thread, which costs more
+ * than a cheap grammar's mask (a round trip waits for the host thread to be scheduled; on a busy machine a
+ * millisecond). Same calls as GrammarHost's; input reaches it only after the sandbox parsed it and a host compiled it.
+ */
+export class LocalHost implements MatcherHost {
+  dead = false;
+  matchers = 0;
+  private readonly grammars = new Map<number, XG.CompiledGrammar>();
+  private readonly matcherById = new Map<number, XG.GrammarMatcher>();
+  private api: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> | null = null;
+
+  constructor(
+    private readonly vocab: GrammarVocab,
+    private readonly vocabSize: number,
+    private readonly stopTokenIds: readonly number[],
+  ) {}
+
+  async compile(gid: number, source: GrammarSource): Promise<void> {
+    const { xg, compiler } = await this.start();
+    if (this.dead) throw new Error("the grammar host was terminated");
+    let g: XG.CompiledGrammar;
+    if (source.kind === "json_schema") g = await compiler.compileJSONSchema(source.text, false, -1);
+    else if (source.kind === "ebnf") {
+      // compileGrammar(text) would parse it into a Grammar it never frees: parse, compile, free.
+      const parsed = await xg.Grammar.fromEBNF(source.text);
+      try {
+        g = await compiler.compileGrammar(parsed);
+      } finally {
+        parsed.dispose();
+      }
+    } else if (source.kind === "structural_tag") g = await compiler.compileStructuralTag(source.text);
+    else g = await compiler.compileBuiltinJSONGrammar();
+    if (this.dead) {
+      g.dispose();
+      throw new Error("the grammar host was terminated");
+    }
+    // createGrammarMatcher reads the size through tokenizerInfo(), a handle it never frees (each one pinning the
+    // tokenizer info): answer it here.
+    const vocabSize = this.vocabSize;
+    Object.defineProperty(g, "tokenizerInfo", { value: () => ({ getVocabSize: () => vocabSize }) });
+    this.grammars.set(gid, g);
+  }
+
+  freeGrammar(gid: number): void {
+    this.grammars.get(gid)?.dispose();
+    this.grammars.delete(gid);
+  }
+
+  async step(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): Promise<StepReply> {
+    if (this.dead) throw new Error("the grammar host was terminated");
+    let m = this.matcherById.get(op.mid);
+    if (m === undefined) {
+      const g = this.grammars.get(op.gid);
+      if (g === undefined) throw new Error(`grammar ${op.gid} is not on this host`);
+      const { xg } = await this.start();
+      m = await xg.GrammarMatcher.createGrammarMatcher(g);
+      this.matcherById.set(op.mid, m);
+    }
+    if (op.reset) m.reset();
+    if (op.rollback > 0) m.rollBack(op.rollback);
+    let accepted = 0;
+    let rejected = false;
+    for (const t of op.accept) {
+      if (m.isTerminated()) break;
+      if (!m.acceptToken(t)) {
+        rejected = true;
+        break;
+      }
+      accepted++;
+    }
+    const terminated = m.isTerminated();
+    const mask = op.mask && !terminated && !rejected ? await m.getNextTokenBitmask() : null;
+    return { accepted, rejected, terminated, mask };
+  }
+
+  freeMatcher(mid: number): void {
+    this.matcherById.get(mid)?.dispose();
+    this.matcherById.delete(mid);
+  }
+
+  /** Frees every grammar and matcher, the compiler and the tokenizer info. */
+  terminate(): void {
+    if (this.dead) return;
+    this.dead = true;
+    for (const m of this.matcherById.values()) m.dispose();
+    for (const g of this.grammars.values()) g.dispose();
+    this.matcherById.clear();
+    this.grammars.clear();
+    this.api?.then(
+      ({ compiler, info }) => {
+        compiler.dispose();
+        info.dispose();
+      },
+      () => undefined,
+    );
+  }
+
+  private start(): Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> {
+    return (this.api ??= (async () => {
+      const xg = await loadXGrammar();
+      const tokens = this.vocab.tokens.slice(0, this.vocabSize);
+      while (tokens.length < this.vocabSize) tokens.push("");
+      const info = await xg.TokenizerInfo.createTokenizerInfo(
+        tokens,
+        this.vocab.vocabType,
+        this.vocab.prependSpace,
+        this.vocabSize,
+        [...this.stopTokenIds],
+      );
+      return { xg, compiler: await xg.GrammarCompiler.createGrammarCompiler(info), info };
+    })());
   }
 }

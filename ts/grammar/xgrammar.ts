@@ -5,8 +5,8 @@
 //
 // XGrammar aborts its wasm runtime on bad input (an EBNF syntax error, an unsupported schema type) after printing
 // "[FATAL] ...". The abort throws, but leaves the instance's stack and heap as they were mid-call; so this instance
-// (the one that holds compiled grammars and matchers) only ever sees input that a throwaway instance in a worker
-// thread (sandbox.ts) has parsed first.
+// (the engine thread's, which holds the grammars that compile fast and their matchers: host.ts LocalHost) only ever
+// sees input that a throwaway instance in a worker thread (sandbox.ts) has parsed and a grammar host has compiled.
 import { createRequire } from "node:module";
 import type * as XG from "@mlc-ai/web-xgrammar";
 
