@@ -169,6 +169,12 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     const tampered = structuredClone(snap);
     tampered.rounds[0].certaindex = 0.123;
     await refused(tampered, /round 1 replays to certaindex/);
+    const otherPrompt = structuredClone(snap);
+    otherPrompt.requests[0].promptTokens[1] = (otherPrompt.requests[0].promptTokens[1] + 1) % 100;
+    await refused(otherPrompt, /does not match the program's \(its prompt tokens\)/);
+    const shuffled = structuredClone(snap);
+    shuffled.requests[0].samples.reverse();
+    await refused(shuffled, /indexed 0, 1, \.\.\. in order/);
     const reordered = structuredClone(snap);
     reordered.requests.reverse();
     await refused(reordered, /request #1 is not the one the snapshot holds/);

@@ -114,15 +114,16 @@ export function parseSnapshot(value: unknown, field = "snapshot"): RunSnapshot {
     );
   }
   const s = r.data;
-  for (const q of s.requests)
+  for (const q of s.requests) {
+    if (q.samples.some((x, i) => x.index !== i))
+      throw new InvalidOptionError(`${field}: a request's samples must be indexed 0, 1, ... in order`, { field });
     for (const x of q.samples)
       if (q.maxTokens !== undefined && x.tokens.length > q.maxTokens)
         throw new InvalidOptionError(
           `${field}: a sample holds ${x.tokens.length} tokens, past its maxTokens ${q.maxTokens}`,
-          {
-            field,
-          },
+          { field },
         );
+  }
   return s;
 }
 
@@ -255,6 +256,24 @@ class JournalContext implements ProgramContext {
     purpose: TokenPurpose,
     asked: string,
   ): RequestHandle {
+    // What the snapshot says the engine saw must be what this request gives it: the prompt's ids, the seed, n.
+    const prompt =
+      typeof request.prompt === "string"
+        ? this.inner.encode(request.prompt, { model: request.model, addSpecialTokens: request.addSpecialTokens })
+        : request.prompt;
+    const bad =
+      prompt.length !== entry.promptTokens.length || prompt.some((id, i) => id !== entry.promptTokens[i])
+        ? "its prompt tokens"
+        : request.seed !== undefined && request.seed !== entry.seed
+          ? "its seed"
+          : entry.samples.length !== (request.n ?? 1)
+            ? "its number of samples"
+            : null;
+    if (bad !== null)
+      throw new InvalidOptionError(
+        `${this.field}: request #${this.replayAt} of the snapshot does not match the program's (${bad})`,
+        { field: this.field },
+      );
     const cut = entry.samples.filter((s) => s.finishReason === "aborted");
     if (cut.length > 0) {
       const why = continuationRefusal(request);
