@@ -272,9 +272,6 @@ describe.each([{ fuseVerify: true }, { fuseVerify: false }])("deterministic: tru
     expect(() => engine.submit({ prompt: [1, 2], deterministic: "yes" as unknown as boolean })).toThrow(
       /request.deterministic is "yes"/,
     );
-    expect(() => engine.submit({ prompt: [1, 2], deterministic: true, captureHidden: { layer: 1 } })).toThrow(
-      /not supported with deterministic/,
-    );
     expect(() => new Engine({ models: { model }, verifyWindow: 1 })).toThrow(/verifyWindow is 1/);
     expect(() => new Engine({ models: { model }, fuseVerify: "yes" as unknown as boolean })).toThrow(
       /options.fuseVerify is "yes"; expected true or false/,

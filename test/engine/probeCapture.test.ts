@@ -96,8 +96,5 @@ describe("request.probe", () => {
     expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 2 }, captureHidden: { layer: 1 } })).toThrow(
       /probe or captureHidden/,
     );
-    expect(() => engine.submit({ prompt: [1, 2], probe: { layer: 0, every: 2 }, deterministic: true })).toThrow(
-      /not supported with deterministic/,
-    );
   });
 });

@@ -137,11 +137,12 @@ export class ModelSlot {
    * every step is on the fixed schedule already). If the verifier cannot start (no scratch pages) the sequences are
    * finished and the error thrown.
    */
-  trackDeterministic(seqs: readonly Sequence[], stats: DeterminismStats): void {
+  trackDeterministic(seqs: readonly Sequence[], stats: DeterminismStats, probeEvery: number | null = null): void {
     if (!this.verifies) return;
     const verifier = (this.verifier ??= new Verifier(this.blockManager, this.runner, this.verifyOptions));
     try {
-      for (const seq of seqs) verifier.track(seq, { maxTokens: seq.maxCompletionTokens, stopIds: seq.stopIds, stats });
+      for (const seq of seqs)
+        verifier.track(seq, { maxTokens: seq.maxCompletionTokens, stopIds: seq.stopIds, stats, probeEvery });
     } catch (e) {
       for (const seq of seqs) this.finish(seq);
       throw e;

@@ -1,6 +1,6 @@
 // What a caller asks the engine for (its schema is ts/options/schemas.ts), and its resolution against the model's
 // limits. Inside the engine only ResolvedParams travel.
-import { ContextLengthError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
+import { ContextLengthError, InvalidOptionError } from "../errors/index.js";
 import { show } from "../options/validate.js";
 import type { StructuredFormat, StructuredOutput } from "../grammar/types.js";
 import type { SchedMetadata } from "./sequence.js";
@@ -48,7 +48,8 @@ export interface SamplingParams {
   /**
    * Same prompt, seed and parameters give the same tokens whatever else the engine runs (decode-verify-rollback:
    * fast decoding, verified every verifyWindow tokens on a fixed schedule; only verified tokens are streamed).
-   * Default false; output.determinism reports its cost. Not combinable with captureHidden or probe yet.
+   * Default false; output.determinism reports its cost. With probe or captureHidden, each capture comes from a
+   * fixed-schedule row of verified tokens (the row that reads a captured position runs fixed, as an exact decode).
    */
   deterministic?: boolean;
   /**
@@ -205,15 +206,9 @@ export function resolveParams(p: SamplingParams, limits: ParamLimits, base?: Res
       : p.confidence === null
         ? null
         : resolveConfidence(p.confidence, limits.vocabSize, fail);
+  // With deterministic, every capture is read from a fixed-schedule row of committed tokens (verifier/rows.ts
+  // probePoint): a captured position's row runs as an exact decode.
   const deterministic = p.deterministic ?? base?.deterministic ?? false;
-  if (deterministic && (captureHiddenLayer !== null || probe !== null)) {
-    const [field, value] =
-      probe !== null ? ["probe", p.probe] : ["captureHidden", p.captureHidden ?? { layer: captureHiddenLayer }];
-    throw new UnsupportedError(
-      `request.${field} is ${show(value)}; hidden-state capture is not supported with deterministic: true yet; drop one of them`,
-      { field: `request.${field}` },
-    );
-  }
   const structured =
     p.structured === undefined
       ? (base?.structured ?? null)

@@ -49,7 +49,7 @@ export class Stepper {
     for (const seq of seqs) this.samples.set(seq.id, { state, sample: state.seqs.indexOf(seq), slot });
     if (state.determinism === null) return;
     try {
-      slot.trackDeterministic(seqs, state.determinism);
+      slot.trackDeterministic(seqs, state.determinism, probeEveryOf(state.params));
     } catch (e) {
       for (const seq of seqs) this.samples.delete(seq.id);
       throw e;
@@ -180,6 +180,11 @@ export class Stepper {
 function captureLayersOf(p: ResolvedParams, seq: Sequence): readonly number[] | null {
   if (p.probe !== null) return seq.numCompletionTokens % p.probe.every === 0 ? p.probe.native : null;
   return p.captureHiddenLayer === null ? null : [p.captureHiddenLayer];
+}
+
+/** How often a deterministic request's rows capture hidden states (verifier DeterministicLimits.probeEvery). */
+function probeEveryOf(p: ResolvedParams): number | null {
+  return p.probe?.every ?? (p.captureHiddenLayer === null ? null : 1);
 }
 
 /** One delta for several tokens of one sample (a verify pass commits up to a window at once). */

@@ -9,12 +9,28 @@ import type { DeterminismStats } from "../outputs.js";
 import type { Sequence } from "../sequence.js";
 import { acceptedCandidates, type VerifyRow } from "./pass.js";
 
+/**
+ * Whether token index `j` of `seq` is a probe point: the row that takes it as input captures hidden states
+ * (the Stepper's captureLayersOf: generated tokens so far a multiple of probeEvery; 0 = the prompt's last token).
+ * A capture must come from a fixed-schedule row of committed tokens, so a probe point is never a candidate's input:
+ * a verify row stops before a candidate there (prepareVerifyRows), the verifier's own token takes its place, and the row that
+ * reads it runs as an exact decode, forced (verifier.ts markExact) whatever the step costs. Its capture and token are then
+ * bitwise what a verify row would give, and final.
+ */
+export function probePoint(seq: Sequence, probeEvery: number | null | undefined, j: number): boolean {
+  if (probeEvery == null) return false;
+  const generated = j + 1 - seq.numPromptTokens;
+  return generated >= 0 && generated % probeEvery === 0;
+}
+
 /** A deterministic sequence as the verifier sees it. */
 export interface VerifyTarget {
   seq: Sequence;
   /** Tokens (prompt included) that are final; seq.tokens past them are candidates. KV of [0, numCommitted - 1) is fixed. */
   numCommitted: number;
   stats: DeterminismStats;
+  /** Hidden-state captures (DeterministicLimits.probeEvery): a row stops before a candidate at a probe point. */
+  probeEvery?: number | null;
 }
 
 /** Tokens a verify row committed to one sequence (already appended to it), to stream in order. */
@@ -50,6 +66,14 @@ export function prepareVerifyRows<T extends VerifyTarget>(
     const start = t.numCommitted - 1; // the last committed token's position: its KV is rewritten too
     blockManager.truncate(seq, start);
     let n = seq.numTokens - start;
+    // A candidate at a probe point is dropped with what follows it: the verifier's own token replaces it, and its
+    // capture comes from the exact decode that reads it (probePoint above).
+    for (let j = start + 1; j < start + n; j++) {
+      if (!probePoint(seq, t.probeEvery, j)) continue;
+      t.stats.recomputedTokens += start + n - j;
+      n = j - start;
+      break;
+    }
     while (n > 0 && !blockManager.canAppend(seq, n)) n--; // a full pool verifies fewer candidates
     if (n === 0) continue;
     pageCopies.push(...blockManager.appendSlots(seq, n));

@@ -34,7 +34,7 @@ import type { ScheduledBatch } from "../scheduler.js";
 import { Sequence } from "../sequence.js";
 import { buildVerifyBatch, scratchPagesPerRow, verifyRowSequence, type VerifyGeometry } from "./pass.js";
 import { exactDecodesFree, fusedRowCount } from "./policy.js";
-import { applyVerdicts, prepareVerifyRows, type Commit, type VerifyTarget } from "./rows.js";
+import { applyVerdicts, prepareVerifyRows, probePoint, type Commit, type VerifyTarget } from "./rows.js";
 
 export type { Commit } from "./rows.js";
 
@@ -60,6 +60,11 @@ export interface DeterministicLimits {
   /** Token ids that end generation (stop ids, plus eos unless ignoreEos). */
   stopIds: ReadonlySet<number>;
   stats: DeterminismStats;
+  /**
+   * Hidden states the request captures: at every probeEvery-th generated token as input (request.probe.every; 1 for
+   * captureHidden), null for none. Such a position's row always runs fixed (rows.ts probePoint).
+   */
+  probeEvery?: number | null;
 }
 
 /**
@@ -222,12 +227,17 @@ export class Verifier {
     const eligible = batch.seqs.map(
       ({ seq }, i) => kinds[i] === "candidate" && seq.numTokens === this.tracked.get(seq.id)!.numCommitted,
     );
+    // A committed probe point's row captures hidden states: it runs fixed, free or not.
+    const forced = batch.seqs.map(
+      ({ seq }, i) => eligible[i] && probePoint(seq, this.tracked.get(seq.id)!.probeEvery, seq.numTokens - 1),
+    );
     const allDeterministic = kinds.every((k, i) => k === "fixedPrefill" || eligible[i]);
-    if (!exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device)) return false;
-    eligible.forEach((e, i) => {
+    const free = exactDecodesFree(schedule.gemmSplitK, allDeterministic, this.runner.model.device);
+    const exact = free ? eligible : forced;
+    exact.forEach((e, i) => {
       if (e) kinds[i] = "exact";
     });
-    return eligible.includes(true);
+    return exact.includes(true);
   }
 
   /**
@@ -248,7 +258,8 @@ export class Verifier {
     if (
       candidates >= this.geometry.window - 1 ||
       t.stopIds.has(token) ||
-      committedGenerated + candidates + 1 >= t.maxTokens
+      committedGenerated + candidates + 1 >= t.maxTokens ||
+      probePoint(seq, t.probeEvery, seq.numTokens - 1) // the row stops before it (see probePoint)
     ) {
       seq.holdForVerify();
       t.readySince = step;
