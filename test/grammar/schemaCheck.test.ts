@@ -180,6 +180,31 @@ describe("what OpenAI strict mode accepts passes", () => {
     expect(refusal(STRICT)).toBeNull();
     expect(refusal(true)).toBeNull();
     expect(refusal({ oneOf: [{ type: "string" }, { type: "integer" }, { const: null }] })).toBeNull();
+    // Pydantic's discriminated union: oneOf of $refs told apart by a const, OpenAPI's discriminator beside it.
+    const pet = (kind: string) => ({
+      type: "object",
+      title: kind,
+      properties: { kind: { const: kind, title: "Kind", type: "string" }, name: { type: "string" } },
+      required: ["kind", "name"],
+    });
+    const pydantic = {
+      $defs: { Cat: pet("cat"), Dog: pet("dog") },
+      properties: {
+        pet: {
+          oneOf: [{ $ref: "#/$defs/Cat" }, { $ref: "#/$defs/Dog" }],
+          discriminator: { propertyName: "kind", mapping: { cat: "#/$defs/Cat", dog: "#/$defs/Dog" } },
+          title: "Pet",
+        },
+        age: { minimum: 0, type: "integer", title: "Age" },
+        color: { $ref: "#/$defs/Cat", description: "an annotation beside a $ref" },
+      },
+      required: ["pet", "age", "color"],
+      title: "Owner",
+      type: "object",
+      "x-vendor": { not: "an assertion: JSON Schema does not define x-vendor" },
+    };
+    expect(refusal(pydantic)).toBeNull();
+    expect(refusal({ oneOf: [pet("cat"), pet("cat")] })).toBe(`${FIELD}.schema.oneOf`);
   });
 
   it("number ranges and integer exclusive bounds are rewritten into forms XGrammar keeps, checked against ajv", async () => {

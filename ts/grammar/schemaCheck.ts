@@ -81,6 +81,35 @@ const ANNOTATIONS = new Set([
   "contentSchema",
 ]);
 
+/** JSON Schema's keywords that constrain values: the ones XGrammar reads, and the refused ones. */
+const ASSERTIONS = new Set([
+  "type",
+  "enum",
+  "const",
+  "properties",
+  "required",
+  "additionalProperties",
+  "items",
+  "prefixItems",
+  "minItems",
+  "maxItems",
+  "anyOf",
+  "oneOf",
+  "allOf",
+  "$ref",
+  "pattern",
+  "minLength",
+  "maxLength",
+  "format",
+  "minimum",
+  "maximum",
+  "exclusiveMinimum",
+  "exclusiveMaximum",
+  "minProperties",
+  "maxProperties",
+  ...Object.keys(REFUSED),
+]);
+
 /** String formats XGrammar 0.1.27 turns into a grammar (others it ignores). */
 const FORMATS = new Set([
   "email",
@@ -123,8 +152,10 @@ class Walker {
     if (node === null || typeof node !== "object" || Array.isArray(node))
       this.refuse(path, "is not a schema (expected an object or a boolean)");
     const s = node as Json;
-    for (const key of Object.keys(s)) if (key in REFUSED) this.refuse(`${path}.${key}`, REFUSED[key]);
-    const assertions = Object.keys(s).filter((k) => !ANNOTATIONS.has(k) && k !== "$defs" && k !== "definitions");
+    for (const key of Object.keys(s)) if (Object.hasOwn(REFUSED, key)) this.refuse(`${path}.${key}`, REFUSED[key]);
+    // JSON Schema's keywords that constrain values (a keyword it does not define, as OpenAPI's `discriminator` beside
+    // a oneOf, constrains nothing: validators ignore it).
+    const assertions = Object.keys(s).filter((k) => ASSERTIONS.has(k));
 
     if (s.$ref !== undefined) {
       this.checkRef(s.$ref, `${path}.$ref`);
@@ -169,8 +200,8 @@ class Walker {
 
     const types = s.type === undefined ? null : typeList(s.type);
     for (const key of assertions) {
+      if (!Object.hasOwn(TYPED, key)) continue;
       const wants = TYPED[key];
-      if (wants === undefined) continue;
       if (types === null)
         this.refuse(
           `${path}.${key}`,
