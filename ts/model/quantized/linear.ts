@@ -6,7 +6,6 @@
 // checkpoint stores as a float `weight` stays as stored (GPTQ's modules_to_not_convert, compressed-tensors' `ignore`,
 // FP8's unconverted layers): the tensors decide, not the lists. Embeddings, norms, the router, score heads and the
 // LM head are never read as quantized.
-import { basename } from "node:path";
 import { FLOAT_DTYPES, type SafetensorsDType } from "../dtype.js";
 import type { GroupedQuantWeight } from "../quantFormat.js";
 import { awqTensors, decodeAwq } from "./awq.js";
@@ -136,10 +135,4 @@ export async function readQuantizedLinear(
     case "fp8":
       return { kind: "f32", values: decodeFp8(loaded, N, K, s) };
   }
-}
-
-/** The checkpoint file a projection's tensors live in, for messages. */
-export function quantizedLinearFile(ql: QuantizedLinear, checkpoint: QuantizedCheckpoint): string {
-  const t = checkpoint.tensors.get(ql.tensors[0].name);
-  return basename(t?.file ?? checkpoint.source);
 }
