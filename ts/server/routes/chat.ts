@@ -36,6 +36,12 @@ async function chatCompletions(
     // A structured answer (response_format, guided_*) is the program's to pass on to its branches.
     return runProgram(state, t, body, request, reply);
   }
+  // A handed-off program's state (../handoff.ts) continues only a program.
+  if ((body as Record<string, unknown>).deliberate_handoff !== undefined)
+    throw badRequest(
+      "deliberate_handoff continues a handed-off program, but this request has no program",
+      "deliberate_handoff",
+    );
   checkQueue(state, t);
   const tools = toolPlanOf(body, t.model.tokenizer, state.servedName);
   const constraint = await chatConstraint(tools, structuredOf(body));
