@@ -116,6 +116,79 @@ describe("quantization_config", () => {
     expectRefused(parseQuant({ quant_method: "fp8" }), U, `${q}.weight_block_size`);
   });
 
+  it("any quantization_config is read or refused with a typed error (400 generated configs)", () => {
+    let seed = 12345;
+    const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
+    const pick = <T>(xs: T[]): T => xs[Math.floor(rand() * xs.length)];
+    const values = [
+      null,
+      undefined,
+      -1,
+      0,
+      3,
+      4,
+      8,
+      32,
+      128,
+      256,
+      1.5,
+      "x",
+      "gemm",
+      true,
+      false,
+      [],
+      {},
+      [128, 128],
+      [0],
+    ];
+    const keys = [
+      "bits",
+      "group_size",
+      "desc_act",
+      "sym",
+      "checkpoint_format",
+      "version",
+      "zero_point",
+      "format",
+      "config_groups",
+      "fmt",
+      "weight_block_size",
+      "activation_scheme",
+      "kv_cache_scheme",
+      "lm_head",
+      "dynamic",
+    ];
+    const methods = ["gptq", "awq", "compressed-tensors", "fp8", "other", 7];
+    let read = 0;
+    for (let i = 0; i < 400; i++) {
+      const base: Record<string, unknown> = pick([
+        GPTQ,
+        CT,
+        { quant_method: "awq", bits: 4, group_size: 64 },
+        { quant_method: "fp8", weight_block_size: [128, 128] },
+      ]);
+      const q: Record<string, unknown> = { ...base, quant_method: rand() < 0.8 ? base.quant_method : pick(methods) };
+      for (let j = Math.floor(rand() * 3); j > 0; j--) q[pick(keys)] = pick(values);
+      if (rand() < 0.3)
+        q.config_groups = {
+          g: {
+            weights: {
+              ...CT_WEIGHTS,
+              [pick(["num_bits", "strategy", "group_size", "symmetric", "type"])]: pick(values),
+            },
+          },
+        };
+      try {
+        parseQuant(q)();
+        read++;
+      } catch (e) {
+        expect(e instanceof UnsupportedError || e instanceof ModelFormatError, String(e)).toBe(true);
+        expect((e as UnsupportedError).field).toMatch(/^quantization_config(\.|$)/);
+      }
+    }
+    expect(read).toBeGreaterThan(20); // the generator reaches valid configs too
+  });
+
   it("refuses malformed fields as format errors", () => {
     const M = ModelFormatError;
     expectRefused(parseQuant({ ...GPTQ, bits: "four" }), M, "quantization_config.bits");
