@@ -383,4 +383,18 @@ describe("bad quantized tensors in a checkpoint", () => {
       /tensor 'model\.layers\.0\.self_attn\.q_proj\.weight' is missing \(the checkpoint stores it quantized, as 'model\.layers\.0\.self_attn\.q_proj\.qweight', but config\.json has no quantization_config/,
     );
   });
+
+  it("a quantized LM head is named: deliberate keeps it as stored", async () => {
+    const dir = await broken((t) => {
+      t.delete("lm_head.weight");
+      t.set("lm_head.qweight", { dtype: "I32", shape: [8, 64], data: new Int32Array(512) });
+    });
+    const file = join(dir, "config.json");
+    const json = JSON.parse(await readFile(file, "utf8")) as Record<string, unknown>;
+    json.tie_word_embeddings = false;
+    await writeFile(file, JSON.stringify(json));
+    await expect(openModelFiles(dir)).rejects.toThrow(
+      /tensor 'lm_head\.weight' is missing \(the checkpoint stores it quantized, as 'lm_head\.qweight'; deliberate reads only the decoder layers' projections quantized/,
+    );
+  });
 });

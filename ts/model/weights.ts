@@ -183,9 +183,8 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
       problems.push(...quantizedLinearProblems(ql, checkpoint));
     } else if (!t) {
       const why =
-        name === "lm_head.weight"
-          ? " (config.json has tie_word_embeddings: false)"
-          : quantizedHint(name, config, checkpoint);
+        quantizedHint(name, config, checkpoint) ||
+        (name === "lm_head.weight" ? " (config.json has tie_word_embeddings: false)" : "");
       problems.push(`${checkpoint.source}: tensor '${name}' is missing${why}`);
     } else if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
       problems.push(
@@ -205,18 +204,19 @@ export function checkWeights(config: ModelConfig, checkpoint: TensorDirectory): 
 }
 
 /**
- * Why a projection's `weight` may be missing: the checkpoint stores it quantized (GPTQ / AWQ qweight, compressed-
- * tensors weight_packed) while config.json declares no quantization_config (old AutoGPTQ exports keep it in
- * quantize_config.json only).
+ * Why a weight may be missing: the checkpoint stores it quantized (GPTQ / AWQ qweight, compressed-tensors
+ * weight_packed) while config.json declares no quantization_config (old AutoGPTQ exports keep it in
+ * quantize_config.json only), or it quantized a tensor deliberate reads only as stored (the LM head, embeddings).
  */
 function quantizedHint(name: string, config: ModelConfig, checkpoint: TensorDirectory): string {
-  if (config.quantization !== null || !name.endsWith(".weight")) return "";
+  if (!name.endsWith(".weight")) return "";
   const prefix = name.slice(0, -".weight".length);
   const packed = ["qweight", "weight_packed"].find((s) => checkpoint.tensors.has(`${prefix}.${s}`));
-  return packed
-    ? ` (the checkpoint stores it quantized, as '${prefix}.${packed}', but config.json has no quantization_config; ` +
-        `copy it in from the model's quantize_config.json)`
-    : "";
+  if (!packed) return "";
+  const stored = `the checkpoint stores it quantized, as '${prefix}.${packed}'`;
+  return config.quantization === null
+    ? ` (${stored}, but config.json has no quantization_config; copy it in from the model's quantize_config.json)`
+    : ` (${stored}; deliberate reads only the decoder layers' projections quantized, this one must stay as stored)`;
 }
 
 /**
