@@ -9,6 +9,8 @@
 //   medium: the cheapest rule that loses no accuracy and no question the whole thought answered right;
 //   low:    the cheapest rule within --low-tolerance accuracy of the whole thought (the answer "has settled");
 //   high:   no probing: the thought runs to its end or its hard cap (plain decoding).
+// SC at each level (`--program-cal` validation questions at the file's SC cap): low the cheapest threshold policy
+// within the tolerance of the cap's accuracy, high the cap, medium the file's calibrated SC policy (not repeated).
 // Then (always) the TEST split: every question decoded plainly and under each level, `--repeats` times (token counts
 // of greedy decoding do not depend on load, but the tokens an exit drops — decoded while its probe ran — do).
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -28,6 +30,9 @@ import { Engine } from "../../ts/engine/engine.js";
 import { loadModel } from "../../ts/model/model.js";
 import { CotProbe } from "../../ts/programs/cotProbe.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
+import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
+import { calibrate } from "../../ts/certaindex/calibrate.js";
+import { entropyCertaindex, majorityVote } from "../../ts/certaindex/signals.js";
 import { EFFORT_LEVELS, resolveEffort, type EffortLevel } from "../../ts/programs/effort.js";
 import { Generation } from "../../ts/server/generation.js";
 import { answersEquivalent, extractAnswer } from "../../ts/tasks/arith/answer.js";
@@ -45,6 +50,7 @@ const { values } = parseArgs({
     concurrency: { type: "string", default: "8" },
     "low-tolerance": { type: "string", default: "0.02" },
     repeats: { type: "string", default: "1" },
+    "program-cal": { type: "string", default: "300" },
     json: { type: "boolean", default: false },
   },
 });
@@ -55,6 +61,7 @@ const MAX_TOKENS = Number(values["max-tokens"]);
 const CONC = Number(values.concurrency);
 const LOW_TOL = Number(values["low-tolerance"]);
 const REPEATS = Number(values.repeats);
+const PROGRAM_CAL = Number(values["program-cal"]);
 /** Calibration traces probe every GRID tokens; candidate intervals are its multiples. */
 const GRID = 4;
 const INTERVALS = [4, 8, 12, 16, 24, 32];
@@ -111,6 +118,8 @@ function replayRule(c: CotProbe, interval: number, rule: ProbeRule): { answer: s
 }
 
 let calibration: CalibrationFile | null = null;
+const calFileOut = (): string =>
+  values.calibration ?? defaultCalibrationOut(bm.dir, bm.isTinyReasoner ? bm.dir : undefined);
 let calFile: string;
 if (values.calibrate) {
   const validation = problemSet({ split: "validation", n: CAL, seed: 1 });
@@ -174,13 +183,56 @@ if (values.calibrate) {
       },
     },
   };
+  // Programs at each level: SC (its calibrated cap and rounds) replayed on `--program-cal` validation questions;
+  // low: the cheapest threshold policy within the same tolerance of the cap's accuracy, high: the cap.
+  const scCal = (existsSync(calFileOut()) ? parseCalibration(readFileSync(calFileOut(), "utf8"), calFileOut()) : null)
+    ?.programs.sc;
+  if (scCal !== undefined) {
+    const cap = scCal.settings.maxBranches;
+    const per = scCal.settings.branchesPerRound;
+    const qs = validation.slice(0, PROGRAM_CAL);
+    log(`  sc: ${qs.length} validation questions at cap ${cap} (${per} a round), load ${load()}`);
+    const scTraces = await pool(qs, CONC, async (p) => {
+      const sc = new SelfConsistency({
+        prompt: promptOf(p),
+        maxBranches: cap,
+        branchesPerRound: per,
+        maxTokens: scCal.settings.maxTokens ?? MAX_TOKENS,
+        temperature: scCal.settings.temperature ?? 0.8,
+        seed: 0,
+      });
+      await new ProgramRuntime(engine).run(sc, { policy: { kind: "baseline-even" } });
+      const steps = [];
+      for (let used = per; used <= cap; used += per) {
+        const b = sc.state.branches.slice(0, used);
+        const answers = b.map((x) => x.answer);
+        steps.push({
+          used,
+          certaindex: entropyCertaindex(answers, answersEquivalent),
+          answer: majorityVote(answers, answersEquivalent).answer,
+          tokensUsed: b.reduce((t, x) => t + x.tokens, 0),
+        });
+      }
+      return { steps };
+    });
+    const lowSc = calibrate(
+      scTraces,
+      qs.map((p) => p.answer),
+      { equivalent: answersEquivalent, kind: "threshold", maxAccuracyLoss: LOW_TOL },
+    );
+    effort.low!.programs = { sc: lowSc.policy };
+    effort.high!.programs = { sc: { kind: "baseline-even" } };
+    log(
+      `  sc low: ${JSON.stringify(lowSc.policy)}, accuracy ${(lowSc.outcome.accuracy * 100).toFixed(1)}% (cap ${(lowSc.baseline.accuracy * 100).toFixed(1)}%), saves ${(lowSc.tokenSavings * 100).toFixed(1)}%`,
+    );
+  }
   for (const l of EFFORT_LEVELS) {
     const v = effort[l]!.validation;
     log(
       `  ${l}: ${JSON.stringify(effort[l]!.settings)} accuracy ${(v.accuracy * 100).toFixed(1)}% (whole thought ${(plainAccuracy * 100).toFixed(1)}%), ${v.meanTokens.toFixed(1)} tokens (${(v.tokenSavings * 100).toFixed(1)}% fewer)`,
     );
   }
-  calFile = values.calibration ?? defaultCalibrationOut(bm.dir, bm.isTinyReasoner ? bm.dir : undefined);
+  calFile = calFileOut();
   const base: CalibrationFile = existsSync(calFile)
     ? parseCalibration(readFileSync(calFile, "utf8"), calFile)
     : {

@@ -3,8 +3,10 @@
 // settled thought early and answers after it (streamed: reasoning deltas, then content), probes counted as reasoning
 // tokens, thinking_token_budget still the hard cap; a program reports reasoning tokens, the tokens saved against its
 // cap (the rounds not taken), branches, certaindex at exit, and /metrics sums the saving per program kind.
+import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BUNDLED_CALIBRATION_FILE, parseCalibration } from "../../ts/certaindex/calibrationFile.js";
 import type { DeliberateServer } from "../../ts/server/index.js";
 import { startBundledServer } from "../helpers/bundledServer.js";
 
@@ -12,6 +14,8 @@ const MODEL = "tiny-reasoner";
 /** Its greedy thought settles on 215 (right) well before it ends. */
 const SETTLES = "What is 92+41*3?";
 const ask = (content = SETTLES) => [{ role: "user" as const, content }];
+
+const bundled = parseCalibration(readFileSync(BUNDLED_CALIBRATION_FILE, "utf8"), BUNDLED_CALIBRATION_FILE);
 
 let server: DeliberateServer;
 let url: string;
@@ -149,6 +153,20 @@ describe("reasoning_effort on a plain request", () => {
   });
 });
 
+describe("reasoning_effort with a structured answer", () => {
+  it("does not probe: the probe's boxed answer is not the format's", async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 200,
+      reasoning_effort: "low",
+      response_format: { type: "json_object" },
+    });
+    expect(effortOf(r.usage)).toMatchObject({ reasoning_effort: "low", probes: 0, early_exit: false });
+  });
+});
+
 describe("usage of a program", () => {
   it("sc at low: reasoning tokens, tokens saved from the rounds not taken, branches; /metrics sums the saving", async () => {
     const key = `deliberate:tokens_saved_total{model_name="${MODEL}",program="sc"}`;
@@ -164,7 +182,8 @@ describe("usage of a program", () => {
     } as OpenAI.ChatCompletionCreateParamsNonStreaming)) as OpenAI.ChatCompletion & { deliberate: any };
     const d = r.deliberate;
     expect(d.stop_reason).toBe("certain");
-    expect(d.policy).toEqual({ kind: "threshold", threshold: 0.5, detectAt: 1 });
+    // The calibration's policy for sc at low, else the fallback.
+    expect(d.policy).toEqual(bundled.effort?.low?.programs?.sc ?? { kind: "threshold", threshold: 0.5, detectAt: 1 });
     expect(d.tokens_saved).toBe(Math.round(((d.knob.max - d.knob.used) * d.tokens_used) / d.knob.used));
     expect(d.tokens_saved).toBeGreaterThan(0);
     expect(d.branches_started).toBe(d.knob.used);

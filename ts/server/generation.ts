@@ -148,7 +148,12 @@ export class Generation {
         reasoningChars: 0,
         owed: [],
         prober:
-          options.effort === undefined || options.think === null || options.effort.effort.interval === 0
+          // A structured answer (response_format, tools) is not probed: the probe asks for a \boxed{} answer, which
+          // the format's grammar (inherited by every fork) would refuse.
+          options.effort === undefined ||
+          options.think === null ||
+          options.effort.effort.interval === 0 ||
+          request.structured !== undefined
             ? null
             : new ThoughtProbe({
                 effort: options.effort.effort,
