@@ -39,14 +39,22 @@ DL_AVX512 void tileAvx512(const float* x, int64_t ldx, const uint8_t* q, int64_t
   __m512 acc[MR * NR];
 #pragma GCC unroll 24
   for (int o = 0; o < MR * NR; o++) acc[o] = _mm512_setzero_ps();
-  const __m512i mid = _mm512_set1_epi32(BITS == 4 ? 8 : 128), low4 = _mm512_set1_epi32(15);
+  // 4 bits: q' = q - zero as f32 by a 16-entry table lookup (vpermps reads the low 4 bits of each index: the low
+  // nibble needs no mask), the same values the integer subtraction and conversion give, in 3 uops instead of 6.
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 midTable = _mm512_sub_ps(iota, _mm512_set1_ps(8));
+  const __m512i mid = _mm512_set1_epi32(128);
   for (int64_t g = g0; g < g1; g++) {
     __m512 s[MR * NR];
 #pragma GCC unroll 24
     for (int o = 0; o < MR * NR; o++) s[o] = _mm512_setzero_ps();
     __m512i z[NR];
+    __m512 table[NR];
 #pragma GCC unroll 6
-    for (int j = 0; j < NR; j++) z[j] = zr ? _mm512_set1_epi32(zr[j * ldg + g]) : mid;
+    for (int j = 0; j < NR; j++) {
+      if constexpr (BITS == 4) table[j] = zr ? _mm512_sub_ps(iota, _mm512_set1_ps(float(zr[j * ldg + g]))) : midTable;
+      else z[j] = zr ? _mm512_set1_epi32(zr[j * ldg + g]) : mid;
+    }
     for (int64_t b = g * bpg, be = b + bpg; b < be; b++) {
       const float* xb = x + b * 32;
 #pragma GCC unroll 6
@@ -54,8 +62,8 @@ DL_AVX512 void tileAvx512(const float* x, int64_t ldx, const uint8_t* q, int64_t
         __m512 wa, wb;
         if constexpr (BITS == 4) {
           const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * ldq + b * 16)));
-          wa = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, low4), z[j]));
-          wb = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), z[j]));
+          wa = _mm512_permutexvar_ps(v, table[j]);
+          wb = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table[j]);
         } else {
           const uint8_t* qb = q + j * ldq + b * 32;
           wa = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))), z[j]));

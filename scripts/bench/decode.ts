@@ -1,9 +1,12 @@
 // Single-stream prefill and decode speed of deliberate vs llama.cpp (node-llama-cpp) on the same weights, in
 // the same run, with the same thread count.
 //   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
-//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer] [--kv-dtype f32|bf16|f16] [--quantize int8]
+//     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer] [--kv-dtype f32|bf16|f16] [--quantize int8|int4]
+//     [--quantize-group 32|64|128]
 // --quantize int8: ours loads with quantize: "int8" (dense linear weights int8 per output row); llama.cpp gets the same
-// weights with those matrices as Q8_0 (blocks of 32, an f16 scale each; the rest as stored).
+// weights with those matrices as Q8_0 (blocks of 32, an f16 scale each; the rest as stored). --quantize int4: ours
+// loads with quantize: "int4" (symmetric groups of 32 by default, Q4_0's scheme with an f32 scale), llama.cpp gets
+// those matrices as Q4_0 (the same scheme, an f16 scale).
 // Rounds alternate deliberate and llama.cpp and each side reports its best round, so that load from other
 // processes on a shared machine biases neither side.
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
@@ -33,6 +36,7 @@ const { values } = parseArgs({
     "no-peer": { type: "boolean" },
     "kv-dtype": { type: "string" },
     quantize: { type: "string" },
+    "quantize-group": { type: "string" },
   },
 });
 const promptTokens = Number(values["prompt-tokens"]);
@@ -44,19 +48,26 @@ const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
 
 const log = (m: string) => values.json || console.error(m);
-const quantize = values.quantize as "int8" | undefined;
-if (quantize !== undefined && quantize !== "int8") throw new Error(`--quantize must be int8, got ${quantize}`);
+const quantize = values.quantize as "int8" | "int4" | undefined;
+if (quantize !== undefined && quantize !== "int8" && quantize !== "int4")
+  throw new Error(`--quantize must be int8 or int4, got ${quantize}`);
+const quantizeGroupSize = values["quantize-group"] === undefined ? undefined : Number(values["quantize-group"]);
+// the native store of an int4 weight: q 0.5 byte a value, an f32 scale and a u8 zero point per group
+const int4Group = quantizeGroupSize ?? 32;
 
 async function fixture(): Promise<{ dir: string; gguf: string }> {
   const dir = join(tmpdir(), `deliberate-bench-${values.preset}`);
-  const gguf = join(dir, quantize ? "model-q8_0.gguf" : "model.gguf");
+  const gguf = join(
+    dir,
+    quantize === "int8" ? "model-q8_0.gguf" : quantize === "int4" ? "model-q4_0.gguf" : "model.gguf",
+  );
   if (!existsSync(join(dir, "model.safetensors")) && !existsSync(join(dir, "model.safetensors.index.json"))) {
     log(`writing a random ${values.preset} model to ${dir} ...`);
     await makeFixture({ ...preset, out: dir });
   }
   if (!values["no-peer"] && !existsSync(gguf)) {
     log("exporting GGUF for llama.cpp ...");
-    await exportGguf(dir, gguf, "keep", quantize ? { linear: "q8_0" } : {});
+    await exportGguf(dir, gguf, "keep", quantize ? { linear: quantize === "int8" ? "q8_0" : "q4_0" } : {});
   }
   return { dir, gguf };
 }
@@ -163,11 +174,17 @@ const best = (xs: Speed[]): Speed => {
 function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: number; total: number } {
   let perToken = 0;
   let total = 0;
-  // quantize int8: a dense layer's linear weight is 1 byte a value plus an f32 scale per row
-  const int8 = /\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$/;
+  // quantize int8: a dense layer's linear weight is 1 byte a value plus an f32 scale per row; int4: half a byte a
+  // value plus an f32 scale a group (its zero points are stored too, but a symmetric weight's are never read)
+  const linear = /\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$/;
   for (const { name, shape } of expectedTensors(config)) {
     const numel = shape.reduce((a, b) => a * b, 1);
-    const n = quantize && int8.test(name) ? numel + 4 * shape[0] : numel * bytesPerValue;
+    const n =
+      quantize === "int8" && linear.test(name)
+        ? numel + 4 * shape[0]
+        : quantize === "int4" && linear.test(name)
+          ? numel / 2 + (4 * numel) / int4Group
+          : numel * bytesPerValue;
     total += n;
     if (name === "model.embed_tokens.weight" && !config.tieWordEmbeddings) perToken += shape[1] * bytesPerValue;
     else if (name.includes(".mlp.experts.")) perToken += (n * config.moe!.expertsPerToken) / config.moe!.numExperts;
@@ -186,6 +203,7 @@ const model = await loadModel(dir, {
   device,
   kvDtype,
   quantize,
+  quantizeGroupSize,
   kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1,
 });
 // the process's RSS growth over the load: weights (and on the CPU the KV pool, touched lazily) resident
@@ -212,7 +230,12 @@ const theirs = peerModel ? best(theirRuns) : null;
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
   quantize: quantize ?? null,
-  peerWeights: values["no-peer"] ? null : quantize ? "Q8_0 linear, rest as stored" : "as stored",
+  quantizeGroupSize: quantize === "int4" ? int4Group : null,
+  peerWeights: values["no-peer"]
+    ? null
+    : quantize
+      ? `${quantize === "int8" ? "Q8_0" : "Q4_0"} linear, rest as stored`
+      : "as stored",
   kvDtype: model.kv.dtype,
   device,
   threads,

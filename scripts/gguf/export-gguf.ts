@@ -17,7 +17,7 @@ import { writeGguf, type GgmlType, type GgufTensor, type GgufValue } from "./ggu
 export type GgufDType = "f32" | "f16" | "bf16" | "keep";
 
 const TOKEN_TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5 } as const;
-const FILE_TYPE: Record<GgmlType, number> = { F32: 0, F16: 1, Q8_0: 7, BF16: 32 };
+const FILE_TYPE: Record<GgmlType, number> = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 7, BF16: 32 };
 
 /**
  * HF stores each head's rotary pairs as (i, i + headDim/2); GGML's default RoPE rotates (2i, 2i+1). Row
@@ -111,13 +111,14 @@ async function tokenizerMetadata(dir: string, config: ModelConfig): Promise<Map<
 /**
  * `q8_0`: the dense layers' linear weights (attn_q/k/v/output, ffn_gate/up/down: the set loadModel's quantize: "int8"
  * quantizes) written as llama.cpp's Q8_0 (blocks of 32, an f16 scale each), so a benchmark compares the same weights
- * quantized; everything else as `dtype` says.
+ * quantized; everything else as `dtype` says. `q4_0`: the same set as llama.cpp's Q4_0 (blocks of 32, symmetric, an
+ * f16 scale each: the scheme of loadModel's quantize: "int4" at its default group of 32).
  */
 export async function exportGguf(
   dir: string,
   outPath: string,
   dtype: GgufDType = "f32",
-  opts: { linear?: "q8_0" } = {},
+  opts: { linear?: "q8_0" | "q4_0" } = {},
 ): Promise<void> {
   const config = await readModelConfig(dir);
   const ckpt = await openSafetensors(dir);
@@ -185,8 +186,9 @@ export async function exportGguf(
     const tensors: GgufTensor[] = [];
     const add = (ggufName: string, hfName: string, permuteHeads = 0, linear = false) => {
       const info = ckpt.tensors.get(hfName)!;
-      const q8 = linear && opts.linear === "q8_0" && info.shape.length === 2 && info.shape[1] % 32 === 0;
-      const type: GgmlType = info.shape.length === 1 ? "F32" : q8 ? "Q8_0" : matType(info.dtype);
+      const quant = linear && opts.linear !== undefined && info.shape.length === 2 && info.shape[1] % 32 === 0;
+      const type: GgmlType =
+        info.shape.length === 1 ? "F32" : quant ? (opts.linear === "q8_0" ? "Q8_0" : "Q4_0") : matType(info.dtype);
       tensors.push({ name: ggufName, shape: info.shape, type, data: () => convert(ckpt, hfName, type, permuteHeads) });
     };
     // Experts' matrices as one [E, rows, cols] tensor (convert_hf_to_gguf.py stacks them so).
@@ -255,7 +257,12 @@ export async function exportGguf(
         data: async () => new Uint8Array(factors.buffer),
       });
     }
-    const fileType = opts.linear === "q8_0" ? "Q8_0" : tensors.find((t) => t.name === "token_embd.weight")!.type;
+    const fileType =
+      opts.linear === "q8_0"
+        ? "Q8_0"
+        : opts.linear === "q4_0"
+          ? "Q4_0"
+          : tensors.find((t) => t.name === "token_embd.weight")!.type;
     meta.set("general.file_type", { type: "u32", value: FILE_TYPE[fileType] });
     for (const [k, v] of await tokenizerMetadata(dir, config)) meta.set(k, v);
     await writeGguf(outPath, meta, tensors);
@@ -286,6 +293,30 @@ function quantizeQ8_0(values: Float32Array): Uint8Array {
   return out;
 }
 
+/** ggml's quantize_row_q4_0_ref: per block of 32, max = the first value of largest magnitude, d = max / -8,
+ * q = min(15, (int8)(x / d + 8.5)); a block is d as f16 then 16 bytes, byte j = q[j] | q[j + 16] << 4. */
+function quantizeQ4_0(values: Float32Array): Uint8Array {
+  const blocks = values.length / 32;
+  const out = new Uint8Array(blocks * 18);
+  const scales = new Float32Array(blocks);
+  for (let b = 0; b < blocks; b++) {
+    let amax = 0,
+      max = 0;
+    for (let i = 0; i < 32; i++) {
+      const v = values[b * 32 + i];
+      if (amax < Math.abs(v)) ((amax = Math.abs(v)), (max = v));
+    }
+    const d = Math.fround(max / -8);
+    const id = d ? Math.fround(1 / d) : 0;
+    scales[b] = d;
+    const q = (i: number) => Math.min(15, Math.trunc(Math.fround(Math.fround(values[b * 32 + i] * id) + 8.5)));
+    for (let j = 0; j < 16; j++) out[b * 18 + 2 + j] = q(j) | (q(j + 16) << 4);
+  }
+  const d16 = f32ToBytes(scales, "F16");
+  for (let b = 0; b < blocks; b++) out.set(d16.subarray(2 * b, 2 * b + 2), b * 18);
+  return out;
+}
+
 async function convert(
   ckpt: SafetensorsCheckpoint,
   name: string,
@@ -302,6 +333,7 @@ async function convert(
   let values = bytesToF32(raw, info.dtype);
   if (permuteHeads > 0) values = permuteForGgmlRope(values, info.shape[0], info.shape[1] ?? 1, permuteHeads);
   if (type === "Q8_0") return quantizeQ8_0(values);
+  if (type === "Q4_0") return quantizeQ4_0(values);
   return f32ToBytes(values, type === "F32" ? "F32" : type === "F16" ? "F16" : "BF16");
 }
 

@@ -1,13 +1,13 @@
-// Minimal GGUF v3 writer (llama.cpp's model format), enough for dense f32/f16/bf16 models and Q8_0 matrices.
+// Minimal GGUF v3 writer (llama.cpp's model format), enough for dense f32/f16/bf16 models and Q8_0 / Q4_0 matrices.
 // Q8_0: blocks of 32 values along a row, each an f16 scale d then 32 int8 q (value = q * d): 34 bytes a block.
 // Layout: "GGUF" | u32 version | u64 tensor_count | u64 kv_count | KVs | tensor infos | pad to alignment | data.
 // A tensor info is: string name | u32 n_dims | u64 ne[n_dims] (ne[0] = innermost, i.e. PyTorch shape reversed) |
 // u32 ggml_type | u64 offset into the data section (aligned). Strings are u64 length + UTF-8 bytes.
 import { open, type FileHandle } from "node:fs/promises";
 
-export const GGML_TYPE = { F32: 0, F16: 1, Q8_0: 8, BF16: 30 } as const;
+export const GGML_TYPE = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, BF16: 30 } as const;
 export type GgmlType = keyof typeof GGML_TYPE;
-const GGML_TYPE_BYTES: Record<GgmlType, number> = { F32: 4, F16: 2, Q8_0: 34 / 32, BF16: 2 };
+const GGML_TYPE_BYTES: Record<GgmlType, number> = { F32: 4, F16: 2, Q4_0: 18 / 32, Q8_0: 34 / 32, BF16: 2 };
 
 const enum Kv {
   U8 = 0,
