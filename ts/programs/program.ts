@@ -137,6 +137,9 @@ export interface ProgramDeterminism extends DeterminismStats {
    * (ProgramContext.countUpTo): how many depends on timing, so tokensUsed leaves them out.
    */
   tokensPastCuts: number;
+  /** ProgramUsage.branchesPruned of a deterministic run: whether a branch ended before the exit stopped it depends on
+   * timing. */
+  branchesPruned: number;
 }
 
 /** `{...defaults, ...options}` where options' undefined fields keep the default (`{maxTokens: undefined}` too). */

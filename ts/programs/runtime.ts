@@ -377,10 +377,19 @@ export class ProgramRuntime {
       stopReason,
       policy,
       elapsedMs: Date.now() - started,
-      ...(deterministic ? { determinism: { ...ctx.determinism, tokensPastCuts: ctx.tokensPastCuts } } : {}),
+      ...(deterministic
+        ? {
+            determinism: {
+              ...ctx.determinism,
+              tokensPastCuts: ctx.tokensPastCuts,
+              branchesPruned: ctx.branches.pruned,
+            },
+          }
+        : {}),
       usage: programUsage(
         { stopReason, knob: program.knob, tokensUsed: ctx.tokensUsed, certaindex: program.certaindex },
-        ctx.branches,
+        // A deterministic run reports its pruned branches under determinism (they depend on timing).
+        deterministic ? { started: ctx.branches.started } : ctx.branches,
       ),
     };
   }

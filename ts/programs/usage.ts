@@ -16,9 +16,10 @@ export interface ProgramUsage {
   /** Samples of the program's branch requests (every purpose but "probe" and "reward"). */
   branchesStarted: number;
   /** Of those, the samples that ended by an abort (the program terminated them, or its exit stopped them) or by the
-   * engine's low-confidence stop. In a deterministic run this count may depend on timing (a branch can finish just
-   * before the exit would have stopped it), unlike the rest of the result. */
-  branchesPruned: number;
+   * engine's low-confidence stop. Absent from a deterministic run's usage: there the count may depend on timing (a
+   * branch can finish just before the exit would have stopped it), so it is ProgramResult.determinism.branchesPruned,
+   * beside the run's other timing-dependent figures. */
+  branchesPruned?: number;
   /** Certaindex when the program stopped. */
   certaindexAtExit: number;
 }
@@ -35,13 +36,13 @@ export function estimateTokensSaved(r: { stopReason: StopReason; knob: Knob; tok
 
 export function programUsage(
   r: { stopReason: StopReason; knob: Knob; tokensUsed: number; certaindex: number },
-  branches: { started: number; pruned: number },
+  branches: { started: number; pruned?: number },
 ): ProgramUsage {
   return {
     reasoningTokens: r.tokensUsed,
     tokensSaved: estimateTokensSaved(r),
     branchesStarted: branches.started,
-    branchesPruned: branches.pruned,
+    ...(branches.pruned === undefined ? {} : { branchesPruned: branches.pruned }),
     certaindexAtExit: r.certaindex,
   };
 }

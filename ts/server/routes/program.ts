@@ -177,7 +177,7 @@ export async function runProgram(
         tokens_by_purpose: r.tokensByPurpose,
         tokens_saved: r.usage.tokensSaved,
         branches_started: r.usage.branchesStarted,
-        branches_pruned: r.usage.branchesPruned,
+        branches_pruned: r.usage.branchesPruned ?? r.determinism?.branchesPruned,
         certaindex_at_exit: r.usage.certaindexAtExit,
         policy: r.policy,
         elapsed_ms: r.elapsedMs,
