@@ -72,6 +72,12 @@ describe("quantization_config", () => {
     expect(
       parseQuant({ quant_method: "awq", bits: 4, group_size: 128, zero_point: true, version: "GEMM" })().quantization,
     ).toEqual({ method: "awq", bits: 4, groupSize: 128 });
+    // AutoAWQ's own key names (quant_config.json)
+    expect(parseQuant({ quant_method: "awq", w_bit: 4, q_group_size: 64, version: "gemm" })().quantization).toEqual({
+      method: "awq",
+      bits: 4,
+      groupSize: 64,
+    });
     expect(parseQuant(CT)().quantization).toEqual({
       method: "compressed-tensors",
       bits: 4,

@@ -62,6 +62,11 @@ const LAYOUTS: { what: string; quant: QuantFixtureScheme; extra?: object }[] = [
     quant: { method: "compressed-tensors", bits: 8, groupSize: null, symmetric: true },
   },
   {
+    what: "GPTQ v2 4-bit g32 symmetric (qwen3-moe: experts dequantized beside grouped dense layers)",
+    quant: { method: "gptq", bits: 4, groupSize: 32, descAct: false, sym: true, checkpointFormat: "gptq_v2" },
+    extra: { arch: "qwen3moe", moe: { experts: 4, expertsPerToken: 2, intermediate: 32, mlpOnlyLayers: [0] } },
+  },
+  {
     what: "FP8 e4m3 128x128 blocks, bf16 scales (hidden 192: partial blocks)",
     quant: { method: "fp8", block: [128, 128], scaleDtype: "BF16" },
     extra: { hidden: 192, heads: 4, intermediate: 320 },
@@ -145,8 +150,8 @@ export function quantizedCheckpointSuite(device: "cpu" | "cuda", tolerance: numb
             layout.quant.method === "compressed-tensors" ? /^compressed-tensors/ : layout.quant.method,
           );
           expect(w.bytes).toBe(w.formats.reduce((a, f) => a + f.bytes, 0));
-        // `deliberate devices --model` plans the same from the headers alone.
-        expect(await describeModelWeights(fixture.dir, { device })).toEqual(w);
+          // `deliberate devices --model` plans the same from the headers alone.
+          expect(await describeModelWeights(fixture.dir, { device })).toEqual(w);
           const quantizedFormats = w.formats.filter((f) => f.format.startsWith(w.scheme!));
           expect(quantizedFormats.reduce((a, f) => a + f.tensors, 0)).toBe(fixture.references.size);
           // Integer layouts go to the native grouped weights where the addon has them (dense projections).

@@ -102,7 +102,8 @@ function parseGptq(r: Reader): GptqScheme {
 }
 
 function parseAwq(r: Reader): AwqScheme {
-  const bits = r.bits([4]);
+  // AutoAWQ's own quant_config.json names them w_bit / q_group_size; transformers' config.json bits / group_size.
+  const bits = r.bits([4], r.has("w_bit") ? "w_bit" : "bits");
   const groupSize = r.groupSize(r.has("q_group_size") ? "q_group_size" : "group_size");
   const version = r.raw("version") ?? "gemm";
   if (typeof version !== "string" || version.toLowerCase() !== "gemm")

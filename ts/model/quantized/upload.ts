@@ -153,9 +153,11 @@ export function planWeights(
     const why =
       s.method === "fp8"
         ? "deliberate has no FP8 kernel and e4m3 values do not fit an integer grid exactly"
-        : options.quantize !== undefined
-          ? `loadModel's quantize: "${options.quantize}" does not apply to a pre-quantized checkpoint`
-          : `this build's addon has no grouped int${s.bits} weights (NativeModel.setQuantizedWeight)`;
+        : !options.nativeGrouped
+          ? `this build's addon has no grouped int${s.bits} weights (NativeModel.setQuantizedWeight)`
+          : options.quantize !== undefined
+            ? `they are MoE experts, which loadModel's quantize: "${options.quantize}" leaves as stored`
+            : "the native grouped weights hold the dense layers' projections in groups of a multiple of 32 only (these are MoE experts or other groups)";
     const hint =
       s.method === "fp8" ? '; quantize: "int8" stores them at about 1 byte a weight (a second, lossy rounding)' : "";
     warnings.push(
