@@ -95,6 +95,12 @@ export class ReplicaRegistration {
     return queued;
   }
 
+  /** Stops the heartbeat without deleting the entry (NATS is away): routers drop the replica when it goes stale. */
+  stop(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
   /** Stops the heartbeat and deletes the entry: routers drop the replica at once. */
   async leave(): Promise<void> {
     if (this.timer !== null) clearInterval(this.timer);

@@ -202,7 +202,10 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
     },
     async drain() {
       draining = true;
-      await bounded(reg.beat(), NATS_STEP_MS, undefined);
+      // NATS down: the put waits for its timeout; the drain does not wait for it.
+      const put = reg.beat();
+      if (connected) await bounded(put, NATS_STEP_MS, undefined);
+      else void put.catch(() => undefined);
       // Routers see the draining flag before the handoffs arrive (they exclude the handing replica anyway).
       return connected ? handoffRegistry(server.state).handOffAll() : 0;
     },
@@ -210,18 +213,25 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
       if (left) return;
       left = true;
       const t0 = Date.now();
-      const left_ = (): number => Math.max(0, LEAVE_BOUND_MS - (Date.now() - t0));
+      const remaining = (): number => Math.max(0, LEAVE_BOUND_MS - (Date.now() - t0));
+      // NATS down: nothing sent now could arrive (frames, the key's delete); routers drop this replica when its
+      // heartbeat stops. Close at once instead of waiting on each step's bound.
+      const up = connected;
       // The last frames of the requests in flight go out before the key is deleted: a router fails the streams of a
       // replica that left.
-      await bounded(stopTunnel(Math.min(left_(), LEAVE_BOUND_MS / 2)), left_(), undefined);
-      await bounded(reg.leave(), Math.min(left_(), NATS_STEP_MS), undefined);
+      await bounded(stopTunnel(up ? Math.min(remaining(), LEAVE_BOUND_MS / 2) : 0), up ? remaining() : 1000, undefined);
+      if (up && connected) await bounded(reg.leave(), Math.min(remaining(), NATS_STEP_MS), undefined);
+      else reg.stop();
       if (owned) {
         // drain() waits for the server when NATS is gone: bounded, then closed outright.
-        const drained = await bounded(
-          nc.drain().then(() => true),
-          Math.min(left_(), NATS_STEP_MS),
-          false,
-        );
+        const drained =
+          up && connected
+            ? await bounded(
+                nc.drain().then(() => true),
+                Math.min(remaining(), NATS_STEP_MS),
+                false,
+              )
+            : false;
         if (!drained) await bounded(nc.close(), 1000, undefined);
       }
     },
