@@ -153,6 +153,26 @@ describe("reasoning_effort on a plain request", () => {
   });
 });
 
+describe("reasoning.effort on the Responses API", () => {
+  it("low closes the thought early there too; the probes are in the reasoning tokens", async () => {
+    const run = (effort: "low" | "high") =>
+      client.responses.create({
+        model: MODEL,
+        input: SETTLES,
+        temperature: 0,
+        max_output_tokens: 300,
+        reasoning: { effort },
+      });
+    const [low, high] = [await run("low"), await run("high")];
+    expect(low.output_text).toBe(" \\boxed{215}");
+    expect(high.output_text).toBe(" \\boxed{215}");
+    expect(low.usage!.output_tokens).toBeLessThan(high.usage!.output_tokens);
+    expect(low.usage!.output_tokens_details.reasoning_tokens).toBeLessThan(
+      high.usage!.output_tokens_details.reasoning_tokens,
+    );
+  });
+});
+
 describe("reasoning_effort with a structured answer", () => {
   it("does not probe: the probe's boxed answer is not the format's", async () => {
     const r = await client.chat.completions.create({
