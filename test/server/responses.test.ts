@@ -349,6 +349,14 @@ describe("POST /v1/responses", () => {
       [{ truncation: "auto" }, "truncation", /never truncated/],
       [{ text: { format: { type: "bogus" } } }, "text.format", /json_schema/],
       [{ text: { format: { type: "json_schema", name: "x", schema: 3 } } }, "text.format.schema", /JSON Schema/],
+      // A key the format does not name is refused, never dropped; strict is a boolean.
+      [{ text: { format: { type: "json_object", schema: {} } } }, "text.format.schema", /not a field/],
+      [{ text: { format: { type: "json_schema", name: "x", schema: {}, foo: 1 } } }, "text.format.foo", /not a field/],
+      [
+        { text: { format: { type: "json_schema", name: "x", schema: {}, strict: "yes" } } },
+        "text.format.strict",
+        /true or false/,
+      ],
       [{ reasoning: { effort: "huge" } }, "reasoning.effort", /"minimal"/],
       [{ temperature: 3 }, "temperature", /\[0, 2\]/],
       [{ max_output_tokens: 0 }, "max_output_tokens", />= 1/],

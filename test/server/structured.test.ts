@@ -114,6 +114,25 @@ describe("response_format", () => {
     expect(noSchema.status).toBe(400);
     expect(noSchema.json.error.param).toBe("response_format.json_schema.schema");
   });
+
+  it("a key response_format does not name is a 400 naming it, never dropped (another provider's schema placement)", async () => {
+    // {type: "json_object", schema} is how some providers take a schema: dropped, the answer would be any object.
+    const placed = await chat({ response_format: { type: "json_object", schema: SCHEMA } });
+    expect(placed.status).toBe(400);
+    expect(placed.json.error).toMatchObject({ type: "invalid_request_error", param: "response_format.schema" });
+    expect(placed.json.error.message).toMatch(/json_schema: \{name, schema/);
+    const outside = await chat({ response_format: { ...RESPONSE_FORMAT, strict: true } });
+    expect(outside.json.error.param).toBe("response_format.strict");
+    const inside = await chat({
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: SCHEMA, schema_: 1 } },
+    });
+    expect(inside.json.error.param).toBe("response_format.json_schema.schema_");
+    // What the openai client's zodResponseFormat and the AI SDK send (description included) is served.
+    const full = { name: "count", description: "a count", strict: true, schema: SCHEMA };
+    expect((await chat({ response_format: { type: "json_schema", json_schema: full }, max_tokens: 8 })).status).toBe(
+      200,
+    );
+  });
 });
 
 describe("vLLM's structured_outputs and guided_* fields", () => {
@@ -169,6 +188,27 @@ describe("vLLM's structured_outputs and guided_* fields", () => {
     const json = await post("/v1/completions", { prompt: "x", guided_json: "{not json" });
     expect(json.status).toBe(400);
     expect(json.json.error.param).toBe("guided_json");
+  });
+
+  it("an empty choice is a 400 saying so; a character the vocabulary cannot spell names the field the client sent", async () => {
+    for (const body of [{ guided_choice: ["", "a"] }, { structured_outputs: { choice: ["a", ""] } }]) {
+      const r = await chat(body);
+      expect(r.status).toBe(400);
+      expect(r.json.error.message).toMatch(/non-empty array of non-empty strings/);
+    }
+    // The bundled reasoner's vocabulary has no token for 日: the format cannot go on mid-answer (not a compile error).
+    const schema = { enum: ["日本"] };
+    const whole = await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema } } });
+    expect(whole.status).toBe(400);
+    expect(whole.json.error).toMatchObject({ param: "response_format", code: "invalid_option" });
+    expect(whole.json.error.message).toMatch(/^response_format: the format cannot go on/);
+    const streamed = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ messages: QUESTION, max_tokens: 160, guided_choice: ["é"], stream: true }),
+    });
+    const error = (await streamed.text()).split("\n").find((l) => l.includes('"error"'));
+    expect(JSON.parse(error!.slice("data: ".length)).error).toMatchObject({ param: "guided_choice" });
   });
 });
 

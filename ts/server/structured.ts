@@ -17,41 +17,59 @@ const isString = (v: unknown): boolean => typeof v === "string";
 const isNonEmptyString = (v: unknown): boolean => typeof v === "string" && v.length > 0;
 /** A JSON Schema as vLLM takes one: an object, `true`, or its JSON text. */
 const isSchema = (v: unknown): boolean => isObject(v) || v === true || isNonEmptyString(v);
-const isChoices = (v: unknown): boolean => Array.isArray(v) && v.length > 0 && v.every(isString);
+// The engine's rule (ts/options/schemas.ts): an empty choice is no answer a grammar can end on.
+const isChoices = (v: unknown): boolean => Array.isArray(v) && v.length > 0 && v.every(isNonEmptyString);
+const EXPECTED_CHOICES = "expected a non-empty array of non-empty strings";
 
 const RESPONSE_FORMAT_TYPES = ["json_schema", "json_object", "text"];
 const EXPECTED_RESPONSE_FORMAT =
   'expected {type: "json_schema", json_schema: {name, schema, strict?}}, {type: "json_object"} or {type: "text"}';
 
+/**
+ * The error of a format's strict object: a key it does not name is refused by name (checkBody makes it the param),
+ * never dropped: `{type: "json_object", schema}` (another provider's way to send a schema) would otherwise be
+ * answered with any JSON object, as OpenAI refuses it.
+ */
+const formatKeys =
+  (expected: string, hint = 'send a schema as {type: "json_schema", json_schema: {name, schema, strict?}}') =>
+  (issue: { code?: string; keys?: string[] }): string =>
+    issue.code === "unrecognized_keys"
+      ? `${issue.keys!.join(", ")} ${issue.keys!.length === 1 ? "is" : "are"} not a field of ${expected} (refused rather than ignored: it could change the answer); ${hint}`
+      : `expected ${expected}`;
+
 // The type first, as one rule over the whole field (a bad type is a 400 naming `response_format` and the allowed
-// types); then each type's own fields, whose errors name their path (response_format.json_schema.schema).
+// types); then each type's own fields, whose errors name their path (response_format.json_schema.schema). Each
+// object is strict: a key it does not name is a 400 naming it.
 const responseFormat = rule<{ type: string }>(
   EXPECTED_RESPONSE_FORMAT,
   (v) => isObject(v) && RESPONSE_FORMAT_TYPES.includes(v.type as string),
 ).pipe(
   z.discriminatedUnion("type", [
-    z.object({ type: z.literal("text") }),
-    z.object({ type: z.literal("json_object") }),
-    z.object({
-      type: z.literal("json_schema"),
-      json_schema: z.object(
-        {
-          name: rule<string>("expected a name for the schema (a string)", isNonEmptyString),
-          description: z.string().nullable().optional(),
-          schema: rule<Record<string, unknown> | true>(
-            "expected a JSON Schema (an object or true)",
-            (v) => isObject(v) || v === true,
-          ),
-          // OpenAI's strict mode: the answer follows the schema exactly. The answer is generated under the schema
-          // either way (as vLLM does), so false changes nothing here.
-          strict: rule<boolean | null>(
-            "expected true or false",
-            (v) => v === null || typeof v === "boolean",
-          ).optional(),
-        },
-        { error: "expected {name, schema, strict?}" },
-      ),
-    }),
+    z.strictObject({ type: z.literal("text") }, { error: formatKeys('{type: "text"}') }),
+    z.strictObject({ type: z.literal("json_object") }, { error: formatKeys('{type: "json_object"}') }),
+    z.strictObject(
+      {
+        type: z.literal("json_schema"),
+        json_schema: z.strictObject(
+          {
+            name: rule<string>("expected a name for the schema (a string)", isNonEmptyString),
+            description: z.string().nullable().optional(),
+            schema: rule<Record<string, unknown> | true>(
+              "expected a JSON Schema (an object or true)",
+              (v) => isObject(v) || v === true,
+            ),
+            // OpenAI's strict mode: the answer follows the schema exactly. The answer is generated under the schema
+            // either way (as vLLM does), so false changes nothing here.
+            strict: rule<boolean | null>(
+              "expected true or false",
+              (v) => v === null || typeof v === "boolean",
+            ).optional(),
+          },
+          { error: formatKeys("{name, description?, schema, strict?}", "send only these") },
+        ),
+      },
+      { error: formatKeys('{type: "json_schema", json_schema}') },
+    ),
   ]),
 );
 
@@ -64,7 +82,7 @@ const structuredOutputs = z.strictObject(
       isSchema,
     ).optional(),
     regex: rule<string>("expected a regular expression (a string)", isNonEmptyString).optional(),
-    choice: rule<string[]>("expected a non-empty array of strings", isChoices).optional(),
+    choice: rule<string[]>(EXPECTED_CHOICES, isChoices).optional(),
     grammar: rule<string>("expected an EBNF grammar (a string)", isNonEmptyString).optional(),
     json_object: rule<boolean>("expected true or false", (v) => typeof v === "boolean").optional(),
     structural_tag: rule<Record<string, unknown> | string>(
@@ -88,10 +106,7 @@ export const structuredFields = {
     "expected a JSON Schema (an object, true, or its JSON text)",
     (v) => v === null || isSchema(v),
   ).optional(),
-  guided_choice: rule<string[] | null>(
-    "expected a non-empty array of strings",
-    (v) => v === null || isChoices(v),
-  ).optional(),
+  guided_choice: rule<string[] | null>(EXPECTED_CHOICES, (v) => v === null || isChoices(v)).optional(),
   guided_regex: rule<string | null>(
     "expected a regular expression (a string)",
     (v) => v === null || isNonEmptyString(v),
@@ -146,6 +161,9 @@ export function responseFormatToStructured(
   }
 }
 
+/** The keys of a Responses API json_schema format (OpenAI's ResponseFormatTextJSONSchemaConfig). */
+const TEXT_FORMAT_SCHEMA_KEYS = ["type", "name", "schema", "description", "strict"];
+
 /**
  * The Responses API's `text.format` (`{type: "text"}`, `{type: "json_object"}`, `{type: "json_schema", name,
  * schema, strict?}`) as a format (null for text); anything else is a 400 naming `param`.
@@ -156,6 +174,19 @@ export function textFormatToStructured(format: unknown, param = "text.format"): 
     throw badRequest(
       `${param} is ${JSON.stringify(format)?.slice(0, 80)}; expected {type: "json_schema", name, schema, strict?}, {type: "json_object"} or {type: "text"}`,
       param,
+    );
+  // As chat's response_format: a key the format does not name is refused by name, never dropped.
+  const known = format.type === "json_schema" ? TEXT_FORMAT_SCHEMA_KEYS : ["type"];
+  const unknown = Object.keys(format).find((k) => !known.includes(k));
+  if (unknown !== undefined)
+    throw badRequest(
+      `${param}.${unknown} is not a field of a ${format.type} format (refused rather than ignored: it could change the answer); expected ${format.type === "json_schema" ? "{type, name, schema, description?, strict?}" : "{type}"}`,
+      `${param}.${unknown}`,
+    );
+  if (format.strict !== undefined && format.strict !== null && typeof format.strict !== "boolean")
+    throw badRequest(
+      `${param}.strict is ${JSON.stringify(format.strict)?.slice(0, 80)}; expected true or false`,
+      `${param}.strict`,
     );
   if (format.type === "text") return null;
   if (format.type === "json_object") return { type: "json_object" };
@@ -236,6 +267,25 @@ export function structuredOf(body: StructuredBody): StructuredRequest | null {
       asked[1].param,
     );
   return asked[0] ?? null;
+}
+
+/**
+ * An engine error about the request's format as the field the client wrote: the engine names its own field
+ * (`request.structured...`), at compile time (a schema XGrammar cannot use) and mid-answer (a character no token of
+ * the vocabulary spells); the client sent `req.param` (response_format, guided_choice, text.format, ...). Any other
+ * error is returned as it is.
+ */
+export function structuredError(e: unknown, req: StructuredRequest | null): unknown {
+  if (req === null || !(e instanceof DeliberateError) || !e.field?.startsWith("request.structured")) return e;
+  const api = fromDeliberateError(e);
+  return new ApiError(
+    api.status,
+    e.message.replace(/^request\.structured/, req.param),
+    api.type,
+    req.param,
+    api.code,
+    api.headers,
+  );
 }
 
 /**

@@ -8,7 +8,7 @@ import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { effortUsage, engineRequest, startGeneration, thinkingOf } from "../sampling.js";
 import { chatSchema, type ChatBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState } from "../state.js";
-import { prepareStructured, structuredOf } from "../structured.js";
+import { prepareStructured, structuredError, structuredOf } from "../structured.js";
 import { joinToolCallDeltas, type ToolCallDelta } from "../toolCallParser.js";
 import { chatConstraint } from "../toolConstraint.js";
 import { answerParser, toolPlanOf } from "../tools.js";
@@ -133,7 +133,7 @@ async function chatCompletions(
           chunk([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
         for await (const e of gen.stream()) {
           if (e.kind === "error") {
-            sse.data(errorPayload(e.error));
+            sse.data(errorPayload(structuredError(e.error, constraint)));
             break;
           }
           if (e.tokens.length > 0) timing.token(state.metrics!, e.index, e.tokens.length);
@@ -172,7 +172,7 @@ async function chatCompletions(
         finishReasonOf(undefined),
       );
       for await (const e of gen.stream()) {
-        if (e.kind === "error") throw e.error;
+        if (e.kind === "error") throw structuredError(e.error, constraint); // named as the client's field
         if (e.tokens.length > 0) timing.token(state.metrics!, e.index, e.tokens.length);
         const a = acc[e.index];
         a.reasoning += e.reasoning;

@@ -12,7 +12,7 @@ import { responsesSchema, type ResponsesBody } from "../responsesSchema.js";
 import { engineRequest, startGeneration, thinkingOf } from "../sampling.js";
 import type { ChatBody, ChatMessageBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState, type ServeTarget } from "../state.js";
-import { prepareStructured, textFormatToStructured, type StructuredRequest } from "../structured.js";
+import { prepareStructured, structuredError, textFormatToStructured, type StructuredRequest } from "../structured.js";
 import { nowSeconds, SseWriter } from "../wire.js";
 
 export function responseRoutes(app: FastifyInstance): void {
@@ -125,8 +125,9 @@ async function createResponse(
       const output = new ResponseOutput(sse === null ? undefined : send);
       for await (const e of gen.stream()) {
         if (e.kind === "error") {
-          if (sse === null) throw e.error;
-          const err = toApiError(e.error);
+          const named = structuredError(e.error, constraint); // a format's error names text.format
+          if (sse === null) throw named;
+          const err = toApiError(named);
           send("error", { code: err.code ?? err.type, message: err.message, param: err.param });
           sse.end();
           return undefined;
