@@ -17,6 +17,7 @@
 
 #include "common.cuh"
 #include "gemm_args.cuh"
+#include "gemm_grouped.cuh"
 #include "gemm_mma.cuh"
 #include "workspace.cuh"
 #include "knobs.h"
@@ -282,7 +283,22 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
          int64_t cut2, int64_t yRows, int64_t yRow0) {
   requireCuda(op, "x", x), requireCuda(op, "w", w), requireCuda(op, "y", y);
   requireFloatT(op, "x", x), requireFloatT(op, "y", y);
-  if (w.groups.bits || w.dtype == DType::u8) fail(op, "a grouped quantized w has no CUDA kernel in this build");
+  if (w.dtype == DType::u8 && !w.groups.bits) fail(op, "a u8 w is the q of a grouped w and needs its groups");
+  if (w.groups.bits) {  // grouped quantized W (W4A16 / W8A16): cuda/gemm_int4.cu, its own schedule
+    requireFloatT(op, "x", x), requireFloatT(op, "y", y);
+    if (x.ndim != 2 || w.ndim != 2 || w.shape[1] != x.shape[1]) fail(op, "shapes must be x (M, K), w (N, K)");
+    const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+    if (bias) {
+      requireCuda(op, "bias", bias), requireFloatT(op, "bias", bias);
+      if (bias.numel() != N) fail(op, "bias must be (N) = (" + std::to_string(N) + ")");
+    }
+    if (M > 0x7fffffff / 2 || N > 0x7fffffff / 2 || K > 0x7fffffff / 2 || yRows > 0x7fffffff / 2) fail(op, "dimensions must be below 2^30");
+    if (splitK < 1 || splitK > K) fail(op, "splitK must be in [1, K = " + std::to_string(K) + "], got " + std::to_string(splitK));
+    GemmArgs a{x.data, w.data, bias ? bias.data : nullptr, y.data, nullptr, int(M), int(N), int(K), splitK,
+               int(ceilDiv(K, kPartK)), x.dtype, w.dtype, bias.dtype, y.dtype, int(cut1), int(cut2), int(yRows), int(yRow0)};
+    gemmGroupedLaunch(op, a, w.groups);
+    return;
+  }
   // i8 W (quantized per row, View::rowScale): the SIMT kernel reads q exactly and scales each row's sum (W8A16)
   if (w.dtype != DType::i8) requireFloatT(op, "w", w);
   else if (!w.rowScale) fail(op, "an i8 w needs its per-row scales (wScale, f32 [N])");

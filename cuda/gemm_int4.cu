@@ -1,0 +1,112 @@
+// Grouped-quantized W on the GPU (W4A16 / W8A16, also f32 X): one SIMT kernel for decode and prefill, one signature
+// (gemm / gemmBlocks of kernels.h with a grouped w, View::groups).
+//
+// Reduction schedule, fixed by K, G and splitK only (never M, the row's place, the grid): a warp computes one W row
+// n for up to kRows X rows. The K / G groups are cut into splitK partitions as on the CPU (groups [ng * p / splitK,
+// ng * (p + 1) / splitK)); in a partition, q is read as 32-bit words (8 columns at 4 bits, 4 at 8 bits), word w of
+// the partition to lane w % 32 in ascending w. A word's columns are summed in ascending k, s = fma(x'[k], q'[k], s)
+// from 0 (q' = q - zero exact, x' = x[perm[k]] in f32), then the lane's acc = fma(scale_g, s, acc); the 32 lanes'
+// accs are added by the xor butterfly (offsets 16, 8, 4, 2, 1), lane 0's sum taken; partitions added in order, the
+// bias last. The bits differ from the CPU's (another lane layout), never between calls of either.
+#include <cuda_runtime.h>
+
+#include "common.cuh"
+#include "gemm_grouped.cuh"
+#include "pdl.cuh"
+
+namespace dl::gpu {
+namespace {
+
+constexpr int kWarps = 4;  // W rows per CTA
+constexpr int kRows = 8;   // X rows per warp (prefill); decode launches the 1-row instance
+
+struct GroupedArgs {
+  GemmArgs a;
+  const float* scales;
+  const uint8_t* zeros;
+  const int32_t* perm;
+  int G, bits;
+};
+
+template <int BITS, int MT>
+__global__ void __launch_bounds__(kWarps * 32) gemmGroupedKernel(GroupedArgs ga) {
+  pdlStart();
+  const GemmArgs& a = ga.a;
+  const int lane = threadIdx.x & 31, n = blockIdx.x * kWarps + (threadIdx.x >> 5), m0 = blockIdx.y * MT;
+  if (n >= a.N) return;
+  constexpr int kCols = 32 / BITS;  // columns per 32-bit word
+  constexpr uint32_t kMask = (1u << BITS) - 1;
+  const int ng = a.K / ga.G, wordsPerGroup = ga.G / kCols, mid = 1 << (BITS - 1);
+  const uint32_t* q = static_cast<const uint32_t*>(a.w) + int64_t(n) * (a.K / kCols);
+  const float* sc = ga.scales + int64_t(n) * ng;
+  const uint8_t* zr = ga.zeros ? ga.zeros + int64_t(n) * ng : nullptr;
+  float total[MT];
+#pragma unroll
+  for (int i = 0; i < MT; i++) total[i] = 0.f;
+  for (int p = 0; p < a.splitK; p++) {
+    const int g0 = int(int64_t(ng) * p / a.splitK), g1 = int(int64_t(ng) * (p + 1) / a.splitK);
+    float acc[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) acc[i] = 0.f;
+    for (int w = g0 * wordsPerGroup + lane; w < g1 * wordsPerGroup; w += 32) {
+      const uint32_t word = q[w];
+      const int g = w / wordsPerGroup, k0 = w * kCols;
+      const float scale = sc[g];
+      const int z = zr ? int(zr[g]) : mid;
+      float s[MT];
+#pragma unroll
+      for (int i = 0; i < MT; i++) s[i] = 0.f;
+#pragma unroll
+      for (int c = 0; c < kCols; c++) {
+        const float wq = float(int((word >> (BITS * c)) & kMask) - z);
+        const int k = ga.perm ? ga.perm[k0 + c] : k0 + c;
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+          if (m0 + i < a.M) s[i] = fmaf(loadF(a.x, int64_t(m0 + i) * a.K + k, a.xt), wq, s[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < MT; i++) acc[i] = fmaf(scale, s[i], acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+      float v = acc[i];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      total[i] = p == 0 ? v : total[i] + v;
+    }
+  }
+  if (lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < MT; i++)
+    if (m0 + i < a.M) {
+      const float v = a.bias ? total[i] + loadF(a.bias, n, a.bt) : total[i];
+      storeF(a.y, yIndex(a, m0 + i, n), a.yt, v);
+    }
+}
+
+template <int BITS>
+void launch(const GroupedArgs& ga) {
+  const dim3 block(kWarps * 32);
+  if (ga.a.M == 1) {
+    launchKernel("gemmGroupedKernel", gemmGroupedKernel<BITS, 1>, dim3(unsigned(ceilDiv(ga.a.N, kWarps)), 1), block, 0, ga);
+  } else {
+    const dim3 grid(unsigned(ceilDiv(ga.a.N, kWarps)), unsigned(ceilDiv(ga.a.M, kRows)));
+    launchKernel("gemmGroupedKernel", gemmGroupedKernel<BITS, kRows>, grid, block, 0, ga);
+  }
+}
+
+}  // namespace
+
+void gemmGroupedLaunch(const char* op, const GemmArgs& a, const View::Groups& g) {
+  if (g.bits != 4 && g.bits != 8) fail(op, "a grouped w has 4 or 8 bits, got " + std::to_string(g.bits));
+  if (g.size < 32 || g.size % 32 || a.K % g.size)
+    fail(op, "a grouped w's group size must be a multiple of 32 dividing K = " + std::to_string(a.K) + ", got " + std::to_string(g.size));
+  if (!g.scales) fail(op, "a grouped w needs its scales");
+  if (reinterpret_cast<uintptr_t>(a.w) % 4) fail(op, "a grouped w's q must be 4-byte aligned");
+  if (a.M == 0 || a.N == 0) return;
+  const GroupedArgs ga{a, g.scales, g.zeros, g.perm, g.size, g.bits};
+  if (g.bits == 4) launch<4>(ga);
+  else launch<8>(ga);
+}
+
+}  // namespace dl::gpu
