@@ -316,7 +316,8 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
         return;
       }
       const handoff = await pipe(reply, call, res, streaming);
-      if (handoff === null) return;
+      // (A client that left while it was handed off is not followed: nobody would read the rest.)
+      if (handoff === null || reply.raw.destroyed) return;
       // Handed off: the next replica continues the program from its snapshot (never the one that gave it away).
       metrics.handedOff.inc();
       exclude.add(d.replica);
