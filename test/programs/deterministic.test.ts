@@ -16,7 +16,11 @@ import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
 import { ShortMK } from "../../ts/programs/shortMK.js";
 import { DeepConf } from "../../ts/programs/deepconf.js";
 import { CotProbe } from "../../ts/programs/cotProbe.js";
+import { Duchess } from "../../ts/programs/duchess.js";
 import { arithTask } from "../../ts/tasks/index.js";
+import { join } from "node:path";
+import { loadProbe, PROBE_SUBDIR, type DuchessProbe } from "../../ts/probe/probeFile.js";
+import { modelHash } from "../../ts/model/modelHash.js";
 import { randomTokens } from "../model/fixtureCache.js";
 import { nearTieModelDir } from "../determinism/nearTieModel.js";
 
@@ -48,6 +52,11 @@ function stateOf(p: Program): unknown {
       tokens: n.pathTokens,
       ids: n.ids,
     }));
+  if (p.name === "duchess") {
+    // Not cachedTokens: what the prefix cache held for a fork depends on the other traffic.
+    const st = any.state as { branches: Array<Record<string, unknown>> } & Record<string, unknown>;
+    return { ...st, branches: st.branches.map(({ cachedTokens, ...b }) => (void cachedTokens, b)) };
+  }
   if (p.name === "rebase")
     return (any.state as { finished: Array<Record<string, unknown>> }).finished.map((n) => ({
       answer: n.answer,
@@ -116,8 +125,14 @@ describe("deterministic programs on the bundled tiny reasoner", () => {
   let model: Model;
   let engine: Engine;
   let prompt: number[];
+  let probe: DuchessProbe;
   beforeAll(async () => {
     model = await loadModel(bundledModelDir);
+    probe = await loadProbe(join(bundledModelDir, PROBE_SUBDIR), {
+      hash: await modelHash(bundledModelDir),
+      hiddenSize: model.config.hiddenSize,
+      numLayers: model.config.numLayers,
+    });
     engine = new Engine({ models: { model }, verifyWindow: 8, verifyGroup: 4 });
     prompt = model.tokenizer!.encodeChat([{ role: "user", content: QUESTION }]);
   });
@@ -134,7 +149,34 @@ describe("deterministic programs on the bundled tiny reasoner", () => {
     { kind: "best-of-n", cap: 4 },
     { kind: "rebase", cap: 4 },
     { kind: "beam", cap: 4, extra: { beamWidth: 2 } },
+    { kind: "duchess", cap: 6, maxTokens: 96 },
   ];
+  it.each([3, 32])(
+    "duchess with branch-out: byte-equal alone and beside %i noisy requests",
+    async (companions) => {
+      // beta 1 and a high alpha keep branches coming, so terminated branches' slots are refilled by forks.
+      const make = (): Program =>
+        new Duchess({
+          prompt,
+          probe,
+          branches: 6,
+          alpha: 0.95,
+          beta: 1,
+          branchOut: true,
+          seed: 5,
+          maxTokens: 96,
+          task: arithTask,
+        });
+      const run = await aloneAndLoaded(engine, model.config.vocabSize, make, { companions });
+      expect(JSON.parse(run.loaded)).toEqual(JSON.parse(run.alone));
+      expect(run.loaded).toBe(run.alone);
+      const state = JSON.parse(run.alone).state;
+      expect(state.forks).toBeGreaterThan(0);
+      expect(state.terminated).toBeGreaterThan(0);
+    },
+    120_000,
+  );
+
   it.each(cases.flatMap((c) => [3, 32].map((companions) => ({ ...c, companions }))))(
     "$kind: byte-equal alone and beside $companions noisy requests",
     async ({ kind, cap, maxTokens, extra, companions }) => {
@@ -148,6 +190,7 @@ describe("deterministic programs on the bundled tiny reasoner", () => {
           temperature: kind === "cot-probe" ? 0 : 0.9,
           task: arithTask,
           reward: arithTask.stepVerifier,
+          probe,
           ...extra,
         });
       const run = await aloneAndLoaded(engine, model.config.vocabSize, make, { companions });

@@ -16,7 +16,7 @@
 // (or a thought "none" format, or a model without think tokens) is writing its constrained answer and is not cut.
 import { InvalidOptionError } from "../errors/index.js";
 import type { RequestHandle } from "../engine/handle.js";
-import type { ConfidenceReport, FinishReason } from "../engine/outputs.js";
+import type { ConfidenceReport, FinishReason, GenerationOutput } from "../engine/outputs.js";
 import type { SchedMetadata } from "../engine/sequence.js";
 import {
   confidenceCertaindex,
@@ -28,6 +28,7 @@ import {
 } from "../certaindex/signals.js";
 import { correctnessOf, predictedTokensOf, type DuchessProbe } from "../probe/probeFile.js";
 import { Prng } from "../probe/mlp.js";
+import { LockstepQueue, type LockstepEvent } from "./lockstep.js";
 import type { Knob, Program, ProgramContext } from "./program.js";
 import { answerTaskOf, answerText } from "./structuredAnswers.js";
 import type { BranchSampling, ProgramTask } from "./task.js";
@@ -103,6 +104,16 @@ interface Live {
   above: number;
   /** Its thought is open after the tokens read so far (tracked with `structured` only: where a probe may cut). */
   thinking: boolean;
+  /** Deterministic runs: its generated ids as streamed, and whether its thought was open before them. */
+  ids: number[];
+  thinkingAtStart: boolean;
+}
+
+/** Deterministic runs: a branch event in lockstep order (lockstep.ts). */
+interface BranchEvent extends LockstepEvent {
+  kind: "check" | "end";
+  hidden?: Float32Array;
+  out?: GenerationOutput;
 }
 
 export class Duchess implements Program {
@@ -184,8 +195,21 @@ export class Duchess implements Program {
     return this.knob.used >= 1;
   }
 
-  readonly deterministic =
-    "its branch-out forks branches where they have got to and its request stop counts answers in arrival order (both depend on timing), and activation probes cannot be read from verified positions yet";
+  /**
+   * Deterministic runs: the branches' checks and ends are taken in lockstep order (lockstep.ts), not as they arrive:
+   * a terminated branch is cut, and a branch-out forks its source, at the event's time; answers are collected, and
+   * the stop rule checked, in that order (a CoT probe's answer before any later event); the activations come from
+   * verified positions (the engine's deterministic probe). Not with `confidence`: a terminated branch's confidence
+   * report covers what it streamed until its abort landed.
+   */
+  get deterministic(): true | string {
+    if (this.o.confidence)
+      return "with confidence, a terminated branch's vote weighs the confidence of the tokens it streamed until its abort landed (timing); drop confidence";
+    return true;
+  }
+  /** Deterministic runs: events in lockstep order (null otherwise). */
+  private lockstep: LockstepQueue<BranchEvent> | null = null;
+  private pumping = false;
 
   async execute(ctx: ProgramContext): Promise<void> {
     const o = this.o;
@@ -206,6 +230,7 @@ export class Duchess implements Program {
     }
     if (o.structured && o.structured.thought !== "none") this.think = ctx.thinkTokens?.(o.model) ?? null;
     const thinking = this.thoughtOpen(prompt, false);
+    if (ctx.deterministic) this.lockstep = new LockstepQueue<BranchEvent>();
     const finished = new Promise<void>((resolve) => (this.settle = resolve));
     for (let i = 0; i < o.branches && !ctx.signal.aborted; i++) {
       this.start(
@@ -277,8 +302,9 @@ export class Duchess implements Program {
       voted: false,
     };
     this.state.branches.push(b);
-    const live: Live = { b, handle, promptLength, text: "", above: 0, thinking };
+    const live: Live = { b, handle, promptLength, text: "", above: 0, thinking, ids: [], thinkingAtStart: thinking };
     this.live.set(b.id, live);
+    if (this.lockstep !== null) return this.startLockstep(ctx, live, metadata);
     void (async () => {
       try {
         for await (const d of handle) {
@@ -310,13 +336,19 @@ export class Duchess implements Program {
   }
 
   /** One probe check (the activation at a multiple of the interval): maybe terminate. */
-  private check(ctx: ProgramContext, live: Live, hidden: Float32Array, metadata: SchedMetadata): void {
+  private check(
+    ctx: ProgramContext,
+    live: Live,
+    hidden: Float32Array,
+    metadata: SchedMetadata,
+    time?: number,
+  ): Promise<void> | null {
     const p = correctnessOf(this.o.probe, hidden);
     live.b.predictions.push(p);
     live.above = p > this.o.tau ? live.above + 1 : 0;
-    if (!this.o.terminate || live.above < this.o.consecutive || this.stopped) return;
+    if (!this.o.terminate || live.above < this.o.consecutive || this.stopped) return null;
     // A structured branch is cut only inside its thought: past `</think>` it is writing the constrained answer.
-    if (this.o.structured && !live.thinking) return;
+    if (this.o.structured && !live.thinking) return null;
     // Terminate: a CoT probe reads the answer the thought has reached (cut where this program has read it to: the
     // check arrives with the token after the checked one), then the branch goes.
     const b = live.b;
@@ -337,9 +369,11 @@ export class Duchess implements Program {
       },
       "probe",
     );
+    ctx.countUpTo?.(live.handle, b.tokens);
     live.handle.abort();
+    this.lockstep?.close(b.id);
     this.pendingProbes++;
-    void probe.result.then(
+    const settled = probe.result.then(
       (out) => {
         this.pendingProbes--;
         if (out.finishReason !== "aborted") {
@@ -357,12 +391,13 @@ export class Duchess implements Program {
         this.checkDone();
       },
     );
-    this.refill(ctx, metadata);
+    this.refill(ctx, metadata, time);
+    return settled;
   }
 
   /** Branch-out: fill the freed slot by forking an active branch, p_j^(1/λ)-weighted. Not once the answers in hand
    *  and those on their way (CoT probes in flight) already make the request stop: the fork could only be aborted. */
-  private refill(ctx: ProgramContext, metadata: SchedMetadata): void {
+  private refill(ctx: ProgramContext, metadata: SchedMetadata, time?: number): void {
     if (!this.o.branchOut || this.stopped || ctx.signal.aborted) return;
     const coming = this.state.answers.length + this.pendingProbes;
     if (coming >= (this.o.requestStop ? this.o.beta : 1) * this.o.branches) return;
@@ -376,7 +411,8 @@ export class Duchess implements Program {
     let j = 0;
     while (j < active.length - 1 && (r -= weights[j]) >= 0) j++;
     const src = active[j];
-    const cut = src.b.tokens;
+    // Deterministic runs: where the source is at the event's time (it has streamed that far: lockstep.ts).
+    const cut = time === undefined ? src.b.tokens : time - src.b.offset;
     const generated = src.b.offset + cut;
     if (generated >= this.o.maxTokens) return;
     const fork = ctx.fork(src.handle, {
@@ -415,7 +451,92 @@ export class Duchess implements Program {
     return this.state.stop !== null;
   }
 
+  /**
+   * Deterministic runs: the branch's stream feeds the lockstep queue (captures and its end as events, its clock), and
+   * the events are taken in order (pump). b.tokens is the time of its last event taken, not what it streamed.
+   */
+  private startLockstep(ctx: ProgramContext, live: Live, metadata: SchedMetadata): void {
+    const q = this.lockstep!;
+    const b = live.b;
+    q.open(b.id, b.offset);
+    let streamed = 0;
+    void (async () => {
+      try {
+        for await (const d of live.handle) {
+          live.ids.push(...d.tokens);
+          streamed += d.tokens.length;
+          if (d.probe && d.probe.tokens > 0)
+            q.push({ time: b.offset + streamed, branch: b.id, kind: "check", hidden: d.probe.hidden });
+          q.advance(b.id, b.offset + streamed);
+          this.pump(ctx, metadata);
+        }
+        const out = await live.handle.result;
+        b.cachedTokens = out.usage.cachedTokens;
+        if (out.finishReason !== "aborted") q.push({ time: b.offset + streamed, branch: b.id, kind: "end", out });
+        else if (b.end === null && ctx.signal.aborted) {
+          // The caller aborted the run (the program's own cuts set end first).
+          b.end = "aborted";
+          this.live.delete(b.id);
+        }
+      } catch (e) {
+        this.failure ??= e;
+      }
+      q.close(b.id);
+      this.pump(ctx, metadata);
+    })();
+  }
+
+  /** Deterministic runs: takes the events every branch has caught up with, in lockstep order (one taker at a time:
+   *  a termination waits for its CoT probe's answer before the next event). */
+  private pump(ctx: ProgramContext, metadata: SchedMetadata): void {
+    if (this.pumping) return;
+    this.pumping = true;
+    void (async () => {
+      try {
+        for (let e = this.lockstep!.next(); e !== undefined && !this.stopped; e = this.lockstep!.next()) {
+          const live = this.live.get(e.branch);
+          if (live === undefined || live.b.end !== null) continue; // cut before this event
+          const b = live.b;
+          b.tokens = e.time - b.offset;
+          if (e.kind === "check") {
+            live.text = ctx.decode ? ctx.decode(live.ids.slice(0, b.tokens), { model: this.o.model }) : live.text;
+            live.thinking = this.thoughtOpen(live.ids.slice(0, b.tokens), live.thinkingAtStart);
+            await this.check(ctx, live, e.hidden!, metadata, e.time);
+          } else {
+            const out = e.out!;
+            b.end = out.finishReason;
+            b.confidence = out.confidence ?? null;
+            this.live.delete(b.id);
+            const text = answerText(ctx, out, this.o);
+            b.answer = text === null ? null : this.task.extractAnswer(text);
+            this.collect(b);
+            this.refill(ctx, metadata, e.time);
+          }
+          if (this.stopped) this.stopAt(ctx, e.time);
+        }
+      } catch (err) {
+        this.failure ??= err;
+      }
+      this.pumping = false;
+      this.checkDone();
+    })();
+  }
+
+  /** Deterministic runs: the request stopped at `time`: every branch still going is cut there. */
+  private stopAt(ctx: ProgramContext, time: number): void {
+    for (const l of this.live.values()) {
+      if (l.b.end !== null) continue;
+      l.b.tokens = Math.max(0, time - l.b.offset);
+      ctx.countUpTo?.(l.handle, l.b.tokens);
+      l.handle.abort();
+    }
+  }
+
   private checkDone(): void {
+    if (this.lockstep !== null && !this.stopped && this.failure === undefined) {
+      // Deterministic runs: done when no branch is active and nothing is left to take.
+      if (this.pumping || this.lockstep.pending > 0 || this.pendingProbes > 0) return;
+    }
     const running = [...this.live.values()].some((l) => l.b.end === null);
     if (this.stopped || this.failure !== undefined || (!running && this.pendingProbes === 0)) {
       if (!this.stopped && this.failure === undefined) this.state.stop = "exhausted";
