@@ -304,6 +304,16 @@ describe("tool turns and choices", () => {
     });
     expect(schema.status).toBe(400);
     expect(schema.json.error.param).toBe("tools[0].function.parameters");
+    // Arguments are an object: a schema of another type is refused (a forced call wrote "" as its arguments).
+    for (const parameters of [{ type: "string" }, { type: "array", items: { type: "integer" } }, [], true]) {
+      const r = await post({
+        tools: [{ type: "function", function: { name: "f", parameters } }],
+        tool_choice: "required",
+      });
+      expect(r.status, JSON.stringify(parameters)).toBe(400);
+      expect(r.json.error.param).toBe("tools[0].function.parameters");
+      expect(r.json.error.message).toMatch(/arguments are a JSON object/);
+    }
     // A keyword XGrammar would ignore is refused by its path in the tool's parameters (forced, or strict under auto).
     const ignored = {
       type: "object",

@@ -22,7 +22,14 @@ const functionTool = z.object(
       {
         name: rule<string>(FUNCTION_NAME, isFunctionName),
         description: z.string({ error: "expected a string" }).nullable().optional(),
-        parameters: rule<Record<string, unknown>>("expected a JSON Schema object", isObject).nullable().optional(),
+        // A call's arguments are a JSON object (OpenAI's wire format, and what templates render back): a schema
+        // of another type would have a forced call write a string or a number as its arguments.
+        parameters: rule<Record<string, unknown>>(
+          'expected a JSON Schema of an object ({type: "object", properties, required}): a call\'s arguments are a JSON object',
+          (v) => isObject(v) && (v.type === undefined || v.type === "object"),
+        )
+          .nullable()
+          .optional(),
         strict: rule<boolean | null>("expected true or false", (v) => v === null || typeof v === "boolean").optional(),
       },
       { error: "expected {name, description?, parameters?, strict?}" },
