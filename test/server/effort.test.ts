@@ -173,6 +173,33 @@ describe("reasoning.effort on the Responses API", () => {
   });
 });
 
+describe("reasoning_effort with deterministic", () => {
+  it("low / medium are refused by name (their exit point would depend on the load); high is served", async () => {
+    for (const reasoning_effort of ["low", "medium"] as const) {
+      const err = await client.chat.completions
+        .create({
+          model: MODEL,
+          messages: ask(),
+          max_tokens: 50,
+          reasoning_effort,
+          deterministic: true,
+        } as OpenAI.ChatCompletionCreateParamsNonStreaming)
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("reasoning_effort");
+    }
+    const high = await client.chat.completions.create({
+      model: MODEL,
+      messages: ask(),
+      temperature: 0,
+      max_tokens: 300,
+      reasoning_effort: "high",
+      deterministic: true,
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    expect(high.choices[0].message.content).toBe(" \\boxed{215}");
+  });
+});
+
 describe("reasoning_effort with a structured answer", () => {
   it("does not probe: the probe's boxed answer is not the format's", async () => {
     const r = await client.chat.completions.create({

@@ -7,7 +7,7 @@ import { DeliberateError } from "../errors/index.js";
 import type { StructuredOutput } from "../grammar/types.js";
 import type { PolicySpec } from "../programs/index.js";
 import { resolveEffort, type EffortLevel } from "../programs/effort.js";
-import { fromDeliberateError } from "./errors.js";
+import { badRequest, fromDeliberateError } from "./errors.js";
 import { Generation, type EffortReport } from "./generation.js";
 import type { ChatBody, ReasoningEffort } from "./schemas.js";
 import type { ServerState, ServeTarget } from "./state.js";
@@ -135,6 +135,16 @@ export function startGeneration(
   promptParam: "messages" | "prompt",
   effort?: EffortLevel,
 ): Generation {
+  const probing =
+    effort === undefined ? undefined : resolveEffort(effort, state.factory?.calibration?.calibration).effort;
+  // A probe cuts the thought where a step's tokens end; a deterministic request's steps commit as many tokens as its
+  // verification found, which depends on the load: the exit point, and so the answer, would too.
+  if (probing !== undefined && probing.interval > 0 && req.deterministic === true && state.think !== null)
+    throw badRequest(
+      `reasoning_effort ${effort} probes the thought at points that a deterministic request's verification makes ` +
+        `depend on the load; drop deterministic, or use high / thinking_token_budget`,
+      "reasoning_effort",
+    );
   try {
     return new Generation(t.engine, req, {
       think: state.think,
@@ -144,10 +154,10 @@ export function startGeneration(
       // The level's probe settings and exit policy from the model's calibration (else the documented fallback);
       // the policy counts probes against the thought's hard cap.
       effort:
-        effort === undefined
+        probing === undefined
           ? undefined
           : {
-              effort: resolveEffort(effort, state.factory?.calibration?.calibration).effort,
+              effort: probing,
               cap: thinkingBudget ?? req.maxTokens,
               probeSuffix: state.options.task ? (th) => state.options.task!.probeSuffix(th) : undefined,
             },
