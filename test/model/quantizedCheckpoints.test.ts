@@ -1,8 +1,13 @@
 // Pre-quantized Hugging Face checkpoints on the CPU (issue 47 part 1): the layout suite (quantizedSuite.ts) at the
 // dense CPU forward's tolerance, and what only a checkpoint's own choices exercise (a projection left as float).
+import { cp } from "node:fs/promises";
+import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { addonTakesGroupedWeights } from "../../ts/model/quantized/upload.js";
+import { openSafetensors } from "../../ts/model/safetensors.js";
+import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
 import { loadModel } from "../../ts/model/model.js";
-import { cleanupFixtures } from "./fixtures.js";
+import { cleanupFixtures, tempDir } from "./fixtures.js";
 import { FIXED, PAGE, runChunks } from "./forwardSuite.js";
 import { quantizedCheckpointSuite, quantizedFixture } from "./quantizedSuite.js";
 
@@ -37,6 +42,39 @@ describe("checkpoint layout details", () => {
         "compressed-tensors 8-bit per channel dequantized, then int8 (quantized at load)",
       );
       expect(model.weights.warnings.join("\n")).toMatch(/dequantized and quantized again at load \(quantize: "int8"\)/);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  it("loads a stack whose act-orders differ (q/k/v share one native weight) dequantized, and reports it", async () => {
+    const f = await quantizedFixture({
+      method: "gptq",
+      bits: 4,
+      groupSize: 32,
+      descAct: true,
+      sym: false,
+      checkpointFormat: "gptq_v2",
+    });
+    // Give k_proj of layer 0 another (valid) act-order: its g_idx and qweight columns rotated by one group.
+    const dir = await tempDir();
+    await cp(f.dir, dir, { recursive: true });
+    const ckpt = await openSafetensors(dir);
+    const t = new Map<string, TensorToWrite>();
+    for (const [name, info] of ckpt.tensors)
+      t.set(name, { dtype: info.dtype, shape: info.shape, data: await ckpt.read(name) });
+    await ckpt.close();
+    const K = "model.layers.0.self_attn.k_proj";
+    const g = new Int32Array((t.get(`${K}.g_idx`)!.data as Uint8Array).slice().buffer);
+    t.set(`${K}.g_idx`, { dtype: "I32", shape: [g.length], data: g.map((x) => 1 - x) }); // groups 0 <-> 1 (K = 64)
+    await writeSafetensors(join(dir, "model.safetensors"), t);
+    const model = await loadModel(dir, { device, kvPages: 16, pageSize: PAGE });
+    try {
+      const formats = Object.fromEntries(model.weights.formats.map((x) => [x.format, x.tensors]));
+      if (addonTakesGroupedWeights(model.native))
+        expect(formats["gptq 4-bit g32 act-order dequantized to f32"]).toBe(3); // layer 0's q, k, v
+      const [logits] = await runChunks(model, [1, 2, 3], [3], 0, FIXED);
+      expect(logits.every(Number.isFinite)).toBe(true);
     } finally {
       model.dispose();
     }

@@ -150,6 +150,9 @@ export function quantizedCheckpointSuite(device: "cpu" | "cuda", tolerance: numb
             layout.quant.method === "compressed-tensors" ? /^compressed-tensors/ : layout.quant.method,
           );
           expect(w.bytes).toBe(w.formats.reduce((a, f) => a + f.bytes, 0));
+          // The native model holds what the report says (info.weightBytes: its resident weight bytes).
+          const info = model.native.info as { weightBytes?: number };
+          if (info.weightBytes !== undefined) expect(w.bytes).toBe(info.weightBytes);
           // `deliberate devices --model` plans the same from the headers alone.
           expect(await describeModelWeights(fixture.dir, { device })).toEqual(w);
           const quantizedFormats = w.formats.filter((f) => f.format.startsWith(w.scheme!));

@@ -6,7 +6,7 @@ import { loadAddon } from "../native/loadAddon.js";
 import { computeInvFreq, ropeAttentionFactor, type ModelConfig } from "./config.js";
 import { nativeDType } from "./dtype.js";
 import { quantizedLinears } from "./quantized/linear.js";
-import { addonTakesGroupedWeights, uploadQuantizedLinear } from "./quantized/upload.js";
+import { addonTakesGroupedWeights, QuantizedUploader } from "./quantized/upload.js";
 import type { SafetensorsCheckpoint } from "./safetensors.js";
 import { expectedTensors } from "./weights.js";
 
@@ -76,13 +76,16 @@ function newNativeModel(addon: Addon, config: ModelConfig, plan: NativeModelPlan
   });
 }
 
-/** Uploads every tensor the config requires (the checkpoint was checked against it by openModelFiles). */
+/**
+ * Uploads every tensor the config requires (the checkpoint was checked against it by openModelFiles). Returns the
+ * pre-quantized projections dequantized although the addon takes grouped weights (for the weights report).
+ */
 export async function uploadWeights(
   native: NativeModel,
   config: ModelConfig,
   checkpoint: SafetensorsCheckpoint,
   quantize?: NativeModelPlan["quantize"],
-): Promise<void> {
+): Promise<ReadonlySet<string>> {
   // One staging buffer, as large as the largest tensor, reused for every tensor (setWeight copies it): fresh buffers
   // per tensor left garbage resident at the peak (a 1.3 GB MoE checkpoint of 2,414 tensors: 1.14x the files' size in
   // RSS growth, 1.11x with this: the weights plus this buffer; bench/RESULTS.md).
@@ -91,12 +94,13 @@ export async function uploadWeights(
   // loadModel's quantize they go in dequantized, for the native model to quantize as it does float weights.
   const quantized = quantizedLinears(config.quantization, expected, checkpoint);
   const grouped = addonTakesGroupedWeights(native) && quantize === undefined;
+  const uploader = new QuantizedUploader(native, quantized, checkpoint, grouped);
   const floats = expected.filter(({ name }) => !quantized.has(name));
   const staging = new Uint8Array(Math.max(0, ...floats.map(({ name }) => checkpoint.tensors.get(name)!.byteLength)));
   for (const { name } of expected) {
     const ql = quantized.get(name);
     if (ql) {
-      await uploadQuantizedLinear(native, ql, checkpoint, grouped);
+      await uploader.upload(name);
       continue;
     }
     const t = checkpoint.tensors.get(name)!;
@@ -110,4 +114,5 @@ export async function uploadWeights(
   }
   const missing = native.missingWeights();
   if (missing.length > 0) throw new Error(`internal: weights not uploaded: ${missing.slice(0, 5).join(", ")}`);
+  return uploader.dequantized;
 }

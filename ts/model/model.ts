@@ -165,8 +165,13 @@ export class Model implements AsyncDisposable {
       const numPages = planPages(options, pageSize, bytesPerPage);
       if (quantizeGroupSize !== undefined) checkGroupFits(config, quantizeGroupSize);
       native = createNativeModel(config, { device, kvDtype, quantize, quantizeGroupSize, kv: { numPages, pageSize } });
-      weights = planWeights(config, checkpoint, { device, quantize, nativeGrouped: addonTakesGroupedWeights(native) });
-      await uploadWeights(native, config, checkpoint, quantize);
+      const dequantized = await uploadWeights(native, config, checkpoint, quantize);
+      weights = planWeights(config, checkpoint, {
+        device,
+        quantize,
+        nativeGrouped: addonTakesGroupedWeights(native),
+        dequantized,
+      });
     } catch (e) {
       native?.dispose();
       throw e;

@@ -21,7 +21,7 @@ import {
 import type { NativeModelPlan } from "../loadWeights.js";
 import { openModelFiles } from "../modelFiles.js";
 import { expectedTensors } from "../weights.js";
-import { quantizedLinears, readQuantizedLinear, type QuantizedLinear } from "./linear.js";
+import { quantizedLinears, readQuantizedLinear, type QuantizedLinear, type ReadLinear } from "./linear.js";
 import { describeScheme } from "./quantConfig.js";
 
 /** One format's share of a model's weights. */
@@ -50,6 +50,8 @@ export interface WeightsPlanOptions {
   quantizeGroupSize?: number;
   /** The addon takes grouped int4 / int8 weights (NativeModel.setQuantizedWeight). */
   nativeGrouped: boolean;
+  /** After a load: the projections the upload dequantized beyond what the headers tell (QuantizedUploader). */
+  dequantized?: ReadonlySet<string>;
 }
 
 /**
@@ -108,12 +110,25 @@ export function planWeights(
         const t = checkpoint.tensors.get(spec.name);
         return a + (t ? t.shape.reduce((x, y) => x * y, 1) * DTYPE_BYTES[t.dtype] : 0);
       }, 0);
-      if (s.method !== "fp8" && options.nativeGrouped && options.quantize === undefined && takesGrouped(ql)) {
-        // A permutation is held only for an act-order g_idx (GPTQ desc_act); the headers cannot tell more.
-        const perm = s.method === "gptq" && s.descAct ? new Int32Array(K) : undefined;
+      const stackQuantized = stackOf(name).every((n) => quantized.has(n)) && !(options.dequantized?.has(name) ?? false);
+      if (
+        s.method !== "fp8" &&
+        options.nativeGrouped &&
+        options.quantize === undefined &&
+        takesGrouped(ql) &&
+        stackQuantized
+      ) {
+        // A permutation is held for an act-order g_idx (GPTQ desc_act, a compressed-tensors weight_g_idx) over more
+        // than one group, once per native weight (a stack shares one); the headers cannot tell an identity g_idx.
+        const actOrder =
+          (s.method === "gptq" && s.descAct) ||
+          (s.method === "compressed-tensors" &&
+            checkpoint.tensors.has(`${name.slice(0, -".weight".length)}.weight_g_idx`));
+        const G = s.groupSize ?? K;
+        const perm = actOrder && K / G > 1 && stackOf(name)[0] === name ? new Int32Array(K) : undefined;
         add(
           `${scheme} as grouped int${s.bits}`,
-          groupedWeightBytes({ bits: s.bits, groupSize: s.groupSize ?? K, shape: [N, K], perm }),
+          groupedWeightBytes({ bits: s.bits, groupSize: G, shape: [N, K], perm }),
         );
         continue;
       }
@@ -208,29 +223,76 @@ type QuantizedNative = Pick<NativeModel, "setWeight"> & {
 };
 
 /**
- * Reads, unpacks and uploads one quantized projection: to setQuantizedWeight as the grouped format when `grouped`,
- * else dequantized to f32 through setWeight (exact: scale * (q - zero) of an f16 / bf16 scale fits f32's 24 bits).
+ * The projections stacked into one native weight with `name` (q/k/v; gate/up: one input, one GEMM), in order;
+ * [name] for the others.
  */
-export async function uploadQuantizedLinear(
-  native: QuantizedNative,
-  ql: QuantizedLinear,
-  checkpoint: Parameters<typeof readQuantizedLinear>[1],
-  grouped: boolean,
-): Promise<void> {
-  const read = await readQuantizedLinear(ql, checkpoint);
-  try {
-    if (read.kind === "grouped") {
-      const w = read.weight;
-      checkGroupedWeight(w, ql.name);
-      if (grouped && native.setQuantizedWeight && takesGrouped(ql, w)) native.setQuantizedWeight(ql.name, w);
-      else setF32(native, ql.name, w.shape, toF32(w));
-    } else {
-      setF32(native, ql.name, ql.shape, read.values);
+export function stackOf(name: string): string[] {
+  const m = /^(.*)\.(q|k|v|gate|up)_proj\.weight$/.exec(name);
+  if (!m || !DENSE_PROJECTION.test(name)) return [name];
+  const parts = m[2] === "gate" || m[2] === "up" ? ["gate", "up"] : ["q", "k", "v"];
+  return parts.map((p) => `${m[1]}.${p}_proj.weight`);
+}
+
+/**
+ * Uploads a checkpoint's quantized projections, a stack at a time: the native side holds q/k/v (and gate/up) as one
+ * weight, so they go in grouped only together (every member quantized, taken by the grouped weights, and one act-order
+ * perm: GPTQ quantizes them from one Hessian of their shared input, so a checkpoint's g_idx agree; vLLM assumes the
+ * same), else all dequantized to f32 (exact).
+ */
+export class QuantizedUploader {
+  private readonly done = new Set<string>();
+  /** Projections dequantized although the addon takes grouped weights (their stack's perms or zero points). */
+  readonly dequantized = new Set<string>();
+
+  constructor(
+    private readonly native: QuantizedNative,
+    private readonly quantized: Map<string, QuantizedLinear>,
+    private readonly checkpoint: Parameters<typeof readQuantizedLinear>[1],
+    /** The addon takes grouped weights and loadModel does not quantize at load. */
+    private readonly grouped: boolean,
+  ) {}
+
+  /** Uploads `name`'s stack the first time one of its members comes; later members are already set. */
+  async upload(name: string): Promise<void> {
+    if (this.done.has(name)) return;
+    const stack = stackOf(name);
+    const members = stack.map((n) => this.quantized.get(n)).filter((q): q is QuantizedLinear => q !== undefined);
+    // A member the checkpoint stores as float goes in with setWeight (uploadWeights' loop): the rest dequantized.
+    const read = await Promise.all(members.map((ql) => readQuantizedLinear(ql, this.checkpoint)));
+    let grouped = this.grouped && members.length === stack.length;
+    for (let i = 0; i < members.length && grouped; i++) {
+      const r = read[i];
+      grouped = r.kind === "grouped" && takesGrouped(members[i], r.weight) && samePerm(r.weight, read[0]);
     }
-  } catch (e) {
-    if (e instanceof ModelFormatError) throw e;
-    throw asNativeError(e);
+    for (let i = 0; i < members.length; i++) {
+      const ql = members[i];
+      const r = read[i];
+      this.done.add(ql.name);
+      try {
+        if (r.kind === "grouped") {
+          checkGroupedWeight(r.weight, ql.name);
+          if (grouped && this.native.setQuantizedWeight) this.native.setQuantizedWeight(ql.name, r.weight);
+          else {
+            if (this.grouped) this.dequantized.add(ql.name);
+            setF32(this.native, ql.name, r.weight.shape, toF32(r.weight));
+          }
+        } else {
+          setF32(this.native, ql.name, ql.shape, r.values);
+        }
+      } catch (e) {
+        if (e instanceof ModelFormatError) throw e;
+        throw asNativeError(e);
+      }
+    }
   }
+}
+
+function samePerm(w: GroupedQuantWeight, first: ReadLinear): boolean {
+  if (first.kind !== "grouped") return false;
+  const a = w.perm;
+  const b = first.weight.perm;
+  if (a === undefined || b === undefined) return a === b;
+  return a.length === b.length && a.every((c, k) => c === b[k]);
 }
 
 /** The dense weight in the checkpoint's input order (exact in f32: the float64 products fit 24 bits). */
