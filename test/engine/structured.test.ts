@@ -163,6 +163,25 @@ describe("structured outputs in the engine", () => {
     expect(() => JSON.parse(answerOf(out).answer)).toThrow();
   });
 
+  it("a value whose last token is the last maxTokens allows ends stop; one that could go on ends length", async () => {
+    for (const deterministic of [false, true]) {
+      const base = { prompt: prompt("Is 3 + 4 seven?"), deterministic, temperature: 0 };
+      const choice = { ...base, structured: { type: "choice", choices: ["yes", "no"], thought: "none" } } as const;
+      const free = await engine.submit({ ...choice, maxTokens: 20 }).result;
+      expect(free.samples[0].finishReason).toBe("stop");
+      const value = free.samples[0].tokens.filter((t) => !model.tokenizer.eosTokenIds.includes(t));
+      expect(value.length).toBeLessThan(free.samples[0].tokens.length); // it ended at eos
+      const exact = await engine.submit({ ...choice, maxTokens: value.length }).result;
+      expect(exact.samples[0].tokens).toEqual(value);
+      expect(exact.samples[0].finishReason, `deterministic ${deterministic}`).toBe("stop");
+      // A regex that allows more digits after the budget's last one: cut, so "length".
+      const digits = { ...base, structured: { type: "regex", pattern: "[0-9]{1,40}", thought: "none" } } as const;
+      const cut = await engine.submit({ ...digits, maxTokens: 2 }).result;
+      expect(cut.samples[0].tokens.length).toBe(2);
+      expect(cut.samples[0].finishReason).toBe("length");
+    }
+  });
+
   it("deterministic: true gives the same bytes alone and beside other traffic (the verify replay sees the same masks)", async () => {
     const req: GenerateRequest = {
       prompt: prompt("What is 12 + 30?"),

@@ -214,15 +214,13 @@ describe("vLLM's structured_outputs and guided_* fields", () => {
 
 describe("a value that fills max_tokens exactly", () => {
   // The grammar is complete after the value's last token (only the end is allowed): the sample is done, "stop", even
-  // when that token was the last max_tokens allowed. Today the engine ends it "length" before it folds that token into
-  // the grammar (ts/engine/modelSlot.ts endOfAt; the fix is the engine's: reported, not made here). it.fails pins the
-  // bug: when the engine ends such a sample "stop", this fails and should become it().
-  it.fails("ends stop, not length (completions)", async () => {
-    const body = { prompt: "Answer:", guided_choice: ["yes", "no"], temperature: 0 };
+  // when that token was the last max_tokens allowed (the engine folds it into the grammar: ModelSlot.completeFormats).
+  it("ends stop, not length (completions)", async () => {
+    const body = { prompt: "<think></think>Answer:", guided_choice: ["yes", "no"], temperature: 0 }; // no thought
     const free = await post("/v1/completions", { ...body, max_tokens: 8 });
     expect(free.json.choices[0].finish_reason).toBe("stop");
-    // The value's tokens: the completion's, less the eos that ended it.
-    const exact = free.json.usage.completion_tokens - 1;
+    // The value's tokens: the completion's (usage counts no eos; the prompt's closed thought leaves none to count).
+    const exact = free.json.usage.completion_tokens;
     const r = await post("/v1/completions", { ...body, max_tokens: exact });
     expect(r.json.choices[0].text).toBe(free.json.choices[0].text);
     expect(r.json.choices[0].finish_reason).toBe("stop");

@@ -216,6 +216,7 @@ export class ModelSlot {
       }
     }
     this.collectPrefilled(out);
+    await this.completeFormats(out);
     // The step's tokens (vLLM's iteration_tokens_total): prompt tokens computed plus tokens made final.
     let tokens = out.promptTokens + decoded.seqs.length;
     for (const c of out.committed) tokens += c.tokens.length;
@@ -250,6 +251,31 @@ export class ModelSlot {
     if (failed.size === 0) return;
     batch.seqs = batch.seqs.filter((s) => !failed.has(s.seq));
     out.progressed = true;
+  }
+
+  /**
+   * A constrained sequence ended "length" by the token that completes its format (the value's last token was the
+   * last its budget allowed) ends "stop": the value is whole. endOfAt decides the length end before that token
+   * reaches the grammar, so it is folded into the matcher here, after the forward (one host call per such sequence,
+   * no extra forward). A grammar that still allows more than the end (a number that could go on) keeps "length".
+   */
+  private async completeFormats(out: SlotStep): Promise<void> {
+    const whole = async (seq: Sequence): Promise<boolean> => {
+      try {
+        return await seq.constraint!.onlyEndAfter(seq.tokens, seq.takeCut());
+      } catch {
+        return false; // the format cannot go on, or its host is gone: not a whole value
+      }
+    };
+    const calls: Array<Promise<void>> = [];
+    const { seqs, ends } = out.decoded;
+    for (let i = 0; i < seqs.length; i++)
+      if (ends[i] === "length" && seqs[i].constraint !== null)
+        calls.push(whole(seqs[i]).then((w) => void (w && (ends[i] = "stop"))));
+    for (const c of out.committed)
+      if (c.end === "length" && c.seq.constraint !== null)
+        calls.push(whole(c.seq).then((w) => void (w && (c.end = "stop"))));
+    await Promise.all(calls);
   }
 
   /** The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. */

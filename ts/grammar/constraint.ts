@@ -179,6 +179,27 @@ export class SequenceConstraint {
     return this.masks.has(position);
   }
 
+  /**
+   * Whether the format allows only its end after `tokens` (the sequence's, its newest the last its budget allowed):
+   * the value is whole, so the sample ends "stop", not "length". Folds the newest token into the matcher and asks
+   * for the next position's mask (one host call, no forward): true when the grammar terminated or that mask allows
+   * stop tokens only. False in a thought, or when the value could go on.
+   */
+  async onlyEndAfter(tokens: readonly number[], cut = Number.POSITIVE_INFINITY): Promise<boolean> {
+    await this.prepare(tokens, cut);
+    const m = this.masks.get(tokens.length);
+    if (m === undefined || m.phase !== "answer" || m.mask === null) return false;
+    if (this.done) return true;
+    const stops = this.stopMask();
+    const full = this.set.vocabSize >> 5;
+    const words = Math.ceil(this.set.vocabSize / 32);
+    for (let w = 0; w < words; w++) {
+      const valid = w < full ? -1 : (1 << (this.set.vocabSize & 31)) - 1;
+      if ((m.mask[w] & ~stops[w] & valid) !== 0) return false;
+    }
+    return true;
+  }
+
   /** Whether `token` at `position` completes the format (a stop token of the answer): the sequence ends there. */
   ends(token: number, position: number): boolean {
     return this.stop.has(token) && this.masks.get(position)?.phase === "answer";
