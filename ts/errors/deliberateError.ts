@@ -13,6 +13,8 @@
  * - `unsupported`: a valid combination this build does not run yet (e.g. probes with deterministic: true)
  * - `not_found`: a model name or request handle the engine does not know
  * - `native`: the native addon failed (it did not load, or a call into it threw); `cause` holds its error
+ * - `grammar_host`: a grammar host thread (an XGrammar worker of structured outputs) exited or failed while it held a
+ *   request's grammar; that request cannot go on, a retry runs on a new host
  */
 export type DeliberateErrorCode =
   | "invalid_option"
@@ -23,7 +25,8 @@ export type DeliberateErrorCode =
   | "aborted"
   | "unsupported"
   | "not_found"
-  | "native";
+  | "native"
+  | "grammar_host";
 
 export interface DeliberateErrorOptions {
   /** The option at fault, dotted as the message names it: "request.stopTokenIds[]", "fork.length". */
@@ -122,5 +125,14 @@ export class NativeError extends DeliberateError {
   }
   static {
     this.prototype.name = "NativeError";
+  }
+}
+
+export class GrammarHostError extends DeliberateError {
+  constructor(message: string, options?: DeliberateErrorOptions) {
+    super("grammar_host", message, options);
+  }
+  static {
+    this.prototype.name = "GrammarHostError";
   }
 }

@@ -3,6 +3,7 @@ export {
   ContextLengthError,
   DeliberateError,
   DisposedError,
+  GrammarHostError,
   InvalidOptionError,
   KvExhaustedError,
   ModelFormatError,

@@ -96,6 +96,9 @@ export function fromDeliberateError(e: DeliberateError, promptParam = "prompt"):
       return new ApiError(404, e.message, "not_found_error", wireParam(e.field, promptParam), e.code);
     case "disposed":
       return new ApiError(503, e.message, "service_unavailable_error", null, e.code);
+    case "grammar_host":
+      // A structured request's grammar thread ended: the same request runs on a new one.
+      return new ApiError(503, e.message, "service_unavailable_error", null, e.code, { "retry-after": "1" });
     case "aborted":
     case "native":
     case "model_format":
