@@ -39,6 +39,34 @@ describe("programs over HTTP", () => {
     expect(r.json.error.message).toMatch(/send n requests/);
   });
 
+  it.each([
+    ["logprobs", { logprobs: true }],
+    ["top_logprobs", { logprobs: false, top_logprobs: 3 }],
+    ["stop", { stop: ["1"] }],
+    ["stop_token_ids", { stop_token_ids: [3] }],
+    ["top_p", { top_p: 0.5 }],
+    ["top_k", { top_k: 5 }],
+    ["ignore_eos", { ignore_eos: true }],
+    ["thinking_token_budget", { thinking_token_budget: 8 }],
+  ])("%s with a program is a 400 naming it, not an answer that ignored it", async (field, extra) => {
+    const r = await chat({ program: "sc", program_options: { cap: 2 }, ...extra });
+    expect(r.status).toBe(400);
+    expect(r.json.error).toMatchObject({ type: "invalid_request_error", param: field });
+    expect(r.json.error.message).toMatch(/without program/);
+  });
+
+  it("neutral values of those fields pass", async () => {
+    const r = await chat({
+      program: "sc",
+      program_options: { cap: 2 },
+      top_p: 1,
+      top_k: -1,
+      stop: [],
+      logprobs: false,
+    });
+    expect(r.status).toBe(200);
+  });
+
   it("echoes the program asked for, names the variant that ran, and reports reasoning tokens", async () => {
     const r = await chat({ program: "deepconf", program_options: { cap: 4 } });
     expect(r.status).toBe(200);

@@ -47,6 +47,7 @@ export async function runProgram(
       `n is ${body.n}, but a program answers with one choice (its branches are program_options.cap); send n requests for n programs`,
       "n",
     );
+  refuseUnprogrammedFields(body);
   checkQueue(state, t);
   const structured = structuredOf(body);
   const o = body.program_options ?? {};
@@ -235,4 +236,46 @@ export async function runProgram(
     }
   })();
   return state.track(work);
+}
+
+/**
+ * Sampling fields a program does not pass on to its branches: each would change the answer of a plain request, so a
+ * program request that sets one (to anything but its neutral value) is a 400 naming it rather than an answer that
+ * silently ignored it. A program's branches sample with the program's own settings (temperature, seed, max_tokens,
+ * program_options); what a branch stops on and how its thought is bounded is the program's.
+ */
+function refuseUnprogrammedFields(body: ChatBody): void {
+  const set = (v: unknown): boolean => v !== undefined && v !== null;
+  const refusals: [string, boolean, string][] = [
+    ["logprobs", body.logprobs === true, "a program returns its voted answer, not one sample's token logprobs"],
+    ["top_logprobs", set(body.top_logprobs) && body.top_logprobs !== 0, "a program returns no token logprobs"],
+    [
+      "stop",
+      set(body.stop) && !(Array.isArray(body.stop) && body.stop.length === 0),
+      "a program's branches stop on the program's own markers",
+    ],
+    [
+      "stop_token_ids",
+      set(body.stop_token_ids) && body.stop_token_ids!.length > 0,
+      "a program's branches stop on the program's own markers",
+    ],
+    ["top_p", set(body.top_p) && body.top_p !== 1, "a program's branches sample with temperature and seed only"],
+    [
+      "top_k",
+      set(body.top_k) && body.top_k !== 0 && body.top_k !== -1,
+      "a program's branches sample with temperature and seed only",
+    ],
+    ["ignore_eos", body.ignore_eos === true, "a program ends each branch at its answer"],
+    [
+      "thinking_token_budget",
+      set(body.thinking_token_budget),
+      "a program bounds its branches with max_tokens and program_options.cap",
+    ],
+  ];
+  for (const [field, bad, why] of refusals)
+    if (bad)
+      throw badRequest(
+        `${field} is not supported with program: ${why}; drop ${field} or send the request without program`,
+        field,
+      );
 }
