@@ -1,9 +1,8 @@
 // Program prompts of the determinism check (issue 49): a JSONL line naming a program runs it (deterministic as the
 // check is) and is compared by its replayable report; goldens holding program reports are version 4, goldens without
-// stay version 3 (what earlier builds read and wrote); a program that cannot replay is refused before anything runs.
+// stay version 3 (what earlier builds read and wrote); every program is built (and a refusal raised) before anything runs.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
-import { UnsupportedError } from "../../ts/errors/index.js";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { checkGolden, makeGolden, parseGolden } from "../../ts/determinism/golden.js";
 import { parsePromptsFile } from "../../ts/determinism/prompts.js";
@@ -86,16 +85,15 @@ describe("runDeterminismCheck with program prompts", () => {
     expect(makeGolden("m", prov, {}, [[1, 2]]).version).toBe(3);
   }, 120_000);
 
-  it("refuses a program that cannot replay before anything runs", async () => {
+  it("builds every program before anything runs: a duchess line without a trained probe fails first", async () => {
     await using engine = new Engine({ models: { model } });
     const prompts = parsePromptsFile(
-      [JSON.stringify({ prompt: "What is 1+1?" }), JSON.stringify({ prompt: "What is 2+2?", program: "mcts" })].join(
+      [JSON.stringify({ prompt: "What is 1+1?" }), JSON.stringify({ prompt: "What is 2+2?", program: "duchess" })].join(
         "\n",
       ),
     );
     const err = await runDeterminismCheck(engine, prompts, { ...params, loads: [], runs: 1 }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(UnsupportedError);
-    expect((err as Error).message).toMatch(/program mcts does not support deterministic: true/);
+    expect((err as Error).message).toMatch(/program duchess needs a trained probe/);
     expect(engine.metrics().steps).toBe(0);
   });
 });

@@ -57,6 +57,13 @@ function stateOf(p: Program): unknown {
     const st = any.state as { branches: Array<Record<string, unknown>> } & Record<string, unknown>;
     return { ...st, branches: st.branches.map(({ cachedTokens, ...b }) => (void cachedTokens, b)) };
   }
+  if (p.name === "mcts")
+    return (any.state as { solutions: Array<Record<string, unknown>> }).solutions.map((x) => ({
+      answer: x.answer,
+      reward: x.reward,
+      rolloutTokens: x.rolloutTokens,
+      step: (x.node as { step: string }).step,
+    }));
   if (p.name === "rebase")
     return (any.state as { finished: Array<Record<string, unknown>> }).finished.map((n) => ({
       answer: n.answer,
@@ -150,6 +157,7 @@ describe("deterministic programs on the bundled tiny reasoner", () => {
     { kind: "rebase", cap: 4 },
     { kind: "beam", cap: 4, extra: { beamWidth: 2 } },
     { kind: "duchess", cap: 6, maxTokens: 96 },
+    { kind: "mcts", cap: 8 },
   ];
   it.each([3, 32])(
     "duchess with branch-out: byte-equal alone and beside %i noisy requests",
@@ -273,18 +281,9 @@ describe("deterministic programs on a near-tie model (the fast path flips tokens
 });
 
 describe("programs that cannot replay refuse deterministic by name", () => {
-  it("mcts, beam with speculation, and a program that does not declare it", async () => {
+  it("beam with speculation, and a program that does not declare it", async () => {
     const engine = {} as Engine; // refused before any request
     const runtime = new ProgramRuntime(engine);
-    const mcts = buildProgram("mcts", {
-      question: QUESTION,
-      prompt: [1, 2, 3],
-      task: arithTask,
-      reward: arithTask.stepVerifier,
-    });
-    await expect(runtime.run(mcts, { deterministic: true })).rejects.toThrow(
-      /program mcts does not support deterministic: true: .*finish; drop deterministic/,
-    );
     const spec = buildProgram("beam", {
       question: QUESTION,
       prompt: [1, 2, 3],

@@ -1,7 +1,8 @@
 // `deterministic: true` on a program request (issue 49): the same content and `deliberate` object (answer, certaindex,
 // rounds, tokens) and the same usage alone and beside 32 concurrent plain requests of other lengths and temperatures
 // (duchess too: the bundled model ships its probe);
-// a program that cannot replay is a 400 naming deterministic, before any stream starts.
+// (a program that cannot replay, none of the server's now, is a 400 naming deterministic before any stream starts:
+// checkDeterministic in the route).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DeliberateServer } from "../../ts/server/index.js";
 import { startBundledServer } from "../helpers/bundledServer.js";
@@ -51,6 +52,7 @@ describe("deterministic programs over HTTP", () => {
     { program: "deepconf", program_options: { cap: 6 } },
     { program: "cot-probe", program_options: { interval: 8 } },
     { program: "duchess", program_options: { cap: 6 } },
+    { program: "mcts", program_options: { cap: 4 } },
   ])(
     "$program: the same response alone and beside 32 plain requests",
     async (p) => {
@@ -69,14 +71,4 @@ describe("deterministic programs over HTTP", () => {
     },
     120_000,
   );
-
-  it("a program that cannot replay is a 400 naming deterministic (streaming too: no chunk first)", async () => {
-    const r = await chat({ program: "mcts", program_options: { cap: 2 }, deterministic: true });
-    expect(r.status).toBe(400);
-    expect(r.json.error).toMatchObject({ type: "invalid_request_error", param: "deterministic" });
-    expect(r.json.error.message).toMatch(/program mcts does not support deterministic: true/);
-    const s = await chat({ program: "mcts", program_options: { cap: 2 }, deterministic: true, stream: true });
-    expect(s.status).toBe(400);
-    expect(s.json.error.param).toBe("deterministic");
-  });
 });

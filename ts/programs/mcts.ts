@@ -96,8 +96,9 @@ export class Mcts implements Program {
     return this.exhausted;
   }
 
-  readonly deterministic =
-    "a round's simulations expand and roll out concurrently, and their rollout seeds and solutions are taken in the order they finish";
+  /** Deterministic runs: a round's expansions, then its rollouts, each started in path order (seeds taken in that
+   *  order), and children and solutions entered in path order, whatever finishes first (simulate). */
+  readonly deterministic = true;
 
   async execute(ctx: ProgramContext): Promise<void> {
     const n = Math.min(this.perRound, this.knob.max - this.knob.used);
@@ -110,30 +111,65 @@ export class Mcts implements Program {
       if (!leaf.terminal) pending.set(leaf, (pending.get(leaf) ?? 0) + 1);
       paths.push(path);
     }
-    const values = await Promise.all(
-      paths.map(async (path) => {
-        const leaf = path[path.length - 1];
-        if (leaf.terminal) return leaf.reward;
-        const [child] = await this.tree.expand(ctx, leaf, 1);
-        if (child === undefined) return 0;
-        let solution: MctsSolution;
-        if (child.terminal) {
-          solution = { node: child, answer: child.answer, reward: child.reward, rolloutTokens: 0 };
-        } else {
-          const r = await this.tree.rollout(ctx, child);
-          solution = { node: child, answer: r.answer, reward: r.reward, rolloutTokens: r.tokens };
-        }
-        this.state.solutions.push(solution);
-        child.visits = 1;
-        child.valueSum = solution.reward;
-        return solution.reward;
-      }),
-    );
+    const values = ctx.deterministic
+      ? await this.simulateInOrder(ctx, paths)
+      : await Promise.all(
+          paths.map(async (path) => {
+            const leaf = path[path.length - 1];
+            if (leaf.terminal) return leaf.reward;
+            const [child] = await this.tree.expand(ctx, leaf, 1);
+            if (child === undefined) return 0;
+            let solution: MctsSolution;
+            if (child.terminal) {
+              solution = { node: child, answer: child.answer, reward: child.reward, rolloutTokens: 0 };
+            } else {
+              const r = await this.tree.rollout(ctx, child);
+              solution = { node: child, answer: r.answer, reward: r.reward, rolloutTokens: r.tokens };
+            }
+            this.state.solutions.push(solution);
+            child.visits = 1;
+            child.valueSum = solution.reward;
+            return solution.reward;
+          }),
+        );
     paths.forEach((path, i) => {
       for (const node of path) node.valueSum += values[i];
     });
     this.exhausted = paths.every((p) => p[p.length - 1].terminal);
     this.knob.used += n;
+  }
+
+  /**
+   * Deterministic runs: the simulations of one round in two phases, each started in path order (a request's seed is
+   * taken when it starts): every leaf's expansion, then every new step's rollout. Expansions enter their parents'
+   * children as they finish, so those lists are put back in path order before anything reads them; solutions are
+   * entered in path order.
+   */
+  private async simulateInOrder(ctx: ProgramContext, paths: TreeNode[][]): Promise<number[]> {
+    const leaves = paths.map((p) => p[p.length - 1]);
+    const children = await Promise.all(
+      leaves.map(async (leaf) => (leaf.terminal ? null : ((await this.tree.expand(ctx, leaf, 1))[0] ?? null))),
+    );
+    const added = new Set(children.filter((c): c is TreeNode => c !== null));
+    for (const parent of new Set(leaves)) {
+      const kept = parent.children.filter((c) => !added.has(c));
+      parent.children = [...kept, ...children.filter((c) => c !== null && c.parent === parent)] as TreeNode[];
+    }
+    const solutions = await Promise.all(
+      children.map(async (child): Promise<MctsSolution | null> => {
+        if (child === null) return null;
+        if (child.terminal) return { node: child, answer: child.answer, reward: child.reward, rolloutTokens: 0 };
+        const r = await this.tree.rollout(ctx, child);
+        return { node: child, answer: r.answer, reward: r.reward, rolloutTokens: r.tokens };
+      }),
+    );
+    return solutions.map((solution, i) => {
+      if (solution === null) return leaves[i].terminal ? leaves[i].reward : 0;
+      this.state.solutions.push(solution);
+      solution.node.visits = 1;
+      solution.node.valueSum = solution.reward;
+      return solution.reward;
+    });
   }
 
   /** Root → leaf by UCT; stops at a node that may still grow a child (counting this round's pending expansions),
