@@ -4,9 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine } from "../../ts/engine/engine.js";
-import { DisposedError } from "../../ts/errors/index.js";
+import { DisposedError, GrammarHostError } from "../../ts/errors/index.js";
 import { SequenceConstraint } from "../../ts/grammar/constraint.js";
-import { GrammarSet, liveXGrammar } from "../../ts/grammar/grammars.js";
+import { GrammarSet, grammarSetDefaults, liveXGrammar } from "../../ts/grammar/grammars.js";
+import { liveGrammarHosts } from "../../ts/grammar/host.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 
 let model: Model;
@@ -124,5 +125,42 @@ describe("structured outputs: an engine's dispose", () => {
     b.dispose();
     local.dispose();
     hosted.dispose();
+  });
+
+  it("a grammar host that dies fails its requests with a GrammarHostError; the engine serves the rest, a new host the format", async () => {
+    const saved = grammarSetDefaults.localCompileMs;
+    grammarSetDefaults.localCompileMs = -1; // every grammar stays on its host thread (read when the engine makes its set)
+    const engine = new Engine({ models: { model } });
+    try {
+      const format = { type: "regex", pattern: "[a-z ]{150,300}", thought: "none" } as const; // no early end
+      const ask = (maxTokens: number) => ({ prompt: prompt("Say something long."), maxTokens, structured: format });
+      const doomed = engine.submit(ask(250));
+      const free = engine.submit({ prompt: prompt("Say something."), maxTokens: 60, ignoreEos: true });
+      // Read a few deltas (no break out of a for-await: that would abort the request): its matcher is on a host now.
+      const deltas = doomed[Symbol.asyncIterator]();
+      for (let seen = 0; seen < 3;) seen += (await deltas.next()).value!.tokens.length;
+      const hosts = [...liveGrammarHosts].filter((h) => h.matchers > 0);
+      expect(hosts.length).toBe(1);
+      hosts[0].terminate(); // as a crash would: the thread ends with its grammars and matchers
+      const error = await doomed.result.then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(GrammarHostError);
+      expect((error as GrammarHostError).code).toBe("grammar_host");
+      expect((error as GrammarHostError).field).toBe("request.structured");
+      expect((error as Error).message).toMatch(/grammar host .* exited .* send it again/);
+      // The unconstrained request beside it is untouched; the same format runs again, on a new host.
+      expect((await free.result).samples[0].finishReason).toBe("length");
+      const again = await engine.submit(ask(20)).result;
+      expect(again.samples[0].finishReason).not.toBe("aborted");
+      const text = model.tokenizer.decode(again.samples[0].tokens, { skipSpecialTokens: true });
+      expect(text).toMatch(/^[a-z ]+$/);
+      expect(liveGrammarHosts.size).toBeGreaterThan(0);
+    } finally {
+      grammarSetDefaults.localCompileMs = saved;
+      await engine.dispose();
+    }
+    expect(SequenceConstraint.liveMatchers).toBe(0);
   });
 });

@@ -12,7 +12,7 @@
 // host.ts, which answers a step's calls in one batch) and then read synchronously by the forward's builders. They
 // are kept by position for as long as a verify row may replay them (a deterministic request's replay sees the masks
 // its candidates were sampled under).
-import { DisposedError, InvalidOptionError } from "../errors/index.js";
+import { DisposedError, GrammarHostError, InvalidOptionError } from "../errors/index.js";
 import type { CompiledFormat, GrammarGrant, GrammarSet } from "./grammars.js";
 
 type Phase = "opening" | "thinking" | "answer";
@@ -153,11 +153,14 @@ export class SequenceConstraint {
     try {
       r = await host.step({ mid: this.mid, gid, reset: p.reset, rollback: p.rollback, accept: p.accept, mask });
     } catch (e) {
+      const field = this.options.field;
       if (this.set.disposed)
-        throw new DisposedError(`${this.options.field}: the model's grammars are disposed (its engine was disposed)`, {
-          field: this.options.field,
-        });
-      throw e;
+        throw new DisposedError(`${field}: the model's grammars are disposed (its engine was disposed)`, { field });
+      // The matcher lived on the host: its state is gone with it (or XGrammar failed inside it).
+      throw new GrammarHostError(
+        `${field}: the grammar host holding this request's format failed: ${(e as Error).message}. The request cannot go on; send it again (its format compiles on a new host; the engine serves other requests meanwhile). If the same format fails a host again, report it with the format`,
+        { field, cause: e },
+      );
     }
     this.accepted += r.accepted;
     this.done = r.terminated;

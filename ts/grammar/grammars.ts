@@ -2,7 +2,7 @@
 // parsed in the sandbox (sandbox.ts), compiled against the vocabulary on a grammar host (host.ts: a worker thread, so
 // a compile of seconds stalls no step) and cached by its source text, so a schema sent with every request compiles
 // once (vLLM and SGLang cache by (tokenizer, schema) alike).
-import { DisposedError, InvalidOptionError } from "../errors/index.js";
+import { DisposedError, GrammarHostError, InvalidOptionError } from "../errors/index.js";
 import { checkGrammar, type GrammarSource } from "./sandbox.js";
 import { checkJsonSchema, checkStructuralTagSchemas } from "./schemaCheck.js";
 import type { GrammarVocab, StructuredFormat } from "./types.js";
@@ -28,6 +28,12 @@ export const liveXGrammar = { compilers: 0, grammars: 0 };
  * as long) and matched there, without a round trip to the host per step (LocalHost).
  */
 export const LOCAL_COMPILE_MS = 100;
+
+/**
+ * Defaults a GrammarSet reads when it is made (an engine makes one per model on its first structured request). Tests
+ * set `localCompileMs` to -1 to keep every grammar on its host thread (the path a slow grammar takes).
+ */
+export const grammarSetDefaults = { localCompileMs: LOCAL_COMPILE_MS };
 
 /** Grammar hosts a GrammarSet starts at most (each holds an XGrammar instance with the vocabulary's tokenizer info). */
 export const DEFAULT_GRAMMAR_HOSTS = 4;
@@ -166,7 +172,7 @@ export class GrammarSet {
     readonly maxEntries = DEFAULT_GRAMMAR_CACHE,
     readonly maxHosts = DEFAULT_GRAMMAR_HOSTS,
     /** LOCAL_COMPILE_MS; -1: every grammar stays on its host (tests of the host path). */
-    readonly localCompileMs = LOCAL_COMPILE_MS,
+    readonly localCompileMs = grammarSetDefaults.localCompileMs,
   ) {}
 
   /**
@@ -269,7 +275,14 @@ export class GrammarSet {
       this.cache.set(key, hit);
       return hit;
     }
-    if (hit !== undefined) this.cache.delete(key); // its host is gone (aborted): compile afresh on another
+    if (hit !== undefined) {
+      // Its host is gone (aborted, crashed), its grammar with it: compile afresh on another.
+      this.cache.delete(key);
+      hit.compiled.then(
+        (c) => this.free(c),
+        () => undefined,
+      );
+    }
     const entry: CacheEntry = {
       compiled: this.compileSource(source, format, field),
       users: 0,
@@ -332,6 +345,12 @@ export class GrammarSet {
       ms = await host.compile(gid, source);
     } catch (e) {
       this.checkAlive(field); // the host ended under it (dispose())
+      // The thread ended without answering (a crash): not the format's fault.
+      if (e instanceof GrammarHostError)
+        throw new GrammarHostError(
+          `${field}: ${e.message} while it compiled this format; send the request again (a new host compiles it)`,
+          { field, cause: e },
+        );
       throw new InvalidOptionError(`${field}: XGrammar could not compile it: ${(e as Error).message}`, {
         field,
         cause: e,

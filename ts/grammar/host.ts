@@ -13,6 +13,7 @@
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
 import type * as XG from "@mlc-ai/web-xgrammar";
+import { GrammarHostError } from "../errors/index.js";
 import type { GrammarSource } from "./sandbox.js";
 import type { GrammarVocab } from "./types.js";
 import { loadXGrammar, type XGrammar } from "./xgrammar.js";
@@ -171,6 +172,9 @@ export interface MatcherHost {
   terminate(): void;
 }
 
+/** Host threads started and not yet exited, across the process (tests end one to check what a crash does). */
+export const liveGrammarHosts = new Set<GrammarHost>();
+
 export class GrammarHost implements MatcherHost {
   private readonly worker: Worker;
   private readonly pending = new Map<number, Pending>();
@@ -178,6 +182,8 @@ export class GrammarHost implements MatcherHost {
   private nextId = 0;
   /** The worker exited (aborted, terminated): every call fails. */
   dead = false;
+  /** How it ended ("exited (code 1)"), once dead. */
+  exitReason = "";
   /** Compiles sent and not answered. */
   compiling = 0;
   /** Matchers created and not freed. */
@@ -209,13 +215,20 @@ export class GrammarHost implements MatcherHost {
       }
       if (this.pending.size === 0) this.worker.unref();
     });
-    const gone = (e: Error): void => {
+    // A thread that ends (an XGrammar abort, a crash, terminate()) takes its grammars and matchers with it: what waits
+    // on it fails with a GrammarHostError; GrammarSet starts a new host for the next compile (pickHost).
+    const gone = (why: string, cause?: unknown): void => {
+      liveGrammarHosts.delete(this);
+      if (this.dead) return;
       this.dead = true;
+      this.exitReason = why;
+      const e = new GrammarHostError(`the grammar host thread ${why}`, { cause });
       for (const p of this.pending.values()) p.reject(e);
       this.pending.clear();
     };
-    this.worker.on("error", gone);
-    this.worker.on("exit", () => gone(new Error("the grammar host thread exited")));
+    this.worker.on("error", (e) => gone(`failed (${e.message})`, e));
+    this.worker.on("exit", (code) => gone(`exited (code ${code})`));
+    liveGrammarHosts.add(this);
     // An idle host must not keep the process alive; one with a call in flight must (ref'd in call()).
     this.worker.unref();
   }
@@ -252,7 +265,7 @@ export class GrammarHost implements MatcherHost {
   }
 
   private call(op: HostOp): Promise<Record<string, unknown>> {
-    if (this.dead) return Promise.reject(new Error("the grammar host thread exited"));
+    if (this.dead) return Promise.reject(new GrammarHostError(`the grammar host thread ${this.exitReason}`));
     const id = ++this.nextId;
     return new Promise((resolve, reject) => {
       if (this.pending.size === 0) this.worker.ref();
