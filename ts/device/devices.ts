@@ -1,6 +1,6 @@
 // listDevices(): what this process can run on — the CPU (threads, SIMD level) and every CUDA device, or why CUDA
 // is unavailable.
-import type { WeightsReport } from "../model/quantized/upload.js";
+import type { WeightsReport } from "../model/quantized/weightsReport.js";
 import type { DeviceReport } from "../native/addonTypes.js";
 import { loadAddon } from "../native/loadAddon.js";
 

@@ -18,7 +18,8 @@ import type { GenerationDefaults } from "./generationConfig.js";
 import { createNativeModel, kvBytesPerToken, uploadWeights } from "./loadWeights.js";
 import { openModelFiles } from "./modelFiles.js";
 import { packForward } from "./packForward.js";
-import { addonTakesGroupedWeights, planWeights, type WeightsReport } from "./quantized/upload.js";
+import { addonTakesGroupedWeights } from "./quantized/upload.js";
+import { planWeights, type WeightsReport } from "./quantized/weightsReport.js";
 import type { ModelTokenizer } from "./tokenizer.js";
 
 export interface LoadModelOptions {

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { formatDevices, listDevices } from "../../index.js";
 import { formatWeightsReport } from "../../device/devices.js";
-import { describeModelWeights } from "../../model/quantized/upload.js";
+import { describeModelWeights } from "../../model/quantized/weightsReport.js";
 
 export function registerDevices(program: Command): void {
   program

@@ -115,7 +115,7 @@ function parseAwq(r: Reader): AwqScheme {
       zeroPoint,
       "AWQ without zero points is not supported (AutoAWQ writes zero_point: true)",
     );
-  return { method: "awq", bits: 4, groupSize };
+  return { method: "awq", bits, groupSize };
 }
 
 function parseCompressedTensors(r: Reader): CompressedTensorsScheme {
