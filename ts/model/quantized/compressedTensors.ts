@@ -22,6 +22,7 @@ import {
   integers,
   need,
   permFromGroupIndex,
+  permuteColumns,
   type LoadedTensors,
   type QuantTensorSpec,
 } from "./tensors.js";
@@ -71,17 +72,20 @@ export function decodeCompressedTensors(
   const perm = gIdx ? permFromGroupIndex(gIdx, K, G) : null;
   const words = Math.ceil(K / pf);
 
-  const q = new Uint8Array(bits === 4 ? (N * K) / 2 : N * K);
-  // Packed along K in field order, a row of whole words is the format's row byte for byte (little-endian words).
-  if (!perm && K % pf === 0) q.set(new Uint8Array(packed.buffer, packed.byteOffset, q.byteLength));
-  else
+  // Packed along K in field order, a row of whole words is the format's row byte for byte (little-endian words);
+  // act-order then reorders each row's columns (column k reads channel perm[k]).
+  let stored: Uint8Array;
+  if (K % pf === 0) stored = new Uint8Array(packed.buffer, packed.byteOffset, bits === 4 ? (N * K) / 2 : N * K).slice();
+  else {
+    stored = new Uint8Array(bits === 4 ? (N * K) / 2 : N * K); // a padded last word per row
     for (let n = 0; n < N; n++)
       for (let k = 0; k < K; k++) {
-        const c = perm ? perm[k] : k;
-        const v = field(packed[n * words + Math.floor(c / pf)], c % pf, bits);
-        if (bits === 8) q[n * K + k] = v;
-        else q[(n * K + k) >> 1] |= k & 1 ? v << 4 : v;
+        const v = field(packed[n * words + Math.floor(k / pf)], k % pf, bits);
+        if (bits === 8) stored[n * K + k] = v;
+        else stored[(n * K + k) >> 1] |= k & 1 ? v << 4 : v;
       }
+  }
+  const q = perm ? permuteColumns(stored, N, K, bits, perm) : stored;
   // Scales are already [N, K / G]; the format holds them as f32 (exact for f16 / bf16).
   const zeros = new Uint8Array(N * groups).fill(offset);
   if (!s.symmetric) {

@@ -18,6 +18,7 @@ import {
   int32Words,
   need,
   permFromGroupIndex,
+  permuteColumns,
   type LoadedTensors,
   type QuantTensorSpec,
 } from "./tensors.js";
@@ -45,25 +46,14 @@ export function decodeGptq(t: LoadedTensors, N: number, K: number, s: GptqScheme
   const gIdx = t.get("g_idx");
   const perm = gIdx ? permFromGroupIndex(gIdx, K, G) : null;
 
-  const q = new Uint8Array(bits === 4 ? (N * K) / 2 : N * K);
-  if (!perm) {
-    // Without act-order a qweight word's little-endian bytes are already the format's bytes of its pf channels
-    // (channel j of the word in field j; the format's byte b holds channels 2b, 2b+1 at 4 bits, channel b at 8):
-    // q as words [N, K/pf] is qweight [K/pf, N] transposed.
-    const out = new Uint32Array(q.buffer);
-    const rows = K / pf;
-    for (let i = 0; i < rows; i++) for (let n = 0; n < N; n++) out[n * rows + i] = qweight[i * N + n];
-  } else
-    for (let k = 0; k < K; k++) {
-      const c = perm ? perm[k] : k; // the checkpoint's input channel in column k
-      const row = Math.floor(c / pf) * N;
-      const j = c % pf;
-      for (let n = 0; n < N; n++) {
-        const v = field(qweight[row + n], j, bits);
-        if (bits === 8) q[n * K + k] = v;
-        else q[(n * K + k) >> 1] |= k & 1 ? v << 4 : v;
-      }
-    }
+  // A qweight word's little-endian bytes are already the format's bytes of its pf channels (channel j of the word in
+  // field j; the format's byte b holds channels 2b, 2b+1 at 4 bits, channel b at 8): q as words [N, K/pf] is
+  // qweight [K/pf, N] transposed. Act-order then reorders each row's columns (column k reads channel perm[k]).
+  const stored = new Uint8Array(bits === 4 ? (N * K) / 2 : N * K);
+  const out = new Uint32Array(stored.buffer);
+  const rows = K / pf;
+  for (let i = 0; i < rows; i++) for (let n = 0; n < N; n++) out[n * rows + i] = qweight[i * N + n];
+  const q = perm ? permuteColumns(stored, N, K, bits, perm) : stored;
   const outScales = new Float32Array(N * groups);
   const zeros = new Uint8Array(N * groups);
   const zeroBias = s.zeroPointsMinusOne ? 1 : 0;

@@ -96,3 +96,28 @@ export function permFromGroupIndex(x: LoadedTensor, K: number, G: number): Int32
   perm.sort((a, b) => gIdx[a] - gIdx[b] || a - b);
   return perm;
 }
+
+/** q [N, K] in the format (4-bit nibbles or bytes) with its columns reordered: column k of the result is column
+ * perm[k] of `q`. */
+export function permuteColumns(q: Uint8Array, N: number, K: number, bits: 4 | 8, perm: Int32Array): Uint8Array {
+  const out = new Uint8Array(q.length);
+  if (bits === 8) {
+    for (let n = 0; n < N; n++) {
+      const row = n * K;
+      for (let k = 0; k < K; k++) out[row + k] = q[row + perm[k]];
+    }
+    return out;
+  }
+  const half = K / 2;
+  for (let n = 0; n < N; n++) {
+    const row = n * half;
+    for (let k = 0; k < K; k += 2) {
+      const a = perm[k];
+      const b = perm[k + 1];
+      const lo = (q[row + (a >> 1)] >> ((a & 1) << 2)) & 15;
+      const hi = (q[row + (b >> 1)] >> ((b & 1) << 2)) & 15;
+      out[row + (k >> 1)] = lo | (hi << 4);
+    }
+  }
+  return out;
+}
