@@ -7,6 +7,7 @@ import type { Engine } from "../engine/engine.js";
 import type { GenerateRequest } from "../engine/request.js";
 import type { Program, ProgramResult } from "../programs/program.js";
 import { buildProgram } from "../programs/registry.js";
+import type { DuchessProbe } from "../probe/probeFile.js";
 import { checkDeterministic, ProgramRuntime } from "../programs/runtime.js";
 import { arithTask } from "../tasks/index.js";
 import type { RunOutput } from "./golden.js";
@@ -25,6 +26,8 @@ export interface CheckOptions extends CheckParams {
   /** Concurrencies; 1 (alone) always runs first. */
   loads: number[];
   runs: number;
+  /** The model's trained DUCHESS probe, for duchess program prompts (loadProbe). */
+  probe?: DuchessProbe;
 }
 
 export interface CheckResult {
@@ -42,7 +45,7 @@ type RunParts = Omit<RunRecord, "load">;
  * best-of-n score steps with the arithmetic task's verifier): the prompt is the question, prompt i's seed is
  * seed + i, the CLI's temperature and max tokens unless the line sets them.
  */
-export function programOf(p: PromptSpec, i: number, params: CheckParams): Program {
+export function programOf(p: PromptSpec, i: number, params: CheckParams, probe?: DuchessProbe): Program {
   const { kind, options: o } = p.program!;
   return buildProgram(kind, {
     question: p.text ?? "",
@@ -57,6 +60,7 @@ export function programOf(p: PromptSpec, i: number, params: CheckParams): Progra
     deepconfVariant: o.variant,
     task: arithTask,
     reward: arithTask.stepVerifier,
+    probe,
   });
 }
 
@@ -99,7 +103,7 @@ export async function runDeterminismCheck(
   // Programs are built (and a deterministic check's refusals raised) before anything runs.
   prompts.forEach((p, i) => {
     if (p.program === undefined) return;
-    const program = programOf(p, i, options);
+    const program = programOf(p, i, options, options.probe);
     if (options.deterministic) checkDeterministic(program);
   });
   const targets: Target[] = prompts.map((p, i) =>
@@ -114,7 +118,7 @@ export async function runDeterminismCheck(
             exactTokens: d?.exactTokens ?? 0,
           };
         }
-      : () => runProgram(engine, programOf(p, i, options), options.deterministic),
+      : () => runProgram(engine, programOf(p, i, options, options.probe), options.deterministic),
   );
   const records: RunRecord[][] = prompts.map(() => []);
   const loads = [1, ...options.loads.filter((l) => l !== 1)];

@@ -3,7 +3,7 @@
 // reports per prompt whether all runs agree, the first divergent position and the rollback/recompute cost;
 // --record writes golden hashes, --check compares against them. Exit status 1 on any divergence (CI gate).
 import { readFile, writeFile } from "node:fs/promises";
-import { basename, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import type { Command } from "commander";
 import {
   bundledModelDir,
@@ -18,6 +18,8 @@ import {
   kernelKnobs,
   listDevices,
   loadModel,
+  loadProbe,
+  PROBE_SUBDIR,
   makeGolden,
   modelHash,
   parseGolden,
@@ -181,7 +183,16 @@ export function registerDeterminism(program: Command): void {
         }
         await using engine = new Engine({ models: { model }, verifyWindow, verifyGroup, fuseVerify });
         const progress = opts.json ? undefined : (m: string) => console.error(`[determinism] ${m}`);
-        result = await runDeterminismCheck(engine, prompts, { ...params, loads, runs }, progress);
+        // duchess program prompts read the model's trained probe (<model>/probe), checked against its weights.
+        const probe = prompts.some((p) => p.program?.kind === "duchess")
+          ? await loadProbe(join(model.dir, PROBE_SUBDIR), {
+              hash: provenance.modelHash,
+              hiddenSize: model.config.hiddenSize,
+              numLayers: model.config.numLayers,
+              name: model.dir,
+            })
+          : undefined;
+        result = await runDeterminismCheck(engine, prompts, { ...params, loads, runs, probe }, progress);
       } finally {
         model.dispose();
       }
