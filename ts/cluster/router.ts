@@ -10,7 +10,15 @@ import { randomUUID } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { Counter, Gauge, Registry } from "prom-client";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ApiError, errorPayload, modelNotFound, toApiError, unauthorized, unavailable } from "../server/errors.js";
+import {
+  ApiError,
+  badRequest,
+  errorPayload,
+  modelNotFound,
+  toApiError,
+  unauthorized,
+  unavailable,
+} from "../server/errors.js";
 import { HANDOFF_EVENT, HANDOFF_FIELD, HANDOFF_HEADER } from "../server/handoff.js";
 import { ClusterView, DEFAULT_STALE_MS, type Dispatch } from "./membership.js";
 import { connectCluster } from "./replica.js";
@@ -386,6 +394,14 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
 
   const generation = (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const body = request.body as Record<string, unknown> | undefined;
+    // deliberate_handoff is what this router adds when a replica hands a program off; a client's own would be taken
+    // by the replica as a snapshot of a program it ran (its rounds, answers and token counts unchecked against any
+    // run), so it is refused here as the client's copy of x-deliberate-handoff is replaced.
+    if (body !== undefined && body !== null && Object.hasOwn(body, HANDOFF_FIELD))
+      throw badRequest(
+        `${HANDOFF_FIELD} is set by the router when a replica hands a program off; a client cannot send it`,
+        HANDOFF_FIELD,
+      );
     const model = typeof body?.model === "string" ? body.model : undefined;
     return forward(request, reply, {
       model,
