@@ -72,7 +72,7 @@ const IGNORED: Array<[string, unknown, string, string]> = [
   ["keywords beside enum", { type: "integer", enum: [1, 2, 3], minimum: 2 }, "1", "x.minimum"],
   ["a type list's keywords", { type: ["integer", "null"], minimum: 3 }, "1", "x.minimum"],
   ["a type keyword with no type", { maxLength: 2 }, '"abc"', "x.maxLength"],
-  ["minLength beside pattern", { type: "string", pattern: "^a+$", minLength: 3 }, '"aa"', "x.minLength"],
+  ["minLength beside pattern", { type: "string", pattern: "^a(b|c)+$", minLength: 3 }, '"ab"', "x.minLength"],
   ["format regex", { type: "string", format: "regex" }, '"("', "x.format"],
   ["oneOf with overlapping branches", { oneOf: [{ type: "integer" }, { type: "number" }] }, "1", "x.oneOf"],
   ["a number's two-sided range", { type: "number", minimum: -10, maximum: 10 }, "-10.5", "x.minimum"],
@@ -235,5 +235,54 @@ describe("what OpenAI strict mode accepts passes", () => {
     expect(await xgAccepts({ type: "integer", exclusiveMinimum: 3 }, "3")).toBe(true);
     expect(await xgAccepts({ type: "integer", minimum: 4 }, "2")).toBe(true);
     expect(await xgAccepts({ type: "number", minimum: 4 }, "3.9")).toBe(true);
+  });
+
+  it("a pattern repeating one character class takes minLength / maxLength: one bounded repetition, exact against ajv", async () => {
+    const ajv = new Ajv2020({ strict: false });
+    const xg = await loadXGrammar();
+    const cases: Array<Record<string, unknown>> = [
+      { type: "string", pattern: "^[a-z]+$", minLength: 2, maxLength: 4 },
+      { type: "string", pattern: "^[a-z0-9-]*$", maxLength: 3 },
+      { type: "string", pattern: "\\d{2,}", minLength: 3, maxLength: 5 },
+      { type: "string", pattern: "^[^-]{1,6}$", minLength: 2 },
+      { type: "string", pattern: "^\\w+$", minLength: 1, maxLength: 2 },
+    ];
+    // Random strings over an alphabet that hits each class and misses it (é: a code point outside ASCII).
+    let seed = 7;
+    const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    const alphabet = ["a", "z", "0", "7", "-", "é", "_", "Q"];
+    const samples = Array.from({ length: 300 }, () =>
+      Array.from({ length: rand(8) }, () => alphabet[rand(alphabet.length)]).join(""),
+    );
+    for (const schema of cases) {
+      const rewritten = checkJsonSchema(schema, "s") as Record<string, unknown>;
+      expect(rewritten.minLength ?? rewritten.maxLength).toBeUndefined();
+      const g = await xg.Grammar.fromJSONSchema(JSON.stringify(rewritten), false, -1);
+      try {
+        for (const text of samples) {
+          const valid = ajv.validate(schema, text);
+          const anchored = ajv.validate(
+            { ...schema, pattern: `^(?:${String(schema.pattern).replace(/^\^|\$$/g, "")})$` },
+            text,
+          );
+          const accepted = await xg.Testings.isGrammarAcceptString(g, JSON.stringify(text));
+          if (accepted) expect(valid, `${JSON.stringify(schema)} accepts ${text}`).toBe(true);
+          // XGrammar matches a pattern against the whole string: every whole match is accepted.
+          if (anchored) expect(accepted, `${JSON.stringify(schema)} refuses ${text}`).toBe(true);
+        }
+      } finally {
+        g.dispose();
+      }
+    }
+    // Bounds that leave nothing, and patterns of another shape, are refused by name.
+    expect(refusal(obj({ type: "string", pattern: "^[a-z]{5,}$", maxLength: 3 }))).toBe(
+      `${FIELD}.schema.properties.x.maxLength`,
+    );
+    expect(refusal(obj({ type: "string", pattern: "^ab+$", maxLength: 3 }))).toBe(
+      `${FIELD}.schema.properties.x.maxLength`,
+    );
+    expect(refusal(obj({ type: "string", format: "email", maxLength: 3 }))).toBe(
+      `${FIELD}.schema.properties.x.maxLength`,
+    );
   });
 });

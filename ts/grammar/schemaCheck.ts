@@ -9,7 +9,8 @@
 // `uniqueItems`, `contains`, unevaluated*, `patternProperties` and `propertyNames` (with extra properties allowed),
 // every `allOf` member after the first, `$ref` siblings, `$ref` to anything but `#` or `#/...` (anchors, remote URLs),
 // keywords next to `anyOf` / `oneOf` / `enum` / `const`, keywords of a type list (`type: ["integer", "null"]` with
-// `minimum`), type keywords with no `type` (`{"minimum": 5}`), `minLength`/`maxLength` next to a `pattern`, and
+// `minimum`), type keywords with no `type` (`{"minimum": 5}`), `minLength`/`maxLength` next to a `pattern` (unless
+// the pattern repeats one character class: then they become its bounded repetition, lengthPattern), and
 // `format` values outside its list. `oneOf` is compiled as `anyOf`: kept only when its branches cannot overlap. Wrong:
 // a number's two-sided range admits any fraction after its upper bound's integer part (`maximum: 3` lets 3.5 by) and
 // past a negative lower bound's; a lone minimum above 0 admits every non-negative value, a lone negative maximum
@@ -231,6 +232,18 @@ class Walker {
       const list = s[key];
       if (Array.isArray(list)) out[key] = list.map((v, i) => this.walk(v, `${path}.${key}[${i}]`));
     }
+    if (types !== null && types.length === 1 && types[0] === "string" && s.format === undefined) {
+      const merged = lengthPattern(out);
+      if (merged !== null) {
+        if (merged.min > merged.max)
+          this.refuse(
+            `${path}.${s.maxLength !== undefined ? "maxLength" : "minLength"}`,
+            `leaves no string: the pattern and the lengths need at least ${merged.min} and at most ${merged.max} characters`,
+          );
+        const { minLength: _a, maxLength: _b, ...rest } = out;
+        return { ...rest, pattern: `^${merged.atom}{${merged.min},${merged.max === Infinity ? "" : merged.max}}$` };
+      }
+    }
     if (types !== null && types.length === 1 && types[0] === "integer") return integerBounds(out);
     if (types !== null && types.length === 1 && types[0] === "number") return this.numberBounds(out, path);
     return out;
@@ -243,12 +256,15 @@ class Walker {
         `is ${JSON.stringify(s.format)}, which XGrammar does not enforce; supported: ${[...FORMATS].join(", ")} (or give a pattern)`,
       );
     const shaped = s.pattern !== undefined ? "pattern" : s.format !== undefined ? "format" : null;
+    if (shaped === "pattern" && s.format === undefined && lengthPattern(s) !== null) return; // rewritten (walk)
     if (shaped !== null)
       for (const k of ["minLength", "maxLength", "pattern"])
         if (k !== shaped && s[k] !== undefined)
           this.refuse(
             `${path}.${k}`,
-            `sits next to ${shaped}, which XGrammar reads alone; put the length in the pattern`,
+            shaped === "pattern"
+              ? "sits next to pattern, which XGrammar reads alone; put the length in the pattern (a pattern that repeats one character class, as ^[a-z]+$, takes minLength / maxLength)"
+              : `sits next to format, which XGrammar reads alone; use a pattern with the length in it`,
           );
   }
 
@@ -352,6 +368,28 @@ class Walker {
   private refuse(path: string, why: string): never {
     throw new InvalidOptionError(`${path} ${why}`, { field: path });
   }
+}
+
+/**
+ * A pattern that repeats one character class (`^[a-z]+$`, `[0-9]{2,8}`, `^\\d*$`; anchors optional: XGrammar matches
+ * a pattern against the whole string) beside minLength / maxLength, as one bounded repetition: the class, and the
+ * tighter of each pair of bounds. Each repetition is one character, as JSON Schema counts a length (code points).
+ * null: no length beside the pattern, or a pattern of another shape (those are refused).
+ */
+function lengthPattern(s: Json): { atom: string; min: number; max: number } | null {
+  if (s.minLength === undefined && s.maxLength === undefined) return null;
+  if (typeof s.pattern !== "string") return null;
+  const m = /^\^?(\[\^?(?:[^\]\\[]|\\[^dDwWsSbBpPuUx0-9])+\]|\\[dw])(\+|\*|\{(\d+)(,(\d*))?\})\$?$/.exec(s.pattern);
+  if (m === null) return null;
+  const [, atom, q, qMin, comma, qMax] = m;
+  const min = q === "+" ? 1 : q === "*" ? 0 : Number(qMin);
+  const max = q === "+" || q === "*" ? Infinity : comma === undefined ? min : qMax === "" ? Infinity : Number(qMax);
+  const length = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= 0;
+  if ((s.minLength !== undefined && !length(s.minLength)) || (s.maxLength !== undefined && !length(s.maxLength)))
+    return null; // XGrammar's own check names it
+  const lo = (s.minLength as number | undefined) ?? 0;
+  const hi = (s.maxLength as number | undefined) ?? Infinity;
+  return { atom, min: Math.max(min, lo), max: Math.min(max, hi) };
 }
 
 /**
