@@ -92,6 +92,28 @@ describe("program handoff over HTTP", () => {
     expect(ext(spliced)).toEqual(ext(alone));
   }, 120_000);
 
+  it("refuses a handoff under an id that runs here already (a 400 naming deliberate_handoff; the other goes on)", async () => {
+    const registry = handoffRegistry(server.state);
+    const first = await events(await post(body, { "x-deliberate-handoff": "accept" }), () => registry.handOffAll());
+    const last = first.at(-1)!;
+    const message = JSON.parse(last.slice(last.indexOf("data: ") + 6)) as { id: string };
+    // Another program runs; a handoff names its id.
+    const other = post({ ...body, stream: false });
+    let running: string | undefined;
+    for (let i = 0; i < 400 && running === undefined; i++) {
+      running = [...server.state.programs.keys()][0];
+      if (running === undefined) await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(running).toBeDefined();
+    const res = await post({ ...body, deliberate_handoff: { ...message, id: running } });
+    expect(res.status).toBe(400);
+    const e = ((await res.json()) as { error: { param: string; message: string } }).error;
+    expect(e.param).toBe("deliberate_handoff");
+    expect(e.message).toMatch(/running here already/);
+    expect(server.state.programs.has(running!)).toBe(true);
+    expect((await other).status).toBe(200);
+  }, 120_000);
+
   it("never hands off a request without the header", async () => {
     const registry = handoffRegistry(server.state);
     let handed = -1;

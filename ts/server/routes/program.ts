@@ -115,6 +115,12 @@ export async function runProgram(
   // A program a draining replica handed off continues here under its id (../handoff.ts); one that came through a
   // router may be handed off in turn.
   const handoff = routeHandoff(state, request, body, built.program);
+  // A handed-off id that runs here already (a client's own deliberate_handoff naming another program's id) would
+  // take over that program's entry: control calls would reach the newcomer, and its end would remove the other's.
+  if (handoff.from !== null && (state.programs.has(handoff.from.id) || state.live.has(handoff.from.id))) {
+    handoff.release();
+    throw badRequest(`deliberate_handoff: id ${handoff.from.id} is running here already`, "deliberate_handoff");
+  }
   const id = handoff.from?.id ?? newId("chatcmpl");
   const created = handoff.from?.created ?? nowSeconds();
   const model = state.servedName;
