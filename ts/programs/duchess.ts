@@ -493,7 +493,11 @@ export class Duchess implements Program {
     this.pumping = true;
     void (async () => {
       try {
-        for (let e = this.lockstep!.next(); e !== undefined && !this.stopped; e = this.lockstep!.next()) {
+        for (
+          let e = this.lockstep!.next();
+          e !== undefined && !this.stopped && this.failure === undefined;
+          e = this.lockstep!.next()
+        ) {
           const live = this.live.get(e.branch);
           if (live === undefined || live.b.end !== null) continue; // cut before this event
           const b = live.b;
@@ -533,9 +537,11 @@ export class Duchess implements Program {
   }
 
   private checkDone(): void {
-    if (this.lockstep !== null && !this.stopped && this.failure === undefined) {
-      // Deterministic runs: done when no branch is active and nothing is left to take.
-      if (this.pumping || this.lockstep.pending > 0 || this.pendingProbes > 0) return;
+    if (this.lockstep !== null) {
+      // Deterministic runs: the taker settles the run itself once it has cut the branches at the stop (stopAt);
+      // otherwise done when no branch is active and nothing is left to take.
+      if (this.pumping) return;
+      if (!this.stopped && this.failure === undefined && (this.lockstep.pending > 0 || this.pendingProbes > 0)) return;
     }
     const running = [...this.live.values()].some((l) => l.b.end === null);
     if (this.stopped || this.failure !== undefined || (!running && this.pendingProbes === 0)) {
