@@ -10,9 +10,12 @@ const children: ChildProcess[] = [];
 
 /** Starts `deliberate serve --port 0`; resolves with the process and its base URL once it listens and is healthy. */
 async function serve(): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
+  // The tsx CLI runs the server as a child process of its own: a group of its own (detached), so that afterEach's
+  // kill of the group stops the server too (a SIGKILL of the tsx process alone left the server running).
   const child = spawn(process.execPath, [tsx, "ts/cli/main.ts", "serve", "--port", "0"], {
     cwd: root,
     stdio: ["ignore", "ignore", "pipe"],
+    detached: true,
   });
   children.push(child);
   let stderr = "";
@@ -34,7 +37,12 @@ async function serve(): Promise<{ child: ChildProcess; url: string; stderr: () =
 }
 
 afterEach(() => {
-  for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
+  for (const c of children.splice(0))
+    try {
+      process.kill(-c.pid!, "SIGKILL"); // the group: tsx and the server it started, whichever is left
+    } catch {
+      // the group has exited
+    }
 });
 
 describe("deliberate serve", () => {
