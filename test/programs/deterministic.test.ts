@@ -8,7 +8,9 @@ import { Engine } from "../../ts/engine/engine.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { UnsupportedError } from "../../ts/errors/index.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
-import { bundledModelDir } from "../../ts/bundledModel.js";
+import { bundledModelDir, bundledPrmDir } from "../../ts/bundledModel.js";
+import { readPrmConfig } from "../../ts/model/prmConfig.js";
+import { prmReward } from "../../ts/programs/rewards.js";
 import { buildProgram, type ProgramKind } from "../../ts/programs/registry.js";
 import type { Program, ProgramResult } from "../../ts/programs/program.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
@@ -77,7 +79,13 @@ function stateOf(p: Program): unknown {
  * Keeps `n` plain requests in flight on `engine` until `stop` settles: prompts of 3-40 tokens, 4-60 new tokens,
  * temperatures 0-1.2, each finished one replaced by the next of a seeded sequence. Returns the number submitted.
  */
-async function noise(engine: Engine, vocab: number, n: number, stop: Promise<unknown>): Promise<number> {
+async function noise(
+  engine: Engine,
+  vocab: number,
+  n: number,
+  stop: Promise<unknown>,
+  model?: string,
+): Promise<number> {
   let done = false;
   void stop.finally(() => (done = true));
   let k = 0;
@@ -90,6 +98,7 @@ async function noise(engine: Engine, vocab: number, n: number, stop: Promise<unk
         ignoreEos: true,
         temperature: (i % 5) * 0.3,
         seed: i,
+        model,
       };
       await engine.submit(req).result;
     }
@@ -107,7 +116,11 @@ async function aloneAndLoaded(
   engine: Engine,
   vocab: number,
   make: () => Program,
-  { companions = 32, deterministic = true }: { companions?: number; deterministic?: boolean } = {},
+  {
+    companions = 32,
+    deterministic = true,
+    model,
+  }: { companions?: number; deterministic?: boolean; model?: string } = {},
 ): Promise<{ alone: string; loaded: string; result: ProgramResult; noiseRequests: number }> {
   const runtime = new ProgramRuntime(engine);
   const p1 = make();
@@ -115,7 +128,7 @@ async function aloneAndLoaded(
   const p2 = make();
   let release!: () => void;
   const stop = new Promise<void>((r) => (release = r));
-  const background = noise(engine, vocab, companions, stop);
+  const background = noise(engine, vocab, companions, stop, model);
   // Let the noise fill the batch before the program's first request.
   await new Promise((r) => setTimeout(r, 20));
   let result: ProgramResult;
@@ -208,6 +221,52 @@ describe("deterministic programs on the bundled tiny reasoner", () => {
       expect(run.result.determinism).toBeDefined();
       if (process.env.DL_LOG_DETERMINISM) console.log(kind, companions, JSON.stringify(run.result.determinism));
       expect(run.result.tokensUsed).toBeGreaterThan(0);
+    },
+    120_000,
+  );
+});
+
+describe("deterministic programs scored by a process reward model (a second model on the engine)", () => {
+  let gen: Model;
+  let prm: Model;
+  beforeAll(async () => {
+    gen = await loadModel(bundledModelDir);
+    prm = await loadModel(bundledPrmDir);
+  });
+  afterAll(() => {
+    gen?.dispose();
+    prm?.dispose();
+  });
+
+  it.each(["best-of-n", "beam"] as const)(
+    "%s: the PRM's scores come from deterministic requests too: byte-equal beside 32 noisy requests",
+    async (kind) => {
+      await using engine = new Engine({
+        models: [
+          { name: "gen", model: gen },
+          { name: "prm", model: prm },
+        ],
+        verifyWindow: 8,
+      });
+      const prompt = gen.tokenizer!.encodeChat([{ role: "user", content: QUESTION }]);
+      const reward = prmReward(readPrmConfig(bundledPrmDir)!, "prm");
+      const make = (): Program =>
+        buildProgram(kind, {
+          question: QUESTION,
+          prompt,
+          model: "gen",
+          cap: 4,
+          beamWidth: 2,
+          maxTokens: 64,
+          seed: 3,
+          temperature: 0.9,
+          task: arithTask,
+          reward,
+        });
+      const run = await aloneAndLoaded(engine, gen.config.vocabSize, make, { model: "gen" });
+      expect(JSON.parse(run.loaded)).toEqual(JSON.parse(run.alone));
+      expect(run.loaded).toBe(run.alone);
+      expect(run.result.tokensByPurpose.reward).toBeGreaterThan(0);
     },
     120_000,
   );
