@@ -48,9 +48,12 @@ struct View {
   // [N, K / 2] (byte j of a row: column 2j in the low nibble, 2j + 1 in the high one), bits 8 [N, K]; scales f32
   // [N, K / size]; zeros u8 [N, K / size] (nullptr: every zero point is the middle, 8 or 128); perm i32 [K] or
   // nullptr: w[n][k] = scales[n][k / size] * (q[n][k] - zeros[n][k / size]) multiplies x[perm[k]]. On W's device.
+  // byGroup > 0: scales and zeros are stored by group instead, (n, g) at [g * byGroup + n] (byGroup = the full
+  // weight's N: a decode panel's scales of one group are contiguous; what loaded models hold).
   struct Groups {
     int bits = 0;  // 0: not grouped
     int size = 0;
+    int64_t byGroup = 0;
     const float* scales = nullptr;
     const uint8_t* zeros = nullptr;
     const int32_t* perm = nullptr;

@@ -203,8 +203,9 @@ void forEachGemmBlock(const View& x, const View& w, const View& bias, const View
     if (w.groups.bits) {  // grouped W: q rows of K * bits / 8 bytes, scales and zeros rows of K / size
       const int64_t K = w.shape[1], groups = K / w.groups.size;
       wj.data = static_cast<char*>(w.data) + c * K * w.groups.bits / 8;
-      wj.groups.scales = w.groups.scales + c * groups;
-      if (w.groups.zeros) wj.groups.zeros = w.groups.zeros + c * groups;
+      const int64_t first = w.groups.byGroup ? c : c * groups;  // of row c's scales and zeros
+      wj.groups.scales = w.groups.scales + first;
+      if (w.groups.zeros) wj.groups.zeros = w.groups.zeros + first;
     }
     if (bias) bj.data = static_cast<char*>(bias.data) + c * int64_t(dtypeSize(bias.dtype)), bj.ndim = 1, bj.shape[0] = n;
     yj.data = static_cast<char*>(y.data) + (rows * c + row0 * n) * int64_t(dtypeSize(y.dtype));

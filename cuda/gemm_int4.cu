@@ -26,6 +26,7 @@ struct GroupedArgs {
   const uint8_t* zeros;
   const int32_t* perm;
   int G, bits;
+  int64_t byGroup;  // View::Groups::byGroup: scales and zeros (n, g) at [g * byGroup + n]; 0: [n * ng + g]
 };
 
 template <int BITS, int MT>
@@ -38,8 +39,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemmGroupedKernel(GroupedArgs ga)
   constexpr uint32_t kMask = (1u << BITS) - 1;
   const int ng = a.K / ga.G, wordsPerGroup = ga.G / kCols, mid = 1 << (BITS - 1);
   const uint32_t* q = static_cast<const uint32_t*>(a.w) + int64_t(n) * (a.K / kCols);
-  const float* sc = ga.scales + int64_t(n) * ng;
-  const uint8_t* zr = ga.zeros ? ga.zeros + int64_t(n) * ng : nullptr;
+  // (n, g) at sc[g * gs]: row-major or by group
+  const int64_t first = ga.byGroup ? n : int64_t(n) * ng, gs = ga.byGroup ? ga.byGroup : 1;
+  const float* sc = ga.scales + first;
+  const uint8_t* zr = ga.zeros ? ga.zeros + first : nullptr;
   float total[MT];
 #pragma unroll
   for (int i = 0; i < MT; i++) total[i] = 0.f;
@@ -51,8 +54,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemmGroupedKernel(GroupedArgs ga)
     for (int w = g0 * wordsPerGroup + lane; w < g1 * wordsPerGroup; w += 32) {
       const uint32_t word = q[w];
       const int g = w / wordsPerGroup, k0 = w * kCols;
-      const float scale = sc[g];
-      const int z = zr ? int(zr[g]) : mid;
+      const float scale = sc[g * gs];
+      const int z = zr ? int(zr[g * gs]) : mid;
       float s[MT];
 #pragma unroll
       for (int i = 0; i < MT; i++) s[i] = 0.f;
@@ -104,7 +107,7 @@ void gemmGroupedLaunch(const char* op, const GemmArgs& a, const View::Groups& g)
   if (!g.scales) fail(op, "a grouped w needs its scales");
   if (reinterpret_cast<uintptr_t>(a.w) % 4) fail(op, "a grouped w's q must be 4-byte aligned");
   if (a.M == 0 || a.N == 0) return;
-  const GroupedArgs ga{a, g.scales, g.zeros, g.perm, g.size, g.bits};
+  const GroupedArgs ga{a, g.scales, g.zeros, g.perm, g.size, g.bits, g.byGroup};
   if (g.bits == 4) launch<4>(ga);
   else launch<8>(ga);
 }

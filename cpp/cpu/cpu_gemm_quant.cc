@@ -28,7 +28,7 @@ namespace {
 
 // One tile's kernel: sums[i * nr + j] = the partition [g0, g1)'s tree of x row i . W row j (schedule above).
 // x: the tile's first X row in the kernels' layout, row i at x + i * ldx; q: W row 0's q, row j at q + j * ldq
-// bytes; sc / zr: row 0's scales / zeros (zr nullptr: the middle), row j at + j * ldg.
+// bytes; sc / zr: row 0's scales / zeros (zr nullptr: the middle) by group, row j's of group g at [g * ldg + j].
 using TileFn = void (*)(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
                         int64_t ldg, int64_t blocksPerGroup, int64_t g0, int64_t g1, float* sums);
 constexpr int kMaxMR = 4, kMaxNR = 6;
@@ -52,8 +52,8 @@ DL_AVX512 void tileAvx512(const float* x, int64_t ldx, const uint8_t* q, int64_t
     __m512 table[NR];
 #pragma GCC unroll 6
     for (int j = 0; j < NR; j++) {
-      if constexpr (BITS == 4) table[j] = zr ? _mm512_sub_ps(iota, _mm512_set1_ps(float(zr[j * ldg + g]))) : midTable;
-      else z[j] = zr ? _mm512_set1_epi32(zr[j * ldg + g]) : mid;
+      if constexpr (BITS == 4) table[j] = zr ? _mm512_sub_ps(iota, _mm512_set1_ps(float(zr[g * ldg + j]))) : midTable;
+      else z[j] = zr ? _mm512_set1_epi32(zr[g * ldg + j]) : mid;
     }
     for (int64_t b = g * bpg, be = b + bpg; b < be; b++) {
       const float* xb = x + b * 32;
@@ -78,7 +78,7 @@ DL_AVX512 void tileAvx512(const float* x, int64_t ldx, const uint8_t* q, int64_t
     }
 #pragma GCC unroll 6
     for (int j = 0; j < NR; j++) {
-      const __m512 scale = _mm512_set1_ps(sc[j * ldg + g]);
+      const __m512 scale = _mm512_set1_ps(sc[g * ldg + j]);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; i++) acc[i * NR + j] = _mm512_fmadd_ps(scale, s[i * NR + j], acc[i * NR + j]);
     }
@@ -98,7 +98,7 @@ void tileAvx2(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const 
     __m256 s[MR * NR][2];
     for (int o = 0; o < MR * NR; o++) s[o][0] = s[o][1] = _mm256_setzero_ps();
     __m256i z[NR];
-    for (int j = 0; j < NR; j++) z[j] = zr ? _mm256_set1_epi32(zr[j * ldg + g]) : mid;
+    for (int j = 0; j < NR; j++) z[j] = zr ? _mm256_set1_epi32(zr[g * ldg + j]) : mid;
     for (int64_t b = g * bpg, be = b + bpg; b < be; b++) {
       const float* xb = x + b * 32;
       for (int j = 0; j < NR; j++) {
@@ -123,7 +123,7 @@ void tileAvx2(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const 
       }
     }
     for (int j = 0; j < NR; j++) {
-      const __m256 scale = _mm256_set1_ps(sc[j * ldg + g]);
+      const __m256 scale = _mm256_set1_ps(sc[g * ldg + j]);
       for (int i = 0; i < MR; i++)
         for (int h = 0; h < 2; h++) acc[i * NR + j][h] = _mm256_fmadd_ps(scale, s[i * NR + j][h], acc[i * NR + j][h]);
     }
@@ -171,7 +171,7 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
   if (w.shape[1] != K) throw Error("gemm: x is [M, " + std::to_string(K) + "] but w has K = " + std::to_string(w.shape[1]));
   if (splitK < 1 || splitK > K) throw Error("gemm: splitK must be in [1, K = " + std::to_string(K) + "]");
   if (M == 0 || N == 0) return;
-  const int64_t G = gq.size, ng = K / G, ldg = ng, ldq = K * gq.bits / 8;
+  const int64_t G = gq.size, ng = K / G, ldq = K * gq.bits / 8;
   if (gq.perm)
     for (int64_t k = 0; k < K; k++)
       if (gq.perm[k] < 0 || gq.perm[k] >= K)
@@ -195,6 +195,27 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
     }
   });
 
+  // The kernels read scales and zeros by group (View::Groups::byGroup, as loaded models hold them); row-major ones
+  // (the gemm op's) are transposed here first.
+  const float* scales = gq.scales;
+  const uint8_t* zeros = gq.zeros;
+  int64_t ldg = gq.byGroup;
+  thread_local std::vector<float> scT;
+  thread_local std::vector<uint8_t> zT;
+  if (!ldg) {
+    scT.resize(size_t(N * ng));
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t g = 0; g < ng; g++) scT[size_t(g * N + n)] = gq.scales[n * ng + g];
+    scales = scT.data();
+    if (zeros) {
+      zT.resize(size_t(N * ng));
+      for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < ng; g++) zT[size_t(g * N + n)] = gq.zeros[n * ng + g];
+      zeros = zT.data();
+    }
+    ldg = N;
+  }
+
   std::vector<int64_t> gBounds(size_t(splitK) + 1);
   for (int p = 0; p <= splitK; p++) gBounds[size_t(p)] = ng * p / splitK;
   const bool avx512 = simdLevel() != Simd::avx2;
@@ -208,8 +229,8 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
       const int64_t n0 = t * NR;
       const int nr = int(std::min<int64_t>(NR, N - n0));
       const uint8_t* q = static_cast<const uint8_t*>(w.data) + n0 * ldq;
-      const float* sc = gq.scales + n0 * ldg;
-      const uint8_t* zr = gq.zeros ? gq.zeros + n0 * ldg : nullptr;
+      const float* sc = scales + n0;
+      const uint8_t* zr = zeros ? zeros + n0 : nullptr;
       for (int64_t m0 = 0; m0 < M; m0 += MR) {
         const int mr = int(std::min<int64_t>(MR, M - m0));
         const TileFn fn = tileFn(gq.bits, avx512, mr, nr);

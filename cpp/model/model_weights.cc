@@ -327,9 +327,18 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
                   "gate/up share one input, so one perm); not supported");
   }
   copyToDevice(device_, slot.buf.at(r0 * qRow), q, size_t(n * qRow));
-  copyToDevice(device_, slot.gScales.at(r0 * ng), scales, size_t(n * ng) * 4);
+  // scales and zeros by group ([ng, rows]: View::Groups::byGroup), rows [r0, r0 + n) of each group's row
+  std::vector<float> sc(static_cast<size_t>(n));
+  std::vector<uint8_t> zc(static_cast<size_t>(n));
+  for (int64_t g = 0; g < ng; g++) {
+    for (int64_t r = 0; r < n; r++) sc[size_t(r)] = scales[r * ng + g];
+    copyToDevice(device_, slot.gScales.at(g * slot.rows + r0), sc.data(), size_t(n) * 4);
+    if (zeros) {
+      for (int64_t r = 0; r < n; r++) zc[size_t(r)] = zeros[r * ng + g];
+      copyToDevice(device_, slot.gZeros.at(g * slot.rows + r0), zc.data(), size_t(n));
+    }
+  }
   if (zeros) {
-    copyToDevice(device_, slot.gZeros.at(r0 * ng), zeros, size_t(n * ng));
     slot.gAsym = slot.gAsym || std::any_of(zeros, zeros + n * ng, [&](uint8_t z) { return z != mid; });
   }
 }

@@ -39,8 +39,9 @@ struct WeightSlot {
   bool quantize = false;
   Buffer scale;
   // Grouped-quantized (setGrouped: setQuantizedWeight or quantize "int4" at load; the format of View::groups and
-  // ts/model/quantFormat.ts): buf holds q (u8, rows * cols * qBits / 8 bytes), gScales f32 [rows, cols / qGroup],
-  // gZeros u8 [rows, cols / qGroup] (passed to the kernels only when some zero point is not the middle: gAsym),
+  // ts/model/quantFormat.ts): buf holds q (u8, rows * cols * qBits / 8 bytes), gScales f32 [cols / qGroup, rows]
+  // and gZeros u8 [cols / qGroup, rows], by group (View::Groups::byGroup; the zeros passed to the kernels only when
+  // some zero point is not the middle: gAsym),
   // gPerm i32 [cols] or none. Every part of a stacked slot has the same bits, group size and perm.
   int qBits = 0, qGroup = 0;
   bool gAsym = false;
@@ -48,7 +49,7 @@ struct WeightSlot {
   View matrix() const {
     if (qBits) {
       View v = makeView(buf.data(), DType::u8, buf.device(), {rows, cols});
-      v.groups.bits = qBits, v.groups.size = qGroup;
+      v.groups.bits = qBits, v.groups.size = qGroup, v.groups.byGroup = rows;
       v.groups.scales = reinterpret_cast<const float*>(gScales.data());
       v.groups.zeros = gAsym ? gZeros.data() : nullptr;
       v.groups.perm = gPerm ? reinterpret_cast<const int32_t*>(gPerm.data()) : nullptr;

@@ -36,7 +36,8 @@ void requireFloat(const char* op, const char* name, const View& v) {
 }
 // A GEMM's w: a float dtype, or i8 with wScale (f32 [N], its per-row scales, on w's device) set as w.rowScale.
 // Or u8 [N, K * wBits / 8] grouped-quantized (View::groups): wBits 4 or 8, wGroupSize (a multiple of 32 dividing
-// K), wScales f32 [N, K / wGroupSize], wZeros u8 (absent: the middle), wPerm i32 [K] (absent: identity).
+// K), wScales f32 [N, K / wGroupSize] (or [K / wGroupSize, N] with wByGroup 1), wZeros u8 likewise (absent: the
+// middle), wPerm i32 [K] (absent: identity).
 void gemmWeight(OpArgs& a, View& w) {
   View scale = a.optTensor("wScale");
   View gScales = a.optTensor("wScales"), gZeros = a.optTensor("wZeros"), gPerm = a.optTensor("wPerm");
@@ -56,6 +57,8 @@ void gemmWeight(OpArgs& a, View& w) {
       fail(a.op, "'wPerm' must be i32 with K = " + std::to_string(K) + " values");
     w.shape[1] = K;
     w.groups.bits = bits, w.groups.size = int(G);
+    // wByGroup 1: wScales / wZeros stored by group, [K / wGroupSize, N] (View::Groups::byGroup, a loaded model's layout)
+    if (a.integer("wByGroup", 0, 0, 1)) w.groups.byGroup = N;
     w.groups.scales = gScales.as<float>();
     w.groups.zeros = gZeros ? gZeros.as<uint8_t>() : nullptr;
     w.groups.perm = gPerm ? gPerm.as<int32_t>() : nullptr;

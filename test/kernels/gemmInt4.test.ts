@@ -84,6 +84,31 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     dispose(without);
   });
 
+  it("takes scales and zero points by group (a loaded model's layout) with the row-major layout's bits", async () => {
+    const rng = makeRng(8);
+    const M = 3,
+      N = 14,
+      K = 256,
+      G = 64;
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric: true, perm: true });
+    const rowMajor = groupedTensors(addon, "cpu", gw, true);
+    const ng = K / G;
+    const t = <T extends Float32Array | Uint8Array>(a: T): T => {
+      const out = a.slice() as T;
+      for (let n = 0; n < N; n++) for (let g = 0; g < ng; g++) out[g * N + n] = a[n * ng + g];
+      return out;
+    };
+    const byGroup = groupedTensors(addon, "cpu", { ...gw, scales: t(gw.scales), zeros: t(gw.zeros) }, true);
+    const a = await gemm(x, rowMajor, undefined, 2);
+    const y = addon.tensor("cpu", "f32", [M, N]);
+    await addon.ops.gemm({ x, ...byGroup, wByGroup: 1, y, splitK: 2 });
+    expect(bitsOf(y.readF32())).toEqual(bitsOf(a));
+    disposeAll(x, y);
+    dispose(rowMajor);
+    dispose(byGroup);
+  });
+
   it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
     const rng = makeRng(12);
     const K = 2048,

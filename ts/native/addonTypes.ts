@@ -381,6 +381,8 @@ export interface NativeGroupedGemmWeight {
   wZeros?: NativeTensor;
   /** i32 [K]; absent: identity. */
   wPerm?: NativeTensor;
+  /** 1: wScales and wZeros are stored by group, [K / wGroupSize, N] (the layout a loaded model holds). */
+  wByGroup?: 0 | 1;
 }
 
 /** A grouped quantized linear weight (ts/model/quantFormat.ts's GroupedQuantWeight: the format, its reference). */
