@@ -109,6 +109,15 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     // The point of the test: branches were cut with tokens to continue from.
     expect(snap.at).toBe("tokens");
     expect(cutSamples.some((s) => s.tokens.length > 0)).toBe(true);
+    // A cut sample with no token left to continue with is refused by name (was the engine's maxTokens error).
+    const full = structuredClone(snap);
+    const q = full.requests.find((r) => r.samples.some((x) => x.finishReason === "aborted"))!;
+    const x = q.samples.find((y) => y.finishReason === "aborted")!;
+    full.tokensUsed += q.maxTokens! - x.tokens.length;
+    full.tokensByPurpose.generate += q.maxTokens! - x.tokens.length;
+    q.usage.generatedTokens += q.maxTokens! - x.tokens.length;
+    x.tokens = Array<number>(q.maxTokens!).fill(x.tokens[0] ?? 0);
+    expect(() => parseSnapshot(JSON.parse(JSON.stringify(full)), "handoff")).toThrow(/for a cut sample/);
 
     const restored = await runResumable(new ProgramRuntime(engines[1]), make(), {
       describe: describeSc,
@@ -178,6 +187,19 @@ describe("program snapshots on the bundled tiny reasoner", () => {
     const reordered = structuredClone(snap);
     reordered.requests.reverse();
     await refused(reordered, /request #1 is not the one the snapshot holds/);
+    // Token counts a restored run reports start from the snapshot's: they must be its requests' tokens.
+    const inflated = structuredClone(snap);
+    inflated.tokensUsed += 1e12;
+    inflated.tokensByPurpose.generate += 1e12;
+    await refused(inflated, /token counts \(tokensUsed \d+, tokensByPurpose \d+\) are not its requests' \d+ tokens/);
+    await refused({ ...snap, tokensByPurpose: {} }, /token counts/);
+    const usage = structuredClone(snap);
+    usage.requests[0].usage.generatedTokens += 5;
+    await refused(usage, /usage.generatedTokens \d+ is not its samples'/);
+    // The snapshot's own maxTokens must be the request's (a cut sample continues with what it leaves).
+    const noMax = structuredClone(snap);
+    delete noMax.requests[0].maxTokens;
+    await refused(noMax, /does not match the program's \(its maxTokens\)/);
   }, 180_000);
 
   it("a program that cannot be replayed finishes where it is; restoring one is refused", async () => {

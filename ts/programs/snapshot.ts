@@ -114,16 +114,33 @@ export function parseSnapshot(value: unknown, field = "snapshot"): RunSnapshot {
     );
   }
   const s = r.data;
+  let generated = 0;
   for (const q of s.requests) {
     if (q.samples.some((x, i) => x.index !== i))
       throw new InvalidOptionError(`${field}: a request's samples must be indexed 0, 1, ... in order`, { field });
     for (const x of q.samples)
-      if (q.maxTokens !== undefined && x.tokens.length > q.maxTokens)
+      // A cut sample continues with maxTokens less its tokens, so it must have at least one left.
+      if (q.maxTokens !== undefined && x.tokens.length >= q.maxTokens + (x.finishReason === "aborted" ? 0 : 1))
         throw new InvalidOptionError(
-          `${field}: a sample holds ${x.tokens.length} tokens, past its maxTokens ${q.maxTokens}`,
+          `${field}: a sample holds ${x.tokens.length} tokens, past its maxTokens ${q.maxTokens}${x.finishReason === "aborted" ? " for a cut sample" : ""}`,
           { field },
         );
+    const tokens = q.samples.reduce((n, x) => n + x.tokens.length, 0);
+    if (q.usage.generatedTokens !== tokens)
+      throw new InvalidOptionError(
+        `${field}: a request's usage.generatedTokens ${q.usage.generatedTokens} is not its samples' ${tokens} tokens`,
+        { field },
+      );
+    generated += tokens;
   }
+  // The token counts a restored run reports (its usage, the server's metrics) start from these: they must be what the
+  // requests hold, not any number a sender writes.
+  const byPurpose = Object.values(s.tokensByPurpose).reduce((a, b) => a + b, 0);
+  if (byPurpose !== s.tokensUsed || s.tokensUsed !== generated)
+    throw new InvalidOptionError(
+      `${field}: its token counts (tokensUsed ${s.tokensUsed}, tokensByPurpose ${byPurpose}) are not its requests' ${generated} tokens`,
+      { field },
+    );
   return s;
 }
 
@@ -268,7 +285,9 @@ class JournalContext implements ProgramContext {
           ? "its seed"
           : entry.samples.length !== (request.n ?? 1)
             ? "its number of samples"
-            : null;
+            : entry.maxTokens !== request.maxTokens
+              ? "its maxTokens"
+              : null;
     if (bad !== null)
       throw new InvalidOptionError(
         `${this.field}: request #${this.replayAt} of the snapshot does not match the program's (${bad})`,
