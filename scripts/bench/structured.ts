@@ -127,7 +127,7 @@ const BOUNDED = {
       type: "object",
       properties: {
         name: { type: "string", maxLength: 20 },
-        country: { type: ["string", "null"], maxLength: 12 },
+        country: { anyOf: [{ type: "string", maxLength: 12 }, { type: "null" }] },
       },
       required: ["name", "country"],
       additionalProperties: false,
