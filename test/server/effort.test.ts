@@ -136,6 +136,28 @@ describe("reasoning_effort on a plain request", () => {
     expect(reasoningOf(usage)).toBe(reasoningOf(whole.usage));
   });
 
+  it("/metrics counts the probes and dropped tokens as generated, as usage does", async () => {
+    for (const n of [1, 2]) {
+      const before = await metric("vllm:generation_tokens_total");
+      const r = await client.chat.completions.create({
+        model: MODEL,
+        messages: ask(),
+        temperature: 0,
+        max_tokens: 300,
+        reasoning_effort: "low",
+        n,
+      });
+      expect(effortOf(r.usage)!.probe_tokens).toBeGreaterThan(0);
+      // The metrics are counted once every source has settled, just after the response.
+      let after = before;
+      for (let i = 0; i < 200 && after === before; i++) {
+        await new Promise((res) => setTimeout(res, 10));
+        after = await metric("vllm:generation_tokens_total");
+      }
+      expect(after - before).toBe(r.usage!.completion_tokens);
+    }
+  });
+
   it("thinking_token_budget stays the hard cap beside the effort", async () => {
     const r = await client.chat.completions.create({
       model: MODEL,

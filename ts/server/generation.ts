@@ -205,6 +205,10 @@ export class Generation {
   get reasoningTokens(): number {
     return this.samples.reduce((t, s) => t + s.reasoningTokens + this.hidden(s), 0);
   }
+  /** Per sample, the tokens generated that the client did not get as text (probes, dropped tokens). */
+  hiddenTokens(): number[] {
+    return this.samples.map((s) => this.hidden(s));
+  }
   private hidden(s: SampleState): number {
     return (s.prober?.probeTokens ?? 0) + s.dropped;
   }

@@ -74,22 +74,26 @@ export async function recordFinished(
   const endSeconds = timing.e2eSeconds;
   await Promise.all(gens.map((g) => g.settled()));
   state.metrics!.rolledBack(gens.reduce((n, g) => n + g.rollbacks, 0));
-  gens.forEach((g, i) =>
+  gens.forEach((g, i) => {
+    const hidden = g.hiddenTokens();
     state.metrics!.finished({
       n: g.n,
       maxTokens: maxTokens[i],
       promptTokens: g.promptLength,
       queueSeconds: g.queueMs / 1000,
       // Choice indexes run g * n + sample (completions' prompts, each with n samples).
-      samples: timing.samples(
-        i * g.n,
-        g
-          .finishReasons()
-          .map((r) =>
-            r === undefined && g.hasFailed ? "error" : (finishReasonOf(r ?? "aborted").finish_reason ?? "abort"),
-          ),
-        endSeconds,
-      ),
-    }),
-  );
+      samples: timing
+        .samples(
+          i * g.n,
+          g
+            .finishReasons()
+            .map((r) =>
+              r === undefined && g.hasFailed ? "error" : (finishReasonOf(r ?? "aborted").finish_reason ?? "abort"),
+            ),
+          endSeconds,
+        )
+        // Probes and dropped tokens are generated tokens too (usage's completion_tokens counts them).
+        .map((s, j) => ({ ...s, hiddenTokens: hidden[j] })),
+    });
+  });
 }

@@ -43,6 +43,9 @@ export interface FinishedSample {
   /** vLLM's finished_reason: "stop", "length", "abort", or "error" (the generation failed). */
   finishReason: string;
   generationTokens: number;
+  /** Tokens generated for the sample that the client did not get as text (reasoning_effort's probes and the tokens an
+   * exit dropped): counted as generated, as usage counts them, but not in its per-output-token latency. */
+  hiddenTokens?: number;
   e2eSeconds: number;
   /** Absent when no token came (or, for a program, not measured). */
   firstTokenSeconds?: number;
@@ -280,9 +283,9 @@ export class ServerMetrics {
       this.success.inc({ ...l, finished_reason: s.finishReason });
       if (s.finishReason === "abort") this.aborted.inc(l);
       this.promptTokens.inc(l, r.promptTokens);
-      this.generationTokens.inc(l, s.generationTokens);
+      this.generationTokens.inc(l, s.generationTokens + (s.hiddenTokens ?? 0));
       this.requestPromptTokens.observe(l, r.promptTokens);
-      this.requestGenerationTokens.observe(l, s.generationTokens);
+      this.requestGenerationTokens.observe(l, s.generationTokens + (s.hiddenTokens ?? 0));
       if (r.maxTokens !== undefined) this.paramsMaxTokens.observe(l, r.maxTokens);
       this.e2e.observe(l, s.e2eSeconds);
       longest = Math.max(longest, s.generationTokens);
