@@ -112,6 +112,43 @@ describe("structured outputs in the engine", () => {
     expect(typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)).toBe(true);
   });
 
+  it("number ranges XGrammar gets wrong (zod's positive(), a negative fractional range) compile as EBNF and mask", async () => {
+    // The tiny model writes digits to its budget (a range bounds no fraction's length), so the answers are prefixes
+    // of the range's texts: no "-" for a positive number; "-", then 0 (-0.25 > t: "-0." and a digit from 2 on) to 10
+    // (-10.5 <= t: "-10." and a digit up to 5) for the other.
+    const object = (x: unknown) => ({
+      type: "object",
+      properties: { x },
+      required: ["x"],
+      additionalProperties: false,
+    });
+    const cases: Array<[unknown, RegExp]> = [
+      [{ type: "number", exclusiveMinimum: 0 }, /^\{"x": (0(\.0*([1-9][0-9]*)?)?|[1-9][0-9]*(\.[0-9]*)?)(\}|$)/],
+      [
+        { type: "number", minimum: -10.5, exclusiveMaximum: -0.25 },
+        /^\{"x": -(0(\.(2[5-9]?[0-9]*|2|[3-9][0-9]*)?)?|[1-9](\.[0-9]*)?|10(\.([0-4][0-9]*|50*)?)?)?(\}|$)/,
+      ],
+    ];
+    for (const [x, prefix] of cases) {
+      const format = { type: "json_schema", schema: object(x), thought: "none" } as const;
+      await engine.prepareStructured(format);
+      const out = await engine.submit({
+        prompt: prompt("Give a number."),
+        maxTokens: 10,
+        n: 8,
+        temperature: 1.5,
+        seed: 5,
+        structured: format,
+      }).result;
+      const validate = new Ajv().compile(object(x));
+      for (let i = 0; i < out.samples.length; i++) {
+        const a = answerOf(out, i).answer;
+        expect(a).toMatch(prefix);
+        if (out.samples[i].finishReason === "stop") expect(validate(JSON.parse(a)), a).toBe(true);
+      }
+    }
+  });
+
   it('thought "none" constrains from the first token', async () => {
     const out = await engine.submit({
       prompt: prompt("What is 3 + 4?"),

@@ -6,6 +6,7 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 import { describe, expect, it } from "vitest";
 import { InvalidOptionError } from "../../ts/errors/index.js";
 import { grammarSource } from "../../ts/grammar/grammars.js";
+import { substituteNumbers } from "../../ts/grammar/numberRange.js";
 import { checkJsonSchema } from "../../ts/grammar/schemaCheck.js";
 import { loadXGrammar } from "../../ts/grammar/xgrammar.js";
 
@@ -75,10 +76,6 @@ const IGNORED: Array<[string, unknown, string, string]> = [
   ["minLength beside pattern", { type: "string", pattern: "^a(b|c)+$", minLength: 3 }, '"ab"', "x.minLength"],
   ["format regex", { type: "string", format: "regex" }, '"("', "x.format"],
   ["oneOf with overlapping branches", { oneOf: [{ type: "integer" }, { type: "number" }] }, "1", "x.oneOf"],
-  ["a number's two-sided range", { type: "number", minimum: -10, maximum: 10 }, "-10.5", "x.minimum"],
-  ["a fractional number bound", { type: "number", minimum: 1.5 }, "1.2", "x.minimum"],
-  ["a negative number maximum", { type: "number", maximum: -2.5 }, "-2", "x.maximum"],
-  ["exclusive bounds on a number", { type: "number", exclusiveMinimum: 0 }, "0", "x.exclusiveMinimum"],
 ];
 
 describe("JSON Schema keywords XGrammar would ignore are refused by their path", () => {
@@ -283,6 +280,80 @@ describe("what OpenAI strict mode accepts passes", () => {
     );
     expect(refusal(obj({ type: "string", format: "email", maxLength: 3 }))).toBe(
       `${FIELD}.schema.properties.x.maxLength`,
+    );
+  });
+
+  it("exclusive, negative and fractional number bounds (zod's positive(), negative(), gt()) are exact through EBNF, against ajv", async () => {
+    const ajv = new Ajv2020({ strict: false });
+    const xg = await loadXGrammar();
+    const cases: Array<Record<string, unknown>> = [
+      { type: "number", exclusiveMinimum: 0 }, // zod .positive()
+      { type: "number", exclusiveMaximum: 0 }, // zod .negative()
+      { type: "number", minimum: 0, exclusiveMaximum: 1 },
+      { type: "number", minimum: -10, maximum: 10 },
+      { type: "number", minimum: 1.5 },
+      { type: "number", maximum: -2.5 },
+      { type: "number", exclusiveMinimum: -2.5, exclusiveMaximum: 0.5 },
+      { type: "number", exclusiveMinimum: 0.1, maximum: 12.25 },
+      { type: "number", minimum: 3, exclusiveMinimum: 4, maximum: 100, exclusiveMaximum: 99.5 }, // the tighter of each
+      { type: "number", minimum: -0.001, maximum: -0.001 },
+    ];
+    // Values near every bound and far from them, integer and fractional, both signs, trailing zeros.
+    let seed = 3;
+    const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+    const texts = ["0", "0.0", "1", "-1", "0.5", "0.50", "-0.5", "10", "-10", "10.0", "-10.5", "1.5", "1.49", "-2.5"];
+    texts.push(
+      "-2.50",
+      "-2.4999",
+      "0.1",
+      "0.1001",
+      "12.25",
+      "12.26",
+      "99.5",
+      "99.49",
+      "4",
+      "4.0001",
+      "-0.001",
+      "-0.0010",
+    );
+    for (let i = 0; i < 250; i++) {
+      const int = String(rand(4) === 0 ? rand(200) : rand(14));
+      const frac = rand(2) === 0 ? "" : "." + String(rand(10 ** (1 + rand(4))));
+      const text = (rand(2) === 0 ? "-" : "") + int + frac;
+      if (!/^-0(\.0*)?$/.test(text)) texts.push(text);
+    }
+    for (const x of cases) {
+      const source = grammarSource({ type: "json_schema", schema: obj(x) }, FIELD);
+      expect(source.kind === "json_schema" && source.numbers?.length, JSON.stringify(x)).toBe(1);
+      const g0 = await xg.Grammar.fromJSONSchema((source as { text: string }).text, false, -1);
+      const ebnf = substituteNumbers(g0.toString(), (source as { numbers: string[] }).numbers);
+      g0.dispose();
+      const g = await xg.Grammar.fromEBNF(ebnf);
+      try {
+        for (const text of texts) {
+          const valid = ajv.validate(x, JSON.parse(text));
+          const accepted = await xg.Testings.isGrammarAcceptString(g, `{"x": ${text}}`);
+          expect(accepted, `${JSON.stringify(x)} on ${text}`).toBe(valid);
+        }
+      } finally {
+        g.dispose();
+      }
+    }
+    // As given, XGrammar lets these by: the reason for the EBNF.
+    expect(await xgAccepts(obj({ type: "number", minimum: -10, maximum: 10 }), '{"x": -10.5}')).toBe(true);
+    expect(await xgAccepts(obj({ type: "number", minimum: 1.5 }), '{"x": 1.2}')).toBe(true);
+    expect(await xgAccepts(obj({ type: "number", maximum: -2.5 }), '{"x": -2}')).toBe(true);
+    expect(await xgAccepts(obj({ type: "number", exclusiveMinimum: 0 }), '{"x": 0}')).toBe(true);
+    // Where EBNF cannot go (a structural tag's schemas), refused by name; a range with no number too.
+    const tag = {
+      type: "structural_tag",
+      format: { type: "json_schema", json_schema: obj({ type: "number", exclusiveMinimum: 0 }) },
+    };
+    expect(() => grammarSource({ type: "structural_tag", structuralTag: tag }, FIELD)).toThrow(
+      /structuralTag\.format\.json_schema\.properties\.x\.exclusiveMinimum is 0: .*use type integer, or give the schema as a json_schema format/,
+    );
+    expect(refusal(obj({ type: "number", exclusiveMinimum: 2, maximum: 2 }))).toBe(
+      `${FIELD}.schema.properties.x.exclusiveMinimum`,
     );
   });
 });

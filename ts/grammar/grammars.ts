@@ -3,8 +3,9 @@
 // a compile of seconds stalls no step) and cached by its source text, so a schema sent with every request compiles
 // once (vLLM and SGLang cache by (tokenizer, schema) alike).
 import { DisposedError, GrammarHostError, InvalidOptionError } from "../errors/index.js";
-import { checkGrammar, type GrammarSource } from "./sandbox.js";
-import { checkJsonSchema, checkStructuralTagSchemas } from "./schemaCheck.js";
+import { checkGrammar, grammarText, type GrammarSource } from "./sandbox.js";
+import { substituteNumbers } from "./numberRange.js";
+import { checkJsonSchemaNumbers, checkStructuralTagSchemas } from "./schemaCheck.js";
 import type { GrammarVocab, StructuredFormat } from "./types.js";
 
 export type { GrammarVocab } from "./types.js";
@@ -56,8 +57,12 @@ export function grammarSource(format: StructuredFormat, field: string): GrammarS
         }
       }
       // Keywords XGrammar would ignore are refused by their path first (schemaCheck.ts).
-      const checked = checkJsonSchema(schema, `${field}.schema`);
-      return { kind: "json_schema", text: JSON.stringify(enumsAsPatterns(checked)) };
+      // Number ranges it gets wrong in any schema form travel as EBNF (numberRange.ts).
+      const checked = checkJsonSchemaNumbers(schema, `${field}.schema`);
+      const text = JSON.stringify(enumsAsPatterns(checked.schema));
+      return checked.numbers.length === 0
+        ? { kind: "json_schema", text }
+        : { kind: "json_schema", text, numbers: checked.numbers };
     }
     case "json_object":
       // Any JSON object: the schema {"type": "object"} (XGrammar's builtin grammar also allows arrays and scalars).
@@ -267,7 +272,8 @@ export class GrammarSet {
 
   private entry(format: StructuredFormat, field: string): CacheEntry {
     const source = grammarSource(format, field);
-    const key = `${source.kind}\u0000${"text" in source ? source.text : ""}`;
+    const numbers = source.kind === "json_schema" && source.numbers !== undefined ? source.numbers.join("\u0000") : "";
+    const key = `${source.kind}\u0000${"text" in source ? source.text : ""}\u0000${numbers}`;
     const hit = this.cache.get(key);
     if (hit !== undefined && !(hit.host?.dead ?? false)) {
       this.stats.cacheHits++;
@@ -325,7 +331,16 @@ export class GrammarSet {
   }
 
   private async compileSource(source: GrammarSource, format: StructuredFormat, field: string): Promise<CompiledFormat> {
-    let error = await checkGrammar(source);
+    let error: string | null;
+    if (source.kind === "json_schema" && source.numbers !== undefined) {
+      // The schema's EBNF (from the sandbox), its number placeholders replaced by their ranges, compiled as EBNF.
+      const r = await grammarText({ kind: "json_schema", text: source.text });
+      error = r.error;
+      if (error === null) {
+        source = { kind: "ebnf", text: substituteNumbers(r.text!, source.numbers) };
+        error = await checkGrammar(source);
+      }
+    } else error = await checkGrammar(source);
     // A C++ exception XGrammar does not turn into a message reaches JS as its address (structural tags' checks).
     if (error !== null && /^\d+$/.test(error.trim()))
       error =

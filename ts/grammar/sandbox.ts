@@ -7,13 +7,18 @@ import { Worker } from "node:worker_threads";
 
 /** What the sandbox parses: XGrammar's four grammar sources (a regex travels as a structural tag). */
 export type GrammarSource =
-  | { kind: "json_schema"; text: string }
+  | {
+      kind: "json_schema";
+      text: string;
+      /** EBNF expressions of the schema's number placeholders (numberRange.ts), in order; absent: none. */
+      numbers?: string[];
+    }
   | { kind: "ebnf"; text: string }
   | { kind: "structural_tag"; text: string }
   | { kind: "builtin_json" };
 
-// CommonJS, evaluated in the worker. In: {id, source}. Out: {id, error: string | null}; after an abort the worker
-// exits (its instance is no longer trusted).
+// CommonJS, evaluated in the worker. In: {id, source, text}. Out: {id, error: string | null, text: the grammar's EBNF
+// when asked and parsed}; after an abort the worker exits (its instance is no longer trusted).
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require("node:worker_threads");
 const { pathToFileURL } = require("node:url");
@@ -31,7 +36,7 @@ globalThis.__filename = workerData.path;
 // An eval'd worker has CommonJS \`module\` and \`exports\` as globals, so the UMD bundle takes its CommonJS branch
 // and fills this worker's exports (not globalThis.xgrammar).
 const ready = import(pathToFileURL(workerData.path).href).then(() => globalThis.xgrammar ?? module.exports);
-parentPort.on("message", async ({ id, source }) => {
+parentPort.on("message", async ({ id, source, text }) => {
   const xg = await ready;
   fatal = "";
   try {
@@ -40,8 +45,9 @@ parentPort.on("message", async ({ id, source }) => {
     else if (source.kind === "ebnf") g = await xg.Grammar.fromEBNF(source.text);
     else if (source.kind === "structural_tag") g = await xg.Grammar.fromStructuralTag(source.text);
     else g = await xg.Grammar.builtinJSONGrammar();
+    const ebnf = text ? g.toString() : null;
     g.dispose();
-    parentPort.postMessage({ id, error: null });
+    parentPort.postMessage({ id, error: null, text: ebnf });
   } catch (e) {
     const aborted = e instanceof WebAssembly.RuntimeError || /Aborted/.test(String(e));
     parentPort.postMessage({ id, error: fatal || (e instanceof Error ? e.message : String(e)) });
@@ -51,7 +57,7 @@ parentPort.on("message", async ({ id, source }) => {
 `;
 
 interface Pending {
-  resolve: (error: string | null) => void;
+  resolve: (reply: SandboxReply) => void;
   reject: (e: Error) => void;
 }
 
@@ -64,11 +70,11 @@ class SandboxThread {
   constructor() {
     const path = createRequire(import.meta.url).resolve("@mlc-ai/web-xgrammar");
     this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { path } });
-    this.worker.on("message", (m: { id: number; error: string | null }) => {
+    this.worker.on("message", (m: { id: number } & SandboxReply) => {
       const p = this.pending.get(m.id);
       this.pending.delete(m.id);
       if (this.pending.size === 0) this.worker.unref();
-      p?.resolve(m.error);
+      p?.resolve(m);
     });
     const gone = (e: Error): void => {
       this.exited = true;
@@ -82,12 +88,12 @@ class SandboxThread {
     this.worker.unref();
   }
 
-  check(source: GrammarSource): Promise<string | null> {
+  check(source: GrammarSource, text: boolean): Promise<SandboxReply> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       if (this.pending.size === 0) this.worker.ref();
       this.pending.set(id, { resolve, reject });
-      this.worker.postMessage({ id, source });
+      this.worker.postMessage({ id, source, text });
     });
   }
 }
@@ -97,12 +103,26 @@ let thread: SandboxThread | null = null;
 let queue: Promise<unknown> = Promise.resolve();
 
 /** Parses `source` in the sandbox: null when XGrammar accepts it, else XGrammar's error message. */
-export function checkGrammar(source: GrammarSource): Promise<string | null> {
-  const run = async (): Promise<string | null> => {
+export async function checkGrammar(source: GrammarSource): Promise<string | null> {
+  return (await sandboxed(source, false)).error;
+}
+
+/** Parses `source` in the sandbox and, when XGrammar accepts it, gives its grammar as EBNF text. */
+export function grammarText(source: GrammarSource): Promise<SandboxReply> {
+  return sandboxed(source, true);
+}
+
+interface SandboxReply {
+  error: string | null;
+  text: string | null;
+}
+
+function sandboxed(source: GrammarSource, text: boolean): Promise<SandboxReply> {
+  const run = async (): Promise<SandboxReply> => {
     for (let attempt = 0; ; attempt++) {
       if (thread === null || thread.exited) thread = new SandboxThread();
       try {
-        return await thread.check(source);
+        return await thread.check(source, text);
       } catch (e) {
         thread = null;
         if (attempt > 0) throw e; // a fresh thread that dies too: something other than the input is wrong

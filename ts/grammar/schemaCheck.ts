@@ -19,6 +19,7 @@
 // are made two-sided (+-MAX_SAFE_INTEGER) and inclusive, number ranges from 0 up rewritten (numberBounds). Keywords that only annotate (title, description, examples, default, $schema, $comment, deprecated, readOnly,
 // writeOnly, $id, content*) and keywords JSON Schema does not define (validators ignore them too) pass.
 import { InvalidOptionError } from "../errors/index.js";
+import { NUMBER_PLACEHOLDER_BASE, numberRangeEbnf } from "./numberRange.js";
 
 type Json = Record<string, unknown>;
 
@@ -135,16 +136,36 @@ const MAP = ["properties", "$defs", "definitions"];
 
 /**
  * `schema` (a JSON Schema, parsed) as XGrammar should get it: throws an InvalidOptionError naming the JSON path of a
- * keyword XGrammar would ignore; returns a copy with number ranges and integer exclusive bounds rewritten.
+ * keyword XGrammar would ignore; returns a copy with number ranges and integer exclusive bounds rewritten. A number
+ * range XGrammar cannot keep in any schema form (exclusive, negative or fractional bounds) is refused here: see
+ * checkJsonSchemaNumbers, which supports them through EBNF.
  */
 export function checkJsonSchema(schema: unknown, field: string): unknown {
-  return new Walker(schema, field).walk(schema, field);
+  return new Walker(schema, field, null).walk(schema, field);
+}
+
+/**
+ * checkJsonSchema, with every number range supported: a range XGrammar would get wrong in any schema form is a
+ * placeholder const (NUMBER_PLACEHOLDER_BASE + i) in the schema, and `numbers[i]` the EBNF expression of its texts
+ * (numberRange.ts), to put in the grammar's EBNF in its place (substituteNumbers).
+ */
+export function checkJsonSchemaNumbers(schema: unknown, field: string): { schema: unknown; numbers: string[] } {
+  const numbers: string[] = [];
+  const out = new Walker(schema, field, numbers).walk(schema, field);
+  // A placeholder must be a literal no schema writes: the base's digits may not occur in it.
+  if (numbers.length > 0 && JSON.stringify(schema).includes(String(NUMBER_PLACEHOLDER_BASE).slice(0, 10)))
+    throw new InvalidOptionError(`${field} holds the digits ${NUMBER_PLACEHOLDER_BASE}, which the engine reserves`, {
+      field,
+    });
+  return { schema: out, numbers };
 }
 
 class Walker {
   constructor(
     private readonly root: unknown,
     private readonly field: string,
+    /** Where number ranges go as EBNF; null: refused as XGrammar would get them wrong. */
+    private readonly numbers: string[] | null,
   ) {}
 
   walk(node: unknown, path: string): unknown {
@@ -276,41 +297,39 @@ class Walker {
 
   /**
    * A number's bounds as XGrammar keeps them. Two-sided, it lets any fraction follow the upper bound's integer part
-   * (and the lower bound's, below 0); a lone minimum above 0 admits every non-negative number; fractional bounds are not
-   * kept. So: a lone maximum >= 0 passes; a range 0 <= minimum < maximum (a lone minimum: maximum MAX_SAFE_INTEGER) is
-   * rewritten as anyOf [minimum, maximum - 1] (whose free fraction stays below maximum) and maximum itself; integer
-   * bounds only.
+   * (and the lower bound's, below 0); a lone minimum above 0 admits every non-negative number; fractional and
+   * exclusive bounds are not kept. So: a lone maximum >= 0 passes; a range 0 <= minimum < maximum of integers (a lone
+   * minimum: maximum MAX_SAFE_INTEGER) is rewritten as anyOf [minimum, maximum - 1] (whose free fraction stays below
+   * maximum) and maximum itself. Any other range (exclusive, negative or fractional bounds: zod's positive(), gt(),
+   * negative()) becomes a placeholder whose texts numberRange.ts writes as EBNF, or, where EBNF cannot go (a structural
+   * tag's schemas), is refused.
    */
   private numberBounds(s: Json, path: string): Json {
-    for (const k of ["exclusiveMinimum", "exclusiveMaximum"])
-      if (s[k] !== undefined)
-        this.refuse(`${path}.${k}`, "is not kept by XGrammar on a number; use minimum / maximum, or type integer");
-    const lo = s.minimum as number | undefined;
-    const hi = s.maximum as number | undefined;
-    for (const [k, v] of [
-      ["minimum", lo],
-      ["maximum", hi],
-    ] as const)
-      if (v !== undefined && !Number.isInteger(v))
-        this.refuse(
-          `${path}.${k}`,
-          `is ${v}: XGrammar bounds a number soundly only at an integer; use an integer bound`,
-        );
-    if (lo === undefined) {
-      if (hi !== undefined && hi < 0)
-        this.refuse(`${path}.maximum`, `is ${hi}: XGrammar keeps a number's maximum only from 0 up; use type integer`);
-      return s;
+    const lo = tighter(s.minimum, s.exclusiveMinimum, 1);
+    const hi = tighter(s.maximum, s.exclusiveMaximum, -1);
+    if (lo !== null && hi !== null && (lo.value > hi.value || (lo.value === hi.value && (lo.strict || hi.strict))))
+      this.refuse(`${path}.${lo.key}`, `is ${lo.value}, and ${hi.key} ${hi.value}: no number fits`);
+    const { minimum: _a, maximum: _b, exclusiveMinimum: _c, exclusiveMaximum: _d, type: _t, ...rest } = s;
+    const integral = (b: typeof lo) => b === null || (!b.strict && Number.isInteger(b.value));
+    if (integral(lo) && integral(hi)) {
+      if (lo === null && (hi === null || hi.value >= 0)) return s;
+      if (lo !== null && lo.value >= 0) {
+        const top = hi?.value ?? Number.MAX_SAFE_INTEGER;
+        if (lo.value === top) return { ...rest, const: lo.value };
+        return { ...rest, anyOf: [{ type: "number", minimum: lo.value, maximum: top - 1 }, { const: top }] };
+      }
     }
-    const top = hi ?? Number.MAX_SAFE_INTEGER;
-    if (lo > top) this.refuse(`${path}.minimum`, `is ${lo}, above maximum ${top}: no number fits`);
-    if (lo < 0)
+    if (this.numbers === null) {
+      const at = lo !== null && (lo.strict || !Number.isInteger(lo.value) || lo.value < 0) ? lo : hi!;
       this.refuse(
-        `${path}.minimum`,
-        `is ${lo}: XGrammar keeps a number's minimum only from 0 up (it lets fractions past a negative one); use type integer, or a maximum alone`,
+        `${path}.${at.key}`,
+        `is ${at.value}: XGrammar keeps a number's range only with integer, inclusive bounds from 0 up in a structural tag; use type integer, or give the schema as a json_schema format`,
       );
-    const { minimum: _lo, maximum: _hi, type: _t, ...rest } = s;
-    if (lo === top) return { ...rest, const: lo };
-    return { ...rest, anyOf: [{ type: "number", minimum: lo, maximum: top - 1 }, { const: top }] };
+    }
+    const expr = numberRangeEbnf(lo, hi);
+    if (expr === null) this.refuse(`${path}.${(lo ?? hi)!.key}`, "leaves no number");
+    this.numbers.push(expr);
+    return { ...rest, const: NUMBER_PLACEHOLDER_BASE + this.numbers.length - 1 };
   }
 
   /** oneOf is compiled as anyOf: kept when no value can match two branches. */
@@ -368,6 +387,23 @@ class Walker {
   private refuse(path: string, why: string): never {
     throw new InvalidOptionError(`${path} ${why}`, { field: path });
   }
+}
+
+/**
+ * The tighter of an inclusive and an exclusive bound (sign 1: lower bounds, -1: upper), with the keyword it came from.
+ */
+function tighter(
+  inclusive: unknown,
+  exclusive: unknown,
+  sign: 1 | -1,
+): { value: number; strict: boolean; key: string } | null {
+  const inc = typeof inclusive === "number" ? inclusive : null;
+  const exc = typeof exclusive === "number" ? exclusive : null;
+  const incKey = sign === 1 ? "minimum" : "maximum";
+  const excKey = sign === 1 ? "exclusiveMinimum" : "exclusiveMaximum";
+  if (exc !== null && (inc === null || sign * exc >= sign * inc)) return { value: exc, strict: true, key: excKey };
+  if (inc !== null) return { value: inc, strict: false, key: incKey };
+  return null;
 }
 
 /**

@@ -11,6 +11,7 @@
 // a vocabulary; only the whole structural tag is compiled against the model's vocabulary, once, by the engine.
 import { InvalidOptionError } from "../errors/index.js";
 import { grammarSource } from "./grammars.js";
+import { substituteNumbers } from "./numberRange.js";
 import { checkGrammar } from "./sandbox.js";
 import type { StructuredFormat } from "./types.js";
 import { loadXGrammar } from "./xgrammar.js";
@@ -266,7 +267,9 @@ export function schemaGrammar(
     throw new InvalidOptionError(e.message.replaceAll(`${field}.schema`, path), { field });
   }
   if (source.kind !== "json_schema") throw new Error("a json_schema format has a json_schema source");
-  const hit = grammars.get(source.text);
+  const numbers = source.numbers ?? [];
+  const key = [source.text, ...numbers].join("\u0000");
+  const hit = grammars.get(key);
   if (hit !== undefined) return hit;
   const ebnf = (async () => {
     const error = await checkGrammar(source);
@@ -275,16 +278,17 @@ export function schemaGrammar(
     const xg = await loadXGrammar();
     const g = await xg.Grammar.fromJSONSchema(source.text, false, -1);
     try {
-      return g.toString();
+      // Number ranges XGrammar gets wrong are placeholders in the schema, their EBNF put in here (numberRange.ts).
+      return numbers.length === 0 ? g.toString() : substituteNumbers(g.toString(), numbers);
     } finally {
       g.dispose();
     }
   })();
   if (grammars.size >= MAX_GRAMMARS) grammars.delete(grammars.keys().next().value!);
-  grammars.set(source.text, ebnf);
+  grammars.set(key, ebnf);
   // A failure is not kept: the next request reports it afresh (and the cache holds only grammars).
   ebnf.catch(() => {
-    if (grammars.get(source.text) === ebnf) grammars.delete(source.text);
+    if (grammars.get(key) === ebnf) grammars.delete(key);
   });
   return ebnf;
 }
