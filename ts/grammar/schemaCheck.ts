@@ -16,8 +16,10 @@
 // past a negative lower bound's; a lone minimum above 0 admits every non-negative value, a lone negative maximum
 // every non-positive one; fractional number bounds and exclusive bounds on numbers are not kept; an integer's lone
 // `exclusiveMinimum` is ignored. Two-sided integer ranges and a number's lone maximum >= 0 are right: integer bounds
-// are made two-sided (+-MAX_SAFE_INTEGER) and inclusive, number ranges from 0 up rewritten (numberBounds). Keywords that only annotate (title, description, examples, default, $schema, $comment, deprecated, readOnly,
-// writeOnly, $id, content*) and keywords JSON Schema does not define (validators ignore them too) pass.
+// are made two-sided (+-MAX_SAFE_INTEGER) and inclusive, number ranges of integer bounds from 0 up rewritten, and any
+// other number range written as EBNF in the grammar (numberBounds, numberRange.ts). Keywords that only annotate
+// (title, description, examples, default, $schema, $comment, deprecated, readOnly, writeOnly, $id, content*) and
+// keywords JSON Schema does not define (validators ignore them too) pass.
 import { InvalidOptionError } from "../errors/index.js";
 import { NUMBER_PLACEHOLDER_BASE, numberRangeEbnf } from "./numberRange.js";
 
