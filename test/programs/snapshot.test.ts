@@ -30,6 +30,9 @@ function outcome(r: ProgramResult, program: Program): unknown {
     history: r.history,
     stopReason: r.stopReason,
     program: r.program,
+    // What the response reports: branches started (the replayed ones too), tokens saved, certaindex at exit.
+    usage: r.usage,
+    branchesPruned: r.determinism?.branchesPruned,
   };
 }
 

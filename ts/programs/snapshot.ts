@@ -19,6 +19,7 @@ import type { ForkOptions, GenerateRequest } from "../engine/request.js";
 import { InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import type { KvState, Program, ProgramContext, ProgramResult, RoundRecord, TokenPurpose } from "./program.js";
 import type { ProgramRuntime, RunOptions } from "./runtime.js";
+import { NON_BRANCH_PURPOSES } from "./usage.js";
 
 /** The wire format's version: a receiver refuses any other. */
 export const SNAPSHOT_VERSION = 1;
@@ -508,6 +509,7 @@ export async function runResumable(
   } finally {
     handoff?.signal.removeEventListener("abort", onHandoff);
   }
+  if (from !== undefined) result = withReplayedBranches(result, from);
   // Handed off: the caller's signal did not abort it, the snapshot's did.
   if (result.stopReason !== "aborted" || !cut.signal.aborted || run.signal?.aborted) return { kind: "done", result };
   const j = journal as JournalContext | null;
@@ -530,6 +532,37 @@ export async function runResumable(
     requests,
   };
   return { kind: "handoff", snapshot };
+}
+
+/**
+ * A restored run's usage with the snapshot's branches counted: its finished samples are answered from the snapshot,
+ * never submitted here, so the run's own count has only its new requests and the cut samples it continued (each
+ * submitted again, and counted then). Without this a handed-off program reported fewer branches than it ran.
+ */
+function withReplayedBranches(result: ProgramResult, from: RunSnapshot): ProgramResult {
+  let started = 0;
+  let pruned = 0;
+  for (const q of from.requests) {
+    if (NON_BRANCH_PURPOSES.includes(q.purpose)) continue;
+    for (const x of q.samples) {
+      if (x.finishReason === "aborted") continue; // cut: continued and counted by this run
+      started++;
+      if (x.finishReason === "low_confidence") pruned++;
+    }
+  }
+  if (started === 0) return result;
+  const u = result.usage;
+  return {
+    ...result,
+    usage: {
+      ...u,
+      branchesStarted: u.branchesStarted + started,
+      ...(u.branchesPruned === undefined ? {} : { branchesPruned: u.branchesPruned + pruned }),
+    },
+    ...(result.determinism === undefined
+      ? {}
+      : { determinism: { ...result.determinism, branchesPruned: result.determinism.branchesPruned + pruned } }),
+  };
 }
 
 /** The answers a snapshot's rounds voted on so far (each finished sample's text), for reports. */
