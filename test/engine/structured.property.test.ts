@@ -32,6 +32,18 @@ const leaf: fc.Arbitrary<Schema> = fc.oneof(
   fc
     .tuple(fc.integer({ min: 0, max: 20 }), fc.integer({ min: 0, max: 20 }))
     .map(([lo, span]) => ({ type: "number", minimum: lo, maximum: lo + span, title: "n" })),
+  // Ranges XGrammar gets wrong as a schema, written as EBNF (numberRange.ts): negative, fractional, exclusive bounds.
+  fc
+    .tuple(fc.integer({ min: -400, max: 400 }), fc.integer({ min: 1, max: 400 }), fc.boolean(), fc.boolean())
+    .map(([lo, span, openLo, openHi]) => ({
+      type: "number",
+      [openLo ? "exclusiveMinimum" : "minimum"]: lo / 8,
+      [openHi ? "exclusiveMaximum" : "maximum"]: (lo + span) / 8,
+    })),
+  fc.constant({ type: "number", exclusiveMinimum: 0 }),
+  fc
+    .tuple(fc.integer({ min: 0, max: 4 }), fc.integer({ min: 2, max: 6 }))
+    .map(([lo, span]) => ({ type: "string", pattern: "^[a-c]+$", minLength: lo, maxLength: lo + span })),
   fc.constant({ type: "null" }),
 );
 
