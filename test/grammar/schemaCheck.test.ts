@@ -339,6 +339,26 @@ describe("what OpenAI strict mode accepts passes", () => {
         g.dispose();
       }
     }
+    // A range in $defs: every reference gets it; an unused definition's placeholder is nowhere in the grammar.
+    const defs = {
+      type: "object",
+      properties: { a: { $ref: "#/$defs/u" }, b: { $ref: "#/$defs/u" } },
+      required: ["a", "b"],
+      additionalProperties: false,
+      $defs: { u: { type: "number", exclusiveMinimum: 0 }, unused: { type: "number", exclusiveMaximum: 0 } },
+    };
+    const source = grammarSource({ type: "json_schema", schema: defs }, FIELD) as { text: string; numbers: string[] };
+    expect(source.numbers.length).toBe(2);
+    const g0 = await xg.Grammar.fromJSONSchema(source.text, false, -1);
+    const g = await xg.Grammar.fromEBNF(substituteNumbers(g0.toString(), source.numbers));
+    g0.dispose();
+    for (const [text, valid] of [
+      ['{"a": 1, "b": 0.5}', true],
+      ['{"a": 1, "b": 0}', false],
+      ['{"a": -1, "b": 1}', false],
+    ] as const)
+      expect(await xg.Testings.isGrammarAcceptString(g, text), text).toBe(valid);
+    g.dispose();
     // As given, XGrammar lets these by: the reason for the EBNF.
     expect(await xgAccepts(obj({ type: "number", minimum: -10, maximum: 10 }), '{"x": -10.5}')).toBe(true);
     expect(await xgAccepts(obj({ type: "number", minimum: 1.5 }), '{"x": 1.2}')).toBe(true);

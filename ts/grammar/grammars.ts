@@ -2,7 +2,7 @@
 // parsed in the sandbox (sandbox.ts), compiled against the vocabulary on a grammar host (host.ts: a worker thread, so
 // a compile of seconds stalls no step) and cached by its source text, so a schema sent with every request compiles
 // once (vLLM and SGLang cache by (tokenizer, schema) alike).
-import { DisposedError, GrammarHostError, InvalidOptionError } from "../errors/index.js";
+import { DisposedError, GrammarHostError, InvalidOptionError, UnsupportedError } from "../errors/index.js";
 import { checkGrammar, grammarText, type GrammarSource } from "./sandbox.js";
 import { substituteNumbers } from "./numberRange.js";
 import { checkJsonSchemaNumbers, checkStructuralTagSchemas } from "./schemaCheck.js";
@@ -337,7 +337,16 @@ export class GrammarSet {
       const r = await grammarText({ kind: "json_schema", text: source.text });
       error = r.error;
       if (error === null) {
-        source = { kind: "ebnf", text: substituteNumbers(r.text!, source.numbers) };
+        let text: string;
+        try {
+          text = substituteNumbers(r.text!, source.numbers);
+        } catch (e) {
+          throw new UnsupportedError(
+            `${field}: a number range of this schema could not be written into XGrammar's grammar (${(e as Error).message}); use type integer for it`,
+            { field, cause: e },
+          );
+        }
+        source = { kind: "ebnf", text };
         error = await checkGrammar(source);
       }
     } else error = await checkGrammar(source);

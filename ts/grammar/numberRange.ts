@@ -177,16 +177,18 @@ export const NUMBER_PLACEHOLDER_BASE = 7_350_000_000_000_000;
 
 /**
  * XGrammar's EBNF of a schema whose numbers were placeholders, with each placeholder's literal replaced by a rule of
- * its range. Throws when a placeholder is not found as its own literal (XGrammar wrote it some other way).
+ * its range. A placeholder absent from the grammar sat where no value goes (an unused $defs entry); one whose digits
+ * appear other than as their own literal throws (XGrammar wrote it some other way: the grammar would be wrong).
  */
 export function substituteNumbers(ebnf: string, numbers: readonly string[]): string {
   let out = ebnf;
   const rules: string[] = [];
   numbers.forEach((expr, i) => {
-    const literal = `"${NUMBER_PLACEHOLDER_BASE + i}"`;
+    const digits = String(NUMBER_PLACEHOLDER_BASE + i);
+    const literal = `"${digits}"`;
     const rule = `deliberate_number_${i}`;
-    if (!out.includes(literal)) throw new Error(`number placeholder ${i} is not in XGrammar's grammar`);
     out = out.split(literal).join(rule);
+    if (out.includes(digits)) throw new Error(`number placeholder ${i} is not its own literal in XGrammar's grammar`);
     rules.push(`${rule} ::= ${expr}`);
   });
   return `${out}\n${rules.join("\n")}\n`;
