@@ -1,6 +1,9 @@
-// The wire schemas of the OpenAI-compatible routes, with vLLM's field names. Unknown fields are ignored, as vLLM
-// ignores them (clients send fields of newer API versions); fields we know but do not implement are accepted at
-// their neutral value and rejected otherwise, naming the field. Every failure is a 400 naming the field (`param`).
+// The wire schemas of the OpenAI-compatible routes, with vLLM's field names. The generation bodies (chat, completions)
+// are strict objects: a field they do not name is a 400 naming it (`param`), never ignored, since an ignored field
+// could change the output the client expects (reasoning_effort or tools on /v1/completions, vLLM's bad_words).
+// Fields the openai client and vLLM's clients commonly send that change nothing in the output (metadata, store,
+// priority, request_id, ...) are named and accepted; fields we know but do not implement are accepted at their
+// neutral value and rejected otherwise, naming the field. Every failure is a 400 naming the field (`param`).
 import { z } from "zod";
 import { field as rule } from "../options/validate.js";
 import type { FastifySchemaCompiler } from "fastify";
@@ -121,6 +124,55 @@ const samplingFields = {
   ...structuredFields,
 };
 
+const isString = (v: unknown): boolean => typeof v === "string";
+const nullOr =
+  (ok: (v: unknown) => boolean) =>
+  (v: unknown): boolean =>
+    v === null || ok(v);
+/** A field accepted only at its neutral value (null, or `value`), with why. */
+const onlyAt = <T>(value: T, why: string) =>
+  rule<T | null>(`expected ${JSON.stringify(value)} (${why})`, (v) => v === null || v === value).optional();
+const onlyNull = (why: string) => rule<null>(`expected null (${why})`, (v) => v === null).optional();
+const NOT_SUPPORTED = "not supported by this server";
+
+/**
+ * vLLM's extra sampling fields on both routes beyond samplingFields: what changes nothing in the output is accepted
+ * (scheduling, caching, ids), what would change it is accepted at its neutral value only, named.
+ */
+const vllmExtras = {
+  // Scheduling and bookkeeping: the output is the same whatever they say.
+  priority: rule<number | null>("expected an integer", nullOr(Number.isInteger)).optional(),
+  request_id: rule<string | null>("expected a string", nullOr(isString)).optional(),
+  // The prefix cache's salt: which cached prefixes a request may reuse, never what it generates.
+  cache_salt: rule<string | null>("expected a string", nullOr(isString)).optional(),
+  skip_special_tokens: onlyAt(true, "special tokens are always skipped in the text here"),
+  spaces_between_special_tokens: onlyAt(true, NOT_SUPPORTED),
+  length_penalty: onlyAt(1, "beam search is not supported by this server"),
+  bad_words: rule<string[] | null>(
+    `expected null or [] (bad_words is ${NOT_SUPPORTED})`,
+    (v) => v === null || (Array.isArray(v) && v.length === 0),
+  ).optional(),
+  allowed_token_ids: onlyNull(NOT_SUPPORTED),
+  logits_processors: onlyNull(NOT_SUPPORTED),
+  truncate_prompt_tokens: onlyNull("prompts are never truncated here: one over the context is a 400"),
+  prompt_logprobs: onlyNull(NOT_SUPPORTED),
+  return_tokens_as_token_ids: onlyAt(false, NOT_SUPPORTED),
+  return_token_ids: onlyAt(false, NOT_SUPPORTED),
+  kv_transfer_params: onlyNull(NOT_SUPPORTED),
+  vllm_xargs: onlyNull(NOT_SUPPORTED),
+};
+
+/**
+ * The error of a strict generation body: a field it does not name is refused by name (checkBody makes it the
+ * param), anything else says what was expected.
+ */
+function unknownField(route: string, expected: string): (issue: { code?: string; keys?: string[] }) => string {
+  return (issue) =>
+    issue.code === "unrecognized_keys"
+      ? `${issue.keys!.join(", ")} ${issue.keys!.length === 1 ? "is" : "are"} not served on ${route} (refused rather than ignored: it could change the output); send the fields of OpenAI's API or vLLM's that this server names (docs/server.md)`
+      : `expected ${expected}`;
+}
+
 const textPart = z.object({
   type: z.literal("text", { error: 'expected "text" (this server serves text-only models)' }),
   text: rule<string>("expected a string", (v) => typeof v === "string"),
@@ -153,45 +205,94 @@ const templateKwargs = z
   .nullable()
   .optional();
 
-export const chatSchema = z.looseObject({
-  ...samplingFields,
-  messages: z
-    .array(message, { error: "expected a non-empty array of messages" })
-    .min(1, { error: "expected a non-empty array of messages" }),
-  max_completion_tokens: rule<number | null>("expected an integer >= 1", (v) => v === null || isInt(1)(v)).optional(),
-  logprobs: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
-  top_logprobs: rule<number | null>("expected an integer in [0, 20]", (v) => v === null || isInt(0, 20)(v)).optional(),
-  include_reasoning: rule<boolean>("expected true or false", isBool).optional(),
-  reasoning_effort: rule<ReasoningEffort | null>(
-    'expected one of "none", "minimal", "low", "medium", "high", "xhigh", "max"',
-    (v) => v === null || REASONING_EFFORTS.includes(v as ReasoningEffort),
-  ).optional(),
-  thinking_token_budget: rule<number | null>(
-    "expected an integer >= 0 (reasoning tokens before the thought is closed)",
-    (v) => v === null || isInt(0)(v),
-  ).optional(),
-  chat_template_kwargs: templateKwargs,
-  chat_template: rule<null>("expected null (the model's own chat template is used)", (v) => v === null).optional(),
-  // tools, tool_choice, parallel_tool_calls (./tools.ts).
-  ...toolFields,
-});
+export const chatSchema = z.strictObject(
+  {
+    ...samplingFields,
+    ...vllmExtras,
+    messages: z
+      .array(message, { error: "expected a non-empty array of messages" })
+      .min(1, { error: "expected a non-empty array of messages" }),
+    max_completion_tokens: rule<number | null>("expected an integer >= 1", (v) => v === null || isInt(1)(v)).optional(),
+    logprobs: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
+    top_logprobs: rule<number | null>(
+      "expected an integer in [0, 20]",
+      (v) => v === null || isInt(0, 20)(v),
+    ).optional(),
+    include_reasoning: rule<boolean>("expected true or false", isBool).optional(),
+    reasoning_effort: rule<ReasoningEffort | null>(
+      'expected one of "none", "minimal", "low", "medium", "high", "xhigh", "max"',
+      (v) => v === null || REASONING_EFFORTS.includes(v as ReasoningEffort),
+    ).optional(),
+    thinking_token_budget: rule<number | null>(
+      "expected an integer >= 0 (reasoning tokens before the thought is closed)",
+      (v) => v === null || isInt(0)(v),
+    ).optional(),
+    chat_template_kwargs: templateKwargs,
+    chat_template: rule<null>("expected null (the model's own chat template is used)", (v) => v === null).optional(),
+    // tools, tool_choice, parallel_tool_calls (./tools.ts).
+    ...toolFields,
+    // The openai client's fields that change nothing in the answer here: accepted.
+    metadata: rule<Record<string, string> | null>(
+      "expected an object of string values",
+      nullOr((v) => v !== null && typeof v === "object" && !Array.isArray(v) && Object.values(v).every(isString)),
+    ).optional(),
+    store: rule<boolean | null>("expected true or false", nullOr(isBool)).optional(),
+    safety_identifier: rule<string | null>("expected a string", nullOr(isString)).optional(),
+    prompt_cache_key: rule<string | null>("expected a string", nullOr(isString)).optional(),
+    prompt_cache_retention: rule<string | null>(
+      'expected "in-memory" or "24h"',
+      nullOr((v) => v === "in-memory" || v === "24h"),
+    ).optional(),
+    // One tier here: every value is served the same way, with the same answer.
+    service_tier: rule<string | null>(
+      'expected "auto", "default", "flex", "scale" or "priority"',
+      nullOr((v) => ["auto", "default", "flex", "scale", "priority"].includes(v as string)),
+    ).optional(),
+    // A predicted output only speeds generation up at OpenAI; the answer is the same.
+    prediction: z.unknown().optional(),
+    // The openai client's fields that would change the answer: their neutral value only.
+    modalities: rule<string[] | null>(
+      'expected ["text"] (this server answers with text only)',
+      nullOr((v) => Array.isArray(v) && v.every((m) => m === "text")),
+    ).optional(),
+    audio: onlyNull("this server answers with text only"),
+    verbosity: onlyAt("medium", NOT_SUPPORTED),
+    web_search_options: onlyNull("web search is not served"),
+    // vLLM's chat extras at their neutral value (the template is rendered as the model's own).
+    echo: onlyAt(false, "the last message is never echoed here"),
+    add_generation_prompt: onlyAt(true, "the assistant turn is always opened here"),
+    continue_final_message: onlyAt(false, NOT_SUPPORTED),
+    add_special_tokens: onlyAt(false, "the chat template adds the special tokens"),
+    documents: onlyNull(NOT_SUPPORTED),
+    mm_processor_kwargs: onlyNull("this server serves text-only models"),
+    // A handed-off program's state, added by the cluster router (checked by ./handoff.ts, refused without a program).
+    deliberate_handoff: z.unknown().optional(),
+  },
+  { error: unknownField("/v1/chat/completions", "a chat completion request") },
+);
 
-export const completionSchema = z.looseObject({
-  ...samplingFields,
-  prompt: rule<string | string[] | number[] | number[][]>(
-    "expected a string, an array of strings, an array of token ids, or an array of token-id arrays",
-    (v) =>
-      typeof v === "string" ||
-      isTokenIds(v) ||
-      (Array.isArray(v) && v.length > 0 && (v.every((p) => typeof p === "string") || v.every((p) => isTokenIds(p)))),
-  ),
-  logprobs: rule<number | null>("expected an integer in [0, 20]", (v) => v === null || isInt(0, 20)(v)).optional(),
-  echo: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
-  suffix: rule<string | null>(
-    "expected null (suffix is not supported by this server)",
-    (v) => v === null || v === "",
-  ).optional(),
-});
+export const completionSchema = z.strictObject(
+  {
+    ...samplingFields,
+    ...vllmExtras,
+    prompt: rule<string | string[] | number[] | number[][]>(
+      "expected a string, an array of strings, an array of token ids, or an array of token-id arrays",
+      (v) =>
+        typeof v === "string" ||
+        isTokenIds(v) ||
+        (Array.isArray(v) && v.length > 0 && (v.every((p) => typeof p === "string") || v.every((p) => isTokenIds(p)))),
+    ),
+    logprobs: rule<number | null>("expected an integer in [0, 20]", (v) => v === null || isInt(0, 20)(v)).optional(),
+    echo: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
+    suffix: rule<string | null>(
+      "expected null (suffix is not supported by this server)",
+      (v) => v === null || v === "",
+    ).optional(),
+    // A completion's prompt gets the tokenizer's special tokens (BOS) as vLLM's default; false is not served.
+    add_special_tokens: onlyAt(true, NOT_SUPPORTED),
+  },
+  { error: unknownField("/v1/completions", "a completion request") },
+);
 
 export const tokenizeSchema = z.looseObject({
   chat_template_kwargs: templateKwargs,
@@ -243,14 +344,24 @@ export function checkBody<S extends z.ZodType>(schema: S, body: unknown): { valu
   let value: unknown = body;
   for (const k of issue.path)
     value = value !== null && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[k] : undefined;
-  const shown = value === undefined ? "missing" : JSON.stringify(value)?.slice(0, 80);
   if (issue.code === "unrecognized_keys") {
     // A field the schema does not name (a strict object's): the error names it, the first when there are several.
     const key = `${param === "" ? "" : `${param}.`}${issue.keys[0]}`;
     return { error: badRequest(`${param === "" ? "" : `${param}: `}${issue.message}`, key) };
   }
+  const shown = value === undefined ? "missing" : showValue(value);
   const message = `${param || "body"} is ${shown}; ${issue.message}`;
   return { error: badRequest(message, param === "" ? null : param) };
+}
+
+/** A value as the error shows it: its JSON's first 80 characters ("nested too deep" where JSON.stringify's recursion
+ * overflows the stack: JSON.parse takes nesting far deeper). */
+function showValue(value: unknown): string | undefined {
+  try {
+    return JSON.stringify(value)?.slice(0, 80);
+  } catch {
+    return "(nested too deep to show)";
+  }
 }
 
 /** Parses a body (checkBody), throwing its 400. */
