@@ -202,7 +202,7 @@ describe("structured outputs in the engine", () => {
 
   it("a value whose last token is the last maxTokens allows ends stop; one that could go on ends length", async () => {
     for (const deterministic of [false, true]) {
-      const base = { prompt: prompt("Is 3 + 4 seven?"), deterministic, temperature: 0 };
+      const base = { prompt: prompt("Is 3 + 4 seven?"), deterministic, temperature: 0, logprobs: 2 };
       const choice = { ...base, structured: { type: "choice", choices: ["yes", "no"], thought: "none" } } as const;
       const free = await engine.submit({ ...choice, maxTokens: 20 }).result;
       expect(free.samples[0].finishReason).toBe("stop");
@@ -211,6 +211,15 @@ describe("structured outputs in the engine", () => {
       const exact = await engine.submit({ ...choice, maxTokens: value.length }).result;
       expect(exact.samples[0].tokens).toEqual(value);
       expect(exact.samples[0].finishReason, `deterministic ${deterministic}`).toBe("stop");
+      // The value's last token is text, no stop token: its text and logprob are output, whole and streamed.
+      expect(["yes", "no"]).toContain(free.samples[0].text);
+      expect(exact.samples[0].text).toBe(free.samples[0].text);
+      expect(exact.samples[0].stoppedBy).toBeUndefined();
+      expect(exact.samples[0].logprobs?.map((l) => l.token)).toEqual(value);
+      const streamed = engine.submit({ ...choice, maxTokens: value.length });
+      let text = "";
+      for await (const d of streamed) text += d.text;
+      expect(text).toBe(free.samples[0].text);
       // A regex that allows more digits after the budget's last one: cut, so "length".
       const digits = { ...base, structured: { type: "regex", pattern: "[0-9]{1,40}", thought: "none" } } as const;
       const cut = await engine.submit({ ...digits, maxTokens: 2 }).result;

@@ -255,7 +255,8 @@ export class ModelSlot {
 
   /**
    * A constrained sequence ended "length" by the token that completes its format (the value's last token was the
-   * last its budget allowed) ends "stop": the value is whole. endOfAt decides the length end before that token
+   * last its budget allowed) ends "complete": the value is whole, the sample's finish reason is "stop" and that
+   * token's text is output (it is the value's, no stop token). endOfAt decides the length end before that token
    * reaches the grammar, so it is folded into the matcher here, after the forward (one host call per such sequence,
    * no extra forward). A grammar that still allows more than the end (a number that could go on) keeps "length".
    */
@@ -271,10 +272,10 @@ export class ModelSlot {
     const { seqs, ends } = out.decoded;
     for (let i = 0; i < seqs.length; i++)
       if (ends[i] === "length" && seqs[i].constraint !== null)
-        calls.push(whole(seqs[i]).then((w) => void (w && (ends[i] = "stop"))));
+        calls.push(whole(seqs[i]).then((w) => void (w && (ends[i] = "complete"))));
     for (const c of out.committed)
       if (c.end === "length" && c.seq.constraint !== null)
-        calls.push(whole(c.seq).then((w) => void (w && (c.end = "stop"))));
+        calls.push(whole(c.seq).then((w) => void (w && (c.end = "complete"))));
     await Promise.all(calls);
   }
 

@@ -4,8 +4,10 @@
  * "low_confidence": the group confidence fell below request.confidence.threshold (DeepConf's early stop). */
 export type FinishReason = "stop" | "length" | "aborted" | "low_confidence";
 
-/** How a model step ends a sequence (ModelSlot): a stop id or eos ("stop"), or its maxTokens-th token ("length"). */
-export type SequenceEnd = Extract<FinishReason, "stop" | "length">;
+/** How a model step ends a sequence (ModelSlot): a stop id or eos ("stop": that token is no text), its maxTokens-th
+ * token ("length"), or a token that completes its format as the last its budget allowed ("complete": the value's last
+ * token, its text kept; the sample's finish reason is "stop"). */
+export type SequenceEnd = Extract<FinishReason, "stop" | "length"> | "complete";
 
 /** A trace's DeepConf confidence (request.confidence): token confidence C_i = -mean of the top-k logprobs at token i;
  *  group confidence = the mean of C over a sliding window of `window` tokens (the whole trace while it is shorter). */

@@ -46,8 +46,9 @@ export class SampleTracker {
   }
 
   /**
-   * Adds one sampled token, `end` saying whether the step ended the sample with it (a stop id or eos: "stop"; its
-   * maxTokens-th token: "length"); returns the delta to stream (with finishReason set if this token ended the sample).
+   * Adds one sampled token, `end` saying whether the step ended the sample with it (a stop id or eos: "stop", the
+   * token no text; its maxTokens-th token: "length"; the last token of a format's value that was also its maxTokens-th:
+   * "complete", its text kept, finish reason "stop"); returns the delta to stream (with finishReason set if this token ended the sample).
    */
   add(s: SampledToken, end: SequenceEnd | null): StreamDelta {
     const tailBefore = this.tail.length;
@@ -75,12 +76,14 @@ export class SampleTracker {
     } else if (this.detokenizer) {
       this.tail += this.detokenizer.push(s.token);
       this.checkStopStrings(tailBefore);
-      if (!this.finished && end === "length") {
+      if (!this.finished && (end === "length" || end === "complete")) {
         this.tail += this.detokenizer.flush();
         this.checkStopStrings(tailBefore);
       }
     }
     if (!this.finished && end === "length") this.finishReason = "length";
+    // The format's value is whole with this token (its text is output, no stop token ended it): "stop".
+    if (!this.finished && end === "complete") this.finishReason = "stop";
     // DeepConf's early stop: this token completed a window whose mean confidence is below the threshold.
     // A masked row allowing fewer ids than DeepConf's top k has no confidence (+inf): such tokens are not counted.
     const conf = s.confidence !== undefined && Number.isFinite(s.confidence) ? s.confidence : undefined;
