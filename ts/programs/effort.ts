@@ -120,7 +120,15 @@ export class ThoughtProbe {
   async probe(
     engine: Engine,
     parent: RequestHandle,
-    at: { sample: number; length: number; thought: string; thoughtTokens: number; signal?: AbortSignal },
+    at: {
+      sample: number;
+      length: number;
+      thought: string;
+      thoughtTokens: number;
+      signal?: AbortSignal;
+      /** Most tokens this probe may decode (the caller's budget left); at most the effort's probeMaxTokens. */
+      maxTokens?: number;
+    },
   ): Promise<boolean> {
     let answer: string | null = null;
     try {
@@ -128,7 +136,7 @@ export class ThoughtProbe {
         sample: at.sample,
         length: at.length,
         append: (this.o.probeSuffix ?? defaultProbeSuffix)(at.thought),
-        maxTokens: this.o.effort.probeMaxTokens ?? 20,
+        maxTokens: Math.max(1, Math.min(this.o.effort.probeMaxTokens ?? 20, at.maxTokens ?? Infinity)),
         temperature: 0,
         stop: this.o.probeStop ?? ["}", "\n"],
         signal: at.signal,

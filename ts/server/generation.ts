@@ -212,6 +212,11 @@ export class Generation {
   private hidden(s: SampleState): number {
     return (s.prober?.probeTokens ?? 0) + s.dropped;
   }
+  /** Tokens sample `s` may still generate: max_tokens charges the client's tokens and the hidden ones (probes,
+   * dropped), so usage.completion_tokens never passes max_tokens. */
+  private room(s: SampleState): number {
+    return this.maxTokens - s.tokens - this.hidden(s);
+  }
 
   /** Per sample, what reasoning_effort's probing did (null: the sample was not probed). */
   effortReport(): Array<EffortReport | null> {
@@ -298,7 +303,33 @@ export class Generation {
     if (s.finished) return;
     if (s.held !== null && !synthetic) {
       s.held.push(d); // a probe is out: the client gets these once it has answered "go on"
+      // max_tokens reserves the probe's most tokens (probeRoom): held tokens that reach the rest end the sample now,
+      // as max_tokens would have: they are sent, the source stops, and the probe's answer is not waited for.
+      const held = s.held.reduce((t, h) => t + h.tokens.length, 0);
+      if (held >= this.room(s) - this.probeRoom(s)) {
+        const all = s.held;
+        s.held = null;
+        for (const h of all) this.forward(index, h);
+        if (!s.finished) this.forward(index, { sample: d.sample, tokens: [], text: "", finishReason: "length" }, true);
+        this.abortSource(s.source);
+      }
       return;
+    }
+    // max_tokens charges hidden tokens too (probes, dropped: see room()), which the source's own maxTokens does not
+    // know of: a delta that reaches the budget ends the sample there ("length"), cut to the tokens that fit (their
+    // text decoded afresh: a cut delta's text is its kept tokens'), and its source stops.
+    const room = this.room(s);
+    let cut = false;
+    // (Without hidden tokens the source's maxTokens is the room already, and the engine ends it there itself.)
+    if (this.hidden(s) > 0 && (d.finishReason === undefined ? d.tokens.length >= room : d.tokens.length > room)) {
+      const keep = Math.max(0, room);
+      if (keep < d.tokens.length) {
+        const tokens = d.tokens.slice(0, keep);
+        const text = this.options.codec?.decode(tokens, { skipSpecialTokens: true }) ?? "";
+        d = { ...d, tokens, text, logprobs: d.logprobs?.slice(0, keep) };
+      }
+      d = { ...d, finishReason: "length", stoppedBy: undefined };
+      cut = true;
     }
     s.source.forwarded += d.tokens.length;
     const { reasoning, content } = this.split(s, d.tokens, d.text, synthetic);
@@ -318,10 +349,26 @@ export class Generation {
       finishReason: d.finishReason,
       stopReason: s.stopReason,
     });
+    if (cut && !synthetic) this.abortSource(s.source);
     const budget = this.options.thinkingBudget;
     if (!s.finished && s.inReasoning && budget !== undefined && s.reasoningTokens >= budget) this.closeThought(index);
     const due = s.prober?.nextProbeAt ?? null;
-    if (!synthetic && !s.finished && s.inReasoning && due !== null && s.tokens >= due) this.probe(index);
+    // A probe needs room for its own tokens and as many of the sample's decoded beside it, and the close; without,
+    // the thought runs on to max_tokens (an exit that late would save little).
+    if (
+      !synthetic &&
+      !s.finished &&
+      s.inReasoning &&
+      due !== null &&
+      s.tokens >= due &&
+      this.room(s) > 2 * this.probeRoom(s) + 4
+    )
+      this.probe(index);
+  }
+
+  /** The most tokens one probe of sample `s` decodes (the effort's probeMaxTokens, default 20). */
+  private probeRoom(s: SampleState): number {
+    return s.prober === null ? 0 : (this.options.effort?.effort.probeMaxTokens ?? 20);
   }
 
   /** Probes sample `index`'s thought where the client's stream stands, holding its later deltas until it answers. */
@@ -333,18 +380,22 @@ export class Generation {
     const thought = codec === null ? "" : codec.decode(s.thoughtIds, { skipSpecialTokens: true });
     const at = { sample: source.sample, length: source.promptLength + source.forwarded, thoughtTokens: s.tokens };
     s.held = [];
-    void prober.probe(this.engine, source.handle, { ...at, thought, signal: this.controller.signal }).then((exit) => {
-      const held = s.held;
-      s.held = null;
-      if (held === null || s.source !== source || this.failed) return; // closed meanwhile (reasoning_end)
-      if (exit && !s.finished && s.inReasoning) {
-        // The answer settled at the probe point: the thought closes there, the held tokens are never sent.
-        for (const d of held) s.dropped += d.tokens.length;
-        this.closeThought(index, this.probeSuffixIds(thought));
-        return;
-      }
-      for (const d of held) this.forward(index, d); // may hold again at the next probe point
-    });
+    // The probe decodes at most probeRoom tokens, reserved out of what max_tokens has left (room()).
+    const maxTokens = this.probeRoom(s);
+    void prober
+      .probe(this.engine, source.handle, { ...at, thought, maxTokens, signal: this.controller.signal })
+      .then((exit) => {
+        const held = s.held;
+        s.held = null;
+        if (held === null || s.source !== source || this.failed) return; // closed meanwhile (reasoning_end)
+        if (exit && !s.finished && s.inReasoning) {
+          // The answer settled at the probe point: the thought closes there, the held tokens are never sent.
+          for (const d of held) s.dropped += d.tokens.length;
+          this.closeThought(index, this.probeSuffixIds(thought));
+          return;
+        }
+        for (const d of held) this.forward(index, d); // may hold again at the next probe point
+      });
   }
 
   /**
@@ -456,7 +507,7 @@ export class Generation {
       for (const d of s.held) s.dropped += d.tokens.length;
       s.held = null;
     }
-    const left = this.maxTokens - s.tokens - before.length - 1 - after.length;
+    const left = this.room(s) - before.length - 1 - after.length;
     const parent = s.source;
     // The client has seen `parent.forwarded` tokens of this source: the thought closes right after them.
     const synthetic: StreamDelta = {
@@ -465,6 +516,7 @@ export class Generation {
       text: after.length === 0 ? "" : (this.options.codec?.decode(after, { skipSpecialTokens: true }) ?? ""),
     };
     if (left < 1) {
+      // No room to answer: the close's tokens that fit end the sample (forward cuts them to max_tokens' room).
       this.forward(index, { ...synthetic, finishReason: "length" }, true);
       this.abortSource(parent);
       return true;

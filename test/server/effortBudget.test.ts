@@ -1,0 +1,64 @@
+// reasoning_effort's probes are charged against max_tokens (issue 49 review): usage.completion_tokens counts the
+// probes' tokens and the tokens an exit drops, so without the charge a low request with max_tokens 17 reported 19.
+// Now completion_tokens <= max_tokens always (what every OpenAI client assumes), streamed or not, at every max_tokens
+// around the probe points. Real openai client against the bundled tiny reasoner (its calibration's effort section).
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { DeliberateServer } from "../../ts/server/index.js";
+import { startBundledServer } from "../helpers/bundledServer.js";
+
+const MODEL = "tiny-reasoner";
+const SETTLES = "What is 92+41*3?";
+
+let server: DeliberateServer;
+let client: OpenAI;
+
+beforeAll(async () => {
+  const s = await startBundledServer();
+  server = s.server;
+  client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
+}, 60_000);
+afterAll(async () => {
+  await server?.close();
+});
+
+describe("max_tokens charges reasoning_effort's probes", () => {
+  it("completion_tokens <= max_tokens at low and medium, around every probe point", async () => {
+    const over: string[] = [];
+    for (const effort of ["low", "medium"] as const)
+      for (let max = 14; max <= 80; max += 3) {
+        const r = await client.chat.completions.create({
+          model: MODEL,
+          messages: [{ role: "user", content: SETTLES }],
+          temperature: 0,
+          max_tokens: max,
+          reasoning_effort: effort,
+        });
+        const used = r.usage!.completion_tokens;
+        if (used > max) over.push(`${effort} max_tokens ${max}: completion_tokens ${used}`);
+        if (used === max || r.choices[0].finish_reason === "length") continue;
+        expect(r.choices[0].finish_reason).toBe("stop");
+      }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  it("streamed: the usage chunk stays within max_tokens too, and the probes still run", async () => {
+    let probes = 0;
+    for (const max of [17, 50, 80, 120]) {
+      const stream = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: "user", content: SETTLES }],
+        temperature: 0,
+        max_tokens: max,
+        reasoning_effort: "low",
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let usage: OpenAI.CompletionUsage | undefined;
+      for await (const c of stream) if (c.usage) usage = c.usage;
+      expect(usage!.completion_tokens).toBeLessThanOrEqual(max);
+      probes += (usage as unknown as { deliberate: { probes: number } }).deliberate.probes;
+    }
+    expect(probes).toBeGreaterThan(0);
+  }, 60_000);
+});
