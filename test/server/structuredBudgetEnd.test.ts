@@ -44,7 +44,7 @@ async function ask(
   });
   expect(r.status).toBe(200);
   if (!stream) {
-    const j = await r.json();
+    const j: any = await r.json();
     if (path === "/v1/responses") {
       const text = j.output.find((o: any) => o.type === "message")?.content?.[0]?.text ?? "";
       return { text, end: j.status };
