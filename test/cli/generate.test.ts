@@ -35,7 +35,7 @@ describe("deliberate generate", () => {
     expect(typeof out.text).toBe("string");
   });
 
-  it("--quantize int8 loads the linear weights as int8: greedy ids match the dequantized reference; int4 is refused by name", async () => {
+  it("--quantize int8 / int4 load the linear weights quantized: greedy ids match the dequantized reference; others are refused by name", async () => {
     const dir = await fixtureDir("qwen2", "f32");
     const prompt = [5, 17, 300, 42, 9];
     const args = [
@@ -56,8 +56,14 @@ describe("deliberate generate", () => {
     const n = Math.min(out.tokens.length, tie < 0 ? Infinity : tie);
     expect(n).toBeGreaterThan(0);
     expect(out.tokens.slice(0, n)).toEqual(ref.tokens.slice(0, n));
-    await expect(cli([...args, "--quantize", "int4"])).rejects.toMatchObject({
-      stderr: expect.stringMatching(/quantize must be "int8".*got "int4" \(int4 is not implemented yet\)/),
+    const int4 = JSON.parse((await cli([...args, "--json", "--quantize", "int4"])).stdout) as { tokens: number[] };
+    const ref4 = (await ReferenceModel.load(dir, { quantizeInt4Group: 32 })).greedy(prompt, 6);
+    const tie4 = ref4.margins.findIndex((m) => m < 1e-3);
+    const n4 = Math.min(int4.tokens.length, tie4 < 0 ? Infinity : tie4);
+    expect(n4).toBeGreaterThan(0);
+    expect(int4.tokens.slice(0, n4)).toEqual(ref4.tokens.slice(0, n4));
+    await expect(cli([...args, "--quantize", "int2"])).rejects.toMatchObject({
+      stderr: expect.stringMatching(/quantize must be "int8" or "int4".*got "int2"/),
     });
   });
 
