@@ -8,6 +8,7 @@ import {
   ContextLengthError,
   DeliberateError,
   DisposedError,
+  GrammarHostError,
   InvalidOptionError,
   KvExhaustedError,
   ModelFormatError,
@@ -50,6 +51,7 @@ describe("the classes", () => {
       [new UnsupportedError("m"), "UnsupportedError", "unsupported"],
       [new NotFoundError("m"), "NotFoundError", "not_found"],
       [new NativeError("m", { cause }), "NativeError", "native"],
+      [new GrammarHostError("m", { cause }), "GrammarHostError", "grammar_host"],
     ];
     for (const [e, name, code] of cases) {
       expect(e).toBeInstanceOf(Error);
@@ -91,9 +93,12 @@ describe("the engine", () => {
     const options = await thrown(() => new Engine({ models: { model: new PagedToyModel(8) }, maxBatchTokens: 0 }));
     expect(options).toMatchObject({ code: "invalid_option", field: "Engine: options.maxBatchTokens" });
     expect(options.message).toMatch(/^Engine: options\.maxBatchTokens is 0;/);
-    const probe = await thrown(() => e.submit({ prompt: [1], deterministic: true, captureHidden: { layer: 1 } }));
-    expect(probe).toBeInstanceOf(UnsupportedError);
-    expect(probe).toMatchObject({ code: "unsupported", field: "request.captureHidden" });
+    // A field the model cannot serve: a structured output on a model loaded without a tokenizer's vocabulary.
+    const format = await thrown(
+      async () => await e.submit({ prompt: [1], structured: { type: "choice", choices: ["a"] } }).result,
+    );
+    expect(format).toBeInstanceOf(UnsupportedError);
+    expect(format).toMatchObject({ code: "unsupported", field: "request.structured" });
   });
 
   it("a bad fork: InvalidOptionError naming fork.length; a foreign handle: NotFoundError", async () => {
