@@ -62,3 +62,29 @@ describe("max_tokens charges reasoning_effort's probes", () => {
     expect(probes).toBeGreaterThan(0);
   }, 60_000);
 });
+
+describe("/v1/responses reports reasoning.effort's usage.deliberate as chat does", () => {
+  it("low: the same probes, exit and tokens saved as chat's reasoning_effort low", async () => {
+    const chat = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: SETTLES }],
+      temperature: 0,
+      max_tokens: 300,
+      reasoning_effort: "low",
+    });
+    const r = await client.responses.create({
+      model: MODEL,
+      input: SETTLES,
+      temperature: 0,
+      max_output_tokens: 300,
+      reasoning: { effort: "low" },
+    });
+    const deliberate = (u: unknown) => (u as { deliberate?: Record<string, unknown> }).deliberate;
+    expect(deliberate(r.usage)).toMatchObject({ reasoning_effort: "low", early_exit: true });
+    expect(deliberate(r.usage)).toEqual(deliberate(chat.usage));
+    expect(r.usage!.output_tokens).toBe(chat.usage!.completion_tokens);
+    // Without a probing level there is nothing to report.
+    const none = await client.responses.create({ model: MODEL, input: SETTLES, max_output_tokens: 8 });
+    expect(deliberate(none.usage)).toBeUndefined();
+  }, 60_000);
+});

@@ -165,6 +165,8 @@ export interface ResponseUsageCounts {
   cachedTokens: number;
   outputTokens: number;
   reasoningTokens: number;
+  /** reasoning.effort's probes and saving (sampling.ts effortUsage's `deliberate`), as chat's usage.deliberate. */
+  deliberate?: unknown;
 }
 
 /** The Response object: `output` and `usage` are null-free once it is done (in_progress: [] and null). */
@@ -208,6 +210,7 @@ export function responseJson(
             output_tokens: usage.outputTokens,
             output_tokens_details: { reasoning_tokens: usage.reasoningTokens },
             total_tokens: usage.inputTokens + usage.outputTokens,
+            ...(usage.deliberate === undefined ? {} : { deliberate: usage.deliberate }),
           },
   };
 }

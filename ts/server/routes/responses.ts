@@ -9,7 +9,7 @@ import { abortOnDisconnect, recordFinished, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { outcomeOf, responseId, ResponseOutput, responseJson, type ResponseHead } from "../responseOutput.js";
 import { responsesSchema, type ResponsesBody } from "../responsesSchema.js";
-import { engineRequest, startGeneration, thinkingOf } from "../sampling.js";
+import { effortUsage, engineRequest, startGeneration, thinkingOf } from "../sampling.js";
 import type { ChatBody, ChatMessageBody } from "../schemas.js";
 import { checkModel, checkQueue, STATE_DECORATOR, type ServerState, type ServeTarget } from "../state.js";
 import { prepareStructured, structuredError, textFormatToStructured, type StructuredRequest } from "../structured.js";
@@ -107,6 +107,10 @@ async function createResponse(
     cachedTokens: gen.cachedTokens,
     outputTokens: gen.completionTokens,
     reasoningTokens: gen.reasoningTokens,
+    // reasoning.effort low / medium / high: its probes and saving, as chat's usage.deliberate.
+    deliberate: (
+      effortUsage(thinkingOf(body.reasoning?.effort, undefined).probing, gen.effortReport()) as { deliberate?: unknown }
+    ).deliberate,
   });
 
   const work = state.track(
