@@ -81,6 +81,10 @@ export interface BuildProgramOptions {
   deepconfOffline?: boolean;
   /** duchess: the trained probe (loadProbe); required. */
   probe?: DuchessProbe;
+  /** duchess: the reasoning_effort level its τ follows (duchessTauFor); absent or medium: the probe's tuned τ. */
+  duchessEffort?: "low" | "medium" | "high";
+  /** duchess: τ at duchessEffort from the calibration's `effort.<level>.settings.duchessTau` (wins over the rule). */
+  duchessTau?: number;
   /** beam / dvts: continuations per kept path M (default 4; must divide the cap N). */
   beamWidth?: number;
   /** beam / dvts: the FlashTTS switches (default: prefix-aware forks on, speculation off). */
@@ -96,6 +100,45 @@ export function parseProgramKind(value: string): ProgramKind {
       field: "program",
     });
   return kind;
+}
+
+/** Percentile points reasoning_effort low / high moves DUCHESS's τ below / above the tuned τ's percentile. */
+export const DUCHESS_EFFORT_PERCENTILE_STEP = 20;
+
+/**
+ * DUCHESS's termination threshold τ at a reasoning_effort level (undefined: the probe's tuned τ), as DeepConf's kept
+ * percentile follows the effort. A branch is terminated (its answer read, its thought cut) once the probe's p > τ:
+ * `low` takes the τ DUCHESS_EFFORT_PERCENTILE_STEP percentile points below the tuned τ's among the probe's validation
+ * percentiles (correctness.tauByPercentile; clamped to the lowest there), so branches stop sooner; `high` the τ that
+ * many points above (clamped to the highest), so they think longer; `medium` the tuned τ. A probe file without
+ * percentiles: low 0.8 τ, high halfway from τ to 1.
+ */
+export function duchessTauFor(level: "low" | "medium" | "high" | undefined, probe: DuchessProbe): number | undefined {
+  if (level === undefined || level === "medium") return undefined;
+  const c = probe.meta.correctness;
+  const tuned = probe.meta.orchestration?.tau ?? c.tau;
+  const byPercentile = Object.entries(c.tauByPercentile ?? {})
+    .map(([k, v]) => ({ percentile: Number(k), tau: v }))
+    .filter((x) => Number.isFinite(x.percentile) && Number.isFinite(x.tau))
+    .sort((a, b) => a.percentile - b.percentile);
+  if (byPercentile.length === 0) return level === "low" ? 0.8 * tuned : tuned + (1 - tuned) / 2;
+  // The tuned τ's percentile: as the trainer chose it, else the entry equal to it, else the paper's rule's.
+  const at =
+    probe.meta.orchestration?.tauPercentile ?? byPercentile.find((x) => x.tau === tuned)?.percentile ?? c.tauPercentile;
+  const want = at + (level === "low" ? -1 : 1) * DUCHESS_EFFORT_PERCENTILE_STEP;
+  const pick =
+    level === "low"
+      ? ([...byPercentile].reverse().find((x) => x.percentile <= want) ?? byPercentile[0])
+      : (byPercentile.find((x) => x.percentile >= want) ?? byPercentile[byPercentile.length - 1]);
+  // Never past the tuned τ the other way (percentiles are monotone, but a hand-edited file need not be).
+  return level === "low" ? Math.min(pick.tau, tuned) : Math.max(pick.tau, tuned);
+}
+
+/** A τ given outright (the calibration's effort.<level>.settings.duchessTau) must be a probability in (0, 1). */
+function checkTau(tau: number | undefined): number | undefined {
+  if (tau !== undefined && !(tau > 0 && tau < 1))
+    throw new InvalidOptionError(`duchessTau must be a number in (0, 1), got ${tau}`, { field: "duchessTau" });
+  return tau;
 }
 
 export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program {
@@ -164,6 +207,7 @@ export function buildProgram(kind: ProgramKind, o: BuildProgramOptions): Program
       return new Duchess({
         ...voting,
         probe: o.probe,
+        tau: checkTau(o.duchessTau) ?? duchessTauFor(o.duchessEffort, o.probe),
         branches: o.cap,
         maxTokens: o.maxTokens,
         temperature: o.temperature,

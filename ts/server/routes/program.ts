@@ -18,7 +18,7 @@ import { handoffResponse, routeHandoff } from "../handoff.js";
 import { abortOnDisconnect, Timing } from "../lifecycle.js";
 import { chatPrompt, resolveMaxTokens } from "../prompts.js";
 import { programEffortPolicy } from "../sampling.js";
-import type { ChatBody } from "../schemas.js";
+import type { ChatBody, ReasoningEffort } from "../schemas.js";
 import { checkQueue, maxProgramTokensFor, type ServerState, type ServeTarget } from "../state.js";
 import { prepareStructured, structuredOf } from "../structured.js";
 import { newId, nowSeconds, SseWriter, usageOf } from "../wire.js";
@@ -90,6 +90,9 @@ export async function runProgram(
       deepconfVariant: (o.variant ?? (effort === "low" || effort === "high" ? effort : undefined)) as
         "low" | "high" | undefined,
       deepconfOffline: o.offline,
+      // DUCHESS's τ follows the effort the same way (registry.ts duchessTauFor; the calibration's
+      // effort.<level>.settings.duchessTau when it names one).
+      ...duchessEffortOf(state, effort),
     });
   } catch (e) {
     // A program that cannot take a structured answer names `structured`: the client wrote structured.param.
@@ -284,4 +287,15 @@ function refuseUnprogrammedFields(body: ChatBody): void {
         `${field} is not supported with program: ${why}; drop ${field} or send the request without program`,
         field,
       );
+}
+
+/** DUCHESS's effort knobs for a request: the level (low / medium / high) and the calibration's τ for it, if any. */
+function duchessEffortOf(
+  state: ServerState,
+  effort: ReasoningEffort | undefined,
+): { duchessEffort?: "low" | "medium" | "high"; duchessTau?: number } {
+  const level = effort === "low" || effort === "medium" || effort === "high" ? effort : undefined;
+  if (level === undefined) return {};
+  const tau = state.factory?.calibration?.calibration.effort?.[level]?.settings.duchessTau;
+  return tau === undefined ? { duchessEffort: level } : { duchessEffort: level, duchessTau: tau };
 }
