@@ -132,6 +132,65 @@ const FORMATS = new Set([
   "relative-json-pointer",
 ]);
 
+// Exact patterns of the Gregorian calendar and the clock (RFC 3339; the dates as zod 4 writes them).
+const DATE = String.raw`(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29|\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|(?:02)-(?:0[1-9]|1\d|2[0-8])))`;
+const CLOCK = String.raw`(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?`;
+const OFFSET = String.raw`(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)`;
+const OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
+const EMAIL_ATOM = "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+";
+const LABEL = "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?";
+
+/**
+ * Formats XGrammar 0.1.27 writes too loosely (probed against ajv-formats: ipv4 "57.090.90.009", date "2023-02-29",
+ * time "20:04:60+01:00", email "a@b"), as patterns whose every string the format accepts: ipv4, date and email exact
+ * (ajv-formats' own definitions); date-time and time leave out RFC 3339's rarer forms (a lowercase t / z or a space
+ * separator, a leap second, an offset without its colon) and time needs its offset, as ajv-formats does.
+ */
+const FORMAT_PATTERNS: Record<string, string> = {
+  ipv4: `^(?:${OCTET}\\.){3}${OCTET}$`,
+  date: `^${DATE}$`,
+  "date-time": `^${DATE}T${CLOCK}${OFFSET}$`,
+  time: `^${CLOCK}${OFFSET}$`,
+  email: `^${EMAIL_ATOM}(?:\\.${EMAIL_ATOM})*@(?:${LABEL}\\.)+${LABEL}$`,
+};
+
+/** Formats XGrammar writes too loosely that no pattern here replaces. */
+const FORMAT_REFUSED: Record<string, string> = {
+  hostname:
+    'is "hostname", which XGrammar writes too loosely (labels over 63 characters, no length limit); give a pattern',
+};
+
+/**
+ * zod 4's patterns beside the format it writes with each (z.iso.datetime(), z.iso.date(), z.uuid(), z.guid(),
+ * z.email(), z.ipv4(), z.ipv6()): each pattern's strings are the format's (the pattern alone is kept), except zod's
+ * email, whose domain labels may end in "-" (ajv's may not): the two's intersection is kept. Matched by the exact text.
+ */
+const FORMAT_IMPLYING: Record<string, { format: string; pattern: string }> = Object.fromEntries(
+  [
+    ["date-time", `^${DATE}T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$`],
+    [
+      "date-time",
+      `^${DATE}T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z|([+-](?:[01]\\d|2[0-3]):[0-5]\\d)))$`,
+    ],
+    ["date", `^${DATE}$`],
+    [
+      "uuid",
+      "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$",
+    ],
+    ["uuid", "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"],
+    [
+      "email",
+      "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$",
+      `^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:${LABEL}\\.)+[A-Za-z]{2,}$`,
+    ],
+    ["ipv4", `^(?:${OCTET}\\.){3}${OCTET}$`],
+    [
+      "ipv6",
+      "^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4}){1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$",
+    ],
+  ].map(([format, pattern, kept]) => [pattern, { format, pattern: kept ?? pattern }]),
+);
+
 /** Where subschemas sit: a keyword holding one schema, an array of them, or a map of them. */
 const ONE = ["items", "additionalProperties"];
 const MAP = ["properties", "$defs", "definitions"];
@@ -175,7 +234,7 @@ class Walker {
     if (node === false) this.refuse(path, "is false: no value can match it");
     if (node === null || typeof node !== "object" || Array.isArray(node))
       this.refuse(path, "is not a schema (expected an object or a boolean)");
-    const s = node as Json;
+    let s = this.normalize(node as Json, path);
     for (const key of Object.keys(s)) if (Object.hasOwn(REFUSED, key)) this.refuse(`${path}.${key}`, REFUSED[key]);
     // JSON Schema's keywords that constrain values (a keyword it does not define, as OpenAPI's `discriminator` beside
     // a oneOf, constrains nothing: validators ignore it).
@@ -239,7 +298,10 @@ class Walker {
     }
     if (types !== null && types.length === 1) {
       const t = types[0];
-      if (t === "string") this.checkString(s, path);
+      if (t === "string") {
+        this.checkString(s, path);
+        s = this.formatAsPattern(s, path);
+      }
       if (t === "integer" || t === "number") this.checkBoundsAreNumbers(s, path);
     }
     if (s.oneOf !== undefined) this.checkOneOf(s.oneOf, `${path}.oneOf`);
@@ -289,6 +351,78 @@ class Walker {
               ? "sits next to pattern, which XGrammar reads alone; put the length in the pattern (a pattern that repeats one character class, as ^[a-z]+$, takes minLength / maxLength)"
               : `sits next to format, which XGrammar reads alone; use a pattern with the length in it`,
           );
+  }
+
+  /**
+   * What validators read the same way, in the form XGrammar reads right: a draft-7 tuple (`items` as an array, with
+   * `additionalItems`: the AI SDK's zod converter writes it) as prefixItems + items; `propertyNames: {type: "string"}`
+   * (zod's record: every JSON property name is a string) dropped; each `required` name missing from `properties` added
+   * to it (XGrammar ignores such a name: {} answered {"properties": {}, "required": ["zz"]}) with the schema extra
+   * properties have, refused where `additionalProperties: false` leaves the object no way to hold it. A property name
+   * with a quote, a backslash or a control character is refused (XGrammar writes it into its grammar unescaped).
+   */
+  private normalize(s: Json, path: string): Json {
+    const out = { ...s };
+    if (Array.isArray(out.items)) {
+      out.prefixItems = out.items;
+      if (out.additionalItems === undefined) delete out.items;
+      else out.items = out.additionalItems;
+      delete out.additionalItems;
+    }
+    if (isObject(out.propertyNames) && Object.keys(out.propertyNames).every((k) => k === "type" || ANNOTATIONS.has(k)))
+      if (out.propertyNames.type === "string") delete out.propertyNames;
+    const names = isObject(out.properties) ? Object.keys(out.properties) : [];
+    for (const name of names)
+      if (/["\\\u0000-\u001f]/.test(name))
+        this.refuse(
+          `${path}.properties${member(name)}`,
+          "is a property name with a quote, a backslash or a control character, which XGrammar cannot write into its grammar; rename the property",
+        );
+    if (Array.isArray(out.required)) {
+      const missing = out.required.filter((r): r is string => typeof r === "string" && !names.includes(r));
+      if (missing.length > 0) {
+        if (out.additionalProperties === false)
+          this.refuse(
+            `${path}.required`,
+            `names ${JSON.stringify(missing[0])}, which is not in properties while additionalProperties is false: no object can match; add it to properties`,
+          );
+        const extra = out.additionalProperties === undefined ? true : out.additionalProperties;
+        out.properties = {
+          ...(isObject(out.properties) ? out.properties : {}),
+          ...Object.fromEntries(missing.map((m) => [m, extra])),
+        };
+        for (const m of missing)
+          if (/["\\\u0000-\u001f]/.test(m))
+            this.refuse(
+              `${path}.required`,
+              `names ${JSON.stringify(m)}, a property name with a quote, a backslash or a control character, which XGrammar cannot write into its grammar; rename the property`,
+            );
+      }
+    }
+    return out;
+  }
+
+  /**
+   * A string's `format` as XGrammar should get it. Beside a `pattern` (zod 4's .datetime(), .uuid(), .email() write
+   * both; XGrammar reads only the format): a pattern known to imply the format (zod's own, FORMAT_IMPLYING) replaces
+   * both, any other pairing is refused. Alone: a format XGrammar writes too loosely is replaced by an exact (or
+   * stricter) pattern (FORMAT_PATTERNS), or refused (FORMAT_REFUSED).
+   */
+  private formatAsPattern(s: Json, path: string): Json {
+    if (typeof s.format !== "string") return s;
+    const { format, ...rest } = s;
+    if (s.pattern !== undefined) {
+      const implied = typeof s.pattern === "string" ? FORMAT_IMPLYING[s.pattern] : undefined;
+      if (implied === undefined || implied.format !== format)
+        this.refuse(
+          `${path}.pattern`,
+          `sits next to format ${JSON.stringify(format)}, which XGrammar reads alone; give one of them (zod's own patterns for date, date-time, uuid, email, ipv4 and ipv6 are supported beside their format)`,
+        );
+      return { ...rest, pattern: implied.pattern };
+    }
+    if (Object.hasOwn(FORMAT_REFUSED, format)) this.refuse(`${path}.format`, FORMAT_REFUSED[format]);
+    if (Object.hasOwn(FORMAT_PATTERNS, format)) return { ...rest, pattern: FORMAT_PATTERNS[format] };
+    return s;
   }
 
   private checkBoundsAreNumbers(s: Json, path: string): void {
