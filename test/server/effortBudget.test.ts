@@ -88,3 +88,69 @@ describe("/v1/responses reports reasoning.effort's usage.deliberate as chat does
     expect(deliberate(none.usage)).toBeUndefined();
   }, 60_000);
 });
+
+describe("logprobs cover the tokens a close of the thought appends", () => {
+  /** The entries' tokens joined, the special tokens the text skips (think markers, eos) dropped. */
+  const spelled = (c: OpenAI.ChatCompletion.Choice): string =>
+    c
+      .logprobs!.content!.map((e) => e.token)
+      .join("")
+      .replace(/<\/?think>|<\|eos\|>/g, "");
+  const textOf = (c: OpenAI.ChatCompletion.Choice): string =>
+    ((c.message as unknown as { reasoning?: string }).reasoning ?? "") + (c.message.content ?? "");
+
+  it("an early exit's `</think> \\boxed{` and a budget's end of thought have entries (logprob null)", async () => {
+    const low = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: SETTLES }],
+      temperature: 0,
+      max_tokens: 300,
+      reasoning_effort: "low",
+      logprobs: true,
+      top_logprobs: 2,
+    });
+    const c = low.choices[0];
+    expect((low.usage as unknown as { deliberate: { early_exit: boolean } }).deliberate.early_exit).toBe(true);
+    expect(spelled(c)).toBe(textOf(c));
+    // The appended tokens: scored by no sampling step, so null, with no alternatives.
+    const appended = c.logprobs!.content!.filter((e) => e.logprob === null);
+    expect(appended.map((e) => e.token).join("")).toContain("</think>");
+    expect(appended.map((e) => e.token).join("")).toContain("\\boxed{");
+    for (const e of appended) expect(e.top_logprobs).toEqual([]);
+    // Every sampled token keeps its number.
+    expect(c.logprobs!.content!.filter((e) => typeof e.logprob === "number").length).toBeGreaterThan(0);
+
+    const budget = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: SETTLES }],
+      temperature: 0,
+      max_tokens: 60,
+      logprobs: true,
+      thinking_token_budget: 8,
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const b = budget.choices[0];
+    expect(spelled(b)).toBe(textOf(b));
+    expect(b.logprobs!.content!.filter((e) => e.logprob === null).map((e) => e.token)).toEqual(["</think>"]);
+  }, 60_000);
+
+  it("streamed: the chunks' entries spell the deltas", async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: SETTLES }],
+      temperature: 0,
+      max_tokens: 300,
+      reasoning_effort: "low",
+      logprobs: true,
+      stream: true,
+    });
+    let text = "";
+    let entries = "";
+    for await (const ch of stream) {
+      const d = ch.choices[0]?.delta as { reasoning?: string; content?: string } | undefined;
+      text += (d?.reasoning ?? "") + (d?.content ?? "");
+      for (const e of ch.choices[0]?.logprobs?.content ?? []) entries += e.token;
+    }
+    expect(entries.replace(/<\/?think>|<\|eos\|>/g, "")).toBe(text);
+    expect(text).toContain("\\boxed{215}");
+  }, 60_000);
+});

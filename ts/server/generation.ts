@@ -25,6 +25,16 @@ export interface ThinkTokens {
   end: number;
 }
 
+/**
+ * A token's logprob entry as the client gets it: the engine's, or, for a token this server appended (an early exit's
+ * `</think> \boxed{`, reasoning_end's end of thought), one whose logprob is null: the engine scores only the tokens
+ * it samples (it has no prompt logprobs), and an appended token is prefilled, never sampled. Its entry is there so
+ * the entries spell the text the client got.
+ */
+export type ServedLogprob = Omit<TokenLogprob, "logprob"> & { logprob: number | null };
+/** A step as forward() takes it: the engine's, or one this server made up (with ServedLogprob entries). */
+type ServedDelta = Omit<StreamDelta, "logprobs"> & { logprobs?: ServedLogprob[] };
+
 /** What the client sees of one sample's step. */
 export interface SampleEvent {
   kind: "tokens";
@@ -33,7 +43,7 @@ export interface SampleEvent {
   /** Text of these tokens that is part of the thought / of the answer. */
   reasoning: string;
   content: string;
-  logprobs?: TokenLogprob[];
+  logprobs?: ServedLogprob[];
   finishReason?: FinishReason;
   /** vLLM's stop_reason, on the last event: the stop string or the stop token id that ended the sample (eos: none). */
   stopReason?: string | number;
@@ -75,7 +85,7 @@ interface SampleState {
   /** reasoning_effort's probe of this sample's thought (null: no early exit asked for). */
   prober: ThoughtProbe | null;
   /** Deltas held back from the client while a probe is out (null: none is). */
-  held: StreamDelta[] | null;
+  held: ServedDelta[] | null;
   /** Generated tokens dropped when an exit closed the thought at a probe point before them. */
   dropped: number;
 }
@@ -298,7 +308,7 @@ export class Generation {
   }
 
   /** synthetic: a close of the thought by this server (its source stops here; its held-back text never comes). */
-  private forward(index: number, d: StreamDelta, synthetic = false): void {
+  private forward(index: number, d: ServedDelta, synthetic = false): void {
     const s = this.samples[index];
     if (s.finished) return;
     if (s.held !== null && !synthetic) {
@@ -510,9 +520,14 @@ export class Generation {
     const left = this.room(s) - before.length - 1 - after.length;
     const parent = s.source;
     // The client has seen `parent.forwarded` tokens of this source: the thought closes right after them.
-    const synthetic: StreamDelta = {
+    const appended = [...before, think.end, ...after];
+    const synthetic: ServedDelta = {
       sample: 0,
-      tokens: [...before, think.end, ...after],
+      tokens: appended,
+      // Entries for the appended tokens when the client asked for logprobs (ServedLogprob: null, never sampled).
+      ...(this.request.logprobs === undefined
+        ? {}
+        : { logprobs: appended.map((token) => ({ token, logprob: null, top: [] })) }),
       text: after.length === 0 ? "" : (this.options.codec?.decode(after, { skipSpecialTokens: true }) ?? ""),
     };
     if (left < 1) {

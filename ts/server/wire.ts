@@ -2,7 +2,8 @@
 // the openai client sends `Accept: application/json` even when it streams).
 import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import type { FinishReason, TokenLogprob } from "../engine/index.js";
+import type { FinishReason } from "../engine/index.js";
+import type { ServedLogprob } from "./generation.js";
 
 // vLLM's form (prefix-<uuid4 hex>). randomUUID draws from a cached entropy pool: 0.8 us against 3.8 us for a
 // randomBytes(12) call per request (2-core box; 21 us a request in the server's profile, with its GC).
@@ -59,7 +60,7 @@ type Decode = (id: number) => string;
 const bytesOf = (s: string): number[] => [...Buffer.from(s, "utf8")];
 
 /** Chat logprobs: { content: [{ token, logprob, bytes, top_logprobs: [...] }] }. */
-export function chatLogprobs(logprobs: readonly TokenLogprob[], decode: Decode): Array<Record<string, unknown>> {
+export function chatLogprobs(logprobs: readonly ServedLogprob[], decode: Decode): Array<Record<string, unknown>> {
   return logprobs.map((lp) => {
     const token = decode(lp.token);
     return {
@@ -76,7 +77,7 @@ export function chatLogprobs(logprobs: readonly TokenLogprob[], decode: Decode):
 
 /** Completion logprobs: parallel arrays tokens / token_logprobs / top_logprobs / text_offset. */
 export function completionLogprobs(
-  logprobs: readonly TokenLogprob[],
+  logprobs: readonly ServedLogprob[],
   decode: Decode,
   textOffset: number,
 ): Record<string, unknown> {
