@@ -54,6 +54,32 @@ async function accepts(req: Omit<ToolGrammarRequest, "tools">, texts: string[]):
 const hermesCall = (name: string, args: string) =>
   `<tool_call>\n{"name": "${name}", "arguments": ${args}}\n</tool_call>`;
 
+describe("a tool's arguments are a JSON object", () => {
+  it('parameters {} / true / properties without a type: a forced call\'s arguments are an object, never [1] or "x"', async () => {
+    for (const parameters of [{}, true, { properties: { q: { type: "string" } } }] as const) {
+      const format = await toolCallFormat({
+        syntax: "hermes",
+        choice: "forced",
+        parallel: false,
+        openerWritable: true,
+        tools: [{ name: "f", parameters, field: "tools[0].function.parameters" }],
+      });
+      if (format.type !== "structural_tag") throw new Error("expected a structural tag");
+      const compiled = await compiler.compileStructuralTag(JSON.stringify(format.structuralTag));
+      const results: boolean[] = [];
+      for (const args of ['{"q": "a"}', "[1]", '"x"', "1"]) {
+        const m = await xg.GrammarMatcher.createGrammarMatcher(compiled);
+        let ok = true;
+        for (const ch of hermesCall("f", args)) if (!m.acceptToken(TOKENS.indexOf(ch))) ok = false;
+        results.push(ok && m.acceptToken(EOS));
+        m.dispose();
+      }
+      compiled.dispose();
+      expect(results, JSON.stringify(parameters)).toEqual([true, false, false, false]);
+    }
+  });
+});
+
 describe('tool_choice "auto", calls constrained once started', () => {
   it("hermes, parallel_tool_calls false: text, then at most one call under its schema, then the end", async () => {
     const req = { syntax: "hermes" as const, choice: "auto" as const, parallel: false, openerWritable: true };

@@ -183,8 +183,20 @@ async function callTag(syntax: ToolCallSyntax, tool: ToolGrammarTool): Promise<T
   return {
     type: "tag",
     ...callText(syntax, tool.name),
-    content: { type: "grammar", grammar: await schemaGrammar(tool.parameters ?? { type: "object" }, tool.field) },
+    content: { type: "grammar", grammar: await schemaGrammar(argumentsSchema(tool.parameters), tool.field) },
   };
+}
+
+/**
+ * A tool's parameters as the schema of its arguments, which are a JSON object (what the parsers read back and the
+ * clients expect): none, `true` or a schema with no `type` and nothing that picks one (`{}`, `{"properties": ...}`)
+ * gets `type: "object"` (alone, `{}` let a call's arguments be any JSON value: `[1]`, `"x"`).
+ */
+function argumentsSchema(parameters: ToolGrammarTool["parameters"]): Record<string, unknown> | boolean | string {
+  if (parameters === null || parameters === true) return { type: "object" };
+  if (typeof parameters !== "object") return parameters;
+  const picks = ["type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"].some((k) => Object.hasOwn(parameters, k));
+  return picks ? parameters : { ...parameters, type: "object" };
 }
 
 /** Calls as the syntax lists them: one (`one`), or one or more when `parallel`. */
