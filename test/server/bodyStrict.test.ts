@@ -81,6 +81,7 @@ describe("/v1/completions: a field that would change the output is refused by na
       stop_token_ids: [],
       ignore_eos: false,
       priority: 0,
+      program_id: "p1",
       request_id: "r1",
       cache_salt: "s",
       skip_special_tokens: true,

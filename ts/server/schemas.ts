@@ -140,6 +140,12 @@ const NOT_SUPPORTED = "not supported by this server";
  * (scheduling, caching, ids), what would change it is accepted at its neutral value only, named.
  */
 const vllmExtras = {
+  // The cluster router's affinity key (docs/cluster.md: every request of one program lands on one replica); the
+  // replica answers the same whatever it says.
+  program_id: rule<string | null>(
+    "expected a string (the cluster router's program affinity key)",
+    nullOr(isString),
+  ).optional(),
   // Scheduling and bookkeeping: the output is the same whatever they say.
   priority: rule<number | null>("expected an integer", nullOr(Number.isInteger)).optional(),
   request_id: rule<string | null>("expected a string", nullOr(isString)).optional(),
