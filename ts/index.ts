@@ -5,6 +5,8 @@
 // Devices and the native surface
 export { listDevices, formatDevices } from "./device/devices.js";
 export type { DeviceReport } from "./device/devices.js";
+export { describeModelWeights, formatWeightsReport } from "./model/quantized/weightsReport.js";
+export type { WeightsReport, WeightFormatBytes } from "./model/quantized/weightsReport.js";
 export type { Addon, DType, DeviceKind, NativeOps, NativeTensor } from "./native/addonTypes.js";
 
 // Models: Hugging Face checkpoints, tokenizers, chat templates, single-sequence generation

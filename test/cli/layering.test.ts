@@ -35,7 +35,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   programs: ["engine", "certaindex", "model", "sched", "options", "probe", "errors"],
   tasks: ["programs", "model", "errors"],
   eval: ["engine", "model", "programs", "certaindex", "tasks", "probe", "errors"],
-  determinism: ["engine", "model", "native", "device", "errors", "util"],
+  // The determinism gate runs programs beside plain prompts (their probes and tasks too): a layer above programs.
+  determinism: ["engine", "model", "native", "device", "programs", "probe", "tasks", "errors", "util"],
   server: ["engine", "programs", "model", "options", "tasks", "grammar", "errors"], // the HTTP server
   cluster: ["server", "errors"], // replicas and the router, on top of the server
   cli: ENTRIES, // the CLI is built on the three public entries only

@@ -1,6 +1,5 @@
 // listDevices(): what this process can run on — the CPU (threads, SIMD level) and every CUDA device, or why CUDA
 // is unavailable.
-import type { WeightsReport } from "../model/quantized/weightsReport.js";
 import type { DeviceReport } from "../native/addonTypes.js";
 import { loadAddon } from "../native/loadAddon.js";
 
@@ -30,18 +29,5 @@ export function formatDevices(d: DeviceReport): string {
       .join(" ")}`,
   );
   for (const bad of d.invalidKnobs) lines.push(`knob  ignored: ${bad} (the default applies)`);
-  return lines.join("\n");
-}
-
-/**
- * A model's weights as they sit in device memory (issue 47 part 4): the checkpoint's quantization, each format's
- * tensors and resident bytes, the total, and the load's warnings (a dequantized checkpoint's cost).
- */
-export function formatWeightsReport(label: string, w: WeightsReport): string {
-  const size = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / 2 ** 20).toFixed(1)} MiB`);
-  const lines = [`model ${label}: ${size(w.bytes)} of weights${w.scheme ? `, checkpoint quantized ${w.scheme}` : ""}`];
-  for (const f of w.formats)
-    lines.push(`  ${size(f.bytes).padStart(10)}  ${String(f.tensors).padStart(5)} tensors  ${f.format}`);
-  for (const warning of w.warnings) lines.push(`  warning: ${warning}`);
   return lines.join("\n");
 }

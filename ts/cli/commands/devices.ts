@@ -1,7 +1,5 @@
 import type { Command } from "commander";
-import { formatDevices, listDevices } from "../../index.js";
-import { formatWeightsReport } from "../../device/devices.js";
-import { describeModelWeights } from "../../model/quantized/weightsReport.js";
+import { describeModelWeights, formatDevices, formatWeightsReport, listDevices } from "../../index.js";
 
 export function registerDevices(program: Command): void {
   program
