@@ -120,7 +120,7 @@ export const responsesSchema = z.strictObject(
     stream: chat.stream,
     // Nothing is stored (as vLLM without VLLM_ENABLE_RESPONSES_API_STORE): true answers the same, and no later request
     // can name the response.
-    store: rule<boolean | null>("expected true or false", nullOr(isBool)).optional(),
+    store: chat.store,
     metadata: rule<Record<string, string> | null>(
       "expected an object of up to 16 string values (keys up to 64 characters, values up to 512)",
       nullOr(
@@ -182,19 +182,13 @@ export const responsesSchema = z.strictObject(
     chat_template_kwargs: chat.chat_template_kwargs,
     ignore_eos: chat.ignore_eos,
     // Fields that change nothing in the answer: accepted (as the openai client passes them through).
-    user: rule<string | null>("expected a string", nullOr(isString)).optional(),
-    safety_identifier: rule<string | null>("expected a string", nullOr(isString)).optional(),
-    prompt_cache_key: rule<string | null>("expected a string", nullOr(isString)).optional(),
+    user: chat.user,
+    safety_identifier: chat.safety_identifier,
+    prompt_cache_key: chat.prompt_cache_key,
     // The prefix cache keeps what it keeps whatever the client asks; the answer is the same.
-    prompt_cache_retention: rule<string | null>(
-      'expected "in-memory" or "24h"',
-      nullOr((v) => v === "in-memory" || v === "24h"),
-    ).optional(),
+    prompt_cache_retention: chat.prompt_cache_retention,
     // One tier here: every value is served the same way, with the same answer.
-    service_tier: rule<string | null>(
-      'expected "auto", "default", "flex", "scale" or "priority"',
-      nullOr((v) => ["auto", "default", "flex", "scale", "priority"].includes(v as string)),
-    ).optional(),
+    service_tier: chat.service_tier,
     stream_options: z
       .strictObject(
         // No obfuscation field is added to deltas either way; the text is the same.
