@@ -103,6 +103,10 @@ export interface CreateServerOptions extends Omit<DeliberatePluginOptions, "targ
   /** loadModel's quantize for modelDir ("int8": linear weights int8 per output row; "int4": in groups of 32;
    *  default as stored). */
   quantize?: "int8" | "int4";
+  /** loadModel's quantizeGroupSize for modelDir (quantize "int4": 32, 64 or 128; default 32). */
+  quantizeGroupSize?: number;
+  /** Called once modelDir is loaded, before it serves (`deliberate serve` logs its weights report here). */
+  onModelLoaded?: (model: Model) => void;
   /** fastify's logger (default off). */
   logger?: boolean;
   /** Scheduling policy of the engine createServer makes for modelDir (default: the engine's, fcfs). */
@@ -127,7 +131,12 @@ export async function createServer(options: CreateServerOptions): Promise<Delibe
     const dir = options.modelDir;
     if (dir === undefined) throw new Error("createServer: pass target ({ engine, model, modelDir }) or modelDir");
     target = (async () => {
-      const model = await loadModel(dir, { device: options.device ?? "cpu", quantize: options.quantize });
+      const model = await loadModel(dir, {
+        device: options.device ?? "cpu",
+        quantize: options.quantize,
+        quantizeGroupSize: options.quantizeGroupSize,
+      });
+      options.onModelLoaded?.(model);
       const engine = new Engine({ models: { model }, schedulingPolicy: options.schedulingPolicy });
       owned = { engine, model };
       return { engine, model, modelDir: dir };

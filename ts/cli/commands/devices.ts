@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { describeModelWeights, formatDevices, formatWeightsReport, listDevices } from "../../index.js";
+import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 export function registerDevices(program: Command): void {
   program
@@ -11,21 +12,22 @@ export function registerDevices(program: Command): void {
       "also report each model folder's weights as a load would hold them: format, resident bytes (read from the headers; nothing is loaded)",
     )
     .option("--device <device>", "the device --model's report assumes: cpu or cuda", "cpu")
-    .option("--quantize <q>", "the quantize option --model's report assumes: int8 or int4")
-    .action(async (opts: { json?: boolean; model?: string[]; device: string; quantize?: string }) => {
-      const d = listDevices();
-      if (opts.device !== "cpu" && opts.device !== "cuda")
-        throw new Error(`--device must be cpu or cuda, got ${opts.device}`);
-      if (opts.quantize !== undefined && opts.quantize !== "int8" && opts.quantize !== "int4")
-        throw new Error(`--quantize must be int8 or int4, got ${opts.quantize}`);
-      const plan = { device: opts.device as "cpu" | "cuda", quantize: opts.quantize as "int8" | "int4" | undefined };
-      const models = [];
-      for (const dir of opts.model ?? []) models.push({ dir, weights: await describeModelWeights(dir, plan) });
-      if (opts.json) {
-        console.log(JSON.stringify(opts.model ? { ...d, models } : d));
-        return;
-      }
-      console.log(formatDevices(d));
-      for (const m of models) console.log(formatWeightsReport(m.dir, m.weights));
-    });
+    .addOption(quantizeOption())
+    .addOption(quantizeGroupOption())
+    .action(
+      async (opts: { json?: boolean; model?: string[]; device: string; quantize?: string; quantizeGroup?: string }) => {
+        const d = listDevices();
+        if (opts.device !== "cpu" && opts.device !== "cuda")
+          throw new Error(`--device must be cpu or cuda, got ${opts.device}`);
+        const plan = { device: opts.device as "cpu" | "cuda", ...quantizeOptions(opts.quantize, opts.quantizeGroup) };
+        const models = [];
+        for (const dir of opts.model ?? []) models.push({ dir, weights: await describeModelWeights(dir, plan) });
+        if (opts.json) {
+          console.log(JSON.stringify(opts.model ? { ...d, models } : d));
+          return;
+        }
+        console.log(formatDevices(d));
+        for (const m of models) console.log(formatWeightsReport(m.dir, m.weights));
+      },
+    );
 }

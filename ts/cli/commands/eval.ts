@@ -10,6 +10,7 @@ import {
   runEval,
 } from "../../index.js";
 import { progressBar } from "../progress.js";
+import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 interface EvalOptions {
   model: string;
@@ -49,11 +50,8 @@ export function registerEval(program: Command): void {
     .option("--max-tokens <n>", "most generated tokens per sample", "448")
     .option("--concurrency <n>", "problems in flight (default: enough for about 256 sequences)")
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option(
-      "--quantize <int8|int4>",
-      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups along the input); default: as stored",
-    )
-    .option("--quantize-group <n>", "--quantize int4: inputs per group, 32 (default), 64 or 128")
+    .addOption(quantizeOption())
+    .addOption(quantizeGroupOption())
     .option("--json", "print the report as one JSON object on the last line")
     .action(async (opts: EvalOptions) => {
       const task = getTask(opts.task, opts.split);
@@ -68,9 +66,7 @@ export function registerEval(program: Command): void {
       const generator = await engineGenerator(opts.model, {
         device: opts.device,
         maxConcurrentSequences: concurrency * prog.samples,
-        // loadModel refuses any other quantize / group by name
-        quantize: opts.quantize as "int8" | "int4" | undefined,
-        quantizeGroupSize: opts.quantizeGroup === undefined ? undefined : Number(opts.quantizeGroup),
+        ...quantizeOptions(opts.quantize, opts.quantizeGroup),
       });
       const bar = progressBar(problems.length, `eval ${task.name} ${programName(prog)}`);
       const started = performance.now();

@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { bundledModelDir, generate, generateStream, loadModel, type GenerateInput } from "../../index.js";
+import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 interface GenerateOptions {
   model?: string;
@@ -11,6 +12,7 @@ interface GenerateOptions {
   seed?: string;
   device?: string;
   quantize?: string;
+  quantizeGroup?: string;
   json?: boolean;
 }
 
@@ -51,10 +53,8 @@ export function registerGenerate(program: Command): void {
     .option("--temperature <t>", "0 = greedy (default: the model's generation_config.json)")
     .option("--seed <s>", "sampling seed (a non-negative integer)")
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option(
-      "--quantize <int8|int4>",
-      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of 32 inputs, Q4_0's scheme); default: as stored",
-    )
+    .addOption(quantizeOption())
+    .addOption(quantizeGroupOption())
     .option("--json", "print one JSON object {tokens, text, finishReason, usage}")
     .action(async (opts: GenerateOptions) => {
       if ((opts.prompt === undefined) === (opts.promptIds === undefined)) {
@@ -67,7 +67,7 @@ export function registerGenerate(program: Command): void {
       const seed = parseNumber("seed", opts.seed, true);
       const model = await loadModel(opts.model ?? bundledModelDir, {
         device: opts.device,
-        quantize: opts.quantize as "int8" | "int4" | undefined, // loadModel refuses anything else by name
+        ...quantizeOptions(opts.quantize, opts.quantizeGroup),
       });
       if (model.config.scoreHead !== null) {
         model.dispose();

@@ -17,6 +17,7 @@ import {
   type ProbeTrainResult,
 } from "../../index.js";
 import { progressBar } from "../progress.js";
+import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 interface ProbeTrainCliOptions {
   model: string;
@@ -33,6 +34,8 @@ interface ProbeTrainCliOptions {
   epochs: string;
   seed: string;
   device: string;
+  quantize?: string;
+  quantizeGroup?: string;
   json?: boolean;
 }
 
@@ -91,6 +94,8 @@ export function registerProbe(program: Command): void {
     .option("--epochs <n>", "most training epochs", "15")
     .option("--seed <s>", "problems, sampling, initialisation, shuffling and dropout", "1")
     .option("--device <device>", "cpu or cuda", "cpu")
+    .addOption(quantizeOption())
+    .addOption(quantizeGroupOption())
     .option("--json", "print the result as one JSON object")
     .action(async (opts: ProbeTrainCliOptions) => {
       const task = getTask(opts.task);
@@ -109,7 +114,10 @@ export function registerProbe(program: Command): void {
         throw new Error(`--label must be one of ${PROBE_LABELS.join(", ")}, got '${opts.label}'`);
       if (!(tauPercentile >= 0 && tauPercentile <= 100))
         throw new Error(`--tau-percentile must be in [0, 100], got '${opts.tauPercentile}'`);
-      const model = await loadModel(opts.model, { device: opts.device });
+      const model = await loadModel(opts.model, {
+        device: opts.device,
+        ...quantizeOptions(opts.quantize, opts.quantizeGroup),
+      });
       // Batch-invariant kernels: a trace's tokens do not depend on what else is in the batch, so the files are
       // reproducible whatever the concurrency.
       const engine = new Engine({ models: { model }, kernelMode: "batch-invariant" });

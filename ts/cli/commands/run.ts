@@ -39,6 +39,7 @@ import {
   type RewardSource,
   type Task,
 } from "../../index.js";
+import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 interface RunOptions {
   program: string;
@@ -52,6 +53,7 @@ interface RunOptions {
   threshold?: string;
   device?: string;
   quantize?: string;
+  quantizeGroup?: string;
   interval?: string;
   verifier?: string;
   prm?: string;
@@ -177,15 +179,15 @@ async function loadModels(
     throw new Error(
       `--model ${dir}: a process reward model (its config.json names a score head) scores steps and writes no text; give it as --prm DIR and a language model as --model`,
     );
+  // --quantize applies to the generator and the PRM alike
+  const quantize = quantizeOptions(opts.quantize, opts.quantizeGroup);
   if (opts.kvBudget === undefined) {
     if (opts.kvSplit !== undefined) throw new Error("--kv-split divides --kv-budget; give the budget too");
-    // --quantize applies to the generator and the PRM alike; loadModel refuses anything but int8 / int4 by name
-    const quantize = opts.quantize as "int8" | "int4" | undefined;
-    const model = await loadModel(dir, { device, quantize });
+    const model = await loadModel(dir, { device, ...quantize });
     const prm =
       prmDir === undefined
         ? null
-        : await loadModel(prmDir, { device, quantize }).catch((e: unknown) => {
+        : await loadModel(prmDir, { device, ...quantize }).catch((e: unknown) => {
             model.dispose();
             throw e;
           });
@@ -195,8 +197,6 @@ async function loadModels(
     throw new Error(
       "--kv-budget splits the KV memory between the generator and a process reward model; use it with --prm DIR or --program beam, dvts or best-of-n",
     );
-  if (opts.quantize !== undefined)
-    throw new Error("--quantize with --kv-budget is not supported yet; drop one of them");
   const budget = num("kv-budget", opts.kvBudget, false)!;
   let kvSplit: KvSplitSpec = "auto";
   if (opts.kvSplit !== undefined && opts.kvSplit !== "auto") {
@@ -206,8 +206,11 @@ async function loadModels(
     kvSplit = { generator: g, verifier: v };
   }
   const maxTokens = num("max-tokens", opts.maxTokens, true) ?? 256;
+  // --kv-budget is the KV pools' memory alone: the split needs each model's KV bytes per token and its measured
+  // step times, both taken from the models as loaded (quantized), never the weights' bytes.
   const r = await loadSplitModels(dir, prmDir, {
     device,
+    ...quantize,
     budgetBytes: Math.floor(budget * 1024 * 1024),
     n,
     kvSplit,
@@ -271,10 +274,8 @@ export function registerRun(program: Command): void {
     .option("--policy <name>", "threshold or baseline-even (default: the program's certaindex policy)")
     .option("--threshold <x>", "certaindex threshold for --policy threshold")
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option(
-      "--quantize <int8|int4>",
-      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of 32 inputs, Q4_0's scheme); default: as stored",
-    )
+    .addOption(quantizeOption())
+    .addOption(quantizeGroupOption())
     .option("--interval <n>", "cot-probe: generated tokens between probes (default: calibrated, else 64)")
     .option("--task <name>", `how answers are read and compared (${TASK_NAMES.join(", ")})`, "arith")
     .option(

@@ -4,9 +4,10 @@
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
 import { joinCluster, LEAVE_BOUND_MS, type ClusterMember } from "../../cluster/index.js";
-import { bundledModelDir, getTask, TASK_NAMES } from "../../index.js";
+import { bundledModelDir, formatWeightsReport, getTask, TASK_NAMES } from "../../index.js";
 import { createServer } from "../../server/index.js";
 import { intOption } from "../intOption.js";
+import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 interface ServeOptions {
   model?: string;
@@ -18,6 +19,7 @@ interface ServeOptions {
   maxProgramTokens?: string;
   device: string;
   quantize?: string;
+  quantizeGroup?: string;
   servedModelName?: string;
   task: string;
   calibration?: string | false;
@@ -49,10 +51,8 @@ export function registerServe(program: Command): void {
       "most tokens one program request may plan for (program_options.cap x tokens a branch); a larger cap gets 400 (default: the context length x 16)",
     )
     .option("--device <device>", "cpu or cuda", "cpu")
-    .option(
-      "--quantize <int8|int4>",
-      "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of 32 inputs, Q4_0's scheme); default: as stored",
-    )
+    .addOption(quantizeOption())
+    .addOption(quantizeGroupOption())
     .option("--served-model-name <name>", "the name clients pass as model (default: the folder's name)")
     .option("--task <name>", `how programs read answers (${TASK_NAMES.join(", ")})`, "arith")
     .option("--calibration <file>", "certaindex calibration for programs (default: the model's own)")
@@ -72,6 +72,7 @@ export function registerServe(program: Command): void {
         );
       if (opts.device !== "cpu" && opts.device !== "cuda")
         throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      const quantize = quantizeOptions(opts.quantize, opts.quantizeGroup);
       const port = intOption("port", opts.port, 0, 65535)!;
       const maxQueue = intOption("max-queue", opts.maxQueue, 0, 1_000_000);
       const maxBodyBytes = intOption("max-body-bytes", opts.maxBodyBytes, 1, Number.MAX_SAFE_INTEGER);
@@ -79,7 +80,9 @@ export function registerServe(program: Command): void {
       const server = await createServer({
         modelDir: dir,
         device: opts.device,
-        quantize: opts.quantize as "int8" | "int4" | undefined, // loadModel refuses anything else by name
+        ...quantize,
+        // The load log: the weights' formats and resident bytes, as `deliberate devices --model` prints them.
+        onModelLoaded: (model) => process.stderr.write(`${formatWeightsReport(dir, model.weights)}\n`),
         apiKey: opts.apiKey ?? process.env.DELIBERATE_API_KEY,
         maxQueue,
         maxBodyBytes,

@@ -180,7 +180,7 @@ function gb(bytes: number): string {
  */
 export async function describeModelWeights(
   dir: string,
-  options: { device?: DeviceKind; quantize?: NativeModelPlan["quantize"] } = {},
+  options: { device?: DeviceKind; quantize?: NativeModelPlan["quantize"]; quantizeGroupSize?: number } = {},
 ): Promise<WeightsReport> {
   const files = await openModelFiles(dir);
   try {
@@ -188,6 +188,7 @@ export async function describeModelWeights(
     return planWeights(files.config, files.checkpoint, {
       device: options.device ?? "cpu",
       quantize: options.quantize,
+      quantizeGroupSize: options.quantizeGroupSize,
       nativeGrouped,
     });
   } finally {
