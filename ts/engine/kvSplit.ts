@@ -172,12 +172,18 @@ export interface ProfileOptions {
 
 const PROFILE_VERSION = 1;
 
-/** Where a model's profile on a device is cached. */
+/**
+ * Where a model's profile on a device is cached. A quantized model (pre-quantized, or quantized at load) steps at
+ * another speed than the same folder loaded as stored: its resident weight bytes, which differ for every quantize
+ * and group size, are part of the name.
+ */
 export async function profilePath(model: Model, cacheDir: string): Promise<string> {
+  const w = model.weights;
+  const quantized = w.scheme !== null || w.formats.some((f) => f.format.includes("quantized at load"));
   return join(
     cacheDir,
     "roofline",
-    `${(await modelHash(model.dir)).slice(0, 16)}-${model.device}-p${model.kv.pageSize}.json`,
+    `${(await modelHash(model.dir)).slice(0, 16)}-${model.device}-p${model.kv.pageSize}${quantized ? `-w${w.bytes}` : ""}.json`,
   );
 }
 
@@ -251,6 +257,9 @@ export type KvSplitSpec = "auto" | { generator: number; verifier: number };
 export interface LoadSplitOptions extends Omit<KvSplitInput, "generator" | "verifier"> {
   kvSplit: KvSplitSpec;
   device?: "cpu" | "cuda";
+  /** loadModel's quantize and quantizeGroupSize, for both models (the KV pools are sized by the budget alone). */
+  quantize?: "int8" | "int4";
+  quantizeGroupSize?: number;
   profile?: ProfileOptions;
 }
 
@@ -264,15 +273,16 @@ export async function loadSplitModels(
   o: LoadSplitOptions,
 ): Promise<{ generator: Model; verifier: Model; plan: KvSplitPlan | null }> {
   const device = o.device ?? "cpu";
+  const q = { quantize: o.quantize, quantizeGroupSize: o.quantizeGroupSize };
   let generatorBytes: number;
   let verifierBytes: number;
   let plan: KvSplitPlan | null = null;
   if (o.kvSplit === "auto") {
     // Loaded with their default pools to profile (a cached profile is only read), checked to fit before anything is
     // measured, then loaded again with the planned pools below.
-    const g = await loadModel(generatorDir, { device });
+    const g = await loadModel(generatorDir, { device, ...q });
     try {
-      const v = await loadModel(verifierDir, { device });
+      const v = await loadModel(verifierDir, { device, ...q });
       try {
         const shape = (m: Model): KvShape => ({
           bytesPerToken: m.kv.bytesPerPage / m.kv.pageSize,
@@ -303,9 +313,9 @@ export async function loadSplitModels(
     generatorBytes = Math.floor(o.budgetBytes * g);
     verifierBytes = Math.floor(o.budgetBytes * v);
   }
-  const generator = await loadModel(generatorDir, { device, kvMemoryBytes: generatorBytes });
+  const generator = await loadModel(generatorDir, { device, ...q, kvMemoryBytes: generatorBytes });
   try {
-    return { generator, verifier: await loadModel(verifierDir, { device, kvMemoryBytes: verifierBytes }), plan };
+    return { generator, verifier: await loadModel(verifierDir, { device, ...q, kvMemoryBytes: verifierBytes }), plan };
   } catch (e) {
     generator.dispose();
     throw e;
