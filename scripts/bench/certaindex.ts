@@ -54,6 +54,7 @@ import { SelfConsistency, type Branch } from "../../ts/programs/selfConsistency.
 import { answersEquivalent } from "../../ts/tasks/arith/answer.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel, TINY_REASONER_DIR } from "./benchModel.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS, refuseDefaultWrite } from "./quantizeArgs.js";
 import { lineChart } from "./svg.js";
 
 const { values } = parseArgs({
@@ -71,8 +72,17 @@ const { values } = parseArgs({
     concurrency: { type: "string", default: "8" },
     "no-live": { type: "boolean", default: false },
     out: { type: "string", default: "bench" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+const quantize = benchQuantize(values);
+refuseDefaultWrite(
+  quantize,
+  values.calibrate ? "--calibrate" : undefined,
+  "calibration file",
+  "calibration-out FILE",
+  values["calibration-out"],
+);
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
 const intArg = (name: string): number => {
   const v = Number(values[name as keyof typeof values]);
@@ -111,8 +121,9 @@ const sampleLoad = (): number => {
 };
 sampleLoad();
 
-const bm = await resolveBenchModel(values.model, log);
-const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
+const resolved = await resolveBenchModel(values.model, log);
+const bm = { ...resolved, label: resolved.label + quantize.suffix };
+const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16, ...quantize.load });
 const engine = new Engine({ models: { model } });
 const runtime = new ProgramRuntime(engine);
 const promptOf = (p: ArithProblem): number[] | string =>

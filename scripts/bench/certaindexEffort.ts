@@ -38,6 +38,7 @@ import { Generation } from "../../ts/server/generation.js";
 import { answersEquivalent, extractAnswer } from "../../ts/tasks/arith/answer.js";
 import { problemSet, type ArithProblem } from "../../ts/tasks/arith/problems.js";
 import { machine, pool, resolveBenchModel } from "./benchModel.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS, refuseDefaultWrite } from "./quantizeArgs.js";
 
 const { values } = parseArgs({
   options: {
@@ -52,8 +53,17 @@ const { values } = parseArgs({
     repeats: { type: "string", default: "1" },
     "program-cal": { type: "string", default: "300" },
     json: { type: "boolean", default: false },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+const quantize = benchQuantize(values);
+refuseDefaultWrite(
+  quantize,
+  values.calibrate ? "--calibrate" : undefined,
+  "calibration file",
+  "calibration FILE",
+  values.calibration,
+);
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
 const N = Number(values.n);
 const CAL = Number(values.cal);
@@ -82,7 +92,7 @@ load();
 const started = Date.now();
 
 const bm = await resolveBenchModel(values.model, log);
-const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
+const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16, ...quantize.load });
 const engine = new Engine({ models: { model } });
 const think = model.tokenizer.thinkTokens();
 if (think === null) throw new Error(`${bm.dir}: the model has no think tokens; reasoning_effort's probing needs them`);

@@ -22,6 +22,7 @@ import { loadModel, type Model } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { ModelConfig } from "../../ts/model/config.js";
 import { expectedTensors } from "../../ts/model/weights.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { spreadOf } from "./stats.js";
 
 const { values } = parseArgs({
@@ -35,8 +36,7 @@ const { values } = parseArgs({
     device: { type: "string", default: "cpu" },
     "no-peer": { type: "boolean" },
     "kv-dtype": { type: "string" },
-    quantize: { type: "string" },
-    "quantize-group": { type: "string" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
 const promptTokens = Number(values["prompt-tokens"]);
@@ -48,10 +48,7 @@ const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).join(", ")}`);
 
 const log = (m: string) => values.json || console.error(m);
-const quantize = values.quantize as "int8" | "int4" | undefined;
-if (quantize !== undefined && quantize !== "int8" && quantize !== "int4")
-  throw new Error(`--quantize must be int8 or int4, got ${quantize}`);
-const quantizeGroupSize = values["quantize-group"] === undefined ? undefined : Number(values["quantize-group"]);
+const { quantize, quantizeGroupSize } = benchQuantize(values).load;
 // the native store of an int4 weight: q 0.5 byte a value, an f32 scale and a u8 zero point per group
 const int4Group = quantizeGroupSize ?? 32;
 

@@ -23,6 +23,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import type { KernelMode } from "../../ts/engine/kernelSchedule.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { median, parseRepeats } from "./stats.js";
 
 const { values } = parseArgs({
@@ -40,8 +41,10 @@ const { values } = parseArgs({
     verify: { type: "string", default: "fused,separate" },
     repeats: { type: "string", default: "1" },
     "max-batch-seqs": { type: "string", default: "256" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+const quantize = benchQuantize(values);
 const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset ${values.preset}: expected one of ${Object.keys(PRESETS).join(", ")}`);
 const layers = values.layers === undefined ? preset.layers! : Number(values.layers);
@@ -130,7 +133,7 @@ async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fu
     seconds: Number(seconds.toFixed(2)),
     cpuSeconds: Number(cpuSeconds.toFixed(2)),
     loadAverage1m: Number(loadavg()[0].toFixed(2)),
-    model: `${values.preset}${layers === preset.layers ? "" : `-${layers}l`}`,
+    model: `${values.preset}${layers === preset.layers ? "" : `-${layers}l`}${quantize.suffix}`,
     device,
     requests: numRequests,
     promptTokens,
@@ -143,6 +146,7 @@ async function runRow(model: Model, mode: KernelMode, ratio: number, verify: "fu
 
 const model = await loadModel(await presetDir(), {
   device,
+  ...quantize.load,
   pageSize: 16,
   kvPages: Math.ceil((numRequests * (promptTokens + maxTokens + verifyWindow)) / 16) + 64 + verifyGroup * 3,
 });

@@ -49,6 +49,7 @@ import {
   runOpenLoop,
 } from "./stats.js";
 import { lineChart } from "./svg.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS, refuseDefaultWrite } from "./quantizeArgs.js";
 
 const { values } = parseArgs({
   options: {
@@ -70,8 +71,12 @@ const { values } = parseArgs({
     repeats: { type: "string", default: "3" },
     out: { type: "string", default: "bench" },
     methods: { type: "string" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+const quantize = benchQuantize(values);
+// --tune writes the chosen orchestration into the probe folder
+refuseDefaultWrite(quantize, Number(values.tune) > 0 ? "--tune" : undefined, "probe folder", "probe DIR", values.probe);
 const log = (m: string): void => void (values.json ? process.stderr : process.stdout).write(`${m}\n`);
 const N = Number(values.n);
 const CAPS = values.caps!.split(",").map(Number);
@@ -83,8 +88,9 @@ const load1m = (): number => Number(loadavg()[0].toFixed(2));
 const loads: number[] = [load1m()];
 const task = arithTask;
 
-const bm = await resolveBenchModel(values.model, log);
-const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16 });
+const resolved = await resolveBenchModel(values.model, log);
+const bm = { ...resolved, label: resolved.label + quantize.suffix };
+const model = await loadModel(bm.dir, { kvPages: 8192, pageSize: 16, ...quantize.load });
 const probeDir = values.probe ?? join(bm.dir, PROBE_SUBDIR);
 let probe: DuchessProbe = await loadProbe(probeDir, {
   hash: await modelHash(bm.dir),

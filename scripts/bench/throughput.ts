@@ -1,6 +1,7 @@
 // Engine throughput vs batch size on a random model of a real model's shape (weights random, shapes exact).
 //   npm run bench:throughput -- [--json] [--preset smollm-135m|qwen2.5-1.5b | --model DIR] [--device cpu|cuda]
 //     [--batches 1,4,16,64] [--prompt-tokens 32] [--max-tokens 32] [--kernel-mode fast|batch-invariant] [--repeats 3]
+//     [--quantize int8|int4 [--quantize-group 32|64|128]]
 // --model DIR: a checkpoint on disk instead (e.g. models/tiny-reasoner, issue 25's other 16-way shape).
 // Each row: `batch` concurrent greedy requests (random prompts, eos ignored) submitted at once; tokensPerSecond =
 // generated tokens / wall time from submit to the last result (prefill included); decodeTokensPerSecond = tokens
@@ -16,6 +17,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import { parseKernelMode } from "../../ts/engine/kernelSchedule.js";
 import { loadModel } from "../../ts/model/model.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { median, parseRepeats } from "./stats.js";
 
 const { values } = parseArgs({
@@ -29,8 +31,10 @@ const { values } = parseArgs({
     "max-tokens": { type: "string", default: "32" },
     "kernel-mode": { type: "string", default: "fast" },
     repeats: { type: "string", default: "3" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+const quantize = benchQuantize(values);
 
 const preset = PRESETS[values.preset!];
 if (!preset) throw new Error(`--preset ${values.preset}: expected one of ${Object.keys(PRESETS).join(", ")}`);
@@ -73,8 +77,11 @@ interface Sample {
 
 const maxBatch = Math.max(...batches);
 const modelName = values.model === undefined ? values.preset! : basename(values.model);
+/** What the rows name: the model and, when quantized at load, its weights. */
+const modelLabel = modelName + quantize.suffix;
 const model = await loadModel(await presetDir(), {
   device,
+  ...quantize.load,
   pageSize: 16,
   kvPages: Math.ceil((maxBatch * (promptTokens + maxTokens)) / 16) + 64,
 });
@@ -126,7 +133,7 @@ try {
     const med = (k: keyof Sample, digits: number): number => Number(median(got.map((x) => x[k])).toFixed(digits));
     const tps = got.map((x) => x.tokensPerSecond);
     const row = {
-      model: modelName,
+      model: modelLabel,
       device,
       batch,
       tokensPerSecond: med("tokensPerSecond", 2),
@@ -145,7 +152,7 @@ try {
     if (values.json) console.log(JSON.stringify(row));
     else
       log(
-        `${modelName} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`,
+        `${modelLabel} ${device} batch ${String(batch).padStart(3)}: ${row.tokensPerSecond.toFixed(1).padStart(8)} tok/s (${row.tokensPerSecondRange.join("-")} over ${repeats}), decode ${row.decodeTokensPerSecond.toFixed(1)} tok/s (${row.seconds}s wall, ${row.cpuSeconds}s CPU, load ${row.loadAverage1m})`,
       );
   }
 } finally {

@@ -26,6 +26,8 @@
 // (default --scale's): e.g. qwen2.5-1.5b with qwen2.5-7b is the paper's verifier-heavy 1.5B + 7B pair (13 GB of
 // random PRM weights written on first use; a GPU with room for both).
 
+// --quantize int8|int4 [--quantize-group 32|64|128]: both models quantized at load.
+
 // Writes bench/tts.{md,json}.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -48,6 +50,7 @@ import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { prmReward } from "../../ts/programs/rewards.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { machine, pool } from "./benchModel.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { formatSpread, median, percentileNearestRank } from "./stats.js";
 import { PRESETS, scaleModel } from "../make-fixture.js";
 
@@ -73,8 +76,11 @@ const { values } = parseArgs({
     preemption: { type: "string", default: "recompute" },
     scale: { type: "string" },
     "prm-scale": { type: "string" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+// --quantize / --quantize-group: the generator and the PRM both load quantized (the command line in the results says so)
+const quantize = benchQuantize(values);
 const list = (s: string) =>
   s
     .split(",")
@@ -155,6 +161,7 @@ type Pair = { gen: Model; prm: Model; speculativeRows: number };
 async function load(budgetMiB: number, split: Split, n: number): Promise<Pair> {
   const r = await loadSplitModels(genDir, prmDir, {
     device,
+    ...quantize.load,
     budgetBytes: budgetMiB * MiB,
     n,
     kvSplit: split === "even" ? { generator: 0.5, verifier: 0.5 } : "auto",
@@ -376,8 +383,8 @@ function table(
 /** Accuracy vs generated tokens at matched budgets: beam + PRM, best-of-N + PRM, SC, DUCHESS on the same questions. */
 async function compare(q: number): Promise<void> {
   const qs = arithTask.problems({ split: "test", n: q, seed: Number(values.seed) + 1 });
-  const gen = await loadModel(genDir, { device });
-  const prm = await loadModel(prmDir, { device });
+  const gen = await loadModel(genDir, { device, ...quantize.load });
+  const prm = await loadModel(prmDir, { device, ...quantize.load });
   const probe = await loadProbe(join(genDir, PROBE_SUBDIR), {
     hash: await modelHash(genDir),
     hiddenSize: gen.config.hiddenSize,
