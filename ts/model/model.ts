@@ -170,6 +170,7 @@ export class Model implements AsyncDisposable {
       weights = planWeights(config, checkpoint, {
         device,
         quantize,
+        quantizeGroupSize,
         nativeGrouped: addonTakesGroupedWeights(native),
         dequantized,
       });
