@@ -17,7 +17,7 @@ import {
   type ProbeTrainResult,
 } from "../../index.js";
 import { progressBar } from "../progress.js";
-import { quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
+import { describeQuantize, quantizeGroupOption, quantizeOption, quantizeOptions } from "../quantizeOption.js";
 
 interface ProbeTrainCliOptions {
   model: string;
@@ -101,6 +101,13 @@ export function registerProbe(program: Command): void {
       const task = getTask(opts.task);
       if (opts.device !== "cpu" && opts.device !== "cuda")
         throw new Error(`--device must be cpu or cuda, got '${opts.device}'`);
+      const quantize = quantizeOptions(opts.quantize, opts.quantizeGroup);
+      // A probe reads the hidden states of the weights it was trained on; one trained on quantized weights must not
+      // replace the model's own probe, which `run --program duchess` reads for the weights as stored.
+      if (quantize.quantize !== undefined && opts.out === undefined)
+        throw new Error(
+          `--quantize trains the probe on the quantized model; name where it goes with --out DIR (${join(opts.model, PROBE_SUBDIR)} is the probe of the weights as stored)`,
+        );
       const out = opts.out ?? join(opts.model, PROBE_SUBDIR);
       const problems = {
         train: int("train", opts.train, 1),
@@ -116,7 +123,7 @@ export function registerProbe(program: Command): void {
         throw new Error(`--tau-percentile must be in [0, 100], got '${opts.tauPercentile}'`);
       const model = await loadModel(opts.model, {
         device: opts.device,
-        ...quantizeOptions(opts.quantize, opts.quantizeGroup),
+        ...quantize,
       });
       // Batch-invariant kernels: a trace's tokens do not depend on what else is in the batch, so the files are
       // reproducible whatever the concurrency.
@@ -134,7 +141,8 @@ export function registerProbe(program: Command): void {
             hash: await modelHash(opts.model),
             hiddenSize: model.config.hiddenSize,
             numLayers: model.config.numLayers,
-            name: opts.model,
+            name:
+              quantize.quantize === undefined ? opts.model : `${opts.model} (${describeQuantize(quantize)} weights)`,
           },
           task,
           problems,
