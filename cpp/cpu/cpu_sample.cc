@@ -145,20 +145,30 @@ inline __m256d laneMask4(uint32_t b4) {
   return _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(int64_t(b4)), sel), sel));
 }
 
-// rowMax over the allowed ids (NaN as -inf; -inf when none): 8 at a time, chunks with no allowed id skipped.
-double rowMaxMasked(const float* l, const RowMask& m) {
-  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+// The chunks of 8 ids below 32 * full() that hold an allowed id, in ascending order: f(i0, b8) for ids [i0, i0 + 8)
+// with b8 their mask bits; f returns true to stop the walk (walkAllowedOctets then returns true).
+template <class F>
+inline bool walkAllowedOctets(const RowMask& m, F&& f) {
   for (int64_t w = 0, full = m.full(); w < full; w++) {
     const uint32_t bits = m.words[w];
     if (bits == 0) continue;
     for (int c = 0; c < 4; c++) {
       const uint32_t b8 = (bits >> (8 * c)) & 255u;
-      if (b8 == 0) continue;
-      const __m256 v = _mm256_loadu_ps(l + 32 * w + 8 * c);
-      const __m256 keep = _mm256_and_ps(laneMask8(b8), _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // allowed, not NaN
-      mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, v, keep));
+      if (b8 != 0 && f(32 * w + 8 * c, b8)) return true;
     }
   }
+  return false;
+}
+
+// rowMax over the allowed ids (NaN as -inf; -inf when none): 8 at a time, chunks with no allowed id skipped.
+double rowMaxMasked(const float* l, const RowMask& m) {
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  walkAllowedOctets(m, [&](int64_t i0, uint32_t b8) {
+    const __m256 v = _mm256_loadu_ps(l + i0);
+    const __m256 keep = _mm256_and_ps(laneMask8(b8), _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // allowed, not NaN
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, v, keep));
+    return false;
+  });
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, mx);
   double best = -std::numeric_limits<double>::infinity();
@@ -212,16 +222,13 @@ int32_t firstAllowed(const RowMask& m) {
 int32_t firstMaxMasked(const float* l, const RowMask& m, double lmax) {
   if (lmax > -std::numeric_limits<double>::infinity()) {
     const __m256 mv = _mm256_set1_ps(float(lmax));
-    for (int64_t w = 0, full = m.full(); w < full; w++) {
-      const uint32_t bits = m.words[w];
-      if (bits == 0) continue;
-      for (int c = 0; c < 4; c++) {
-        const uint32_t b8 = (bits >> (8 * c)) & 255u;
-        if (b8 == 0) continue;
-        const uint32_t eq = uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + 32 * w + 8 * c), mv, _CMP_EQ_OQ))) & b8;
-        if (eq) return int32_t(32 * w + 8 * c + __builtin_ctz(eq));
-      }
-    }
+    int32_t found = -1;
+    if (walkAllowedOctets(m, [&](int64_t i0, uint32_t b8) {
+          const uint32_t eq = uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i0), mv, _CMP_EQ_OQ))) & b8;
+          if (eq) found = int32_t(i0 + __builtin_ctz(eq));
+          return eq != 0;
+        }))
+      return found;
     for (int64_t t = 32 * m.full(); t < m.V; t++)
       if (m.allows(t) && logitAt(l, t) == lmax) return int32_t(t);
   }
@@ -260,20 +267,14 @@ void topLogitsMasked(const float* l, const RowMask& m, int64_t n, int32_t* ids) 
     ids[pos] = int32_t(i);
   };
   __m256 worst = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t w = 0, full = m.full(); w < full; w++) {
-    const uint32_t bits = m.words[w];
-    if (bits == 0) continue;
-    for (int c = 0; c < 4; c++) {
-      const uint32_t b8 = (bits >> (8 * c)) & 255u;
-      if (b8 == 0) continue;
-      const int64_t i0 = 32 * w + 8 * c;
-      // Until the buffer is full every allowed id enters (insert skips -inf); then only those beating its last.
-      const uint32_t in = count < n ? b8 : uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i0), worst, _CMP_GT_OQ))) & b8;
-      if (in == 0) continue;
-      for (uint32_t b = in; b != 0; b &= b - 1) insert(i0 + __builtin_ctz(b));
-      if (count == n) worst = _mm256_set1_ps(float(logitAt(l, ids[n - 1])));
-    }
-  }
+  walkAllowedOctets(m, [&](int64_t i0, uint32_t b8) {
+    // Until the buffer is full every allowed id enters (insert skips -inf); then only those beating its last.
+    const uint32_t in = count < n ? b8 : uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i0), worst, _CMP_GT_OQ))) & b8;
+    if (in == 0) return false;
+    for (uint32_t b = in; b != 0; b &= b - 1) insert(i0 + __builtin_ctz(b));
+    if (count == n) worst = _mm256_set1_ps(float(logitAt(l, ids[n - 1])));
+    return false;
+  });
   for (int64_t t = 32 * m.full(); t < m.V; t++)
     if (m.allows(t)) insert(t);
   for (int64_t t = 0; t < m.V && count < n; t++)
