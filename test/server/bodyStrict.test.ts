@@ -144,4 +144,49 @@ describe("/v1/chat/completions: strict the same way", () => {
     });
     expect((r as { choices: unknown[] }).choices).toHaveLength(1);
   });
+
+  it("inside messages, content parts and stream_options a key not served is refused by name", async () => {
+    for (const [extra, param] of [
+      [{ messages: [{ role: "user", content: "1+1", weight: 2 }] }, "messages[0].weight"],
+      [
+        { messages: [{ role: "user", content: [{ type: "text", text: "1+1", lang: "en" }] }] },
+        "messages[0].content[0].lang",
+      ],
+      [
+        {
+          messages: [
+            { role: "assistant", content: "2", refusal: "no" },
+            { role: "user", content: "1+1" },
+          ],
+        },
+        "messages[0].refusal",
+      ],
+      [
+        { messages: [{ role: "assistant", content: null, function_call: { name: "f", arguments: "{}" } }] },
+        "messages[0].function_call",
+      ],
+      [{ stream: true, stream_options: { include_usage: true, chunk_size: 4 } }, "stream_options.chunk_size"],
+    ] as const) {
+      const r = await refusal(chat(extra));
+      expect(r.status, param).toBe(400);
+      expect(r.param, param).toBe(param);
+    }
+  });
+
+  it("an earlier answer sent back as the openai client returned it (refusal, annotations) is accepted", async () => {
+    const first = await chat({ temperature: 0 });
+    const message = (first as OpenAI.Chat.Completions.ChatCompletion).choices[0].message;
+    const r = await chat({
+      messages: [
+        { role: "user", content: [{ type: "text", text: "1+1", cache_control: { type: "ephemeral" } }] },
+        { ...message, refusal: null, annotations: [], audio: null, function_call: null },
+        { role: "user", content: "2+2" },
+      ],
+      stream: false,
+      stream_options: null,
+    });
+    expect((r as { choices: unknown[] }).choices).toHaveLength(1);
+    const streamed = await chat({ stream: true, stream_options: { include_usage: true, include_obfuscation: false } });
+    for await (const _ of streamed as AsyncIterable<unknown>);
+  });
 });

@@ -426,6 +426,11 @@ describe("POST /v1/responses refuses what it would otherwise ignore", () => {
     for (const [fields, param] of [
       [{ reasoning: { effort: "low", budget: 3 } }, "reasoning.budget"],
       [{ text: { format: { type: "text" }, style: "terse" } }, "text.style"],
+      [{ input: [{ role: "user", content: QUESTION, weight: 2 }] }, "input[0].weight"],
+      [
+        { input: [{ role: "user", content: [{ type: "input_text", text: QUESTION, lang: "en" }] }] },
+        "input[0].content[0].lang",
+      ],
     ] as const) {
       const r = await post(url, "/v1/responses", { model: MODEL, input: QUESTION, ...fields });
       expect(r.status, param).toBe(400);

@@ -22,26 +22,39 @@ const nullOr =
     v === null || ok(v);
 
 /** A text part of an input message: the user's `input_text`, or `output_text` of an earlier answer sent back. */
-const inputTextPart = z.object({
-  type: rule<"input_text" | "output_text">(
-    'expected "input_text" or "output_text" (this server serves text-only models)',
-    (v) => v === "input_text" || v === "output_text",
-  ),
-  text: rule<string>("expected a string", (v) => typeof v === "string"),
-});
+const inputTextPart = z.strictObject(
+  {
+    type: rule<"input_text" | "output_text">(
+      'expected "input_text" or "output_text" (this server serves text-only models)',
+      (v) => v === "input_text" || v === "output_text",
+    ),
+    text: rule<string>("expected a string", (v) => typeof v === "string"),
+    // An earlier output_text part sent back as the openai client returned it: metadata, not rendered.
+    annotations: z.array(z.unknown(), { error: "expected an array" }).optional(),
+    logprobs: z.array(z.unknown(), { error: "expected an array" }).optional(),
+  },
+  { error: unknownKeys("an input_text part {type, text}") },
+);
 
-const inputMessage = z.object({
-  type: z.literal("message"),
-  role: rule<"user" | "assistant" | "system" | "developer">(
-    'expected "user", "assistant", "system" or "developer"',
-    (v) => ["user", "assistant", "system", "developer"].includes(v as string),
-  ),
-  // A string is one input_text part: one shape for the route, and a bad part's error names its index.
-  content: z.preprocess(
-    (v) => (typeof v === "string" ? [{ type: "input_text", text: v }] : v),
-    z.array(inputTextPart, { error: "expected a string or an array of input_text parts" }),
-  ),
-});
+// Strict: a key not rendered into the prompt is refused by name (dropping it could change the answer expected).
+const inputMessage = z.strictObject(
+  {
+    type: z.literal("message"),
+    role: rule<"user" | "assistant" | "system" | "developer">(
+      'expected "user", "assistant", "system" or "developer"',
+      (v) => ["user", "assistant", "system", "developer"].includes(v as string),
+    ),
+    // A string is one input_text part: one shape for the route, and a bad part's error names its index.
+    content: z.preprocess(
+      (v) => (typeof v === "string" ? [{ type: "input_text", text: v }] : v),
+      z.array(inputTextPart, { error: "expected a string or an array of input_text parts" }),
+    ),
+    // An earlier output message sent back as returned (its id and status): identify it, add nothing to the prompt.
+    id: z.string({ error: "expected a string" }).optional(),
+    status: z.string({ error: "expected a string" }).optional(),
+  },
+  { error: unknownKeys("a message {role, content}") },
+);
 
 // A reasoning item of an earlier response, sent back with its output: dropped, as chat templates drop earlier
 // thoughts (the thought is not part of the conversation the model reads).

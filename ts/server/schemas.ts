@@ -66,12 +66,14 @@ const samplingFields = {
   ignore_eos: rule<boolean>("expected true or false", isBool).optional(),
   stream: rule<boolean | null>("expected true or false", (v) => v === null || isBool(v)).optional(),
   stream_options: z
-    .object(
+    .strictObject(
       {
         include_usage: rule<boolean>("expected true or false", isBool).optional(),
         continuous_usage_stats: rule<boolean>("expected true or false", isBool).optional(),
+        // OpenAI's padding of stream events against length side channels: none is added here; the text is the same.
+        include_obfuscation: rule<boolean>("expected true or false", isBool).optional(),
       },
-      { error: "expected { include_usage?: boolean }" },
+      { error: unknownField("stream_options", "{ include_usage?: boolean, continuous_usage_stats?: boolean }") },
     )
     .nullable()
     .optional(),
@@ -179,12 +181,17 @@ function unknownField(route: string, expected: string): (issue: { code?: string;
       : `expected ${expected}`;
 }
 
-const textPart = z.object({
-  type: z.literal("text", { error: 'expected "text" (this server serves text-only models)' }),
-  text: rule<string>("expected a string", (v) => typeof v === "string"),
-});
+const textPart = z.strictObject(
+  {
+    type: z.literal("text", { error: 'expected "text" (this server serves text-only models)' }),
+    text: rule<string>("expected a string", (v) => typeof v === "string"),
+    // Anthropic-style prompt caching hints some clients add: this server caches prefixes by itself.
+    cache_control: z.unknown().optional(),
+  },
+  { error: unknownField("message content parts", 'a text part { type: "text", text }') },
+);
 
-const message = z.object(
+const message = z.strictObject(
   {
     role: rule<string>('expected "system", "developer", "user", "assistant" or "tool"', (v) =>
       ["system", "developer", "user", "assistant", "tool"].includes(v as string),
@@ -201,8 +208,19 @@ const message = z.object(
     // An assistant turn's calls, and a tool message's answer to one (rendered by the chat template).
     tool_calls: z.array(messageToolCall, { error: "expected an array of tool calls" }).nullable().optional(),
     tool_call_id: z.string({ error: "expected the id of the tool call this message answers" }).optional(),
+    // What the openai client's ChatCompletionMessage carries when a client sends an earlier answer back as an
+    // assistant turn: accepted at the values an answer from this server has (they add nothing to the prompt).
+    refusal: onlyNull("a refusal is not rendered into the prompt; send it as content"),
+    annotations: rule<unknown[]>(
+      "expected an empty array (annotations are not rendered into the prompt)",
+      (v) => Array.isArray(v) && v.length === 0,
+    ).optional(),
+    audio: onlyNull("this server serves text-only models"),
+    function_call: onlyNull("the legacy function_call is not served; send tool_calls"),
   },
-  { error: "expected a message { role, content }" },
+  // Strict: a key this server does not render (a future field, a typo of tool_calls) is refused by name, since
+  // dropping it could change the answer the client expects.
+  { error: unknownField("chat messages", "a message { role, content }") },
 );
 
 /** Variables for the chat template (Qwen3's enable_thinking, say), as vLLM takes them. */
