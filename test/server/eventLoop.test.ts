@@ -1,5 +1,6 @@
 // The event loop stays free while a largest-allowed prompt is tokenized: over real HTTP against the bundled tiny
-// reasoner (context 512 tokens, body limit 1 MiB), /health keeps answering, each answer within 100 ms of the last.
+// reasoner (context 512 tokens, body limit 1 MiB), /health keeps answering: no gap between two answers is more than a
+// quarter of the whole (or 100 ms): relative, so a machine slowed by other work slows both sides alike.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DeliberateServer } from "../../ts/server/index.js";
 import { startBundledServer } from "../helpers/bundledServer.js";
@@ -48,7 +49,7 @@ async function pollHealthDuring(
 }
 
 describe("a largest-allowed body keeps the event loop free", () => {
-  it("/health answers within 100 ms while a max-size prompt is tokenized (completions and chat)", async () => {
+  it("/health keeps answering (no gap over a quarter of the whole, or 100 ms) while a max-size prompt is tokenized (completions and chat)", async () => {
     // Just under the limit: ~1 M characters, as many tokens (tokenizing them takes ~0.8 s on a 2-core box).
     const prompt = "7*(8+5)-19 ".repeat(Math.floor((LIMIT - 200) / 11));
     for (const [path, body] of [
@@ -60,7 +61,9 @@ describe("a largest-allowed body keeps the event loop free", () => {
       expect(r.status, path).toBe(400);
       expect(r.error.code).toBe("context_length_exceeded");
       expect(r.error.message).toMatch(/However, your request has \d{6,} input tokens/);
-      expect(Math.max(...r.gapsMs), path).toBeLessThan(100);
+      // A loop blocked for the tokenization would show one gap as long as the whole; slices of it show many short ones.
+      const total = r.gapsMs.reduce((a, b) => a + b, 0);
+      expect(Math.max(...r.gapsMs), path).toBeLessThan(Math.max(100, total / 4));
       expect(r.gapsMs.length, path).toBeGreaterThan(5); // /health was asked while the prompt was tokenized
     }
   }, 30_000);
