@@ -11,17 +11,15 @@
 // processes on a shared machine biases neither side.
 // The model is a seeded random model of the preset's shape (scripts/make-fixture.ts), cached in the temp dir;
 // llama.cpp gets it through the GGUF export with the checkpoint dtype kept.
-import { existsSync } from "node:fs";
-import { cpus, loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
+import { cpus, loadavg } from "node:os";
 import { parseArgs } from "node:util";
-import { getLlama, type Token } from "node-llama-cpp";
-import { exportGguf } from "../gguf/export-gguf.js";
-import { makeFixture, PRESETS } from "../make-fixture.js";
+import type { Token } from "node-llama-cpp";
+import { PRESETS } from "../make-fixture.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { ModelConfig } from "../../ts/model/config.js";
 import { expectedTensors } from "../../ts/model/weights.js";
+import { loadPeerModel, peerWeightsLabel, presetCheckpoint } from "./llamaPeer.js";
 import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { spreadOf } from "./stats.js";
 
@@ -51,23 +49,6 @@ const log = (m: string) => values.json || console.error(m);
 const { quantize, quantizeGroupSize } = benchQuantize(values).load;
 // the native store of an int4 weight: q 0.5 byte a value, an f32 scale and a u8 zero point per group
 const int4Group = quantizeGroupSize ?? 32;
-
-async function fixture(): Promise<{ dir: string; gguf: string }> {
-  const dir = join(tmpdir(), `deliberate-bench-${values.preset}`);
-  const gguf = join(
-    dir,
-    quantize === "int8" ? "model-q8_0.gguf" : quantize === "int4" ? "model-q4_0.gguf" : "model.gguf",
-  );
-  if (!existsSync(join(dir, "model.safetensors")) && !existsSync(join(dir, "model.safetensors.index.json"))) {
-    log(`writing a random ${values.preset} model to ${dir} ...`);
-    await makeFixture({ ...preset, out: dir });
-  }
-  if (!values["no-peer"] && !existsSync(gguf)) {
-    log("exporting GGUF for llama.cpp ...");
-    await exportGguf(dir, gguf, "keep", quantize ? { linear: quantize === "int8" ? "q8_0" : "q4_0" } : {});
-  }
-  return { dir, gguf };
-}
 
 function prompt(vocab: number): number[] {
   let s = 12345;
@@ -134,8 +115,7 @@ interface Peer {
 }
 
 async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
-  const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" as never, maxThreads: threads });
-  const model = await llama.loadModel({ modelPath: gguf });
+  const { model, dispose } = await loadPeerModel(gguf, threads);
   return {
     async run() {
       const context = await model.createContext({ contextSize: 1024, batchSize: Math.max(512, promptTokens), threads });
@@ -148,10 +128,7 @@ async function openPeer(gguf: string, ids: number[]): Promise<Peer> {
       await context.dispose();
       return speed;
     },
-    async dispose() {
-      await model.dispose();
-      await llama.dispose();
-    },
+    dispose,
   };
 }
 
@@ -192,7 +169,7 @@ function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: nu
 
 const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, +v.toFixed(2)]));
 
-const { dir, gguf } = await fixture();
+const { dir, gguf } = await presetCheckpoint(values.preset!, quantize, !values["no-peer"], log);
 loadAddon().setThreads(threads);
 const kvDtype = values["kv-dtype"] as "f32" | "bf16" | "f16" | undefined;
 const rssBefore = process.memoryUsage().rss;
@@ -228,11 +205,7 @@ const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
   quantize: quantize ?? null,
   quantizeGroupSize: quantize === "int4" ? int4Group : null,
-  peerWeights: values["no-peer"]
-    ? null
-    : quantize
-      ? `${quantize === "int8" ? "Q8_0" : "Q4_0"} linear, rest as stored`
-      : "as stored",
+  peerWeights: values["no-peer"] ? null : peerWeightsLabel(quantize),
   kvDtype: model.kv.dtype,
   device,
   threads,
