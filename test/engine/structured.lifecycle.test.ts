@@ -105,9 +105,15 @@ describe("structured outputs: an engine's dispose", () => {
     };
     const tokens = [1, 2];
     let cut = Number.POSITIVE_INFINITY;
+    let now = 0;
+    let steps = 0;
     for (let step = 0; step < 14; step++) {
-      await a.prepare(tokens, cut);
-      await b.prepare(tokens, cut);
+      steps++;
+      // The engine's thread answers at once once the matcher exists (prepareNow); a host thread never does.
+      if (a.prepareNow(tokens, cut)) now++;
+      else await a.prepare(tokens);
+      expect(b.prepareNow(tokens, cut)).toBe(false);
+      await b.prepare(tokens);
       cut = Number.POSITIVE_INFINITY;
       const ma = allowed(a.maskAt(tokens.length)!);
       expect(allowed(b.maskAt(tokens.length)!)).toEqual(ma);
@@ -121,6 +127,8 @@ describe("structured outputs: an engine's dispose", () => {
       tokens.push(ma[(step * 7) % ma.length]);
     }
     expect(model.tokenizer.decode(tokens.slice(2))).toMatch(/^[0-9]{1,3}(-[a-c]{0,2})?$/);
+    expect(steps).toBeGreaterThan(5);
+    expect(now).toBe(steps - 1); // all but the first call (XGrammar makes a matcher asynchronously)
     a.dispose();
     b.dispose();
     local.dispose();

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { enumsAsPatterns, grammarSource } from "../../ts/grammar/grammars.js";
 import { checkGrammar } from "../../ts/grammar/sandbox.js";
-import { loadXGrammar } from "../../ts/grammar/xgrammar.js";
+import { bitmaskReadableNow, loadXGrammar, nextTokenBitmaskNow, SYNC_MASK_WORDS } from "../../ts/grammar/xgrammar.js";
 
 const VOCAB = ["<eos>", '"', "i", "a", "b"];
 
@@ -73,5 +73,42 @@ describe("XGrammar's errors as the engine reports them", () => {
     await expect(set.compile({ type: "structural_tag", structuralTag: bad }, "request.structured")).rejects.toThrow(
       /request\.structured: XGrammar cannot use this structural_tag: (it was refused without a message|.*[a-z])/,
     );
+  });
+});
+
+describe("the matcher's bitmask read at once (nextTokenBitmaskNow)", () => {
+  it("gives getNextTokenBitmask's words along a walk through a grammar; a large vocabulary is left to the async read", async () => {
+    const xg = await loadXGrammar();
+    const vocab = ["<eos>", "{", "}", '"', "a", "b", ":", ",", " ", "1", "2", "true", "null", "ab", '":'];
+    const info = await xg.TokenizerInfo.createTokenizerInfo(vocab, "raw", false, vocab.length, [0]);
+    const compiler = await xg.GrammarCompiler.createGrammarCompiler(info);
+    const schema = {
+      type: "object",
+      properties: { a: { type: "integer" }, b: { type: "boolean" } },
+      required: ["a", "b"],
+    };
+    const compiled = await compiler.compileJSONSchema(JSON.stringify(schema), false, -1);
+    const m = await xg.GrammarMatcher.createGrammarMatcher(compiled);
+    expect(bitmaskReadableNow(m, vocab.length)).toBe(true);
+    const allowed = (mask: Int32Array): string[] => vocab.filter((_, t) => (mask[t >> 5] >>> (t & 31)) & 1);
+    // A walk choosing among the allowed tokens (eos last), through the object to its end.
+    let steps = 0;
+    while (!m.isTerminated() && steps < 60) {
+      const now = nextTokenBitmaskNow(m, vocab.length);
+      const later = await m.getNextTokenBitmask();
+      expect(Array.from(now)).toEqual(Array.from(later));
+      const ok = allowed(now);
+      expect(ok.length).toBeGreaterThan(0);
+      const pick = ok.length === 1 ? ok[0] : ok.filter((t) => t !== "<eos>")[(steps * 5) % (ok.length - 1)];
+      expect(m.acceptToken(vocab.indexOf(pick))).toBe(true);
+      steps++;
+    }
+    expect(steps).toBeGreaterThan(3);
+    expect(bitmaskReadableNow(m, SYNC_MASK_WORDS * 32)).toBe(true);
+    expect(bitmaskReadableNow(m, SYNC_MASK_WORDS * 32 + 1)).toBe(false);
+    m.dispose();
+    compiled.dispose();
+    compiler.dispose();
+    info.dispose();
   });
 });

@@ -232,22 +232,31 @@ export class ModelSlot {
    */
   private async prepareConstraints(batch: ScheduledBatch, out: SlotStep): Promise<void> {
     const failed = new Set<Sequence>();
-    const prepare = async (seq: Sequence): Promise<void> => {
-      try {
-        await seq.constraint!.prepare(seq.tokens, seq.takeCut());
-      } catch (error) {
-        out.failed.push({ seq, error });
-        failed.add(seq);
-      }
+    const fail = (seq: Sequence, error: unknown): void => {
+      out.failed.push({ seq, error });
+      failed.add(seq);
     };
-    // All at once: each grammar host answers the step's calls in one batch (host.ts).
-    const calls: Array<Promise<void>> = [];
-    for (const { seq, emitToken } of batch.seqs) if (emitToken && seq.constraint !== null) calls.push(prepare(seq));
+    // Each row at once where it can be (a grammar matched on this thread, a small vocabulary: no promise a row, which
+    // cost about as much as XGrammar's own work on the tiny reasoner); the rest all at once, since each grammar host
+    // answers the step's calls in one batch (host.ts).
+    let calls: Array<Promise<void>> | null = null;
+    const prepare = (seq: Sequence): void => {
+      const c = seq.constraint!;
+      const tokens = seq.tokens;
+      try {
+        if (c.prepareNow(tokens, seq.takeCut())) return;
+      } catch (error) {
+        fail(seq, error);
+        return;
+      }
+      // The tokens are folded (the cut taken): prepare() finishes, with no cut.
+      (calls ??= []).push(c.prepare(tokens).catch((error: unknown) => fail(seq, error)));
+    };
+    for (const { seq, emitToken } of batch.seqs) if (emitToken && seq.constraint !== null) prepare(seq);
     if (this.verifier !== null)
       for (const seq of this.scheduler.running)
-        if (seq.constraint !== null && seq.heldForVerify && !seq.constraint.ready(seq.numTokens))
-          calls.push(prepare(seq));
-    await Promise.all(calls);
+        if (seq.constraint !== null && seq.heldForVerify && !seq.constraint.ready(seq.numTokens)) prepare(seq);
+    if (calls !== null) await Promise.all(calls);
     if (failed.size === 0) return;
     batch.seqs = batch.seqs.filter((s) => !failed.has(s.seq));
     out.progressed = true;

@@ -14,6 +14,7 @@
 // its candidates were sampled under).
 import { DisposedError, GrammarHostError, InvalidOptionError } from "../errors/index.js";
 import type { CompiledFormat, GrammarGrant, GrammarSet } from "./grammars.js";
+import type { StepReply } from "./host.js";
 
 type Phase = "opening" | "thinking" | "answer";
 
@@ -116,23 +117,56 @@ export class SequenceConstraint {
    * sequence holds does not fit the format (one appended by a fork, not sampled under a mask).
    */
   async prepare(tokens: readonly number[], cut = Number.POSITIVE_INFINITY): Promise<void> {
-    if (this.compiled === null) {
-      const compiled = await this.grammar;
-      if (this.set.disposed)
-        throw new DisposedError(`${this.options.field}: the model's grammars are disposed (its engine was disposed)`, {
-          field: this.options.field,
-        });
-      if (this.disposed) throw new Error("structured output: the sequence has ended");
-      this.compiled = compiled;
-    }
+    if (this.prepareNow(tokens, cut)) return;
+    // What prepareNow could not do at once: wait for the compile, then the host call (the tokens are folded).
+    if (this.compiled === null) this.compiled = this.usable(await this.grammar);
+    const p = tokens.length;
+    this.setMask(p, await this.sync(this.wantsMask(p)));
+  }
+
+  /**
+   * prepare() without a turn of the event loop, where it can be: the grammar compiled and its matchers on the
+   * engine's thread (host.ts LocalHost) with a small vocabulary, or no matcher call needed (a free thought's token).
+   * Returns true when the mask of tokens.length is ready; false when prepare() must finish the work (the tokens are
+   * folded either way, so prepare() is then called with the same tokens). Throws what prepare() rejects with. A
+   * step's constrained rows then cost no promise each (ModelSlot.prepareConstraints).
+   */
+  prepareNow(tokens: readonly number[], cut = Number.POSITIVE_INFINITY): boolean {
     const same = Math.min(cut, this.seen.length, tokens.length);
     if (same < this.seen.length) this.rewind(same);
     for (let i = this.seen.length; i < tokens.length; i++) this.fold(tokens[i], i);
+    if (this.compiled === null) {
+      const value = this.grant.value; // set once compiled; a failure is reported by prepare()
+      if (value === null) return false;
+      this.compiled = this.usable(value);
+    }
     const p = tokens.length;
-    const wanted = !this.masks.has(p) && p >= this.options.origin && this.phase !== "thinking";
-    const fromMatcher = await this.sync(wanted);
+    const reply = this.syncNow(this.wantsMask(p));
+    if (reply === undefined) return false;
+    this.setMask(p, reply);
+    return true;
+  }
+
+  /** The compiled grammar, checked usable: the set and this sequence are not disposed. */
+  private usable(compiled: CompiledFormat): CompiledFormat {
+    if (this.set.disposed)
+      throw new DisposedError(`${this.options.field}: the model's grammars are disposed (its engine was disposed)`, {
+        field: this.options.field,
+      });
+    if (this.disposed) throw new Error("structured output: the sequence has ended");
+    return compiled;
+  }
+
+  /** Whether position p needs the matcher's bitmask (not computed yet, an answer's or an opening's position). */
+  private wantsMask(p: number): boolean {
+    return !this.masks.has(p) && p >= this.options.origin && this.phase !== "thinking";
+  }
+
+  /** Keeps the mask of position p (from the matcher's bitmask, or the phase's) and drops those past the window. */
+  private setMask(p: number, fromMatcher: Int32Array | null): void {
     if (!this.masks.has(p)) this.masks.set(p, { phase: this.phase, mask: this.computeMask(p, fromMatcher) });
-    for (const k of this.masks.keys()) if (k < p - this.options.keepMasks) this.masks.delete(k);
+    const keepFrom = p - this.options.keepMasks;
+    if (this.masks.size > 1) for (const k of this.masks.keys()) if (k < keepFrom) this.masks.delete(k);
   }
 
   /**
@@ -153,20 +187,50 @@ export class SequenceConstraint {
     try {
       r = await host.step({ mid: this.mid, gid, reset: p.reset, rollback: p.rollback, accept: p.accept, mask });
     } catch (e) {
-      const field = this.options.field;
-      if (this.set.disposed)
-        throw new DisposedError(`${field}: the model's grammars are disposed (its engine was disposed)`, { field });
-      // The matcher lived on the host: its state is gone with it (or XGrammar failed inside it).
-      throw new GrammarHostError(
-        `${field}: the grammar host holding this request's format failed: ${(e as Error).message}. The request cannot go on; send it again (its format compiles on a new host; the engine serves other requests meanwhile). If the same format fails a host again, report it with the format`,
-        { field, cause: e },
-      );
+      throw this.hostFailed(e);
     }
+    return this.take(r, p);
+  }
+
+  /**
+   * sync() answered at once (MatcherHost.stepNow), or undefined when the host cannot (nothing was sent then; the
+   * folded calls stay for sync()). Nothing to send: null, no call.
+   */
+  private syncNow(mask: boolean): Int32Array | null | undefined {
+    const p = this.pending;
+    if (!p.reset && p.rollback === 0 && p.accept.length === 0 && !mask) return null;
+    if (!this.matcherMade) return undefined; // XGrammar makes a matcher asynchronously: sync() makes it
+    const { host, gid } = this.compiled!;
+    let r: StepReply | null;
+    try {
+      r = host.stepNow({ mid: this.mid, gid, reset: p.reset, rollback: p.rollback, accept: p.accept, mask });
+    } catch (e) {
+      throw this.hostFailed(e);
+    }
+    if (r === null) return undefined;
+    this.pending = { reset: false, rollback: 0, accept: [], positions: [] };
+    return this.take(r, p);
+  }
+
+  /** A host call failed: the error the request fails with. */
+  private hostFailed(e: unknown): Error {
+    const field = this.options.field;
+    if (this.set.disposed)
+      return new DisposedError(`${field}: the model's grammars are disposed (its engine was disposed)`, { field });
+    // The matcher lived on the host: its state is gone with it (or XGrammar failed inside it).
+    return new GrammarHostError(
+      `${field}: the grammar host holding this request's format failed: ${(e as Error).message}. The request cannot go on; send it again (its format compiles on a new host; the engine serves other requests meanwhile). If the same format fails a host again, report it with the format`,
+      { field, cause: e },
+    );
+  }
+
+  /** Takes in a host's answer to the calls `sent`: tokens accepted, the grammar's end, a refused token. */
+  private take(r: StepReply, sent: SequenceConstraint["pending"]): Int32Array | null {
     this.accepted += r.accepted;
     this.done = r.terminated;
     if (r.rejected)
       throw new InvalidOptionError(
-        `${this.options.field}: token ${p.accept[r.accepted]} at position ${p.positions[r.accepted]} does not fit the format (a fork's appended text must continue it)`,
+        `${this.options.field}: token ${sent.accept[r.accepted]} at position ${sent.positions[r.accepted]} does not fit the format (a fork's appended text must continue it)`,
         { field: this.options.field },
       );
     return r.mask;

@@ -135,6 +135,8 @@ export interface GrammarGrant {
   compiled: Promise<CompiledFormat>;
   /** The compile has finished (or failed): known at once for a cached grammar, with no turn of the event loop. */
   readonly settled: boolean;
+  /** The compiled grammar once it has compiled (null before, or when it failed: `compiled` rejects), at once. */
+  readonly value: CompiledFormat | null;
   /** Another hold on the same grammar (a fork's, an n-sample's). */
   share(): GrammarGrant;
   /** Gives the hold back (once; later calls do nothing). */
@@ -148,6 +150,8 @@ interface CacheEntry {
   host: MatcherHost | null;
   /** The compile finished or failed. */
   settled: boolean;
+  /** What it compiled to (null until it has, or if it failed). */
+  value: CompiledFormat | null;
 }
 
 /** Compiled grammars a GrammarSet keeps by default; past it the least recently used one nobody holds is freed. */
@@ -260,6 +264,9 @@ export class GrammarSet {
       get settled() {
         return entry.settled;
       },
+      get value() {
+        return entry.value;
+      },
       share: () => this.grant(entry),
       release: () => {
         if (!held) return;
@@ -294,11 +301,13 @@ export class GrammarSet {
       users: 0,
       host: null,
       settled: false,
+      value: null,
     };
     this.cache.set(key, entry);
     entry.compiled.then(
       (c) => {
         entry.host = c.host;
+        entry.value = c;
         entry.settled = true;
       },
       () => {

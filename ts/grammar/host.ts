@@ -16,7 +16,7 @@ import type * as XG from "@mlc-ai/web-xgrammar";
 import { GrammarHostError } from "../errors/index.js";
 import type { GrammarSource } from "./sandbox.js";
 import type { GrammarVocab } from "./types.js";
-import { loadXGrammar, type XGrammar } from "./xgrammar.js";
+import { bitmaskReadableNow, loadXGrammar, nextTokenBitmaskNow, type XGrammar } from "./xgrammar.js";
 
 /** One op of a batch. `id` present: the host answers it. */
 export type HostOp =
@@ -168,6 +168,12 @@ export interface MatcherHost {
   matchers: number;
   freeGrammar(gid: number): void;
   step(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): Promise<StepReply>;
+  /**
+   * step() answered at once, on the calling thread, or null when it cannot be (a host thread; a matcher not made
+   * yet, which XGrammar makes asynchronously; a mask too large to read synchronously): nothing was done then. A
+   * step's rows of a small vocabulary are answered without a promise each (ModelSlot.prepareConstraints).
+   */
+  stepNow(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): StepReply | null;
   freeMatcher(mid: number): void;
   terminate(): void;
 }
@@ -252,6 +258,11 @@ export class GrammarHost implements MatcherHost {
 
   step(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): Promise<StepReply> {
     return this.call({ op: "step", id: 0, ...op }) as unknown as Promise<StepReply>;
+  }
+
+  /** Never at once: the matchers live on the thread. */
+  stepNow(): null {
+    return null;
   }
 
   freeMatcher(mid: number): void {
@@ -347,6 +358,26 @@ export class LocalHost implements MatcherHost {
       m = await xg.GrammarMatcher.createGrammarMatcher(g);
       this.matcherById.set(op.mid, m);
     }
+    const r = this.apply(m, op);
+    if (r.mask === undefined) r.mask = await m.getNextTokenBitmask();
+    return r as StepReply;
+  }
+
+  stepNow(op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">): StepReply | null {
+    if (this.dead) throw new Error("the grammar host was terminated");
+    const m = this.matcherById.get(op.mid);
+    // Checked before anything changes the matcher: null leaves it as it was, for step() to do it all.
+    if (m === undefined || (op.mask && !bitmaskReadableNow(m, this.vocabSize))) return null;
+    const r = this.apply(m, op);
+    if (r.mask === undefined) r.mask = nextTokenBitmaskNow(m, this.vocabSize);
+    return r as StepReply;
+  }
+
+  /** The op's reset, rollback and accepts; mask undefined where the bitmask is still to be read (null: none). */
+  private apply(
+    m: XG.GrammarMatcher,
+    op: Omit<Extract<HostOp, { op: "step" }>, "id" | "op">,
+  ): Omit<StepReply, "mask"> & { mask: Int32Array | null | undefined } {
     if (op.reset) m.reset();
     if (op.rollback > 0) m.rollBack(op.rollback);
     let accepted = 0;
@@ -360,8 +391,7 @@ export class LocalHost implements MatcherHost {
       accepted++;
     }
     const terminated = m.isTerminated();
-    const mask = op.mask && !terminated && !rejected ? await m.getNextTokenBitmask() : null;
-    return { accepted, rejected, terminated, mask };
+    return { accepted, rejected, terminated, mask: op.mask && !terminated && !rejected ? undefined : null };
   }
 
   freeMatcher(mid: number): void {

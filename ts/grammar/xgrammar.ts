@@ -42,3 +42,41 @@ async function load(): Promise<XGrammar> {
     for (const k of set) delete g[k];
   }
 }
+
+/** Masks of at most this many words (1,024 ids) are read synchronously (nextTokenBitmaskNow); larger ones are not. */
+export const SYNC_MASK_WORDS = 32;
+
+/** The embind handle of a GrammarMatcher, as web-xgrammar 0.1.27 holds it (its `handle` field, private in its types). */
+interface MatcherHandle {
+  GetNextTokenBitmask(vocabSize: number): { size(): number; get(i: number): number; delete(): void };
+}
+
+const handleOf = (matcher: XG.GrammarMatcher): Partial<MatcherHandle> | undefined =>
+  (matcher as unknown as { handle?: Partial<MatcherHandle> }).handle;
+
+/**
+ * Whether nextTokenBitmaskNow can read this matcher's bitmask: at most SYNC_MASK_WORDS words, and the handle of the
+ * shape this version has (a new web-xgrammar may differ: the caller then awaits getNextTokenBitmask()).
+ */
+export function bitmaskReadableNow(matcher: XG.GrammarMatcher, vocabSize: number): boolean {
+  return Math.ceil(vocabSize / 32) <= SYNC_MASK_WORDS && typeof handleOf(matcher)?.GetNextTokenBitmask === "function";
+}
+
+/**
+ * The matcher's next-token bitmask without a turn of the event loop (where bitmaskReadableNow). getNextTokenBitmask()
+ * is async only to await the runtime's start (loadXGrammar has) before it calls the embind method; here the same
+ * method is called and its vector read word by word (an embind call a word: cheap for a few words; the async one
+ * reads a large mask as a memory view). The same words (test/grammar/xgrammar.test.ts).
+ */
+export function nextTokenBitmaskNow(matcher: XG.GrammarMatcher, vocabSize: number): Int32Array {
+  const words = Math.ceil(vocabSize / 32);
+  const v = (handleOf(matcher) as MatcherHandle).GetNextTokenBitmask(vocabSize);
+  try {
+    if (v.size() !== words) throw new Error(`XGrammar's bitmask has ${v.size()} words, expected ${words}`);
+    const out = new Int32Array(words);
+    for (let i = 0; i < words; i++) out[i] = v.get(i);
+    return out;
+  } finally {
+    v.delete();
+  }
+}
