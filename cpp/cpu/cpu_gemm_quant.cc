@@ -1,8 +1,12 @@
-// CPU GEMM for grouped-quantized W (4 or 8 bits, groups of G along K; schedule in cpu_gemm_quant.h). X is copied
-// once per call into rows laid out for the kernels (perm applied; 4 bits: each block of 32 as its 16 even columns
-// then its 16 odd ones, so the low and high nibbles of a block's 16 bytes meet their x in one vector each).
-// Decode (M = 1): panels of several W rows, one accumulator chain each, so the FMA latency hides behind the
-// unpacking; larger M: tiles of MR x NR outputs, each W block unpacked once for MR rows of X.
+// CPU GEMM for grouped-quantized W (4 or 8 bits, groups of G along K; schedules in cpu_gemm_quant.h). X is copied
+// once per call into rows laid out for the kernels (perm applied).
+// 4 bits: X rounded to bf16, each chunk of 128 columns as 4 vectors of 32 (vector p, word w: column 4w + p), so
+// that the nibbles of the chunk's 64 bytes of a W row, read as 32 words, looked up into bf16 one nibble position at
+// a time (one vpermw each: the table repeats every 16 entries, so the bits above the nibble need no mask), meet
+// their x in one vdpbf16ps each; a lane sums one octet of columns and takes its group's scale once per chunk.
+// 8 bits: X f32, natural order; the f32 FMA kernels.
+// Decode (M = 1): panels of several W rows, one accumulator chain each, so the latencies hide behind the unpacking;
+// larger M: tiles of MR x NR outputs, each W chunk unpacked once for MR rows of X.
 // GCC 12 flags its own _mm512_undefined_* helpers inside the AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -13,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,53 +27,41 @@
 #include "threadpool.h"
 
 #define DL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define DL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
 namespace dl::cpu::gemm_detail {
 namespace {
 
+// ---- 8 bits: X f32 (schedule in cpu_gemm_quant.h) ----
+
 // One tile's kernel: sums[i * nr + j] = the partition [g0, g1)'s tree of x row i . W row j (schedule above).
-// x: the tile's first X row in the kernels' layout, row i at x + i * ldx; q: W row 0's q, row j at q + j * ldq
+// x: the tile's first X row (f32, natural order), row i at x + i * ldx; q: W row 0's q, row j at q + j * ldq
 // bytes; sc / zr: row 0's scales / zeros (zr nullptr: the middle) by group, row j's of group g at [g * ldg + j].
-using TileFn = void (*)(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
-                        int64_t ldg, int64_t blocksPerGroup, int64_t g0, int64_t g1, float* sums);
+using TileFn8 = void (*)(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
+                         int64_t ldg, int64_t blocksPerGroup, int64_t g0, int64_t g1, float* sums);
 constexpr int kMaxMR = 4, kMaxNR = 6;
 
-template <int BITS, int MR, int NR>
-DL_AVX512 void tileAvx512(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
-                          const uint8_t* zr, int64_t ldg, int64_t bpg, int64_t g0, int64_t g1, float* sums) {
+template <int MR, int NR>
+DL_AVX512 void tile8Avx512(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
+                           const uint8_t* zr, int64_t ldg, int64_t bpg, int64_t g0, int64_t g1, float* sums) {
   __m512 acc[MR * NR];
 #pragma GCC unroll 24
   for (int o = 0; o < MR * NR; o++) acc[o] = _mm512_setzero_ps();
-  // 4 bits: q' = q - zero as f32 by a 16-entry table lookup (vpermps reads the low 4 bits of each index: the low
-  // nibble needs no mask), the same values the integer subtraction and conversion give, in 3 uops instead of 6.
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 midTable = _mm512_sub_ps(iota, _mm512_set1_ps(8));
   const __m512i mid = _mm512_set1_epi32(128);
   for (int64_t g = g0; g < g1; g++) {
     __m512 s[MR * NR];
 #pragma GCC unroll 24
     for (int o = 0; o < MR * NR; o++) s[o] = _mm512_setzero_ps();
     __m512i z[NR];
-    __m512 table[NR];
 #pragma GCC unroll 6
-    for (int j = 0; j < NR; j++) {
-      if constexpr (BITS == 4) table[j] = zr ? _mm512_sub_ps(iota, _mm512_set1_ps(float(zr[g * ldg + j]))) : midTable;
-      else z[j] = zr ? _mm512_set1_epi32(zr[g * ldg + j]) : mid;
-    }
+    for (int j = 0; j < NR; j++) z[j] = zr ? _mm512_set1_epi32(zr[g * ldg + j]) : mid;
     for (int64_t b = g * bpg, be = b + bpg; b < be; b++) {
       const float* xb = x + b * 32;
 #pragma GCC unroll 6
       for (int j = 0; j < NR; j++) {
-        __m512 wa, wb;
-        if constexpr (BITS == 4) {
-          const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * ldq + b * 16)));
-          wa = _mm512_permutexvar_ps(v, table[j]);
-          wb = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table[j]);
-        } else {
-          const uint8_t* qb = q + j * ldq + b * 32;
-          wa = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))), z[j]));
-          wb = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + 16))), z[j]));
-        }
+        const uint8_t* qb = q + j * ldq + b * 32;
+        const __m512 wa = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))), z[j]));
+        const __m512 wb = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + 16))), z[j]));
 #pragma GCC unroll 4
         for (int i = 0; i < MR; i++) {
           s[i * NR + j] = _mm512_fmadd_ps(_mm512_loadu_ps(xb + i * ldx), wa, s[i * NR + j]);
@@ -87,12 +80,12 @@ DL_AVX512 void tileAvx512(const float* x, int64_t ldx, const uint8_t* q, int64_t
 }
 
 // The same schedule with the 16 lanes in two ymm (lanes 0-7, 8-15): the same operations on each lane, same bits.
-template <int BITS, int MR, int NR>
-void tileAvx2(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
-              int64_t ldg, int64_t bpg, int64_t g0, int64_t g1, float* sums) {
+template <int MR, int NR>
+void tile8Avx2(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
+               int64_t ldg, int64_t bpg, int64_t g0, int64_t g1, float* sums) {
   __m256 acc[MR * NR][2];
   for (int o = 0; o < MR * NR; o++) acc[o][0] = acc[o][1] = _mm256_setzero_ps();
-  const __m256i mid = _mm256_set1_epi32(BITS == 4 ? 8 : 128), low4 = _mm256_set1_epi32(15);
+  const __m256i mid = _mm256_set1_epi32(128);
   auto bytes8 = [](const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); };
   for (int64_t g = g0; g < g1; g++) {
     __m256 s[MR * NR][2];
@@ -104,15 +97,9 @@ void tileAvx2(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const 
       for (int j = 0; j < NR; j++) {
         __m256 wa[2], wb[2];
         for (int h = 0; h < 2; h++) {
-          if constexpr (BITS == 4) {
-            const __m256i v = bytes8(q + j * ldq + b * 16 + h * 8);
-            wa[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v, low4), z[j]));
-            wb[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v, 4), z[j]));
-          } else {
-            const uint8_t* qb = q + j * ldq + b * 32 + h * 8;
-            wa[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(bytes8(qb), z[j]));
-            wb[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(bytes8(qb + 16), z[j]));
-          }
+          const uint8_t* qb = q + j * ldq + b * 32 + h * 8;
+          wa[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(bytes8(qb), z[j]));
+          wb[h] = _mm256_cvtepi32_ps(_mm256_sub_epi32(bytes8(qb + 16), z[j]));
         }
         for (int i = 0; i < MR; i++)
           for (int h = 0; h < 2; h++) {
@@ -131,30 +118,363 @@ void tileAvx2(const float* x, int64_t ldx, const uint8_t* q, int64_t ldq, const 
   for (int o = 0; o < MR * NR; o++) sums[o] = reduce16(acc[o][0], acc[o][1]);
 }
 
-template <int BITS, bool AVX512, int MR, int NR> constexpr TileFn tileOf() {
-  if constexpr (AVX512) return tileAvx512<BITS, MR, NR>;
-  else return tileAvx2<BITS, MR, NR>;
+template <bool AVX512, int MR, size_t... J>
+constexpr std::array<TileFn8, kMaxNR> rowOf8(std::index_sequence<J...>) {
+  if constexpr (AVX512) return {tile8Avx512<MR, int(J) + 1>...};
+  else return {tile8Avx2<MR, int(J) + 1>...};
 }
-template <int BITS, bool AVX512, int MR, size_t... J>
-constexpr std::array<TileFn, kMaxNR> rowOf(std::index_sequence<J...>) {
-  return {tileOf<BITS, AVX512, MR, int(J) + 1>()...};
+template <bool AVX512, size_t... I>
+constexpr std::array<std::array<TileFn8, kMaxNR>, kMaxMR> tableOf8(std::index_sequence<I...>) {
+  return {rowOf8<AVX512, int(I) + 1>(std::make_index_sequence<kMaxNR>())...};
 }
-template <int BITS, bool AVX512, size_t... I>
-constexpr std::array<std::array<TileFn, kMaxNR>, kMaxMR> tableOf(std::index_sequence<I...>) {
-  return {rowOf<BITS, AVX512, int(I) + 1>(std::make_index_sequence<kMaxNR>())...};
-}
-template <int BITS, bool AVX512>
-constexpr auto kTiles = tableOf<BITS, AVX512>(std::make_index_sequence<kMaxMR>());
+template <bool AVX512> constexpr auto kTiles8 = tableOf8<AVX512>(std::make_index_sequence<kMaxMR>());
 
-TileFn tileFn(int bits, bool avx512, int mr, int nr) {
-  if (bits == 4) return avx512 ? kTiles<4, true>[mr - 1][nr - 1] : kTiles<4, false>[mr - 1][nr - 1];
-  return avx512 ? kTiles<8, true>[mr - 1][nr - 1] : kTiles<8, false>[mr - 1][nr - 1];
+// ---- 4 bits: X bf16, chunks of 128 columns (schedule in cpu_gemm_quant.h) ----
+
+// What every tile needs of chunk c (columns [128c, 128c + width)): lane l holds the octet of columns 128c + 8l ..
+// + 7, of group g0 + d_l (d_l < 4: a chunk meets at most 4 groups of >= 32 columns).
+struct Chunk4 {
+  alignas(64) int32_t sIdx[16];  // d_l * 8: lane l's scale in [V_0 | V_1 | V_2 | V_3] (8 rows each), + row j
+  alignas(64) int16_t zIdx[32];  // word w: d_{w/2} * 16: its zero point in [Z_0 | .. | Z_3] (16 rows each), + row j
+  alignas(32) int32_t d[16];     // d_l; 4 for a lane without columns (the AVX2 kernel's index of a zero)
+  int64_t g0 = 0;
+  int nd = 0;            // groups the chunk meets
+  uint32_t lanes = 0;    // mask of the lanes with columns (width / 8 of them)
+  uint64_t bytes = 0;    // mask of the chunk's q bytes in a row (width / 2 of them)
+  bool full = false;     // width 128
+};
+
+// The chunks of a K-column row for groups of G (no divisions per lane: G is a multiple of 32 >= one octet).
+void chunksOf(int64_t K, int64_t G, std::vector<Chunk4>& out) {
+  const int64_t n = (K + 127) / 128;
+  out.resize(size_t(n));
+  for (int64_t c = 0; c < n; c++) {
+    Chunk4& ch = out[size_t(c)];
+    const int64_t k0 = c * 128, width = std::min<int64_t>(128, K - k0);
+    ch.g0 = k0 / G;
+    ch.full = width == 128;
+    ch.lanes = uint32_t((uint64_t(1) << (width / 8)) - 1);
+    ch.bytes = width == 128 ? ~uint64_t(0) : (uint64_t(1) << (width / 2)) - 1;
+    int64_t d = 0, next = (ch.g0 + 1) * G;
+    for (int l = 0; l < 16; l++) {
+      const int64_t col = k0 + 8 * l;
+      if (col < K) {
+        while (col >= next) d++, next += G;
+        ch.nd = int(d) + 1;
+      }
+      const int dl = col < K ? int(d) : 0;
+      ch.sIdx[l] = dl * 8;
+      ch.zIdx[2 * l] = ch.zIdx[2 * l + 1] = int16_t(dl * 16);
+      ch.d[l] = col < K ? dl : 4;
+    }
+  }
+}
+
+// One tile's kernel: sums[i * nr + j] = the partition of chunks [c0, c1)'s tree of x row i . W row j.
+// x: the tile's first X row in the 4-bit layout (bf16), row i at x + i * ldx; q, sc, zr, ldg as for 8 bits.
+// prefetch: fetch the next panel's q into L2 as this one is read (M = 1: W streams once).
+using TileFn4 = void (*)(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
+                         const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
+                         float* sums);
+constexpr int kMaxMR4 = 4, kMaxNR4 = 8;
+
+// AVX512-BF16. q' as bf16 by table: symmetric (zero point 8 everywhere) word i = bf16(i % 16 - 8) indexed by the
+// nibble and whatever bits sit above it; with zero points, the nibble (masked) minus the word's zero point, an
+// integer in [-15, 15], indexes word i = bf16(i < 16 ? i : i - 32) by its low 5 bits.
+template <bool ASYM, int MR, int NR>
+DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
+                       const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
+                       float* sums) {
+  static_assert(NR <= 8, "scales of a chunk's groups: 8 rows per group in two zmm");
+  __m512 acc[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; i++)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
+  alignas(64) uint16_t tableWords[32];
+  for (int t = 0; t < 32; t++) tableWords[t] = f32ToBf16(ASYM ? float(t < 16 ? t : t - 32) : float(t % 16 - 8));
+  const __m512i table = _mm512_load_si512(tableWords), low4 = _mm512_set1_epi16(15);
+  constexpr __mmask8 rows = __mmask8((1u << NR) - 1);
+  // prefetch: the panel after this one, line by line as this one's chunks go by (NR lines a chunk: a panel's q
+  // is NR * ldq contiguous bytes, about as many lines as its chunks read)
+  const char* ahead = reinterpret_cast<const char*>(q) + NR * ldq;
+  for (int64_t c = c0; c < c1; c++) {
+    const Chunk4& ch = chunks[c];
+    // the scales of the chunk's groups for the tile's rows: [V_0 | V_1], [V_2 | V_3]
+    const float* sg = sc + ch.g0 * ldg;
+    __m256 v[4];
+#pragma GCC unroll 4
+    for (int d = 0; d < 4; d++) v[d] = d < ch.nd ? _mm256_maskz_loadu_ps(rows, sg + d * ldg) : _mm256_setzero_ps();
+    const __m512 s01 = _mm512_insertf32x8(_mm512_castps256_ps512(v[0]), v[1], 1);
+    const __m512 s23 = _mm512_insertf32x8(_mm512_castps256_ps512(v[2]), v[3], 1);
+    const __m512i sIdx = _mm512_load_si512(ch.sIdx);
+    __m512i z01, z23, zIdx;
+    if constexpr (ASYM) {
+      const uint8_t* zg = zr + ch.g0 * ldg;
+      __m256i z[4];
+#pragma GCC unroll 4
+      for (int d = 0; d < 4; d++)
+        z[d] = d < ch.nd ? _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(rows, zg + d * ldg)) : _mm256_setzero_si256();
+      z01 = _mm512_inserti64x4(_mm512_castsi256_si512(z[0]), z[1], 1);
+      z23 = _mm512_inserti64x4(_mm512_castsi256_si512(z[2]), z[3], 1);
+      zIdx = _mm512_load_si512(ch.zIdx);
+    }
+    const uint16_t* xc = x + c * 128;
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; j++) {
+      const uint8_t* qj = q + j * ldq + c * 64;
+      if (prefetch) __asm__ volatile("prefetcht1 %0" : : "m"(ahead[(c * NR + j) * 64]));
+      const __m512i bytes = ch.full ? _mm512_loadu_si512(qj) : _mm512_maskz_loadu_epi8(ch.bytes, qj);
+      __m512i zj;
+      if constexpr (ASYM) zj = _mm512_permutex2var_epi16(z01, _mm512_add_epi16(zIdx, _mm512_set1_epi16(short(j))), z23);
+      __m512 s[MR];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; i++) s[i] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; p++) {
+        __m512i n = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
+        if constexpr (ASYM) n = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(n, low4) : n, zj);
+        const __m512i wp = _mm512_permutexvar_epi16(n, table);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; i++)
+          s[i] = _mm512_dpbf16_ps(s[i], reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + i * ldx + p * 32)),
+                                  reinterpret_cast<const __m512bh&>(wp));
+      }
+      const __m512 scale = _mm512_maskz_permutex2var_ps(__mmask16(ch.lanes), s01, _mm512_add_epi32(sIdx, _mm512_set1_epi32(j)), s23);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(scale, s[i], acc[i][j]);
+    }
+  }
+  reduceAll(&acc[0][0], MR * NR, sums);
+}
+
+// The same schedule on AVX2 (lanes 0-7 and 8-15 in two ymm): a lane's dword of x holds (column 8l + p, 8l + 4 + p)
+// of vector p as (low, high) bf16, its dword of q the octet's 8 nibbles (column 8l + t at bits 4t); the two FMAs per
+// pair in vdpbf16ps's order (the high word first), q' = q - zero exact in f32. Same bits as the AVX512-BF16 kernel.
+template <bool ASYM, int MR, int NR>
+void tile4Avx2(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
+               int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool, float* sums) {
+  __m256 acc[MR][NR][2];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi32(15), highWord = _mm256_set1_epi32(int(0xffff0000u));
+  for (int64_t c = c0; c < c1; c++) {
+    const Chunk4& ch = chunks[c];
+    const uint16_t* xc = x + c * 128;
+    for (int j = 0; j < NR; j++) {
+      const uint8_t* qj = q + j * ldq + c * 64;
+      alignas(32) uint8_t tail[64];
+      if (!ch.full) {  // a row's last, partial chunk: its bytes, then zeros (no read past the row)
+        std::memset(tail, 0, 64);
+        std::memcpy(tail, qj, size_t(__builtin_popcountll(ch.bytes)));
+        qj = tail;
+      }
+      // the scales and zero points of the chunk's groups for row j; lanes without columns take index 4 (zero)
+      alignas(32) float sv[8] = {}, zv[8] = {};
+      for (int d = 0; d < ch.nd; d++) {
+        sv[d] = sc[(ch.g0 + d) * ldg + j];
+        zv[d] = ASYM ? float(zr[(ch.g0 + d) * ldg + j]) : 8.f;
+      }
+      const __m256 s4 = _mm256_load_ps(sv), z4 = _mm256_load_ps(zv);
+      for (int h = 0; h < 2; h++) {
+        const __m256i lanesD = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.d + 8 * h));
+        const __m256 scale = _mm256_permutevar8x32_ps(s4, lanesD), zero = _mm256_permutevar8x32_ps(z4, lanesD);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qj + 32 * h));
+        __m256 s[MR];
+        for (int i = 0; i < MR; i++) s[i] = _mm256_setzero_ps();
+        for (int p = 0; p < 4; p++) {
+          const __m256 qHigh = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 16 + 4 * p), low4)), zero);
+          const __m256 qLow = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * p), low4)), zero);
+          for (int i = 0; i < MR; i++) {
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + i * ldx + p * 32 + 16 * h));
+            s[i] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(xv, highWord)), qHigh, s[i]);
+            s[i] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(xv, 16)), qLow, s[i]);
+          }
+        }
+        for (int i = 0; i < MR; i++) acc[i][j][h] = _mm256_fmadd_ps(scale, s[i], acc[i][j][h]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) sums[i * NR + j] = reduce16(acc[i][j][0], acc[i][j][1]);
+}
+
+template <bool NATIVE, bool ASYM, int MR, size_t... J>
+constexpr std::array<TileFn4, kMaxNR4> rowOf4(std::index_sequence<J...>) {
+  if constexpr (NATIVE) return {tile4Bf16<ASYM, MR, int(J) + 1>...};
+  else return {tile4Avx2<ASYM, MR, int(J) + 1>...};
+}
+template <bool NATIVE, bool ASYM, size_t... I>
+constexpr std::array<std::array<TileFn4, kMaxNR4>, kMaxMR4> tableOf4(std::index_sequence<I...>) {
+  return {rowOf4<NATIVE, ASYM, int(I) + 1>(std::make_index_sequence<kMaxNR4>())...};
+}
+template <bool NATIVE, bool ASYM> constexpr auto kTiles4 = tableOf4<NATIVE, ASYM>(std::make_index_sequence<kMaxMR4>());
+
+TileFn4 tileFn4(bool native, bool asym, int mr, int nr) {
+  if (native) return asym ? kTiles4<true, true>[mr - 1][nr - 1] : kTiles4<true, false>[mr - 1][nr - 1];
+  return asym ? kTiles4<false, true>[mr - 1][nr - 1] : kTiles4<false, false>[mr - 1][nr - 1];
+}
+
+// x rounded to bf16 as the dense bf16 GEMM rounds it (cpu_gemm.h): nearest even, subnormals to signed zero.
+inline uint16_t xToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x7f800000u) == 0 ? uint16_t(u >> 16 & 0x8000u) : f32ToBf16(f);
 }
 
 // X rows in the kernels' layout, kept per thread between calls (trimmed after a large one).
 std::vector<float>& xScratch() {
   thread_local std::vector<float> buf;
   return buf;
+}
+std::vector<uint16_t>& xScratch4() {
+  thread_local std::vector<uint16_t> buf;
+  return buf;
+}
+
+// The scales and zero points by group ([ng, N]: View::Groups::byGroup, as loaded models hold them, ldg = N);
+// row-major ones (the gemm op's) are transposed into per-thread buffers first.
+struct ByGroup {
+  const float* scales;
+  const uint8_t* zeros;
+  int64_t ldg;
+};
+ByGroup byGroup(const View::Groups& gq, int64_t N, int64_t ng) {
+  if (gq.byGroup) return {gq.scales, gq.zeros, gq.byGroup};
+  thread_local std::vector<float> scT;
+  thread_local std::vector<uint8_t> zT;
+  scT.resize(size_t(N * ng));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t g = 0; g < ng; g++) scT[size_t(g * N + n)] = gq.scales[n * ng + g];
+  if (gq.zeros) {
+    zT.resize(size_t(N * ng));
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t g = 0; g < ng; g++) zT[size_t(g * N + n)] = gq.zeros[n * ng + g];
+  }
+  return {scT.data(), gq.zeros ? zT.data() : nullptr, N};
+}
+
+// y[m0 + i, n0 + j] = total + bias, for the tile's outputs.
+inline void store(float* ys, int64_t N, const float* bias, int64_t m0, int64_t n0, int mr, int nr, const float* total) {
+  for (int i = 0; i < mr; i++)
+    for (int j = 0; j < nr; j++) {
+      const float v = total[i * nr + j];
+      ys[(m0 + i) * N + n0 + j] = bias ? v + bias[n0 + j] : v;
+    }
+}
+
+void gemm8(const View& x, const View& w, const float* bias, const View& y, int splitK) {
+  const View::Groups& gq = w.groups;
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0], G = gq.size, ng = K / G, ldq = K;
+  // X in the kernels' layout: row stride K + 16 floats (no 4 KiB aliasing between rows a tile reads together).
+  const int64_t ldx = K + 16;
+  std::vector<float>& xc = xScratch();
+  if (int64_t(xc.size()) < M * ldx) xc.resize(size_t(M * ldx));
+  const float* xs = x.as<float>();
+  parallelFor(M, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t m = lo; m < hi; m++)
+      for (int64_t k = 0; k < K; k++) xc[size_t(m * ldx + k)] = xs[m * K + (gq.perm ? gq.perm[k] : k)];
+  });
+  const ByGroup bg = byGroup(gq, N, ng);
+  std::vector<int64_t> gBounds(size_t(splitK) + 1);
+  for (int p = 0; p <= splitK; p++) gBounds[size_t(p)] = ng * p / splitK;
+  const bool avx512 = simdLevel() != Simd::avx2;
+  // M = 1: one X row, several W rows (independent chains hide the FMA latency behind the unpacking); else tiles.
+  const int MR = M == 1 ? 1 : avx512 ? 4 : 2, NR = M == 1 ? (avx512 ? 6 : 3) : (avx512 ? 3 : 2);
+  const int64_t panels = (N + NR - 1) / NR, bpg = G / 32;
+  float* ys = y.as<float>();
+  parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
+    float total[kMaxMR * kMaxNR], partial[kMaxMR * kMaxNR];
+    for (int64_t t = lo; t < hi; t++) {
+      const int64_t n0 = t * NR;
+      const int nr = int(std::min<int64_t>(NR, N - n0));
+      const uint8_t* q = static_cast<const uint8_t*>(w.data) + n0 * ldq;
+      const float* sc = bg.scales + n0;
+      const uint8_t* zr = bg.zeros ? bg.zeros + n0 : nullptr;
+      for (int64_t m0 = 0; m0 < M; m0 += MR) {
+        const int mr = int(std::min<int64_t>(MR, M - m0));
+        const TileFn8 fn = avx512 ? kTiles8<true>[mr - 1][nr - 1] : kTiles8<false>[mr - 1][nr - 1];
+        for (int p = 0; p < splitK; p++) {
+          fn(xc.data() + m0 * ldx, ldx, q, ldq, sc, zr, bg.ldg, bpg, gBounds[size_t(p)], gBounds[size_t(p) + 1], p == 0 ? total : partial);
+          if (p > 0)
+            for (int o = 0; o < mr * nr; o++) total[o] = total[o] + partial[o];
+        }
+        store(ys, N, bias, m0, n0, mr, nr, total);
+      }
+    }
+  });
+  if (xc.size() > (size_t(1) << 22)) std::vector<float>().swap(xc);  // a prefill's copy is not kept
+}
+
+void gemm4(const View& x, const View& w, const float* bias, const View& y, int splitK) {
+  const View::Groups& gq = w.groups;
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0], G = gq.size, ng = K / G, ldq = K / 2;
+  // the table lookup with zero points reads q - zero by its low 5 bits: zero points must be 4-bit values
+  if (gq.zeros) {
+    const int64_t n = N * ng;
+    const uint8_t* z = gq.zeros;
+    const int64_t bad = std::find_if(z, z + n, [](uint8_t v) { return v > 15; }) - z;
+    if (bad < n)
+      throw Error("gemm: a 4-bit grouped w's zero points must be in [0, 15], got zeros[" + std::to_string(bad) +
+                  "] = " + std::to_string(z[bad]));
+  }
+  thread_local std::vector<Chunk4> chunkBuf;  // (a name in the workers' lambdas would be their own thread_local)
+  chunksOf(K, G, chunkBuf);
+  const Chunk4* chunks = chunkBuf.data();
+  const int64_t nChunks = int64_t(chunkBuf.size());
+  // X in the kernels' layout: per chunk, vector p's word w is bf16(x[perm[128c + 4w + p]]), zero past K; rows
+  // 64-byte aligned, one cache line apart beyond their chunks (no 4 KiB aliasing between rows a tile reads).
+  const int64_t ldx = nChunks * 128 + 32;
+  std::vector<uint16_t>& xbuf = xScratch4();
+  if (int64_t(xbuf.size()) < M * ldx + 32) xbuf.resize(size_t(M * ldx + 32));
+  uint16_t* xc = xbuf.data() + (32 - (reinterpret_cast<uintptr_t>(xbuf.data()) % 64) / 2) % 32;
+  const float* xs = x.as<float>();
+  parallelFor(M, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t m = lo; m < hi; m++) {
+      const float* src = xs + m * K;
+      uint16_t* dst = xc + m * ldx;
+      for (int64_t c = 0; c < nChunks; c++)
+        for (int p = 0; p < 4; p++)
+          for (int wd = 0; wd < 32; wd++) {
+            const int64_t k = c * 128 + 4 * wd + p;
+            dst[c * 128 + p * 32 + wd] = k < K ? xToBf16(src[gq.perm ? gq.perm[k] : k]) : 0;
+          }
+    }
+  });
+  const ByGroup bg = byGroup(gq, N, ng);
+  std::vector<int64_t> cBounds(size_t(splitK) + 1);
+  for (int p = 0; p <= splitK; p++) cBounds[size_t(p)] = nChunks * p / splitK;
+  const bool native = simdLevel() == Simd::avx512bf16;
+  // M = 1: one X row, a panel of W rows (independent chains hide the latencies behind the unpacking); else tiles.
+  const int MR = M == 1 ? 1 : native ? 4 : 2, NR = M == 1 ? (native ? 8 : 4) : (native ? 4 : 2);
+  const int64_t panels = (N + NR - 1) / NR;
+  const bool prefetch = M == 1;
+  float* ys = y.as<float>();
+  parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
+    float total[kMaxMR4 * kMaxNR4], partial[kMaxMR4 * kMaxNR4];
+    if (prefetch)  // the range's first panel (the kernels fetch each next one as they read the current)
+      for (int64_t b = lo * NR * ldq, e = std::min(hi * NR, N) * ldq, f = std::min(e, b + NR * ldq); b < f; b += 64)
+        __asm__ volatile("prefetcht1 %0" : : "m"(static_cast<const char*>(w.data)[b]));
+    for (int64_t t = lo; t < hi; t++) {
+      const int64_t n0 = t * NR;
+      const int nr = int(std::min<int64_t>(NR, N - n0));
+      const uint8_t* q = static_cast<const uint8_t*>(w.data) + n0 * ldq;
+      const float* sc = bg.scales + n0;
+      const uint8_t* zr = bg.zeros ? bg.zeros + n0 : nullptr;
+      for (int64_t m0 = 0; m0 < M; m0 += MR) {
+        const int mr = int(std::min<int64_t>(MR, M - m0));
+        const TileFn4 fn = tileFn4(native, zr != nullptr, mr, nr);
+        for (int p = 0; p < splitK; p++) {
+          fn(xc + m0 * ldx, ldx, q, ldq, sc, zr, bg.ldg, chunks, cBounds[size_t(p)], cBounds[size_t(p) + 1],
+             prefetch && t + 1 < hi, p == 0 ? total : partial);
+          if (p > 0)
+            for (int o = 0; o < mr * nr; o++) total[o] = total[o] + partial[o];
+        }
+        store(ys, N, bias, m0, n0, mr, nr, total);
+      }
+    }
+  });
+  if (xbuf.size() > (size_t(1) << 23)) std::vector<uint16_t>().swap(xbuf);  // a prefill's copy is not kept
 }
 
 }  // namespace
@@ -171,83 +491,12 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
   if (w.shape[1] != K) throw Error("gemm: x is [M, " + std::to_string(K) + "] but w has K = " + std::to_string(w.shape[1]));
   if (splitK < 1 || splitK > K) throw Error("gemm: splitK must be in [1, K = " + std::to_string(K) + "]");
   if (M == 0 || N == 0) return;
-  const int64_t G = gq.size, ng = K / G, ldq = K * gq.bits / 8;
   if (gq.perm)
     for (int64_t k = 0; k < K; k++)
       if (gq.perm[k] < 0 || gq.perm[k] >= K)
         throw Error("gemm: a grouped w's perm[" + std::to_string(k) + "] = " + std::to_string(gq.perm[k]) + " is outside [0, K)");
-
-  // X in the kernels' layout: row stride K + 16 floats (no 4 KiB aliasing between rows a tile reads together).
-  const int64_t ldx = K + 16;
-  std::vector<float>& xc = xScratch();
-  if (int64_t(xc.size()) < M * ldx) xc.resize(size_t(M * ldx));
-  const float* xs = x.as<float>();
-  const bool nibbles = gq.bits == 4;
-  parallelFor(M, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t m = lo; m < hi; m++) {
-      const float* src = xs + m * K;
-      float* dst = xc.data() + m * ldx;
-      for (int64_t k0 = 0; k0 < K; k0 += 32)
-        for (int t = 0; t < 32; t++) {
-          const int64_t k = k0 + (nibbles ? (t < 16 ? 2 * t : 2 * (t - 16) + 1) : t);
-          dst[k0 + t] = src[gq.perm ? gq.perm[k] : k];
-        }
-    }
-  });
-
-  // The kernels read scales and zeros by group (View::Groups::byGroup, as loaded models hold them); row-major ones
-  // (the gemm op's) are transposed here first.
-  const float* scales = gq.scales;
-  const uint8_t* zeros = gq.zeros;
-  int64_t ldg = gq.byGroup;
-  thread_local std::vector<float> scT;
-  thread_local std::vector<uint8_t> zT;
-  if (!ldg) {
-    scT.resize(size_t(N * ng));
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t g = 0; g < ng; g++) scT[size_t(g * N + n)] = gq.scales[n * ng + g];
-    scales = scT.data();
-    if (zeros) {
-      zT.resize(size_t(N * ng));
-      for (int64_t n = 0; n < N; n++)
-        for (int64_t g = 0; g < ng; g++) zT[size_t(g * N + n)] = gq.zeros[n * ng + g];
-      zeros = zT.data();
-    }
-    ldg = N;
-  }
-
-  std::vector<int64_t> gBounds(size_t(splitK) + 1);
-  for (int p = 0; p <= splitK; p++) gBounds[size_t(p)] = ng * p / splitK;
-  const bool avx512 = simdLevel() != Simd::avx2;
-  // M = 1: one X row, several W rows (independent chains hide the FMA latency behind the unpacking); else tiles.
-  const int MR = M == 1 ? 1 : avx512 ? 4 : 2, NR = M == 1 ? (avx512 ? 6 : 3) : (avx512 ? 3 : 2);
-  const int64_t panels = (N + NR - 1) / NR, bpg = G / 32;
-  float* ys = y.as<float>();
-  parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
-    float total[kMaxMR * kMaxNR], partial[kMaxMR * kMaxNR];
-    for (int64_t t = lo; t < hi; t++) {
-      const int64_t n0 = t * NR;
-      const int nr = int(std::min<int64_t>(NR, N - n0));
-      const uint8_t* q = static_cast<const uint8_t*>(w.data) + n0 * ldq;
-      const float* sc = scales + n0;
-      const uint8_t* zr = zeros ? zeros + n0 : nullptr;
-      for (int64_t m0 = 0; m0 < M; m0 += MR) {
-        const int mr = int(std::min<int64_t>(MR, M - m0));
-        const TileFn fn = tileFn(gq.bits, avx512, mr, nr);
-        for (int p = 0; p < splitK; p++) {
-          fn(xc.data() + m0 * ldx, ldx, q, ldq, sc, zr, ldg, bpg, gBounds[size_t(p)], gBounds[size_t(p) + 1], p == 0 ? total : partial);
-          if (p > 0)
-            for (int o = 0; o < mr * nr; o++) total[o] = total[o] + partial[o];
-        }
-        for (int i = 0; i < mr; i++)
-          for (int j = 0; j < nr; j++) {
-            const float v = total[i * nr + j];
-            ys[(m0 + i) * N + n0 + j] = bias ? v + bias[n0 + j] : v;
-          }
-      }
-    }
-  });
-  if (xc.size() > (size_t(1) << 22)) std::vector<float>().swap(xc);  // a prefill's copy is not kept
+  if (gq.bits == 4) gemm4(x, w, bias, y, splitK);
+  else gemm8(x, w, bias, y, splitK);
 }
 
 }  // namespace dl::cpu::gemm_detail

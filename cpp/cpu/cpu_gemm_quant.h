@@ -1,19 +1,28 @@
 // Internal to the CPU GEMM: grouped-quantized W (View::groups, dtype u8: 4 or 8 bits, groups of G along K, an f32
-// scale and a zero point per group; the format: ts/model/quantFormat.ts), X f32, Y f32. One summation schedule for
-// every path (decode panels, prefill tiles, AVX-512 or AVX2, any thread count or M), so a row's bits depend on K, G
-// and splitK only:
-//   x' = x[perm[k]] (x itself without perm); q' = q - zero, an exact small integer in f32.
-//   The K / G groups are cut into splitK contiguous partitions (partition p: groups [ng * p / splitK, ng * (p + 1) /
-//   splitK), possibly empty). For each partition: 16 lane accumulators acc[l] = 0; for each group g ascending:
-//     16 lane group sums s[l] = 0; for each block of 32 columns k0 of the group ascending:
-//       4 bits: s[l] = fma(x'[k0 + 2l], q'[k0 + 2l], s[l]), then s[l] = fma(x'[k0 + 2l + 1], q'[k0 + 2l + 1], s[l])
-//               (lane l takes byte l of the block: its low nibble, then its high one)
-//       8 bits: s[l] = fma(x'[k0 + l], q'[k0 + l], s[l]), then s[l] = fma(x'[k0 + 16 + l], q'[k0 + 16 + l], s[l])
+// scale and a zero point per group; the format: ts/model/quantFormat.ts), X f32, Y f32. One summation schedule per
+// bit width for every path (decode panels, prefill tiles, AVX512-BF16, AVX-512 or AVX2, any thread count or M), so a
+// row's bits depend on K, G and splitK only:
+//   q' = q - zero, an exact small integer (in bf16 and f32).
+//   4 bits: x' = bf16(x[perm[k]]) (x itself without perm; rounded as the dense bf16 GEMM rounds X, cpu_gemm.h:
+//   nearest even, subnormals to signed zero), so every product x' * q' is exact. K is cut into chunks of 128
+//   columns at k0 = 0, 128, ... (the last one 32, 64 or 96 wide when 128 does not divide K; missing columns are
+//   zeros). The chunks are cut into splitK contiguous partitions (partition p: chunks [nc * p / splitK,
+//   nc * (p + 1) / splitK), possibly empty). For each partition: 16 lane accumulators acc[l] = 0; for each chunk
+//   ascending: lane l takes the octet of columns k0 + 8l .. k0 + 8l + 7 (in one group, since G is a multiple of 32):
+//     s = 0; for t = 0..3: s = fma(x'[k0 + 8l + 4 + t], q'[k0 + 8l + 4 + t], s), then s = fma(x'[k0 + 8l + t],
+//     q'[k0 + 8l + t], s)   (vdpbf16ps's pairs and order: the high word first, cpu_gemm.h)
+//     acc[l] = fma(scale of the octet's group, s, acc[l])   (a lane without columns adds fma(0, 0, acc))
+//   8 bits: x' = x[perm[k]] in f32. The K / G groups are cut into splitK contiguous partitions (partition p: groups
+//   [ng * p / splitK, ng * (p + 1) / splitK), possibly empty). For each partition: 16 lane accumulators acc[l] = 0;
+//   for each group g ascending: 16 lane group sums s[l] = 0; for each block of 32 columns k0 of the group ascending:
+//       s[l] = fma(x'[k0 + l], q'[k0 + l], s[l]), then s[l] = fma(x'[k0 + 16 + l], q'[k0 + 16 + l], s[l])
 //     acc[l] = fma(scale_g, s[l], acc[l])
 //   then the fixed tree of cpu_gemm.h over acc (s8[i] = a[i] + a[i+8], ...).
 //   y = partial_0; y = y + partial_p for p = 1.. in order; y = y + bias last.
-// The zero point is applied to the integers (exact) and the scale once per group and lane: the products are those
-// of x and the dequantized weights up to that one scaling per group.
+// The zero point is applied to the integers (exact) and the scale once per octet (4 bits) or group (8 bits) and
+// lane: the products are those of x' and the dequantized weights up to that one scaling. As with bf16 W, the
+// AVX512-BF16 instruction reads subnormal inputs as zero and flushes subnormal sums; x' holds no subnormals, so only
+// sums below 2^-126 could differ between it and the emulating paths. 4-bit zero points must be in [0, 15].
 #pragma once
 #include "common.h"
 

@@ -1,6 +1,7 @@
 // CPU GEMM with grouped quantized weights (4 and 8 bits, groups of 32..K along K, symmetric or with zero points,
 // act-order perm: the format of ts/model/quantFormat.ts, the schedule of cpp/cpu/cpu_gemm_quant.h): the float64
-// reference of the dequantized weights on decode and prefill shapes, bitwise batch invariance across M, row position
+// reference of the dequantized weights on decode and prefill shapes (4 bits: against X rounded to bf16, as the
+// kernels multiply it), bitwise batch invariance across M, row position
 // and thread count under a fixed splitK, AVX2 == AVX-512, gemmBlocks' cuts, and the errors at the op's boundary.
 import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
@@ -9,7 +10,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { NativeTensor } from "../../ts/native/addonTypes.js";
 import { childAddonExpr } from "../helpers/childAddon.js";
 import { groupedTensors, randomGrouped, type GroupedOptions } from "./int4Reference.js";
-import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
+import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
 import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
@@ -56,7 +57,9 @@ describe("gemm with grouped quantized weights (cpu)", () => {
           const g = groupedTensors(addon, "cpu", gw, o.asymmetric === true);
           const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
           const got = await gemm(x, g, bias, splitK);
-          const ref = refGemm(stored(x), dequantizeToInputOrder(gw), bias && stored(bias), M, N, K);
+          // 4 bits: the kernels multiply X rounded to bf16 (exact products with q - zero), so the reference does too
+          const xRef = o.bits === 4 ? roundBf16(stored(x)) : stored(x);
+          const ref = refGemm(xRef, dequantizeToInputOrder(gw), bias && stored(bias), M, N, K);
           const bad = worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5);
           expect(bad, `M=${M} N=${N} K=${K} splitK=${splitK}`).toBeUndefined();
           disposeAll(x, bias);
@@ -77,7 +80,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
       b = await gemm(x, without, undefined, 2);
     expect(bitsOf(a)).toEqual(bitsOf(b));
     expect(
-      worstViolation(a, refGemm(stored(x), dequantizeToInputOrder(gw), undefined, M, N, K), 1e-4, 1e-5),
+      worstViolation(a, refGemm(roundBf16(stored(x)), dequantizeToInputOrder(gw), undefined, M, N, K), 1e-4, 1e-5),
     ).toBeUndefined();
     disposeAll(x);
     dispose(withZeros);
@@ -172,13 +175,13 @@ describe("gemm with grouped quantized weights (cpu)", () => {
       let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296);
       (async () => {
         const out = [];
-        for (const [M, N, K, G, bits, sk] of [[1, 37, 576, 32, 4, 1], [3, 20, 256, 64, 4, 2], [24, 13, 384, 128, 8, 3], [70, 50, 512, 32, 4, 3]]) {
+        for (const [M, N, K, G, bits, sk, sym] of [[1, 37, 576, 32, 4, 1, 0], [3, 20, 256, 64, 4, 2, 0], [24, 13, 384, 128, 8, 3, 0], [70, 50, 512, 32, 4, 3, 0], [1, 19, 480, 96, 4, 2, 1], [6, 9, 672, 32, 4, 1, 1], [1, 11, 96, 96, 4, 1, 0]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
           const w = addon.tensor("cpu", "u8", [N, K * bits / 8]); w.write(Uint8Array.from({ length: N * K * bits / 8 }, () => Math.floor(r() * 256)));
           const wScales = addon.tensor("cpu", "f32", [N * K / G]); wScales.writeF32(Float32Array.from({ length: N * K / G }, () => (r() - 0.5) / 50));
           const wZeros = addon.tensor("cpu", "u8", [N * K / G]); wZeros.write(Uint8Array.from({ length: N * K / G }, () => Math.floor(r() * (bits === 4 ? 16 : 256))));
           const y = addon.tensor("cpu", "f32", [M, N]);
-          await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros, y, splitK: sk });
+          await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros: sym ? undefined : wZeros, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
         }
         console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
@@ -195,6 +198,27 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     expect(native.out).toEqual(avx2.out);
   });
 
+  it("4 bits: groups that straddle the kernels' 128-column chunks (G = 96, 160) and a partial last chunk", async () => {
+    const rng = makeRng(31);
+    for (const [M, N, K, G, asymmetric, splitK] of [
+      [1, 19, 480, 96, false, 1],
+      [1, 9, 480, 160, true, 2],
+      [3, 11, 96, 96, true, 1],
+      [9, 17, 672, 32, false, 3],
+      [1, 23, 800, 160, false, 4],
+      [5, 6, 288, 96, true, 2],
+    ] as [number, number, number, number, boolean, number][]) {
+      const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+      const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric, perm: asymmetric });
+      const g = groupedTensors(addon, "cpu", gw, asymmetric);
+      const got = await gemm(x, g, undefined, splitK);
+      const ref = refGemm(roundBf16(stored(x)), dequantizeToInputOrder(gw), undefined, M, N, K);
+      expect(worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5), `M=${M} N=${N} K=${K} G=${G}`).toBeUndefined();
+      disposeAll(x);
+      dispose(g);
+    }
+  });
+
   it("rejects bad input with a clear Error", async () => {
     const rng = makeRng(3);
     const x = tensorOf(addon, "cpu", "f32", [2, 64], randomF32(rng, 128));
@@ -209,11 +233,16 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     await expect(addon.ops.gemm({ x, ...g, wZeros: g.wScales, y })).rejects.toThrow(/'wZeros' must be u8/);
     const badPerm = tensorOf(addon, "cpu", "i32", [64], new Int32Array(64).fill(64));
     await expect(addon.ops.gemm({ x, ...g, wPerm: badPerm, y })).rejects.toThrow(/perm\[0\] = 64 is outside/);
+    const bigZeros = addon.tensor("cpu", "u8", [6]);
+    bigZeros.write(Uint8Array.of(8, 8, 8, 16, 8, 8));
+    await expect(addon.ops.gemm({ x, ...g, wZeros: bigZeros, y })).rejects.toThrow(
+      /4-bit grouped w's zero points must be in \[0, 15\], got zeros\[3\] = 16/,
+    );
     await expect(addon.ops.gemm({ x, w: addon.tensor("cpu", "f32", [3, 64]), wScales: g.wScales, y })).rejects.toThrow(
       /'wScales', 'wZeros' and 'wPerm' are for a u8/,
     );
     expect(() => g.w.writeF32(new Float32Array(96))).toThrow(/dtype is u8; use write/);
-    disposeAll(x, y, badPerm);
+    disposeAll(x, y, badPerm, bigZeros);
     dispose(g);
   });
 });
