@@ -39,6 +39,8 @@ import { loadModel, type Model } from "../../ts/model/model.js";
 import { modelHash } from "../../ts/model/modelHash.js";
 import { loadProbe, PROBE_SUBDIR } from "../../ts/probe/probeFile.js";
 import { BestOfN } from "../../ts/programs/bestOfN.js";
+import { Mcts } from "../../ts/programs/mcts.js";
+import { Rebase } from "../../ts/programs/rebase.js";
 import { Duchess } from "../../ts/programs/duchess.js";
 import type { Program } from "../../ts/programs/program.js";
 import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
@@ -53,6 +55,7 @@ import { machine, pool } from "./benchModel.js";
 import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { formatSpread, median, percentileNearestRank } from "./stats.js";
 import { PRESETS, scaleModel } from "../make-fixture.js";
+import { replay, summarizeReplays, type OracleSummary, type Replay } from "./ttsOracle.js";
 
 const { values } = parseArgs({
   options: {
@@ -73,6 +76,10 @@ const { values } = parseArgs({
     out: { type: "string", default: "bench" },
     compare: { type: "string", default: "0" },
     methods: { type: "string" },
+    split: { type: "string", default: "test" },
+    seeds: { type: "string", default: "1" },
+    caps: { type: "string", default: "4,8,16" },
+    set: { type: "string" },
     preemption: { type: "string", default: "recompute" },
     scale: { type: "string" },
     "prm-scale": { type: "string" },
@@ -380,9 +387,41 @@ function table(
   return lines;
 }
 
-/** Accuracy vs generated tokens at matched budgets: beam + PRM, best-of-N + PRM, SC, DUCHESS on the same questions. */
+/** `--set key=value,...`: settings for the search programs (beam, dvts, best-of-N, Rebase, MCTS), each taking the
+ * keys it knows (numbers and true / false parsed; anything else a string): what a tuning sweep varies. */
+function parseSettings(raw: string | undefined): Record<string, string | number | boolean> {
+  const out: Record<string, string | number | boolean> = {};
+  for (const kv of (raw ?? "").split(",").filter((x) => x.trim() !== "")) {
+    const [k, v] = kv.split("=").map((x) => x.trim());
+    if (!k || v === undefined) throw new Error(`--set ${raw}: expected key=value pairs separated by commas`);
+    out[k] = v === "true" ? true : v === "false" ? false : Number.isFinite(Number(v)) ? Number(v) : v;
+  }
+  return out;
+}
+
+/** One method at one cap over the questions with one sampling seed. */
+interface CompareRun {
+  accuracy: number;
+  tokens: number;
+  rewardTokens: number;
+  seconds: number;
+  oracle: OracleSummary | null;
+}
+
+/**
+ * Accuracy vs generated tokens at matched budgets: beam / DVTS / best-of-N / Rebase / MCTS + PRM (and beam + the
+ * task's step checker, the exact verifier) against SC and DUCHESS on the same questions, --seeds sampling seeds
+ * (mean and min–max), with the oracle replay of every search (ttsOracle.ts): the accuracy of a perfect picker and of
+ * a plain majority among the solutions it finished, and where right paths were lost.
+ */
 async function compare(q: number): Promise<void> {
-  const qs = arithTask.problems({ split: "test", n: q, seed: Number(values.seed) + 1 });
+  const split = values.split as "test" | "validation";
+  if (split !== "test" && split !== "validation") throw new Error(`--split ${split}: expected test or validation`);
+  const seeds = Number(values.seeds);
+  if (!Number.isInteger(seeds) || seeds < 1) throw new Error(`--seeds ${values.seeds}: expected an integer >= 1`);
+  const caps = list(values.caps!);
+  const settings = parseSettings(values.set);
+  const qs = arithTask.problems({ split, n: q, seed: Number(values.seed) + 1 });
   const gen = await loadModel(genDir, { device, ...quantize.load });
   const prm = await loadModel(prmDir, { device, ...quantize.load });
   const probe = await loadProbe(join(genDir, PROBE_SUBDIR), {
@@ -397,93 +436,129 @@ async function compare(q: number): Promise<void> {
     ],
   });
   const reward = prmReward(prmConfig!, "prm");
-  const common = { model: "gen", maxTokens, temperature: 1, task: arithTask };
+  // The search programs at their own defaults (what `deliberate run --program ...` gives), --set on top.
+  const search = { model: "gen", maxTokens, task: arithTask, ...settings };
+  const voting = { model: "gen", maxTokens, task: arithTask, temperature: 0.8 };
   type Make = (prompt: number[], question: string, seed: number) => Program;
+  const at = (name: string, make: (cap: number) => Make, cs = caps) =>
+    cs.map((cap) => ({ name, cap, make: make(cap) }));
+  const checker = arithTask.stepVerifier!;
   const methods: Array<{ name: string; cap: number; make: Make }> = [
-    ...[4, 8, 16].map((n) => ({
-      name: "beam + PRM",
-      cap: n,
-      make: ((prompt, question, seed) =>
-        new BeamSearch({ ...common, prompt, question, reward, n, beamWidth: Math.min(4, n), seed })) as Make,
-    })),
-    ...[4, 8, 16].map((n) => ({
-      name: "beam + step checker",
-      cap: n,
-      make: ((prompt, question, seed) =>
-        new BeamSearch({
-          ...common,
-          prompt,
-          question,
-          reward: arithTask.stepVerifier,
-          n,
-          beamWidth: Math.min(4, n),
-          seed,
-        })) as Make,
-    })),
-    ...[4, 8, 16].map((n) => ({
-      name: "best-of-N + PRM",
-      cap: n,
-      make: ((prompt, question, seed) => new BestOfN({ ...common, prompt, question, reward, n, seed })) as Make,
-    })),
-    ...[4, 8, 16].map((c) => ({
-      name: "SC",
-      cap: c,
-      make: ((prompt, _q, seed) =>
-        new SelfConsistency({
-          ...common,
-          temperature: 0.8,
-          prompt,
-          maxBranches: c,
-          branchesPerRound: c,
-          seed,
-        })) as Make,
-    })),
-    ...[4, 8, 12].map((c) => ({
-      name: "DUCHESS",
-      cap: c,
-      make: ((prompt, _q, seed) =>
-        new Duchess({ ...common, temperature: 0.8, prompt, probe, branches: c, seed })) as Make,
-    })),
+    ...at(
+      "beam + PRM",
+      (n) => (prompt, question, seed) => new BeamSearch({ ...search, prompt, question, reward, n, seed }),
+    ),
+    ...at(
+      "beam + step checker",
+      (n) => (prompt, question, seed) => new BeamSearch({ ...search, prompt, question, reward: checker, n, seed }),
+    ),
+    ...at(
+      "DVTS + PRM",
+      (n) => (prompt, question, seed) =>
+        new BeamSearch({ ...search, variant: "dvts", prompt, question, reward, n, seed }),
+    ),
+    ...at(
+      "best-of-N + PRM",
+      (n) => (prompt, question, seed) => new BestOfN({ ...search, prompt, question, reward, n, seed }),
+    ),
+    ...at(
+      "Rebase + PRM",
+      (n) => (prompt, question, seed) => new Rebase({ ...search, prompt, question, reward, width: n, seed }),
+    ),
+    ...at(
+      "MCTS + PRM",
+      (n) => (prompt, question, seed) => new Mcts({ ...search, prompt, question, reward, maxSimulations: n, seed }),
+    ),
+    ...at(
+      "SC",
+      (c) => (prompt, _q, seed) =>
+        new SelfConsistency({ ...voting, prompt, maxBranches: c, branchesPerRound: c, seed }),
+    ),
+    ...at(
+      "DUCHESS",
+      (c) => (prompt, _q, seed) => new Duchess({ ...voting, prompt, probe, branches: c, seed }),
+      caps.map((c) => Math.min(c, 12)),
+    ),
   ];
-  const rows: Array<{
-    name: string;
-    cap: number;
-    accuracy: number;
-    tokens: number;
-    rewardTokens: number;
-    seconds: number;
-  }> = [];
-  const only = values.methods?.split(",");
+  const only = values.methods?.split(",").map((x) => x.trim());
+  for (const o of only ?? [])
+    if (!methods.some((m) => m.name === o))
+      throw new Error(`--methods: unknown "${o}"; expected ${[...new Set(methods.map((m) => m.name))].join(", ")}`);
+  const runs = new Map<string, CompareRun[]>();
+  const loadAtStart = loadavg()[0];
   try {
-    for (const m of methods.filter((x) => only === undefined || only.includes(x.name))) {
-      const t0 = Date.now();
-      let right = 0;
-      let tokens = 0;
-      let rewardTokens = 0;
-      await pool(qs, 4, async (p, i) => {
-        const prog = m.make(gen.tokenizer.encodeChat(p.messages), p.messages[0].content, 7000 + i);
-        const r = await new ProgramRuntime(engine).run(prog, { policy: { kind: "baseline-even" } });
-        right += arithTask.equivalent(r.answer, p.answer) ? 1 : 0;
-        tokens += r.tokensUsed - (r.tokensByPurpose.reward ?? 0);
-        rewardTokens += r.tokensByPurpose.reward ?? 0;
-      });
-      rows.push({
-        name: m.name,
-        cap: m.cap,
-        accuracy: right / qs.length,
-        tokens: tokens / qs.length,
-        rewardTokens: rewardTokens / qs.length,
-        seconds: (Date.now() - t0) / 1000,
-      });
-      log(
-        `compare ${m.name} ${m.cap}: ${((100 * right) / qs.length).toFixed(1)}%, ${(tokens / qs.length).toFixed(0)} tokens (${((Date.now() - t0) / 1000).toFixed(0)} s)`,
-      );
+    for (let s = 0; s < seeds; s++) {
+      for (const m of methods.filter((x) => only === undefined || only.includes(x.name))) {
+        const t0 = Date.now();
+        let right = 0;
+        let tokens = 0;
+        let rewardTokens = 0;
+        const replays: Replay[] = [];
+        await pool(qs, 4, async (p, i) => {
+          const question = p.messages[0].content;
+          // Seed 0 keeps the sampling seeds of the runs before --seeds (7000 + question index).
+          const prog = m.make(gen.tokenizer.encodeChat(p.messages), question, 7000 + i + 100_003 * s);
+          const r = await new ProgramRuntime(engine).run(prog, { policy: { kind: "baseline-even" } });
+          const ok = arithTask.equivalent(r.answer, p.answer);
+          right += ok ? 1 : 0;
+          tokens += r.tokensUsed - (r.tokensByPurpose.reward ?? 0);
+          rewardTokens += r.tokensByPurpose.reward ?? 0;
+          const rp = replay(prog, ok, question, p.answer, (a, b) => arithTask.equivalent(a, b));
+          if (rp !== null) replays.push(rp);
+        });
+        const key = `${m.name}|${m.cap}`;
+        const run: CompareRun = {
+          accuracy: right / qs.length,
+          tokens: tokens / qs.length,
+          rewardTokens: rewardTokens / qs.length,
+          seconds: (Date.now() - t0) / 1000,
+          oracle: replays.length === 0 ? null : summarizeReplays(replays),
+        };
+        runs.set(key, [...(runs.get(key) ?? []), run]);
+        const o = run.oracle;
+        log(
+          `compare seed ${s} ${m.name} ${m.cap}: ${(100 * run.accuracy).toFixed(1)}%, ${run.tokens.toFixed(0)} tokens` +
+            (o ? `, oracle ${(100 * o.oracle).toFixed(1)}%, majority ${(100 * o.majority).toFixed(1)}%` : "") +
+            ` (${run.seconds.toFixed(0)} s, load ${loadavg()[0].toFixed(2)})`,
+        );
+      }
     }
   } finally {
     await engine.dispose();
     gen.dispose();
     prm.dispose();
   }
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const rows = [...runs.entries()].map(([key, rs]) => {
+    const [name, cap] = key.split("|");
+    const acc = rs.map((r) => r.accuracy);
+    const os = rs.map((r) => r.oracle).filter((o): o is OracleSummary => o !== null);
+    const om = (f: (o: OracleSummary) => number) => (os.length === 0 ? null : mean(os.map(f)));
+    const lostAt: Record<number, number> = {};
+    for (const o of os) for (const [d, c] of Object.entries(o.lostAt)) lostAt[+d] = (lostAt[+d] ?? 0) + c / os.length;
+    return {
+      name,
+      cap: Number(cap),
+      accuracy: mean(acc),
+      accuracyMin: Math.min(...acc),
+      accuracyMax: Math.max(...acc),
+      accuracyBySeed: acc,
+      tokens: mean(rs.map((r) => r.tokens)),
+      rewardTokens: mean(rs.map((r) => r.rewardTokens)),
+      seconds: rs.reduce((a, r) => a + r.seconds, 0),
+      oracle: om((o) => o.oracle),
+      majority: om((o) => o.majority),
+      outcomes:
+        os.length === 0
+          ? null
+          : Object.fromEntries(
+              (["right", "pick", "pruned", "cut", "none"] as const).map((k) => [k, mean(os.map((o) => o.outcomes[k]))]),
+            ),
+      lostAt,
+      finished: om((o) => o.finished),
+      distinct: om((o) => o.distinct),
+    };
+  });
   const names = [...new Set(rows.map((r) => r.name))];
   const svg = lineChart(
     names.map((name) => ({
@@ -491,27 +566,58 @@ async function compare(q: number): Promise<void> {
       points: rows.filter((r) => r.name === name).map((r) => [r.tokens, 100 * r.accuracy] as const),
     })),
     {
-      title: `Accuracy vs generated tokens (${qs.length} test questions)`,
+      title: `Accuracy vs generated tokens (${qs.length} ${split} questions${seeds > 1 ? `, mean of ${seeds} seeds` : ""})`,
       xLabel: "generated tokens per question (generator)",
       yLabel: "accuracy %",
       logX: true,
     },
   );
+  const p1 = (v: number | null) => (v === null ? "–" : (100 * v).toFixed(1) + "%");
+  const p0 = (v: number | undefined) => (v === undefined ? "–" : (100 * v).toFixed(0) + "%");
+  const accCell = (r: (typeof rows)[number]) =>
+    seeds > 1 ? `${p1(r.accuracy)} (${p1(r.accuracyMin)}–${p1(r.accuracyMax)})` : p1(r.accuracy);
+  const lostCell = (l: Record<number, number>) =>
+    Object.entries(l)
+      .sort((a, b) => +a[0] - +b[0])
+      .map(([d, c]) => `${d}:${(seeds > 1 ? c : Math.round(c)).toFixed(seeds > 1 ? 1 : 0)}`)
+      .join(" ") || "–";
+  const setNote = Object.keys(settings).length === 0 ? "" : ` Settings for the searches (--set): ${values.set}.`;
   const md = [
-    `# bench:tts --compare — beam search + PRM against SC and DUCHESS at equal tokens`,
+    `# bench:tts --compare — verifier-guided search against SC and DUCHESS at equal tokens`,
     "",
-    `${new Date().toISOString().slice(0, 10)}, ${machine()}, device ${device}. Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ` +
-      `${qs.length} test-split questions (4 at a time), the same questions and seeds for every method; beam / best-of-N sample at T = 1 and are ` +
-      `scored by the bundled tiny PRM (its 1-token passes are in "PRM tokens", not in "tokens"); SC and DUCHESS at T = 0.8; max ${maxTokens} tokens a solution.`,
+    `${new Date().toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadAtStart.toFixed(2)} at start. ` +
+      `Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ` +
+      `${qs.length} ${split}-split questions (4 at a time), the same questions and seeds for every method, ${seeds} sampling seed${seeds > 1 ? "s (accuracy: mean, min–max)" : ""}; ` +
+      `the searches at their programs' defaults${setNote}, steps scored by the PRM ${prmDir === bundledPrmDir ? "bundled (models/tiny-prm)" : prmDir} ` +
+      `(its 1-token passes are in "PRM tokens", not in "tokens") or by the task's exact step checker; SC and DUCHESS at T = 0.8; max ${maxTokens} tokens a solution.`,
     "",
     "| method | N / branches | accuracy | tokens / question | PRM tokens / question | wall s |",
     "|---|---|---|---|---|---|",
     ...rows.map(
       (r) =>
-        `| ${r.name} | ${r.cap} | ${(100 * r.accuracy).toFixed(1)}% | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} |`,
+        `| ${r.name} | ${r.cap} | ${accCell(r)} | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} |`,
     ),
     "",
     "![accuracy vs tokens](tts-compare.svg)",
+    "",
+    "## Oracle replay",
+    "",
+    "Among the solutions each search finished: *oracle* = some finished solution is right (what a perfect picker gets), " +
+      "*majority* = the plain majority of their answers is right, *pick* = the program's own answer. Where the pick is " +
+      "wrong: *aggregation* = a right solution was finished but not picked; *pruned* = right prefixes were generated " +
+      "and the last one was pruned (steps: how many questions lost it at each step); *cut* = a right prefix hit the " +
+      "depth / token cap; *none* = no right prefix survived its own children (or, for best-of-N / SC / MCTS, no right " +
+      "solution). A prefix is right when every line is on track (scripts/bench/ttsOracle.ts: right arithmetic on a value " +
+      "the question's solution computes). Distinct = distinct finished texts / finished solutions.",
+    "",
+    "| method | N | pick | oracle | majority | aggregation | pruned | cut | none | pruned at step | distinct / finished |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+    ...rows
+      .filter((r) => r.outcomes !== null)
+      .map(
+        (r) =>
+          `| ${r.name} | ${r.cap} | ${p1(r.accuracy)} | ${p1(r.oracle)} | ${p1(r.majority)} | ${p0(r.outcomes?.pick)} | ${p0(r.outcomes?.pruned)} | ${p0(r.outcomes?.cut)} | ${p0(r.outcomes?.none)} | ${lostCell(r.lostAt)} | ${r.distinct!.toFixed(1)} / ${r.finished!.toFixed(1)} |`,
+      ),
     "",
   ].join("\n");
   mkdirSync(values.out!, { recursive: true });
@@ -520,7 +626,18 @@ async function compare(q: number): Promise<void> {
   writeFileSync(
     join(values.out!, "tts-compare.json"),
     JSON.stringify(
-      { date: new Date().toISOString(), machine: machine(), argv: process.argv.slice(2), questions: qs.length, rows },
+      {
+        date: new Date().toISOString(),
+        machine: machine(),
+        loadAtStart,
+        argv: process.argv.slice(2),
+        split,
+        questions: qs.length,
+        seeds,
+        prm: prmDir,
+        settings,
+        rows,
+      },
       null,
       2,
     ) + "\n",

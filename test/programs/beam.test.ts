@@ -51,14 +51,15 @@ async function search(
   }
 }
 
-/** The same beam search written plainly: every continuation a new request with the whole path as its prompt. */
+/** The same beam search written plainly: every continuation a new request with the whole path as its prompt; the
+ * best copy of each distinct path kept, the kept paths sharing the iteration's slots × M continuations. */
 async function referenceBeam(
   q: string,
   n: number,
   m: number,
   seed: number,
   maxTokens: number,
-  maxDepth = 16,
+  maxDepth = 64,
   stepMax = 48,
 ): Promise<{ answer: string | null; solutions: string[] }> {
   type Cand = {
@@ -101,17 +102,21 @@ async function referenceBeam(
     const finished: Cand[] = [];
     for (let depth = 0; ; depth++) {
       finished.push(...cands.filter((c) => c.terminal));
+      const seen = new Set<string>();
       const open = cands
         .filter((c) => !c.terminal)
         .map((c, i) => ({ c, i }))
         .sort((a, b) => b.c.score - a.c.score || a.i - b.i)
-        .map((x) => x.c);
-      let kept = open.slice(0, Math.min(n / m, Math.ceil((n - finished.length) / m)));
+        .map((x) => x.c)
+        .filter((c) => !seen.has(c.steps.join("\n")) && (seen.add(c.steps.join("\n")), true));
+      const slots = Math.min(n / m, Math.ceil((n - finished.length) / m));
+      let kept = open.slice(0, slots);
       if (finished.length >= n || depth + 1 >= maxDepth) kept = [];
       if (kept.length === 0) break;
       const next: Cand[] = [];
-      for (const p of kept) {
-        for (let k = 0; k < m; k++) {
+      for (const [i, p] of kept.entries()) {
+        const width = Math.floor((slots * m) / kept.length) + (i < (slots * m) % kept.length ? 1 : 0);
+        for (let k = 0; k < width; k++) {
           const s = mixSeed(p.seed, k);
           const out = await engine.submit({
             prompt: p.ids,
@@ -216,6 +221,29 @@ describe("beam search", () => {
       small.dispose();
     }
   }, 240_000);
+
+  it("keeps each distinct path once and still samples slots × M steps an iteration (dedupe)", async () => {
+    // The tiny reasoner at T = 1 writes the same step again and again: without dedupe the N/M kept paths are mostly
+    // copies of one path, and the N finished solutions one solution (bench/tts-compare.md's oracle replay).
+    const on = await search(base(QUESTION, OFF));
+    const off = await search(base(QUESTION, { ...OFF, dedupe: false }));
+    const keptKeys = (p: BeamSearch) => {
+      const parents = new Set(p.nodes.map((x) => x.parent?.id));
+      const byDepth = new Map<number, string[]>();
+      for (const x of p.nodes)
+        if (x.depth > 0 && parents.has(x.id)) byDepth.set(x.depth, [...(byDepth.get(x.depth) ?? []), x.key]);
+      return [...byDepth.values()];
+    };
+    for (const keys of keptKeys(on.program)) expect(new Set(keys).size).toBe(keys.length);
+    expect(keptKeys(off.program).some((keys) => new Set(keys).size < keys.length)).toBe(true);
+    // Every iteration after the first samples what the kept slots would: N = 8 while no solution has finished.
+    const children = new Map<number, number>();
+    for (const x of on.program.nodes) if (x.parent) children.set(x.parent.id, (children.get(x.parent.id) ?? 0) + 1);
+    const firstKept = on.program.nodes.filter((x) => x.depth === 1 && children.has(x.id));
+    expect(firstKept.reduce((a, x) => a + children.get(x.id)!, 0)).toBe(8);
+    const distinctFinished = (p: BeamSearch) => new Set(p.finished.map((f) => f.key)).size;
+    expect(distinctFinished(on.program)).toBeGreaterThanOrEqual(distinctFinished(off.program));
+  }, 120_000);
 
   it("dvts keeps one path per subtree", async () => {
     const r = await search(base(QUESTION, { ...ON, variant: "dvts" }));

@@ -77,10 +77,17 @@ export interface BeamSearchOptions extends FlashTtsSwitches {
   n?: number;
   /** M: continuations per kept path (default 4; N must be a multiple of M). */
   beamWidth?: number;
+  /**
+   * Candidates that are the same path (the same steps from the root) are one beam (default true): the best copy is
+   * kept once, and the kept beams share the iteration's N continuations (search-and-learn's filter_duplicates with
+   * its refill to N). Off: N/M copies of one path may be kept, and the N solutions are often one solution.
+   */
+  dedupe?: boolean;
   aggregate?: ScoreAggregate;
   /** Most tokens per step (default 48). */
   stepMaxTokens?: number;
-  /** Most iterations (steps per solution) (default 16). */
+  /** Most iterations (steps per solution) (default 64: the token cap binds first; at 16 a thought of the hardest
+   * questions, steps then check lines, was cut before its answer and the search had none). */
   maxDepth?: number;
   /** Most tokens a solution may generate (default 256). */
   maxTokens?: number;
@@ -114,6 +121,10 @@ export interface BeamNode {
   k: number;
   /** Position among its iteration's candidates (frontier order, then k): breaks score ties reproducibly. */
   rank: number;
+  /** The path's text (its steps from the root, one a line): equal keys are the same path. */
+  key: string;
+  /** Continuations this node gets once kept (the root: N; a kept path: M, or its share of N after dedupe). */
+  width: number;
   /** A finished solution: milliseconds from the search's start until it was finished (precise goodput). */
   finishedMs: number;
 }
@@ -147,6 +158,12 @@ export interface BeamStats {
   /** Milliseconds in generation (until the iteration's last step) and in verification. */
   generationMs: number;
   verificationMs: number;
+}
+
+/** The first of each path in `ranked` (equal keys: the same steps from the root). */
+function distinct(ranked: readonly BeamNode[]): BeamNode[] {
+  const seen = new Set<string>();
+  return ranked.filter((c) => !seen.has(c.key) && (seen.add(c.key), true));
 }
 
 /** A continuation seed: a 32-bit hash of the node's seed and the continuation index. */
@@ -239,7 +256,7 @@ export class BeamSearch implements Program {
       speculativeRows: Math.min(rows, this.n),
     };
     this.stepMax = o.stepMaxTokens ?? 48;
-    this.maxDepth = o.maxDepth ?? 16;
+    this.maxDepth = o.maxDepth ?? 64;
     this.maxTokens = o.maxTokens ?? 256;
     this.shuffleState = (o.seed ?? 0) >>> 0;
     this.root = this.newNode(null, null, 0, o.seed ?? 0, [], "", 0);
@@ -296,7 +313,7 @@ export class BeamSearch implements Program {
   // ---- generation ----
 
   private continuationsOf(node: BeamNode): number {
-    return node === this.root ? this.n : this.m;
+    return node.width;
   }
 
   private stepParams(node: BeamNode) {
@@ -516,14 +533,29 @@ export class BeamSearch implements Program {
     }
     const byScore = (a: BeamNode, b: BeamNode) => b.score - a.score || a.rank - b.rank;
     let kept: BeamNode[];
+    const dedupe = this.o.dedupe ?? true;
     if (this.variant === "beam") {
-      kept = open
-        .sort(byScore)
-        .slice(0, Math.max(0, Math.min(this.n / this.m, Math.ceil((this.n - this.finished.length) / this.m))));
+      const slots = Math.max(0, Math.min(this.n / this.m, Math.ceil((this.n - this.finished.length) / this.m)));
+      const ranked = open.sort(byScore);
+      kept = (dedupe ? distinct(ranked) : ranked).slice(0, slots);
+      // Fewer distinct paths than slots: the kept ones share the slots' continuations (the iteration still samples
+      // slots × M steps), the better-ranked first.
+      const total = slots * this.m;
+      kept.forEach((k, i) => (k.width = Math.floor(total / kept.length) + (i < total % kept.length ? 1 : 0)));
     } else {
       const groups = new Map<number, BeamNode[]>();
       for (const c of open) groups.set(c.group, [...(groups.get(c.group) ?? []), c]);
-      kept = [...groups.values()].map((g) => g.sort(byScore)[0]);
+      // Each subtree keeps its best path; with dedupe, its best path no earlier subtree kept (a subtree whose
+      // candidates are all taken keeps its best anyway: subtrees are independent, and its budget is its own).
+      const taken = new Set<string>();
+      kept = [...groups.entries()]
+        .sort((a, b) => a[0] - b[0])
+        .map(([, g]) => {
+          const ranked = g.sort(byScore);
+          const pick = (dedupe ? ranked.find((c) => !taken.has(c.key)) : undefined) ?? ranked[0];
+          taken.add(pick.key);
+          return pick;
+        });
     }
     if (this.finished.length >= this.n || this.knob.used + 1 >= this.maxDepth) kept = [];
     const keptIds = new Set(kept.map((k) => k.id));
@@ -601,6 +633,8 @@ export class BeamSearch implements Program {
       group,
       k: 0,
       rank: 0,
+      key: parent === null ? "" : parent.key + "\n" + step,
+      width: parent === null ? this.n : this.m,
       finishedMs: 0,
     };
     this.nodes.push(n);

@@ -82,9 +82,10 @@ export class Rebase implements Program {
     this.rewardThreshold = checkThreshold("rebase.rewardThreshold", o.rewardThreshold ?? 0.99);
     this.entropyThreshold = checkThreshold("rebase.entropyThreshold", o.entropyThreshold ?? 0.85);
     this.tree = new StepTree(o);
-    const depth = o.maxDepth ?? 16;
+    const depth = o.maxDepth ?? 64;
     this.knob = { used: 0, max: depth };
-    this.tokenBudget = this.tree.budgetFor(this.width * depth);
+    // Each of the width solutions generates at most its token cap, whatever its depth.
+    this.tokenBudget = Math.min(this.tree.budgetFor(this.width * depth), this.width * this.tree.maxTokens);
   }
 
   /** Deterministic runs: a round expands the whole frontier and takes the children in frontier order (seeds are

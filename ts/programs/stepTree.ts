@@ -44,7 +44,8 @@ export interface StepTreeOptions {
   reward?: RewardSource;
   /** Most tokens per step (default 48). */
   stepMaxTokens?: number;
-  /** Deepest path: a node at this depth is terminal (default 16). */
+  /** Deepest path: a node at this depth is terminal (default 64: the token cap binds first; at 16 a thought of the
+   * hardest arithmetic questions, steps then check lines, was cut before its answer). */
   maxDepth?: number;
   /** Most tokens one solution (root to end) may generate (default 256; keep it within the model's context). */
   maxTokens?: number;
@@ -68,7 +69,7 @@ export class StepTree {
 
   constructor(private readonly o: StepTreeOptions) {
     this.stepMaxTokens = o.stepMaxTokens ?? 48;
-    this.maxDepth = o.maxDepth ?? 16;
+    this.maxDepth = o.maxDepth ?? 64;
     this.maxTokens = o.maxTokens ?? 256;
     if (!Number.isInteger(this.maxTokens) || this.maxTokens < 1)
       throw new InvalidOptionError(`maxTokens must be an integer ≥ 1, got ${this.maxTokens}`, { field: "maxTokens" });
