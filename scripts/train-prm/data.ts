@@ -2,7 +2,7 @@
 // branches beam search would explore: correct and wrong ones), each line a step, labelled by the arithmetic
 // task's own step checker (good = its arithmetic is right, arithStepScore >= 0.5), laid out Math-Shepherd style
 // (ts/programs/rewards.ts taggedSteps) and written as a TRD2 set: the loss is on the tag positions only, towards
-// the good or bad token.
+// the good or bad token. Monte-Carlo labels (mcLabels.ts) fill `soft` too, and a TRD3 set trains towards it.
 import { writeFileSync } from "node:fs";
 import { cleanStep, taggedSteps } from "../../ts/programs/rewards.js";
 import type { TaggedStepsPrm as PrmConfig } from "../../ts/model/prmConfig.js";
@@ -14,6 +14,11 @@ export interface LabelledSolution {
   steps: string[];
   /** Per step: true = good. */
   labels: boolean[];
+  /**
+   * Per step, Monte-Carlo labels only: the fraction of rollouts from the step's prefix that reach the right answer
+   * (the last step: 1 or 0, its own answer's correctness). labels[i] is then soft[i] > 0.
+   */
+  soft?: number[];
 }
 
 /** A sampled completion's steps: its lines, `<think>` markers and the end of turn dropped, empty lines skipped. */
@@ -50,7 +55,22 @@ function nearMiss(x: number, r: () => number): number {
  * solution puts the same step right and wrong side by side. null when no step has a result to corrupt.
  */
 export function corruptSolution(s: LabelledSolution, r: () => number): LabelledSolution | null {
-  const at = s.steps
+  const c = corruptStep(s.steps, r);
+  if (c === null) return null;
+  const steps = [...s.steps.slice(0, c.at), c.wrong, ...s.steps.slice(c.at + 1)];
+  return {
+    question: s.question,
+    steps,
+    labels: steps.map((x, j) => arithStepScore({ question: s.question, previous: steps.slice(0, j), step: x }) >= 0.5),
+  };
+}
+
+/**
+ * corruptSolution's choice, unlabelled: which step (`at`) gets a near-miss result and its new text (`wrong`). The
+ * random draws are corruptSolution's, in its order, so the checker-label recipe's data is unchanged.
+ */
+export function corruptStep(steps: readonly string[], r: () => number): { at: number; wrong: string } | null {
+  const at = steps
     .map((step, i) => ({ step, i }))
     .filter(({ step }) => /=\s*-?\d+\s*$/.test(step) || /\\boxed\{-?\d+\}/.test(step));
   if (at.length === 0) return null;
@@ -59,12 +79,7 @@ export function corruptSolution(s: LabelledSolution, r: () => number): LabelledS
   const wrong = /\\boxed\{/.test(step)
     ? step.replace(/(\\boxed\{)(-?\d+)(\})/, swap)
     : step.replace(/(=\s*)(-?\d+)(\s*)$/, swap);
-  const steps = [...s.steps.slice(0, i), wrong, ...s.steps.slice(i + 1)];
-  return {
-    question: s.question,
-    steps,
-    labels: steps.map((x, j) => arithStepScore({ question: s.question, previous: steps.slice(0, j), step: x }) >= 0.5),
-  };
+  return { at: i, wrong };
 }
 
 /** The PRM's text for a whole solution: every step followed by its tag (what scoring the last step sees). */
@@ -86,20 +101,25 @@ export interface WrittenSet {
   maxLength: number;
 }
 
-/** Writes `solutions` as TRD2: loss only at each step tag, towards the good or the bad token. */
+/**
+ * Writes `solutions` with the loss only at each step tag. "hard" (TRD2): towards the good or the bad token.
+ * "soft" (TRD3, Monte-Carlo labels): cross-entropy against the distribution {good: soft[i], bad: 1 - soft[i]}; each
+ * tag's entry carries both tokens and the bad token's mass in 1/65535ths (the trainer's data.h).
+ */
 export function writePrmSet(
   tok: ChatTokenizer,
   prm: PrmConfig,
   solutions: readonly LabelledSolution[],
   maxPos: number,
   path: string,
+  target: "hard" | "soft" = "hard",
 ): WrittenSet {
   const tag = tok.tokenId(prm.stepTag);
   const good = tok.tokenId(prm.goodTokens[0]);
   const bad = tok.tokenId(prm.badTokens[0]);
   const chunks: Buffer[] = [];
   const header = Buffer.alloc(8);
-  header.write("TRD2", 0, "ascii");
+  header.write(target === "soft" ? "TRD3" : "TRD2", 0, "ascii");
   chunks.push(header);
   let steps = 0,
     goodSteps = 0,
@@ -115,7 +135,11 @@ export function writePrmSet(
       throw new Error(
         `step tag ${JSON.stringify(prm.stepTag)} appears inside a step of "${s.question}"; pick a tag the steps never contain`,
       );
-    const rec = Buffer.alloc(4 + 2 * ids.length + 2 + 4 * tagAt.length);
+    const soft = target === "soft" ? s.soft : undefined;
+    if (target === "soft" && (soft === undefined || soft.length !== s.steps.length))
+      throw new Error(`soft targets need every step's Monte-Carlo label; "${s.question}" has none`);
+    const entry = soft ? 8 : 4;
+    const rec = Buffer.alloc(4 + 2 * ids.length + 2 + entry * tagAt.length);
     rec.writeUInt16LE(ids.length, 0);
     rec.writeUInt16LE(ids.length, 2); // no contiguous loss
     ids.forEach((id, i) => rec.writeUInt16LE(id, 4 + 2 * i));
@@ -124,8 +148,12 @@ export function writePrmSet(
     o += 2;
     tagAt.forEach((pos, k) => {
       rec.writeUInt16LE(pos, o);
-      rec.writeUInt16LE(s.labels[k] ? good : bad, o + 2);
-      o += 4;
+      if (soft) {
+        rec.writeUInt16LE(good, o + 2);
+        rec.writeUInt16LE(bad, o + 4);
+        rec.writeUInt16LE(Math.round((1 - soft[k]) * 65535), o + 6);
+      } else rec.writeUInt16LE(s.labels[k] ? good : bad, o + 2);
+      o += entry;
     });
     chunks.push(rec);
     sequences++;

@@ -1,10 +1,14 @@
 // One command to reproduce models/tiny-prm on a CPU:
-//   npx tsx scripts/train-prm/train.ts [--out DIR] [--generator DIR] [--train-problems N] [--samples K]
-//                                      [--temperature T] [--steps N] [--lr X] [--seed S] [--threads N]
+//   npx tsx scripts/train-prm/train.ts [--labels mc-soft|mc-hard|checker] [--out DIR] [--generator DIR]
+//        [--train-problems N] [--validation-problems N] [--samples K] [--rollouts K] [--temperature T] [--steps N]
+//        [--lr X] [--seed S] [--threads N]
 // Samples solutions from the generator (the tiny reasoner) on the train / validation splits with the trainer's own
-// forward, labels every step with the arithmetic task's step checker, and fine-tunes a copy of the generator into a
-// process reward model (Math-Shepherd style: after each step and the step tag it predicts "+" or "-"), loss on the
-// tags only. Writes the HF files, prm.json, model.safetensors, training-curve.csv/svg and recipe.json.
+// forward, labels every step, and fine-tunes a copy of the generator into a process reward model (Math-Shepherd
+// style: after each step and the step tag it predicts "+" or "-"), loss on the tags only. Labels: "mc-soft" /
+// "mc-hard" roll the generator out from every step (mcLabels.ts; cached under .scratch/train-prm/) and train
+// towards the fraction of rollouts that reach the answer (soft) or "some did" (hard); "checker" is the previous
+// model's recipe, the arithmetic task's step checker (prmRecipe, unchanged). Writes the HF files, prm.json,
+// model.safetensors, training-curve.csv/svg and recipe.json.
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -16,6 +20,7 @@ import { curveSvg } from "../train-reasoner/plotCurve.js";
 import { generateWithTrainer, modelFlags, recipeOfConfig, runTrainer } from "../train-reasoner/trainerCli.js";
 import { Rng } from "../../ts/tasks/arith/rng.js";
 import { corruptSolution, labelSolution, writePrmSet, type LabelledSolution } from "./data.js";
+import { cachedLabels, fileDigest, mcLabelSolutions, sampleTraces } from "./mcLabels.js";
 
 export const TINY_PRM: PrmConfig = {
   format: "tagged-steps",
@@ -43,6 +48,24 @@ export const prmRecipe = {
   clip: 1,
   threads: 2,
 };
+
+/**
+ * Monte-Carlo labels (Math-Shepherd): fewer solutions than the checker recipe, since every step of each costs
+ * `rollouts` continuations (the whole recipe fits an hour of the 2-core box), so fewer optimiser steps too (about
+ * 5 epochs, where the checker recipe's 1500 steps were about 2). The rest is the checker recipe's.
+ */
+export const mcRecipe = {
+  ...prmRecipe,
+  labels: "mc-soft" as "mc-soft" | "mc-hard",
+  trainProblems: 600,
+  validationProblems: 60,
+  samples: 2,
+  rollouts: 8,
+  maxNew: 448,
+  steps: 400,
+};
+
+const labelCache = resolve(new URL(".", import.meta.url).pathname, "../../.scratch/train-prm");
 
 /** Samples `samples` solutions per problem and labels their steps; identical solutions of a problem kept once. */
 export async function sampleSolutions(
@@ -83,10 +106,13 @@ export async function sampleSolutions(
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
+      labels: { type: "string", default: "mc-soft" },
       out: { type: "string", default: "models/tiny-prm" },
       generator: { type: "string", default: "models/tiny-reasoner" },
       "train-problems": { type: "string" },
+      "validation-problems": { type: "string" },
       samples: { type: "string" },
+      rollouts: { type: "string" },
       temperature: { type: "string" },
       steps: { type: "string" },
       lr: { type: "string" },
@@ -95,20 +121,29 @@ async function main(): Promise<void> {
     },
   });
   const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
+  const labels = values.labels!;
+  if (labels !== "checker" && labels !== "mc-soft" && labels !== "mc-hard")
+    throw new Error(`--labels must be mc-soft, mc-hard or checker, not ${JSON.stringify(labels)}`);
+  const base = labels === "checker" ? prmRecipe : { ...mcRecipe, labels };
   const r = {
-    ...prmRecipe,
-    trainProblems: num(values["train-problems"], prmRecipe.trainProblems),
-    samples: num(values.samples, prmRecipe.samples),
-    temperature: num(values.temperature, prmRecipe.temperature),
-    steps: num(values.steps, prmRecipe.steps),
-    lr: num(values.lr, prmRecipe.lr),
-    seed: num(values.seed, prmRecipe.seed),
-    threads: num(values.threads, prmRecipe.threads),
+    ...base,
+    trainProblems: num(values["train-problems"], base.trainProblems),
+    validationProblems: num(values["validation-problems"], base.validationProblems),
+    samples: num(values.samples, base.samples),
+    temperature: num(values.temperature, base.temperature),
+    steps: num(values.steps, base.steps),
+    lr: num(values.lr, base.lr),
+    seed: num(values.seed, base.seed),
+    threads: num(values.threads, base.threads),
   };
+  // Monte-Carlo recipes: rollouts per step and the solutions' token budget (null: checker labels).
+  const mcr =
+    labels === "checker" ? null : { rollouts: num(values.rollouts, mcRecipe.rollouts), maxNew: mcRecipe.maxNew };
+  Object.assign(r, mcr ?? {}); // recorded in recipe.json
   const started = Date.now();
   const gen = resolve(values.generator!);
   const out = resolve(values.out!);
-  const work = join(buildDir, "prm-work");
+  const work = join(buildDir, `prm-work-${process.pid}`); // two recipes may train at once
   mkdirSync(work, { recursive: true });
   mkdirSync(out, { recursive: true });
   const bin = buildTrainer("release");
@@ -125,11 +160,35 @@ async function main(): Promise<void> {
     threads: r.threads,
     corrupt: r.corruptedCopies,
   };
-  const trainSolutions = await sampleSolutions(bin, gen, tok, "train", r.trainProblems, s);
-  const valSolutions = await sampleSolutions(bin, gen, tok, "validation", r.validationProblems, s);
+  let trainSolutions: LabelledSolution[], valSolutions: LabelledSolution[];
+  let labelSeconds: number | undefined;
+  let labelsCached = false;
+  if (mcr === null) {
+    trainSolutions = await sampleSolutions(bin, gen, tok, "train", r.trainProblems, s);
+    valSolutions = await sampleSolutions(bin, gen, tok, "validation", r.validationProblems, s);
+  } else {
+    // Monte-Carlo labels of one split, cached by everything that decides them.
+    const mc = async (split: string, n: number) => {
+      const o = { ...s, ...mcr };
+      const key = { generator: fileDigest(join(gen, "model.safetensors")), split, n, ...o };
+      return cachedLabels(labelCache, key, async () => {
+        const traces = await sampleTraces(bin, gen, tok, split, n, o);
+        console.log(`${split}: ${traces.length} solutions sampled; rolling out ${mcr.rollouts} per step ...`);
+        return mcLabelSolutions(bin, gen, tok, traces, o, new Rng(r.seed).fork(`prm-corrupt/${split}`), console.log);
+      });
+    };
+    const t = await mc("train", r.trainProblems);
+    const v = await mc("validation", r.validationProblems);
+    trainSolutions = t.solutions;
+    valSolutions = v.solutions;
+    labelSeconds = t.seconds + v.seconds;
+    labelsCached = t.cached || v.cached;
+    console.log(`labels: ${labelSeconds} s${labelsCached ? " (cached: " + t.path + ")" : ""}`);
+  }
   const sampleSeconds = Math.round((Date.now() - started) / 1000);
-  const train = writePrmSet(tok, TINY_PRM, trainSolutions, m.maxPos, join(work, "train.bin"));
-  const val = writePrmSet(tok, TINY_PRM, valSolutions, m.maxPos, join(work, "val.bin"));
+  const target = "labels" in r && r.labels === "mc-soft" ? "soft" : "hard";
+  const train = writePrmSet(tok, TINY_PRM, trainSolutions, m.maxPos, join(work, "train.bin"), target);
+  const val = writePrmSet(tok, TINY_PRM, valSolutions, m.maxPos, join(work, "val.bin"), target);
   const share = (w: typeof train) =>
     `${w.sequences} solutions, ${w.steps} steps (${((100 * (w.steps - w.goodSteps)) / w.steps).toFixed(1)}% bad), ${w.tokens} tokens (max ${w.maxLength})`;
   console.log(`train: ${share(train)}; validation: ${share(val)}; sampled in ${sampleSeconds} s`);
@@ -181,7 +240,8 @@ async function main(): Promise<void> {
     join(out, "training-curve.svg"),
     curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-prm: cross-entropy on the step tags"),
   );
-  const wallSeconds = Math.round((Date.now() - started) / 1000);
+  // With cached labels, the wall time the labels took when they were made counts too.
+  const wallSeconds = Math.round((Date.now() - started) / 1000) + (labelsCached ? (labelSeconds ?? 0) : 0);
   const data = {
     train: {
       solutions: train.sequences,
@@ -193,8 +253,11 @@ async function main(): Promise<void> {
   };
   writeFileSync(
     join(out, "recipe.json"),
-    JSON.stringify({ generator: "tiny-reasoner", prm: TINY_PRM, train: r, data, sampleSeconds, wallSeconds }, null, 2) +
-      "\n",
+    JSON.stringify(
+      { generator: "tiny-reasoner", prm: TINY_PRM, train: r, data, sampleSeconds, labelSeconds, wallSeconds },
+      null,
+      2,
+    ) + "\n",
   );
   console.log(`done in ${wallSeconds} s: ${out}`);
 }

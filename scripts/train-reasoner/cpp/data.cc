@@ -13,8 +13,11 @@ Dataset readDataset(const std::string& path) {
   size_t n;
   while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) buf.insert(buf.end(), chunk, chunk + n);
   std::fclose(f);
-  const bool v2 = buf.size() >= 8 && std::memcmp(buf.data(), "TRD2", 4) == 0;
-  if (buf.size() < 8 || (!v2 && std::memcmp(buf.data(), "TRD1", 4) != 0)) throw Error(path + " is not a TRD1 / TRD2 dataset");
+  const bool v3 = buf.size() >= 8 && std::memcmp(buf.data(), "TRD3", 4) == 0;
+  const bool v2 = v3 || (buf.size() >= 8 && std::memcmp(buf.data(), "TRD2", 4) == 0);
+  const size_t entry = v3 ? 8 : 4;
+  if (buf.size() < 8 || (!v2 && std::memcmp(buf.data(), "TRD1", 4) != 0))
+    throw Error(path + " is not a TRD1 / TRD2 / TRD3 dataset");
   uint32_t count;
   std::memcpy(&count, buf.data() + 4, 4);
   Dataset d;
@@ -38,16 +41,22 @@ Dataset readDataset(const std::string& path) {
     uint16_t nt;
     std::memcpy(&nt, buf.data() + p, 2);
     p += 2;
-    if (p + 4 * (size_t)nt > buf.size()) throw Error(path + " is truncated at sequence " + std::to_string(i));
+    if (p + entry * (size_t)nt > buf.size()) throw Error(path + " is truncated at sequence " + std::to_string(i));
     d.tgtOffset.push_back(d.tgtPos.size());
     d.tgtCount.push_back(nt);
-    for (int k = 0; k < nt; k++, p += 4) {
+    for (int k = 0; k < nt; k++, p += entry) {
       uint16_t pos, id;
       std::memcpy(&pos, buf.data() + p, 2);
       std::memcpy(&id, buf.data() + p + 2, 2);
       if (pos >= len) throw Error(path + ": sequence " + std::to_string(i) + " has a target at position " + std::to_string(pos) + " past its length " + std::to_string(len));
       d.tgtPos.push_back(pos);
       d.tgtId.push_back(id);
+      if (!v3) continue;
+      uint16_t alt, mass;
+      std::memcpy(&alt, buf.data() + p + 4, 2);
+      std::memcpy(&mass, buf.data() + p + 6, 2);
+      d.tgtAlt.push_back(alt);
+      d.tgtAltMass.push_back(mass);
     }
   }
   return d;

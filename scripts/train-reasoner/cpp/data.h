@@ -4,6 +4,8 @@
 // "TRD2" (a process reward model's step labels) adds, after each sequence's ids: u16 count, then count pairs
 // (u16 pos, u16 target): the prediction made at position pos (input ids[pos]) is trained towards `target`, which
 // need not be ids[pos + 1] (a step tag's label is trained where the next input is the next step).
+// "TRD3" (soft step labels) is TRD2 with 4 u16 per entry: (pos, target, alt, altMass): the prediction at pos is
+// trained by cross-entropy against the distribution {target: 1 - altMass / 65535, alt: altMass / 65535}.
 #pragma once
 #include <string>
 #include <vector>
@@ -12,11 +14,14 @@
 
 namespace tr {
 
-// Explicit targets of one sequence (TRD2): pos[k] is trained towards id[k].
+// Explicit targets of one sequence (TRD2): pos[k] is trained towards id[k]; with alt (TRD3) towards the mix of
+// id[k] and alt[k], altMass[k] / 65535 of the mass on alt[k].
 struct Overrides {
   const uint16_t* pos = nullptr;
   const uint16_t* id = nullptr;
   int count = 0;
+  const uint16_t* alt = nullptr;
+  const uint16_t* altMass = nullptr;
 };
 
 struct Dataset {
@@ -27,11 +32,14 @@ struct Dataset {
   std::vector<size_t> tgtOffset;
   std::vector<int> tgtCount;
   std::vector<uint16_t> tgtPos, tgtId;
+  std::vector<uint16_t> tgtAlt, tgtAltMass;  // TRD3 only
   size_t size() const { return length.size(); }
   const uint16_t* seq(size_t i) const { return ids.data() + offset[i]; }
   Overrides overrides(size_t i) const {
     if (tgtCount.empty()) return {};
-    return {tgtPos.data() + tgtOffset[i], tgtId.data() + tgtOffset[i], tgtCount[i]};
+    if (tgtAlt.empty()) return {tgtPos.data() + tgtOffset[i], tgtId.data() + tgtOffset[i], tgtCount[i]};
+    return {tgtPos.data() + tgtOffset[i], tgtId.data() + tgtOffset[i], tgtCount[i], tgtAlt.data() + tgtOffset[i],
+            tgtAltMass.data() + tgtOffset[i]};
   }
 };
 

@@ -17,10 +17,15 @@ void Batch::add(const uint16_t* ids, int len, int lossFrom, Overrides o) {
     targets.push_back(hasTarget ? ids[j + 1] : -1);
     lossTokens += hasTarget ? 1 : 0;
   }
+  if (o.alt || !alt.empty()) {  // rows before the first soft target get none
+    alt.resize(rows(), -1);
+    altMass.resize(rows(), real(0));
+  }
   for (int k = 0; k < o.count; k++) {
     int& t = targets[start + o.pos[k]];
     if (t < 0) lossTokens++;
     t = o.id[k];
+    if (o.alt) alt[start + o.pos[k]] = o.alt[k], altMass[start + o.pos[k]] = (real)(o.altMass[k] / 65535.0);
   }
 }
 
@@ -77,7 +82,8 @@ double Model::lossAndGrad(const Weights& w, const Batch& batch, Weights* grads) 
   if (batch.lossTokens == 0) throw Error("batch has no loss tokens");
   forward(w, batch);
   const double scale = 1.0 / batch.lossTokens;
-  const double sum = crossEntropy(batch.rows(), c_.vocab, batch.targets.data(), logits_.data(), scale);
+  const double sum = crossEntropy(batch.rows(), c_.vocab, batch.targets.data(), logits_.data(), scale,
+                                  batch.alt.empty() ? nullptr : batch.alt.data(), batch.altMass.data());
   if (grads) backward(w, batch, *grads);
   return sum * scale;
 }

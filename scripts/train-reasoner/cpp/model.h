@@ -13,6 +13,10 @@ struct Batch {
   std::vector<int> tokens;   // [rows] input ids
   std::vector<int> targets;  // [rows] next-token id, or -1 where no loss is taken (prompt, last token)
   std::vector<int> pos;      // [rows] position within its sequence
+  // Soft targets (TRD3 overrides), empty when the batch has none: [rows] a second target id (-1: none) and the mass
+  // on it (the row's target gets 1 - altMass).
+  std::vector<int> alt;
+  std::vector<real> altMass;
   std::vector<SeqSpan> seqs;
   int lossTokens = 0;  // count of targets >= 0
   int rows() const { return (int)tokens.size(); }

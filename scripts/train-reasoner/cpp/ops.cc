@@ -141,7 +141,8 @@ void swigluBackward(size_t n, const real* dh, const real* g, const real* u, real
 }
 #endif
 
-double crossEntropy(int rows, int vocab, const int* targets, real* logits, double scale) {
+double crossEntropy(int rows, int vocab, const int* targets, real* logits, double scale, const int* alt,
+                    const real* altMass) {
   std::vector<double> rowLoss(rows, 0.0);
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < rows; i++) {
@@ -155,6 +156,14 @@ double crossEntropy(int rows, int vocab, const int* targets, real* logits, doubl
     double sum = 0;
     for (int v = 0; v < vocab; v++) sum += std::exp((double)(z[v] - mx));
     const double logSum = std::log(sum) + mx;
+    if (alt && alt[i] >= 0) {  // soft target: mass m on alt, 1 - m on the target
+      const double m = altMass[i];
+      rowLoss[i] = logSum - (1 - m) * z[targets[i]] - m * z[alt[i]];
+      for (int v = 0; v < vocab; v++) z[v] = (real)(std::exp(z[v] - logSum) * scale);
+      z[targets[i]] -= (real)((1 - m) * scale);
+      z[alt[i]] -= (real)(m * scale);
+      continue;
+    }
     rowLoss[i] = logSum - z[targets[i]];
     for (int v = 0; v < vocab; v++) z[v] = (real)(std::exp(z[v] - logSum) * scale);
     z[targets[i]] -= (real)scale;

@@ -29,7 +29,9 @@ void swigluForward(size_t n, const real* g, const real* u, real* h);
 void swigluBackward(size_t n, const real* dh, const real* g, const real* u, real* dg, real* du);
 
 // Cross-entropy over logits[rows, vocab] for rows with target >= 0. Overwrites logits with d(loss)/d(logits) where
-// loss = sum of -log p(target) * scale (rows without a target get 0). Returns the unscaled sum of -log p.
-double crossEntropy(int rows, int vocab, const int* targets, real* logits, double scale);
+// loss = sum of -log p(target) * scale (rows without a target get 0). Returns the unscaled sum of -log p. With
+// alt (soft targets), a row with alt[i] >= 0 takes -((1 - altMass[i]) log p(target) + altMass[i] log p(alt)).
+double crossEntropy(int rows, int vocab, const int* targets, real* logits, double scale, const int* alt = nullptr,
+                    const real* altMass = nullptr);
 
 }  // namespace tr

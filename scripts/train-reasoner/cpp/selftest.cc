@@ -27,7 +27,9 @@ int gradcheck() {
   Batch batch;
   const uint16_t s1[] = {1, 4, 7, 3, 9, 12, 2}, s2[] = {1, 5, 5, 8, 0, 11, 6, 10, 2}, s3[] = {1, 3, 2};
   batch.add(s1, 7, 3);
-  batch.add(s2, 9, 2);
+  // s2 also has soft targets (TRD3): one where the loss already was, one past it, so both gradients are checked.
+  const uint16_t softPos[] = {4, 8}, softId[] = {7, 3}, softAlt[] = {9, 1}, softMass[] = {19661, 45875};
+  batch.add(s2, 9, 2, {softPos, softId, 2, softAlt, softMass});
   batch.add(s3, 3, 1);
   Model model(c);
   model.lossAndGrad(w, batch, &g);
