@@ -1,7 +1,7 @@
 // The llama.cpp side of the benches that compare against it (bench:decode, bench:throughput): a preset's seeded random
 // checkpoint with its GGUF export on the same weights, both cached in the temp dir, and node-llama-cpp's prebuilt CPU
 // library loaded on that GGUF with a fixed thread count.
-import { existsSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { getLlama, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
@@ -67,6 +67,7 @@ export async function checkpointGguf(dir: string, quantize: PeerQuantize, log: (
     .reduce((t, f) => Math.max(t, statSync(f).mtimeMs), 0);
   if (!existsSync(gguf) || statSync(gguf).mtimeMs < newest) {
     log(`exporting GGUF of ${dir} for llama.cpp to ${gguf} ...`);
+    mkdirSync(cache, { recursive: true });
     await writeGguf(dir, gguf, quantize);
   }
   return gguf;

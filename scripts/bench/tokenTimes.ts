@@ -34,21 +34,27 @@ export interface RoundSample {
   tokensPerCpuSecond: number;
 }
 
+/** A round's start and end: wall (performance.now() ms) and the process's CPU seconds. */
+export interface RoundBounds {
+  start: number;
+  end: number;
+  cpuStart: number;
+  cpuEnd: number;
+}
+
 /**
- * Times `go` (which starts `streams` streams of `promptTokens`-token prompts and resolves when all have finished)
- * and returns the round's rates. Throws unless every stream delivered `maxTokens` tokens.
+ * The rates of a round of `streams` streams of `promptTokens`-token prompts that ran from `bounds.start` to
+ * `bounds.end` and delivered tokens at `times`. Throws unless every stream delivered `maxTokens` tokens.
  */
-export async function timeRound(
+export function roundSample(
   streams: number,
   promptTokens: number,
   maxTokens: number,
-  go: () => Promise<TokenTimes>,
-): Promise<RoundSample> {
-  const start = performance.now();
-  const cpuStart = cpuSecondsNow();
-  const { firstAt, firstCpuSeconds, tokenAt } = await go();
-  const end = performance.now();
-  const cpuEnd = cpuSecondsNow();
+  times: TokenTimes,
+  bounds: RoundBounds,
+): RoundSample {
+  const { firstAt, firstCpuSeconds, tokenAt } = times;
+  const { start, end, cpuStart, cpuEnd } = bounds;
   if (firstAt.length !== streams || tokenAt.length !== streams * maxTokens)
     throw new Error(
       `round of ${streams} streams: ${firstAt.length} first tokens, ${tokenAt.length} tokens (expected ${streams * maxTokens})`,
@@ -67,4 +73,19 @@ export async function timeRound(
     cpuSeconds,
     tokensPerCpuSecond: tokenAt.length / cpuSeconds,
   };
+}
+
+/** Times `go` (which starts the round's streams and resolves when all have finished): roundSample of it. */
+export async function timeRound(
+  streams: number,
+  promptTokens: number,
+  maxTokens: number,
+  go: () => Promise<TokenTimes>,
+): Promise<RoundSample> {
+  const start = performance.now();
+  const cpuStart = cpuSecondsNow();
+  const times = await go();
+  const end = performance.now();
+  const cpuEnd = cpuSecondsNow();
+  return roundSample(streams, promptTokens, maxTokens, times, { start, end, cpuStart, cpuEnd });
 }
