@@ -14,7 +14,8 @@ import { MOE_EXTRA } from "./moeFixture.js";
 import { ReferenceModel } from "./reference.js";
 
 const device = "cpu";
-// f32 activations, f32 sums of exact x * (q - zero), one scaling per group: as close as the dense CPU forward
+// bf16 activations (the reference rounds them too), f32 sums of exact x * (q - zero), one scaling per octet: as
+// close as the dense bf16 CPU forward
 const TOLERANCE = 1e-4;
 
 const CASES: {

@@ -17,7 +17,7 @@ import { loadModel } from "../../ts/model/model.js";
 import { openModelFiles } from "../../ts/model/modelFiles.js";
 import { dequantizeToInputOrder } from "../../ts/model/quantFormat.js";
 import { quantizedLinears, readQuantizedLinear } from "../../ts/model/quantized/linear.js";
-import { addonTakesGroupedWeights } from "../../ts/model/quantized/upload.js";
+import { addonTakesGroupedWeights, DENSE_PROJECTION } from "../../ts/model/quantized/upload.js";
 import { describeModelWeights } from "../../ts/model/quantized/weightsReport.js";
 import { expectedTensors } from "../../ts/model/weights.js";
 import { tempDir } from "./fixtures.js";
@@ -79,6 +79,11 @@ const LAYOUTS: { what: string; quant: QuantFixtureScheme; extra?: object }[] = [
   },
 ];
 
+/** relL2 of the logits between bf16-rounded and f32 inputs to the 4-bit layers (the tiny fixtures: ~1.7e-3). */
+const TWIN_BF16_TOLERANCE = 1e-2;
+/** Against the reference that rounds the same inputs: a near-tie activation rounded the other way (see below). */
+const BF16_FLIP_TOLERANCE = 3e-3;
+
 /**
  * Every layout on `device`: loaded bit for bit, forward against the float64 reference of the dequantized model
  * (`tolerance`: relative L2 of the logits) and the f32 twin, generate, the weights report.
@@ -121,19 +126,39 @@ export function quantizedCheckpointSuite(device: "cpu" | "cuda", tolerance: numb
 
       it("forwards as the dequantized model: the float64 reference, the f32 model's logits; generate runs", async () => {
         const twin = await makeDequantizedTwin(fixture, await tempDir("deliberate-dequantized-"));
-        const ref = await ReferenceModel.load(twin);
+        // The CPU's 4-bit kernels multiply activations rounded to bf16 (cpp/cpu/cpu_gemm_quant.h): the reference
+        // rounds the inputs of those layers (the dense projections held grouped; experts are dequantized to f32)
+        // too. An activation within f32 noise of a bf16 tie may round the other way natively than in float64: one
+        // ulp of one input, as with bf16 models (AWQ's fixture: one step at 8.6e-4, the others at 1e-5), hence
+        // the looser bound there. The f32 twin (unrounded inputs) is as far as a bf16 model is from f32.
+        const rounded =
+          device === "cpu"
+            ? [...fixture.references]
+                .filter(([name, r]) => r.grouped?.bits === 4 && DENSE_PROJECTION.test(name))
+                .map(([name]) => name)
+            : [];
+        const ref = await ReferenceModel.load(twin, { bf16InputsFor: rounded });
+        const refTolerance = rounded.length > 0 ? Math.max(tolerance, BF16_FLIP_TOLERANCE) : tolerance;
+        const twinTolerance = rounded.length > 0 ? TWIN_BF16_TOLERANCE : tolerance;
         const model = await loadModel(fixture.dir, { device, kvPages: 64, pageSize: PAGE });
         const dense = await loadModel(twin, { device, kvPages: 64, pageSize: PAGE });
         try {
           const tokens = randomTokens(10, model.config.vocabSize, 3);
           const want = ref.logits(tokens);
           const got = await runChunks(model, tokens, [7, 1, 1, 1], 0);
-          got.forEach((g, i) => expect(relL2(g, want[6 + i]), `step ${i}`).toBeLessThan(tolerance));
+          got.forEach((g, i) => expect(relL2(g, want[6 + i]), `step ${i}`).toBeLessThan(refTolerance));
           const f32 = await runChunks(dense, tokens, [7, 1, 1, 1], 0);
           // Without native grouped weights the projections are the twin's f32 weights: the same bits.
           const grouped = model.weights.formats.some((f) => f.format.includes("as grouped"));
+          if (process.env.DELIBERATE_PRINT_TWIN)
+            console.log(
+              layout.what,
+              f32.map((d, i) => relL2(got[i], d)),
+            );
           f32.forEach((d, i) =>
-            grouped ? expect(relL2(got[i], d)).toBeLessThan(tolerance) : expect(got[i]).toEqual(d),
+            grouped
+              ? expect(relL2(got[i], d), `step ${i} vs f32`).toBeLessThan(twinTolerance)
+              : expect(got[i]).toEqual(d),
           );
           const r = await generate(model, { tokens: tokens.slice(0, 5) }, { maxTokens: 6, temperature: 0 });
           expect(r.tokens.length).toBeGreaterThan(0);

@@ -35,10 +35,18 @@ export class ReferenceModel {
    * e.g. llama.cpp on an f32 export).
    * With `quantizeInt8`, the dense layers' q/k/v, o, gate/up and down weights are those loadModel's quantize: "int8"
    * keeps, dequantized (q * scale per row, test/kernels/int8Reference.ts), and take their input unrounded (the int8
-   * kernels multiply f32 activations); `quantizeInt4Group` the same for quantize: "int4" in groups of that size. */
+   * kernels multiply f32 activations); `quantizeInt4Group` the same for quantize: "int4" in groups of that size, whose
+   * projections take their input rounded to bf16 (the CPU's 4-bit kernels multiply bf16 activations,
+   * cpp/cpu/cpu_gemm_quant.h). `bf16InputsFor`: more projections whose input is rounded to bf16 (a pre-quantized
+   * checkpoint's 4-bit layers on the CPU, against its dequantized f32 twin). */
   static async load(
     dir: string,
-    opts: { bf16Inputs?: boolean; quantizeInt8?: boolean; quantizeInt4Group?: number } = {},
+    opts: {
+      bf16Inputs?: boolean;
+      quantizeInt8?: boolean;
+      quantizeInt4Group?: number;
+      bf16InputsFor?: Iterable<string>;
+    } = {},
   ): Promise<ReferenceModel> {
     const config = await readModelConfig(dir);
     const ckpt = await openSafetensors(dir);
@@ -66,8 +74,9 @@ export class ReferenceModel {
             if (name === null) continue;
             const [N, K] = ckpt.tensors.get(name)!.shape;
             w.set(name, dequantizeGrouped(quantizeQ4Rows(w.get(name)!, N, K, opts.quantizeInt4Group)));
-            bf16.delete(name);
+            bf16.add(name);
           }
+      for (const name of opts.bf16InputsFor ?? []) bf16.add(name);
       return new ReferenceModel(config, w, bf16);
     } finally {
       await ckpt.close();
