@@ -16,9 +16,13 @@
 // (score-weighted vote), speculation used / wasted, prefix-cache hit rate; the median over --repeats with min-max.
 // Sweeps at the largest N: --ratios (duplicate-then-truncate R, on +P+M+S) and --kv-budgets (MiB), each against the
 // baseline at the same budget.
-// --compare Q: accuracy against generated tokens on Q test questions (4 at a time) for beam search + PRM (N = 4, 8,
-// 16, the default switches), beam search + the task's step checker (what a perfect PRM would give), best-of-N + PRM, self-consistency (4, 8, 16 branches) and DUCHESS (4, 8, 12 branches,
-// the bundled probe's tuned settings): the equal-token comparison, bench/tts-compare.{md,svg}.
+// --compare Q: accuracy against generated tokens on Q questions (4 at a time; --split test | validation, tune on
+// validation) for beam search, DVTS, best-of-N, Rebase and MCTS + PRM, beam + the task's step checker (the exact
+// verifier), self-consistency and DUCHESS (the bundled probe's tuned settings, at most 12 branches), at --caps
+// (default 4,8,16), the searches at their programs' defaults (`--set key=value,...` overrides them: aggregate,
+// temperature, beamWidth, stepMaxTokens, dedupe, balanceTemperature, ...), --seeds K sampling seeds (mean and
+// min–max), with the oracle replay of every search (scripts/bench/ttsOracle.ts). --append keeps the rows already in
+// the output's tts-compare.json (methods run with other --seeds). Writes tts-compare.{md,svg,json} to --out.
 // --scale PRESET: the generator and the PRM at a preset's layer shapes (make-fixture PRESETS) with random weights and
 // the bundled models' tokenizer (scripts/make-fixture.ts scaleModel; written once to the temp dir): the search's
 // speed where a step costs what a 1.5B model's does (on a GPU; accuracy is meaningless with random weights, and the
@@ -29,7 +33,7 @@
 // --quantize int8|int4 [--quantize-group 32|64|128]: both models quantized at load.
 
 // Writes bench/tts.{md,json}.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -80,6 +84,7 @@ const { values } = parseArgs({
     seeds: { type: "string", default: "1" },
     caps: { type: "string", default: "4,8,16" },
     set: { type: "string" },
+    append: { type: "boolean", default: false },
     preemption: { type: "string", default: "recompute" },
     scale: { type: "string" },
     "prm-scale": { type: "string" },
@@ -539,6 +544,9 @@ async function compare(q: number): Promise<void> {
     return {
       name,
       cap: Number(cap),
+      seeds: rs.length,
+      command: `npm run bench:tts -- ${process.argv.slice(2).join(" ")}`,
+      loadAtStart,
       accuracy: mean(acc),
       accuracyMin: Math.min(...acc),
       accuracyMax: Math.max(...acc),
@@ -559,6 +567,20 @@ async function compare(q: number): Promise<void> {
       distinct: om((o) => o.distinct),
     };
   });
+  // --append: the rows already in the output's JSON stay (this run's rows replace theirs, method and cap alike), so
+  // methods run with different --seeds (or at different times) make one table; each row names its command.
+  type Row = (typeof rows)[number];
+  const jsonPath = join(values.out!, "tts-compare.json");
+  if (values.append && existsSync(jsonPath)) {
+    const before = JSON.parse(readFileSync(jsonPath, "utf8")) as { rows: Row[]; split: string; questions: number };
+    if (before.split !== split || before.questions !== qs.length)
+      throw new Error(
+        `--append: ${jsonPath} has ${before.questions} ${before.split} questions, this run ${qs.length} ${split}`,
+      );
+    const mine = new Set(rows.map((r) => `${r.name}|${r.cap}`));
+    rows.unshift(...before.rows.filter((r) => !mine.has(`${r.name}|${r.cap}`)));
+  }
+  const commands = [...new Set(rows.map((r) => r.command))];
   const names = [...new Set(rows.map((r) => r.name))];
   const svg = lineChart(
     names.map((name) => ({
@@ -566,7 +588,7 @@ async function compare(q: number): Promise<void> {
       points: rows.filter((r) => r.name === name).map((r) => [r.tokens, 100 * r.accuracy] as const),
     })),
     {
-      title: `Accuracy vs generated tokens (${qs.length} ${split} questions${seeds > 1 ? `, mean of ${seeds} seeds` : ""})`,
+      title: `Accuracy vs generated tokens (${qs.length} ${split} questions${seeds > 1 ? `, mean over seeds` : ""})`,
       xLabel: "generated tokens per question (generator)",
       yLabel: "accuracy %",
       logX: true,
@@ -574,28 +596,28 @@ async function compare(q: number): Promise<void> {
   );
   const p1 = (v: number | null) => (v === null ? "–" : (100 * v).toFixed(1) + "%");
   const p0 = (v: number | undefined) => (v === undefined ? "–" : (100 * v).toFixed(0) + "%");
-  const accCell = (r: (typeof rows)[number]) =>
-    seeds > 1 ? `${p1(r.accuracy)} (${p1(r.accuracyMin)}–${p1(r.accuracyMax)})` : p1(r.accuracy);
-  const lostCell = (l: Record<number, number>) =>
-    Object.entries(l)
+  const accCell = (r: Row) =>
+    r.seeds > 1 ? `${p1(r.accuracy)} (${p1(r.accuracyMin)}–${p1(r.accuracyMax)})` : p1(r.accuracy);
+  const lostCell = (r: Row) =>
+    Object.entries(r.lostAt)
       .sort((a, b) => +a[0] - +b[0])
-      .map(([d, c]) => `${d}:${(seeds > 1 ? c : Math.round(c)).toFixed(seeds > 1 ? 1 : 0)}`)
+      .map(([d, c]) => `${d}:${c.toFixed(r.seeds > 1 ? 1 : 0)}`)
       .join(" ") || "–";
   const setNote = Object.keys(settings).length === 0 ? "" : ` Settings for the searches (--set): ${values.set}.`;
   const md = [
     `# bench:tts --compare — verifier-guided search against SC and DUCHESS at equal tokens`,
     "",
     `${new Date().toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadAtStart.toFixed(2)} at start. ` +
-      `Command: \`npm run bench:tts -- ${process.argv.slice(2).join(" ")}\`. ` +
-      `${qs.length} ${split}-split questions (4 at a time), the same questions and seeds for every method, ${seeds} sampling seed${seeds > 1 ? "s (accuracy: mean, min–max)" : ""}; ` +
+      `Command${commands.length > 1 ? "s" : ""}: ${commands.map((c) => `\`${c}\``).join("; ")}. ` +
+      `${qs.length} ${split}-split questions (4 at a time), the same questions and seeds for every method; with several sampling seeds, accuracy is their mean (min–max); ` +
       `the searches at their programs' defaults${setNote}, steps scored by the PRM ${prmDir === bundledPrmDir ? "bundled (models/tiny-prm)" : prmDir} ` +
       `(its 1-token passes are in "PRM tokens", not in "tokens") or by the task's exact step checker; SC and DUCHESS at T = 0.8; max ${maxTokens} tokens a solution.`,
     "",
-    "| method | N / branches | accuracy | tokens / question | PRM tokens / question | wall s |",
-    "|---|---|---|---|---|---|",
+    "| method | N / branches | seeds | accuracy | tokens / question | PRM tokens / question | wall s (all seeds) | load at start |",
+    "|---|---|---|---|---|---|---|---|",
     ...rows.map(
       (r) =>
-        `| ${r.name} | ${r.cap} | ${accCell(r)} | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} |`,
+        `| ${r.name} | ${r.cap} | ${r.seeds} | ${accCell(r)} | ${r.tokens.toFixed(0)} | ${r.rewardTokens.toFixed(0)} | ${r.seconds.toFixed(0)} | ${r.loadAtStart.toFixed(1)} |`,
     ),
     "",
     "![accuracy vs tokens](tts-compare.svg)",
@@ -616,7 +638,7 @@ async function compare(q: number): Promise<void> {
       .filter((r) => r.outcomes !== null)
       .map(
         (r) =>
-          `| ${r.name} | ${r.cap} | ${p1(r.accuracy)} | ${p1(r.oracle)} | ${p1(r.majority)} | ${p0(r.outcomes?.pick)} | ${p0(r.outcomes?.pruned)} | ${p0(r.outcomes?.cut)} | ${p0(r.outcomes?.none)} | ${lostCell(r.lostAt)} | ${r.distinct!.toFixed(1)} / ${r.finished!.toFixed(1)} |`,
+          `| ${r.name} | ${r.cap} | ${p1(r.accuracy)} | ${p1(r.oracle)} | ${p1(r.majority)} | ${p0(r.outcomes?.pick)} | ${p0(r.outcomes?.pruned)} | ${p0(r.outcomes?.cut)} | ${p0(r.outcomes?.none)} | ${lostCell(r)} | ${r.distinct!.toFixed(1)} / ${r.finished!.toFixed(1)} |`,
       ),
     "",
   ].join("\n");
@@ -624,7 +646,7 @@ async function compare(q: number): Promise<void> {
   writeFileSync(join(values.out!, "tts-compare.md"), md);
   writeFileSync(join(values.out!, "tts-compare.svg"), svg);
   writeFileSync(
-    join(values.out!, "tts-compare.json"),
+    jsonPath,
     JSON.stringify(
       {
         date: new Date().toISOString(),

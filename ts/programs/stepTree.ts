@@ -1,7 +1,8 @@
 // The search tree shared by Rebase and MCTS: nodes are reasoning steps (one line of the thought, generated with
 // stop "\n"); a child continues its parent's request by engine.fork, so the path's KV is shared while the parent
 // lives and revived from the prefix cache after. Each new step is scored by a RewardSource (default: the task's step
-// verifier); a node's reward is the minimum over its path (a solution is as good as its worst step). A step that
+// verifier); a node's reward aggregates the step scores along its path (`aggregate`: "min" by default, a solution is
+// as good as its worst step; "last", the newest step's score, as REBASE balances on; "prod"). A step that
 // writes the task's answer marker (`\boxed{`) ends its solution.
 import { InvalidOptionError } from "../errors/index.js";
 import { weightedMajority } from "../certaindex/signals.js";
@@ -10,6 +11,7 @@ import type { GenerationOutput, SampleOutput } from "../engine/outputs.js";
 import { boxedAnswers } from "./answers.js";
 import type { ProgramContext } from "./program.js";
 import type { RewardSource } from "./rewards.js";
+import { aggregateScore, type ScoreAggregate } from "./beam.js";
 import type { ProgramTask } from "./task.js";
 
 export interface TreeNode {
@@ -24,7 +26,7 @@ export interface TreeNode {
   depth: number;
   /** Tokens generated from the root to this node (this step included). */
   pathTokens: number;
-  /** Path reward in [0, 1]: min of the step scores from the root. */
+  /** Path reward in [0, 1]: the step scores from the root, aggregated (StepTreeOptions.aggregate). */
   reward: number;
   terminal: boolean;
   answer: string | null;
@@ -42,6 +44,8 @@ export interface StepTreeOptions {
   task?: ProgramTask;
   /** Scores each step (default: the task's stepVerifier; one of the two is required). */
   reward?: RewardSource;
+  /** How a path's reward aggregates its step scores (default "min"). */
+  aggregate?: ScoreAggregate;
   /** Most tokens per step (default 48). */
   stepMaxTokens?: number;
   /** Deepest path: a node at this depth is terminal (default 64: the token cap binds first; at 16 a thought of the
@@ -126,13 +130,14 @@ export class StepTree {
     const scores = await Promise.all(
       children.map((c) => this.reward.score(ctx, { question: this.o.question, previous, step: c.step })),
     );
-    children.forEach((c, i) => (c.reward = Math.min(node.reward, scores[i])));
+    const how = this.o.aggregate ?? "min";
+    children.forEach((c, i) => (c.reward = aggregateScore(node.parent === null ? null : node.reward, scores[i], how)));
     return children;
   }
 
   /**
    * Completes the solution from `node` in one request (no step stop: up to eos or the solution's token cap), the
-   * MCTS simulation. Every line of the completion is scored in order, so its reward is the minimum over the whole
+   * MCTS simulation. Every line of the completion is scored in order, so its reward aggregates the whole
    * path, as for tree steps. The rollout is not added to the tree.
    */
   async rollout(
@@ -157,7 +162,8 @@ export class StepTree {
     let reward = node.reward;
     const previous = [...prefix];
     for (const step of lines) {
-      reward = Math.min(reward, await this.reward.score(ctx, { question: this.o.question, previous, step }));
+      const score = await this.reward.score(ctx, { question: this.o.question, previous, step });
+      reward = aggregateScore(reward, score, this.o.aggregate ?? "min");
       previous.push(step);
     }
     return { text, answer: this.extract([...prefix, text].join("\n")), reward, tokens: out.usage.generatedTokens };
