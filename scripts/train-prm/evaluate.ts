@@ -1,9 +1,14 @@
-// Held-out evaluation of a process reward model folder through the engine (what `--prm` serves):
-//   npx tsx scripts/train-prm/evaluate.ts [--prm DIR] [--generator DIR] [--n 300] [--samples 4] [--seed 5] [--out F.json]
-// Samples solutions from the generator on the test split (the trainer's forward, as training did), labels every
-// step with the arithmetic task's step checker, scores every step with the PRM (prmReward: each solution's steps
-// along one KV), and reports step accuracy (P(good) >= 0.5 read as good), balanced accuracy and AUROC per level, and
-// how well a solution's lowest step score separates right from wrong final answers (AUROC).
+// Held-out evaluation of process reward model folders through the engine (what `--prm` serves):
+//   npx tsx scripts/train-prm/evaluate.ts [--prm DIR]... [--generator DIR] [--n 150] [--samples 2] [--rollouts 8]
+//        [--seed 5] [--bon 100] [--bon-n 8] [--out F.json]
+// Samples solutions from the generator on the test split (the trainer's forward, as training did) and labels every
+// step twice: with the arithmetic task's step checker, and Monte-Carlo (mcLabels.ts: `rollouts` continuations from
+// the step's prefix, hard label = one reached the answer; cached under .scratch/train-prm). Every step is scored by
+// each PRM (prmReward: a solution's steps along one KV) and the report gives, per PRM: step AUROC against either
+// label, and how well a solution's lowest / last / product of step scores separates right from wrong final answers
+// (solution AUROC); per level for the checker labels. Then a best-of-N check on `bon` validation questions: N
+// samples at T = 1, the one with the highest last-step / lowest-step / product score picked, its accuracy (with
+// the first sample's, majority voting's and the oracle's for reference).
 import { writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
@@ -18,70 +23,31 @@ import {
   type ProgramContext,
 } from "../../ts/index.js";
 import { auroc } from "../../ts/probe/stats.js";
+import { Rng } from "../../ts/tasks/arith/rng.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { buildTrainer } from "../train-reasoner/buildTrainer.js";
 import { loadChatTokenizer } from "../train-reasoner/chatTokenizer.js";
-import { generateWithTrainer, recipeOfConfig } from "../train-reasoner/trainerCli.js";
-import { labelSolution, type LabelledSolution } from "./data.js";
+import { labelSolution } from "./data.js";
+import { cachedLabels, fileDigest, mcLabelSolutions, sampleTraces, type SampledSolution } from "./mcLabels.js";
 
-interface Scored extends LabelledSolution {
-  level: number;
-  correct: boolean;
-  scores: number[];
+const labelCache = resolve(new URL(".", import.meta.url).pathname, "../../.scratch/train-prm");
+
+interface Steps {
+  question: string;
+  steps: string[];
 }
 
-async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      prm: { type: "string", default: "models/tiny-prm" },
-      generator: { type: "string", default: "models/tiny-reasoner" },
-      n: { type: "string", default: "300" },
-      samples: { type: "string", default: "4" },
-      temperature: { type: "string", default: "1" },
-      seed: { type: "string", default: "5" },
-      out: { type: "string" },
-    },
-  });
-  const gen = resolve(values.generator!);
-  const prmDir = resolve(values.prm!);
-  const n = Number(values.n);
-  const samples = Number(values.samples);
-  const seed = Number(values.seed);
+/** Every step's score under the PRM in `prmDir`, served by the engine. */
+async function scoreSteps(
+  prmDir: string,
+  solutions: readonly Steps[],
+): Promise<{ scores: number[][]; seconds: number }> {
   const config = readPrmConfig(prmDir);
   if (config === null) throw new Error(`${prmDir} has no prm.json`);
-  const tok = loadChatTokenizer(gen);
-  const problems = arithTask.problems({ split: "test", n, seed });
-  const outs = await generateWithTrainer(
-    buildTrainer("release"),
-    gen,
-    recipeOfConfig(gen),
-    problems.map((p) => tok.encodeChat(p.messages as never, true)),
-    {
-      samples,
-      temperature: Number(values.temperature),
-      seed,
-      maxNew: 448,
-      eos: tok.tokenId("<|eos|>"),
-    },
-  );
-  const solutions: Array<Omit<Scored, "scores">> = [];
-  problems.forEach((p, i) => {
-    for (const ids of outs.slice(i * samples, (i + 1) * samples)) {
-      const text = tok.decode(ids);
-      const s = labelSolution(p.messages[0].content, text);
-      if (s.steps.length > 0)
-        solutions.push({
-          ...s,
-          level: p.level,
-          correct: arithTask.equivalent(arithTask.extractAnswer(text), p.answer),
-        });
-    }
-  });
-
   const model = await loadModel(prmDir);
   const engine = new Engine({ models: [{ name: "prm", model }] });
   const reward = prmReward(config, "prm");
-  const scored: Scored[] = [];
+  let scores: number[][] = [];
   const t0 = Date.now();
   const program: Program = {
     name: "prm-eval",
@@ -92,12 +58,11 @@ async function main(): Promise<void> {
       return this.knob.used > 0;
     },
     async execute(ctx: ProgramContext) {
-      const all = await Promise.all(
+      scores = await Promise.all(
         solutions.map((s) =>
           scoreAhead(reward, ctx, { question: s.question, previous: [], step: s.steps[0] }, s.steps.slice(1)),
         ),
       );
-      solutions.forEach((s, i) => scored.push({ ...s, scores: all[i] }));
       this.knob.used = 1;
     },
     updateCertaindex: () => 0,
@@ -109,44 +74,180 @@ async function main(): Promise<void> {
     await engine.dispose();
     model.dispose();
   }
-  const seconds = (Date.now() - t0) / 1000;
+  return { scores, seconds: (Date.now() - t0) / 1000 };
+}
 
-  const rows: Record<
-    string,
-    { steps: number; bad: number; accuracy: number; balanced: number; auroc: number; solutionAuroc: number }
-  > = {};
-  for (const key of ["1", "2", "3", "4", "5", "all"]) {
-    const ss = scored.filter((s) => key === "all" || String(s.level) === key);
-    const x = ss.flatMap((s) => s.scores);
-    const y = ss.flatMap((s) => s.labels.map((l) => (l ? 1 : 0)));
-    const right = x.filter((v, i) => (v >= 0.5 ? 1 : 0) === y[i]).length;
-    const tpr = x.filter((v, i) => y[i] === 1 && v >= 0.5).length / Math.max(1, y.filter((v) => v === 1).length);
-    const tnr = x.filter((v, i) => y[i] === 0 && v < 0.5).length / Math.max(1, y.filter((v) => v === 0).length);
-    rows[key] = {
-      steps: x.length,
-      bad: y.filter((v) => v === 0).length,
-      accuracy: right / x.length,
-      balanced: (tpr + tnr) / 2,
-      auroc: auroc(x, y),
-      solutionAuroc: auroc(
-        ss.map((s) => Math.min(...s.scores)),
-        ss.map((s) => (s.correct ? 1 : 0)),
-      ),
-    };
-  }
-  const pct = (v: number) => (Number.isNaN(v) ? "n/a" : (100 * v).toFixed(1));
+const aggregates = {
+  min: (s: readonly number[]) => Math.min(...s),
+  last: (s: readonly number[]) => s[s.length - 1],
+  product: (s: readonly number[]) => s.reduce((a, b) => a * b, 1),
+};
+type Aggregate = keyof typeof aggregates;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      prm: { type: "string", multiple: true, default: ["models/tiny-prm"] },
+      generator: { type: "string", default: "models/tiny-reasoner" },
+      n: { type: "string", default: "150" },
+      samples: { type: "string", default: "2" },
+      rollouts: { type: "string", default: "8" },
+      temperature: { type: "string", default: "1" },
+      seed: { type: "string", default: "5" },
+      bon: { type: "string", default: "100" },
+      "bon-n": { type: "string", default: "8" },
+      threads: { type: "string", default: "2" },
+      out: { type: "string" },
+    },
+  });
+  const gen = resolve(values.generator!);
+  const prms = values.prm!.map((p) => resolve(p));
+  const n = Number(values.n);
+  const samples = Number(values.samples);
+  const seed = Number(values.seed);
+  const rollouts = Number(values.rollouts);
+  const threads = Number(values.threads);
+  const temperature = Number(values.temperature);
+  const tok = loadChatTokenizer(gen);
+  const bin = buildTrainer("release");
+
+  // Held-out solutions (test split) with both labels.
+  const o = { samples, temperature, seed, threads, maxNew: 448, rollouts, corrupt: false };
+  const key = { generator: fileDigest(resolve(gen, "model.safetensors")), split: "test", n, ...o };
+  let traces: SampledSolution[] = [];
+  const mc = await cachedLabels(labelCache, key, async () => {
+    traces = await sampleTraces(bin, gen, tok, "test", n, o);
+    return mcLabelSolutions(bin, gen, tok, traces, o, new Rng(seed), (l) => console.log(l));
+  });
+  if (traces.length === 0) traces = await sampleTraces(bin, gen, tok, "test", n, o); // cached labels: same samples
+  const levels = new Map(arithTask.problems({ split: "test", n, seed }).map((p) => [p.messages[0].content, p.level]));
+  const held = traces
+    .map((t) => ({ t, checker: labelSolution(t.question, t.text) }))
+    .filter(({ checker }) => checker.steps.length > 0)
+    .map(({ t, checker }, i) => {
+      if (mc.solutions[i].steps.join("\n") !== checker.steps.join("\n")) throw new Error("MC labels out of step");
+      return { ...checker, level: levels.get(t.question)!, correct: t.correct, mc: mc.solutions[i].soft! };
+    });
+  const steps = held.reduce((a, s) => a + s.steps.length, 0);
+  const mcBad = held.reduce((a, s) => a + s.mc.filter((v) => v === 0).length, 0);
+  const checkerBad = held.reduce((a, s) => a + s.labels.filter((v) => !v).length, 0);
   console.log(
-    `test split: ${n} problems x ${samples} samples, ${scored.length} solutions, ${rows.all.steps} steps scored in ${seconds.toFixed(1)} s`,
+    `test split: ${n} problems x ${samples} samples: ${held.length} solutions (${held.filter((s) => s.correct).length} right), ${steps} steps; bad steps: ${checkerBad} by the checker, ${mcBad} by ${rollouts} rollouts (${mc.seconds} s)`,
   );
-  console.log(
-    "| level | steps | bad steps | step accuracy | balanced accuracy | step AUROC | solution AUROC (min step score vs answer right) |",
-  );
-  console.log("|---|---|---|---|---|---|---|");
-  for (const [k, r] of Object.entries(rows))
-    console.log(
-      `| ${k} | ${r.steps} | ${r.bad} | ${pct(r.accuracy)}% | ${pct(r.balanced)}% | ${r.auroc.toFixed(3)} | ${r.solutionAuroc.toFixed(3)} |`,
+
+  // Best-of-N on validation questions.
+  const bonQ = Number(values.bon);
+  const bonN = Number(values["bon-n"]);
+  const bon = await sampleTraces(bin, gen, tok, "validation", bonQ, {
+    ...o,
+    samples: bonN,
+    seed: seed + 1,
+    duplicates: true, // majority voting counts them
+  });
+  const bonSteps = bon.map((t) => labelSolution(t.question, t.text)).filter((s) => s.steps.length > 0);
+  const bonTraces = bon.filter((t) => labelSolution(t.question, t.text).steps.length > 0);
+  const byQuestion = new Map<string, number[]>();
+  bonTraces.forEach((t, i) => byQuestion.set(t.question, [...(byQuestion.get(t.question) ?? []), i]));
+  const questions = [...byQuestion.values()];
+  const share = (pick: (idx: number[]) => boolean) => questions.filter(pick).length / bonQ;
+  const vote = (idx: number[]) => {
+    const count = new Map<string, number>();
+    for (const i of idx) {
+      const a = arithTask.extractAnswer(bonTraces[i].text);
+      if (a !== null) count.set(a, (count.get(a) ?? 0) + 1);
+    }
+    const best = [...count.entries()].sort((a, b) => b[1] - a[1])[0];
+    return (
+      best !== undefined &&
+      idx.some((i) => bonTraces[i].correct && arithTask.extractAnswer(bonTraces[i].text) === best[0])
     );
-  if (values.out) writeFileSync(values.out, JSON.stringify({ n, samples, seed, seconds, rows }, null, 2) + "\n");
+  };
+  const reference = {
+    first: share((idx) => bonTraces[idx[0]].correct),
+    majority: share(vote),
+    oracle: share((idx) => idx.some((i) => bonTraces[i].correct)),
+  };
+  console.log(
+    `best-of-${bonN}: ${bonQ} validation questions, ${bonTraces.length} solutions; first sample ${(100 * reference.first).toFixed(1)}%, majority ${(100 * reference.majority).toFixed(1)}%, oracle ${(100 * reference.oracle).toFixed(1)}%`,
+  );
+
+  const pct = (v: number) => (Number.isNaN(v) ? "n/a" : (100 * v).toFixed(1));
+  const results: Record<string, unknown> = {};
+  const table: string[] = [];
+  for (const prmDir of prms) {
+    const { scores, seconds } = await scoreSteps(prmDir, held);
+    const x = scores.flat();
+    const checkerY = held.flatMap((s) => s.labels.map((l) => (l ? 1 : 0)));
+    const mcY = held.flatMap((s) => s.mc.map((v) => (v > 0 ? 1 : 0)));
+    const correct = held.map((s) => (s.correct ? 1 : 0));
+    const solution = Object.fromEntries(
+      (Object.keys(aggregates) as Aggregate[]).map((a) => [a, auroc(scores.map(aggregates[a]), correct)]),
+    ) as Record<Aggregate, number>;
+    const perLevel = Object.fromEntries(
+      [1, 2, 3, 4, 5].map((lv) => {
+        const at = held.flatMap((s, i) => (s.level === lv ? [i] : []));
+        return [
+          lv,
+          {
+            checker: auroc(
+              at.flatMap((i) => scores[i]),
+              at.flatMap((i) => held[i].labels.map((l) => (l ? 1 : 0))),
+            ),
+            mc: auroc(
+              at.flatMap((i) => scores[i]),
+              at.flatMap((i) => held[i].mc.map((v) => (v > 0 ? 1 : 0))),
+            ),
+          },
+        ];
+      }),
+    );
+    const bonScores = (await scoreSteps(prmDir, bonSteps)).scores;
+    const picked = Object.fromEntries(
+      (Object.keys(aggregates) as Aggregate[]).map((a) => [
+        a,
+        share((idx) => {
+          let best = idx[0];
+          for (const i of idx) if (aggregates[a](bonScores[i]) > aggregates[a](bonScores[best])) best = i;
+          return bonTraces[best].correct;
+        }),
+      ]),
+    ) as Record<Aggregate, number>;
+    const r = {
+      stepAurocChecker: auroc(x, checkerY),
+      stepAurocMc: auroc(x, mcY),
+      solutionAuroc: solution,
+      perLevel,
+      bestOfN: picked,
+      seconds,
+    };
+    results[prmDir] = r;
+    table.push(
+      `| ${prmDir.split("/").slice(-2).join("/")} | ${r.stepAurocMc.toFixed(3)} | ${r.stepAurocChecker.toFixed(3)} | ${solution.min.toFixed(3)} / ${solution.last.toFixed(3)} / ${solution.product.toFixed(3)} | ${pct(picked.last)}% / ${pct(picked.min)}% / ${pct(picked.product)}% |`,
+    );
+    console.log(
+      `${prmDir}: per level step AUROC (checker / MC): ${Object.entries(perLevel)
+        .map(([lv, v]) => `${lv}: ${v.checker.toFixed(3)} / ${v.mc.toFixed(3)}`)
+        .join(", ")}`,
+    );
+  }
+  console.log(
+    `| PRM | step AUROC vs MC labels | step AUROC vs checker | solution AUROC min / last / product | best-of-${bonN} last / min / product |`,
+  );
+  console.log("|---|---|---|---|---|");
+  for (const row of table) console.log(row);
+  if (values.out)
+    writeFileSync(
+      values.out,
+      JSON.stringify(
+        {
+          test: { n, samples, seed, rollouts, solutions: held.length, steps, checkerBad, mcBad },
+          bestOfN: { questions: bonQ, n: bonN, ...reference },
+          results,
+        },
+        null,
+        2,
+      ) + "\n",
+    );
 }
 
 main().catch((e: unknown) => {

@@ -42,7 +42,7 @@ export interface McOptions {
 
 /**
  * Solutions of `n` problems of `split`, `samples` each at `temperature` (the trainer's forward, seeded as the
- * checker-label recipe samples), identical solutions of a problem kept once.
+ * checker-label recipe samples), identical solutions of a problem kept once unless `duplicates`.
  */
 export async function sampleTraces(
   bin: string,
@@ -50,7 +50,7 @@ export async function sampleTraces(
   tok: ChatTokenizer,
   split: string,
   n: number,
-  o: { samples: number; temperature: number; seed: number; threads: number; maxNew: number },
+  o: { samples: number; temperature: number; seed: number; threads: number; maxNew: number; duplicates?: boolean },
 ): Promise<SampledSolution[]> {
   const problems = arithTask.problems({ split, n, seed: o.seed });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
@@ -67,7 +67,7 @@ export async function sampleTraces(
     const seen = new Set<string>();
     for (const ids of outs.slice(i * o.samples, (i + 1) * o.samples)) {
       const text = tok.decode(ids);
-      if (seen.has(text)) continue;
+      if (seen.has(text) && !o.duplicates) continue;
       seen.add(text);
       const correct = arithTask.equivalent(arithTask.extractAnswer(text), p.answer);
       out.push({ question: p.messages[0].content, answer: p.answer, prompt: prompts[i], text, correct });

@@ -57,12 +57,12 @@ export const prmRecipe = {
 export const mcRecipe = {
   ...prmRecipe,
   labels: "mc-soft" as "mc-soft" | "mc-hard",
-  trainProblems: 600,
-  validationProblems: 60,
+  trainProblems: 500,
+  validationProblems: 40,
   samples: 2,
   rollouts: 8,
   maxNew: 448,
-  steps: 400,
+  steps: 300,
 };
 
 const labelCache = resolve(new URL(".", import.meta.url).pathname, "../../.scratch/train-prm");
