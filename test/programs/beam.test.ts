@@ -245,6 +245,32 @@ describe("beam search", () => {
     expect(distinctFinished(on.program)).toBeGreaterThanOrEqual(distinctFinished(off.program));
   }, 120_000);
 
+  it("pruneBelow keeps no step the reward calls bad while another is good, and still samples N steps", async () => {
+    // Scores spread over [0, 1) by the step's text, so some steps fall below the line at every depth.
+    const spread: RewardSource = {
+      name: "spread",
+      score: async (_ctx, x) => ([...x.step].reduce((h, ch) => (h * 31 + ch.charCodeAt(0)) % 1009, 7) % 10) / 10,
+    };
+    const keptBelow = (p: BeamSearch, line: number) => {
+      const parents = new Set(p.nodes.map((x) => x.parent?.id));
+      return p.nodes.filter(
+        (x) =>
+          x.depth > 0 &&
+          parents.has(x.id) &&
+          x.stepScore < line &&
+          p.nodes.some((y) => y.depth === x.depth && !y.terminal && y.stepScore >= line),
+      ).length;
+    };
+    const off = await search(base(QUESTION, { ...OFF, reward: spread, n: 8, beamWidth: 1 }));
+    const on = await search(base(QUESTION, { ...OFF, reward: spread, n: 8, beamWidth: 1, pruneBelow: 0.5 }));
+    expect(keptBelow(off.program, 0.5)).toBeGreaterThan(0);
+    expect(keptBelow(on.program, 0.5)).toBe(0);
+    // The second iteration still samples N = 8 steps: the kept paths share the pruned ones' continuations.
+    expect(on.program.nodes.filter((x) => x.depth === 2).length).toBe(8);
+    expect(on.answer).not.toBeNull();
+    expect(() => new BeamSearch(base(QUESTION, { pruneBelow: 2 }))).toThrow(/pruneBelow must be in \[0, 1\], got 2/);
+  }, 120_000);
+
   it("dvts keeps one path per subtree", async () => {
     const r = await search(base(QUESTION, { ...ON, variant: "dvts" }));
     expect(r.program.name).toBe("dvts");

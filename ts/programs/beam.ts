@@ -83,6 +83,12 @@ export interface BeamSearchOptions extends FlashTtsSwitches {
    * its refill to N). Off: N/M copies of one path may be kept, and the N solutions are often one solution.
    */
   dedupe?: boolean;
+  /**
+   * beam: a candidate whose own step scores below this is not kept while any candidate scores at least this
+   * (default 0: off). A PRM's coarse verdict (a wrong product, a boxed answer that is not the thought's result) is
+   * reliable where its ranking among steps it calls good is not; the kept paths share the pruned ones' continuations.
+   */
+  pruneBelow?: number;
   aggregate?: ScoreAggregate;
   /** Most tokens per step (default 48). */
   stepMaxTokens?: number;
@@ -208,6 +214,7 @@ export class BeamSearch implements Program {
   private readonly eq: AnswerEquivalence;
   private readonly sw: Required<FlashTtsSwitches>;
   private readonly stepMax: number;
+  private readonly pruneBelow: number;
   private readonly maxDepth: number;
   private readonly maxTokens: number;
   private shuffleState: number;
@@ -255,6 +262,11 @@ export class BeamSearch implements Program {
       lookahead: speculative && (o.lookahead ?? true),
       speculativeRows: Math.min(rows, this.n),
     };
+    this.pruneBelow = o.pruneBelow ?? 0;
+    if (!(this.pruneBelow >= 0 && this.pruneBelow <= 1))
+      throw new InvalidOptionError(`${this.name}.pruneBelow must be in [0, 1], got ${this.pruneBelow}`, {
+        field: `${this.name}.pruneBelow`,
+      });
     this.stepMax = o.stepMaxTokens ?? 48;
     this.maxDepth = o.maxDepth ?? 64;
     this.maxTokens = o.maxTokens ?? 256;
@@ -536,8 +548,9 @@ export class BeamSearch implements Program {
     const dedupe = this.o.dedupe ?? true;
     if (this.variant === "beam") {
       const slots = Math.max(0, Math.min(this.n / this.m, Math.ceil((this.n - this.finished.length) / this.m)));
-      const ranked = open.sort(byScore);
-      kept = (dedupe ? distinct(ranked) : ranked).slice(0, slots);
+      const ranked = dedupe ? distinct(open.sort(byScore)) : open.sort(byScore);
+      const good = ranked.filter((c) => c.stepScore >= this.pruneBelow);
+      kept = (good.length > 0 ? good : ranked).slice(0, slots);
       // Fewer distinct paths than slots: the kept ones share the slots' continuations (the iteration still samples
       // slots × M steps), the better-ranked first.
       const total = slots * this.m;
