@@ -204,7 +204,15 @@ try {
       for (const batch of batches) {
         // alternate which side goes first, so that neither always runs right after the other's batch
         const order: Array<"ours" | "peer"> = peer ? (r % 2 === 0 ? ["ours", "peer"] : ["peer", "ours"]) : ["ours"];
-        for (const side of order) (side === "ours" ? ours : theirs).get(batch)!.push(await round(batch, r, side));
+        for (const side of order) {
+          const got = await round(batch, r, side);
+          (side === "ours" ? ours : theirs).get(batch)!.push(got);
+          // progress (stderr under --json): a long run on a loaded machine shows where it is
+          if (peer)
+            log(
+              `round ${r + 1} batch ${batch} ${side === "ours" ? "ours" : "llama.cpp"}: decode ${got.decodeTokensPerSecond.toFixed(1)} tok/s, prefill ${got.prefillTokensPerSecond.toFixed(1)} (load ${loadavg()[0].toFixed(2)})`,
+            );
+        }
       }
     }
   } finally {
