@@ -118,6 +118,17 @@ void Model::validate(const BatchInput& b) const {
       fail(who + "confidenceTopK must be in [0, min(64, " + std::to_string(width) + ")], got " + std::to_string(s.confidenceK));
     if (s.emitAll && !s.emitToken) fail(who + "emitAll needs emitToken (a row that samples nothing cannot sample everywhere)");
     if (s.allowedTokens) validateAllowedTokens(s, i, width);
+    if (s.lateMask >= 0) {
+      if (device != Device::cpu) fail(who + "lateMask is read on the CPU only; give allowedTokens");
+      if (s.allowedTokens) fail(who + "give allowedTokens or lateMask, not both");
+      if (!s.emitToken || s.emitAll) fail(who + "lateMask masks one sampled row: it needs emitToken and not emitAll");
+      if (s.lateMask >= b.lateRows)
+        fail(who + "lateMask " + std::to_string(s.lateMask) + " is not a row of lateMasks (" +
+             std::to_string(b.lateRows) + " rows)");
+      for (size_t k = 0; k < i; k++)
+        if (b.seqs[k].lateMask == s.lateMask)
+          fail(who + "lateMask " + std::to_string(s.lateMask) + " is also sequence " + std::to_string(k) + "'s");
+    }
     for (size_t j = 0; j < s.captureLayers.size(); j++) {
       const int l = s.captureLayers[j];
       if (l < 0 || l > cfg.numLayers + 1)

@@ -36,6 +36,8 @@ struct SeqInput {
   // The disallowed logits are -inf before sampling (maskLogits), so every output read from the row (token, logprob,
   // top logprobs, confidence, logits) is the constrained distribution's. Absent = unmasked.
   std::optional<std::vector<int32_t>> allowedTokens;
+  // Or a mask that arrives while the step runs (CPU only, one row, not emitAll): row lateMask of BatchInput::lateMasks.
+  int32_t lateMask = -1;
 };
 
 struct BatchInput {
@@ -54,6 +56,15 @@ struct BatchInput {
   bool returnLogits = false;
   bool profile = false;  // time the step op by op into the model's StepProfile (the step runs eagerly)
   std::vector<int32_t> copySrc, copyDst;  // whole-page copies done before anything else (copy-on-write)
+  // Token masks computed while the step runs (the engine's grammar matchers on the JS thread, which the forward does
+  // not need; only the sampler does): [lateRows flags][lateRows, ceil(V / 32) words], memory of the caller kept alive
+  // for the call (napi ForwardWorker). Before sampling, the forward waits for flag k of each row k a sequence names
+  // (SeqInput::lateMask): 1 = its words are written (the caller stores the flag after the words), 2 = it failed; a
+  // row failed, allowing no id, or without a flag after lateWaitUs is not sampled (token -1: the engine fails that
+  // request) and never holds the step longer than that. CPU only (on CUDA the masks travel with the step's meta).
+  const int32_t* lateMasks = nullptr;
+  int64_t lateRows = 0;
+  int64_t lateWaitUs = 0;
 };
 
 struct SeqOutput {
@@ -110,6 +121,7 @@ class Model {
   void attentionBlock(Step& s, int l);
   void mlpBlock(Step& s, int l);
   void finalRows(Step& s);
+  void awaitLateMasks(Step& s);
   std::vector<SeqOutput> readOutputs(Step& s);
   int64_t decodeBucket(const BatchInput& b) const;  // rows to pad a decode step to, or 0
   void ensureScratch(int64_t T, int64_t F, int numTop, size_t metaInts);

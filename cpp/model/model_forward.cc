@@ -6,12 +6,14 @@
 //   constrained rows (maskLogits) -> sample.
 // The residual add is fused into the next rmsnorm, so the stream is read and written once per sublayer.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include "model.h"
 #include "model_ops.h"
 #include "knobs.h"
@@ -52,6 +54,14 @@ struct Model::Plan {
   // emitting row e, -1 = unmasked) and of the maskRows masked rows' words [maskRows, ceil(V / 32)].
   int64_t maskRowOf = 0, maskWords = 0;
   int maskRows = 0;
+  // Masks that arrive while the step runs (BatchInput::lateMasks): their words are copied into the meta's mask rows
+  // just before sampling (awaitLateMasks).
+  struct LateRow {
+    int32_t maskRow;  // row of the meta's masks
+    int32_t k;        // row of lateMasks
+    int32_t e;        // emitting row
+  };
+  std::vector<LateRow> late;
 };
 
 namespace {
@@ -196,18 +206,27 @@ Model::Plan Model::plan(const BatchInput& b) {
   // Token masks last, after every offset the step's launches bake in: a step without any has today's layout, and one
   // with them moves no other offset. Each masked emitting row's words are copied in emitting-row order (validate
   // checked each sequence's row count against emitAll).
+  // A late mask's row is reserved here (zeros) and written before sampling.
   bool masked = false;
-  for (int e = 0; e < p.E; e++) masked |= b.seqs[p.finals[e].seq].allowedTokens.has_value();
+  auto hasMask = [&](const SeqInput& s) { return s.allowedTokens.has_value() || s.lateMask >= 0; };
+  for (int e = 0; e < p.E; e++) masked |= hasMask(b.seqs[p.finals[e].seq]);
   if (masked) {
     const int64_t W = (int64_t(cfg.headRows()) + 31) / 32;
     p.maskRowOf = int64_t(m.size());
-    for (int e = 0; e < p.E; e++) push(b.seqs[p.finals[e].seq].allowedTokens ? p.maskRows++ : -1);
+    for (int e = 0; e < p.E; e++) push(hasMask(b.seqs[p.finals[e].seq]) ? p.maskRows++ : -1);
     p.maskWords = int64_t(m.size());
+    int32_t maskRow = 0;
     for (int e = 0; e < p.E; e++) {
       const SeqInput& s = b.seqs[p.finals[e].seq];
-      if (!s.allowedTokens) continue;
+      if (!hasMask(s)) continue;
+      if (s.lateMask >= 0) {
+        p.late.push_back({maskRow++, s.lateMask, int32_t(e)});
+        m.resize(m.size() + size_t(W), 0);
+        continue;
+      }
       const int64_t row = s.emitAll ? p.finals[e].j : 0;
       m.insert(m.end(), s.allowedTokens->begin() + row * W, s.allowedTokens->begin() + (row + 1) * W);
+      maskRow++;
     }
   }
   return p;
@@ -325,6 +344,7 @@ struct Model::Step {
   std::vector<std::vector<float>> captured{};  // per sequence, a captured hidden state (or empty)
   size_t nextCapture = 0;
   bool finalCapture = false;
+  std::vector<int32_t> lateFailed{};  // emitting rows whose late mask failed (awaitLateMasks)
 
   void mark(const char* label) const {
     if (prof) prof->mark(label);
@@ -598,6 +618,10 @@ void Model::finalRows(Step& s) {
     a.topIds = topIds_.view({E, p.numTop});
     a.topLogprobs = topLogprobs_.view({E, p.numTop});
   }
+  if (!p.late.empty()) {
+    s.mark("maskWait");
+    awaitLateMasks(s);
+  }
   if (p.maskRows > 0) {
     // Constrained rows. The CPU sampler reads the masks itself, only the allowed ids of each masked row (kernels.h
     // SampleArgs::mask: the same outputs as masking first), so the logits are masked in place (disallowed ids to
@@ -669,8 +693,43 @@ std::vector<SeqOutput> Model::readOutputs(Step& s) {
       }
     }
   }
+  // A late mask that failed or did not come in time: the row was sampled unmasked, its token is not given.
+  for (int32_t e : s.lateFailed) out[p.finals[e].seq].token = -1;
   for (size_t i = 0; i < out.size(); i++) out[i].hidden = std::move(s.captured[i]);
   return out;
+}
+
+// Waits for each late mask's flag (BatchInput::lateMasks) and copies its words into the step's mask rows (host
+// memory on the CPU, read by the sampler next). Polls, then sleeps between polls, up to lateWaitUs for the whole
+// step; a row that failed (flag 2), allows no id below V, or has no flag by then allows every id (so the sampler has
+// a row to read) and is reported as failed: readOutputs gives it token -1.
+void Model::awaitLateMasks(Step& s) {
+  const Plan& p = s.p;
+  const int64_t W = (s.V + 31) / 32;
+  const int tail = int(s.V - 32 * (W - 1));
+  const uint32_t lastValid = tail == 32 ? 0xffffffffu : (1u << tail) - 1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(s.b.lateWaitUs);
+  for (const Plan::LateRow& l : p.late) {
+    const int32_t* flag = s.b.lateMasks + l.k;
+    int32_t f = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+    for (int polls = 0; f == 0 && std::chrono::steady_clock::now() < deadline; polls++) {
+      if (polls < 256) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+      f = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+    }
+    int32_t* dst = metaHost_.data() + p.maskWords + int64_t(l.maskRow) * W;
+    bool ok = f == 1;
+    if (ok) {
+      std::memcpy(dst, s.b.lateMasks + s.b.lateRows + int64_t(l.k) * W, size_t(W) * 4);
+      bool any = (uint32_t(dst[W - 1]) & lastValid) != 0;
+      for (int64_t w = 0; w + 1 < W && !any; w++) any = dst[w] != 0;
+      ok = any;
+    }
+    if (!ok) {
+      std::fill(dst, dst + W, -1);
+      s.lateFailed.push_back(l.e);
+    }
+  }
 }
 
 }  // namespace dl

@@ -177,6 +177,7 @@ BatchInput parseBatch(const Napi::Value& v) {
     s.fixedSchedule = boolean(so, "fixedSchedule", w, false);
     Napi::Value allowed = so.Get("allowedTokens");
     if (!allowed.IsUndefined() && !allowed.IsNull()) s.allowedTokens = int32s(allowed, w + ": 'allowedTokens'");
+    s.lateMask = int32_t(integer(so, "lateMask", w, -1, -1, INT32_MAX));
     Napi::Value sp = so.Get("sampling");
     if (!sp.IsUndefined() && !sp.IsNull()) {
       if (!sp.IsObject()) fail(w + ": 'sampling' must be an object");
@@ -264,6 +265,11 @@ BatchInput parsePacked(const Napi::Value& intsV, const Napi::Value& floatsV) {
       const int32_t* a = take(size_t(words));
       s.allowedTokens.emplace(a, a + words);
     }
+    if (sh[5] & 16) {  // lateMask: its row of the call's lateMasks (Model::validate checks it)
+      const int32_t k = *take(1);
+      if (k < 0) fail("forwardPacked: negative lateMask in sequence " + std::to_string(i));
+      s.lateMask = k;
+    }
     s.temperature = floats[2 * i], s.topP = floats[2 * i + 1];
   }
   if (at != ni) fail("forwardPacked: " + std::to_string(ni - at) + " ints past the last sequence");
@@ -276,6 +282,9 @@ class ForwardWorker : public Napi::AsyncWorker {
       : Napi::AsyncWorker(env, "forward"), deferred_(Napi::Promise::Deferred::New(env)), model_(std::move(m)),
         batch_(std::move(b)) {}
   Napi::Promise promise() { return deferred_.Promise(); }
+
+  // Keeps the caller's lateMasks array (BatchInput::lateMasks) alive and in place until the step is done.
+  void keep(const Napi::Object& lateMasks) { late_ = Napi::Persistent(lateMasks); }
 
   void Execute() override {
     try {
@@ -364,7 +373,27 @@ class ForwardWorker : public Napi::AsyncWorker {
   std::shared_ptr<Model> model_;  // keeps the model alive through a dispose() in flight
   BatchInput batch_;
   std::vector<SeqOutput> out_;
+  Napi::ObjectReference late_;
 };
+
+// The step's late masks (BatchInput::lateMasks): an Int32Array of rows * (1 + ceil(V / 32)) ints (the flags, then
+// the words), or undefined; the wait bound in milliseconds. Read only where some sequence names a row.
+void parseLateMasks(const Napi::Value& v, const Napi::Value& waitMs, int width, BatchInput& b) {
+  if (v.IsUndefined() || v.IsNull()) return;
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    fail("forward: 'lateMasks' must be an Int32Array");
+  auto a = v.As<Napi::Int32Array>();
+  const int64_t W = (int64_t(width) + 31) / 32, n = int64_t(a.ElementLength());
+  if (n % (1 + W) != 0)
+    fail("forward: 'lateMasks' holds " + std::to_string(n) + " ints, not a multiple of 1 + ceil(vocab " +
+         std::to_string(width) + " / 32) = " + std::to_string(1 + W) + " (a flag and a mask's words a row)");
+  b.lateMasks = a.Data();
+  b.lateRows = n / (1 + W);
+  if (!waitMs.IsNumber()) fail("forward: 'lateMaskWaitMs' must be a number of milliseconds in [0, 600000]");
+  const double ms = waitMs.As<Napi::Number>().DoubleValue();
+  if (!(ms >= 0 && ms <= 600000)) fail("forward: 'lateMaskWaitMs' must be in [0, 600000], got " + std::to_string(ms));
+  b.lateWaitUs = int64_t(ms * 1000);
+}
 
 class CopyPagesWorker : public Napi::AsyncWorker {
  public:
@@ -627,9 +656,14 @@ Napi::Value NativeModel::forward(const Napi::CallbackInfo& info, bool packed) {
     auto m = model("forward");
     auto arg = [&](size_t i) { return info.Length() > i ? info[i] : env.Undefined(); };
     BatchInput b = packed ? parsePacked(arg(0), arg(1)) : parseBatch(arg(0));
+    // forwardPacked(ints, floats, lateMasks?, lateMaskWaitMs?); forward(batch) carries them as fields.
+    Napi::Value late = packed ? arg(2) : (arg(0).IsObject() ? arg(0).As<Napi::Object>().Get("lateMasks") : env.Undefined());
+    Napi::Value lateWait = packed ? arg(3) : (arg(0).IsObject() ? arg(0).As<Napi::Object>().Get("lateMaskWaitMs") : env.Undefined());
+    parseLateMasks(late, lateWait, m->cfg.headRows(), b);
     m->validate(b);
     m->requireWeights();
     auto* w = new ForwardWorker(env, m, std::move(b));
+    if (!late.IsUndefined() && !late.IsNull()) w->keep(late.As<Napi::Object>());
     Napi::Promise p = w->promise();
     w->Queue();
     return p;

@@ -40,6 +40,8 @@ export interface ForwardSequence {
    * token is rejected: end such a sequence instead. Omitted = unmasked (NativeForwardSequence.allowedTokens).
    */
   allowedTokens?: Int32Array;
+  /** Or its row of the batch's lateMasks, written while the step runs (NativeForwardSequence.lateMask; CPU). */
+  lateMask?: number;
 }
 
 export interface ForwardBatch {
@@ -54,6 +56,9 @@ export interface ForwardBatch {
   pageCopies?: { src: Int32Array; dst: Int32Array };
   /** Return every emitting sequence's raw logits [vocab]. */
   returnLogits?: boolean;
+  /** Masks written while the step runs (NativeForwardBatch.lateMasks), and how long it waits for them. */
+  lateMasks?: Int32Array;
+  lateMaskWaitMs?: number;
 }
 
 export interface ForwardResult {

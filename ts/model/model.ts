@@ -218,7 +218,12 @@ export class Model implements AsyncDisposable {
     const packed = packForward(batch);
     let step: Promise<NativeForwardPacked>;
     try {
-      step = packed === null ? native.forward(batch) : native.forwardPacked(packed.ints, packed.floats);
+      step =
+        packed === null
+          ? native.forward(batch)
+          : batch.lateMasks === undefined
+            ? native.forwardPacked(packed.ints, packed.floats)
+            : native.forwardPacked(packed.ints, packed.floats, batch.lateMasks, batch.lateMaskWaitMs);
     } catch (e) {
       return Promise.reject(asNativeError(e)); // the addon refused the batch (a malformed argument)
     }

@@ -61,6 +61,8 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
   const allowed = s.allowedTokens;
   const hasAllowed = allowed !== undefined && allowed !== null;
   if (hasAllowed && !isPlainInt32Array(allowed)) return -1;
+  const late = intOr(s.lateMask, -1);
+  if (late === null) return -1;
   const startPos = isInt32(s.startPos) ? s.startPos : null;
   const numTop = intOr(s.numTopLogprobs, 0);
   const confidenceK = intOr(s.confidenceTopK, 0);
@@ -77,15 +79,16 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
     return -1;
   if (temperature === null || topP === null || topK === null || seed === null) return -1;
   const nc = captures?.length ?? 0;
-  // allowedTokens, when given: flag 8, and [words, ...words] after the capture indices.
+  // allowedTokens, when given: flag 8, and [words, ...words] after the capture indices; lateMask: flag 16, [row].
   const na = hasAllowed ? 1 + allowed.length : 0;
-  ensure(at + SEQ_HEADER + tokens.length + blockTable.length + nc + na);
+  const nl = late === -1 ? 0 : 1;
+  ensure(at + SEQ_HEADER + tokens.length + blockTable.length + nc + na + nl);
   ints[at] = tokens.length;
   ints[at + 1] = startPos;
   ints[at + 2] = blockTable.length;
   ints[at + 3] = numTop;
   ints[at + 4] = confidenceK;
-  ints[at + 5] = emit | all | fixed | (hasAllowed ? 8 : 0);
+  ints[at + 5] = emit | all | fixed | (hasAllowed ? 8 : 0) | (nl === 1 ? 16 : 0);
   ints[at + 6] = topK;
   ints[at + 7] = nc;
   ints[at + 8] = seed[0];
@@ -103,6 +106,7 @@ function packSequence(s: NativeForwardSequence, i: number, at: number): number {
     ints.set(allowed, at + 1);
     at += na;
   }
+  if (nl === 1) ints[at++] = late;
   floats[2 * i] = temperature;
   floats[2 * i + 1] = topP;
   return at;

@@ -276,6 +276,12 @@ export interface NativeForwardSequence {
    * a sequence that does not emit, a row allowing no id < vocab. Omitted: unmasked (bitwise today's results).
    */
   allowedTokens?: Int32Array;
+  /**
+   * Or the mask arrives while the step runs (CPU only; one sampled row, not emitAll; not with allowedTokens): row
+   * `lateMask` of the batch's `lateMasks`. The forward waits for that row's flag before sampling; a row whose flag
+   * says it failed, whose mask allows no id, or without a flag within lateMaskWaitMs comes back with token -1.
+   */
+  lateMask?: number;
 }
 
 export interface NativeForwardBatch {
@@ -301,6 +307,15 @@ export interface NativeForwardBatch {
   profile?: boolean;
   /** Whole-page copies (copy-on-write) done before this step writes any KV. */
   pageCopies?: { src: Int32Array; dst: Int32Array };
+  /**
+   * Token masks the caller writes while the step runs (the sequences' lateMask rows): rows * (1 + ceil(vocab / 32))
+   * ints, first a flag per row, then each row's words. The caller writes row k's words, then stores its flag with
+   * Atomics.store: 1 = ready, 2 = failed. The array must stay as it is (not transferred) until the step settles;
+   * allocate it over its own ArrayBuffer. CPU only.
+   */
+  lateMasks?: Int32Array;
+  /** How long the step waits for its late masks in all, in ms (required with lateMasks; at most 600000). */
+  lateMaskWaitMs?: number;
 }
 
 export interface NativeForwardResult {
@@ -428,11 +443,18 @@ export interface NativeModel {
    *   ints: header [sequences, gemmSplitK, kvSplits, fixedGemmSplitK, flags (1 returnLogits, 2 fastSplitK,
    *         4 profile), page copies c], c sources, c destinations; then per sequence [tokens t, startPos, block
    *         table entries p, numTopLogprobs, confidenceTopK, flags (1 emitToken, 2 emitAll, 4 fixedSchedule,
-   *         8 allowedTokens given), topK, captures h, seed low 32 bits, seed high 32 bits], t tokens, p page ids,
-   *         h capture indices, and with flag 8: [words a], a allowedTokens words.
+   *         8 allowedTokens given, 16 lateMask given), topK, captures h, seed low 32 bits, seed high 32 bits], t
+   *         tokens, p page ids, h capture indices, with flag 8: [words a], a allowedTokens words, with flag 16:
+   *         [lateMask].
    *   floats: per sequence [temperature, topP].
+   *   lateMasks, lateMaskWaitMs: NativeForwardBatch's.
    */
-  forwardPacked(ints: Int32Array, floats: Float32Array): Promise<NativeForwardPacked>;
+  forwardPacked(
+    ints: Int32Array,
+    floats: Float32Array,
+    lateMasks?: Int32Array,
+    lateMaskWaitMs?: number,
+  ): Promise<NativeForwardPacked>;
   /** Copies whole pages src[i] -> dst[i] in every layer's K and V cache. */
   copyPages(src: Int32Array, dst: Int32Array): Promise<void>;
   /** KV offloading: the pages' K and V of every layer, copied to host memory (CUDA: through page-locked staging). */
