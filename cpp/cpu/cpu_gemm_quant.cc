@@ -477,6 +477,60 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
   if (xbuf.size() > (size_t(1) << 23)) std::vector<uint16_t>().swap(xbuf);  // a prefill's copy is not kept
 }
 
+// ---- i8 W per output row (quantize "int8"), M = 1: the f32 kernels' schedule (cpu_gemm.h) ----
+
+// Rows [n0, n0 + NR) of y = x . q^T * scale: for each partition, 16 lane accumulators over the groups of 16 at
+// absolute k (lanes outside the partition add fma(0, 0, acc), as the f32 kernels' masked edges do), the fixed tree,
+// the partials in order. prefetch: fetch the next panel's rows into L2 as this one's are read.
+// acc[j] += x[g..g+16) * q row j's [g..g+16) lane by lane, where m is set (the rest fma(0, 0, acc)).
+template <int NR, bool FULL>
+DL_AVX512 __attribute__((always_inline)) inline void gemvI8Group(__m512 (&acc)[NR], const float* x, const int8_t* q,
+                                                                 int64_t K, int64_t g, __mmask16 m) {
+  const __m512 xv = FULL ? _mm512_loadu_ps(x + g) : _mm512_maskz_loadu_ps(m, x + g);
+#pragma GCC unroll 16
+  for (int j = 0; j < NR; j++) {
+    const int8_t* qj = q + j * K + g;
+    const __m128i b = FULL ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qj)) : _mm_maskz_loadu_epi8(m, qj);
+    acc[j] = _mm512_fmadd_ps(xv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), acc[j]);
+  }
+}
+
+template <int NR>
+DL_AVX512 void gemvI8Panel(const float* x, const int8_t* q, int64_t K, const int64_t* kBounds, int splitK,
+                           bool prefetch, float* total) {
+  float sums[NR];
+  const char* ahead = reinterpret_cast<const char*>(q) + NR * K;
+  for (int p = 0; p < splitK; p++) {
+    const int64_t k0 = kBounds[p], k1 = kBounds[p + 1];
+    __m512 acc[NR];
+#pragma GCC unroll 16
+    for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_ps();
+    int64_t g = k0 & ~int64_t(15);
+    if (g < k0) {  // a partial first group
+      __mmask16 m = __mmask16(0xffffu << (k0 - g));
+      if (k1 < g + 16) m &= __mmask16((1u << (k1 - g)) - 1);
+      gemvI8Group<NR, false>(acc, x, q, K, g, m);
+      g += 16;
+    }
+    for (; g + 16 <= k1; g += 16) {
+      // a line of the next panel per row and 64 k of this one (NR lines per 64 k: the panel's NR * K bytes)
+      if (prefetch && (g & 63) == 0)
+#pragma GCC unroll 16
+        for (int j = 0; j < NR; j++) __asm__ volatile("prefetcht1 %0" : : "m"(ahead[(g / 64 * NR + j) * 64]));
+      gemvI8Group<NR, true>(acc, x, q, K, g, 0xffff);
+    }
+    if (g < k1) gemvI8Group<NR, false>(acc, x, q, K, g, __mmask16((1u << (k1 - g)) - 1));
+    reduceAll(acc, NR, sums);
+    for (int j = 0; j < NR; j++) total[j] = p == 0 ? sums[j] : total[j] + sums[j];
+  }
+}
+
+template <size_t... J> constexpr auto gemvI8Table(std::index_sequence<J...>) {
+  return std::array<decltype(&gemvI8Panel<1>), sizeof...(J)>{&gemvI8Panel<int(J) + 1>...};
+}
+constexpr int kI8Rows = 8;
+constexpr auto kGemvI8 = gemvI8Table(std::make_index_sequence<kI8Rows>());
+
 }  // namespace
 
 void gemmGrouped(const View& x, const View& w, const float* bias, const View& y, int splitK) {
@@ -497,6 +551,32 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
         throw Error("gemm: a grouped w's perm[" + std::to_string(k) + "] = " + std::to_string(gq.perm[k]) + " is outside [0, K)");
   if (gq.bits == 4) gemm4(x, w, bias, y, splitK);
   else gemm8(x, w, bias, y, splitK);
+}
+
+bool gemvI8(const View& x, const View& w, const float* bias, const View& y, const int64_t* kBounds, int splitK) {
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  if (M != 1 || w.dtype != DType::i8 || !w.rowScale || w.packRows || simdLevel() == Simd::avx2) return false;
+  const float* xs = x.as<float>();
+  const int8_t* q = w.as<int8_t>();
+  float* ys = y.as<float>();
+  const int64_t panels = (N + kI8Rows - 1) / kI8Rows;
+  parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
+    // the range's first panel (each panel fetches the next as it goes)
+    for (int64_t b = lo * kI8Rows * K, e = std::min(N, (lo + 1) * kI8Rows) * K; b < e; b += 64)
+      __asm__ volatile("prefetcht1 %0" : : "m"(reinterpret_cast<const char*>(q)[b]));
+    float total[kI8Rows];
+    for (int64_t t = lo; t < hi; t++) {
+      const int64_t n0 = t * kI8Rows;
+      const int nr = int(std::min<int64_t>(kI8Rows, N - n0));
+      kGemvI8[size_t(nr - 1)](xs, q + n0 * K, K, kBounds, splitK, t + 1 < hi, total);
+      for (int j = 0; j < nr; j++) {
+        float v = total[j] * w.rowScale[n0 + j];
+        __asm__("" : "+x"(v));  // two roundings, as the general path: no contraction into one FMA
+        ys[n0 + j] = bias ? v + bias[n0 + j] : v;
+      }
+    }
+  });
+  return true;
 }
 
 }  // namespace dl::cpu::gemm_detail

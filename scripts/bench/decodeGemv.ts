@@ -1,8 +1,8 @@
-// The decode GEMV alone: CPU time per gemm call at int4 (grouped, scales by group as a loaded model holds them)
-// against bf16 of the same shape, on one thread, weights cycled through COPIES copies so they stream from memory.
+// The decode GEMV alone: CPU time per gemm call at int4 (grouped, scales by group as a loaded model holds them) and
+// int8 (per output row, quantize "int8"'s format) against bf16 of the same shape, on one thread, weights cycled through COPIES copies so they stream from memory.
 // Reports GB/s of weight bytes per CPU-second (robust to other load on a shared machine) and GFLOP/s; the bf16 figure
-// is the read bandwidth one core reaches, the int4 one's share of it says how far the int4 kernel is from the
-// memory limit.
+// is the read bandwidth one core reaches, the int4 / int8 ones' share of it says how far their kernels are from the
+// memory limit. (bf16 W here is row-major; a loaded model on an AVX512-BF16 CPU holds it packed in panels.)
 //   npx tsx scripts/bench/decodeGemv.ts [--n 8960] [--k 1536] [--group 32] [--m 1] [--copies 4] [--calls 400]
 import { parseArgs } from "node:util";
 import { loadAddon } from "../../ts/native/loadAddon.js";
@@ -39,6 +39,13 @@ const int4 = Array.from({ length: copies }, () => {
   s.writeF32(rnd((N * K) / G).map((v) => v / 100));
   return { w, s };
 });
+const int8 = Array.from({ length: copies }, () => {
+  const w = addon.tensor("cpu", "i8", [N, K]);
+  w.write(Int8Array.from(rnd(N * K), (v) => Math.round(v * 254)));
+  const s = addon.tensor("cpu", "f32", [N]);
+  s.writeF32(rnd(N).map((v) => v / 100));
+  return { w, s };
+});
 const bf16 = Array.from({ length: copies }, () => {
   const w = addon.tensor("cpu", "bf16", [N, K]);
   w.writeF32(rnd(N * K));
@@ -51,6 +58,13 @@ const kinds = {
     call: () => {
       const c = int4[i++ % copies];
       return addon.ops.gemm({ x, w: c.w, wBits: 4, wGroupSize: G, wScales: c.s, wByGroup: 1, y });
+    },
+  },
+  int8: {
+    bytes: N * K + 4 * N,
+    call: () => {
+      const c = int8[i++ % copies];
+      return addon.ops.gemm({ x, w: c.w, wScale: c.s, y });
     },
   },
   bf16: { bytes: N * K * 2, call: () => addon.ops.gemm({ x, w: bf16[i++ % copies], y }) },
