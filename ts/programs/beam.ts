@@ -7,6 +7,14 @@
 // "last" as search-and-learn, "min", "prod"). A step that writes the answer marker or ends the turn finishes its
 // solution; the answer is the score-weighted vote of the finished solutions.
 //
+// Defaults tuned on the arithmetic task's validation split with the bundled tiny reasoner and PRM (issue 48,
+// bench/tts-compare.md): candidates that are the same path are kept once (`dedupe`; without it the kept beams were
+// mostly copies of one path), T = 0.8, aggregate "last", and for `beam` M = 1: every distinct path is kept and the
+// duplicates' continuations go to the distinct paths, best-scored first. Each narrower width lost right paths to
+// pruning (the oracle replay: at M = 4 a third of the questions lost their last right prefix to the PRM's ranking)
+// — the bundled PRM learned the step checker's "is this line's arithmetic right", and this generator's mistakes are
+// mostly right lines on the wrong sub-expression. Give beamWidth > 1 with a PRM whose ranking is worth pruning by.
+//
 // FlashTTS techniques, each a switch (all off = the baseline of the paper's ablation). Defaults: prefix-aware on,
 // speculation and LookAhead off — built for GPUs, where decode rows are nearly free up to the memory-bound batch, and
 // to be measured there before it becomes a default (on the 2-core CPU, bench/tts.md, two runs: at the full batch
@@ -75,7 +83,7 @@ export interface BeamSearchOptions extends FlashTtsSwitches {
   variant?: BeamVariant;
   /** N: candidate steps per iteration, and the finished solutions wanted (default 16). */
   n?: number;
-  /** M: continuations per kept path (default 4; N must be a multiple of M). */
+  /** M: continuations per kept path (default: beam 1, dvts 4; N must be a multiple of M). */
   beamWidth?: number;
   /**
    * Candidates that are the same path (the same steps from the root) are one beam (default true): the best copy is
@@ -226,7 +234,7 @@ export class BeamSearch implements Program {
     this.variant = o.variant ?? "beam";
     this.name = this.variant;
     this.n = o.n ?? 16;
-    this.m = o.beamWidth ?? 4;
+    this.m = o.beamWidth ?? (this.variant === "beam" ? 1 : 4);
     if (!Number.isInteger(this.n) || this.n < 1)
       throw new InvalidOptionError(`${this.name}.n must be an integer ≥ 1, got ${this.n}`, { field: `${this.name}.n` });
     if (!Number.isInteger(this.m) || this.m < 1 || this.n % this.m !== 0) {
