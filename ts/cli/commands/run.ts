@@ -300,7 +300,7 @@ export function registerRun(program: Command): void {
     )
     .option(
       "--beam-width <m>",
-      "beam / dvts: continuations per kept path (default 4; must divide --cap, the N candidates)",
+      "beam / dvts: continuations per kept path (default: beam 1, dvts 4; must divide --cap, the N candidates)",
     )
     .option(
       "--speculative",
