@@ -177,15 +177,21 @@ using TileFn4 = void (*)(const uint16_t* x, int64_t ldx, const uint8_t* q, int64
                          const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
                          float* sums);
 constexpr int kMaxMR4 = 4, kMaxNR4 = 8;
+// Prefill from this many X rows up: W rows looked up into bf16 once per block of kExpandRows (gemm4).
+constexpr int64_t kExpandM = 16, kExpandRows = 32;
 
 // AVX512-BF16. q' as bf16 by table: symmetric (zero point 8 everywhere) word i = bf16(i % 16 - 8) indexed by the
 // nibble and whatever bits sit above it; with zero points, the nibble (masked) minus the word's zero point, an
 // integer in [-15, 15], indexes word i = bf16(i < 16 ? i : i - 32) by its low 5 bits.
-template <bool ASYM, int MR, int NR>
+// MODE kExpanded: q points at W rows already looked up (expand4, below: per chunk the 4 vectors of 32 bf16 q' that
+// the lookups give, row j at q + j * ldq bytes), so the same products in the same order.
+enum W4Mode { kSym = 0, kAsym = 1, kExpanded = 2 };
+template <int MODE, int MR, int NR>
 DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
                        const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
                        float* sums) {
   static_assert(NR <= 8, "scales of a chunk's groups: 8 rows per group in two zmm");
+  constexpr bool ASYM = MODE == kAsym, EXP = MODE == kExpanded;
   __m512 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; i++)
@@ -222,9 +228,10 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
     const uint16_t* xc = x + c * 128;
 #pragma GCC unroll 8
     for (int j = 0; j < NR; j++) {
-      const uint8_t* qj = q + j * ldq + c * 64;
+      const uint8_t* qj = q + j * ldq + c * (EXP ? 256 : 64);
       if (prefetch) __asm__ volatile("prefetcht1 %0" : : "m"(ahead[(c * NR + j) * 64]));
-      const __m512i bytes = ch.full ? _mm512_loadu_si512(qj) : _mm512_maskz_loadu_epi8(ch.bytes, qj);
+      __m512i bytes;
+      if constexpr (!EXP) bytes = ch.full ? _mm512_loadu_si512(qj) : _mm512_maskz_loadu_epi8(ch.bytes, qj);
       __m512i zj;
       if constexpr (ASYM) zj = _mm512_permutex2var_epi16(z01, _mm512_add_epi16(zIdx, _mm512_set1_epi16(short(j))), z23);
       __m512 s[MR];
@@ -232,9 +239,14 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
       for (int i = 0; i < MR; i++) s[i] = _mm512_setzero_ps();
 #pragma GCC unroll 4
       for (int p = 0; p < 4; p++) {
-        __m512i n = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
-        if constexpr (ASYM) n = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(n, low4) : n, zj);
-        const __m512i wp = _mm512_permutexvar_epi16(n, table);
+        __m512i wp;
+        if constexpr (EXP) {
+          wp = _mm512_loadu_si512(qj + p * 64);
+        } else {
+          __m512i n = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
+          if constexpr (ASYM) n = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(n, low4) : n, zj);
+          wp = _mm512_permutexvar_epi16(n, table);
+        }
 #pragma GCC unroll 4
         for (int i = 0; i < MR; i++)
           s[i] = _mm512_dpbf16_ps(s[i], reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + i * ldx + p * 32)),
@@ -246,6 +258,36 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
     }
   }
   reduceAll(&acc[0][0], MR * NR, sums);
+}
+
+// Rows [0, n) of q looked up into bf16 q' as tile4Bf16 looks them up (row r at out + r * ldo words, per chunk the 4
+// vectors of 32 words; a partial chunk's missing columns as its masked load gives them): prefill tiles then read
+// them instead of repeating the lookups for every m-tile.
+DL_BF16 void expand4(const uint8_t* q, int64_t ldq, const uint8_t* zr, int64_t ldg, const Chunk4* chunks,
+                     int64_t nChunks, int64_t n, uint16_t* out, int64_t ldo) {
+  alignas(64) uint16_t symWords[32], asymWords[32];
+  for (int t = 0; t < 32; t++) symWords[t] = f32ToBf16(float(t % 16 - 8)), asymWords[t] = f32ToBf16(float(t < 16 ? t : t - 32));
+  const __m512i table = _mm512_load_si512(zr ? asymWords : symWords), low4 = _mm512_set1_epi16(15);
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < nChunks; c++) {
+      const Chunk4& ch = chunks[c];
+      const uint8_t* qr = q + r * ldq + c * 64;
+      const __m512i bytes = ch.full ? _mm512_loadu_si512(qr) : _mm512_maskz_loadu_epi8(ch.bytes, qr);
+      __m512i zw = _mm512_setzero_si512();
+      if (zr) {  // word w's zero point: that of group g0 + d_{w/2}
+        alignas(16) int16_t z4[8] = {};
+        for (int d = 0; d < ch.nd; d++) z4[d] = zr[(ch.g0 + d) * ldg + r];
+        zw = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_load_si512(ch.zIdx), 4),
+                                      _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(z4))));
+      }
+      uint16_t* o = out + r * ldo + c * 128;
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; p++) {
+        __m512i nib = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
+        if (zr) nib = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(nib, low4) : nib, zw);
+        _mm512_storeu_si512(o + p * 32, _mm512_permutexvar_epi16(nib, table));
+      }
+    }
 }
 
 // The same schedule on AVX2 (lanes 0-7 and 8-15 in two ymm): a lane's dword of x holds (column 8l + p, 8l + 4 + p)
@@ -299,20 +341,24 @@ void tile4Avx2(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, co
     for (int j = 0; j < NR; j++) sums[i * NR + j] = reduce16(acc[i][j][0], acc[i][j][1]);
 }
 
-template <bool NATIVE, bool ASYM, int MR, size_t... J>
+// MODE: W4Mode on AVX512-BF16; without it kSym / kAsym (no expanded W: the AVX2 kernel unpacks as it goes).
+template <bool NATIVE, int MODE, int MR, size_t... J>
 constexpr std::array<TileFn4, kMaxNR4> rowOf4(std::index_sequence<J...>) {
-  if constexpr (NATIVE) return {tile4Bf16<ASYM, MR, int(J) + 1>...};
-  else return {tile4Avx2<ASYM, MR, int(J) + 1>...};
+  if constexpr (NATIVE) return {tile4Bf16<MODE, MR, int(J) + 1>...};
+  else return {tile4Avx2<MODE == kAsym, MR, int(J) + 1>...};
 }
-template <bool NATIVE, bool ASYM, size_t... I>
+template <bool NATIVE, int MODE, size_t... I>
 constexpr std::array<std::array<TileFn4, kMaxNR4>, kMaxMR4> tableOf4(std::index_sequence<I...>) {
-  return {rowOf4<NATIVE, ASYM, int(I) + 1>(std::make_index_sequence<kMaxNR4>())...};
+  return {rowOf4<NATIVE, MODE, int(I) + 1>(std::make_index_sequence<kMaxNR4>())...};
 }
-template <bool NATIVE, bool ASYM> constexpr auto kTiles4 = tableOf4<NATIVE, ASYM>(std::make_index_sequence<kMaxMR4>());
+template <bool NATIVE, int MODE> constexpr auto kTiles4 = tableOf4<NATIVE, MODE>(std::make_index_sequence<kMaxMR4>());
 
-TileFn4 tileFn4(bool native, bool asym, int mr, int nr) {
-  if (native) return asym ? kTiles4<true, true>[mr - 1][nr - 1] : kTiles4<true, false>[mr - 1][nr - 1];
-  return asym ? kTiles4<false, true>[mr - 1][nr - 1] : kTiles4<false, false>[mr - 1][nr - 1];
+TileFn4 tileFn4(bool native, int mode, int mr, int nr) {
+  if (native)
+    return mode == kExpanded ? kTiles4<true, kExpanded>[mr - 1][nr - 1]
+           : mode == kAsym   ? kTiles4<true, kAsym>[mr - 1][nr - 1]
+                             : kTiles4<true, kSym>[mr - 1][nr - 1];
+  return mode == kAsym ? kTiles4<false, kAsym>[mr - 1][nr - 1] : kTiles4<false, kSym>[mr - 1][nr - 1];
 }
 
 // x rounded to bf16 as the dense bf16 GEMM rounds it (cpu_gemm.h): nearest even, subnormals to signed zero.
@@ -447,41 +493,55 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
   const bool native = simdLevel() == Simd::avx512bf16;
   // M = 1: one X row, a panel of W rows (independent chains hide the latencies behind the unpacking); else tiles.
   const int MR = M == 1 ? 1 : native ? 4 : 2, NR = M == 1 ? (native ? 8 : 4) : (native ? 4 : 2);
-  const int64_t panels = (N + NR - 1) / NR;
+  // Prefill on AVX512-BF16: each task looks up a block of W rows into bf16 once (expand4) and runs every m-tile
+  // over it (the block stays in L2), instead of repeating the lookups per m-tile. Same products, same bits.
+  const bool expand = native && M >= kExpandM;
+  const int64_t blockRows = expand ? kExpandRows : NR, tasks = (N + blockRows - 1) / blockRows;
+  const int64_t ldo = nChunks * 128 + 32;  // expanded row stride in words (one line apart beyond its chunks)
   const bool prefetch = M == 1;
   float* ys = y.as<float>();
-  parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
+  parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
     float total[kMaxMR4 * kMaxNR4], partial[kMaxMR4 * kMaxNR4];
     if (prefetch)  // the range's first panel (the kernels fetch each next one as they read the current)
       for (int64_t b = lo * NR * ldq, e = std::min(hi * NR, N) * ldq, f = std::min(e, b + NR * ldq); b < f; b += 64)
         __asm__ volatile("prefetcht1 %0" : : "m"(static_cast<const char*>(w.data)[b]));
-    for (int64_t t = lo; t < hi; t++) {
-      const int64_t n0 = t * NR;
-      const int nr = int(std::min<int64_t>(NR, N - n0));
-      const uint8_t* q = static_cast<const uint8_t*>(w.data) + n0 * ldq;
-      const float* sc = bg.scales + n0;
-      const uint8_t* zr = bg.zeros ? bg.zeros + n0 : nullptr;
+    thread_local std::vector<uint16_t> wx;  // this worker's expanded block
+    for (int64_t b = lo; b < hi; b++) {
+      const int64_t r0 = b * blockRows, rows = std::min(blockRows, N - r0);
+      const uint8_t* qb = static_cast<const uint8_t*>(w.data) + r0 * ldq;
+      const uint8_t* zb = bg.zeros ? bg.zeros + r0 : nullptr;
+      const uint8_t* tq = qb;
+      int64_t tld = ldq;
+      int mode = zb ? kAsym : kSym;
+      if (expand) {
+        if (int64_t(wx.size()) < rows * ldo + 32) wx.resize(size_t(rows * ldo + 32));
+        uint16_t* wa = wx.data() + (32 - (reinterpret_cast<uintptr_t>(wx.data()) % 64) / 2) % 32;
+        expand4(qb, ldq, zb, bg.ldg, chunks, nChunks, rows, wa, ldo);
+        tq = reinterpret_cast<const uint8_t*>(wa), tld = ldo * 2, mode = kExpanded;
+      }
       for (int64_t m0 = 0; m0 < M; m0 += MR) {
         const int mr = int(std::min<int64_t>(MR, M - m0));
-        const TileFn4 fn = tileFn4(native, zr != nullptr, mr, nr);
-        for (int p = 0; p < splitK; p++) {
-          fn(xc + m0 * ldx, ldx, q, ldq, sc, zr, bg.ldg, chunks, cBounds[size_t(p)], cBounds[size_t(p) + 1],
-             prefetch && t + 1 < hi, p == 0 ? total : partial);
-          if (p > 0)
-            for (int o = 0; o < mr * nr; o++) total[o] = total[o] + partial[o];
+        for (int64_t j0 = 0; j0 < rows; j0 += NR) {
+          const int nr = int(std::min<int64_t>(NR, rows - j0));
+          const int64_t n0 = r0 + j0;
+          const TileFn4 fn = tileFn4(native, mode, mr, nr);
+          for (int p = 0; p < splitK; p++) {
+            fn(xc + m0 * ldx, ldx, tq + j0 * tld, tld, bg.scales + n0, zb ? zb + j0 : nullptr, bg.ldg, chunks,
+               cBounds[size_t(p)], cBounds[size_t(p) + 1], prefetch && b + 1 < hi, p == 0 ? total : partial);
+            if (p > 0)
+              for (int o = 0; o < mr * nr; o++) total[o] = total[o] + partial[o];
+          }
+          store(ys, N, bias, m0, n0, mr, nr, total);
         }
-        store(ys, N, bias, m0, n0, mr, nr, total);
       }
     }
+    if (wx.size() > (size_t(1) << 22)) std::vector<uint16_t>().swap(wx);
   });
   if (xbuf.size() > (size_t(1) << 23)) std::vector<uint16_t>().swap(xbuf);  // a prefill's copy is not kept
 }
 
 // ---- i8 W per output row (quantize "int8"), M = 1: the f32 kernels' schedule (cpu_gemm.h) ----
 
-// Rows [n0, n0 + NR) of y = x . q^T * scale: for each partition, 16 lane accumulators over the groups of 16 at
-// absolute k (lanes outside the partition add fma(0, 0, acc), as the f32 kernels' masked edges do), the fixed tree,
-// the partials in order. prefetch: fetch the next panel's rows into L2 as this one's are read.
 // acc[j] += x[g..g+16) * q row j's [g..g+16) lane by lane, where m is set (the rest fma(0, 0, acc)).
 template <int NR, bool FULL>
 DL_AVX512 __attribute__((always_inline)) inline void gemvI8Group(__m512 (&acc)[NR], const float* x, const int8_t* q,
@@ -495,6 +555,9 @@ DL_AVX512 __attribute__((always_inline)) inline void gemvI8Group(__m512 (&acc)[N
   }
 }
 
+// Rows [n0, n0 + NR) of y = x . q^T * scale: for each partition, 16 lane accumulators over the groups of 16 at
+// absolute k (lanes outside the partition add fma(0, 0, acc), as the f32 kernels' masked edges do), the fixed tree,
+// the partials in order. prefetch: fetch the next panel's rows into L2 as this one's are read.
 template <int NR>
 DL_AVX512 void gemvI8Panel(const float* x, const int8_t* q, int64_t K, const int64_t* kBounds, int splitK,
                            bool prefetch, float* total) {
