@@ -33,6 +33,11 @@ export interface StepExtras extends Pick<StepShape, "fixed"> {
   sequences?: readonly ForwardSequence[];
   /** The extras need every emitting row's raw logits. */
   returnLogits?: boolean;
+  /**
+   * Constrained rows whose masks the caller writes while the forward runs (ForwardBatch.lateMasks): each such
+   * sequence's row of `masks`, and how long the forward waits for them.
+   */
+  late?: { rows: ReadonlyMap<Sequence, number>; masks: Int32Array; waitMs: number };
 }
 
 export class ModelRunner {
@@ -99,7 +104,9 @@ export class ModelRunner {
       };
       if (emitToken && s.captureHiddenLayers !== null)
         input.captureHiddenLayers = Int32Array.from(s.captureHiddenLayers);
-      if (emitToken && seq.constraint !== null) {
+      const lateRow = emitToken ? extras.late?.rows.get(seq) : undefined;
+      if (lateRow !== undefined) input.lateMask = lateRow;
+      else if (emitToken && seq.constraint !== null) {
         const mask = seq.constraint.maskAt(start + numNewTokens);
         if (mask === undefined)
           throw new Error(
@@ -118,6 +125,10 @@ export class ModelRunner {
     if (this.kernelMode === "fast" && schedule.gemmSplitK > 1) forward.fastSplitK = true;
     if (anyFixed) forward.fixedGemmSplitK = FIXED_SCHEDULE.gemmSplitK;
     if (returnLogits) forward.returnLogits = true;
+    if (extras.late !== undefined) {
+      forward.lateMasks = extras.late.masks;
+      forward.lateMaskWaitMs = extras.late.waitMs;
+    }
     if (batch.pageCopies.length > 0) {
       forward.pageCopies = {
         src: Int32Array.from(batch.pageCopies, (c) => c.src),

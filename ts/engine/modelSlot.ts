@@ -4,7 +4,7 @@
 // deterministic sequences exist), commit KV, append tokens, check stop ids / eos / max tokens, and report per
 // sequence what became final. It knows nothing of requests: the Stepper (the output processor) maps sequences to
 // requests, turns tokens into text and deltas, and calls finish().
-import { DisposedError, NativeError, UnsupportedError } from "../errors/index.js";
+import { DisposedError, GrammarHostError, NativeError, UnsupportedError } from "../errors/index.js";
 import { GrammarSet } from "../grammar/grammars.js";
 import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
@@ -52,6 +52,13 @@ export interface SlotStep {
 
 /** What a step needs from the requests' side: each sequence's sampling settings. */
 export type SamplingOf = (seq: Sequence) => SequenceSampling;
+
+/**
+ * Late masks (ModelSlot.run): on the plain path of a CPU model, the constrained rows whose masks the engine's thread
+ * computes at once (SequenceConstraint.matchesHere) get them while the forward runs, which needs them only at the
+ * sampler; the forward waits at most `waitMs` for them. Read at each step; tests turn it off to compare both paths.
+ */
+export const lateMaskDefaults = { enabled: true, waitMs: 5000 };
 
 export class ModelSlot {
   readonly blockManager: BlockManager;
@@ -193,12 +200,14 @@ export class ModelSlot {
     for (const seq of batch.preempted) this.verifier?.preempted(seq);
     // A request admitted with its shared prompt already cached forks its samples now, to run next step.
     this.collectPrefilled(out);
-    // Structured outputs: the masks of the rows that sample this step (and of rows a verifier may replay).
-    await this.prepareConstraints(batch, out);
+    // Structured outputs: the masks of the rows that sample this step (and of rows a verifier may replay), but for
+    // the rows whose masks are computed while the forward runs (late).
+    const late = this.lateRows(batch);
+    await this.prepareConstraints(batch, out, late);
     // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
     if (batch.seqs.length > 0 || this.verifier?.hasDueFusedRows) {
       try {
-        const run = await this.run(batch, samplingOf, step);
+        const run = await this.run(batch, samplingOf, step, late, out);
         this.postprocess(batch, run.results, run.kinds, step, out);
         this.commitVerified(run.commits, out);
       } catch (error) {
@@ -230,7 +239,11 @@ export class ModelSlot {
    * constraint that cannot go on (its grammar failed to compile, an appended token outside the format) fails its
    * request; the rest of the batch runs.
    */
-  private async prepareConstraints(batch: ScheduledBatch, out: SlotStep): Promise<void> {
+  private async prepareConstraints(
+    batch: ScheduledBatch,
+    out: SlotStep,
+    late: ReadonlyMap<Sequence, number> | null,
+  ): Promise<void> {
     const failed = new Set<Sequence>();
     const fail = (seq: Sequence, error: unknown): void => {
       out.failed.push({ seq, error });
@@ -252,7 +265,8 @@ export class ModelSlot {
       // The tokens are folded (the cut taken): prepare() finishes, with no cut.
       (calls ??= []).push(c.prepare(tokens).catch((error: unknown) => fail(seq, error)));
     };
-    for (const { seq, emitToken } of batch.seqs) if (emitToken && seq.constraint !== null) prepare(seq);
+    for (const { seq, emitToken } of batch.seqs)
+      if (emitToken && seq.constraint !== null && !(late?.has(seq) ?? false)) prepare(seq);
     if (this.verifier !== null)
       for (const seq of this.scheduler.running)
         if (seq.constraint !== null && seq.heldForVerify && !seq.constraint.ready(seq.numTokens)) prepare(seq);
@@ -288,14 +302,104 @@ export class ModelSlot {
     await Promise.all(calls);
   }
 
-  /** The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. */
+  /**
+   * The rows whose masks the step computes while its forward runs, each with its row of the forward's lateMasks:
+   * the plain path only (a verifier's rows replay masks, computed before its forward), a CPU model, constraints
+   * matched on this thread (lateMaskDefaults). Null when none.
+   */
+  private lateRows(batch: ScheduledBatch): Map<Sequence, number> | null {
+    if (!lateMaskDefaults.enabled || this.verifier !== null || this.model.device !== "cpu") return null;
+    let late: Map<Sequence, number> | null = null;
+    for (const { seq, emitToken } of batch.seqs)
+      if (emitToken && seq.constraint !== null && seq.constraint.matchesHere) {
+        late ??= new Map();
+        late.set(seq, late.size);
+      }
+    return late;
+  }
+
+  /**
+   * The step's one forward: the plain runner, or, while the model has deterministic sequences, its verifier. With
+   * late rows, the forward starts first and their masks are computed while it runs (fillLateMasks); a late row whose
+   * mask failed or came too late is dropped from the step and its request failed (out.failed), the rest go on.
+   */
   private async run(
     batch: ScheduledBatch,
     samplingOf: SamplingOf,
     step: number,
+    late: ReadonlyMap<Sequence, number> | null,
+    out: SlotStep,
   ): Promise<{ results: ForwardResult[]; kinds: ChunkKind[] | null; commits: readonly Commit[] }> {
     if (this.verifier !== null) return this.verifier.run(batch, samplingOf, step);
-    return { results: await this.runner.run(batch, samplingOf), kinds: null, commits: [] };
+    if (late === null) return { results: await this.runner.run(batch, samplingOf), kinds: null, commits: [] };
+    const words = Math.ceil(this.model.vocabSize / 32);
+    // Its own ArrayBuffer (never an on-heap typed array): the native step reads it from another thread.
+    const masks = new Int32Array(new ArrayBuffer(4 * late.size * (1 + words)));
+    const waitMs = lateMaskDefaults.waitMs;
+    const pending = this.runner.run(batch, samplingOf, undefined, { late: { rows: late, masks, waitMs } });
+    const errors = this.fillLateMasks(late, masks, words);
+    let results = await pending;
+    const dropped = new Set<Sequence>();
+    batch.seqs.forEach(({ seq }, i) => {
+      if (!late.has(seq) || results[i].token !== -1) return;
+      const field = seq.constraint!.options.field;
+      const error =
+        errors.get(seq) ??
+        new GrammarHostError(
+          `${field}: the token mask of position ${seq.numTokens} was not ready within ${waitMs} ms of its step (the engine's thread was held up); the request cannot go on, send it again`,
+          { field },
+        );
+      out.failed.push({ seq, error });
+      dropped.add(seq);
+    });
+    if (dropped.size > 0) {
+      const keep = batch.seqs.map((s) => !dropped.has(s.seq));
+      results = results.filter((_, i) => keep[i]);
+      batch.seqs = batch.seqs.filter((_, i) => keep[i]);
+      out.progressed = true;
+    }
+    return { results, kinds: null, commits: [] };
+  }
+
+  /**
+   * Computes the late rows' masks while the forward runs and hands each over: its words into row k of `masks`, then
+   * flag k (Atomics.store after the words: 1 ready, 2 failed). At once where the constraint can
+   * (SequenceConstraint.prepareNow), else in the microtasks its prepare() takes (a matcher being made). Returns the
+   * errors of the rows that failed (their requests' errors).
+   */
+  private fillLateMasks(late: ReadonlyMap<Sequence, number>, masks: Int32Array, words: number): Map<Sequence, unknown> {
+    const errors = new Map<Sequence, unknown>();
+    for (const [seq, k] of late) {
+      const c = seq.constraint!;
+      const tokens = seq.tokens;
+      const position = tokens.length; // the row samples the token at this position
+      const at = late.size + k * words;
+      const fail = (error: unknown): void => {
+        errors.set(seq, error);
+        Atomics.store(masks, k, 2);
+      };
+      const hand = (): void => {
+        try {
+          const mask = c.maskAt(position);
+          if (mask === undefined) throw new Error(`structured output: no mask for position ${position}`);
+          if (mask === null)
+            masks.fill(-1, at, at + words); // a free position
+          else if (mask.length !== words)
+            throw new Error(`structured output: a mask of ${mask.length} words, expected ${words}`);
+          else masks.set(mask, at);
+          Atomics.store(masks, k, 1);
+        } catch (error) {
+          fail(error);
+        }
+      };
+      try {
+        if (c.prepareNow(tokens, seq.takeCut())) hand();
+        else c.prepare(tokens).then(hand, fail); // the tokens are folded: no cut
+      } catch (error) {
+        fail(error);
+      }
+    }
+    return errors;
   }
 
   /** kinds: how each chunk ran, when the verifier ran the step (null: every chunk plain). */

@@ -15,6 +15,7 @@
 import { DisposedError, GrammarHostError, InvalidOptionError } from "../errors/index.js";
 import type { CompiledFormat, GrammarGrant, GrammarSet } from "./grammars.js";
 import type { StepReply } from "./host.js";
+import { SYNC_MASK_WORDS } from "./xgrammar.js";
 
 type Phase = "opening" | "thinking" | "answer";
 
@@ -82,6 +83,16 @@ export class SequenceConstraint {
    */
   get compiling(): boolean {
     return !this.grant.settled;
+  }
+
+  /**
+   * Its masks come from the engine's thread without a wait (the grammar compiled, matched on this thread, a vocabulary
+   * small enough to read masks at once): a step may start its forward first and compute them while it runs
+   * (ModelSlot's late masks). A matcher not made yet is made in a few microtasks, which the forward waits out too.
+   */
+  get matchesHere(): boolean {
+    const c = this.compiled ?? this.grant.value;
+    return c !== null && c.host.onThisThread && this.words <= SYNC_MASK_WORDS;
   }
 
   /** Resolves once the format compiled or failed to. */

@@ -164,6 +164,8 @@ interface Pending {
 /** Where a grammar's matchers live: a host thread (GrammarHost) or the engine's own thread (LocalHost). */
 export interface MatcherHost {
   readonly dead: boolean;
+  /** Its matchers live on the engine's thread (LocalHost): stepNow can answer, no message travels. */
+  readonly onThisThread: boolean;
   /** Matchers created and not freed. */
   matchers: number;
   freeGrammar(gid: number): void;
@@ -182,6 +184,7 @@ export interface MatcherHost {
 export const liveGrammarHosts = new Set<GrammarHost>();
 
 export class GrammarHost implements MatcherHost {
+  readonly onThisThread = false;
   private readonly worker: Worker;
   private readonly pending = new Map<number, Pending>();
   private outbox: HostOp[] = [];
@@ -305,6 +308,7 @@ export class GrammarHost implements MatcherHost {
  * millisecond). Same calls as GrammarHost's; input reaches it only after the sandbox parsed it and a host compiled it.
  */
 export class LocalHost implements MatcherHost {
+  readonly onThisThread = true;
   dead = false;
   matchers = 0;
   private readonly grammars = new Map<number, XG.CompiledGrammar>();
