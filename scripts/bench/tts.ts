@@ -85,6 +85,8 @@ const { values } = parseArgs({
     caps: { type: "string", default: "4,8,16" },
     set: { type: "string" },
     append: { type: "boolean", default: false },
+    merge: { type: "string" },
+    label: { type: "string" },
     preemption: { type: "string", default: "recompute" },
     scale: { type: "string" },
     "prm-scale": { type: "string" },
@@ -534,7 +536,7 @@ async function compare(q: number): Promise<void> {
     prm.dispose();
   }
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const rows = [...runs.entries()].map(([key, rs]) => {
+  const rows = [...runs.entries()].map(([key, rs]): CompareRow => {
     const [name, cap] = key.split("|");
     const acc = rs.map((r) => r.accuracy);
     const os = rs.map((r) => r.oracle).filter((o): o is OracleSummary => o !== null);
@@ -542,11 +544,15 @@ async function compare(q: number): Promise<void> {
     const lostAt: Record<number, number> = {};
     for (const o of os) for (const [d, c] of Object.entries(o.lostAt)) lostAt[+d] = (lostAt[+d] ?? 0) + c / os.length;
     return {
-      name,
+      name: name + (values.label ?? ""),
       cap: Number(cap),
       seeds: rs.length,
       command: `npm run bench:tts -- ${process.argv.slice(2).join(" ")}`,
+      date: new Date().toISOString(),
       loadAtStart,
+      prm: prmDir === bundledPrmDir ? "models/tiny-prm (bundled)" : prmDir,
+      settings: values.set ?? "",
+      maxTokens,
       accuracy: mean(acc),
       accuracyMin: Math.min(...acc),
       accuracyMax: Math.max(...acc),
@@ -569,18 +575,93 @@ async function compare(q: number): Promise<void> {
   });
   // --append: the rows already in the output's JSON stay (this run's rows replace theirs, method and cap alike), so
   // methods run with different --seeds (or at different times) make one table; each row names its command.
-  type Row = (typeof rows)[number];
   const jsonPath = join(values.out!, "tts-compare.json");
-  if (values.append && existsSync(jsonPath)) {
-    const before = JSON.parse(readFileSync(jsonPath, "utf8")) as { rows: Row[]; split: string; questions: number };
-    if (before.split !== split || before.questions !== qs.length)
-      throw new Error(
-        `--append: ${jsonPath} has ${before.questions} ${before.split} questions, this run ${qs.length} ${split}`,
-      );
-    const mine = new Set(rows.map((r) => `${r.name}|${r.cap}`));
-    rows.unshift(...before.rows.filter((r) => !mine.has(`${r.name}|${r.cap}`)));
+  const all: CompareRow[] = rows;
+  if (values.append && existsSync(jsonPath)) all.unshift(...mergeable(jsonPath, split, qs.length, rows));
+  writeCompare(all, { split, questions: qs.length, seeds });
+}
+
+/** One method at one cap: its figures over the seeds, and what produced them. */
+interface CompareRow {
+  name: string;
+  cap: number;
+  seeds: number;
+  command: string;
+  date: string;
+  loadAtStart: number;
+  prm: string;
+  settings: string;
+  maxTokens: number;
+  accuracy: number;
+  accuracyMin: number;
+  accuracyMax: number;
+  accuracyBySeed: number[];
+  tokens: number;
+  rewardTokens: number;
+  seconds: number;
+  oracle: number | null;
+  majority: number | null;
+  outcomes: Record<string, number> | null;
+  lostAt: Record<number, number>;
+  finished: number | null;
+  distinct: number | null;
+}
+
+interface CompareFile {
+  date: string;
+  split: string;
+  questions: number;
+  /** Files written before rows carried them: the run's PRM folder and --set settings. */
+  prm?: string;
+  settings?: Record<string, unknown>;
+  rows: CompareRow[];
+}
+
+/** A tts-compare.json, its rows given what files of the first --seeds runs kept only once per file. */
+function readCompareFile(path: string): CompareFile {
+  const file = JSON.parse(readFileSync(path, "utf8")) as CompareFile;
+  for (const r of file.rows) {
+    r.date ??= file.date;
+    r.prm ??= file.prm === undefined || file.prm === bundledPrmDir ? "models/tiny-prm (bundled)" : file.prm;
+    r.settings ??= Object.entries(file.settings ?? {})
+      .map(([k, v]) => `${k}=${String(v)}`)
+      .join(",");
+    r.maxTokens ??= Number(/--max-tokens (\d+)/.exec(r.command)?.[1] ?? 200);
   }
+  return file;
+}
+
+/** The rows of an earlier tts-compare.json that `rows` do not replace (same method and cap), on the same questions. */
+function mergeable(path: string, split: string, questions: number, rows: readonly CompareRow[]): CompareRow[] {
+  const before = readCompareFile(path);
+  if (before.split !== split || before.questions !== questions)
+    throw new Error(`${path} has ${before.questions} ${before.split} questions, this table ${questions} ${split}`);
+  const mine = new Set(rows.map((r) => `${r.name}|${r.cap}`));
+  return before.rows.filter((r) => !mine.has(`${r.name}|${r.cap}`));
+}
+
+/** --merge a.json,b.json,...: one table from earlier --compare runs (later files' rows replace earlier ones'). */
+function mergeCompare(files: readonly string[]): void {
+  let rows: CompareRow[] = [];
+  let first: CompareFile | null = null;
+  for (const f of files) {
+    const file = readCompareFile(f);
+    first ??= file;
+    const replaced = new Set(file.rows.map((r) => `${r.name}|${r.cap}`));
+    rows = [...rows.filter((r) => !replaced.has(`${r.name}|${r.cap}`)), ...file.rows];
+    if (file.split !== first.split || file.questions !== first.questions)
+      throw new Error(
+        `--merge: ${f} has ${file.questions} ${file.split} questions, ${files[0]} ${first.questions} ${first.split}`,
+      );
+  }
+  if (first === null) throw new Error("--merge: give the tts-compare.json files to merge");
+  writeCompare(rows, { split: first.split, questions: first.questions, seeds: Math.max(...rows.map((r) => r.seeds)) });
+}
+
+/** tts-compare.{md,svg,json} in --out from the rows (each row carries its command, date, load, PRM and settings). */
+function writeCompare(rows: readonly CompareRow[], meta: { split: string; questions: number; seeds: number }): void {
   const commands = [...new Set(rows.map((r) => r.command))];
+  const prms = [...new Set(rows.filter((r) => r.rewardTokens > 0).map((r) => r.prm))];
   const names = [...new Set(rows.map((r) => r.name))];
   const svg = lineChart(
     names.map((name) => ({
@@ -588,7 +669,7 @@ async function compare(q: number): Promise<void> {
       points: rows.filter((r) => r.name === name).map((r) => [r.tokens, 100 * r.accuracy] as const),
     })),
     {
-      title: `Accuracy vs generated tokens (${qs.length} ${split} questions${seeds > 1 ? `, mean over seeds` : ""})`,
+      title: `Accuracy vs generated tokens (${meta.questions} ${meta.split} questions${meta.seeds > 1 ? `, mean over seeds` : ""})`,
       xLabel: "generated tokens per question (generator)",
       yLabel: "accuracy %",
       logX: true,
@@ -596,22 +677,24 @@ async function compare(q: number): Promise<void> {
   );
   const p1 = (v: number | null) => (v === null ? "–" : (100 * v).toFixed(1) + "%");
   const p0 = (v: number | undefined) => (v === undefined ? "–" : (100 * v).toFixed(0) + "%");
-  const accCell = (r: Row) =>
+  const accCell = (r: CompareRow) =>
     r.seeds > 1 ? `${p1(r.accuracy)} (${p1(r.accuracyMin)}–${p1(r.accuracyMax)})` : p1(r.accuracy);
-  const lostCell = (r: Row) =>
+  const lostCell = (r: CompareRow) =>
     Object.entries(r.lostAt)
       .sort((a, b) => +a[0] - +b[0])
       .map(([d, c]) => `${d}:${c.toFixed(r.seeds > 1 ? 1 : 0)}`)
       .join(" ") || "–";
-  const setNote = Object.keys(settings).length === 0 ? "" : ` Settings for the searches (--set): ${values.set}.`;
+  const settings = [...new Set(rows.map((r) => r.settings).filter((x) => x !== ""))];
+  const setNote = settings.length === 0 ? "" : ` (with --set ${settings.join("; ")})`;
+  const dates = [...new Set(rows.map((r) => r.date.slice(0, 10)))];
   const md = [
     `# bench:tts --compare — verifier-guided search against SC and DUCHESS at equal tokens`,
     "",
-    `${new Date().toISOString().slice(0, 10)}, ${machine()}, device ${device}, load ${loadAtStart.toFixed(2)} at start. ` +
+    `${dates.join(", ")}, ${machine()}, device ${device}; load at each row's start in the table. ` +
       `Command${commands.length > 1 ? "s" : ""}: ${commands.map((c) => `\`${c}\``).join("; ")}. ` +
-      `${qs.length} ${split}-split questions (4 at a time), the same questions and seeds for every method; with several sampling seeds, accuracy is their mean (min–max); ` +
-      `the searches at their programs' defaults${setNote}, steps scored by the PRM ${prmDir === bundledPrmDir ? "bundled (models/tiny-prm)" : prmDir} ` +
-      `(its 1-token passes are in "PRM tokens", not in "tokens") or by the task's exact step checker; SC and DUCHESS at T = 0.8; max ${maxTokens} tokens a solution.`,
+      `${meta.questions} ${meta.split}-split questions (4 at a time), the same questions and seeds for every method; with several sampling seeds, accuracy is their mean (min–max); ` +
+      `the searches at their programs' defaults${setNote}, steps scored by the PRM ${prms.join(" / ") || "–"} ` +
+      `(its 1-token passes are in "PRM tokens", not in "tokens") or by the task's exact step checker; SC and DUCHESS at T = 0.8; max ${[...new Set(rows.map((r) => r.maxTokens))].join(" / ")} tokens a solution.`,
     "",
     "| method | N / branches | seeds | accuracy | tokens / question | PRM tokens / question | wall s (all seeds) | load at start |",
     "|---|---|---|---|---|---|---|---|",
@@ -627,10 +710,10 @@ async function compare(q: number): Promise<void> {
     "Among the solutions each search finished: *oracle* = some finished solution is right (what a perfect picker gets), " +
       "*majority* = the plain majority of their answers is right, *pick* = the program's own answer. Where the pick is " +
       "wrong: *aggregation* = a right solution was finished but not picked; *pruned* = right prefixes were generated " +
-      "and the last one was pruned (steps: how many questions lost it at each step); *cut* = a right prefix hit the " +
-      "depth / token cap; *none* = no right prefix survived its own children (or, for best-of-N / SC / MCTS, no right " +
-      "solution). A prefix is right when every line is on track (scripts/bench/ttsOracle.ts: right arithmetic on a value " +
-      "the question's solution computes). Distinct = distinct finished texts / finished solutions.",
+      "and the last one was pruned (steps: how many questions lost it at each step, a mean over seeds); *cut* = a right " +
+      "prefix hit the depth / token cap; *none* = no right prefix survived its own children (or, for best-of-N / SC / " +
+      "MCTS, no right solution). A prefix is right when every line is on track (scripts/bench/ttsOracle.ts: right " +
+      "arithmetic on a value the question's solution computes). Distinct = distinct finished texts / finished solutions.",
     "",
     "| method | N | pick | oracle | majority | aggregation | pruned | cut | none | pruned at step | distinct / finished |",
     "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -646,20 +729,9 @@ async function compare(q: number): Promise<void> {
   writeFileSync(join(values.out!, "tts-compare.md"), md);
   writeFileSync(join(values.out!, "tts-compare.svg"), svg);
   writeFileSync(
-    jsonPath,
+    join(values.out!, "tts-compare.json"),
     JSON.stringify(
-      {
-        date: new Date().toISOString(),
-        machine: machine(),
-        loadAtStart,
-        argv: process.argv.slice(2),
-        split,
-        questions: qs.length,
-        seeds,
-        prm: prmDir,
-        settings,
-        rows,
-      },
+      { date: new Date().toISOString(), machine: machine(), split: meta.split, questions: meta.questions, rows },
       null,
       2,
     ) + "\n",
@@ -668,6 +740,7 @@ async function compare(q: number): Promise<void> {
 }
 
 async function main(): Promise<void> {
+  if (values.merge !== undefined) return mergeCompare(values.merge.split(","));
   const q = Number(values.compare);
   if (q > 0) return compare(q);
   const started = new Date();
