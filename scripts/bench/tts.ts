@@ -493,6 +493,58 @@ async function compare(q: number): Promise<void> {
       throw new Error(`--methods: unknown "${o}"; expected ${[...new Set(methods.map((m) => m.name))].join(", ")}`);
   const runs = new Map<string, CompareRun[]>();
   const loadAtStart = loadavg()[0];
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const rowsNow = () =>
+    [...runs.entries()].map(([key, rs]): CompareRow => {
+      const [name, cap] = key.split("|");
+      const acc = rs.map((r) => r.accuracy);
+      const os = rs.map((r) => r.oracle).filter((o): o is OracleSummary => o !== null);
+      const om = (f: (o: OracleSummary) => number) => (os.length === 0 ? null : mean(os.map(f)));
+      const lostAt: Record<number, number> = {};
+      for (const o of os) for (const [d, c] of Object.entries(o.lostAt)) lostAt[+d] = (lostAt[+d] ?? 0) + c / os.length;
+      return {
+        name: name + (values.label ?? ""),
+        cap: Number(cap),
+        seeds: rs.length,
+        command: `npm run bench:tts -- ${process.argv.slice(2).join(" ")}`,
+        date: new Date().toISOString(),
+        loadAtStart,
+        prm: prmDir === bundledPrmDir ? "models/tiny-prm (bundled)" : prmDir,
+        settings: values.set ?? "",
+        maxTokens,
+        accuracy: mean(acc),
+        accuracyMin: Math.min(...acc),
+        accuracyMax: Math.max(...acc),
+        accuracyBySeed: acc,
+        tokens: mean(rs.map((r) => r.tokens)),
+        rewardTokens: mean(rs.map((r) => r.rewardTokens)),
+        seconds: rs.reduce((a, r) => a + r.seconds, 0),
+        oracle: om((o) => o.oracle),
+        majority: om((o) => o.majority),
+        outcomes:
+          os.length === 0
+            ? null
+            : Object.fromEntries(
+                (["right", "pick", "pruned", "cut", "none"] as const).map((k) => [
+                  k,
+                  mean(os.map((o) => o.outcomes[k])),
+                ]),
+              ),
+        lostAt,
+        finished: om((o) => o.finished),
+        distinct: om((o) => o.distinct),
+      };
+    });
+  // --append: the rows already in the output's JSON stay (this run's rows replace theirs, method and cap alike), so
+  // methods run with different --seeds (or at different times) make one table; each row names its command.
+  const jsonPath = join(values.out!, "tts-compare.json");
+  const earlier = values.append && existsSync(jsonPath) ? readCompareFile(jsonPath) : null;
+  // Written after every method and seed (a long run stopped early keeps what it measured), printed at the end.
+  const report = (print: boolean) => {
+    const rows = rowsNow();
+    const all = earlier === null ? rows : [...mergeable(jsonPath, split, qs.length, rows, earlier), ...rows];
+    writeCompare(all, { split, questions: qs.length, seeds }, print);
+  };
   try {
     for (let s = 0; s < seeds; s++) {
       for (const m of methods.filter((x) => only === undefined || only.includes(x.name))) {
@@ -522,6 +574,7 @@ async function compare(q: number): Promise<void> {
           oracle: replays.length === 0 ? null : summarizeReplays(replays),
         };
         runs.set(key, [...(runs.get(key) ?? []), run]);
+        report(false);
         const o = run.oracle;
         log(
           `compare seed ${s} ${m.name} ${m.cap}: ${(100 * run.accuracy).toFixed(1)}%, ${run.tokens.toFixed(0)} tokens` +
@@ -535,50 +588,7 @@ async function compare(q: number): Promise<void> {
     gen.dispose();
     prm.dispose();
   }
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const rows = [...runs.entries()].map(([key, rs]): CompareRow => {
-    const [name, cap] = key.split("|");
-    const acc = rs.map((r) => r.accuracy);
-    const os = rs.map((r) => r.oracle).filter((o): o is OracleSummary => o !== null);
-    const om = (f: (o: OracleSummary) => number) => (os.length === 0 ? null : mean(os.map(f)));
-    const lostAt: Record<number, number> = {};
-    for (const o of os) for (const [d, c] of Object.entries(o.lostAt)) lostAt[+d] = (lostAt[+d] ?? 0) + c / os.length;
-    return {
-      name: name + (values.label ?? ""),
-      cap: Number(cap),
-      seeds: rs.length,
-      command: `npm run bench:tts -- ${process.argv.slice(2).join(" ")}`,
-      date: new Date().toISOString(),
-      loadAtStart,
-      prm: prmDir === bundledPrmDir ? "models/tiny-prm (bundled)" : prmDir,
-      settings: values.set ?? "",
-      maxTokens,
-      accuracy: mean(acc),
-      accuracyMin: Math.min(...acc),
-      accuracyMax: Math.max(...acc),
-      accuracyBySeed: acc,
-      tokens: mean(rs.map((r) => r.tokens)),
-      rewardTokens: mean(rs.map((r) => r.rewardTokens)),
-      seconds: rs.reduce((a, r) => a + r.seconds, 0),
-      oracle: om((o) => o.oracle),
-      majority: om((o) => o.majority),
-      outcomes:
-        os.length === 0
-          ? null
-          : Object.fromEntries(
-              (["right", "pick", "pruned", "cut", "none"] as const).map((k) => [k, mean(os.map((o) => o.outcomes[k]))]),
-            ),
-      lostAt,
-      finished: om((o) => o.finished),
-      distinct: om((o) => o.distinct),
-    };
-  });
-  // --append: the rows already in the output's JSON stay (this run's rows replace theirs, method and cap alike), so
-  // methods run with different --seeds (or at different times) make one table; each row names its command.
-  const jsonPath = join(values.out!, "tts-compare.json");
-  const all: CompareRow[] = rows;
-  if (values.append && existsSync(jsonPath)) all.unshift(...mergeable(jsonPath, split, qs.length, rows));
-  writeCompare(all, { split, questions: qs.length, seeds });
+  report(true);
 }
 
 /** One method at one cap: its figures over the seeds, and what produced them. */
@@ -632,8 +642,13 @@ function readCompareFile(path: string): CompareFile {
 }
 
 /** The rows of an earlier tts-compare.json that `rows` do not replace (same method and cap), on the same questions. */
-function mergeable(path: string, split: string, questions: number, rows: readonly CompareRow[]): CompareRow[] {
-  const before = readCompareFile(path);
+function mergeable(
+  path: string,
+  split: string,
+  questions: number,
+  rows: readonly CompareRow[],
+  before = readCompareFile(path),
+): CompareRow[] {
   if (before.split !== split || before.questions !== questions)
     throw new Error(`${path} has ${before.questions} ${before.split} questions, this table ${questions} ${split}`);
   const mine = new Set(rows.map((r) => `${r.name}|${r.cap}`));
@@ -659,7 +674,11 @@ function mergeCompare(files: readonly string[]): void {
 }
 
 /** tts-compare.{md,svg,json} in --out from the rows (each row carries its command, date, load, PRM and settings). */
-function writeCompare(rows: readonly CompareRow[], meta: { split: string; questions: number; seeds: number }): void {
+function writeCompare(
+  rows: readonly CompareRow[],
+  meta: { split: string; questions: number; seeds: number },
+  print = true,
+): void {
   const commands = [...new Set(rows.map((r) => r.command))];
   const prms = [...new Set(rows.filter((r) => r.rewardTokens > 0).map((r) => r.prm))];
   const names = [...new Set(rows.map((r) => r.name))];
@@ -736,7 +755,7 @@ function writeCompare(rows: readonly CompareRow[], meta: { split: string; questi
       2,
     ) + "\n",
   );
-  console.log(md);
+  if (print) console.log(md);
 }
 
 async function main(): Promise<void> {
