@@ -15,7 +15,7 @@
 // sequences; the same prompts, greedy, end-of-generation tokens fed back like any other, the same thread count.
 // On by default on the CPU wherever node-llama-cpp loads (--no-peer skips it; --peer makes a failure to load it an
 // error); off with --device cuda (llama.cpp here is its CPU build).
-// Each batch runs once untimed on each side (scratch buffers, KV pages first touched), then in `repeats` rounds:
+// Each batch runs once untimed on each side (4 tokens a sequence: scratch buffers, the step shapes), then in `repeats` rounds:
 // every batch once per round, the two sides alternating which goes first, so that a disturbance of the machine hits
 // both alike. Each figure is the median over the rounds with its range; decodeRatio = our median decode tokens/s /
 // the peer's, with the range of the rounds' paired ratios. With --json, one JSON object per batch per line;
@@ -137,13 +137,19 @@ async function modelDir(): Promise<string> {
 }
 
 /** One round of `batch` requests through the engine, every token's arrival timed. */
-async function oursRound(engine: Engine, batch: number, round: number, vocab: number): Promise<TokenTimes> {
+async function oursRound(
+  engine: Engine,
+  batch: number,
+  round: number,
+  vocab: number,
+  tokens: number,
+): Promise<TokenTimes> {
   const firstAt: number[] = [];
   const firstCpuSeconds: number[] = [];
   const tokenAt: number[] = [];
   await Promise.all(
     prompts(batch, round, vocab).map(async (p) => {
-      const handle = engine.submit({ prompt: p, maxTokens, ignoreEos: true });
+      const handle = engine.submit({ prompt: p, maxTokens: tokens, ignoreEos: true });
       let first = true;
       for await (const delta of handle) {
         if (delta.tokens.length === 0) continue;
@@ -178,15 +184,17 @@ try {
   const ours = new Map<number, RoundSample[]>(batches.map((b) => [b, []]));
   const theirs = new Map<number, RoundSample[]>(batches.map((b) => [b, []]));
   try {
-    const round = (batch: number, r: number, side: "ours" | "peer"): Promise<RoundSample> =>
-      timeRound(batch, promptTokens, maxTokens, () =>
+    const round = (batch: number, r: number, side: "ours" | "peer", tokens = maxTokens): Promise<RoundSample> =>
+      timeRound(batch, promptTokens, tokens, () =>
         side === "ours"
-          ? oursRound(engine, batch, r, vocab)
-          : peers.get(batch)!.run(prompts(batch, r, vocab), maxTokens),
+          ? oursRound(engine, batch, r, vocab, tokens)
+          : peers.get(batch)!.run(prompts(batch, r, vocab), tokens),
       );
-    // warm-up: each batch once on each side, untimed (a round index no timed round uses: other prompts)
+    // warm-up: each batch once on each side, untimed, with a few decode steps (scratch buffers, the prefill's and a
+    // decode step's shapes); a round index no timed round uses: other prompts
+    const warmTokens = Math.min(maxTokens, 4);
     for (const batch of batches) {
-      await round(batch, repeats + 7, "ours");
+      await round(batch, repeats + 7, "ours", warmTokens);
       if (peer) {
         peers.set(
           batch,
@@ -197,7 +205,7 @@ try {
             threads,
           }),
         );
-        await round(batch, repeats + 7, "peer");
+        await round(batch, repeats + 7, "peer", warmTokens);
       }
     }
     for (let r = 0; r < repeats; r++) {
