@@ -15,9 +15,9 @@
 // sequences; the same prompts, greedy, end-of-generation tokens fed back like any other, the same thread count.
 // On by default on the CPU wherever node-llama-cpp loads (--no-peer skips it; --peer makes a failure to load it an
 // error); off with --device cuda (llama.cpp here is its CPU build).
-// Each batch runs once untimed on each side (4 tokens a sequence: scratch buffers, the step shapes), then in `repeats` rounds:
-// every batch once per round, the two sides alternating which goes first, so that a disturbance of the machine hits
-// both alike. Each figure is the median over the rounds with its range; decodeRatio = our median decode tokens/s /
+// Each batch runs once untimed on each side (4 tokens a sequence: scratch buffers, the step shapes), then in
+// `repeats` rounds: every batch once per round, the two sides alternating which goes first, so that a disturbance of
+// the machine hits both alike. Each figure is the median over the rounds with its range; decodeRatio = our median decode tokens/s /
 // the peer's, with the range of the rounds' paired ratios. With --json, one JSON object per batch per line;
 // otherwise a table.
 import { existsSync } from "node:fs";
