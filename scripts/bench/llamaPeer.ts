@@ -12,7 +12,7 @@ import { cpuSecondsNow, type TokenTimes } from "./tokenTimes.js";
 /** What --quantize asks of our side; the peer gets the same weights with the linear matrices as Q8_0 / Q4_0. */
 export type PeerQuantize = "int8" | "int4" | undefined;
 
-/** The GGUF's file name for a quantization: llama.cpp's block formats closest to ours (int8 rows, int4 groups of 32). */
+/** The GGUF's file name for a quantization: llama.cpp's block formats nearest ours (int8 rows, int4 groups of 32). */
 function ggufName(quantize: PeerQuantize): string {
   return quantize === "int8" ? "model-q8_0.gguf" : quantize === "int4" ? "model-q4_0.gguf" : "model.gguf";
 }

@@ -17,9 +17,9 @@
 // error); off with --device cuda (llama.cpp here is its CPU build).
 // Each batch runs once untimed on each side (4 tokens a sequence: scratch buffers, the step shapes), then in
 // `repeats` rounds: every batch once per round, the two sides alternating which goes first, so that a disturbance of
-// the machine hits both alike. Each figure is the median over the rounds with its range; decodeRatio = our median decode tokens/s /
-// the peer's, with the range of the rounds' paired ratios. With --json, one JSON object per batch per line;
-// otherwise a table.
+// the machine hits both alike. Each figure is the median over the rounds with its range; decodeRatio = our median
+// decode tokens/s / the peer's, with the range of the rounds' paired ratios. With --json, one JSON object per batch
+// per line; otherwise a table.
 import { existsSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -124,7 +124,7 @@ async function openPeer(): Promise<{
   }
 }
 
-/** --model, or the preset's seeded random checkpoint, shared with bench:decode (written once: 135M params take a while). */
+/** --model, or the preset's seeded random checkpoint shared with bench:decode (written once). */
 async function modelDir(): Promise<string> {
   if (values.model !== undefined) return values.model;
   const dir = join(tmpdir(), `deliberate-bench-${values.preset}`);
