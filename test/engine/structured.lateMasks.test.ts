@@ -11,6 +11,7 @@ import { lateMaskDefaults } from "../../ts/engine/modelSlot.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { GrammarHostError, InvalidOptionError } from "../../ts/errors/index.js";
 import { SequenceConstraint } from "../../ts/grammar/constraint.js";
+import { grammarSetDefaults } from "../../ts/grammar/grammars.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import type { NativeForwardBatch } from "../../ts/native/addonTypes.js";
 
@@ -32,7 +33,11 @@ beforeAll(async () => {
 });
 afterAll(() => model?.dispose());
 const saved = { ...lateMaskDefaults };
-afterEach(() => Object.assign(lateMaskDefaults, saved));
+const savedLocal = grammarSetDefaults.localCompileMs;
+afterEach(() => {
+  Object.assign(lateMaskDefaults, saved);
+  grammarSetDefaults.localCompileMs = savedLocal;
+});
 
 const prompt = (q: string): string => model.tokenizer.applyChatTemplate([{ role: "user", content: q }]);
 const SCHEMA = {
@@ -72,6 +77,7 @@ const requests = (): GenerateRequest[] => [
 
 async function runAll(late: boolean) {
   lateMaskDefaults.enabled = late;
+  grammarSetDefaults.localCompileMs = 60_000; // matched on this thread however long the compile took (a loaded machine)
   const engine = new Engine({ models: { model } });
   try {
     Object.assign(seen, { forwards: 0, late: 0, lateRows: 0 });
@@ -95,6 +101,7 @@ describe("late masks: a step's constrained masks computed while its forward runs
   });
 
   it("a row whose mask fails while the forward runs fails its own request with its error; the others go on", async () => {
+    grammarSetDefaults.localCompileMs = 60_000;
     const engine = new Engine({ models: { model } });
     try {
       Object.assign(seen, { forwards: 0, late: 0, lateRows: 0 });
@@ -122,6 +129,7 @@ describe("late masks: a step's constrained masks computed while its forward runs
 
   it("a mask that never comes fails its request with a GrammarHostError after the bound, not a hang", async () => {
     lateMaskDefaults.waitMs = 50;
+    grammarSetDefaults.localCompileMs = 60_000;
     // One constraint (its answerTokens, 7, marks it) never finishes its prepare: as a stalled thread would.
     const proto = SequenceConstraint.prototype;
     const { prepare, prepareNow } = proto;
@@ -152,6 +160,70 @@ describe("late masks: a step's constrained masks computed while its forward runs
     } finally {
       proto.prepare = prepare;
       proto.prepareNow = prepareNow;
+      await engine.dispose();
+    }
+  });
+
+  it("a deterministic request submitted while a step waits for masks: its verifier runs the step, every mask ready", async () => {
+    // One constraint (answerTokens 9) is prepared before the forward, asynchronously, and the deterministic request
+    // arrives while the step awaits it: the verifier, made then, runs that step, the late rows' masks computed first.
+    const proto = SequenceConstraint.prototype;
+    const { prepare, prepareNow } = proto;
+    const matchesHere = Object.getOwnPropertyDescriptor(proto, "matchesHere")!;
+    const marked = (c: SequenceConstraint) => c.options.answerTokens === 9;
+    let hook: (() => void) | null = null;
+    Object.defineProperty(proto, "matchesHere", {
+      configurable: true,
+      get(this: SequenceConstraint) {
+        return marked(this) ? false : matchesHere.get!.call(this);
+      },
+    });
+    proto.prepareNow = function (this: SequenceConstraint, ...a: Parameters<typeof prepareNow>) {
+      return marked(this) && hook !== null ? false : prepareNow.apply(this, a);
+    };
+    proto.prepare = async function (this: SequenceConstraint, ...a: Parameters<typeof prepare>) {
+      await prepare.apply(this, a);
+      if (marked(this) && hook !== null) {
+        const h = hook;
+        hook = null;
+        h();
+      }
+    };
+    grammarSetDefaults.localCompileMs = 60_000; // matched on this thread however long the compile took (a loaded machine)
+    const engine = new Engine({ models: { model } });
+    try {
+      Object.assign(seen, { forwards: 0, late: 0, lateRows: 0 });
+      let deterministic: Promise<unknown> | null = null;
+      const a = engine.submit({
+        prompt: prompt("What is 1 + 1?"),
+        maxTokens: 60,
+        structured: { type: "json_schema", schema: SCHEMA, answerTokens: 9 },
+      }).result;
+      const b = engine.submit({
+        prompt: prompt("What is 2 + 1?"),
+        maxTokens: 60,
+        structured: { type: "json_schema", schema: SCHEMA },
+      }).result;
+      hook = () => {
+        deterministic = engine.submit({
+          prompt: prompt("What is 3 + 1?"),
+          maxTokens: 40,
+          temperature: 1,
+          seed: 2,
+          deterministic: true,
+          structured: { type: "json_schema", schema: SCHEMA },
+        }).result;
+      };
+      for (const out of await Promise.all([a, b])) expect(out.samples[0].finishReason).not.toBe("aborted");
+      expect(hook).toBeNull(); // it ran
+      expect(deterministic).not.toBeNull();
+      await expect(deterministic).resolves.toBeDefined();
+      expect(seen.late).toBeGreaterThan(0);
+    } finally {
+      grammarSetDefaults.localCompileMs = savedLocal;
+      proto.prepare = prepare;
+      proto.prepareNow = prepareNow;
+      Object.defineProperty(proto, "matchesHere", matchesHere);
       await engine.dispose();
     }
   });

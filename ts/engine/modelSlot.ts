@@ -202,8 +202,14 @@ export class ModelSlot {
     this.collectPrefilled(out);
     // Structured outputs: the masks of the rows that sample this step (and of rows a verifier may replay), but for
     // the rows whose masks are computed while the forward runs (late).
-    const late = this.lateRows(batch);
+    let late = this.lateRows(batch);
     await this.prepareConstraints(batch, out, late);
+    if (late !== null && this.verifier !== null) {
+      // A verifier was made while this step waited (a deterministic request came in): it runs the step, and every
+      // row's mask is needed before its forward (those prepared already are not computed again).
+      late = null;
+      await this.prepareConstraints(batch, out, null);
+    }
     // A fused verifier runs its due rows in the step's forward, even a step with nothing else scheduled.
     if (batch.seqs.length > 0 || this.verifier?.hasDueFusedRows) {
       try {
