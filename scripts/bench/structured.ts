@@ -3,16 +3,17 @@
 // byte-level token strings: scripts/fixture/filler.ts) over a small random model whose step is mostly its LM head.
 //   npm run bench:structured -- [--models tiny,qwen150k] [--batches 1,16,64] [--repeats 3] [--max-tokens 160]
 //     [--schemas strict,bounded] [--temperature 0] [--tiny-thought free|none] [--threads N] [--fixture DIR] [--profile]
-//     [--json] [--out FILE]
+//     [--late-masks on|off] [--json] [--out FILE]
 // Each cell: `batch` requests submitted at once (greedy unless --temperature; distinct prompts), first constrained (the schema
 // below; the fixture with thought "none", so every generated token is masked; the tiny reasoner with its thought free
 // by default), then free with ignoreEos and each request's maxTokens set to the token count its constrained twin made:
 // the same tokens, the same steps, the same batch at every step. One untimed pair, then --repeats pairs in alternating
-// order. Per run: wall time, forward calls (steps) and their time, and the time each step waits for its masks
-// (ModelSlot's prepareConstraints: every constrained row's SequenceConstraint.prepare at once, their tokens folded
-// and XGrammar's getNextTokenBitmask run on the grammar host threads, ts/grammar/host.ts), measured by wrapping the
-// methods here, so the engine itself carries no counter. The ratio is constrained over free wall time per token,
-// pair by pair.
+// order. Per run: wall time, forward calls (steps) and their time, the time each step waits for its masks before
+// its forward (ModelSlot's prepareConstraints: the constrained rows' SequenceConstraint.prepare, XGrammar on a grammar
+// host thread or this one, ts/grammar/host.ts) and the time this thread spends on the masks computed while the forward
+// runs (ModelSlot's fillLateMasks: the rows matched on this thread, on a CPU model; --late-masks off puts them back
+// before the forward), measured by wrapping the methods here, so the engine itself carries no counter. The ratio is
+// constrained over free wall time per token, pair by pair.
 // --profile: the native forward op by op (profileTable.ts), free against constrained, each cell's last pair.
 // Grammar compile time: the first prepareStructured of a model (XGrammar's tokenizer info over the vocabulary, the
 // compiler, the sandbox's parse, the compile), a new schema on the warm compiler, and a cached one.
@@ -24,7 +25,7 @@ import { parseArgs } from "node:util";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine } from "../../ts/engine/engine.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
-import { ModelSlot } from "../../ts/engine/modelSlot.js";
+import { lateMaskDefaults, ModelSlot } from "../../ts/engine/modelSlot.js";
 import { SequenceConstraint } from "../../ts/grammar/constraint.js";
 import type { StructuredOutput } from "../../ts/grammar/types.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
@@ -47,6 +48,7 @@ const { values } = parseArgs({
     threads: { type: "string" },
     fixture: { type: "string" },
     profile: { type: "boolean", default: false },
+    "late-masks": { type: "string", default: "on" },
     json: { type: "boolean", default: false },
     out: { type: "string" },
   },
@@ -56,6 +58,8 @@ const repeats = parseRepeats(values.repeats);
 const maxTokens = Number(values["max-tokens"]);
 const temperature = Number(values.temperature);
 const tinyThought = values["tiny-thought"] as "free" | "none";
+if (values["late-masks"] !== "on" && values["late-masks"] !== "off") throw new Error("--late-masks must be on or off");
+lateMaskDefaults.enabled = values["late-masks"] === "on";
 
 const threads = values.threads === undefined ? cpus().length : Number(values.threads);
 for (const [flag, v] of [["--max-tokens", maxTokens], ["--threads", threads], ...batches.map((b) => ["--batches", b])])
@@ -144,10 +148,11 @@ const schemaNames = values.schemas!.split(",");
 for (const n of schemaNames)
   if (!(n in SCHEMAS)) throw new Error(`--schemas: expected strict and/or bounded, got ${n}`);
 
-// The mask's time, read around the engine: the wait of each step for its masks (ModelSlot's prepareConstraints, all
-// of the step's constrained rows at once), the rows prepared (SequenceConstraint.prepare calls) and the rows the
-// forward masked (maskAt returning a mask, not a free thought's null).
-const timers = { prepareMs: 0, prepareCalls: 0, maskedRows: 0, forwardMs: 0, forwards: 0 };
+// The mask's time, read around the engine: the wait of each step for its masks before the forward (ModelSlot's
+// prepareConstraints), this thread's time on the masks handed over while the forward runs (ModelSlot's
+// fillLateMasks), the constrained rows (maskAt calls: one a row and step, by the runner or fillLateMasks) and the rows
+// masked (maskAt returning a mask, not null).
+const timers = { prepareMs: 0, lateMs: 0, prepareCalls: 0, maskedRows: 0, forwardMs: 0, forwards: 0 };
 function timed<A extends unknown[], R>(fn: (...a: A) => Promise<R>, ms: "prepareMs" | "forwardMs") {
   return async function (this: unknown, ...args: A): Promise<R> {
     const t = performance.now();
@@ -160,17 +165,25 @@ function timed<A extends unknown[], R>(fn: (...a: A) => Promise<R>, ms: "prepare
   };
 }
 {
-  const slot = ModelSlot.prototype as unknown as { prepareConstraints: (...a: unknown[]) => Promise<void> };
-  slot.prepareConstraints = timed(slot.prepareConstraints, "prepareMs");
-  const proto = SequenceConstraint.prototype;
-  const prepare = proto.prepare;
-  proto.prepare = function (this: SequenceConstraint, ...a: Parameters<typeof prepare>) {
-    timers.prepareCalls++;
-    return prepare.apply(this, a);
+  const slot = ModelSlot.prototype as unknown as {
+    prepareConstraints: (...a: unknown[]) => Promise<void>;
+    fillLateMasks: (...a: unknown[]) => unknown;
   };
+  slot.prepareConstraints = timed(slot.prepareConstraints, "prepareMs");
+  const fill = slot.fillLateMasks;
+  slot.fillLateMasks = function (this: unknown, ...a: unknown[]) {
+    const t = performance.now();
+    try {
+      return fill.apply(this, a);
+    } finally {
+      timers.lateMs += performance.now() - t;
+    }
+  };
+  const proto = SequenceConstraint.prototype;
   const maskAt = proto.maskAt;
   proto.maskAt = function (this: SequenceConstraint, position: number) {
     const m = maskAt.call(this, position);
+    timers.prepareCalls++;
     if (m) timers.maskedRows++;
     return m;
   };
@@ -183,9 +196,11 @@ interface Run {
   tokens: number;
   steps: number;
   forwardMs: number;
-  /** The steps' waits for their masks. */
+  /** The steps' waits for their masks before the forward. */
   prepareMs: number;
-  /** Constrained rows prepared (one a row and step). */
+  /** This thread's time on masks handed over while the forward ran. */
+  lateMs: number;
+  /** Constrained rows (one a row and step). */
   prepareCalls: number;
   /** Rows the forward masked. */
   maskedRows: number;
@@ -234,6 +249,7 @@ async function run(engine: Engine, model: Model, requests: GenerateRequest[]): P
     steps: timers.forwards,
     forwardMs: timers.forwardMs,
     prepareMs: timers.prepareMs,
+    lateMs: timers.lateMs,
     prepareCalls: timers.prepareCalls,
     maskedRows: timers.maskedRows,
     lengths,
@@ -366,7 +382,7 @@ async function benchCell(
         `${profileTable(f.profile, `${name} ${schema} batch ${batch} free`)}\n${profileTable(c.profile, "constrained")}`,
       );
     log(
-      `${name} ${schema} batch ${batch} repeat ${r + 1}: constrained ${c.tokens} tokens ${c.wallMs.toFixed(0)} ms (${c.steps} steps, mask ${c.prepareMs.toFixed(0)} ms), free ${f.tokens} tokens ${f.wallMs.toFixed(0)} ms (${f.steps} steps): ratio ${cell.ratios[r].toFixed(3)} (CPU time ${cell.cpuRatios[r].toFixed(3)}), load ${loadavg()[0].toFixed(2)}`,
+      `${name} ${schema} batch ${batch} repeat ${r + 1}: constrained ${c.tokens} tokens ${c.wallMs.toFixed(0)} ms (${c.steps} steps, mask ${c.prepareMs.toFixed(0)} ms + ${c.lateMs.toFixed(0)} ms in forward), free ${f.tokens} tokens ${f.wallMs.toFixed(0)} ms (${f.steps} steps): ratio ${cell.ratios[r].toFixed(3)} (CPU time ${cell.cpuRatios[r].toFixed(3)}), load ${loadavg()[0].toFixed(2)}`,
     );
   }
   return cell;
@@ -413,6 +429,7 @@ const stepRows = table(
     "tok/s constrained",
     "mask wait us / row",
     "mask % of wall",
+    "masks in forward us / row",
     "forward ms / step free / constr.",
     "constrained / free",
     "in CPU time",
@@ -430,6 +447,7 @@ const stepRows = table(
     spread(C, (r) => (1000 * r.tokens) / r.wallMs, 0),
     spread(C, (r) => (1000 * r.prepareMs) / Math.max(1, r.prepareCalls), 0),
     spread(C, (r) => (100 * r.prepareMs) / r.wallMs, 1),
+    spread(C, (r) => (1000 * r.lateMs) / Math.max(1, r.prepareCalls), 1),
     `${mid(F, (r) => r.forwardMs / r.steps).toFixed(2)} / ${mid(C, (r) => r.forwardMs / r.steps).toFixed(2)}`,
     `**${formatSpread(ratios, f3)}**`,
     formatSpread(cpuRatios, f3),
@@ -455,7 +473,7 @@ const valid = cells.map(({ model, schema, batch, constrained: C }) => {
 });
 const header =
   `${machine()}, ${threads} threads, load ${loadavg()[0].toFixed(2)}; temperature ${temperature}, max ${maxTokens} ` +
-  `tokens, ${repeats} repeats; tiny thought ${tinyThought}, qwen150k thought none`;
+  `tokens, ${repeats} repeats; tiny thought ${tinyThought}, qwen150k thought none; late masks ${values["late-masks"]}`;
 console.log([header, "", ...stepRows, "", ...compileRows, "", ...valid].join("\n"));
 const json = { machine: machine(), threads, temperature, maxTokens, repeats, tinyThought, schemas: SCHEMAS, results };
 if (values.json) console.log(JSON.stringify(json));
