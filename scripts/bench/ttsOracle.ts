@@ -128,23 +128,26 @@ export function replay(
   const expr = /What is (.+)\?/.exec(question)?.[1];
   const legit = expr === undefined ? new Set<number>() : legitimateValues(expr.replace(/\s+/g, ""));
   if (program instanceof BeamSearch) {
-    const children = new Set(program.nodes.map((n) => n.parent?.id));
+    // By path, not by node: with dedupe one copy of a path is kept and its twins are not expanded, yet the path was.
+    const expanded = new Set(program.nodes.filter((n) => n.parent !== null).map((n) => n.parent!.key));
     const nodes = program.nodes.map((n) => ({
       depth: n.depth,
       path: program.path(n),
       terminal: n.terminal,
-      expanded: children.has(n.id),
+      expanded: expanded.has(n.key),
     }));
     const finished = program.finished.map((f) => ({ answer: f.answer, text: program.path(f).join("\n") }));
     return replayOf(picked, finished, nodes, legit, answer, equivalent);
   }
   if (program instanceof Rebase || program instanceof Mcts) {
     const tree = program.tree;
+    const key = (n: TreeNode) => tree.path(n).join("\n");
+    const expanded = new Set(tree.nodes.filter((n) => n.children.length > 0).map(key));
     const nodes = tree.nodes.map((n: TreeNode) => ({
       depth: n.depth,
       path: tree.path(n),
       terminal: n.terminal,
-      expanded: n.children.length > 0,
+      expanded: expanded.has(key(n)),
     }));
     const finished =
       program instanceof Rebase
