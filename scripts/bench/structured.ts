@@ -3,7 +3,7 @@
 // byte-level token strings: scripts/fixture/filler.ts) over a small random model whose step is mostly its LM head.
 //   npm run bench:structured -- [--models tiny,qwen150k] [--batches 1,16,64] [--repeats 3] [--max-tokens 160]
 //     [--schemas strict,bounded] [--temperature 0] [--tiny-thought free|none] [--threads N] [--fixture DIR] [--profile]
-//     [--late-masks on|off] [--json] [--out FILE]
+//     [--late-masks auto|on|off] [--json] [--out FILE]
 // Each cell: `batch` requests submitted at once (greedy unless --temperature; distinct prompts), first constrained (the schema
 // below; the fixture with thought "none", so every generated token is masked; the tiny reasoner with its thought free
 // by default), then free with ignoreEos and each request's maxTokens set to the token count its constrained twin made:
@@ -12,7 +12,7 @@
 // its forward (ModelSlot's prepareConstraints: the constrained rows' SequenceConstraint.prepare, XGrammar on a grammar
 // host thread or this one, ts/grammar/host.ts) and the time this thread spends on the masks computed while the forward
 // runs (ModelSlot's fillLateMasks: the rows matched on this thread, on a CPU model; --late-masks off puts them back
-// before the forward), measured by wrapping the methods here, so the engine itself carries no counter. The ratio is
+// before the forward; auto, the engine's default, turns them on where a core is left to the JS thread), measured by wrapping the methods here, so the engine itself carries no counter. The ratio is
 // constrained over free wall time per token, pair by pair.
 // --profile: the native forward op by op (profileTable.ts), free against constrained, each cell's last pair.
 // Grammar compile time: the first prepareStructured of a model (XGrammar's tokenizer info over the vocabulary, the
@@ -48,7 +48,7 @@ const { values } = parseArgs({
     threads: { type: "string" },
     fixture: { type: "string" },
     profile: { type: "boolean", default: false },
-    "late-masks": { type: "string", default: "on" },
+    "late-masks": { type: "string", default: "auto" },
     json: { type: "boolean", default: false },
     out: { type: "string" },
   },
@@ -58,8 +58,9 @@ const repeats = parseRepeats(values.repeats);
 const maxTokens = Number(values["max-tokens"]);
 const temperature = Number(values.temperature);
 const tinyThought = values["tiny-thought"] as "free" | "none";
-if (values["late-masks"] !== "on" && values["late-masks"] !== "off") throw new Error("--late-masks must be on or off");
-lateMaskDefaults.enabled = values["late-masks"] === "on";
+const lateMasks = values["late-masks"]!;
+if (!["auto", "on", "off"].includes(lateMasks)) throw new Error("--late-masks must be auto, on or off");
+lateMaskDefaults.enabled = lateMasks === "auto" ? "auto" : lateMasks === "on";
 
 const threads = values.threads === undefined ? cpus().length : Number(values.threads);
 for (const [flag, v] of [["--max-tokens", maxTokens], ["--threads", threads], ...batches.map((b) => ["--batches", b])])

@@ -4,7 +4,8 @@
 // free and sampled rows mixed; the forwards did carry late masks; a row whose mask fails while the forward runs fails
 // its own request with its typed error and one whose mask never comes fails with a GrammarHostError once the bound
 // has passed, the others going on; a deterministic request (its verifier) keeps masks before the forward.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { availableParallelism } from "node:os";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine } from "../../ts/engine/engine.js";
 import { lateMaskDefaults } from "../../ts/engine/modelSlot.js";
@@ -14,6 +15,7 @@ import { SequenceConstraint } from "../../ts/grammar/constraint.js";
 import { grammarSetDefaults } from "../../ts/grammar/grammars.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import type { NativeForwardBatch } from "../../ts/native/addonTypes.js";
+import { loadAddon } from "../../ts/native/loadAddon.js";
 
 let model: Model;
 /** Forwards since the last reset, and how many carried late masks. */
@@ -34,6 +36,9 @@ beforeAll(async () => {
 afterAll(() => model?.dispose());
 const saved = { ...lateMaskDefaults };
 const savedLocal = grammarSetDefaults.localCompileMs;
+beforeEach(() => {
+  lateMaskDefaults.enabled = true;
+});
 afterEach(() => {
   Object.assign(lateMaskDefaults, saved);
   grammarSetDefaults.localCompileMs = savedLocal;
@@ -75,7 +80,7 @@ const requests = (): GenerateRequest[] => [
   { prompt: prompt("What is 3 + 6?"), maxTokens: 80, temperature: 0.8, seed: 9 },
 ];
 
-async function runAll(late: boolean) {
+async function runAll(late: boolean | "auto") {
   lateMaskDefaults.enabled = late;
   grammarSetDefaults.localCompileMs = 60_000; // matched on this thread however long the compile took (a loaded machine)
   const engine = new Engine({ models: { model } });
@@ -98,6 +103,21 @@ describe("late masks: a step's constrained masks computed while its forward runs
     expect(on.lateRows).toBeGreaterThan(on.late);
     // The constrained answers are what the format allows.
     for (const s of on.samples.slice(0, 6).flat()) expect(s.finish).not.toBe("aborted");
+  });
+
+  it('"auto" (the default) turns them on only where the native pool leaves a core to the JS thread', async () => {
+    const cpu = loadAddon().listDevices().cpu;
+    const spare = Math.min(availableParallelism(), cpu.cgroupCpuLimit ?? Infinity) > cpu.threads;
+    const auto = await runAll("auto");
+    expect(auto.late > 0).toBe(spare);
+    const threads = cpu.threads;
+    try {
+      loadAddon().setThreads(1); // a pool of one thread leaves a core on any machine with two
+      const one = await runAll("auto");
+      expect(one.late > 0).toBe(Math.min(availableParallelism(), cpu.cgroupCpuLimit ?? Infinity) > 1);
+    } finally {
+      loadAddon().setThreads(threads);
+    }
   });
 
   it("a row whose mask fails while the forward runs fails its own request with its error; the others go on", async () => {

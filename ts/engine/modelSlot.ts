@@ -5,7 +5,9 @@
 // sequence what became final. It knows nothing of requests: the Stepper (the output processor) maps sequences to
 // requests, turns tokens into text and deltas, and calls finish().
 import { DisposedError, GrammarHostError, NativeError, UnsupportedError } from "../errors/index.js";
+import { availableParallelism } from "node:os";
 import { GrammarSet } from "../grammar/grammars.js";
+import { loadAddon } from "../native/loadAddon.js";
 import { BlockManager } from "./blockManager.js";
 import type { KernelMode } from "./kernelSchedule.js";
 import { ModelRunner, type SequenceSampling } from "./modelRunner.js";
@@ -56,9 +58,19 @@ export type SamplingOf = (seq: Sequence) => SequenceSampling;
 /**
  * Late masks (ModelSlot.run): on the plain path of a CPU model, the constrained rows whose masks the engine's thread
  * computes at once (SequenceConstraint.matchesHere) get them while the forward runs, which needs them only at the
- * sampler; the forward waits at most `waitMs` for them. Read at each step; tests turn it off to compare both paths.
+ * sampler; the forward waits at most `waitMs` for them. "auto": only where the engine's thread has a core the native
+ * pool does not use (spareCore), read at the model's first step with such rows: where the pool holds every core the
+ * JS thread's masks take a core from the forward and its sampler then waits for the JS thread to be scheduled (the
+ * tiny reasoner at batch 16 on a 2-core machine under load: 2.8x a free step, bench/RESULTS.md). Read at each step;
+ * tests set true / false to compare both paths.
  */
-export const lateMaskDefaults = { enabled: true, waitMs: 5000 };
+export const lateMaskDefaults: { enabled: boolean | "auto"; waitMs: number } = { enabled: "auto", waitMs: 5000 };
+
+/** Whether the process has a CPU the native thread pool does not use (its affinity mask and cgroup limit). */
+function spareCore(): boolean {
+  const cpu = loadAddon().listDevices().cpu;
+  return Math.min(availableParallelism(), cpu.cgroupCpuLimit ?? Infinity) > cpu.threads;
+}
 
 export class ModelSlot {
   readonly blockManager: BlockManager;
@@ -72,6 +84,8 @@ export class ModelSlot {
   private readonly verifyOptions: VerifyOptions;
   private readonly stepTokens = new StepTokenCounts();
   private grammarSet: GrammarSet | null = null;
+  /** spareCore(), once the first step with late-mask rows asked (lateMaskDefaults "auto"). */
+  private spareCore: boolean | null = null;
 
   constructor(
     readonly name: string,
@@ -314,7 +328,9 @@ export class ModelSlot {
    * matched on this thread (lateMaskDefaults). Null when none.
    */
   private lateRows(batch: ScheduledBatch): Map<Sequence, number> | null {
-    if (!lateMaskDefaults.enabled || this.verifier !== null || this.model.device !== "cpu") return null;
+    if (this.verifier !== null || this.model.device !== "cpu") return null;
+    const enabled = lateMaskDefaults.enabled;
+    if (enabled === false || (enabled === "auto" && !(this.spareCore ??= spareCore()))) return null;
     let late: Map<Sequence, number> | null = null;
     for (const { seq, emitToken } of batch.seqs)
       if (emitToken && seq.constraint !== null && seq.constraint.matchesHere) {
