@@ -187,6 +187,6 @@ describe("/v1/chat/completions: strict the same way", () => {
     });
     expect((r as { choices: unknown[] }).choices).toHaveLength(1);
     const streamed = await chat({ stream: true, stream_options: { include_usage: true, include_obfuscation: false } });
-    for await (const _ of streamed as AsyncIterable<unknown>);
+    for await (const _ of streamed as unknown as AsyncIterable<unknown>);
   });
 });
