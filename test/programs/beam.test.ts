@@ -271,6 +271,22 @@ describe("beam search", () => {
     expect(() => new BeamSearch(base(QUESTION, { pruneBelow: 2 }))).toThrow(/pruneBelow must be in \[0, 1\], got 2/);
   }, 120_000);
 
+  it("massVote weighs the vote by sampling mass: a kept path holds its twins' mass, the finished masses sum to 1 at M = 1", async () => {
+    const r = await search(base(QUESTION, { ...OFF, n: 8, beamWidth: 1, massVote: true }));
+    const p = r.program;
+    // M = 1 drops no open path, so every sample's mass ends in a finished solution.
+    expect(p.finished.reduce((a, f) => a + f.mass, 0)).toBeCloseTo(1, 9);
+    // dedupe merged twins at some depth (the tiny reasoner repeats its steps): a kept path holds more than 1/8.
+    const parents = new Set(p.nodes.map((x) => x.parent?.id));
+    expect(p.nodes.some((x) => x.depth === 1 && parents.has(x.id) && x.mass > 1 / 8 + 1e-12)).toBe(true);
+    const vote = weightedMajority(
+      p.finished.map((f) => ({ answer: f.answer, weight: f.score * f.mass })),
+      (a, b) => arithTask.equivalent(a, b),
+    );
+    expect(r.answer).toBe(vote.answer);
+    expect(p.voteWeight(p.finished[0])).toBe(p.finished[0].score * p.finished[0].mass);
+  }, 120_000);
+
   it("dvts keeps one path per subtree", async () => {
     const r = await search(base(QUESTION, { ...ON, variant: "dvts" }));
     expect(r.program.name).toBe("dvts");

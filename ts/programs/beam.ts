@@ -97,6 +97,13 @@ export interface BeamSearchOptions extends FlashTtsSwitches {
    * reliable where its ranking among steps it calls good is not; the kept paths share the pruned ones' continuations.
    */
   pruneBelow?: number;
+  /**
+   * The vote weighs each finished solution by its sampling mass too (default false): the share of the first N samples
+   * its path stands for (a kept path holds its twins' mass, its continuations share it). dedupe spreads the
+   * continuations evenly over the distinct paths; this undoes that flattening in the vote, as SC's duplicates are
+   * votes.
+   */
+  massVote?: boolean;
   aggregate?: ScoreAggregate;
   /** Most tokens per step (default 48). */
   stepMaxTokens?: number;
@@ -139,6 +146,8 @@ export interface BeamNode {
   key: string;
   /** Continuations this node gets once kept (the root: N; a kept path: M, or its share of N after dedupe). */
   width: number;
+  /** Sampling mass: the root 1; a child its parent's mass / the parent's width; a kept path adds its twins'. */
+  mass: number;
   /** A finished solution: milliseconds from the search's start until it was finished (precise goodput). */
   finishedMs: number;
 }
@@ -300,7 +309,7 @@ export class BeamSearch implements Program {
   /** The score-weighted vote share of the leading answer among finished solutions (0 before any). */
   updateCertaindex(): number {
     this.certaindex = confidenceCertaindex(
-      this.finished.map((f) => ({ answer: f.answer, weight: f.score })),
+      this.finished.map((f) => ({ answer: f.answer, weight: this.voteWeight(f) })),
       this.eq,
     );
     return this.certaindex;
@@ -309,9 +318,14 @@ export class BeamSearch implements Program {
   answer(): string | null {
     if (this.finished.length === 0) return null;
     return weightedMajority(
-      this.finished.map((f) => ({ answer: f.answer, weight: f.score })),
+      this.finished.map((f) => ({ answer: f.answer, weight: this.voteWeight(f) })),
       this.eq,
     ).answer;
+  }
+
+  /** A finished solution's weight in the vote: its score, times its sampling mass with massVote. */
+  voteWeight(f: BeamNode): number {
+    return this.o.massVote ? f.score * f.mass : f.score;
   }
 
   /** One iteration: every frontier path gets its continuations (one step each), they are scored, and selected. */
@@ -556,7 +570,14 @@ export class BeamSearch implements Program {
     const dedupe = this.o.dedupe ?? true;
     if (this.variant === "beam") {
       const slots = Math.max(0, Math.min(this.n / this.m, Math.ceil((this.n - this.finished.length) / this.m)));
-      const ranked = dedupe ? distinct(open.sort(byScore)) : open.sort(byScore);
+      const sorted = open.sort(byScore);
+      const ranked = dedupe ? distinct(sorted) : sorted;
+      if (dedupe) {
+        // The kept copy of a path stands for its twins too.
+        const mass = new Map<string, number>();
+        for (const c of sorted) mass.set(c.key, (mass.get(c.key) ?? 0) + c.mass);
+        for (const c of ranked) c.mass = mass.get(c.key)!;
+      }
       const good = ranked.filter((c) => c.stepScore >= this.pruneBelow);
       kept = (good.length > 0 ? good : ranked).slice(0, slots);
       // Fewer distinct paths than slots: the kept ones share the slots' continuations (the iteration still samples
@@ -656,6 +677,7 @@ export class BeamSearch implements Program {
       rank: 0,
       key: parent === null ? "" : parent.key + "\n" + step,
       width: parent === null ? this.n : this.m,
+      mass: parent === null ? 1 : parent.mass / parent.width,
       finishedMs: 0,
     };
     this.nodes.push(n);
