@@ -182,7 +182,7 @@ constexpr int64_t kExpandM = 16, kExpandRows = 32;
 
 // AVX512-BF16. q' as bf16 by table: symmetric (zero point 8 everywhere) word i = bf16(i % 16 - 8) indexed by the
 // nibble and whatever bits sit above it; with zero points, the nibble (masked) minus the word's zero point, an
-// integer in [-15, 15], indexes word i = bf16(i < 16 ? i : i - 32) by its low 5 bits.
+// integer in [-16, 15], indexes word i = bf16(i < 16 ? i : i - 32) by its low 5 bits.
 // MODE kExpanded: q points at W rows already looked up (expand4, below: per chunk the 4 vectors of 32 bf16 q' that
 // the lookups give, row j at q + j * ldq bytes), so the same products in the same order.
 enum W4Mode { kSym = 0, kAsym = 1, kExpanded = 2 };
@@ -455,13 +455,14 @@ void gemm8(const View& x, const View& w, const float* bias, const View& y, int s
 void gemm4(const View& x, const View& w, const float* bias, const View& y, int splitK) {
   const View::Groups& gq = w.groups;
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0], G = gq.size, ng = K / G, ldq = K / 2;
-  // the table lookup with zero points reads q - zero by its low 5 bits: zero points must be 4-bit values
+  // the table lookup with zero points reads q - zero by its low 5 bits: q - zero must lie in [-16, 15], so zero
+  // points in [0, 16] (16: GPTQ v1's zero point of 0, stored minus one as 15, read back plus one)
   if (gq.zeros) {
     const int64_t n = N * ng;
     const uint8_t* z = gq.zeros;
-    const int64_t bad = std::find_if(z, z + n, [](uint8_t v) { return v > 15; }) - z;
+    const int64_t bad = std::find_if(z, z + n, [](uint8_t v) { return v > 16; }) - z;
     if (bad < n)
-      throw Error("gemm: a 4-bit grouped w's zero points must be in [0, 15], got zeros[" + std::to_string(bad) +
+      throw Error("gemm: a 4-bit grouped w's zero points must be in [0, 16], got zeros[" + std::to_string(bad) +
                   "] = " + std::to_string(z[bad]));
   }
   thread_local std::vector<Chunk4> chunkBuf;  // (a name in the workers' lambdas would be their own thread_local)

@@ -22,7 +22,8 @@
 // The zero point is applied to the integers (exact) and the scale once per octet (4 bits) or group (8 bits) and
 // lane: the products are those of x' and the dequantized weights up to that one scaling. As with bf16 W, the
 // AVX512-BF16 instruction reads subnormal inputs as zero and flushes subnormal sums; x' holds no subnormals, so only
-// sums below 2^-126 could differ between it and the emulating paths. 4-bit zero points must be in [0, 15].
+// sums below 2^-126 could differ between it and the emulating paths. 4-bit zero points must be in [0, 16] (16:
+// GPTQ v1's zero point of 0).
 #pragma once
 #include "common.h"
 

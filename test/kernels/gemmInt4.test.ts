@@ -179,7 +179,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
           const w = addon.tensor("cpu", "u8", [N, K * bits / 8]); w.write(Uint8Array.from({ length: N * K * bits / 8 }, () => Math.floor(r() * 256)));
           const wScales = addon.tensor("cpu", "f32", [N * K / G]); wScales.writeF32(Float32Array.from({ length: N * K / G }, () => (r() - 0.5) / 50));
-          const wZeros = addon.tensor("cpu", "u8", [N * K / G]); wZeros.write(Uint8Array.from({ length: N * K / G }, () => Math.floor(r() * (bits === 4 ? 16 : 256))));
+          const wZeros = addon.tensor("cpu", "u8", [N * K / G]); wZeros.write(Uint8Array.from({ length: N * K / G }, () => Math.floor(r() * (bits === 4 ? 17 : 256))));
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros: sym ? undefined : wZeros, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
@@ -219,6 +219,25 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     }
   });
 
+  it("4 bits: a zero point of 16 (GPTQ v1 stores a zero point of 0 minus one as 15; the loader adds one)", async () => {
+    const rng = makeRng(47);
+    for (const [M, N, K, G] of [
+      [1, 19, 480, 96],
+      [3, 11, 256, 32],
+      [20, 13, 384, 128],
+    ] as [number, number, number, number][]) {
+      const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+      const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric: true });
+      for (let i = 0; i < gw.zeros.length; i += 3) gw.zeros[i] = 16;
+      const g = groupedTensors(addon, "cpu", gw, true);
+      const got = await gemm(x, g, undefined, 2);
+      const ref = refGemm(roundBf16(stored(x)), dequantizeToInputOrder(gw), undefined, M, N, K);
+      expect(worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5), `M=${M} N=${N} K=${K} G=${G}`).toBeUndefined();
+      disposeAll(x);
+      dispose(g);
+    }
+  });
+
   it("rejects bad input with a clear Error", async () => {
     const rng = makeRng(3);
     const x = tensorOf(addon, "cpu", "f32", [2, 64], randomF32(rng, 128));
@@ -234,9 +253,9 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     const badPerm = tensorOf(addon, "cpu", "i32", [64], new Int32Array(64).fill(64));
     await expect(addon.ops.gemm({ x, ...g, wPerm: badPerm, y })).rejects.toThrow(/perm\[0\] = 64 is outside/);
     const bigZeros = addon.tensor("cpu", "u8", [6]);
-    bigZeros.write(Uint8Array.of(8, 8, 8, 16, 8, 8));
+    bigZeros.write(Uint8Array.of(8, 8, 8, 17, 8, 8));
     await expect(addon.ops.gemm({ x, ...g, wZeros: bigZeros, y })).rejects.toThrow(
-      /4-bit grouped w's zero points must be in \[0, 15\], got zeros\[3\] = 16/,
+      /4-bit grouped w's zero points must be in \[0, 16\], got zeros\[3\] = 17/,
     );
     await expect(addon.ops.gemm({ x, w: addon.tensor("cpu", "f32", [3, 64]), wScales: g.wScales, y })).rejects.toThrow(
       /'wScales', 'wZeros' and 'wPerm' are for a u8/,
