@@ -147,6 +147,45 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     }
   });
 
+  it("4 bits: the same row bits alone or in a batch with groups straddling chunks and a partial last chunk", async () => {
+    // decode panels (M = 1), tiles (M < 16) and the expanded prefill (M >= 16), symmetric and with zero points
+    const rng = makeRng(48);
+    for (const [N, K, G, asymmetric] of [
+      [21, 800, 160, false],
+      [19, 480, 96, true],
+    ] as [number, number, number, boolean][]) {
+      const M = 40;
+      const xs = randomF32(rng, M * K);
+      const g = groupedTensors(
+        addon,
+        "cpu",
+        randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric }),
+        asymmetric,
+      );
+      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
+      for (const splitK of [1, 3])
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const batch = await gemm(x, g, undefined, splitK);
+          for (const [row, rows] of [
+            [0, 1],
+            [M - 1, 1],
+            [2, 3],
+            [7, 17],
+          ]) {
+            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
+            const alone = await gemm(sub, g, undefined, splitK);
+            expect(bitsOf(alone), `K=${K} G=${G} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
+              bitsOf(batch, row * N, rows * N),
+            );
+            sub.dispose();
+          }
+        }
+      disposeAll(x);
+      dispose(g);
+    }
+  });
+
   it("gemmBlocks cuts a grouped w with its scales and zero points (the fused q | k | v projection)", async () => {
     const rng = makeRng(13);
     const M = 3,
