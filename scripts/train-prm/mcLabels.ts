@@ -2,9 +2,9 @@
 // from the solution's text up to and including that step's line, k times at temperature T, and checking how many
 // rollouts reach the right answer. Soft label = that fraction; hard label = "at least one did". The last step (the
 // boxed answer) is labelled by its own answer's correctness. Rollouts run on the trainer's batched forward
-// (generateWithTrainer): on the tiny reasoner it generated as many tokens per second as the engine with n = k and
-// prefix caching (4480 vs 4480 tok/s on 77 prefixes x 8, load ~5 on the 2-core box), and its sampling is a hash of
-// (seed, completion index, position), so the labels are reproducible whatever else runs.
+// (generateWithTrainer): on the tiny reasoner it generated tokens at about the engine's rate with n = k and prefix
+// caching (one look on 77 prefixes x 8, not a benchmark), and its sampling is a hash of (seed, completion index,
+// position), so the labels are reproducible whatever else runs.
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";

@@ -1,5 +1,5 @@
-// One command to reproduce models/tiny-prm on a CPU:
-//   npx tsx scripts/train-prm/train.ts [--labels mc-soft|mc-hard|checker] [--out DIR] [--generator DIR]
+// One command to reproduce models/tiny-prm (checker labels, the default) or models/tiny-prm-mc on a CPU:
+//   npx tsx scripts/train-prm/train.ts [--labels checker|mc-soft|mc-hard] [--out DIR] [--generator DIR] [--init DIR]
 //        [--train-problems N] [--validation-problems N] [--samples K] [--rollouts K] [--temperature T] [--steps N]
 //        [--lr X] [--seed S] [--threads N]
 // Samples solutions from the generator (the tiny reasoner) on the train / validation splits with the trainer's own
@@ -9,7 +9,7 @@
 // towards the fraction of rollouts that reach the answer (soft) or "some did" (hard); "checker" is the previous
 // model's recipe, the arithmetic task's step checker (prmRecipe, unchanged). Writes the HF files, prm.json,
 // model.safetensors, training-curve.csv/svg and recipe.json.
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { PRM_FILE, type TaggedStepsPrm as PrmConfig } from "../../ts/model/prmConfig.js";
@@ -106,9 +106,11 @@ export async function sampleSolutions(
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
-      labels: { type: "string", default: "mc-soft" },
+      labels: { type: "string", default: "checker" },
       out: { type: "string", default: "models/tiny-prm" },
       generator: { type: "string", default: "models/tiny-reasoner" },
+      // The weights fine-tuned (default: the generator's).
+      init: { type: "string" },
       "train-problems": { type: "string" },
       "validation-problems": { type: "string" },
       samples: { type: "string" },
@@ -139,7 +141,7 @@ async function main(): Promise<void> {
   // Monte-Carlo recipes: rollouts per step and the solutions' token budget (null: checker labels).
   const mcr =
     labels === "checker" ? null : { rollouts: num(values.rollouts, mcRecipe.rollouts), maxNew: mcRecipe.maxNew };
-  Object.assign(r, mcr ?? {}); // recorded in recipe.json
+  Object.assign(r, mcr ?? {}, values.init ? { init: values.init } : {}); // recorded in recipe.json
   const started = Date.now();
   const gen = resolve(values.generator!);
   const out = resolve(values.out!);
@@ -162,7 +164,7 @@ async function main(): Promise<void> {
   };
   let trainSolutions: LabelledSolution[], valSolutions: LabelledSolution[];
   let labelSeconds: number | undefined;
-  let labelsCached = false;
+  let cachedSeconds = 0; // label time spent before this run (cached labels)
   if (mcr === null) {
     trainSolutions = await sampleSolutions(bin, gen, tok, "train", r.trainProblems, s);
     valSolutions = await sampleSolutions(bin, gen, tok, "validation", r.validationProblems, s);
@@ -182,8 +184,8 @@ async function main(): Promise<void> {
     trainSolutions = t.solutions;
     valSolutions = v.solutions;
     labelSeconds = t.seconds + v.seconds;
-    labelsCached = t.cached || v.cached;
-    console.log(`labels: ${labelSeconds} s${labelsCached ? " (cached: " + t.path + ")" : ""}`);
+    cachedSeconds = (t.cached ? t.seconds : 0) + (v.cached ? v.seconds : 0);
+    console.log(`labels: ${labelSeconds} s${t.cached ? " (cached: " + t.path + ")" : ""}`);
   }
   const sampleSeconds = Math.round((Date.now() - started) / 1000);
   const target = "labels" in r && r.labels === "mc-soft" ? "soft" : "hard";
@@ -202,7 +204,7 @@ async function main(): Promise<void> {
     "--out",
     join(out, "model.safetensors"),
     "--init",
-    join(gen, "model.safetensors"),
+    join(values.init ? resolve(values.init) : gen, "model.safetensors"),
     "--log",
     join(out, "training-curve.csv"),
     ...modelFlags(m),
@@ -241,7 +243,7 @@ async function main(): Promise<void> {
     curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-prm: cross-entropy on the step tags"),
   );
   // With cached labels, the wall time the labels took when they were made counts too.
-  const wallSeconds = Math.round((Date.now() - started) / 1000) + (labelsCached ? (labelSeconds ?? 0) : 0);
+  const wallSeconds = Math.round((Date.now() - started) / 1000) + cachedSeconds;
   const data = {
     train: {
       solutions: train.sequences,
@@ -259,6 +261,7 @@ async function main(): Promise<void> {
       2,
     ) + "\n",
   );
+  rmSync(work, { recursive: true, force: true });
   console.log(`done in ${wallSeconds} s: ${out}`);
 }
 
