@@ -13,6 +13,7 @@ import { openModelFiles } from "../../ts/model/modelFiles.js";
 import { decodeAwq } from "../../ts/model/quantized/awq.js";
 import { decodeCompressedTensors } from "../../ts/model/quantized/compressedTensors.js";
 import { decodeGptq } from "../../ts/model/quantized/gptq.js";
+import { takesGrouped } from "../../ts/model/quantized/upload.js";
 import { E4M3_VALUES } from "../../ts/model/quantized/fp8.js";
 import type { LoadedTensor, LoadedTensors } from "../../ts/model/quantized/tensors.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
@@ -248,6 +249,17 @@ describe("packing conventions, against the reference tools' words", () => {
     expect(sym.q[0]).toBe(0x10); // channels 0, 1 of output 0: 0 | 1 << 4
     const wrapped = decodeGptq(tensors({ ...base, qzeros: i32("l.qzeros", [1, 1], [0x7777777f]) }), 8, 32, s);
     expect(wrapped.zeros[0]).toBe(16); // AutoGPTQ: (0b1111 & 15) + 1, unmasked
+    // The kernels take q - 16 (cpu_gemm_quant.cc's table, the CUDA integer subtract): such a projection stays 4-bit.
+    const ql = {
+      name: "model.layers.0.self_attn.o_proj.weight",
+      shape: [8, 32] as [number, number],
+      scheme: s,
+      tensors: [],
+    };
+    expect(takesGrouped(ql, wrapped)).toBe(true);
+    expect(takesGrouped(ql, { ...wrapped, zeros: Uint8Array.from(wrapped.zeros, (z, i) => (i === 0 ? 17 : z)) })).toBe(
+      false,
+    );
     const v2 = decodeGptq(tensors({ ...base, qzeros: i32("l.qzeros", [1, 1], [0x88888888]) }), 8, 32, {
       ...s,
       zeroPointsMinusOne: false,

@@ -81,8 +81,6 @@ const LAYOUTS: { what: string; quant: QuantFixtureScheme; extra?: object }[] = [
 
 /** relL2 of the logits between bf16-rounded and f32 inputs to the 4-bit layers (the tiny fixtures: ~1.7e-3). */
 const TWIN_BF16_TOLERANCE = 1e-2;
-/** Against the reference that rounds the same inputs: a near-tie activation rounded the other way (see below). */
-const BF16_FLIP_TOLERANCE = 3e-3;
 
 /**
  * Every layout on `device`: loaded bit for bit, forward against the float64 reference of the dequantized model
@@ -128,9 +126,10 @@ export function quantizedCheckpointSuite(device: "cpu" | "cuda", tolerance: numb
         const twin = await makeDequantizedTwin(fixture, await tempDir("deliberate-dequantized-"));
         // The CPU's 4-bit kernels multiply activations rounded to bf16 (cpp/cpu/cpu_gemm_quant.h): the reference
         // rounds the inputs of those layers (the dense projections held grouped; experts are dequantized to f32)
-        // too. An activation within f32 noise of a bf16 tie may round the other way natively than in float64: one
-        // ulp of one input, as with bf16 models (AWQ's fixture: one step at 8.6e-4, the others at 1e-5), hence
-        // the looser bound there. The f32 twin (unrounded inputs) is as far as a bf16 model is from f32.
+        // too, so the bound stays the f32 layouts' (measured ~1e-7). An activation within f32 noise of a bf16 tie can
+        // round the other way natively than in float64 (one ulp of one input: AWQ's fixture at token seed 3 had one
+        // step at 8.6e-4): the tokens are drawn with a seed that has no such tie in any layout, rather than a bound
+        // 30,000x the real error. The f32 twin (unrounded inputs) is as far as a bf16 model is from f32.
         const rounded =
           device === "cpu"
             ? [...fixture.references]
@@ -138,15 +137,14 @@ export function quantizedCheckpointSuite(device: "cpu" | "cuda", tolerance: numb
                 .map(([name]) => name)
             : [];
         const ref = await ReferenceModel.load(twin, { bf16InputsFor: rounded });
-        const refTolerance = rounded.length > 0 ? Math.max(tolerance, BF16_FLIP_TOLERANCE) : tolerance;
         const twinTolerance = rounded.length > 0 ? TWIN_BF16_TOLERANCE : tolerance;
         const model = await loadModel(fixture.dir, { device, kvPages: 64, pageSize: PAGE });
         const dense = await loadModel(twin, { device, kvPages: 64, pageSize: PAGE });
         try {
-          const tokens = randomTokens(10, model.config.vocabSize, 3);
+          const tokens = randomTokens(10, model.config.vocabSize, 5);
           const want = ref.logits(tokens);
           const got = await runChunks(model, tokens, [7, 1, 1, 1], 0);
-          got.forEach((g, i) => expect(relL2(g, want[6 + i]), `step ${i}`).toBeLessThan(refTolerance));
+          got.forEach((g, i) => expect(relL2(g, want[6 + i]), `step ${i}`).toBeLessThan(tolerance));
           const f32 = await runChunks(dense, tokens, [7, 1, 1, 1], 0);
           // Without native grouped weights the projections are the twin's f32 weights: the same bits.
           const grouped = model.weights.formats.some((f) => f.format.includes("as grouped"));

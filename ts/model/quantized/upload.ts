@@ -17,15 +17,15 @@ export const DENSE_PROJECTION = /^model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj
 
 /**
  * Whether the native grouped weights take this projection as the checkpoint stores it: a dense layer's, groups a
- * multiple of 32 (setGrouped's kernels), and no 4-bit zero point past 15 (a GPTQ v1 checkpoint's wrapped 0 reads as
- * 16: such a weight is dequantized instead, exactly).
+ * multiple of 32 (setGrouped's kernels), and no 4-bit zero point past 16 (16 is a GPTQ v1 checkpoint's wrapped 0,
+ * which the kernels take: q - zero in [-16, 15]).
  */
 export function takesGrouped(ql: QuantizedLinear, w?: GroupedQuantWeight): boolean {
   const s = ql.scheme;
   if (s.method === "fp8" || !DENSE_PROJECTION.test(ql.name)) return false;
   const G = s.groupSize ?? ql.shape[1];
   if (G % 32 !== 0) return false;
-  return w === undefined || w.bits === 8 || w.zeros.every((z) => z <= 15);
+  return w === undefined || w.bits === 8 || w.zeros.every((z) => z <= 16);
 }
 
 /** Whether the addon build has NativeModel.setQuantizedWeight. */
