@@ -64,7 +64,8 @@ export type SamplingOf = (seq: Sequence) => SequenceSampling;
  * tiny reasoner at batch 16 on a 2-core machine under load: 2.8x a free step, bench/RESULTS.md). Read at each step;
  * tests set true / false to compare both paths.
  */
-export const lateMaskDefaults: { enabled: boolean | "auto"; waitMs: number } = { enabled: "auto", waitMs: 5000 };
+// Off by default until measured where a core is spare and reviewed (the JS/native handoff); "auto" or true opt in.
+export const lateMaskDefaults: { enabled: boolean | "auto"; waitMs: number } = { enabled: false, waitMs: 5000 };
 
 /** Whether the process has a CPU the native thread pool does not use (its affinity mask and cgroup limit). */
 function spareCore(): boolean {
