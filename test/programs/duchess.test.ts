@@ -7,17 +7,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { Mlp, type MlpShape } from "../../ts/probe/mlp.js";
-import {
-  loadProbe,
-  saveProbe,
-  PROBE_FILE_VERSION,
-  PROBE_SUBDIR,
-  type DuchessProbe,
-  type ProbeMeta,
-} from "../../ts/probe/probeFile.js";
+import { loadProbe, saveProbe, PROBE_SUBDIR, type DuchessProbe, type ProbeMeta } from "../../ts/probe/probeFile.js";
 import { Duchess, type DuchessBranch, type DuchessOptions } from "../../ts/programs/duchess.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
+import { fixedProbe } from "./probeFixture.js";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { confidenceCertaindex, weightedMajority } from "../../ts/certaindex/signals.js";
 import { modelHash } from "../../ts/model/modelHash.js";
@@ -31,38 +25,9 @@ afterAll(() => model?.dispose());
 
 const C = (): number => model.config.hiddenSize;
 
-function metaOf(over: Partial<ProbeMeta["correctness"]> = {}): ProbeMeta {
-  return {
-    version: PROBE_FILE_VERSION,
-    model: { hash: "h", hiddenSize: C(), numLayers: model.config.numLayers },
-    task: "arith",
-    correctness: {
-      layer: 0,
-      interval: 4,
-      tau: 0.5,
-      tauPercentile: 70,
-      consecutive: 2,
-      hidden: [8, 4],
-      dropout: 0.15,
-      aurocByLayer: {},
-      testAuroc: 0,
-      positiveRate: 0,
-      ...over,
-    },
-    training: {},
-  };
-}
-
 /** A probe whose p is sigmoid(logit) whatever the activation (all weights 0), or a seeded random MLP. */
-function probeOf(logit: number | "random", over: Partial<ProbeMeta["correctness"]> = {}): DuchessProbe {
-  const shape: MlpShape = { input: C(), hidden: [8, 4], output: 1, activation: "relu", dropout: 0.15 };
-  const mlp = new Mlp(shape, undefined, 7);
-  if (logit !== "random") {
-    for (const p of mlp.parameters().slice(2)) p.fill(0);
-    mlp.layers[2].bias[0] = logit;
-  }
-  return { meta: metaOf(over), correctness: mlp, difficulty: null };
-}
+const probeOf = (logit: number | "random", over: Partial<ProbeMeta["correctness"]> = {}): DuchessProbe =>
+  fixedProbe(model, logit, over);
 
 const usedPages = (e: Engine): number => e.metrics().models[0].kvPagesUsed;
 const engineOf = (): Engine => new Engine({ models: { model }, kernelMode: "batch-invariant" });

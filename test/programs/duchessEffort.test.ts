@@ -5,12 +5,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../../ts/engine/engine.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
-import { Mlp } from "../../ts/probe/mlp.js";
-import { PROBE_FILE_VERSION, type DuchessProbe } from "../../ts/probe/probeFile.js";
+import type { DuchessProbe } from "../../ts/probe/probeFile.js";
 import type { Duchess } from "../../ts/programs/duchess.js";
 import { buildProgram, duchessTauFor } from "../../ts/programs/registry.js";
 import { ProgramRuntime } from "../../ts/programs/runtime.js";
 import { fixtureDir, randomTokens } from "../model/fixtureCache.js";
+import { fixedProbe } from "./probeFixture.js";
 
 let model: Model;
 beforeAll(async () => {
@@ -21,35 +21,8 @@ afterAll(() => model?.dispose());
 const PERCENTILES = { "30": 0.3, "40": 0.38, "50": 0.45, "60": 0.52, "70": 0.6, "80": 0.7, "90": 0.8 };
 
 /** A probe whose p is sigmoid(logit) (all weights 0), tuned at the 70th percentile (τ 0.6). */
-function probeOf(logit: number, withPercentiles = true): DuchessProbe {
-  const C = model.config.hiddenSize;
-  const mlp = new Mlp({ input: C, hidden: [8, 4], output: 1, activation: "relu", dropout: 0.15 }, undefined, 7);
-  for (const p of mlp.parameters().slice(2)) p.fill(0);
-  mlp.layers[2].bias[0] = logit;
-  return {
-    meta: {
-      version: PROBE_FILE_VERSION,
-      model: { hash: "h", hiddenSize: C, numLayers: model.config.numLayers },
-      task: "arith",
-      correctness: {
-        layer: 0,
-        interval: 4,
-        tau: 0.6,
-        tauPercentile: 70,
-        ...(withPercentiles ? { tauByPercentile: PERCENTILES } : {}),
-        consecutive: 2,
-        hidden: [8, 4],
-        dropout: 0.15,
-        aurocByLayer: {},
-        testAuroc: 0,
-        positiveRate: 0,
-      },
-      training: {},
-    },
-    correctness: mlp,
-    difficulty: null,
-  };
-}
+const probeOf = (logit: number, withPercentiles = true): DuchessProbe =>
+  fixedProbe(model, logit, { tau: 0.6, ...(withPercentiles ? { tauByPercentile: PERCENTILES } : {}) });
 
 describe("duchessTauFor", () => {
   it("low / high move 20 percentile points from the tuned τ's; medium and unset keep it", () => {

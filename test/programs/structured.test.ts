@@ -13,8 +13,8 @@ import type { GenerateRequest } from "../../ts/engine/request.js";
 import { UnsupportedError } from "../../ts/errors/index.js";
 import type { StructuredOutput } from "../../ts/grammar/types.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
-import { Mlp } from "../../ts/probe/mlp.js";
-import { PROBE_FILE_VERSION, type DuchessProbe } from "../../ts/probe/probeFile.js";
+import { fixedProbe } from "./probeFixture.js";
+import type { DuchessProbe } from "../../ts/probe/probeFile.js";
 import { boxedAnswers } from "../../ts/programs/answers.js";
 import { DeepConf } from "../../ts/programs/deepconf.js";
 import { Duchess } from "../../ts/programs/duchess.js";
@@ -186,34 +186,7 @@ describe("structured answers on the bundled tiny reasoner (ajv-validated)", () =
   const valid = (answer: string | null): boolean => answer !== null && validate(JSON.parse(answer));
 
   /** A probe that always says "settled" (p = sigmoid(5) > tau): a branch is cut at its second check (16 tokens). */
-  const settledProbe = (): DuchessProbe => {
-    const hidden = model.config.hiddenSize;
-    const mlp = new Mlp({ input: hidden, hidden: [8, 4], output: 1, activation: "relu", dropout: 0 }, undefined, 7);
-    for (const p of mlp.parameters().slice(2)) p.fill(0);
-    mlp.layers[2].bias[0] = 5;
-    return {
-      meta: {
-        version: PROBE_FILE_VERSION,
-        model: { hash: "h", hiddenSize: hidden, numLayers: model.config.numLayers },
-        task: "arith",
-        correctness: {
-          layer: 0,
-          interval: 8,
-          tau: 0.5,
-          tauPercentile: 70,
-          consecutive: 2,
-          hidden: [8, 4],
-          dropout: 0,
-          aurocByLayer: {},
-          testAuroc: 0,
-          positiveRate: 0,
-        },
-        training: {},
-      },
-      correctness: mlp,
-      difficulty: null,
-    };
-  };
+  const settledProbe = (): DuchessProbe => fixedProbe(model, 5, { interval: 8, dropout: 0 });
 
   it("SC: every branch's answer validates, the vote is one of them, certaindex is over the answers", async () => {
     const sc = new SelfConsistency({
