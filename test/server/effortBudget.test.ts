@@ -9,6 +9,8 @@ import { startBundledServer } from "../helpers/bundledServer.js";
 
 const MODEL = "tiny-reasoner";
 const SETTLES = "What is 92+41*3?";
+/** The request every case sends, greedy; each adds its budget and effort. */
+const GREEDY = { model: MODEL, messages: [{ role: "user" as const, content: SETTLES }], temperature: 0 };
 
 let server: DeliberateServer;
 let client: OpenAI;
@@ -28,9 +30,7 @@ describe("max_tokens charges reasoning_effort's probes", () => {
     for (const effort of ["low", "medium"] as const)
       for (let max = 14; max <= 80; max += 3) {
         const r = await client.chat.completions.create({
-          model: MODEL,
-          messages: [{ role: "user", content: SETTLES }],
-          temperature: 0,
+          ...GREEDY,
           max_tokens: max,
           reasoning_effort: effort,
         });
@@ -46,9 +46,7 @@ describe("max_tokens charges reasoning_effort's probes", () => {
     let probes = 0;
     for (const max of [17, 50, 80, 120]) {
       const stream = await client.chat.completions.create({
-        model: MODEL,
-        messages: [{ role: "user", content: SETTLES }],
-        temperature: 0,
+        ...GREEDY,
         max_tokens: max,
         reasoning_effort: "low",
         stream: true,
@@ -66,9 +64,7 @@ describe("max_tokens charges reasoning_effort's probes", () => {
 describe("/v1/responses reports reasoning.effort's usage.deliberate as chat does", () => {
   it("low: the same probes, exit and tokens saved as chat's reasoning_effort low", async () => {
     const chat = await client.chat.completions.create({
-      model: MODEL,
-      messages: [{ role: "user", content: SETTLES }],
-      temperature: 0,
+      ...GREEDY,
       max_tokens: 300,
       reasoning_effort: "low",
     });
@@ -101,9 +97,7 @@ describe("logprobs cover the tokens a close of the thought appends", () => {
 
   it("an early exit's `</think> \\boxed{` and a budget's end of thought have entries (logprob null)", async () => {
     const low = await client.chat.completions.create({
-      model: MODEL,
-      messages: [{ role: "user", content: SETTLES }],
-      temperature: 0,
+      ...GREEDY,
       max_tokens: 300,
       reasoning_effort: "low",
       logprobs: true,
@@ -121,9 +115,7 @@ describe("logprobs cover the tokens a close of the thought appends", () => {
     expect(c.logprobs!.content!.filter((e) => typeof e.logprob === "number").length).toBeGreaterThan(0);
 
     const budget = await client.chat.completions.create({
-      model: MODEL,
-      messages: [{ role: "user", content: SETTLES }],
-      temperature: 0,
+      ...GREEDY,
       max_tokens: 60,
       logprobs: true,
       thinking_token_budget: 8,
@@ -135,9 +127,7 @@ describe("logprobs cover the tokens a close of the thought appends", () => {
 
   it("streamed: the chunks' entries spell the deltas", async () => {
     const stream = await client.chat.completions.create({
-      model: MODEL,
-      messages: [{ role: "user", content: SETTLES }],
-      temperature: 0,
+      ...GREEDY,
       max_tokens: 300,
       reasoning_effort: "low",
       logprobs: true,
