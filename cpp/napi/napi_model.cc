@@ -383,6 +383,13 @@ void parseLateMasks(const Napi::Value& v, const Napi::Value& waitMs, int width, 
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
     fail("forward: 'lateMasks' must be an Int32Array");
   auto a = v.As<Napi::Int32Array>();
+  // Over a SharedArrayBuffer only: there JS's Atomics.store of a flag is a sequentially consistent store that the
+  // memory model orders after the words written before it (the acquire load in awaitLateMasks pairs with it), and the
+  // memory can be neither detached nor transferred while the worker reads it. Over a plain ArrayBuffer V8 promises
+  // neither (Atomics on unshared memory are ordinary accesses as far as the language goes).
+  if (a.ArrayBuffer().IsArrayBuffer())
+    fail("forward: 'lateMasks' must be an Int32Array over a SharedArrayBuffer (the step reads it from another thread "
+         "while the caller writes it), got one over an ArrayBuffer");
   const int64_t W = (int64_t(width) + 31) / 32, n = int64_t(a.ElementLength());
   if (n % (1 + W) != 0)
     fail("forward: 'lateMasks' holds " + std::to_string(n) + " ints, not a multiple of 1 + ceil(vocab " +

@@ -58,8 +58,8 @@ describe("lateMasks: constrained decoding's masks written while the step runs (C
   });
   const step = (sequences: NativeForwardSequence[], extra: Partial<NativeForwardBatch> = {}) =>
     model.forward({ gemmSplitK: 1, kvSplits: 1, sequences, ...extra });
-  /** A late-mask buffer of `rows` rows over its own ArrayBuffer (NativeForwardBatch.lateMasks). */
-  const buffer = (rows: number) => new Int32Array(new ArrayBuffer(4 * rows * (1 + W)));
+  /** A late-mask buffer of `rows` rows over a SharedArrayBuffer (NativeForwardBatch.lateMasks). */
+  const buffer = (rows: number) => new Int32Array(new SharedArrayBuffer(4 * rows * (1 + W)));
   const write = (buf: Int32Array, rows: number, k: number, mask: Int32Array, flag = 1) => {
     buf.set(mask, rows + k * W);
     Atomics.store(buf, k, flag);
@@ -158,8 +158,16 @@ describe("lateMasks: constrained decoding's masks written while the step runs (C
       step([late({ lateMask: 0, emitToken: false })], { lateMasks: buf, lateMaskWaitMs: 10 }),
     ).rejects.toThrow(/lateMask masks one sampled row: it needs emitToken and not emitAll/);
     await expect(
-      step([late({ lateMask: 0 })], { lateMasks: new Int32Array(W + 2), lateMaskWaitMs: 10 }),
+      step([late({ lateMask: 0 })], {
+        lateMasks: new Int32Array(new SharedArrayBuffer(4 * (W + 2))),
+        lateMaskWaitMs: 10,
+      }),
     ).rejects.toThrow(/'lateMasks' holds \d+ ints, not a multiple of 1 \+ ceil\(vocab/);
+    // Over a plain ArrayBuffer (or an on-heap array): Atomics.store there orders nothing for another thread.
+    for (const plain of [new Int32Array(new ArrayBuffer(4 * 2 * (1 + W))), new Int32Array(2 * (1 + W))])
+      await expect(step([late({ lateMask: 0 })], { lateMasks: plain, lateMaskWaitMs: 10 })).rejects.toThrow(
+        /'lateMasks' must be an Int32Array over a SharedArrayBuffer/,
+      );
     await expect(step([late({ lateMask: 0 })], { lateMasks: buf })).rejects.toThrow(
       /'lateMaskWaitMs' must be a number/,
     );

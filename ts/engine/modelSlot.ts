@@ -356,8 +356,10 @@ export class ModelSlot {
     if (this.verifier !== null) return this.verifier.run(batch, samplingOf, step);
     if (late === null) return { results: await this.runner.run(batch, samplingOf), kinds: null, commits: [] };
     const words = Math.ceil(this.model.vocabSize / 32);
-    // Its own ArrayBuffer (never an on-heap typed array): the native step reads it from another thread.
-    const masks = new Int32Array(new ArrayBuffer(4 * late.size * (1 + words)));
+    // Over a SharedArrayBuffer (the native forward refuses any other): the step reads it from another thread while
+    // this one writes it, and only there is Atomics.store a release the native acquire load pairs with. A new one
+    // each step, so that a mask written after its step gave up on it (the bound passed) lands in no later step's.
+    const masks = new Int32Array(new SharedArrayBuffer(4 * late.size * (1 + words)));
     const waitMs = lateMaskDefaults.waitMs;
     const pending = this.runner.run(batch, samplingOf, undefined, { late: { rows: late, masks, waitMs } });
     const errors = this.fillLateMasks(late, masks, words);

@@ -310,8 +310,8 @@ export interface NativeForwardBatch {
   /**
    * Token masks the caller writes while the step runs (the sequences' lateMask rows): rows * (1 + ceil(vocab / 32))
    * ints, first a flag per row, then each row's words. The caller writes row k's words, then stores its flag with
-   * Atomics.store: 1 = ready, 2 = failed. The array must stay as it is (not transferred) until the step settles;
-   * allocate it over its own ArrayBuffer. CPU only.
+   * Atomics.store: 1 = ready, 2 = failed. Over a SharedArrayBuffer (refused otherwise: only there is Atomics.store
+   * ordered after the words for another thread, and the memory cannot be detached while the step reads it). CPU only.
    */
   lateMasks?: Int32Array;
   /** How long the step waits for its late masks in all, in ms (required with lateMasks; at most 600000). */
