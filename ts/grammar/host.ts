@@ -313,6 +313,8 @@ export class LocalHost implements MatcherHost {
   matchers = 0;
   private readonly grammars = new Map<number, XG.CompiledGrammar>();
   private readonly matcherById = new Map<number, XG.GrammarMatcher>();
+  /** Matchers being made (step() awaiting XGrammar); one freed meanwhile is taken out, and freed once made. */
+  private readonly making = new Set<number>();
   private api: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> | null = null;
 
   constructor(
@@ -358,8 +360,20 @@ export class LocalHost implements MatcherHost {
     if (m === undefined) {
       const g = this.grammars.get(op.gid);
       if (g === undefined) throw new Error(`grammar ${op.gid} is not on this host`);
-      const { xg } = await this.start();
-      m = await xg.GrammarMatcher.createGrammarMatcher(g);
+      this.making.add(op.mid);
+      try {
+        const { xg } = await this.start();
+        m = await xg.GrammarMatcher.createGrammarMatcher(g);
+      } catch (e) {
+        this.making.delete(op.mid);
+        throw e;
+      }
+      // Its sequence ended (freeMatcher) or the host was terminated while XGrammar made it: kept, nothing would ever
+      // free it (a late mask's prepare may still be making it when its step has failed and its request gone).
+      if (!this.making.delete(op.mid) || this.dead) {
+        m.dispose();
+        throw new Error("structured output: the matcher was freed while it was being made (the sequence ended)");
+      }
       this.matcherById.set(op.mid, m);
     }
     const r = this.apply(m, op);
@@ -399,8 +413,14 @@ export class LocalHost implements MatcherHost {
   }
 
   freeMatcher(mid: number): void {
+    this.making.delete(mid);
     this.matcherById.get(mid)?.dispose();
     this.matcherById.delete(mid);
+  }
+
+  /** Matchers this host holds (made and not freed), for tests: each holds memory in XGrammar's wasm heap. */
+  get matchersHeld(): number {
+    return this.matcherById.size;
   }
 
   /** Frees every grammar and matcher, the compiler and the tokenizer info. */

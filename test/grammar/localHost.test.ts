@@ -1,0 +1,51 @@
+// The engine thread's XGrammar host (host.ts LocalHost): a matcher whose sequence ends while XGrammar is still making
+// it (a late mask's prepare in flight when its step failed, ModelSlot.fillLateMasks) is freed once made, not kept for
+// good in the wasm heap; the same when the host is terminated meanwhile. A toy vocabulary, real XGrammar.
+import { describe, expect, it } from "vitest";
+import { LocalHost } from "../../ts/grammar/host.js";
+
+const VOCAB = ["<eos>", "{", "}", '"', "a", ":", "1"];
+const vocab = { tokens: VOCAB, vocabType: "raw" as const, prependSpace: false, think: null };
+const schema = { kind: "json_schema" as const, text: JSON.stringify({ type: "object" }) };
+const op = (mid: number) => ({ mid, gid: 1, reset: false, rollback: 0, accept: [], mask: true });
+
+describe("LocalHost: matchers and the sequences that own them", () => {
+  it("a matcher made normally is held until freed", async () => {
+    const host = new LocalHost(vocab, VOCAB.length, [0]);
+    try {
+      await host.compile(1, schema);
+      const r = await host.step(op(1));
+      expect(r.mask).not.toBeNull();
+      expect(host.matchersHeld).toBe(1);
+      host.freeMatcher(1);
+      expect(host.matchersHeld).toBe(0);
+    } finally {
+      host.terminate();
+    }
+  });
+
+  it("freed while being made: the step rejects and nothing is held", async () => {
+    const host = new LocalHost(vocab, VOCAB.length, [0]);
+    try {
+      await host.compile(1, schema);
+      const step = host.step(op(2));
+      host.freeMatcher(2); // the sequence ended before XGrammar answered
+      await expect(step).rejects.toThrow(/freed while it was being made/);
+      expect(host.matchersHeld).toBe(0);
+      // A later matcher of the same grammar is unaffected.
+      await host.step(op(3));
+      expect(host.matchersHeld).toBe(1);
+    } finally {
+      host.terminate();
+    }
+  });
+
+  it("terminated while being made: the step rejects and nothing is held", async () => {
+    const host = new LocalHost(vocab, VOCAB.length, [0]);
+    await host.compile(1, schema);
+    const step = host.step(op(4));
+    host.terminate(); // its grammars go too: XGrammar refuses the freed grammar, or the made matcher is freed
+    await expect(step).rejects.toThrow();
+    expect(host.matchersHeld).toBe(0);
+  });
+});
