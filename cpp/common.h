@@ -50,9 +50,12 @@ struct View {
   // nullptr: w[n][k] = scales[n][k / size] * (q[n][k] - zeros[n][k / size]) multiplies x[perm[k]]. On W's device.
   // byGroup > 0: scales and zeros are stored by group instead, (n, g) at [g * byGroup + n] (byGroup = the full
   // weight's N: a decode panel's scales of one group are contiguous; what loaded models hold).
+  // e4m3: q holds FP8 e4m3fn codes (bits 8, size 32, 64 or 128, no zeros, no perm): w[n][k] = e4m3(q[n][k]) *
+  // scales[n][k / size], and K need not be a multiple of size (ceil(K / size) groups, the last one partial).
   struct Groups {
     int bits = 0;  // 0: not grouped
     int size = 0;
+    bool e4m3 = false;
     int64_t byGroup = 0;
     const float* scales = nullptr;
     const uint8_t* zeros = nullptr;

@@ -104,7 +104,7 @@ void checkMoe(const MoeArgs& a);
   /* Y[M,N] = X[M,K] . W[N,K]^T (+ bias[N]). f32 accumulation. K is cut into splitK contiguous partitions,    \
      each summed in a fixed order, partials added in partition order: the bits of a row depend on splitK and \
      K only, never on M or the row's place in the batch. X: f32 (cpu) / f32|bf16 (cuda); W: f32|bf16|f16;    \
-     i8 with rowScale; u8 grouped (View::groups, 4 or 8 bits: the schedule of cpu/cpu_gemm_quant.h, by groups); \
+     i8 with rowScale; u8 grouped (View::groups, 4 or 8 bits or e4m3: the schedules of cpu/cpu_gemm_quant.h); \
      bias optional, f32 or W's dtype; Y: f32 or X's dtype. */                                                \
   void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK);                     \
   /* gemm whose Y columns are stored as up to three blocks, [0, cut1), [cut1, cut2), [cut2, N): block j, of     \
@@ -200,8 +200,8 @@ void forEachGemmBlock(const View& x, const View& w, const View& bias, const View
       throw Error("gemmBlocks: packed W (panels of " + std::to_string(w.packRows) + " rows) cut at row " + std::to_string(c) + ", inside a panel");
     wj.data = static_cast<char*>(w.data) + w.rowOffset(c) * int64_t(dtypeSize(w.dtype)), wj.shape[0] = n;
     if (w.rowScale) wj.rowScale = w.rowScale + c;
-    if (w.groups.bits) {  // grouped W: q rows of K * bits / 8 bytes, scales and zeros rows of K / size
-      const int64_t K = w.shape[1], groups = K / w.groups.size;
+    if (w.groups.bits) {  // grouped W: q rows of K * bits / 8 bytes, scales and zeros rows of ceil(K / size) (e4m3)
+      const int64_t K = w.shape[1], groups = (K + w.groups.size - 1) / w.groups.size;
       wj.data = static_cast<char*>(w.data) + c * K * w.groups.bits / 8;
       const int64_t first = w.groups.byGroup ? c : c * groups;  // of row c's scales and zeros
       wj.groups.scales = w.groups.scales + first;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -541,6 +542,10 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
   if (xbuf.size() > (size_t(1) << 23)) std::vector<uint16_t>().swap(xbuf);  // a prefill's copy is not kept
 }
 
+// ---- FP8 e4m3: X bf16, chunks of G columns (schedule in cpu_gemm_quant.h) ----
+
+#include "cpu_gemm_fp8.inc"
+
 // ---- i8 W per output row (quantize "int8"), M = 1: the f32 kernels' schedule (cpu_gemm.h) ----
 
 // acc[j] += x[g..g+16) * q row j's [g..g+16) lane by lane, where m is set (the rest fma(0, 0, acc)).
@@ -602,6 +607,18 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (w.dtype != DType::u8) throw Error(std::string("gemm: a grouped w holds its q as u8, got ") + dtypeName(w.dtype));
   if (gq.bits != 4 && gq.bits != 8) throw Error("gemm: a grouped w has 4 or 8 bits, got " + std::to_string(gq.bits));
+  if (gq.e4m3) {  // FP8: groups of 32, 64 or 128 (the last one may be partial), no zero points, no perm
+    if (gq.bits != 8 || (gq.size != 32 && gq.size != 64 && gq.size != 128))
+      throw Error("gemm: an e4m3 w holds 8-bit codes in groups of 32, 64 or 128, got " + std::to_string(gq.bits) +
+                  " bits in groups of " + std::to_string(gq.size));
+    if (gq.zeros || gq.perm) throw Error("gemm: an e4m3 w has no zero points and no perm");
+    if (!gq.scales) throw Error("gemm: a grouped w needs its scales");
+    if (w.shape[1] != K) throw Error("gemm: x is [M, " + std::to_string(K) + "] but w has K = " + std::to_string(w.shape[1]));
+    if (splitK < 1 || splitK > K) throw Error("gemm: splitK must be in [1, K = " + std::to_string(K) + "]");
+    if (M == 0 || N == 0) return;
+    gemmFp8(x, w, bias, y, splitK);
+    return;
+  }
   if (gq.size < 32 || gq.size % 32 || K % gq.size)
     throw Error("gemm: a grouped w's group size must be a multiple of 32 dividing K = " + std::to_string(K) + ", got " +
                 std::to_string(gq.size));

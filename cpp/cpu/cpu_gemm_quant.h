@@ -19,6 +19,14 @@
 //     acc[l] = fma(scale_g, s[l], acc[l])
 //   then the fixed tree of cpu_gemm.h over acc (s8[i] = a[i] + a[i+8], ...).
 //   y = partial_0; y = y + partial_p for p = 1.. in order; y = y + bias last.
+//   FP8 (View::Groups::e4m3): x' = bf16(x) (as for 4 bits), q' = the e4m3fn value of the code (exact in bf16 and
+//   f32: its subnormals are normal bf16), so every product x' * q' is exact. K is cut into chunks of G columns (G
+//   32, 64 or 128: a group, one scale; the last chunk partial when G does not divide K, its missing columns zeros),
+//   the chunks into splitK contiguous partitions as for 4 bits. For each partition: 16 lane accumulators acc[l] = 0;
+//   for each chunk ascending: s = 0; for each block of 32 columns k0 of the chunk ascending, lane l takes the pair
+//   (k0 + 2l, k0 + 2l + 1): s = fma(x'[k0 + 2l + 1], q'[..], s), then s = fma(x'[k0 + 2l], q'[..], s) (the dense bf16
+//   GEMM's pairs, vdpbf16ps's order); acc[l] = fma(scale of the chunk, s, acc[l]). Then the fixed tree, partials in
+//   order, bias last. A NaN code (0x7f, 0xff) makes its row's output NaN; loaders refuse them (ts/model/quantized).
 // The zero point is applied to the integers (exact) and the scale once per octet (4 bits) or group (8 bits) and
 // lane: the products are those of x' and the dequantized weights up to that one scaling. As with bf16 W, the
 // AVX512-BF16 instruction reads subnormal inputs as zero and flushes subnormal sums; x' holds no subnormals, so only
@@ -29,7 +37,7 @@
 
 namespace dl::cpu::gemm_detail {
 
-// Y[M, N] = X[M, K] . W^T (+ bias f32 [N] or nullptr) for a grouped W (w.groups.bits 4 or 8). Checks its
+// Y[M, N] = X[M, K] . W^T (+ bias f32 [N] or nullptr) for a grouped W (w.groups.bits 4 or 8, or e4m3). Checks its
 // arguments (dl::Error naming the problem).
 void gemmGrouped(const View& x, const View& w, const float* bias, const View& y, int splitK);
 

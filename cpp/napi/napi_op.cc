@@ -54,6 +54,13 @@ double OpArgs::number(const char* name, double def) {
   return v.As<Napi::Number>().DoubleValue();
 }
 
+std::string OpArgs::text(const char* name, const char* def) {
+  Napi::Value v = obj_.Get(name);
+  if (v.IsUndefined()) return def;
+  if (!v.IsString()) throw Error(std::string(op) + ": '" + name + "' must be a string, got " + describeValue(v));
+  return v.As<Napi::String>().Utf8Value();
+}
+
 std::string shapeString(const View& v) {
   std::string s = "[";
   for (int i = 0; i < v.ndim; i++) s += (i ? "," : "") + std::to_string(v.shape[i]);

@@ -19,6 +19,7 @@ class OpArgs {
   View optTensor(const char* name);  // absent/undefined/null -> empty View
   int64_t integer(const char* name, int64_t def, int64_t lo, int64_t hi);
   double number(const char* name, double def);
+  std::string text(const char* name, const char* def);  // a string field, or def when absent
 
   const char* op;
   Device device = Device::cpu;  // of the first tensor read; all others must match

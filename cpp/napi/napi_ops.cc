@@ -37,10 +37,27 @@ void requireFloat(const char* op, const char* name, const View& v) {
 // A GEMM's w: a float dtype, or i8 with wScale (f32 [N], its per-row scales, on w's device) set as w.rowScale.
 // Or u8 [N, K * wBits / 8] grouped-quantized (View::groups): wBits 4 or 8, wGroupSize (a multiple of 32 dividing
 // K), wScales f32 [N, K / wGroupSize] (or [K / wGroupSize, N] with wByGroup 1), wZeros u8 likewise (absent: the
-// middle), wPerm i32 [K] (absent: identity).
+// middle), wPerm i32 [K] (absent: identity). wFormat "e4m3": u8 [N, K] FP8 e4m3fn codes (wBits 8 or absent),
+// wGroupSize 32, 64 or 128 (K need not be a multiple), wScales f32 [N, ceil(K / wGroupSize)], no wZeros, no wPerm.
 void gemmWeight(OpArgs& a, View& w) {
   View scale = a.optTensor("wScale");
   View gScales = a.optTensor("wScales"), gZeros = a.optTensor("wZeros"), gPerm = a.optTensor("wPerm");
+  const std::string format = a.text("wFormat", "int");
+  if (format != "int" && format != "e4m3") fail(a.op, "'wFormat' must be \"int\" or \"e4m3\", got \"" + format + "\"");
+  if (format == "e4m3") {
+    if (w.dtype != DType::u8) fail(a.op, std::string("an e4m3 w holds its codes as u8, got ") + dtypeName(w.dtype));
+    if (a.integer("wBits", 8, 0, 64) != 8) fail(a.op, "an e4m3 w has 'wBits' 8");
+    if (scale || gZeros || gPerm) fail(a.op, "an e4m3 w takes 'wScales' only (no 'wScale', 'wZeros' or 'wPerm')");
+    const int64_t N = w.shape[0], K = w.shape[1], G = a.integer("wGroupSize", 128, 0, int64_t(1) << 30);
+    if (G != 32 && G != 64 && G != 128) fail(a.op, "an e4m3 w's 'wGroupSize' must be 32, 64 or 128, got " + std::to_string(G));
+    const int64_t groups = N * ((K + G - 1) / G);
+    if (!gScales || gScales.dtype != DType::f32 || gScales.numel() != groups)
+      fail(a.op, "'wScales' must be f32 with N * ceil(K / wGroupSize) = " + std::to_string(groups) + " values");
+    w.groups.bits = 8, w.groups.size = int(G), w.groups.e4m3 = true;
+    if (a.integer("wByGroup", 0, 0, 1)) w.groups.byGroup = N;
+    w.groups.scales = gScales.as<float>();
+    return;
+  }
   if (w.dtype == DType::u8) {
     const int bits = int(a.integer("wBits", 0, 0, 8));
     if (bits != 4 && bits != 8) fail(a.op, "a u8 w is grouped-quantized: 'wBits' must be 4 or 8");

@@ -387,6 +387,12 @@ export interface ProfileEntry {
  * schedule in cpp/cpu/cpu_gemm_quant.h).
  */
 export interface NativeGroupedGemmWeight {
+  /**
+   * "e4m3": w holds FP8 e4m3fn codes [N, K] (wBits 8 or absent), wGroupSize 32, 64 or 128 (default 128; K need not
+   * be a multiple), wScales f32 N * ceil(K / wGroupSize) values: w[n][k] = e4m3(q[n][k]) * wScales[n][k / wGroupSize];
+   * no wZeros, no wPerm. Default "int" (the integer grouped format above).
+   */
+  wFormat?: "int" | "e4m3";
   wBits?: 4 | 8;
   /** A multiple of 32 dividing K. */
   wGroupSize?: number;

@@ -1,0 +1,227 @@
+// CPU GEMM with FP8 e4m3 weights (wFormat "e4m3": codes [N, K], a scale per row and group of G columns; the schedule
+// of cpp/cpu/cpu_gemm_quant.h): the float64 reference of the dequantized weights against X rounded to bf16 (as the
+// kernels multiply it) on decode, tile and prefill shapes with every finite code (subnormals, -0) and K not a
+// multiple of 128 or 32; bitwise batch invariance across M, row position and thread count under a fixed splitK;
+// AVX2 == AVX512-BF16; scales by group; gemmBlocks' cuts; a NaN code's row; the errors at the op's boundary.
+import { spawnSync } from "node:child_process";
+import { afterAll, describe, expect, it } from "vitest";
+import { loadAddon } from "../../ts/native/loadAddon.js";
+import type { NativeTensor } from "../../ts/native/addonTypes.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
+import { dequantizeFp8, fp8Tensors, randomFp8 } from "./fp8Reference.js";
+import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
+import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+
+const addon = loadAddon();
+afterAll(() => addon.setThreads(0));
+
+type Fp8 = ReturnType<typeof fp8Tensors>;
+
+async function gemm(x: NativeTensor, g: Fp8, bias: NativeTensor | undefined, splitK: number, extra: object = {}) {
+  const N = g.w.shape[0];
+  const y = tensorOf(addon, "cpu", "f32", [x.shape[0], N], new Float32Array(x.shape[0] * N).fill(NaN));
+  await addon.ops.gemm({ x, ...g, bias, y, splitK, ...extra });
+  const out = y.readF32();
+  y.dispose();
+  return out;
+}
+
+const dispose = (g: Fp8) => disposeAll(g.w, g.wScales);
+
+describe("gemm with FP8 e4m3 weights (cpu)", () => {
+  it("matches the float64 reference of the dequantized weights: every code, ragged K, decode and prefill", async () => {
+    const rng = makeRng(81);
+    for (const [M, N, K, G] of [
+      [1, 1, 256, 128],
+      [1, 13, 256, 128],
+      [1, 37, 800, 128], // K = 6 x 128 + 32: a partial last group
+      [2, 7, 100, 128], // K < 128, not a multiple of 32
+      [5, 20, 384, 64],
+      [17, 9, 520, 32],
+      [3, 130, 333, 128],
+      [40, 11, 1000, 128], // the expanded prefill
+    ] as [number, number, number, number][])
+      for (const splitK of [1, 3]) {
+        const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+        const fw = randomFp8(rng, N, K, G);
+        const g = fp8Tensors(addon, "cpu", fw);
+        const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
+        const got = await gemm(x, g, bias, splitK);
+        const ref = refGemm(roundBf16(stored(x)), dequantizeFp8(fw), bias && stored(bias), M, N, K);
+        const bad = worstViolation(got, ref, 1e-6 * Math.sqrt(K), 1e-5);
+        expect(bad, `M=${M} N=${N} K=${K} G=${G} splitK=${splitK}`).toBeUndefined();
+        disposeAll(x, bias);
+        dispose(g);
+      }
+  });
+
+  it("multiplies the subnormal codes exactly (a weight of only subnormals and -0)", async () => {
+    // one row per subnormal code (and -0) in column 0, x = 1: y = that code's value * scale, exactly
+    const codes = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x80, 0x81, 0x87];
+    const K = 160;
+    const q = new Uint8Array(codes.length * K);
+    codes.forEach((c, n) => q.fill(c, n * K, n * K + 1)); // column 0 only; the rest +0
+    const fw = {
+      shape: [codes.length, K] as [number, number],
+      groupSize: 128,
+      q,
+      scales: new Float32Array(codes.length * 2).fill(2),
+    };
+    const g = fp8Tensors(addon, "cpu", fw);
+    const x = tensorOf(addon, "cpu", "f32", [1, K], new Float32Array(K).fill(1));
+    const got = await gemm(x, g, undefined, 1);
+    // (-0 sums to +0: the lane sums start at +0)
+    expect([...got]).toEqual(codes.map((c) => (c & 0x80 ? -1 : 1) * (c & 7) * 2 ** -9 * 2 + 0));
+    disposeAll(x);
+    dispose(g);
+  });
+
+  it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
+    const rng = makeRng(82);
+    for (const [N, K, G] of [
+      [37, 2048, 128],
+      [21, 800, 128],
+      [19, 480, 64],
+      [9, 1000, 32],
+    ] as [number, number, number][]) {
+      const M = 40;
+      const xs = randomF32(rng, M * K);
+      const g = fp8Tensors(addon, "cpu", randomFp8(rng, N, K, G));
+      const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
+      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
+      for (const splitK of [1, 2, 5])
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const batch = await gemm(x, g, bias, splitK);
+          for (const [row, rows] of [
+            [0, 1],
+            [M - 1, 1],
+            [13, 1],
+            [2, 3],
+            [7, 17],
+            [3, 16],
+          ]) {
+            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
+            const alone = await gemm(sub, g, bias, splitK);
+            expect(bitsOf(alone), `K=${K} G=${G} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
+              bitsOf(batch, row * N, rows * N),
+            );
+            sub.dispose();
+          }
+        }
+      disposeAll(bias, x);
+      dispose(g);
+    }
+  });
+
+  it("takes scales by group (a loaded model's layout) with the row-major layout's bits", async () => {
+    const rng = makeRng(83);
+    const M = 3,
+      N = 14,
+      K = 300,
+      G = 128,
+      ng = Math.ceil(K / G);
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const fw = randomFp8(rng, N, K, G);
+    const rowMajor = fp8Tensors(addon, "cpu", fw);
+    const t = new Float32Array(fw.scales.length);
+    for (let n = 0; n < N; n++) for (let g = 0; g < ng; g++) t[g * N + n] = fw.scales[n * ng + g];
+    const byGroup = fp8Tensors(addon, "cpu", { ...fw, scales: t });
+    const a = await gemm(x, rowMajor, undefined, 2);
+    const b = await gemm(x, byGroup, undefined, 2, { wByGroup: 1 });
+    expect(bitsOf(b)).toEqual(bitsOf(a));
+    disposeAll(x);
+    dispose(rowMajor);
+    dispose(byGroup);
+  });
+
+  it("gemmBlocks cuts an e4m3 w with its scales (the fused q | k | v projection)", async () => {
+    const rng = makeRng(84);
+    const M = 3,
+      N = 24,
+      K = 200;
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const g = fp8Tensors(addon, "cpu", randomFp8(rng, N, K, 128));
+    const y = addon.tensor("cpu", "f32", [M * N]);
+    await addon.ops.gemmBlocks({ x, ...g, y, splitK: 2, cut1: 12, cut2: 18, rows: M, row0: 0 });
+    const plain = await gemm(x, g, undefined, 2);
+    const got = y.readF32();
+    for (const [c, n] of [
+      [0, 12],
+      [12, 6],
+      [18, 6],
+    ])
+      for (let m = 0; m < M; m++) for (let j = 0; j < n; j++) expect(got[M * c + m * n + j]).toBe(plain[m * N + c + j]);
+    disposeAll(x, y);
+    dispose(g);
+  });
+
+  it("makes a row with a NaN code (0x7f / 0xff) NaN and leaves the other rows finite", async () => {
+    const rng = makeRng(85);
+    const M = 2,
+      N = 5,
+      K = 256;
+    const fw = randomFp8(rng, N, K, 128);
+    fw.q[1 * K + 3] = 0x7f;
+    fw.q[3 * K + 200] = 0xff;
+    const g = fp8Tensors(addon, "cpu", fw);
+    const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+    const got = await gemm(x, g, undefined, 1);
+    for (let m = 0; m < M; m++)
+      for (let n = 0; n < N; n++) expect(Number.isNaN(got[m * N + n]), `${m}, ${n}`).toBe(n === 1 || n === 3);
+    disposeAll(x);
+    dispose(g);
+  });
+
+  it("gives the same bits on the AVX2 and AVX-512 paths", () => {
+    const script = `
+      const addon = ${childAddonExpr()};
+      let s = 9; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296);
+      (async () => {
+        const out = [];
+        for (const [M, N, K, G, sk] of [[1, 37, 576, 128, 1], [1, 19, 800, 128, 2], [3, 20, 256, 64, 2], [24, 13, 333, 128, 3], [70, 50, 512, 32, 3], [1, 11, 100, 128, 1]]) {
+          const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
+          const codes = Uint8Array.from({ length: N * K }, (_, i) => i < 256 ? i : Math.floor(r() * 256)).map((c) => ((c & 0x7f) === 0x7f ? c - 1 : c));
+          const w = addon.tensor("cpu", "u8", [N, K]); w.write(codes);
+          const ng = Math.ceil(K / G);
+          const wScales = addon.tensor("cpu", "f32", [N * ng]); wScales.writeF32(Float32Array.from({ length: N * ng }, () => (r() - 0.5) / 50));
+          const y = addon.tensor("cpu", "f32", [M, N]);
+          await addon.ops.gemm({ x, w, wFormat: "e4m3", wGroupSize: G, wScales, y, splitK: sk });
+          out.push(Buffer.from(y.read()).toString("base64"));
+        }
+        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
+      })();`;
+    const run = (env: Record<string, string>) => {
+      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
+      expect(r.status, r.stderr).toBe(0);
+      return JSON.parse(r.stdout) as { simd: string; out: string[] };
+    };
+    const avx2 = run({ DELIBERATE_SIMD: "avx2" });
+    const native = run({ DELIBERATE_SIMD: "" });
+    expect(avx2.simd).toBe("avx2");
+    console.log(`[gemm fp8] SIMD paths compared: avx2, ${native.simd}`);
+    expect(native.out).toEqual(avx2.out);
+  });
+
+  it("rejects bad input with a clear Error", async () => {
+    const rng = makeRng(86);
+    const x = tensorOf(addon, "cpu", "f32", [2, 64], randomF32(rng, 128));
+    const g = fp8Tensors(addon, "cpu", randomFp8(rng, 3, 64, 32));
+    const y = addon.tensor("cpu", "f32", [2, 3]);
+    await expect(addon.ops.gemm({ x, ...g, wFormat: "e5m2" as "e4m3", y })).rejects.toThrow(
+      /'wFormat' must be "int" or "e4m3", got "e5m2"/,
+    );
+    await expect(addon.ops.gemm({ x, ...g, wGroupSize: 96, y })).rejects.toThrow(
+      /e4m3 w's 'wGroupSize' must be 32, 64 or 128, got 96/,
+    );
+    await expect(addon.ops.gemm({ x, ...g, wGroupSize: 64, y })).rejects.toThrow(
+      /'wScales' must be f32 with N \* ceil\(K \/ wGroupSize\) = 3 values/,
+    );
+    await expect(addon.ops.gemm({ x, ...g, wZeros: g.w, y })).rejects.toThrow(/an e4m3 w takes 'wScales' only/);
+    await expect(addon.ops.gemm({ x, ...g, wBits: 4, y })).rejects.toThrow(/an e4m3 w has 'wBits' 8/);
+    const f = addon.tensor("cpu", "f32", [3, 64]);
+    await expect(addon.ops.gemm({ x, ...g, w: f, y })).rejects.toThrow(/an e4m3 w holds its codes as u8, got f32/);
+    disposeAll(x, y, f);
+    dispose(g);
+  });
+});
