@@ -293,18 +293,22 @@ void ModelWeights::setQuantizedInt4(WeightSlot& slot, WeightSlot::Part& part, DT
 }
 
 void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0,
-                                int64_t n, const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm) {
-  const int64_t K = slot.cols, ng = K / groupSize, qRow = K * bits / 8;
+                                int64_t n, const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm,
+                                bool e4m3) {
+  // e4m3: the last group of a row may be partial (ceil); the integer formats' groups divide K
+  const int64_t K = slot.cols, ng = (K + groupSize - 1) / groupSize, qRow = K * bits / 8;
   const uint8_t mid = uint8_t(bits == 4 ? 8 : 128);
   if (!slot.qBits) {
     if (slot.buf)
       throw Error("setQuantizedWeight: '" + name + "' shares its stacked weight with parts set by setWeight; set every part quantized");
-    slot.qBits = bits, slot.qGroup = groupSize;
+    slot.qBits = bits, slot.qGroup = groupSize, slot.qE4m3 = e4m3;
     slot.buf.reset(device_, DType::u8, slot.rows * qRow);
     slot.gScales.reset(device_, DType::f32, slot.rows * ng);
-    slot.gZeros.reset(device_, DType::u8, slot.rows * ng);
-    std::vector<uint8_t> mids(size_t(slot.rows * ng), mid);  // rows not set yet read as symmetric
-    copyToDevice(device_, slot.gZeros.data(), mids.data(), mids.size());
+    if (!e4m3) {
+      slot.gZeros.reset(device_, DType::u8, slot.rows * ng);
+      std::vector<uint8_t> mids(size_t(slot.rows * ng), mid);  // rows not set yet read as symmetric
+      copyToDevice(device_, slot.gZeros.data(), mids.data(), mids.size());
+    }
     if (perm) {
       slot.gPerm.reset(device_, DType::i32, K);
       copyToDevice(device_, slot.gPerm.data(), perm, size_t(K) * 4);
@@ -313,9 +317,13 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
     if (!packArena_)
       packPlan_.erase(std::remove_if(packPlan_.begin(), packPlan_.end(), [&](const auto& p) { return p.first == &slot; }), packPlan_.end());
   } else {
-    if (slot.qBits != bits || slot.qGroup != groupSize)
-      throw Error("setQuantizedWeight: '" + name + "' has " + std::to_string(bits) + " bits in groups of " + std::to_string(groupSize) +
-                  " but the weight it is stacked with has " + std::to_string(slot.qBits) + " in groups of " + std::to_string(slot.qGroup));
+    if (slot.qBits != bits || slot.qGroup != groupSize || slot.qE4m3 != e4m3) {
+      auto what = [](bool fp8, int b, int g) {
+        return (fp8 ? std::string("e4m3") : std::to_string(b) + " bits") + " in groups of " + std::to_string(g);
+      };
+      throw Error("setQuantizedWeight: '" + name + "' has " + what(e4m3, bits, groupSize) + " but the weight it is stacked with has " +
+                  what(slot.qE4m3, slot.qBits, slot.qGroup));
+    }
     std::vector<int32_t> have;
     if (slot.gPerm) {
       have.resize(size_t(K));
@@ -345,7 +353,7 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
 
 void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, const std::vector<int64_t>& shape,
                               const uint8_t* q, size_t qBytes, const float* scales, size_t nScales,
-                              const uint8_t* zeros, size_t nZeros, const int32_t* perm, size_t nPerm) {
+                              const uint8_t* zeros, size_t nZeros, const int32_t* perm, size_t nPerm, bool e4m3) {
   const std::string at = "setQuantizedWeight: '" + name + "'";
   auto found = byName_.find(name);
   if (found == byName_.end()) throw Error(at + " is not a weight of this architecture");
@@ -362,6 +370,10 @@ void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, 
   const int64_t K = slot->cols;
   if (shape != std::vector<int64_t>{part.rows, K})
     throw Error(at + " has shape " + shapeOf(shape) + " but the config implies " + shapeOf({part.rows, K}));
+  if (e4m3) {
+    setE4m3(*slot, part, at, groupSize, q, qBytes, scales, nScales, zeros != nullptr && nZeros > 0, perm != nullptr, name);
+    return;
+  }
   if (bits != 4 && bits != 8) throw Error(at + ": bits must be 4 or 8, got " + std::to_string(bits));
   if (groupSize < 32 || groupSize % 32 || K % groupSize)
     throw Error(at + ": groupSize must be a multiple of 32 dividing K = " + std::to_string(K) + ", got " + std::to_string(groupSize));
@@ -393,6 +405,30 @@ void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, 
   part.bytesSet = qBytes;
 }
 
+void ModelWeights::setE4m3(WeightSlot& slot, WeightSlot::Part& part, const std::string& at, int groupSize,
+                           const uint8_t* q, size_t qBytes, const float* scales, size_t nScales, bool zeros, bool perm,
+                           const std::string& name) {
+  const int64_t K = slot.cols, n = part.rows;
+  if (groupSize != 32 && groupSize != 64 && groupSize != 128)
+    throw Error(at + ": an e4m3 weight's groupSize must be 32, 64 or 128, got " + std::to_string(groupSize));
+  if (zeros || perm) throw Error(at + ": an e4m3 weight has no zeros and no perm");
+  const int64_t ng = (K + groupSize - 1) / groupSize;
+  if (qBytes != size_t(n * K))
+    throw Error(at + ": q must hold " + std::to_string(n * K) + " e4m3 codes ([" + std::to_string(n) + ", " + std::to_string(K) +
+                "]), got " + std::to_string(qBytes));
+  if (nScales != size_t(n * ng))
+    throw Error(at + ": scales must hold " + std::to_string(n * ng) + " values ([" + std::to_string(n) + ", " + std::to_string(ng) + "]), got " + std::to_string(nScales));
+  for (size_t i = 0; i < nScales; i++)
+    if (!std::isfinite(scales[i])) throw Error(at + ": scales[" + std::to_string(i) + "] is not finite");
+  for (size_t i = 0; i < qBytes; i++)
+    if ((q[i] & 0x7f) == 0x7f)
+      throw Error(at + ": q[" + std::to_string(int64_t(i) / K) + ", " + std::to_string(int64_t(i) % K) + "] is an e4m3 NaN code (0x" +
+                  (q[i] == 0x7f ? "7f" : "ff") + ")");
+  storeGrouped(slot, name, 8, groupSize, part.rowOffset, n, q, scales, nullptr, nullptr, true);
+  part.bytesNeeded = qBytes;
+  part.bytesSet = qBytes;
+}
+
 size_t ModelWeights::residentBytes() const {
   size_t total = 0;
   for (auto& [slot, isVector] : all_)
@@ -404,6 +440,7 @@ std::string ModelWeights::linearFormat() const {
   for (const LayerWeights& L : layers)
     for (const WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) {
       if (!s->buf) continue;
+      if (s->qE4m3) return "e4m3 g" + std::to_string(s->qGroup);
       if (s->qBits) return "int" + std::to_string(s->qBits) + " g" + std::to_string(s->qGroup) + (s->gAsym ? " asym" : "") + (s->gPerm ? " act-order" : "");
       return s->scale ? "int8" : dtypeName(s->buf.dtype());
     }

@@ -43,13 +43,16 @@ struct WeightSlot {
   // and gZeros u8 [cols / qGroup, rows], by group (View::Groups::byGroup; the zeros passed to the kernels only when
   // some zero point is not the middle: gAsym),
   // gPerm i32 [cols] or none. Every part of a stacked slot has the same bits, group size and perm.
+  // qE4m3: buf holds FP8 e4m3fn codes [rows, cols] (qBits 8, qGroup 32, 64 or 128), gScales f32 [ceil(cols / qGroup),
+  // rows], no zeros (gZeros empty), no perm: the checkpoint's 1 byte a weight (View::Groups::e4m3).
   int qBits = 0, qGroup = 0;
+  bool qE4m3 = false;
   bool gAsym = false;
   Buffer gScales, gZeros, gPerm;
   View matrix() const {
     if (qBits) {
       View v = makeView(buf.data(), DType::u8, buf.device(), {rows, cols});
-      v.groups.bits = qBits, v.groups.size = qGroup, v.groups.byGroup = rows;
+      v.groups.bits = qBits, v.groups.size = qGroup, v.groups.byGroup = rows, v.groups.e4m3 = qE4m3;
       v.groups.scales = reinterpret_cast<const float*>(gScales.data());
       v.groups.zeros = gAsym ? gZeros.data() : nullptr;
       v.groups.perm = gPerm ? reinterpret_cast<const int32_t*>(gPerm.data()) : nullptr;
@@ -90,10 +93,12 @@ class ModelWeights {
            size_t length, size_t byteOffset);
   // A grouped-quantized linear weight (the format of View::groups): a dense layer's q/k/v, o, gate/up or down
   // projection, whole. q: bits 4 [rows, K / 2] bytes, 8 [rows, K]; scales f32 and zeros u8 [rows, K / groupSize];
-  // perm i32 [K] or nullptr. Throws dl::Error naming the tensor and the problem.
+  // perm i32 [K] or nullptr. e4m3: q holds FP8 e4m3fn codes [rows, K] (bits 8, groupSize 32, 64 or 128; K need not be
+  // a multiple), scales f32 [rows, ceil(K / groupSize)], no zeros, no perm; a NaN code (0x7f / 0xff) is refused.
+  // Throws dl::Error naming the tensor and the problem.
   void setGrouped(const std::string& name, int bits, int groupSize, const std::vector<int64_t>& shape,
                   const uint8_t* q, size_t qBytes, const float* scales, size_t nScales, const uint8_t* zeros,
-                  size_t nZeros, const int32_t* perm, size_t nPerm);
+                  size_t nZeros, const int32_t* perm, size_t nPerm, bool e4m3 = false);
   // Bytes the weights hold on the device, and how the dense layers' linear weights are stored ("bf16", "int8",
   // "int4 g32", ... as their first slot holds them).
   size_t residentBytes() const;
@@ -134,9 +139,12 @@ class ModelWeights {
   // set() of a slot quantized to int4 at load (ModelConfig::quantizeInt4Group): whole rows, grouped as they arrive.
   void setQuantizedInt4(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes, size_t length,
                         size_t byteOffset, const std::string& name);
+  // setGrouped of an e4m3 part (checks, then storeGrouped).
+  void setE4m3(WeightSlot& slot, WeightSlot::Part& part, const std::string& at, int groupSize, const uint8_t* q,
+               size_t qBytes, const float* scales, size_t nScales, bool zeros, bool perm, const std::string& name);
   // Rows [r0, r0 + n) of a grouped slot (allocated at its first part, checked against it).
   void storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0, int64_t n,
-                    const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm);
+                    const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm, bool e4m3 = false);
   std::vector<std::pair<WeightSlot*, int64_t>> packPlan_;  // slot, first element in the arena
   Buffer packArena_;
   bool packDecided_ = false;  // the first packable set() has decided whether to pack

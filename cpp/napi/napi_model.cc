@@ -575,7 +575,8 @@ Napi::Value NativeModel::SetWeight(const Napi::CallbackInfo& info) {
 }
 
 // setQuantizedWeight(name, {bits, groupSize, shape, q, scales, zeros, perm?}): a grouped-quantized linear weight
-// (ModelWeights::setGrouped; the format of ts/model/quantFormat.ts), copied synchronously.
+// (ModelWeights::setGrouped; the format of ts/model/quantFormat.ts), copied synchronously. With format "e4m3": q holds
+// FP8 e4m3fn codes [N, K], scales [N, ceil(K / groupSize)], no zeros or perm (ts/model/quantized/fp8.ts).
 Napi::Value NativeModel::SetQuantizedWeight(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   try {
@@ -604,7 +605,12 @@ Napi::Value NativeModel::SetQuantizedWeight(const Napi::CallbackInfo& info) {
     };
     const Napi::TypedArray q = typed("q", napi_uint8_array, "Uint8Array", true);
     const Napi::TypedArray scales = typed("scales", napi_float32_array, "Float32Array", true);
-    const Napi::TypedArray zeros = typed("zeros", napi_uint8_array, "Uint8Array", true);
+    const Napi::Value fv = field(o, "format", where, false);
+    const std::string format = fv.IsString() ? fv.As<Napi::String>().Utf8Value() : "int";
+    if (!fv.IsUndefined() && !(fv.IsString() && (format == "int" || format == "e4m3")))
+      fail(where + ": 'format' must be \"int\" or \"e4m3\", got " + describeValue(fv));
+    const bool e4m3 = format == "e4m3";
+    const Napi::TypedArray zeros = typed("zeros", napi_uint8_array, "Uint8Array", !e4m3);
     const Napi::TypedArray perm = typed("perm", napi_int32_array, "Int32Array", false);
     auto data = [](const Napi::TypedArray& a) -> const uint8_t* {
       return a.IsEmpty() ? nullptr : static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset();
@@ -616,7 +622,7 @@ Napi::Value NativeModel::SetQuantizedWeight(const Napi::CallbackInfo& info) {
     if (!pm.empty()) std::memcpy(pm.data(), data(perm), pm.size() * 4);
     std::lock_guard<std::mutex> lk(m->mu);
     m->weights.setGrouped(name, bits, groupSize, shape, data(q), q.ByteLength(), sc.data(), sc.size(), data(zeros),
-                          zeros.ByteLength(), perm.IsEmpty() ? nullptr : pm.data(), pm.size());
+                          zeros.IsEmpty() ? 0 : zeros.ByteLength(), perm.IsEmpty() ? nullptr : pm.data(), pm.size(), e4m3);
   } catch (const Error& e) {
     throw Napi::Error::New(env, e.what());
   }

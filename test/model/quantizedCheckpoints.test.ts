@@ -3,6 +3,7 @@
 import { cp } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { ModelFormatError } from "../../ts/errors/index.js";
 import { addonTakesGroupedWeights } from "../../ts/model/quantized/upload.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
 import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
@@ -10,6 +11,7 @@ import { loadModel } from "../../ts/model/model.js";
 import { cleanupFixtures, tempDir } from "./fixtures.js";
 import { FIXED, PAGE, runChunks } from "./forwardSuite.js";
 import { quantizedCheckpointSuite, quantizedFixture } from "./quantizedSuite.js";
+import { makeDequantizedTwin } from "../../scripts/fixture/quantizedFixture.js";
 
 const device = "cpu";
 afterAll(cleanupFixtures);
@@ -78,5 +80,52 @@ describe("checkpoint layout details", () => {
     } finally {
       model.dispose();
     }
+  });
+});
+
+describe("FP8 checkpoints on the CPU", () => {
+  it("holds the dense projections at ~1 byte a weight: about 1/4 of the f32-dequantized load", async () => {
+    const f = await quantizedFixture({ method: "fp8", block: [128, 128], scaleDtype: "BF16" }, { hidden: 256 });
+    const twin = await makeDequantizedTwin(f, await tempDir("deliberate-dequantized-"));
+    const model = await loadModel(f.dir, { device, kvPages: 16, pageSize: PAGE });
+    const dense = await loadModel(twin, { device, kvPages: 16, pageSize: PAGE });
+    try {
+      if (!addonTakesGroupedWeights(model.native)) return;
+      const e4m3 = model.weights.formats.find((x) => x.format === "fp8 e4m3 128x128 blocks as e4m3 g128")!;
+      expect(e4m3.tensors).toBe(f.references.size);
+      // the same non-projection tensors in both: the twin's projections are its total less them
+      const fp8Total = (model.native.info as { weightBytes: number }).weightBytes;
+      const f32Total = (dense.native.info as { weightBytes: number }).weightBytes;
+      const others = fp8Total - e4m3.bytes;
+      const ratio = e4m3.bytes / (f32Total - others);
+      // codes (1 byte) + an f32 scale per row and 128 columns: (1 + 4 / 128) / 4
+      expect(ratio).toBeCloseTo((1 + 4 / 128) / 4, 6);
+      expect(model.native.info.linearFormat).toBe("e4m3 g128");
+      expect(model.weights.warnings).toEqual([]);
+    } finally {
+      model.dispose();
+      dense.dispose();
+    }
+  });
+
+  it("refuses a NaN code (0x7f / 0xff) with a ModelFormatError naming the tensor and the position", async () => {
+    const f = await quantizedFixture({ method: "fp8", block: [128, 128], scaleDtype: "BF16" });
+    const dir = await tempDir();
+    await cp(f.dir, dir, { recursive: true });
+    const ckpt = await openSafetensors(dir);
+    const t = new Map<string, TensorToWrite>();
+    for (const [name, info] of ckpt.tensors)
+      t.set(name, { dtype: info.dtype, shape: info.shape, data: (await ckpt.read(name)).slice() });
+    await ckpt.close();
+    const W = "model.layers.1.mlp.down_proj.weight";
+    const w = t.get(W)!;
+    (w.data as Uint8Array)[w.shape[1] * 2 + 5] = 0xff;
+    await writeSafetensors(join(dir, "model.safetensors"), t);
+    const err = await loadModel(dir, { device, kvPages: 16, pageSize: PAGE }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ModelFormatError);
+    expect((err as ModelFormatError).field).toBe(W);
+    expect((err as Error).message).toMatch(
+      /tensor 'model\.layers\.1\.mlp\.down_proj\.weight' holds the e4m3 NaN code 0xff at \[2, 5\]/,
+    );
   });
 });

@@ -422,6 +422,20 @@ export interface NativeGroupedWeight {
   perm?: Int32Array;
 }
 
+/** An FP8 linear weight (ts/model/quantized/fp8.ts's Fp8QuantWeight): w[n][k] = e4m3(q[n][k]) * scales[n][k / groupSize]. */
+export interface NativeFp8Weight {
+  format: "e4m3";
+  bits: 8;
+  /** 32, 64 or 128; K need not be a multiple (the last group is partial). */
+  groupSize: number;
+  /** [N, K] */
+  shape: [number, number];
+  /** e4m3fn codes [N, K]; no NaN code (0x7f, 0xff). */
+  q: Uint8Array;
+  /** f32 [N, ceil(K / groupSize)] */
+  scales: Float32Array;
+}
+
 /** A model in native memory: weights, a paged KV pool and scratch. */
 export interface NativeModel {
   /** Copies (converting on the CPU where useful) one checkpoint tensor, or a chunk of it at byteOffset. */
@@ -437,7 +451,7 @@ export interface NativeModel {
    * bits 4 or 8, groupSize a multiple of 32 dividing K), whole. The parts of a stacked weight (q/k/v, gate/up)
    * share bits, group size and perm. Embeddings, norms, the LM head and MoE experts are refused (setWeight them).
    */
-  setQuantizedWeight(name: string, w: NativeGroupedWeight): void;
+  setQuantizedWeight(name: string, w: NativeGroupedWeight | NativeFp8Weight): void;
   /** Checkpoint tensors not set yet. */
   missingWeights(): string[];
   /** ONE native call for the whole model and batch (off the JS thread); results packed, in input order

@@ -1,15 +1,19 @@
-// FP8 e4m3 checkpoints with block scales (DeepSeek-V3's layout, Qwen3-*-FP8), dequantized at load.
+// FP8 e4m3 checkpoints with block scales (DeepSeek-V3's layout, Qwen3-*-FP8), kept at 1 byte a weight.
 // Layout, as vLLM's Fp8LinearMethod reads it with a weight_block_size (vllm/model_executor/layers/quantization/fp8.py:
 // `weight` float8_e4m3fn [N, K], `weight_scale_inv` float32 [ceil(N / bn), ceil(K / bk)]; the dequantized weight is
 // weight * weight_scale_inv of its block, as its block-dequant fallback computes):
 //   W[n, k] = e4m3(weight[n, k]) * weight_scale_inv[n / bn, k / bk]
-// Why dequantize: e4m3's 16 values per binade are not uniformly spaced, so no integer grid of the grouped format
-// holds them exactly, and there is no FP8 GEMM here (vLLM itself runs FP8 natively only on sm_89+, and elsewhere
-// falls back to Marlin W8A16). The product of a 4-bit e4m3 significand and the scale is rounded once to f32 (exact
-// when the scale is bf16 or f16; one rounding of an f32 scale, as an f32 kernel's multiply would do); the layer then
-// costs 4 bytes per weight, 4x the checkpoint's, which the load log states.
+// The native weights hold the codes as they are (View::Groups::e4m3, cpp/cpu/cpu_gemm_quant.h's FP8 schedule) with
+// the block scales expanded to one f32 per row and group of G columns along K (G = 128, 64 or 32: the largest that
+// divides bk; a block's scale repeated over its rows and groups; ~1/32 byte a weight at G = 128): the kernels decode
+// each code to bf16 exactly (every e4m3 value, subnormals included, is a normal bf16) and multiply activations rounded
+// to bf16, as the 4-bit kernels do. Where no such G exists (bk not a multiple of 32), on CUDA (its FP8 kernel has not
+// run on a GPU yet: ts/model/quantized/upload.ts), for MoE experts and with loadModel's quantize, the weight is
+// dequantized to f32 at load instead (exact up to one rounding of e4m3 * scale; 4 bytes a weight, which the load log
+// states). A NaN code (0x7f / 0xff; e4m3fn has no infinity) is refused by name (ModelFormatError): vLLM would load it
+// and compute NaN for every token that meets the row.
 import type { Fp8BlockScheme } from "./quantConfig.js";
-import { FLOATS, floats, need, type LoadedTensors, type QuantTensorSpec } from "./tensors.js";
+import { badValues, FLOATS, floats, need, type LoadedTensors, type QuantTensorSpec } from "./tensors.js";
 
 export function fp8Tensors(prefix: string, N: number, K: number, s: Fp8BlockScheme): QuantTensorSpec[] {
   const [bn, bk] = s.blockSize;
@@ -37,10 +41,64 @@ export const E4M3_VALUES: Float64Array = (() => {
   return v;
 })();
 
-/** The dequantized weight [N, K] in f32, row-major. */
+/** One FP8 linear weight as NativeModel.setQuantizedWeight takes it (format "e4m3"). */
+export interface Fp8QuantWeight {
+  format: "e4m3";
+  bits: 8;
+  /** Columns per scale: 128, 64 or 32; K need not be a multiple (the last group is partial). */
+  groupSize: number;
+  /** [N, K] */
+  shape: [number, number];
+  /** The checkpoint's e4m3fn codes [N, K], as stored. */
+  q: Uint8Array;
+  /** f32 [N, ceil(K / groupSize)]: row n, group g takes weight_scale_inv[n / bn, g * groupSize / bk]. */
+  scales: Float32Array;
+}
+
+/** The native weights' group for a k-block of bk columns: the largest of 128, 64, 32 dividing it, or null. */
+export function fp8GroupSize(s: Fp8BlockScheme): number | null {
+  const bk = s.blockSize[1];
+  return [128, 64, 32].find((g) => bk % g === 0) ?? null;
+}
+
+/** Bytes an [N, K] FP8 weight holds natively (codes and expanded scales). */
+export function fp8WeightBytes(N: number, K: number, groupSize: number): number {
+  return N * K + 4 * N * Math.ceil(K / groupSize);
+}
+
+/** Throws ModelFormatError naming the tensor and the first NaN code (0x7f / 0xff) of an [N, K] e4m3 weight. */
+function refuseNanCodes(t: LoadedTensors, K: number): Uint8Array {
+  const x = need(t, "weight");
+  const w = x.bytes;
+  for (let i = 0; i < w.length; i++)
+    if ((w[i] & 0x7f) === 0x7f)
+      badValues(
+        x,
+        `holds the e4m3 NaN code 0x${w[i].toString(16)} at [${Math.floor(i / K)}, ${i % K}]; ` +
+          "a finite checkpoint has none (e4m3fn has no infinity): re-export the weight",
+      );
+  return w;
+}
+
+/** The codes and per-(row, group) scales of one projection (NaN codes refused). */
+export function readFp8(t: LoadedTensors, N: number, K: number, s: Fp8BlockScheme, groupSize: number): Fp8QuantWeight {
+  const [bn, bk] = s.blockSize;
+  const q = refuseNanCodes(t, K);
+  const block = floats(need(t, "weight_scale_inv"));
+  const cols = Math.ceil(K / bk),
+    ng = Math.ceil(K / groupSize);
+  const scales = new Float32Array(N * ng);
+  for (let n = 0; n < N; n++) {
+    const srow = Math.floor(n / bn) * cols;
+    for (let g = 0; g < ng; g++) scales[n * ng + g] = block[srow + Math.floor((g * groupSize) / bk)];
+  }
+  return { format: "e4m3", bits: 8, groupSize, shape: [N, K], q: q.slice(), scales };
+}
+
+/** The dequantized weight [N, K] in f32, row-major (NaN codes refused). */
 export function decodeFp8(t: LoadedTensors, N: number, K: number, s: Fp8BlockScheme): Float32Array {
   const [bn, bk] = s.blockSize;
-  const w = need(t, "weight").bytes;
+  const w = refuseNanCodes(t, K);
   const scale = floats(need(t, "weight_scale_inv"));
   const cols = Math.ceil(K / bk);
   const out = new Float32Array(N * K);
@@ -48,5 +106,16 @@ export function decodeFp8(t: LoadedTensors, N: number, K: number, s: Fp8BlockSch
     const srow = Math.floor(n / bn) * cols;
     for (let k = 0; k < K; k++) out[n * K + k] = E4M3_VALUES[w[n * K + k]] * scale[srow + Math.floor(k / bk)];
   }
+  return out;
+}
+
+/** Fp8QuantWeight dequantized to f32 [N, K] (what a weight the native side cannot hold as e4m3 is uploaded as). */
+export function fp8ToF32(w: Fp8QuantWeight): Float32Array {
+  const [N, K] = w.shape;
+  const ng = Math.ceil(K / w.groupSize);
+  const out = new Float32Array(N * K);
+  for (let n = 0; n < N; n++)
+    for (let k = 0; k < K; k++)
+      out[n * K + k] = E4M3_VALUES[w.q[n * K + k]] * w.scales[n * ng + Math.floor(k / w.groupSize)];
   return out;
 }

@@ -1,6 +1,7 @@
 // A pre-quantized checkpoint's linear layers: which of the config's projections are stored quantized (and in which
 // tensors), the checks of those tensors against config.json, and reading one layer into the grouped format
-// (ts/model/quantFormat.ts) or, for FP8, into dequantized f32.
+// (ts/model/quantFormat.ts) or, for FP8, into its codes and per-group scales (ts/model/quantized/fp8.ts; dequantized f32
+// where its k-blocks fit no native group).
 //
 // Which layers: the decoder layers' q/k/v/o, gate/up and down projections (MoE experts' too). A projection the
 // checkpoint stores as a float `weight` stays as stored (GPTQ's modules_to_not_convert, compressed-tensors' `ignore`,
@@ -10,7 +11,7 @@ import { FLOAT_DTYPES, type SafetensorsDType } from "../dtype.js";
 import type { GroupedQuantWeight } from "../quantFormat.js";
 import { awqTensors, decodeAwq } from "./awq.js";
 import { compressedTensorsTensors, decodeCompressedTensors } from "./compressedTensors.js";
-import { decodeFp8, fp8Tensors } from "./fp8.js";
+import { decodeFp8, fp8GroupSize, fp8Tensors, readFp8, type Fp8QuantWeight } from "./fp8.js";
 import { decodeGptq, gptqTensors } from "./gptq.js";
 import { describeScheme, type QuantScheme } from "./quantConfig.js";
 import type { LoadedTensors, QuantTensorSpec } from "./tensors.js";
@@ -109,8 +110,11 @@ export function quantizedLinearProblems(ql: QuantizedLinear, checkpoint: Quantiz
   return problems;
 }
 
-/** A quantized projection read and unpacked: the grouped format, or (FP8) its dequantized f32 weight [N, K]. */
-export type ReadLinear = { kind: "grouped"; weight: GroupedQuantWeight } | { kind: "f32"; values: Float32Array };
+/** A quantized projection read and unpacked: the grouped format, FP8 codes, or its dequantized f32 weight [N, K]. */
+export type ReadLinear =
+  | { kind: "grouped"; weight: GroupedQuantWeight }
+  | { kind: "fp8"; weight: Fp8QuantWeight }
+  | { kind: "f32"; values: Float32Array };
 
 /** Reads one projection's tensors (checked by quantizedLinearProblems) and unpacks them. */
 export async function readQuantizedLinear(
@@ -132,7 +136,11 @@ export async function readQuantizedLinear(
       return { kind: "grouped", weight: decodeAwq(loaded, N, K, s) };
     case "compressed-tensors":
       return { kind: "grouped", weight: decodeCompressedTensors(loaded, N, K, s) };
-    case "fp8":
-      return { kind: "f32", values: decodeFp8(loaded, N, K, s) };
+    case "fp8": {
+      const G = fp8GroupSize(s);
+      return G === null
+        ? { kind: "f32", values: decodeFp8(loaded, N, K, s) }
+        : { kind: "fp8", weight: readFp8(loaded, N, K, s, G) };
+    }
   }
 }

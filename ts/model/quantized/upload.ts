@@ -1,12 +1,13 @@
-// The upload of a pre-quantized checkpoint's projections: to NativeModel.setQuantizedWeight in the grouped format
-// where the native side takes them (dense layers' projections, a stack at a time), else dequantized exactly to f32
-// through setWeight (MoE experts, FP8 always: ts/model/quantized/fp8.ts says why; and every projection when loadModel
-// quantizes at load, for the native model to quantize as it does float weights). ts/model/quantized/weightsReport.ts
-// reports what this does.
+// The upload of a pre-quantized checkpoint's projections: to NativeModel.setQuantizedWeight in the grouped format, or
+// FP8 as its e4m3 codes (CPU), where the native side takes them (dense layers' projections, a stack at a time), else
+// dequantized exactly to f32 through setWeight (MoE experts, FP8 on CUDA or with k-blocks no native group fits:
+// ts/model/quantized/fp8.ts; and every projection when loadModel quantizes at load, for the native model to quantize
+// as it does float weights). ts/model/quantized/weightsReport.ts reports what this does.
 import { ModelFormatError } from "../../errors/index.js";
 import { asNativeError } from "../../errors/native.js";
 import type { NativeModel } from "../../native/addonTypes.js";
 import { checkGroupedWeight, dequantizeToInputOrder, type GroupedQuantWeight } from "../quantFormat.js";
+import { fp8GroupSize, fp8ToF32, type Fp8QuantWeight } from "./fp8.js";
 import { readQuantizedLinear, type QuantizedLinear, type ReadLinear } from "./linear.js";
 
 /**
@@ -28,25 +29,40 @@ export function takesGrouped(ql: QuantizedLinear, w?: GroupedQuantWeight): boole
   return w === undefined || w.bits === 8 || w.zeros.every((z) => z <= 16);
 }
 
+/**
+ * Whether the native weights hold this FP8 projection as e4m3 codes on `device`: a dense layer's, k-blocks a native
+ * group fits (fp8GroupSize), on the CPU. CUDA has an FP8 kernel (cuda/gemm_int4.cu) that has not run on a GPU yet:
+ * until test/kernels/gemmFp8.cuda.test.ts passes on one, FP8 checkpoints load there dequantized to f32 (correct, 4x
+ * the bytes) rather than through an unverified kernel.
+ */
+export function takesFp8(ql: QuantizedLinear, device: string): boolean {
+  return (
+    ql.scheme.method === "fp8" && device === "cpu" && DENSE_PROJECTION.test(ql.name) && fp8GroupSize(ql.scheme) !== null
+  );
+}
+
 /** Whether the addon build has NativeModel.setQuantizedWeight. */
 export function addonTakesGroupedWeights(native: object | null | undefined): boolean {
   return typeof (native as { setQuantizedWeight?: unknown } | null | undefined)?.setQuantizedWeight === "function";
 }
 
-/** Native surface the upload uses: setWeight, and setQuantizedWeight where the addon has it. */
+/** Native surface the upload uses: setWeight, and setQuantizedWeight where the addon has it; info.device (default cpu). */
 type QuantizedNative = Pick<NativeModel, "setWeight"> & {
   setQuantizedWeight?: (
     name: string,
-    w: {
-      bits: 4 | 8;
-      groupSize: number;
-      shape: [number, number];
-      q: Uint8Array;
-      scales: Float32Array;
-      zeros: Uint8Array;
-      perm?: Int32Array;
-    },
+    w:
+      | {
+          bits: 4 | 8;
+          groupSize: number;
+          shape: [number, number];
+          q: Uint8Array;
+          scales: Float32Array;
+          zeros: Uint8Array;
+          perm?: Int32Array;
+        }
+      | Fp8QuantWeight,
   ) => void;
+  info?: { device?: string };
 };
 
 /**
@@ -87,9 +103,17 @@ export class QuantizedUploader {
     // A member the checkpoint stores as float goes in with setWeight (uploadWeights' loop): the rest dequantized.
     const read = await Promise.all(members.map((ql) => readQuantizedLinear(ql, this.checkpoint)));
     let grouped = this.grouped && members.length === stack.length;
+    const device = this.native.info?.device ?? "cpu";
     for (let i = 0; i < members.length && grouped; i++) {
       const r = read[i];
-      grouped = r.kind === "grouped" && takesGrouped(members[i], r.weight) && samePerm(r.weight, read[0]);
+      const first = read[0];
+      grouped =
+        r.kind === "grouped"
+          ? takesGrouped(members[i], r.weight) && samePerm(r.weight, first)
+          : r.kind === "fp8" &&
+            takesFp8(members[i], device) &&
+            first.kind === "fp8" &&
+            first.weight.groupSize === r.weight.groupSize;
     }
     for (let i = 0; i < members.length; i++) {
       const ql = members[i];
@@ -103,6 +127,9 @@ export class QuantizedUploader {
             if (this.grouped) this.dequantized.add(ql.name);
             setF32(this.native, ql.name, r.weight.shape, toF32(r.weight));
           }
+        } else if (r.kind === "fp8") {
+          if (grouped && this.native.setQuantizedWeight) this.native.setQuantizedWeight(ql.name, r.weight);
+          else setF32(this.native, ql.name, ql.shape, fp8ToF32(r.weight));
         } else {
           setF32(this.native, ql.name, ql.shape, r.values);
         }

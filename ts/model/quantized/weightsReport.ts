@@ -12,7 +12,8 @@ import { groupedWeightBytes } from "../quantFormat.js";
 import { expectedTensors } from "../weights.js";
 import { quantizedLinears } from "./linear.js";
 import { describeScheme } from "./quantConfig.js";
-import { addonTakesGroupedWeights, DENSE_PROJECTION, stackOf, takesGrouped } from "./upload.js";
+import { fp8GroupSize, fp8WeightBytes } from "./fp8.js";
+import { addonTakesGroupedWeights, DENSE_PROJECTION, stackOf, takesFp8, takesGrouped } from "./upload.js";
 
 /** The projections loadModel's quantize stores quantized at load (the dense layers'). */
 const INT8_AT_LOAD = DENSE_PROJECTION;
@@ -79,6 +80,18 @@ export function planWeights(
         return a + (t ? t.shape.reduce((x, y) => x * y, 1) * DTYPE_BYTES[t.dtype] : 0);
       }, 0);
       const stackQuantized = stackOf(name).every((n) => quantized.has(n)) && !(options.dequantized?.has(name) ?? false);
+      const fp8Group = s.method === "fp8" ? fp8GroupSize(s) : null;
+      if (
+        fp8Group !== null &&
+        options.nativeGrouped &&
+        options.quantize === undefined &&
+        takesFp8(ql, options.device) &&
+        stackQuantized
+      ) {
+        // the checkpoint's codes as stored, the block scales expanded to one f32 per row and group (fp8.ts)
+        add(`${scheme} as e4m3 g${fp8Group}`, fp8WeightBytes(N, K, fp8Group));
+        continue;
+      }
       if (
         s.method !== "fp8" &&
         options.nativeGrouped &&
@@ -135,14 +148,22 @@ export function planWeights(
   if (s && dequantized.tensors > 0) {
     const why =
       s.method === "fp8"
-        ? "deliberate has no FP8 kernel and e4m3 values do not fit an integer grid exactly"
+        ? options.device !== "cpu"
+          ? "deliberate's CUDA FP8 kernel has not run on a GPU yet, so FP8 loads dequantized there"
+          : fp8GroupSize(s) === null
+            ? `k-blocks of ${s.blockSize[1]} columns fit no native e4m3 group (32, 64 or 128 columns)`
+            : !options.nativeGrouped
+              ? "this build's addon has no native quantized weights (NativeModel.setQuantizedWeight)"
+              : "they are MoE experts or share a stacked weight with float parts (the native e4m3 weights hold whole dense projections)"
         : !options.nativeGrouped
           ? `this build's addon has no grouped int${s.bits} weights (NativeModel.setQuantizedWeight)`
           : options.quantize !== undefined
             ? `they are MoE experts, which loadModel's quantize: "${options.quantize}" leaves as stored`
             : "the native grouped weights hold the dense layers' projections in groups of a multiple of 32 only (these are MoE experts or other groups)";
     const hint =
-      s.method === "fp8" ? '; quantize: "int8" stores them at about 1 byte a weight (a second, lossy rounding)' : "";
+      s.method === "fp8" && options.device !== "cpu"
+        ? '; quantize: "int8" stores them at about 1 byte a weight (a second, lossy rounding)'
+        : "";
     warnings.push(
       `${dequantized.tensors} projections of ${describeScheme(s)} are dequantized to f32 at load (${why}): ` +
         `${gb(dequantized.bytes)} resident instead of the checkpoint's ${gb(dequantized.stored)} ` +
