@@ -1,13 +1,23 @@
 // The engine thread's XGrammar host (host.ts LocalHost): a matcher whose sequence ends while XGrammar is still making
 // it (a late mask's prepare in flight when its step failed, ModelSlot.fillLateMasks) is freed once made, not kept for
-// good in the wasm heap; the same when the host is terminated meanwhile. A toy vocabulary, real XGrammar.
+// good in the wasm heap; the same when the host is terminated meanwhile. A step's accepts stop at the format's end (a
+// stop token) and at a token outside it, as XGrammar's own isTerminated says. A toy vocabulary, real XGrammar.
 import { describe, expect, it } from "vitest";
 import { LocalHost } from "../../ts/grammar/host.js";
 
 const VOCAB = ["<eos>", "{", "}", '"', "a", ":", "1"];
 const vocab = { tokens: VOCAB, vocabType: "raw" as const, prependSpace: false, think: null };
 const schema = { kind: "json_schema" as const, text: JSON.stringify({ type: "object" }) };
-const op = (mid: number) => ({ mid, gid: 1, reset: false, rollback: 0, accept: [], mask: true });
+const op = (mid: number, accept: number[] = [], extra: { rollback?: number; reset?: boolean } = {}) => ({
+  mid,
+  gid: 1,
+  reset: false,
+  rollback: 0,
+  accept,
+  mask: true,
+  ...extra,
+});
+const id = (t: string) => VOCAB.indexOf(t);
 
 describe("LocalHost: matchers and the sequences that own them", () => {
   it("a matcher made normally is held until freed", async () => {
@@ -47,5 +57,33 @@ describe("LocalHost: matchers and the sequences that own them", () => {
     host.terminate(); // its grammars go too: XGrammar refuses the freed grammar, or the made matcher is freed
     await expect(step).rejects.toThrow();
     expect(host.matchersHeld).toBe(0);
+  });
+
+  it("accepts stop at the format's end and at a token outside it, at once and through a promise alike", async () => {
+    const host = new LocalHost(vocab, VOCAB.length, [0]);
+    try {
+      await host.compile(1, schema);
+      // Made (step), then answered at once (stepNow): `{}` then the stop token ends the format; the `{` after it is
+      // not taken, and is no refusal.
+      expect((await host.step(op(5))).terminated).toBe(false);
+      const done = host.stepNow(op(5, [id("{"), id("}"), 0, id("{")]))!;
+      expect(done).toMatchObject({ accepted: 3, rejected: false, terminated: true, mask: null });
+      // Rolled back over the stop token: open again, and a second stop token is refused by nothing.
+      const back = host.stepNow(op(5, [], { rollback: 1 }))!;
+      expect(back).toMatchObject({ accepted: 0, rejected: false, terminated: false });
+      expect(back.mask).not.toBeNull();
+      expect(host.stepNow(op(5, [0, 0]))).toMatchObject({ accepted: 1, rejected: false, terminated: true });
+      // A token outside the format: refused, not terminated; what came before it was taken.
+      const bad = await host.step(op(6, [id("{"), id("1")]));
+      expect(bad).toMatchObject({ accepted: 1, rejected: true, terminated: false });
+      // After a reset the matcher starts over.
+      expect(host.stepNow(op(6, [id("{"), id("}")], { reset: true }))).toMatchObject({
+        accepted: 2,
+        rejected: false,
+        terminated: false,
+      });
+    } finally {
+      host.terminate();
+    }
   });
 });

@@ -4,7 +4,13 @@
 import { describe, expect, it } from "vitest";
 import { enumsAsPatterns, grammarSource } from "../../ts/grammar/grammars.js";
 import { checkGrammar } from "../../ts/grammar/sandbox.js";
-import { bitmaskReadableNow, loadXGrammar, nextTokenBitmaskNow, SYNC_MASK_WORDS } from "../../ts/grammar/xgrammar.js";
+import {
+  bitmaskReadableNow,
+  bitmaskReadMode,
+  loadXGrammar,
+  nextTokenBitmaskNow,
+  SYNC_MASK_WORDS,
+} from "../../ts/grammar/xgrammar.js";
 
 const VOCAB = ["<eos>", '"', "i", "a", "b"];
 
@@ -104,6 +110,8 @@ describe("the matcher's bitmask read at once (nextTokenBitmaskNow)", () => {
       steps++;
     }
     expect(steps).toBeGreaterThan(3);
+    // The words were read from the runtime's memory (its first read checked against embind's, word by word).
+    expect(bitmaskReadMode()).toBe("on");
     expect(bitmaskReadableNow(m, SYNC_MASK_WORDS * 32)).toBe(true);
     expect(bitmaskReadableNow(m, SYNC_MASK_WORDS * 32 + 1)).toBe(false);
     m.dispose();

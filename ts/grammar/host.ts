@@ -315,13 +315,16 @@ export class LocalHost implements MatcherHost {
   private readonly matcherById = new Map<number, XG.GrammarMatcher>();
   /** Matchers being made (step() awaiting XGrammar); one freed meanwhile is taken out, and freed once made. */
   private readonly making = new Set<number>();
+  private readonly stops: ReadonlySet<number>;
   private api: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> | null = null;
 
   constructor(
     private readonly vocab: GrammarVocab,
     private readonly vocabSize: number,
     private readonly stopTokenIds: readonly number[],
-  ) {}
+  ) {
+    this.stops = new Set(stopTokenIds);
+  }
 
   async compile(gid: number, source: GrammarSource): Promise<void> {
     const { xg, compiler } = await this.start();
@@ -400,15 +403,19 @@ export class LocalHost implements MatcherHost {
     if (op.rollback > 0) m.rollBack(op.rollback);
     let accepted = 0;
     let rejected = false;
+    // Asked once: past that, the matcher terminates exactly when it accepts one of its stop tokens (the tokenizer
+    // info's, which it was made with), so no embind call a token asks again (each costs ~0.3 us through
+    // web-xgrammar's generic invoker, and a step accepts a token a row). test/grammar/localHost.test.ts walks it.
+    let terminated = m.isTerminated();
     for (const t of op.accept) {
-      if (m.isTerminated()) break;
+      if (terminated) break;
       if (!m.acceptToken(t)) {
         rejected = true;
         break;
       }
       accepted++;
+      terminated = this.stops.has(t);
     }
-    const terminated = m.isTerminated();
     return { accepted, rejected, terminated, mask: op.mask && !terminated && !rejected ? undefined : null };
   }
 
