@@ -61,23 +61,31 @@ describe("LocalHost: matchers and the sequences that own them", () => {
 
   it("accepts stop at the format's end and at a token outside it, at once and through a promise alike", async () => {
     const host = new LocalHost(vocab, VOCAB.length, [0]);
+    // The host keeps whether each matcher terminated instead of asking XGrammar: it must agree with XGrammar's own.
+    const matchers = (host as unknown as { matcherById: Map<number, { isTerminated(): boolean }> }).matcherById;
+    const stepNow = (o: ReturnType<typeof op>) => {
+      const r = host.stepNow(o)!;
+      expect(r.terminated).toBe(matchers.get(o.mid)!.isTerminated());
+      return r;
+    };
     try {
       await host.compile(1, schema);
       // Made (step), then answered at once (stepNow): `{}` then the stop token ends the format; the `{` after it is
       // not taken, and is no refusal.
       expect((await host.step(op(5))).terminated).toBe(false);
-      const done = host.stepNow(op(5, [id("{"), id("}"), 0, id("{")]))!;
+      const done = stepNow(op(5, [id("{"), id("}"), 0, id("{")]));
       expect(done).toMatchObject({ accepted: 3, rejected: false, terminated: true, mask: null });
+      expect(stepNow(op(5, [id("{")]))).toMatchObject({ accepted: 0, rejected: false, terminated: true, mask: null });
       // Rolled back over the stop token: open again, and a second stop token is refused by nothing.
-      const back = host.stepNow(op(5, [], { rollback: 1 }))!;
+      const back = stepNow(op(5, [], { rollback: 1 }));
       expect(back).toMatchObject({ accepted: 0, rejected: false, terminated: false });
       expect(back.mask).not.toBeNull();
-      expect(host.stepNow(op(5, [0, 0]))).toMatchObject({ accepted: 1, rejected: false, terminated: true });
+      expect(stepNow(op(5, [0, 0]))).toMatchObject({ accepted: 1, rejected: false, terminated: true });
       // A token outside the format: refused, not terminated; what came before it was taken.
       const bad = await host.step(op(6, [id("{"), id("1")]));
       expect(bad).toMatchObject({ accepted: 1, rejected: true, terminated: false });
       // After a reset the matcher starts over.
-      expect(host.stepNow(op(6, [id("{"), id("}")], { reset: true }))).toMatchObject({
+      expect(stepNow(op(6, [id("{"), id("}")], { reset: true }))).toMatchObject({
         accepted: 2,
         rejected: false,
         terminated: false,

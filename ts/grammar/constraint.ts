@@ -219,8 +219,15 @@ export class SequenceConstraint {
       throw this.hostFailed(e);
     }
     if (r === null) return undefined;
-    this.pending = { reset: false, rollback: 0, accept: [], positions: [] };
-    return this.take(r, p);
+    // Sent and answered at once: the same record is emptied for the next calls (no new arrays a row a step).
+    try {
+      return this.take(r, p);
+    } finally {
+      p.reset = false;
+      p.rollback = 0;
+      p.accept.length = 0;
+      p.positions.length = 0;
+    }
   }
 
   /** A host call failed: the error the request fails with. */

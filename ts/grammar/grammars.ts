@@ -169,6 +169,12 @@ export class GrammarSet {
   private isDisposed = false;
   /** By source text, least recently used first. */
   private readonly cache = new Map<string, CacheEntry>();
+  /**
+   * Each format's cache key by its JSON text, for formats of plain JSON data (plainJsonText): a request repeating a
+   * format (a server's clients send the same schema each time) skips grammarSource's schema walks, which cost
+   * ~100 us a request on the bench's strict schema. Bounded, oldest out first; keys only (no grammar is held).
+   */
+  private readonly keyOfText = new Map<string, string>();
   /** Compiles, first and cached, and grammars freed (bench:structured reads them). */
   readonly stats = { compiles: 0, cacheHits: 0, evictions: 0 };
 
@@ -278,9 +284,27 @@ export class GrammarSet {
   }
 
   private entry(format: StructuredFormat, field: string): CacheEntry {
+    const text = plainJsonText(format);
+    const known = text === null ? undefined : this.keyOfText.get(text);
+    const hit = known === undefined ? undefined : this.cache.get(known);
+    if (hit !== undefined && !(hit.host?.dead ?? false)) {
+      this.stats.cacheHits++;
+      this.cache.delete(known!); // most recently used last
+      this.cache.set(known!, hit);
+      return hit;
+    }
     const source = grammarSource(format, field);
     const numbers = source.kind === "json_schema" && source.numbers !== undefined ? source.numbers.join("\u0000") : "";
     const key = `${source.kind}\u0000${"text" in source ? source.text : ""}\u0000${numbers}`;
+    if (text !== null) {
+      this.keyOfText.delete(text);
+      this.keyOfText.set(text, key);
+      if (this.keyOfText.size > KEYS_BY_TEXT) this.keyOfText.delete(this.keyOfText.keys().next().value!);
+    }
+    return this.entryOf(key, source, format, field);
+  }
+
+  private entryOf(key: string, source: GrammarSource, format: StructuredFormat, field: string): CacheEntry {
     const hit = this.cache.get(key);
     if (hit !== undefined && !(hit.host?.dead ?? false)) {
       this.stats.cacheHits++;
@@ -429,5 +453,34 @@ export class GrammarSet {
     }
     const load = (h: GrammarHost): number => h.matchers + 1000 * h.compiling;
     return this.hosts.reduce((a, b) => (load(b) < load(a) ? b : a));
+  }
+}
+
+/** Formats whose cache key GrammarSet remembers by their JSON text. */
+const KEYS_BY_TEXT = 256;
+
+const notPlain = new Error("not plain JSON data");
+
+/**
+ * `format` as JSON text where it is plain JSON data (what a request parsed from JSON holds: objects of the plain
+ * prototype, arrays without holes, strings, finite numbers, booleans, null), so that equal texts mean equal formats to
+ * grammarSource; null for anything JSON.stringify would drop or reshape (undefined, functions, toJSON, class
+ * instances, NaN), which then takes grammarSource's own path every time.
+ */
+function plainJsonText(format: StructuredFormat): string | null {
+  try {
+    return JSON.stringify(format, function (this: Record<string, unknown>, k: string, v: unknown) {
+      const own = k === "" ? format : this[k]; // the value before any toJSON
+      if (own === undefined || typeof own === "function" || typeof own === "symbol" || typeof own === "bigint")
+        throw notPlain;
+      if (typeof own === "number" && !Number.isFinite(own)) throw notPlain;
+      if (typeof own === "object" && own !== null && !Array.isArray(own)) {
+        const proto = Object.getPrototypeOf(own) as unknown;
+        if ((proto !== Object.prototype && proto !== null) || "toJSON" in own) throw notPlain;
+      }
+      return v;
+    });
+  } catch {
+    return null;
   }
 }

@@ -316,6 +316,8 @@ export class LocalHost implements MatcherHost {
   /** Matchers being made (step() awaiting XGrammar); one freed meanwhile is taken out, and freed once made. */
   private readonly making = new Set<number>();
   private readonly stops: ReadonlySet<number>;
+  /** Matchers that have terminated (accepted a stop token since their last reset or rollback). */
+  private readonly ended = new Set<number>();
   private api: Promise<{ xg: XGrammar; compiler: XG.GrammarCompiler; info: XG.TokenizerInfo }> | null = null;
 
   constructor(
@@ -403,10 +405,11 @@ export class LocalHost implements MatcherHost {
     if (op.rollback > 0) m.rollBack(op.rollback);
     let accepted = 0;
     let rejected = false;
-    // Asked once: past that, the matcher terminates exactly when it accepts one of its stop tokens (the tokenizer
-    // info's, which it was made with), so no embind call a token asks again (each costs ~0.3 us through
-    // web-xgrammar's generic invoker, and a step accepts a token a row). test/grammar/localHost.test.ts walks it.
-    let terminated = m.isTerminated();
+    // Whether the matcher has terminated, kept here rather than asked (an embind call costs ~0.3 us through
+    // web-xgrammar's generic invoker, and a step accepts a token a row): it terminates exactly when it accepts one of
+    // its stop tokens (the tokenizer info's, which it was made with), and a reset or a rollback (over that token, the
+    // last it took) opens it again. test/grammar/localHost.test.ts checks it against isTerminated along a walk.
+    let terminated = op.reset || op.rollback > 0 ? false : this.ended.has(op.mid);
     for (const t of op.accept) {
       if (terminated) break;
       if (!m.acceptToken(t)) {
@@ -416,11 +419,14 @@ export class LocalHost implements MatcherHost {
       accepted++;
       terminated = this.stops.has(t);
     }
+    if (terminated) this.ended.add(op.mid);
+    else this.ended.delete(op.mid);
     return { accepted, rejected, terminated, mask: op.mask && !terminated && !rejected ? undefined : null };
   }
 
   freeMatcher(mid: number): void {
     this.making.delete(mid);
+    this.ended.delete(mid);
     this.matcherById.get(mid)?.dispose();
     this.matcherById.delete(mid);
   }

@@ -1,0 +1,48 @@
+// GrammarSet's cache of compiled formats, as requests reach it: a format equal to one compiled before (a new object
+// of the same JSON, as a server parses each request's schema) is a hit without recompiling; the same object changed
+// between requests is a new grammar; a malformed format is refused every time, never cached. A toy vocabulary, real
+// XGrammar (sandbox and host threads).
+import { describe, expect, it } from "vitest";
+import { InvalidOptionError } from "../../ts/errors/index.js";
+import { GrammarSet } from "../../ts/grammar/grammars.js";
+
+const VOCAB = ["<eos>", "{", "}", '"', "a", ":", "1", "2", ","];
+
+describe("GrammarSet: the cache by format", () => {
+  it("equal formats hit, a changed one compiles, a malformed one is refused each time", async () => {
+    const set = new GrammarSet(
+      { tokens: VOCAB, vocabType: "raw", prependSpace: false, think: null },
+      VOCAB.length,
+      [0],
+    );
+    try {
+      const schema = {
+        type: "object",
+        properties: { a: { type: "integer", minimum: 0, maximum: 9 } },
+        required: ["a"],
+        additionalProperties: false,
+      };
+      const first = await set.compile({ type: "json_schema", schema }, "request.structured");
+      const again = await set.compile({ type: "json_schema", schema: structuredClone(schema) }, "request.structured");
+      expect(again).toBe(first);
+      expect(set.stats).toMatchObject({ compiles: 1, cacheHits: 1 });
+      schema.properties.a.maximum = 5; // the same object, another format
+      const changed = await set.compile({ type: "json_schema", schema }, "request.structured");
+      expect(changed).not.toBe(first);
+      expect(set.stats).toMatchObject({ compiles: 2, cacheHits: 1 });
+      // The schema as JSON text is the same format as the object.
+      await set.compile({ type: "json_schema", schema: JSON.stringify(schema) }, "request.structured");
+      expect(set.stats).toMatchObject({ compiles: 2, cacheHits: 2 });
+      for (let i = 0; i < 2; i++)
+        expect(() => set.compile({ type: "choice", choices: [] }, "request.structured")).toThrow(InvalidOptionError);
+      // Not plain JSON data (a NaN bound): refused by the schema check each time, as before any cache.
+      const nan = { type: "object", properties: { a: { type: "integer", minimum: Number.NaN } } };
+      for (let i = 0; i < 2; i++)
+        expect(() => set.compile({ type: "json_schema", schema: nan }, "request.structured")).toThrow(
+          /minimum is null; expected a finite number/,
+        );
+    } finally {
+      set.dispose();
+    }
+  });
+});
