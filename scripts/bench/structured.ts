@@ -3,7 +3,7 @@
 // byte-level token strings: scripts/fixture/filler.ts) over a small random model whose step is mostly its LM head.
 //   npm run bench:structured -- [--models tiny,qwen150k] [--batches 1,16,64] [--repeats 3] [--max-tokens 160]
 //     [--schemas strict,bounded] [--temperature 0] [--tiny-thought free|none] [--threads N] [--fixture DIR] [--profile]
-//     [--late-masks auto|on|off] [--json] [--out FILE]
+//     [--late-masks auto|on|off] [--local-compile-ms MS] [--json] [--out FILE]
 // Each cell: `batch` requests submitted at once (greedy unless --temperature; distinct prompts), first constrained (the schema
 // below; the fixture with thought "none", so every generated token is masked; the tiny reasoner with its thought free
 // by default), then free with ignoreEos and each request's maxTokens set to the token count its constrained twin made:
@@ -27,6 +27,7 @@ import { Engine } from "../../ts/engine/engine.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { lateMaskDefaults, ModelSlot } from "../../ts/engine/modelSlot.js";
 import { SequenceConstraint } from "../../ts/grammar/constraint.js";
+import { grammarSetDefaults } from "../../ts/grammar/grammars.js";
 import type { StructuredOutput } from "../../ts/grammar/types.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
@@ -49,6 +50,9 @@ const { values } = parseArgs({
     fixture: { type: "string" },
     profile: { type: "boolean", default: false },
     "late-masks": { type: "string", default: "auto" },
+    // grammarSetDefaults.localCompileMs: grammars that compiled on a host within this many ms are matched on this
+    // thread (LocalHost); -1 keeps every grammar on its host thread, a large value matches every one here.
+    "local-compile-ms": { type: "string" },
     json: { type: "boolean", default: false },
     out: { type: "string" },
   },
@@ -61,6 +65,11 @@ const tinyThought = values["tiny-thought"] as "free" | "none";
 const lateMasks = values["late-masks"]!;
 if (!["auto", "on", "off"].includes(lateMasks)) throw new Error("--late-masks must be auto, on or off");
 lateMaskDefaults.enabled = lateMasks === "auto" ? "auto" : lateMasks === "on";
+if (values["local-compile-ms"] !== undefined) {
+  const ms = Number(values["local-compile-ms"]);
+  if (!(ms >= -1)) throw new Error(`--local-compile-ms must be a number >= -1, got ${values["local-compile-ms"]}`);
+  grammarSetDefaults.localCompileMs = ms;
+}
 
 const threads = values.threads === undefined ? cpus().length : Number(values.threads);
 for (const [flag, v] of [["--max-tokens", maxTokens], ["--threads", threads], ...batches.map((b) => ["--batches", b])])
@@ -474,7 +483,8 @@ const valid = cells.map(({ model, schema, batch, constrained: C }) => {
 });
 const header =
   `${machine()}, ${threads} threads, load ${loadavg()[0].toFixed(2)}; temperature ${temperature}, max ${maxTokens} ` +
-  `tokens, ${repeats} repeats; tiny thought ${tinyThought}, qwen150k thought none; late masks ${values["late-masks"]}`;
+  `tokens, ${repeats} repeats; tiny thought ${tinyThought}, qwen150k thought none; late masks ${values["late-masks"]}; grammars matched here ` +
+  `when compiled within ${grammarSetDefaults.localCompileMs} ms`;
 console.log([header, "", ...stepRows, "", ...compileRows, "", ...valid].join("\n"));
 const json = { machine: machine(), threads, temperature, maxTokens, repeats, tinyThought, schemas: SCHEMAS, results };
 if (values.json) console.log(JSON.stringify(json));
