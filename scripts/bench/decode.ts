@@ -2,7 +2,10 @@
 // the same run, with the same thread count.
 //   npm run bench:decode -- [--json] [--preset smollm-135m] [--prompt-tokens 128] [--decode-tokens 64]
 //     [--threads N] [--rounds 3] [--device cpu|cuda] [--no-peer] [--kv-dtype f32|bf16|f16] [--quantize int8|int4]
-//     [--quantize-group 32|64|128]
+//     [--quantize-group 32|64|128] [--fp8]
+// --fp8: ours loads the FP8 e4m3 copy of the preset's checkpoint (128 x 128 block scales, as Qwen3-*-FP8; written once by
+// scripts/bench/fp8Checkpoint.ts; the dense projections held as e4m3 codes on the CPU); llama.cpp has no FP8 format and
+// gets the same float weights as Q8_0 (about the same bytes a weight: 1.06 against FP8's 1.03).
 // --quantize int8: ours loads with quantize: "int8" (dense linear weights int8 per output row); llama.cpp gets the same
 // weights with those matrices as Q8_0 (blocks of 32, an f16 scale each; the rest as stored). --quantize int4: ours
 // loads with quantize: "int4" (symmetric groups of 32 by default, Q4_0's scheme with an f32 scale), llama.cpp gets
@@ -20,6 +23,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { ModelConfig } from "../../ts/model/config.js";
 import { expectedTensors } from "../../ts/model/weights.js";
 import { loadPeerModel, peerWeightsLabel, presetCheckpoint } from "./llamaPeer.js";
+import { fp8Checkpoint } from "./fp8Checkpoint.js";
 import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { spreadOf } from "./stats.js";
 
@@ -34,6 +38,7 @@ const { values } = parseArgs({
     device: { type: "string", default: "cpu" },
     "no-peer": { type: "boolean" },
     "kv-dtype": { type: "string" },
+    fp8: { type: "boolean" },
     ...QUANTIZE_PARSE_ARGS,
   },
 });
@@ -47,6 +52,8 @@ if (!preset) throw new Error(`--preset must be one of ${Object.keys(PRESETS).joi
 
 const log = (m: string) => values.json || console.error(m);
 const { quantize, quantizeGroupSize } = benchQuantize(values).load;
+const fp8 = values.fp8 === true;
+if (fp8 && quantize !== undefined) throw new Error("--fp8 loads an FP8 checkpoint as stored; it takes no --quantize");
 // the native store of an int4 weight: q 0.5 byte a value, an f32 scale and a u8 zero point per group
 const int4Group = quantizeGroupSize ?? 32;
 
@@ -156,9 +163,11 @@ function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: nu
     const n =
       quantize === "int8" && linear.test(name)
         ? numel + 4 * shape[0]
-        : quantize === "int4" && linear.test(name)
-          ? numel / 2 + (4 * numel) / int4Group
-          : numel * bytesPerValue;
+        : fp8 && linear.test(name)
+          ? numel + 4 * shape[0] * Math.ceil(shape[1] / 128)
+          : quantize === "int4" && linear.test(name)
+            ? numel / 2 + (4 * numel) / int4Group
+            : numel * bytesPerValue;
     total += n;
     if (name === "model.embed_tokens.weight" && !config.tieWordEmbeddings) perToken += shape[1] * bytesPerValue;
     else if (name.includes(".mlp.experts.")) perToken += (n * config.moe!.expertsPerToken) / config.moe!.numExperts;
@@ -169,7 +178,9 @@ function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: nu
 
 const fmt = (s: Speed) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, +v.toFixed(2)]));
 
-const { dir, gguf } = await presetCheckpoint(values.preset!, quantize, !values["no-peer"], log);
+const preset8 = await presetCheckpoint(values.preset!, fp8 ? "int8" : quantize, !values["no-peer"], log);
+const dir = fp8 ? await fp8Checkpoint(preset8.dir, log) : preset8.dir;
+const gguf = preset8.gguf;
 loadAddon().setThreads(threads);
 const kvDtype = values["kv-dtype"] as "f32" | "bf16" | "f16" | undefined;
 const rssBefore = process.memoryUsage().rss;
@@ -180,6 +191,7 @@ const model = await loadModel(dir, {
   quantizeGroupSize,
   kvPages: Math.ceil((promptTokens + decodeTokens + 1) / 16) + 1,
 });
+const linearFormat = model.native.info.linearFormat;
 // the process's RSS growth over the load: weights (and on the CPU the KV pool, touched lazily) resident
 const loadRssBytes = process.memoryUsage().rss - rssBefore;
 const ids = prompt(model.config.vocabSize);
@@ -203,9 +215,10 @@ const theirs = peerModel ? best(theirRuns) : null;
 
 const result = {
   model: `${values.preset} (random, ${preset.dtype})`,
-  quantize: quantize ?? null,
+  quantize: fp8 ? "fp8 checkpoint (e4m3, 128x128 block scales)" : (quantize ?? null),
   quantizeGroupSize: quantize === "int4" ? int4Group : null,
-  peerWeights: values["no-peer"] ? null : peerWeightsLabel(quantize),
+  peerWeights: values["no-peer"] ? null : peerWeightsLabel(fp8 ? "int8" : quantize),
+  linearFormat: linearFormat,
   kvDtype: model.kv.dtype,
   device,
   threads,

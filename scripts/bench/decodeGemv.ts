@@ -1,5 +1,6 @@
-// The decode GEMV alone: CPU time per gemm call at int4 (grouped, scales by group as a loaded model holds them) and
-// int8 (per output row, quantize "int8"'s format) against bf16 of the same shape, on one thread, weights cycled through COPIES copies so they stream from memory.
+// The decode GEMV alone: CPU time per gemm call at int4 (grouped, scales by group as a loaded model holds them),
+// int8 (per output row, quantize "int8"'s format) and FP8 e4m3 (a scale per row and 128 columns by group, an FP8
+// checkpoint as loaded) against bf16 of the same shape, on one thread, weights cycled through COPIES copies so they stream from memory.
 // Reports GB/s of weight bytes per CPU-second (robust to other load on a shared machine) and GFLOP/s; the bf16 figure
 // is the read bandwidth one core reaches, the int4 / int8 ones' share of it says how far their kernels are from the
 // memory limit. (bf16 W here is row-major; a loaded model on an AVX512-BF16 CPU holds it packed in panels.)
@@ -46,6 +47,13 @@ const int8 = Array.from({ length: copies }, () => {
   s.writeF32(rnd(N).map((v) => v / 100));
   return { w, s };
 });
+const fp8 = Array.from({ length: copies }, () => {
+  const w = addon.tensor("cpu", "u8", [N, K]);
+  w.write(Uint8Array.from(rnd(N * K), (v) => Math.floor((v + 0.5) * 256) & 0xfe)); // no NaN code (0x7f / 0xff)
+  const s = addon.tensor("cpu", "f32", [N * Math.ceil(K / 128)]);
+  s.writeF32(rnd(N * Math.ceil(K / 128)).map((v) => v / 100));
+  return { w, s };
+});
 const bf16 = Array.from({ length: copies }, () => {
   const w = addon.tensor("cpu", "bf16", [N, K]);
   w.writeF32(rnd(N * K));
@@ -65,6 +73,13 @@ const kinds = {
     call: () => {
       const c = int8[i++ % copies];
       return addon.ops.gemm({ x, w: c.w, wScale: c.s, y });
+    },
+  },
+  fp8: {
+    bytes: N * K + 4 * N * Math.ceil(K / 128),
+    call: () => {
+      const c = fp8[i++ % copies];
+      return addon.ops.gemm({ x, w: c.w, wFormat: "e4m3", wGroupSize: 128, wScales: c.s, wByGroup: 1, y });
     },
   },
   bf16: { bytes: N * K * 2, call: () => addon.ops.gemm({ x, w: bf16[i++ % copies], y }) },
