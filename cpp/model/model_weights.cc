@@ -371,6 +371,7 @@ void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, 
   if (shape != std::vector<int64_t>{part.rows, K})
     throw Error(at + " has shape " + shapeOf(shape) + " but the config implies " + shapeOf({part.rows, K}));
   if (e4m3) {
+    if (bits != 8) throw Error(at + ": an e4m3 weight has bits 8 (one code a weight), got " + std::to_string(bits));
     setE4m3(*slot, part, at, groupSize, q, qBytes, scales, nScales, zeros != nullptr && nZeros > 0, perm != nullptr, name);
     return;
   }
