@@ -46,6 +46,9 @@ struct ModelConfig {
   // Quantize at load "int4" (model_weights.h): the same weights as 4-bit groups of this many along K, symmetric
   // (Q4_0-like: zero point 8, scale = the group's value of largest magnitude / -8). 0: off.
   int quantizeInt4Group = 0;
+  // Quantize at load "fp8" (model_weights.h): the same weights as FP8 e4m3 codes with an f32 scale per row and group
+  // of 128 inputs (the last group partial), scale = the group's largest magnitude / 448 (View::Groups::e4m3).
+  bool quantizeFp8 = false;
   // The dense layers' linear weights arrive pre-quantized (NativeModel option quantize: "checkpoint",
   // setQuantizedWeight): they keep no place in the packed bf16 arena.
   bool prequantized = false;

@@ -1,6 +1,7 @@
 #include "model_weights.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <cmath>
 #include <cstdlib>
@@ -107,7 +108,7 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
       define(L.down, C, I, {{p + "mlp.down_proj.weight", C}}, false);
     }
   }
-  if (cfg.quantizeInt8 || cfg.quantizeInt4Group)
+  if (cfg.quantizeInt8 || cfg.quantizeInt4Group || cfg.quantizeFp8)
     for (LayerWeights& L : layers)
       for (WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) s->quantize = s->rows > 0;
   for (auto& [slot, isVector] : all_)
@@ -176,6 +177,7 @@ void ModelWeights::set(const std::string& name, DType dtype, const std::vector<i
         throw Error("setWeight: '" + name + "' shares its stacked weight with grouped-quantized parts; set it with setQuantizedWeight too");
       if (slot->quantize) {
         if (cfg_.quantizeInt4Group) setQuantizedInt4(*slot, part, dtype, bytes, length, byteOffset, name);
+        else if (cfg_.quantizeFp8) setQuantizedFp8(*slot, part, dtype, bytes, length, byteOffset, name);
         else setQuantized(*slot, part, dtype, bytes, length, byteOffset, name);
         return;
       }
@@ -292,6 +294,62 @@ void ModelWeights::setQuantizedInt4(WeightSlot& slot, WeightSlot::Part& part, DT
   part.bytesSet += length;
 }
 
+namespace {
+// The nearest e4m3fn code of v, ties to the even code (as PyTorch's and ml_dtypes' float -> float8_e4m3fn), beyond
+// +-448 the largest finite code (v is a weight over its group's largest magnitude / 448, so |v| <= 448 but for
+// rounding). The positive codes 0x00..0x7e ascend in value, so a binary search finds the pair around |v|.
+uint8_t e4m3Code(float v) {
+  static const std::array<float, 127> values = [] {
+    std::array<float, 127> t{};
+    for (int c = 0; c < 127; c++) {
+      const int e = c >> 3, m = c & 7;
+      t[size_t(c)] = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(float(8 + m), e - 10);
+    }
+    return t;
+  }();
+  const float a = std::fabs(v);
+  int code = int(std::upper_bound(values.begin(), values.end(), a) - values.begin()) - 1;
+  if (code < 126) {
+    const float below = a - values[size_t(code)], above = values[size_t(code) + 1] - a;
+    if (above < below || (above == below && (code & 1))) code++;
+  }
+  return uint8_t(code | (std::signbit(v) ? 0x80 : 0));
+}
+}  // namespace
+
+void ModelWeights::setQuantizedFp8(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes,
+                                   size_t length, size_t byteOffset, const std::string& name) {
+  const size_t srcSize = dtypeSize(dtype), rowBytes = size_t(slot.cols) * srcSize;
+  const int64_t K = slot.cols, G = 128, ng = (K + G - 1) / G;
+  if (byteOffset % rowBytes || length % rowBytes)
+    throw Error("setWeight: '" + name + "' is quantized per row at load: set it in whole rows (" + std::to_string(rowBytes) +
+                " bytes each), got " + std::to_string(length) + " bytes at offset " + std::to_string(byteOffset));
+  const int64_t n = int64_t(length / rowBytes), r0 = part.rowOffset + int64_t(byteOffset / rowBytes);
+  std::vector<float> row(static_cast<size_t>(K)), scales(static_cast<size_t>(n * ng));
+  std::vector<uint8_t> q(static_cast<size_t>(n * K));
+  for (int64_t r = 0; r < n; r++) {
+    const uint8_t* src = bytes + size_t(r) * rowBytes;
+    for (int64_t k = 0; k < K; k++) {
+      row[size_t(k)] = loadAsF32(dtype, src, size_t(k));
+      if (!std::isfinite(row[size_t(k)]))
+        throw Error("setWeight: '" + name + "' row " + std::to_string(r0 - part.rowOffset + r) + " holds a non-finite value; it cannot be quantized");
+    }
+    for (int64_t g = 0; g < ng; g++) {
+      // vLLM's dynamic FP8 scale (amax / 448: the largest magnitude maps to e4m3's largest finite value), per row and
+      // 128 inputs: the group the e4m3 kernels scale by (a 128 x 128 block's scale would cover 128 rows of it)
+      const int64_t k0 = g * G, k1 = std::min(K, k0 + G);
+      float amax = 0;
+      for (int64_t k = k0; k < k1; k++) amax = std::max(amax, std::fabs(row[size_t(k)]));
+      const float s = amax > 0 ? amax / 448.0f : 1.0f;
+      scales[size_t(r * ng + g)] = s;
+      for (int64_t k = k0; k < k1; k++) q[size_t(r * K + k)] = e4m3Code(row[size_t(k)] / s);
+    }
+  }
+  storeGrouped(slot, name, 8, int(G), r0, n, q.data(), scales.data(), nullptr, nullptr, true);
+  part.bytesNeeded = size_t(part.rows) * rowBytes;
+  part.bytesSet += length;
+}
+
 void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0,
                                 int64_t n, const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm,
                                 bool e4m3) {
@@ -364,8 +422,8 @@ void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, 
   if (!linear)
     throw Error(at + " is not a dense layer's q/k/v, o, gate/up or down projection; embeddings, norms, the LM head and "
                 "MoE experts are set with setWeight as stored");
-  if (cfg_.quantizeInt8 || cfg_.quantizeInt4Group)
-    throw Error(at + ": the model quantizes at load (quantize \"int8\" / \"int4\"); a pre-quantized weight takes quantize \"checkpoint\" or none");
+  if (cfg_.quantizeInt8 || cfg_.quantizeInt4Group || cfg_.quantizeFp8)
+    throw Error(at + ": the model quantizes at load (quantize \"int8\" / \"int4\" / \"fp8\"); a pre-quantized weight takes quantize \"checkpoint\" or none");
   WeightSlot::Part& part = slot->parts[found->second.part];
   const int64_t K = slot->cols;
   if (shape != std::vector<int64_t>{part.rows, K})

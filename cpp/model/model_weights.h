@@ -142,6 +142,9 @@ class ModelWeights {
   // setGrouped of an e4m3 part (checks, then storeGrouped).
   void setE4m3(WeightSlot& slot, WeightSlot::Part& part, const std::string& at, int groupSize, const uint8_t* q,
                size_t qBytes, const float* scales, size_t nScales, bool zeros, bool perm, const std::string& name);
+  // set() of a slot quantized to FP8 e4m3 at load (ModelConfig::quantizeFp8): whole rows, a scale per row and 128 inputs.
+  void setQuantizedFp8(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes, size_t length,
+                       size_t byteOffset, const std::string& name);
   // Rows [r0, r0 + n) of a grouped slot (allocated at its first part, checked against it).
   void storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0, int64_t n,
                     const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm, bool e4m3 = false);

@@ -124,8 +124,9 @@ ModelConfig parseConfig(const Napi::Object& o) {
     const std::string q = quantize.IsString() ? quantize.As<Napi::String>().Utf8Value() : "";
     if (q == "int8") c.quantizeInt8 = true;
     else if (q == "int4") c.quantizeInt4Group = int(group ? group : 32);
+    else if (q == "fp8") c.quantizeFp8 = true;
     else if (q == "checkpoint") c.prequantized = true;
-    else fail("NativeModel: 'quantize' must be \"int8\", \"int4\" or \"checkpoint\" (or absent for the checkpoint's dtype)");
+    else fail("NativeModel: 'quantize' must be \"int8\", \"int4\", \"fp8\" or \"checkpoint\" (or absent for the checkpoint's dtype)");
   }
   if (group && !c.quantizeInt4Group) fail("NativeModel: 'quantizeGroupSize' is for quantize \"int4\" only");
   if (c.quantizeInt4Group && (c.quantizeInt4Group < 32 || c.quantizeInt4Group % 32))

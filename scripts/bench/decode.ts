@@ -163,7 +163,7 @@ function weightBytes(config: ModelConfig, bytesPerValue: number): { perToken: nu
     const n =
       quantize === "int8" && linear.test(name)
         ? numel + 4 * shape[0]
-        : fp8 && linear.test(name)
+        : (fp8 || quantize === "fp8") && linear.test(name)
           ? numel + 4 * shape[0] * Math.ceil(shape[1] / 128)
           : quantize === "int4" && linear.test(name)
             ? numel / 2 + (4 * numel) / int4Group

@@ -9,22 +9,23 @@ import { exportGguf } from "../gguf/export-gguf.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { cpuSecondsNow, type TokenTimes } from "./tokenTimes.js";
 
-/** What --quantize asks of our side; the peer gets the same weights with the linear matrices as Q8_0 / Q4_0. */
-export type PeerQuantize = "int8" | "int4" | undefined;
+/** What --quantize asks of our side; the peer gets the same weights with the linear matrices as Q8_0 / Q4_0 (fp8:
+ * Q8_0, the llama.cpp format of about the same bytes; llama.cpp has no FP8). */
+export type PeerQuantize = "int8" | "int4" | "fp8" | undefined;
 
 /** The GGUF's file name for a quantization: llama.cpp's block formats nearest ours (int8 rows, int4 groups of 32). */
 function ggufName(quantize: PeerQuantize): string {
-  return quantize === "int8" ? "model-q8_0.gguf" : quantize === "int4" ? "model-q4_0.gguf" : "model.gguf";
+  return quantize === "int4" ? "model-q4_0.gguf" : quantize ? "model-q8_0.gguf" : "model.gguf";
 }
 
 /** "Q8_0 linear, rest as stored" / "Q4_0 ..." / "as stored": what a result row says the peer ran. */
 export function peerWeightsLabel(quantize: PeerQuantize): string {
-  return quantize ? `${quantize === "int8" ? "Q8_0" : "Q4_0"} linear, rest as stored` : "as stored";
+  return quantize ? `${quantize === "int4" ? "Q4_0" : "Q8_0"} linear, rest as stored` : "as stored";
 }
 
 /** Writes `gguf` from the checkpoint in `dir` (dtypes kept; the linear matrices as Q8_0 / Q4_0 when quantized). */
 async function writeGguf(dir: string, gguf: string, quantize: PeerQuantize): Promise<void> {
-  await exportGguf(dir, gguf, "keep", quantize ? { linear: quantize === "int8" ? "q8_0" : "q4_0" } : {});
+  await exportGguf(dir, gguf, "keep", quantize ? { linear: quantize === "int4" ? "q4_0" : "q8_0" } : {});
 }
 
 /**

@@ -63,7 +63,7 @@ describe("deliberate generate", () => {
     expect(n4).toBeGreaterThan(0);
     expect(int4.tokens.slice(0, n4)).toEqual(ref4.tokens.slice(0, n4));
     await expect(cli([...args, "--quantize", "int2"])).rejects.toMatchObject({
-      stderr: expect.stringMatching(/--quantize must be int8 or int4, got 'int2'/),
+      stderr: expect.stringMatching(/--quantize must be int8, int4 or fp8, got 'int2'/),
     });
   });
 

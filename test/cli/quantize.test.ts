@@ -21,7 +21,9 @@ describe("quantizeOptions (the one rule of --quantize / --quantize-group)", () =
     expect(quantizeOptions(undefined, undefined)).toEqual({});
     expect(quantizeOptions("int8", undefined)).toEqual({ quantize: "int8" });
     expect(quantizeOptions("int4", "64")).toEqual({ quantize: "int4", quantizeGroupSize: 64 });
-    expect(() => quantizeOptions("fp8", undefined)).toThrow(/--quantize must be int8 or int4, got 'fp8'/);
+    expect(quantizeOptions("fp8", undefined)).toEqual({ quantize: "fp8" });
+    expect(() => quantizeOptions("fp4", undefined)).toThrow(/--quantize must be int8, int4 or fp8, got 'fp4'/);
+    expect(() => quantizeOptions("fp8", "128")).toThrow(/--quantize-group is for --quantize int4 only/);
     expect(() => quantizeOptions("int8", "32")).toThrow(/--quantize-group is for --quantize int4 only/);
     expect(() => quantizeOptions(undefined, "32")).toThrow(/--quantize-group is for --quantize int4 only/);
     expect(() => quantizeOptions("int4", "48")).toThrow(/--quantize-group must be one of 32, 64, 128, got '48'/);
@@ -35,7 +37,7 @@ describe("the benches' --quantize / --quantize-group", () => {
   it.each(benches)("bench %s refuses a wrong --quantize / --quantize-group by name", async (b) => {
     const file = `scripts/bench/${b}.ts`;
     await expect(tsx(file, ["--quantize", "int9"])).rejects.toMatchObject({
-      stderr: expect.stringMatching(/--quantize must be int8 or int4, got 'int9'/),
+      stderr: expect.stringMatching(/--quantize must be int8, int4 or fp8, got 'int9'/),
     });
     await expect(tsx(file, ["--quantize", "int4", "--quantize-group", "24"])).rejects.toMatchObject({
       stderr: expect.stringMatching(/--quantize-group must be one of 32, 64, 128, got '24'/),

@@ -129,10 +129,10 @@ describe(`int8-quantized batch on ${device}`, () => {
 });
 
 describe("loadModel quantize option", () => {
-  it("refuses anything but int8 / int4 by name, with a typed error, before reading the folder", async () => {
+  it("refuses anything but int8 / int4 / fp8 by name, with a typed error, before reading the folder", async () => {
     for (const [value, msg] of [
-      ["int2", /loadModel: quantize must be "int8" or "int4".*got "int2"/],
-      ["fp8", /loadModel: quantize must be "int8" or "int4".*got "fp8"$/],
+      ["int2", /loadModel: quantize must be "int8", "int4" or "fp8".*got "int2"/],
+      ["fp4", /loadModel: quantize must be "int8", "int4" or "fp8".*got "fp4"$/],
       [8, /got 8/],
     ] as const) {
       const err = await loadModel("/nonexistent-model-dir", { quantize: value as never }).catch((e: unknown) => e);

@@ -4,17 +4,17 @@
 // flag; loadModel checks the same values again (and that the group divides the model's widths) for library callers.
 import { Option } from "commander";
 
-export type QuantizeKind = "int8" | "int4";
+export type QuantizeKind = "int8" | "int4" | "fp8";
 
 /** The int4 group sizes loadModel takes (the native kernels' multiples of 32). */
 export const QUANTIZE_GROUPS = [32, 64, 128] as const;
 
 export const QUANTIZE_HELP =
-  "quantize the linear weights at load: int8 (per output row) or int4 (symmetric groups of --quantize-group inputs, 32 by default: Q4_0's scheme); default: as stored";
+  "quantize the linear weights at load: int8 (per output row), int4 (symmetric groups of --quantize-group inputs, 32 by default: Q4_0's scheme) or fp8 (e4m3, a scale per row and 128 inputs); default: as stored";
 export const QUANTIZE_GROUP_HELP = `--quantize int4: inputs per group, ${QUANTIZE_GROUPS.join(", ")} (default 32)`;
 
 /** --quantize and --quantize-group as commander options: `.addOption(quantizeOption()).addOption(quantizeGroupOption())`. */
-export const quantizeOption = (): Option => new Option("--quantize <int8|int4>", QUANTIZE_HELP);
+export const quantizeOption = (): Option => new Option("--quantize <int8|int4|fp8>", QUANTIZE_HELP);
 export const quantizeGroupOption = (): Option => new Option("--quantize-group <n>", QUANTIZE_GROUP_HELP);
 
 /** The same flags as node:util parseArgs options (the benches). */
@@ -28,8 +28,8 @@ export function quantizeOptions(
   quantize: string | undefined,
   group: string | undefined,
 ): { quantize?: QuantizeKind; quantizeGroupSize?: number } {
-  if (quantize !== undefined && quantize !== "int8" && quantize !== "int4")
-    throw new Error(`--quantize must be int8 or int4, got '${quantize}'`);
+  if (quantize !== undefined && quantize !== "int8" && quantize !== "int4" && quantize !== "fp8")
+    throw new Error(`--quantize must be int8, int4 or fp8, got '${quantize}'`);
   if (group === undefined) return quantize === undefined ? {} : { quantize };
   if (quantize !== "int4")
     throw new Error(`--quantize-group is for --quantize int4 only (int8 has one scale per output row)`);

@@ -258,7 +258,7 @@ export interface LoadSplitOptions extends Omit<KvSplitInput, "generator" | "veri
   kvSplit: KvSplitSpec;
   device?: "cpu" | "cuda";
   /** loadModel's quantize and quantizeGroupSize, for both models (the KV pools are sized by the budget alone). */
-  quantize?: "int8" | "int4";
+  quantize?: "int8" | "int4" | "fp8";
   quantizeGroupSize?: number;
   profile?: ProfileOptions;
 }

@@ -23,7 +23,7 @@ export interface EngineGeneratorOptions {
   /** Sequences the KV pool must hold at once (sizes the pool: this many full contexts). */
   maxConcurrentSequences: number;
   /** loadModel's quantize and quantizeGroupSize (default: as stored). */
-  quantize?: "int8" | "int4";
+  quantize?: "int8" | "int4" | "fp8";
   quantizeGroupSize?: number;
 }
 

@@ -20,7 +20,7 @@ export interface NativeModelPlan {
   kv: KvPlan;
   activationDtype?: "f32" | "bf16";
   kvDtype?: "f32" | "bf16" | "f16";
-  quantize?: "int8" | "int4";
+  quantize?: "int8" | "int4" | "fp8";
   /** quantize "int4": inputs per group. */
   quantizeGroupSize?: number;
 }

@@ -41,10 +41,11 @@ export interface LoadModelOptions {
   /**
    * Quantize at load, from any f32 / bf16 / f16 checkpoint: the dense layers' q/k/v, o, gate/up and down weights
    * become "int8" (symmetric per output row, an f32 scale each) or "int4" (symmetric groups of quantizeGroupSize
-   * along the input, an f32 scale each: llama.cpp Q4_0's scheme); embeddings, norms, the LM head and MoE experts stay
-   * as stored. Default: the checkpoint's dtype.
+   * along the input, an f32 scale each: llama.cpp Q4_0's scheme) or "fp8" (e4m3 codes, an f32 scale per row and 128
+   * inputs: the largest magnitude / 448, vLLM's dynamic FP8 at a finer grain than its 128 x 128 blocks);
+   * embeddings, norms, the LM head and MoE experts stay as stored. Default: the checkpoint's dtype.
    */
-  quantize?: "int8" | "int4";
+  quantize?: "int8" | "int4" | "fp8";
   /** quantize "int4": inputs per group, 32 (default), 64 or 128; it must divide every projection's input width. */
   quantizeGroupSize?: number;
 }
@@ -56,11 +57,11 @@ export const DEFAULT_INT4_GROUP = 32;
 function checkQuantize(
   quantize: unknown,
   groupSize: unknown,
-): { quantize: "int8" | "int4" | undefined; groupSize: number | undefined } {
-  if (quantize !== undefined && quantize !== "int8" && quantize !== "int4") {
+): { quantize: "int8" | "int4" | "fp8" | undefined; groupSize: number | undefined } {
+  if (quantize !== undefined && quantize !== "int8" && quantize !== "int4" && quantize !== "fp8") {
     const field = "loadModel: quantize";
     throw new InvalidOptionError(
-      `${field} must be "int8" or "int4" (or absent for the checkpoint's dtype), got ${JSON.stringify(quantize)}`,
+      `${field} must be "int8", "int4" or "fp8" (or absent for the checkpoint's dtype), got ${JSON.stringify(quantize)}`,
       { field },
     );
   }

@@ -208,10 +208,10 @@ export interface NativeModelOptions {
   kvDtype?: "f32" | "bf16" | "f16";
   /**
    * The dense layers' linear weights: "int8" quantizes them at load per output row, "int4" in symmetric groups of
-   * quantizeGroupSize (default 32) along K (model_weights.h); "checkpoint": they arrive pre-quantized through
+   * quantizeGroupSize (default 32) along K, "fp8" to e4m3 codes with a scale per row and 128 inputs (model_weights.h); "checkpoint": they arrive pre-quantized through
    * setQuantizedWeight (no bf16 packing place is kept for them).
    */
-  quantize?: "int8" | "int4" | "checkpoint";
+  quantize?: "int8" | "int4" | "fp8" | "checkpoint";
   /** quantize "int4": the group size, a multiple of 32 dividing every K (default 32). */
   quantizeGroupSize?: number;
   /** KV pool: per layer kCache/vCache [numPages, pageSize, numKvHeads, headDim]. */

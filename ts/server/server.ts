@@ -102,7 +102,7 @@ export interface CreateServerOptions extends Omit<DeliberatePluginOptions, "targ
   device?: "cpu" | "cuda";
   /** loadModel's quantize for modelDir ("int8": linear weights int8 per output row; "int4": in groups of 32;
    *  default as stored). */
-  quantize?: "int8" | "int4";
+  quantize?: "int8" | "int4" | "fp8";
   /** loadModel's quantizeGroupSize for modelDir (quantize "int4": 32, 64 or 128; default 32). */
   quantizeGroupSize?: number;
   /** Called once modelDir is loaded, before it serves (`deliberate serve` logs its weights report here). */

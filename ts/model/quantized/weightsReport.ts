@@ -184,10 +184,12 @@ export function planWeights(
   };
 }
 
-/** Bytes of an [N, K] weight quantized at load: int8 per row (an f32 scale each), or int4 in groups of G (an f32
- * scale each, and the grouped format's u8 zero point); another value counts as int8. */
+/** Bytes of an [N, K] weight quantized at load: int8 per row (an f32 scale each), int4 in groups of G (an f32
+ * scale each, and the grouped format's u8 zero point), or fp8 (e4m3 codes, an f32 scale per row and 128 inputs);
+ * another value counts as int8. */
 function atLoadBytes(quantize: string, N: number, K: number, G = 32): number {
   if (quantize === "int4") return (N * K) / 2 + ((N * K) / G) * 5;
+  if (quantize === "fp8") return fp8WeightBytes(N, K, 128);
   return N * K + 4 * N;
 }
 

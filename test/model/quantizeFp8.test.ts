@@ -1,0 +1,60 @@
+// loadModel's quantize "fp8" (cpp/model/model_weights.cc setQuantizedFp8): the dense projections of a float checkpoint
+// as e4m3 codes with an f32 scale per row and 128 inputs (amax / 448). Held to an FP8 checkpoint of that exact layout
+// (weight_block_size [1, 128]): quantizing its dequantized twin at load gives back its codes (and its scales up to
+// their last bit), so the two forwards agree; against the f32 model, the error e4m3 costs; the weights report.
+import { afterAll, describe, expect, it } from "vitest";
+import { makeDequantizedTwin } from "../../scripts/fixture/quantizedFixture.js";
+import { loadModel } from "../../ts/model/model.js";
+import { cleanupFixtures, tempDir, tempFixture } from "./fixtures.js";
+import { randomTokens, relL2 } from "./fixtureCache.js";
+import { PAGE, runChunks } from "./forwardSuite.js";
+import { quantizedFixture } from "./quantizedSuite.js";
+
+afterAll(cleanupFixtures);
+const device = "cpu";
+
+describe('loadModel quantize: "fp8"', () => {
+  it("quantizes an FP8 checkpoint's dequantized twin back to the checkpoint's forward", async () => {
+    const f = await quantizedFixture({ method: "fp8", block: [1, 128], scaleDtype: "F32" }, { hidden: 192 });
+    const twin = await makeDequantizedTwin(f, await tempDir("deliberate-dequantized-"));
+    const stored = await loadModel(f.dir, { device, kvPages: 32, pageSize: PAGE });
+    const atLoad = await loadModel(twin, { device, kvPages: 32, pageSize: PAGE, quantize: "fp8" });
+    try {
+      expect(atLoad.native.info.linearFormat).toBe("e4m3 g128");
+      expect(stored.native.info.linearFormat).toBe("e4m3 g128");
+      expect(atLoad.native.info.weightBytes).toBe(stored.native.info.weightBytes);
+      expect(atLoad.weights.formats.map((x) => x.format)).toContain("fp8 (quantized at load)");
+      expect(atLoad.weights.bytes).toBe(atLoad.native.info.weightBytes);
+      const tokens = randomTokens(10, stored.config.vocabSize, 5);
+      const a = await runChunks(stored, tokens, [7, 1, 1, 1], 0);
+      const b = await runChunks(atLoad, tokens, [7, 1, 1, 1], 0);
+      a.forEach((x, i) => expect(relL2(b[i], x), `step ${i}`).toBeLessThan(1e-5));
+    } finally {
+      stored.dispose();
+      atLoad.dispose();
+    }
+  });
+
+  it("stays close to the f32 model (e4m3's 3 mantissa bits) at about 1/4 of its linear bytes", async () => {
+    const f = await tempFixture({ arch: "llama", hidden: 192, dtype: "f32" });
+    const f32 = await loadModel(f.dir, { device, kvPages: 32, pageSize: PAGE });
+    const fp8 = await loadModel(f.dir, { device, kvPages: 32, pageSize: PAGE, quantize: "fp8" });
+    try {
+      const tokens = randomTokens(10, f32.config.vocabSize, 7);
+      const a = await runChunks(f32, tokens, [7, 1, 1, 1], 0);
+      const b = await runChunks(fp8, tokens, [7, 1, 1, 1], 0);
+      const errors = a.map((x, i) => relL2(b[i], x));
+      if (process.env.DELIBERATE_PRINT_TWIN) console.log("fp8 at load vs f32", errors);
+      errors.forEach((e, i) => expect(e, `step ${i}`).toBeLessThan(5e-2));
+      // the projections' bytes: the f32 model's total less what both hold alike (embeddings, norms)
+      const q = fp8.weights.formats.find((x) => x.format === "fp8 (quantized at load)")!;
+      expect(q.tensors).toBeGreaterThan(0);
+      const ratio = q.bytes / (f32.native.info.weightBytes - (fp8.native.info.weightBytes - q.bytes));
+      expect(ratio).toBeGreaterThan(0.25);
+      expect(ratio).toBeLessThan(0.27); // a byte a weight and an f32 scale per 128 (or fewer, at the row's end)
+    } finally {
+      f32.dispose();
+      fp8.dispose();
+    }
+  });
+});
