@@ -15,10 +15,18 @@ export type XGrammar = typeof XG;
 let loading: Promise<XGrammar> | null = null;
 
 /**
- * The runtime's linear memory, caught as it is instantiated (load), so that nextTokenBitmaskNow reads a bitmask's
- * words from it directly instead of one embind call each; null where it was not found (then it does not).
+ * The runtime's linear memory, so that nextTokenBitmaskNow reads a bitmask's words from it directly instead of one
+ * embind call each: found among `seenMemories` by the first read (identifyMemory); null until then, and for good where
+ * none is the runtime's (then every read goes through embind).
  */
 let wasmMemory: WasmMemory | null = null;
+
+/**
+ * Every memory a WebAssembly.instantiate exported or imported while the runtime started (load). The runtime's is one
+ * of them, but not necessarily the first: anything else in the process may instantiate a module in that window (Node's
+ * fetch starts undici's llhttp wasm on its first use, with a memory of its own).
+ */
+let seenMemories: WasmMemory[] = [];
 
 /** What this module uses of the WebAssembly global (its types are not in this build's libs: no DOM lib). */
 interface WasmMemory {
@@ -32,7 +40,7 @@ interface WasmApi {
   Instance: abstract new (...args: never[]) => WasmInstance;
   Memory: abstract new (...args: never[]) => WasmMemory;
 }
-/** Whether the direct read gave the embind read's words on its first use (checked once; off for good if not). */
+/** Whether bitmasks are read from wasmMemory: decided by the first read (identifyMemory); off for good if not found. */
 let directRead: "unchecked" | "on" | "off" = "unchecked";
 
 /** The XGrammar API, its runtime started (once per process). */
@@ -56,22 +64,36 @@ async function load(): Promise<XGrammar> {
     const api = g.xgrammar as XGrammar | undefined;
     if (api === undefined || typeof api.GrammarCompiler !== "function")
       throw new Error("@mlc-ai/web-xgrammar did not publish its API on globalThis.xgrammar");
-    // The runtime starts on the first call (it reads the globals then): start it now, while they exist. Its
-    // instantiation is watched for the memory it exports or imports (wasmMemory).
+    // The runtime starts on the first call (it reads the globals then): start it now, while they exist. The
+    // instantiations meanwhile are watched for the memories they export or import (seenMemories), whoever made them:
+    // which one is the runtime's is found by the first bitmask read (identifyMemory).
     const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
     const instantiate = wasm.instantiate;
-    wasm.instantiate = async function (this: unknown, ...args: unknown[]) {
+    let watching = true;
+    const watched = async function (this: unknown, ...args: unknown[]) {
       const r = await instantiate.apply(this, args);
-      const instance = r instanceof wasm.Instance ? r : (r as { instance: WasmInstance }).instance;
-      const imports = (args[1] ?? {}) as Record<string, Record<string, unknown>>;
-      const found = [...Object.values(instance.exports), ...Object.values(imports).flatMap((m) => Object.values(m))];
-      wasmMemory ??= (found.find((v) => v instanceof wasm.Memory) as WasmMemory | undefined) ?? null;
+      if (watching)
+        try {
+          const instance = r instanceof wasm.Instance ? r : (r as { instance: WasmInstance }).instance;
+          const imports = (args[1] ?? {}) as Record<string, Record<string, unknown>>;
+          const found = [
+            ...Object.values(instance.exports),
+            ...Object.values(imports).flatMap((m) => Object.values(m)),
+          ];
+          for (const v of found)
+            if (v instanceof wasm.Memory && !seenMemories.includes(v as WasmMemory)) seenMemories.push(v as WasmMemory);
+        } catch {
+          // Another module's instantiation is never failed by this watch: its memory is just not seen.
+        }
       return r;
     };
+    wasm.instantiate = watched;
     try {
       (await api.Grammar.builtinJSONGrammar()).dispose();
     } finally {
-      wasm.instantiate = instantiate;
+      // Inert from here (no memory is kept past the start); put back unless someone wrapped it after us meanwhile.
+      watching = false;
+      if (wasm.instantiate === watched) wasm.instantiate = instantiate;
     }
     return api;
   } finally {
@@ -86,6 +108,7 @@ export const SYNC_MASK_WORDS = 32;
 interface VectorHandle {
   size(): number;
   get(i: number): number;
+  set?(i: number, value: number): unknown;
   delete(): void;
   $$?: { ptr?: number };
 }
@@ -112,19 +135,17 @@ export function bitmaskReadableNow(matcher: XG.GrammarMatcher, vocabSize: number
  * method is called and its vector's words read straight from the runtime's memory (the vector's data pointer and end,
  * libc++'s layout, at the address embind holds), as getNextTokenBitmask's memory view does: each embind call costs
  * ~0.5 us through web-xgrammar's generic invoker, and a word by word read made 2 + words of them a row a step. The
- * first direct read is checked against the embind read; where the memory was not found or they differ (another
- * build), every read goes word by word. The same words either way (test/grammar/xgrammar.test.ts).
+ * first read finds which memory is the runtime's (identifyMemory); where none is, or the layout is not libc++'s
+ * (another build), every read goes word by word. The same words either way (test/grammar/xgrammar.test.ts,
+ * xgrammarMemory.test.ts).
  */
 export function nextTokenBitmaskNow(matcher: XG.GrammarMatcher, vocabSize: number): Int32Array {
   const words = Math.ceil(vocabSize / 32);
   const v = (handleOf(matcher) as MatcherHandle).GetNextTokenBitmask(vocabSize);
   try {
     const out = new Int32Array(words);
-    if (directRead !== "off" && readDirect(v, out)) {
-      if (directRead === "on") return out;
-      directRead = Array.from(out).every((w, i) => w === v.get(i)) && v.size() === words ? "on" : "off";
-      if (directRead === "on") return out;
-    }
+    if (directRead === "unchecked") directRead = identifyMemory(v, words) ? "on" : "off";
+    if (directRead === "on" && readDirect(v, out)) return out;
     if (v.size() !== words) throw new Error(`XGrammar's bitmask has ${v.size()} words, expected ${words}`);
     for (let i = 0; i < words; i++) out[i] = v.get(i);
     return out;
@@ -137,14 +158,56 @@ let heap: Int32Array | null = null;
 
 /** Reads vector `v`'s words into `out` from the runtime's memory: false (nothing read) if it cannot be done here. */
 function readDirect(v: VectorHandle, out: Int32Array): boolean {
-  const ptr = v.$$?.ptr;
-  if (wasmMemory === null || typeof ptr !== "number" || (ptr & 3) !== 0) return false;
+  if (wasmMemory === null) return false;
   if (heap === null || heap.buffer !== wasmMemory.buffer) heap = new Int32Array(wasmMemory.buffer); // after a growth
-  const begin = heap[ptr >> 2] >>> 0;
-  const end = heap[(ptr >> 2) + 1] >>> 0;
-  if ((begin & 3) !== 0 || end - begin !== 4 * out.length || end > heap.byteLength) return false;
-  for (let i = 0, at = begin >> 2; i < out.length; i++) out[i] = heap[at + i];
+  const at = wordsAt(heap, v, out.length);
+  if (at < 0) return false;
+  for (let i = 0; i < out.length; i++) out[i] = heap[at + i];
   return true;
+}
+
+/**
+ * Where vector `v`'s `words` words start in `memory` (an index into it), read as libc++ lays a vector out (its data
+ * pointer, then its end, at the address embind holds); -1 where that does not fit a vector of `words` words there.
+ */
+function wordsAt(memory: Int32Array, v: VectorHandle, words: number): number {
+  const ptr = v.$$?.ptr;
+  if (typeof ptr !== "number" || ptr < 0 || (ptr & 3) !== 0 || ptr + 8 > memory.byteLength) return -1;
+  const begin = memory[ptr >> 2] >>> 0;
+  const end = memory[(ptr >> 2) + 1] >>> 0;
+  if ((begin & 3) !== 0 || end - begin !== 4 * words || end > memory.byteLength) return -1;
+  return begin >> 2;
+}
+
+/** Two words written into a vector through embind to see where they land (identifyMemory); any two distinct values. */
+const PROBES = [0x2545f491, -0x6b2fb645];
+
+/**
+ * Finds the runtime's memory among those seen while it started, with a bitmask vector `v` of `words` words: the one
+ * where the vector's words sit where libc++'s layout says, and where words written through embind's own `set` appear
+ * there (two probe values, then the word put back). Reading alone could be fooled (another module's memory holding,
+ * by chance or by the same allocations, the same bytes at that address); a write through the runtime cannot. True
+ * when exactly one memory is the runtime's (then wasmMemory); false leaves every read to embind, word by word.
+ */
+function identifyMemory(v: VectorHandle, words: number): boolean {
+  const candidates = seenMemories;
+  seenMemories = []; // looked at once: none is kept past this
+  if (typeof v.set !== "function" || v.size() !== words) return false;
+  const expected = Array.from({ length: words }, (_, i) => v.get(i));
+  const first = expected[0];
+  const found = candidates.filter((memory) => {
+    const view = new Int32Array(memory.buffer);
+    const at = wordsAt(view, v, words);
+    if (at < 0 || expected.some((w, i) => view[at + i] !== w)) return false;
+    try {
+      // A fresh view after each write: a call into the runtime may grow its memory (the old buffer then detached).
+      return PROBES.every((p) => (v.set!(0, p), new Int32Array(memory.buffer)[at] === p));
+    } finally {
+      v.set!(0, first);
+    }
+  });
+  wasmMemory = found.length === 1 ? found[0] : null;
+  return wasmMemory !== null;
 }
 
 /** How nextTokenBitmaskNow reads (for tests): "on" once a direct read matched the embind read. */
