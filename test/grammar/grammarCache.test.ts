@@ -4,7 +4,8 @@
 // XGrammar (sandbox and host threads).
 import { describe, expect, it } from "vitest";
 import { InvalidOptionError } from "../../ts/errors/index.js";
-import { GrammarSet } from "../../ts/grammar/grammars.js";
+import { GrammarSet, grammarSetDefaults } from "../../ts/grammar/grammars.js";
+import type { StructuredFormat } from "../../ts/grammar/types.js";
 
 const VOCAB = ["<eos>", "{", "}", '"', "a", ":", "1", "2", ","];
 
@@ -41,6 +42,37 @@ describe("GrammarSet: the cache by format", () => {
         expect(() => set.compile({ type: "json_schema", schema: nan }, "request.structured")).toThrow(
           /minimum is null; expected a finite number/,
         );
+    } finally {
+      set.dispose();
+    }
+  });
+
+  it("remembers formats' texts least recently used first, within maxEntries and keyTextChars", async () => {
+    const saved = grammarSetDefaults.keyTextChars;
+    grammarSetDefaults.keyTextChars = 200; // read when a set is made
+    const set = new GrammarSet(
+      { tokens: VOCAB, vocabType: "raw", prependSpace: false, think: null },
+      VOCAB.length,
+      [0],
+      3,
+    );
+    grammarSetDefaults.keyTextChars = saved;
+    const known = (set as unknown as { keyOfText: Map<string, string> }).keyOfText;
+    const choice = (...choices: string[]): StructuredFormat => ({ type: "choice", choices });
+    const remembered = (...formats: StructuredFormat[]) => formats.map((f) => known.has(JSON.stringify(f)));
+    try {
+      const [a, b, c, d] = [choice("a"), choice("1"), choice("2"), choice("a", "1")]; // ~55 characters each
+      for (const f of [a, b, a, c]) await set.compile(f, "request.structured");
+      expect(remembered(a, b, c)).toEqual([true, true, true]);
+      // A fourth: past maxEntries (3) and past 200 characters; b is the least recently used (a was asked again).
+      await set.compile(d, "request.structured");
+      expect(remembered(a, b, c, d)).toEqual([true, false, true, true]);
+      // A format longer than the whole bound is not remembered (walked each time), and pushes nothing out.
+      const long = choice("a".repeat(300));
+      await set.compile(long, "request.structured");
+      expect(remembered(long, a, c, d)).toEqual([false, true, true, true]);
+      set.dispose();
+      expect(known.size).toBe(0);
     } finally {
       set.dispose();
     }

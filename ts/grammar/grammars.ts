@@ -31,10 +31,18 @@ export const liveXGrammar = { compilers: 0, grammars: 0 };
 export const LOCAL_COMPILE_MS = 100;
 
 /**
- * Defaults a GrammarSet reads when it is made (an engine makes one per model on its first structured request). Tests
- * set `localCompileMs` to -1 to keep every grammar on its host thread (the path a slow grammar takes).
+ * Characters of format texts and cache keys a GrammarSet remembers at most (its keyOfText, both strings counted): a
+ * request may carry a schema of megabytes (the server takes bodies up to 32 MiB), and one remembered per distinct
+ * format, kept whether or not it compiled, would hold gigabytes after a few hundred such requests.
  */
-export const grammarSetDefaults = { localCompileMs: LOCAL_COMPILE_MS };
+export const KEY_TEXT_CHARS = 16 * 1024 * 1024;
+
+/**
+ * Defaults a GrammarSet reads when it is made (an engine makes one per model on its first structured request). Tests
+ * set `localCompileMs` to -1 to keep every grammar on its host thread (the path a slow grammar takes), and
+ * `keyTextChars` small to see the bound.
+ */
+export const grammarSetDefaults = { localCompileMs: LOCAL_COMPILE_MS, keyTextChars: KEY_TEXT_CHARS };
 
 /** Grammar hosts a GrammarSet starts at most (each holds an XGrammar instance with the vocabulary's tokenizer info). */
 export const DEFAULT_GRAMMAR_HOSTS = 4;
@@ -172,9 +180,13 @@ export class GrammarSet {
   /**
    * Each format's cache key by its JSON text, for formats of plain JSON data (plainJsonText): a request repeating a
    * format (a server's clients send the same schema each time) skips grammarSource's schema walks, which cost
-   * ~100 us a request on the bench's strict schema. Bounded, oldest out first; keys only (no grammar is held).
+   * ~100 us a request on the bench's strict schema. Least recently used first; at most maxEntries of them and
+   * keyTextChars characters (rememberKey); keys only (no grammar is held).
    */
   private readonly keyOfText = new Map<string, string>();
+  /** Characters in keyOfText, its texts and keys. */
+  private keyChars = 0;
+  private readonly keyTextChars = grammarSetDefaults.keyTextChars;
   /** Compiles, first and cached, and grammars freed (bench:structured reads them). */
   readonly stats = { compiles: 0, cacheHits: 0, evictions: 0 };
 
@@ -228,6 +240,8 @@ export class GrammarSet {
         () => undefined,
       );
     this.cache.clear();
+    this.keyOfText.clear();
+    this.keyChars = 0;
     for (const host of this.hosts) host.terminate();
     liveXGrammar.compilers -= this.hosts.length;
     this.hosts.length = 0;
@@ -289,19 +303,34 @@ export class GrammarSet {
     const hit = known === undefined ? undefined : this.cache.get(known);
     if (hit !== undefined && !(hit.host?.dead ?? false)) {
       this.stats.cacheHits++;
-      this.cache.delete(known!); // most recently used last
+      this.cache.delete(known!); // most recently used last, in both maps
       this.cache.set(known!, hit);
+      this.keyOfText.delete(text!);
+      this.keyOfText.set(text!, known!);
       return hit;
     }
     const source = grammarSource(format, field);
     const numbers = source.kind === "json_schema" && source.numbers !== undefined ? source.numbers.join("\u0000") : "";
     const key = `${source.kind}\u0000${"text" in source ? source.text : ""}\u0000${numbers}`;
-    if (text !== null) {
-      this.keyOfText.delete(text);
-      this.keyOfText.set(text, key);
-      if (this.keyOfText.size > KEYS_BY_TEXT) this.keyOfText.delete(this.keyOfText.keys().next().value!);
-    }
+    if (text !== null) this.rememberKey(text, key);
     return this.entryOf(key, source, format, field);
+  }
+
+  /** Remembers `key` for `text` (most recently used last); the least recently used go past either bound. */
+  private rememberKey(text: string, key: string): void {
+    const old = this.keyOfText.get(text);
+    if (old !== undefined) {
+      this.keyOfText.delete(text);
+      this.keyChars -= text.length + old.length;
+    }
+    if (text.length + key.length > this.keyTextChars) return; // larger than the whole bound: walked each time
+    this.keyOfText.set(text, key);
+    this.keyChars += text.length + key.length;
+    for (const [t, k] of this.keyOfText) {
+      if (this.keyOfText.size <= this.maxEntries && this.keyChars <= this.keyTextChars) break;
+      this.keyOfText.delete(t);
+      this.keyChars -= t.length + k.length;
+    }
   }
 
   private entryOf(key: string, source: GrammarSource, format: StructuredFormat, field: string): CacheEntry {
@@ -455,9 +484,6 @@ export class GrammarSet {
     return this.hosts.reduce((a, b) => (load(b) < load(a) ? b : a));
   }
 }
-
-/** Formats whose cache key GrammarSet remembers by their JSON text. */
-const KEYS_BY_TEXT = 256;
 
 const notPlain = new Error("not plain JSON data");
 
