@@ -36,6 +36,15 @@ describe("GrammarSet: the cache by format", () => {
       expect(set.stats).toMatchObject({ compiles: 2, cacheHits: 2 });
       for (let i = 0; i < 2; i++)
         expect(() => set.compile({ type: "choice", choices: [] }, "request.structured")).toThrow(InvalidOptionError);
+      // An array whose toJSON says other than its items: its own format, not the one its text names.
+      class Spelled extends Array<string> {
+        toJSON() {
+          return ["a"];
+        }
+      }
+      const plainA = await set.compile({ type: "choice", choices: ["a"] }, "request.structured");
+      const spelled = await set.compile({ type: "choice", choices: Spelled.from(["1"]) }, "request.structured");
+      expect(spelled).not.toBe(plainA);
       // Not plain JSON data (a NaN bound): refused by the schema check each time, as before any cache.
       const nan = { type: "object", properties: { a: { type: "integer", minimum: Number.NaN } } };
       for (let i = 0; i < 2; i++)

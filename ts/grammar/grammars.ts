@@ -500,9 +500,11 @@ function plainJsonText(format: StructuredFormat): string | null {
       if (own === undefined || typeof own === "function" || typeof own === "symbol" || typeof own === "bigint")
         throw notPlain;
       if (typeof own === "number" && !Number.isFinite(own)) throw notPlain;
-      if (typeof own === "object" && own !== null && !Array.isArray(own)) {
+      if (typeof own === "object" && own !== null) {
+        // An Array subclass too (its own toJSON would make the text say other than its items).
         const proto = Object.getPrototypeOf(own) as unknown;
-        if ((proto !== Object.prototype && proto !== null) || "toJSON" in own) throw notPlain;
+        const plain = Array.isArray(own) ? proto === Array.prototype : proto === Object.prototype || proto === null;
+        if (!plain || "toJSON" in own) throw notPlain;
       }
       return v;
     });
