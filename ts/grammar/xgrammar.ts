@@ -144,10 +144,11 @@ export function nextTokenBitmaskNow(matcher: XG.GrammarMatcher, vocabSize: numbe
   const v = (handleOf(matcher) as MatcherHandle).GetNextTokenBitmask(vocabSize);
   try {
     const out = new Int32Array(words);
-    if (directRead === "unchecked") directRead = identifyMemory(v, words) ? "on" : "off";
     if (directRead === "on" && readDirect(v, out)) return out;
     if (v.size() !== words) throw new Error(`XGrammar's bitmask has ${v.size()} words, expected ${words}`);
     for (let i = 0; i < words; i++) out[i] = v.get(i);
+    // After the words are read: what identifyMemory writes into the vector (or fails to) reaches no mask.
+    if (directRead === "unchecked") directRead = identifyMemory(v, out) ? "on" : "off";
     return out;
   } finally {
     v.delete();
@@ -183,30 +184,33 @@ function wordsAt(memory: Int32Array, v: VectorHandle, words: number): number {
 const PROBES = [0x2545f491, -0x6b2fb645];
 
 /**
- * Finds the runtime's memory among those seen while it started, with a bitmask vector `v` of `words` words: the one
- * where the vector's words sit where libc++'s layout says, and where words written through embind's own `set` appear
- * there (two probe values, then the word put back). Reading alone could be fooled (another module's memory holding,
- * by chance or by the same allocations, the same bytes at that address); a write through the runtime cannot. True
- * when exactly one memory is the runtime's (then wasmMemory); false leaves every read to embind, word by word.
+ * Finds the runtime's memory among those seen while it started, with a bitmask vector `v` whose words (read through
+ * embind) are `expected`: the one where the vector's words sit where libc++'s layout says, and where words written
+ * through embind's own `set` appear there (two probe values, then the word put back). Reading alone could be fooled
+ * (another module's memory holding, by chance or by the same allocations, the same bytes at that address); a write
+ * through the runtime cannot. True when exactly one memory is the runtime's (then wasmMemory); false, never a throw,
+ * where none is or the handle is not what this version's is (every read then goes through embind).
  */
-function identifyMemory(v: VectorHandle, words: number): boolean {
+function identifyMemory(v: VectorHandle, expected: Int32Array): boolean {
   const candidates = seenMemories;
   seenMemories = []; // looked at once: none is kept past this
-  if (typeof v.set !== "function" || v.size() !== words) return false;
-  const expected = Array.from({ length: words }, (_, i) => v.get(i));
-  const first = expected[0];
-  const found = candidates.filter((memory) => {
-    const view = new Int32Array(memory.buffer);
-    const at = wordsAt(view, v, words);
-    if (at < 0 || expected.some((w, i) => view[at + i] !== w)) return false;
-    try {
-      // A fresh view after each write: a call into the runtime may grow its memory (the old buffer then detached).
-      return PROBES.every((p) => (v.set!(0, p), new Int32Array(memory.buffer)[at] === p));
-    } finally {
-      v.set!(0, first);
-    }
-  });
-  wasmMemory = found.length === 1 ? found[0] : null;
+  try {
+    const words = expected.length;
+    const found = candidates.filter((memory) => {
+      const view = new Int32Array(memory.buffer);
+      const at = wordsAt(view, v, words);
+      if (at < 0 || expected.some((w, i) => view[at + i] !== w)) return false;
+      try {
+        // A fresh view after each write: a call into the runtime may grow its memory (the old buffer then detached).
+        return PROBES.every((p) => (v.set!(0, p), new Int32Array(memory.buffer)[at] === p));
+      } finally {
+        v.set!(0, expected[0]);
+      }
+    });
+    wasmMemory = found.length === 1 ? found[0] : null;
+  } catch {
+    wasmMemory = null; // no `set`, or one that throws: another build
+  }
   return wasmMemory !== null;
 }
 
