@@ -24,9 +24,10 @@ let wasmMemory: WasmMemory | null = null;
 /**
  * Every memory a WebAssembly.instantiate exported or imported while the runtime started (load). The runtime's is one
  * of them, but not necessarily the first: anything else in the process may instantiate a module in that window (Node's
- * fetch starts undici's llhttp wasm on its first use, with a memory of its own).
+ * fetch starts undici's llhttp wasm on its first use, with a memory of its own). Held weakly: the runtime holds its
+ * own, and another module's is not kept alive by this (a large vocabulary never reads a mask here, so never looks).
  */
-let seenMemories: WasmMemory[] = [];
+let seenMemories: Array<WeakRef<WasmMemory>> = [];
 
 /** What this module uses of the WebAssembly global (its types are not in this build's libs: no DOM lib). */
 interface WasmMemory {
@@ -81,7 +82,8 @@ async function load(): Promise<XGrammar> {
             ...Object.values(imports).flatMap((m) => Object.values(m)),
           ];
           for (const v of found)
-            if (v instanceof wasm.Memory && !seenMemories.includes(v as WasmMemory)) seenMemories.push(v as WasmMemory);
+            if (v instanceof wasm.Memory && !seenMemories.some((r) => r.deref() === v))
+              seenMemories.push(new WeakRef(v as WasmMemory));
         } catch {
           // Another module's instantiation is never failed by this watch: its memory is just not seen.
         }
@@ -192,8 +194,8 @@ const PROBES = [0x2545f491, -0x6b2fb645];
  * where none is or the handle is not what this version's is (every read then goes through embind).
  */
 function identifyMemory(v: VectorHandle, expected: Int32Array): boolean {
-  const candidates = seenMemories;
-  seenMemories = []; // looked at once: none is kept past this
+  const candidates = seenMemories.map((r) => r.deref()).filter((m) => m !== undefined);
+  seenMemories = []; // looked at once
   try {
     const words = expected.length;
     const found = candidates.filter((memory) => {
