@@ -12,70 +12,16 @@
 import { writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import {
-  Engine,
-  loadModel,
-  ProgramRuntime,
-  prmReward,
-  readPrmConfig,
-  scoreAhead,
-  type Program,
-  type ProgramContext,
-} from "../../ts/index.js";
 import { auroc } from "../../ts/probe/stats.js";
 import { Rng } from "../../ts/tasks/arith/rng.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { buildTrainer } from "../train-reasoner/buildTrainer.js";
 import { loadChatTokenizer } from "../train-reasoner/chatTokenizer.js";
 import { labelSolution } from "./data.js";
+import { scoreSteps } from "./score.js";
 import { cachedLabels, fileDigest, mcLabelSolutions, sampleTraces, type SampledSolution } from "./mcLabels.js";
 
 const labelCache = resolve(new URL(".", import.meta.url).pathname, "../../.scratch/train-prm");
-
-interface Steps {
-  question: string;
-  steps: string[];
-}
-
-/** Every step's score under the PRM in `prmDir`, served by the engine. */
-async function scoreSteps(
-  prmDir: string,
-  solutions: readonly Steps[],
-): Promise<{ scores: number[][]; seconds: number }> {
-  const config = readPrmConfig(prmDir);
-  if (config === null) throw new Error(`${prmDir} has no prm.json`);
-  const model = await loadModel(prmDir);
-  const engine = new Engine({ models: [{ name: "prm", model }] });
-  const reward = prmReward(config, "prm");
-  let scores: number[][] = [];
-  const t0 = Date.now();
-  const program: Program = {
-    name: "prm-eval",
-    certaindex: 0,
-    knob: { used: 0, max: 1 },
-    tokenBudget: 0,
-    get done() {
-      return this.knob.used > 0;
-    },
-    async execute(ctx: ProgramContext) {
-      scores = await Promise.all(
-        solutions.map((s) =>
-          scoreAhead(reward, ctx, { question: s.question, previous: [], step: s.steps[0] }, s.steps.slice(1)),
-        ),
-      );
-      this.knob.used = 1;
-    },
-    updateCertaindex: () => 0,
-    answer: () => null,
-  };
-  try {
-    await new ProgramRuntime(engine).run(program);
-  } finally {
-    await engine.dispose();
-    model.dispose();
-  }
-  return { scores, seconds: (Date.now() - t0) / 1000 };
-}
 
 const aggregates = {
   min: (s: readonly number[]) => Math.min(...s),

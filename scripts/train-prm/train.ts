@@ -1,13 +1,16 @@
 // One command to reproduce models/tiny-prm (checker labels, the default) or models/tiny-prm-mc on a CPU:
-//   npx tsx scripts/train-prm/train.ts [--labels checker|mc-soft|mc-hard] [--out DIR] [--generator DIR] [--init DIR]
-//        [--train-problems N] [--validation-problems N] [--samples K] [--rollouts K] [--temperature T] [--steps N]
-//        [--lr X] [--seed S] [--threads N]
+//   npx tsx scripts/train-prm/train.ts [--labels checker|mc-soft|mc-hard|pairwise] [--out DIR] [--generator DIR]
+//        [--init DIR] [--train-problems N] [--validation-problems N] [--samples K] [--rollouts K] [--temperature T]
+//        [--steps N] [--lr X] [--seed S] [--threads N] [--pair-weight W] [--target-weight W] [--group-size N]
 // Samples solutions from the generator (the tiny reasoner) on the train / validation splits with the trainer's own
 // forward, labels every step, and fine-tunes a copy of the generator into a process reward model (Math-Shepherd
 // style: after each step and the step tag it predicts "+" or "-"), loss on the tags only. Labels: "mc-soft" /
 // "mc-hard" roll the generator out from every step (mcLabels.ts; cached under .scratch/train-prm/) and train
 // towards the fraction of rollouts that reach the answer (soft) or "some did" (hard); "checker" is the previous
-// model's recipe, the arithmetic task's step checker (prmRecipe, unchanged). Writes the HF files, prm.json,
+// model's recipe, the arithmetic task's step checker (prmRecipe, unchanged); "pairwise" samples k solutions of each
+// question at the search's temperature and trains the last step's score to rank a question's right solutions above
+// its wrong ones (groups.ts, the trainer's TRD4 Bradley-Terry loss), the checker labels on every tag as an
+// auxiliary term (pairRecipe). Writes the HF files, prm.json,
 // model.safetensors, training-curve.csv/svg and recipe.json.
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -21,6 +24,7 @@ import { generateWithTrainer, modelFlags, recipeOfConfig, runTrainer } from "../
 import { Rng } from "../../ts/tasks/arith/rng.js";
 import { corruptSolution, labelSolution, writePrmSet, type LabelledSolution } from "./data.js";
 import { cachedLabels, fileDigest, mcLabelSolutions, sampleTraces } from "./mcLabels.js";
+import { groupsOf, mixedGroups, writeGroupSet, type WrittenGroupSet } from "./groups.js";
 
 export const TINY_PRM: PrmConfig = {
   format: "tagged-steps",
@@ -65,6 +69,32 @@ export const mcRecipe = {
   steps: 300,
 };
 
+/**
+ * Within-question ranking (issue 48: the pick is where search lost to voting): 16 samples of each of 800 train
+ * questions at T = 0.8 (the searches' temperature), the questions with both right and wrong answers kept (their
+ * distinct solutions, at most groupSize, right and wrong alternating), Bradley-Terry on the last tag's log-odds
+ * within each question plus the checker labels' cross-entropy on every tag, fine-tuned from the checker PRM.
+ * Validation: the validation split's first 100 questions as bench:tts draws them (seed 2).
+ */
+export const pairRecipe = {
+  ...prmRecipe,
+  labels: "pairwise" as const,
+  trainProblems: 800,
+  validationProblems: 100,
+  validationSeed: 2,
+  samples: 16,
+  temperature: 0.8,
+  seed: 11,
+  maxNew: 256,
+  groupSize: 16,
+  pairWeight: 1,
+  targetWeight: 1,
+  steps: 300,
+  batch: 32,
+  lr: 3e-4,
+  init: "models/tiny-prm",
+};
+
 const labelCache = resolve(new URL(".", import.meta.url).pathname, "../../.scratch/train-prm");
 
 /** Samples `samples` solutions per problem and labels their steps; identical solutions of a problem kept once. */
@@ -103,6 +133,136 @@ export async function sampleSolutions(
   return out;
 }
 
+/** The trainer's optimiser flags of a recipe. */
+function optimiserFlags(r: typeof prmRecipe, valSequences: number): string[] {
+  return [
+    "--steps",
+    String(r.steps),
+    "--batch",
+    String(r.batch),
+    "--lr",
+    String(r.lr),
+    "--warmup",
+    String(r.warmup),
+    "--min-lr-frac",
+    String(r.minLrFrac),
+    "--wd",
+    String(r.weightDecay),
+    "--beta2",
+    String(r.beta2),
+    "--clip",
+    String(r.clip),
+    "--seed",
+    String(r.seed),
+    "--threads",
+    String(r.threads),
+    "--val-seqs",
+    String(Math.min(2000, valSequences)),
+    "--eval-every",
+    String(Math.max(1, Math.round(r.steps / 20))),
+    "--log-every",
+    String(Math.max(1, Math.round(r.steps / 100))),
+  ];
+}
+
+/** Writes the served folder's other files (HF config, tokenizer, prm.json, the curve's SVG). */
+function finishFolder(gen: string, out: string, title: string): void {
+  for (const f of ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"])
+    copyFileSync(join(gen, f), join(out, f));
+  writeFileSync(join(out, PRM_FILE), JSON.stringify(TINY_PRM, null, 2) + "\n");
+  writeFileSync(
+    join(out, "training-curve.svg"),
+    curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), title),
+  );
+}
+
+/** --labels pairwise: pairRecipe (groups.ts; the trainer's TRD4 within-question loss). */
+async function trainPairwise(
+  values: Record<string, string | boolean | undefined>,
+  num: (v: string | undefined, d: number) => number,
+): Promise<void> {
+  const str = (k: string) => values[k] as string | undefined;
+  const r = {
+    ...pairRecipe,
+    trainProblems: num(str("train-problems"), pairRecipe.trainProblems),
+    validationProblems: num(str("validation-problems"), pairRecipe.validationProblems),
+    samples: num(str("samples"), pairRecipe.samples),
+    temperature: num(str("temperature"), pairRecipe.temperature),
+    steps: num(str("steps"), pairRecipe.steps),
+    lr: num(str("lr"), pairRecipe.lr),
+    seed: num(str("seed"), pairRecipe.seed),
+    threads: num(str("threads"), pairRecipe.threads),
+    groupSize: num(str("group-size"), pairRecipe.groupSize),
+    pairWeight: num(str("pair-weight"), pairRecipe.pairWeight),
+    targetWeight: num(str("target-weight"), pairRecipe.targetWeight),
+    init: str("init") ?? pairRecipe.init,
+  };
+  const started = Date.now();
+  const gen = resolve(str("generator")!);
+  const out = resolve(str("out")!);
+  const work = join(buildDir, `prm-work-${process.pid}`);
+  mkdirSync(work, { recursive: true });
+  mkdirSync(out, { recursive: true });
+  const bin = buildTrainer("release");
+  const tok = loadChatTokenizer(gen);
+  const m = recipeOfConfig(gen);
+  const digest = fileDigest(join(gen, "model.safetensors"));
+  // Key order as GroupSampling's (the cache hashes the JSON).
+  const o = (seed: number) => ({
+    samples: r.samples,
+    temperature: r.temperature,
+    seed,
+    maxNew: r.maxNew,
+    threads: r.threads,
+  });
+  console.log(
+    `sampling ${r.samples} solutions (T=${r.temperature}) of ${r.trainProblems} train + ${r.validationProblems} validation questions ...`,
+  );
+  const t = await groupsOf(labelCache, bin, gen, digest, tok, "train", r.trainProblems, o(r.seed));
+  const v = await groupsOf(labelCache, bin, gen, digest, tok, "validation", r.validationProblems, o(r.validationSeed));
+  const sampleSeconds = t.seconds + v.seconds; // cached or not: what the samples took when they were made
+  const train = writeGroupSet(tok, TINY_PRM, mixedGroups(t.groups, r.groupSize), m.maxPos, join(work, "train.bin"));
+  const val = writeGroupSet(tok, TINY_PRM, mixedGroups(v.groups, r.groupSize), m.maxPos, join(work, "val.bin"));
+  const share = (w: WrittenGroupSet) =>
+    `${w.groups} mixed questions, ${w.sequences} solutions, ${w.pairs} right/wrong pairs, ${w.steps} steps, ${w.tokens} tokens (max ${w.maxLength})`;
+  console.log(`train: ${share(train)}; validation: ${share(val)}`);
+  const trainStart = Date.now();
+  await runTrainer(bin, [
+    "train",
+    "--data",
+    train.path,
+    "--val",
+    val.path,
+    "--out",
+    join(out, "model.safetensors"),
+    "--init",
+    join(resolve(r.init), "model.safetensors"),
+    "--log",
+    join(out, "training-curve.csv"),
+    ...modelFlags(m),
+    ...optimiserFlags(r, val.sequences),
+    "--pair-weight",
+    String(r.pairWeight),
+    "--target-weight",
+    String(r.targetWeight),
+  ]);
+  finishFolder(gen, out, "pairwise PRM: weighted loss (checker cross-entropy + within-question Bradley-Terry)");
+  const trainSeconds = Math.round((Date.now() - trainStart) / 1000);
+  const wallSeconds =
+    Math.round((Date.now() - started) / 1000) + (t.cached ? t.seconds : 0) + (v.cached ? v.seconds : 0);
+  const data = { train, validation: val };
+  writeFileSync(
+    join(out, "recipe.json"),
+    JSON.stringify(
+      { generator: "tiny-reasoner", prm: TINY_PRM, train: r, data, sampleSeconds, trainSeconds, wallSeconds },
+      null,
+      2,
+    ) + "\n",
+  );
+  rmSync(work, { recursive: true, force: true });
+  console.log(`done in ${wallSeconds} s: ${out}`);
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -120,12 +280,16 @@ async function main(): Promise<void> {
       lr: { type: "string" },
       seed: { type: "string" },
       threads: { type: "string" },
+      "pair-weight": { type: "string" },
+      "target-weight": { type: "string" },
+      "group-size": { type: "string" },
     },
   });
   const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
   const labels = values.labels!;
+  if (labels === "pairwise") return trainPairwise(values, num);
   if (labels !== "checker" && labels !== "mc-soft" && labels !== "mc-hard")
-    throw new Error(`--labels must be mc-soft, mc-hard or checker, not ${JSON.stringify(labels)}`);
+    throw new Error(`--labels must be mc-soft, mc-hard, checker or pairwise, not ${JSON.stringify(labels)}`);
   const base = labels === "checker" ? prmRecipe : { ...mcRecipe, labels };
   const r = {
     ...base,

@@ -14,13 +14,15 @@ Dataset readDataset(const std::string& path) {
   while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) buf.insert(buf.end(), chunk, chunk + n);
   std::fclose(f);
   const bool v3 = buf.size() >= 8 && std::memcmp(buf.data(), "TRD3", 4) == 0;
-  const bool v2 = v3 || (buf.size() >= 8 && std::memcmp(buf.data(), "TRD2", 4) == 0);
+  const bool v4 = buf.size() >= 8 && std::memcmp(buf.data(), "TRD4", 4) == 0;
+  const bool v2 = v3 || v4 || (buf.size() >= 8 && std::memcmp(buf.data(), "TRD2", 4) == 0);
   const size_t entry = v3 ? 8 : 4;
   if (buf.size() < 8 || (!v2 && std::memcmp(buf.data(), "TRD1", 4) != 0))
-    throw Error(path + " is not a TRD1 / TRD2 / TRD3 dataset");
+    throw Error(path + " is not a TRD1 / TRD2 / TRD3 / TRD4 dataset");
   uint32_t count;
   std::memcpy(&count, buf.data() + 4, 4);
   Dataset d;
+  uint32_t lastGroup = 0;
   size_t p = 8;
   for (uint32_t i = 0; i < count; i++) {
     if (p + 4 > buf.size()) throw Error(path + " is truncated at sequence " + std::to_string(i));
@@ -58,7 +60,27 @@ Dataset readDataset(const std::string& path) {
       d.tgtAlt.push_back(alt);
       d.tgtAltMass.push_back(mass);
     }
+    if (!v4) continue;
+    if (p + 12 > buf.size()) throw Error(path + " is truncated at sequence " + std::to_string(i));
+    uint32_t group;
+    uint16_t sp, good, bad, out;
+    std::memcpy(&group, buf.data() + p, 4);
+    std::memcpy(&sp, buf.data() + p + 4, 2);
+    std::memcpy(&good, buf.data() + p + 6, 2);
+    std::memcpy(&bad, buf.data() + p + 8, 2);
+    std::memcpy(&out, buf.data() + p + 10, 2);
+    p += 12;
+    if (sp >= len) throw Error(path + ": sequence " + std::to_string(i) + " has its score position past its length");
+    if (out > 1) throw Error(path + ": sequence " + std::to_string(i) + " has outcome " + std::to_string(out) + ", not 0 or 1");
+    // A new group starts where the id changes; an id seen before (a group split in two) is refused.
+    if (d.groupStart.empty() || group != lastGroup) {
+      if (!d.groupStart.empty() && group <= lastGroup) throw Error(path + ": groups must be consecutive, in increasing order");
+      d.groupStart.push_back(i);
+      lastGroup = group;
+    }
+    d.scorePos.push_back(sp), d.scoreGood.push_back(good), d.scoreBad.push_back(bad), d.outcome.push_back(out);
   }
+  if (v4) d.groupStart.push_back(count);
   return d;
 }
 

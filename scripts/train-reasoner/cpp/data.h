@@ -6,6 +6,10 @@
 // need not be ids[pos + 1] (a step tag's label is trained where the next input is the next step).
 // "TRD3" (soft step labels) is TRD2 with 4 u16 per entry: (pos, target, alt, altMass): the prediction at pos is
 // trained by cross-entropy against the distribution {target: 1 - altMass / 65535, alt: altMass / 65535}.
+// "TRD4" (solutions grouped by question, for a within-question ranking loss) is TRD2 with, after each sequence's
+// entries: u32 group, u16 scorePos, u16 good, u16 bad, u16 outcome. The sequence's score is the log-odds
+// logit(good) - logit(bad) of the prediction at scorePos; a group's sequences are consecutive, and every pair of a
+// group with outcomes 1 and 0 is a Bradley-Terry comparison (the trainer's pairWeight).
 #pragma once
 #include <string>
 #include <vector>
@@ -33,6 +37,12 @@ struct Dataset {
   std::vector<int> tgtCount;
   std::vector<uint16_t> tgtPos, tgtId;
   std::vector<uint16_t> tgtAlt, tgtAltMass;  // TRD3 only
+  // TRD4 only: per sequence its score position, good / bad token ids and outcome; groupStart[g] is group g's first
+  // sequence (groupStart.back() == size()).
+  std::vector<int> scorePos, scoreGood, scoreBad, outcome;
+  std::vector<size_t> groupStart;
+  bool grouped() const { return !groupStart.empty(); }
+  size_t groups() const { return grouped() ? groupStart.size() - 1 : 0; }
   size_t size() const { return length.size(); }
   const uint16_t* seq(size_t i) const { return ids.data() + offset[i]; }
   Overrides overrides(size_t i) const {

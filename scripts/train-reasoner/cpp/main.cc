@@ -1,6 +1,6 @@
 // tiny-reasoner trainer CLI (driven by scripts/train-reasoner/*.ts):
 //   trainer train     --data F --val F --out model.safetensors [--log F] [--init weights.safetensors] <model flags>
-//                     <train flags>
+//                     <train flags> [--target-weight W --pair-weight W (grouped TRD4 data)]
 //   trainer generate  --model model.safetensors --prompts F --out F <model flags> [--samples K --temperature T --top-p P
 //                     --seed S --max-new M --eos ID]      (prompts/out: one line of space-separated ids each)
 //   trainer gradcheck (double build) | kernelcheck (float build)
@@ -79,6 +79,7 @@ int run(int argc, char** argv) {
     o.valSeqs = a.i("val-seqs", o.valSeqs), o.saveEvery = a.i("save-every", o.saveEvery);
     o.lr = a.f("lr", o.lr), o.minLrFrac = a.f("min-lr-frac", o.minLrFrac), o.weightDecay = a.f("wd", o.weightDecay);
     o.beta2 = a.f("beta2", o.beta2), o.clip = a.f("clip", o.clip), o.seed = (uint64_t)a.i("seed", 1);
+    o.targetWeight = a.f("target-weight", o.targetWeight), o.pairWeight = a.f("pair-weight", o.pairWeight);
     train(c, o);
     return 0;
   }

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "gemm.h"
@@ -27,6 +28,52 @@ void Batch::add(const uint16_t* ids, int len, int lossFrom, Overrides o) {
     t = o.id[k];
     if (o.alt) alt[start + o.pos[k]] = o.alt[k], altMass[start + o.pos[k]] = (real)(o.altMass[k] / 65535.0);
   }
+}
+
+void Batch::addRanked(const uint16_t* ids, int len, int lossFrom, Overrides o, int scorePos, int good, int bad,
+                      int outcome, int group) {
+  const int start = rows();
+  add(ids, len, lossFrom, o);
+  scoreRow.push_back(start + scorePos);
+  scoreGood.push_back(good), scoreBad.push_back(bad), scoreOutcome.push_back(outcome), scoreGroup.push_back(group);
+}
+
+// Bradley-Terry within groups: for each group (a run of equal `group`), the mean over its (right i, wrong j) pairs
+// of softplus(-(s_i - s_j)); the loss is the mean over groups that have a pair (0: none). Writes d(loss)/d(s_i)
+// into ds and counts the pairs in `parts`.
+static double pairwiseLoss(const std::vector<double>& s, const std::vector<int>& outcome, const std::vector<int>& group,
+                           std::vector<double>& ds, LossParts& parts) {
+  const int n = (int)s.size();
+  ds.assign(n, 0.0);
+  std::vector<std::pair<int, int>> runs;  // [first, end) of each group with a right / wrong pair, its pair count
+  std::vector<int> pairCount;
+  for (int a = 0; a < n;) {
+    int e = a, right = 0;
+    for (; e < n && group[e] == group[a]; e++) right += outcome[e];
+    if (right > 0 && right < e - a) runs.push_back({a, e}), pairCount.push_back(right * (e - a - right));
+    a = e;
+  }
+  parts.groups = (int)runs.size();
+  if (runs.empty()) return 0;
+  double total = 0;
+  for (size_t r = 0; r < runs.size(); r++) {
+    const auto [a, e] = runs[r];
+    const double per = 1.0 / pairCount[r] / runs.size();  // a group's pairs share its 1 / groups of the mean
+    for (int i = a; i < e; i++) {
+      if (!outcome[i]) continue;
+      for (int j = a; j < e; j++) {
+        if (outcome[j]) continue;
+        const double m = s[i] - s[j];
+        // softplus(-m), stable both ways; its derivative in m is -sigmoid(-m).
+        total += per * (m > 0 ? std::log1p(std::exp(-m)) : -m + std::log1p(std::exp(m)));
+        const double g = -1.0 / (1.0 + std::exp(m));
+        ds[i] += g * per, ds[j] -= g * per;
+        parts.pairs++;
+        parts.pairsOrdered += m > 0 ? 1 : 0;
+      }
+    }
+  }
+  return total;
 }
 
 Model::Model(const Config& c) : c_(c), rope_(c.maxPos, c.headDim, c.ropeTheta), acts_(c.layers) {
@@ -79,13 +126,35 @@ void Model::forward(const Weights& w, const Batch& batch) {
 }
 
 double Model::lossAndGrad(const Weights& w, const Batch& batch, Weights* grads) {
-  if (batch.lossTokens == 0) throw Error("batch has no loss tokens");
+  if (batch.lossTokens == 0 && batch.scoreRow.empty()) throw Error("batch has no loss tokens");
   forward(w, batch);
-  const double scale = 1.0 / batch.lossTokens;
-  const double sum = crossEntropy(batch.rows(), c_.vocab, batch.targets.data(), logits_.data(), scale,
+  lastParts = LossParts{};
+  lastParts.lossTokens = batch.lossTokens;
+  const bool ranked = !batch.scoreRow.empty();
+  // The scores (log-odds good vs bad) are read before crossEntropy turns the logits into its gradient.
+  const size_t ns = batch.scoreRow.size();
+  std::vector<double> scores(ns), dScores;
+  for (size_t i = 0; i < ns; i++) {
+    const real* z = logits_.data() + (size_t)batch.scoreRow[i] * c_.vocab;
+    scores[i] = (double)z[batch.scoreGood[i]] - (double)z[batch.scoreBad[i]];
+  }
+  const double tw = ranked ? batch.targetWeight : 1.0;
+  const double scale = batch.lossTokens > 0 ? 1.0 / batch.lossTokens : 0.0;
+  const double sum = crossEntropy(batch.rows(), c_.vocab, batch.targets.data(), logits_.data(), scale * tw,
                                   batch.alt.empty() ? nullptr : batch.alt.data(), batch.altMass.data());
+  lastParts.crossEntropy = sum * scale;
+  double loss = tw * lastParts.crossEntropy;
+  if (ranked) {
+    lastParts.pairwise = pairwiseLoss(scores, batch.scoreOutcome, batch.scoreGroup, dScores, lastParts);
+    loss += batch.pairWeight * lastParts.pairwise;
+    for (size_t i = 0; i < ns; i++) {
+      real* dz = logits_.data() + (size_t)batch.scoreRow[i] * c_.vocab;
+      dz[batch.scoreGood[i]] += (real)(batch.pairWeight * dScores[i]);
+      dz[batch.scoreBad[i]] -= (real)(batch.pairWeight * dScores[i]);
+    }
+  }
   if (grads) backward(w, batch, *grads);
-  return sum * scale;
+  return loss;
 }
 
 // Expects logits_ to hold d(loss)/d(logits) (crossEntropy leaves it there).

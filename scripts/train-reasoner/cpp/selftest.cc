@@ -31,6 +31,16 @@ int gradcheck() {
   const uint16_t softPos[] = {4, 8}, softId[] = {7, 3}, softAlt[] = {9, 1}, softMass[] = {19661, 45875};
   batch.add(s2, 9, 2, {softPos, softId, 2, softAlt, softMass});
   batch.add(s3, 3, 1);
+  // Ranked sequences (TRD4): group 0 = s1 right, s2 wrong, s3 right (two pairs, s2's score row has a soft target);
+  // group 1 = s3 wrong, s1 right (its score row has no target); group 2 only right (no pair: no loss). Weighted.
+  const uint16_t r1[] = {1, 4, 7, 3, 9, 12, 2}, r2[] = {1, 5, 5, 8, 0, 11, 6, 10, 2}, r3[] = {1, 3, 2};
+  batch.addRanked(r1, 7, 3, {}, 5, 7, 3, 1, 0);
+  batch.addRanked(r2, 9, 2, {softPos, softId, 2, softAlt, softMass}, 4, 7, 3, 0, 0);
+  batch.addRanked(r3, 3, 1, {}, 1, 7, 3, 1, 0);
+  batch.addRanked(r3, 3, 3, {}, 2, 9, 1, 0, 1);
+  batch.addRanked(r1, 7, 3, {}, 6, 9, 1, 1, 1);
+  batch.addRanked(r2, 9, 2, {}, 3, 7, 3, 1, 2);
+  batch.targetWeight = 0.7, batch.pairWeight = 1.3;
   Model model(c);
   model.lossAndGrad(w, batch, &g);
 
