@@ -79,6 +79,7 @@ export const mcRecipe = {
 export const pairRecipe = {
   ...prmRecipe,
   labels: "pairwise" as const,
+  corruptedCopies: false, // the sampled solutions only: a corrupted copy's outcome is the question's, not a sample's
   trainProblems: 800,
   validationProblems: 100,
   validationSeed: 2,
@@ -250,7 +251,9 @@ async function trainPairwise(
   const trainSeconds = Math.round((Date.now() - trainStart) / 1000);
   const wallSeconds =
     Math.round((Date.now() - started) / 1000) + (t.cached ? t.seconds : 0) + (v.cached ? v.seconds : 0);
-  const data = { train, validation: val };
+  const { path: _t, ...trainData } = train;
+  const { path: _v, ...valData } = val;
+  const data = { train: trainData, validation: valData };
   writeFileSync(
     join(out, "recipe.json"),
     JSON.stringify(
