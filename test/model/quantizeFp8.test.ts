@@ -58,3 +58,13 @@ describe('loadModel quantize: "fp8"', () => {
     }
   });
 });
+
+describe('loadModel quantize: "fp8" on CUDA', () => {
+  it("is refused by name (the CUDA FP8 kernel has not run on a GPU; FP8 checkpoints load there dequantized)", async () => {
+    const f = await tempFixture({ arch: "llama", hidden: 64, dtype: "f32" });
+    // before the check, a GPU-less machine failed on the CUDA device and one with a GPU ran the unverified kernel
+    await expect(loadModel(f.dir, { device: "cuda", kvPages: 4, pageSize: PAGE, quantize: "fp8" })).rejects.toThrow(
+      /quantize "fp8" is not supported on CUDA yet/,
+    );
+  });
+});
