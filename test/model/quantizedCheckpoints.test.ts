@@ -4,7 +4,11 @@ import { cp } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { ModelFormatError } from "../../ts/errors/index.js";
+import { fp8ToF32 } from "../../ts/model/quantized/fp8.js";
+import { quantizedLinears, readQuantizedLinear } from "../../ts/model/quantized/linear.js";
 import { addonTakesGroupedWeights } from "../../ts/model/quantized/upload.js";
+import { openModelFiles } from "../../ts/model/modelFiles.js";
+import { expectedTensors } from "../../ts/model/weights.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
 import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
 import { loadModel } from "../../ts/model/model.js";
@@ -105,6 +109,36 @@ describe("FP8 checkpoints on the CPU", () => {
     } finally {
       model.dispose();
       dense.dispose();
+    }
+  });
+
+  it("expands k-blocks wider than the group to each group's block scale ([64, 96] -> g32, [48, 256] -> g128)", async () => {
+    // the suite's layouts have G = bk (128 x 128, 32 x 32), where a group index is its block's: here a k-block holds
+    // 3 groups of 32 (96) or covers K = 192 with room to spare (256), and row blocks end inside N
+    for (const [block, G] of [
+      [[64, 96], 32],
+      [[48, 256], 128],
+    ] as [[number, number], number][]) {
+      const f = await quantizedFixture({ method: "fp8", block, scaleDtype: "F32" }, { hidden: 192 });
+      const files = await openModelFiles(f.dir);
+      try {
+        const quantized = quantizedLinears(files.config.quantization, expectedTensors(files.config), files.checkpoint);
+        expect(quantized.size).toBe(f.references.size);
+        for (const [name, ql] of quantized) {
+          const read = await readQuantizedLinear(ql, files.checkpoint);
+          if (read.kind !== "fp8") throw new Error(`${name}: expected e4m3 codes`);
+          expect(read.weight.groupSize, name).toBe(G);
+          expect(fp8ToF32(read.weight), `${name} [${block}]`).toEqual(Float32Array.from(f.references.get(name)!.dense));
+        }
+      } finally {
+        await files.checkpoint.close();
+      }
+      const model = await loadModel(f.dir, { device, kvPages: 16, pageSize: PAGE });
+      try {
+        if (addonTakesGroupedWeights(model.native)) expect(model.native.info.linearFormat).toBe(`e4m3 g${G}`);
+      } finally {
+        model.dispose();
+      }
     }
   });
 
