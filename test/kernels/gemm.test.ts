@@ -2,10 +2,9 @@
 // bitwise batch invariance across M, row position, thread count and the decode / large-M paths, distinct bits for
 // distinct splitK, AVX2 == AVX-512 == AVX512-BF16, boundary errors, and the event loop staying live during a long
 // GEMM.
-import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
-import { childAddonExpr } from "../helpers/childAddon.js";
+import { runPerSimd } from "../helpers/childAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
 import { bitsOf, blocksMismatch, disposeAll, stored, tensorOf } from "./tensors.js";
@@ -213,28 +212,17 @@ describe("gemm (cpu)", () => {
     // compute the same GEMMs as the native one; on a CPU without AVX-512 (or without BF16) some of the runs take
     // the same path and the test still checks determinism across processes. The children load the addon the
     // parent does where DELIBERATE_ADDON_PATH names one (the sanitized build: scripts/asan/run.sh).
-    const script = `
-      const addon = ${childAddonExpr()};
-      let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
-      (async () => {
-        const out = [];
+    const [forced, avx512, native] = runPerSimd(
+      `
         for (const [M, N, K, wt, sk] of [[3, 20, 77, "f32", 1], [24, 13, 161, "bf16", 3], [5, 11, 64, "f16", 2], [40, 9, 1100, "bf16", 2], [1, 37, 576, "bf16", 1], [70, 50, 300, "bf16", 3], [130, 49, 64, "bf16", 1], [9, 31, 160, "f32", 1], [17, 25, 96, "f16", 1]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
           const w = addon.tensor("cpu", wt, [N, K]); w.writeF32(Float32Array.from({ length: N * K }, r));
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
-        }
-        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
-      })();`;
-    const run = (env: Record<string, string>) => {
-      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
-      expect(r.status, r.stderr).toBe(0);
-      return JSON.parse(r.stdout) as { simd: string; out: string[] };
-    };
-    const forced = run({ DELIBERATE_SIMD: "avx2" });
-    const avx512 = run({ DELIBERATE_SIMD: "avx512" });
-    const native = run({ DELIBERATE_SIMD: "" });
+        }`,
+      { seed: 7, centered: true, levels: ["avx2", "avx512", ""] },
+    );
     expect(forced.simd).toBe("avx2");
     console.log(`[gemm] SIMD paths compared: avx2, ${avx512.simd}, ${native.simd}`);
     expect(avx512.out).toEqual(forced.out);

@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { NativeTensor } from "../../ts/native/addonTypes.js";
-import { childAddonExpr } from "../helpers/childAddon.js";
+import { childAddonExpr, runPerSimd } from "../helpers/childAddon.js";
 import { E4M3_VALUES } from "../../ts/model/quantized/fp8.js";
 import { dequantizeFp8, fp8Tensors, randomFp8 } from "./fp8Reference.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
@@ -226,11 +226,8 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
   });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
-    const script = `
-      const addon = ${childAddonExpr()};
-      let s = 9; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296);
-      (async () => {
-        const out = [];
+    const [avx2, native] = runPerSimd(
+      `
         for (const [M, N, K, G, sk] of [[1, 37, 576, 128, 1], [1, 19, 800, 128, 2], [3, 20, 256, 64, 2], [24, 13, 333, 128, 3], [70, 50, 512, 32, 3], [1, 11, 100, 128, 1]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
           const codes = Uint8Array.from({ length: N * K }, (_, i) => i < 256 ? i : Math.floor(r() * 256)).map((c) => ((c & 0x7f) === 0x7f ? c - 1 : c));
@@ -240,16 +237,9 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, wFormat: "e4m3", wGroupSize: G, wScales, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
-        }
-        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
-      })();`;
-    const run = (env: Record<string, string>) => {
-      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
-      expect(r.status, r.stderr).toBe(0);
-      return JSON.parse(r.stdout) as { simd: string; out: string[] };
-    };
-    const avx2 = run({ DELIBERATE_SIMD: "avx2" });
-    const native = run({ DELIBERATE_SIMD: "" });
+        }`,
+      { seed: 9, centered: false, levels: ["avx2", ""] },
+    );
     expect(avx2.simd).toBe("avx2");
     console.log(`[gemm fp8] SIMD paths compared: avx2, ${native.simd}`);
     expect(native.out).toEqual(avx2.out);

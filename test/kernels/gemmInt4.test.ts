@@ -3,12 +3,11 @@
 // reference of the dequantized weights on decode and prefill shapes (4 bits: against X rounded to bf16, as the
 // kernels multiply it), bitwise batch invariance across M, row position
 // and thread count under a fixed splitK, AVX2 == AVX-512, gemmBlocks' cuts, and the errors at the op's boundary.
-import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { dequantizeToInputOrder, type GroupedQuantWeight } from "../../ts/model/quantFormat.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { NativeTensor } from "../../ts/native/addonTypes.js";
-import { childAddonExpr } from "../helpers/childAddon.js";
+import { runPerSimd } from "../helpers/childAddon.js";
 import { groupedTensors, randomGrouped, type GroupedOptions } from "./int4Reference.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
 import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
@@ -209,11 +208,8 @@ describe("gemm with grouped quantized weights (cpu)", () => {
   });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
-    const script = `
-      const addon = ${childAddonExpr()};
-      let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296);
-      (async () => {
-        const out = [];
+    const [avx2, native] = runPerSimd(
+      `
         for (const [M, N, K, G, bits, sk, sym] of [[1, 37, 576, 32, 4, 1, 0], [3, 20, 256, 64, 4, 2, 0], [24, 13, 384, 128, 8, 3, 0], [70, 50, 512, 32, 4, 3, 0], [1, 19, 480, 96, 4, 2, 1], [6, 9, 672, 32, 4, 1, 1], [1, 11, 96, 96, 4, 1, 0]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
           const w = addon.tensor("cpu", "u8", [N, K * bits / 8]); w.write(Uint8Array.from({ length: N * K * bits / 8 }, () => Math.floor(r() * 256)));
@@ -222,16 +218,9 @@ describe("gemm with grouped quantized weights (cpu)", () => {
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros: sym ? undefined : wZeros, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
-        }
-        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
-      })();`;
-    const run = (env: Record<string, string>) => {
-      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
-      expect(r.status, r.stderr).toBe(0);
-      return JSON.parse(r.stdout) as { simd: string; out: string[] };
-    };
-    const avx2 = run({ DELIBERATE_SIMD: "avx2" });
-    const native = run({ DELIBERATE_SIMD: "" });
+        }`,
+      { seed: 7, centered: false, levels: ["avx2", ""] },
+    );
     expect(avx2.simd).toBe("avx2");
     console.log(`[gemm grouped] SIMD paths compared: avx2, ${native.simd}`);
     expect(native.out).toEqual(avx2.out);

@@ -2,11 +2,10 @@
 // layers): the float64 reference of the dequantized weights on odd shapes (decode panels and the large-M path),
 // bitwise batch invariance across M, row position and thread count under a fixed splitK, AVX2 == AVX-512, and the
 // errors at the op's boundary.
-import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import type { NativeTensor } from "../../ts/native/addonTypes.js";
-import { childAddonExpr } from "../helpers/childAddon.js";
+import { runPerSimd } from "../helpers/childAddon.js";
 import { dequantize, quantizeRows } from "./int8Reference.js";
 import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
 import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
@@ -135,11 +134,8 @@ describe("gemm with int8 weights (cpu)", () => {
   });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
-    const script = `
-      const addon = ${childAddonExpr()};
-      let s = 7; const r = () => ((s = (s * 1103515245 + 12345) >>> 0) / 4294967296) - 0.5;
-      (async () => {
-        const out = [];
+    const [avx2, native] = runPerSimd(
+      `
         for (const [M, N, K, sk] of [[1, 37, 576, 1], [3, 20, 77, 2], [24, 13, 161, 3], [70, 50, 300, 3]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
           const w = addon.tensor("cpu", "i8", [N, K]); w.writeF32(Float32Array.from({ length: N * K }, () => Math.round(r() * 254)));
@@ -147,16 +143,9 @@ describe("gemm with int8 weights (cpu)", () => {
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, wScale, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
-        }
-        console.log(JSON.stringify({ simd: addon.listDevices().cpu.simd, out }));
-      })();`;
-    const run = (env: Record<string, string>) => {
-      const r = spawnSync(process.execPath, ["-e", script], { env: { ...process.env, ...env }, encoding: "utf8" });
-      expect(r.status, r.stderr).toBe(0);
-      return JSON.parse(r.stdout) as { simd: string; out: string[] };
-    };
-    const avx2 = run({ DELIBERATE_SIMD: "avx2" });
-    const native = run({ DELIBERATE_SIMD: "" });
+        }`,
+      { seed: 7, centered: true, levels: ["avx2", ""] },
+    );
     expect(avx2.simd).toBe("avx2");
     console.log(`[gemm int8] SIMD paths compared: avx2, ${native.simd}`);
     expect(native.out).toEqual(avx2.out);
