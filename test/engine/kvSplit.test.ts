@@ -117,6 +117,21 @@ describe("profileThroughput and loadSplitModels", () => {
     }
   }, 60_000);
 
+  it("caches a model quantized at load apart from the same folder as stored, and each quantize apart", async () => {
+    const paths: string[] = [];
+    for (const quantize of [undefined, "int8", "fp8"] as const) {
+      const model = await loadModel(bundledModelDir, { quantize });
+      try {
+        expect(model.weights.quantizedAtLoad).toBe(quantize ?? null);
+        paths.push(await profilePath(model, "/cache"));
+      } finally {
+        model.dispose();
+      }
+    }
+    expect(new Set(paths).size).toBe(3);
+    expect(paths[0]).not.toMatch(/-w\d+\.json$/);
+  }, 60_000);
+
   it("loads the pair with pools sized by the split", async () => {
     const budgetBytes = 4 * 1024 * 1024;
     const { generator, verifier } = await loadSplitModels(bundledModelDir, bundledPrmDir, {

@@ -179,7 +179,7 @@ const PROFILE_VERSION = 1;
  */
 export async function profilePath(model: Model, cacheDir: string): Promise<string> {
   const w = model.weights;
-  const quantized = w.scheme !== null || w.formats.some((f) => f.format.includes("quantized at load"));
+  const quantized = w.scheme !== null || w.quantizedAtLoad !== null;
   return join(
     cacheDir,
     "roofline",

@@ -30,6 +30,8 @@ export interface WeightFormatBytes {
 export interface WeightsReport {
   /** The checkpoint's quantization ("gptq 4-bit g128") or null for float weights. */
   scheme: string | null;
+  /** loadModel's quantize ("int8", "int4", "fp8"), or null where the weights load as stored. */
+  quantizedAtLoad: string | null;
   formats: WeightFormatBytes[];
   /** Sum of formats' bytes. */
   bytes: number;
@@ -178,6 +180,7 @@ export function planWeights(
   const formats = [...by.values()].sort((a, b) => b.bytes - a.bytes);
   return {
     scheme: s ? describeScheme(s) : null,
+    quantizedAtLoad: options.quantize ?? null,
     formats,
     bytes: formats.reduce((a, f) => a + f.bytes, 0),
     warnings,
