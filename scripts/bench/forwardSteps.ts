@@ -2,7 +2,7 @@
 // each timed in wall and process CPU time (the random SmolLM-135M-shaped checkpoint of bench:throughput).
 //   npx tsx scripts/bench/forwardSteps.ts [--batch 16] [--prompt-tokens 32] [--steps 16] [--threads N (0 = all cores)]
 //     [--profile]  (then also the decode steps op by op: forward({profile: true})) [--kv-dtype f32|bf16|f16] [--kv-pages N]
-//     [--model DIR]  (a checkpoint on disk instead, e.g. models/tiny-reasoner)
+//     [--model DIR]  (a checkpoint on disk instead, e.g. models/tiny-reasoner) [--quantize int8|int4|fp8 [--quantize-group G]]
 // The GEMM split and KV splits are those of the engine's fast mode for the step's shape.
 import { existsSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -13,6 +13,7 @@ import { loadModel } from "../../ts/model/model.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import { makeFixture, PRESETS } from "../make-fixture.js";
 import { profileTable } from "./profileTable.js";
+import { benchQuantize, QUANTIZE_PARSE_ARGS } from "./quantizeArgs.js";
 import { percentileNearestRank } from "./stats.js";
 
 const { values } = parseArgs({
@@ -25,8 +26,10 @@ const { values } = parseArgs({
     "kv-dtype": { type: "string", default: "f32" },
     "kv-pages": { type: "string" },
     model: { type: "string" },
+    ...QUANTIZE_PARSE_ARGS,
   },
 });
+const quantize = benchQuantize(values);
 const B = Number(values.batch),
   P = Number(values["prompt-tokens"]),
   steps = Number(values.steps);
@@ -41,6 +44,7 @@ const model = await loadModel(dir, {
   pageSize,
   kvPages: values["kv-pages"] ? Number(values["kv-pages"]) : B * pagesPer + 8,
   kvDtype: values["kv-dtype"] as "f32" | "bf16" | "f16",
+  ...quantize.load,
 });
 const vocab = model.config.vocabSize;
 const tables = Array.from({ length: B }, (_, b) => Int32Array.from({ length: pagesPer }, (_, i) => b * pagesPer + i));
