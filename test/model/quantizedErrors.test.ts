@@ -4,6 +4,7 @@
 // points minus one), independent of the fixture writer.
 import { cp, readFile, truncate, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeQuantizedFixture, type QuantizedFixture } from "../../scripts/fixture/quantizedFixture.js";
 import { ModelFormatError, UnsupportedError } from "../../ts/errors/index.js";
@@ -14,7 +15,7 @@ import { decodeAwq } from "../../ts/model/quantized/awq.js";
 import { decodeCompressedTensors } from "../../ts/model/quantized/compressedTensors.js";
 import { decodeGptq } from "../../ts/model/quantized/gptq.js";
 import { takesGrouped } from "../../ts/model/quantized/upload.js";
-import { E4M3_VALUES } from "../../ts/model/quantized/fp8.js";
+import { E4M3_VALUES, firstNanCode } from "../../ts/model/quantized/fp8.js";
 import type { LoadedTensor, LoadedTensors } from "../../ts/model/quantized/tensors.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
 import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
@@ -312,6 +313,24 @@ describe("packing conventions, against the reference tools' words", () => {
     expect(E4M3_VALUES[0x01]).toBe(2 ** -9);
     expect(E4M3_VALUES[0x08]).toBe(2 ** -6);
     expect(E4M3_VALUES[0x7f]).toBeNaN();
+  });
+
+  it("e4m3: the NaN scan (four codes a word) finds the first NaN code as a byte-by-byte scan does", () => {
+    const naive = (w: Uint8Array): number => w.findIndex((c) => (c & 0x7f) === 0x7f);
+    // codes near the NaN ones (0x7e, 0x80, 0xfe) where a carry between bytes would show, at every alignment
+    const code = fc.constantFrom(0x00, 0x01, 0x7e, 0x7f, 0x80, 0xfe, 0xff, 0x3f, 0x40);
+    fc.assert(
+      fc.property(fc.array(code, { maxLength: 40 }), fc.integer({ min: 0, max: 7 }), (codes, offset) => {
+        const w = new Uint8Array(offset + codes.length).subarray(offset);
+        w.set(codes);
+        expect(firstNanCode(w)).toBe(naive(w));
+      }),
+      { numRuns: 2000 },
+    );
+    const big = new Uint8Array(1 << 16).fill(0x7e);
+    expect(firstNanCode(big)).toBe(-1);
+    big[(1 << 16) - 1] = 0xff;
+    expect(firstNanCode(big)).toBe((1 << 16) - 1);
   });
 });
 

@@ -66,17 +66,35 @@ export function fp8WeightBytes(N: number, K: number, groupSize: number): number 
   return N * K + 4 * N * Math.ceil(K / groupSize);
 }
 
+/**
+ * The index of the first NaN code (0x7f / 0xff: low 7 bits all ones) in `w`, or -1. Four codes a step where the
+ * bytes allow a word view: adding 1 to each byte's low 7 bits carries into its top bit only for 0x7f, and never into
+ * the next byte (a 7B checkpoint holds ~6.5 G codes; byte by byte the scan took seconds).
+ */
+export function firstNanCode(w: Uint8Array): number {
+  const isNan = (i: number): boolean => (w[i] & 0x7f) === 0x7f;
+  const head = (4 - (w.byteOffset & 3)) & 3;
+  if (w.length < head + 4) return w.findIndex((_, i) => isNan(i));
+  for (let i = 0; i < head; i++) if (isNan(i)) return i;
+  const words = new Uint32Array(w.buffer, w.byteOffset + head, (w.length - head) >>> 2);
+  for (let j = 0; j < words.length; j++)
+    if ((((words[j] & 0x7f7f7f7f) + 0x01010101) & 0x80808080) !== 0)
+      for (let i = head + 4 * j; i < head + 4 * j + 4; i++) if (isNan(i)) return i;
+  for (let i = head + 4 * words.length; i < w.length; i++) if (isNan(i)) return i;
+  return -1;
+}
+
 /** Throws ModelFormatError naming the tensor and the first NaN code (0x7f / 0xff) of an [N, K] e4m3 weight. */
 function refuseNanCodes(t: LoadedTensors, K: number): Uint8Array {
   const x = need(t, "weight");
   const w = x.bytes;
-  for (let i = 0; i < w.length; i++)
-    if ((w[i] & 0x7f) === 0x7f)
-      badValues(
-        x,
-        `holds the e4m3 NaN code 0x${w[i].toString(16)} at [${Math.floor(i / K)}, ${i % K}]; ` +
-          "a finite checkpoint has none (e4m3fn has no infinity): re-export the weight",
-      );
+  const i = firstNanCode(w);
+  if (i >= 0)
+    badValues(
+      x,
+      `holds the e4m3 NaN code 0x${w[i].toString(16)} at [${Math.floor(i / K)}, ${i % K}]; ` +
+        "a finite checkpoint has none (e4m3fn has no infinity): re-export the weight",
+    );
   return w;
 }
 
@@ -92,7 +110,8 @@ export function readFp8(t: LoadedTensors, N: number, K: number, s: Fp8BlockSchem
     const srow = Math.floor(n / bn) * cols;
     for (let g = 0; g < ng; g++) scales[n * ng + g] = block[srow + Math.floor((g * groupSize) / bk)];
   }
-  return { format: "e4m3", bits: 8, groupSize, shape: [N, K], q: q.slice(), scales };
+  // the codes as read (readQuantizedLinear reads each tensor into its own buffer; the upload copies them)
+  return { format: "e4m3", bits: 8, groupSize, shape: [N, K], q, scales };
 }
 
 /** The dequantized weight [N, K] in f32, row-major (NaN codes refused). */
