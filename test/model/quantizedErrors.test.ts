@@ -15,7 +15,9 @@ import { decodeAwq } from "../../ts/model/quantized/awq.js";
 import { decodeCompressedTensors } from "../../ts/model/quantized/compressedTensors.js";
 import { decodeGptq } from "../../ts/model/quantized/gptq.js";
 import { takesGrouped } from "../../ts/model/quantized/upload.js";
-import { E4M3_VALUES, firstNanCode } from "../../ts/model/quantized/fp8.js";
+import { decodeFp8, E4M3_VALUES, firstNanCode, fp8ToF32, readFp8 } from "../../ts/model/quantized/fp8.js";
+import { bytesToF32, f32ToBytes } from "../../ts/model/dtype.js";
+import type { Fp8BlockScheme } from "../../ts/model/quantized/quantConfig.js";
 import type { LoadedTensor, LoadedTensors } from "../../ts/model/quantized/tensors.js";
 import { openSafetensors } from "../../ts/model/safetensors.js";
 import { writeSafetensors, type TensorToWrite } from "../../ts/model/safetensorsWriter.js";
@@ -313,6 +315,37 @@ describe("packing conventions, against the reference tools' words", () => {
     expect(E4M3_VALUES[0x01]).toBe(2 ** -9);
     expect(E4M3_VALUES[0x08]).toBe(2 ** -6);
     expect(E4M3_VALUES[0x7f]).toBeNaN();
+  });
+
+  it("e4m3: block scales above 448 in F16, BF16 and F32 scale every code of their block (kept and dequantized alike)", () => {
+    // [N, K] = [4, 256] in 2 x 128 blocks; every finite code, scales far above e4m3's range (and f16's largest
+    // finite 65504) and below 1; both paths against float64 code x scale
+    const N = 4,
+      K = 256,
+      codes = Uint8Array.from({ length: N * K }, (_, i) => (((i * 37) & 0x7f) === 0x7f ? 0x7e : (i * 37) & 0xff));
+    const block = [1000, 65504, 3e-3, 449];
+    for (const dtype of ["F16", "BF16", "F32"] as const) {
+      const scaleBytes = f32ToBytes(block, dtype);
+      const stored = Array.from(bytesToF32(scaleBytes, dtype)); // the scales as the dtype holds them
+      const t = tensors({
+        weight: { name: "l.weight", dtype: "F8_E4M3", shape: [N, K], bytes: codes },
+        weight_scale_inv: { name: "l.weight_scale_inv", dtype, shape: [2, 2], bytes: scaleBytes },
+      });
+      const s: Fp8BlockScheme = { method: "fp8", blockSize: [2, 128] };
+      const want = Float32Array.from({ length: N * K }, (_, i) => {
+        const n = Math.floor(i / K),
+          k = i % K;
+        return E4M3_VALUES[codes[i]] * stored[Math.floor(n / 2) * 2 + Math.floor(k / 128)];
+      });
+      expect(decodeFp8(t, N, K, s), dtype).toEqual(want);
+      const kept = readFp8(t, N, K, s, 128);
+      expect(Array.from(kept.scales), dtype).toEqual(
+        [0, 1, 2, 3].flatMap((n) =>
+          [stored[Math.floor(n / 2) * 2], stored[Math.floor(n / 2) * 2 + 1]].map(Math.fround),
+        ),
+      );
+      expect(fp8ToF32(kept), dtype).toEqual(want);
+    }
   });
 
   it("e4m3: the NaN scan (four codes a word) finds the first NaN code as a byte-by-byte scan does", () => {
