@@ -4,48 +4,34 @@
 // errors at the op's boundary.
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
-import type { NativeTensor } from "../../ts/native/addonTypes.js";
-import { runPerSimd } from "../helpers/childAddon.js";
 import { dequantize, quantizeRows } from "./int8Reference.js";
 import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
-import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+import {
+  disposeWeight,
+  expectGemmBlocksQkvBits,
+  expectMatchesReferenceOnShapes,
+  expectRowsBitsAloneAsInBatch,
+  expectSameBitsOnAvx2AndNative,
+  gemmCpu,
+} from "./quantGemmChecks.js";
+import { disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
 afterAll(() => addon.setThreads(0));
 
+/** w quantized per row as the loader does it: the op's fields { w: i8, wScale } and the float64 dequantized values. */
 function int8Weight(w: Float32Array, N: number, K: number) {
   const qr = quantizeRows(w, N, K);
   return {
-    w: tensorOf(addon, "cpu", "i8", [N, K], qr.q),
-    wScale: tensorOf(addon, "cpu", "f32", [N], qr.scale),
+    weight: { w: tensorOf(addon, "cpu", "i8", [N, K], qr.q), wScale: tensorOf(addon, "cpu", "f32", [N], qr.scale) },
     ref: dequantize(qr, N, K),
   };
-}
-
-async function gemm(
-  x: NativeTensor,
-  w: NativeTensor,
-  wScale: NativeTensor,
-  bias: NativeTensor | undefined,
-  splitK: number,
-) {
-  const y = tensorOf(
-    addon,
-    "cpu",
-    "f32",
-    [x.shape[0], w.shape[0]],
-    new Float32Array(x.shape[0] * w.shape[0]).fill(NaN),
-  );
-  await addon.ops.gemm({ x, w, wScale, bias, y, splitK });
-  const out = y.readF32();
-  y.dispose();
-  return out;
 }
 
 describe("gemm with int8 weights (cpu)", () => {
   it("matches the float64 reference of the dequantized weights on odd shapes, with and without bias", async () => {
     const rng = makeRng(11);
-    for (const [M, N, K] of [
+    const shapes: [number, number, number][] = [
       [1, 1, 1],
       [1, 7, 33],
       [3, 13, 100],
@@ -53,17 +39,20 @@ describe("gemm with int8 weights (cpu)", () => {
       [17, 30, 130],
       [40, 50, 64],
       [70, 9, 515], // M > 64: the large-M path (W blocks widened to f32)
-    ] as [number, number, number][])
-      for (const splitK of [1, Math.min(K, 3)]) {
-        const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
-        const { w, wScale, ref: wRef } = int8Weight(randomF32(rng, N * K), N, K);
-        const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
-        const got = await gemm(x, w, wScale, bias, splitK);
-        const ref = refGemm(stored(x), wRef, bias && stored(bias), M, N, K);
-        const bad = worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5);
-        expect(bad, `M=${M} N=${N} K=${K} splitK=${splitK}`).toBeUndefined();
-        disposeAll(x, w, wScale, bias);
-      }
+    ];
+    await expectMatchesReferenceOnShapes(
+      addon,
+      rng,
+      shapes.flatMap(([M, N, K]) =>
+        [1, Math.min(K, 3)].map((splitK) => ({ M, N, K, splitK, label: `M=${M} N=${N} K=${K} splitK=${splitK}` })),
+      ),
+      {
+        makeWeight: (N, K) => int8Weight(randomF32(rng, N * K), N, K),
+        xRef: (x) => x,
+        tol: (K) => 1e-5 * Math.sqrt(K),
+        eps: 1e-5,
+      },
+    );
   });
 
   it("gives a zero row (all weights 0, scale 0) exact zeros plus its bias", async () => {
@@ -71,11 +60,12 @@ describe("gemm with int8 weights (cpu)", () => {
     const wv = randomF32(makeRng(4), 3 * K);
     wv.fill(0, K, 2 * K);
     const x = tensorOf(addon, "cpu", "f32", [2, K], randomF32(makeRng(5), 2 * K));
-    const { w, wScale } = int8Weight(wv, 3, K);
+    const { weight } = int8Weight(wv, 3, K);
     const bias = tensorOf(addon, "cpu", "f32", [3], [0.5, -0.25, 2]);
-    const got = await gemm(x, w, wScale, bias, 2);
+    const got = await gemmCpu(addon, x, weight, bias, 2);
     expect([got[1], got[4]]).toEqual([-0.25, -0.25]);
-    disposeAll(x, w, wScale, bias);
+    disposeAll(x, bias);
+    disposeWeight(weight);
   });
 
   it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
@@ -84,14 +74,16 @@ describe("gemm with int8 weights (cpu)", () => {
       N = 37,
       M = 70;
     const xs = randomF32(rng, M * K);
-    const { w, wScale } = int8Weight(randomF32(rng, N * K), N, K);
+    const { weight } = int8Weight(randomF32(rng, N * K), N, K);
     const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
-    const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
-    for (const splitK of [1, 2, 5])
-      for (const threads of [1, 2]) {
-        addon.setThreads(threads);
-        const batch = await gemm(x, w, wScale, bias, splitK);
-        for (const [row, rows] of [
+    await expectRowsBitsAloneAsInBatch(
+      addon,
+      xs,
+      [M, N, K],
+      {
+        splitKs: [1, 2, 5],
+        threads: [1, 2],
+        slices: [
           [0, 1],
           [M - 1, 1],
           [13, 1],
@@ -99,16 +91,13 @@ describe("gemm with int8 weights (cpu)", () => {
           [3, 16],
           [29, 40],
           [5, 64],
-        ]) {
-          const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
-          const alone = await gemm(sub, w, wScale, bias, splitK);
-          expect(bitsOf(alone), `splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
-            bitsOf(batch, row * N, rows * N),
-          );
-          sub.dispose();
-        }
-      }
-    disposeAll(w, wScale, bias, x);
+        ],
+        what: "",
+      },
+      (x, splitK) => gemmCpu(addon, x, weight, bias, splitK),
+    );
+    disposeAll(bias);
+    disposeWeight(weight);
   });
 
   it("gemmBlocks cuts an int8 w with its scales (the fused q | k | v projection)", async () => {
@@ -117,24 +106,16 @@ describe("gemm with int8 weights (cpu)", () => {
       N = 24,
       K = 40;
     const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
-    const { w, wScale, ref: wRef } = int8Weight(randomF32(rng, N * K), N, K);
-    const y = addon.tensor("cpu", "f32", [M * N]);
-    await addon.ops.gemmBlocks({ x, w, wScale, y, splitK: 2, cut1: 12, cut2: 18, rows: M, row0: 0 });
-    const plain = await gemm(x, w, wScale, undefined, 2);
-    const got = y.readF32();
-    // block j is a (M, n_j) matrix at M * c_j
-    for (const [c, n] of [
-      [0, 12],
-      [12, 6],
-      [18, 6],
-    ])
-      for (let m = 0; m < M; m++) for (let j = 0; j < n; j++) expect(got[M * c + m * n + j]).toBe(plain[m * N + c + j]);
+    const { weight, ref: wRef } = int8Weight(randomF32(rng, N * K), N, K);
+    const plain = await expectGemmBlocksQkvBits(addon, x, weight, M, N);
     expect(worstViolation(plain, refGemm(stored(x), wRef, undefined, M, N, K), 1e-4, 1e-5)).toBeUndefined();
-    disposeAll(x, w, wScale, y);
+    disposeAll(x);
+    disposeWeight(weight);
   });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
-    const [avx2, native] = runPerSimd(
+    expectSameBitsOnAvx2AndNative(
+      "gemm int8",
       `
         for (const [M, N, K, sk] of [[1, 37, 576, 1], [3, 20, 77, 2], [24, 13, 161, 3], [70, 50, 300, 3]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
@@ -144,11 +125,8 @@ describe("gemm with int8 weights (cpu)", () => {
           await addon.ops.gemm({ x, w, wScale, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
         }`,
-      { seed: 7, centered: true, levels: ["avx2", ""] },
+      { seed: 7, centered: true },
     );
-    expect(avx2.simd).toBe("avx2");
-    console.log(`[gemm int8] SIMD paths compared: avx2, ${native.simd}`);
-    expect(native.out).toEqual(avx2.out);
   });
 
   it("rejects bad input with a clear Error", async () => {
