@@ -6,29 +6,20 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { dequantizeToInputOrder, type GroupedQuantWeight } from "../../ts/model/quantFormat.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
-import type { NativeTensor } from "../../ts/native/addonTypes.js";
-import { runPerSimd } from "../helpers/childAddon.js";
 import { groupedTensors, randomGrouped, type GroupedOptions } from "./int4Reference.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
+import {
+  disposeWeight as dispose,
+  expectGemmBlocksQkvBits,
+  expectMatchesReferenceOnShapes,
+  expectRowsBitsAloneAsInBatch,
+  expectSameBitsOnAvx2AndNative,
+  gemmCpu,
+} from "./quantGemmChecks.js";
 import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
 afterAll(() => addon.setThreads(0));
-
-type Grouped = ReturnType<typeof groupedTensors>;
-
-async function gemm(x: NativeTensor, g: Grouped, bias: NativeTensor | undefined, splitK: number) {
-  const N = g.w.shape[0];
-  const y = tensorOf(addon, "cpu", "f32", [x.shape[0], N], new Float32Array(x.shape[0] * N).fill(NaN));
-  await addon.ops.gemm({ x, ...g, bias, y, splitK });
-  const out = y.readF32();
-  y.dispose();
-  return out;
-}
-
-function dispose(g: Grouped) {
-  disposeAll(g.w, g.wScales, g.wZeros, g.wPerm);
-}
 
 const SCHEMES: [string, GroupedOptions][] = [
   ["4-bit g32 symmetric", { bits: 4, groupSize: 32 }],
@@ -42,28 +33,31 @@ describe("gemm with grouped quantized weights (cpu)", () => {
   for (const [what, o] of SCHEMES)
     it(`${what}: matches the float64 reference of the dequantized weights, decode and prefill shapes`, async () => {
       const rng = makeRng(21 + o.groupSize + o.bits);
-      for (const [M, N, K] of [
+      const shapes: [number, number, number][] = [
         [1, 1, 128],
         [1, 13, 256],
         [2, 7, 384],
         [5, 20, 128],
         [17, 9, 512],
         [70, 11, 256],
-      ] as [number, number, number][])
-        for (const splitK of [1, 3]) {
-          const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
-          const gw = randomGrouped(rng, N, K, o);
-          const g = groupedTensors(addon, "cpu", gw, o.asymmetric === true);
-          const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
-          const got = await gemm(x, g, bias, splitK);
+      ];
+      await expectMatchesReferenceOnShapes(
+        addon,
+        rng,
+        shapes.flatMap(([M, N, K]) =>
+          [1, 3].map((splitK) => ({ M, N, K, splitK, label: `M=${M} N=${N} K=${K} splitK=${splitK}` })),
+        ),
+        {
+          makeWeight: (N, K) => {
+            const gw = randomGrouped(rng, N, K, o);
+            return { weight: groupedTensors(addon, "cpu", gw, o.asymmetric === true), ref: dequantizeToInputOrder(gw) };
+          },
           // 4 bits: the kernels multiply X rounded to bf16 (exact products with q - zero), so the reference does too
-          const xRef = o.bits === 4 ? roundBf16(stored(x)) : stored(x);
-          const ref = refGemm(xRef, dequantizeToInputOrder(gw), bias && stored(bias), M, N, K);
-          const bad = worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5);
-          expect(bad, `M=${M} N=${N} K=${K} splitK=${splitK}`).toBeUndefined();
-          disposeAll(x, bias);
-          dispose(g);
-        }
+          xRef: (x) => (o.bits === 4 ? roundBf16(x) : x),
+          tol: (K) => 1e-5 * Math.sqrt(K),
+          eps: 1e-5,
+        },
+      );
     });
 
   it("per-channel groups (G = K) and zero points passed as the middle equal the symmetric weight's bits", async () => {
@@ -75,8 +69,8 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: K });
     const withZeros = groupedTensors(addon, "cpu", gw, true),
       without = groupedTensors(addon, "cpu", gw, false);
-    const a = await gemm(x, withZeros, undefined, 2),
-      b = await gemm(x, without, undefined, 2);
+    const a = await gemmCpu(addon, x, withZeros, undefined, 2),
+      b = await gemmCpu(addon, x, without, undefined, 2);
     expect(bitsOf(a)).toEqual(bitsOf(b));
     expect(
       worstViolation(a, refGemm(roundBf16(stored(x)), dequantizeToInputOrder(gw), undefined, M, N, K), 1e-4, 1e-5),
@@ -102,7 +96,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
       return out;
     };
     const byGroup = groupedTensors(addon, "cpu", { ...gw, scales: t(gw.scales), zeros: t(gw.zeros) }, true);
-    const a = await gemm(x, rowMajor, undefined, 2);
+    const a = await gemmCpu(addon, x, rowMajor, undefined, 2);
     const y = addon.tensor("cpu", "f32", [M, N]);
     await addon.ops.gemm({ x, ...byGroup, wByGroup: 1, y, splitK: 2 });
     expect(bitsOf(y.readF32())).toEqual(bitsOf(a));
@@ -120,28 +114,26 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     for (const o of [SCHEMES[1][1], SCHEMES[3][1]]) {
       const g = groupedTensors(addon, "cpu", randomGrouped(rng, N, K, o), true);
       const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
-      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
-      for (const splitK of [1, 2, 5])
-        for (const threads of [1, 2]) {
-          addon.setThreads(threads);
-          const batch = await gemm(x, g, bias, splitK);
-          for (const [row, rows] of [
+      await expectRowsBitsAloneAsInBatch(
+        addon,
+        xs,
+        [M, N, K],
+        {
+          splitKs: [1, 2, 5],
+          threads: [1, 2],
+          slices: [
             [0, 1],
             [M - 1, 1],
             [13, 1],
             [20, 8],
             [3, 16],
             [29, 40],
-          ]) {
-            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
-            const alone = await gemm(sub, g, bias, splitK);
-            expect(bitsOf(alone), `bits ${o.bits} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
-              bitsOf(batch, row * N, rows * N),
-            );
-            sub.dispose();
-          }
-        }
-      disposeAll(bias, x);
+          ],
+          what: `bits ${o.bits} `,
+        },
+        (x, splitK) => gemmCpu(addon, x, g, bias, splitK),
+      );
+      disposeAll(bias);
       dispose(g);
     }
   });
@@ -161,26 +153,23 @@ describe("gemm with grouped quantized weights (cpu)", () => {
         randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric }),
         asymmetric,
       );
-      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
-      for (const splitK of [1, 3])
-        for (const threads of [1, 2]) {
-          addon.setThreads(threads);
-          const batch = await gemm(x, g, undefined, splitK);
-          for (const [row, rows] of [
+      await expectRowsBitsAloneAsInBatch(
+        addon,
+        xs,
+        [M, N, K],
+        {
+          splitKs: [1, 3],
+          threads: [1, 2],
+          slices: [
             [0, 1],
             [M - 1, 1],
             [2, 3],
             [7, 17],
-          ]) {
-            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
-            const alone = await gemm(sub, g, undefined, splitK);
-            expect(bitsOf(alone), `K=${K} G=${G} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
-              bitsOf(batch, row * N, rows * N),
-            );
-            sub.dispose();
-          }
-        }
-      disposeAll(x);
+          ],
+          what: `K=${K} G=${G} `,
+        },
+        (x, splitK) => gemmCpu(addon, x, g, undefined, splitK),
+      );
       dispose(g);
     }
   });
@@ -193,22 +182,14 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
     const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: 32, asymmetric: true, perm: true });
     const g = groupedTensors(addon, "cpu", gw, true);
-    const y = addon.tensor("cpu", "f32", [M * N]);
-    await addon.ops.gemmBlocks({ x, ...g, y, splitK: 2, cut1: 12, cut2: 18, rows: M, row0: 0 });
-    const plain = await gemm(x, g, undefined, 2);
-    const got = y.readF32();
-    for (const [c, n] of [
-      [0, 12],
-      [12, 6],
-      [18, 6],
-    ])
-      for (let m = 0; m < M; m++) for (let j = 0; j < n; j++) expect(got[M * c + m * n + j]).toBe(plain[m * N + c + j]);
-    disposeAll(x, y);
+    await expectGemmBlocksQkvBits(addon, x, g, M, N);
+    disposeAll(x);
     dispose(g);
   });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
-    const [avx2, native] = runPerSimd(
+    expectSameBitsOnAvx2AndNative(
+      "gemm grouped",
       `
         for (const [M, N, K, G, bits, sk, sym] of [[1, 37, 576, 32, 4, 1, 0], [3, 20, 256, 64, 4, 2, 0], [24, 13, 384, 128, 8, 3, 0], [70, 50, 512, 32, 4, 3, 0], [1, 19, 480, 96, 4, 2, 1], [6, 9, 672, 32, 4, 1, 1], [1, 11, 96, 96, 4, 1, 0]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
@@ -219,11 +200,8 @@ describe("gemm with grouped quantized weights (cpu)", () => {
           await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros: sym ? undefined : wZeros, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
         }`,
-      { seed: 7, centered: false, levels: ["avx2", ""] },
+      { seed: 7, centered: false },
     );
-    expect(avx2.simd).toBe("avx2");
-    console.log(`[gemm grouped] SIMD paths compared: avx2, ${native.simd}`);
-    expect(native.out).toEqual(avx2.out);
   });
 
   it("4 bits: groups that straddle the kernels' 128-column chunks (G = 96, 160) and a partial last chunk", async () => {
@@ -239,7 +217,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
       const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
       const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric, perm: asymmetric });
       const g = groupedTensors(addon, "cpu", gw, asymmetric);
-      const got = await gemm(x, g, undefined, splitK);
+      const got = await gemmCpu(addon, x, g, undefined, splitK);
       const ref = refGemm(roundBf16(stored(x)), dequantizeToInputOrder(gw), undefined, M, N, K);
       expect(worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5), `M=${M} N=${N} K=${K} G=${G}`).toBeUndefined();
       disposeAll(x);
@@ -258,7 +236,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
       const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric: true });
       for (let i = 0; i < gw.zeros.length; i += 3) gw.zeros[i] = 16;
       const g = groupedTensors(addon, "cpu", gw, true);
-      const got = await gemm(x, g, undefined, 2);
+      const got = await gemmCpu(addon, x, g, undefined, 2);
       const ref = refGemm(roundBf16(stored(x)), dequantizeToInputOrder(gw), undefined, M, N, K);
       expect(worstViolation(got, ref, 1e-5 * Math.sqrt(K), 1e-5), `M=${M} N=${N} K=${K} G=${G}`).toBeUndefined();
       disposeAll(x);
