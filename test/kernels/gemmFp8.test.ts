@@ -6,33 +6,27 @@
 import { spawnSync } from "node:child_process";
 import { afterAll, describe, expect, it } from "vitest";
 import { loadAddon } from "../../ts/native/loadAddon.js";
-import type { NativeTensor } from "../../ts/native/addonTypes.js";
-import { childAddonExpr, runPerSimd } from "../helpers/childAddon.js";
+import { childAddonExpr } from "../helpers/childAddon.js";
 import { E4M3_VALUES } from "../../ts/model/quantized/fp8.js";
 import { dequantizeFp8, fp8Tensors, randomFp8 } from "./fp8Reference.js";
-import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
-import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
+import { makeRng, randomF32, roundBf16 } from "./reference.js";
+import {
+  disposeWeight as dispose,
+  expectGemmBlocksQkvBits,
+  expectMatchesReferenceOnShapes,
+  expectRowsBitsAloneAsInBatch,
+  expectSameBitsOnAvx2AndNative,
+  gemmCpu,
+} from "./quantGemmChecks.js";
+import { bitsOf, disposeAll, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
 afterAll(() => addon.setThreads(0));
 
-type Fp8 = ReturnType<typeof fp8Tensors>;
-
-async function gemm(x: NativeTensor, g: Fp8, bias: NativeTensor | undefined, splitK: number, extra: object = {}) {
-  const N = g.w.shape[0];
-  const y = tensorOf(addon, "cpu", "f32", [x.shape[0], N], new Float32Array(x.shape[0] * N).fill(NaN));
-  await addon.ops.gemm({ x, ...g, bias, y, splitK, ...extra });
-  const out = y.readF32();
-  y.dispose();
-  return out;
-}
-
-const dispose = (g: Fp8) => disposeAll(g.w, g.wScales);
-
 describe("gemm with FP8 e4m3 weights (cpu)", () => {
   it("matches the float64 reference of the dequantized weights: every code, ragged K, decode and prefill", async () => {
     const rng = makeRng(81);
-    for (const [M, N, K, G] of [
+    const shapes: [number, number, number, number][] = [
       [1, 1, 256, 128],
       [1, 13, 256, 128],
       [1, 37, 800, 128], // K = 6 x 128 + 32: a partial last group
@@ -41,21 +35,25 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
       [17, 9, 520, 32],
       [3, 130, 333, 128],
       [40, 11, 1000, 128], // the expanded prefill
-    ] as [number, number, number, number][])
-      for (const splitK of [1, 3]) {
-        const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
-        const fw = randomFp8(rng, N, K, G);
-        const g = fp8Tensors(addon, "cpu", fw);
-        const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
-        const got = await gemm(x, g, bias, splitK);
-        const ref = refGemm(roundBf16(stored(x)), dequantizeFp8(fw), bias && stored(bias), M, N, K);
+    ];
+    await expectMatchesReferenceOnShapes(
+      addon,
+      rng,
+      shapes.flatMap(([M, N, K, G]) =>
+        [1, 3].map((splitK) => ({ M, N, K, G, splitK, label: `M=${M} N=${N} K=${K} G=${G} splitK=${splitK}` })),
+      ),
+      {
+        makeWeight: (N, K, { G }) => {
+          const fw = randomFp8(rng, N, K, G);
+          return { weight: fp8Tensors(addon, "cpu", fw), ref: dequantizeFp8(fw) };
+        },
+        xRef: roundBf16,
         // f32 sums of exact products: measured at most 0.16 of this bound (it was 1e-6 * sqrt(K) + 1e-5 |ref|, ~300x
         // the error, loose enough to pass code 0x03 decoded as twice its value; at this bound that fails by 5-10x)
-        const bad = worstViolation(got, ref, 2e-8 * Math.sqrt(K), 2e-7);
-        expect(bad, `M=${M} N=${N} K=${K} G=${G} splitK=${splitK}`).toBeUndefined();
-        disposeAll(x, bias);
-        dispose(g);
-      }
+        tol: (K) => 2e-8 * Math.sqrt(K),
+        eps: 2e-7,
+      },
+    );
   });
 
   it("multiplies the subnormal codes exactly (a weight of only subnormals and -0)", async () => {
@@ -72,7 +70,7 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
     };
     const g = fp8Tensors(addon, "cpu", fw);
     const x = tensorOf(addon, "cpu", "f32", [1, K], new Float32Array(K).fill(1));
-    const got = await gemm(x, g, undefined, 1);
+    const got = await gemmCpu(addon, x, g, undefined, 1);
     // (-0 sums to +0: the lane sums start at +0)
     expect([...got]).toEqual(codes.map((c) => (c & 0x80 ? -1 : 1) * (c & 7) * 2 ** -9 * 2 + 0));
     disposeAll(x);
@@ -140,28 +138,26 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
       const xs = randomF32(rng, M * K);
       const g = fp8Tensors(addon, "cpu", randomFp8(rng, N, K, G));
       const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
-      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
-      for (const splitK of [1, 2, 5])
-        for (const threads of [1, 2]) {
-          addon.setThreads(threads);
-          const batch = await gemm(x, g, bias, splitK);
-          for (const [row, rows] of [
+      await expectRowsBitsAloneAsInBatch(
+        addon,
+        xs,
+        [M, N, K],
+        {
+          splitKs: [1, 2, 5],
+          threads: [1, 2],
+          slices: [
             [0, 1],
             [M - 1, 1],
             [13, 1],
             [2, 3],
             [7, 17],
             [3, 16],
-          ]) {
-            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
-            const alone = await gemm(sub, g, bias, splitK);
-            expect(bitsOf(alone), `K=${K} G=${G} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
-              bitsOf(batch, row * N, rows * N),
-            );
-            sub.dispose();
-          }
-        }
-      disposeAll(bias, x);
+          ],
+          what: `K=${K} G=${G} `,
+        },
+        (x, splitK) => gemmCpu(addon, x, g, bias, splitK),
+      );
+      disposeAll(bias);
       dispose(g);
     }
   });
@@ -179,8 +175,8 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
     const t = new Float32Array(fw.scales.length);
     for (let n = 0; n < N; n++) for (let g = 0; g < ng; g++) t[g * N + n] = fw.scales[n * ng + g];
     const byGroup = fp8Tensors(addon, "cpu", { ...fw, scales: t });
-    const a = await gemm(x, rowMajor, undefined, 2);
-    const b = await gemm(x, byGroup, undefined, 2, { wByGroup: 1 });
+    const a = await gemmCpu(addon, x, rowMajor, undefined, 2);
+    const b = await gemmCpu(addon, x, byGroup, undefined, 2, { wByGroup: 1 });
     expect(bitsOf(b)).toEqual(bitsOf(a));
     disposeAll(x);
     dispose(rowMajor);
@@ -194,17 +190,8 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
       K = 200;
     const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
     const g = fp8Tensors(addon, "cpu", randomFp8(rng, N, K, 128));
-    const y = addon.tensor("cpu", "f32", [M * N]);
-    await addon.ops.gemmBlocks({ x, ...g, y, splitK: 2, cut1: 12, cut2: 18, rows: M, row0: 0 });
-    const plain = await gemm(x, g, undefined, 2);
-    const got = y.readF32();
-    for (const [c, n] of [
-      [0, 12],
-      [12, 6],
-      [18, 6],
-    ])
-      for (let m = 0; m < M; m++) for (let j = 0; j < n; j++) expect(got[M * c + m * n + j]).toBe(plain[m * N + c + j]);
-    disposeAll(x, y);
+    await expectGemmBlocksQkvBits(addon, x, g, M, N);
+    disposeAll(x);
     dispose(g);
   });
 
@@ -218,7 +205,7 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
     fw.q[3 * K + 200] = 0xff;
     const g = fp8Tensors(addon, "cpu", fw);
     const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
-    const got = await gemm(x, g, undefined, 1);
+    const got = await gemmCpu(addon, x, g, undefined, 1);
     for (let m = 0; m < M; m++)
       for (let n = 0; n < N; n++) expect(Number.isNaN(got[m * N + n]), `${m}, ${n}`).toBe(n === 1 || n === 3);
     disposeAll(x);
@@ -226,7 +213,8 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
   });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
-    const [avx2, native] = runPerSimd(
+    expectSameBitsOnAvx2AndNative(
+      "gemm fp8",
       `
         for (const [M, N, K, G, sk] of [[1, 37, 576, 128, 1], [1, 19, 800, 128, 2], [3, 20, 256, 64, 2], [24, 13, 333, 128, 3], [70, 50, 512, 32, 3], [1, 11, 100, 128, 1]]) {
           const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, () => r() - 0.5));
@@ -238,11 +226,8 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
           await addon.ops.gemm({ x, w, wFormat: "e4m3", wGroupSize: G, wScales, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
         }`,
-      { seed: 9, centered: false, levels: ["avx2", ""] },
+      { seed: 9, centered: false },
     );
-    expect(avx2.simd).toBe("avx2");
-    console.log(`[gemm fp8] SIMD paths compared: avx2, ${native.simd}`);
-    expect(native.out).toEqual(avx2.out);
   });
 
   it("rejects bad input with a clear Error", async () => {

@@ -53,20 +53,22 @@ export interface ReferenceCase {
  * refGemm(xRef(x as stored), weight's float64 dequantized values, bias) at every element (worstViolation is
  * undefined).
  */
-export async function expectMatchesReferenceOnShapes(
+export async function expectMatchesReferenceOnShapes<C extends ReferenceCase>(
   addon: Addon,
   rng: () => number,
-  cases: ReferenceCase[],
+  cases: C[],
   o: {
-    makeWeight: (N: number, K: number) => { weight: GemmWeight; ref: ArrayLike<number> };
+    /** The case's weight [N, K] (c carries any format parameter, e.g. the group size). */
+    makeWeight: (N: number, K: number, c: C) => { weight: GemmWeight; ref: ArrayLike<number> };
     xRef: (x: Float32Array) => ArrayLike<number>;
     tol: (K: number) => number;
     eps: number;
   },
 ): Promise<void> {
-  for (const { M, N, K, splitK, label } of cases) {
+  for (const c of cases) {
+    const { M, N, K, splitK, label } = c;
     const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
-    const { weight, ref: wRef } = o.makeWeight(N, K);
+    const { weight, ref: wRef } = o.makeWeight(N, K, c);
     const bias = N % 2 ? tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N)) : undefined;
     const got = await gemmCpu(addon, x, weight, bias, splitK);
     const ref = refGemm(o.xRef(stored(x)), wRef, bias && stored(bias), M, N, K);
