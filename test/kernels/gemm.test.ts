@@ -7,6 +7,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import { runPerSimd } from "../helpers/childAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
+import { expectRowsBitsAloneAsInBatch } from "./quantGemmChecks.js";
 import { bitsOf, blocksMismatch, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
@@ -128,12 +129,14 @@ describe("gemm (cpu)", () => {
     for (const wType of ["f32", "bf16"] as DType[]) {
       const w = tensorOf(addon, "cpu", wType, [N, K], randomF32(rng, N * K));
       const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
-      const x = tensorOf(addon, "cpu", "f32", [M, K], xs);
-      for (const splitK of [1, 2, 5]) {
-        for (const threads of [1, 2]) {
-          addon.setThreads(threads);
-          const batch = await gemm(x, w, bias, splitK);
-          for (const [row, rows] of [
+      await expectRowsBitsAloneAsInBatch(
+        addon,
+        xs,
+        [M, N, K],
+        {
+          splitKs: [1, 2, 5],
+          threads: [1, 2],
+          slices: [
             [0, 1],
             [M - 1, 1],
             [13, 1],
@@ -141,17 +144,12 @@ describe("gemm (cpu)", () => {
             [3, 16],
             [29, 40],
             [5, 64],
-          ]) {
-            const sub = tensorOf(addon, "cpu", "f32", [rows, K], xs.subarray(row * K, (row + rows) * K));
-            const alone = await gemm(sub, w, bias, splitK);
-            expect(bitsOf(alone), `w=${wType} splitK=${splitK} threads=${threads} rows ${row}+${rows}`).toEqual(
-              bitsOf(batch, row * N, rows * N),
-            );
-            sub.dispose();
-          }
-        }
-      }
-      disposeAll(w, bias, x);
+          ],
+          what: `w=${wType} `,
+        },
+        (x, splitK) => gemm(x, w, bias, splitK),
+      );
+      disposeAll(w, bias);
     }
   });
 
