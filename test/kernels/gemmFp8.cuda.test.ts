@@ -8,18 +8,8 @@ import type { DType } from "../../ts/native/addonTypes.js";
 import { E4M3_VALUES } from "../../ts/model/quantized/fp8.js";
 import { dequantizeFp8, fp8Tensors, randomFp8 } from "./fp8Reference.js";
 import { refGemm } from "./reference.js";
-import {
-  addon,
-  bitsEqual,
-  cudaUnavailable,
-  disposeAll,
-  poisoned,
-  rand,
-  randn,
-  relL2,
-  roundTo,
-  tensor,
-} from "./cudaReference.js";
+import { addon, cudaUnavailable, disposeAll, poisoned, rand, randn, relL2, roundTo, tensor } from "./cudaReference.js";
+import { expectCudaGemmBlocksQkvBits, expectCudaRowsBitsAloneAsInBatch } from "./quantGemmCudaChecks.js";
 
 const held: { dispose(): void }[] = [];
 afterEach(() => {
@@ -96,25 +86,18 @@ describe.skipIf(!!cudaUnavailable)("gemm with FP8 e4m3 weights (cuda)", () => {
       K = 777;
     const xv = roundTo(randn(M * K), "bf16");
     const g = fp8(randomFp8(rand, N, K, 128));
-    for (const splitK of [1, 3]) {
-      const run = async (row: number, rows: number) => {
-        const x = tensor("cuda", "bf16", [rows, K], xv.subarray(row * K, (row + rows) * K));
-        const y = poisoned("cuda", "f32", [rows, N]);
-        await addon.ops.gemm({ x, ...g, y, splitK });
-        return y.readF32();
-      };
-      const batch = await run(0, M);
-      for (const [row, rows] of [
+    await expectCudaRowsBitsAloneAsInBatch(
+      xv,
+      [M, N, K],
+      g,
+      [1, 3],
+      [
         [0, 1],
         [17, 1],
         [5, 16],
         [M - 3, 3],
-      ])
-        expect(
-          bitsEqual(await run(row, rows), batch.subarray(row * N, (row + rows) * N)),
-          `splitK=${splitK} rows ${row}+${rows}`,
-        ).toBe(true);
-    }
+      ],
+    );
   });
 
   it("gemmBlocks writes the plain GEMM's bits in blocks (the fused q | k | v projection)", async () => {
@@ -124,17 +107,6 @@ describe.skipIf(!!cudaUnavailable)("gemm with FP8 e4m3 weights (cuda)", () => {
     const xv = roundTo(randn(M * K), "bf16");
     const g = fp8(randomFp8(rand, N, K, 128));
     const x = tensor("cuda", "bf16", [M, K], xv);
-    const plain = poisoned("cuda", "f32", [M, N]);
-    await addon.ops.gemm({ x, ...g, y: plain, splitK: 2 });
-    const y = poisoned("cuda", "f32", [M * N]);
-    await addon.ops.gemmBlocks({ x, ...g, y, splitK: 2, cut1: 12, cut2: 18, rows: M, row0: 0 });
-    const p = plain.readF32(),
-      got = y.readF32();
-    for (const [c, n] of [
-      [0, 12],
-      [12, 6],
-      [18, 6],
-    ])
-      for (let m = 0; m < M; m++) for (let j = 0; j < n; j++) expect(got[M * c + m * n + j]).toBe(p[m * N + c + j]);
+    await expectCudaGemmBlocksQkvBits(x, g, M, N);
   });
 });

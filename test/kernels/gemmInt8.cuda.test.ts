@@ -4,17 +4,8 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { DType } from "../../ts/native/addonTypes.js";
 import { refGemm } from "./reference.js";
-import {
-  addon,
-  bitsEqual,
-  cudaUnavailable,
-  disposeAll,
-  poisoned,
-  randn,
-  relL2,
-  roundTo,
-  tensor,
-} from "./cudaReference.js";
+import { addon, cudaUnavailable, disposeAll, poisoned, randn, relL2, roundTo, tensor } from "./cudaReference.js";
+import { expectCudaRowsBitsAloneAsInBatch } from "./quantGemmCudaChecks.js";
 import { dequantize, quantizeRows } from "./int8Reference.js";
 
 afterEach(disposeAll);
@@ -52,25 +43,18 @@ describe.skipIf(!!cudaUnavailable)("gemm with int8 weights (cuda)", () => {
     const qr = quantizeRows(randn(N * K), N, K);
     const w = tensor("cuda", "i8", [N, K], qr.q);
     const wScale = tensor("cuda", "f32", [N], qr.scale);
-    for (const splitK of [1, 3]) {
-      const run = async (row: number, rows: number) => {
-        const x = tensor("cuda", "bf16", [rows, K], xv.subarray(row * K, (row + rows) * K));
-        const y = poisoned("cuda", "f32", [rows, N]);
-        await addon.ops.gemm({ x, w, wScale, y, splitK });
-        return y.readF32();
-      };
-      const batch = await run(0, M);
-      for (const [row, rows] of [
+    await expectCudaRowsBitsAloneAsInBatch(
+      xv,
+      [M, N, K],
+      { w, wScale },
+      [1, 3],
+      [
         [0, 1],
         [17, 1],
         [5, 16],
         [M - 3, 3],
-      ])
-        expect(
-          bitsEqual(await run(row, rows), batch.subarray(row * N, (row + rows) * N)),
-          `splitK=${splitK} rows ${row}+${rows}`,
-        ).toBe(true);
-    }
+      ],
+    );
   });
 
   it("refuses an i8 w without its scales", async () => {
