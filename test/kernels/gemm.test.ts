@@ -7,7 +7,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import { runPerSimd } from "../helpers/childAddon.js";
 import type { DType, NativeTensor } from "../../ts/native/addonTypes.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
-import { expectRowsBitsAloneAsInBatch } from "./quantGemmChecks.js";
+import { batchSlices, expectRowsBitsAloneAsInBatch } from "./quantGemmChecks.js";
 import { bitsOf, blocksMismatch, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
@@ -133,20 +133,7 @@ describe("gemm (cpu)", () => {
         addon,
         xs,
         [M, N, K],
-        {
-          splitKs: [1, 2, 5],
-          threads: [1, 2],
-          slices: [
-            [0, 1],
-            [M - 1, 1],
-            [13, 1],
-            [20, 8],
-            [3, 16],
-            [29, 40],
-            [5, 64],
-          ],
-          what: `w=${wType} `,
-        },
+        { splitKs: [1, 2, 5], threads: [1, 2], slices: batchSlices(M, true), what: `w=${wType} ` },
         (x, splitK) => gemm(x, w, bias, splitK),
       );
       disposeAll(w, bias);

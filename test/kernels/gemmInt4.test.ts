@@ -9,6 +9,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import { groupedTensors, randomGrouped, type GroupedOptions } from "./int4Reference.js";
 import { makeRng, randomF32, refGemm, roundBf16, worstViolation } from "./reference.js";
 import {
+  batchSlices,
   disposeWeight as dispose,
   expectGemmBlocksQkvBits,
   expectMatchesReferenceOnShapes,
@@ -118,19 +119,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
         addon,
         xs,
         [M, N, K],
-        {
-          splitKs: [1, 2, 5],
-          threads: [1, 2],
-          slices: [
-            [0, 1],
-            [M - 1, 1],
-            [13, 1],
-            [20, 8],
-            [3, 16],
-            [29, 40],
-          ],
-          what: `bits ${o.bits} `,
-        },
+        { splitKs: [1, 2, 5], threads: [1, 2], slices: batchSlices(M, false), what: `bits ${o.bits} ` },
         (x, splitK) => gemmCpu(addon, x, g, bias, splitK),
       );
       disposeAll(bias);

@@ -7,6 +7,7 @@ import { loadAddon } from "../../ts/native/loadAddon.js";
 import { dequantize, quantizeRows } from "./int8Reference.js";
 import { makeRng, randomF32, refGemm, worstViolation } from "./reference.js";
 import {
+  batchSlices,
   disposeWeight,
   expectGemmBlocksQkvBits,
   expectMatchesReferenceOnShapes,
@@ -80,20 +81,7 @@ describe("gemm with int8 weights (cpu)", () => {
       addon,
       xs,
       [M, N, K],
-      {
-        splitKs: [1, 2, 5],
-        threads: [1, 2],
-        slices: [
-          [0, 1],
-          [M - 1, 1],
-          [13, 1],
-          [20, 8],
-          [3, 16],
-          [29, 40],
-          [5, 64],
-        ],
-        what: "",
-      },
+      { splitKs: [1, 2, 5], threads: [1, 2], slices: batchSlices(M, true), what: "" },
       (x, splitK) => gemmCpu(addon, x, weight, bias, splitK),
     );
     disposeAll(bias);

@@ -80,6 +80,23 @@ export async function expectMatchesReferenceOnShapes<C extends ReferenceCase>(
 }
 
 /**
+ * The row slices (first row, row count) that gemm.test, gemmInt8.test and gemmInt4.test cut from their M = 70 batch:
+ * single rows at both ends and inside (decode), 8, 16 and 40-row sub-batches (tiles), and, with `with64`, a 64-row one
+ * (the largest decode panel; the batch itself takes the large-M path).
+ */
+export function batchSlices(M: number, with64: boolean): number[][] {
+  const slices = [
+    [0, 1],
+    [M - 1, 1],
+    [13, 1],
+    [20, 8],
+    [3, 16],
+    [29, 40],
+  ];
+  return with64 ? [...slices, [5, 64]] : slices;
+}
+
+/**
  * Bitwise batch invariance: for each splitK and thread count, runs the whole batch xs [M, K], then each slice
  * (first row, row count) alone, and asserts the slice's output bits equal the batch's rows exactly. `run` is the
  * caller's GEMM (weight, bias and all); the message reads `${what}splitK=.. threads=.. rows row+rows`.
