@@ -6,6 +6,14 @@ import { expect } from "vitest";
 import { addon, bitsEqual, poisoned, tensor } from "./cudaReference.js";
 import { expectQkvBlocksOfPlain, type GemmWeight } from "./quantGemmChecks.js";
 
+/** The row slices (first row, row count) the three CUDA tests cut from their 40-row batch: rows 0, 17, 5-20, the last 3. */
+export const cudaBatchSlices = (M: number): number[][] => [
+  [0, 1],
+  [17, 1],
+  [5, 16],
+  [M - 3, 3],
+];
+
 /**
  * For each splitK: gemm of the whole bf16 batch xv [M, K], then of each slice (first row, row count) alone; asserts
  * the slice's output bits equal the batch's rows exactly (message `splitK=.. rows row+rows`).
