@@ -177,6 +177,17 @@ void chunksOf(int64_t K, int64_t G, std::vector<Chunk4>& out) {
 // thread, Sapphire Rapids) went from 9.4 to ~7.8 ms a token of projections (bench/RESULTS.md).
 constexpr int64_t kPrefetchBytes = 8192;
 inline int64_t panelsAhead(int64_t panelBytes) { return (kPrefetchBytes + panelBytes - 1) / panelBytes; }
+// The rows ahead whose scales a panel fetches: at least 16, since a line holds 16 rows of a group's scales (8 rows on
+// is often the panel's own line).
+inline int64_t scaleRowsAhead(int64_t aheadRows) { return std::max<int64_t>(aheadRows, 16); }
+// A thread's range of panels [lo, hi) starts cold: fetch its first panelsAhead() panels (each panel's kernel fetches
+// the ones after as it reads its own).
+inline void prefetchFirstPanels(const void* w, int64_t lo, int64_t hi, int64_t N, int64_t NR, int64_t ldq) {
+  const char* base = static_cast<const char*>(w);
+  for (int64_t b = lo * NR * ldq, e = std::min(hi * NR, N) * ldq, f = std::min(e, b + NR * ldq * panelsAhead(NR * ldq));
+       b < f; b += 64)
+    __asm__ volatile("prefetcht1 %0" : : "m"(base[b]));
+}
 
 // One tile's kernel: sums[i * nr + j] = the partition of chunks [c0, c1)'s tree of x row i . W row j.
 // x: the tile's first X row in the 4-bit layout (bf16), row i at x + i * ldx; q, sc, zr, ldg as for 8 bits.
@@ -214,7 +225,7 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
   // chunk's groups at least 16 rows on: a line holds 16 rows' scales of a group, so for a panel of 8 starting a
   // line, 8 rows on is its own line (Qwen2.5-1.5B's down projection, K = 8960: 280 groups, a line each a panel;
   // one thread, 37.7 / 35.7 -> 33.4-33.7 ms a token)
-  const int64_t aheadRows = NR * panelsAhead(NR * ldq), scaleRows = std::max<int64_t>(aheadRows, 16);
+  const int64_t aheadRows = NR * panelsAhead(NR * ldq), scaleRows = scaleRowsAhead(aheadRows);
   const char* ahead = reinterpret_cast<const char*>(q) + aheadRows * ldq;
   for (int64_t c = c0; c < c1; c++) {
     const Chunk4& ch = chunks[c];
@@ -517,11 +528,7 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
   float* ys = y.as<float>();
   parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
     float total[kMaxMR4 * kMaxNR4], partial[kMaxMR4 * kMaxNR4];
-    if (prefetch)  // the range's first panels (the kernels fetch the ones after as they read these)
-      for (int64_t b = lo * NR * ldq, e = std::min(hi * NR, N) * ldq,
-                   f = std::min(e, b + NR * ldq * panelsAhead(NR * ldq));
-           b < f; b += 64)
-        __asm__ volatile("prefetcht1 %0" : : "m"(static_cast<const char*>(w.data)[b]));
+    if (prefetch) prefetchFirstPanels(w.data, lo, hi, N, NR, ldq);
     thread_local std::vector<uint16_t> wx;  // this worker's expanded block
     for (int64_t b = lo; b < hi; b++) {
       const int64_t r0 = b * blockRows, rows = std::min(blockRows, N - r0);
