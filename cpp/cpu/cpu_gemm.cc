@@ -227,36 +227,46 @@ void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst) 
   for (; g + 32 <= K; g += 32) std::memcpy(dst + g, row + g * kPackRows, 64);  // one line: inlined
   if (g < K) std::memcpy(dst + g, row + g * kPackRows, size_t(K - g) * 2);
 }
-void zeroPackedPadding(uint16_t* packed, int64_t N, int64_t K) {
+namespace {
+// The packed layout's writers for either value size (bf16: uint16_t, i8: int8_t).
+template <class T> void zeroPadding(T* packed, int64_t N, int64_t K) {
   const int64_t rows = (N + kPackRows - 1) / kPackRows * kPackRows, groups = (K + 31) / 32;
   for (int64_t r = 0; r < rows; r++) {
-    uint16_t* row = packedRow(packed, K, r);
+    T* row = packedRow(packed, K, r);
     if (r >= N) {  // a padding row: every group
-      for (int64_t g = 0; g < groups; g++) std::fill_n(row + g * 32 * kPackRows, 32, uint16_t(0));
+      for (int64_t g = 0; g < groups; g++) std::fill_n(row + g * 32 * kPackRows, 32, T(0));
     } else if (K % 32) {  // k past K in the row's last group
-      std::fill_n(row + (groups - 1) * 32 * kPackRows + K % 32, 32 - K % 32, uint16_t(0));
+      std::fill_n(row + (groups - 1) * 32 * kPackRows + K % 32, 32 - K % 32, T(0));
     }
   }
 }
-void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t* packed) {
+template <class T> void packValues(const void* src, int64_t K, int64_t e0, int64_t n, T* packed) {
   const char* from = static_cast<const char*>(src);
   const int64_t end = e0 + n;
   for (int64_t r = e0 / K, c = e0 % K; r * K + c < end; r++, c = 0) {  // row by row: one division per row
     const int64_t rowEnd = std::min(K, end - r * K);
-    uint16_t* row = packedRow(packed, K, r);
+    T* row = packedRow(packed, K, r);
     for (; c < rowEnd;) {
       const int64_t run = std::min(32 - c % 32, rowEnd - c);  // one group's piece of the row
-      std::memcpy(row + (c / 32) * 32 * kPackRows + c % 32, from, size_t(run) * 2);
-      from += run * 2;
+      std::memcpy(row + (c / 32) * 32 * kPackRows + c % 32, from, size_t(run) * sizeof(T));
+      from += run * int64_t(sizeof(T));
       c += run;
     }
   }
 }
-void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) {
-  zeroPackedPadding(dst, N, K);
-  parallelFor(N, 64, [&](int64_t lo, int64_t hi) { packValuesBf16(src + lo * K, K, lo * K, (hi - lo) * K, dst); });
+template <class T> void pack(const T* src, int64_t N, int64_t K, T* dst) {
+  zeroPadding(dst, N, K);
+  parallelFor(N, 64, [&](int64_t lo, int64_t hi) { packValues(src + lo * K, K, lo * K, (hi - lo) * K, dst); });
 }
+}  // namespace
+void zeroPackedPadding(uint16_t* packed, int64_t N, int64_t K) { zeroPadding(packed, N, K); }
+void zeroPackedPaddingI8(int8_t* packed, int64_t N, int64_t K) { zeroPadding(packed, N, K); }
+void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t* packed) { packValues(src, K, e0, n, packed); }
+void packValuesI8(const int8_t* src, int64_t K, int64_t e0, int64_t n, int8_t* packed) { packValues(src, K, e0, n, packed); }
+void packBf16(const uint16_t* src, int64_t N, int64_t K, uint16_t* dst) { pack(src, N, K, dst); }
+void packI8(const int8_t* src, int64_t N, int64_t K, int8_t* dst) { pack(src, N, K, dst); }
 bool packedWSupported() { return simdLevel() == Simd::avx512bf16; }
+bool packedI8Supported() { return simdLevel() != Simd::avx2; }
 }  // namespace gemm_detail
 
 void gemm(const View& x, const View& w, const View& bias, const View& y, int splitK) {
@@ -287,9 +297,12 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
   P.scale = w.rowScale;
   chooseKernels(P, w.dtype, M);
   const bool wPacked = w.packRows != 0;
-  if (wPacked && (w.dtype != DType::bf16 || w.packRows != gemm_detail::kPackRows || !gemm_detail::packedWSupported()))
-    throw Error("gemm: packed W must be bf16 in panels of " + std::to_string(gemm_detail::kPackRows) +
-                " rows on a CPU with AVX512-BF16, got " + dtypeName(w.dtype) + " in panels of " + std::to_string(w.packRows));
+  if (wPacked && (w.packRows != gemm_detail::kPackRows ||
+                  !(w.dtype == DType::bf16 ? gemm_detail::packedWSupported()
+                                           : w.dtype == DType::i8 && gemm_detail::packedI8Supported())))
+    throw Error("gemm: packed W must be bf16 (on a CPU with AVX512-BF16) or i8 (AVX-512) in panels of " +
+                std::to_string(gemm_detail::kPackRows) + " rows, got " + dtypeName(w.dtype) + " in panels of " +
+                std::to_string(w.packRows) + " on " + simdName(simdLevel()));
   const bool bf16 = w.dtype == DType::bf16;
   const int64_t smallM = simdLevel() == Simd::avx2 ? kSmallMAvx2 : kSmallM;
   const size_t wsz = dtypeSize(w.dtype);
@@ -320,12 +333,14 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     // ahead), each thread a contiguous range of its rows. Packed W (cpu_gemm.h): a panel (one tile, kPackRows =
     // kAvx512NR rows) is one contiguous stream; with a single m-tile the kernel prefetches 4 KiB ahead of itself as
     // it reads it, in one call over all of K.
+    // (packed: panels of kPackRows = P.NR rows; i8 packed at AVX-512, where P.NR is kAvx512NR too)
     const int64_t panels = (N + P.NR - 1) / P.NR, panelElems = wPacked ? gemm_detail::packedPanelElems(K) : 0;
     auto panelAt = [&](int64_t t) {  // the first W byte of panel t (t <= panels)
-      return wPacked ? reinterpret_cast<const char*>(w.as<uint16_t>() + t * panelElems) : wRow(std::min(N, t * P.NR));
+      return wPacked ? static_cast<const char*>(w.data) + size_t(t * panelElems) * wsz : wRow(std::min(N, t * P.NR));
     };
     auto panelLines = [&](int64_t from, int64_t to) { return Prefetch{panelAt(from), panelAt(to), 0}; };
-    const bool kernelPrefetch = wPacked && M <= P.MR;
+    // the bf16 kernels fetch a packed panel ahead themselves; the i8 tiles take the panel prefetch below
+    const bool kernelPrefetch = wPacked && bf16 && M <= P.MR;
     const int64_t maxChunk = kernelPrefetch ? K : M <= P.MR ? kPanelKOneTile : kPanelK;
     const int64_t group = bf16 ? 32 : 16;  // the kernels' k group
     const int64_t nChunks = (K + maxChunk - 1) / maxChunk, chunk = ((K + nChunks - 1) / nChunks + group - 1) / group * group;
@@ -364,7 +379,11 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
       const int64_t cols = std::min(kBlockCols, N - n0), rows = std::min(kBlockRows, M - m0);
       if (packed != nb) {
         for (int64_t j = 0; j < cols; j++) {
-          if (wPacked) gemm_detail::unpackRowBf16(w.as<uint16_t>(), K, n0 + j, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
+          if (wPacked && bf16) gemm_detail::unpackRowBf16(w.as<uint16_t>(), K, n0 + j, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
+          else if (wPacked) {  // packed i8: each group of 32 widened from its place
+            const int8_t* row = gemm_detail::packedRow(w.as<int8_t>(), K, n0 + j);
+            for (int64_t g = 0; g < K; g += 32) widenI8(row + g * gemm_detail::kPackRows, std::min<int64_t>(32, K - g), wBlock.data + j * ld + g);
+          }
           else if (w.dtype == DType::f32) std::copy_n(reinterpret_cast<const float*>(wRow(n0 + j)), K, wBlock.data + j * ld);
           else if (bf16) std::copy_n(reinterpret_cast<const uint16_t*>(wRow(n0 + j)), K, reinterpret_cast<uint16_t*>(wBlock.data) + j * ld);
           else if (w.dtype == DType::i8) widenI8(reinterpret_cast<const int8_t*>(wRow(n0 + j)), K, wBlock.data + j * ld);

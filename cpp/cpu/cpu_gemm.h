@@ -74,5 +74,17 @@ void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t*
 void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst);  // row n into dst[0, K)
 // Whether this CPU runs packed W (AVX512-BF16).
 bool packedWSupported();
+// Packed i8 W (quantized per row at load, View::rowScale): the same layout, a value a byte (a group of a panel
+// kPackRows x 32 bytes), so the decode GEMV streams a panel as one contiguous run, as it does packed bf16. Read by
+// the AVX-512 i8 kernels (gemvI8, the f32 kernels' i8 tiles, the large-M path's widening); kernels, order of
+// operations and bits those of row-major W.
+void zeroPackedPaddingI8(int8_t* packed, int64_t N, int64_t K);
+void packValuesI8(const int8_t* src, int64_t K, int64_t e0, int64_t n, int8_t* packed);
+void packI8(const int8_t* src, int64_t N, int64_t K, int8_t* dst);  // src [N, K] row-major -> dst, padding zeroed
+// Whether this CPU runs packed i8 W (AVX-512).
+bool packedI8Supported();
+// Element offset of column k (a multiple of 16) of a row in W's layout: packed, the group of 32 at k & ~31 lies
+// kPackRows rows of 32 apart; row-major, k itself. ks = kPackRows packed, else 1.
+inline int64_t packedCol(int64_t k, int64_t ks) { return (k & ~int64_t(31)) * ks + (k & 31); }
 
 }  // namespace dl::cpu::gemm_detail

@@ -37,12 +37,13 @@ template <DType WD> DL_AVX512 inline __m512 load16Masked(const void* w, int64_t 
 }
 
 // One masked group of 16 at k = g added to the accumulators in memory: a partition's partial first or last group,
-// kept out of accum()'s main loop so that its accumulators stay in registers.
+// kept out of accum()'s main loop so that its accumulators stay in registers. ks: packed W's group stride (cpu_gemm.h
+// packedCol; 1 row-major).
 template <int MR, int NR, DType WD>
-DL_AVX512 __attribute__((noinline)) void edge(const float* x, int64_t ldx, const char* w, int64_t ldw, int64_t g,
-                                              __mmask16 mask, float* accIO) {
+DL_AVX512 __attribute__((noinline)) void edge(const float* x, int64_t ldx, const char* w, int64_t ldw, int64_t ks,
+                                              int64_t g, __mmask16 mask, float* accIO) {
   for (int j = 0; j < NR; j++) {
-    const __m512 wv = load16Masked<WD>(w + size_t(j * ldw) * dtypeSize(WD), g, mask);
+    const __m512 wv = load16Masked<WD>(w + size_t(j * ldw) * dtypeSize(WD), packedCol(g, ks), mask);
     for (int i = 0; i < MR; i++) {
       float* a = accIO + (i * NR + j) * 16;
       _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i * ldx + g), wv, _mm512_loadu_ps(a)));
@@ -57,6 +58,8 @@ DL_AVX512 void accum(const void* xv, int64_t ldx, const void* wv, int64_t ldw, i
   const char* w = static_cast<const char*>(wv);
   const size_t wsz = dtypeSize(WD);
   constexpr int kLanes = MR * NR * 16;
+  // packed W (the i8 tiles of a packed panel, cpu_gemm.h): the group of 32 at k lies at packedCol(k, kPackRows)
+  const int64_t ks = flags & kPackedW ? kPackRows : 1;
   // Groups of 16 at absolute k (aligned loads when rows are); a partition's partial first and last group masked.
   int64_t g = k & ~int64_t(15);
   bool zero = flags & kStartAtZero;
@@ -65,7 +68,7 @@ DL_AVX512 void accum(const void* xv, int64_t ldx, const void* wv, int64_t ldw, i
     zero = false;
     __mmask16 mask = __mmask16(0xffffu << (k - g));
     if (k1 < g + 16) mask &= __mmask16((1u << (k1 - g)) - 1);
-    edge<MR, NR, WD>(x, ldx, w, ldw, g, mask, accIO);
+    edge<MR, NR, WD>(x, ldx, w, ldw, ks, g, mask, accIO);
     g += 16;
   }
   __m512 acc[MR][NR];
@@ -77,9 +80,10 @@ DL_AVX512 void accum(const void* xv, int64_t ldx, const void* wv, int64_t ldw, i
     __m512 xv[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; i++) xv[i] = _mm512_loadu_ps(x + i * ldx + g);
+    const int64_t gw = packedCol(g, ks);
 #pragma GCC unroll 6
     for (int j = 0; j < NR; j++) {
-      __m512 wj = load16<WD>(w + size_t(j * ldw) * wsz, g);
+      __m512 wj = load16<WD>(w + size_t(j * ldw) * wsz, gw);
       __asm__("" : "+v"(wj));  // one load per W vector: keeps GCC from re-loading it in every FMA
 #pragma GCC unroll 4
       for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wj, acc[i][j]);
@@ -95,7 +99,7 @@ DL_AVX512 void accum(const void* xv, int64_t ldx, const void* wv, int64_t ldw, i
 #pragma GCC unroll 6
     for (int j = 0; j < NR; j++) _mm512_storeu_ps(accIO + (i * NR + j) * 16, acc[i][j]);
   if (tail) {
-    edge<MR, NR, WD>(x, ldx, w, ldw, g, __mmask16((1u << (k1 - g)) - 1), accIO);
+    edge<MR, NR, WD>(x, ldx, w, ldw, ks, g, __mmask16((1u << (k1 - g)) - 1), accIO);
     if (flags & kReduce)
       for (int o = 0; o < MR * NR; o++) sums[o] = reduce16(_mm512_loadu_ps(accIO + o * 16));
   }

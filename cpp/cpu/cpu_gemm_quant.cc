@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cpu_features.h"
+#include "cpu_gemm.h"
 #include "cpu_gemm_reduce.h"
 #include "threadpool.h"
 
@@ -570,14 +571,16 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
 
 // ---- i8 W per output row (quantize "int8"), M = 1: the f32 kernels' schedule (cpu_gemm.h) ----
 
-// acc[j] += x[g..g+16) * q row j's [g..g+16) lane by lane, where m is set (the rest fma(0, 0, acc)).
+// acc[j] += x[g..g+16) * q row j's [g..g+16) lane by lane, where m is set (the rest fma(0, 0, acc)). Row j at
+// q + j * ldq; ks: 1 row-major (ldq = K), kPackRows packed (ldq = 32: cpu_gemm.h packedCol).
 template <int NR, bool FULL>
 DL_AVX512 __attribute__((always_inline)) inline void gemvI8Group(__m512 (&acc)[NR], const float* x, const int8_t* q,
-                                                                 int64_t K, int64_t g, __mmask16 m) {
+                                                                 int64_t ldq, int64_t ks, int64_t g, __mmask16 m) {
   const __m512 xv = FULL ? _mm512_loadu_ps(x + g) : _mm512_maskz_loadu_ps(m, x + g);
+  const int8_t* qg = q + packedCol(g, ks);
 #pragma GCC unroll 16
   for (int j = 0; j < NR; j++) {
-    const int8_t* qj = q + j * K + g;
+    const int8_t* qj = qg + j * ldq;
     const __m128i b = FULL ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qj)) : _mm_maskz_loadu_epi8(m, qj);
     acc[j] = _mm512_fmadd_ps(xv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), acc[j]);
   }
@@ -585,12 +588,15 @@ DL_AVX512 __attribute__((always_inline)) inline void gemvI8Group(__m512 (&acc)[N
 
 // Rows [n0, n0 + NR) of y = x . q^T * scale: for each partition, 16 lane accumulators over the groups of 16 at
 // absolute k (lanes outside the partition add fma(0, 0, acc), as the f32 kernels' masked edges do), the fixed tree,
-// the partials in order. prefetch: fetch the next panel's rows into L2 as this one's are read.
+// the partials in order. q: the panel's first row, row-major (rows K bytes apart) or packed (a panel of kPackRows
+// rows, one contiguous run). ahead: fetched into L2 a line per row and 64 k as this panel is read (about as many
+// lines as the panel's), from the next panel's first byte (row-major) or a fixed distance ahead of the reads
+// (packed: the panel's lines of 64 k lie NR lines apart), or nullptr.
 template <int NR>
-DL_AVX512 void gemvI8Panel(const float* x, const int8_t* q, int64_t K, const int64_t* kBounds, int splitK,
-                           bool prefetch, float* total) {
+DL_AVX512 void gemvI8Panel(const float* x, const int8_t* q, int64_t K, bool packed, const int64_t* kBounds,
+                           int splitK, const char* ahead, float* total) {
   float sums[NR];
-  const char* ahead = reinterpret_cast<const char*>(q) + NR * K;
+  const int64_t ldq = packed ? 32 : K, ks = packed ? kPackRows : 1;
   for (int p = 0; p < splitK; p++) {
     const int64_t k0 = kBounds[p], k1 = kBounds[p + 1];
     __m512 acc[NR];
@@ -600,17 +606,16 @@ DL_AVX512 void gemvI8Panel(const float* x, const int8_t* q, int64_t K, const int
     if (g < k0) {  // a partial first group
       __mmask16 m = __mmask16(0xffffu << (k0 - g));
       if (k1 < g + 16) m &= __mmask16((1u << (k1 - g)) - 1);
-      gemvI8Group<NR, false>(acc, x, q, K, g, m);
+      gemvI8Group<NR, false>(acc, x, q, ldq, ks, g, m);
       g += 16;
     }
     for (; g + 16 <= k1; g += 16) {
-      // a line of the next panel per row and 64 k of this one (NR lines per 64 k: the panel's NR * K bytes)
-      if (prefetch && (g & 63) == 0)
+      if (ahead && (g & 63) == 0)
 #pragma GCC unroll 16
         for (int j = 0; j < NR; j++) __asm__ volatile("prefetcht1 %0" : : "m"(ahead[(g / 64 * NR + j) * 64]));
-      gemvI8Group<NR, true>(acc, x, q, K, g, 0xffff);
+      gemvI8Group<NR, true>(acc, x, q, ldq, ks, g, 0xffff);
     }
-    if (g < k1) gemvI8Group<NR, false>(acc, x, q, K, g, __mmask16((1u << (k1 - g)) - 1));
+    if (g < k1) gemvI8Group<NR, false>(acc, x, q, ldq, ks, g, __mmask16((1u << (k1 - g)) - 1));
     reduceAll(acc, NR, sums);
     for (int j = 0; j < NR; j++) total[j] = p == 0 ? sums[j] : total[j] + sums[j];
   }
@@ -619,7 +624,13 @@ DL_AVX512 void gemvI8Panel(const float* x, const int8_t* q, int64_t K, const int
 template <size_t... J> constexpr auto gemvI8Table(std::index_sequence<J...>) {
   return std::array<decltype(&gemvI8Panel<1>), sizeof...(J)>{&gemvI8Panel<int(J) + 1>...};
 }
-constexpr int kI8Rows = 8;
+constexpr int kI8Rows = 8;  // a row-major panel's rows (packed: kPackRows)
+// How far ahead of its reads a packed panel's GEMV fetches W (one stream, so a fixed distance; row-major: the next
+// panel). Qwen2.5-1.5B-shaped int8 decode, one thread, op profile (bench/RESULTS.md): gateUp / down ms a token 71-77 /
+// 35-38 at the next panel (9 / 53 KiB ahead), 75 / 35 at 1 KiB, 67-69 / 31-32 at 2 KiB, 67 / 31 at 3 KiB, 69-70 /
+// 33-34 at 4 KiB, 74 / 38 at 16 KiB.
+constexpr int64_t kI8PackedAhead = 3072;
+static_assert(kPackRows <= kI8Rows, "a packed panel's rows fit the table");
 constexpr auto kGemvI8 = gemvI8Table(std::make_index_sequence<kI8Rows>());
 
 }  // namespace
@@ -658,20 +669,25 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
 
 bool gemvI8(const View& x, const View& w, const float* bias, const View& y, const int64_t* kBounds, int splitK) {
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
-  if (M != 1 || w.dtype != DType::i8 || !w.rowScale || w.packRows || simdLevel() == Simd::avx2) return false;
+  if (M != 1 || w.dtype != DType::i8 || !w.rowScale || simdLevel() == Simd::avx2) return false;
+  // packed (cpu_gemm.h): panels of kPackRows rows, each one contiguous run; row-major: panels of kI8Rows rows
+  const bool packed = w.packRows != 0;
+  const int64_t rows = packed ? kPackRows : kI8Rows, panelBytes = packed ? packedPanelElems(K) : rows * K;
   const float* xs = x.as<float>();
   const int8_t* q = w.as<int8_t>();
   float* ys = y.as<float>();
-  const int64_t panels = (N + kI8Rows - 1) / kI8Rows;
+  const int64_t panels = (N + rows - 1) / rows;
   parallelFor(panels, 1, [&](int64_t lo, int64_t hi) {
     // the range's first panel (each panel fetches the next as it goes)
-    for (int64_t b = lo * kI8Rows * K, e = std::min(N, (lo + 1) * kI8Rows) * K; b < e; b += 64)
+    for (int64_t b = lo * panelBytes, e = std::min(packed ? hi * panelBytes : N * K, (lo + 1) * panelBytes); b < e; b += 64)
       __asm__ volatile("prefetcht1 %0" : : "m"(reinterpret_cast<const char*>(q)[b]));
     float total[kI8Rows];
     for (int64_t t = lo; t < hi; t++) {
-      const int64_t n0 = t * kI8Rows;
-      const int nr = int(std::min<int64_t>(kI8Rows, N - n0));
-      kGemvI8[size_t(nr - 1)](xs, q + n0 * K, K, kBounds, splitK, t + 1 < hi, total);
+      const int64_t n0 = t * rows;
+      const int nr = int(std::min<int64_t>(rows, N - n0));
+      const int8_t* panel = q + t * panelBytes;
+      kGemvI8[size_t(nr - 1)](xs, panel, K, packed, kBounds, splitK,
+                              t + 1 < hi ? reinterpret_cast<const char*>(panel + (packed ? kI8PackedAhead : panelBytes)) : nullptr, total);
       for (int j = 0; j < nr; j++) {
         float v = total[j] * w.rowScale[n0 + j];
         __asm__("" : "+x"(v));  // two roundings, as the general path: no contraction into one FMA

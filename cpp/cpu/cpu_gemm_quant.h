@@ -43,8 +43,9 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
 
 // The decode GEMV (M = 1) for an i8 W quantized per output row (View::rowScale) on AVX-512: the f32 kernels'
 // schedule (cpu_gemm.h: lanes k % 16 over the partitions kBounds, the fixed tree, partials in order, then times the
-// row's scale, bias last), so the same bits as the general path; panels of 8 rows, the next prefetched as one is
-// read. Returns false (nothing done) where it does not apply: M > 1, another W, packed W, AVX2.
+// row's scale, bias last), so the same bits as the general path; panels of 8 rows (packed W: its panels of
+// kPackRows), the next prefetched as one is read. Returns false (nothing done) where it does not apply: M > 1,
+// another W, AVX2.
 bool gemvI8(const View& x, const View& w, const float* bias, const View& y, const int64_t* kBounds, int splitK);
 
 }  // namespace dl::cpu::gemm_detail

@@ -117,7 +117,13 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
   // runs on into the next one's first lines; a qkv whose q | k | v cuts fall inside a panel stays row-major.
   const int64_t P = cpu::gemm_detail::kPackRows;
   int64_t at = 0;
+  int64_t atI8 = 0;
   auto plan = [&](WeightSlot& s) {
+    if (s.quantize && cfg.quantizeInt8) {  // int8 at load: the i8 arena's place (placePackedI8)
+      packPlanI8_.push_back({&s, atI8});
+      atI8 += cpu::gemm_detail::packedElems(s.rows, s.cols);
+      return;
+    }
     if (s.quantize || (cfg.prequantized && (&s != &embed && &s != &lmHead))) return;
     packPlan_.push_back({&s, at});
     at += cpu::gemm_detail::packedElems(s.rows, s.cols);
@@ -227,7 +233,7 @@ void ModelWeights::setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType 
     throw Error("setWeight: '" + name + "' is quantized per row at load: set it in whole rows (" + std::to_string(rowBytes) +
                 " bytes each), got " + std::to_string(length) + " bytes at offset " + std::to_string(byteOffset));
   if (!slot.buf) {
-    slot.buf.reset(device_, DType::i8, slot.rows * slot.cols);
+    if (!placePackedI8(slot)) slot.buf.reset(device_, DType::i8, slot.rows * slot.cols);
     slot.scale.reset(device_, DType::f32, slot.rows);
   }
   const int64_t K = slot.cols, n = int64_t(length / rowBytes), r0 = part.rowOffset + int64_t(byteOffset / rowBytes);
@@ -247,7 +253,10 @@ void ModelWeights::setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType 
     for (int64_t k = 0; k < K; k++)
       q[size_t(r * K + k)] = s == 0 ? int8_t(0) : int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[size_t(k)] / s))));
   }
-  copyToDevice(device_, slot.buf.at(r0 * K), q.data(), q.size());
+  if (slot.packRows)
+    cpu::gemm_detail::packValuesI8(q.data(), K, r0 * K, n * K, reinterpret_cast<int8_t*>(slot.buf.at(slot.bufOffset)));
+  else
+    copyToDevice(device_, slot.buf.at(r0 * K), q.data(), q.size());
   copyToDevice(device_, slot.scale.at(r0), scales.data(), scales.size() * 4);
   part.bytesNeeded = size_t(part.rows) * rowBytes;
   part.bytesSet += length;
@@ -491,8 +500,8 @@ void ModelWeights::setE4m3(WeightSlot& slot, WeightSlot::Part& part, const std::
 size_t ModelWeights::residentBytes() const {
   size_t total = 0;
   for (auto& [slot, isVector] : all_)
-    if (slot->buf && !slot->packRows) total += slot->residentBytes();
-  return total + packArena_.bytes();
+    if (slot->buf) total += slot->packRows ? slot->scale.bytes() : slot->residentBytes();  // packed: in an arena
+  return total + packArena_.bytes() + packArenaI8_.bytes();
 }
 
 std::string ModelWeights::linearFormat() const {
@@ -527,6 +536,28 @@ bool ModelWeights::placePacked(WeightSlot& slot) {
   slot.bufOffset = place->second;
   slot.packRows = int(cpu::gemm_detail::kPackRows);
   cpu::gemm_detail::zeroPackedPadding(reinterpret_cast<uint16_t*>(slot.buf.at(slot.bufOffset)), slot.rows, slot.cols);
+  return true;
+}
+
+bool ModelWeights::placePackedI8(WeightSlot& slot) {
+  auto place = std::find_if(packPlanI8_.begin(), packPlanI8_.end(), [&](const auto& p) { return p.first == &slot; });
+  if (place == packPlanI8_.end()) return false;
+  if (!packArenaI8_) {
+    if (packDecidedI8_) return false;
+    packDecidedI8_ = true;
+    const char* env = getenv("DELIBERATE_PACK_WEIGHTS");  // on the JS thread, as placePacked
+    if (device_ != Device::cpu || !cpu::gemm_detail::packedI8Supported() || (env && std::string(env) == "0")) return false;
+    int64_t total = 0;
+    for (auto& [s, at] : packPlanI8_) total = std::max(total, at + cpu::gemm_detail::packedElems(s->rows, s->cols));
+    try {
+      packArenaI8_.reset(device_, DType::i8, total);  // zeroed: the padding stays zero, the rows are written
+    } catch (const Error&) {
+      return false;  // no room for the arena: the weights stay row-major (packing changes speed, never results)
+    }
+  }
+  slot.buf = packArenaI8_;
+  slot.bufOffset = place->second;
+  slot.packRows = int(cpu::gemm_detail::kPackRows);
   return true;
 }
 

@@ -29,7 +29,8 @@ struct WeightSlot {
       if (p.bytesNeeded == 0 || p.bytesSet < p.bytesNeeded) return false;
     return true;
   }
-  // Packed for the CPU decode kernels (cpu/cpu_gemm.h "Packed W"; ModelWeights::placePacked), or 0: row-major.
+  // Packed for the CPU decode kernels (cpu/cpu_gemm.h "Packed W": bf16 by ModelWeights::placePacked, int8 quantized
+  // at load by placePackedI8), or 0: row-major.
   int packRows = 0;
   int64_t bufOffset = 0;  // elements: packed slots share one arena (ModelWeights::placePacked)
   // Quantized at load (ModelConfig::quantizeInt8): buf holds int8 q [rows, cols], scale f32 [rows], the weight
@@ -151,6 +152,13 @@ class ModelWeights {
   std::vector<std::pair<WeightSlot*, int64_t>> packPlan_;  // slot, first element in the arena
   Buffer packArena_;
   bool packDecided_ = false;  // the first packable set() has decided whether to pack
+  // Weights quantized to int8 at load, packed the same way (cpu/cpu_gemm.h "Packed i8 W") on a CPU with AVX-512
+  // unless DELIBERATE_PACK_WEIGHTS=0: the same slots in the same order in an i8 arena of their own, allocated at the
+  // first quantized set() (setQuantized writes each row's q to its packed places); false: the slot stays row-major.
+  bool placePackedI8(WeightSlot& slot);
+  std::vector<std::pair<WeightSlot*, int64_t>> packPlanI8_;
+  Buffer packArenaI8_;
+  bool packDecidedI8_ = false;
 };
 
 }  // namespace dl

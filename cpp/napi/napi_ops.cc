@@ -118,19 +118,23 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
     if (bias && (bias.ndim != 1 || bias.shape[0] != N)) fail(a.op, "bias must be [" + std::to_string(N) + "], got " + shapeString(bias));
     if (splitK > K) fail(a.op, "splitK " + std::to_string(splitK) + " exceeds K = " + std::to_string(K));
     // packW: 1 runs the CPU kernels on a packed copy of w (the layout a loaded model's bf16 weights take on an
-    // AVX512-BF16 CPU: cpu/cpu_gemm.h), so tests can hold it to row-major W's bits.
+    // AVX512-BF16 CPU, and its int8-quantized ones on an AVX-512 CPU: cpu/cpu_gemm.h), so tests can hold it to
+    // row-major W's bits.
     const bool packW = a.integer("packW", 0, 0, 1) == 1;
-    if (packW && (a.device != Device::cpu || w.dtype != DType::bf16))
-      fail(a.op, "packW needs a bf16 w on the CPU, got " + std::string(dtypeName(w.dtype)) + (a.device == Device::cpu ? "" : " on the GPU"));
-    if (packW && !cpu::gemm_detail::packedWSupported()) fail(a.op, "packW needs a CPU with AVX512-BF16");
+    const bool i8 = w.dtype == DType::i8;
+    if (packW && (a.device != Device::cpu || (w.dtype != DType::bf16 && !i8)))
+      fail(a.op, "packW needs a bf16 or i8 w on the CPU, got " + std::string(dtypeName(w.dtype)) + (a.device == Device::cpu ? "" : " on the GPU"));
+    if (packW && !(i8 ? cpu::gemm_detail::packedI8Supported() : cpu::gemm_detail::packedWSupported()))
+      fail(a.op, i8 ? "packW of an i8 w needs a CPU with AVX-512" : "packW needs a CPU with AVX512-BF16");
     Device dev = a.device;
     return runAsync(info.Env(), std::move(a), [=] {
       if (!packW) {
         DISPATCH(dev, gemm(x, w, bias, y, splitK));
         return;
       }
-      std::vector<uint16_t> packed(size_t(cpu::gemm_detail::packedElems(N, K)));
-      cpu::gemm_detail::packBf16(w.as<uint16_t>(), N, K, packed.data());
+      std::vector<uint8_t> packed(size_t(cpu::gemm_detail::packedElems(N, K)) * dtypeSize(w.dtype));
+      if (i8) cpu::gemm_detail::packI8(w.as<int8_t>(), N, K, reinterpret_cast<int8_t*>(packed.data()));
+      else cpu::gemm_detail::packBf16(w.as<uint16_t>(), N, K, reinterpret_cast<uint16_t*>(packed.data()));
       View wp = w;
       wp.data = packed.data(), wp.packRows = cpu::gemm_detail::kPackRows;
       cpu::gemm(x, wp, bias, y, splitK);

@@ -174,7 +174,7 @@ describe("gemm (cpu)", () => {
       const y = addon.tensor("cpu", "f32", [1, 3]);
       const f32w = addon.tensor("cpu", "f32", [3, 8]);
       await expect(addon.ops.gemm({ x: addon.tensor("cpu", "f32", [1, 8]), w: f32w, y, packW: 1 })).rejects.toThrow(
-        /gemm: packW needs a bf16 w on the CPU, got f32/,
+        /gemm: packW needs a bf16 or i8 w on the CPU, got f32/,
       );
       disposeAll(y, f32w);
     },

@@ -15,10 +15,12 @@ import {
   expectSameBitsOnAvx2AndNative,
   gemmCpu,
 } from "./quantGemmChecks.js";
-import { disposeAll, stored, tensorOf } from "./tensors.js";
+import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
 afterAll(() => addon.setThreads(0));
+const avx512 = addon.listDevices().cpu.simd !== "avx2";
+if (!avx512) console.log("[gemm int8] packed W test skipped: this CPU has no AVX-512 (packed i8 W is used only there)");
 
 /** w quantized per row as the loader does it: the op's fields { w: i8, wScale } and the float64 dequantized values. */
 function int8Weight(w: Float32Array, N: number, K: number) {
@@ -100,6 +102,41 @@ describe("gemm with int8 weights (cpu)", () => {
     disposeAll(x);
     disposeWeight(weight);
   });
+
+  it.skipIf(!avx512)(
+    "gives row-major W's bits with W packed in panels (a model's int8 weights on an AVX-512 CPU)",
+    async () => {
+      const rng = makeRng(14);
+      // N not a multiple of the 6-row panel, K not of 32 or 16, splitK cutting groups; M = 1 (the GEMV), 2-16 (the
+      // decode tiles), > 64 (the large-M path widens W blocks from the packed places); one and two threads
+      for (const [M, N, K] of [
+        [1, 37, 576],
+        [1, 8, 100],
+        [1, 13, 2100],
+        [2, 13, 1536],
+        [5, 50, 161],
+        [16, 31, 77],
+        [70, 19, 300],
+      ]) {
+        const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+        const { weight } = int8Weight(randomF32(rng, N * K), N, K);
+        const bias = tensorOf(addon, "cpu", "f32", [N], randomF32(rng, N));
+        for (const splitK of [1, 3]) {
+          for (const threads of [1, 2]) {
+            addon.setThreads(threads);
+            const y = addon.tensor("cpu", "f32", [M, N]);
+            await addon.ops.gemm({ x, ...weight, bias, y, splitK, packW: 1 });
+            expect(bitsOf(y.readF32()), `M=${M} N=${N} K=${K} splitK=${splitK} threads=${threads}`).toEqual(
+              bitsOf(await gemmCpu(addon, x, weight, bias, splitK)),
+            );
+            y.dispose();
+          }
+        }
+        disposeAll(x, bias);
+        disposeWeight(weight);
+      }
+    },
+  );
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
     expectSameBitsOnAvx2AndNative(

@@ -8,18 +8,23 @@ import { openModelFiles } from "../../ts/model/modelFiles.js";
 import { loadAddon } from "../../ts/native/loadAddon.js";
 import { fixtureDir, randomTokens } from "./fixtureCache.js";
 
-const supported = loadAddon().listDevices().cpu.simd === "avx512-bf16";
-if (!supported) console.log("[packed weights] skipped: this CPU has no AVX512-BF16, so weights stay row-major here");
+const simd = loadAddon().listDevices().cpu.simd;
+const supported = simd === "avx512-bf16";
+if (!supported)
+  console.log("[packed weights] skipped: this CPU has no AVX512-BF16, so bf16 weights stay row-major here");
+const supportedI8 = simd !== "avx2";
+if (!supportedI8)
+  console.log("[packed weights] int8 skipped: this CPU has no AVX-512, so int8 weights stay row-major here");
 const PAGE = 16;
 const open: Model[] = [];
 afterAll(() => open.forEach((m) => m.dispose()));
 
 /** Loads `dir` packed (the default) or row-major (DELIBERATE_PACK_WEIGHTS=0; the weights read it as they are set). */
-async function load(dir: string, pack: boolean): Promise<Model> {
+async function load(dir: string, pack: boolean, quantize?: "int8"): Promise<Model> {
   if (pack) delete process.env.DELIBERATE_PACK_WEIGHTS;
   else process.env.DELIBERATE_PACK_WEIGHTS = "0";
   try {
-    const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE });
+    const model = await loadModel(dir, { kvPages: 64, pageSize: PAGE, ...(quantize ? { quantize } : {}) });
     open.push(model);
     return model;
   } finally {
@@ -131,6 +136,26 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
       } finally {
         await files.checkpoint.close();
       }
+    });
+  }
+});
+
+describe.skipIf(!supportedI8)('packed int8 weights (quantize: "int8", CPU)', () => {
+  // the same shapes: a packed qkv, and (4 KV heads) a row-major qkv beside packed o, gate|up and down, down_proj's
+  // K = 200 ending inside a group of 32 and gate|up's 400 rows inside a panel
+  for (const extra of [
+    { hidden: 96, heads: 6, kvHeads: 3 },
+    { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 },
+  ]) {
+    it(`gives row-major int8 weights' bits: ${JSON.stringify(extra)}`, async () => {
+      const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
+      const rowMajor = await run(await load(dir, false, "int8"), 600);
+      const packed = await run(await load(dir, true, "int8"), 600);
+      const dense = await run(await load(dir, true), 600);
+      expect(packed.length).toBe(rowMajor.length);
+      packed.forEach((p, i) => expect(p, `row ${i}`).toEqual(rowMajor[i]));
+      // and the weights are the quantized ones (not the bf16 ones packed)
+      expect(packed.some((p, i) => p.some((v, j) => v !== dense[i][j]))).toBe(true);
     });
   }
 });
