@@ -50,6 +50,9 @@ struct View {
   // nullptr: w[n][k] = scales[n][k / size] * (q[n][k] - zeros[n][k / size]) multiplies x[perm[k]]. On W's device.
   // byGroup > 0: scales and zeros are stored by group instead, (n, g) at [g * byGroup + n] (byGroup = the full
   // weight's N: a decode panel's scales of one group are contiguous; what loaded models hold).
+  // panel > 0 (CPU 4-bit and e4m3 weights as loaded, panel 8): scales and zeros by panel of `panel` rows instead,
+  // (n, g) at [(n / panel) * ng * panel + g * panel + n % panel] (ng groups a row; rows padded to whole panels), so a
+  // decode panel's scales are one contiguous run (ModelWeights::storeGrouped).
   // e4m3: q holds FP8 e4m3fn codes (bits 8, size 32, 64 or 128, no zeros, no perm): w[n][k] = e4m3(q[n][k]) *
   // scales[n][k / size], and K need not be a multiple of size (ceil(K / size) groups, the last one partial).
   struct Groups {
@@ -57,6 +60,7 @@ struct View {
     int size = 0;
     bool e4m3 = false;
     int64_t byGroup = 0;
+    int panel = 0;
     const float* scales = nullptr;
     const uint8_t* zeros = nullptr;
     const int32_t* perm = nullptr;

@@ -203,7 +203,10 @@ void forEachGemmBlock(const View& x, const View& w, const View& bias, const View
     if (w.groups.bits) {  // grouped W: q rows of K * bits / 8 bytes, scales and zeros rows of ceil(K / size) (e4m3)
       const int64_t K = w.shape[1], groups = (K + w.groups.size - 1) / w.groups.size;
       wj.data = static_cast<char*>(w.data) + c * K * w.groups.bits / 8;
-      const int64_t first = w.groups.byGroup ? c : c * groups;  // of row c's scales and zeros
+      const int p = w.groups.panel;
+      if (p && c % p)
+        throw Error("gemmBlocks: a grouped W's scales by panel (of " + std::to_string(p) + " rows) cut at row " + std::to_string(c) + ", inside a panel");
+      const int64_t first = p ? c / p * groups * p : w.groups.byGroup ? c : c * groups;  // of row c's scales and zeros
       wj.groups.scales = w.groups.scales + first;
       if (w.groups.zeros) wj.groups.zeros = w.groups.zeros + first;
     }

@@ -178,8 +178,8 @@ void chunksOf(int64_t K, int64_t G, std::vector<Chunk4>& out) {
 // thread, Sapphire Rapids) went from 9.4 to ~7.8 ms a token of projections (bench/RESULTS.md).
 constexpr int64_t kPrefetchBytes = 8192;
 inline int64_t panelsAhead(int64_t panelBytes) { return (kPrefetchBytes + panelBytes - 1) / panelBytes; }
-// The rows ahead whose scales a panel fetches: at least 16, since a line holds 16 rows of a group's scales (8 rows on
-// is often the panel's own line).
+// The rows ahead whose scales a panel fetches, scales by group: at least 16, since a line holds 16 rows of a group's
+// scales (8 rows on is often the panel's own line).
 inline int64_t scaleRowsAhead(int64_t aheadRows) { return std::max<int64_t>(aheadRows, 16); }
 // A thread's range of panels [lo, hi) starts cold: fetch its first panelsAhead() panels (each panel's kernel fetches
 // the ones after as it reads its own).
@@ -192,10 +192,11 @@ inline void prefetchFirstPanels(const void* w, int64_t lo, int64_t hi, int64_t N
 
 // One tile's kernel: sums[i * nr + j] = the partition of chunks [c0, c1)'s tree of x row i . W row j.
 // x: the tile's first X row in the 4-bit layout (bf16), row i at x + i * ldx; q, sc, zr, ldg as for 8 bits.
-// prefetch: fetch a panel ahead (above) into L2 as this one is read (M = 1: W streams once).
+// prefetch: fetch a panel ahead (above) into L2 as this one is read (M = 1: W streams once), and its scales, scAhead
+// floats on (ByGroup::scalesAhead).
 using TileFn4 = void (*)(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
                          const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
-                         float* sums);
+                         int64_t scAhead, float* sums);
 constexpr int kMaxMR4 = 4, kMaxNR4 = 8;
 // Prefill from this many X rows up: W rows looked up into bf16 once per block of kExpandRows (gemm4).
 constexpr int64_t kExpandM = 16, kExpandRows = 32;
@@ -209,7 +210,7 @@ enum W4Mode { kSym = 0, kAsym = 1, kExpanded = 2 };
 template <int MODE, int MR, int NR>
 DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
                        const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
-                       float* sums) {
+                       int64_t scAhead, float* sums) {
   static_assert(NR <= 8, "scales of a chunk's groups: 8 rows per group in two zmm");
   constexpr bool ASYM = MODE == kAsym, EXP = MODE == kExpanded;
   __m512 acc[MR][NR];
@@ -226,14 +227,13 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
   // chunk's groups at least 16 rows on: a line holds 16 rows' scales of a group, so for a panel of 8 starting a
   // line, 8 rows on is its own line (Qwen2.5-1.5B's down projection, K = 8960: 280 groups, a line each a panel;
   // one thread, 37.7 / 35.7 -> 33.4-33.7 ms a token)
-  const int64_t aheadRows = NR * panelsAhead(NR * ldq), scaleRows = scaleRowsAhead(aheadRows);
-  const char* ahead = reinterpret_cast<const char*>(q) + aheadRows * ldq;
+  const char* ahead = reinterpret_cast<const char*>(q) + NR * panelsAhead(NR * ldq) * ldq;
   for (int64_t c = c0; c < c1; c++) {
     const Chunk4& ch = chunks[c];
     // the scales of the chunk's groups for the tile's rows: [V_0 | V_1], [V_2 | V_3]
     const float* sg = sc + ch.g0 * ldg;
     if (prefetch)
-      for (int d = 0; d < ch.nd; d++) __asm__ volatile("prefetcht1 %0" : : "m"(sg[d * ldg + scaleRows]));
+      for (int d = 0; d < ch.nd; d++) __asm__ volatile("prefetcht1 %0" : : "m"(sg[d * ldg + scAhead]));
     __m256 v[4];
 #pragma GCC unroll 4
     for (int d = 0; d < 4; d++) v[d] = d < ch.nd ? _mm256_maskz_loadu_ps(rows, sg + d * ldg) : _mm256_setzero_ps();
@@ -286,42 +286,12 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
   reduceAll(&acc[0][0], MR * NR, sums);
 }
 
-// Rows [0, n) of q looked up into bf16 q' as tile4Bf16 looks them up (row r at out + r * ldo words, per chunk the 4
-// vectors of 32 words; a partial chunk's missing columns as its masked load gives them): prefill tiles then read
-// them instead of repeating the lookups for every m-tile.
-DL_BF16 void expand4(const uint8_t* q, int64_t ldq, const uint8_t* zr, int64_t ldg, const Chunk4* chunks,
-                     int64_t nChunks, int64_t n, uint16_t* out, int64_t ldo) {
-  alignas(64) uint16_t symWords[32], asymWords[32];
-  for (int t = 0; t < 32; t++) symWords[t] = f32ToBf16(float(t % 16 - 8)), asymWords[t] = f32ToBf16(float(t < 16 ? t : t - 32));
-  const __m512i table = _mm512_load_si512(zr ? asymWords : symWords), low4 = _mm512_set1_epi16(15);
-  for (int64_t r = 0; r < n; r++)
-    for (int64_t c = 0; c < nChunks; c++) {
-      const Chunk4& ch = chunks[c];
-      const uint8_t* qr = q + r * ldq + c * 64;
-      const __m512i bytes = ch.full ? _mm512_loadu_si512(qr) : _mm512_maskz_loadu_epi8(ch.bytes, qr);
-      __m512i zw = _mm512_setzero_si512();
-      if (zr) {  // word w's zero point: that of group g0 + d_{w/2}
-        alignas(16) int16_t z4[8] = {};
-        for (int d = 0; d < ch.nd; d++) z4[d] = zr[(ch.g0 + d) * ldg + r];
-        zw = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_load_si512(ch.zIdx), 4),
-                                      _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(z4))));
-      }
-      uint16_t* o = out + r * ldo + c * 128;
-#pragma GCC unroll 4
-      for (int p = 0; p < 4; p++) {
-        __m512i nib = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
-        if (zr) nib = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(nib, low4) : nib, zw);
-        _mm512_storeu_si512(o + p * 32, _mm512_permutexvar_epi16(nib, table));
-      }
-    }
-}
-
 // The same schedule on AVX2 (lanes 0-7 and 8-15 in two ymm): a lane's dword of x holds (column 8l + p, 8l + 4 + p)
 // of vector p as (low, high) bf16, its dword of q the octet's 8 nibbles (column 8l + t at bits 4t); the two FMAs per
 // pair in vdpbf16ps's order (the high word first), q' = q - zero exact in f32. Same bits as the AVX512-BF16 kernel.
 template <bool ASYM, int MR, int NR>
 void tile4Avx2(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
-               int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool, float* sums) {
+               int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool, int64_t, float* sums) {
   __m256 acc[MR][NR][2];
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < NR; j++) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
@@ -404,14 +374,24 @@ std::vector<uint16_t>& xScratch4() {
   return buf;
 }
 
-// The scales and zero points by group ([ng, N]: View::Groups::byGroup, as loaded models hold them, ldg = N);
-// row-major ones (the gemm op's) are transposed into per-thread buffers first.
+// The scales and zero points by group ([ng, N]: View::Groups::byGroup, as CUDA models hold them, ldg = N) or by
+// panel (View::Groups::panel, as CPU models hold 4-bit and e4m3 weights: ldg = panel, a panel's rows one run);
+// row-major ones (the gemm op's) are transposed into per-thread buffers first. A kernel reads the scales of rows
+// n0 .. n0 + nr at scales + rowAt(n0), group g's at + g * ldg: by panel, a tile must not cross a panel (its nr rows
+// from a multiple of nr that divides the panel: the 4-bit and e4m3 tiles are 1, 2, 4 or 8 rows).
 struct ByGroup {
   const float* scales;
   const uint8_t* zeros;
   int64_t ldg;
+  int64_t panel = 0, panelStride = 0;  // by panel: its rows, and the floats (zeros: bytes) from one panel to the next
+  int64_t rowAt(int64_t n) const { return panel ? n / panel * panelStride + n % panel : n; }
+  // The offset from a row's scales to those of the row aheadRows on (a multiple of the panel), where a decode tile
+  // prefetches them: by group at least 16 rows (a line holds 16 rows' scales of a group: 8 rows on is often the
+  // panel's own line).
+  int64_t scalesAhead(int64_t aheadRows) const { return panel ? aheadRows / panel * panelStride : scaleRowsAhead(aheadRows); }
 };
 ByGroup byGroup(const View::Groups& gq, int64_t N, int64_t ng) {
+  if (gq.panel) return {gq.scales, gq.zeros, gq.panel, gq.panel, ng * gq.panel};
   if (gq.byGroup) return {gq.scales, gq.zeros, gq.byGroup};
   thread_local std::vector<float> scT;
   thread_local std::vector<uint8_t> zT;
@@ -478,13 +458,46 @@ void gemm8(const View& x, const View& w, const float* bias, const View& y, int s
   if (xc.size() > (size_t(1) << 22)) std::vector<float>().swap(xc);  // a prefill's copy is not kept
 }
 
+// Rows [0, n) of q (W's rows r0 ..) looked up into bf16 q' as tile4Bf16 looks them up (row r at out + r * ldo words,
+// per chunk the 4 vectors of 32 words; a partial chunk's missing columns as its masked load gives them): prefill
+// tiles then read them instead of repeating the lookups for every m-tile. bg: W's zero points (none: symmetric).
+DL_BF16 void expand4(const uint8_t* q, int64_t ldq, const ByGroup& bg, int64_t r0, const Chunk4* chunks,
+                     int64_t nChunks, int64_t n, uint16_t* out, int64_t ldo) {
+  alignas(64) uint16_t symWords[32], asymWords[32];
+  for (int t = 0; t < 32; t++) symWords[t] = f32ToBf16(float(t % 16 - 8)), asymWords[t] = f32ToBf16(float(t < 16 ? t : t - 32));
+  const uint8_t* zeros = bg.zeros;
+  const __m512i table = _mm512_load_si512(zeros ? asymWords : symWords), low4 = _mm512_set1_epi16(15);
+  for (int64_t r = 0; r < n; r++) {
+    const uint8_t* zr = zeros ? zeros + bg.rowAt(r0 + r) : nullptr;  // row r's zero points, group g's at g * ldg
+    for (int64_t c = 0; c < nChunks; c++) {
+      const Chunk4& ch = chunks[c];
+      const uint8_t* qr = q + r * ldq + c * 64;
+      const __m512i bytes = ch.full ? _mm512_loadu_si512(qr) : _mm512_maskz_loadu_epi8(ch.bytes, qr);
+      __m512i zw = _mm512_setzero_si512();
+      if (zr) {  // word w's zero point: that of group g0 + d_{w/2}
+        alignas(16) int16_t z4[8] = {};
+        for (int d = 0; d < ch.nd; d++) z4[d] = zr[(ch.g0 + d) * bg.ldg];
+        zw = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_load_si512(ch.zIdx), 4),
+                                      _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(z4))));
+      }
+      uint16_t* o = out + r * ldo + c * 128;
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; p++) {
+        __m512i nib = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
+        if (zr) nib = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(nib, low4) : nib, zw);
+        _mm512_storeu_si512(o + p * 32, _mm512_permutexvar_epi16(nib, table));
+      }
+    }
+  }
+}
+
 void gemm4(const View& x, const View& w, const float* bias, const View& y, int splitK) {
   const View::Groups& gq = w.groups;
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0], G = gq.size, ng = K / G, ldq = K / 2;
   // the table lookup with zero points reads q - zero by its low 5 bits: q - zero must lie in [-16, 15], so zero
   // points in [0, 16] (16: GPTQ v1's zero point of 0, stored minus one as 15, read back plus one)
   if (gq.zeros) {
-    const int64_t n = N * ng;
+    const int64_t n = gq.panel ? (N + gq.panel - 1) / gq.panel * gq.panel * ng : N * ng;  // by panel: with its padding
     const uint8_t* z = gq.zeros;
     const int64_t bad = std::find_if(z, z + n, [](uint8_t v) { return v > 16; }) - z;
     if (bad < n)
@@ -526,6 +539,7 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
   const int64_t blockRows = expand ? kExpandRows : NR, tasks = (N + blockRows - 1) / blockRows;
   const int64_t ldo = nChunks * 128 + 32;  // expanded row stride in words (one line apart beyond its chunks)
   const bool prefetch = M == 1;
+  const int64_t scAhead = bg.scalesAhead(NR * panelsAhead(NR * ldq));
   float* ys = y.as<float>();
   parallelFor(tasks, 1, [&](int64_t lo, int64_t hi) {
     float total[kMaxMR4 * kMaxNR4], partial[kMaxMR4 * kMaxNR4];
@@ -534,14 +548,13 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
     for (int64_t b = lo; b < hi; b++) {
       const int64_t r0 = b * blockRows, rows = std::min(blockRows, N - r0);
       const uint8_t* qb = static_cast<const uint8_t*>(w.data) + r0 * ldq;
-      const uint8_t* zb = bg.zeros ? bg.zeros + r0 : nullptr;
       const uint8_t* tq = qb;
       int64_t tld = ldq;
-      int mode = zb ? kAsym : kSym;
+      int mode = bg.zeros ? kAsym : kSym;
       if (expand) {
         if (int64_t(wx.size()) < rows * ldo + 32) wx.resize(size_t(rows * ldo + 32));
         uint16_t* wa = wx.data() + (32 - (reinterpret_cast<uintptr_t>(wx.data()) % 64) / 2) % 32;
-        expand4(qb, ldq, zb, bg.ldg, chunks, nChunks, rows, wa, ldo);
+        expand4(qb, ldq, bg, r0, chunks, nChunks, rows, wa, ldo);
         tq = reinterpret_cast<const uint8_t*>(wa), tld = ldo * 2, mode = kExpanded;
       }
       for (int64_t m0 = 0; m0 < M; m0 += MR) {
@@ -551,8 +564,9 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
           const int64_t n0 = r0 + j0;
           const TileFn4 fn = tileFn4(native, mode, mr, nr);
           for (int p = 0; p < splitK; p++) {
-            fn(xc + m0 * ldx, ldx, tq + j0 * tld, tld, bg.scales + n0, zb ? zb + j0 : nullptr, bg.ldg, chunks,
-               cBounds[size_t(p)], cBounds[size_t(p) + 1], prefetch && b + 1 < hi, p == 0 ? total : partial);
+            fn(xc + m0 * ldx, ldx, tq + j0 * tld, tld, bg.scales + bg.rowAt(n0), bg.zeros ? bg.zeros + bg.rowAt(n0) : nullptr,
+               bg.ldg, chunks, cBounds[size_t(p)], cBounds[size_t(p) + 1], prefetch && b + 1 < hi, scAhead,
+               p == 0 ? total : partial);
             if (p > 0)
               for (int o = 0; o < mr * nr; o++) total[o] = total[o] + partial[o];
           }
@@ -645,6 +659,7 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
       throw Error("gemm: an e4m3 w holds 8-bit codes in groups of 32, 64 or 128, got " + std::to_string(gq.bits) +
                   " bits in groups of " + std::to_string(gq.size));
     if (gq.zeros || gq.perm) throw Error("gemm: an e4m3 w has no zero points and no perm");
+    if (gq.panel % 8) throw Error("gemm: scales by panel come in panels of a multiple of 8 rows");
     if (!gq.scales) throw Error("gemm: a grouped w needs its scales");
     if (w.shape[1] != K) throw Error("gemm: x is [M, " + std::to_string(K) + "] but w has K = " + std::to_string(w.shape[1]));
     if (splitK < 1 || splitK > K) throw Error("gemm: splitK must be in [1, K = " + std::to_string(K) + "]");
@@ -652,6 +667,8 @@ void gemmGrouped(const View& x, const View& w, const float* bias, const View& y,
     gemmFp8(x, w, bias, y, splitK);
     return;
   }
+  if (gq.panel && (gq.bits != 4 || gq.panel % 8))
+    throw Error("gemm: scales by panel are for 4-bit grouped and e4m3 w, in panels of a multiple of 8 rows");
   if (gq.size < 32 || gq.size % 32 || K % gq.size)
     throw Error("gemm: a grouped w's group size must be a multiple of 32 dividing K = " + std::to_string(K) + ", got " +
                 std::to_string(gq.size));

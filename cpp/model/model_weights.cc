@@ -11,6 +11,9 @@
 namespace dl {
 namespace {
 
+// The rows of a panel of grouped scales on the CPU (WeightSlot::gPanel): the 4-bit and e4m3 decode tiles' 8 rows.
+constexpr int64_t kScalePanel = 8;
+
 float loadAsF32(DType t, const uint8_t* p, size_t i) {
   switch (t) {
     case DType::f32: {
@@ -131,6 +134,8 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
   // Experts stay row-major: a step reads a few experts' rows, each expert's block a whole number of rows.
   for (int l = 0; l < cfg.numLayers; l++) {
     LayerWeights& L = layers[size_t(l)];
+    L.qkv.panelOk = Q % kScalePanel == 0 && KV % kScalePanel == 0;
+    L.o.panelOk = L.gateUp.panelOk = L.down.panelOk = true;
     if (Q % P == 0 && KV % P == 0) plan(L.qkv);
     plan(L.o);
     if (cfg.isMoe(l)) continue;
@@ -369,11 +374,15 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
     if (slot.buf)
       throw Error("setQuantizedWeight: '" + name + "' shares its stacked weight with parts set by setWeight; set every part quantized");
     slot.qBits = bits, slot.qGroup = groupSize, slot.qE4m3 = e4m3;
+    // scales by panel where the CPU kernels read them so (read here, on the JS thread, as placePacked does)
+    const char* env = getenv("DELIBERATE_PACK_WEIGHTS");
+    slot.gPanel = device_ == Device::cpu && slot.panelOk && (bits == 4 || e4m3) && !(env && std::string(env) == "0") ? int(kScalePanel) : 0;
+    const int64_t scaleRows = slot.gPanel ? (slot.rows + kScalePanel - 1) / kScalePanel * kScalePanel : slot.rows;
     slot.buf.reset(device_, DType::u8, slot.rows * qRow);
-    slot.gScales.reset(device_, DType::f32, slot.rows * ng);
+    slot.gScales.reset(device_, DType::f32, scaleRows * ng);
     if (!e4m3) {
-      slot.gZeros.reset(device_, DType::u8, slot.rows * ng);
-      std::vector<uint8_t> mids(size_t(slot.rows * ng), mid);  // rows not set yet read as symmetric
+      slot.gZeros.reset(device_, DType::u8, scaleRows * ng);
+      std::vector<uint8_t> mids(size_t(scaleRows * ng), mid);  // rows not set yet read as symmetric
       copyToDevice(device_, slot.gZeros.data(), mids.data(), mids.size());
     }
     if (perm) {
@@ -402,6 +411,20 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
                   "gate/up share one input, so one perm); not supported");
   }
   copyToDevice(device_, slot.buf.at(r0 * qRow), q, size_t(n * qRow));
+  if (slot.gPanel) {  // by panel (View::Groups::panel; on the CPU, so written in place)
+    const int64_t P = slot.gPanel;
+    float* sc = reinterpret_cast<float*>(slot.gScales.data());
+    uint8_t* zr = zeros ? slot.gZeros.data() : nullptr;
+    for (int64_t r = 0; r < n; r++) {
+      const int64_t R = r0 + r, at = R / P * ng * P + R % P;
+      for (int64_t g = 0; g < ng; g++) {
+        sc[at + g * P] = scales[r * ng + g];
+        if (zr) zr[at + g * P] = zeros[r * ng + g];
+      }
+    }
+    if (zeros) slot.gAsym = slot.gAsym || std::any_of(zeros, zeros + n * ng, [&](uint8_t z) { return z != mid; });
+    return;
+  }
   // scales and zeros by group ([ng, rows]: View::Groups::byGroup), rows [r0, r0 + n) of each group's row
   std::vector<float> sc(static_cast<size_t>(n));
   std::vector<uint8_t> zc(static_cast<size_t>(n));

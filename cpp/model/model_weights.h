@@ -48,12 +48,18 @@ struct WeightSlot {
   // rows], no zeros (gZeros empty), no perm: the checkpoint's 1 byte a weight (View::Groups::e4m3).
   int qBits = 0, qGroup = 0;
   bool qE4m3 = false;
+  // gScales / gZeros by panel of gPanel rows instead (View::Groups::panel: CPU 4-bit and e4m3 slots, unless
+  // DELIBERATE_PACK_WEIGHTS=0), [ceil(rows / gPanel), ng, gPanel]: a decode panel's scales one contiguous run.
+  // panelOk: the slot's stacked parts start at whole panels (a qkv whose q | k | v cuts do not stays by group).
+  int gPanel = 0;
+  bool panelOk = false;
   bool gAsym = false;
   Buffer gScales, gZeros, gPerm;
   View matrix() const {
     if (qBits) {
       View v = makeView(buf.data(), DType::u8, buf.device(), {rows, cols});
-      v.groups.bits = qBits, v.groups.size = qGroup, v.groups.byGroup = rows, v.groups.e4m3 = qE4m3;
+      v.groups.bits = qBits, v.groups.size = qGroup, v.groups.e4m3 = qE4m3;
+      v.groups.byGroup = gPanel ? 0 : rows, v.groups.panel = gPanel;
       v.groups.scales = reinterpret_cast<const float*>(gScales.data());
       v.groups.zeros = gAsym ? gZeros.data() : nullptr;
       v.groups.perm = gPerm ? reinterpret_cast<const int32_t*>(gPerm.data()) : nullptr;

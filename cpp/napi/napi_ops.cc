@@ -126,8 +126,29 @@ Napi::Value Gemm(const Napi::CallbackInfo& info) {
       fail(a.op, "packW needs a bf16 or i8 w on the CPU, got " + std::string(dtypeName(w.dtype)) + (a.device == Device::cpu ? "" : " on the GPU"));
     if (packW && !(i8 ? cpu::gemm_detail::packedI8Supported() : cpu::gemm_detail::packedWSupported()))
       fail(a.op, i8 ? "packW of an i8 w needs a CPU with AVX-512" : "packW needs a CPU with AVX512-BF16");
+    // wPanel: 8 runs the CPU kernels of a 4-bit or e4m3 w with its scales and zeros (given [N, groups]) copied by
+    // panel of 8 rows (View::Groups::panel: how a loaded model holds them on the CPU), so tests can hold it to the
+    // same bits.
+    const int wPanel = int(a.integer("wPanel", 0, 0, 8));
+    if (wPanel && (wPanel != 8 || a.device != Device::cpu || !(w.groups.bits == 4 || w.groups.e4m3) || w.groups.byGroup))
+      fail(a.op, "wPanel must be 8, for a 4-bit or e4m3 w with its scales [N, groups] (not wByGroup) on the CPU");
     Device dev = a.device;
     return runAsync(info.Env(), std::move(a), [=] {
+      if (wPanel) {
+        const int64_t ng = (K + w.groups.size - 1) / w.groups.size, rows = (N + wPanel - 1) / wPanel * wPanel;
+        std::vector<float> sc(size_t(rows * ng));
+        std::vector<uint8_t> zr(w.groups.zeros ? size_t(rows * ng) : 0);
+        for (int64_t n = 0; n < N; n++)
+          for (int64_t g = 0; g < ng; g++) {
+            const int64_t at = n / wPanel * ng * wPanel + g * wPanel + n % wPanel;
+            sc[size_t(at)] = w.groups.scales[n * ng + g];
+            if (w.groups.zeros) zr[size_t(at)] = w.groups.zeros[n * ng + g];
+          }
+        View wp = w;
+        wp.groups.panel = wPanel, wp.groups.scales = sc.data(), wp.groups.zeros = w.groups.zeros ? zr.data() : nullptr;
+        cpu::gemm(x, wp, bias, y, splitK);
+        return;
+      }
       if (!packW) {
         DISPATCH(dev, gemm(x, w, bias, y, splitK));
         return;

@@ -183,6 +183,29 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
     dispose(byGroup);
   });
 
+  it("takes scales by panel of 8 rows (a loaded CPU model's layout) with the row-major layout's bits", async () => {
+    const rng = makeRng(86);
+    // decode panels (M = 1), tiles (5), the expanded prefill (20); N not a multiple of 8; ragged K
+    for (const [M, N, K, G] of [
+      [1, 37, 300, 128],
+      [5, 21, 256, 64],
+      [20, 45, 200, 32],
+    ]) {
+      const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+      const g = fp8Tensors(addon, "cpu", randomFp8(rng, N, K, G));
+      for (const splitK of [1, 2])
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const a = await gemmCpu(addon, x, g, undefined, splitK);
+          const b = await gemmCpu(addon, x, g, undefined, splitK, { wPanel: 8 });
+          expect(bitsOf(b), `M=${M} N=${N} K=${K} G=${G} splitK=${splitK} threads=${threads}`).toEqual(bitsOf(a));
+        }
+      disposeAll(x);
+      dispose(g);
+    }
+    addon.setThreads(0);
+  });
+
   it("gemmBlocks cuts an e4m3 w with its scales (the fused q | k | v projection)", async () => {
     const rng = makeRng(84);
     const M = 3,

@@ -106,6 +106,40 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     dispose(byGroup);
   });
 
+  it("4 bits: takes scales and zero points by panel of 8 rows (a loaded CPU model's layout) with the same bits", async () => {
+    const rng = makeRng(9);
+    // M = 1 (decode panels, prefetching the next panel's scales), 5 (tiles of 4 rows), 20 (the expanded prefill's
+    // blocks of 32 rows); N not a multiple of 8; groups straddling chunks; one and two threads
+    for (const [M, N, K, G, asymmetric] of [
+      [1, 37, 576, 32, true],
+      [1, 16, 480, 96, false],
+      [5, 21, 256, 64, true],
+      [20, 45, 384, 32, true],
+      [20, 13, 160, 160, false],
+    ] as const) {
+      const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
+      const g = groupedTensors(
+        addon,
+        "cpu",
+        randomGrouped(rng, N, K, { bits: 4, groupSize: G, asymmetric, perm: asymmetric }),
+        asymmetric,
+      );
+      for (const splitK of [1, 3])
+        for (const threads of [1, 2]) {
+          addon.setThreads(threads);
+          const y = addon.tensor("cpu", "f32", [M, N]);
+          await addon.ops.gemm({ x, ...g, wPanel: 8, y, splitK });
+          expect(bitsOf(y.readF32()), `M=${M} N=${N} K=${K} G=${G} splitK=${splitK} threads=${threads}`).toEqual(
+            bitsOf(await gemmCpu(addon, x, g, undefined, splitK)),
+          );
+          y.dispose();
+        }
+      disposeAll(x);
+      dispose(g);
+    }
+    addon.setThreads(0);
+  });
+
   it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
     const rng = makeRng(12);
     const K = 2048,

@@ -20,7 +20,7 @@ const open: Model[] = [];
 afterAll(() => open.forEach((m) => m.dispose()));
 
 /** Loads `dir` packed (the default) or row-major (DELIBERATE_PACK_WEIGHTS=0; the weights read it as they are set). */
-async function load(dir: string, pack: boolean, quantize?: "int8"): Promise<Model> {
+async function load(dir: string, pack: boolean, quantize?: "int8" | "int4" | "fp8"): Promise<Model> {
   if (pack) delete process.env.DELIBERATE_PACK_WEIGHTS;
   else process.env.DELIBERATE_PACK_WEIGHTS = "0";
   try {
@@ -140,22 +140,28 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
   }
 });
 
-describe.skipIf(!supportedI8)('packed int8 weights (quantize: "int8", CPU)', () => {
+// int8 at load: q packed in panels (AVX-512); int4 and FP8 at load: their scales (and zero points) by panel of 8 rows
+// (any CPU; DELIBERATE_PACK_WEIGHTS=0 keeps them by group, the layout CUDA models hold)
+describe("quantized weights in their CPU layouts (packed int8 q, scales by panel)", () => {
   // the same shapes: a packed qkv, and (4 KV heads) a row-major qkv beside packed o, gate|up and down, down_proj's
   // K = 200 ending inside a group of 32 and gate|up's 400 rows inside a panel
-  for (const extra of [
-    { hidden: 96, heads: 6, kvHeads: 3 },
-    { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 },
-  ]) {
-    it(`gives row-major int8 weights' bits: ${JSON.stringify(extra)}`, async () => {
-      const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
-      const rowMajor = await run(await load(dir, false, "int8"), 600);
-      const packed = await run(await load(dir, true, "int8"), 600);
-      const dense = await run(await load(dir, true), 600);
-      expect(packed.length).toBe(rowMajor.length);
-      packed.forEach((p, i) => expect(p, `row ${i}`).toEqual(rowMajor[i]));
-      // and the weights are the quantized ones (not the bf16 ones packed)
-      expect(packed.some((p, i) => p.some((v, j) => v !== dense[i][j]))).toBe(true);
-    });
-  }
+  for (const quantize of ["int8", "int4", "fp8"] as const)
+    for (let extra of [
+      { hidden: 96, heads: 6, kvHeads: 3 } as Record<string, number>,
+      { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 },
+    ]) {
+      const skip = quantize === "int8" && !supportedI8;
+      // int4's groups of 32 must divide every input width: intermediate 224 there (gate|up 448 rows)
+      if (quantize === "int4" && extra.intermediate) extra = { ...extra, intermediate: 224 };
+      it.skipIf(skip)(`${quantize}: the row-major / by-group layout's bits: ${JSON.stringify(extra)}`, async () => {
+        const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
+        const rowMajor = await run(await load(dir, false, quantize), 600);
+        const packed = await run(await load(dir, true, quantize), 600);
+        const dense = await run(await load(dir, true), 600);
+        expect(packed.length).toBe(rowMajor.length);
+        packed.forEach((p, i) => expect(p, `row ${i}`).toEqual(rowMajor[i]));
+        // and the weights are the quantized ones (not the bf16 ones packed)
+        expect(packed.some((p, i) => p.some((v, j) => v !== dense[i][j]))).toBe(true);
+      });
+    }
 });

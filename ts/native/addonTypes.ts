@@ -47,8 +47,12 @@ export interface NativeOps {
       bias?: NativeTensor;
       y: NativeTensor;
       splitK?: number;
-      /** 1: run on a packed copy of bf16 `w` (the layout a loaded model's weights take on an AVX512-BF16 CPU); tests. */
+      /** 1: run on a packed copy of bf16 or i8 `w` (the layout a loaded model's bf16 weights take on an AVX512-BF16 CPU,
+       * its int8-quantized ones on an AVX-512 CPU); tests. */
       packW?: 0 | 1;
+      /** 8: run a 4-bit or e4m3 `w` with its wScales / wZeros copied by panel of 8 rows (how a loaded model holds them
+       * on the CPU); tests. */
+      wPanel?: 0 | 8;
       /** An i8 `w`'s per-row scales, f32 [N] (w = q * wScale per row; required with i8 w, refused otherwise): each
        * output's sum over the schedule times its row's scale, then the bias. */
       wScale?: NativeTensor;
