@@ -14,6 +14,13 @@ namespace {
 // The rows of a panel of grouped scales on the CPU (WeightSlot::gPanel): the 4-bit and e4m3 decode tiles' 8 rows.
 constexpr int64_t kScalePanel = 8;
 
+// DELIBERATE_PACK_WEIGHTS=0: the CPU weights keep CUDA's layouts (row-major, scales by group). Read as weights are
+// set, on the JS thread, not in a forward's worker: getenv races with process.env writes.
+bool packingOff() {
+  const char* env = getenv("DELIBERATE_PACK_WEIGHTS");
+  return env && std::string(env) == "0";
+}
+
 float loadAsF32(DType t, const uint8_t* p, size_t i) {
   switch (t) {
     case DType::f32: {
@@ -123,12 +130,12 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
   int64_t atI8 = 0;
   auto plan = [&](WeightSlot& s) {
     if (s.quantize && cfg.quantizeInt8) {  // int8 at load: the i8 arena's place (placePackedI8)
-      packPlanI8_.push_back({&s, atI8});
+      i8Arena_.plan.push_back({&s, atI8});
       atI8 += cpu::gemm_detail::packedElems(s.rows, s.cols);
       return;
     }
     if (s.quantize || (cfg.prequantized && (&s != &embed && &s != &lmHead))) return;
-    packPlan_.push_back({&s, at});
+    bf16Arena_.plan.push_back({&s, at});
     at += cpu::gemm_detail::packedElems(s.rows, s.cols);
   };
   // Experts stay row-major: a step reads a few experts' rows, each expert's block a whole number of rows.
@@ -374,9 +381,8 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
     if (slot.buf)
       throw Error("setQuantizedWeight: '" + name + "' shares its stacked weight with parts set by setWeight; set every part quantized");
     slot.qBits = bits, slot.qGroup = groupSize, slot.qE4m3 = e4m3;
-    // scales by panel where the CPU kernels read them so (read here, on the JS thread, as placePacked does)
-    const char* env = getenv("DELIBERATE_PACK_WEIGHTS");
-    slot.gPanel = device_ == Device::cpu && slot.panelOk && (bits == 4 || e4m3) && !(env && std::string(env) == "0") ? int(kScalePanel) : 0;
+    // scales by panel where the CPU kernels read them so
+    slot.gPanel = device_ == Device::cpu && slot.panelOk && (bits == 4 || e4m3) && !packingOff() ? int(kScalePanel) : 0;
     const int64_t scaleRows = slot.gPanel ? (slot.rows + kScalePanel - 1) / kScalePanel * kScalePanel : slot.rows;
     slot.buf.reset(device_, DType::u8, slot.rows * qRow);
     slot.gScales.reset(device_, DType::f32, scaleRows * ng);
@@ -390,8 +396,8 @@ void ModelWeights::storeGrouped(WeightSlot& slot, const std::string& name, int b
       copyToDevice(device_, slot.gPerm.data(), perm, size_t(K) * 4);
     }
     // its place in the bf16 arena (if the arena is not allocated yet) is not needed
-    if (!packArena_)
-      packPlan_.erase(std::remove_if(packPlan_.begin(), packPlan_.end(), [&](const auto& p) { return p.first == &slot; }), packPlan_.end());
+    if (!bf16Arena_.buf)
+      bf16Arena_.plan.erase(std::remove_if(bf16Arena_.plan.begin(), bf16Arena_.plan.end(), [&](const auto& p) { return p.first == &slot; }), bf16Arena_.plan.end());
   } else {
     if (slot.qBits != bits || slot.qGroup != groupSize || slot.qE4m3 != e4m3) {
       auto what = [](bool fp8, int b, int g) {
@@ -524,7 +530,7 @@ size_t ModelWeights::residentBytes() const {
   size_t total = 0;
   for (auto& [slot, isVector] : all_)
     if (slot->buf) total += slot->packRows ? slot->scale.bytes() : slot->residentBytes();  // packed: in an arena
-  return total + packArena_.bytes() + packArenaI8_.bytes();
+  return total + bf16Arena_.buf.bytes() + i8Arena_.buf.bytes();
 }
 
 std::string ModelWeights::linearFormat() const {
@@ -538,49 +544,36 @@ std::string ModelWeights::linearFormat() const {
   return "none";
 }
 
-bool ModelWeights::placePacked(WeightSlot& slot) {
-  auto place = std::find_if(packPlan_.begin(), packPlan_.end(), [&](const auto& p) { return p.first == &slot; });
-  if (place == packPlan_.end()) return false;
-  if (!packArena_) {
-    if (packDecided_) return false;
-    packDecided_ = true;
-    // read here, on the JS thread (setWeight), not in a forward's worker: getenv races with process.env writes
-    const char* env = getenv("DELIBERATE_PACK_WEIGHTS");
-    if (device_ != Device::cpu || !cpu::gemm_detail::packedWSupported() || (env && std::string(env) == "0")) return false;
+bool ModelWeights::place(PackArena& a, WeightSlot& slot, DType dtype, bool supported) {
+  auto place = std::find_if(a.plan.begin(), a.plan.end(), [&](const auto& p) { return p.first == &slot; });
+  if (place == a.plan.end()) return false;
+  if (!a.buf) {
+    if (a.decided) return false;
+    a.decided = true;
+    if (device_ != Device::cpu || !supported || packingOff()) return false;
     int64_t total = 0;
-    for (auto& [s, at] : packPlan_) total = std::max(total, at + cpu::gemm_detail::packedElems(s->rows, s->cols));
+    for (auto& [s, at] : a.plan) total = std::max(total, at + cpu::gemm_detail::packedElems(s->rows, s->cols));
     try {
-      packArena_.reset(device_, DType::bf16, total, false);  // not zeroed: the values and the padding are written
+      a.buf.reset(device_, dtype, total, false);  // not zeroed: the values and the padding are written
     } catch (const Error&) {
       return false;  // no room for the arena: the weights stay row-major (packing changes speed, never results)
     }
   }
-  slot.buf = packArena_;
+  slot.buf = a.buf;
   slot.bufOffset = place->second;
   slot.packRows = int(cpu::gemm_detail::kPackRows);
+  return true;
+}
+
+bool ModelWeights::placePacked(WeightSlot& slot) {
+  if (!place(bf16Arena_, slot, DType::bf16, cpu::gemm_detail::packedWSupported())) return false;
   cpu::gemm_detail::zeroPackedPadding(reinterpret_cast<uint16_t*>(slot.buf.at(slot.bufOffset)), slot.rows, slot.cols);
   return true;
 }
 
 bool ModelWeights::placePackedI8(WeightSlot& slot) {
-  auto place = std::find_if(packPlanI8_.begin(), packPlanI8_.end(), [&](const auto& p) { return p.first == &slot; });
-  if (place == packPlanI8_.end()) return false;
-  if (!packArenaI8_) {
-    if (packDecidedI8_) return false;
-    packDecidedI8_ = true;
-    const char* env = getenv("DELIBERATE_PACK_WEIGHTS");  // on the JS thread, as placePacked
-    if (device_ != Device::cpu || !cpu::gemm_detail::packedI8Supported() || (env && std::string(env) == "0")) return false;
-    int64_t total = 0;
-    for (auto& [s, at] : packPlanI8_) total = std::max(total, at + cpu::gemm_detail::packedElems(s->rows, s->cols));
-    try {
-      packArenaI8_.reset(device_, DType::i8, total);  // zeroed: the padding stays zero, the rows are written
-    } catch (const Error&) {
-      return false;  // no room for the arena: the weights stay row-major (packing changes speed, never results)
-    }
-  }
-  slot.buf = packArenaI8_;
-  slot.bufOffset = place->second;
-  slot.packRows = int(cpu::gemm_detail::kPackRows);
+  if (!place(i8Arena_, slot, DType::i8, cpu::gemm_detail::packedI8Supported())) return false;
+  cpu::gemm_detail::zeroPackedPaddingI8(reinterpret_cast<int8_t*>(slot.buf.at(slot.bufOffset)), slot.rows, slot.cols);
   return true;
 }
 

@@ -140,6 +140,19 @@ class ModelWeights {
   // straight to its packed place (a weight set again is simply written again). A slot whose first values are not
   // bf16 stays row-major and leaves its place unused.
   bool placePacked(WeightSlot& slot);
+  // Weights quantized to int8 at load, packed the same way (cpu/cpu_gemm.h "Packed i8 W") on a CPU with AVX-512
+  // unless DELIBERATE_PACK_WEIGHTS=0: the same slots in the same order in an i8 arena of their own, allocated at the
+  // first quantized set() (setQuantized writes each row's q to its packed places); false: the slot stays row-major.
+  bool placePackedI8(WeightSlot& slot);
+  // One arena of packed slots: each slot's first element in it (in the order a step reads them), the arena once
+  // allocated, whether the first packable set() has decided to pack.
+  struct PackArena {
+    std::vector<std::pair<WeightSlot*, int64_t>> plan;
+    Buffer buf;
+    bool decided = false;
+  };
+  // slot's place in `a` (the arena allocated at the first call, where supported): true, or false (row-major).
+  bool place(PackArena& a, WeightSlot& slot, DType dtype, bool supported);
   // set() of a quantized slot's part (WeightSlot::quantize): whole rows, each quantized as it arrives.
   void setQuantized(WeightSlot& slot, WeightSlot::Part& part, DType dtype, const uint8_t* bytes, size_t length,
                     size_t byteOffset, const std::string& name);  // slot's place in the arena, if it is packed: true
@@ -155,16 +168,7 @@ class ModelWeights {
   // Rows [r0, r0 + n) of a grouped slot (allocated at its first part, checked against it).
   void storeGrouped(WeightSlot& slot, const std::string& name, int bits, int groupSize, int64_t r0, int64_t n,
                     const uint8_t* q, const float* scales, const uint8_t* zeros, const int32_t* perm, bool e4m3 = false);
-  std::vector<std::pair<WeightSlot*, int64_t>> packPlan_;  // slot, first element in the arena
-  Buffer packArena_;
-  bool packDecided_ = false;  // the first packable set() has decided whether to pack
-  // Weights quantized to int8 at load, packed the same way (cpu/cpu_gemm.h "Packed i8 W") on a CPU with AVX-512
-  // unless DELIBERATE_PACK_WEIGHTS=0: the same slots in the same order in an i8 arena of their own, allocated at the
-  // first quantized set() (setQuantized writes each row's q to its packed places); false: the slot stays row-major.
-  bool placePackedI8(WeightSlot& slot);
-  std::vector<std::pair<WeightSlot*, int64_t>> packPlanI8_;
-  Buffer packArenaI8_;
-  bool packDecidedI8_ = false;
+  PackArena bf16Arena_, i8Arena_;
 };
 
 }  // namespace dl
