@@ -38,6 +38,7 @@ describe("gemm (cpu)", () => {
       [5, 20, 33, [8, 8], 5, 0, 2],
       [1, 9, 16, [0, 9], 4, 3, 1],
       [4, 10, 64, [4, 7], 4, 0, 3],
+      [1, 9, 40, [3, 6], 1, 0, 2], // one row: the blocks are the plain output (one GEMM call on the CPU)
     ] as [number, number, number, [number, number], number, number, number][]) {
       const x = tensorOf(addon, "cpu", "f32", [M, K], randomF32(rng, M * K));
       const w = tensorOf(addon, "cpu", "bf16", [N, K], randomF32(rng, N * K));
