@@ -248,6 +248,8 @@ describe("gemm with FP8 e4m3 weights (cpu)", () => {
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, wFormat: "e4m3", wGroupSize: G, wScales, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
+          await addon.ops.gemm({ x, w, wFormat: "e4m3", wGroupSize: G, wScales, wPanel: 8, y, splitK: sk }); // scales by panel
+          out.push(Buffer.from(y.read()).toString("base64"));
         }`,
       { seed: 9, centered: false },
     );

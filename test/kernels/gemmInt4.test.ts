@@ -222,6 +222,10 @@ describe("gemm with grouped quantized weights (cpu)", () => {
           const y = addon.tensor("cpu", "f32", [M, N]);
           await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros: sym ? undefined : wZeros, y, splitK: sk });
           out.push(Buffer.from(y.read()).toString("base64"));
+          if (bits === 4) { // scales and zero points by panel
+            await addon.ops.gemm({ x, w, wBits: bits, wGroupSize: G, wScales, wZeros: sym ? undefined : wZeros, wPanel: 8, y, splitK: sk });
+            out.push(Buffer.from(y.read()).toString("base64"));
+          }
         }`,
       { seed: 7, centered: false },
     );

@@ -15,6 +15,7 @@ import {
   expectSameBitsOnAvx2AndNative,
   gemmCpu,
 } from "./quantGemmChecks.js";
+import { runPerSimd } from "../helpers/childAddon.js";
 import { bitsOf, disposeAll, stored, tensorOf } from "./tensors.js";
 
 const addon = loadAddon();
@@ -137,6 +138,28 @@ describe("gemm with int8 weights (cpu)", () => {
       }
     },
   );
+
+  it.skipIf(!avx512)("gives row-major W's bits with W packed on the AVX-512 path without AVX512-BF16 too", () => {
+    // a child capped at AVX-512 (DELIBERATE_SIMD=avx512) runs the packed i8 kernels as a CPU without BF16 would
+    const [capped, native] = runPerSimd(
+      `
+        for (const [M, N, K, sk] of [[1, 37, 576, 1], [1, 13, 2100, 3], [5, 50, 161, 2], [70, 19, 300, 3]]) {
+          const x = addon.tensor("cpu", "f32", [M, K]); x.writeF32(Float32Array.from({ length: M * K }, r));
+          const w = addon.tensor("cpu", "i8", [N, K]); w.writeF32(Float32Array.from({ length: N * K }, () => Math.round(r() * 254)));
+          const wScale = addon.tensor("cpu", "f32", [N]); wScale.writeF32(Float32Array.from({ length: N }, () => r() / 100));
+          const y = addon.tensor("cpu", "f32", [M, N]);
+          for (const packW of [0, 1]) {
+            await addon.ops.gemm({ x, w, wScale, y, splitK: sk, packW });
+            out.push(Buffer.from(y.read()).toString("base64"));
+          }
+        }`,
+      { seed: 8, centered: true, levels: ["avx512", ""] },
+    );
+    expect(capped.simd).toBe("avx512");
+    for (const run of [capped, native])
+      for (let i = 0; i < run.out.length; i += 2) expect(run.out[i + 1], `${run.simd} call ${i / 2}`).toBe(run.out[i]);
+    expect(capped.out).toEqual(native.out);
+  });
 
   it("gives the same bits on the AVX2 and AVX-512 paths", () => {
     expectSameBitsOnAvx2AndNative(
