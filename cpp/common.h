@@ -38,8 +38,8 @@ struct View {
   Device device = Device::cpu;
   int ndim = 0;
   int64_t shape[4] = {1, 1, 1, 1};
-  // A CPU bf16 GEMM weight [N, K] may be packed for the decode kernels (cpu/cpu_gemm.h, "Packed W"): panels of
-  // packRows rows, each panel ceil(K / 32) groups of packRows x 32 values. 0: row-major.
+  // A CPU bf16 or i8 GEMM weight [N, K] may be packed for the decode kernels (cpu/cpu_gemm.h, "Packed W"): panels of
+  // packRows rows, each panel ceil(K / 32) groups of packRows x 32 values. 0: row-major (CUDA: always).
   int packRows = 0;
   // An i8 GEMM weight [N, K] (quantized per output row, symmetric): w[n][k] = q[n][k] * rowScale[n], rowScale f32
   // [N] on W's device. The GEMM sums x . q over the usual schedule and multiplies the row's sum by rowScale[n].
@@ -49,7 +49,8 @@ struct View {
   // [N, K / size]; zeros u8 [N, K / size] (nullptr: every zero point is the middle, 8 or 128); perm i32 [K] or
   // nullptr: w[n][k] = scales[n][k / size] * (q[n][k] - zeros[n][k / size]) multiplies x[perm[k]]. On W's device.
   // byGroup > 0: scales and zeros are stored by group instead, (n, g) at [g * byGroup + n] (byGroup = the full
-  // weight's N: a decode panel's scales of one group are contiguous; what loaded models hold).
+  // weight's N: a decode panel's scales of one group are contiguous; what CUDA models hold, and CPU ones with
+  // DELIBERATE_PACK_WEIGHTS=0).
   // panel > 0 (CPU 4-bit and e4m3 weights as loaded, panel 8): scales and zeros by panel of `panel` rows instead,
   // (n, g) at [(n / panel) * ng * panel + g * panel + n % panel] (ng groups a row; rows padded to whole panels), so a
   // decode panel's scales are one contiguous run (ModelWeights::storeGrouped).

@@ -284,6 +284,8 @@ void run(const char* op, const View& x, const View& w, const View& bias, const V
   requireCuda(op, "x", x), requireCuda(op, "w", w), requireCuda(op, "y", y);
   requireFloatT(op, "x", x), requireFloatT(op, "y", y);
   if (w.dtype == DType::u8 && !w.groups.bits) fail(op, "a u8 w is the q of a grouped w and needs its groups");
+  // the CPU's layouts (packed panels, scales by panel) never reach the GPU: CUDA models hold row-major / by group
+  if (w.packRows || w.groups.panel) fail(op, "w is in a CPU layout (packed panels or scales by panel); CUDA takes row-major w, scales by group");
   if (w.groups.bits) {  // grouped quantized W (W4A16 / W8A16): cuda/gemm_int4.cu, its own schedule
     requireFloatT(op, "x", x), requireFloatT(op, "y", y);
     if (x.ndim != 2 || w.ndim != 2 || w.shape[1] != x.shape[1]) fail(op, "shapes must be x (M, K), w (N, K)");

@@ -291,11 +291,6 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
   // grouped-quantized W (View::groups): its own kernels and schedule (cpu_gemm_quant.h)
   if (w.groups.bits) return gemm_detail::gemmGrouped(x, w, bias ? biasF32.data() : nullptr, y, splitK);
   if (w.dtype == DType::u8) throw Error("gemm: a u8 w is the q of a grouped w and needs its groups (scales, group size)");
-  // i8 W at M = 1: its own GEMV, same schedule and bits (cpu_gemm_quant.h)
-  if (gemm_detail::gemvI8(x, w, bias ? biasF32.data() : nullptr, y, kBounds.data(), splitK)) return;
-  Problem P{x.as<float>(), K, 4, bias ? biasF32.data() : nullptr, y.as<float>(), N, kBounds.data(), splitK, 0, 0, nullptr};
-  P.scale = w.rowScale;
-  chooseKernels(P, w.dtype, M);
   const bool wPacked = w.packRows != 0;
   if (wPacked && (w.packRows != gemm_detail::kPackRows ||
                   !(w.dtype == DType::bf16 ? gemm_detail::packedWSupported()
@@ -303,6 +298,11 @@ void gemm(const View& x, const View& w, const View& bias, const View& y, int spl
     throw Error("gemm: packed W must be bf16 (on a CPU with AVX512-BF16) or i8 (AVX-512) in panels of " +
                 std::to_string(gemm_detail::kPackRows) + " rows, got " + dtypeName(w.dtype) + " in panels of " +
                 std::to_string(w.packRows) + " on " + simdName(simdLevel()));
+  // i8 W at M = 1: its own GEMV, same schedule and bits (cpu_gemm_quant.h)
+  if (gemm_detail::gemvI8(x, w, bias ? biasF32.data() : nullptr, y, kBounds.data(), splitK)) return;
+  Problem P{x.as<float>(), K, 4, bias ? biasF32.data() : nullptr, y.as<float>(), N, kBounds.data(), splitK, 0, 0, nullptr};
+  P.scale = w.rowScale;
+  chooseKernels(P, w.dtype, M);
   const bool bf16 = w.dtype == DType::bf16;
   const int64_t smallM = simdLevel() == Simd::avx2 ? kSmallMAvx2 : kSmallM;
   const size_t wsz = dtypeSize(w.dtype);

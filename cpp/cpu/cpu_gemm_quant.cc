@@ -224,9 +224,8 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
   constexpr __mmask8 rows = __mmask8((1u << NR) - 1);
   // prefetch: the panel panelsAhead() after this one, line by line as this one's chunks go by (NR lines a chunk:
   // a panel's q is NR * ldq contiguous bytes, about as many lines as its chunks read), and the scales of the
-  // chunk's groups at least 16 rows on: a line holds 16 rows' scales of a group, so for a panel of 8 starting a
-  // line, 8 rows on is its own line (Qwen2.5-1.5B's down projection, K = 8960: 280 groups, a line each a panel;
-  // one thread, 37.7 / 35.7 -> 33.4-33.7 ms a token)
+  // chunk's groups scAhead floats on (ByGroup::scalesAhead: that panel's, by panel; by group at least 16 rows on,
+  // since a line holds 16 rows' scales of a group)
   const char* ahead = reinterpret_cast<const char*>(q) + NR * panelsAhead(NR * ldq) * ldq;
   for (int64_t c = c0; c < c1; c++) {
     const Chunk4& ch = chunks[c];
@@ -364,6 +363,40 @@ inline uint16_t xToBf16(float f) {
   return (u & 0x7f800000u) == 0 ? uint16_t(u >> 16 & 0x8000u) : f32ToBf16(f);
 }
 
+// Whole chunks [0, n) of an X row in the 4-bit kernels' layout (gemm4: vector p's word w is bf16(x[128c + 4w + p]),
+// no perm), rounded as xToBf16 rounds (nearest even, subnormals to signed zero, NaN quiet): the words of 32 columns
+// in one zmm, then each vector p gathered from the four by one index, (4w + p) mod 64, over two pairs. Returns n.
+// (Word by word this copy took ~10 us a call at K = 1536, as long as a 256-row projection's GEMV.)
+DL_AVX512 int64_t x4Chunks(const float* src, int64_t n, uint16_t* dst) {
+  const __m512i expBits = _mm512_set1_epi32(0x7f800000), signBit = _mm512_set1_epi32(int(0x80000000u));
+  const __m512i absBits = _mm512_set1_epi32(0x7fffffff), half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  auto round16 = [&](const float* f) DL_AVX512 {  // 16 floats -> 16 bf16 words (the low halves of the dwords)
+    __m512i u = _mm512_loadu_si512(f);
+    u = _mm512_mask_and_epi32(u, _mm512_testn_epi32_mask(u, expBits), u, signBit);  // zero / subnormal: signed 0
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absBits), expBits);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_mask_or_epi32(r, nan, u, quiet);
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  };
+  alignas(64) uint16_t idxWords[4][32];
+  for (int p = 0; p < 4; p++)
+    for (int w = 0; w < 32; w++) idxWords[p][w] = uint16_t((4 * w + p) % 64);
+  for (int64_t c = 0; c < n; c++) {
+    const float* f = src + c * 128;
+    __m512i words[4];
+    for (int v = 0; v < 4; v++)
+      words[v] = _mm512_inserti64x4(_mm512_castsi256_si512(round16(f + 32 * v)), round16(f + 32 * v + 16), 1);
+    for (int p = 0; p < 4; p++) {
+      const __m512i idx = _mm512_load_si512(idxWords[p]);
+      const __m512i lo = _mm512_permutex2var_epi16(words[0], idx, words[1]);  // words 0-15: columns 4w + p < 64
+      const __m512i hi = _mm512_permutex2var_epi16(words[2], idx, words[3]);  // words 16-31: columns 64 + ...
+      _mm512_storeu_si512(dst + c * 128 + p * 32, _mm512_mask_blend_epi16(__mmask32(0xffff0000u), lo, hi));
+    }
+  }
+  return n;
+}
+
 // X rows in the kernels' layout, kept per thread between calls (trimmed after a large one).
 std::vector<float>& xScratch() {
   thread_local std::vector<float> buf;
@@ -377,8 +410,8 @@ std::vector<uint16_t>& xScratch4() {
 // The scales and zero points by group ([ng, N]: View::Groups::byGroup, as CUDA models hold them, ldg = N) or by
 // panel (View::Groups::panel, as CPU models hold 4-bit and e4m3 weights: ldg = panel, a panel's rows one run);
 // row-major ones (the gemm op's) are transposed into per-thread buffers first. A kernel reads the scales of rows
-// n0 .. n0 + nr at scales + rowAt(n0), group g's at + g * ldg: by panel, a tile must not cross a panel (its nr rows
-// from a multiple of nr that divides the panel: the 4-bit and e4m3 tiles are 1, 2, 4 or 8 rows).
+// n0 .. n0 + nr at scales + rowAt(n0), group g's at + g * ldg: by panel, a tile must not cross a panel (the 4-bit
+// and e4m3 tiles are at most NR = 8, 4 or 2 rows from a multiple of NR, in blocks of NR or 32 rows).
 struct ByGroup {
   const float* scales;
   const uint8_t* zeros;
@@ -519,7 +552,9 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
     for (int64_t m = lo; m < hi; m++) {
       const float* src = xs + m * K;
       uint16_t* dst = xc + m * ldx;
-      for (int64_t c = 0; c < nChunks; c++)
+      // the whole chunks without perm on AVX-512 at once (x4Chunks, same bits), the rest word by word
+      const int64_t c0 = !gq.perm && simdLevel() != Simd::avx2 ? x4Chunks(src, K / 128, dst) : 0;
+      for (int64_t c = c0; c < nChunks; c++)
         for (int p = 0; p < 4; p++)
           for (int wd = 0; wd < 32; wd++) {
             const int64_t k = c * 128 + 4 * wd + p;

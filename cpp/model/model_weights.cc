@@ -123,8 +123,9 @@ ModelWeights::ModelWeights(const ModelConfig& cfg, Device device) : cfg_(cfg), d
       for (WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) s->quantize = s->rows > 0;
   for (auto& [slot, isVector] : all_)
     for (size_t i = 0; i < slot->parts.size(); i++) byName_[slot->parts[i].name] = {slot, isVector, i};
-  // The packed arena's places (placePacked), in the order a forward step reads the weights, so each GEMM's prefetch
-  // runs on into the next one's first lines; a qkv whose q | k | v cuts fall inside a panel stays row-major.
+  // The packed arenas' places (placePacked: bf16; placePackedI8: int8 at load), in the order a forward step reads the
+  // weights, so each GEMM's prefetch runs on into the next one's first lines; a qkv whose q | k | v cuts fall inside
+  // a panel stays row-major (and, for scales by panel, by group: panelOk).
   const int64_t P = cpu::gemm_detail::kPackRows;
   int64_t at = 0;
   int64_t atI8 = 0;

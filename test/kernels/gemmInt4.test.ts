@@ -140,6 +140,39 @@ describe("gemm with grouped quantized weights (cpu)", () => {
     addon.setThreads(0);
   });
 
+  it("4 bits: rounds X to bf16 alike with and without perm (the whole chunks' vector copy against word by word)", async () => {
+    // an identity perm takes the word-by-word copy; none, the AVX-512 copy of whole chunks: the same bits for
+    // subnormals, signed zeros, halfway cases, the largest finites, infinities and NaN in x (K = 416: 3 whole chunks
+    // and a partial one)
+    const rng = makeRng(10);
+    const M = 3,
+      N = 11,
+      K = 416;
+    const xv = randomF32(rng, M * K);
+    // row 0 small values (subnormals, signed zeros, halfway cases, the smallest normal), row 1 the largest finites
+    // (each row's outputs show its words' bits: no larger value in the row absorbs them), row 2 the infinities and NaN
+    [1e-40, -1e-40, -0, 0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 3 * 2 ** -8), 2 ** -126].forEach((v, i) => {
+      xv[i * 37] = v;
+      xv[i * 41 + 3] = v;
+    });
+    [3.38e38, -3.38e38, 3.4e38].forEach((v, i) => (xv[K + i * 101 + 7] = v));
+    [Infinity, -Infinity, NaN].forEach((v, i) => (xv[2 * K + i * 129 + 5] = v));
+    const x = tensorOf(addon, "cpu", "f32", [M, K], xv);
+    const gw = randomGrouped(rng, N, K, { bits: 4, groupSize: 32, asymmetric: false, perm: false });
+    const plain = groupedTensors(addon, "cpu", gw, false);
+    const identity = groupedTensors(addon, "cpu", { ...gw, perm: Int32Array.from({ length: K }, (_, k) => k) }, false);
+    for (const m of [1, 3]) {
+      const xm = m === 1 ? tensorOf(addon, "cpu", "f32", [1, K], xv.subarray(0, K)) : x;
+      expect(bitsOf(await gemmCpu(addon, xm, plain, undefined, 1)), `M=${m}`).toEqual(
+        bitsOf(await gemmCpu(addon, xm, identity, undefined, 1)),
+      );
+      if (m === 1) disposeAll(xm);
+    }
+    disposeAll(x);
+    dispose(plain);
+    dispose(identity);
+  });
+
   it("gives every row the same bits alone or anywhere in a batch, for any thread count and path", async () => {
     const rng = makeRng(12);
     const K = 2048,

@@ -32,7 +32,8 @@ async function load(dir: string, pack: boolean, quantize?: "int8" | "int4" | "fp
   }
 }
 
-/** A prefill of 37 tokens and two decodes of other sequences in one step, then 6 decode steps; logits and tokens. */
+/** A prefill of 37 tokens and two decodes of other sequences in one step, then 6 decode steps of the three, then 3
+ * of one; logits. */
 async function run(model: Model, vocab: number): Promise<Uint32Array[]> {
   const out: Uint32Array[] = [];
   const table = (s: number) => Int32Array.from({ length: 4 }, (_, i) => s * 4 + i);
@@ -58,6 +59,17 @@ async function run(model: Model, vocab: number): Promise<Uint32Array[]> {
       out.push(new Uint32Array(r.logits!.buffer.slice(0)));
     });
     last = rs.map((r) => r.token);
+  }
+  // then sequence 0 alone for 3 steps: one row (the decode GEMVs)
+  for (let step = 0; step < 3; step++) {
+    const [r] = await model.forward({
+      gemmSplitK: 2,
+      kvSplits: 1,
+      returnLogits: true,
+      sequences: [{ tokens: Int32Array.from([last[0]]), startPos: pos[0]++, blockTable: table(0) }],
+    });
+    out.push(new Uint32Array(r.logits!.buffer.slice(0)));
+    last[0] = r.token;
   }
   return out;
 }
@@ -149,6 +161,9 @@ describe("quantized weights in their CPU layouts (packed int8 q, scales by panel
     for (let extra of [
       { hidden: 96, heads: 6, kvHeads: 3 } as Record<string, number>,
       { hidden: 128, heads: 8, kvHeads: 4, intermediate: 200 },
+      // head dim 12: k and v 12 rows, so qkv's scales stay by group (cuts off multiples of 8) beside by-panel ones,
+      // while int8 packs it (multiples of 6)
+      { hidden: 96, heads: 8, kvHeads: 1 },
     ]) {
       const skip = quantize === "int8" && !supportedI8;
       // int4's groups of 32 must divide every input width: intermediate 224 there (gate|up 448 rows)
