@@ -66,13 +66,9 @@ void widenI8(const int8_t* src, int64_t n, float* dst) {
   for (; i < n; i++) dst[i] = float(src[i]);
 }
 
-// x rounded to bf16 for the bf16 kernels (cpu_gemm.h): round to nearest even, subnormals to signed zero, NaN quiet.
-inline uint16_t xToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (u & 0x7f800000u) == 0 ? uint16_t(u >> 16 & 0x8000u) : f32ToBf16(f);
-}
-void roundToBf16(const float* src, int64_t n, uint16_t* dst) {
+}  // namespace
+
+void gemm_detail::roundToBf16(const float* src, int64_t n, uint16_t* dst) {
   const __m256i expBits = _mm256_set1_epi32(0x7f800000), signBit = _mm256_set1_epi32(int(0x80000000u));
   const __m256i absBits = _mm256_set1_epi32(0x7fffffff), half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
   const __m256i quiet = _mm256_set1_epi32(0x00400000);
@@ -88,6 +84,9 @@ void roundToBf16(const float* src, int64_t n, uint16_t* dst) {
   }
   for (; i < n; i++) dst[i] = xToBf16(src[i]);
 }
+
+namespace {
+using gemm_detail::roundToBf16;
 
 // Row stride of copied operands: a multiple of 16 floats (aligned loads) plus one cache line, so that rows do not
 // all fall on one L1 set (4 KiB aliasing).

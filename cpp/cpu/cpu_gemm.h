@@ -18,6 +18,8 @@
 // below 2^-126 are the only inputs where native and emulated paths could differ.
 // AVX-512 holds the 16 lanes in one zmm, AVX2 in two ymm (lanes 0-7, 8-15): every path gives identical bits.
 #pragma once
+#include <cstring>
+
 #include "common.h"
 
 namespace dl::cpu::gemm_detail {
@@ -74,6 +76,14 @@ void packValuesBf16(const void* src, int64_t K, int64_t e0, int64_t n, uint16_t*
 void unpackRowBf16(const uint16_t* packed, int64_t K, int64_t n, uint16_t* dst);  // row n into dst[0, K)
 // Whether this CPU runs packed W (AVX512-BF16).
 bool packedWSupported();
+// x rounded to bf16 for the bf16 kernels (and the 4-bit and e4m3 ones): round to nearest even, subnormals to signed
+// zero, NaN quiet. roundToBf16: n of them (AVX2), the same bits.
+inline uint16_t xToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x7f800000u) == 0 ? uint16_t(u >> 16 & 0x8000u) : f32ToBf16(f);
+}
+void roundToBf16(const float* src, int64_t n, uint16_t* dst);
 // Packed i8 W (quantized per row at load, View::rowScale): the same layout, a value a byte (a group of a panel
 // kPackRows x 32 bytes), so the decode GEMV streams a panel as one contiguous run, as it does packed bf16. Read by
 // the AVX-512 i8 kernels (gemvI8, the f32 kernels' i8 tiles, the large-M path's widening); kernels, order of

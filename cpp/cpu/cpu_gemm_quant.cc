@@ -356,37 +356,18 @@ TileFn4 tileFn4(bool native, int mode, int mr, int nr) {
   return mode == kAsym ? kTiles4<false, kAsym>[mr - 1][nr - 1] : kTiles4<false, kSym>[mr - 1][nr - 1];
 }
 
-// x rounded to bf16 as the dense bf16 GEMM rounds it (cpu_gemm.h): nearest even, subnormals to signed zero.
-inline uint16_t xToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (u & 0x7f800000u) == 0 ? uint16_t(u >> 16 & 0x8000u) : f32ToBf16(f);
-}
-
 // Whole chunks [0, n) of an X row in the 4-bit kernels' layout (gemm4: vector p's word w is bf16(x[128c + 4w + p]),
-// no perm), rounded as xToBf16 rounds (nearest even, subnormals to signed zero, NaN quiet): the words of 32 columns
-// in one zmm, then each vector p gathered from the four by one index, (4w + p) mod 64, over two pairs. Returns n.
+// no perm): each chunk rounded by roundToBf16 (xToBf16's bits), then each vector p gathered from its four vectors
+// of 32 words by one index, (4w + p) mod 64, over two pairs. Returns n.
 // (Word by word this copy took ~10 us a call at K = 1536, as long as a 256-row projection's GEMV.)
 DL_AVX512 int64_t x4Chunks(const float* src, int64_t n, uint16_t* dst) {
-  const __m512i expBits = _mm512_set1_epi32(0x7f800000), signBit = _mm512_set1_epi32(int(0x80000000u));
-  const __m512i absBits = _mm512_set1_epi32(0x7fffffff), half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x00400000);
-  auto round16 = [&](const float* f) DL_AVX512 {  // 16 floats -> 16 bf16 words (the low halves of the dwords)
-    __m512i u = _mm512_loadu_si512(f);
-    u = _mm512_mask_and_epi32(u, _mm512_testn_epi32_mask(u, expBits), u, signBit);  // zero / subnormal: signed 0
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absBits), expBits);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-    r = _mm512_mask_or_epi32(r, nan, u, quiet);
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-  };
-  alignas(64) uint16_t idxWords[4][32];
+  alignas(64) uint16_t idxWords[4][32], rounded[128];
   for (int p = 0; p < 4; p++)
     for (int w = 0; w < 32; w++) idxWords[p][w] = uint16_t((4 * w + p) % 64);
   for (int64_t c = 0; c < n; c++) {
-    const float* f = src + c * 128;
-    __m512i words[4];
-    for (int v = 0; v < 4; v++)
-      words[v] = _mm512_inserti64x4(_mm512_castsi256_si512(round16(f + 32 * v)), round16(f + 32 * v + 16), 1);
+    roundToBf16(src + c * 128, 128, rounded);
+    __m512i words[4];  // words[v]: columns 32v .. 32v + 31
+    for (int v = 0; v < 4; v++) words[v] = _mm512_load_si512(rounded + 32 * v);
     for (int p = 0; p < 4; p++) {
       const __m512i idx = _mm512_load_si512(idxWords[p]);
       const __m512i lo = _mm512_permutex2var_epi16(words[0], idx, words[1]);  // words 0-15: columns 4w + p < 64
