@@ -38,7 +38,8 @@
 namespace dl::cpu::gemm_detail {
 
 // Y[M, N] = X[M, K] . W^T (+ bias f32 [N] or nullptr) for a grouped W (w.groups.bits 4 or 8, or e4m3). Checks its
-// arguments (dl::Error naming the problem).
+// arguments (dl::Error naming the problem) but for the 4-bit zero points' range, [0, 16], checked where they enter
+// (the gemm op, ModelWeights::setGrouped).
 void gemmGrouped(const View& x, const View& w, const float* bias, const View& y, int splitK);
 
 // The decode GEMV (M = 1) for an i8 W quantized per output row (View::rowScale) on AVX-512: the f32 kernels'
