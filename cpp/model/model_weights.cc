@@ -528,10 +528,12 @@ void ModelWeights::setE4m3(WeightSlot& slot, WeightSlot::Part& part, const std::
 }
 
 size_t ModelWeights::residentBytes() const {
+  // each slot's own bytes: a packed slot's share of its arena without the padding (nor the arenas' places left
+  // unused), so the total is the weights report's whatever the CPU layout (at most a few percent less than allocated)
   size_t total = 0;
   for (auto& [slot, isVector] : all_)
-    if (slot->buf) total += slot->packRows ? slot->scale.bytes() : slot->residentBytes();  // packed: in an arena
-  return total + bf16Arena_.buf.bytes() + i8Arena_.buf.bytes();
+    if (slot->buf) total += slot->residentBytes();
+  return total;
 }
 
 std::string ModelWeights::linearFormat() const {

@@ -70,9 +70,15 @@ struct WeightSlot {
     if (scale) v.rowScale = reinterpret_cast<const float*>(scale.data());
     return v;
   }
-  // Bytes this slot holds on its device (resident size; a packed slot counts its share of the arena).
+  // Bytes of this slot's values, scales, zero points and perm on its device, without the CPU layouts' padding (a
+  // packed slot's rows and columns past its own in its arena place, scales and zeros by panel past its rows): the
+  // bytes the weights report plans from the checkpoint's headers (ts/model/quantized/weightsReport.ts), whatever the
+  // layout.
   size_t residentBytes() const {
-    if (qBits) return buf.bytes() + gScales.bytes() + gZeros.bytes() + gPerm.bytes();
+    if (qBits) {
+      const int64_t scaleRows = gPanel ? (rows + gPanel - 1) / gPanel * gPanel : rows;
+      return buf.bytes() + (gScales.bytes() + gZeros.bytes()) / size_t(scaleRows) * size_t(rows) + gPerm.bytes();
+    }
     return size_t(rows * cols) * dtypeSize(buf.dtype()) + scale.bytes();
   }
   View vector() const { return buf.view({rows * cols}); }
@@ -106,8 +112,8 @@ class ModelWeights {
   void setGrouped(const std::string& name, int bits, int groupSize, const std::vector<int64_t>& shape,
                   const uint8_t* q, size_t qBytes, const float* scales, size_t nScales, const uint8_t* zeros,
                   size_t nZeros, const int32_t* perm, size_t nPerm, bool e4m3 = false);
-  // Bytes the weights hold on the device, and how the dense layers' linear weights are stored ("bf16", "int8",
-  // "int4 g32", ... as their first slot holds them).
+  // Bytes the weights hold on the device (WeightSlot::residentBytes: the CPU layouts' padding not counted), and how
+  // the dense layers' linear weights are stored ("bf16", "int8", "int4 g32", ... as their first slot holds them).
   size_t residentBytes() const;
   std::string linearFormat() const;
   // Names of checkpoint tensors not (fully) set yet.

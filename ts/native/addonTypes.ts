@@ -366,7 +366,7 @@ export interface NativeModelInfo {
   pageSize: number;
   kvBytes: number;
   kvBytesPerPage: number;
-  /** Bytes the weights hold on the device. */
+  /** Bytes the weights hold on the device (values, scales, zero points, perms; the CPU layouts' padding not counted). */
   weightBytes: number;
   /** How the dense layers' linear weights are stored: "bf16", "int8", "int4 g32", "int4 g128 asym act-order", .... */
   linearFormat: string;
