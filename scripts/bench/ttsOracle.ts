@@ -3,12 +3,10 @@
 // is right — where the right paths were lost. This tells a search that fails to *generate* right paths (exploration,
 // pruning) from one that generates them and fails to *pick* them (aggregation).
 //
-// "Right prefix" is exact on the arithmetic task (no rollouts): every line of the prefix is on track — an equation
-// `a op b=c` whose arithmetic is right and whose result is a value the question's own solution computes (a
-// sub-expression's value, or a partial product / partial sum of one, either operand order), a `check:` line whose
-// arithmetic is right, a `\boxed{x}` with the right answer, or a line with no equation (no evidence either way). A
-// line that is right arithmetic on the wrong sub-expression (`12*7=84` in 12*(7+5)-9) is off track: the mistakes
-// this generator mostly makes, which a PRM trained on the step checker's labels cannot see.
+// "Right prefix" is exact on the arithmetic task (no rollouts): every line of the prefix is on track
+// (ts/tasks/arith/onTrack.ts: right arithmetic on a value the question's own solution computes, a right check, the
+// right answer). A line that is right arithmetic on the wrong sub-expression is off track: the mistakes this
+// generator mostly makes, which a PRM trained on the step checker's labels cannot see.
 import { Mcts } from "../../ts/programs/mcts.js";
 import { BeamSearch } from "../../ts/programs/beam.js";
 import { BestOfN } from "../../ts/programs/bestOfN.js";
@@ -17,38 +15,7 @@ import { SelfConsistency } from "../../ts/programs/selfConsistency.js";
 import type { Program } from "../../ts/programs/program.js";
 import type { TreeNode } from "../../ts/programs/stepTree.js";
 import { majorityVote } from "../../ts/certaindex/signals.js";
-import { parse, steps, partialProducts, partialSums, applyOp, type Op, type Step } from "../../ts/tasks/arith/expr.js";
-import { parseNumber } from "../../ts/programs/answers.js";
-
-const EQUATION = /^(check:\s*)?(-?\d+)\s*([+\-*])\s*\(?(-?\d+)\)?\s*=\s*(-?\d+)\s*$/i;
-
-/** The values a right solution of `expression` may compute on its way (every step's result and its parts). */
-export function legitimateValues(expression: string): Set<number> {
-  const out = new Set<number>();
-  for (const s of steps(parse(expression))) {
-    const swapped: Step = { ...s, left: s.right, right: s.left };
-    for (const v of [s, ...(s.op === "-" ? [] : [swapped])])
-      for (const p of [...partialProducts(v), ...partialSums(v)]) out.add(p.result);
-  }
-  return out;
-}
-
-/** Whether one line keeps a solution of the question on track (see the file's comment). */
-export function lineOnTrack(line: string, legit: ReadonlySet<number>, answer: string): boolean {
-  const text = line.replace(/<\/?think>/g, "").trim();
-  const boxed = /\\boxed\{([^}]*)\}?/.exec(text);
-  if (boxed) return parseNumber(boxed[1]) === parseNumber(answer);
-  const m = EQUATION.exec(text);
-  if (!m) return true;
-  const [a, b, c] = [Number(m[2]), Number(m[4]), Number(m[5])];
-  if (applyOp(m[3] as Op, a, b) !== c) return false;
-  return m[1] !== undefined || legit.has(c);
-}
-
-/** Whether every step of a path is on track (a right prefix). */
-export function pathOnTrack(path: readonly string[], legit: ReadonlySet<number>, answer: string): boolean {
-  return path.every((l) => lineOnTrack(l, legit, answer));
-}
+import { legitimateValuesOf, pathOnTrack } from "../../ts/tasks/arith/onTrack.js";
 
 /** Where a question's right paths went, when the search's own pick was wrong. */
 export type Outcome =
@@ -125,8 +92,7 @@ export function replay(
   answer: string,
   equivalent: (a: string, b: string) => boolean,
 ): Replay | null {
-  const expr = /What is (.+)\?/.exec(question)?.[1];
-  const legit = expr === undefined ? new Set<number>() : legitimateValues(expr.replace(/\s+/g, ""));
+  const legit = legitimateValuesOf(question);
   if (program instanceof BeamSearch) {
     // By path, not by node: with dedupe one copy of a path is kept and its twins are not expanded, yet the path was.
     const expanded = new Set(program.nodes.filter((n) => n.parent !== null).map((n) => n.parent!.key));

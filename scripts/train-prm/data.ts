@@ -6,6 +6,7 @@
 import { writeFileSync } from "node:fs";
 import { cleanStep, taggedSteps } from "../../ts/programs/rewards.js";
 import type { TaggedStepsPrm as PrmConfig } from "../../ts/model/prmConfig.js";
+import { legitimateValuesOf, onTrackLabels } from "../../ts/tasks/arith/onTrack.js";
 import { arithStepScore } from "../../ts/tasks/arith/stepScore.js";
 import type { ChatTokenizer } from "../train-reasoner/chatTokenizer.js";
 
@@ -30,10 +31,26 @@ export function stepsOf(completion: string): string[] {
     .filter((l) => l !== "");
 }
 
-export function labelSolution(question: string, completion: string): LabelledSolution {
+/**
+ * How a solution's steps are labelled: "checker" = the task's step checker (is each line's arithmetic right, its
+ * operands at hand); "on-track" = the prefix through the step is on track (ts/tasks/arith/onTrack.ts: right arithmetic
+ * on a value the question's own solution computes), the answer line by the answer: exact process labels, as
+ * annotators give PRM800K's, where the checker cannot see a right line on the wrong sub-expression.
+ */
+export type StepLabels = { kind: "checker" } | { kind: "on-track"; answer: string };
+
+export function stepLabels(
+  question: string,
+  steps: readonly string[],
+  how: StepLabels = { kind: "checker" },
+): boolean[] {
+  if (how.kind === "on-track") return onTrackLabels(steps, legitimateValuesOf(question), how.answer);
+  return steps.map((step, i) => arithStepScore({ question, previous: steps.slice(0, i), step }) >= 0.5);
+}
+
+export function labelSolution(question: string, completion: string, how?: StepLabels): LabelledSolution {
   const steps = stepsOf(completion);
-  const labels = steps.map((step, i) => arithStepScore({ question, previous: steps.slice(0, i), step }) >= 0.5);
-  return { question, steps, labels };
+  return { question, steps, labels: stepLabels(question, steps, how) };
 }
 
 /** A plausible wrong value near `x` (off by one, two or ten, or one digit changed), never `x`. */
@@ -49,20 +66,16 @@ function nearMiss(x: number, r: () => number): number {
 
 /**
  * The solution with one step's result replaced by a near miss (`a op b=c` → `a op b=c'`, or the boxed answer),
- * relabelled by the step checker: the corrupted step is bad, later steps as they now check. The sampled solutions'
- * own errors cluster on the steps the generator finds hard, so a PRM trained on them alone learns which steps
+ * relabelled as the solution was (`how`): the corrupted step is bad, later steps as they now check (on track: bad
+ * too, but a right answer line). The sampled solutions' own errors cluster on the steps the generator finds hard, so a PRM trained on them alone learns which steps
  * are hard rather than whether a step is right (it scored `7+5=13` as high as `7+5=12`); a corrupted copy of a
  * solution puts the same step right and wrong side by side. null when no step has a result to corrupt.
  */
-export function corruptSolution(s: LabelledSolution, r: () => number): LabelledSolution | null {
+export function corruptSolution(s: LabelledSolution, r: () => number, how?: StepLabels): LabelledSolution | null {
   const c = corruptStep(s.steps, r);
   if (c === null) return null;
   const steps = [...s.steps.slice(0, c.at), c.wrong, ...s.steps.slice(c.at + 1)];
-  return {
-    question: s.question,
-    steps,
-    labels: steps.map((x, j) => arithStepScore({ question: s.question, previous: steps.slice(0, j), step: x }) >= 0.5),
-  };
+  return { question: s.question, steps, labels: stepLabels(s.question, steps, how) };
 }
 
 /**

@@ -2,9 +2,9 @@
 //   npx tsx scripts/train-prm/evaluate.ts [--prm DIR]... [--generator DIR] [--n 150] [--samples 2] [--rollouts 8]
 //        [--seed 5] [--bon 100] [--bon-n 8] [--out F.json]
 // Samples solutions from the generator on the test split (the trainer's forward, as training did) and labels every
-// step twice: with the arithmetic task's step checker, and Monte-Carlo (mcLabels.ts: `rollouts` continuations from
+// step three ways: with the arithmetic task's step checker, exactly on track (ts/tasks/arith/onTrack.ts), and Monte-Carlo (mcLabels.ts: `rollouts` continuations from
 // the step's prefix, hard label = one reached the answer; cached under .scratch/train-prm). Every step is scored by
-// each PRM (prmReward: a solution's steps along one KV) and the report gives, per PRM: step AUROC against either
+// each PRM (prmReward: a solution's steps along one KV) and the report gives, per PRM: step AUROC against each
 // label, and how well a solution's lowest / last / product of step scores separates right from wrong final answers
 // (solution AUROC); per level for the checker labels. Then a best-of-N check on `bon` validation questions: N
 // samples at T = 1, the one with the highest last-step / lowest-step / product score picked, its accuracy (with
@@ -17,7 +17,7 @@ import { Rng } from "../../ts/tasks/arith/rng.js";
 import { arithTask } from "../../ts/tasks/index.js";
 import { buildTrainer } from "../train-reasoner/buildTrainer.js";
 import { loadChatTokenizer } from "../train-reasoner/chatTokenizer.js";
-import { labelSolution } from "./data.js";
+import { labelSolution, stepLabels } from "./data.js";
 import { scoreSteps } from "./score.js";
 import { cachedLabels, fileDigest, mcLabelSolutions, sampleTraces, type SampledSolution } from "./mcLabels.js";
 
@@ -66,19 +66,23 @@ async function main(): Promise<void> {
     return mcLabelSolutions(bin, gen, tok, traces, o, new Rng(seed), (l) => console.log(l));
   });
   if (traces.length === 0) traces = await sampleTraces(bin, gen, tok, "test", n, o); // cached labels: same samples
-  const levels = new Map(arithTask.problems({ split: "test", n, seed }).map((p) => [p.messages[0].content, p.level]));
+  const testProblems = arithTask.problems({ split: "test", n, seed });
+  const levels = new Map(testProblems.map((p) => [p.messages[0].content, p.level]));
+  const answers = new Map(testProblems.map((p) => [p.messages[0].content, p.answer]));
   const held = traces
     .map((t) => ({ t, checker: labelSolution(t.question, t.text) }))
     .filter(({ checker }) => checker.steps.length > 0)
     .map(({ t, checker }, i) => {
       if (mc.solutions[i].steps.join("\n") !== checker.steps.join("\n")) throw new Error("MC labels out of step");
-      return { ...checker, level: levels.get(t.question)!, correct: t.correct, mc: mc.solutions[i].soft! };
+      const onTrack = stepLabels(t.question, checker.steps, { kind: "on-track", answer: answers.get(t.question)! });
+      return { ...checker, level: levels.get(t.question)!, correct: t.correct, mc: mc.solutions[i].soft!, onTrack };
     });
   const steps = held.reduce((a, s) => a + s.steps.length, 0);
   const mcBad = held.reduce((a, s) => a + s.mc.filter((v) => v === 0).length, 0);
   const checkerBad = held.reduce((a, s) => a + s.labels.filter((v) => !v).length, 0);
+  const offTrack = held.reduce((a, s) => a + s.onTrack.filter((v) => !v).length, 0);
   console.log(
-    `test split: ${n} problems x ${samples} samples: ${held.length} solutions (${held.filter((s) => s.correct).length} right), ${steps} steps; bad steps: ${checkerBad} by the checker, ${mcBad} by ${rollouts} rollouts (${mc.seconds} s)`,
+    `test split: ${n} problems x ${samples} samples: ${held.length} solutions (${held.filter((s) => s.correct).length} right), ${steps} steps; bad steps: ${checkerBad} by the checker, ${offTrack} off track, ${mcBad} by ${rollouts} rollouts (${mc.seconds} s)`,
   );
 
   // Best-of-N on validation questions.
@@ -125,6 +129,7 @@ async function main(): Promise<void> {
     const x = scores.flat();
     const checkerY = held.flatMap((s) => s.labels.map((l) => (l ? 1 : 0)));
     const mcY = held.flatMap((s) => s.mc.map((v) => (v > 0 ? 1 : 0)));
+    const onTrackY = held.flatMap((s) => s.onTrack.map((l) => (l ? 1 : 0)));
     const correct = held.map((s) => (s.correct ? 1 : 0));
     const solution = Object.fromEntries(
       (Object.keys(aggregates) as Aggregate[]).map((a) => [a, auroc(scores.map(aggregates[a]), correct)]),
@@ -161,6 +166,7 @@ async function main(): Promise<void> {
     const r = {
       stepAurocChecker: auroc(x, checkerY),
       stepAurocMc: auroc(x, mcY),
+      stepAurocOnTrack: auroc(x, onTrackY),
       solutionAuroc: solution,
       perLevel,
       bestOfN: picked,
@@ -168,7 +174,7 @@ async function main(): Promise<void> {
     };
     results[prmDir] = r;
     table.push(
-      `| ${prmDir.split("/").slice(-2).join("/")} | ${r.stepAurocMc.toFixed(3)} | ${r.stepAurocChecker.toFixed(3)} | ${solution.min.toFixed(3)} / ${solution.last.toFixed(3)} / ${solution.product.toFixed(3)} | ${pct(picked.last)}% / ${pct(picked.min)}% / ${pct(picked.product)}% |`,
+      `| ${prmDir.split("/").slice(-2).join("/")} | ${r.stepAurocMc.toFixed(3)} | ${r.stepAurocChecker.toFixed(3)} | ${r.stepAurocOnTrack.toFixed(3)} | ${solution.min.toFixed(3)} / ${solution.last.toFixed(3)} / ${solution.product.toFixed(3)} | ${pct(picked.last)}% / ${pct(picked.min)}% / ${pct(picked.product)}% |`,
     );
     console.log(
       `${prmDir}: per level step AUROC (checker / MC): ${Object.entries(perLevel)
@@ -177,16 +183,16 @@ async function main(): Promise<void> {
     );
   }
   console.log(
-    `| PRM | step AUROC vs MC labels | step AUROC vs checker | solution AUROC min / last / product | best-of-${bonN} last / min / product |`,
+    `| PRM | step AUROC vs MC labels | step AUROC vs checker | step AUROC vs on track | solution AUROC min / last / product | best-of-${bonN} last / min / product |`,
   );
-  console.log("|---|---|---|---|---|");
+  console.log("|---|---|---|---|---|---|");
   for (const row of table) console.log(row);
   if (values.out)
     writeFileSync(
       values.out,
       JSON.stringify(
         {
-          test: { n, samples, seed, rollouts, solutions: held.length, steps, checkerBad, mcBad },
+          test: { n, samples, seed, rollouts, solutions: held.length, steps, checkerBad, offTrack, mcBad },
           bestOfN: { questions: bonQ, n: bonN, ...reference },
           results,
         },

@@ -1,5 +1,5 @@
 // One command to reproduce models/tiny-prm (checker labels, the default) or models/tiny-prm-mc on a CPU:
-//   npx tsx scripts/train-prm/train.ts [--labels checker|mc-soft|mc-hard|pairwise] [--out DIR] [--generator DIR]
+//   npx tsx scripts/train-prm/train.ts [--labels checker|on-track|mc-soft|mc-hard|pairwise] [--out DIR] [--generator DIR]
 //        [--init DIR] [--train-problems N] [--validation-problems N] [--samples K] [--rollouts K] [--temperature T]
 //        [--steps N] [--lr X] [--seed S] [--threads N] [--pair-weight W] [--target-weight W] [--group-size N]
 // Samples solutions from the generator (the tiny reasoner) on the train / validation splits with the trainer's own
@@ -7,7 +7,9 @@
 // style: after each step and the step tag it predicts "+" or "-"), loss on the tags only. Labels: "mc-soft" /
 // "mc-hard" roll the generator out from every step (mcLabels.ts; cached under .scratch/train-prm/) and train
 // towards the fraction of rollouts that reach the answer (soft) or "some did" (hard); "checker" is the previous
-// model's recipe, the arithmetic task's step checker (prmRecipe, unchanged); "pairwise" samples k solutions of each
+// model's recipe, the arithmetic task's step checker (prmRecipe, unchanged); "on-track" the exact process labels of
+// ts/tasks/arith/onTrack.ts (the prefix still on the question's own solution, the answer line by the answer;
+// onTrackRecipe, fine-tuned from the checker PRM); "pairwise" samples k solutions of each
 // question at the search's temperature and trains the last step's score to rank a question's right solutions above
 // its wrong ones (groups.ts, the trainer's TRD4 Bradley-Terry loss), the checker labels on every tag as an
 // auxiliary term (pairRecipe). Writes the HF files, prm.json,
@@ -51,6 +53,21 @@ export const prmRecipe = {
   beta2: 0.98,
   clip: 1,
   threads: 2,
+};
+
+/**
+ * Exact process labels (issue 48: what the Monte-Carlo labels estimate, and what the checker's labels miss): the
+ * checker recipe's samples and corrupted copies, each step labelled "the prefix through it is still on the
+ * question's own solution" (a right line on the wrong sub-expression is bad, and so is every step after it) and the
+ * answer line "the answer is right"; fine-tuned from the checker PRM (models/tiny-prm), which already reads the
+ * arithmetic.
+ */
+export const onTrackRecipe = {
+  ...prmRecipe,
+  labels: "on-track" as const,
+  steps: 800,
+  lr: 5e-4,
+  init: "models/tiny-prm",
 };
 
 /**
@@ -105,7 +122,7 @@ export async function sampleSolutions(
   tok: ChatTokenizer,
   split: string,
   n: number,
-  o: { samples: number; temperature: number; seed: number; threads: number; corrupt: boolean },
+  o: { samples: number; temperature: number; seed: number; threads: number; corrupt: boolean; onTrack?: boolean },
 ): Promise<LabelledSolution[]> {
   const problems = arithTask.problems({ split, n, seed: o.seed });
   const prompts = problems.map((p) => tok.encodeChat(p.messages as never, true));
@@ -125,9 +142,10 @@ export async function sampleSolutions(
       const text = tok.decode(ids);
       if (seen.has(text)) continue;
       seen.add(text);
-      const s = labelSolution(p.messages[0].content, text);
+      const how = o.onTrack ? ({ kind: "on-track", answer: p.answer } as const) : undefined;
+      const s = labelSolution(p.messages[0].content, text, how);
       out.push(s);
-      const bad = o.corrupt ? corruptSolution(s, () => rng.next()) : null;
+      const bad = o.corrupt ? corruptSolution(s, () => rng.next(), how) : null;
       if (bad) out.push(bad);
     }
   });
@@ -291,9 +309,9 @@ async function main(): Promise<void> {
   const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
   const labels = values.labels!;
   if (labels === "pairwise") return trainPairwise(values, num);
-  if (labels !== "checker" && labels !== "mc-soft" && labels !== "mc-hard")
-    throw new Error(`--labels must be mc-soft, mc-hard, checker or pairwise, not ${JSON.stringify(labels)}`);
-  const base = labels === "checker" ? prmRecipe : { ...mcRecipe, labels };
+  if (labels !== "checker" && labels !== "on-track" && labels !== "mc-soft" && labels !== "mc-hard")
+    throw new Error(`--labels must be checker, on-track, mc-soft, mc-hard or pairwise, not ${JSON.stringify(labels)}`);
+  const base = labels === "checker" ? prmRecipe : labels === "on-track" ? onTrackRecipe : { ...mcRecipe, labels };
   const r = {
     ...base,
     trainProblems: num(values["train-problems"], base.trainProblems),
@@ -307,8 +325,10 @@ async function main(): Promise<void> {
   };
   // Monte-Carlo recipes: rollouts per step and the solutions' token budget (null: checker labels).
   const mcr =
-    labels === "checker" ? null : { rollouts: num(values.rollouts, mcRecipe.rollouts), maxNew: mcRecipe.maxNew };
-  Object.assign(r, mcr ?? {}, values.init ? { init: values.init } : {}); // recorded in recipe.json
+    labels === "checker" || labels === "on-track"
+      ? null
+      : { rollouts: num(values.rollouts, mcRecipe.rollouts), maxNew: mcRecipe.maxNew };
+  Object.assign(r, mcr ?? {}, values.init ? { init: values.init } : {}); // recorded in recipe.json (init: the weights fine-tuned)
   const started = Date.now();
   const gen = resolve(values.generator!);
   const out = resolve(values.out!);
@@ -328,6 +348,7 @@ async function main(): Promise<void> {
     seed: r.seed,
     threads: r.threads,
     corrupt: r.corruptedCopies,
+    onTrack: labels === "on-track",
   };
   let trainSolutions: LabelledSolution[], valSolutions: LabelledSolution[];
   let labelSeconds: number | undefined;
@@ -371,7 +392,7 @@ async function main(): Promise<void> {
     "--out",
     join(out, "model.safetensors"),
     "--init",
-    join(values.init ? resolve(values.init) : gen, "model.safetensors"),
+    join(resolve((r as { init?: string }).init ?? gen), "model.safetensors"),
     "--log",
     join(out, "training-curve.csv"),
     ...modelFlags(m),
@@ -407,7 +428,10 @@ async function main(): Promise<void> {
   writeFileSync(join(out, PRM_FILE), JSON.stringify(TINY_PRM, null, 2) + "\n");
   writeFileSync(
     join(out, "training-curve.svg"),
-    curveSvg(readFileSync(join(out, "training-curve.csv"), "utf8"), "tiny-prm: cross-entropy on the step tags"),
+    curveSvg(
+      readFileSync(join(out, "training-curve.csv"), "utf8"),
+      `${labels === "on-track" ? "tiny-prm-ontrack" : "tiny-prm"}: cross-entropy on the step tags`,
+    ),
   );
   // With cached labels, the wall time the labels took when they were made counts too.
   const wallSeconds = Math.round((Date.now() - started) / 1000) + cachedSeconds;

@@ -1,7 +1,8 @@
 // The oracle replay's exact "right prefix" on the arithmetic task (scripts/bench/ttsOracle.ts): right arithmetic on a
 // value the question's own solution computes is on track; right arithmetic on the wrong sub-expression is not.
 import { describe, expect, it } from "vitest";
-import { legitimateValues, lineOnTrack, pathOnTrack, summarizeReplays } from "../../scripts/bench/ttsOracle.js";
+import { summarizeReplays } from "../../scripts/bench/ttsOracle.js";
+import { legitimateValues, lineOnTrack, onTrackLabels, pathOnTrack } from "../../ts/tasks/arith/onTrack.js";
 
 describe("tts oracle replay", () => {
   const legit = legitimateValues("12*(7+5)-9");
@@ -22,6 +23,24 @@ describe("tts oracle replay", () => {
     expect(lineOnTrack("", legit, "135")).toBe(true);
     expect(pathOnTrack(["7+5=12", "12*12=144", "144-9=135"], legit, "135")).toBe(true);
     expect(pathOnTrack(["7+5=12", "12*7=84"], legit, "135")).toBe(false);
+  });
+  it("labels a solution's steps for a PRM: the prefix on track, the answer line by the answer alone", () => {
+    // a detour off track, then back: the steps after the detour stay bad, the right answer is good
+    expect(
+      onTrackLabels(["7+5=12", "12*7=84", "12*12=144", "144-9=135", "</think> \\boxed{135}"], legit, "135"),
+    ).toEqual([true, false, false, false, true]);
+    expect(onTrackLabels(["7+5=12", "12*12=144", "check: 144+1=146", "</think> \\boxed{136}"], legit, "135")).toEqual([
+      true,
+      true,
+      false,
+      false,
+    ]);
+    expect(onTrackLabels(["7+5=12", "12*12=144", "144-9=135", "</think> \\boxed{135}"], legit, "135")).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
   });
   it("summarizes outcomes and where the last right prefix was pruned", () => {
     const base = { finished: 4, distinct: 2, oracle: false, majority: false };
