@@ -8,7 +8,7 @@ import { availableParallelism } from "node:os";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine } from "../../ts/engine/engine.js";
-import { lateMaskDefaults } from "../../ts/engine/modelSlot.js";
+import { jumpForwardDefaults, lateMaskDefaults } from "../../ts/engine/modelSlot.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { GrammarHostError, InvalidOptionError } from "../../ts/errors/index.js";
 import { SequenceConstraint } from "../../ts/grammar/constraint.js";
@@ -35,12 +35,17 @@ beforeAll(async () => {
 });
 afterAll(() => model?.dispose());
 const saved = { ...lateMaskDefaults };
+const savedJump = { ...jumpForwardDefaults };
 const savedLocal = grammarSetDefaults.localCompileMs;
 beforeEach(() => {
   lateMaskDefaults.enabled = true;
+  // Jump-forward computes each row's next mask at the end of its step (to see whether it is forced), so no mask is
+  // left for the next forward to wait for: off here, where the late path is what is tested.
+  jumpForwardDefaults.enabled = false;
 });
 afterEach(() => {
   Object.assign(lateMaskDefaults, saved);
+  Object.assign(jumpForwardDefaults, savedJump);
   grammarSetDefaults.localCompileMs = savedLocal;
 });
 

@@ -16,6 +16,12 @@ export interface SequenceSampling {
   captureHiddenLayers: readonly number[] | null;
   /** Needs the raw logits (for logprobs of chosen token ids). */
   needsLogits: boolean;
+  /**
+   * Its structured output's forced tokens may be appended without sampling (ModelSlot jump-forward): nothing is read
+   * from their rows but the token and its logprob (no top logprobs, logits, confidence, hidden states or probes) and
+   * the request is not deterministic (its verify rows replay every position's sampling).
+   */
+  jumpForward?: boolean;
 }
 
 /** What a step's schedule depends on besides the scheduled batch. */

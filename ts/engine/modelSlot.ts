@@ -67,6 +67,18 @@ export type SamplingOf = (seq: Sequence) => SequenceSampling;
 // Off by default until measured where a core is spare and reviewed (the JS/native handoff); "auto" or true opt in.
 export const lateMaskDefaults: { enabled: boolean | "auto"; waitMs: number } = { enabled: false, waitMs: 5000 };
 
+/**
+ * Jump-forward decoding of structured outputs (SGLang's, made exact): where a constrained sequence's next mask allows
+ * exactly one token (a JSON key, a quote, the rest of an enum value: most of a strict schema's answer on a small
+ * vocabulary), that token is appended at once, without a forward step or a sample, and the forced run goes through the
+ * next step's forward as one chunk (its KV), which samples at its end. The tokens are those sampling would pick (the
+ * constrained distribution puts all its mass on them; logprob 0), so only the steps change: fewer, each with a
+ * longer row. Not for requests that read more of a row than its token (top logprobs, logits, confidence, hidden states,
+ * probes) or verify it (deterministic), nor while the model holds a verifier. At most `maxTokens` a step. Tests and
+ * benches set `enabled` false to compare.
+ */
+export const jumpForwardDefaults: { enabled: boolean; maxTokens: number } = { enabled: true, maxTokens: 64 };
+
 /** Whether the process has a CPU the native thread pool does not use (its affinity mask and cgroup limit). */
 function spareCore(): boolean {
   const cpu = loadAddon().listDevices().cpu;
@@ -246,6 +258,8 @@ export class ModelSlot {
       }
     }
     this.collectPrefilled(out);
+    // Forced tokens first: a forced run that meets the budget on a value's last token ends "complete" too.
+    await this.jumpForward(out, samplingOf);
     await this.completeFormats(out);
     // The step's tokens (vLLM's iteration_tokens_total): prompt tokens computed plus tokens made final.
     let tokens = out.promptTokens + decoded.seqs.length;
@@ -321,6 +335,42 @@ export class ModelSlot {
       if (c.end === "length" && c.seq.constraint !== null)
         calls.push(whole(c.seq).then((w) => void (w && (c.end = "complete"))));
     await Promise.all(calls);
+  }
+
+  /**
+   * Jump-forward (jumpForwardDefaults): each sequence that sampled this step and goes on, constrained, takes the tokens
+   * its format forces next (computing the masks the next step would: each position's mask is kept for it), reported
+   * as committed after its sampled token. A mask that cannot be computed fails the request, as the next step's
+   * prepare would.
+   */
+  private async jumpForward(out: SlotStep, samplingOf: SamplingOf): Promise<void> {
+    const { enabled, maxTokens } = jumpForwardDefaults;
+    if (!enabled || this.verifier !== null) return;
+    const { seqs, ends } = out.decoded;
+    for (let i = 0; i < seqs.length; i++) {
+      const seq = seqs[i];
+      const c = seq.constraint;
+      if (c === null || ends[i] !== null || seq.status !== "running" || seq.cancelled) continue;
+      if (!samplingOf(seq).jumpForward) continue;
+      const forced: SampledToken[] = [];
+      let end: SequenceEnd | null = null;
+      try {
+        while (end === null && forced.length < maxTokens) {
+          const tokens = seq.tokens;
+          if (!c.prepareNow(tokens, seq.takeCut())) await c.prepare(tokens);
+          const p = tokens.length;
+          const token = c.forcedAt(p);
+          if (token === null) break;
+          seq.appendToken(token);
+          forced.push({ token, logprob: 0 });
+          end = endOfAt(seq, p, token);
+        }
+      } catch (error) {
+        out.failed.push({ seq, error });
+        continue;
+      }
+      if (forced.length > 0) out.committed.push({ seq, tokens: forced, end });
+    }
   }
 
   /**

@@ -134,6 +134,13 @@ export class Stepper {
       captureHiddenLayers: captureLayersOf(p, seq),
       confidenceTopK: p.confidence?.topK ?? 0,
       needsLogits: p.tokenLogprobs !== null,
+      jumpForward:
+        (p.logprobs ?? 0) === 0 &&
+        p.tokenLogprobs === null &&
+        p.confidence === null &&
+        p.probe === null &&
+        p.captureHiddenLayer === null &&
+        !p.deterministic,
     };
   };
 

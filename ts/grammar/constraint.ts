@@ -259,6 +259,27 @@ export class SequenceConstraint {
     return this.masks.get(position)?.mask;
   }
 
+  /**
+   * The one token the format allows at `position`, where its mask (prepare() computed it) is the matcher's and allows
+   * exactly one id, not a stop token: sampling there can only pick it, under any sampling settings (the constrained
+   * distribution puts all its mass on it, logprob 0). Null otherwise: a thought's position, a choice, the format's end.
+   * The engine appends such tokens without sampling them (ModelSlot jump-forward).
+   */
+  forcedAt(position: number): number | null {
+    const m = this.masks.get(position);
+    if (m === undefined || m.phase !== "answer" || m.mask === null || this.done) return null;
+    let found = -1;
+    const words = Math.ceil(this.set.vocabSize / 32);
+    for (let w = 0; w < words; w++) {
+      const bits = m.mask[w];
+      if (bits === 0) continue;
+      // more than one bit in this word, or a second word with bits: more than one id allowed
+      if (found >= 0 || (bits & (bits - 1)) !== 0) return null;
+      found = w * 32 + (31 - Math.clz32(bits));
+    }
+    return found >= 0 && found < this.set.vocabSize && !this.stop.has(found) ? found : null;
+  }
+
   /** Whether a mask is ready for `position` (prepare() ran since the sequence reached it). */
   ready(position: number): boolean {
     return this.masks.has(position);
