@@ -3,7 +3,7 @@
 // byte-level token strings: scripts/fixture/filler.ts) over a small random model whose step is mostly its LM head.
 //   npm run bench:structured -- [--models tiny,qwen150k] [--batches 1,16,64] [--repeats 3] [--max-tokens 160]
 //     [--schemas strict,bounded] [--temperature 0] [--tiny-thought free|none] [--threads N] [--fixture DIR] [--profile]
-//     [--late-masks auto|on|off] [--local-compile-ms MS] [--json] [--out FILE]
+//     [--late-masks auto|on|off] [--jump-forward on|off] [--local-compile-ms MS] [--json] [--out FILE]
 // Each cell: `batch` requests submitted at once (greedy unless --temperature; distinct prompts), first constrained (the schema
 // below; the fixture with thought "none", so every generated token is masked; the tiny reasoner with its thought free
 // by default), then free with ignoreEos and each request's maxTokens set to the token count its constrained twin made:
@@ -14,6 +14,9 @@
 // runs (ModelSlot's fillLateMasks: the rows matched on this thread, on a CPU model; --late-masks off puts them back
 // before the forward; auto, the engine's default, turns them on where a core is left to the JS thread), measured by wrapping the methods here, so the engine itself carries no counter. The ratio is
 // constrained over free wall time per token, pair by pair.
+// Jump-forward (ModelSlot.jumpForward, on by default): a constrained row's forced tokens are appended without a step
+// and go through the next forward as one chunk, so a constrained run takes fewer steps than its free twin; the masks
+// it computes at each step's end count in the mask time. --jump-forward off: one token a step, as free decoding.
 // --profile: the native forward op by op (profileTable.ts), free against constrained, each cell's last pair.
 // Grammar compile time: the first prepareStructured of a model (XGrammar's tokenizer info over the vocabulary, the
 // compiler, the sandbox's parse, the compile), a new schema on the warm compiler, and a cached one.
@@ -25,7 +28,7 @@ import { parseArgs } from "node:util";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine } from "../../ts/engine/engine.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
-import { lateMaskDefaults, ModelSlot } from "../../ts/engine/modelSlot.js";
+import { jumpForwardDefaults, lateMaskDefaults, ModelSlot } from "../../ts/engine/modelSlot.js";
 import { SequenceConstraint } from "../../ts/grammar/constraint.js";
 import { grammarSetDefaults } from "../../ts/grammar/grammars.js";
 import type { StructuredOutput } from "../../ts/grammar/types.js";
@@ -50,6 +53,7 @@ const { values } = parseArgs({
     fixture: { type: "string" },
     profile: { type: "boolean", default: false },
     "late-masks": { type: "string", default: "auto" },
+    "jump-forward": { type: "string", default: "on" },
     // grammarSetDefaults.localCompileMs: grammars that compiled on a host within this many ms are matched on this
     // thread (LocalHost); -1 keeps every grammar on its host thread, a large value matches every one here.
     "local-compile-ms": { type: "string" },
@@ -65,6 +69,9 @@ const tinyThought = values["tiny-thought"] as "free" | "none";
 const lateMasks = values["late-masks"]!;
 if (!["auto", "on", "off"].includes(lateMasks)) throw new Error("--late-masks must be auto, on or off");
 lateMaskDefaults.enabled = lateMasks === "auto" ? "auto" : lateMasks === "on";
+const jumpForward = values["jump-forward"]!;
+if (!["on", "off"].includes(jumpForward)) throw new Error("--jump-forward must be on or off");
+jumpForwardDefaults.enabled = jumpForward === "on";
 if (values["local-compile-ms"] !== undefined) {
   const ms = Number(values["local-compile-ms"]);
   if (!(ms >= -1)) throw new Error(`--local-compile-ms must be a number >= -1, got ${values["local-compile-ms"]}`);
@@ -159,8 +166,8 @@ for (const n of schemaNames)
   if (!(n in SCHEMAS)) throw new Error(`--schemas: expected strict and/or bounded, got ${n}`);
 
 // The mask's time, read around the engine: the wait of each step for its masks before the forward (ModelSlot's
-// prepareConstraints), this thread's time on the masks handed over while the forward runs (ModelSlot's
-// fillLateMasks), the constrained rows (maskAt calls: one a row and step, by the runner or fillLateMasks) and the rows
+// prepareConstraints) and at its end (ModelSlot's jumpForward: the next masks, to find forced tokens), this thread's
+// time on the masks handed over while the forward runs (ModelSlot's fillLateMasks), the constrained rows (maskAt calls: one a row and step, by the runner or fillLateMasks) and the rows
 // masked (maskAt returning a mask, not null).
 const timers = { prepareMs: 0, lateMs: 0, prepareCalls: 0, maskedRows: 0, forwardMs: 0, forwards: 0 };
 function timed<A extends unknown[], R>(fn: (...a: A) => Promise<R>, ms: "prepareMs" | "forwardMs") {
@@ -178,8 +185,10 @@ function timed<A extends unknown[], R>(fn: (...a: A) => Promise<R>, ms: "prepare
   const slot = ModelSlot.prototype as unknown as {
     prepareConstraints: (...a: unknown[]) => Promise<void>;
     fillLateMasks: (...a: unknown[]) => unknown;
+    jumpForward: (...a: unknown[]) => Promise<unknown>;
   };
   slot.prepareConstraints = timed(slot.prepareConstraints, "prepareMs");
+  slot.jumpForward = timed(slot.jumpForward, "prepareMs"); // the next masks, computed at the step's end
   const fill = slot.fillLateMasks;
   slot.fillLateMasks = function (this: unknown, ...a: unknown[]) {
     const t = performance.now();
@@ -483,7 +492,7 @@ const valid = cells.map(({ model, schema, batch, constrained: C }) => {
 });
 const header =
   `${machine()}, ${threads} threads, load ${loadavg()[0].toFixed(2)}; temperature ${temperature}, max ${maxTokens} ` +
-  `tokens, ${repeats} repeats; tiny thought ${tinyThought}, qwen150k thought none; late masks ${values["late-masks"]}; grammars matched here ` +
+  `tokens, ${repeats} repeats; tiny thought ${tinyThought}, qwen150k thought none; late masks ${values["late-masks"]}; jump-forward ${jumpForward}; grammars matched here ` +
   `when compiled within ${grammarSetDefaults.localCompileMs} ms`;
 console.log([header, "", ...stepRows, "", ...compileRows, "", ...valid].join("\n"));
 const json = { machine: machine(), threads, temperature, maxTokens, repeats, tinyThought, schemas: SCHEMAS, results };
