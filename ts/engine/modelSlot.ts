@@ -24,6 +24,11 @@ export interface SequenceOutput {
   tokens: SampledToken[];
   /** The last of `tokens` ended the sequence; tokens the step produced past it were dropped. */
   end: SequenceEnd | null;
+  /**
+   * Jump-forward's forced tokens, appended after the step's sampled token of the sequence (ModelSlot.jumpForward):
+   * if that token ended the sample (a stop string in its text), the Stepper cuts them from the sequence.
+   */
+  forced?: boolean;
 }
 
 /**
@@ -369,7 +374,7 @@ export class ModelSlot {
         out.failed.push({ seq, error });
         continue;
       }
-      if (forced.length > 0) out.committed.push({ seq, tokens: forced, end });
+      if (forced.length > 0) out.committed.push({ seq, tokens: forced, end, forced: true });
     }
   }
 

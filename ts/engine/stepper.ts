@@ -101,9 +101,14 @@ export class Stepper {
   }
 
   /** Streams a sequence's final tokens to its sample (one delta); a sample that ends drops what came after. */
-  private deliver({ seq, tokens, end }: SequenceOutput): number {
+  private deliver({ seq, tokens, end, forced }: SequenceOutput): number {
     const ref = this.samples.get(seq.id);
-    if (ref === undefined || ref.state.aborted || seq.status !== "running") return 0;
+    if (ref === undefined || ref.state.aborted || seq.status !== "running") {
+      // The step's sampled token ended the sample (a stop string in its text) before the forced tokens appended after
+      // it: they are not part of it, and a fork of the sample starts from what it output (as with jump-forward off).
+      if (forced === true && seq.status === "finished") seq.truncateTokens(seq.numTokens - tokens.length);
+      return 0;
+    }
     const tracker = ref.state.samples[ref.sample];
     const deltas: StreamDelta[] = [];
     let used = 0;
