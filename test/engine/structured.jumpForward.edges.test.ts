@@ -32,7 +32,7 @@ async function runAll(
   options: Partial<EngineOptions> = {},
   after?: (engine: Engine, handles: ReturnType<Engine["submit"]>[]) => Array<ReturnType<Engine["submit"]>>,
   m: Model = model,
-): Promise<{ samples: Outcome; prompts: number[][] }> {
+): Promise<{ samples: Outcome; prompts: number[][]; preemptions: number; swapOuts: number }> {
   jumpForwardDefaults.enabled = jump;
   const engine = new Engine({ ...options, models: { model: m } });
   try {
@@ -43,6 +43,8 @@ async function runAll(
     return {
       samples: outs.map((o) => o.samples.map((s) => ({ tokens: s.tokens, finish: s.finishReason, text: s.text }))),
       prompts: outs.map((o) => o.promptTokens),
+      preemptions: engine.modelMetrics().preemptions,
+      swapOuts: engine.modelMetrics().kvSwapOuts,
     };
   } finally {
     await engine.dispose();
@@ -71,5 +73,103 @@ describe("jump-forward edge cases: the same outputs on and off", () => {
     expect(on.samples).toEqual(off.samples);
     // The forks start from what the samples output: the forced run past the stop is not part of them.
     expect(on.prompts).toEqual(off.prompts);
+  });
+
+  const SCHEMA = {
+    type: "object",
+    properties: {
+      kind: { type: "string", enum: ["book", "film", "album", "game"] },
+      year: { type: "integer", minimum: 1900, maximum: 2030 },
+      tags: { type: "array", items: { type: "string", enum: ["classic", "new", "award"] }, minItems: 1, maxItems: 3 },
+    },
+    required: ["kind", "year", "tags"],
+    additionalProperties: false,
+  } as const;
+
+  /** Constrained requests of every format kind, thought free and none, greedy and sampled, near their budgets. */
+  const formats = (): GenerateRequest[] => {
+    const q = (i: number): string => prompt(`What is ${i} + ${i * 3}?`);
+    const quote = model.tokenizer.encode('"', { addSpecialTokens: false })[0];
+    return [
+      { prompt: q(1), maxTokens: 80, structured: { type: "json_schema", schema: SCHEMA, thought: "none" } },
+      {
+        prompt: q(2),
+        maxTokens: 80,
+        temperature: 0.9,
+        seed: 4,
+        n: 3,
+        structured: { type: "json_schema", schema: SCHEMA },
+      },
+      { prompt: q(3), maxTokens: 40, structured: { type: "choice", choices: ["alpha beta", "alpha gamma", "delta"] } },
+      { prompt: q(4), maxTokens: 40, structured: { type: "grammar", grammar: 'root ::= "x=" [0-9]+ ";" " done"' } },
+      {
+        prompt: q(5),
+        maxTokens: 40,
+        temperature: 1,
+        seed: 8,
+        structured: { type: "regex", pattern: "(yes|no), because [a-z]{2,5}", thought: "none" },
+      },
+      // a thought closed near the budget (answerTokens), its answer mostly forced
+      { prompt: q(6), maxTokens: 30, structured: { type: "choice", choices: ["finished now"], answerTokens: 14 } },
+      {
+        prompt: q(7),
+        maxTokens: 24,
+        temperature: 1,
+        seed: 2,
+        structured: { type: "json_schema", schema: SCHEMA, answerTokens: 12 },
+      },
+      // a forced token that is one of the request's own stop ids ends the sample there
+      {
+        prompt: q(8),
+        maxTokens: 60,
+        stopTokenIds: [quote],
+        structured: { type: "json_schema", schema: SCHEMA, thought: "none" },
+      },
+      // ignoreEos: the complete format still ends the sample
+      { prompt: q(9), maxTokens: 80, ignoreEos: true, structured: { type: "json_object", thought: "none" } },
+      // budgets that end inside or right at the end of a forced run
+      ...[10, 17, 23, 31].map((maxTokens) => ({
+        prompt: q(maxTokens),
+        maxTokens,
+        structured: { type: "choice" as const, choices: ["the quick brown fox jumps"], thought: "none" as const },
+      })),
+      { prompt: q(10), maxTokens: 60 },
+    ];
+  };
+
+  it("every format kind, a thought closed near its budget, a forced request stop id, ignoreEos, budgets", async () => {
+    const on = await runAll(true, formats());
+    const off = await runAll(false, formats());
+    expect(on.samples).toEqual(off.samples);
+    expect(on.samples[7][0].finish).toBe("stop"); // stopped by the forced quote
+    expect(on.samples[7][0].tokens.length).toBeLessThan(4);
+  });
+
+  it("a step token budget that splits forced runs (maxBatchTokens 3 and 5)", async () => {
+    const off = await runAll(false, formats());
+    for (const maxBatchTokens of [3, 5]) {
+      // the prompts need chunking too: the budget applies to every row
+      const on = await runAll(true, formats(), { maxBatchTokens });
+      expect(on.samples).toEqual(off.samples);
+    }
+  });
+
+  it("preemption, recompute and swap, of sequences holding forced tokens", async () => {
+    const small = await loadModel(bundledModelDir, { kvPages: 40, pageSize: 4 });
+    try {
+      const reqs = (): GenerateRequest[] =>
+        formats()
+          .slice(0, 9)
+          .map((r) => ({ ...r, n: 1 }));
+      const off = await runAll(false, reqs(), {}, undefined, small);
+      for (const preemption of ["recompute", "swap"] as const) {
+        const on = await runAll(true, reqs(), { preemption }, undefined, small);
+        expect(on.samples).toEqual(off.samples);
+        expect(on.preemptions).toBeGreaterThan(0);
+        if (preemption === "swap") expect(on.swapOuts).toBeGreaterThan(0);
+      }
+    } finally {
+      small.dispose();
+    }
   });
 });
