@@ -37,7 +37,8 @@ async function runAll(
   const engine = new Engine({ ...options, models: { model: m } });
   try {
     // Every format compiled first, so that the requests are admitted in the same step (the same KV pressure each run).
-    for (const r of requests) if (r.structured !== undefined) await engine.prepareStructured(r.structured);
+    for (const r of requests)
+      if (r.structured !== undefined && r.structured !== null) await engine.prepareStructured(r.structured);
     const handles = requests.map((r) => engine.submit(r));
     await Promise.all(handles.map((h) => h.result));
     const more = after?.(engine, handles) ?? [];
