@@ -175,4 +175,30 @@ describe("jump-forward edge cases: the same outputs on and off", () => {
       small.dispose();
     }
   });
+
+  it("a step's token count (iteration_tokens_total) counts a forced token once: as a row of the forward that computes it", async () => {
+    // Plain path (no verifier): every step's count is the tokens its forward fed, jump-forward on or off.
+    const small = await loadModel(bundledModelDir, { kvPages: 256 });
+    let fed = 0;
+    const forward = small.forward.bind(small);
+    small.forward = (batch) => {
+      for (const s of batch.sequences) fed += s.tokens.length;
+      return forward(batch);
+    };
+    try {
+      for (const jump of [false, true]) {
+        fed = 0;
+        jumpForwardDefaults.enabled = jump;
+        const engine = new Engine({ models: { model: small } });
+        try {
+          await Promise.all(formats().map((r) => engine.submit(r).result));
+          expect(engine.modelMetrics().stepTokensSum).toBe(fed);
+        } finally {
+          await engine.dispose();
+        }
+      }
+    } finally {
+      small.dispose();
+    }
+  });
 });

@@ -266,9 +266,10 @@ export class ModelSlot {
     // Forced tokens first: a forced run that meets the budget on a value's last token ends "complete" too.
     await this.jumpForward(out, samplingOf);
     await this.completeFormats(out);
-    // The step's tokens (vLLM's iteration_tokens_total): prompt tokens computed plus tokens made final.
+    // The step's tokens (vLLM's iteration_tokens_total): prompt tokens computed plus tokens made final. Not forced
+    // tokens: they are rows of the next step's forward, which counts them among the tokens it computes.
     let tokens = out.promptTokens + decoded.seqs.length;
-    for (const c of out.committed) tokens += c.tokens.length;
+    for (const c of out.committed) if (c.forced !== true) tokens += c.tokens.length;
     this.stepTokens.record(tokens);
     return out;
   }
