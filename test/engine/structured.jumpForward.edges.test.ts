@@ -7,7 +7,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine, type EngineOptions } from "../../ts/engine/engine.js";
-import { jumpForwardDefaults } from "../../ts/engine/modelSlot.js";
+import { jumpForwardDefaults, lateMaskDefaults } from "../../ts/engine/modelSlot.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 
@@ -17,6 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => model?.dispose());
 const saved = { ...jumpForwardDefaults };
+const savedLate = lateMaskDefaults.enabled;
 afterEach(() => {
   Object.assign(jumpForwardDefaults, saved);
 });
@@ -155,6 +156,39 @@ describe("jump-forward edge cases: the same outputs on and off", () => {
       const on = await runAll(true, formats(), { maxBatchTokens });
       expect(on.samples).toEqual(off.samples);
     }
+  });
+
+  it("with late masks on (the masks of a forced run's sampling row computed while the forward runs)", async () => {
+    const off = await runAll(false, formats());
+    lateMaskDefaults.enabled = true;
+    try {
+      const on = await runAll(true, formats());
+      expect(on.samples).toEqual(off.samples);
+    } finally {
+      lateMaskDefaults.enabled = savedLate;
+    }
+  });
+
+  it("a deterministic request arriving while sequences hold forced tokens (a verifier runs the steps from then on)", async () => {
+    const run = async (jump: boolean) => {
+      jumpForwardDefaults.enabled = jump;
+      const engine = new Engine({ models: { model } });
+      try {
+        const reqs = formats().slice(0, 3);
+        for (const r of reqs) await engine.prepareStructured(r.structured!);
+        const handles = reqs.map((r) => engine.submit(r));
+        // Once the first answer has started (its forced run appended), a deterministic request makes a verifier.
+        for await (const d of handles[0]) if (d.text.includes("{")) break;
+        const det = engine.submit({ ...formats()[0], deterministic: true });
+        const outs = await Promise.all([...handles, det].map((h) => h.result));
+        return outs.map((o) => o.samples.map((s) => ({ tokens: s.tokens, finish: s.finishReason })));
+      } finally {
+        await engine.dispose();
+      }
+    };
+    const on = await run(true);
+    expect(on).toEqual(await run(false));
+    expect(on.flat().map((s) => s.finish)).toEqual(["stop", "stop", "stop", "stop", "stop", "stop"]);
   });
 
   it("preemption, recompute and swap, of sequences holding forced tokens", async () => {
