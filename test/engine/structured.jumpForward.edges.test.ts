@@ -79,6 +79,39 @@ describe("jump-forward edge cases: the same outputs on and off", () => {
     expect(on.prompts).toEqual(off.prompts);
   });
 
+  it('a format that cannot go on after a stop string ended the sample: the sample ends "stop", as with it off', async () => {
+    // No token spells ☃: after `a` (or `abc`) the format allows nothing, which jump-forward finds at once.
+    const outcome = async (jump: boolean, pattern: string, stop: string[]): Promise<unknown> => {
+      jumpForwardDefaults.enabled = jump;
+      const engine = new Engine({ models: { model } });
+      try {
+        const r = {
+          prompt: prompt("Hi."),
+          maxTokens: 10,
+          stop,
+          structured: { type: "regex" as const, pattern, thought: "none" as const },
+        };
+        return await engine.submit(r).result.then(
+          (o) => o.samples.map((s) => [s.tokens, s.text, s.finishReason]),
+          (e: Error) => `${e.name}: ${e.message}`,
+        );
+      } finally {
+        await engine.dispose();
+      }
+    };
+    for (const [pattern, stop] of [
+      ["a☃", ["a"]],
+      ["abc☃", ["c"]],
+      ["abc☃", []],
+    ] as const) {
+      const on = await outcome(true, pattern, [...stop]);
+      expect(on).toEqual(await outcome(false, pattern, [...stop]));
+      if (stop.length > 0)
+        expect(on).toEqual([[expect.any(Array), pattern.slice(0, pattern.indexOf(stop[0] ?? "")), "stop"]]);
+      else expect(on).toMatch(/InvalidOptionError: request.structured: the format cannot go on after 3 answer tokens/);
+    }
+  });
+
   const SCHEMA = {
     type: "object",
     properties: {

@@ -49,6 +49,12 @@ export interface SlotStep {
   committed: SequenceOutput[];
   /** Sequences whose request cannot go on (no room in the pool even alone, a failed forward or KV swap). */
   failed: Array<{ seq: Sequence; error: unknown }>;
+  /**
+   * Sequences that cannot go on past the step's tokens (jump-forward found that the format allows no token next, or
+   * its host failed): failed once those tokens reached the request, unless one of them ended the sample (a stop
+   * string), as the next step's prepare would with jump-forward off.
+   */
+  failedAfter: Array<{ seq: Sequence; error: unknown }>;
   /** Sequences whose shared prompt KV is now computed (computeLimit reached): their request forks its samples. */
   prefilled: Sequence[];
   /** Prompt tokens whose KV the step computed (throughput accounting). */
@@ -224,6 +230,7 @@ export class ModelSlot {
       decoded,
       committed: [],
       failed: batch.failed, // the swap adds its own below
+      failedAfter: [],
       prefilled: [],
       promptTokens: 0,
       progressed: batch.seqs.length > 0 || batch.failed.length > 0 || batch.preempted.length > 0,
@@ -346,8 +353,8 @@ export class ModelSlot {
   /**
    * Jump-forward (jumpForwardDefaults): each sequence that sampled this step and goes on, constrained, takes the tokens
    * its format forces next (computing the masks the next step would: each position's mask is kept for it), reported
-   * as committed after its sampled token. A mask that cannot be computed fails the request, as the next step's
-   * prepare would.
+   * as committed after its sampled token. A mask that cannot be computed fails the request after the step's tokens
+   * (out.failedAfter), as the next step's prepare would.
    */
   private async jumpForward(out: SlotStep, samplingOf: SamplingOf): Promise<void> {
     const { enabled, maxTokens } = jumpForwardDefaults;
@@ -372,8 +379,8 @@ export class ModelSlot {
           end = endOfAt(seq, p, token);
         }
       } catch (error) {
-        out.failed.push({ seq, error });
-        continue;
+        // Not at once: the tokens so far may end the sample (a stop string), as they would with jump-forward off.
+        out.failedAfter.push({ seq, error });
       }
       if (forced.length > 0) out.committed.push({ seq, tokens: forced, end, forced: true });
     }

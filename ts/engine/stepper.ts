@@ -81,6 +81,11 @@ export class Stepper {
     const { seqs, tokens, ends } = out.decoded;
     for (let i = 0; i < seqs.length; i++) generated += this.deliverOne(seqs[i], tokens[i], ends[i]);
     for (const o of out.committed) generated += this.deliver(o);
+    // Sequences that cannot go on past these tokens, and that they did not end (jump-forward's, ModelSlot.jumpForward).
+    for (const { seq, error } of out.failedAfter) {
+      const state = this.samples.get(seq.id)?.state;
+      if (seq.status === "running" && state !== undefined && !state.aborted) this.failRequest(state, error);
+    }
     this.meter.record(Date.now(), generated, out.promptTokens);
     for (const primary of out.prefilled) {
       const ref = this.samples.get(primary.id);
