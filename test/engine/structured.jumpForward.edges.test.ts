@@ -174,6 +174,60 @@ describe("jump-forward edge cases: the same outputs on and off", () => {
     ];
   };
 
+  it("forks that continue an inherited format: mid-answer, with appended text", async () => {
+    const r: GenerateRequest = {
+      prompt: prompt("Name one."),
+      maxTokens: 60,
+      temperature: 0.7,
+      seed: 11,
+      structured: { type: "json_schema", schema: SCHEMA, thought: "none" },
+    };
+    const forks = (engine: Engine, [h]: ReturnType<Engine["submit"]>[]) => {
+      const at = engine.tokenizer()!.encode(prompt("Name one."), { addSpecialTokens: false }).length;
+      return [
+        engine.fork(h, { length: at + 10 }), // `{"kind": "`: the child samples the value
+        engine.fork(h, { length: at + 10, append: "fi" }), // `lm", "year": ` forced after the appended text
+        engine.fork(h, { length: at + 3, append: "ind", seed: 5 }),
+      ];
+    };
+    const on = await runAll(true, [r], {}, forks);
+    const off = await runAll(false, [r], {}, forks);
+    expect(on.samples).toEqual(off.samples);
+    expect(on.samples[2][0].text.startsWith('lm", "year": ')).toBe(true);
+    for (const o of on.samples) expect(o[0].finish).toBe("stop");
+  });
+
+  it("a fork of a running parent holding uncomputed forced tokens", async () => {
+    const run = async (jump: boolean) => {
+      jumpForwardDefaults.enabled = jump;
+      const engine = new Engine({ models: { model } });
+      try {
+        const r: GenerateRequest = {
+          prompt: prompt("Name one."),
+          maxTokens: 80,
+          structured: { type: "json_schema", schema: SCHEMA, thought: "none" },
+        };
+        await engine.prepareStructured(r.structured!);
+        const h = engine.submit(r);
+        const at = engine.tokenizer()!.encode(prompt("Name one."), { addSpecialTokens: false }).length;
+        let seen = 0;
+        let child: ReturnType<Engine["submit"]> | null = null;
+        for await (const d of h) {
+          seen += d.tokens.length;
+          // The parent streamed past `{"kind": "` and its value's first letter: fork at the value's start.
+          if (child === null && seen >= 11) child = engine.fork(h, { length: at + 10, seed: 1, temperature: 1 });
+        }
+        const outs = await Promise.all([h.result, child!.result]);
+        return outs.map((o) => o.samples.map((s) => [s.tokens, s.finishReason]));
+      } finally {
+        await engine.dispose();
+      }
+    };
+    const on = await run(true);
+    expect(on).toEqual(await run(false));
+    expect(on.map((o) => o[0][1])).toEqual(["stop", "stop"]);
+  });
+
   it("every format kind, a thought closed near its budget, a forced request stop id, ignoreEos, budgets", async () => {
     const on = await runAll(true, formats());
     const off = await runAll(false, formats());
