@@ -1,9 +1,12 @@
 // Jump-forward's edge cases (ModelSlot.jumpForward) on the bundled tiny reasoner (real native forward, real
 // XGrammar, its character-level vocabulary: most of a format's text is forced): every case ends the same with
 // jump-forward on and off — a stop string that ends on the sampled token just before a forced run (and a fork of
-// that sample afterwards), forks that continue an inherited format, a step token budget that splits a forced run,
-// preemption (recompute and swap) of sequences holding forced tokens, request stop ids the format forces, ignoreEos,
-// choice / regex / EBNF formats and a thought closed near the budget.
+// that sample afterwards), a format that cannot go on after a stop string ended the sample, forks that continue an
+// inherited format (of a finished parent, and of a running one holding uncomputed forced tokens), every format kind
+// (choice, EBNF, regex, json_object, schema), a thought closed near the budget, request stop ids the format forces,
+// ignoreEos, budgets ending inside a forced run, a step token budget that splits forced runs, late masks, a verifier
+// arriving mid-run, preemption (recompute and swap) of sequences holding forced tokens; and a step's token count
+// (iteration_tokens_total) is the tokens its forward fed, so a forced token counts once.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { bundledModelDir } from "../../ts/bundledModel.js";
 import { Engine, type EngineOptions } from "../../ts/engine/engine.js";
