@@ -360,11 +360,12 @@ export class ModelSlot {
     const { enabled, maxTokens } = jumpForwardDefaults;
     if (!enabled || this.verifier !== null) return;
     const { seqs, ends } = out.decoded;
-    for (let i = 0; i < seqs.length; i++) {
-      const seq = seqs[i];
+    // Sequences run side by side: where masks come from a grammar host thread, each round of their calls travels in
+    // one message (host.ts), not a round trip per sequence and token. Results are reported in the rows' order.
+    const runs = seqs.map(async (seq, i): Promise<SequenceOutput | null> => {
       const c = seq.constraint;
-      if (c === null || ends[i] !== null || seq.status !== "running" || seq.cancelled) continue;
-      if (!samplingOf(seq).jumpForward) continue;
+      if (c === null || ends[i] !== null || seq.status !== "running" || seq.cancelled) return null;
+      if (!samplingOf(seq).jumpForward) return null;
       const forced: SampledToken[] = [];
       let end: SequenceEnd | null = null;
       try {
@@ -382,8 +383,9 @@ export class ModelSlot {
         // Not at once: the tokens so far may end the sample (a stop string), as they would with jump-forward off.
         out.failedAfter.push({ seq, error });
       }
-      if (forced.length > 0) out.committed.push({ seq, tokens: forced, end, forced: true });
-    }
+      return forced.length > 0 ? { seq, tokens: forced, end, forced: true } : null;
+    });
+    for (const r of await Promise.all(runs)) if (r !== null) out.committed.push(r);
   }
 
   /**
