@@ -7,6 +7,7 @@ import { jumpForwardDefaults } from "../../ts/engine/modelSlot.js";
 import type { DeliberateServer } from "../../ts/server/index.js";
 import { startBundledServer } from "../helpers/bundledServer.js";
 import { fixtureDir } from "../model/fixtureCache.js";
+import { WEATHER } from "./toolSchemas.js";
 
 let tiny: { server: DeliberateServer; url: string };
 let qwen: { server: DeliberateServer; url: string };
@@ -25,16 +26,6 @@ afterEach(() => {
   Object.assign(jumpForwardDefaults, saved);
 });
 
-const WEATHER = {
-  type: "object",
-  properties: {
-    city: { type: "string", enum: ["Paris", "Rome", "Oslo"] },
-    days: { type: "integer", minimum: 1, maximum: 7 },
-    unit: { type: ["string", "null"], enum: ["celsius", "fahrenheit", null] },
-  },
-  required: ["city", "days", "unit"],
-  additionalProperties: false,
-} as const;
 const TOOLS = [
   { type: "function", function: { name: "get_weather", description: "Forecast", parameters: WEATHER } },
   {

@@ -8,22 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { DeliberateServer } from "../../ts/server/index.js";
 import { startBundledServer } from "../helpers/bundledServer.js";
 import { fixtureDir } from "../model/fixtureCache.js";
+import { WEATHER } from "./toolSchemas.js";
 
 let server: DeliberateServer;
 let url: string;
 let client: OpenAI;
 const ajv = new Ajv();
 
-const WEATHER = {
-  type: "object",
-  properties: {
-    city: { type: "string", enum: ["Paris", "Rome", "Oslo"] },
-    days: { type: "integer", minimum: 1, maximum: 7 },
-    unit: { type: ["string", "null"], enum: ["celsius", "fahrenheit", null] },
-  },
-  required: ["city", "days", "unit"],
-  additionalProperties: false,
-} as const;
 const ADD = {
   type: "object",
   properties: { a: { type: "integer", minimum: 0, maximum: 99 }, b: { type: "integer", minimum: 0, maximum: 99 } },
