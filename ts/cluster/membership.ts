@@ -11,11 +11,37 @@ export const REPLICA_BUCKET = "deliberate-replicas";
 export const DEFAULT_HEARTBEAT_MS = 500;
 export const DEFAULT_STALE_MS = 2000;
 
+/** A NATS request that got no answer within its timeout (5 s for JetStream's): the server is up but slow. */
+const isTimeout = (e: unknown): boolean => e instanceof Error && e.name === "TimeoutError";
+
+export const JOIN_TRIES = 3;
+
+/**
+ * A request made while joining or opening a view (the bucket, the id's claim, the first report): a timeout is tried
+ * again, up to JOIN_TRIES in all, since on a busy machine JetStream can take longer than its 5 s to write its store
+ * while replicas start together; then the join fails with an error naming the request. Other errors fail at once.
+ */
+export async function joinRequest<T>(what: string, request: () => Promise<T>): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await request();
+    } catch (e) {
+      if (!isTimeout(e)) throw e;
+      if (i >= JOIN_TRIES)
+        throw new Error(
+          `cluster: the NATS server did not answer ${what} in time (${JOIN_TRIES} tries); check that it is up, runs JetStream (nats-server -js) and is not overloaded, then start again`,
+        );
+      await new Promise((r) => setTimeout(r, 250 * i));
+    }
+  }
+}
+
 async function openBucket(nc: NatsConnection): Promise<KV> {
   try {
     // One value per key; a dead replica's key expires a minute after its last put.
     return await new Kvm(nc).create(REPLICA_BUCKET, { history: 1, ttl: 60_000 });
   } catch (e) {
+    if (isTimeout(e)) throw e; // slow, not missing: joinRequest tries again
     throw new Error(
       `cluster: cannot open the NATS KV bucket ${REPLICA_BUCKET} (${(e as Error).message}); the NATS server must run with JetStream on (nats-server -js)`,
     );
@@ -45,11 +71,11 @@ export class ReplicaRegistration {
     report: () => Omit<ReplicaReport, "seq">,
     heartbeatMs = DEFAULT_HEARTBEAT_MS,
   ): Promise<ReplicaRegistration> {
-    const kv = await openBucket(nc);
-    const first = await kv.get(id);
+    const kv = await joinRequest(`the KV bucket ${REPLICA_BUCKET}'s creation`, () => openBucket(nc));
+    const first = await joinRequest(`a read of replica id '${id}'`, () => kv.get(id));
     if (first !== null && first.operation === "PUT") {
       await new Promise((r) => setTimeout(r, heartbeatMs * 2.5));
-      const again = await kv.get(id);
+      const again = await joinRequest(`a read of replica id '${id}'`, () => kv.get(id));
       if (again !== null && again.operation === "PUT" && again.revision !== first.revision) {
         throw new Error(
           `cluster: replica id '${id}' is taken by a live replica (its heartbeat is still being written); pass another --replica-id, or wait until it leaves`,
@@ -62,10 +88,13 @@ export class ReplicaRegistration {
   }
 
   private heartbeatMs = DEFAULT_HEARTBEAT_MS;
+  /** Set by stop() and leave(): no put after them (a beat before start() still puts: a join's first report may be
+   * tried again). */
+  private stopped = false;
 
   /** Puts the first report and heartbeats from now on. */
   async start(): Promise<void> {
-    await this.beat();
+    await joinRequest(`replica '${this.id}''s first report`, () => this.beat());
     this.timer = setInterval(() => void this.beat().catch(() => undefined), this.heartbeatMs);
     this.timer.unref();
   }
@@ -75,7 +104,7 @@ export class ReplicaRegistration {
 
   /** Puts the current report now (also called when programs or draining change, so routers see it at once). */
   beat(): Promise<void> {
-    if (this.timer === null && this.seq > 0) return Promise.resolve();
+    if (this.stopped) return Promise.resolve();
     // While NATS is away a put waits for its timeout: the beats meanwhile coalesce into one put queued behind it (the
     // report read when it starts), instead of piling up a put per heartbeat to replay when NATS returns.
     if (this.queued !== null) return this.queued;
@@ -97,12 +126,14 @@ export class ReplicaRegistration {
 
   /** Stops the heartbeat without deleting the entry (NATS is away): routers drop the replica when it goes stale. */
   stop(): void {
+    this.stopped = true;
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
   }
 
   /** Stops the heartbeat and deletes the entry: routers drop the replica at once. */
   async leave(): Promise<void> {
+    this.stopped = true;
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
     await this.putting;
@@ -143,7 +174,7 @@ export class ClusterView {
    */
   static async open(nc: NatsConnection, staleMs = DEFAULT_STALE_MS): Promise<ClusterView> {
     const view = new ClusterView(staleMs);
-    const first = await view.watch(nc);
+    const first = await joinRequest("the router's read of the replicas' bucket", () => view.watch(nc));
     void (async () => {
       let watching: { ended: Promise<void> } | null = first;
       while (!view.closed) {
@@ -216,10 +247,15 @@ export class ClusterView {
         else this.remove(e.key, "left");
       }
     })();
-    for await (const key of await kv.keys()) {
-      if (this.members.has(key)) continue;
-      const e = await kv.get(key);
-      if (e !== null && e.operation === "PUT") this.put(key, () => e.json<ReplicaReport>());
+    try {
+      for await (const key of await kv.keys()) {
+        if (this.members.has(key)) continue;
+        const e = await kv.get(key);
+        if (e !== null && e.operation === "PUT") this.put(key, () => e.json<ReplicaReport>());
+      }
+    } catch (e) {
+      watch.stop(); // the caller opens another
+      throw e;
     }
     return { ended };
   }

@@ -182,7 +182,15 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
       beat();
     },
   });
-  await reg.start();
+  try {
+    await reg.start();
+  } catch (e) {
+    // Not joined: nothing of this replica stays on NATS (the tunnel's subscription, the connection it opened).
+    reg.stop();
+    await stopTunnel(0);
+    if (owned) await nc.close();
+    throw e;
+  }
   // Until the model is loaded the report says draining; announce readiness as soon as it is.
   if (server.state.target === null) {
     const poll = setInterval(() => {
