@@ -547,6 +547,20 @@ std::string ModelWeights::linearFormat() const {
   return "none";
 }
 
+ModelWeights::LinearLayouts ModelWeights::linearLayouts() const {
+  LinearLayouts n;
+  auto count = [&](const WeightSlot& s) {
+    if (!s.buf) return;
+    if (s.packRows) n.packed++;
+    else if (s.gPanel) n.byPanel++;
+    else n.asStored++;
+  };
+  for (const LayerWeights& L : layers)
+    for (const WeightSlot* s : {&L.qkv, &L.o, &L.gateUp, &L.down}) count(*s);
+  count(head());
+  return n;
+}
+
 bool ModelWeights::place(PackArena& a, WeightSlot& slot, DType dtype, bool supported) {
   auto place = std::find_if(a.plan.begin(), a.plan.end(), [&](const auto& p) { return p.first == &slot; });
   if (place == a.plan.end()) return false;

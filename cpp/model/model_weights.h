@@ -116,6 +116,13 @@ class ModelWeights {
   // the dense layers' linear weights are stored ("bf16", "int8", "int4 g32", ... as their first slot holds them).
   size_t residentBytes() const;
   std::string linearFormat() const;
+  // How the linear weights the GEMMs read (the dense layers' qkv, o, gate|up, down and the head) are laid out: packed
+  // for the CPU kernels (WeightSlot::packRows), grouped with scales by panel (gPanel), or as stored (row-major, scales
+  // by group: CUDA's layouts, and the CPU's where packing is off or unsupported). So a caller can see packing happen.
+  struct LinearLayouts {
+    int packed = 0, byPanel = 0, asStored = 0;
+  };
+  LinearLayouts linearLayouts() const;
   // Names of checkpoint tensors not (fully) set yet.
   std::vector<std::string> missing() const;
 

@@ -784,6 +784,12 @@ Napi::Value NativeModel::Info(const Napi::CallbackInfo& info) {
     o.Set("kvBytesPerPage", double(m->kvBytes() / size_t(m->kv.numPages)));
     o.Set("weightBytes", double(m->weights.residentBytes()));
     o.Set("linearFormat", m->weights.linearFormat());
+    const auto layouts = m->weights.linearLayouts();
+    Napi::Object l = Napi::Object::New(env);
+    l.Set("packed", layouts.packed);
+    l.Set("byPanel", layouts.byPanel);
+    l.Set("asStored", layouts.asStored);
+    o.Set("linearLayouts", l);
     return o;
   } catch (const Error& e) {
     throw Napi::Error::New(env, e.what());

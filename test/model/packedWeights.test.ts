@@ -17,6 +17,33 @@ if (!supportedI8)
   console.log("[packed weights] int8 skipped: this CPU has no AVX-512, so int8 weights stay row-major here");
 const PAGE = 16;
 const open: Model[] = [];
+
+/**
+ * The layouts a load should report (info.linearLayouts) for 2 layers' qkv, o, gate|up, down and the head: packed in
+ * panels of 6 rows (bf16 on AVX512-BF16, int8 at load on AVX-512), scales by panel of 8 rows (int4 / FP8 at load);
+ * qkv only where its q | k | v cuts are whole panels; the head stays bf16 (packed where bf16 packs).
+ */
+function expectedLayouts(
+  extra: Record<string, number | boolean>,
+  quantize: "int8" | "int4" | "fp8" | undefined,
+): { packed: number; byPanel: number; asStored: number } {
+  const hidden = extra.hidden as number;
+  const kRows = (hidden / (extra.heads as number)) * (extra.kvHeads as number);
+  const whole = (panel: number) => hidden % panel === 0 && kRows % panel === 0;
+  const n = { packed: 0, byPanel: 0, asStored: 0 };
+  const add = (where: "packed" | "byPanel" | "asStored", count: number) => (n[where] += count);
+  if (quantize === "int4" || quantize === "fp8") {
+    add("byPanel", 2 * 3);
+    add(whole(8) ? "byPanel" : "asStored", 2);
+  } else {
+    const packs = quantize === "int8" ? supportedI8 : supported;
+    add(packs ? "packed" : "asStored", 2 * 3);
+    add(packs && whole(6) ? "packed" : "asStored", 2);
+  }
+  add(supported ? "packed" : "asStored", 1);
+  return n;
+}
+const asStored = { packed: 0, byPanel: 0, asStored: 9 };
 afterAll(() => open.forEach((m) => m.dispose()));
 
 /** Loads `dir` packed (the default) or row-major (DELIBERATE_PACK_WEIGHTS=0; the weights read it as they are set). */
@@ -84,8 +111,13 @@ describe.skipIf(!supported)("packed bf16 weights (CPU)", () => {
   ]) {
     it(`gives row-major weights' bits: ${JSON.stringify(extra)}`, async () => {
       const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
-      const rowMajor = await run(await load(dir, false), 600);
-      const packed = await run(await load(dir, true), 600);
+      const rowMajorModel = await load(dir, false);
+      const packedModel = await load(dir, true);
+      // packing happened (and was off when asked): what the bits below compare
+      expect(rowMajorModel.native.info.linearLayouts).toEqual(asStored);
+      expect(packedModel.native.info.linearLayouts).toEqual(expectedLayouts(extra, undefined));
+      const rowMajor = await run(rowMajorModel, 600);
+      const packed = await run(packedModel, 600);
       expect(packed.length).toBe(rowMajor.length);
       packed.forEach((p, i) => expect(p, `row ${i}`).toEqual(rowMajor[i]));
     });
@@ -170,8 +202,12 @@ describe("quantized weights in their CPU layouts (packed int8 q, scales by panel
       if (quantize === "int4" && extra.intermediate) extra = { ...extra, intermediate: 224 };
       it.skipIf(skip)(`${quantize}: the row-major / by-group layout's bits: ${JSON.stringify(extra)}`, async () => {
         const dir = await fixtureDir("llama", "bf16", { layers: 2, vocab: 600, ...extra });
-        const rowMajor = await run(await load(dir, false, quantize), 600);
-        const packed = await run(await load(dir, true, quantize), 600);
+        const rowMajorModel = await load(dir, false, quantize);
+        const packedModel = await load(dir, true, quantize);
+        expect(rowMajorModel.native.info.linearLayouts).toEqual(asStored);
+        expect(packedModel.native.info.linearLayouts).toEqual(expectedLayouts(extra, quantize));
+        const rowMajor = await run(rowMajorModel, 600);
+        const packed = await run(packedModel, 600);
         const dense = await run(await load(dir, true), 600);
         expect(packed.length).toBe(rowMajor.length);
         packed.forEach((p, i) => expect(p, `row ${i}`).toEqual(rowMajor[i]));

@@ -370,6 +370,12 @@ export interface NativeModelInfo {
   weightBytes: number;
   /** How the dense layers' linear weights are stored: "bf16", "int8", "int4 g32", "int4 g128 asym act-order", .... */
   linearFormat: string;
+  /**
+   * How many linear weights (the dense layers' qkv, o, gate|up, down and the head) are packed for the CPU kernels,
+   * grouped with their scales by panel (CPU int4 / e4m3), or as stored (row-major, scales by group: CUDA's layouts,
+   * and the CPU's with DELIBERATE_PACK_WEIGHTS=0 or without the SIMD the packed kernels need).
+   */
+  linearLayouts: { packed: number; byPanel: number; asStored: number };
 }
 
 /**
