@@ -337,7 +337,9 @@ async function main(): Promise<void> {
   mkdirSync(out, { recursive: true });
   const bin = buildTrainer("release");
   const tok = loadChatTokenizer(gen);
-  const m = recipeOfConfig(gen);
+  // The PRM's shape is its initial weights' (a grown PRM, grow.ts, has more layers than the generator).
+  const init = resolve((r as { init?: string }).init ?? gen);
+  const m = recipeOfConfig(init);
 
   console.log(
     `sampling ${r.samples} solutions per problem (T=${r.temperature}) for ${r.trainProblems} train + ${r.validationProblems} validation problems ...`,
@@ -392,7 +394,7 @@ async function main(): Promise<void> {
     "--out",
     join(out, "model.safetensors"),
     "--init",
-    join(resolve((r as { init?: string }).init ?? gen), "model.safetensors"),
+    join(init, "model.safetensors"),
     "--log",
     join(out, "training-curve.csv"),
     ...modelFlags(m),
@@ -423,8 +425,9 @@ async function main(): Promise<void> {
     "--log-every",
     String(Math.max(1, Math.round(r.steps / 100))),
   ]);
-  for (const f of ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"])
+  for (const f of ["generation_config.json", "tokenizer.json", "tokenizer_config.json"])
     copyFileSync(join(gen, f), join(out, f));
+  copyFileSync(join(init, "config.json"), join(out, "config.json"));
   writeFileSync(join(out, PRM_FILE), JSON.stringify(TINY_PRM, null, 2) + "\n");
   writeFileSync(
     join(out, "training-curve.svg"),

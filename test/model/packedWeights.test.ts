@@ -24,7 +24,7 @@ const open: Model[] = [];
  * qkv only where its q | k | v cuts are whole panels; the head stays bf16 (packed where bf16 packs).
  */
 function expectedLayouts(
-  extra: Record<string, number | boolean>,
+  extra: Readonly<Record<string, number | boolean | undefined>>,
   quantize: "int8" | "int4" | "fp8" | undefined,
 ): { packed: number; byPanel: number; asStored: number } {
   const hidden = extra.hidden as number;
