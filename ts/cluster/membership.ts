@@ -255,6 +255,7 @@ export class ClusterView {
       }
     } catch (e) {
       watch.stop(); // the caller opens another
+      ended.catch(() => undefined);
       throw e;
     }
     return { ended };
