@@ -21,6 +21,8 @@ async function logits(dir: string): Promise<Float32Array> {
   open.push(model);
   const tokens = Int32Array.from([1, 20, 30, 40, 13, 21, 22, 50, 60]);
   const [r] = await model.forward({
+    gemmSplitK: 1,
+    kvSplits: 1,
     returnLogits: true,
     sequences: [{ tokens, startPos: 0, blockTable: Int32Array.from([0]) }],
   });
