@@ -7,64 +7,40 @@
 import { copyFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { openSafetensorsFile } from "../../ts/model/safetensors.js";
+import { writeSafetensors } from "../../ts/model/safetensorsWriter.js";
 
-interface Entry {
-  dtype: string;
-  shape: number[];
-  data_offsets: [number, number];
+type F32Tensors = Map<string, { shape: number[]; data: Float32Array }>;
+
+/** Reads an F32 checkpoint file into named arrays, in the file's order (the project's safetensors reader). */
+export async function readF32Checkpoint(file: string): Promise<F32Tensors> {
+  const ckpt = await openSafetensorsFile(file);
+  try {
+    const out: F32Tensors = new Map();
+    for (const [name, t] of ckpt.tensors) {
+      if (t.dtype !== "F32") throw new Error(`${file}: ${name} is ${t.dtype}; grow.ts reads F32 checkpoints only`);
+      const bytes = await ckpt.read(name);
+      out.set(name, { shape: t.shape, data: new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4) });
+    }
+    return out;
+  } finally {
+    await ckpt.close();
+  }
 }
 
-/** Reads an F32 safetensors file into named arrays (in the header's order). */
-export function readF32Safetensors(file: string): Map<string, { shape: number[]; data: Float32Array }> {
-  const buf = readFileSync(file);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8")) as Record<string, Entry | object>;
-  const out = new Map<string, { shape: number[]; data: Float32Array }>();
-  for (const [name, e] of Object.entries(header)) {
-    if (name === "__metadata__") continue;
-    const t = e as Entry;
-    if (t.dtype !== "F32") throw new Error(`${file}: ${name} is ${t.dtype}; grow.ts reads F32 checkpoints only`);
-    const [a, b] = t.data_offsets;
-    const bytes = buf.subarray(8 + n + a, 8 + n + b);
-    out.set(name, {
-      shape: t.shape,
-      data: new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length)),
-    });
-  }
-  return out;
-}
-
-/** Writes named F32 arrays as a safetensors file (header padded to 8 bytes, as the format asks). */
-export function writeF32Safetensors(file: string, tensors: Map<string, { shape: number[]; data: Float32Array }>): void {
-  const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
-  let offset = 0;
-  for (const [name, t] of tensors) {
-    header[name] = { dtype: "F32", shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
-    offset += t.data.byteLength;
-  }
-  let json = JSON.stringify(header);
-  json += " ".repeat((8 - (json.length % 8)) % 8);
-  const head = Buffer.alloc(8);
-  head.writeBigUInt64LE(BigInt(json.length));
-  const parts = [
-    head,
-    Buffer.from(json, "utf8"),
-    ...[...tensors.values()].map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)),
-  ];
-  writeFileSync(file, Buffer.concat(parts));
+/** Writes named F32 arrays as a checkpoint file (the project's safetensors writer). */
+export function writeF32Checkpoint(file: string, tensors: F32Tensors): Promise<void> {
+  const out = new Map([...tensors].map(([name, t]) => [name, { dtype: "F32" as const, shape: t.shape, data: t.data }]));
+  return writeSafetensors(file, out, { format: "pt" });
 }
 
 const layerName = /^model\.layers\.(\d+)\.(.+)$/;
 
 /** The grown tensors: see the header comment. */
-export function growLayers(
-  src: Map<string, { shape: number[]; data: Float32Array }>,
-  from: number,
-  to: number,
-): Map<string, { shape: number[]; data: Float32Array }> {
+export function growLayers(src: F32Tensors, from: number, to: number): F32Tensors {
   if (!Number.isInteger(to) || to < from)
     throw new Error(`--layers must be an integer >= the source's ${from}, not ${to}`);
-  const out = new Map<string, { shape: number[]; data: Float32Array }>();
+  const out: F32Tensors = new Map();
   const perLayer = new Map<number, [string, { shape: number[]; data: Float32Array }][]>();
   for (const [name, t] of src) {
     const m = layerName.exec(name);
@@ -96,7 +72,7 @@ export function growLayers(
   return out;
 }
 
-function main(): void {
+async function main(): Promise<void> {
   const { values } = parseArgs({
     options: { from: { type: "string" }, layers: { type: "string" }, out: { type: "string" } },
   });
@@ -105,7 +81,7 @@ function main(): void {
   const out = resolve(values.out);
   const config = JSON.parse(readFileSync(join(from, "config.json"), "utf8"));
   const grown = growLayers(
-    readF32Safetensors(join(from, "model.safetensors")),
+    await readF32Checkpoint(join(from, "model.safetensors")),
     config.num_hidden_layers,
     Number(values.layers),
   );
@@ -117,8 +93,12 @@ function main(): void {
     join(out, "config.json"),
     JSON.stringify({ ...config, num_hidden_layers: Number(values.layers) }, null, 2) + "\n",
   );
-  writeF32Safetensors(join(out, "model.safetensors"), grown);
+  await writeF32Checkpoint(join(out, "model.safetensors"), grown);
   console.log(`grew ${from} from ${config.num_hidden_layers} to ${values.layers} layers: ${out}`);
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname)) main();
+if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname))
+  main().catch((e: unknown) => {
+    console.error(`grow: ${e instanceof Error ? e.message : String(e)}`);
+    process.exit(1);
+  });

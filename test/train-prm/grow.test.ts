@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { growLayers, readF32Safetensors, writeF32Safetensors } from "../../scripts/train-prm/grow.js";
+import { growLayers, readF32Checkpoint, writeF32Checkpoint } from "../../scripts/train-prm/grow.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 
 const src = "models/tiny-prm";
@@ -31,7 +31,7 @@ async function logits(dir: string): Promise<Float32Array> {
 
 describe("grow.ts", () => {
   it("maps layers floor(j * L0 / L), zeroes the repeats' o_proj and down_proj, and keeps the logits' bits", async () => {
-    const tensors = readF32Safetensors(join(src, "model.safetensors"));
+    const tensors = await readF32Checkpoint(join(src, "model.safetensors"));
     const grown = growLayers(tensors, 4, 6);
     const layer = (m: typeof tensors, i: number, s: string) => m.get(`model.layers.${i}.${s}`)!.data;
     // 0 <- 0, 1 <- 0 (repeat), 2 <- 1, 3 <- 2, 4 <- 2 (repeat), 5 <- 3
@@ -69,9 +69,9 @@ describe("grow.ts", () => {
     expect(JSON.parse(readFileSync(join(out, "config.json"), "utf8")).num_hidden_layers).toBe(6);
     expect(readFileSync(join(out, "prm.json"), "utf8")).toBe(readFileSync(join(src, "prm.json"), "utf8"));
     // written and read back the same
-    const back = readF32Safetensors(join(out, "model.safetensors"));
+    const back = await readF32Checkpoint(join(out, "model.safetensors"));
     expect([...back.keys()]).toEqual([...grown.keys()]);
-    writeF32Safetensors(join(out, "again.safetensors"), back);
+    await writeF32Checkpoint(join(out, "again.safetensors"), back);
     expect(readFileSync(join(out, "again.safetensors")).equals(readFileSync(join(out, "model.safetensors")))).toBe(
       true,
     );
