@@ -2,6 +2,7 @@
 //   npx tsx scripts/train-prm/train.ts [--labels checker|on-track|mc-soft|mc-hard|pairwise] [--out DIR] [--generator DIR]
 //        [--init DIR] [--train-problems N] [--validation-problems N] [--samples K] [--rollouts K] [--temperature T]
 //        [--steps N] [--lr X] [--seed S] [--threads N] [--pair-weight W] [--target-weight W] [--group-size N]
+//        [--corrupt on|off]
 // Samples solutions from the generator (the tiny reasoner) on the train / validation splits with the trainer's own
 // forward, labels every step, and fine-tunes a copy of the generator into a process reward model (Math-Shepherd
 // style: after each step and the step tag it predicts "+" or "-"), loss on the tags only. Labels: "mc-soft" /
@@ -304,6 +305,7 @@ async function main(): Promise<void> {
       "pair-weight": { type: "string" },
       "target-weight": { type: "string" },
       "group-size": { type: "string" },
+      corrupt: { type: "string" },
     },
   });
   const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
@@ -322,7 +324,10 @@ async function main(): Promise<void> {
     lr: num(values.lr, base.lr),
     seed: num(values.seed, base.seed),
     threads: num(values.threads, base.threads),
+    corruptedCopies: values.corrupt === undefined ? base.corruptedCopies : values.corrupt === "on",
   };
+  if (values.corrupt !== undefined && values.corrupt !== "on" && values.corrupt !== "off")
+    throw new Error(`--corrupt must be on or off, not ${JSON.stringify(values.corrupt)}`);
   // Monte-Carlo recipes: rollouts per step and the solutions' token budget (null: checker labels).
   const mcr =
     labels === "checker" || labels === "on-track"
