@@ -5,7 +5,10 @@
 // prints the accuracy of the weighted vote (groups.ts votePick) for each aggregate (last / min / prod of the step
 // scores) and weight: plain majority (f = 1), f = score^p, f = odds^(1/tau) (exp of the log-odds over tau), and
 // best-of-N (the single best-scored sample); over all questions and over the mixed ones (both right and wrong
-// samples: the only questions a pick can change).
+// samples: the only questions a pick can change). Also: the exact on-track rule as a picker (the samples whose
+// lines are all on track vote; a perfect process verifier's pick), and per PRM and aggregate the within-question
+// AUROC (right against wrong samples of each mixed question, averaged): how well the score ranks inside a question,
+// where across questions it mostly learns difficulty.
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { buildTrainer } from "../train-reasoner/buildTrainer.js";
@@ -14,6 +17,7 @@ import { stepsOf } from "./data.js";
 import { groupsOf, votePick, type VoteWeight } from "./groups.js";
 import { fileDigest } from "./mcLabels.js";
 import { scoreSteps } from "./score.js";
+import { isAnswerLine, legitimateValuesOf, lineOnTrack } from "../../ts/tasks/arith/onTrack.js";
 
 const labelCache = resolve(new URL(".", import.meta.url).pathname, "../../.scratch/train-prm");
 
@@ -59,14 +63,39 @@ async function main(): Promise<void> {
   console.log(
     `${groups.length} validation questions x ${o.samples} samples (T=${o.temperature}); ${mixed.filter(Boolean).length} mixed; oracle ${groups.filter((g) => g.samples.some((s) => s.correct)).length}`,
   );
+  // The exact rule's pick: the on-track samples (every line before the answer on track) vote, all of them if none is.
+  const onTrackPick = groups.filter((g, q) => {
+    const legit = legitimateValuesOf(g.question);
+    const sols = flat.filter((s) => s.q === q);
+    const on = sols.filter((s) => s.steps.every((l) => isAnswerLine(l) || lineOnTrack(l, legit, g.answer)));
+    return votePick(
+      (on.length > 0 ? on : sols).map((s) => ({ ...s, score: 1 })),
+      () => 1,
+    );
+  }).length;
+  console.log(`the exact on-track rule as the picker: ${onTrackPick}`);
+  /** Mean over mixed questions of P(a right sample's score > a wrong one's), ties a half. */
+  const withinAuroc = (score: (s: (typeof flat)[number]) => number): number => {
+    const per: number[] = [];
+    groups.forEach((_, q) => {
+      if (!mixed[q]) return;
+      const sols = flat.filter((s) => s.q === q);
+      const pos = sols.filter((s) => s.correct).map(score);
+      const neg = sols.filter((s) => !s.correct).map(score);
+      let w = 0;
+      for (const p of pos) for (const n of neg) w += p > n ? 1 : p === n ? 0.5 : 0;
+      per.push(w / pos.length / neg.length);
+    });
+    return per.reduce((a, b) => a + b, 0) / per.length;
+  };
   const aggregates = {
     last: (x: number[]) => x[x.length - 1],
     min: (x: number[]) => Math.min(...x),
     prod: (x: number[]) => x.reduce((a, b) => a * b, 1),
   };
-  console.log(`| PRM | aggregate | ${Object.keys(voteWeights).join(" | ")} |`);
+  console.log(`| PRM | aggregate | within-question AUROC | ${Object.keys(voteWeights).join(" | ")} |`);
   console.log(
-    `|---|---|${Object.keys(voteWeights)
+    `|---|---|---|${Object.keys(voteWeights)
       .map(() => "---")
       .join("|")}|`,
   );
@@ -94,7 +123,8 @@ async function main(): Promise<void> {
         });
         return `${all} (${mix})`;
       });
-      console.log(`| ${prm} | ${name} | ${cells.join(" | ")} |`);
+      const auroc = withinAuroc((s) => (stepScores.has(s) ? agg(stepScores.get(s)!) : 0));
+      console.log(`| ${prm} | ${name} | ${auroc.toFixed(3)} | ${cells.join(" | ")} |`);
     }
   }
 }
