@@ -22,7 +22,8 @@
 // (default 4,8,16), the searches at their programs' defaults (`--set key=value,...` overrides them: aggregate,
 // temperature, beamWidth, stepMaxTokens, dedupe, balanceTemperature, ...), --seeds K sampling seeds (mean and
 // min–max), with the oracle replay of every search (scripts/bench/ttsOracle.ts). --append keeps the rows already in
-// the output's tts-compare.json (methods run with other --seeds). Writes tts-compare.{md,svg,json} to --out.
+// the output's tts-compare.json (methods run with other --seeds). Writes tts-compare.{md,svg,json} to --out (default
+// bench for the test split, .scratch/tts-<split> for another: a tuning run does not overwrite the results).
 // --scale PRESET: the generator and the PRM at a preset's layer shapes (make-fixture PRESETS) with random weights and
 // the bundled models' tokenizer (scripts/make-fixture.ts scaleModel; written once to the temp dir): the search's
 // speed where a step costs what a 1.5B model's does (on a GPU; accuracy is meaningless with random weights, and the
@@ -77,7 +78,7 @@ const { values } = parseArgs({
     model: { type: "string" },
     prm: { type: "string" },
     seed: { type: "string", default: "1" },
-    out: { type: "string", default: "bench" },
+    out: { type: "string" },
     compare: { type: "string", default: "0" },
     methods: { type: "string" },
     split: { type: "string", default: "test" },
@@ -127,6 +128,9 @@ const LABEL: Record<string, string> = {
   PMSfull: "+P+M+S full batch",
 };
 const MiB = 1024 * 1024;
+// bench/ holds the test split's results; a tuning run on another split writes beside the scratch work, so it never
+// overwrites them unless --out says so.
+const outDir = values.out ?? (values.split === "test" ? "bench" : join(".scratch", `tts-${values.split}`));
 const configs = values.configs!.split(",");
 for (const c of configs)
   if (!(c in CONFIGS)) throw new Error(`--configs: unknown "${c}"; expected ${Object.keys(CONFIGS).join(", ")}`);
@@ -537,7 +541,7 @@ async function compare(q: number): Promise<void> {
     });
   // --append: the rows already in the output's JSON stay (this run's rows replace theirs, method and cap alike), so
   // methods run with different --seeds (or at different times) make one table; each row names its command.
-  const jsonPath = join(values.out!, "tts-compare.json");
+  const jsonPath = join(outDir, "tts-compare.json");
   const earlier = values.append && existsSync(jsonPath) ? readCompareFile(jsonPath) : null;
   // Written after every method and seed (a long run stopped early keeps what it measured), printed at the end.
   const report = (print: boolean) => {
@@ -744,11 +748,11 @@ function writeCompare(
       ),
     "",
   ].join("\n");
-  mkdirSync(values.out!, { recursive: true });
-  writeFileSync(join(values.out!, "tts-compare.md"), md);
-  writeFileSync(join(values.out!, "tts-compare.svg"), svg);
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(join(outDir, "tts-compare.md"), md);
+  writeFileSync(join(outDir, "tts-compare.svg"), svg);
   writeFileSync(
-    join(values.out!, "tts-compare.json"),
+    join(outDir, "tts-compare.json"),
     JSON.stringify(
       { date: new Date().toISOString(), machine: machine(), split: meta.split, questions: meta.questions, rows },
       null,
@@ -842,8 +846,8 @@ async function main(): Promise<void> {
       ...table(res, ["baseline", "PMS"], (k) => LABEL[k], [nMax]),
     );
   const md = head.join("\n") + "\n";
-  mkdirSync(values.out!, { recursive: true });
-  writeFileSync(join(values.out!, "tts.md"), md);
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(join(outDir, "tts.md"), md);
   const json = {
     date: started.toISOString(),
     machine: machine(),
@@ -859,7 +863,7 @@ async function main(): Promise<void> {
     ratios: ratioRes,
     kv: kvRes,
   };
-  writeFileSync(join(values.out!, "tts.json"), JSON.stringify(json, null, 2) + "\n");
+  writeFileSync(join(outDir, "tts.json"), JSON.stringify(json, null, 2) + "\n");
   if (values.json) console.log(JSON.stringify(json));
   else console.log(md);
 }
