@@ -310,7 +310,13 @@ async function main(): Promise<void> {
   });
   const num = (v: string | undefined, d: number) => (v === undefined ? d : Number(v));
   const labels = values.labels!;
-  if (labels === "pairwise") return trainPairwise(values, num);
+  if (labels === "pairwise") {
+    if (values.corrupt !== undefined)
+      throw new Error(
+        "--corrupt applies to the checker, on-track and Monte-Carlo recipes; pairwise trains on sampled solutions only",
+      );
+    return trainPairwise(values, num);
+  }
   if (labels !== "checker" && labels !== "on-track" && labels !== "mc-soft" && labels !== "mc-hard")
     throw new Error(`--labels must be checker, on-track, mc-soft, mc-hard or pairwise, not ${JSON.stringify(labels)}`);
   const base = labels === "checker" ? prmRecipe : labels === "on-track" ? onTrackRecipe : { ...mcRecipe, labels };
