@@ -119,6 +119,7 @@ class ModelWeights {
   // How the linear weights the GEMMs read (the dense layers' qkv, o, gate|up, down and the head) are laid out: packed
   // for the CPU kernels (WeightSlot::packRows), grouped with scales by panel (gPanel), or as stored (row-major, scales
   // by group: CUDA's layouts, and the CPU's where packing is off or unsupported). So a caller can see packing happen.
+  // Not counted: MoE routers and experts, a two-class score head's scoreHidden (always as stored).
   struct LinearLayouts {
     int packed = 0, byPanel = 0, asStored = 0;
   };

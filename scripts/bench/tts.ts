@@ -23,7 +23,7 @@
 // temperature, beamWidth, stepMaxTokens, dedupe, balanceTemperature, ...), --seeds K sampling seeds (mean and
 // min–max), with the oracle replay of every search (scripts/bench/ttsOracle.ts). --append keeps the rows already in
 // the output's tts-compare.json (methods run with other --seeds). Writes tts-compare.{md,svg,json} to --out (default
-// bench for the test split, .scratch/tts-<split> for another: a tuning run does not overwrite the results).
+// bench for the test split, .scratch/tts-validation for validation: a tuning run does not overwrite the results).
 // --scale PRESET: the generator and the PRM at a preset's layer shapes (make-fixture PRESETS) with random weights and
 // the bundled models' tokenizer (scripts/make-fixture.ts scaleModel; written once to the temp dir): the search's
 // speed where a step costs what a 1.5B model's does (on a GPU; accuracy is meaningless with random weights, and the
@@ -130,7 +130,11 @@ const LABEL: Record<string, string> = {
 const MiB = 1024 * 1024;
 // bench/ holds the test split's results; a tuning run on another split writes beside the scratch work, so it never
 // overwrites them unless --out says so.
-const outDir = values.out ?? (values.split === "test" ? "bench" : join(".scratch", `tts-${values.split}`));
+if (values.split !== "test" && values.split !== "validation")
+  throw new Error(`--split must be test or validation, not ${JSON.stringify(values.split)}`);
+const outDir =
+  values.out ??
+  (Number(values.compare) > 0 && values.split !== "test" ? join(".scratch", `tts-${values.split}`) : "bench");
 const configs = values.configs!.split(",");
 for (const c of configs)
   if (!(c in CONFIGS)) throw new Error(`--configs: unknown "${c}"; expected ${Object.keys(CONFIGS).join(", ")}`);
@@ -426,8 +430,7 @@ interface CompareRun {
  * a plain majority among the solutions it finished, and where right paths were lost.
  */
 async function compare(q: number): Promise<void> {
-  const split = values.split as "test" | "validation";
-  if (split !== "test" && split !== "validation") throw new Error(`--split ${split}: expected test or validation`);
+  const split = values.split as "test" | "validation"; // checked at the start
   const seeds = Number(values.seeds);
   if (!Number.isInteger(seeds) || seeds < 1) throw new Error(`--seeds ${values.seeds}: expected an integer >= 1`);
   const caps = list(values.caps!);

@@ -2,7 +2,7 @@
 // than the generator it verifies while starting from what the smaller model already reads (issue 48):
 //   npx tsx scripts/train-prm/grow.ts --from models/tiny-prm --layers 8 --out .scratch/prm-grow8-init
 // New layer j copies layer floor(j * L0 / L) of the source; every copy after a layer's first has its residual
-// branch's output projections (o_proj, down_proj) zeroed, so the grown model computes exactly the source's function
+// branch's output projections (o_proj, down_proj, and their biases where present) zeroed, so the grown model computes exactly the source's function
 // at the start and training decides what the new layers add. F32 checkpoints only (what the trainer writes).
 import { copyFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -40,6 +40,9 @@ const layerName = /^model\.layers\.(\d+)\.(.+)$/;
 export function growLayers(src: F32Tensors, from: number, to: number): F32Tensors {
   if (!Number.isInteger(to) || to < from)
     throw new Error(`--layers must be an integer >= the source's ${from}, not ${to}`);
+  const held = new Set([...src.keys()].flatMap((n) => layerName.exec(n)?.[1] ?? []));
+  if (held.size !== from || ![...held].every((l) => Number(l) < from))
+    throw new Error(`the checkpoint holds layers ${[...held].join(", ")}, not 0..${from - 1} as config.json says`);
   const out: F32Tensors = new Map();
   const perLayer = new Map<number, [string, { shape: number[]; data: Float32Array }][]>();
   for (const [name, t] of src) {
@@ -54,7 +57,8 @@ export function growLayers(src: F32Tensors, from: number, to: number): F32Tensor
       const s = Math.floor((j * from) / to);
       const first = j === 0 || Math.floor(((j - 1) * from) / to) !== s;
       for (const [suffix, t] of perLayer.get(s) ?? []) {
-        const zero = !first && (suffix === "self_attn.o_proj.weight" || suffix === "mlp.down_proj.weight");
+        // the residual branch's outputs (and their biases, where the checkpoint has them)
+        const zero = !first && /^(self_attn\.o_proj|mlp\.down_proj)\.(weight|bias)$/.test(suffix);
         out.set(`model.layers.${j}.${suffix}`, {
           shape: t.shape,
           data: zero ? new Float32Array(t.data.length) : t.data.slice(),

@@ -67,7 +67,9 @@ async function main(): Promise<void> {
   const onTrackPick = groups.filter((g, q) => {
     const legit = legitimateValuesOf(g.question);
     const sols = flat.filter((s) => s.q === q);
-    const on = sols.filter((s) => s.steps.every((l) => isAnswerLine(l) || lineOnTrack(l, legit, g.answer)));
+    const on = sols.filter(
+      (s) => s.steps.length > 0 && s.steps.every((l) => isAnswerLine(l) || lineOnTrack(l, legit, g.answer)),
+    );
     return votePick(
       (on.length > 0 ? on : sols).map((s) => ({ ...s, score: 1 })),
       () => 1,
@@ -86,7 +88,7 @@ async function main(): Promise<void> {
       for (const p of pos) for (const n of neg) w += p > n ? 1 : p === n ? 0.5 : 0;
       per.push(w / pos.length / neg.length);
     });
-    return per.reduce((a, b) => a + b, 0) / per.length;
+    return per.length === 0 ? Number.NaN : per.reduce((a, b) => a + b, 0) / per.length; // NaN: no mixed question
   };
   const aggregates = {
     last: (x: number[]) => x[x.length - 1],

@@ -185,10 +185,12 @@ function optimiserFlags(r: typeof prmRecipe, valSequences: number): string[] {
   ];
 }
 
-/** Writes the served folder's other files (HF config, tokenizer, prm.json, the curve's SVG). */
-function finishFolder(gen: string, out: string, title: string): void {
-  for (const f of ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"])
+/** Writes the served folder's other files (the tokenizer's from the generator, config.json from the initial
+ * weights: a grown PRM has more layers; prm.json, the curve's SVG). */
+function finishFolder(gen: string, init: string, out: string, title: string): void {
+  for (const f of ["generation_config.json", "tokenizer.json", "tokenizer_config.json"])
     copyFileSync(join(gen, f), join(out, f));
+  copyFileSync(join(init, "config.json"), join(out, "config.json"));
   writeFileSync(join(out, PRM_FILE), JSON.stringify(TINY_PRM, null, 2) + "\n");
   writeFileSync(
     join(out, "training-curve.svg"),
@@ -225,7 +227,8 @@ async function trainPairwise(
   mkdirSync(out, { recursive: true });
   const bin = buildTrainer("release");
   const tok = loadChatTokenizer(gen);
-  const m = recipeOfConfig(gen);
+  const init = resolve(r.init);
+  const m = recipeOfConfig(init); // the PRM's shape is its initial weights' (grow.ts)
   const digest = fileDigest(join(gen, "model.safetensors"));
   // Key order as GroupSampling's (the cache hashes the JSON).
   const o = (seed: number) => ({
@@ -256,7 +259,7 @@ async function trainPairwise(
     "--out",
     join(out, "model.safetensors"),
     "--init",
-    join(resolve(r.init), "model.safetensors"),
+    join(init, "model.safetensors"),
     "--log",
     join(out, "training-curve.csv"),
     ...modelFlags(m),
@@ -266,7 +269,7 @@ async function trainPairwise(
     "--target-weight",
     String(r.targetWeight),
   ]);
-  finishFolder(gen, out, "pairwise PRM: weighted loss (checker cross-entropy + within-question Bradley-Terry)");
+  finishFolder(gen, init, out, "pairwise PRM: weighted loss (checker cross-entropy + within-question Bradley-Terry)");
   const trainSeconds = Math.round((Date.now() - trainStart) / 1000);
   const wallSeconds =
     Math.round((Date.now() - started) / 1000) + (t.cached ? t.seconds : 0) + (v.cached ? v.seconds : 0);
@@ -436,16 +439,11 @@ async function main(): Promise<void> {
     "--log-every",
     String(Math.max(1, Math.round(r.steps / 100))),
   ]);
-  for (const f of ["generation_config.json", "tokenizer.json", "tokenizer_config.json"])
-    copyFileSync(join(gen, f), join(out, f));
-  copyFileSync(join(init, "config.json"), join(out, "config.json"));
-  writeFileSync(join(out, PRM_FILE), JSON.stringify(TINY_PRM, null, 2) + "\n");
-  writeFileSync(
-    join(out, "training-curve.svg"),
-    curveSvg(
-      readFileSync(join(out, "training-curve.csv"), "utf8"),
-      `${labels === "on-track" ? "tiny-prm-ontrack" : "tiny-prm"}: cross-entropy on the step tags`,
-    ),
+  finishFolder(
+    gen,
+    init,
+    out,
+    `${labels === "on-track" ? "tiny-prm-ontrack" : "tiny-prm"}: cross-entropy on the step tags`,
   );
   // With cached labels, the wall time the labels took when they were made counts too.
   const wallSeconds = Math.round((Date.now() - started) / 1000) + cachedSeconds;

@@ -112,6 +112,7 @@ export class ReplicaRegistration {
     // bucket for the next one: a NATS server restarted without its store has lost it.
     const p = this.putting.then(() => {
       this.queued = null; // the put starts: a beat from now on queues behind it
+      if (this.stopped) return; // stopped while it waited: no put after stop() / leave()
       const value = JSON.stringify({ ...this.report(), seq: ++this.seq } satisfies ReplicaReport);
       return this.kv.put(this.id, value).catch(async (e: unknown) => {
         this.kv = await openBucket(this.nc).catch(() => this.kv);

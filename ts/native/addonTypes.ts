@@ -373,7 +373,8 @@ export interface NativeModelInfo {
   /**
    * How many linear weights (the dense layers' qkv, o, gate|up, down and the head) are packed for the CPU kernels,
    * grouped with their scales by panel (CPU int4 / e4m3), or as stored (row-major, scales by group: CUDA's layouts,
-   * and the CPU's with DELIBERATE_PACK_WEIGHTS=0 or without the SIMD the packed kernels need).
+   * and the CPU's with DELIBERATE_PACK_WEIGHTS=0 or without the SIMD the packed kernels need). Not counted: a MoE
+   * layer's router and experts, a two-class score head's hidden layer (always as stored).
    */
   linearLayouts: { packed: number; byPanel: number; asStored: number };
 }
