@@ -185,8 +185,9 @@ export async function joinCluster(server: DeliberateServer, options: JoinCluster
   try {
     await reg.start();
   } catch (e) {
-    // Not joined: nothing of this replica stays on NATS (the tunnel's subscription, the connection it opened).
-    reg.stop();
+    // Not joined: nothing of this replica stays on NATS (a first report that landed after its client gave up, the
+    // tunnel's subscription, the connection it opened). The key's delete is bounded: NATS may be what failed.
+    await bounded(reg.leave(), NATS_STEP_MS, undefined);
     await stopTunnel(0);
     if (owned) await nc.close();
     throw e;

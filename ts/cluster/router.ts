@@ -154,7 +154,13 @@ export async function createRouter(options: RouterOptions): Promise<DeliberateRo
   const owned = typeof options.cluster === "string";
   const nc =
     typeof options.cluster === "string" ? await connectCluster(options.cluster, "deliberate-router") : options.cluster;
-  const view = await ClusterView.open(nc, options.staleMs ?? DEFAULT_STALE_MS);
+  let view: ClusterView;
+  try {
+    view = await ClusterView.open(nc, options.staleMs ?? DEFAULT_STALE_MS);
+  } catch (e) {
+    if (owned) await nc.close(); // not routing: the connection it opened goes too
+    throw e;
+  }
   const policy = options.policy ?? "affinity";
   const loadFactor = options.loadFactor ?? 1.25;
   const prefixChars = options.prefixChars ?? 64;
