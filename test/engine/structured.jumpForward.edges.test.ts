@@ -13,6 +13,7 @@ import { Engine, type EngineOptions } from "../../ts/engine/engine.js";
 import { jumpForwardDefaults, lateMaskDefaults } from "../../ts/engine/modelSlot.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
+import { MEDIA_SCHEMA } from "./mediaSchema.js";
 
 let model: Model;
 beforeAll(async () => {
@@ -115,16 +116,7 @@ describe("jump-forward edge cases: the same outputs on and off", () => {
     }
   });
 
-  const SCHEMA = {
-    type: "object",
-    properties: {
-      kind: { type: "string", enum: ["book", "film", "album", "game"] },
-      year: { type: "integer", minimum: 1900, maximum: 2030 },
-      tags: { type: "array", items: { type: "string", enum: ["classic", "new", "award"] }, minItems: 1, maxItems: 3 },
-    },
-    required: ["kind", "year", "tags"],
-    additionalProperties: false,
-  } as const;
+  const SCHEMA = MEDIA_SCHEMA;
 
   /** Constrained requests of every format kind, thought free and none, greedy and sampled, near their budgets. */
   const formats = (): GenerateRequest[] => {

@@ -14,6 +14,7 @@ import { jumpForwardDefaults } from "../../ts/engine/modelSlot.js";
 import type { GenerateRequest } from "../../ts/engine/request.js";
 import { loadModel, type Model } from "../../ts/model/model.js";
 import type { NativeForwardBatch } from "../../ts/native/addonTypes.js";
+import { MEDIA_SCHEMA_WITH_NOTE } from "./mediaSchema.js";
 
 let model: Model;
 /** Forwards since the last reset, and the longest row any of them fed. */
@@ -39,17 +40,7 @@ afterEach(() => {
 });
 
 const prompt = (q: string): string => model.tokenizer.applyChatTemplate([{ role: "user", content: q }]);
-const SCHEMA = {
-  type: "object",
-  properties: {
-    kind: { type: "string", enum: ["book", "film", "album", "game"] },
-    year: { type: "integer", minimum: 1900, maximum: 2030 },
-    tags: { type: "array", items: { type: "string", enum: ["classic", "new", "award"] }, minItems: 1, maxItems: 3 },
-    note: { anyOf: [{ type: "string", maxLength: 8 }, { type: "null" }] },
-  },
-  required: ["kind", "year", "tags", "note"],
-  additionalProperties: false,
-} as const;
+const SCHEMA = MEDIA_SCHEMA_WITH_NOTE;
 
 /**
  * The same logprobs up to the last bits: a forced run's KV is computed as one chunk where it was token by token, which
