@@ -1,9 +1,11 @@
 // CPU GEMM for grouped-quantized W (4 or 8 bits, groups of G along K; schedules in cpu_gemm_quant.h). X is copied
 // once per call into rows laid out for the kernels (perm applied).
 // 4 bits: X rounded to bf16, each chunk of 128 columns as 4 vectors of 32 (vector p, word w: column 4w + p), so
-// that the nibbles of the chunk's 64 bytes of a W row, read as 32 words, looked up into bf16 one nibble position at
-// a time (one vpermw each: the table repeats every 16 entries, so the bits above the nibble need no mask), meet
-// their x in one vdpbf16ps each; a lane sums one octet of columns and takes its group's scale once per chunk.
+// that the nibbles of the chunk's 64 bytes of a W row, read as 32 words, become bf16 one nibble position at a time
+// (one vpternlogd each: the bits 0x4300 | q are the bf16 128 + q exactly), meet their x in one vdpbf16ps each; a lane
+// sums one octet of columns, starting from -(128 + zero) times the octet's sum of x (computed once per X row and
+// chunk, shared by every W row), and takes its group's scale once per chunk. (The table lookup this replaced, a
+// vpermw on the port the products use, bound the decode GEMV: bench/RESULTS.md.)
 // 8 bits: X f32, natural order; the f32 FMA kernels.
 // Decode (M = 1): panels of several W rows, one accumulator chain each, so the latencies hide behind the unpacking;
 // larger M: tiles of MR x NR outputs, each W chunk unpacked once for MR rows of X.
@@ -191,36 +193,34 @@ inline void prefetchFirstPanels(const void* w, int64_t lo, int64_t hi, int64_t N
 }
 
 // One tile's kernel: sums[i * nr + j] = the partition of chunks [c0, c1)'s tree of x row i . W row j.
-// x: the tile's first X row in the 4-bit layout (bf16), row i at x + i * ldx; q, sc, zr, ldg as for 8 bits.
+// x: the tile's first X row in the 4-bit layout (bf16), row i at x + i * ldx; xsum: its octets' sums of x (chunk c,
+// lane l at xsum + i * ldxs + 16c + l: octetSums); q, sc, zr, ldg as for 8 bits.
 // prefetch: fetch a panel ahead (above) into L2 as this one is read (M = 1: W streams once), and its scales, scAhead
 // floats on (ByGroup::scalesAhead).
-using TileFn4 = void (*)(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
+using TileFn4 = void (*)(const uint16_t* x, int64_t ldx, const float* xsum, int64_t ldxs, const uint8_t* q, int64_t ldq, const float* sc,
                          const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
                          int64_t scAhead, float* sums);
 constexpr int kMaxMR4 = 4, kMaxNR4 = 8;
 // Prefill from this many X rows up: W rows looked up into bf16 once per block of kExpandRows (gemm4).
 constexpr int64_t kExpandM = 16, kExpandRows = 32;
 
-// AVX512-BF16. q' as bf16 by table: symmetric (zero point 8 everywhere) word i = bf16(i % 16 - 8) indexed by the
-// nibble and whatever bits sit above it; with zero points, the nibble (masked) minus the word's zero point, an
-// integer in [-16, 15], indexes word i = bf16(i < 16 ? i : i - 32) by its low 5 bits.
-// MODE kExpanded: q points at W rows already looked up (expand4, below: per chunk the 4 vectors of 32 bf16 q' that
-// the lookups give, row j at q + j * ldq bytes), so the same products in the same order.
+// AVX512-BF16. q'' = 128 + q as bf16: the nibble ORed into 0x4300 (vpternlogd: (n & 15) | 0x4300 per word).
+// MODE kExpanded: q points at W rows already made bf16 (expand4, below: per chunk the 4 vectors of 32 bf16 q'' that
+// the same operations give, row j at q + j * ldq bytes), so the same products in the same order; kAsym: zero points.
 enum W4Mode { kSym = 0, kAsym = 1, kExpanded = 2 };
 template <int MODE, int MR, int NR>
-DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc,
-                       const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool prefetch,
-                       int64_t scAhead, float* sums) {
+DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const float* xsum, int64_t ldxs, const uint8_t* q, int64_t ldq,
+                       const float* sc, const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1,
+                       bool prefetch, int64_t scAhead, float* sums) {
   static_assert(NR <= 8, "scales of a chunk's groups: 8 rows per group in two zmm");
-  constexpr bool ASYM = MODE == kAsym, EXP = MODE == kExpanded;
+  constexpr bool ASYM = (MODE & kAsym) != 0, EXP = (MODE & kExpanded) != 0;
   __m512 acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; i++)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
-  alignas(64) uint16_t tableWords[32];
-  for (int t = 0; t < 32; t++) tableWords[t] = f32ToBf16(ASYM ? float(t < 16 ? t : t - 32) : float(t % 16 - 8));
-  const __m512i table = _mm512_load_si512(tableWords), low4 = _mm512_set1_epi16(15);
+  const __m512i low4 = _mm512_set1_epi16(15), bf16Of128 = _mm512_set1_epi16(0x4300);
+  const __m512 zero = _mm512_setzero_ps();
   constexpr __mmask8 rows = __mmask8((1u << NR) - 1);
   // prefetch: the panel panelsAhead() after this one, line by line as this one's chunks go by (NR lines a chunk:
   // a panel's q is NR * ldq contiguous bytes, about as many lines as its chunks read), and the scales of the
@@ -239,16 +239,24 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
     const __m512 s01 = _mm512_insertf32x8(_mm512_castps256_ps512(v[0]), v[1], 1);
     const __m512 s23 = _mm512_insertf32x8(_mm512_castps256_ps512(v[2]), v[3], 1);
     const __m512i sIdx = _mm512_load_si512(ch.sIdx);
-    __m512i z01, z23, zIdx;
+    // the octets' sums of x; symmetric: every lane starts at -(136 * sum); with zero points at -((128 + zero) * sum),
+    // 128 + zero in the scales' shape
+    __m512 xo[MR], start[MR], c01, c23;
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++) {
+      xo[i] = _mm512_loadu_ps(xsum + i * ldxs + c * 16);
+      if constexpr (!ASYM) start[i] = _mm512_fnmadd_ps(_mm512_set1_ps(136.f), xo[i], zero);
+    }
     if constexpr (ASYM) {
       const uint8_t* zg = zr + ch.g0 * ldg;
-      __m256i z[4];
+      __m256 z[4];
 #pragma GCC unroll 4
       for (int d = 0; d < 4; d++)
-        z[d] = d < ch.nd ? _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(rows, zg + d * ldg)) : _mm256_setzero_si256();
-      z01 = _mm512_inserti64x4(_mm512_castsi256_si512(z[0]), z[1], 1);
-      z23 = _mm512_inserti64x4(_mm512_castsi256_si512(z[2]), z[3], 1);
-      zIdx = _mm512_load_si512(ch.zIdx);
+        z[d] = d < ch.nd ? _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_maskz_loadu_epi8(rows, zg + d * ldg))),
+                                         _mm256_set1_ps(128.f))
+                         : _mm256_setzero_ps();
+      c01 = _mm512_insertf32x8(_mm512_castps256_ps512(z[0]), z[1], 1);
+      c23 = _mm512_insertf32x8(_mm512_castps256_ps512(z[2]), z[3], 1);
     }
     const uint16_t* xc = x + c * 128;
 #pragma GCC unroll 8
@@ -257,27 +265,27 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
       if (prefetch) __asm__ volatile("prefetcht1 %0" : : "m"(ahead[(c * NR + j) * 64]));
       __m512i bytes;
       if constexpr (!EXP) bytes = ch.full ? _mm512_loadu_si512(qj) : _mm512_maskz_loadu_epi8(ch.bytes, qj);
-      __m512i zj;
-      if constexpr (ASYM) zj = _mm512_permutex2var_epi16(z01, _mm512_add_epi16(zIdx, _mm512_set1_epi16(short(j))), z23);
+      const __m512i idx = _mm512_add_epi32(sIdx, _mm512_set1_epi32(j));
       __m512 s[MR];
+      if constexpr (ASYM) {
+        const __m512 cj = _mm512_maskz_permutex2var_ps(__mmask16(ch.lanes), c01, idx, c23);
 #pragma GCC unroll 4
-      for (int i = 0; i < MR; i++) s[i] = _mm512_setzero_ps();
+        for (int i = 0; i < MR; i++) s[i] = _mm512_fnmadd_ps(cj, xo[i], zero);
+      } else {
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; i++) s[i] = start[i];
+      }
 #pragma GCC unroll 4
       for (int p = 0; p < 4; p++) {
         __m512i wp;
-        if constexpr (EXP) {
-          wp = _mm512_loadu_si512(qj + p * 64);
-        } else {
-          __m512i n = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
-          if constexpr (ASYM) n = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(n, low4) : n, zj);
-          wp = _mm512_permutexvar_epi16(n, table);
-        }
+        if constexpr (EXP) wp = _mm512_loadu_si512(qj + p * 64);
+        else wp = _mm512_ternarylogic_epi32(p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p), low4, bf16Of128, 0xea);
 #pragma GCC unroll 4
         for (int i = 0; i < MR; i++)
           s[i] = _mm512_dpbf16_ps(s[i], reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + i * ldx + p * 32)),
                                   reinterpret_cast<const __m512bh&>(wp));
       }
-      const __m512 scale = _mm512_maskz_permutex2var_ps(__mmask16(ch.lanes), s01, _mm512_add_epi32(sIdx, _mm512_set1_epi32(j)), s23);
+      const __m512 scale = _mm512_maskz_permutex2var_ps(__mmask16(ch.lanes), s01, idx, s23);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(scale, s[i], acc[i][j]);
     }
@@ -286,15 +294,18 @@ DL_BF16 void tile4Bf16(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t
 }
 
 // The same schedule on AVX2 (lanes 0-7 and 8-15 in two ymm): a lane's dword of x holds (column 8l + p, 8l + 4 + p)
-// of vector p as (low, high) bf16, its dword of q the octet's 8 nibbles (column 8l + t at bits 4t); the two FMAs per
-// pair in vdpbf16ps's order (the high word first), q' = q - zero exact in f32. Same bits as the AVX512-BF16 kernel.
+// of vector p as (low, high) bf16, its dword of q the octet's 8 nibbles (column 8l + t at bits 4t); the lane starts
+// at -(c * sum) as there (c = 136, or 128 + zero; 0 for a lane without columns), then the two FMAs per pair in
+// vdpbf16ps's order (the high word first), q'' = 128 + q exact in f32. Same bits as the AVX512-BF16 kernel.
 template <bool ASYM, int MR, int NR>
-void tile4Avx2(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, const float* sc, const uint8_t* zr,
-               int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool, int64_t, float* sums) {
+void tile4Avx2(const uint16_t* x, int64_t ldx, const float* xsum, int64_t ldxs, const uint8_t* q, int64_t ldq,
+               const float* sc, const uint8_t* zr, int64_t ldg, const Chunk4* chunks, int64_t c0, int64_t c1, bool,
+               int64_t, float* sums) {
   __m256 acc[MR][NR][2];
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < NR; j++) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi32(15), highWord = _mm256_set1_epi32(int(0xffff0000u));
+  const __m256i low4 = _mm256_set1_epi32(15), i128 = _mm256_set1_epi32(128), highWord = _mm256_set1_epi32(int(0xffff0000u));
+  const __m256 zero = _mm256_setzero_ps();
   for (int64_t c = c0; c < c1; c++) {
     const Chunk4& ch = chunks[c];
     const uint16_t* xc = x + c * 128;
@@ -306,22 +317,22 @@ void tile4Avx2(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, co
         std::memcpy(tail, qj, size_t(__builtin_popcountll(ch.bytes)));
         qj = tail;
       }
-      // the scales and zero points of the chunk's groups for row j; lanes without columns take index 4 (zero)
-      alignas(32) float sv[8] = {}, zv[8] = {};
+      // the scales and 128 + zero points of the chunk's groups for row j; lanes without columns take index 4 (zero)
+      alignas(32) float sv[8] = {}, cv[8] = {};
       for (int d = 0; d < ch.nd; d++) {
         sv[d] = sc[(ch.g0 + d) * ldg + j];
-        zv[d] = ASYM ? float(zr[(ch.g0 + d) * ldg + j]) : 8.f;
+        cv[d] = ASYM ? 128.f + float(zr[(ch.g0 + d) * ldg + j]) : 136.f;
       }
-      const __m256 s4 = _mm256_load_ps(sv), z4 = _mm256_load_ps(zv);
+      const __m256 s4 = _mm256_load_ps(sv), c4 = _mm256_load_ps(cv);
       for (int h = 0; h < 2; h++) {
         const __m256i lanesD = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.d + 8 * h));
-        const __m256 scale = _mm256_permutevar8x32_ps(s4, lanesD), zero = _mm256_permutevar8x32_ps(z4, lanesD);
+        const __m256 scale = _mm256_permutevar8x32_ps(s4, lanesD), cl = _mm256_permutevar8x32_ps(c4, lanesD);
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qj + 32 * h));
         __m256 s[MR];
-        for (int i = 0; i < MR; i++) s[i] = _mm256_setzero_ps();
+        for (int i = 0; i < MR; i++) s[i] = _mm256_fnmadd_ps(cl, _mm256_loadu_ps(xsum + i * ldxs + c * 16 + 8 * h), zero);
         for (int p = 0; p < 4; p++) {
-          const __m256 qHigh = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 16 + 4 * p), low4)), zero);
-          const __m256 qLow = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * p), low4)), zero);
+          const __m256 qHigh = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 16 + 4 * p), low4), i128));
+          const __m256 qLow = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 4 * p), low4), i128));
           for (int i = 0; i < MR; i++) {
             const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + i * ldx + p * 32 + 16 * h));
             s[i] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(xv, highWord)), qHigh, s[i]);
@@ -336,11 +347,11 @@ void tile4Avx2(const uint16_t* x, int64_t ldx, const uint8_t* q, int64_t ldq, co
     for (int j = 0; j < NR; j++) sums[i * NR + j] = reduce16(acc[i][j][0], acc[i][j][1]);
 }
 
-// MODE: W4Mode on AVX512-BF16; without it kSym / kAsym (no expanded W: the AVX2 kernel unpacks as it goes).
+// MODE: W4Mode bits on AVX512-BF16; without it kSym / kAsym (no expanded W: the AVX2 kernel unpacks as it goes).
 template <bool NATIVE, int MODE, int MR, size_t... J>
 constexpr std::array<TileFn4, kMaxNR4> rowOf4(std::index_sequence<J...>) {
   if constexpr (NATIVE) return {tile4Bf16<MODE, MR, int(J) + 1>...};
-  else return {tile4Avx2<MODE == kAsym, MR, int(J) + 1>...};
+  else return {tile4Avx2<(MODE & kAsym) != 0, MR, int(J) + 1>...};
 }
 template <bool NATIVE, int MODE, size_t... I>
 constexpr std::array<std::array<TileFn4, kMaxNR4>, kMaxMR4> tableOf4(std::index_sequence<I...>) {
@@ -350,9 +361,12 @@ template <bool NATIVE, int MODE> constexpr auto kTiles4 = tableOf4<NATIVE, MODE>
 
 TileFn4 tileFn4(bool native, int mode, int mr, int nr) {
   if (native)
-    return mode == kExpanded ? kTiles4<true, kExpanded>[mr - 1][nr - 1]
-           : mode == kAsym   ? kTiles4<true, kAsym>[mr - 1][nr - 1]
-                             : kTiles4<true, kSym>[mr - 1][nr - 1];
+    switch (mode) {
+      case kSym: return kTiles4<true, kSym>[mr - 1][nr - 1];
+      case kAsym: return kTiles4<true, kAsym>[mr - 1][nr - 1];
+      case kExpanded: return kTiles4<true, kExpanded>[mr - 1][nr - 1];
+      default: return kTiles4<true, kExpanded | kAsym>[mr - 1][nr - 1];
+    }
   return mode == kAsym ? kTiles4<false, kAsym>[mr - 1][nr - 1] : kTiles4<false, kSym>[mr - 1][nr - 1];
 }
 
@@ -385,6 +399,10 @@ std::vector<float>& xScratch() {
 }
 std::vector<uint16_t>& xScratch4() {
   thread_local std::vector<uint16_t> buf;
+  return buf;
+}
+std::vector<float>& xSumScratch() {
+  thread_local std::vector<float> buf;
   return buf;
 }
 
@@ -472,45 +490,51 @@ void gemm8(const View& x, const View& w, const float* bias, const View& y, int s
   if (xc.size() > (size_t(1) << 22)) std::vector<float>().swap(xc);  // a prefill's copy is not kept
 }
 
-// Rows [0, n) of q (W's rows r0 ..) looked up into bf16 q' as tile4Bf16 looks them up (row r at out + r * ldo words,
-// per chunk the 4 vectors of 32 words; a partial chunk's missing columns as its masked load gives them): prefill
-// tiles then read them instead of repeating the lookups for every m-tile. bg: W's zero points (none: symmetric).
-DL_BF16 void expand4(const uint8_t* q, int64_t ldq, const ByGroup& bg, int64_t r0, const Chunk4* chunks,
-                     int64_t nChunks, int64_t n, uint16_t* out, int64_t ldo) {
-  alignas(64) uint16_t symWords[32], asymWords[32];
-  for (int t = 0; t < 32; t++) symWords[t] = f32ToBf16(float(t % 16 - 8)), asymWords[t] = f32ToBf16(float(t < 16 ? t : t - 32));
-  const uint8_t* zeros = bg.zeros;
-  const __m512i table = _mm512_load_si512(zeros ? asymWords : symWords), low4 = _mm512_set1_epi16(15);
-  for (int64_t r = 0; r < n; r++) {
-    const uint8_t* zr = zeros ? zeros + bg.rowAt(r0 + r) : nullptr;  // row r's zero points, group g's at g * ldg
+// Rows [0, n) of q made bf16 q'' = 128 + q as tile4Bf16 makes them (row r at out + r * ldo words, per chunk the 4
+// vectors of 32 words; a partial chunk's missing columns as its masked load gives them): prefill tiles then read
+// them instead of repeating the unpacking for every m-tile.
+DL_BF16 void expand4(const uint8_t* q, int64_t ldq, const Chunk4* chunks, int64_t nChunks, int64_t n, uint16_t* out,
+                     int64_t ldo) {
+  const __m512i low4 = _mm512_set1_epi16(15), bf16Of128 = _mm512_set1_epi16(0x4300);
+  for (int64_t r = 0; r < n; r++)
     for (int64_t c = 0; c < nChunks; c++) {
       const Chunk4& ch = chunks[c];
       const uint8_t* qr = q + r * ldq + c * 64;
       const __m512i bytes = ch.full ? _mm512_loadu_si512(qr) : _mm512_maskz_loadu_epi8(ch.bytes, qr);
-      __m512i zw = _mm512_setzero_si512();
-      if (zr) {  // word w's zero point: that of group g0 + d_{w/2}
-        alignas(16) int16_t z4[8] = {};
-        for (int d = 0; d < ch.nd; d++) z4[d] = zr[(ch.g0 + d) * bg.ldg];
-        zw = _mm512_permutexvar_epi16(_mm512_srli_epi16(_mm512_load_si512(ch.zIdx), 4),
-                                      _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(z4))));
-      }
       uint16_t* o = out + r * ldo + c * 128;
 #pragma GCC unroll 4
-      for (int p = 0; p < 4; p++) {
-        __m512i nib = p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p);
-        if (zr) nib = _mm512_sub_epi16(p < 3 ? _mm512_and_si512(nib, low4) : nib, zw);
-        _mm512_storeu_si512(o + p * 32, _mm512_permutexvar_epi16(nib, table));
-      }
+      for (int p = 0; p < 4; p++)
+        _mm512_storeu_si512(o + p * 32, _mm512_ternarylogic_epi32(p == 0 ? bytes : _mm512_srli_epi16(bytes, 4 * p), low4, bf16Of128, 0xea));
     }
-  }
+}
+
+// The octets' sums of x that the 4-bit kernels start from (chunk c, lane l at out[16c + l]), from X row x in their
+// layout (n chunks): lane l sums the words 2l + 1 then 2l of vectors 0, 1, 2, 3 in turn (vdpbf16ps's pairs and order),
+// from +0, in f32. One copy for every path (so the same bits).
+void octetSums(const uint16_t* x, int64_t n, float* out) {
+  auto f = [](uint16_t b) {
+    const uint32_t u = uint32_t(b) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  };
+  for (int64_t c = 0; c < n; c++)
+    for (int l = 0; l < 16; l++) {
+      float s = 0.f;
+      for (int p = 0; p < 4; p++) {
+        s = s + f(x[c * 128 + p * 32 + 2 * l + 1]);
+        s = s + f(x[c * 128 + p * 32 + 2 * l]);
+      }
+      out[c * 16 + l] = s;
+    }
 }
 
 void gemm4(const View& x, const View& w, const float* bias, const View& y, int splitK) {
   const View::Groups& gq = w.groups;
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0], G = gq.size, ng = K / G, ldq = K / 2;
-  // the table lookup with zero points reads q - zero by its low 5 bits: q - zero must lie in [-16, 15], so zero
-  // points in [0, 16] (16: GPTQ v1's zero point of 0, stored minus one as 15, read back plus one). Checked where
-  // they enter (the gemm op, ModelWeights::setGrouped), not by every call: a scan of N * K / G bytes a GEMV.
+  // 4-bit zero points lie in [0, 16] (16: GPTQ v1's zero point of 0, stored minus one as 15, read back plus one),
+  // checked where they enter (the gemm op, ModelWeights::setGrouped), not by every call (a scan of N * K / G bytes a
+  // GEMV). These kernels would take any byte (a lane starts from -(128 + zero) * sum, exact in f32).
   thread_local std::vector<Chunk4> chunkBuf;  // (a name in the workers' lambdas would be their own thread_local)
   chunksOf(K, G, chunkBuf);
   const Chunk4* chunks = chunkBuf.data();
@@ -521,6 +545,11 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
   std::vector<uint16_t>& xbuf = xScratch4();
   if (int64_t(xbuf.size()) < M * ldx + 32) xbuf.resize(size_t(M * ldx + 32));
   uint16_t* xc = xbuf.data() + (32 - (reinterpret_cast<uintptr_t>(xbuf.data()) % 64) / 2) % 32;
+  // and each row's octet sums (octetSums), 16 floats a chunk
+  const int64_t ldxs = nChunks * 16 + 16;
+  std::vector<float>& xsumBuf = xSumScratch();
+  if (int64_t(xsumBuf.size()) < M * ldxs) xsumBuf.resize(size_t(M * ldxs));
+  float* xsum = xsumBuf.data();
   const float* xs = x.as<float>();
   parallelFor(M, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t m = lo; m < hi; m++) {
@@ -534,6 +563,7 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
             const int64_t k = c * 128 + 4 * wd + p;
             dst[c * 128 + p * 32 + wd] = k < K ? xToBf16(src[gq.perm ? gq.perm[k] : k]) : 0;
           }
+      octetSums(dst, nChunks, xsum + m * ldxs);
     }
   });
   const ByGroup bg = byGroup(gq, N, ng);
@@ -563,8 +593,8 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
       if (expand) {
         if (int64_t(wx.size()) < rows * ldo + 32) wx.resize(size_t(rows * ldo + 32));
         uint16_t* wa = wx.data() + (32 - (reinterpret_cast<uintptr_t>(wx.data()) % 64) / 2) % 32;
-        expand4(qb, ldq, bg, r0, chunks, nChunks, rows, wa, ldo);
-        tq = reinterpret_cast<const uint8_t*>(wa), tld = ldo * 2, mode = kExpanded;
+        expand4(qb, ldq, chunks, nChunks, rows, wa, ldo);
+        tq = reinterpret_cast<const uint8_t*>(wa), tld = ldo * 2, mode |= kExpanded;
       }
       for (int64_t m0 = 0; m0 < M; m0 += MR) {
         const int mr = int(std::min<int64_t>(MR, M - m0));
@@ -573,7 +603,7 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
           const int64_t n0 = r0 + j0;
           const TileFn4 fn = tileFn4(native, mode, mr, nr);
           for (int p = 0; p < splitK; p++) {
-            fn(xc + m0 * ldx, ldx, tq + j0 * tld, tld, bg.scales + bg.rowAt(n0), bg.zeros ? bg.zeros + bg.rowAt(n0) : nullptr,
+            fn(xc + m0 * ldx, ldx, xsum + m0 * ldxs, ldxs, tq + j0 * tld, tld, bg.scales + bg.rowAt(n0), bg.zeros ? bg.zeros + bg.rowAt(n0) : nullptr,
                bg.ldg, chunks, cBounds[size_t(p)], cBounds[size_t(p) + 1], prefetch && b + 1 < hi, scAhead,
                p == 0 ? total : partial);
             if (p > 0)
@@ -586,6 +616,7 @@ void gemm4(const View& x, const View& w, const float* bias, const View& y, int s
     if (wx.size() > (size_t(1) << 22)) std::vector<uint16_t>().swap(wx);
   });
   if (xbuf.size() > (size_t(1) << 23)) std::vector<uint16_t>().swap(xbuf);  // a prefill's copy is not kept
+  if (xsumBuf.size() > (size_t(1) << 21)) std::vector<float>().swap(xsumBuf);
 }
 
 // ---- FP8 e4m3: X bf16, chunks of G columns (schedule in cpu_gemm_quant.h) ----

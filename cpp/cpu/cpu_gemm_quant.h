@@ -2,15 +2,19 @@
 // scale and a zero point per group; the format: ts/model/quantFormat.ts), X f32, Y f32. One summation schedule per
 // bit width for every path (decode panels, prefill tiles, AVX512-BF16, AVX-512 or AVX2, any thread count or M), so a
 // row's bits depend on K, G and splitK only:
-//   q' = q - zero, an exact small integer (in bf16 and f32).
+//   8 bits: q' = q - zero, an exact small integer (in f32). 4 bits: q'' = 128 + q (exact in bf16 and f32: the
+//   bits 0x4300 | q), and c = 128 + zero (136 symmetric); the zero point enters as each octet's starting value.
 //   4 bits: x' = bf16(x[perm[k]]) (x itself without perm; rounded as the dense bf16 GEMM rounds X, cpu_gemm.h:
-//   nearest even, subnormals to signed zero), so every product x' * q' is exact. K is cut into chunks of 128
+//   nearest even, subnormals to signed zero), so every product x' * q'' is exact. K is cut into chunks of 128
 //   columns at k0 = 0, 128, ... (the last one 32, 64 or 96 wide when 128 does not divide K; missing columns are
 //   zeros). The chunks are cut into splitK contiguous partitions (partition p: chunks [nc * p / splitK,
 //   nc * (p + 1) / splitK), possibly empty). For each partition: 16 lane accumulators acc[l] = 0; for each chunk
 //   ascending: lane l takes the octet of columns k0 + 8l .. k0 + 8l + 7 (in one group, since G is a multiple of 32):
-//     s = 0; for t = 0..3: s = fma(x'[k0 + 8l + 4 + t], q'[k0 + 8l + 4 + t], s), then s = fma(x'[k0 + 8l + t],
-//     q'[k0 + 8l + t], s)   (vdpbf16ps's pairs and order: the high word first, cpu_gemm.h)
+//     X = +0; for t = 0..3: X = X + x'[k0 + 8l + 4 + t], then X = X + x'[k0 + 8l + t]   (the octet's sum, once per
+//     X row and chunk; c of the octet's group: c * X is the octet's dot with the constant 128 + zero)
+//     s = fnmadd(c, X, 0) = -(c * X) rounded (a lane without columns: +0)
+//     for t = 0..3: s = fma(x'[k0 + 8l + 4 + t], q''[k0 + 8l + 4 + t], s), then s = fma(x'[k0 + 8l + t],
+//     q''[k0 + 8l + t], s)   (vdpbf16ps's pairs and order: the high word first, cpu_gemm.h)
 //     acc[l] = fma(scale of the octet's group, s, acc[l])   (a lane without columns adds fma(0, 0, acc))
 //   8 bits: x' = x[perm[k]] in f32. The K / G groups are cut into splitK contiguous partitions (partition p: groups
 //   [ng * p / splitK, ng * (p + 1) / splitK), possibly empty). For each partition: 16 lane accumulators acc[l] = 0;
@@ -27,8 +31,11 @@
 //   (k0 + 2l, k0 + 2l + 1): s = fma(x'[k0 + 2l + 1], q'[..], s), then s = fma(x'[k0 + 2l], q'[..], s) (the dense bf16
 //   GEMM's pairs, vdpbf16ps's order); acc[l] = fma(scale of the chunk, s, acc[l]). Then the fixed tree, partials in
 //   order, bias last. A NaN code (0x7f, 0xff) makes its row's output NaN; loaders refuse them (ts/model/quantized).
-// The zero point is applied to the integers (exact) and the scale once per octet (4 bits) or group (8 bits) and
-// lane: the products are those of x' and the dequantized weights up to that one scaling. As with bf16 W, the
+// 8 bits: the zero point is applied to the integers (exact) and the scale once per group and lane: the products
+// are those of x' and the dequantized weights up to that one scaling. 4 bits: the products x' * (128 + q) are
+// exact, and the octet's x' * (128 + zero) leaves with one rounded product at the start; sums run about 30x the
+// size of the result, so ~30x the rounding of summing x' * (q - zero) (relative ~1e-6 of a row's dot, far below
+// bf16 x's 4e-3), in exchange for no table lookup (bench/RESULTS.md). As with bf16 W, the
 // AVX512-BF16 instruction reads subnormal inputs as zero and flushes subnormal sums; x' holds no subnormals, so only
 // sums below 2^-126 could differ between it and the emulating paths. 4-bit zero points must be in [0, 16] (16:
 // GPTQ v1's zero point of 0).

@@ -488,7 +488,7 @@ void ModelWeights::setGrouped(const std::string& name, int bits, int groupSize, 
   if (bits == 4)
     for (size_t i = 0; i < nZeros; i++)
       // [0, 16]: 16 is a GPTQ v1 checkpoint's zero point of 0 (stored minus one, wrapped to 15, read back plus one);
-      // the kernels take q - zero in [-16, 15] (cpu_gemm_quant.cc's lookup table, the CUDA kernel's integer subtract).
+      // the formats hold no more (the kernels would: the CPU's start from -(128 + zero), CUDA subtracts integers).
       if (zeros[i] > 16) throw Error(at + ": zeros[" + std::to_string(i) + "] = " + std::to_string(zeros[i]) + " exceeds 16 (4 bits; 16: GPTQ v1's wrapped 0)");
   if (perm) {
     if (nPerm != size_t(K)) throw Error(at + ": perm must hold K = " + std::to_string(K) + " values, got " + std::to_string(nPerm));

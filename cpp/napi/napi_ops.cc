@@ -70,9 +70,8 @@ void gemmWeight(OpArgs& a, View& w) {
       fail(a.op, "'wScales' must be f32 with N * K / wGroupSize = " + std::to_string(groups) + " values");
     if (gZeros && (gZeros.dtype != DType::u8 || gZeros.numel() != groups))
       fail(a.op, "'wZeros' must be u8 with N * K / wGroupSize = " + std::to_string(groups) + " values");
-    // the 4-bit kernels read q - zero by its low 5 bits, so zero points in [0, 16] (16: GPTQ v1's zero point of 0,
-    // stored minus one as 15, read back plus one); checked here and at load (ModelWeights::setGrouped), once, not
-    // by each GEMM call
+    // 4-bit zero points in [0, 16] (16: GPTQ v1's zero point of 0, stored minus one as 15, read back plus one), the
+    // formats' range, as at load (ModelWeights::setGrouped); checked once here, not by each GEMM call
     if (gZeros && bits == 4 && a.device == Device::cpu) {
       const uint8_t* z = gZeros.as<uint8_t>();
       const int64_t bad = std::find_if(z, z + groups, [](uint8_t v) { return v > 16; }) - z;

@@ -53,7 +53,7 @@ describe("gemm with grouped quantized weights (cpu)", () => {
             const gw = randomGrouped(rng, N, K, o);
             return { weight: groupedTensors(addon, "cpu", gw, o.asymmetric === true), ref: dequantizeToInputOrder(gw) };
           },
-          // 4 bits: the kernels multiply X rounded to bf16 (exact products with q - zero), so the reference does too
+          // 4 bits: the kernels multiply X rounded to bf16 (exact products with 128 + q), so the reference does too
           xRef: (x) => (o.bits === 4 ? roundBf16(x) : x),
           tol: (K) => 1e-5 * Math.sqrt(K),
           eps: 1e-5,

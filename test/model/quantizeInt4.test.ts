@@ -14,7 +14,7 @@ import { ReferenceModel } from "./reference.js";
 import { describeQuantizedBatch, quantizedModelChecks } from "./quantizeAtLoadSuite.js";
 
 const device = "cpu";
-// bf16 activations (the reference rounds them too), f32 sums of exact x * (q - zero), one scaling per octet: as
+// bf16 activations (the reference rounds them too), f32 sums of exact x * (128 + q) from -(128 + zero) * sum(x), one scaling per octet: as
 // close as the dense bf16 CPU forward
 const TOLERANCE = 1e-4;
 

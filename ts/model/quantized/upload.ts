@@ -19,7 +19,7 @@ export const DENSE_PROJECTION = /^model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj
 /**
  * Whether the native grouped weights take this projection as the checkpoint stores it: a dense layer's, groups a
  * multiple of 32 (setGrouped's kernels), and no 4-bit zero point past 16 (16 is a GPTQ v1 checkpoint's wrapped 0,
- * which the kernels take: q - zero in [-16, 15]).
+ * the most setGrouped takes).
  */
 export function takesGrouped(ql: QuantizedLinear, w?: GroupedQuantWeight): boolean {
   const s = ql.scheme;
