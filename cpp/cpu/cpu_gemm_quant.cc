@@ -138,8 +138,7 @@ template <bool AVX512> constexpr auto kTiles8 = tableOf8<AVX512>(std::make_index
 // What every tile needs of chunk c (columns [128c, 128c + width)): lane l holds the octet of columns 128c + 8l ..
 // + 7, of group g0 + d_l (d_l < 4: a chunk meets at most 4 groups of >= 32 columns).
 struct Chunk4 {
-  alignas(64) int32_t sIdx[16];  // d_l * 8: lane l's scale in [V_0 | V_1 | V_2 | V_3] (8 rows each), + row j
-  alignas(64) int16_t zIdx[32];  // word w: d_{w/2} * 16: its zero point in [Z_0 | .. | Z_3] (16 rows each), + row j
+  alignas(64) int32_t sIdx[16];  // d_l * 8: lane l's scale (and 128 + zero) in [V_0 | .. | V_3] (8 rows each), + row j
   alignas(32) int32_t d[16];     // d_l; 4 for a lane without columns (the AVX2 kernel's index of a zero)
   int64_t g0 = 0;
   int nd = 0;            // groups the chunk meets
@@ -168,7 +167,6 @@ void chunksOf(int64_t K, int64_t G, std::vector<Chunk4>& out) {
       }
       const int dl = col < K ? int(d) : 0;
       ch.sIdx[l] = dl * 8;
-      ch.zIdx[2 * l] = ch.zIdx[2 * l + 1] = int16_t(dl * 16);
       ch.d[l] = col < K ? dl : 4;
     }
   }
