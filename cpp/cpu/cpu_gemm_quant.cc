@@ -510,18 +510,12 @@ DL_BF16 void expand4(const uint8_t* q, int64_t ldq, const Chunk4* chunks, int64_
 // layout (n chunks): lane l sums the words 2l + 1 then 2l of vectors 0, 1, 2, 3 in turn (vdpbf16ps's pairs and order),
 // from +0, in f32. One copy for every path (so the same bits).
 void octetSums(const uint16_t* x, int64_t n, float* out) {
-  auto f = [](uint16_t b) {
-    const uint32_t u = uint32_t(b) << 16;
-    float v;
-    std::memcpy(&v, &u, 4);
-    return v;
-  };
   for (int64_t c = 0; c < n; c++)
     for (int l = 0; l < 16; l++) {
       float s = 0.f;
       for (int p = 0; p < 4; p++) {
-        s = s + f(x[c * 128 + p * 32 + 2 * l + 1]);
-        s = s + f(x[c * 128 + p * 32 + 2 * l]);
+        s = s + bf16ToF32(x[c * 128 + p * 32 + 2 * l + 1]);
+        s = s + bf16ToF32(x[c * 128 + p * 32 + 2 * l]);
       }
       out[c * 16 + l] = s;
     }

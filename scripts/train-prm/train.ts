@@ -322,6 +322,8 @@ async function main(): Promise<void> {
   }
   if (labels !== "checker" && labels !== "on-track" && labels !== "mc-soft" && labels !== "mc-hard")
     throw new Error(`--labels must be checker, on-track, mc-soft, mc-hard or pairwise, not ${JSON.stringify(labels)}`);
+  if (values.corrupt !== undefined && values.corrupt !== "on" && values.corrupt !== "off")
+    throw new Error(`--corrupt must be on or off, not ${JSON.stringify(values.corrupt)}`);
   const base = labels === "checker" ? prmRecipe : labels === "on-track" ? onTrackRecipe : { ...mcRecipe, labels };
   const r = {
     ...base,
@@ -335,8 +337,6 @@ async function main(): Promise<void> {
     threads: num(values.threads, base.threads),
     corruptedCopies: values.corrupt === undefined ? base.corruptedCopies : values.corrupt === "on",
   };
-  if (values.corrupt !== undefined && values.corrupt !== "on" && values.corrupt !== "off")
-    throw new Error(`--corrupt must be on or off, not ${JSON.stringify(values.corrupt)}`);
   // Monte-Carlo recipes: rollouts per step and the solutions' token budget (null: checker labels).
   const mcr =
     labels === "checker" || labels === "on-track"
